@@ -1,0 +1,46 @@
+"""Cheap image header reads (size after EXIF orientation) without decoding pixels."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from trainer.errors import SceneError
+
+# EXIF orientations 5..8 rotate the image by ±90°, which swaps width and height.
+_EXIF_ORIENTATION_TAG = 0x0112
+_TRANSPOSING_ORIENTATIONS = {5, 6, 7, 8}
+
+
+def exif_orientation(path: Path) -> int:
+    """EXIF orientation (1..8) of an image file, 1 when absent or unreadable."""
+    from PIL import Image
+
+    try:
+        with Image.open(path) as im:
+            value = im.getexif().get(_EXIF_ORIENTATION_TAG, 1)
+    except Exception:
+        return 1
+    return int(value) if isinstance(value, int) and 1 <= value <= 8 else 1
+
+
+def image_size(path: Path) -> tuple[int, int]:
+    """``(width, height)`` in pixels of an image as displayed (EXIF orientation applied).
+
+    Reads the header only (Pillow opens lazily).
+
+    Raises:
+        SceneError: if the file is missing or not a readable image.
+    """
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as im:
+            width, height = im.size
+            orientation = im.getexif().get(_EXIF_ORIENTATION_TAG, 1)
+    except FileNotFoundError:
+        raise SceneError(f"{path}: image file not found") from None
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
+        raise SceneError(f"{path}: not a readable image ({exc})") from None
+    if orientation in _TRANSPOSING_ORIENTATIONS:
+        width, height = height, width
+    return int(width), int(height)
