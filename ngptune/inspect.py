@@ -1,0 +1,114 @@
+"""``ngptune inspect``: describe a scene without training on it."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from trainer.data import load_scene
+
+
+def describe_scene(path: Path, downscale: int = 1, timing: bool = False) -> dict[str, Any]:
+    """Facts about a scene as a JSON-ready dict.
+
+    Keys: ``format``, ``root``, ``splits`` (split → image count), ``width``/``height`` (first image),
+    ``image_sizes`` (``"WxH"`` → count), ``intrinsics`` (focal and principal point ranges, whether
+    any frame is distorted), ``aabb_scale``, ``aabb`` ([[min], [max]]), ``skipped`` (list of
+    ``{frame, reason}``), ``notes``, ``pixel_memory_bytes`` (decoded table of all splits) and, with
+    ``timing``, ``timing`` (``first_load_s``, ``second_load_s`` of the training images).
+
+    Raises:
+        SceneError: for an unreadable scene.
+    """
+    from trainer.data.images import load_pixel_table, pixel_table_nbytes
+
+    scene = load_scene(path, downscale=downscale)
+    all_frames = [f for frames in scene.splits.values() for f in frames]
+    sizes = Counter(f"{f.intrinsics.width}x{f.intrinsics.height}" for f in all_frames)
+    first = all_frames[0].intrinsics if all_frames else None
+
+    def span(values: list[float]) -> list[float]:
+        return [round(min(values), 3), round(max(values), 3)] if values else []
+
+    info: dict[str, Any] = {
+        "format": scene.format,
+        "root": str(scene.root),
+        "splits": scene.split_counts,
+        "width": first.width if first else None,
+        "height": first.height if first else None,
+        "image_sizes": dict(sizes),
+        "intrinsics": {
+            "fx": span([f.intrinsics.fx for f in all_frames]),
+            "fy": span([f.intrinsics.fy for f in all_frames]),
+            "cx": span([f.intrinsics.cx for f in all_frames]),
+            "cy": span([f.intrinsics.cy for f in all_frames]),
+            "distorted_frames": sum(f.intrinsics.has_distortion for f in all_frames),
+        },
+        "aabb_scale": scene.aabb_scale,
+        "aabb": scene.aabb.tolist(),
+        "white_background": scene.white_background,
+        "downscale": scene.downscale,
+        "skipped": [{"frame": s.frame, "reason": s.reason} for s in scene.skipped],
+        "notes": list(scene.notes),
+        "pixel_memory_bytes": int(pixel_table_nbytes(all_frames, downscale=scene.downscale)),
+    }
+    if timing:
+        train = scene.frames("train")
+        cache_dir = Path(tempfile.mkdtemp(prefix="ngptune-inspect-cache-"))
+        try:
+            t0 = time.perf_counter()
+            load_pixel_table(train, downscale=scene.downscale, cache_dir=cache_dir)
+            first_s = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            load_pixel_table(train, downscale=scene.downscale, cache_dir=cache_dir)
+            second_s = time.perf_counter() - t0
+        finally:
+            shutil.rmtree(cache_dir, ignore_errors=True)
+        info["timing"] = {
+            "images": len(train),
+            "first_load_s": first_s,
+            "second_load_s": second_s,
+            "speedup": first_s / max(second_s, 1e-9),
+        }
+    return info
+
+
+def format_description(info: dict[str, Any]) -> None:
+    """Print ``describe_scene``'s dict as rich tables."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title=f"scene {info['root']}", show_header=False)
+    table.add_row("format", info["format"])
+    table.add_row("images per split", ", ".join(f"{k}: {v}" for k, v in info["splits"].items()))
+    table.add_row("image sizes", ", ".join(f"{k} ×{v}" for k, v in info["image_sizes"].items()))
+    intr = info["intrinsics"]
+    table.add_row("focal fx / fy (px)", f"{intr['fx']} / {intr['fy']}")
+    table.add_row("principal point cx / cy (px)", f"{intr['cx']} / {intr['cy']}")
+    table.add_row("distorted frames", str(intr["distorted_frames"]))
+    table.add_row("aabb_scale", str(info["aabb_scale"]))
+    table.add_row("scene box (unit-cube world)", f"{info['aabb'][0]} → {info['aabb'][1]}")
+    table.add_row("pixel memory", f"{info['pixel_memory_bytes'] / 2**20:.1f} MiB")
+    table.add_row("skipped frames", str(len(info["skipped"])))
+    for note in info["notes"]:
+        table.add_row("note", note)
+    if "timing" in info:
+        tm = info["timing"]
+        table.add_row(
+            "decode timing",
+            f"{tm['images']} images: first load {tm['first_load_s']:.3f} s, "
+            f"second (disk cache) {tm['second_load_s']:.3f} s, {tm['speedup']:.1f}× faster",
+        )
+    console.print(table)
+    if info["skipped"]:
+        skipped = Table(title="skipped frames")
+        skipped.add_column("frame")
+        skipped.add_column("reason")
+        for item in info["skipped"]:
+            skipped.add_row(item["frame"], item["reason"])
+        console.print(skipped)

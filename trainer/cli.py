@@ -1,0 +1,205 @@
+"""Command line of the trainer: ``python -m trainer`` and ``ngptune train`` (single process).
+
+Flags instant-ngp users know are accepted as aliases: ``--scene``, ``--network``, ``--n_steps``,
+``--save_snapshot``, ``--load_snapshot``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from trainer.config import TrainConfig, apply_overrides, config_to_dict, dump_config, load_config, parse_override
+from trainer.errors import NgptuneError
+from trainer.rundir import RunDir
+
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
+
+
+def add_train_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the single-process training flags to ``parser`` (shared by ``ngptune train``)."""
+    parser.add_argument("--scene", type=Path, default=None, help="scene folder or file (default: the built-in demo scene)")
+    parser.add_argument("--config", "--network", dest="config", type=Path, default=None, help="trainer config (JSON with comments)")
+    parser.add_argument("--n-steps", "--n_steps", dest="n_steps", type=int, default=None, help="training steps")
+    parser.add_argument("--time-budget", dest="time_budget_s", type=float, default=None, help="training seconds (excludes evaluation)")
+    parser.add_argument("--device", default=None, help="cpu, cuda, cuda:N or auto")
+    parser.add_argument("--precision", choices=PRECISIONS, default=None)
+    parser.add_argument("--downscale", type=int, default=None, help="shrink images by this integer factor")
+    parser.add_argument("--save-snapshot", "--save_snapshot", dest="save_snapshot", type=Path, default=None, help="write a snapshot here at the end")
+    parser.add_argument("--resume", "--load_snapshot", dest="resume", type=Path, default=None, help="continue from this snapshot")
+    parser.add_argument("--snapshot-every", type=int, default=None, help="write a snapshot into the run directory every N steps")
+    parser.add_argument("--eval-every", type=int, default=None, help="evaluate every N steps (0: only at the end)")
+    parser.add_argument("--eval-max-images", type=int, default=None, help="evaluate at most this many images")
+    parser.add_argument("--no-eval", action="store_true", help="skip the final evaluation")
+    parser.add_argument("--out", type=Path, default=None, help="run directory (default: runs/<time>-<scene>)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override a config key, e.g. --set training.log_every=10")
+    parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    parser.add_argument("--quiet", action="store_true", help="plain log lines, no progress bar")
+
+
+def resolve_config(args: argparse.Namespace) -> TrainConfig:
+    """Config file + ``--set`` overrides + dedicated flags, validated."""
+    cfg = load_config(args.config)
+    overrides: dict[str, Any] = {}
+    for item in args.overrides:
+        key, value = parse_override(item)
+        overrides[key] = value
+    flag_map = {
+        "training.n_steps": args.n_steps,
+        "training.time_budget_s": args.time_budget_s,
+        "training.device": args.device,
+        "training.precision": args.precision,
+        "training.eval_every": args.eval_every,
+        "training.eval_max_images": args.eval_max_images,
+        "training.snapshot_every": args.snapshot_every,
+        "data.downscale": args.downscale,
+    }
+    overrides.update({k: v for k, v in flag_map.items() if v is not None})
+    if args.scene is not None:
+        overrides["data.scene"] = str(args.scene)
+    if args.quiet:
+        overrides["training.quiet"] = True
+    return apply_overrides(cfg, overrides) if overrides else cfg
+
+
+def default_run_dir(scene_path: Path) -> Path:
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / f"{stamp}-{scene_path.name or 'scene'}"
+
+
+def scene_path_of(cfg: TrainConfig) -> Path:
+    if cfg.data.scene:
+        return Path(cfg.data.scene)
+    from trainer.data.demo import demo_scene_path
+
+    return demo_scene_path()
+
+
+class _Progress:
+    """Rich progress bar on a TTY, plain lines otherwise (or with --quiet)."""
+
+    def __init__(self, total: int | None, quiet: bool) -> None:
+        self.plain = quiet or not sys.stdout.isatty()
+        self.total = total
+        self._bar = None
+        if not self.plain:
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._bar = Progress(
+                TextColumn("[bold]train"),
+                BarColumn(),
+                TextColumn("step {task.completed}/{task.total}"),
+                TextColumn("{task.fields[info]}"),
+                TimeElapsedColumn(),
+            )
+            self._task = self._bar.add_task("train", total=total, info="")
+            self._bar.start()
+
+    @staticmethod
+    def describe(record: dict[str, Any]) -> str:
+        psnr = record.get("train_psnr_db")
+        psnr_txt = f"{psnr:.2f} dB" if isinstance(psnr, (int, float)) else "-"
+        return (
+            f"loss {record['loss']:.5f}  psnr {psnr_txt}  "
+            f"rays/s {record['rays_per_s']:.3g}  samples/s {record['throughput_samples_per_s']:.3g}"
+        )
+
+    def log(self, record: dict[str, Any]) -> None:
+        if self.plain:
+            print(f"step {record['step']}  {self.describe(record)}  t={record['wall_time_s']:.1f}s", flush=True)
+        else:
+            self._bar.update(self._task, completed=record["step"], info=self.describe(record))
+
+    def message(self, text: str) -> None:
+        if self._bar is not None:
+            self._bar.console.print(text)
+        else:
+            print(text, flush=True)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+
+def run_training(cfg: TrainConfig, args: argparse.Namespace) -> dict[str, Any]:
+    """Train one process as configured; returns a summary dict (also in ``status.json``)."""
+    from trainer.train.loop import train_from_config
+
+    scene_path = scene_path_of(cfg)
+    run_dir = RunDir(args.out or default_run_dir(scene_path)).create()
+    run_dir.write_json(run_dir.config_path, config_to_dict(cfg))
+    progress = _Progress(cfg.training.n_steps, cfg.training.quiet)
+    status: dict[str, Any] = {"state": "running", "scene": str(scene_path)}
+    trainer = None
+    try:
+        trainer = train_from_config(cfg, scene_path, run_dir, resume=args.resume)
+        t0 = time.perf_counter()
+
+        def on_eval(result: dict[str, Any]) -> None:
+            progress.message(f"eval step {result['step']}: {result['mean_psnr_db']:.2f} dB on {result['split']}")
+
+        last = trainer.train(
+            on_log=progress.log,
+            on_eval=on_eval,
+            snapshot_every=cfg.training.snapshot_every,
+            eval_every=cfg.training.eval_every,
+        )
+        progress.close()
+        status.update({"state": "completed", "step": trainer.step, "train_time_s": trainer.train_time_s})
+        if last:
+            status["throughput_samples_per_s"] = last.get("throughput_samples_per_s")
+        if args.save_snapshot:
+            trainer.save(args.save_snapshot)
+            status["snapshot"] = str(args.save_snapshot)
+        if not args.no_eval:
+            result = trainer.evaluate()
+            status.update({"eval_psnr_db": result["mean_psnr_db"], "eval_ssim": result["mean_ssim"], "eval_split": result["split"]})
+            progress.message(
+                f"evaluation on {len(result['images'])} {result['split']} images: "
+                f"PSNR {result['mean_psnr_db']:.2f} dB, SSIM {result['mean_ssim']:.4f}"
+            )
+        status["wall_s"] = time.perf_counter() - t0
+        return status
+    except BaseException as exc:
+        progress.close()
+        status.update({"state": "failed", "reason": f"{type(exc).__name__}: {exc}"})
+        raise
+    finally:
+        if trainer is not None:
+            trainer.close()
+        status["run_dir"] = str(run_dir.root)
+        run_dir.write_json(run_dir.status_path, status)
+
+
+def build_parser(prog: str = "python -m trainer") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description="Train an instant-NGP NeRF (one process).")
+    add_train_arguments(parser)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, prog: str = "python -m trainer") -> int:
+    args = build_parser(prog).parse_args(argv)
+    return train_command(args)
+
+
+def train_command(args: argparse.Namespace) -> int:
+    """Entry shared by ``python -m trainer`` and ``ngptune train``; returns the exit status."""
+    try:
+        cfg = resolve_config(args)
+        if args.print_config:
+            print(dump_config(cfg))
+            return 0
+        status = run_training(cfg, args)
+    except NgptuneError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    print(json.dumps({k: v for k, v in status.items() if k != "scene"}, default=str))
+    return 0

@@ -1,0 +1,124 @@
+"""The run-directory layout: the only module that builds paths inside a run directory.
+
+::
+
+    RUN_DIR/
+      config.json            resolved trainer config
+      metrics.jsonl          rank 0 (single process: the only) metrics, schema in trainer.schema
+      metrics.rank<R>.jsonl  metrics of rank R > 0
+      eval.json              per-image and mean PSNR/SSIM of the last evaluation
+      renders/<split>_<NNN>.png
+      snapshots/step_<NNNNNNN>.pt   single-process snapshots (newest = highest step)
+      checkpoints/step_<NNNNNNN>/   sharded distributed checkpoints
+      logs/rank<R>.log       text log of each rank
+      traces/                profiler traces
+      status.json            final state of the run (completed / failed + reason)
+
+Stdlib only: both the trainer and the ngptune driver import it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+_SNAPSHOT_RE = re.compile(r"^step_(\d{7,})\.pt$")
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (temp file in the same folder, fsync, rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+@dataclasses.dataclass(frozen=True)
+class RunDir:
+    """Paths inside one run directory (nothing is created until asked)."""
+
+    root: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", Path(self.root))
+
+    def create(self) -> "RunDir":
+        self.root.mkdir(parents=True, exist_ok=True)
+        return self
+
+    @property
+    def config_path(self) -> Path:
+        return self.root / "config.json"
+
+    def metrics_path(self, rank: int = 0) -> Path:
+        return self.root / ("metrics.jsonl" if rank == 0 else f"metrics.rank{rank}.jsonl")
+
+    @property
+    def eval_path(self) -> Path:
+        return self.root / "eval.json"
+
+    @property
+    def status_path(self) -> Path:
+        return self.root / "status.json"
+
+    @property
+    def renders_dir(self) -> Path:
+        return self.root / "renders"
+
+    def render_path(self, split: str, index: int) -> Path:
+        return self.renders_dir / f"{split}_{index:03d}.png"
+
+    @property
+    def snapshots_dir(self) -> Path:
+        return self.root / "snapshots"
+
+    def snapshot_path(self, step: int) -> Path:
+        return self.snapshots_dir / f"step_{step:07d}.pt"
+
+    def snapshots(self) -> list[tuple[int, Path]]:
+        """Complete snapshots (step, path), oldest first. Temp files of a killed save are ignored."""
+        if not self.snapshots_dir.is_dir():
+            return []
+        found = []
+        for p in self.snapshots_dir.iterdir():
+            m = _SNAPSHOT_RE.match(p.name)
+            if m:
+                found.append((int(m.group(1)), p))
+        return sorted(found)
+
+    def latest_snapshot(self) -> Path | None:
+        snaps = self.snapshots()
+        return snaps[-1][1] if snaps else None
+
+    @property
+    def checkpoints_dir(self) -> Path:
+        return self.root / "checkpoints"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.root / "logs"
+
+    def log_path(self, rank: int = 0) -> Path:
+        return self.logs_dir / f"rank{rank}.log"
+
+    @property
+    def traces_dir(self) -> Path:
+        return self.root / "traces"
+
+    def write_json(self, path: Path, payload: Any) -> None:
+        """Write JSON atomically to one of this run's paths."""
+        atomic_write_text(path, json.dumps(payload, indent=2, sort_keys=False) + "\n")

@@ -1,0 +1,140 @@
+"""Evaluation: render held-out views and score them (PSNR, SSIM).
+
+Ground truth with alpha is composited against the evaluation background: white for scenes whose
+benchmarks use white (NeRF-synthetic), black otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from trainer.data.images import load_pixel_table
+from trainer.data.rays import camera_rays_for_image
+from trainer.metrics_image import psnr, ssim
+from trainer.render.march import march_rays
+from trainer.render.volrend import composite
+
+if TYPE_CHECKING:
+    from trainer.train.loop import Trainer
+
+
+def eval_split_name(trainer: "Trainer") -> str:
+    """``test`` if the scene has test frames, else ``val``, else ``train``."""
+    for split in ("test", "val", "train"):
+        if trainer.scene.frames(split):
+            return split
+    return "train"
+
+
+@torch.no_grad()
+def render_rays(
+    trainer: "Trainer",
+    rays_o: torch.Tensor,
+    rays_d: torch.Tensor,
+    background: torch.Tensor,
+    chunk_rays: int | None = None,
+) -> torch.Tensor:
+    """Render rays with the current field and occupancy grid, in chunks.
+
+    Args:
+        rays_o, rays_d: [n, 3] float32 on the trainer's device.
+        background: [3] float32 colour composited behind the rays.
+        chunk_rays: rays per chunk (default 2^14 on CUDA, 2^11 on CPU).
+
+    Returns:
+        rgb [n, 3] float32 in [0, 1].
+    """
+    from trainer.train.loop import MIN_STEP_SIZE, _autocast
+
+    t = trainer.cfg.training
+    if chunk_rays is None:
+        chunk_rays = 2**14 if trainer.device.type == "cuda" else 2**11
+    out = torch.empty(rays_o.shape[0], 3, device=rays_o.device)
+    for start in range(0, rays_o.shape[0], chunk_rays):
+        o = rays_o[start : start + chunk_rays]
+        d = rays_d[start : start + chunk_rays]
+        n = o.shape[0]
+        samples = march_rays(
+            o,
+            d,
+            trainer.aabb,
+            trainer.grid,
+            step_size=MIN_STEP_SIZE,
+            cone_angle=trainer.cone_angle,
+            max_steps=t.max_march_steps,
+            max_step_size=trainer.max_step_size,
+            jitter=False,
+        )
+        if samples.ray_indices.shape[0] == 0:
+            out[start : start + n] = background
+            continue
+        with _autocast(trainer.device, t.precision):
+            sigmas, rgbs = trainer.field(samples.positions, samples.directions)
+        rgb, _, _, _ = composite(sigmas.float(), rgbs.float(), samples.dt, samples.ray_indices, n, background)
+        out[start : start + n] = rgb
+    return out
+
+
+def evaluate(
+    trainer: "Trainer",
+    split: str | None = None,
+    max_images: int | None = None,
+    save_renders: bool = True,
+) -> dict[str, Any]:
+    """Render every image of ``split`` (default: test, else val) and score it.
+
+    Returns:
+        ``{"split", "step", "mean_psnr_db", "mean_ssim", "images": [{"index", "name", "psnr_db",
+        "ssim"}]}``; also written to ``eval.json`` and, with ``save_renders``, PNGs under
+        ``renders/`` when the trainer has a run directory.
+    """
+    import cv2
+
+    split = split or eval_split_name(trainer)
+    frames = trainer.scene.frames(split)
+    if max_images is not None:
+        frames = frames[:max_images]
+    table = load_pixel_table(frames, downscale=trainer.scene.downscale)
+    white = trainer.scene.white_background
+    background = torch.full((3,), 1.0 if white else 0.0, device=trainer.device)
+    images = []
+    was_training = trainer.field.training
+    trainer.field.eval()
+    try:
+        for index, frame in enumerate(frames):
+            rays_o, rays_d = camera_rays_for_image(frame, trainer.device)
+            rgb = render_rays(trainer, rays_o, rays_d, background)
+            h, w = frame.intrinsics.height, frame.intrinsics.width
+            lo, hi = int(table.offsets[index]), int(table.offsets[index + 1])
+            pixels = torch.as_tensor(np.asarray(table.pixels[lo:hi])).to(trainer.device)
+            scale = 255.0 if pixels.dtype == torch.uint8 else 1.0
+            pixels = pixels.float() / scale
+            gt = pixels[:, :3] * pixels[:, 3:4] + background * (1.0 - pixels[:, 3:4])
+            pred_img = rgb.reshape(h, w, 3).clamp(0.0, 1.0)
+            gt_img = gt.reshape(h, w, 3)
+            score_psnr = psnr(pred_img, gt_img)
+            score_ssim = ssim(pred_img, gt_img)
+            images.append({"index": index, "name": frame.name, "psnr_db": score_psnr, "ssim": score_ssim})
+            if save_renders and trainer.run_dir is not None:
+                path = trainer.run_dir.render_path(split, index)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                bgr = (pred_img.cpu().numpy()[..., ::-1] * 255.0 + 0.5).astype(np.uint8)
+                cv2.imwrite(str(path), bgr)
+    finally:
+        trainer.field.train(was_training)
+    finite = [im["psnr_db"] for im in images if math.isfinite(im["psnr_db"])]
+    result = {
+        "split": split,
+        "step": trainer.step,
+        "background": "white" if white else "black",
+        "mean_psnr_db": float(np.mean(finite)) if finite else float("nan"),
+        "mean_ssim": float(np.mean([im["ssim"] for im in images])) if images else float("nan"),
+        "images": images,
+    }
+    if trainer.run_dir is not None:
+        trainer.run_dir.write_json(trainer.run_dir.eval_path, result)
+    return result

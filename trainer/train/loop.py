@@ -1,0 +1,519 @@
+"""The single-process instant-NGP training loop (DESIGN.md §2).
+
+One step: sample rays → march them through the occupancy grid into packed samples → field forward
+→ composite against the background → Huber loss → backward → Adam step; every
+``training.occupancy_update_every`` steps the occupancy grid is refreshed from the field's density,
+and the number of rays per step adapts so that the number of samples approaches
+``training.target_samples_per_step``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+import resource
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+
+from trainer.config import TrainConfig, config_to_dict
+from trainer.data import Scene, load_scene
+from trainer.data.images import PixelTable, load_pixel_table
+from trainer.data.sampler import RaySampler
+from trainer.encoding.hashgrid import HashGridConfig
+from trainer.errors import ConfigError, SnapshotError, TrainingError
+from trainer.model.field import MLPConfig, NGPField
+from trainer.render.march import march_rays
+from trainer.render.occupancy import OccupancyGrid
+from trainer.render.volrend import composite
+from trainer.rundir import RunDir
+from trainer.schema import PHASES, MetricsWriter
+from trainer.train.evaluate import evaluate
+from trainer.train.snapshot import load_snapshot, load_state_checked, save_snapshot
+from trainer.train.timing import PhaseTimer
+
+MIN_STEP_SIZE = math.sqrt(3.0) / 1024.0  # instant-ngp MIN_CONE_STEPSIZE()
+RAY_GRANULARITY = 256  # rays per step are a multiple of this (instant-ngp BATCH_SIZE_GRANULARITY)
+
+
+def resolve_device(name: str) -> torch.device:
+    """``"auto"`` → ``cuda`` when available else ``cpu``; ``cuda`` without a GPU is a ConfigError."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"training.device: '{name}' requested but no CUDA device is available")
+    return device
+
+
+def hash_grid_config(cfg: TrainConfig, aabb_scale: int) -> HashGridConfig:
+    """The encoding block as a :class:`HashGridConfig`; with neither ``per_level_scale`` nor
+    ``max_resolution`` set, ``max_resolution = 2048 · aabb_scale`` (instant-ngp's NeRF rule)."""
+    enc = cfg.encoding
+    max_resolution = enc.max_resolution
+    if enc.per_level_scale is None and max_resolution is None:
+        max_resolution = 2048 * aabb_scale
+    return HashGridConfig(
+        n_levels=enc.n_levels,
+        n_features_per_level=enc.n_features_per_level,
+        log2_hashmap_size=enc.log2_hashmap_size,
+        base_resolution=enc.base_resolution,
+        per_level_scale=enc.per_level_scale,
+        max_resolution=max_resolution if enc.per_level_scale is None else None,
+    )
+
+
+def build_field(cfg: TrainConfig, aabb: torch.Tensor, aabb_scale: int, device: torch.device) -> NGPField:
+    """The NGP field described by ``cfg`` on ``device``."""
+    table_dtype = torch.float16 if cfg.encoding.table_dtype == "float16" else torch.float32
+    field = NGPField(
+        aabb=aabb,
+        grid_cfg=hash_grid_config(cfg, aabb_scale),
+        density_net=MLPConfig(
+            n_neurons=cfg.network.n_neurons,
+            n_hidden_layers=cfg.network.n_hidden_layers,
+            activation=cfg.network.activation,
+            output_activation=cfg.network.output_activation,
+        ),
+        rgb_net=MLPConfig(
+            n_neurons=cfg.rgb_network.n_neurons,
+            n_hidden_layers=cfg.rgb_network.n_hidden_layers,
+            activation=cfg.rgb_network.activation,
+            output_activation=cfg.rgb_network.output_activation,
+        ),
+        backend=cfg.encoding.backend,
+        table_dtype=table_dtype,
+    )
+    return field.to(device)
+
+
+def lr_factor(step: int, decay_start: int, decay_interval: int, decay_base: float) -> float:
+    """Step decay of tiny-cuda-nn's ExponentialDecay: ``decay_base ** (1 + (step - start) // interval)``
+    once ``step >= decay_start``, else 1."""
+    if step < decay_start:
+        return 1.0
+    return decay_base ** (1 + (step - decay_start) // decay_interval)
+
+
+def photometric_loss(pred: torch.Tensor, target: torch.Tensor, cfg: TrainConfig) -> torch.Tensor:
+    """Per-element loss summed (the caller normalises). ``pred``, ``target``: [n, 3] float32."""
+    otype = cfg.loss.otype
+    if otype == "Huber":
+        return F.huber_loss(pred, target, delta=cfg.loss.huber_delta, reduction="sum")
+    if otype == "L2":
+        return ((pred - target) ** 2).sum()
+    if otype == "L1":
+        return (pred - target).abs().sum()
+    # RelativeL2 (tiny-cuda-nn): (pred - target)^2 / (pred.detach()^2 + 0.01)
+    return ((pred - target) ** 2 / (pred.detach() ** 2 + 1e-2)).sum()
+
+
+def _autocast(device: torch.device, precision: str):
+    if precision == "bf16":
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    if precision == "fp16":
+        return torch.autocast(device_type=device.type, dtype=torch.float16)
+    return torch.autocast(device_type=device.type, enabled=False)
+
+
+def _set_matmul_precision(device: torch.device, precision: str) -> None:
+    tf32 = precision == "tf32"
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        torch.backends.cudnn.allow_tf32 = tf32
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    torch.manual_seed(seed)
+
+
+@dataclasses.dataclass
+class StepStats:
+    """Host-side numbers of one step."""
+
+    n_rays: int
+    n_samples: int
+    skipped: bool
+
+
+class Trainer:
+    """Single-process instant-NGP trainer.
+
+    Args:
+        cfg: the resolved :class:`TrainConfig`.
+        scene: a loaded :class:`Scene` (training frames are ``scene.frames("train")``).
+        run_dir: where metrics, evaluation results, renders and snapshots go, or None.
+        pixel_table: the decoded training pixels (decoded here when None).
+
+    Raises:
+        ConfigError: for an impossible device/precision combination.
+        SceneError: when the scene has no training frames.
+    """
+
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        scene: Scene,
+        run_dir: RunDir | None = None,
+        pixel_table: PixelTable | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.scene = scene
+        self.run_dir = run_dir
+        t = cfg.training
+        self.device = resolve_device(t.device)
+        _set_matmul_precision(self.device, t.precision)
+        seed_everything(t.seed)
+        self.train_frames = scene.frames("train")
+        if not self.train_frames:
+            from trainer.errors import SceneError
+
+            raise SceneError(f"{scene.root}: the scene has no training frames")
+        self.aabb_scale = scene.aabb_scale
+        self.aabb = torch.tensor(scene.aabb, dtype=torch.float32, device=self.device)
+        self.field = build_field(cfg, self.aabb, self.aabb_scale, self.device)
+        self.grid = OccupancyGrid(
+            aabb_scale=self.aabb_scale,
+            resolution=t.occupancy_resolution,
+            decay=t.occupancy_decay,
+            threshold=t.occupancy_threshold,
+        ).to(self.device)
+        n_cascades = int(math.log2(self.aabb_scale)) + 1
+        self.cone_angle = t.cone_angle if t.cone_angle is not None else (1 / 256 if self.aabb_scale > 1 else 0.0)
+        self.max_step_size = MIN_STEP_SIZE * 2 ** (n_cascades - 1)
+        opt = cfg.optimizer
+        self.optimizer = torch.optim.Adam(
+            [
+                {"params": list(self.field.encoding_parameters()), "weight_decay": 0.0},
+                {"params": list(self.field.mlp_weight_parameters()), "weight_decay": opt.l2_reg},
+            ],
+            lr=opt.learning_rate,
+            betas=(opt.beta1, opt.beta2),
+            eps=opt.epsilon,
+        )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer,
+            lambda s: lr_factor(s, opt.decay_start, opt.decay_interval, opt.decay_base),
+        )
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=t.precision == "fp16")
+        self.generator = torch.Generator(device=self.device)
+        self.generator.manual_seed(t.seed)
+        if pixel_table is None:
+            pixel_table = load_pixel_table(
+                self.train_frames,
+                downscale=scene.downscale,
+                threads=cfg.data.decode_threads,
+                cache_dir=Path(cfg.data.cache_dir) if cfg.data.cache_dir else None,
+            )
+        self.pixel_table = pixel_table
+        budget = None if cfg.data.memory_budget_gib is None else int(cfg.data.memory_budget_gib * 2**30)
+        self.sampler = RaySampler(
+            self.train_frames,
+            pixel_table,
+            placement=cfg.data.placement,
+            device=self.device,
+            seed=t.seed,
+            memory_budget_bytes=budget,
+        )
+        self.random_background = t.background == "random"
+        self.fixed_background = torch.tensor(
+            [1.0, 1.0, 1.0] if t.background == "white" else [0.0, 0.0, 0.0], device=self.device
+        )
+        self.step = 0
+        self.n_rays = int(t.initial_rays_per_step)
+        self.samples_per_ray_ema: float | None = None
+        self.train_time_s = 0.0
+        self.timer = PhaseTimer(self.device)
+        self._zero_sample_steps = 0
+
+    # ------------------------------------------------------------------ one step
+    def _density_for_grid(self, positions: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad(), _autocast(self.device, self.cfg.training.precision):
+            return self.field.density(positions).float()
+
+    def train_step(self) -> tuple[StepStats, torch.Tensor, torch.Tensor]:
+        """Run one optimiser step. Returns host stats, the loss and the MSE (device scalars).
+
+        Raises:
+            TrainingError: when, after the occupancy warm-up, no ray sample hits an occupied cell.
+        """
+        t = self.cfg.training
+        timer = self.timer
+        if self.step % t.occupancy_update_every == 0:
+            with timer.phase("occupancy_update"):
+                self.grid.update(
+                    self.step,
+                    self._density_for_grid,
+                    warmup_steps=t.occupancy_warmup_steps,
+                    generator=self.generator,
+                )
+        with timer.phase("data"):
+            batch = self.sampler.sample(self.n_rays)
+            n_rays = batch.rays_o.shape[0]
+            if self.random_background:
+                background = torch.rand(n_rays, 3, device=self.device, generator=self.generator)
+            else:
+                background = self.fixed_background.expand(n_rays, 3)
+            target = batch.rgb * batch.alpha + background * (1.0 - batch.alpha)
+        with timer.phase("march"):
+            samples = march_rays(
+                batch.rays_o,
+                batch.rays_d,
+                self.aabb,
+                self.grid,
+                step_size=MIN_STEP_SIZE,
+                cone_angle=self.cone_angle,
+                max_steps=t.max_march_steps,
+                max_step_size=self.max_step_size,
+                jitter=True,
+                generator=self.generator,
+            )
+            n_samples = int(samples.ray_indices.shape[0])  # the one host read: sizes the next batch
+        if n_samples == 0:
+            self._zero_sample_steps += 1
+            if self.step >= t.occupancy_warmup_steps:
+                raise TrainingError(
+                    f"no ray sample hit an occupied cell at step {self.step} (after the occupancy "
+                    f"warm-up of {t.occupancy_warmup_steps} steps; occupied fraction "
+                    f"{self.grid.occupancy_fraction():.3g}): the scene box {self.scene.aabb.tolist()} "
+                    "may not be crossed by any camera ray, or the density is zero everywhere"
+                )
+            self.step += 1
+            self.scheduler.step()
+            zero = torch.zeros((), device=self.device)
+            return StepStats(n_rays, 0, skipped=True), zero, target.var()
+        self._zero_sample_steps = 0
+        with timer.phase("field_forward"):
+            with _autocast(self.device, t.precision):
+                sigmas, rgbs = self.field(samples.positions, samples.directions)
+        with timer.phase("render"):
+            rgb, _, _, _ = composite(
+                sigmas.float(), rgbs.float(), samples.dt, samples.ray_indices, n_rays, background
+            )
+            loss = photometric_loss(rgb, target, self.cfg) / (n_rays * 3)
+            mse = ((rgb.detach() - target) ** 2).mean()
+        with timer.phase("backward"):
+            self.optimizer.zero_grad(set_to_none=True)
+            self.scaler.scale(loss).backward()
+        with timer.phase("optimizer"):
+            scale_before = self.scaler.get_scale() if self.scaler.is_enabled() else 1.0
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+            skipped = self.scaler.is_enabled() and self.scaler.get_scale() < scale_before
+            self.scheduler.step()
+        self.step += 1
+        self._resize_batch(n_rays, n_samples)
+        return StepStats(n_rays, n_samples, skipped=skipped), loss.detach(), mse
+
+    def _resize_batch(self, n_rays: int, n_samples: int) -> None:
+        """Adapt rays per step so samples per step approach the target (instant-ngp's rule)."""
+        t = self.cfg.training
+        per_ray = n_samples / max(n_rays, 1)
+        ema = self.samples_per_ray_ema
+        self.samples_per_ray_ema = per_ray if ema is None else 0.9 * ema + 0.1 * per_ray
+        wanted = t.target_samples_per_step / max(self.samples_per_ray_ema, 1e-3)
+        wanted = int(math.ceil(wanted / RAY_GRANULARITY)) * RAY_GRANULARITY
+        self.n_rays = max(RAY_GRANULARITY, min(int(t.max_rays_per_step), wanted))
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        rng = {"torch_cpu": torch.get_rng_state(), "generator": self.generator.get_state()}
+        if self.device.type == "cuda":
+            rng["torch_cuda"] = torch.cuda.get_rng_state(self.device)
+        sampler_gen = getattr(self.sampler, "generator", None)
+        if sampler_gen is not None:
+            rng["sampler"] = sampler_gen.get_state()
+        return {
+            "step": self.step,
+            "config": config_to_dict(self.cfg),
+            "model": self.field.state_dict(),
+            "occupancy": self.grid.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "rng": rng,
+            "trainer_state": {
+                "n_rays": self.n_rays,
+                "samples_per_ray_ema": -1.0 if self.samples_per_ray_ema is None else self.samples_per_ray_ema,
+                "train_time_s": self.train_time_s,
+            },
+        }
+
+    def save(self, path: Path) -> Path:
+        """Write a snapshot atomically (see :mod:`trainer.train.snapshot`)."""
+        return save_snapshot(path, self.state_dict())
+
+    def load(self, path: Path) -> None:
+        """Restore a snapshot written by :meth:`save`.
+
+        Raises:
+            SnapshotError: truncated/corrupt file, or a snapshot of another config (names the entry).
+        """
+        payload = load_snapshot(path)
+        load_state_checked(self.field, payload["model"], "model", path)
+        load_state_checked(self.grid, payload["occupancy"], "occupancy grid", path)
+        try:
+            self.optimizer.load_state_dict(payload["optimizer"])
+            self.scheduler.load_state_dict(payload["scheduler"])
+            self.scaler.load_state_dict(payload["scaler"])
+        except (ValueError, KeyError, RuntimeError) as exc:
+            raise SnapshotError(f"{path}: optimiser state does not match this config ({exc})") from None
+        rng = payload["rng"]
+        torch.set_rng_state(rng["torch_cpu"])
+        self.generator.set_state(rng["generator"])
+        if "torch_cuda" in rng and self.device.type == "cuda":
+            torch.cuda.set_rng_state(rng["torch_cuda"], self.device)
+        sampler_gen = getattr(self.sampler, "generator", None)
+        if "sampler" in rng and sampler_gen is not None:
+            sampler_gen.set_state(rng["sampler"])
+        state = payload["trainer_state"]
+        self.step = int(payload["step"])
+        self.n_rays = int(state["n_rays"])
+        ema = float(state["samples_per_ray_ema"])
+        self.samples_per_ray_ema = None if ema < 0 else ema
+        self.train_time_s = float(state["train_time_s"])
+
+    # ------------------------------------------------------------------ loop
+    def _memory_record(self) -> dict[str, float]:
+        rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+        record = {"host_rss_mib": rss_mib}
+        if self.device.type == "cuda":
+            record["mem_allocated_mib"] = torch.cuda.max_memory_allocated(self.device) / 2**20
+            record["mem_reserved_mib"] = torch.cuda.memory_reserved(self.device) / 2**20
+            torch.cuda.reset_peak_memory_stats(self.device)
+        return record
+
+    def train(
+        self,
+        n_steps: int | None = None,
+        time_budget_s: float | None = None,
+        on_log: Callable[[dict[str, Any]], None] | None = None,
+        on_eval: Callable[[dict[str, Any]], None] | None = None,
+        snapshot_every: int = 0,
+        eval_every: int = 0,
+    ) -> dict[str, Any]:
+        """Train until ``n_steps`` steps are done (counted from step 0, so a resumed run
+        finishes at the same step) or ``time_budget_s`` seconds of training have passed.
+
+        Returns the last metrics record.
+        """
+        t = self.cfg.training
+        n_steps = t.n_steps if n_steps is None else n_steps
+        time_budget_s = t.time_budget_s if time_budget_s is None else time_budget_s
+        writer = MetricsWriter(self.run_dir.metrics_path(0)) if self.run_dir else None
+        last_record: dict[str, Any] = {}
+        interval = {"steps": 0, "rays": 0, "samples": 0, "skipped": 0, "t0": time.perf_counter()}
+        loss_sum = torch.zeros((), device=self.device)
+        mse_sum = torch.zeros((), device=self.device)
+        try:
+            while self.step < n_steps:
+                if time_budget_s is not None and self.train_time_s >= time_budget_s:
+                    break
+                t_step = time.perf_counter()
+                stats, loss, mse = self.train_step()
+                loss_sum += loss
+                mse_sum += mse
+                interval["steps"] += 1
+                interval["rays"] += stats.n_rays
+                interval["samples"] += stats.n_samples
+                interval["skipped"] += int(stats.skipped)
+                done = self.step >= n_steps
+                if self.step % t.log_every == 0 or done:
+                    if self.device.type == "cuda":
+                        torch.cuda.synchronize(self.device)
+                    self.train_time_s += time.perf_counter() - t_step
+                    record = self._interval_record(interval, loss_sum, mse_sum)
+                    if writer:
+                        writer.write(record)
+                    if on_log:
+                        on_log(record)
+                    last_record = record
+                    interval = {"steps": 0, "rays": 0, "samples": 0, "skipped": 0, "t0": time.perf_counter()}
+                    loss_sum = torch.zeros((), device=self.device)
+                    mse_sum = torch.zeros((), device=self.device)
+                else:
+                    self.train_time_s += time.perf_counter() - t_step
+                if self.run_dir and snapshot_every and self.step % snapshot_every == 0:
+                    self.save(self.run_dir.snapshot_path(self.step))
+                if eval_every and self.step % eval_every == 0 and not done:
+                    result = self.evaluate()
+                    if on_eval:
+                        on_eval(result)
+        finally:
+            if writer:
+                writer.close()
+        return last_record
+
+    def _interval_record(self, interval: dict, loss_sum: torch.Tensor, mse_sum: torch.Tensor) -> dict[str, Any]:
+        steps = max(interval["steps"], 1)
+        elapsed_s = max(time.perf_counter() - interval["t0"], 1e-9)
+        phases = self.timer.collect()
+        step_time_ms = elapsed_s * 1e3 / steps
+        mean_mse = float(mse_sum) / steps
+        record: dict[str, Any] = {
+            "rank": 0,
+            "world_size": 1,
+            "step": self.step,
+            "wall_time_s": self.train_time_s,
+            "loss": float(loss_sum) / steps,
+            "train_psnr_db": -10.0 * math.log10(mean_mse) if mean_mse > 0 else None,
+            "lr": self.optimizer.param_groups[0]["lr"],
+            "rays_per_step": interval["rays"] / steps,
+            "samples_per_step": interval["samples"] / steps,
+            "rays_per_s": interval["rays"] / elapsed_s,
+            "throughput_samples_per_s": interval["samples"] / elapsed_s,
+            "steps_per_s": interval["steps"] / elapsed_s,
+            "step_time_ms": step_time_ms,
+            "occupancy_fraction": self.grid.occupancy_fraction(),
+            "skipped_steps": interval["skipped"],
+            "grad_scale": self.scaler.get_scale() if self.scaler.is_enabled() else 1.0,
+        }
+        named_ms = 0.0
+        for phase in PHASES:
+            ms = phases.get(phase, 0.0) / steps
+            record[f"{phase}_ms"] = ms
+            named_ms += ms
+        record["other_ms"] = max(step_time_ms - named_ms, 0.0)
+        record.update(self._memory_record())
+        return record
+
+    def evaluate(self, split: str | None = None, max_images: int | None = None, save_renders: bool = True) -> dict[str, Any]:
+        """Render the evaluation split and compute PSNR/SSIM (see :func:`trainer.train.evaluate.evaluate`)."""
+        t = self.cfg.training
+        return evaluate(
+            self,
+            split=split,
+            max_images=t.eval_max_images if max_images is None else max_images,
+            save_renders=save_renders,
+        )
+
+    def close(self) -> None:
+        self.sampler.close()
+
+
+def train_from_config(
+    cfg: TrainConfig,
+    scene_path: Path,
+    run_dir: RunDir | None,
+    resume: Path | None = None,
+    on_log: Callable[[dict[str, Any]], None] | None = None,
+) -> Trainer:
+    """Load the scene and build a :class:`Trainer` (optionally resumed)."""
+    scene = load_scene(
+        scene_path,
+        downscale=cfg.data.downscale,
+        holdout_every=cfg.data.holdout_every,
+        aabb_scale=cfg.data.aabb_scale,
+    )
+    trainer = Trainer(cfg, scene, run_dir)
+    if resume is not None:
+        trainer.load(Path(resume))
+    return trainer
+
+
+__all__ = ["Trainer", "train_from_config", "build_field", "hash_grid_config", "lr_factor", "resolve_device"]

@@ -1,0 +1,96 @@
+"""Snapshots of a single-process run: written atomically, loaded with ``weights_only=True``.
+
+A snapshot is a dict of plain data and tensors::
+
+    {"format": "ngptune-snapshot", "version": 1, "step": int, "config": dict (resolved config),
+     "model": state_dict, "occupancy": state_dict, "optimizer": state_dict,
+     "scheduler": state_dict, "scaler": state_dict, "rng": {name: uint8 tensor},
+     "trainer_state": {str: int | float}}
+
+Writing goes to a temp file in the same folder, is fsynced, then renamed over the target, so a kill
+during a save leaves the previous snapshot intact.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from trainer.errors import SnapshotError
+
+SNAPSHOT_FORMAT = "ngptune-snapshot"
+SNAPSHOT_VERSION = 1
+
+
+def save_snapshot(path: Path, payload: dict[str, Any]) -> Path:
+    """Atomically write ``payload`` (see module docstring) to ``path``; returns ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {"format": SNAPSHOT_FORMAT, "version": SNAPSHOT_VERSION, **payload}
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(payload, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def load_snapshot(path: Path) -> dict[str, Any]:
+    """Read a snapshot written by :func:`save_snapshot` (tensors land on the CPU).
+
+    Raises:
+        SnapshotError: if the file is missing, truncated, corrupt or not an ngptune snapshot.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise SnapshotError(f"{path}: snapshot file not found")
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except (RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile, ValueError, OSError) as exc:
+        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise SnapshotError(f"{path}: truncated or corrupt snapshot ({first_line})") from None
+    if not isinstance(payload, dict) or payload.get("format") != SNAPSHOT_FORMAT:
+        raise SnapshotError(f"{path}: not an ngptune snapshot")
+    if payload.get("version") != SNAPSHOT_VERSION:
+        raise SnapshotError(
+            f"{path}: snapshot version {payload.get('version')!r}, this trainer reads {SNAPSHOT_VERSION}"
+        )
+    return payload
+
+
+def load_state_checked(module: torch.nn.Module, state: dict[str, Any], what: str, path: Path) -> None:
+    """``module.load_state_dict(state)`` with shape/key mismatches reported as one SnapshotError.
+
+    Raises:
+        SnapshotError: naming the snapshot, the entry and both shapes, e.g.
+            ``snap.pt: model entry 'encoding.table' has shape [524288, 2] in the snapshot but
+            [32768, 2] in this config (was it written with another config?)``.
+    """
+    own = module.state_dict()
+    missing = [k for k in own if k not in state]
+    unexpected = [k for k in state if k not in own]
+    if missing or unexpected:
+        raise SnapshotError(
+            f"{path}: {what} entries differ from this config "
+            f"(missing {missing[:3]}, unexpected {unexpected[:3]}); was it written with another config?"
+        )
+    for key, value in own.items():
+        theirs = state[key]
+        if isinstance(theirs, torch.Tensor) and tuple(theirs.shape) != tuple(value.shape):
+            raise SnapshotError(
+                f"{path}: {what} entry '{key}' has shape {list(theirs.shape)} in the snapshot but "
+                f"{list(value.shape)} in this config (was it written with another config?)"
+            )
+    module.load_state_dict(state)
