@@ -45,7 +45,7 @@ def detect_format(path: str | Path) -> str:
                 return "blender"
             return "instant-ngp"
         raise SceneError(f"{p}: not a scene file (expected transforms.json or poses_bounds.npy)")
-    if (p / "transforms_train.json").is_file():
+    if any((p / f"transforms_{split}.json").is_file() for split in SPLITS):
         return "blender"
     if (p / "transforms.json").is_file():
         return "instant-ngp"

@@ -11,16 +11,35 @@ _EXIF_ORIENTATION_TAG = 0x0112
 _TRANSPOSING_ORIENTATIONS = {5, 6, 7, 8}
 
 
+def _orientation_of(im: "object") -> int:
+    """EXIF orientation of an opened Pillow image without decoding its pixels.
+
+    For PNG, ``Image.getexif()`` loads the whole image to look for an ``eXIf`` chunk after the
+    pixel data; the PNG spec puts ``eXIf`` before ``IDAT``, so the header's ``info`` suffices.
+    """
+    from PIL import Image
+
+    if getattr(im, "format", None) == "PNG":
+        raw = im.info.get("exif")  # type: ignore[attr-defined]
+        if not raw:
+            return 1
+        exif = Image.Exif()
+        exif.load(raw)
+        value = exif.get(_EXIF_ORIENTATION_TAG, 1)
+    else:
+        value = im.getexif().get(_EXIF_ORIENTATION_TAG, 1)  # type: ignore[attr-defined]
+    return int(value) if isinstance(value, int) and 1 <= value <= 8 else 1
+
+
 def exif_orientation(path: Path) -> int:
     """EXIF orientation (1..8) of an image file, 1 when absent or unreadable."""
     from PIL import Image
 
     try:
         with Image.open(path) as im:
-            value = im.getexif().get(_EXIF_ORIENTATION_TAG, 1)
+            return _orientation_of(im)
     except Exception:
         return 1
-    return int(value) if isinstance(value, int) and 1 <= value <= 8 else 1
 
 
 def image_size(path: Path) -> tuple[int, int]:
@@ -36,7 +55,7 @@ def image_size(path: Path) -> tuple[int, int]:
     try:
         with Image.open(path) as im:
             width, height = im.size
-            orientation = im.getexif().get(_EXIF_ORIENTATION_TAG, 1)
+            orientation = _orientation_of(im)
     except FileNotFoundError:
         raise SceneError(f"{path}: image file not found") from None
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:

@@ -158,7 +158,7 @@ class TcnnBackend(HashGridBackend):
             )
 
 
-_REGISTRY: dict[str, HashGridBackend] = {}
+_REGISTRY: dict[str, HashGridBackend] = {"torch": TorchBackend(), "tcnn": TcnnBackend()}
 _triton_lookup_done = False
 
 
@@ -212,7 +212,6 @@ def get_backend(
             f"encoding.backend: expected one of {', '.join(BACKEND_NAMES)}, got {name!r}"
         )
     device = torch.device("cpu" if device is None else device)
-    _register_builtin_backends()
     _load_triton_module()
     if name == "auto":
         triton = _REGISTRY.get("triton")
@@ -232,12 +231,6 @@ def get_backend(
             f"encoding.backend: {name!r} does not support a {table_dtype} table on {device}"
         )
     return backend
-
-
-def _register_builtin_backends() -> None:
-    for backend_type in (TorchBackend, TcnnBackend):
-        if backend_type.name not in _REGISTRY:
-            register_backend(backend_type())
 
 
 class HashGridEncoding(nn.Module):

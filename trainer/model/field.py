@@ -1,0 +1,162 @@
+"""The instant-NGP radiance field: hash grid → density MLP → colour MLP (DESIGN.md §2).
+
+Source: Müller et al., SIGGRAPH 2022, §5.4 (NeRF) and instant-ngp ``nerf_network.h``; the
+density activation ``trunc_exp`` follows torch-ngp (``activation.py``).
+
+    positions ──(AABB → [0,1]³)── hash grid [L·F] ── density MLP ── h [16]
+        σ = trunc_exp(h₀)
+        rgb = sigmoid(colour MLP([h₁..h₁₅, SH₁₆(direction)]))
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from trainer.encoding.backends import HashGridEncoding
+from trainer.encoding.hashgrid import HashGridConfig
+from trainer.encoding.sh import SH_OUTPUT_DIM, sh_encode
+from trainer.errors import ConfigError
+from trainer.model.mlp import MLP, MLPConfig
+
+__all__ = ["DENSITY_OUTPUT_DIM", "MLPConfig", "NGPField", "trunc_exp"]
+
+DENSITY_OUTPUT_DIM = 16  # 1 density logit + 15 geometry features
+_TRUNC_EXP_GRAD_MAX = 15.0
+
+
+class _TruncExp(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        ctx.save_for_backward(x)
+        return torch.exp(x)
+
+    @staticmethod
+    def backward(ctx, grad_output: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        (x,) = ctx.saved_tensors
+        return grad_output * torch.exp(x.clamp(max=_TRUNC_EXP_GRAD_MAX))
+
+
+def trunc_exp(x: torch.Tensor) -> torch.Tensor:
+    """``exp(x)`` whose gradient is ``exp(min(x, 15))`` (torch-ngp ``trunc_exp``).
+
+    Keeps the density activation's gradient finite for large logits. Use float32 inputs: in
+    float16 ``exp`` overflows above ~11.
+
+    Args:
+        x: any shape, floating.
+
+    Returns:
+        ``exp(x)``, same shape and dtype.
+    """
+    return _TruncExp.apply(x)
+
+
+def _check_aabb(aabb: torch.Tensor) -> torch.Tensor:
+    if not isinstance(aabb, torch.Tensor):
+        aabb = torch.as_tensor(aabb)
+    if aabb.shape != (2, 3) or not aabb.is_floating_point():
+        raise ConfigError(
+            f"aabb: expected a [2, 3] floating tensor (min corner, max corner), "
+            f"got shape {tuple(aabb.shape)} dtype {aabb.dtype}"
+        )
+    if not bool(torch.isfinite(aabb).all()) or not bool((aabb[1] > aabb[0]).all()):
+        raise ConfigError(f"aabb: expected finite corners with max > min, got {aabb.tolist()}")
+    return aabb
+
+
+class NGPField(nn.Module):
+    """instant-NGP field mapping world positions and view directions to density and colour.
+
+    Args:
+        aabb: [2, 3] floating (min corner, max corner), world units: the box mapped to [0, 1]³ for
+            the hash grid. Its device is where every parameter is created.
+        grid_cfg: hash-grid layout.
+        density_net: density MLP, L·F → 16 (default 64 wide, 1 hidden layer).
+        rgb_net: colour MLP, 15 + 16 → 3 (default 64 wide, 2 hidden layers).
+        backend: hash-grid backend name (see :func:`trainer.encoding.backends.get_backend`).
+        table_dtype: storage dtype of the hash table.
+
+    Each MLP's ``output_activation`` (default "None") is applied before the fixed ``trunc_exp``
+    (density) and sigmoid (colour).
+
+    Raises:
+        ConfigError: for a malformed ``aabb`` or an unusable backend (``encoding.backend``).
+    """
+
+    def __init__(
+        self,
+        aabb: torch.Tensor,
+        grid_cfg: HashGridConfig | None = None,
+        density_net: MLPConfig | None = None,
+        rgb_net: MLPConfig | None = None,
+        backend: str = "auto",
+        table_dtype: torch.dtype = torch.float32,
+    ) -> None:
+        super().__init__()
+        aabb = _check_aabb(aabb)
+        grid_cfg = grid_cfg if grid_cfg is not None else HashGridConfig()
+        density_net = density_net if density_net is not None else MLPConfig(n_hidden_layers=1)
+        rgb_net = rgb_net if rgb_net is not None else MLPConfig(n_hidden_layers=2)
+        device = aabb.device
+        self.register_buffer("aabb", aabb.to(torch.float32))
+        self.encoding = HashGridEncoding(grid_cfg, backend, table_dtype, device)
+        self.density_mlp = MLP(self.encoding.output_dim, DENSITY_OUTPUT_DIM, density_net, device)
+        self.rgb_mlp = MLP(DENSITY_OUTPUT_DIM - 1 + SH_OUTPUT_DIM, 3, rgb_net, device)
+
+    def normalise_positions(self, positions: torch.Tensor) -> torch.Tensor:
+        """World positions [S, 3] → [S, 3] float32 in [0, 1]³; points outside the AABB are
+        clamped onto its surface (they take the features of the nearest boundary point)."""
+        lo, hi = self.aabb[0], self.aabb[1]
+        return ((positions.float() - lo) / (hi - lo)).clamp(0.0, 1.0)
+
+    def _density_head(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        features = self.encoding(self.normalise_positions(positions))
+        h = self.density_mlp(features)  # [S, 16], autocast dtype
+        sigma = trunc_exp(h[:, 0].float())
+        return sigma, h[:, 1:]
+
+    def density(self, positions: torch.Tensor) -> torch.Tensor:
+        """Density at world positions (what the occupancy-grid update queries).
+
+        Args:
+            positions: [S, 3] floating, world units.
+
+        Returns:
+            sigma: [S] float32 >= 0, in 1/world units.
+        """
+        assert positions.ndim == 2 and positions.shape[1] == 3, tuple(positions.shape)
+        return self._density_head(positions)[0]
+
+    def forward(
+        self, positions: torch.Tensor, directions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Density and colour of samples.
+
+        Args:
+            positions: [S, 3] floating, world units.
+            directions: [S, 3] floating, unit view directions (ray directions) in world axes.
+
+        Returns:
+            sigma: [S] float32 >= 0 (1/world units); rgb: [S, 3] float32 in [0, 1] (straight
+            colour). The MLPs run in the autocast dtype when autocast is on.
+        """
+        assert positions.ndim == 2 and positions.shape[1] == 3, tuple(positions.shape)
+        assert directions.shape == positions.shape, (tuple(directions.shape), tuple(positions.shape))
+        sigma, geometry = self._density_head(positions)
+        sh = sh_encode(directions.float()).to(geometry.dtype)
+        rgb = torch.sigmoid(self.rgb_mlp(torch.cat([geometry, sh], dim=1)).float())
+        return sigma, rgb
+
+    def mlp_weight_parameters(self) -> list[nn.Parameter]:
+        """Weight matrices of both MLPs (the parameters that get L2 1e-6 in the optimiser)."""
+        return self.density_mlp.weights() + self.rgb_mlp.weights()
+
+    def encoding_parameters(self) -> list[nn.Parameter]:
+        """Hash-grid parameters (the table, or the tcnn module's ``params``)."""
+        return list(self.encoding.parameters())
+
+    @property
+    def n_params(self) -> int:
+        """Total number of trainable scalars."""
+        return sum(p.numel() for p in self.parameters())
