@@ -3,14 +3,13 @@
 On a CPU-only machine the kernels run in Triton's interpreter, which must be switched on before the
 kernels are defined (``TRITON_INTERPRET=1`` is read when ``@triton.jit`` wraps them). Another test
 may already have imported :mod:`trainer.encoding.triton_hashgrid` in this process without it, so
-every CPU check runs in a fresh subprocess: two interpreter workers share the cases between them
-and run in parallel, and one worker without the interpreter checks availability. Each worker
-*observes* (errors, dtypes, whether every output element was written) and writes JSON; the tests
-below assert on those observations. With CUDA, the same observations are made in-process at full
-size (paper-era grid, 2^20 points).
+every interpreter check runs in a fresh subprocess: two workers share the cases between them and
+run in parallel. Each worker *observes* (errors, dtypes, whether every output element was
+written) and writes JSON; the tests below assert on those observations. With CUDA, the same
+observations are made in-process at full size (paper-era grid, 2^20 points).
 
 Inputs are fresh random draws each run; the seed is in every assertion message. Set
-``NGPTUNE_TEST_SEED`` to replay one.
+``NGPTUNE_TEST_SEED=<seed>`` to replay a run.
 """
 
 from __future__ import annotations
@@ -73,8 +72,8 @@ CONFIGS = {
 # Interpreter cases. Cost is ~0.1 s per program (L × blocks, per launch), so blocks are chosen to
 # cover tails and several blocks while keeping the file fast. Every case checks the forward kernel
 # (poisoned feature-major output) and the backward kernel; ``extras`` adds the row-major output, a
-# strided upstream gradient, and the autograd path (gradient dtype, expanded upstream gradient,
-# no gradient for x).
+# strided upstream gradient, int64 offsets, and the autograd path (gradient dtype, expanded
+# upstream gradient, no gradient for x).
 # (name, config, table dtype, n points, block or None for the module default, extras)
 CPU_CASES = [
     ("dense_fp32_n1000", "dense", "float32", 1000, 1024, False),
@@ -114,10 +113,12 @@ def _rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def _fp16_ulp_err(a: torch.Tensor, b: torch.Tensor) -> float:
-    """max |a − b| in units of one float16 ulp of b (≤ 1: equal up to one rounding step)."""
-    a, b = a.detach(), b.detach()
-    ulp = b.double().abs() * 2.0**-10 + 2.0**-24
-    return float(((a.double() - b.double()).abs() / ulp).max())
+    """max |a − b| / (one float16 ulp of b + REL_TOL · max |b|); ≤ 1 means equal up to one fp16
+    rounding step plus float32 summation noise (atomics add in another order than the reference;
+    with cancellation a sum near zero may round to a neighbouring fp16 value)."""
+    a, b = a.detach().double(), b.detach().double()
+    bound = b.abs() * 2.0**-10 + 2.0**-24 + REL_TOL * b.abs().max()
+    return float(((a - b).abs() / bound).max())
 
 
 def _leaf(t: torch.Tensor) -> torch.Tensor:
@@ -157,10 +158,8 @@ def observe_case(case: tuple, device: str, seed: int) -> dict:
     n = abs(n_signed)
     width = cfg.output_dim
     x = _points(n_signed, device, generator)
-    table = (
-        torch.rand(level_offsets(cfg)[-1], cfg.n_features_per_level, generator=generator, device=device)
-        * 2 - 1
-    ).to(dtype)
+    table_shape = (level_offsets(cfg)[-1], cfg.n_features_per_level)
+    table = (torch.rand(table_shape, generator=generator, device=device) * 2 - 1).to(dtype)
     grad_features = torch.randn(n, width, generator=generator, device=device)
     forward_block = block or FORWARD_BLOCK
     backward_block = block or BACKWARD_BLOCK
@@ -192,6 +191,14 @@ def observe_case(case: tuple, device: str, seed: int) -> dict:
     grad_t = grad_features.t().contiguous().t()
     grad32_t = hash_grid_backward_triton(x, grad_t, cfg, block=backward_block)
     seen["backward_strided_rel_err"] = _rel_err(grad32_t, table_ref32.grad)
+
+    # int64 offsets (chosen automatically only for huge tables or batches).
+    out_wide = hash_grid_forward_triton(x, table, cfg, block=forward_block, wide_index=True)
+    seen["wide_forward_rel_err"] = _rel_err(out_wide, reference)
+    grad32_wide = hash_grid_backward_triton(
+        x, grad_features, cfg, block=backward_block, wide_index=True
+    )
+    seen["wide_backward_rel_err"] = _rel_err(grad32_wide, table_ref32.grad)
 
     # Autograd through the public entry point; gradient in the table's dtype, none for x.
     table_triton = _leaf(table)
@@ -251,7 +258,7 @@ def worker_main(out_path: str, seed: int, case_names: list[str]) -> None:
     """Subprocess entry point (under ``TRITON_INTERPRET=1``): observe the named cases, write JSON."""
     torch.set_num_threads(1)
     cases = [case for case in CPU_CASES if case[0] in case_names]
-    observations = {case[0]: observe_case(case, "cpu", seed + i) for i, case in enumerate(cases)}
+    observations = {case[0]: observe_case(case, "cpu", seed) for case in cases}
     if "backend" in case_names:
         observations["backend"] = observe_interpreter_backend(seed)
     Path(out_path).write_text(json.dumps(observations))
@@ -297,7 +304,9 @@ def observations(tmp_path_factory) -> dict:
     return merged
 
 
-def _check_case(seen: dict, table_dtype: str, extras: bool) -> None:
+def _check_case(seen: dict, table_dtype: str, extras: bool, backward_tol: float = REL_TOL, fp16_ulps: float = 1.0) -> None:
+    """``backward_tol``/``fp16_ulps`` loosen the gradient checks for large GPU cases, where float32
+    atomics add ~2^20 terms in another order than the reference (error ~ eps·sqrt(n) of the max)."""
     where = f"case {seen['case']} on {seen['device']} (seed {seen['seed']}): {seen}"
     layouts = ("feature_major", "row_major") if extras else ("feature_major",)
     for layout in layouts:
@@ -305,15 +314,17 @@ def _check_case(seen: dict, table_dtype: str, extras: bool) -> None:
         assert seen[f"{layout}_n_unwritten"] == 0, where
         assert seen[f"{layout}_forward_rel_err"] < REL_TOL, where
     assert seen["backward_dtype"] == "torch.float32", where
-    assert seen["backward_rel_err"] < REL_TOL, where
+    assert seen["backward_rel_err"] < backward_tol, where
     if not extras:
         return
-    assert seen["backward_strided_rel_err"] < REL_TOL, where
+    assert seen["backward_strided_rel_err"] < backward_tol, where
+    assert seen["wide_forward_rel_err"] < REL_TOL, where
+    assert seen["wide_backward_rel_err"] < backward_tol, where
     assert seen["encode_dtype"] == "torch.float32", where
     assert seen["encode_rel_err"] < REL_TOL, where
     assert seen["autograd_grad_dtype"] == f"torch.{table_dtype}", where
-    # float32: relative error; float16: at most one fp16 rounding step apart
-    grad_bound = REL_TOL if table_dtype == "float32" else 1.0
+    # float32: relative error; float16: one fp16 rounding step plus float32 summation noise
+    grad_bound = backward_tol if table_dtype == "float32" else fp16_ulps
     assert seen["autograd_grad_err"] <= grad_bound, where
     assert seen["sum_grad_err"] <= grad_bound, where
     assert seen["x_grad_is_none"], where
@@ -372,5 +383,6 @@ def test_gpu_matches_reference(case):
     pytest.importorskip("triton")
     seed = _seed()
     seen = observe_case(case, "cuda", seed)
-    assert seen["encode_shape"] == [abs(case[3]), HashGridConfig(**CONFIGS[case[1]]).output_dim], seen
-    _check_case(seen, case[2], case[5])
+    width = HashGridConfig(**CONFIGS[case[1]]).output_dim
+    assert seen["encode_shape"] == [abs(case[3]), width], seen
+    _check_case(seen, case[2], case[5], backward_tol=1e-3, fp16_ulps=8.0)

@@ -18,7 +18,7 @@ TINY = {
     "rgb_network.n_neurons": 16,
     "training.device": "cpu",
     "training.target_samples_per_step": 4096,
-    "training.initial_rays_per_step": 256,
+    "training.initial_rays_per_step": 64,
     "training.max_rays_per_step": 2048,
     "training.occupancy_resolution": 16,
     "training.occupancy_warmup_steps": 16,

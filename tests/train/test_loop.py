@@ -47,8 +47,8 @@ def test_batch_size_adapts_towards_the_sample_target(demo_scene):
     per_ray = trainer.samples_per_ray_ema
     assert per_ray is not None and per_ray > 0
     expected = 4096 / per_ray
-    assert trainer.n_rays % 256 == 0
-    assert trainer.n_rays == min(2048, max(256, math.ceil(expected / 256) * 256))
+    assert trainer.n_rays % 64 == 0
+    assert trainer.n_rays == min(2048, max(64, math.ceil(expected / 64) * 64))
     trainer.close()
 
 

@@ -552,6 +552,11 @@ class RaySampler:
         """Stop the background thread (if any). Safe to call twice."""
         self._source.close()
 
+    def __del__(self) -> None:  # a forgotten close() must not leave a thread running
+        source = getattr(self, "_source", None)
+        if source is not None:
+            source.close()
+
     def __enter__(self) -> "RaySampler":
         return self
 

@@ -6,7 +6,8 @@ SIGGRAPH 2022, §3 (eq. 2–4); tiny-cuda-nn ``encodings/grid.h`` (``kernel_grid
 :mod:`trainer.encoding.hashgrid` (read its module docstring); :func:`hash_grid_encode_reference`
 is the slow twin these kernels are tested against.
 
-Kernel design (one H200: 132 SMs, 50 MB L2; the paper-era fp16 table of 32 MiB fits in L2):
+Kernel design (one H200: 132 SMs, 50 MB L2; the paper-era fp16 table, ≤ 32 MiB — 25 MiB with
+b = 1.5 — fits in L2):
 
 * **One level per program.** The launch grid is ``(cdiv(n, BLOCK), L)`` and the first grid axis
   runs fastest, so all point blocks of level 0 run before those of level 1: at any time only one
@@ -78,9 +79,16 @@ BACKWARD_NUM_WARPS = 4
 # the unrounded ``x · N_l`` while ``cell = floor(pos)`` uses the rounded one, so ``frac`` would
 # differ from the reference by up to half an ulp of pos (~6e-5 at N_l ≈ 1300). The forward sum
 # uses explicit ``tl.fma``.
+_COMPILE_OPTIONS = {"enable_fp_fusion": False}
 
-# Whether the kernels below were wrapped for Triton's CPU interpreter (fixed at import time).
-INTERPRET = os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes")
+# Whether the kernels below are wrapped for Triton's CPU interpreter: the knob ``@triton.jit``
+# reads (``TRITON_INTERPRET``), read here at the same time, i.e. fixed at import.
+_knobs = getattr(triton, "knobs", None)
+INTERPRET = (
+    bool(_knobs.runtime.interpret)
+    if _knobs is not None
+    else os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes", "y")
+)
 
 _TABLE_DTYPES = (torch.float16, torch.float32)
 _INT32_LIMIT = 2**31
@@ -270,9 +278,15 @@ def level_metadata(cfg: HashGridConfig, device: torch.device | str) -> torch.Ten
     return _level_metadata_cached(cfg, torch.device(device))
 
 
+@functools.lru_cache(maxsize=64)
+def _total_entries(cfg: HashGridConfig) -> int:
+    """Rows of the flat table, ``level_offsets(cfg)[-1]`` (cached: it is on every call's path)."""
+    return level_offsets(cfg)[-1]
+
+
 def _needs_wide_index(n_points: int, cfg: HashGridConfig) -> bool:
     """int64 offsets when any element offset (table, x, output) could pass 2^31 − 1."""
-    table_elements = level_offsets(cfg)[-1] * cfg.n_features_per_level
+    table_elements = _total_entries(cfg) * cfg.n_features_per_level
     point_elements = n_points * max(3, cfg.output_dim)
     return table_elements >= _INT32_LIMIT or point_elements >= _INT32_LIMIT
 
@@ -293,7 +307,7 @@ class _NullContext:
 
 
 def _check_inputs(x: torch.Tensor, table: torch.Tensor, cfg: HashGridConfig) -> None:
-    total_entries = level_offsets(cfg)[-1]
+    total_entries = _total_entries(cfg)
     assert x.ndim == 2 and x.shape[1] == 3, f"x must be [n, 3], got {tuple(x.shape)}"
     assert table.shape == (total_entries, cfg.n_features_per_level), (
         f"table must be [{total_entries}, {cfg.n_features_per_level}], got {tuple(table.shape)}"
@@ -311,6 +325,7 @@ def hash_grid_forward_triton(
     feature_major_output: bool = True,
     block: int = FORWARD_BLOCK,
     num_warps: int = FORWARD_NUM_WARPS,
+    wide_index: bool | None = None,
 ) -> torch.Tensor:
     """Forward kernel launch (no autograd): multiresolution hash encoding of ``x`` (paper eq. 2–4).
 
@@ -324,6 +339,8 @@ def hash_grid_forward_triton(
         feature_major_output: when ``out`` is None, allocate ``[L·F, n]`` and return its
             transpose (coalesced writes, strides ``(1, n)``); False allocates row-major [n, L·F].
         block, num_warps: launch configuration (points per program, warps per program).
+        wide_index: int64 element offsets; None picks them only when an offset could pass
+            2^31 − 1 (int32 offsets are cheaper).
 
     Returns:
         [n, L·F] float32 features, level-major columns (``out`` when given). Features are
@@ -357,9 +374,9 @@ def hash_grid_forward_triton(
             cfg.hashmap_size - 1,
             N_FEATURES=cfg.n_features_per_level,
             BLOCK=block,
-            WIDE_INDEX=_needs_wide_index(n_points, cfg),
+            WIDE_INDEX=_needs_wide_index(n_points, cfg) if wide_index is None else wide_index,
             num_warps=num_warps,
-            enable_fp_fusion=False,
+            **_COMPILE_OPTIONS,
         )
     return out
 
@@ -371,6 +388,7 @@ def hash_grid_backward_triton(
     *,
     block: int = BACKWARD_BLOCK,
     num_warps: int = BACKWARD_NUM_WARPS,
+    wide_index: bool | None = None,
 ) -> torch.Tensor:
     """Backward kernel launch: gradient of ``Σ grad_features · features`` with respect to the table.
 
@@ -382,7 +400,8 @@ def hash_grid_backward_triton(
         x: [n, 3] float, the positions the forward pass encoded.
         grad_features: [n, L·F] float (any strides, e.g. an expanded tensor), d loss / d features.
         cfg: the grid layout.
-        block, num_warps: launch configuration.
+        block, num_warps, wide_index: launch configuration, as in
+            :func:`hash_grid_forward_triton`.
 
     Returns:
         [total_entries, F] float32 gradient of the table (summation order of the atomics is
@@ -394,7 +413,7 @@ def hash_grid_backward_triton(
         f"grad_features must be [{n_points}, {cfg.output_dim}], got {tuple(grad_features.shape)}"
     )
     grad_table = torch.zeros(
-        level_offsets(cfg)[-1], cfg.n_features_per_level, dtype=torch.float32, device=x.device
+        _total_entries(cfg), cfg.n_features_per_level, dtype=torch.float32, device=x.device
     )
     if n_points == 0:
         return grad_table
@@ -414,9 +433,9 @@ def hash_grid_backward_triton(
             cfg.hashmap_size - 1,
             N_FEATURES=cfg.n_features_per_level,
             BLOCK=block,
-            WIDE_INDEX=_needs_wide_index(n_points, cfg),
+            WIDE_INDEX=_needs_wide_index(n_points, cfg) if wide_index is None else wide_index,
             num_warps=num_warps,
-            enable_fp_fusion=False,
+            **_COMPILE_OPTIONS,
         )
     return grad_table
 
