@@ -431,15 +431,16 @@ class RGBNetworkConfig(NetworkConfig):
 
 @dataclasses.dataclass(frozen=True)
 class DirEncodingConfig(_Block):
-    """Direction encoding: real spherical harmonics of ``degree`` (degree² outputs; 4 → 16).
+    """Direction encoding: real spherical harmonics of degree 4 (16 outputs), instant-ngp's choice.
 
-    instant-ngp's ``Composite`` form is accepted on load (see the module docstring).
+    Only degree 4 is implemented (:func:`trainer.encoding.sh.sh_encode`); instant-ngp's
+    ``Composite`` form is accepted on load (see the module docstring).
     """
 
     _PATH: ClassVar[str] = "dir_encoding"
 
     otype: str = _field("SphericalHarmonics", _OneOf("SphericalHarmonics"))
-    degree: int = _field(4, _Int(1, 8))
+    degree: int = _field(4, _Int(4, 4))
 
 
 @dataclasses.dataclass(frozen=True)
