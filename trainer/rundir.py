@@ -25,19 +25,21 @@ import os
 import re
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, Callable
 
 _SNAPSHOT_RE = re.compile(r"^step_(\d{7,})\.pt$")
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically (temp file in the same folder, fsync, rename)."""
+def atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> Path:
+    """Write a file atomically: ``write(f)`` fills a temp file in the same folder, which is
+    fsynced and renamed over ``path``. A kill at any moment leaves either the old file or the new
+    one, never a half-written ``path`` (temp files start with ``.`` and end with ``.tmp``)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -45,6 +47,12 @@ def atomic_write_text(path: Path, text: str) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+    return path
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` atomically (see :func:`atomic_write`)."""
+    atomic_write(path, lambda f: f.write(text.encode("utf-8")))
 
 
 @dataclasses.dataclass(frozen=True)

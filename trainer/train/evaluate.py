@@ -15,7 +15,6 @@ import torch
 from trainer.data.images import load_pixel_table
 from trainer.data.rays import camera_rays_for_image
 from trainer.metrics_image import psnr, ssim
-from trainer.render.march import march_rays
 from trainer.render.volrend import composite
 
 if TYPE_CHECKING:
@@ -48,7 +47,7 @@ def render_rays(
     Returns:
         rgb [n, 3] float32 in [0, 1].
     """
-    from trainer.train.loop import MIN_STEP_SIZE, _autocast
+    from trainer.train.loop import _autocast
 
     t = trainer.cfg.training
     if chunk_rays is None:
@@ -58,17 +57,7 @@ def render_rays(
         o = rays_o[start : start + chunk_rays]
         d = rays_d[start : start + chunk_rays]
         n = o.shape[0]
-        samples = march_rays(
-            o,
-            d,
-            trainer.aabb,
-            trainer.grid,
-            step_size=MIN_STEP_SIZE,
-            cone_angle=trainer.cone_angle,
-            max_steps=t.max_march_steps,
-            max_step_size=trainer.max_step_size,
-            jitter=False,
-        )
+        samples = trainer.march(o, d, jitter=False)
         if samples.ray_indices.shape[0] == 0:
             out[start : start + n] = background
             continue

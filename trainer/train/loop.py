@@ -196,10 +196,6 @@ class Trainer:
             betas=(opt.beta1, opt.beta2),
             eps=opt.epsilon,
         )
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer,
-            lambda s: lr_factor(s, opt.decay_start, opt.decay_interval, opt.decay_base),
-        )
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=t.precision == "fp16")
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(t.seed)
@@ -232,6 +228,21 @@ class Trainer:
         self._zero_sample_steps = 0
 
     # ------------------------------------------------------------------ one step
+    def march(self, rays_o: torch.Tensor, rays_d: torch.Tensor, jitter: bool):
+        """March rays [n,3] through the occupancy grid (see :func:`trainer.render.march.march_rays`)."""
+        return march_rays(
+            rays_o,
+            rays_d,
+            self.aabb,
+            self.grid,
+            step_size=MIN_STEP_SIZE,
+            cone_angle=self.cone_angle,
+            max_steps=self.cfg.training.max_march_steps,
+            max_step_size=self.max_step_size,
+            jitter=jitter,
+            generator=self.generator if jitter else None,
+        )
+
     def _density_for_grid(self, positions: torch.Tensor) -> torch.Tensor:
         with torch.no_grad(), _autocast(self.device, self.cfg.training.precision):
             return self.field.density(positions).float()
@@ -261,18 +272,7 @@ class Trainer:
                 background = self.fixed_background.expand(n_rays, 3)
             target = batch.rgb * batch.alpha + background * (1.0 - batch.alpha)
         with timer.phase("march"):
-            samples = march_rays(
-                batch.rays_o,
-                batch.rays_d,
-                self.aabb,
-                self.grid,
-                step_size=MIN_STEP_SIZE,
-                cone_angle=self.cone_angle,
-                max_steps=t.max_march_steps,
-                max_step_size=self.max_step_size,
-                jitter=True,
-                generator=self.generator,
-            )
+            samples = self.march(batch.rays_o, batch.rays_d, jitter=True)
             n_samples = int(samples.ray_indices.shape[0])  # the one host read: sizes the next batch
         if n_samples == 0:
             self._zero_sample_steps += 1
@@ -284,7 +284,6 @@ class Trainer:
                     "may not be crossed by any camera ray, or the density is zero everywhere"
                 )
             self.step += 1
-            self.scheduler.step()
             zero = torch.zeros((), device=self.device)
             return StepStats(n_rays, 0, skipped=True), zero, target.var()
         self._zero_sample_steps = 0
@@ -301,14 +300,21 @@ class Trainer:
             self.optimizer.zero_grad(set_to_none=True)
             self.scaler.scale(loss).backward()
         with timer.phase("optimizer"):
+            self._set_learning_rate()
             scale_before = self.scaler.get_scale() if self.scaler.is_enabled() else 1.0
             self.scaler.step(self.optimizer)
             self.scaler.update()
             skipped = self.scaler.is_enabled() and self.scaler.get_scale() < scale_before
-            self.scheduler.step()
         self.step += 1
         self._resize_batch(n_rays, n_samples)
         return StepStats(n_rays, n_samples, skipped=skipped), loss.detach(), mse
+
+    def _set_learning_rate(self) -> None:
+        """Learning rate of the current step: tiny-cuda-nn's ExponentialDecay on the base rate."""
+        opt = self.cfg.optimizer
+        lr = opt.learning_rate * lr_factor(self.step, opt.decay_start, opt.decay_interval, opt.decay_base)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
 
     def _resize_batch(self, n_rays: int, n_samples: int) -> None:
         """Adapt rays per step so samples per step approach the target (instant-ngp's rule)."""
@@ -334,7 +340,6 @@ class Trainer:
             "model": self.field.state_dict(),
             "occupancy": self.grid.state_dict(),
             "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
             "scaler": self.scaler.state_dict(),
             "rng": rng,
             "trainer_state": {
@@ -359,7 +364,6 @@ class Trainer:
         load_state_checked(self.grid, payload["occupancy"], "occupancy grid", path)
         try:
             self.optimizer.load_state_dict(payload["optimizer"])
-            self.scheduler.load_state_dict(payload["scheduler"])
             self.scaler.load_state_dict(payload["scaler"])
         except (ValueError, KeyError, RuntimeError) as exc:
             raise SnapshotError(f"{path}: optimiser state does not match this config ({exc})") from None

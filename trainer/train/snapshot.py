@@ -4,7 +4,7 @@ A snapshot is a dict of plain data and tensors::
 
     {"format": "ngptune-snapshot", "version": 1, "step": int, "config": dict (resolved config),
      "model": state_dict, "occupancy": state_dict, "optimizer": state_dict,
-     "scheduler": state_dict, "scaler": state_dict, "rng": {name: uint8 tensor},
+     "scaler": state_dict, "rng": {name: uint8 tensor},
      "trainer_state": {str: int | float}}
 
 Writing goes to a temp file in the same folder, is fsynced, then renamed over the target, so a kill
@@ -13,9 +13,7 @@ during a save leaves the previous snapshot intact.
 
 from __future__ import annotations
 
-import os
 import pickle
-import tempfile
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -23,6 +21,7 @@ from typing import Any
 import torch
 
 from trainer.errors import SnapshotError
+from trainer.rundir import atomic_write
 
 SNAPSHOT_FORMAT = "ngptune-snapshot"
 SNAPSHOT_VERSION = 1
@@ -30,21 +29,8 @@ SNAPSHOT_VERSION = 1
 
 def save_snapshot(path: Path, payload: dict[str, Any]) -> Path:
     """Atomically write ``payload`` (see module docstring) to ``path``; returns ``path``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     payload = {"format": SNAPSHOT_FORMAT, "version": SNAPSHOT_VERSION, **payload}
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(payload, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
+    return atomic_write(Path(path), lambda f: torch.save(payload, f))
 
 
 def load_snapshot(path: Path) -> dict[str, Any]:
