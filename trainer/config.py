@@ -523,7 +523,8 @@ class TrainingConfig(_Block):
         max_march_steps: ray-marching steps per unit length across the unit cube (>= 1;
             instant-ngp's 1024 gives Δt = √3/1024).
         cone_angle: step growth with distance (>= 0), or null; see :meth:`resolved_cone_angle`.
-        compile: wrap the MLPs in ``torch.compile``.
+        subpixel_jitter: training rays pass through a random point of their pixel rather than its
+            centre (instant-ngp's default; cameras with lens distortion use pixel centres).
         quiet: no progress output on the console.
     """
 
@@ -549,7 +550,7 @@ class TrainingConfig(_Block):
     occupancy_threshold: float = _field(0.01, _Float(0, lo_open=True))
     max_march_steps: int = _field(1024, _Int(1))
     cone_angle: float | None = _field(None, _Optional(_Float(0)))
-    compile: bool = _field(False, _Bool())
+    subpixel_jitter: bool = _field(True, _Bool())
     quiet: bool = _field(False, _Bool())
 
     def _check_relations(self) -> None:

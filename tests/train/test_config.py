@@ -136,8 +136,8 @@ def test_direct_construction_validates_with_the_dotted_key() -> None:
     with pytest.raises(ConfigError) as info:
         EncodingConfig(n_levels=0)
     assert str(info.value) == "encoding.n_levels: expected an integer in [1, 32], got 0"
-    with pytest.raises(ConfigError, match=r"^training\.compile: expected true or false, got 1$"):
-        TrainingConfig(compile=1)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"^training\.subpixel_jitter: expected true or false, got 1$"):
+        TrainingConfig(subpixel_jitter=1)  # type: ignore[arg-type]
 
 
 def test_repo_presets_load() -> None:
@@ -420,7 +420,7 @@ def test_apply_overrides() -> None:
         ("training.precision='fp16'", ("training.precision", "fp16")),
         ("data.scene=null", ("data.scene", None)),
         ("data.scene=/data/my scene", ("data.scene", "/data/my scene")),
-        ("training.compile=true", ("training.compile", True)),
+        ("training.subpixel_jitter=true", ("training.subpixel_jitter", True)),
         (
             "distributed.gpu_capabilities=[{rank: 0, compute_power: 2,}]",
             ("distributed.gpu_capabilities", [{"rank": 0, "compute_power": 2}]),
@@ -453,7 +453,7 @@ def _non_default_config() -> TrainConfig:
         encoding=EncodingConfig(n_levels=8, log2_hashmap_size=15, max_resolution=1024),
         optimizer=OptimizerConfig(learning_rate=3e-3, ema_decay=0.95, decay_base=1),
         training=TrainingConfig(
-            n_steps=200, time_budget_s=12.5, precision="bf16", cone_angle=0.004, compile=True
+            n_steps=200, time_budget_s=12.5, precision="bf16", cone_angle=0.004, subpixel_jitter=False
         ),
         distributed=DistributedConfig(
             world_size=2,

@@ -182,9 +182,16 @@ class _Cameras:
             )
 
     def rays(
-        self, image_index: torch.Tensor, local_index: torch.Tensor
+        self,
+        image_index: torch.Tensor,
+        local_index: torch.Tensor,
+        subpixel: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """rays_o, rays_d [n, 3] float32 for pixel ``local_index`` (row-major) of each image."""
+        """rays_o, rays_d [n, 3] float32 for pixel ``local_index`` (row-major) of each image.
+
+        ``subpixel`` [n, 2] in [0, 1): where inside the pixel the ray passes (None: the centre,
+        0.5). Cameras served from a precomputed direction map always use pixel centres.
+        """
         if self.direction_map is not None:
             dirs = self.direction_map[self.map_base[image_index] + local_index]
         else:
@@ -192,7 +199,11 @@ class _Cameras:
             v = torch.div(local_index, width, rounding_mode="floor")
             u = local_index - v * width
             cameras = self.intrinsics[image_index]
-            dirs = pixel_to_camera_dirs(u.float() + 0.5, v.float() + 0.5, cameras)
+            if subpixel is None:
+                du = dv = 0.5
+            else:
+                du, dv = subpixel[:, 0], subpixel[:, 1]
+            dirs = pixel_to_camera_dirs(u.float() + du, v.float() + dv, cameras)
         return camera_dirs_to_world(self.c2w[image_index], dirs)
 
 
@@ -463,6 +474,9 @@ class RaySampler:
         prefetch_chunks: chunks the ``pinned`` thread prepares ahead.
         direction_maps: precompute per-camera ray directions (True/False), or None to do so when
             the cameras are distorted and the maps take at most ``MAX_DIRECTION_MAP_PIXELS``.
+        subpixel_jitter: rays pass through a uniformly random point of their pixel instead of its
+            centre (instant-ngp trains this way; the colour is the pixel's). Ignored for cameras
+            served from a direction map.
 
     Raises:
         ConfigError: an unknown placement or a bad window/prefetch size.
@@ -485,6 +499,7 @@ class RaySampler:
         stream_window_images: int = 16,
         prefetch_chunks: int = 2,
         direction_maps: bool | None = None,
+        subpixel_jitter: bool = False,
     ):
         if placement not in PLACEMENTS:
             choices = ", ".join(PLACEMENTS)
@@ -510,6 +525,10 @@ class RaySampler:
         if placement != "stream" and table is None:
             table = load_pixel_table(frames, downscale=downscale)
         self._cameras = _Cameras(frames, self.device, direction_maps)
+        self._jitter_generator: torch.Generator | None = None
+        if subpixel_jitter:
+            self._jitter_generator = torch.Generator(device=self.device)
+            self._jitter_generator.manual_seed(seed + 1)
         if placement == "device":
             self._source: Any = _DeviceSource(table, self.device, seed)
         elif placement == "pinned":
@@ -538,7 +557,12 @@ class RaySampler:
         """
         _check_positive_int("n_rays", n_rays)
         image_index, local_index, rgba = self._source.next(n_rays)
-        rays_o, rays_d = self._cameras.rays(image_index, local_index)
+        subpixel = None
+        if self._jitter_generator is not None:
+            subpixel = torch.rand(
+                image_index.shape[0], 2, device=self.device, generator=self._jitter_generator
+            )
+        rays_o, rays_d = self._cameras.rays(image_index, local_index, subpixel)
         rgba = _rgba_float(rgba)
         return RayBatch(
             rays_o=rays_o,
@@ -547,6 +571,26 @@ class RaySampler:
             alpha=rgba[:, 3:4].contiguous(),
             image_index=image_index,
         )
+
+    def rng_state(self) -> dict[str, torch.Tensor]:
+        """States of the sampler's random generators (pixel choice with ``device`` placement,
+        sub-pixel jitter), for snapshots. Other placements draw in background threads and are
+        not reproducible, so their pixel choice is not included."""
+        state = {}
+        generator = self.generator
+        if generator is not None:
+            state["pixels"] = generator.get_state()
+        if self._jitter_generator is not None:
+            state["subpixel"] = self._jitter_generator.get_state()
+        return state
+
+    def set_rng_state(self, state: dict[str, torch.Tensor]) -> None:
+        """Restore :meth:`rng_state` (entries this sampler has no generator for are ignored)."""
+        generator = self.generator
+        if "pixels" in state and generator is not None:
+            generator.set_state(state["pixels"])
+        if "subpixel" in state and self._jitter_generator is not None:
+            self._jitter_generator.set_state(state["subpixel"])
 
     def close(self) -> None:
         """Stop the background thread (if any). Safe to call twice."""

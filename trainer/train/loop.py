@@ -22,8 +22,8 @@ import torch.nn.functional as F
 
 from trainer.config import TrainConfig, config_to_dict
 from trainer.data import Scene, load_scene
-from trainer.data.images import PixelTable, load_pixel_table
-from trainer.data.sampler import RaySampler
+from trainer.data.images import PixelTable, load_pixel_table, pixel_table_nbytes
+from trainer.data.sampler import RaySampler, choose_placement
 from trainer.encoding.hashgrid import HashGridConfig
 from trainer.errors import ConfigError, SnapshotError, TrainingError
 from trainer.model.field import MLPConfig, NGPField
@@ -199,22 +199,27 @@ class Trainer:
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=t.precision == "fp16")
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(t.seed)
-        if pixel_table is None:
+        budget = None if cfg.data.memory_budget_gib is None else int(cfg.data.memory_budget_gib * 2**30)
+        placement = cfg.data.placement
+        if placement == "auto":
+            nbytes = pixel_table_nbytes(self.train_frames, downscale=scene.downscale)
+            placement = choose_placement(nbytes, self.device, budget)
+        if pixel_table is None and placement != "stream":
             pixel_table = load_pixel_table(
                 self.train_frames,
                 downscale=scene.downscale,
                 threads=cfg.data.decode_threads,
                 cache_dir=Path(cfg.data.cache_dir) if cfg.data.cache_dir else None,
             )
-        self.pixel_table = pixel_table
-        budget = None if cfg.data.memory_budget_gib is None else int(cfg.data.memory_budget_gib * 2**30)
         self.sampler = RaySampler(
             self.train_frames,
-            pixel_table,
-            placement=cfg.data.placement,
+            pixel_table if placement != "stream" else None,
+            placement=placement,
             device=self.device,
             seed=t.seed,
             memory_budget_bytes=budget,
+            downscale=scene.downscale,
+            subpixel_jitter=t.subpixel_jitter,
         )
         self.random_background = t.background == "random"
         self.fixed_background = torch.tensor(
@@ -331,9 +336,8 @@ class Trainer:
         rng = {"torch_cpu": torch.get_rng_state(), "generator": self.generator.get_state()}
         if self.device.type == "cuda":
             rng["torch_cuda"] = torch.cuda.get_rng_state(self.device)
-        sampler_gen = getattr(self.sampler, "generator", None)
-        if sampler_gen is not None:
-            rng["sampler"] = sampler_gen.get_state()
+        for name, value in self.sampler.rng_state().items():
+            rng[f"sampler_{name}"] = value
         return {
             "step": self.step,
             "config": config_to_dict(self.cfg),
@@ -372,9 +376,9 @@ class Trainer:
         self.generator.set_state(rng["generator"])
         if "torch_cuda" in rng and self.device.type == "cuda":
             torch.cuda.set_rng_state(rng["torch_cuda"], self.device)
-        sampler_gen = getattr(self.sampler, "generator", None)
-        if "sampler" in rng and sampler_gen is not None:
-            sampler_gen.set_state(rng["sampler"])
+        self.sampler.set_rng_state(
+            {k[len("sampler_"):]: v for k, v in rng.items() if k.startswith("sampler_")}
+        )
         state = payload["trainer_state"]
         self.step = int(payload["step"])
         self.n_rays = int(state["n_rays"])

@@ -1,0 +1,435 @@
+"""Starting the ranks of a distributed job through PyTorch's elastic agent, and reporting failures.
+
+:func:`launch_workers` is what ``torchrun`` does, called from Python: a
+:class:`~torch.distributed.elastic.agent.server.local_elastic_agent.LocalElasticAgent` (through
+``torch.distributed.launcher.api.launch_agent``) forms a c10d rendezvous, starts
+``nproc_per_node`` worker processes with the ``RANK`` / ``WORLD_SIZE`` / ``MASTER_ADDR`` ...
+variables that :func:`~trainer.parallel.dist_env.detect_dist_env` reads, watches them, restarts
+the whole group up to ``max_restarts`` times when one fails, and otherwise stops the survivors
+(SIGTERM, then SIGKILL) and reports which rank failed and why.
+
+Each worker is ``python -u -m trainer.parallel.launch --run-dir RUN_DIR -- <argv_for_worker>``:
+this module's own ``__main__`` sends the worker's stdout and stderr to
+``RUN_DIR/logs/rank<R>.log`` (:meth:`trainer.rundir.RunDir.log_path`; truncated on the first
+attempt, appended to on restarts), then runs ``<argv_for_worker>`` (``-m MODULE ARGS`` or
+``SCRIPT ARGS``) in the same interpreter under torch elastic's ``@record``, so an uncaught
+exception reaches the launcher through the worker's error file.
+
+A failed job raises :class:`WorkersFailed` (a :class:`~trainer.errors.LaunchError`) with a
+one-line message naming the root-cause rank and what happened to it (the exception, the
+signal, or the exit code), e.g. ``rank 1 ran out of memory (OutOfMemoryError: CUDA out of
+memory. Tried to allocate 2.00 GiB); 1 other rank stopped; log: runs/x/logs/rank1.log``; the
+last lines of that rank's log are printed to stderr and kept in the exception.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import re
+import sys
+import tempfile
+import uuid
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+from trainer.errors import LaunchError
+from trainer.parallel.dist_env import check_port_free
+from trainer.rundir import RunDir
+
+__all__ = ["RankFailure", "WorkersFailed", "launch_workers", "tail_lines"]
+
+LOG_TAIL_LINES = 20  # lines of the failed rank's log printed and kept in the exception
+SHUTDOWN_GRACE_S = 5  # seconds between SIGTERM and SIGKILL when the agent stops survivors
+
+# Exceptions a rank raises because a peer died or stalled: a consequence, not a root cause.
+_COLLATERAL_ERRORS = ("DistBackendError", "DistNetworkError", "DistStoreError", "DistError")
+# Signals the agent itself sends to survivors when it stops a failed group.
+_SHUTDOWN_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP")
+# The last line of a Python traceback: ``package.module.ErrorType: message``.
+_TRACEBACK_LAST_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)\b.*)$")
+
+
+@dataclasses.dataclass(frozen=True)
+class RankFailure:
+    """How one rank of a failed worker group ended.
+
+    Attributes:
+        rank: global rank.
+        local_rank: rank on this node.
+        exitcode: the process's exit status; negative = killed by signal ``-exitcode``.
+        signal: signal name (``"SIGKILL"``) when killed by a signal, else None.
+        error: ``"ExcType: message"`` of the exception it raised (from its error file, else
+            the last traceback line of its log), or None.
+        log_path: the rank's log, ``RUN_DIR/logs/rank<R>.log``.
+        log_tail: the last :data:`LOG_TAIL_LINES` lines of that log ("" if there is none).
+    """
+
+    rank: int
+    local_rank: int
+    exitcode: int
+    signal: str | None
+    error: str | None
+    log_path: Path
+    log_tail: str
+
+    def describe(self) -> str:
+        """One phrase: ``rank 1 ran out of memory (OutOfMemoryError: ...)``,
+        ``rank 1 was killed by SIGKILL``, ``rank 0 raised ValueError: ...``,
+        ``rank 2 exited with code 3``."""
+        if self.error is not None:
+            short = _shorten(self.error)
+            if "OutOfMemoryError" in self.error.split(":", 1)[0] or "out of memory" in self.error:
+                return f"rank {self.rank} ran out of memory ({short})"
+            return f"rank {self.rank} raised {short}"
+        if self.signal is not None:
+            return f"rank {self.rank} was killed by {self.signal} (exit code {self.exitcode})"
+        last = _last_line(self.log_tail)
+        tail = f": {_shorten(last)}" if last else ""
+        return f"rank {self.rank} exited with code {self.exitcode}{tail}"
+
+    @property
+    def _severity(self) -> int:
+        """0 = a root cause, 1 = likely a consequence of another rank's failure, 2 = stopped by
+        the agent."""
+        if self.signal in _SHUTDOWN_SIGNALS:
+            return 2
+        if self.error is not None:
+            kind = self.error.split(":", 1)[0].rsplit(".", 1)[-1]
+            return 1 if kind in _COLLATERAL_ERRORS else 0
+        return 0 if self.signal is not None else 1
+
+
+class WorkersFailed(LaunchError):
+    """The worker group failed (after ``max_restarts`` restarts).
+
+    Attributes:
+        failures: every rank that did not exit cleanly, the root cause first (ranked: an
+            exception or a signal of its own, before errors caused by a dead peer, before ranks
+            the agent stopped; then by time and rank).
+        root: ``failures[0]``.
+    """
+
+    def __init__(self, message: str, failures: tuple[RankFailure, ...]) -> None:
+        super().__init__(message)
+        self.failures = failures
+        self.root = failures[0]
+
+
+def tail_lines(path: Path, n: int = LOG_TAIL_LINES, max_bytes: int = 64 * 1024) -> str:
+    """The last ``n`` lines of a text file (reading at most its last ``max_bytes``); "" if the
+    file does not exist."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - max_bytes))
+            data = f.read()
+    except FileNotFoundError:
+        return ""
+    lines = data.decode("utf-8", errors="replace").splitlines()
+    return "\n".join(lines[-n:])
+
+
+def _shorten(text: str, limit: int = 240) -> str:
+    line = " ".join(text.strip().split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def _last_line(text: str) -> str:
+    for line in reversed(text.splitlines()):
+        if line.strip():
+            return line.strip()
+    return ""
+
+
+def _error_from_log(tail: str) -> str | None:
+    """The ``ExcType: message`` line a Python traceback ends with, if the log ends with one."""
+    lines = tail.splitlines()
+    if not any(line.startswith("Traceback (most recent call last)") for line in lines):
+        return None
+    for line in reversed(lines):
+        m = _TRACEBACK_LAST_LINE.match(line.strip())
+        if m:
+            return m.group(1)
+    return None
+
+
+def _rank_failure(rank: int, failure, run_dir: RunDir) -> RankFailure:
+    """A :class:`RankFailure` from torch elastic's ``ProcessFailure``."""
+    log_path = run_dir.log_path(rank)
+    tail = tail_lines(log_path)
+    error = None
+    message = failure.message
+    if isinstance(message, dict) and isinstance(message.get("message"), str):
+        error = message["message"]  # written by @record in the worker: "ExcType: text"
+    elif failure.exitcode > 0:
+        error = _error_from_log(tail)
+    sig = failure.signal_name() if failure.exitcode < 0 else None
+    if sig is not None and not sig.startswith("SIG"):
+        sig = f"signal {-failure.exitcode}"
+    return RankFailure(
+        rank=rank,
+        local_rank=failure.local_rank,
+        exitcode=failure.exitcode,
+        signal=sig,
+        error=error,
+        log_path=log_path,
+        log_tail=tail,
+    )
+
+
+def _order_failures(failures: list[tuple[RankFailure, int]]) -> tuple[RankFailure, ...]:
+    """Root cause first: by severity, then the worker's failure time (s), then rank."""
+    ranked = sorted(failures, key=lambda ft: (ft[0]._severity, ft[1], ft[0].rank))
+    return tuple(f for f, _ in ranked)
+
+
+def _failure_message(failures: tuple[RankFailure, ...], max_restarts: int) -> str:
+    root = failures[0]
+    parts = [root.describe()]
+    others = len(failures) - 1
+    if others:
+        parts.append(f"{others} other rank{'s' if others > 1 else ''} stopped")
+    if max_restarts:
+        parts.append(f"after {max_restarts} restart{'s' if max_restarts > 1 else ''}")
+    parts.append(f"log: {root.log_path}")
+    return "; ".join(parts)
+
+
+def _print_tail(failure: RankFailure) -> None:
+    if not failure.log_tail:
+        return
+    rule = "-" * 20
+    print(
+        f"{rule} last lines of {failure.log_path} {rule}\n{failure.log_tail}\n{rule * 3}",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+@contextlib.contextmanager
+def _environ(updates: Mapping[str, str]) -> Iterator[None]:
+    """Set environment variables for the duration (the workers inherit them); restore after,
+    including variables torch elastic sets on its own (``TORCHELASTIC_SIGNALS_TO_HANDLE``)."""
+    watched = set(updates) | {"TORCHELASTIC_SIGNALS_TO_HANDLE"}
+    saved = {k: os.environ.get(k) for k in watched}
+    os.environ.update(updates)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _check_worker_argv(argv: list[str]) -> None:
+    if not argv:
+        raise LaunchError("argv_for_worker: expected '-m MODULE ARGS...' or 'SCRIPT ARGS...', got []")
+    if argv[0] == "-m":
+        if len(argv) < 2 or not argv[1] or argv[1].startswith("-"):
+            raise LaunchError(f"argv_for_worker: '-m' must be followed by a module name, got {argv[:2]}")
+    elif argv[0].startswith("-"):
+        raise LaunchError(
+            f"argv_for_worker: expected '-m MODULE ARGS...' or 'SCRIPT ARGS...', got {argv[0]!r} first"
+        )
+    elif not Path(argv[0]).is_file():
+        raise LaunchError(f"argv_for_worker: script {argv[0]!r} not found")
+
+
+def _parse_endpoint(endpoint: str) -> tuple[str, int]:
+    host, sep, port_text = endpoint.rpartition(":")
+    if not sep or not host or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise LaunchError(f"rdzv_endpoint: expected HOST:PORT, got {endpoint!r}")
+    return host.strip("[]"), int(port_text)
+
+
+def launch_workers(
+    argv_for_worker: list[str],
+    nproc_per_node: int,
+    *,
+    nnodes: int = 1,
+    node_rank: int = 0,
+    rdzv_endpoint: str | None = None,
+    max_restarts: int = 0,
+    master_port: int = 0,
+    timeout_s: float = 300,
+    run_dir: Path,
+    env_extra: dict[str, str] | None = None,
+) -> int:
+    """Run ``python <argv_for_worker>`` as ``nproc_per_node`` ranks on this node (torchrun).
+
+    The workers find their rank with :func:`~trainer.parallel.dist_env.detect_dist_env` and
+    join with :func:`~trainer.parallel.dist_env.init_distributed`. Their output goes to
+    ``run_dir/logs/rank<R>.log``.
+
+    Rendezvous (c10d, hosted in this process on node 0): one node with ``master_port`` 0 binds
+    port 0, so the kernel picks a free port atomically and two jobs never clash; a fixed port
+    is checked first. With several nodes, ``rdzv_endpoint`` ``HOST:PORT`` names the store that
+    node ``node_rank`` 0 hosts and the others join; global ranks are assigned by the
+    rendezvous.
+
+    Args:
+        argv_for_worker: the interpreter arguments, ``["-m", "trainer", *args]`` or
+            ``["script.py", *args]``.
+        nproc_per_node: workers on this node (one per GPU).
+        nnodes: nodes in the job.
+        node_rank: this node's index; node 0 hosts the rendezvous store.
+        rdzv_endpoint: ``HOST:PORT`` of the rendezvous store; required when ``nnodes`` > 1.
+            Default for one node: ``127.0.0.1:<master_port>``.
+        max_restarts: times the whole group is restarted after a failure (each restart
+            re-runs the workers with ``TORCHELASTIC_RESTART_COUNT`` incremented; they resume
+            from their newest checkpoint).
+        master_port: ``distributed.master_port``; 0 = a free port chosen by the kernel.
+        timeout_s: ``distributed.timeout_s``; bounds the rendezvous (s). The workers bound
+            their collectives with the same value through ``init_distributed``.
+        run_dir: the run directory (logs are written to ``logs/rank<R>.log``).
+        env_extra: extra environment variables for the workers (e.g. ``NCCL_*`` settings
+            under test). ``NCCL_NVLS_ENABLE=0`` and ``OMP_NUM_THREADS=1`` are added unless set.
+
+    Returns:
+        0 when every worker exited cleanly.
+
+    Raises:
+        LaunchError: a bad argument (naming it); the rendezvous port in use (before any worker
+            starts); the rendezvous failing or timing out.
+        WorkersFailed: a rank raised, was killed or exited non-zero and no restart was left;
+            the message names the rank and the cause, its log tail is printed to stderr.
+    """
+    # Imported here: torch.distributed.elastic pulls in much of torch.distributed.
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, SignalException, Std
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.elastic.rendezvous.api import RendezvousError
+    from torch.distributed.launcher.api import LaunchConfig, launch_agent
+
+    argv = [str(a) for a in argv_for_worker]
+    _check_worker_argv(argv)
+    for name, value, lo in (("nproc_per_node", nproc_per_node, 1), ("nnodes", nnodes, 1),
+                            ("node_rank", node_rank, 0), ("max_restarts", max_restarts, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+            raise LaunchError(f"{name}: expected an integer >= {lo}, got {value!r}")
+    if node_rank >= nnodes:
+        raise LaunchError(f"node_rank: expected an integer < nnodes ({nnodes}), got {node_rank}")
+    if not 0 <= master_port <= 65535:
+        raise LaunchError(f"distributed.master_port: expected a port in [0, 65535], got {master_port}")
+    if not timeout_s > 0:
+        raise LaunchError(f"distributed.timeout_s: expected a number > 0, got {timeout_s!r}")
+    if rdzv_endpoint is None:
+        if nnodes > 1:
+            raise LaunchError(
+                f"rdzv_endpoint: required with nnodes={nnodes} (HOST:PORT of node 0's rendezvous store)"
+            )
+        rdzv_endpoint = f"127.0.0.1:{master_port}"
+    host, port = _parse_endpoint(rdzv_endpoint)
+    is_host = node_rank == 0
+    if is_host and port != 0:
+        check_port_free(host, port)  # else c10d would silently join another job's store
+    if not is_host and port == 0:
+        raise LaunchError(f"rdzv_endpoint: node {node_rank} needs node 0's port, got {rdzv_endpoint!r}")
+
+    rd = RunDir(run_dir).create()
+    rd.logs_dir.mkdir(parents=True, exist_ok=True)
+    worker_env = {"NCCL_NVLS_ENABLE": "0", "OMP_NUM_THREADS": "1"}
+    worker_env = {k: v for k, v in worker_env.items() if k not in os.environ}
+    worker_env.update(env_extra or {})
+
+    timeout_int = max(1, int(round(timeout_s)))
+    with tempfile.TemporaryDirectory(prefix="ngptune-elastic-") as elastic_dir, _environ(worker_env):
+        # torch elastic's per-attempt error files (how a worker's exception reaches us) live in
+        # a temporary folder; the worker logs themselves go to the run directory.
+        config = LaunchConfig(
+            min_nodes=nnodes,
+            max_nodes=nnodes,
+            nproc_per_node=nproc_per_node,
+            run_id=uuid.uuid4().hex,
+            role="trainer",
+            rdzv_endpoint=f"{host}:{port}",
+            rdzv_backend="c10d",
+            rdzv_configs={
+                "timeout": timeout_int,  # join timeout
+                "is_host": is_host,  # never fall back to joining a store we meant to host
+                "read_timeout": max(60, timeout_int),
+            },
+            max_restarts=max_restarts,
+            monitor_interval=0.1,
+            start_method="spawn",
+            logs_specs=DefaultLogsSpecs(log_dir=elastic_dir, redirects=Std.NONE, tee=Std.NONE),
+            shutdown_timeout=SHUTDOWN_GRACE_S,
+        )
+        entry_args = ["-u", "-m", "trainer.parallel.launch", "--run-dir", str(rd.root), "--", *argv]
+        try:
+            launch_agent(config, sys.executable, entry_args)
+        except ChildFailedError as exc:
+            found = [
+                (_rank_failure(rank, failure, rd), failure.timestamp)
+                for rank, failure in exc.failures.items()
+            ]
+            failures = _order_failures(found)
+            _print_tail(failures[0])
+            raise WorkersFailed(_failure_message(failures, max_restarts), failures) from None
+        except SignalException as exc:
+            raise LaunchError(
+                f"the launcher received {exc.sigval.name}; workers in {rd.logs_dir} were stopped"
+            ) from None
+        except RendezvousError as exc:
+            raise LaunchError(
+                f"rendezvous at {host}:{port} failed within {timeout_s:g} s "
+                f"(distributed.timeout_s): {type(exc).__name__}: {_shorten(str(exc))}"
+            ) from None
+    return 0
+
+
+# --------------------------------------------------------------------------------------------
+# The worker side: ``python -u -m trainer.parallel.launch --run-dir DIR -- ARGV``.
+# --------------------------------------------------------------------------------------------
+
+
+def _redirect_output(log_path: Path, restart_count: int) -> None:
+    """Point file descriptors 1 and 2 (and so Python's sys.stdout / sys.stderr and any C/C++
+    output) at ``log_path``: truncate on the first attempt, append on restarts."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | (os.O_TRUNC if restart_count == 0 else 0)
+    fd = os.open(log_path, flags, 0o644)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def _run_target(argv: list[str]) -> None:
+    """Run ``-m MODULE ARGS`` or ``SCRIPT ARGS`` as ``__main__`` in this interpreter."""
+    import runpy
+
+    if argv[0] == "-m":
+        sys.argv = [argv[1], *argv[2:]]
+        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+    else:
+        sys.argv = list(argv)
+        sys.path.insert(0, str(Path(argv[0]).resolve().parent))
+        runpy.run_path(argv[0], run_name="__main__")
+
+
+def _worker_main(args: list[str]) -> int:
+    if len(args) < 4 or args[0] != "--run-dir" or args[2] != "--":
+        print("usage: python -m trainer.parallel.launch --run-dir DIR -- ARGV...", file=sys.stderr)
+        return 2
+    rank = int(os.environ["RANK"])
+    restart_count = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    _redirect_output(RunDir(Path(args[1])).log_path(rank), restart_count)
+    print(
+        f"=== rank {rank}/{os.environ.get('WORLD_SIZE')} local rank {os.environ.get('LOCAL_RANK')} "
+        f"attempt {restart_count} pid {os.getpid()}: {' '.join(args[3:])}",
+        flush=True,
+    )
+    from torch.distributed.elastic.multiprocessing.errors import record
+
+    record(_run_target)(args[3:])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_worker_main(sys.argv[1:]))
