@@ -77,6 +77,8 @@ METRICS_COLUMNS: tuple[Column, ...] = (
     Column("host_rss_mib", "MiB", "resident memory of the process"),
     Column("imbalance", "", "max/mean per-rank compute time (1 = balanced)"),
     Column("ray_share", "", "this rank's share of the global rays per step"),
+    Column("comm_bytes_per_step", "B", "bytes all-reduced per rank per step for gradients (data parallel)"),
+    Column("comm_busbw_gb_per_s", "GB/s", "gradient all-reduce bus bandwidth, nccl-tests convention (10^9 B/s; exposed wait only with overlap)"),
     Column("eval_psnr_db", "dB", "mean PSNR over the evaluation images (records written after an evaluation)"),
     Column("eval_ssim", "", "mean SSIM over the evaluation images"),
     Column("emulated_interconnect", "", "interconnect emulated through NCCL variables, or empty"),

@@ -4,11 +4,12 @@ Each step s every rank all-reduces ``[rank + 1, s]`` (float64, sum); the result 
 ``[W (W + 1) / 2, s · W]``. After each step the rank writes its progress (the last finished
 step) to ``RUN_DIR/progress.rank<R>.json``; a restarted group resumes after the smallest
 finished step over all ranks (a stand-in for resuming from the newest complete checkpoint).
-At the end ``RUN_DIR/result.rank<R>.json`` holds the sums and the steps each attempt ran.
+``RUN_DIR/result.rank<R>.json`` holds the sums so far and the steps each attempt ran.
 
 Faults, at ``--fail-rank`` and ``--fail-step`` (before that step's all-reduce), on attempt
 ``--fail-attempt`` only (-1: every attempt): ``oom`` raises ``torch.OutOfMemoryError``,
-``raise`` raises ``ValueError``, ``sigkill`` kills the process, ``sleep`` sleeps 600 s.
+``raise`` raises ``ValueError``, ``sigkill`` kills the process, ``sleep`` sleeps 600 s; the
+wall-clock time of the fault goes to ``RUN_DIR/fault_time.json``.
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ def main() -> None:
         fault_here = rank == args.fail_rank and step == args.fail_step
         if fault_here and args.fail_attempt in (-1, attempt):
             print(f"rank {rank} step {step}: injecting {args.fail_mode}", flush=True)
+            atomic_write_text(args.run_dir / "fault_time.json", json.dumps({"time": time.time()}))
             if args.fail_mode == "oom":
                 raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (simulated)")
             if args.fail_mode == "raise":
@@ -77,9 +79,10 @@ def main() -> None:
         print(f"rank {rank} step {step} sums {t[0].item():g} {t[1].item():g}", flush=True)
         result["sums"][str(step)] = t.tolist()
         result["attempts"][str(attempt)].append(step)
+        result.update(rank=rank, world_size=world_size, backend=env.backend, device=str(env.device),
+                      env={k: os.environ.get(k) for k in ("NGPTUNE_TEST_MARK", "NCCL_NVLS_ENABLE")})
+        atomic_write_text(result_path, json.dumps(result))
         atomic_write_text(progress_path, json.dumps({"step": step}))
-    result.update(rank=rank, world_size=world_size, backend=env.backend, device=str(env.device))
-    atomic_write_text(result_path, json.dumps(result))
     shutdown_distributed()
 
 

@@ -16,7 +16,6 @@ update's direction, not only its scale.
 from __future__ import annotations
 
 import dataclasses
-import socket
 from datetime import timedelta
 from pathlib import Path
 
@@ -29,6 +28,7 @@ from torch import nn
 from trainer.encoding.hashgrid import HashGridConfig
 from trainer.errors import ConfigError, LaunchError
 from trainer.model.field import MLPConfig, NGPField
+from trainer.parallel.dist_env import free_port
 from trainer.parallel.grad_sync import (
     GradientSynchronizer,
     allreduce_bandwidth_gb_per_s,
@@ -123,13 +123,6 @@ def rank_samples(data: str, rank: int) -> dict[str, torch.Tensor]:
 
 def adam(model: nn.Module) -> torch.optim.Optimizer:
     return torch.optim.Adam(model.parameters(), lr=LR, betas=(0.9, 0.99), eps=ADAM_EPS)
-
-
-def free_port() -> int:
-    """A TCP port that was free a moment ago (bind to port 0 and let the OS choose)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _worker(rank: int, world_size: int, port: int, out_dir: str) -> None:
@@ -341,6 +334,22 @@ def test_stats_count_bytes_and_buckets(rank_results, name, compression, n_bucket
     assert stats["buckets"] == n_buckets
     assert sum(result["bucket_sizes_bytes"]) == stats["bytes"]
     assert stats["comm_ms"] > 0.0
+
+
+@pytest.mark.parametrize(
+    ("name", "overlapped"),
+    [
+        # Buckets in launch order: rgb_mlp ×3, density_mlp ×2, table, unused | colour_scale.
+        # "unused" never gets a gradient, so it and the float64 bucket after it wait for finish().
+        ("overlap_many_buckets", (6, 6)),
+        ("rank1_empty_overlap", (6, 0)),  # rank 1 runs no backward: finish() launches all
+        ("overlap_one_bucket", (0, 0)),  # the float32 bucket holds "unused"
+        ("many_buckets", (0, 0)),  # overlap off
+    ],
+)
+def test_overlap_launches_buckets_during_backward(rank_results, name, overlapped) -> None:
+    got = tuple(rank_results[r][name]["stats"]["overlapped_buckets"] for r in range(WORLD_SIZE))
+    assert got == overlapped
 
 
 def test_mid_bucket_size_splits_into_several_buckets_below_the_cap(rank_results) -> None:

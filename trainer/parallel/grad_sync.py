@@ -235,6 +235,10 @@ class GradientSynchronizer:
         if sync.finish():                      # all ranks get the same answer
             optimizer.step()
 
+    With fp16 precision call :meth:`finish` between ``scaler.scale(loss).backward()`` and
+    ``scaler.step(optimizer)``: the scaled gradients are summed, then the scaler unscales them and
+    skips the step on every rank alike if the sum overflowed.
+
     Every rank must construct it with the same parameter list (same order, shapes, dtypes) and
     the same settings, and call :meth:`finish` every step. One backward per step: with overlap,
     a second backward between two :meth:`finish` calls into an already launched bucket is a
@@ -297,7 +301,7 @@ class GradientSynchronizer:
                 self._hooks.append(p.register_post_accumulate_grad_hook(self._on_grad_ready))
         self._next_launch = 0
         self._bytes = 0
-        self._last: dict[str, Any] = {"bytes": 0, "buckets": 0}
+        self._last: dict[str, Any] = {"bytes": 0, "buckets": 0, "overlapped_buckets": 0}
         for bucket in self.buckets:
             bucket.reset()
 
@@ -438,6 +442,7 @@ class GradientSynchronizer:
                 collective timed out.
         """
         self._timer.start()
+        overlapped = self._next_launch  # buckets the hooks launched during backward
         while self._next_launch < len(self.buckets):
             self._launch(self.buckets[self._next_launch])
         any_grad = False
@@ -445,7 +450,11 @@ class GradientSynchronizer:
             bucket.work.wait()
             any_grad |= self._unflatten(bucket)
         self._timer.stop()
-        self._last = {"bytes": self._bytes, "buckets": len(self.buckets)}
+        self._last = {
+            "bytes": self._bytes,
+            "buckets": len(self.buckets),
+            "overlapped_buckets": overlapped,
+        }
         self._bytes = 0
         self._next_launch = 0
         for bucket in self.buckets:
@@ -461,6 +470,9 @@ class GradientSynchronizer:
             overlap that is the whole all-reduce time; with overlap only the exposed part.
             ``bytes``: bytes all-reduced per rank (wire dtype, flags included).
             ``buckets``: number of all-reduce calls.
+            ``overlapped_buckets``: buckets launched during backward (overlap mode), the rest
+            were launched by :meth:`finish`. A bucket launches only after every earlier bucket, so
+            a parameter that gets no gradient holds back its bucket and all later ones.
         """
         return {"comm_ms": self._timer.elapsed_ms(), **self._last}
 

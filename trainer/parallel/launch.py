@@ -18,8 +18,10 @@ exception reaches the launcher through the worker's error file.
 A failed job raises :class:`WorkersFailed` (a :class:`~trainer.errors.LaunchError`) with a
 one-line message naming the root-cause rank and what happened to it (the exception, the
 signal, or the exit code), e.g. ``rank 1 ran out of memory (OutOfMemoryError: CUDA out of
-memory. Tried to allocate 2.00 GiB); 1 other rank stopped; log: runs/x/logs/rank1.log``; the
-last lines of that rank's log are printed to stderr and kept in the exception.
+memory. Tried to allocate 2.00 GiB); also failed: rank 0 (stopped by the launcher, SIGTERM);
+log: runs/x/logs/rank1.log``; the last lines of that rank's log are printed to stderr and kept in
+the exception. Survivors blocked in a collective are stopped by the agent at once; a rank that
+hangs is bounded by the collective timeout of its peers (``distributed.timeout_s``).
 """
 
 from __future__ import annotations
@@ -28,8 +30,10 @@ import contextlib
 import dataclasses
 import os
 import re
+import signal
 import sys
 import tempfile
+import threading
 import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -45,8 +49,12 @@ SHUTDOWN_GRACE_S = 5  # seconds between SIGTERM and SIGKILL when the agent stops
 
 # Exceptions a rank raises because a peer died or stalled: a consequence, not a root cause.
 _COLLATERAL_ERRORS = ("DistBackendError", "DistNetworkError", "DistStoreError", "DistError")
+# ... and what gloo says (as a RuntimeError) when the peer's connection drops.
+_COLLATERAL_TEXT = ("Connection closed by peer", "Connection reset by peer", "remote worker")
 # Signals the agent itself sends to survivors when it stops a failed group.
 _SHUTDOWN_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP")
+# torch.distributed's prefix on lines a rank prints after joining a group.
+_RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s?")
 # The last line of a Python traceback: ``package.module.ErrorType: message``.
 _TRACEBACK_LAST_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)\b.*)$")
 
@@ -89,6 +97,16 @@ class RankFailure:
         tail = f": {_shorten(last)}" if last else ""
         return f"rank {self.rank} exited with code {self.exitcode}{tail}"
 
+    def brief(self) -> str:
+        """A few words: ``stopped by the launcher``, ``SIGKILL``, ``RuntimeError``, ``exit code 2``."""
+        if self.signal in _SHUTDOWN_SIGNALS:
+            return f"stopped by the launcher, {self.signal}"
+        if self.signal is not None:
+            return self.signal
+        if self.error is not None:
+            return self.error.split(":", 1)[0].rsplit(".", 1)[-1]
+        return f"exit code {self.exitcode}"
+
     @property
     def _severity(self) -> int:
         """0 = a root cause, 1 = likely a consequence of another rank's failure, 2 = stopped by
@@ -97,7 +115,9 @@ class RankFailure:
             return 2
         if self.error is not None:
             kind = self.error.split(":", 1)[0].rsplit(".", 1)[-1]
-            return 1 if kind in _COLLATERAL_ERRORS else 0
+            if kind in _COLLATERAL_ERRORS or any(t in self.error for t in _COLLATERAL_TEXT):
+                return 1
+            return 0
         return 0 if self.signal is not None else 1
 
 
@@ -145,8 +165,9 @@ def _last_line(text: str) -> str:
 
 
 def _error_from_log(tail: str) -> str | None:
-    """The ``ExcType: message`` line a Python traceback ends with, if the log ends with one."""
-    lines = tail.splitlines()
+    """The ``ExcType: message`` line a Python traceback ends with, if the log ends with one
+    (torch.distributed's ``[rank<R>]:`` line prefix removed)."""
+    lines = [_RANK_PREFIX.sub("", line) for line in tail.splitlines()]
     if not any(line.startswith("Traceback (most recent call last)") for line in lines):
         return None
     for line in reversed(lines):
@@ -189,9 +210,10 @@ def _order_failures(failures: list[tuple[RankFailure, int]]) -> tuple[RankFailur
 def _failure_message(failures: tuple[RankFailure, ...], max_restarts: int) -> str:
     root = failures[0]
     parts = [root.describe()]
-    others = len(failures) - 1
+    others = [f"rank {f.rank} ({f.brief()})" for f in failures[1:5]]
     if others:
-        parts.append(f"{others} other rank{'s' if others > 1 else ''} stopped")
+        more = f" and {len(failures) - 5} more" if len(failures) > 5 else ""
+        parts.append(f"also failed: {', '.join(others)}{more}")
     if max_restarts:
         parts.append(f"after {max_restarts} restart{'s' if max_restarts > 1 else ''}")
     parts.append(f"log: {root.log_path}")
@@ -207,6 +229,21 @@ def _print_tail(failure: RankFailure) -> None:
         file=sys.stderr,
         flush=True,
     )
+
+
+@contextlib.contextmanager
+def _signal_handlers_kept() -> Iterator[None]:
+    """Restore the caller's signal handlers afterwards: torch elastic installs its own for
+    SIGTERM, SIGINT, SIGHUP and SIGQUIT and leaves them in place."""
+    names = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
+    in_main = threading.current_thread() is threading.main_thread()
+    saved = {n: signal.getsignal(getattr(signal, n)) for n in names if hasattr(signal, n)} if in_main else {}
+    try:
+        yield
+    finally:
+        for name, handler in saved.items():
+            if handler is not None:
+                signal.signal(getattr(signal, name), handler)
 
 
 @contextlib.contextmanager
@@ -327,17 +364,30 @@ def launch_workers(
     is_host = node_rank == 0
     if is_host and port != 0:
         check_port_free(host, port)  # else c10d would silently join another job's store
-    if not is_host and port == 0:
-        raise LaunchError(f"rdzv_endpoint: node {node_rank} needs node 0's port, got {rdzv_endpoint!r}")
+    if nnodes > 1 and port == 0:
+        raise LaunchError(
+            f"rdzv_endpoint: a job of {nnodes} nodes needs a fixed port that every node knows, "
+            f"got {rdzv_endpoint!r}"
+        )
 
     rd = RunDir(run_dir).create()
     rd.logs_dir.mkdir(parents=True, exist_ok=True)
     worker_env = {"NCCL_NVLS_ENABLE": "0", "OMP_NUM_THREADS": "1"}
     worker_env = {k: v for k, v in worker_env.items() if k not in os.environ}
     worker_env.update(env_extra or {})
+    if max_restarts > 0:
+        # With the agent's store shared with the workers (torch's default), a restarted group
+        # reads the previous attempt's gloo/NCCL addresses from it and fails to connect
+        # (pytorch/pytorch#135712). Unshared, each rendezvous round gets a fresh store that
+        # rank 0 hosts on a new port.
+        worker_env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
 
     timeout_int = max(1, int(round(timeout_s)))
-    with tempfile.TemporaryDirectory(prefix="ngptune-elastic-") as elastic_dir, _environ(worker_env):
+    with (
+        tempfile.TemporaryDirectory(prefix="ngptune-elastic-") as elastic_dir,
+        _environ(worker_env),
+        _signal_handlers_kept(),
+    ):
         # torch elastic's per-attempt error files (how a worker's exception reaches us) live in
         # a temporary folder; the worker logs themselves go to the run directory.
         config = LaunchConfig(
@@ -358,6 +408,7 @@ def launch_workers(
             start_method="spawn",
             logs_specs=DefaultLogsSpecs(log_dir=elastic_dir, redirects=Std.NONE, tee=Std.NONE),
             shutdown_timeout=SHUTDOWN_GRACE_S,
+            local_addr=host if nnodes == 1 else None,  # None: this node's FQDN
         )
         entry_args = ["-u", "-m", "trainer.parallel.launch", "--run-dir", str(rd.root), "--", *argv]
         try:
@@ -371,6 +422,8 @@ def launch_workers(
             _print_tail(failures[0])
             raise WorkersFailed(_failure_message(failures, max_restarts), failures) from None
         except SignalException as exc:
+            if exc.sigval == signal.SIGINT:
+                raise KeyboardInterrupt from None
             raise LaunchError(
                 f"the launcher received {exc.sigval.name}; workers in {rd.logs_dir} were stopped"
             ) from None
@@ -416,6 +469,9 @@ def _run_target(argv: list[str]) -> None:
 def _worker_main(args: list[str]) -> int:
     if len(args) < 4 or args[0] != "--run-dir" or args[2] != "--":
         print("usage: python -m trainer.parallel.launch --run-dir DIR -- ARGV...", file=sys.stderr)
+        return 2
+    if "RANK" not in os.environ:
+        print("trainer.parallel.launch: RANK is not set; start workers with launch_workers()", file=sys.stderr)
         return 2
     rank = int(os.environ["RANK"])
     restart_count = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))

@@ -88,7 +88,9 @@ def _check_aabb(aabb: Tensor | Sequence, where: str) -> Tensor:
     """[2, 3] float64 CPU copy of ``aabb``; ValueError when malformed."""
     box = torch.as_tensor(aabb).detach().to(device="cpu", dtype=torch.float64)
     if box.shape != (2, 3) or not bool(torch.isfinite(box).all()) or not bool((box[1] > box[0]).all()):
-        raise ValueError(f"{where}: aabb must be [2, 3] finite (min corner, max corner) with max > min, got {box.tolist()}")
+        raise ValueError(
+            f"{where}: aabb must be [2, 3] finite (min corner, max corner) with max > min, got {box.tolist()}"
+        )
     return box
 
 
@@ -111,14 +113,15 @@ def _check_weights(weights: Tensor | None, where: str) -> Tensor | None:
 
 def _cell_fractions(lo: float, hi: float, edges: Tensor) -> Tensor:
     """[R] share of each cell ``[edges[i], edges[i+1]]`` that lies inside ``[lo, hi]``."""
-    covered = (torch.minimum(edges[1:], torch.tensor(hi, dtype=edges.dtype))
-               - torch.maximum(edges[:-1], torch.tensor(lo, dtype=edges.dtype))).clamp_min(0)
+    covered = (edges[1:].clamp_max(hi) - edges[:-1].clamp_min(lo)).clamp_min(0)
     return covered / (edges[1:] - edges[:-1])
 
 
 def _grid_edges(aabb: Tensor, shape: Sequence[int]) -> list[Tensor]:
     """Cell boundaries [R_a + 1] float64 of a weight grid of ``shape`` spanning ``aabb``."""
-    return [torch.linspace(float(aabb[0, a]), float(aabb[1, a]), shape[a] + 1, dtype=torch.float64) for a in range(3)]
+    return [
+        torch.linspace(float(aabb[0, a]), float(aabb[1, a]), shape[a] + 1, dtype=torch.float64) for a in range(3)
+    ]
 
 
 def _layer_weights(lo: _Vec3, hi: _Vec3, axis: int, weights: Tensor, edges: list[Tensor]) -> Tensor:
@@ -235,7 +238,9 @@ def box_weights(boxes: Sequence[Box], aabb: Tensor, occupancy_weights: Tensor | 
 
 
 @torch.no_grad()
-def occupancy_weights(grid: OccupancyGrid, aabb: Tensor, resolution: int = 64, *, source: str = "bitfield") -> Tensor:
+def occupancy_weights(
+    grid: OccupancyGrid, aabb: Tensor, resolution: int = 64, *, source: str = "bitfield"
+) -> Tensor:
     """The occupancy grid resampled onto a regular grid over ``aabb``, as weights for :func:`split_boxes`.
 
     Each cell of an ``R³`` grid spanning ``aabb`` takes the value of the occupancy-grid cell that
@@ -261,10 +266,8 @@ def occupancy_weights(grid: OccupancyGrid, aabb: Tensor, resolution: int = 64, *
         raise ValueError(f"occupancy_weights: source must be 'bitfield' or 'density', got {source!r}")
     box = _check_aabb(aabb, "occupancy_weights")
     device = grid.density.device
-    centres_1d = [
-        float(box[0, a]) + (torch.arange(resolution, dtype=torch.float64) + 0.5) * float(box[1, a] - box[0, a]) / resolution
-        for a in range(3)
-    ]
+    unit_centres = (torch.arange(resolution, dtype=torch.float64) + 0.5) / resolution
+    centres_1d = [float(box[0, a]) + unit_centres * float(box[1, a] - box[0, a]) for a in range(3)]
     gx, gy, gz = torch.meshgrid(*centres_1d, indexing="ij")
     points = torch.stack((gx, gy, gz), dim=-1).reshape(-1, 3).to(device=device, dtype=torch.float32)
     if source == "bitfield":

@@ -100,7 +100,9 @@ def _check_segments(rgb: Tensor, transmittance: Tensor, order: Tensor, where: st
         )
     n_boxes, n_rays = rgb.shape[:2]
     if order.shape != (n_rays, n_boxes) or order.dtype != torch.long:
-        raise ValueError(f"{where}: order must be [{n_rays}, {n_boxes}] int64, got {tuple(order.shape)} {order.dtype}")
+        raise ValueError(
+            f"{where}: order must be [{n_rays}, {n_boxes}] int64, got {tuple(order.shape)} {order.dtype}"
+        )
     expected = torch.arange(n_boxes, device=order.device).expand(n_rays, n_boxes)
     if not torch.equal(torch.sort(order, dim=1).values, expected):
         raise ValueError(f"{where}: every row of order must be a permutation of 0..{n_boxes - 1}")
@@ -261,8 +263,11 @@ def all_gather_segments(
         )
     device = rgb_local.device
     ids = torch.as_tensor(box_ids_local, dtype=torch.long).flatten().to(device)
-    if ids.numel() != rgb_local.shape[0]:
-        raise ValueError(f"all_gather_segments: {ids.numel()} box ids for {rgb_local.shape[0]} segment rows")
+    if ids.numel() != rgb_local.shape[0] or ids.numel() > n_boxes:
+        raise ValueError(
+            f"all_gather_segments: {ids.numel()} box ids for {rgb_local.shape[0]} segment rows "
+            f"and {n_boxes} boxes"
+        )
     n_rays = rgb_local.shape[1]
     packed_local = torch.cat((rgb_local, transmittance_local.unsqueeze(-1).to(rgb_local.dtype)), dim=-1)
     _, world = _world(group)
@@ -274,7 +279,7 @@ def all_gather_segments(
 
     header = torch.full((n_boxes + 1,), -1, dtype=torch.long, device=device)
     header[0] = n_rays
-    header[1 : 1 + ids.numel()] = ids[:n_boxes]
+    header[1 : 1 + ids.numel()] = ids
     headers = [torch.empty_like(header) for _ in range(world)]
     dist.all_gather(headers, header, group=group)
     ids_per_rank = [[int(i) for i in h[1:].tolist() if i >= 0] for h in headers]
@@ -300,7 +305,9 @@ def _check_box_partition(ids_per_rank: list[list[int]], rays_per_rank: list[int]
             f"got {ids_per_rank}"
         )
     if len(set(rays_per_rank)) != 1:
-        raise ValueError(f"all_gather_segments: every rank must render the same rays, got n_rays per rank {rays_per_rank}")
+        raise ValueError(
+            f"all_gather_segments: every rank must render the same rays, got n_rays per rank {rays_per_rank}"
+        )
 
 
 # ---------------------------------------------------------------------------- model
@@ -340,6 +347,9 @@ class SubgridModel(nn.Module):
         overlap: ``parallel.overlap`` in [0, 0.5].
         group: process group (None = the default group).
         device: where the encoding domains (and so the fields) live.
+        seed: when given, box k's field is built with the random generators seeded to
+            ``seed + k`` (restored afterwards), so its initial parameters do not depend on the
+            world size or on which rank owns it; None uses the global generators as they are.
 
     Attributes:
         fields: ``nn.ModuleDict`` of the owned fields keyed by ``str(box index)``.
@@ -362,16 +372,21 @@ class SubgridModel(nn.Module):
         overlap: float = 0.0,
         group: dist.ProcessGroup | None = None,
         device: torch.device | str | None = None,
+        seed: int | None = None,
     ) -> None:
         super().__init__()
-        if len(owners) != len(boxes) or any(isinstance(r, bool) or not isinstance(r, int) or r < 0 for r in owners):
-            raise ValueError(f"SubgridModel: owners must give one rank >= 0 per box ({len(boxes)}), got {list(owners)}")
+        bad_rank = any(isinstance(r, bool) or not isinstance(r, int) or r < 0 for r in owners)
+        if len(owners) != len(boxes) or bad_rank:
+            raise ValueError(
+                f"SubgridModel: owners must give one rank >= 0 per box ({len(boxes)}), got {list(owners)}"
+            )
         self.boxes = list(boxes)
         self.owners = list(owners)
         self.rank = rank
         self.group = group
         self.device = torch.device(device) if device is not None else torch.device("cpu")
         self.field_factory = field_factory
+        self.seed = seed
         self.locator = BoxLocator(self.boxes)
         self.domains = [torch.stack(expand_box(b, overlap, aabb)).float() for b in self.boxes]
         self.fields = nn.ModuleDict(
@@ -393,7 +408,13 @@ class SubgridModel(nn.Module):
         return self.domains[box_id].clone()
 
     def _build_field(self, box_id: int) -> nn.Module:
-        return self.field_factory(self.domains[box_id].to(self.device))
+        domain = self.domains[box_id].to(self.device)
+        if self.seed is None:
+            return self.field_factory(domain)
+        cuda_devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+        with torch.random.fork_rng(devices=cuda_devices):
+            torch.manual_seed(self.seed + box_id)
+            return self.field_factory(domain)
 
     def sample_boxes(self, positions: Tensor) -> Tensor:
         """[S] int64 box owning each of ``positions`` [S, 3] (see :class:`BoxLocator`)."""
@@ -488,7 +509,8 @@ class SubgridModel(nn.Module):
             raise ValueError(f"SubgridModel.move_box: box_id must be in 0..{self.n_boxes - 1}, got {box_id}")
         if self.owners[box_id] != src_rank:
             raise ValueError(
-                f"SubgridModel.move_box: box {box_id} is owned by rank {self.owners[box_id]}, not src_rank={src_rank}"
+                f"SubgridModel.move_box: box {box_id} is owned by rank {self.owners[box_id]}, "
+                f"not src_rank={src_rank}"
             )
         if src_rank == dst_rank:
             return
@@ -517,9 +539,10 @@ class SubgridModel(nn.Module):
         peer = self._peer(dst_rank)
         dist.send(torch.tensor(header, dtype=torch.long, device=device), peer, group=self.group)
         if status != _MOVE_OK:
+            keys = sorted({key for keys in unsupported for key in keys})
             raise ValueError(
-                f"SubgridModel.move_box: box {box_id}: optimiser state {sorted({k for u in unsupported for k in u})} "
-                "cannot be moved (only Adam's step, exp_avg, exp_avg_sq, max_exp_avg_sq)"
+                f"SubgridModel.move_box: box {box_id}: optimiser state {keys} cannot be moved "
+                "(only Adam's step, exp_avg, exp_avg_sq, max_exp_avg_sq)"
             )
         with torch.no_grad():
             for tensor in field.state_dict().values():
@@ -595,7 +618,9 @@ def _param_group_index(optimizer: torch.optim.Optimizer | None, params: list[Ten
     where = {id(q): g for g, param_group in enumerate(optimizer.param_groups) for q in param_group["params"]}
     missing = [i for i, p in enumerate(params) if id(p) not in where]
     if missing:
-        raise ValueError(f"SubgridModel.move_box: the optimiser does not hold parameters {missing} of the box's field")
+        raise ValueError(
+            f"SubgridModel.move_box: the optimiser does not hold parameters {missing} of the box's field"
+        )
     return {id(p): where[id(p)] for p in params}
 
 

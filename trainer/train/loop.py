@@ -176,7 +176,7 @@ class Trainer:
             raise SceneError(f"{scene.root}: the scene has no training frames")
         self.aabb_scale = scene.aabb_scale
         self.aabb = torch.tensor(scene.aabb, dtype=torch.float32, device=self.device)
-        self.field = build_field(cfg, self.aabb, self.aabb_scale, self.device)
+        self.field = self._build_model()
         self.grid = OccupancyGrid(
             aabb_scale=self.aabb_scale,
             resolution=t.occupancy_resolution,
@@ -186,19 +186,13 @@ class Trainer:
         n_cascades = int(math.log2(self.aabb_scale)) + 1
         self.cone_angle = t.cone_angle if t.cone_angle is not None else (1 / 256 if self.aabb_scale > 1 else 0.0)
         self.max_step_size = MIN_STEP_SIZE * 2 ** (n_cascades - 1)
-        opt = cfg.optimizer
-        self.optimizer = torch.optim.Adam(
-            [
-                {"params": list(self.field.encoding_parameters()), "weight_decay": 0.0},
-                {"params": list(self.field.mlp_weight_parameters()), "weight_decay": opt.l2_reg},
-            ],
-            lr=opt.learning_rate,
-            betas=(opt.beta1, opt.beta2),
-            eps=opt.epsilon,
-        )
+        self.optimizer = self._build_optimizer()
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=t.precision == "fp16")
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(t.seed)
+        # Occupancy-grid updates draw from their own generator; one process shares it with the
+        # rest of the step (distributed trainers give every rank an identically seeded one).
+        self.grid_generator = self.generator
         budget = None if cfg.data.memory_budget_gib is None else int(cfg.data.memory_budget_gib * 2**30)
         placement = cfg.data.placement
         if placement == "auto":
@@ -216,7 +210,7 @@ class Trainer:
             pixel_table if placement != "stream" else None,
             placement=placement,
             device=self.device,
-            seed=t.seed,
+            seed=self.sampler_seed(),
             memory_budget_bytes=budget,
             downscale=scene.downscale,
             subpixel_jitter=t.subpixel_jitter,
@@ -231,6 +225,40 @@ class Trainer:
         self.train_time_s = 0.0
         self.timer = PhaseTimer(self.device)
         self._zero_sample_steps = 0
+
+    # ------------------------------------------------------------------ construction hooks
+    rank = 0  # distributed trainers set their rank and world size before ``__init__``
+    world_size = 1
+
+    def sampler_seed(self) -> int:
+        """Seed of the ray sampler (``training.seed``; data-parallel ranks add their rank)."""
+        return self.cfg.training.seed
+
+    def _build_model(self) -> torch.nn.Module:
+        """The trained model (one :class:`NGPField`; the subgrid trainer builds its boxes)."""
+        return build_field(self.cfg, self.aabb, self.aabb_scale, self.device)
+
+    def _build_optimizer(self) -> torch.optim.Optimizer:
+        """Adam over the field: hash-grid entries without weight decay, MLP weights with
+        ``optimizer.l2_reg`` (group order: encoding, MLP)."""
+        opt = self.cfg.optimizer
+        return torch.optim.Adam(
+            [
+                {"params": list(self.field.encoding_parameters()), "weight_decay": 0.0},
+                {"params": list(self.field.mlp_weight_parameters()), "weight_decay": opt.l2_reg},
+            ],
+            lr=opt.learning_rate,
+            betas=(opt.beta1, opt.beta2),
+            eps=opt.epsilon,
+        )
+
+    def _time_budget_spent(self, time_budget_s: float) -> bool:
+        """Whether training time has reached the budget (distributed trainers agree across ranks)."""
+        return self.train_time_s >= time_budget_s
+
+    def _periodic_save(self) -> None:
+        """The snapshot written every ``snapshot_every`` steps."""
+        self.save(self.run_dir.snapshot_path(self.step))
 
     # ------------------------------------------------------------------ one step
     def march(self, rays_o: torch.Tensor, rays_d: torch.Tensor, jitter: bool):
@@ -266,7 +294,7 @@ class Trainer:
                     self.step,
                     self._density_for_grid,
                     warmup_steps=t.occupancy_warmup_steps,
-                    generator=self.generator,
+                    generator=self.grid_generator,
                 )
         with timer.phase("data"):
             batch = self.sampler.sample(self.n_rays)
@@ -413,14 +441,14 @@ class Trainer:
         t = self.cfg.training
         n_steps = t.n_steps if n_steps is None else n_steps
         time_budget_s = t.time_budget_s if time_budget_s is None else time_budget_s
-        writer = MetricsWriter(self.run_dir.metrics_path(0)) if self.run_dir else None
+        writer = MetricsWriter(self.run_dir.metrics_path(self.rank)) if self.run_dir else None
         last_record: dict[str, Any] = {}
         interval = {"steps": 0, "rays": 0, "samples": 0, "skipped": 0, "t0": time.perf_counter()}
         loss_sum = torch.zeros((), device=self.device)
         mse_sum = torch.zeros((), device=self.device)
         try:
             while self.step < n_steps:
-                if time_budget_s is not None and self.train_time_s >= time_budget_s:
+                if time_budget_s is not None and self._time_budget_spent(time_budget_s):
                     break
                 t_step = time.perf_counter()
                 stats, loss, mse = self.train_step()
@@ -447,7 +475,7 @@ class Trainer:
                 else:
                     self.train_time_s += time.perf_counter() - t_step
                 if self.run_dir and snapshot_every and self.step % snapshot_every == 0:
-                    self.save(self.run_dir.snapshot_path(self.step))
+                    self._periodic_save()
                 if eval_every and self.step % eval_every == 0 and not done:
                     result = self.evaluate()
                     if on_eval:

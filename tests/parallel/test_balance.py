@@ -1,0 +1,315 @@
+"""Load balancer, integer ray split, LPT frame assignment and image complexity."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+from datetime import timedelta
+
+import numpy as np
+import pytest
+import torch.distributed as dist
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from trainer.config import GpuCapability, TrainConfig, apply_overrides
+from trainer.errors import ConfigError, SnapshotError, TrainingError
+from trainer.parallel.balance import (
+    LoadBalancer,
+    assign_frames_lpt,
+    gather_compute_times,
+    image_complexity,
+    imbalance,
+    shares_from_capabilities,
+    split_by_shares,
+)
+
+# ------------------------------------------------------------------------------ dynamic shares
+
+
+def simulate(balancer: LoadBalancer, step_time_ms, rounds: int, global_rays: int = 2**16) -> list[float]:
+    """Run ``rounds`` balancing rounds; ``step_time_ms(rank, rays)`` models a rank's compute time.
+    Returns the per-rank times of the last step."""
+    times = []
+    for _ in range(rounds * balancer.every_n_steps):
+        rays = balancer.rays_per_rank(global_rays)
+        times = [step_time_ms(rank, n) for rank, n in enumerate(rays)]
+        balancer.record(times)
+    return times
+
+
+def test_rank_twice_as_slow_converges_to_a_third_of_the_rays() -> None:
+    speed_ms_per_ray = [1e-3, 2e-3]  # rank 1 takes twice as long per ray
+    balancer = LoadBalancer(2, every_n_steps=4)
+    assert balancer.shares == (0.5, 0.5)
+    times = simulate(balancer, lambda r, n: n * speed_ms_per_ray[r], rounds=50)
+    assert balancer.rounds == 50
+    assert imbalance(times) < 1.15
+    assert balancer.shares[1] == pytest.approx(1 / 3, abs=0.03)
+    assert sum(balancer.shares) == pytest.approx(1.0)
+    assert balancer.last_imbalance is not None and balancer.last_imbalance < 1.15
+
+
+def test_first_round_moves_halfway_to_the_target() -> None:
+    # Times 1 ms and 2 ms at shares (1/2, 1/2): speeds 1/2 and 1/4 → target (2/3, 1/3);
+    # smoothing 0.5 → (0.5·1/2 + 0.5·2/3, 0.5·1/2 + 0.5·1/3) = (7/12, 5/12).
+    balancer = LoadBalancer(2, every_n_steps=2, smoothing=0.5)
+    assert balancer.record([1.0, 2.0]) is False  # the round is not over yet
+    assert balancer.shares == (0.5, 0.5)
+    assert balancer.record([1.0, 2.0]) is True
+    assert balancer.shares == pytest.approx((7 / 12, 5 / 12))
+    assert balancer.last_imbalance == pytest.approx(2.0 / 1.5)
+
+
+def test_overhead_and_noise_still_balance_three_ranks() -> None:
+    rng = random.Random(7)
+    ms_per_ray = [1e-3, 1.5e-3, 3e-3]
+    overhead_ms = 5.0  # per step, not proportional to the rays
+
+    def step_time_ms(rank: int, rays: int) -> float:
+        return (overhead_ms + rays * ms_per_ray[rank]) * rng.uniform(0.97, 1.03)
+
+    balancer = LoadBalancer(3, every_n_steps=5)
+    simulate(balancer, step_time_ms, rounds=50)
+    rays = balancer.rays_per_rank(2**16)
+    noiseless = [overhead_ms + n * ms_per_ray[r] for r, n in enumerate(rays)]
+    assert imbalance(noiseless) < 1.05
+    # Equal finish time T: rays_r = (T − overhead) / ms_per_ray_r, so shares ∝ 1 / ms_per_ray.
+    inverse = [1 / m for m in ms_per_ray]
+    expected = [v / sum(inverse) for v in inverse]
+    assert balancer.shares == pytest.approx(expected, abs=0.02)
+
+
+def test_share_floor_keeps_a_very_slow_rank_in_play() -> None:
+    balancer = LoadBalancer(2, every_n_steps=1, smoothing=0.0, min_share=0.1)
+    balancer.record([1.0, 100.0])  # target (100/101, 1/101) → rank 1 raised to the floor
+    assert balancer.shares == pytest.approx((0.9, 0.1))
+
+
+def test_zero_time_keeps_the_rank_at_the_mean_speed() -> None:
+    balancer = LoadBalancer(3, every_n_steps=1, smoothing=0.0, min_share=0.0)
+    # Rank 2 drew no rays (0 ms): its speed is taken as the mean of the others' (1/3, 1/6 → 1/4).
+    balancer.record([1.0, 2.0, 0.0])
+    speeds = [1 / 3, 1 / 6, 1 / 4]
+    assert balancer.shares == pytest.approx([s / sum(speeds) for s in speeds])
+
+
+def test_static_balancer_never_moves() -> None:
+    balancer = LoadBalancer(2, initial_shares=[3.0, 1.0], every_n_steps=0)
+    for _ in range(10):
+        assert balancer.record([1.0, 9.0]) is False
+    assert balancer.shares == pytest.approx((0.75, 0.25))
+
+
+def test_bad_times_and_settings_raise_clear_errors() -> None:
+    balancer = LoadBalancer(2, every_n_steps=1)
+    with pytest.raises(TrainingError, match=r"rank 1 reported compute time nan ms"):
+        balancer.record([1.0, float("nan")])
+    with pytest.raises(TrainingError, match=r"rank 0 reported compute time -1.0 ms"):
+        balancer.record([-1.0, 1.0])
+    with pytest.raises(ConfigError, match=r"parallel\.balance_every: expected an integer >= 0, got -1"):
+        LoadBalancer(2, every_n_steps=-1)
+    with pytest.raises(ConfigError, match=r"distributed\.world_size: expected an integer >= 1, got 0"):
+        LoadBalancer(0)
+
+
+def test_imbalance_is_max_over_mean() -> None:
+    assert imbalance([1.0, 2.0, 3.0]) == pytest.approx(1.5)
+    assert imbalance([4.0, 4.0]) == 1.0
+    assert imbalance([0.0, 0.0]) == 1.0
+
+
+# ------------------------------------------------------------------------------ static shares
+
+
+def test_static_shares_from_capabilities() -> None:
+    caps = [GpuCapability(rank=0, compute_power=2.0), GpuCapability(rank=1, compute_power=1.0)]
+    assert shares_from_capabilities(caps, 2) == pytest.approx([2 / 3, 1 / 3])
+    # Rank 2 is not listed: it takes the mean power 1.5 → (2, 1, 1.5) / 4.5.
+    assert shares_from_capabilities(caps, 3) == pytest.approx([4 / 9, 2 / 9, 3 / 9])
+    assert shares_from_capabilities([], 4) == pytest.approx([0.25] * 4)
+
+
+def test_capability_for_a_rank_that_does_not_exist_names_the_key() -> None:
+    caps = [GpuCapability(rank=0, compute_power=1.0), GpuCapability(rank=2, compute_power=1.0)]
+    with pytest.raises(
+        ConfigError,
+        match=r"^distributed\.gpu_capabilities\[1\]\.rank: expected a rank < world size \(2\), got 2$",
+    ):
+        shares_from_capabilities(caps, 2)
+
+
+def test_balancer_from_config() -> None:
+    cfg = apply_overrides(
+        TrainConfig(),
+        {
+            "parallel.balance_every": 25,
+            "distributed.gpu_capabilities": [
+                {"rank": 0, "compute_power": 1.0, "type": "A100"},
+                {"rank": 1, "compute_power": 3.0, "type": "H200"},
+            ],
+        },
+    )
+    balancer = LoadBalancer.from_config(cfg, world_size=2)
+    assert balancer.every_n_steps == 25
+    assert balancer.shares == pytest.approx((0.25, 0.75))
+    assert balancer.rays_per_rank(1000) == [250, 750]
+    with pytest.raises(ConfigError, match=r"gpu_capabilities\[1\]\.rank: .*world size \(1\), got 1"):
+        LoadBalancer.from_config(cfg, world_size=1)
+
+
+# ------------------------------------------------------------------------------ ray split
+
+
+def test_largest_remainder_split_by_hand() -> None:
+    assert split_by_shares(10, [0.5, 0.3, 0.2]) == [5, 3, 2]
+    # Quotas 3.5, 2.1, 1.4 → floors 3, 2, 1 (6); the one ray left goes to rank 0 (.5 largest).
+    assert split_by_shares(7, [0.5, 0.3, 0.2]) == [4, 2, 1]
+    # Equal shares, 5 rays on 3 ranks: floors 1,1,1; ties go to the lower ranks.
+    assert split_by_shares(5, [1 / 3, 1 / 3, 1 / 3]) == [2, 2, 1]
+    assert split_by_shares(0, [0.5, 0.5]) == [0, 0]
+    assert split_by_shares(1, [0.5, 0.5]) == [1, 0]  # a rank may get no rays
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    total=st.integers(0, 10**7),
+    raw=st.lists(st.floats(0.01, 100.0), min_size=1, max_size=9),
+)
+def test_split_sums_exactly_and_stays_within_one_ray(total, raw) -> None:
+    shares = [r / sum(raw) for r in raw]
+    counts = split_by_shares(total, shares)
+    assert sum(counts) == total
+    assert all(abs(c - total * s) < 1.0 + 1e-9 for c, s in zip(counts, shares))
+    balancer = LoadBalancer(len(raw), initial_shares=raw, min_share=0.0)
+    assert [balancer.rays_for_rank(total, r) for r in range(len(raw))] == counts
+
+
+# ------------------------------------------------------------------------------ checkpoints
+
+
+def test_state_dict_round_trip() -> None:
+    balancer = LoadBalancer(2, every_n_steps=3)
+    for times in ([1.0, 2.0], [1.0, 2.0], [1.0, 2.0], [1.0, 3.0]):  # one round, one open step
+        balancer.record(times)
+    state = balancer.state_dict()
+    restored = LoadBalancer(2, every_n_steps=3)
+    assert restored.load_state_dict(state) is True
+    assert restored.state_dict() == state
+    # The restored window finishes the round exactly as the original would.
+    for b in (balancer, restored):
+        b.record([1.0, 2.0])
+        b.record([1.0, 2.0])
+    assert restored.shares == balancer.shares and restored.rounds == 2
+
+
+def test_state_for_another_world_size_keeps_the_initial_shares() -> None:
+    state = LoadBalancer(2, initial_shares=[1.0, 3.0]).state_dict()
+    balancer = LoadBalancer(3, every_n_steps=1)
+    assert balancer.load_state_dict(state) is False
+    assert balancer.shares == pytest.approx((1 / 3, 1 / 3, 1 / 3))
+
+
+def test_malformed_state_raises_snapshot_error() -> None:
+    state = LoadBalancer(2).state_dict()
+    with pytest.raises(SnapshotError, match=r"shares: expected a list of 2 finite numbers"):
+        LoadBalancer(2).load_state_dict({**state, "shares": [1.0]})
+    with pytest.raises(SnapshotError, match=r"shares: expected positive shares summing to 1"):
+        LoadBalancer(2).load_state_dict({**state, "shares": [0.2, 0.2]})
+    with pytest.raises(SnapshotError, match=r"rounds: expected an integer >= 0, got None"):
+        LoadBalancer(2).load_state_dict({k: v for k, v in state.items() if k != "rounds"})
+
+
+# ------------------------------------------------------------------------------ LPT
+
+
+def makespan(assignment: list[list[int]], costs: list[float]) -> float:
+    return max(sum(costs[i] for i in frames) for frames in assignment)
+
+
+def optimal_makespan(costs: list[float], world_size: int) -> float:
+    return min(
+        max(sum(c for c, r in zip(costs, ranks) if r == q) for q in range(world_size))
+        for ranks in itertools.product(range(world_size), repeat=len(costs))
+    )
+
+
+def test_lpt_by_hand() -> None:
+    # Sorted 7,5,4,3,3,2 on 2 ranks: 7→0, 5→1, 4→1 (9), 3→0 (10), 3→1 (12), 2→0 (12): optimal.
+    costs = [3.0, 7.0, 2.0, 5.0, 3.0, 4.0]
+    assignment = assign_frames_lpt(costs, 2)
+    assert assignment == [[0, 1, 2], [3, 4, 5]]
+    assert makespan(assignment, costs) == 12.0 == optimal_makespan(costs, 2)
+
+
+def test_lpt_meets_grahams_tight_example() -> None:
+    # 3,3,2,2,2 on 2 ranks: LPT gives 3+2+2 = 7, the optimum is 6 (3+3 | 2+2+2);
+    # 7/6 is exactly Graham's bound 4/3 − 1/(3·2).
+    costs = [3.0, 3.0, 2.0, 2.0, 2.0]
+    assignment = assign_frames_lpt(costs, 2)
+    assert assignment == [[0, 2, 4], [1, 3]]
+    assert makespan(assignment, costs) == 7.0
+    assert optimal_makespan(costs, 2) == 6.0
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_lpt_within_grahams_bound_on_random_cases(seed) -> None:
+    rng = random.Random(seed)
+    world_size = rng.choice([2, 3])
+    costs = [float(rng.randint(1, 20)) for _ in range(rng.randint(1, 7))]
+    assignment = assign_frames_lpt(costs, world_size)
+    assert sorted(i for frames in assignment for i in frames) == list(range(len(costs)))
+    bound = (4 / 3 - 1 / (3 * world_size)) * optimal_makespan(costs, world_size)
+    assert makespan(assignment, costs) <= bound + 1e-9
+
+
+def test_lpt_with_rank_speeds() -> None:
+    # Rank 0 twice as fast. 4 → rank 0 (finishes at 2 vs 4); 2 → rank 1 (2 vs 3);
+    # 2 → rank 0 (3 vs 4).
+    assert assign_frames_lpt([4.0, 2.0, 2.0], 2, speeds=[2.0, 1.0]) == [[0, 2], [1]]
+    assert assign_frames_lpt([], 3) == [[], [], []]
+
+
+# ------------------------------------------------------------------------------ complexity
+
+
+def test_image_complexity_of_simple_images() -> None:
+    flat = np.full((64, 64), 128, np.uint8)
+    assert image_complexity(flat) == 0.0
+    step = np.zeros((64, 64), np.uint8)
+    step[:, 32:] = 255
+    # Canny thins the step to a one-pixel line: 64 edge pixels of 64·64.
+    assert image_complexity(step) == pytest.approx(1 / 64)
+    # Same answer for RGB, RGBA, 16-bit and float encodings of the same image.
+    assert image_complexity(np.stack([step] * 3, axis=-1)) == pytest.approx(1 / 64)
+    rgba = np.dstack([step, step, step, np.zeros_like(step)])
+    assert image_complexity(rgba) == pytest.approx(1 / 64)
+    assert image_complexity(step.astype(np.uint16) * 257) == pytest.approx(1 / 64)
+    assert image_complexity(step.astype(np.float32) / 255.0) == pytest.approx(1 / 64)
+    checker = (np.indices((64, 64)).sum(axis=0) // 8 % 2 * 255).astype(np.uint8)
+    assert image_complexity(checker) > 10 * image_complexity(step)
+
+
+# ------------------------------------------------------------------------------ process group
+
+
+def test_gather_compute_times_feeds_the_balancer(tmp_path) -> None:
+    """One-rank gloo group in this process: the gather returns this rank's time in rank order."""
+    assert not dist.is_initialized()
+    dist.init_process_group(
+        "gloo",
+        init_method=f"file://{tmp_path / 'store'}",
+        rank=0,
+        world_size=1,
+        timeout=timedelta(seconds=30),
+    )
+    try:
+        times = gather_compute_times(12.5)
+        assert times == [12.5]
+        balancer = LoadBalancer(dist.get_world_size(), every_n_steps=1)
+        assert balancer.record(times) is True
+        assert balancer.shares == (1.0,)
+        assert math.isclose(balancer.last_imbalance, 1.0)
+    finally:
+        dist.destroy_process_group()

@@ -1,0 +1,142 @@
+"""Data-parallel training (trainer/parallel/trainer.py) on gloo/CPU with 2 real processes.
+
+``run_ranks`` (also used by the subgrid and checkpoint tests) spawns W processes that join one
+gloo group and run a module-level function; each rank's return value comes back through a file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from tests.train.conftest import demo_scene, tiny_config  # noqa: F401  (demo_scene: fixture)
+from trainer.data import load_scene
+from trainer.errors import ConfigError
+from trainer.parallel.dist_env import free_port
+from trainer.parallel.trainer import DataParallelTrainer, validate_parallel_config
+from trainer.schema import read_metrics
+
+pytestmark = pytest.mark.timeout(120)
+
+TIMEOUT_S = 60
+
+
+def _rank_main(rank: int, world_size: int, port: int, out_dir: str, fn, args: tuple) -> None:
+    torch.set_num_threads(1)
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=timedelta(seconds=TIMEOUT_S))
+    try:
+        result = fn(rank, world_size, *args)
+        torch.save(result, Path(out_dir) / f"result{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def run_ranks(fn, world_size: int, tmp_path: Path, *args) -> list:
+    """Run ``fn(rank, world_size, *args)`` on ``world_size`` gloo ranks; returns their results."""
+    out = tmp_path / f"results_{fn.__name__}_{world_size}"
+    out.mkdir(parents=True, exist_ok=True)
+    mp.start_processes(
+        _rank_main, args=(world_size, free_port(), str(out), fn, args), nprocs=world_size, join=True, start_method="spawn"
+    )
+    return [torch.load(out / f"result{r}.pt", weights_only=False) for r in range(world_size)]
+
+
+# Adam's first update is lr·g/(|g| + ε), a sign function of g for the default ε = 1e-15; gradients
+# that differ only by summation order would flip the sign of near-zero entries. A larger ε makes
+# the update continuous in g, so parameters can be compared with a float tolerance.
+PARITY = dict(training__background="white", training__subpixel_jitter=False, optimizer__epsilon=1e-4)
+
+
+def _no_jitter(trainer) -> None:
+    march = trainer.march
+    trainer.march = lambda o, d, jitter: march(o, d, jitter=False)
+
+
+def _parity_rank(rank: int, world_size: int, scene: str, batches: list) -> dict:
+    trainer = DataParallelTrainer(tiny_config(**PARITY), load_scene(Path(scene)))
+    _no_jitter(trainer)
+    trainer.draw_batch = lambda n: batches[rank]
+    stats, loss, _ = trainer.train_step()
+    out = {
+        "params": {k: p.detach().clone() for k, p in trainer.field.named_parameters()},
+        "grads": {k: p.grad.clone() for k, p in trainer.field.named_parameters() if p.grad is not None},
+        "loss": float(loss),
+        "n_rays": stats.n_rays,
+        "grid": trainer.grid.density.clone(),
+    }
+    trainer.close()
+    return out
+
+
+def test_one_step_on_two_ranks_equals_one_process_on_both_ray_sets(demo_scene, tmp_path):
+    ref = DataParallelTrainer(tiny_config(**PARITY), load_scene(demo_scene))
+    _no_jitter(ref)
+    batch = ref.sampler.sample(64)  # global rays of the first step = initial_rays_per_step
+    halves = [type(batch)(*(getattr(batch, f)[s] for f in ("rays_o", "rays_d", "rgb", "alpha", "image_index")))
+              for s in (slice(0, 32), slice(32, 64))]
+    ref.draw_batch = lambda n: batch
+    initial = {k: p.detach().clone() for k, p in ref.field.named_parameters()}
+    _, ref_loss, _ = ref.train_step()
+    results = run_ranks(_parity_rank, 2, tmp_path, str(demo_scene), halves)
+    assert [r["n_rays"] for r in results] == [32, 32]
+    for name, p in ref.field.named_parameters():
+        assert torch.equal(results[0]["params"][name], results[1]["params"][name]), name
+        assert torch.equal(results[0]["grads"][name], results[1]["grads"][name]), name
+        torch.testing.assert_close(results[0]["grads"][name], p.grad, rtol=1e-4, atol=1e-9)
+        torch.testing.assert_close(results[0]["params"][name], p.detach(), rtol=1e-5, atol=1e-6)
+        assert not torch.equal(p.detach(), initial[name]), f"{name} did not change"
+    assert torch.equal(results[0]["grid"], results[1]["grid"])
+    assert torch.equal(results[0]["grid"], ref.grid.density)
+    assert results[0]["loss"] == pytest.approx(float(ref_loss), rel=1e-5)
+    assert results[1]["loss"] == results[0]["loss"]
+    ref.close()
+
+
+def _uneven_rank(rank: int, world_size: int, scene: str) -> dict:
+    cfg = tiny_config(
+        distributed__gpu_capabilities=[{"rank": 0, "compute_power": 9.0}, {"rank": 1, "compute_power": 1.0}],
+    )
+    trainer = DataParallelTrainer(cfg, load_scene(Path(scene)))
+    rays = []
+    for _ in range(6):
+        stats, _, _ = trainer.train_step()
+        rays.append(stats.n_rays)
+    out = {"step": trainer.step, "rays": rays, "shares": trainer.balancer.shares,
+           "param0": next(trainer.field.parameters()).detach().clone()}
+    trainer.close()
+    return out
+
+
+def test_uneven_shares_do_not_deadlock_and_keep_ranks_in_step(demo_scene, tmp_path):
+    results = run_ranks(_uneven_rank, 2, tmp_path, str(demo_scene))
+    assert [r["step"] for r in results] == [6, 6]
+    assert results[0]["shares"] == pytest.approx((0.9, 0.1))
+    first = [r["rays"][0] for r in results]
+    assert first == [58, 6]  # 64 global rays split 0.9 / 0.1 (largest remainder)
+    for r0, r1 in zip(results[0]["rays"], results[1]["rays"]):
+        assert r0 > 5 * r1
+    assert torch.equal(results[0]["param0"], results[1]["param0"])
+
+
+def test_parallel_config_errors_name_the_key(demo_scene):
+    with pytest.raises(ConfigError, match=r"^parallel\.num_subgrids: .*world size 2.*got 1"):
+        validate_parallel_config(tiny_config(parallel__mode="subgrid", parallel__num_subgrids=1), 2)
+    with pytest.raises(ConfigError, match=r"^distributed\.gpu_capabilities\[1\]\.rank: .*\(2\), got 2"):
+        validate_parallel_config(
+            tiny_config(distributed__gpu_capabilities=[{"rank": 0, "compute_power": 1.0}, {"rank": 2, "compute_power": 1.0}]), 2
+        )
+    with pytest.raises(ConfigError, match=r"^distributed\.world_size: config says 3 but 2 processes"):
+        validate_parallel_config(tiny_config(distributed__world_size=3), 2)
+    # the trainer checks before building anything (one process: rank 1 does not exist)
+    with pytest.raises(ConfigError, match=r"gpu_capabilities\[0\]\.rank"):
+        DataParallelTrainer(tiny_config(distributed__gpu_capabilities=[{"rank": 1, "compute_power": 1.0}]), load_scene(demo_scene))

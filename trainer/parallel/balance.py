@@ -1,0 +1,413 @@
+"""Load balancing across ranks (DESIGN.md §3, "Load balancing").
+
+* Static: ``distributed.gpu_capabilities[i].compute_power`` sets the initial ray shares
+  (:func:`shares_from_capabilities`).
+* Dynamic (data mode): every ``parallel.balance_every`` steps the shares move toward equal finish
+  times (:class:`LoadBalancer`). Rank r's throughput is estimated as ``share_r / time_r`` (rays per
+  ms up to a common factor), and the target share is that throughput normalised::
+
+      target_r = (share_r / time_r) / Σ_q (share_q / time_q)
+      share_r ← normalise(max(floor, smoothing · share_r + (1 − smoothing) · target_r))
+
+  If compute time is proportional to the rays a rank draws, ``target`` equalises the finish times
+  in one move; smoothing damps the reaction to noisy or non-proportional times (fixed per-step
+  overheads), and the floor keeps every rank in the game so its speed stays measurable.
+* Streamed datasets: frames go to ranks by the greedy longest-processing-time rule
+  (:func:`assign_frames_lpt`) on an image complexity score (:func:`image_complexity`).
+
+Every rank runs the same deterministic update on the same all-gathered times
+(:func:`gather_compute_times`), so the shares agree on all ranks without a broadcast.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import cv2
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from trainer.config import GpuCapability, TrainConfig
+from trainer.errors import ConfigError, SnapshotError, TrainingError
+from trainer.parallel.grad_sync import collective_device
+
+__all__ = [
+    "LoadBalancer",
+    "assign_frames_lpt",
+    "gather_compute_times",
+    "image_complexity",
+    "imbalance",
+    "shares_from_capabilities",
+    "split_by_shares",
+]
+
+DEFAULT_SMOOTHING = 0.5
+DEFAULT_MIN_SHARE_FRACTION = 0.1  # floor = this / world_size
+
+
+def _check_world_size(world_size: object) -> int:
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise ConfigError(f"distributed.world_size: expected an integer >= 1, got {world_size!r}")
+    return world_size
+
+
+def shares_from_capabilities(
+    capabilities: Sequence[GpuCapability], world_size: int
+) -> list[float]:
+    """Static ray shares proportional to each rank's ``compute_power``.
+
+    Ranks missing from ``capabilities`` take the mean compute power of the listed ones (all equal
+    when the list is empty).
+
+    Args:
+        capabilities: ``distributed.gpu_capabilities`` entries.
+        world_size: number of ranks.
+
+    Returns:
+        ``world_size`` shares > 0 summing to 1.
+
+    Raises:
+        ConfigError: ``distributed.gpu_capabilities[i].rank: expected a rank < world size (n),
+            got r`` for a rank that does not exist; ``distributed.world_size`` if it is < 1.
+    """
+    world_size = _check_world_size(world_size)
+    powers: dict[int, float] = {}
+    for i, entry in enumerate(capabilities):
+        if entry.rank >= world_size:
+            raise ConfigError(
+                f"distributed.gpu_capabilities[{i}].rank: expected a rank < world size "
+                f"({world_size}), got {entry.rank}"
+            )
+        powers[entry.rank] = float(entry.compute_power)
+    default = sum(powers.values()) / len(powers) if powers else 1.0
+    raw = [powers.get(rank, default) for rank in range(world_size)]
+    total = sum(raw)
+    return [p / total for p in raw]
+
+
+def imbalance(times: Sequence[float]) -> float:
+    """Load imbalance ``max(times) / mean(times)`` (1 = balanced; DESIGN.md §4 diagnosis 5).
+
+    Args:
+        times: per-rank compute times (any one unit), >= 0.
+
+    Returns:
+        The ratio, >= 1; 1.0 when every time is zero.
+    """
+    assert len(times) > 0
+    mean = sum(times) / len(times)
+    return 1.0 if mean <= 0 else max(times) / mean
+
+
+def split_by_shares(total: int, shares: Sequence[float]) -> list[int]:
+    """Integer split of ``total`` proportional to ``shares`` that sums exactly to ``total``.
+
+    Largest-remainder (Hamilton) rule: rank r gets ``floor(total · share_r)``, and the units left
+    over go one each to the ranks with the largest fractional parts (ties: lower rank first).
+
+    Args:
+        total: the count to split (>= 0), e.g. global rays per step.
+        shares: per-rank shares >= 0 summing to 1.
+
+    Returns:
+        Per-rank counts, ``sum == total``; each within 1 of ``total · share_r``.
+    """
+    assert total >= 0 and len(shares) > 0
+    quotas = [total * s for s in shares]
+    counts = [int(math.floor(q)) for q in quotas]
+    left = total - sum(counts)
+    assert 0 <= left <= len(shares), (total, shares)
+    order = sorted(range(len(shares)), key=lambda r: (-(quotas[r] - counts[r]), r))
+    for r in order[:left]:
+        counts[r] += 1
+    return counts
+
+
+def _apply_floor(shares: Sequence[float], floor: float) -> list[float]:
+    """Normalise ``shares`` to sum 1 with every share >= ``floor`` (ranks below are raised to the
+    floor and the others scaled down proportionally; repeated until none is below)."""
+    n = len(shares)
+    assert 0.0 <= floor * n <= 1.0 + 1e-12
+    out = list(shares)
+    fixed = [False] * n
+    for _ in range(n):
+        free_total = 1.0 - floor * sum(fixed)
+        free_sum = sum(s for s, f in zip(out, fixed) if not f)
+        out = [floor if f else s / free_sum * free_total for s, f in zip(out, fixed)]
+        below = [r for r in range(n) if not fixed[r] and out[r] < floor]
+        if not below:
+            break
+        for r in below:
+            fixed[r] = True
+    else:
+        out = [floor if f else s for s, f in zip(out, fixed)]
+    return out
+
+
+class LoadBalancer:
+    """Per-rank ray shares that move toward equal compute finish times.
+
+    Args:
+        world_size: number of ranks.
+        initial_shares: starting shares (> 0, length ``world_size``; normalised here), e.g. from
+            :func:`shares_from_capabilities`; None for equal shares.
+        every_n_steps: steps per balancing round (``parallel.balance_every``); 0 keeps the shares
+            static (:meth:`record` then only checks the times).
+        smoothing: weight in [0, 1) kept on the old shares at each round (0 jumps to the target).
+        min_share: floor of every share, in [0, 1/world_size]; default ``0.1 / world_size``.
+
+    Raises:
+        ConfigError: ``distributed.world_size`` < 1 or ``parallel.balance_every`` < 0.
+    """
+
+    def __init__(
+        self,
+        world_size: int,
+        *,
+        initial_shares: Sequence[float] | None = None,
+        every_n_steps: int = 0,
+        smoothing: float = DEFAULT_SMOOTHING,
+        min_share: float | None = None,
+    ) -> None:
+        self.world_size = _check_world_size(world_size)
+        if isinstance(every_n_steps, bool) or not isinstance(every_n_steps, int) or every_n_steps < 0:
+            raise ConfigError(
+                f"parallel.balance_every: expected an integer >= 0, got {every_n_steps!r}"
+            )
+        assert 0.0 <= smoothing < 1.0, smoothing
+        self.every_n_steps = every_n_steps
+        self.smoothing = float(smoothing)
+        self.min_share = (
+            DEFAULT_MIN_SHARE_FRACTION / world_size if min_share is None else float(min_share)
+        )
+        assert 0.0 <= self.min_share * world_size <= 1.0, self.min_share
+        if initial_shares is None:
+            initial_shares = [1.0] * world_size
+        assert len(initial_shares) == world_size, (len(initial_shares), world_size)
+        assert all(math.isfinite(s) and s > 0 for s in initial_shares), initial_shares
+        self._shares = _apply_floor([float(s) for s in initial_shares], self.min_share)
+        self._window_time_ms = [0.0] * world_size
+        self._window_steps = 0
+        self.rounds = 0
+        self.last_imbalance: float | None = None
+
+    @classmethod
+    def from_config(cls, cfg: TrainConfig, world_size: int) -> LoadBalancer:
+        """Static shares from ``distributed.gpu_capabilities``, rounds every
+        ``parallel.balance_every`` steps.
+
+        Raises:
+            ConfigError: as :func:`shares_from_capabilities`.
+        """
+        shares = shares_from_capabilities(cfg.distributed.gpu_capabilities, world_size)
+        return cls(world_size, initial_shares=shares, every_n_steps=cfg.parallel.balance_every)
+
+    @property
+    def shares(self) -> tuple[float, ...]:
+        """Current ray share of each rank (sum 1, each >= ``min_share``)."""
+        return tuple(self._shares)
+
+    def rays_per_rank(self, global_rays: int) -> list[int]:
+        """Rays each rank draws this step, summing exactly to ``global_rays`` (see
+        :func:`split_by_shares`). A rank may get 0 rays when ``global_rays`` is small."""
+        return split_by_shares(global_rays, self._shares)
+
+    def rays_for_rank(self, global_rays: int, rank: int) -> int:
+        """This rank's rays of ``global_rays`` (the same split on every rank)."""
+        assert 0 <= rank < self.world_size, (rank, self.world_size)
+        return self.rays_per_rank(global_rays)[rank]
+
+    def record(self, compute_times_ms: Sequence[float]) -> bool:
+        """Add one step's per-rank compute times; at the end of a round, move the shares.
+
+        Args:
+            compute_times_ms: ``world_size`` compute times of this step, ms, excluding time spent
+                waiting in collectives (e.g. from :func:`gather_compute_times`).
+
+        Returns:
+            True if this step ended a balancing round (shares may have changed).
+
+        Raises:
+            TrainingError: for a negative or non-finite time (names the rank and value).
+        """
+        assert len(compute_times_ms) == self.world_size, (len(compute_times_ms), self.world_size)
+        for rank, t in enumerate(compute_times_ms):
+            if not math.isfinite(t) or t < 0:
+                raise TrainingError(
+                    f"load balancer: rank {rank} reported compute time {t!r} ms "
+                    "(expected a finite value >= 0)"
+                )
+        if self.every_n_steps == 0:
+            return False
+        self._window_time_ms = [a + float(t) for a, t in zip(self._window_time_ms, compute_times_ms)]
+        self._window_steps += 1
+        if self._window_steps < self.every_n_steps:
+            return False
+        mean_ms = [t / self._window_steps for t in self._window_time_ms]
+        self.last_imbalance = imbalance(mean_ms)
+        self._shares = self.target_shares(mean_ms)
+        self._window_time_ms = [0.0] * self.world_size
+        self._window_steps = 0
+        self.rounds += 1
+        return True
+
+    def target_shares(self, mean_times_ms: Sequence[float]) -> list[float]:
+        """The shares after one round given each rank's mean compute time per step (ms).
+
+        ``share_r / time_r`` estimates rank r's throughput; ranks that reported 0 ms take the mean
+        throughput of the others (all equal if none reported time). Then smoothing and the floor
+        apply as in the module docstring. Pure: does not change the balancer.
+        """
+        speeds: list[float | None] = [
+            s / t if t > 0 else None for s, t in zip(self._shares, mean_times_ms)
+        ]
+        known = [v for v in speeds if v is not None]
+        fill = sum(known) / len(known) if known else 1.0
+        filled = [fill if v is None else v for v in speeds]
+        total = sum(filled)
+        target = [v / total for v in filled]
+        a = self.smoothing
+        mixed = [a * old + (1.0 - a) * new for old, new in zip(self._shares, target)]
+        return _apply_floor(mixed, self.min_share)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Plain data for snapshots: world size, shares, the open window, rounds done."""
+        return {
+            "world_size": self.world_size,
+            "shares": list(self._shares),
+            "window_time_ms": list(self._window_time_ms),
+            "window_steps": self._window_steps,
+            "rounds": self.rounds,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> bool:
+        """Restore from :meth:`state_dict`.
+
+        A state written with another world size (a resume on a different number of ranks) is
+        ignored: the current (initial) shares are kept, since per-rank shares do not carry over.
+
+        Returns:
+            True if the state was applied, False if it was for another world size.
+
+        Raises:
+            SnapshotError: for a malformed state (names the key and the value).
+        """
+        def bad(key: str, expected: str) -> SnapshotError:
+            value = repr(state.get(key))
+            return SnapshotError(f"load balancer state: {key}: expected {expected}, got {value[:80]}")
+
+        for key in ("world_size", "window_steps", "rounds"):
+            value = state.get(key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise bad(key, "an integer >= 0")
+        if state["world_size"] != self.world_size:
+            return False
+        n = self.world_size
+        for key in ("shares", "window_time_ms"):
+            value = state.get(key)
+            if (
+                not isinstance(value, (list, tuple))
+                or len(value) != n
+                or not all(isinstance(v, (int, float)) and math.isfinite(v) and v >= 0 for v in value)
+            ):
+                raise bad(key, f"a list of {n} finite numbers >= 0")
+        shares = [float(v) for v in state["shares"]]
+        if not math.isclose(sum(shares), 1.0, abs_tol=1e-6) or min(shares) <= 0:
+            raise bad("shares", "positive shares summing to 1")
+        self._shares = shares
+        self._window_time_ms = [float(v) for v in state["window_time_ms"]]
+        self._window_steps = int(state["window_steps"])
+        self.rounds = int(state["rounds"])
+        return True
+
+
+def gather_compute_times(local_time_ms: float, group: dist.ProcessGroup | None = None) -> list[float]:
+    """All-gather each rank's compute time (one small collective; a host sync on CUDA).
+
+    Args:
+        local_time_ms: this rank's compute time, ms (>= 0).
+        group: process group (default: the world).
+
+    Returns:
+        ``world_size`` times in rank order, identical on every rank.
+    """
+    device = collective_device(group)
+    world_size = dist.get_world_size(group)
+    local = torch.tensor([float(local_time_ms)], dtype=torch.float64, device=device)
+    gathered = [torch.empty_like(local) for _ in range(world_size)]
+    dist.all_gather(gathered, local, group=group)
+    return torch.cat(gathered).tolist()
+
+
+def assign_frames_lpt(
+    costs: Sequence[float], world_size: int, *, speeds: Sequence[float] | None = None
+) -> list[list[int]]:
+    """Assign frames to ranks by the greedy longest-processing-time rule (Graham 1969).
+
+    Frames are taken in decreasing cost (ties: lower index first) and each goes to the rank that
+    would finish it first, ``argmin_r (load_r + cost) / speed_r`` (ties: lower rank). With equal
+    speeds the makespan is at most ``(4/3 − 1/(3·world_size))`` times the optimum (Graham,
+    "Bounds on multiprocessing timing anomalies", SIAM J. Appl. Math. 17(2), 1969).
+
+    Args:
+        costs: per-frame cost >= 0 (e.g. pixels · (ε + :func:`image_complexity`)).
+        world_size: number of ranks.
+        speeds: relative rank speeds > 0 (e.g. the current shares); None for equal speeds.
+
+    Returns:
+        For each rank, its frame indices in increasing order (every frame exactly once).
+
+    Raises:
+        ConfigError: ``distributed.world_size`` < 1.
+    """
+    world_size = _check_world_size(world_size)
+    cost_array = np.asarray(costs, dtype=np.float64).reshape(-1)
+    assert np.isfinite(cost_array).all() and (cost_array >= 0).all(), "costs must be finite, >= 0"
+    speed_array = np.ones(world_size) if speeds is None else np.asarray(speeds, dtype=np.float64)
+    assert speed_array.shape == (world_size,) and (speed_array > 0).all(), speeds
+    order = np.argsort(-cost_array, kind="stable")
+    loads = np.zeros(world_size)
+    assignment: list[list[int]] = [[] for _ in range(world_size)]
+    for frame in order:  # one step per frame (not per ray): a few thousand at most
+        rank = int(np.argmin((loads + cost_array[frame]) / speed_array))
+        loads[rank] += cost_array[frame]
+        assignment[rank].append(int(frame))
+    return [sorted(frames) for frames in assignment]
+
+
+CANNY_THRESHOLDS = (100, 200)  # hysteresis thresholds on 8-bit gray (OpenCV tutorial values)
+
+
+def image_complexity(image: np.ndarray) -> float:
+    """Edge density of an image: the fraction of pixels on Canny edges (OpenCV ``cv2.Canny``).
+
+    Colour is converted to gray (ITU-R BT.601 luma, ``cv2.COLOR_RGB2GRAY``); an alpha channel is
+    ignored. Thresholds :data:`CANNY_THRESHOLDS` on the 8-bit gray image, L2 gradient magnitude.
+
+    Args:
+        image: ``[H, W]`` or ``[H, W, C]`` with C in {1, 3, 4}; ``uint8``, ``uint16`` (scaled by
+            1/257) or floating in [0, 1] (clipped, scaled by 255). H, W >= 1.
+
+    Returns:
+        Edge pixels / all pixels, in [0, 1]. 0 for a flat image.
+    """
+    assert isinstance(image, np.ndarray) and image.ndim in (2, 3) and image.size > 0, (
+        getattr(image, "shape", None)
+    )
+    if image.ndim == 3:
+        assert image.shape[2] in (1, 3, 4), image.shape
+        image = image[:, :, 0] if image.shape[2] == 1 else image[:, :, :3]
+    if image.dtype == np.uint8:
+        image8 = image
+    elif image.dtype == np.uint16:
+        image8 = (image.astype(np.float32) / 257.0).round().astype(np.uint8)
+    else:
+        assert np.issubdtype(image.dtype, np.floating), image.dtype
+        image8 = (np.clip(image.astype(np.float32), 0.0, 1.0) * 255.0).round().astype(np.uint8)
+    image8 = np.ascontiguousarray(image8)
+    gray = cv2.cvtColor(image8, cv2.COLOR_RGB2GRAY) if image8.ndim == 3 else image8
+    edges = cv2.Canny(gray, CANNY_THRESHOLDS[0], CANNY_THRESHOLDS[1], L2gradient=True)
+    return float(np.count_nonzero(edges)) / float(edges.size)

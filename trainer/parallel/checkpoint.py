@@ -1,0 +1,223 @@
+"""Sharded checkpoints of distributed runs (DESIGN.md §3 "Checkpoints and faults").
+
+One checkpoint is a folder ``RUN_DIR/checkpoints/step_<NNNNNNN>/`` (:meth:`RunDir.checkpoints_dir`)::
+
+    .metadata, __<r>_0.distcp   tensors, written by torch.distributed.checkpoint (DCP) from all
+                                ranks together; a key held by several ranks (replicated: the
+                                data-parallel model) is stored once, keys held by one rank (a
+                                subgrid box) are stored by that rank
+    rank<R>.pt                  per-rank plain state (random generator states), torch.save
+    meta.json                   step, world size, config, balancer and batch-size state (rank 0)
+    .complete                   empty marker, written last by rank 0 after every rank finished
+
+A checkpoint without ``.complete`` (a crash during the save) is never taken as newest
+(:func:`latest_checkpoint`). Tensors are stored by name, so a run may load them with another world
+size: each rank asks DCP for the keys it needs (:func:`load_tensors`).
+
+Every collective here (DCP's plan exchange, the barriers) runs on the default process group and is
+bounded by its timeout (``distributed.timeout_s``). Without an initialised process group (one
+process) everything works locally.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+
+from trainer.errors import SnapshotError
+from trainer.rundir import RunDir, atomic_write, atomic_write_text
+
+__all__ = [
+    "COMPLETE_MARKER",
+    "checkpoint_dir",
+    "checkpoint_keys",
+    "latest_checkpoint",
+    "list_checkpoints",
+    "load_meta",
+    "load_rank_state",
+    "load_tensors",
+    "prune_checkpoints",
+    "save_checkpoint",
+]
+
+COMPLETE_MARKER = ".complete"
+_STEP_DIR = re.compile(r"^step_(\d{7,})$")
+
+
+def _distributed() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def _barrier() -> None:
+    if _distributed():
+        dist.barrier()
+
+
+def checkpoint_dir(run_dir: RunDir, step: int) -> Path:
+    """``RUN_DIR/checkpoints/step_<step:07d>``."""
+    return run_dir.checkpoints_dir / f"step_{step:07d}"
+
+
+def list_checkpoints(checkpoints_dir: Path) -> list[tuple[int, Path]]:
+    """Complete checkpoints ``(step, folder)`` under ``checkpoints_dir``, oldest first.
+
+    Folders without the :data:`COMPLETE_MARKER` (half-written) are left out.
+    """
+    checkpoints_dir = Path(checkpoints_dir)
+    if not checkpoints_dir.is_dir():
+        return []
+    found = []
+    for p in checkpoints_dir.iterdir():
+        m = _STEP_DIR.match(p.name)
+        if m and p.is_dir() and (p / COMPLETE_MARKER).is_file():
+            found.append((int(m.group(1)), p))
+    return sorted(found)
+
+
+def latest_checkpoint(path: Path) -> Path | None:
+    """The newest complete checkpoint reachable from ``path``.
+
+    Args:
+        path: a checkpoint folder (returned if complete), a ``checkpoints`` folder, or a run
+            directory.
+
+    Returns:
+        The folder, or None when there is no complete checkpoint.
+    """
+    path = Path(path)
+    if (path / COMPLETE_MARKER).is_file():
+        return path
+    for folder in (path / "checkpoints", path):
+        found = list_checkpoints(folder)
+        if found:
+            return found[-1][1]
+    return None
+
+
+def prune_checkpoints(checkpoints_dir: Path, keep: int) -> list[Path]:
+    """Delete all but the newest ``keep`` complete checkpoints, and half-written folders older
+    than the newest complete one. Call on one rank only.
+
+    Returns:
+        The folders removed.
+    """
+    assert keep >= 1, keep
+    complete = list_checkpoints(checkpoints_dir)
+    removed = [p for _, p in complete[:-keep]]
+    if complete:
+        newest = complete[-1][0]
+        for p in Path(checkpoints_dir).iterdir():
+            m = _STEP_DIR.match(p.name)
+            if m and int(m.group(1)) < newest and not (p / COMPLETE_MARKER).is_file():
+                removed.append(p)
+    for p in removed:
+        shutil.rmtree(p, ignore_errors=True)
+    return removed
+
+
+def save_checkpoint(
+    folder: Path,
+    tensors: dict[str, torch.Tensor],
+    rank_state: dict[str, Any],
+    meta: dict[str, Any],
+    *,
+    rank: int,
+) -> Path:
+    """Write one checkpoint; a collective when a process group is initialised (every rank calls it).
+
+    Order: rank 0 clears a stale folder of the same name (left by a crash) → barrier → DCP save of
+    ``tensors`` (all ranks) → each rank writes ``rank<R>.pt`` atomically → barrier → rank 0 writes
+    ``meta.json`` and then the ``.complete`` marker.
+
+    Args:
+        folder: the checkpoint folder (:func:`checkpoint_dir`).
+        tensors: name → tensor of this rank. Identical names on several ranks must hold identical
+            values (stored once).
+        rank_state: this rank's plain state (tensors, numbers, strings; ``weights_only`` loadable).
+        meta: JSON-serialisable run state, taken from rank 0.
+        rank: this process's rank.
+
+    Returns:
+        ``folder``.
+    """
+    folder = Path(folder)
+    if rank == 0 and folder.exists():
+        shutil.rmtree(folder)
+    _barrier()
+    folder.mkdir(parents=True, exist_ok=True)
+    dcp.save(tensors, checkpoint_id=str(folder))
+    atomic_write(folder / f"rank{rank}.pt", lambda f: torch.save(rank_state, f))
+    _barrier()
+    if rank == 0:
+        atomic_write_text(folder / "meta.json", json.dumps(meta, indent=2) + "\n")
+        atomic_write_text(folder / COMPLETE_MARKER, "")
+    return folder
+
+
+def _require_complete(folder: Path) -> Path:
+    folder = Path(folder)
+    if not (folder / COMPLETE_MARKER).is_file():
+        raise SnapshotError(f"{folder}: not a complete checkpoint (no {COMPLETE_MARKER} marker)")
+    return folder
+
+
+def load_meta(folder: Path) -> dict[str, Any]:
+    """``meta.json`` of a complete checkpoint.
+
+    Raises:
+        SnapshotError: the folder is not a complete checkpoint or ``meta.json`` is unreadable.
+    """
+    folder = _require_complete(folder)
+    try:
+        return json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise SnapshotError(f"{folder / 'meta.json'}: unreadable checkpoint metadata ({exc})") from None
+
+
+def checkpoint_keys(folder: Path) -> set[str]:
+    """Names of the tensors stored in a checkpoint (read from DCP's ``.metadata``)."""
+    folder = _require_complete(folder)
+    metadata = dcp.FileSystemReader(str(folder)).read_metadata()
+    return set(metadata.state_dict_metadata)
+
+
+def load_tensors(folder: Path, tensors: dict[str, torch.Tensor]) -> None:
+    """Fill ``tensors`` (name → preallocated tensor of the right shape) in place from a checkpoint.
+
+    A collective when a process group is initialised: every rank calls it, each with the names it
+    needs (possibly different sets, e.g. the boxes it owns).
+
+    Raises:
+        SnapshotError: a name is not in the checkpoint, or a shape differs (names the entry).
+    """
+    folder = _require_complete(folder)
+    stored = dcp.FileSystemReader(str(folder)).read_metadata().state_dict_metadata
+    for name, tensor in tensors.items():
+        meta = stored.get(name)
+        if meta is None:
+            raise SnapshotError(f"{folder}: checkpoint has no entry '{name}' (written with another config?)")
+        size = tuple(getattr(meta, "size", ()))
+        if size != tuple(tensor.shape):
+            raise SnapshotError(
+                f"{folder}: entry '{name}' has shape {list(size)} in the checkpoint but "
+                f"{list(tensor.shape)} in this config (written with another config?)"
+            )
+    dcp.load(tensors, checkpoint_id=str(folder))
+
+
+def load_rank_state(folder: Path, rank: int) -> dict[str, Any] | None:
+    """``rank<R>.pt`` of a complete checkpoint, or None when that rank did not exist then."""
+    path = _require_complete(folder) / f"rank{rank}.pt"
+    if not path.is_file():
+        return None
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - any unpickling failure is a corrupt file
+        raise SnapshotError(f"{path}: unreadable rank state ({type(exc).__name__}: {exc})") from None

@@ -1,0 +1,532 @@
+"""Distributed training: the data-parallel trainer and what it shares with the subgrid trainer
+(DESIGN.md §3). The subgrid trainer is in :mod:`trainer.parallel.subgrid_train`.
+
+Data parallel (``parallel.mode = "data"``), one step on every rank r::
+
+    occupancy update (every training.occupancy_update_every steps): cells and points drawn from
+        a generator seeded identically on all ranks; σ all-reduced with MAX, so the grid stays
+        identical on every rank (the EMA max-update of identical grids with identical new values)
+    R = global rays (adapted: global samples → training.target_samples_per_step × world size,
+        weak scaling: the target is per GPU)
+    n_r = LoadBalancer split of R (the same on every rank, no communication)
+    rays of rank r: its own sampler, seeded training.seed + r; jitter/background from a per-rank
+        generator (seed + r)
+    loss_r = Σ_{rays of r} ℓ / (3 R)               (global normaliser, see grad_sync's contract)
+    backward; GradientSynchronizer sums gradients (bucket_mib, compression, overlap_comm)
+    Adam step (skipped on every rank alike when no rank had samples)
+    all-gather of [rays, samples, compute ms, loss sum, squared-error sum] per rank: global
+        batch sizing, the global loss, balancing (every parallel.balance_every steps)
+
+A rank with zero rays or zero samples still takes part in every collective.
+
+Compute time of a step (for balancing and ``imbalance``) is the wall clock of the step without
+the occupancy update (which waits in an all-reduce) and without the gradient-sync wait; on CUDA the
+device is synchronised before each reading.
+
+Metrics: every rank writes ``metrics.rank<R>.jsonl`` (its own rays and samples); rank 0 writes
+``metrics.jsonl`` with the global throughput (sums over ranks). ``loss`` and ``train_psnr_db`` are
+global on every rank. Evaluation and renders run on rank 0; the others wait at a barrier.
+
+Checkpoints (:mod:`trainer.parallel.checkpoint`) replace the single-process snapshots: every
+``training.snapshot_every`` steps (``--checkpoint-every``) and at the end of the CLI run.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from trainer.config import TrainConfig, config_to_dict
+from trainer.data import Scene
+from trainer.data.images import PixelTable
+from trainer.data.sampler import RayBatch
+from trainer.errors import ConfigError, SnapshotError, TrainingError
+from trainer.parallel import checkpoint as ckpt
+from trainer.parallel.balance import LoadBalancer, imbalance, shares_from_capabilities
+from trainer.parallel.grad_sync import GradientSynchronizer, allreduce_bandwidth_gb_per_s, collective_device
+from trainer.rundir import RunDir
+from trainer.train.loop import RAY_GRANULARITY, StepStats, Trainer, _autocast, photometric_loss
+from trainer.render.volrend import composite
+
+__all__ = [
+    "CHECKPOINT_FORMAT",
+    "DataParallelTrainer",
+    "DistributedTrainerBase",
+    "GRID_SEED_OFFSET",
+    "build_distributed_trainer",
+    "validate_parallel_config",
+]
+
+CHECKPOINT_FORMAT = "ngptune-dist-checkpoint"
+CHECKPOINT_VERSION = 1
+GRID_SEED_OFFSET = 0x5EED  # occupancy-grid generator seed = training.seed + this (all ranks)
+DEFAULT_KEEP_CHECKPOINTS = 3
+_ADAM_KEYS = ("exp_avg", "exp_avg_sq", "step")
+
+
+def _rank_and_world() -> tuple[int, int]:
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def validate_parallel_config(cfg: TrainConfig, world_size: int) -> None:
+    """Check the ``parallel``/``distributed`` blocks against the actual world size.
+
+    Raises:
+        ConfigError: ``distributed.world_size`` differs from ``world_size``;
+            ``parallel.num_subgrids`` < ``world_size`` in subgrid mode;
+            ``distributed.gpu_capabilities[i].rank`` >= ``world_size`` (each names key and value).
+    """
+    configured = cfg.distributed.world_size
+    if configured is not None and configured != world_size:
+        raise ConfigError(
+            f"distributed.world_size: config says {configured} but {world_size} process"
+            f"{'es' if world_size != 1 else ''} were started"
+        )
+    if cfg.parallel.mode == "subgrid" and cfg.parallel.num_subgrids < world_size:
+        raise ConfigError(
+            f"parallel.num_subgrids: expected at least one box per rank (>= world size "
+            f"{world_size}) in subgrid mode, got {cfg.parallel.num_subgrids}"
+        )
+    shares_from_capabilities(cfg.distributed.gpu_capabilities, world_size)
+
+
+class DistributedTrainerBase(Trainer):
+    """What the data-parallel and subgrid trainers share: rank/world size from the initialised
+    process group (rank 0 of 1 without one), the shared occupancy-grid generator, global metrics,
+    rank-0 evaluation hooks and sharded checkpoints.
+
+    Args: as :class:`~trainer.train.loop.Trainer`; the process group must be initialised first
+    (:func:`trainer.parallel.dist_env.init_distributed`) when there are several ranks.
+
+    Raises:
+        ConfigError: as :func:`validate_parallel_config`, and as the base trainer.
+    """
+
+    mode = ""
+
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        scene: Scene,
+        run_dir: RunDir | None = None,
+        pixel_table: PixelTable | None = None,
+    ) -> None:
+        self.rank, self.world_size = _rank_and_world()
+        validate_parallel_config(cfg, self.world_size)
+        super().__init__(cfg, scene, run_dir, pixel_table)
+        self.grid_generator = torch.Generator(device=self.device)
+        self.grid_generator.manual_seed(cfg.training.seed + GRID_SEED_OFFSET)
+        self.keep_checkpoints = DEFAULT_KEEP_CHECKPOINTS
+        self._acc = self._new_accumulators()
+
+    # ------------------------------------------------------------------ collectives
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+    def _comm_device(self) -> torch.device:
+        return collective_device() if self.distributed else torch.device("cpu")
+
+    def _all_gather_rows(self, values: list[float]) -> torch.Tensor:
+        """[world_size, len(values)] float64 on the CPU: every rank's ``values`` in rank order."""
+        local = torch.tensor(values, dtype=torch.float64, device=self._comm_device())
+        if not self.distributed:
+            return local.unsqueeze(0).cpu()
+        rows = [torch.empty_like(local) for _ in range(self.world_size)]
+        dist.all_gather(rows, local)
+        return torch.stack(rows).cpu()
+
+    def _all_reduce_(self, tensor: torch.Tensor, op: dist.ReduceOp.RedOpType) -> torch.Tensor:
+        if self.distributed:
+            dist.all_reduce(tensor, op=op)
+        return tensor
+
+    def _barrier(self) -> None:
+        if self.distributed:
+            dist.barrier()
+
+    def _time_budget_spent(self, time_budget_s: float) -> bool:
+        """All ranks stop together: the slowest rank's training time decides."""
+        spent = torch.tensor([self.train_time_s], dtype=torch.float64, device=self._comm_device())
+        return float(self._all_reduce_(spent, dist.ReduceOp.MAX)) >= time_budget_s
+
+    def _synchronize(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    # ------------------------------------------------------------------ metrics
+    @staticmethod
+    def _new_accumulators() -> dict[str, float]:
+        return {"global_rays": 0.0, "global_samples": 0.0, "imbalance": 0.0, "comm_bytes": 0.0, "steps": 0.0}
+
+    def _account(self, rows: torch.Tensor, comm_bytes: int = 0) -> list[float]:
+        """Add one step's gathered rows (columns: rays, samples, compute ms, ...) to the interval."""
+        times = rows[:, 2].tolist()
+        self._acc["global_rays"] += float(rows[:, 0].sum())
+        self._acc["global_samples"] += float(rows[:, 1].sum())
+        self._acc["imbalance"] += imbalance(times)
+        self._acc["comm_bytes"] += comm_bytes
+        self._acc["steps"] += 1
+        return times
+
+    def _interval_record(self, interval: dict, loss_sum: torch.Tensor, mse_sum: torch.Tensor) -> dict[str, Any]:
+        elapsed_s = max(time.perf_counter() - interval["t0"], 1e-9)
+        record = super()._interval_record(interval, loss_sum, mse_sum)
+        acc, self._acc = self._acc, self._new_accumulators()
+        steps = max(acc["steps"], 1.0)
+        record.update(rank=self.rank, world_size=self.world_size, imbalance=acc["imbalance"] / steps)
+        if self.rank == 0:  # metrics.jsonl: the job's throughput
+            record.update(
+                rays_per_step=acc["global_rays"] / steps,
+                samples_per_step=acc["global_samples"] / steps,
+                rays_per_s=acc["global_rays"] / elapsed_s,
+                throughput_samples_per_s=acc["global_samples"] / elapsed_s,
+            )
+        return record
+
+    def _broadcast_result(self, result: dict[str, Any] | None) -> dict[str, Any]:
+        if not self.distributed:
+            return result or {}
+        box = [result]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    # ------------------------------------------------------------------ checkpoints
+    def named_model_tensors(self) -> dict[str, torch.Tensor]:
+        """Checkpoint names → this rank's model tensors (live, so loading fills them in place)."""
+        raise NotImplementedError
+
+    def named_parameters_for_optimizer(self) -> dict[str, torch.nn.Parameter]:
+        """Checkpoint names (without the ``optimizer.`` prefix) → this rank's trained parameters."""
+        raise NotImplementedError
+
+    def _checkpoint_meta(self) -> dict[str, Any]:
+        return {
+            "format": CHECKPOINT_FORMAT,
+            "version": CHECKPOINT_VERSION,
+            "mode": self.mode,
+            "step": self.step,
+            "world_size": self.world_size,
+            "config": config_to_dict(self.cfg),
+            "scaler": self.scaler.state_dict(),
+            "trainer_state": {
+                "n_rays": self.n_rays,
+                "samples_per_ray_ema": self.samples_per_ray_ema,
+                "train_time_s": self.train_time_s,
+            },
+        }
+
+    def _rank_state(self) -> dict[str, Any]:
+        state: dict[str, Any] = {
+            "torch_cpu": torch.get_rng_state(),
+            "generator": self.generator.get_state(),
+            "grid_generator": self.grid_generator.get_state(),
+        }
+        if self.device.type == "cuda":
+            state["torch_cuda"] = torch.cuda.get_rng_state(self.device)
+        for name, value in self.sampler.rng_state().items():
+            state[f"sampler_{name}"] = value
+        return state
+
+    def checkpoint_tensors(self) -> dict[str, torch.Tensor]:
+        """Everything tensor-valued a checkpoint holds for this rank: ``model``/``boxes`` entries,
+        ``optimizer.<param>.<exp_avg|exp_avg_sq|step>`` (Adam, by parameter name, so they re-map
+        to any rank that holds the parameter) and ``occupancy.<density|bitfield>``."""
+        tensors = dict(self.named_model_tensors())
+        for name, p in self.named_parameters_for_optimizer().items():
+            state = self.optimizer.state.get(p, {})
+            for key in _ADAM_KEYS:
+                if key in state:
+                    tensors[f"optimizer.{name}.{key}"] = state[key]
+        for name, buf in self.grid.state_dict().items():
+            tensors[f"occupancy.{name}"] = buf
+        return tensors
+
+    def save_checkpoint(self, folder: Path | None = None) -> Path:
+        """Write a sharded checkpoint (collective; see :mod:`trainer.parallel.checkpoint`) and
+        keep the newest ``keep_checkpoints``. Default folder: ``checkpoints/step_<N>``.
+
+        Raises:
+            SnapshotError: with neither ``folder`` nor a run directory.
+        """
+        if folder is None:
+            if self.run_dir is None:
+                raise SnapshotError("save_checkpoint: no folder given and the trainer has no run directory")
+            folder = ckpt.checkpoint_dir(self.run_dir, self.step)
+        path = ckpt.save_checkpoint(folder, self.checkpoint_tensors(), self._rank_state(), self._checkpoint_meta(), rank=self.rank)
+        if self.rank == 0:
+            ckpt.prune_checkpoints(Path(folder).parent, self.keep_checkpoints)
+        return path
+
+    def _periodic_save(self) -> None:
+        self.save_checkpoint()
+
+    def load_checkpoint(self, path: Path) -> Path:
+        """Resume from the newest complete checkpoint at ``path`` (a checkpoint folder, a
+        ``checkpoints`` folder or a run directory); collective. Works with another world size:
+        every rank loads the tensors it holds now; per-rank random states of ranks that did not
+        exist are left freshly seeded; load-balancer shares of another world size are reset.
+
+        Returns:
+            The checkpoint folder used.
+
+        Raises:
+            SnapshotError: no complete checkpoint; another mode; a missing entry or another shape.
+        """
+        folder = ckpt.latest_checkpoint(Path(path))
+        if folder is None:
+            raise SnapshotError(f"{path}: no complete checkpoint found")
+        meta = ckpt.load_meta(folder)
+        if meta.get("format") != CHECKPOINT_FORMAT or meta.get("version") != CHECKPOINT_VERSION:
+            raise SnapshotError(f"{folder}: not an ngptune distributed checkpoint of version {CHECKPOINT_VERSION}")
+        if meta["mode"] != self.mode:
+            raise SnapshotError(
+                f"{folder}: checkpoint of parallel.mode {meta['mode']!r}, this run uses {self.mode!r}"
+            )
+        self._check_meta(folder, meta)
+        stored = ckpt.checkpoint_keys(folder)
+        for name, p in self.named_parameters_for_optimizer().items():
+            if f"optimizer.{name}.step" in stored and p not in self.optimizer.state:
+                self.optimizer.state[p] = {
+                    "step": torch.zeros((), dtype=torch.float32),
+                    "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
+                    "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format),
+                }
+        wanted = {k: v for k, v in self.checkpoint_tensors().items() if not k.startswith("optimizer.") or k in stored}
+        ckpt.load_tensors(folder, wanted)
+        self._load_rank_state(folder, int(meta["world_size"]))
+        self.scaler.load_state_dict(meta["scaler"])
+        state = meta["trainer_state"]
+        self.step = int(meta["step"])
+        self.n_rays = int(state["n_rays"])
+        ema = state["samples_per_ray_ema"]
+        self.samples_per_ray_ema = None if ema is None else float(ema)
+        self.train_time_s = float(state["train_time_s"])
+        self._after_load(meta)
+        return folder
+
+    def _check_meta(self, folder: Path, meta: dict[str, Any]) -> None:
+        """Mode-specific checks of a checkpoint's metadata before loading."""
+
+    def _after_load(self, meta: dict[str, Any]) -> None:
+        """Mode-specific state restored after the tensors."""
+
+    def _rank_state_source(self, saved_world_size: int) -> int | None:
+        """Which rank's ``rank<R>.pt`` this rank restores its random states from."""
+        return self.rank if self.rank < saved_world_size else None
+
+    def _load_rank_state(self, folder: Path, saved_world_size: int) -> None:
+        source = self._rank_state_source(saved_world_size)
+        shared = ckpt.load_rank_state(folder, 0)
+        if shared is not None:
+            self.grid_generator.set_state(shared["grid_generator"])
+        state = None if source is None else ckpt.load_rank_state(folder, source)
+        if state is None:
+            return
+        torch.set_rng_state(state["torch_cpu"])
+        self.generator.set_state(state["generator"])
+        if "torch_cuda" in state and self.device.type == "cuda":
+            torch.cuda.set_rng_state(state["torch_cuda"], self.device)
+        self.sampler.set_rng_state({k[len("sampler_"):]: v for k, v in state.items() if k.startswith("sampler_")})
+
+    def save(self, path: Path) -> Path:
+        """``--save-snapshot`` in a distributed run writes a sharded checkpoint folder."""
+        return self.save_checkpoint(Path(path))
+
+
+class DataParallelTrainer(DistributedTrainerBase):
+    """Data-parallel instant-NGP trainer (``parallel.mode = "data"``; module docstring).
+
+    Every rank holds the whole field; rank r trains on its share of the global rays and the
+    gradients are summed. With one process (no process group) it is a plain trainer with the
+    global-batch rules, used as the single-process reference in tests.
+
+    Attributes:
+        balancer: the :class:`LoadBalancer` (ray shares).
+        grad_sync: the :class:`GradientSynchronizer`, None with one process.
+    """
+
+    mode = "data"
+
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        scene: Scene,
+        run_dir: RunDir | None = None,
+        pixel_table: PixelTable | None = None,
+    ) -> None:
+        super().__init__(cfg, scene, run_dir, pixel_table)
+        self.generator.manual_seed(cfg.training.seed + self.rank)
+        self.balancer = LoadBalancer.from_config(cfg, self.world_size)
+        self.grad_sync: GradientSynchronizer | None = None
+        if self.distributed:
+            p = cfg.parallel
+            self.grad_sync = GradientSynchronizer(
+                list(self.field.parameters()), bucket_mib=p.bucket_mib, compression=p.compression, overlap=p.overlap_comm
+            )
+
+    def sampler_seed(self) -> int:
+        return self.cfg.training.seed + self.rank
+
+    def named_model_tensors(self) -> dict[str, torch.Tensor]:
+        return {f"model.{k}": v for k, v in self.field.state_dict().items()}
+
+    def named_parameters_for_optimizer(self) -> dict[str, torch.nn.Parameter]:
+        return {f"model.{k}": p for k, p in self.field.named_parameters()}
+
+    def _density_for_grid(self, positions: torch.Tensor) -> torch.Tensor:
+        sigma = super()._density_for_grid(positions).contiguous()
+        if self.distributed:
+            on_comm = sigma.to(self._comm_device())
+            dist.all_reduce(on_comm, op=dist.ReduceOp.MAX)
+            sigma = on_comm.to(sigma.device)
+        return sigma
+
+    def _empty_batch(self) -> RayBatch:
+        z3 = torch.zeros(0, 3, device=self.device)
+        return RayBatch(z3, z3.clone(), z3.clone(), torch.zeros(0, 1, device=self.device),
+                        torch.zeros(0, dtype=torch.long, device=self.device))
+
+    def draw_batch(self, n_rays: int) -> RayBatch:
+        """This rank's rays of the step (``n_rays`` may be 0: an empty batch)."""
+        return self.sampler.sample(n_rays) if n_rays > 0 else self._empty_batch()
+
+    def train_step(self) -> tuple[StepStats, torch.Tensor, torch.Tensor]:
+        """One data-parallel step (collective). Returns this rank's stats and the *global* loss and
+        MSE (identical on every rank).
+
+        Raises:
+            TrainingError: on every rank, when after the occupancy warm-up no rank had a sample.
+        """
+        t = self.cfg.training
+        timer = self.timer
+        if self.step % t.occupancy_update_every == 0:
+            with timer.phase("occupancy_update"):
+                self.grid.update(self.step, self._density_for_grid, warmup_steps=t.occupancy_warmup_steps,
+                                 generator=self.grid_generator)
+        t0 = time.perf_counter()
+        global_rays = self.n_rays
+        n_local = self.balancer.rays_for_rank(global_rays, self.rank)
+        with timer.phase("data"):
+            batch = self.draw_batch(n_local)
+            assert batch.rays_o.shape[0] == n_local, "a batch must hold the rays the balancer gave this rank"
+            if self.random_background:
+                background = torch.rand(n_local, 3, device=self.device, generator=self.generator)
+            else:
+                background = self.fixed_background.expand(n_local, 3)
+            target = batch.rgb * batch.alpha + background * (1.0 - batch.alpha)
+        with timer.phase("march"):
+            samples = self.march(batch.rays_o, batch.rays_d, jitter=True)
+            n_samples = int(samples.ray_indices.shape[0])
+        self.optimizer.zero_grad(set_to_none=True)
+        loss_sum = torch.zeros((), device=self.device)
+        sq_err_sum = torch.zeros((), device=self.device)
+        if n_samples > 0:
+            with timer.phase("field_forward"), _autocast(self.device, t.precision):
+                sigmas, rgbs = self.field(samples.positions, samples.directions)
+            with timer.phase("render"):
+                rgb, _, _, _ = composite(sigmas.float(), rgbs.float(), samples.dt, samples.ray_indices, n_local, background)
+                loss_sum = photometric_loss(rgb, target, self.cfg)
+                sq_err_sum = ((rgb.detach() - target) ** 2).sum()
+            with timer.phase("backward"):
+                self.scaler.scale(loss_sum / (3 * global_rays)).backward()
+        self._synchronize()
+        compute_ms = (time.perf_counter() - t0) * 1e3
+        comm_bytes = 0
+        any_grad = n_samples > 0
+        if self.grad_sync is not None:
+            with timer.phase("comm"):
+                any_grad = self.grad_sync.finish()
+            comm_bytes = int(self.grad_sync.stats()["bytes"])
+        t1 = time.perf_counter()
+        skipped = not any_grad
+        if any_grad:
+            with timer.phase("optimizer"):
+                self._set_learning_rate()
+                scale_before = self.scaler.get_scale() if self.scaler.is_enabled() else 1.0
+                self.scaler.step(self.optimizer)
+                self.scaler.update()
+                skipped = self.scaler.is_enabled() and self.scaler.get_scale() < scale_before
+        self._synchronize()
+        compute_ms += (time.perf_counter() - t1) * 1e3
+        with timer.phase("balance"):
+            rows = self._all_gather_rows([n_local, n_samples, compute_ms, float(loss_sum.detach()), float(sq_err_sum)])
+            times = self._account(rows, comm_bytes)
+            self.balancer.record(times)
+        global_samples = int(rows[:, 1].sum())
+        denominator = 3.0 * max(global_rays, 1)
+        loss = torch.tensor(float(rows[:, 3].sum()) / denominator)
+        mse = torch.tensor(float(rows[:, 4].sum()) / denominator)
+        if global_samples == 0 and self.step >= t.occupancy_warmup_steps:
+            raise TrainingError(
+                f"no ray sample of any rank hit an occupied cell at step {self.step} (after the "
+                f"occupancy warm-up of {t.occupancy_warmup_steps} steps; occupied fraction "
+                f"{self.grid.occupancy_fraction():.3g})"
+            )
+        self.step += 1
+        if global_samples > 0:
+            self._resize_global_batch(global_rays, global_samples)
+        return StepStats(n_local, n_samples, skipped=skipped), loss, mse
+
+    def _resize_global_batch(self, global_rays: int, global_samples: int) -> None:
+        """instant-ngp's batch rule on global counts: rays → ``target_samples_per_step × world
+        size`` / (EMA of samples per ray), a multiple of 64, at most ``max_rays_per_step × world
+        size`` (weak scaling: both limits are per GPU)."""
+        t = self.cfg.training
+        per_ray = global_samples / max(global_rays, 1)
+        ema = self.samples_per_ray_ema
+        self.samples_per_ray_ema = per_ray if ema is None else 0.9 * ema + 0.1 * per_ray
+        wanted = t.target_samples_per_step * self.world_size / max(self.samples_per_ray_ema, 1e-3)
+        wanted = int(math.ceil(wanted / RAY_GRANULARITY)) * RAY_GRANULARITY
+        self.n_rays = max(RAY_GRANULARITY, min(int(t.max_rays_per_step) * self.world_size, wanted))
+
+    def _interval_record(self, interval: dict, loss_sum: torch.Tensor, mse_sum: torch.Tensor) -> dict[str, Any]:
+        steps = max(self._acc["steps"], 1.0)
+        comm_bytes = self._acc["comm_bytes"] / steps
+        record = super()._interval_record(interval, loss_sum, mse_sum)
+        record["ray_share"] = self.balancer.shares[self.rank]
+        if self.grad_sync is not None:
+            record["comm_bytes_per_step"] = comm_bytes
+            comm_ms = record.get("comm_ms", 0.0)
+            if comm_ms > 0:
+                record["comm_busbw_gb_per_s"] = allreduce_bandwidth_gb_per_s(int(comm_bytes), comm_ms, self.world_size)[1]
+        return record
+
+    def evaluate(self, split: str | None = None, max_images: int | None = None, save_renders: bool = True) -> dict[str, Any]:
+        """Evaluate on rank 0 (the fields are identical); other ranks wait at a barrier and get
+        rank 0's result (collective)."""
+        result = super().evaluate(split, max_images, save_renders) if self.rank == 0 else None
+        self._barrier()
+        return self._broadcast_result(result)
+
+    def _checkpoint_meta(self) -> dict[str, Any]:
+        meta = super()._checkpoint_meta()
+        meta["balancer"] = self.balancer.state_dict()
+        return meta
+
+    def _after_load(self, meta: dict[str, Any]) -> None:
+        self.balancer.load_state_dict(meta["balancer"])
+
+    def close(self) -> None:
+        if self.grad_sync is not None:
+            self.grad_sync.close()
+        super().close()
+
+
+def build_distributed_trainer(
+    cfg: TrainConfig, scene: Scene, run_dir: RunDir | None = None, pixel_table: PixelTable | None = None
+) -> DistributedTrainerBase:
+    """The trainer for ``parallel.mode``: :class:`DataParallelTrainer` or
+    :class:`~trainer.parallel.subgrid_train.SubgridTrainer` (process group already initialised)."""
+    if cfg.parallel.mode == "subgrid":
+        from trainer.parallel.subgrid_train import SubgridTrainer
+
+        return SubgridTrainer(cfg, scene, run_dir, pixel_table)
+    return DataParallelTrainer(cfg, scene, run_dir, pixel_table)
