@@ -34,10 +34,52 @@ def _cmd_demo_scene(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_train(args: argparse.Namespace) -> int:
-    from trainer.cli import train_command
+LAUNCH_FLAGS = ("--nproc-per-node", "--nnodes", "--node-rank", "--rdzv-endpoint", "--max-restarts")
 
-    return train_command(args)
+
+def worker_argv(train_argv: list[str]) -> list[str]:
+    """The training flags of ``ngptune train ...`` without the launcher flags (each takes one
+    value, as ``--flag V`` or ``--flag=V``), for the workers' ``python -m trainer``."""
+    out, skip = [], False
+    for item in train_argv:
+        if skip:
+            skip = False
+        elif item in LAUNCH_FLAGS:
+            skip = True
+        elif not item.startswith(tuple(f + "=" for f in LAUNCH_FLAGS)):
+            out.append(item)
+    return out
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    """``ngptune train``: one process, or ``--nproc-per-node N`` workers through the elastic
+    launcher (:func:`trainer.parallel.launch.launch_workers`) running ``python -m trainer`` with
+    the same training flags and one shared run directory."""
+    from trainer.cli import default_run_dir, resolve_config, scene_path_of, train_command
+
+    if args.nproc_per_node is None:
+        return train_command(args)
+    from trainer.parallel.launch import launch_workers
+
+    cfg = resolve_config(args)
+    argv = worker_argv(args.train_argv)
+    out = args.out
+    if out is None:
+        out = default_run_dir(scene_path_of(cfg))
+        argv += ["--out", str(out)]
+    launch_workers(
+        ["-m", "trainer", *argv],
+        args.nproc_per_node,
+        nnodes=args.nnodes,
+        node_rank=args.node_rank,
+        rdzv_endpoint=args.rdzv_endpoint,
+        max_restarts=args.max_restarts,
+        master_port=cfg.distributed.master_port,
+        timeout_s=cfg.distributed.timeout_s,
+        run_dir=Path(out),
+    )
+    print(json.dumps({"state": "completed", "run_dir": str(out), "nproc_per_node": args.nproc_per_node}))
+    return 0
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -71,8 +113,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resolution", type=int, default=64)
     p.set_defaults(func=_cmd_demo_scene)
 
-    p = sub.add_parser("train", help="train an instant-NGP NeRF")
+    p = sub.add_parser("train", help="train an instant-NGP NeRF (one process, or --nproc-per-node ranks)")
     add_train_arguments(p)
+    p.add_argument("--nproc-per-node", type=int, default=None, help="start N ranks on this node (elastic launcher)")
+    p.add_argument("--nnodes", type=int, default=1, help="nodes in the job")
+    p.add_argument("--node-rank", type=int, default=0, help="this node's index (node 0 hosts the rendezvous)")
+    p.add_argument("--rdzv-endpoint", default=None, help="HOST:PORT of node 0's rendezvous store (several nodes)")
+    p.add_argument("--max-restarts", type=int, default=0, help="restart the worker group up to K times; workers resume from the newest checkpoint")
     p.set_defaults(func=_cmd_train)
 
     p = sub.add_parser("demo", help="the main job on the built-in demo scene")
@@ -84,7 +131,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    raw = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(raw)
+    if args.command == "train":
+        args.train_argv = raw[raw.index("train") + 1 :]
     try:
         return int(args.func(args))
     except NgptuneError as exc:

@@ -1,4 +1,12 @@
-"""Command line of the trainer: ``python -m trainer`` and ``ngptune train`` (single process).
+"""Command line of the trainer: ``python -m trainer`` and ``ngptune train``.
+
+Distributed-aware: when the launcher's environment (torchrun / torch elastic / ``ngptune train
+--nproc-per-node``, or SLURM) reports several ranks, or ``--resume`` names a folder of sharded
+checkpoints, the process joins the process group and trains with
+:func:`trainer.parallel.trainer.build_distributed_trainer` (data parallel or subgrid). All ranks
+share one run directory (``--out``, required with several ranks). Workers restarted by the elastic
+agent (``TORCHELASTIC_RESTART_COUNT`` > 0) resume from the newest complete checkpoint of the run
+directory.
 
 Flags instant-ngp users know are accepted as aliases: ``--scene``, ``--network``, ``--n_steps``,
 ``--save_snapshot``, ``--load_snapshot``.
@@ -32,7 +40,9 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--downscale", type=int, default=None, help="shrink images by this integer factor")
     parser.add_argument("--save-snapshot", "--save_snapshot", dest="save_snapshot", type=Path, default=None, help="write a snapshot here at the end")
     parser.add_argument("--resume", "--load_snapshot", dest="resume", type=Path, default=None, help="continue from this snapshot")
-    parser.add_argument("--snapshot-every", type=int, default=None, help="write a snapshot into the run directory every N steps")
+    parser.add_argument("--snapshot-every", "--checkpoint-every", dest="snapshot_every", type=int, default=None,
+                        help="write a snapshot (distributed: a sharded checkpoint) into the run directory every N steps")
+    parser.add_argument("--keep-checkpoints", type=int, default=3, help="distributed: keep the newest N checkpoints (default 3)")
     parser.add_argument("--eval-every", type=int, default=None, help="evaluate every N steps (0: only at the end)")
     parser.add_argument("--eval-max-images", type=int, default=None, help="evaluate at most this many images")
     parser.add_argument("--no-eval", action="store_true", help="skip the final evaluation")
@@ -126,9 +136,109 @@ class _Progress:
             self._bar.stop()
 
 
+def _is_distributed_run(cfg: TrainConfig, args: argparse.Namespace):
+    """The :class:`DistEnv` when this process should run the distributed trainer, else None."""
+    from trainer.parallel.dist_env import detect_dist_env
+
+    env = detect_dist_env(cfg)
+    if env.is_distributed or (args.resume is not None and Path(args.resume).is_dir()):
+        return env
+    return None
+
+
+def run_distributed_training(cfg: TrainConfig, args: argparse.Namespace, env) -> dict[str, Any]:
+    """Train as one rank of a distributed job (or resume sharded checkpoints on one process).
+
+    Rank 0 writes ``config.json``, ``status.json``, ``eval.json`` and renders; every rank writes
+    its metrics file and its part of each checkpoint (at ``--checkpoint-every`` and at the end).
+
+    Raises:
+        ConfigError: ``--out`` missing with several ranks; bad parallel settings.
+        LaunchError: the process group could not be formed within ``distributed.timeout_s``.
+    """
+    import os
+
+    import torch
+
+    from trainer.config import apply_overrides
+    from trainer.data import load_scene
+    from trainer.errors import ConfigError
+    from trainer.parallel.checkpoint import latest_checkpoint
+    from trainer.parallel.dist_env import init_distributed, shutdown_distributed
+    from trainer.parallel.trainer import build_distributed_trainer
+
+    if env.is_distributed and args.out is None:
+        raise ConfigError("--out: required with several ranks (they share one run directory)")
+    if env.device.type == "cpu" and env.local_world_size > 1:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // env.local_world_size))
+    if cfg.training.device != str(env.device):
+        cfg = apply_overrides(cfg, {"training.device": str(env.device)})
+    scene_path = scene_path_of(cfg)
+    run_dir = RunDir(args.out or default_run_dir(scene_path)).create()
+    status: dict[str, Any] = {"state": "running", "scene": str(scene_path), "world_size": env.world_size}
+    progress = _Progress(cfg.training.n_steps, cfg.training.quiet or not env.is_main)
+    trainer = None
+    init_distributed(env, cfg.distributed.timeout_s)
+    try:
+        if env.is_main:
+            run_dir.write_json(run_dir.config_path, config_to_dict(cfg))
+        scene = load_scene(scene_path, downscale=cfg.data.downscale, holdout_every=cfg.data.holdout_every,
+                           aabb_scale=cfg.data.aabb_scale)
+        trainer = build_distributed_trainer(cfg, scene, run_dir)
+        trainer.keep_checkpoints = args.keep_checkpoints
+        resume = args.resume
+        restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
+        if resume is None and restarted and latest_checkpoint(run_dir.root) is not None:
+            resume = run_dir.root
+        if resume is not None:
+            status["resumed_from"] = str(trainer.load_checkpoint(Path(resume)))
+        t0 = time.perf_counter()
+
+        def on_eval(result: dict[str, Any]) -> None:
+            progress.message(f"eval step {result['step']}: {result['mean_psnr_db']:.2f} dB on {result['split']}")
+
+        last = trainer.train(on_log=progress.log, on_eval=on_eval, snapshot_every=cfg.training.snapshot_every,
+                             eval_every=cfg.training.eval_every)
+        progress.close()
+        # decided from the trainer's own record: every rank must agree without reading the disk
+        if trainer.last_checkpoint is not None and trainer.last_checkpoint[0] == trainer.step:
+            newest = trainer.last_checkpoint[1]
+        else:
+            newest = trainer.save_checkpoint()
+        status.update({"state": "completed", "step": trainer.step, "train_time_s": trainer.train_time_s,
+                       "checkpoint": str(newest)})
+        if last:
+            status["throughput_samples_per_s"] = last.get("throughput_samples_per_s")
+        if args.save_snapshot:
+            status["snapshot"] = str(trainer.save(args.save_snapshot))
+        if not args.no_eval:
+            result = trainer.evaluate()
+            status.update({"eval_psnr_db": result["mean_psnr_db"], "eval_ssim": result["mean_ssim"], "eval_split": result["split"]})
+            progress.message(f"evaluation on {len(result['images'])} {result['split']} images: "
+                             f"PSNR {result['mean_psnr_db']:.2f} dB, SSIM {result['mean_ssim']:.4f}")
+        status["wall_s"] = time.perf_counter() - t0
+        return status
+    except BaseException as exc:
+        progress.close()
+        status.update({"state": "failed", "reason": f"{type(exc).__name__}: {exc}"})
+        raise
+    finally:
+        if trainer is not None:
+            trainer.close()
+        status["run_dir"] = str(run_dir.root)
+        if env.is_main:
+            run_dir.write_json(run_dir.status_path, status)
+        shutdown_distributed()
+
+
 def run_training(cfg: TrainConfig, args: argparse.Namespace) -> dict[str, Any]:
-    """Train one process as configured; returns a summary dict (also in ``status.json``)."""
+    """Train one process as configured; returns a summary dict (also in ``status.json``).
+    Hands over to :func:`run_distributed_training` for a distributed job."""
     from trainer.train.loop import train_from_config
+
+    env = _is_distributed_run(cfg, args)
+    if env is not None:
+        return run_distributed_training(cfg, args, env)
 
     scene_path = scene_path_of(cfg)
     run_dir = RunDir(args.out or default_run_dir(scene_path)).create()

@@ -140,3 +140,37 @@ def test_parallel_config_errors_name_the_key(demo_scene):
     # the trainer checks before building anything (one process: rank 1 does not exist)
     with pytest.raises(ConfigError, match=r"gpu_capabilities\[0\]\.rank"):
         DataParallelTrainer(tiny_config(distributed__gpu_capabilities=[{"rank": 1, "compute_power": 1.0}]), load_scene(demo_scene))
+
+
+def tiny_flags() -> list[str]:
+    """The tiny test config as ``--set KEY=VALUE`` flags for the command line."""
+    from tests.train.conftest import TINY
+
+    flags = []
+    for key, value in TINY.items():
+        flags += ["--set", f"{key}={json.dumps(value) if not isinstance(value, str) else value}"]
+    return flags
+
+
+def test_ngptune_train_with_two_ranks_through_the_launcher(demo_scene, tmp_path):
+    from ngptune.cli import main
+
+    run = tmp_path / "run"
+    argv = ["train", "--nproc-per-node", "2", "--scene", str(demo_scene), "--out", str(run), *tiny_flags(),
+            "--n-steps", "10", "--set", "training.log_every=5", "--checkpoint-every", "5",
+            "--eval-max-images", "1", "--quiet", "--set", "distributed.timeout_s=60"]
+    assert main(argv) == 0
+    status = json.loads((run / "status.json").read_text())
+    assert status["state"] == "completed" and status["step"] == 10 and status["world_size"] == 2
+    rank0 = read_metrics(run / "metrics.jsonl", require_contiguous_steps=True)
+    rank1 = read_metrics(run / "metrics.rank1.jsonl", require_contiguous_steps=True)
+    assert [r["step"] for r in rank0] == [5, 10] and [r["step"] for r in rank1] == [5, 10]
+    for r0, r1 in zip(rank0, rank1):
+        assert r0["world_size"] == 2 and r1["rank"] == 1
+        assert r0["loss"] == r1["loss"]  # global loss on every rank
+        assert r0["ray_share"] == r1["ray_share"] == 0.5
+        # rank 0 reports the job's rays: its own plus rank 1's
+        assert r0["rays_per_step"] > r1["rays_per_step"] and r0["comm_bytes_per_step"] > 0
+    evaluation = json.loads((run / "eval.json").read_text())
+    assert evaluation["step"] == 10 and len(evaluation["images"]) == 1
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step_0000005", "step_0000010"]

@@ -24,12 +24,12 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import warnings
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
 
 from trainer.errors import SnapshotError
 from trainer.rundir import RunDir, atomic_write, atomic_write_text
@@ -49,6 +49,17 @@ __all__ = [
 
 COMPLETE_MARKER = ".complete"
 _STEP_DIR = re.compile(r"^step_(\d{7,})$")
+
+
+def _dcp():
+    """torch.distributed.checkpoint, imported on first use (its import takes seconds)."""
+    import torch.distributed.checkpoint as dcp
+
+    return dcp
+
+
+# One process without a process group is a supported case here, not a mistake worth a warning.
+warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
 
 
 def _distributed() -> bool:
@@ -152,7 +163,7 @@ def save_checkpoint(
         shutil.rmtree(folder)
     _barrier()
     folder.mkdir(parents=True, exist_ok=True)
-    dcp.save(tensors, checkpoint_id=str(folder))
+    _dcp().save(tensors, checkpoint_id=str(folder))
     atomic_write(folder / f"rank{rank}.pt", lambda f: torch.save(rank_state, f))
     _barrier()
     if rank == 0:
@@ -184,7 +195,7 @@ def load_meta(folder: Path) -> dict[str, Any]:
 def checkpoint_keys(folder: Path) -> set[str]:
     """Names of the tensors stored in a checkpoint (read from DCP's ``.metadata``)."""
     folder = _require_complete(folder)
-    metadata = dcp.FileSystemReader(str(folder)).read_metadata()
+    metadata = _dcp().FileSystemReader(str(folder)).read_metadata()
     return set(metadata.state_dict_metadata)
 
 
@@ -198,7 +209,7 @@ def load_tensors(folder: Path, tensors: dict[str, torch.Tensor]) -> None:
         SnapshotError: a name is not in the checkpoint, or a shape differs (names the entry).
     """
     folder = _require_complete(folder)
-    stored = dcp.FileSystemReader(str(folder)).read_metadata().state_dict_metadata
+    stored = _dcp().FileSystemReader(str(folder)).read_metadata().state_dict_metadata
     for name, tensor in tensors.items():
         meta = stored.get(name)
         if meta is None:
@@ -209,7 +220,7 @@ def load_tensors(folder: Path, tensors: dict[str, torch.Tensor]) -> None:
                 f"{folder}: entry '{name}' has shape {list(size)} in the checkpoint but "
                 f"{list(tensor.shape)} in this config (written with another config?)"
             )
-    dcp.load(tensors, checkpoint_id=str(folder))
+    _dcp().load(tensors, checkpoint_id=str(folder))
 
 
 def load_rank_state(folder: Path, rank: int) -> dict[str, Any] | None:

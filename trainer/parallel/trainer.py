@@ -124,6 +124,7 @@ class DistributedTrainerBase(Trainer):
         self.grid_generator = torch.Generator(device=self.device)
         self.grid_generator.manual_seed(cfg.training.seed + GRID_SEED_OFFSET)
         self.keep_checkpoints = DEFAULT_KEEP_CHECKPOINTS
+        self.last_checkpoint: tuple[int, Path] | None = None  # (step, folder) of the newest save
         self._acc = self._new_accumulators()
 
     # ------------------------------------------------------------------ collectives
@@ -263,6 +264,7 @@ class DistributedTrainerBase(Trainer):
         path = ckpt.save_checkpoint(folder, self.checkpoint_tensors(), self._rank_state(), self._checkpoint_meta(), rank=self.rank)
         if self.rank == 0:
             ckpt.prune_checkpoints(Path(folder).parent, self.keep_checkpoints)
+        self.last_checkpoint = (self.step, path)
         return path
 
     def _periodic_save(self) -> None:

@@ -1,0 +1,145 @@
+"""Sharded checkpoints (trainer/parallel/checkpoint.py) and resuming data-parallel training with the
+same and with another world size (gloo/CPU)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.parallel.test_dp_training import run_ranks
+from tests.train.conftest import demo_scene, tiny_config  # noqa: F401  (demo_scene: fixture)
+from trainer.data import load_scene
+from trainer.errors import SnapshotError
+from trainer.parallel import checkpoint as ckpt
+from trainer.parallel.trainer import DataParallelTrainer
+from trainer.rundir import RunDir
+
+pytestmark = pytest.mark.timeout(150)
+
+
+def test_latest_checkpoint_ignores_half_written_folders_and_prune_keeps_newest(tmp_path):
+    run = RunDir(tmp_path)
+    for step in (2, 4, 6):
+        ckpt.save_checkpoint(ckpt.checkpoint_dir(run, step), {"w": torch.full((3,), float(step))}, {"x": 1}, {"step": step}, rank=0)
+    crashed = ckpt.checkpoint_dir(run, 8)
+    crashed.mkdir()
+    (crashed / "rank0.pt").write_bytes(b"partial")  # killed before the marker
+    assert ckpt.latest_checkpoint(tmp_path) == ckpt.checkpoint_dir(run, 6)
+    assert ckpt.latest_checkpoint(run.checkpoints_dir) == ckpt.checkpoint_dir(run, 6)
+    assert [s for s, _ in ckpt.list_checkpoints(run.checkpoints_dir)] == [2, 4, 6]
+    with pytest.raises(SnapshotError, match=r"step_0000008: not a complete checkpoint"):
+        ckpt.load_meta(crashed)
+    removed = ckpt.prune_checkpoints(run.checkpoints_dir, keep=2)
+    assert sorted(p.name for p in removed) == ["step_0000002"]
+    assert crashed.exists()  # newer than the newest complete one: maybe still being written
+    w = torch.zeros(3)
+    ckpt.load_tensors(ckpt.checkpoint_dir(run, 4), {"w": w})
+    assert w.tolist() == [4.0, 4.0, 4.0]
+    with pytest.raises(SnapshotError, match=r"entry 'w' has shape \[3\] in the checkpoint but \[2\]"):
+        ckpt.load_tensors(ckpt.checkpoint_dir(run, 4), {"w": torch.zeros(2)})
+    with pytest.raises(SnapshotError, match=r"no entry 'v'"):
+        ckpt.load_tensors(ckpt.checkpoint_dir(run, 4), {"v": torch.zeros(3)})
+
+
+N_STEPS = 6
+SAVE_AT = 3
+
+
+def _run_and_resume(rank: int, world_size: int, scene: str, run_dir: str) -> dict:
+    cfg = tiny_config(training__n_steps=N_STEPS)
+    first = DataParallelTrainer(cfg, load_scene(Path(scene)), RunDir(run_dir))
+    first.keep_checkpoints = 2
+    losses = []
+    for _ in range(N_STEPS):
+        _, loss, _ = first.train_step()
+        losses.append(float(loss))
+        if first.step in (1, 2, SAVE_AT):
+            first.save_checkpoint()
+    final = {k: v.clone() for k, v in first.field.state_dict().items()}
+    first.close()
+    resumed = DataParallelTrainer(cfg, load_scene(Path(scene)), RunDir(run_dir))
+    folder = resumed.load_checkpoint(Path(run_dir))
+    start = resumed.step
+    resumed_losses = []
+    while resumed.step < N_STEPS:
+        _, loss, _ = resumed.train_step()
+        resumed_losses.append(float(loss))
+    out = {
+        "folder": str(folder),
+        "start": start,
+        "losses": losses,
+        "resumed_losses": resumed_losses,
+        "final": final,
+        "resumed_final": {k: v.clone() for k, v in resumed.field.state_dict().items()},
+    }
+    resumed.close()
+    return out
+
+
+def _resume_on_three(rank: int, world_size: int, scene: str, run_dir: str) -> dict:
+    cfg = tiny_config(training__n_steps=N_STEPS)
+    trainer = DataParallelTrainer(cfg, load_scene(Path(scene)), RunDir(run_dir))
+    trainer.load_checkpoint(Path(run_dir))
+    start, global_rays = trainer.step, trainer.n_rays
+    rays = [trainer.train_step()[0].n_rays for _ in range(2)]
+    out = {"start": start, "global_rays": global_rays, "first_step_rays": rays[0], "step": trainer.step,
+           "param0": next(trainer.field.parameters()).detach().clone()}
+    trainer.close()
+    return out
+
+
+@pytest.fixture(scope="module")
+def two_rank_run(demo_scene, tmp_path_factory):
+    """2 ranks train 6 steps (checkpoints at steps 1, 2, 3, keeping 2), then resume from step 3."""
+    tmp = tmp_path_factory.mktemp("two_rank_run")
+    run_dir = tmp / "run"
+    results = run_ranks(_run_and_resume, 2, tmp, str(demo_scene), str(run_dir))
+    folder = run_dir / "checkpoints" / f"step_{SAVE_AT:07d}"
+    return run_dir, results, json.loads((folder / "meta.json").read_text())
+
+
+def test_resume_on_the_same_world_size_reproduces_the_loss_curve(two_rank_run):
+    run_dir, results, meta = two_rank_run
+    steps = [s for s, _ in ckpt.list_checkpoints(run_dir / "checkpoints")]
+    assert steps == [2, SAVE_AT]  # keep_checkpoints = 2
+    for r in results:
+        assert r["start"] == SAVE_AT and r["folder"].endswith(f"step_{SAVE_AT:07d}")
+        assert r["resumed_losses"] == r["losses"][SAVE_AT:]  # bit for bit
+        for name, value in r["final"].items():
+            assert torch.equal(value, r["resumed_final"][name]), name
+    assert results[0]["losses"] == results[1]["losses"]
+    assert meta["step"] == SAVE_AT and meta["world_size"] == 2 and meta["mode"] == "data"
+
+
+def test_resume_two_ranks_on_one_process(two_rank_run, demo_scene, tmp_path):
+    run_dir, _, meta = two_rank_run
+    single = DataParallelTrainer(tiny_config(training__n_steps=N_STEPS), load_scene(demo_scene), RunDir(tmp_path / "one"))
+    keys = ckpt.checkpoint_keys(run_dir / "checkpoints" / f"step_{SAVE_AT:07d}")
+    for name, _ in single.field.named_parameters():
+        assert {f"model.{name}", f"optimizer.model.{name}.exp_avg", f"optimizer.model.{name}.exp_avg_sq"} <= keys, name
+    assert {"occupancy.density", "occupancy.bitfield"} <= keys
+    single.load_checkpoint(run_dir)
+    assert single.step == SAVE_AT and single.n_rays == meta["trainer_state"]["n_rays"]
+    stats, loss, _ = single.train_step()
+    assert stats.n_rays == meta["trainer_state"]["n_rays"] and single.step == SAVE_AT + 1
+    assert torch.isfinite(loss)
+    single.close()
+
+
+def test_resume_two_ranks_on_three(two_rank_run, demo_scene, tmp_path):
+    run_dir, _, meta = two_rank_run
+    three = run_ranks(_resume_on_three, 3, tmp_path, str(demo_scene), str(run_dir))
+    assert [r["start"] for r in three] == [SAVE_AT] * 3
+    assert [r["step"] for r in three] == [SAVE_AT + 2] * 3
+    assert sum(r["first_step_rays"] for r in three) == meta["trainer_state"]["n_rays"]
+    assert torch.equal(three[0]["param0"], three[2]["param0"])
+
+
+def test_resume_from_a_folder_without_checkpoints_is_an_error(demo_scene, tmp_path):
+    trainer = DataParallelTrainer(tiny_config(), load_scene(demo_scene))
+    with pytest.raises(SnapshotError, match="no complete checkpoint found"):
+        trainer.load_checkpoint(tmp_path)
+    trainer.close()
