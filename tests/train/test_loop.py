@@ -144,3 +144,13 @@ def test_short_training_beats_the_untrained_model_by_a_wide_margin(demo_scene, t
     # Measured on the 2-core CI machine: untrained ≈ 9-10 dB, after 150 steps ≈ 20 dB.
     assert trained["mean_psnr_db"] > untrained + 6.0, (untrained, trained["mean_psnr_db"])
     assert run.eval_path.is_file() and run.render_path("test", 0).is_file()
+
+
+def test_time_budget_stop_still_writes_the_last_interval(demo_scene, tmp_path):
+    run = RunDir(tmp_path / "run").create()
+    trainer = _trainer(demo_scene, run, training__log_every=1000, training__n_steps=1000)
+    trainer.train(time_budget_s=0.5)
+    trainer.close()
+    records = read_metrics(run.metrics_path(0))
+    assert len(records) == 1 and 0 < records[0]["step"] < 1000
+    assert records[0]["step"] == trainer.step

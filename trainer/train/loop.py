@@ -446,6 +446,19 @@ class Trainer:
         interval = {"steps": 0, "rays": 0, "samples": 0, "skipped": 0, "t0": time.perf_counter()}
         loss_sum = torch.zeros((), device=self.device)
         mse_sum = torch.zeros((), device=self.device)
+        def flush() -> dict[str, Any]:
+            """Write the interval's record (one CUDA sync) and start a new interval."""
+            nonlocal interval, loss_sum, mse_sum
+            record = self._interval_record(interval, loss_sum, mse_sum)
+            if writer:
+                writer.write(record)
+            if on_log:
+                on_log(record)
+            interval = {"steps": 0, "rays": 0, "samples": 0, "skipped": 0, "t0": time.perf_counter()}
+            loss_sum = torch.zeros((), device=self.device)
+            mse_sum = torch.zeros((), device=self.device)
+            return record
+
         try:
             while self.step < n_steps:
                 if time_budget_s is not None and self._time_budget_spent(time_budget_s):
@@ -463,15 +476,7 @@ class Trainer:
                     if self.device.type == "cuda":
                         torch.cuda.synchronize(self.device)
                     self.train_time_s += time.perf_counter() - t_step
-                    record = self._interval_record(interval, loss_sum, mse_sum)
-                    if writer:
-                        writer.write(record)
-                    if on_log:
-                        on_log(record)
-                    last_record = record
-                    interval = {"steps": 0, "rays": 0, "samples": 0, "skipped": 0, "t0": time.perf_counter()}
-                    loss_sum = torch.zeros((), device=self.device)
-                    mse_sum = torch.zeros((), device=self.device)
+                    last_record = flush()
                 else:
                     self.train_time_s += time.perf_counter() - t_step
                 if self.run_dir and snapshot_every and self.step % snapshot_every == 0:
@@ -480,6 +485,10 @@ class Trainer:
                     result = self.evaluate()
                     if on_eval:
                         on_eval(result)
+            if interval["steps"] > 0:  # stopped by the time budget between two records
+                if self.device.type == "cuda":
+                    torch.cuda.synchronize(self.device)
+                last_record = flush()
         finally:
             if writer:
                 writer.close()
