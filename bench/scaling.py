@@ -52,7 +52,8 @@ def run_one(args: argparse.Namespace, mode: str, gpus: int, out: Path) -> dict:
         cmd += ["--nproc-per-node", str(gpus)]
     for item in args.overrides:
         cmd += ["--set", item]
-    env = dict(os.environ, NCCL_NVLS_ENABLE="0", PYTHONPATH=str(REPO))
+    pythonpath = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    env = dict(os.environ, NCCL_NVLS_ENABLE="0", PYTHONPATH=pythonpath)
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         print(proc.stdout[-3000:], proc.stderr[-3000:], file=sys.stderr)
