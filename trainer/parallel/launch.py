@@ -284,6 +284,15 @@ def _parse_endpoint(endpoint: str) -> tuple[str, int]:
     return host.strip("[]"), int(port_text)
 
 
+def _supported_launch_options(**options: object) -> dict[str, object]:
+    """The subset of ``options`` this torch's ``LaunchConfig`` accepts (``shutdown_timeout``
+    appeared after torch 2.11; older versions use their default grace period)."""
+    from torch.distributed.launcher.api import LaunchConfig
+
+    names = {f.name for f in dataclasses.fields(LaunchConfig)}
+    return {k: v for k, v in options.items() if k in names}
+
+
 def launch_workers(
     argv_for_worker: list[str],
     nproc_per_node: int,
@@ -407,7 +416,7 @@ def launch_workers(
             monitor_interval=0.1,
             start_method="spawn",
             logs_specs=DefaultLogsSpecs(log_dir=elastic_dir, redirects=Std.NONE, tee=Std.NONE),
-            shutdown_timeout=SHUTDOWN_GRACE_S,
+            **_supported_launch_options(shutdown_timeout=SHUTDOWN_GRACE_S),
             local_addr=host if nnodes == 1 else None,  # None: this node's FQDN
         )
         entry_args = ["-u", "-m", "trainer.parallel.launch", "--run-dir", str(rd.root), "--", *argv]
