@@ -154,3 +154,13 @@ def test_time_budget_stop_still_writes_the_last_interval(demo_scene, tmp_path):
     records = read_metrics(run.metrics_path(0))
     assert len(records) == 1 and 0 < records[0]["step"] < 1000
     assert records[0]["step"] == trainer.step
+
+
+def test_evaluation_subset_is_spread_over_the_split():
+    from trainer.train.evaluate import evaluation_frames
+
+    frames = [f"r_{i}" for i in range(200)]
+    chosen = evaluation_frames(frames, 20)
+    assert [i for i, _ in chosen] == list(range(0, 200, 10))
+    assert evaluation_frames(frames[:3], 20) == list(enumerate(frames[:3]))
+    assert evaluation_frames(frames, None)[-1] == (199, "r_199")

@@ -23,7 +23,6 @@ Evaluation renders on all ranks together; rank 0 scores and writes.
 
 from __future__ import annotations
 
-import math
 import time
 from pathlib import Path
 from typing import Any
@@ -32,14 +31,11 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from trainer.data.images import load_pixel_table
-from trainer.data.rays import camera_rays_for_image
 from trainer.errors import SnapshotError, TrainingError
-from trainer.metrics_image import psnr, ssim
 from trainer.parallel.partition import assign_boxes, split_boxes
 from trainer.parallel.subgrid import SubgridModel, all_gather_segments, composite_boxes_in_order, render_subgrid, segment_order
 from trainer.parallel.trainer import DistributedTrainerBase
-from trainer.train.evaluate import eval_split_name
+from trainer.train.evaluate import evaluate
 from trainer.train.loop import StepStats, _autocast, build_field, photometric_loss
 
 __all__ = ["SubgridTrainer"]
@@ -193,50 +189,13 @@ class SubgridTrainer(DistributedTrainerBase):
         return out
 
     def evaluate(self, split: str | None = None, max_images: int | None = None, save_renders: bool = True) -> dict[str, Any]:
-        """Render the evaluation split on all ranks; rank 0 scores (PSNR, SSIM) and writes
-        ``eval.json`` and renders (as :func:`trainer.train.evaluate.evaluate`). Collective; every
-        rank returns rank 0's result."""
-        import cv2
-
-        split = split or eval_split_name(self)
-        frames = self.scene.frames(split)
+        """Render the evaluation split on all ranks (every box is needed); rank 0 scores and
+        writes (see :func:`trainer.train.evaluate.evaluate`). Collective; every rank returns rank
+        0's result."""
         limit = self.cfg.training.eval_max_images if max_images is None else max_images
-        frames = frames[:limit] if limit is not None else frames
-        white = self.scene.white_background
-        background = torch.full((3,), 1.0 if white else 0.0, device=self.device)
-        table = load_pixel_table(frames, downscale=self.scene.downscale) if self.rank == 0 else None
-        images = []
-        self.field.eval()
-        try:
-            for index, frame in enumerate(frames):
-                rays_o, rays_d = camera_rays_for_image(frame, self.device)
-                rgb = self.render_rays(rays_o, rays_d, background)
-                if self.rank != 0:
-                    continue
-                h, w = frame.intrinsics.height, frame.intrinsics.width
-                lo, hi = int(table.offsets[index]), int(table.offsets[index + 1])
-                pixels = torch.as_tensor(np.asarray(table.pixels[lo:hi])).to(self.device)
-                pixels = pixels.float() / (255.0 if pixels.dtype == torch.uint8 else 1.0)
-                gt = (pixels[:, :3] * pixels[:, 3:4] + background * (1.0 - pixels[:, 3:4])).reshape(h, w, 3)
-                pred = rgb.reshape(h, w, 3).clamp(0.0, 1.0)
-                images.append({"index": index, "name": frame.name, "psnr_db": psnr(pred, gt), "ssim": ssim(pred, gt)})
-                if save_renders and self.run_dir is not None:
-                    path = self.run_dir.render_path(split, index)
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    cv2.imwrite(str(path), (pred.cpu().numpy()[..., ::-1] * 255.0 + 0.5).astype(np.uint8))
-        finally:
-            self.field.train()
-        result = None
-        if self.rank == 0:
-            finite = [im["psnr_db"] for im in images if math.isfinite(im["psnr_db"])]
-            result = {
-                "split": split, "step": self.step, "background": "white" if white else "black",
-                "mean_psnr_db": float(np.mean(finite)) if finite else float("nan"),
-                "mean_ssim": float(np.mean([im["ssim"] for im in images])) if images else float("nan"),
-                "images": images,
-            }
-            if self.run_dir is not None:
-                self.run_dir.write_json(self.run_dir.eval_path, result)
+        result = evaluate(
+            self, split, limit, save_renders, render=self.render_rays, score=self.rank == 0
+        )
         return self._broadcast_result(result)
 
     # ------------------------------------------------------------------ checkpoints
