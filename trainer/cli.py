@@ -24,7 +24,7 @@ from typing import Any, Sequence
 
 from trainer.config import TrainConfig, apply_overrides, config_to_dict, dump_config, load_config, parse_override
 from trainer.errors import NgptuneError
-from trainer.rundir import RunDir
+from trainer.rundir import RunDir, prepare_output_file
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 
@@ -236,12 +236,15 @@ def run_training(cfg: TrainConfig, args: argparse.Namespace) -> dict[str, Any]:
     Hands over to :func:`run_distributed_training` for a distributed job."""
     from trainer.train.loop import train_from_config
 
+    if args.save_snapshot:
+        prepare_output_file(args.save_snapshot, "--save-snapshot")
     env = _is_distributed_run(cfg, args)
     if env is not None:
         return run_distributed_training(cfg, args, env)
 
     scene_path = scene_path_of(cfg)
     run_dir = RunDir(args.out or default_run_dir(scene_path)).create()
+    run_dir.remove_stale_temp_files()
     run_dir.write_json(run_dir.config_path, config_to_dict(cfg))
     progress = _Progress(cfg.training.n_steps, cfg.training.quiet)
     status: dict[str, Any] = {"state": "running", "scene": str(scene_path)}

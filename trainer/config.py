@@ -908,6 +908,8 @@ def _parse_json5(text: str, source: str) -> object:
     """Parse JSON5 text; a syntax error names ``source`` with its line and column."""
     try:
         return json5.loads(text, allow_duplicate_keys=False)
+    except RecursionError:
+        raise ConfigError(f"{source}: JSON5 nested too deeply to be a config") from None
     except ValueError as exc:
         message = str(exc)
         located = re.fullmatch(r"<string>:(\d+) (.*) at column (\d+)", message, re.DOTALL)
@@ -993,6 +995,8 @@ def parse_override(text: str) -> tuple[str, object]:
         raise ConfigError(f"override {text!r}: expected KEY=VALUE, e.g. training.n_steps=200")
     try:
         value = json5.loads(raw)
+    except RecursionError:
+        raise ConfigError(f"override {key!r}: value nested too deeply") from None
     except ValueError:
         value = raw.strip()
     return key, value

@@ -27,6 +27,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, BinaryIO, Callable
 
+from trainer.errors import ConfigError
+
 _SNAPSHOT_RE = re.compile(r"^step_(\d{7,})\.pt$")
 
 
@@ -42,11 +44,36 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> Path:
             write(f)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual file mode
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+    return path
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def prepare_output_file(path: Path, what: str) -> Path:
+    """Check before a long run that ``path`` can be written as a file (creating its folder).
+
+    Raises:
+        ConfigError: naming ``what`` and the path when it is a folder or its folder cannot be made.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{what} {path}: is a folder, expected a file path")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"{what} {path}: cannot create its folder ({exc.strerror or exc})") from None
+    if not os.access(path.parent, os.W_OK):
+        raise ConfigError(f"{what} {path}: folder is not writable")
     return path
 
 
@@ -65,8 +92,26 @@ class RunDir:
         object.__setattr__(self, "root", Path(self.root))
 
     def create(self) -> "RunDir":
-        self.root.mkdir(parents=True, exist_ok=True)
+        """Make the folder (and parents).
+
+        Raises:
+            ConfigError: the path is a file or cannot be created (names the path).
+        """
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"run directory {self.root}: cannot create it ({exc.strerror or exc})") from None
         return self
+
+    def remove_stale_temp_files(self) -> int:
+        """Delete temp files that a killed snapshot/JSON write left behind; returns how many."""
+        removed = 0
+        for folder in (self.root, self.snapshots_dir):
+            if folder.is_dir():
+                for p in folder.glob(".*.tmp"):
+                    p.unlink(missing_ok=True)
+                    removed += 1
+        return removed
 
     @property
     def config_path(self) -> Path:

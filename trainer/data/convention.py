@@ -45,6 +45,28 @@ def _as_c2w_stack(c2w: np.ndarray, name: str) -> tuple[np.ndarray, bool]:
     return (arr[None] if arr.ndim == 2 else arr), arr.ndim == 2
 
 
+def check_rotation(rotation: np.ndarray, where: str, tolerance: float = 0.1) -> None:
+    """Reject a camera rotation that is not (close to) a rotation matrix.
+
+    Args:
+        rotation: [3, 3] the camera-to-world rotation part of a pose.
+        where: names the file and frame/row in the error.
+        tolerance: largest allowed deviation of ``RᵀR`` from the identity (poses written by
+            tools are orthonormal to ~1e-6; 0.1 still admits sloppy hand-written ones).
+
+    Raises:
+        SceneError: the matrix is singular (e.g. all zeros) or far from orthonormal.
+    """
+    rotation = np.asarray(rotation, dtype=np.float64)
+    deviation = float(np.abs(rotation.T @ rotation - np.eye(3)).max())
+    if not np.isfinite(deviation) or deviation > tolerance:
+        det = float(np.linalg.det(rotation)) if np.all(np.isfinite(rotation)) else float("nan")
+        raise SceneError(
+            f"{where}: the pose's 3x3 rotation is not a rotation (|RᵀR − I| = {deviation:.3g}, "
+            f"det = {det:.3g})"
+        )
+
+
 def nerf_to_unit_cube(
     c2w_nerf: np.ndarray,
     scale: float = NERF_SCALE,

@@ -31,12 +31,30 @@ def _orientation_of(im: "object") -> int:
     return int(value) if isinstance(value, int) and 1 <= value <= 8 else 1
 
 
+def _open_header(path: Path):
+    """``Image.open`` for a header read. Pillow's decompression-bomb guard (which refuses images
+    above ~179 megapixels) protects decoders; we only read the header here, and pixels are decoded
+    by OpenCV with its own limits, so the guard is lifted for this call."""
+    import warnings
+
+    from PIL import Image
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        limit = Image.MAX_IMAGE_PIXELS
+        Image.MAX_IMAGE_PIXELS = None
+        try:
+            return Image.open(path)
+        finally:
+            Image.MAX_IMAGE_PIXELS = limit
+
+
 def exif_orientation(path: Path) -> int:
     """EXIF orientation (1..8) of an image file, 1 when absent or unreadable."""
     from PIL import Image
 
     try:
-        with Image.open(path) as im:
+        with _open_header(path) as im:
             return _orientation_of(im)
     except Exception:
         return 1
@@ -53,12 +71,12 @@ def image_size(path: Path) -> tuple[int, int]:
     from PIL import Image, UnidentifiedImageError
 
     try:
-        with Image.open(path) as im:
+        with _open_header(path) as im:
             width, height = im.size
             orientation = _orientation_of(im)
     except FileNotFoundError:
         raise SceneError(f"{path}: image file not found") from None
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
         raise SceneError(f"{path}: not a readable image ({exc})") from None
     if orientation in _TRANSPOSING_ORIENTATIONS:
         width, height = height, width

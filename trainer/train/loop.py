@@ -396,23 +396,27 @@ class Trainer:
         load_state_checked(self.grid, payload["occupancy"], "occupancy grid", path)
         try:
             self.optimizer.load_state_dict(payload["optimizer"])
-            self.scaler.load_state_dict(payload["scaler"])
-        except (ValueError, KeyError, RuntimeError) as exc:
+        except (ValueError, KeyError, RuntimeError, TypeError) as exc:
             raise SnapshotError(f"{path}: optimiser state does not match this config ({exc})") from None
-        rng = payload["rng"]
-        torch.set_rng_state(rng["torch_cpu"])
-        self.generator.set_state(rng["generator"])
-        if "torch_cuda" in rng and self.device.type == "cuda":
-            torch.cuda.set_rng_state(rng["torch_cuda"], self.device)
-        self.sampler.set_rng_state(
-            {k[len("sampler_"):]: v for k, v in rng.items() if k.startswith("sampler_")}
-        )
-        state = payload["trainer_state"]
-        self.step = int(payload["step"])
-        self.n_rays = int(state["n_rays"])
-        ema = float(state["samples_per_ray_ema"])
-        self.samples_per_ray_ema = None if ema < 0 else ema
-        self.train_time_s = float(state["train_time_s"])
+        if self.scaler.is_enabled() and payload["scaler"]:
+            self.scaler.load_state_dict(payload["scaler"])  # an fp32 snapshot resumed in fp16 starts a fresh scaler
+        try:
+            rng = payload["rng"]
+            torch.set_rng_state(rng["torch_cpu"])
+            self.generator.set_state(rng["generator"])
+            if "torch_cuda" in rng and self.device.type == "cuda":
+                torch.cuda.set_rng_state(rng["torch_cuda"], self.device)
+            self.sampler.set_rng_state(
+                {k[len("sampler_"):]: v for k, v in rng.items() if k.startswith("sampler_")}
+            )
+            state = payload["trainer_state"]
+            self.step = int(payload["step"])
+            self.n_rays = int(state["n_rays"])
+            ema = float(state["samples_per_ray_ema"])
+            self.samples_per_ray_ema = None if ema < 0 else ema
+            self.train_time_s = float(state["train_time_s"])
+        except (KeyError, TypeError, ValueError, RuntimeError) as exc:
+            raise SnapshotError(f"{path}: random-number or trainer state is unusable ({type(exc).__name__}: {exc})") from None
 
     # ------------------------------------------------------------------ loop
     def _memory_record(self) -> dict[str, float]:

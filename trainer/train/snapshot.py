@@ -33,27 +33,68 @@ def save_snapshot(path: Path, payload: dict[str, Any]) -> Path:
     return atomic_write(Path(path), lambda f: torch.save(payload, f))
 
 
+_REQUIRED_ENTRIES: dict[str, type] = {
+    "step": int,
+    "config": dict,
+    "model": dict,
+    "occupancy": dict,
+    "optimizer": dict,
+    "scaler": dict,
+    "rng": dict,
+    "trainer_state": dict,
+}
+
+
 def load_snapshot(path: Path) -> dict[str, Any]:
     """Read a snapshot written by :func:`save_snapshot` (tensors land on the CPU).
 
+    Checks, in order: the file is a zip archive whose records all pass their CRC-32 check (torch's
+    reader does not verify them, so a flipped byte would otherwise load silently); it unpickles with
+    ``weights_only=True``; it has the entries listed in the module docstring with the right types;
+    the model's floating-point tensors are finite.
+
     Raises:
-        SnapshotError: if the file is missing, truncated, corrupt or not an ngptune snapshot.
+        SnapshotError: one line naming the file and the problem.
     """
     path = Path(path)
     if not path.is_file():
         raise SnapshotError(f"{path}: snapshot file not found")
     try:
+        with zipfile.ZipFile(path) as archive:
+            bad_record = archive.testzip()
+    except (zipfile.BadZipFile, EOFError, ValueError, OSError) as exc:
+        raise SnapshotError(f"{path}: not an ngptune snapshot, or truncated ({type(exc).__name__}: {_short(exc)})") from None
+    if bad_record is not None:
+        raise SnapshotError(f"{path}: corrupt snapshot: record '{bad_record}' fails its CRC-32 check")
+    try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
-    except (RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile, ValueError, OSError) as exc:
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise SnapshotError(f"{path}: truncated or corrupt snapshot ({first_line})") from None
+    except Exception as exc:  # torch raises many types on foreign pickles; all mean the same here
+        raise SnapshotError(f"{path}: truncated or corrupt snapshot ({type(exc).__name__}: {_short(exc)})") from None
     if not isinstance(payload, dict) or payload.get("format") != SNAPSHOT_FORMAT:
         raise SnapshotError(f"{path}: not an ngptune snapshot")
     if payload.get("version") != SNAPSHOT_VERSION:
         raise SnapshotError(
             f"{path}: snapshot version {payload.get('version')!r}, this trainer reads {SNAPSHOT_VERSION}"
         )
+    for key, kind in _REQUIRED_ENTRIES.items():
+        value = payload.get(key)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise SnapshotError(f"{path}: snapshot entry '{key}' is missing or not a {kind.__name__}")
+    if payload["step"] < 0:
+        raise SnapshotError(f"{path}: snapshot entry 'step' is negative ({payload['step']})")
+    for key, tensor in payload["model"].items():
+        if isinstance(tensor, torch.Tensor) and tensor.is_floating_point() and not torch.isfinite(tensor).all():
+            raise SnapshotError(f"{path}: model entry '{key}' contains NaN or Infinity")
     return payload
+
+
+def _short(exc: BaseException, limit: int = 160) -> str:
+    """First line of an exception message, cut to ``limit`` characters, without ANSI escapes."""
+    import re
+
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip()
+    first = text.splitlines()[0] if text else ""
+    return first if len(first) <= limit else first[: limit - 1] + "…"
 
 
 def load_state_checked(module: torch.nn.Module, state: dict[str, Any], what: str, path: Path) -> None:

@@ -25,6 +25,7 @@ from trainer.data.convention import (
     decoded_intrinsics,
     fit_intrinsics_to_image,
     holdout_splits,
+    check_rotation,
     llff_to_opengl,
     nerf_to_unit_cube,
     normalize_poses,
@@ -62,6 +63,9 @@ def read_poses_bounds(npy_path: Path) -> np.ndarray:
         raise SceneError(f"{npy_path}: file not found") from None
     except (OSError, ValueError, EOFError) as exc:
         raise SceneError(f"{npy_path}: not a readable .npy array ({exc})") from None
+    if not isinstance(array, np.ndarray):  # an .npz archive renamed .npy
+        array.close()
+        raise SceneError(f"{npy_path}: expected one .npy array, found an .npz archive")
     if array.ndim != 2 or array.shape[1] != 17 or array.shape[0] == 0:
         raise SceneError(
             f"{npy_path}: expected an [N, 17] array (3x5 pose + near/far per image), "
@@ -117,6 +121,8 @@ def load(path: Path, opts: SceneOptions) -> Scene:
     root = npy_path.parent
     poses_bounds = read_poses_bounds(npy_path)
     poses = poses_bounds[:, :15].reshape(-1, 3, 5)
+    for row, pose in enumerate(poses):
+        check_rotation(pose[:, :3], f"{npy_path}: row {row}")
 
     folder, pre_shrunk = image_folder(root, opts.downscale)
     files = image_files(folder)

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from trainer.data.convention import (
+    check_rotation,
     NERF_OFFSET,
     NERF_SCALE,
     decoded_intrinsics,
@@ -89,6 +90,8 @@ def read_json(path: Path) -> dict[str, Any]:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise SceneError(f"{path}:{exc.lineno}:{exc.colno}: JSON syntax error: {exc.msg}") from None
+    except RecursionError:
+        raise SceneError(f"{path}: JSON nested too deeply to be a scene file") from None
     if not isinstance(data, dict):
         raise SceneError(f"{path}: expected a JSON object at the top level, got {type(data).__name__}")
     return data
@@ -203,6 +206,7 @@ def transform_matrix(value: object, where: str) -> np.ndarray:
             raise SceneError(f"{where}: transform_matrix contains {v!r} (NaN/Infinity)")
     matrix = np.array([[number(v, f"{where}: transform_matrix") for v in row] for row in value])
     matrix[3] = (0.0, 0.0, 0.0, 1.0)
+    check_rotation(matrix[:3, :3], f"{where}: transform_matrix")
     return matrix
 
 
@@ -219,14 +223,18 @@ def resolve_image_path(base: Path, file_path: str, where: str) -> Path | None:
     candidate = Path(file_path.replace("\\", "/"))
     path = candidate if candidate.is_absolute() else base / candidate
     found: Path | None = None
-    if path.is_file():
-        found = path
-    else:
-        for ext in IMAGE_EXTENSIONS + _UNSUPPORTED_EXTENSIONS:
-            with_ext = path.with_name(path.name + ext)
-            if with_ext.is_file():
-                found = with_ext
-                break
+    try:
+        if path.is_file():
+            found = path
+        else:
+            for ext in IMAGE_EXTENSIONS + _UNSUPPORTED_EXTENSIONS:
+                with_ext = path.with_name(path.name + ext)
+                if with_ext.is_file():
+                    found = with_ext
+                    break
+    except (OSError, ValueError) as exc:  # name too long, embedded NUL, ...
+        reason = getattr(exc, "strerror", None) or str(exc)
+        raise SceneError(f"{where}: file_path {file_path!r} is not a usable path ({reason})") from None
     if found is not None and found.suffix in _UNSUPPORTED_EXTENSIONS:
         raise SceneError(f"{where}: {found}: EXR/HDR images are not supported (use PNG or JPEG)")
     return found.absolute() if found is not None else None
