@@ -25,9 +25,9 @@ def snapshot(demo_scene, tmp_path_factory):
 @pytest.mark.parametrize(
     "content, message",
     [
-        (b"hello", "not an ngptune snapshot, or truncated"),
-        (b"\x80", "not an ngptune snapshot, or truncated"),
-        (b"", "not an ngptune snapshot, or truncated"),
+        (b"hello", "truncated or corrupt snapshot, or not an ngptune snapshot"),
+        (b"\x80", "truncated or corrupt snapshot, or not an ngptune snapshot"),
+        (b"", "truncated or corrupt snapshot, or not an ngptune snapshot"),
     ],
 )
 def test_foreign_bytes_are_rejected_in_one_line(tmp_path, content, message):

@@ -63,7 +63,7 @@ def load_snapshot(path: Path) -> dict[str, Any]:
         with zipfile.ZipFile(path) as archive:
             bad_record = archive.testzip()
     except (zipfile.BadZipFile, EOFError, ValueError, OSError) as exc:
-        raise SnapshotError(f"{path}: not an ngptune snapshot, or truncated ({type(exc).__name__}: {_short(exc)})") from None
+        raise SnapshotError(f"{path}: truncated or corrupt snapshot, or not an ngptune snapshot ({type(exc).__name__}: {_short(exc)})") from None
     if bad_record is not None:
         raise SnapshotError(f"{path}: corrupt snapshot: record '{bad_record}' fails its CRC-32 check")
     try:
