@@ -231,6 +231,25 @@ def run_distributed_training(cfg: TrainConfig, args: argparse.Namespace, env) ->
         shutdown_distributed()
 
 
+CPU_FRIENDLY_SAMPLES_PER_STEP = 2**14
+
+
+def cpu_config_warning(cfg: TrainConfig) -> str | None:
+    """A one-line hint when a GPU-sized config is about to train on the CPU (each step of the
+    default 2^18-sample config takes seconds there), else None."""
+    from trainer.train.loop import resolve_device
+
+    if resolve_device(cfg.training.device).type != "cpu":
+        return None
+    if cfg.training.target_samples_per_step <= CPU_FRIENDLY_SAMPLES_PER_STEP:
+        return None
+    return (
+        f"note: training on the CPU with {cfg.training.target_samples_per_step} samples per step, "
+        "a GPU-sized config (seconds per step); for a quick CPU run use --config configs/small.json "
+        "or --set training.target_samples_per_step=4096"
+    )
+
+
 def run_training(cfg: TrainConfig, args: argparse.Namespace) -> dict[str, Any]:
     """Train one process as configured; returns a summary dict (also in ``status.json``).
     Hands over to :func:`run_distributed_training` for a distributed job."""
@@ -247,6 +266,9 @@ def run_training(cfg: TrainConfig, args: argparse.Namespace) -> dict[str, Any]:
     run_dir.remove_stale_temp_files()
     run_dir.write_json(run_dir.config_path, config_to_dict(cfg))
     progress = _Progress(cfg.training.n_steps, cfg.training.quiet)
+    warning = cpu_config_warning(cfg)
+    if warning:
+        progress.message(warning)
     status: dict[str, Any] = {"state": "running", "scene": str(scene_path)}
     trainer = None
     try:

@@ -164,3 +164,12 @@ def test_evaluation_subset_is_spread_over_the_split():
     assert [i for i, _ in chosen] == list(range(0, 200, 10))
     assert evaluation_frames(frames[:3], 20) == list(enumerate(frames[:3]))
     assert evaluation_frames(frames, None)[-1] == (199, "r_199")
+
+
+def test_cpu_runs_of_gpu_sized_configs_get_a_hint():
+    from trainer.cli import cpu_config_warning
+    from trainer.config import apply_overrides, load_config
+
+    big = apply_overrides(load_config(None), {"training.device": "cpu"})
+    assert "configs/small.json" in cpu_config_warning(big)
+    assert cpu_config_warning(tiny_config()) is None
