@@ -18,7 +18,7 @@ from trainer.errors import NgptuneError
 def _cmd_inspect(args: argparse.Namespace) -> int:
     from ngptune.inspect import describe_scene, format_description
 
-    info = describe_scene(args.scene, downscale=args.downscale, timing=args.timing)
+    info = describe_scene(args.scene, downscale=args.downscale, timing=args.timing, holdout_every=args.holdout_every)
     if args.json:
         print(json.dumps(info, indent=2))
     else:
@@ -105,6 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("scene", type=Path)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--downscale", type=int, default=1)
+    p.add_argument("--holdout-every", type=int, default=0, help="for scenes without splits: hold out every N-th frame as test (0: list all as train)")
     p.add_argument("--timing", action="store_true", help="decode the training images twice (cold, then from the disk cache) and print both times")
     p.set_defaults(func=_cmd_inspect)
 

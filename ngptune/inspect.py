@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
+import warnings
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,12 @@ from typing import Any
 from trainer.data import load_scene
 
 
-def describe_scene(path: Path, downscale: int = 1, timing: bool = False) -> dict[str, Any]:
+FORMATS_WITH_SPLITS = ("blender",)
+
+
+def describe_scene(
+    path: Path, downscale: int = 1, timing: bool = False, holdout_every: int = 0
+) -> dict[str, Any]:
     """Facts about a scene as a JSON-ready dict.
 
     Keys: ``format``, ``root``, ``splits`` (split → image count), ``width``/``height`` (first image),
@@ -21,12 +27,17 @@ def describe_scene(path: Path, downscale: int = 1, timing: bool = False) -> dict
     ``{frame, reason}``), ``notes``, ``pixel_memory_bytes`` (decoded table of all splits) and, with
     ``timing``, ``timing`` (``first_load_s``, ``second_load_s`` of the training images).
 
+    ``splits`` describes the scene as stored: formats without splits of their own (instant-ngp,
+    LLFF, COLMAP) list every usable image under ``train`` unless ``holdout_every`` > 0. For those,
+    ``training_holdout`` tells how ``ngptune train`` splits them by default (every 8th frame held
+    out for evaluation).
+
     Raises:
         SceneError: for an unreadable scene.
     """
     from trainer.data.images import load_pixel_table, pixel_table_nbytes
 
-    scene = load_scene(path, downscale=downscale)
+    scene = load_scene(path, downscale=downscale, holdout_every=holdout_every)
     all_frames = [f for frames in scene.splits.values() for f in frames]
     sizes = Counter(f"{f.intrinsics.width}x{f.intrinsics.height}" for f in all_frames)
     first = all_frames[0].intrinsics if all_frames else None
@@ -56,6 +67,14 @@ def describe_scene(path: Path, downscale: int = 1, timing: bool = False) -> dict
         "notes": list(scene.notes),
         "pixel_memory_bytes": int(pixel_table_nbytes(all_frames, downscale=scene.downscale)),
     }
+    if scene.format not in FORMATS_WITH_SPLITS:
+        from trainer.data.options import SceneOptions
+
+        every = SceneOptions().holdout_every
+        with warnings.catch_warnings():  # the skipped frames were reported by the first load
+            warnings.simplefilter("ignore")
+            held = load_scene(path, downscale=downscale, holdout_every=every)
+        info["training_holdout"] = {"every": every, "splits": held.split_counts}
     if timing:
         train = scene.frames("train")
         cache_dir = Path(tempfile.mkdtemp(prefix="ngptune-inspect-cache-"))
@@ -86,6 +105,12 @@ def format_description(info: dict[str, Any]) -> None:
     table = Table(title=f"scene {info['root']}", show_header=False)
     table.add_row("format", info["format"])
     table.add_row("images per split", ", ".join(f"{k}: {v}" for k, v in info["splits"].items()))
+    if "training_holdout" in info:
+        hold = info["training_holdout"]
+        table.add_row(
+            "training split (default)",
+            f"every {hold['every']}th frame held out: " + ", ".join(f"{k}: {v}" for k, v in hold["splits"].items()),
+        )
     table.add_row("image sizes", ", ".join(f"{k} ×{v}" for k, v in info["image_sizes"].items()))
     intr = info["intrinsics"]
     table.add_row("focal fx / fy (px)", f"{intr['fx']} / {intr['fy']}")

@@ -1,0 +1,48 @@
+"""`ngptune inspect` on the real scenes (the issue's done-when) and on the demo scene."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ngptune.cli import main
+
+SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+needs_shared = pytest.mark.skipif(not SHARED.exists(), reason=f"{SHARED} not present")
+
+
+def _inspect_json(capsys, *args):
+    assert main(["inspect", *args, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@needs_shared
+def test_fox(capsys):
+    info = _inspect_json(capsys, str(SHARED / "fox"))
+    assert info["format"] == "instant-ngp"
+    assert info["splits"]["train"] == 50
+    assert (info["width"], info["height"]) == (1080, 1920)
+    assert info["aabb_scale"] == 4
+    assert len(info["skipped"]) == 17
+    assert all(s["reason"].startswith("image file not found") for s in info["skipped"])
+    assert info["training_holdout"] == {"every": 8, "splits": {"train": 43, "test": 7}}
+
+
+@needs_shared
+def test_lego_400(capsys):
+    info = _inspect_json(capsys, str(SHARED / "nerf_synthetic_lego_400"))
+    assert info["format"] == "blender"
+    assert info["splits"] == {"train": 100, "val": 100, "test": 200}
+    assert (info["width"], info["height"]) == (400, 400)
+    assert info["skipped"] == []
+    assert info["pixel_memory_bytes"] == 400 * 400 * 4 * 400
+
+
+def test_demo_scene_and_timing(capsys, tmp_path):
+    assert main(["demo-scene", str(tmp_path / "demo")]) == 0
+    capsys.readouterr()
+    info = _inspect_json(capsys, str(tmp_path / "demo"), "--timing")
+    assert info["splits"] == {"train": 32, "val": 4, "test": 8}
+    assert info["timing"]["images"] == 32 and info["timing"]["first_load_s"] > 0
+    assert main(["inspect", str(tmp_path / "missing")]) == 2
+    assert "scene path does not exist" in capsys.readouterr().err
