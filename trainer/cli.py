@@ -193,13 +193,7 @@ def run_distributed_training(cfg: TrainConfig, args: argparse.Namespace, env) ->
         if resume is not None:
             status["resumed_from"] = str(trainer.load_checkpoint(Path(resume)))
         t0 = time.perf_counter()
-
-        def on_eval(result: dict[str, Any]) -> None:
-            progress.message(f"eval step {result['step']}: {result['mean_psnr_db']:.2f} dB on {result['split']}")
-
-        last = trainer.train(on_log=progress.log, on_eval=on_eval, snapshot_every=cfg.training.snapshot_every,
-                             eval_every=cfg.training.eval_every)
-        progress.close()
+        last = _train_with_progress(trainer, cfg, progress)
         # decided from the trainer's own record: every rank must agree without reading the disk
         if trainer.last_checkpoint is not None and trainer.last_checkpoint[0] == trainer.step:
             newest = trainer.last_checkpoint[1]
@@ -207,16 +201,7 @@ def run_distributed_training(cfg: TrainConfig, args: argparse.Namespace, env) ->
             newest = trainer.save_checkpoint()
         status.update({"state": "completed", "step": trainer.step, "train_time_s": trainer.train_time_s,
                        "checkpoint": str(newest)})
-        if last:
-            status["throughput_samples_per_s"] = last.get("throughput_samples_per_s")
-        if args.save_snapshot:
-            status["snapshot"] = str(trainer.save(args.save_snapshot))
-        if not args.no_eval:
-            result = trainer.evaluate()
-            status.update({"eval_psnr_db": result["mean_psnr_db"], "eval_ssim": result["mean_ssim"], "eval_split": result["split"]})
-            progress.message(f"evaluation on {len(result['images'])} {result['split']} images: "
-                             f"PSNR {result['mean_psnr_db']:.2f} dB, SSIM {result['mean_ssim']:.4f}")
-        status["wall_s"] = time.perf_counter() - t0
+        _finish_status(trainer, args, status, progress, last, t0)
         return status
     except BaseException as exc:
         progress.close()
@@ -229,6 +214,44 @@ def run_distributed_training(cfg: TrainConfig, args: argparse.Namespace, env) ->
         if env.is_main:
             run_dir.write_json(run_dir.status_path, status)
         shutdown_distributed()
+
+
+def _train_with_progress(trainer: Any, cfg: TrainConfig, progress: _Progress) -> dict[str, Any]:
+    """Run ``trainer.train`` with the config's snapshot/eval cadence, reporting through
+    ``progress`` (closed afterwards); returns the last metrics record."""
+
+    def on_eval(result: dict[str, Any]) -> None:
+        progress.message(f"eval step {result['step']}: {result['mean_psnr_db']:.2f} dB on {result['split']}")
+
+    last = trainer.train(
+        on_log=progress.log,
+        on_eval=on_eval,
+        snapshot_every=cfg.training.snapshot_every,
+        eval_every=cfg.training.eval_every,
+    )
+    progress.close()
+    return last
+
+
+def _finish_status(
+    trainer: Any, args: argparse.Namespace, status: dict[str, Any], progress: _Progress,
+    last: dict[str, Any], t0: float,
+) -> None:
+    """After training: throughput of the ``last`` record, ``--save-snapshot`` (the path the
+    trainer wrote), the final evaluation unless ``--no-eval``, and wall time since ``t0``; all
+    into ``status``."""
+    if last:
+        status["throughput_samples_per_s"] = last.get("throughput_samples_per_s")
+    if args.save_snapshot:
+        status["snapshot"] = str(trainer.save(args.save_snapshot))
+    if not args.no_eval:
+        result = trainer.evaluate()
+        status.update({"eval_psnr_db": result["mean_psnr_db"], "eval_ssim": result["mean_ssim"], "eval_split": result["split"]})
+        progress.message(
+            f"evaluation on {len(result['images'])} {result['split']} images: "
+            f"PSNR {result['mean_psnr_db']:.2f} dB, SSIM {result['mean_ssim']:.4f}"
+        )
+    status["wall_s"] = time.perf_counter() - t0
 
 
 CPU_FRIENDLY_SAMPLES_PER_STEP = 2**14
@@ -274,31 +297,9 @@ def run_training(cfg: TrainConfig, args: argparse.Namespace) -> dict[str, Any]:
     try:
         trainer = train_from_config(cfg, scene_path, run_dir, resume=args.resume)
         t0 = time.perf_counter()
-
-        def on_eval(result: dict[str, Any]) -> None:
-            progress.message(f"eval step {result['step']}: {result['mean_psnr_db']:.2f} dB on {result['split']}")
-
-        last = trainer.train(
-            on_log=progress.log,
-            on_eval=on_eval,
-            snapshot_every=cfg.training.snapshot_every,
-            eval_every=cfg.training.eval_every,
-        )
-        progress.close()
+        last = _train_with_progress(trainer, cfg, progress)
         status.update({"state": "completed", "step": trainer.step, "train_time_s": trainer.train_time_s})
-        if last:
-            status["throughput_samples_per_s"] = last.get("throughput_samples_per_s")
-        if args.save_snapshot:
-            trainer.save(args.save_snapshot)
-            status["snapshot"] = str(args.save_snapshot)
-        if not args.no_eval:
-            result = trainer.evaluate()
-            status.update({"eval_psnr_db": result["mean_psnr_db"], "eval_ssim": result["mean_ssim"], "eval_split": result["split"]})
-            progress.message(
-                f"evaluation on {len(result['images'])} {result['split']} images: "
-                f"PSNR {result['mean_psnr_db']:.2f} dB, SSIM {result['mean_ssim']:.4f}"
-            )
-        status["wall_s"] = time.perf_counter() - t0
+        _finish_status(trainer, args, status, progress, last, t0)
         return status
     except BaseException as exc:
         progress.close()

@@ -36,7 +36,7 @@ from trainer.parallel.partition import assign_boxes, split_boxes
 from trainer.parallel.subgrid import SubgridModel, all_gather_segments, composite_boxes_in_order, render_subgrid, segment_order
 from trainer.parallel.trainer import DistributedTrainerBase
 from trainer.train.evaluate import evaluate
-from trainer.train.loop import StepStats, _autocast, build_field, photometric_loss
+from trainer.train.loop import StepStats, _autocast, build_field
 
 __all__ = ["SubgridTrainer"]
 
@@ -66,15 +66,9 @@ class SubgridTrainer(DistributedTrainerBase):
 
     def _build_optimizer(self) -> torch.optim.Optimizer:
         """Adam over the owned boxes: groups (hash-grid entries, MLP weights) as the base trainer."""
-        opt = self.cfg.optimizer
         fields = [self.field.fields[str(k)] for k in self.field.local_box_ids]
-        return torch.optim.Adam(
-            [
-                {"params": [p for f in fields for p in f.encoding_parameters()], "weight_decay": 0.0},
-                {"params": [p for f in fields for p in f.mlp_weight_parameters()], "weight_decay": opt.l2_reg},
-            ],
-            lr=opt.learning_rate, betas=(opt.beta1, opt.beta2), eps=opt.epsilon,
-        )
+        return self._adam([p for f in fields for p in f.encoding_parameters()],
+                          [p for f in fields for p in f.mlp_weight_parameters()])
 
     def named_model_tensors(self) -> dict[str, torch.Tensor]:
         return {f"boxes.{k}.{n}": v for k in self.field.local_box_ids
@@ -86,12 +80,8 @@ class SubgridTrainer(DistributedTrainerBase):
 
     def _density_for_grid(self, positions: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
-            sigma = self.field.density(positions).float().contiguous()
-        if self.distributed:
-            on_comm = sigma.to(self._comm_device())
-            dist.all_reduce(on_comm, op=dist.ReduceOp.SUM)
-            sigma = on_comm.to(sigma.device)
-        return sigma
+            sigma = self.field.density(positions).float()
+        return self._all_reduce_density(sigma, dist.ReduceOp.SUM)
 
     def train_step(self) -> tuple[StepStats, torch.Tensor, torch.Tensor]:
         """One subgrid step (collective). Returns the step's stats, loss and MSE (the same on
@@ -102,22 +92,13 @@ class SubgridTrainer(DistributedTrainerBase):
         """
         t = self.cfg.training
         timer = self.timer
-        if self.step % t.occupancy_update_every == 0:
-            with timer.phase("occupancy_update"):
-                self.grid.update(self.step, self._density_for_grid, warmup_steps=t.occupancy_warmup_steps,
-                                 generator=self.grid_generator)
+        self._maybe_update_occupancy()
         t0 = time.perf_counter()
         with timer.phase("data"):
             batch = self.sampler.sample(self.n_rays)
             n_rays = batch.rays_o.shape[0]
-            if self.random_background:
-                background = torch.rand(n_rays, 3, device=self.device, generator=self.generator)
-            else:
-                background = self.fixed_background.expand(n_rays, 3)
-            target = batch.rgb * batch.alpha + background * (1.0 - batch.alpha)
-        with timer.phase("march"):
-            samples = self.march(batch.rays_o, batch.rays_d, jitter=True)
-            n_samples = int(samples.ray_indices.shape[0])
+            background, target = self._background_and_target(batch, n_rays)
+        samples, n_samples = self._march_batch(batch)
         if n_samples == 0:  # identical samples on every rank: all skip alike
             if self.step >= t.occupancy_warmup_steps:
                 raise TrainingError(f"no ray sample hit an occupied cell at step {self.step} (after the "
@@ -129,8 +110,7 @@ class SubgridTrainer(DistributedTrainerBase):
         with timer.phase("field_forward"), _autocast(self.device, t.precision):
             sample_boxes = model.sample_boxes(samples.positions)
             local = model(samples, sample_boxes)
-        self._synchronize()
-        compute_ms = (time.perf_counter() - t0) * 1e3
+        compute_ms = self._compute_ms_since(t0)
         with timer.phase("comm"):
             rgb_k, transmittance_k = all_gather_segments(local.rgb.float(), local.transmittance.float(), local.box_ids,
                                                          model.n_boxes, loss_replicated=True)
@@ -138,19 +118,10 @@ class SubgridTrainer(DistributedTrainerBase):
         with timer.phase("render"):
             order = segment_order(samples.t, samples.ray_indices, sample_boxes, n_rays, model.n_boxes)
             rgb, _ = composite_boxes_in_order(rgb_k, transmittance_k, order, background)
-            loss = photometric_loss(rgb, target, self.cfg) / (n_rays * 3)
-            mse = ((rgb.detach() - target) ** 2).mean()
-        with timer.phase("backward"):
-            self.optimizer.zero_grad(set_to_none=True)
-            self.scaler.scale(loss).backward()
-        with timer.phase("optimizer"):
-            self._set_learning_rate()
-            scale_before = self.scaler.get_scale() if self.scaler.is_enabled() else 1.0
-            self.scaler.step(self.optimizer)
-            self.scaler.update()
-            skipped = self.scaler.is_enabled() and self.scaler.get_scale() < scale_before
-        self._synchronize()
-        compute_ms += (time.perf_counter() - t1) * 1e3
+            loss, mse = self._loss_and_mse(rgb, target, n_rays)
+        self._backward(loss)
+        skipped = self._optimizer_step()
+        compute_ms += self._compute_ms_since(t1)
         with timer.phase("balance"):
             self._account(self._all_gather_rows([n_rays, n_samples, compute_ms]))
         self.step += 1

@@ -33,7 +33,6 @@ Checkpoints (:mod:`trainer.parallel.checkpoint`) replace the single-process snap
 
 from __future__ import annotations
 
-import math
 import time
 from pathlib import Path
 from typing import Any
@@ -50,7 +49,7 @@ from trainer.parallel import checkpoint as ckpt
 from trainer.parallel.balance import LoadBalancer, imbalance, shares_from_capabilities
 from trainer.parallel.grad_sync import GradientSynchronizer, allreduce_bandwidth_gb_per_s, collective_device
 from trainer.rundir import RunDir
-from trainer.train.loop import RAY_GRANULARITY, StepStats, Trainer, _autocast, photometric_loss
+from trainer.train.loop import StepStats, Trainer, _autocast, photometric_loss
 from trainer.render.volrend import composite
 
 __all__ = [
@@ -111,18 +110,13 @@ class DistributedTrainerBase(Trainer):
 
     mode = ""
 
-    def __init__(
-        self,
-        cfg: TrainConfig,
-        scene: Scene,
-        run_dir: RunDir | None = None,
-        pixel_table: PixelTable | None = None,
-    ) -> None:
+    def _init_process(self, cfg: TrainConfig) -> None:
         self.rank, self.world_size = _rank_and_world()
         validate_parallel_config(cfg, self.world_size)
-        super().__init__(cfg, scene, run_dir, pixel_table)
+
+    def _after_init(self) -> None:
         self.grid_generator = torch.Generator(device=self.device)
-        self.grid_generator.manual_seed(cfg.training.seed + GRID_SEED_OFFSET)
+        self.grid_generator.manual_seed(self.cfg.training.seed + GRID_SEED_OFFSET)
         self.keep_checkpoints = DEFAULT_KEEP_CHECKPOINTS
         self.last_checkpoint: tuple[int, Path] | None = None  # (step, folder) of the newest save
         self._acc = self._new_accumulators()
@@ -158,9 +152,19 @@ class DistributedTrainerBase(Trainer):
         spent = torch.tensor([self.train_time_s], dtype=torch.float64, device=self._comm_device())
         return float(self._all_reduce_(spent, dist.ReduceOp.MAX)) >= time_budget_s
 
-    def _synchronize(self) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
+    def _all_reduce_density(self, sigma: torch.Tensor, op: dist.ReduceOp.RedOpType) -> torch.Tensor:
+        """All-reduce occupancy densities across ranks (through the collective device)."""
+        sigma = sigma.contiguous()
+        if self.distributed:
+            on_comm = sigma.to(self._comm_device())
+            dist.all_reduce(on_comm, op=op)
+            sigma = on_comm.to(sigma.device)
+        return sigma
+
+    def _compute_ms_since(self, t0: float) -> float:
+        """Milliseconds of device work since ``t0`` (``time.perf_counter``), after a device sync."""
+        self._synchronize()
+        return (time.perf_counter() - t0) * 1e3
 
     # ------------------------------------------------------------------ metrics
     @staticmethod
@@ -225,16 +229,7 @@ class DistributedTrainerBase(Trainer):
         }
 
     def _rank_state(self) -> dict[str, Any]:
-        state: dict[str, Any] = {
-            "torch_cpu": torch.get_rng_state(),
-            "generator": self.generator.get_state(),
-            "grid_generator": self.grid_generator.get_state(),
-        }
-        if self.device.type == "cuda":
-            state["torch_cuda"] = torch.cuda.get_rng_state(self.device)
-        for name, value in self.sampler.rng_state().items():
-            state[f"sampler_{name}"] = value
-        return state
+        return self._rng_state(grid_generator=self.grid_generator.get_state())
 
     def checkpoint_tensors(self) -> dict[str, torch.Tensor]:
         """Everything tensor-valued a checkpoint holds for this rank: ``model``/``boxes`` entries,
@@ -306,11 +301,8 @@ class DistributedTrainerBase(Trainer):
         self._load_rank_state(folder, int(meta["world_size"]))
         self.scaler.load_state_dict(meta["scaler"])
         state = meta["trainer_state"]
-        self.step = int(meta["step"])
-        self.n_rays = int(state["n_rays"])
         ema = state["samples_per_ray_ema"]
-        self.samples_per_ray_ema = None if ema is None else float(ema)
-        self.train_time_s = float(state["train_time_s"])
+        self._restore_counters(meta["step"], state, None if ema is None else float(ema))
         self._after_load(meta)
         return folder
 
@@ -330,13 +322,8 @@ class DistributedTrainerBase(Trainer):
         if shared is not None:
             self.grid_generator.set_state(shared["grid_generator"])
         state = None if source is None else ckpt.load_rank_state(folder, source)
-        if state is None:
-            return
-        torch.set_rng_state(state["torch_cpu"])
-        self.generator.set_state(state["generator"])
-        if "torch_cuda" in state and self.device.type == "cuda":
-            torch.cuda.set_rng_state(state["torch_cuda"], self.device)
-        self.sampler.set_rng_state({k[len("sampler_"):]: v for k, v in state.items() if k.startswith("sampler_")})
+        if state is not None:
+            self._set_rng_state(state)
 
     def save(self, path: Path) -> Path:
         """``--save-snapshot`` in a distributed run writes a sharded checkpoint folder."""
@@ -357,14 +344,9 @@ class DataParallelTrainer(DistributedTrainerBase):
 
     mode = "data"
 
-    def __init__(
-        self,
-        cfg: TrainConfig,
-        scene: Scene,
-        run_dir: RunDir | None = None,
-        pixel_table: PixelTable | None = None,
-    ) -> None:
-        super().__init__(cfg, scene, run_dir, pixel_table)
+    def _after_init(self) -> None:
+        super()._after_init()
+        cfg = self.cfg
         self.generator.manual_seed(cfg.training.seed + self.rank)
         self.balancer = LoadBalancer.from_config(cfg, self.world_size)
         self.grad_sync: GradientSynchronizer | None = None
@@ -384,12 +366,7 @@ class DataParallelTrainer(DistributedTrainerBase):
         return {f"model.{k}": p for k, p in self.field.named_parameters()}
 
     def _density_for_grid(self, positions: torch.Tensor) -> torch.Tensor:
-        sigma = super()._density_for_grid(positions).contiguous()
-        if self.distributed:
-            on_comm = sigma.to(self._comm_device())
-            dist.all_reduce(on_comm, op=dist.ReduceOp.MAX)
-            sigma = on_comm.to(sigma.device)
-        return sigma
+        return self._all_reduce_density(super()._density_for_grid(positions), dist.ReduceOp.MAX)
 
     def _empty_batch(self) -> RayBatch:
         z3 = torch.zeros(0, 3, device=self.device)
@@ -409,24 +386,15 @@ class DataParallelTrainer(DistributedTrainerBase):
         """
         t = self.cfg.training
         timer = self.timer
-        if self.step % t.occupancy_update_every == 0:
-            with timer.phase("occupancy_update"):
-                self.grid.update(self.step, self._density_for_grid, warmup_steps=t.occupancy_warmup_steps,
-                                 generator=self.grid_generator)
+        self._maybe_update_occupancy()
         t0 = time.perf_counter()
         global_rays = self.n_rays
         n_local = self.balancer.rays_for_rank(global_rays, self.rank)
         with timer.phase("data"):
             batch = self.draw_batch(n_local)
             assert batch.rays_o.shape[0] == n_local, "a batch must hold the rays the balancer gave this rank"
-            if self.random_background:
-                background = torch.rand(n_local, 3, device=self.device, generator=self.generator)
-            else:
-                background = self.fixed_background.expand(n_local, 3)
-            target = batch.rgb * batch.alpha + background * (1.0 - batch.alpha)
-        with timer.phase("march"):
-            samples = self.march(batch.rays_o, batch.rays_d, jitter=True)
-            n_samples = int(samples.ray_indices.shape[0])
+            background, target = self._background_and_target(batch, n_local)
+        samples, n_samples = self._march_batch(batch)
         self.optimizer.zero_grad(set_to_none=True)
         loss_sum = torch.zeros((), device=self.device)
         sq_err_sum = torch.zeros((), device=self.device)
@@ -439,8 +407,7 @@ class DataParallelTrainer(DistributedTrainerBase):
                 sq_err_sum = ((rgb.detach() - target) ** 2).sum()
             with timer.phase("backward"):
                 self.scaler.scale(loss_sum / (3 * global_rays)).backward()
-        self._synchronize()
-        compute_ms = (time.perf_counter() - t0) * 1e3
+        compute_ms = self._compute_ms_since(t0)
         comm_bytes = 0
         any_grad = n_samples > 0
         if self.grad_sync is not None:
@@ -450,14 +417,8 @@ class DataParallelTrainer(DistributedTrainerBase):
         t1 = time.perf_counter()
         skipped = not any_grad
         if any_grad:
-            with timer.phase("optimizer"):
-                self._set_learning_rate()
-                scale_before = self.scaler.get_scale() if self.scaler.is_enabled() else 1.0
-                self.scaler.step(self.optimizer)
-                self.scaler.update()
-                skipped = self.scaler.is_enabled() and self.scaler.get_scale() < scale_before
-        self._synchronize()
-        compute_ms += (time.perf_counter() - t1) * 1e3
+            skipped = self._optimizer_step()
+        compute_ms += self._compute_ms_since(t1)
         with timer.phase("balance"):
             rows = self._all_gather_rows([n_local, n_samples, compute_ms, float(loss_sum.detach()), float(sq_err_sum)])
             times = self._account(rows, comm_bytes)
@@ -481,13 +442,7 @@ class DataParallelTrainer(DistributedTrainerBase):
         """instant-ngp's batch rule on global counts: rays → ``target_samples_per_step × world
         size`` / (EMA of samples per ray), a multiple of 64, at most ``max_rays_per_step × world
         size`` (weak scaling: both limits are per GPU)."""
-        t = self.cfg.training
-        per_ray = global_samples / max(global_rays, 1)
-        ema = self.samples_per_ray_ema
-        self.samples_per_ray_ema = per_ray if ema is None else 0.9 * ema + 0.1 * per_ray
-        wanted = t.target_samples_per_step * self.world_size / max(self.samples_per_ray_ema, 1e-3)
-        wanted = int(math.ceil(wanted / RAY_GRANULARITY)) * RAY_GRANULARITY
-        self.n_rays = max(RAY_GRANULARITY, min(int(t.max_rays_per_step) * self.world_size, wanted))
+        self._resize_batch(global_rays, global_samples, scale=self.world_size)
 
     def _interval_record(self, interval: dict, loss_sum: torch.Tensor, mse_sum: torch.Tensor) -> dict[str, Any]:
         steps = max(self._acc["steps"], 1.0)

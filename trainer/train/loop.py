@@ -162,6 +162,7 @@ class Trainer:
         run_dir: RunDir | None = None,
         pixel_table: PixelTable | None = None,
     ) -> None:
+        self._init_process(cfg)
         self.cfg = cfg
         self.scene = scene
         self.run_dir = run_dir
@@ -225,10 +226,17 @@ class Trainer:
         self.train_time_s = 0.0
         self.timer = PhaseTimer(self.device)
         self._zero_sample_steps = 0
+        self._after_init()
 
     # ------------------------------------------------------------------ construction hooks
-    rank = 0  # distributed trainers set their rank and world size before ``__init__``
+    rank = 0  # distributed trainers set their rank and world size in ``_init_process``
     world_size = 1
+
+    def _init_process(self, cfg: TrainConfig) -> None:
+        """Runs first in ``__init__`` (distributed trainers read their rank and world size here)."""
+
+    def _after_init(self) -> None:
+        """Runs last in ``__init__`` (subclasses add their own state here)."""
 
     def sampler_seed(self) -> int:
         """Seed of the ray sampler (``training.seed``; data-parallel ranks add their rank)."""
@@ -241,11 +249,16 @@ class Trainer:
     def _build_optimizer(self) -> torch.optim.Optimizer:
         """Adam over the field: hash-grid entries without weight decay, MLP weights with
         ``optimizer.l2_reg`` (group order: encoding, MLP)."""
+        return self._adam(list(self.field.encoding_parameters()), list(self.field.mlp_weight_parameters()))
+
+    def _adam(self, encoding_params: list, mlp_params: list) -> torch.optim.Optimizer:
+        """Adam with the config's hyper-parameters over two groups: ``encoding_params`` without
+        weight decay, ``mlp_params`` with ``optimizer.l2_reg``."""
         opt = self.cfg.optimizer
         return torch.optim.Adam(
             [
-                {"params": list(self.field.encoding_parameters()), "weight_decay": 0.0},
-                {"params": list(self.field.mlp_weight_parameters()), "weight_decay": opt.l2_reg},
+                {"params": encoding_params, "weight_decay": 0.0},
+                {"params": mlp_params, "weight_decay": opt.l2_reg},
             ],
             lr=opt.learning_rate,
             betas=(opt.beta1, opt.beta2),
@@ -288,25 +301,12 @@ class Trainer:
         """
         t = self.cfg.training
         timer = self.timer
-        if self.step % t.occupancy_update_every == 0:
-            with timer.phase("occupancy_update"):
-                self.grid.update(
-                    self.step,
-                    self._density_for_grid,
-                    warmup_steps=t.occupancy_warmup_steps,
-                    generator=self.grid_generator,
-                )
+        self._maybe_update_occupancy()
         with timer.phase("data"):
             batch = self.sampler.sample(self.n_rays)
             n_rays = batch.rays_o.shape[0]
-            if self.random_background:
-                background = torch.rand(n_rays, 3, device=self.device, generator=self.generator)
-            else:
-                background = self.fixed_background.expand(n_rays, 3)
-            target = batch.rgb * batch.alpha + background * (1.0 - batch.alpha)
-        with timer.phase("march"):
-            samples = self.march(batch.rays_o, batch.rays_d, jitter=True)
-            n_samples = int(samples.ray_indices.shape[0])  # the one host read: sizes the next batch
+            background, target = self._background_and_target(batch, n_rays)
+        samples, n_samples = self._march_batch(batch)  # the one host read: sizes the next batch
         if n_samples == 0:
             self._zero_sample_steps += 1
             if self.step >= t.occupancy_warmup_steps:
@@ -327,20 +327,69 @@ class Trainer:
             rgb, _, _, _ = composite(
                 sigmas.float(), rgbs.float(), samples.dt, samples.ray_indices, n_rays, background
             )
-            loss = photometric_loss(rgb, target, self.cfg) / (n_rays * 3)
-            mse = ((rgb.detach() - target) ** 2).mean()
-        with timer.phase("backward"):
+            loss, mse = self._loss_and_mse(rgb, target, n_rays)
+        self._backward(loss)
+        skipped = self._optimizer_step()
+        self.step += 1
+        self._resize_batch(n_rays, n_samples)
+        return StepStats(n_rays, n_samples, skipped=skipped), loss.detach(), mse
+
+    # ------------------------------------------------------------------ step phases (shared with subclasses)
+    def _maybe_update_occupancy(self) -> None:
+        """Refresh the occupancy grid every ``training.occupancy_update_every`` steps."""
+        t = self.cfg.training
+        if self.step % t.occupancy_update_every == 0:
+            with self.timer.phase("occupancy_update"):
+                self.grid.update(
+                    self.step,
+                    self._density_for_grid,
+                    warmup_steps=t.occupancy_warmup_steps,
+                    generator=self.grid_generator,
+                )
+
+    def _background_and_target(self, batch: Any, n_rays: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The background colours [n_rays, 3] of the step and the batch's colours composited on them."""
+        if self.random_background:
+            background = torch.rand(n_rays, 3, device=self.device, generator=self.generator)
+        else:
+            background = self.fixed_background.expand(n_rays, 3)
+        target = batch.rgb * batch.alpha + background * (1.0 - batch.alpha)
+        return background, target
+
+    def _march_batch(self, batch: Any) -> tuple[Any, int]:
+        """The "march" phase: jittered samples of the batch's rays and their number (a host read)."""
+        with self.timer.phase("march"):
+            samples = self.march(batch.rays_o, batch.rays_d, jitter=True)
+            n_samples = int(samples.ray_indices.shape[0])
+        return samples, n_samples
+
+    def _loss_and_mse(self, rgb: torch.Tensor, target: torch.Tensor, n_rays: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The loss of rendered colours ``rgb`` [n_rays, 3] against ``target`` (normalised per
+        channel and ray) and their mean squared error (detached)."""
+        loss = photometric_loss(rgb, target, self.cfg) / (n_rays * 3)
+        mse = ((rgb.detach() - target) ** 2).mean()
+        return loss, mse
+
+    def _backward(self, loss: torch.Tensor) -> None:
+        """The "backward" phase: clear the gradients, back-propagate the (scaled) loss."""
+        with self.timer.phase("backward"):
             self.optimizer.zero_grad(set_to_none=True)
             self.scaler.scale(loss).backward()
-        with timer.phase("optimizer"):
+
+    def _optimizer_step(self) -> bool:
+        """The "optimizer" phase: learning rate, (scaled) Adam step, scaler update. Returns whether
+        the grad scaler skipped the step (inf/nan gradients)."""
+        with self.timer.phase("optimizer"):
             self._set_learning_rate()
             scale_before = self.scaler.get_scale() if self.scaler.is_enabled() else 1.0
             self.scaler.step(self.optimizer)
             self.scaler.update()
-            skipped = self.scaler.is_enabled() and self.scaler.get_scale() < scale_before
-        self.step += 1
-        self._resize_batch(n_rays, n_samples)
-        return StepStats(n_rays, n_samples, skipped=skipped), loss.detach(), mse
+            return self.scaler.is_enabled() and self.scaler.get_scale() < scale_before
+
+    def _synchronize(self) -> None:
+        """Wait for the device (CUDA) to finish queued work."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
 
     def _set_learning_rate(self) -> None:
         """Learning rate of the current step: tiny-cuda-nn's ExponentialDecay on the base rate."""
@@ -349,23 +398,45 @@ class Trainer:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
 
-    def _resize_batch(self, n_rays: int, n_samples: int) -> None:
-        """Adapt rays per step so samples per step approach the target (instant-ngp's rule)."""
+    def _resize_batch(self, n_rays: int, n_samples: int, scale: int = 1) -> None:
+        """Adapt rays per step so samples per step approach the target (instant-ngp's rule);
+        ``scale`` multiplies both the sample target and the ray limit (data parallel: world size)."""
         t = self.cfg.training
         per_ray = n_samples / max(n_rays, 1)
         ema = self.samples_per_ray_ema
         self.samples_per_ray_ema = per_ray if ema is None else 0.9 * ema + 0.1 * per_ray
-        wanted = t.target_samples_per_step / max(self.samples_per_ray_ema, 1e-3)
+        wanted = t.target_samples_per_step * scale / max(self.samples_per_ray_ema, 1e-3)
         wanted = int(math.ceil(wanted / RAY_GRANULARITY)) * RAY_GRANULARITY
-        self.n_rays = max(RAY_GRANULARITY, min(int(t.max_rays_per_step), wanted))
+        self.n_rays = max(RAY_GRANULARITY, min(int(t.max_rays_per_step) * scale, wanted))
 
     # ------------------------------------------------------------------ state
-    def state_dict(self) -> dict[str, Any]:
-        rng = {"torch_cpu": torch.get_rng_state(), "generator": self.generator.get_state()}
+    def _rng_state(self, **extra: torch.Tensor) -> dict[str, Any]:
+        """The random states of this process: torch CPU, the step generator, ``extra`` (by
+        name), torch CUDA (on a GPU) and the sampler's (``sampler_<name>``)."""
+        rng: dict[str, Any] = {"torch_cpu": torch.get_rng_state(), "generator": self.generator.get_state(), **extra}
         if self.device.type == "cuda":
             rng["torch_cuda"] = torch.cuda.get_rng_state(self.device)
         for name, value in self.sampler.rng_state().items():
             rng[f"sampler_{name}"] = value
+        return rng
+
+    def _set_rng_state(self, rng: dict[str, Any]) -> None:
+        """Restore what :meth:`_rng_state` returned (extra entries are left to the caller)."""
+        torch.set_rng_state(rng["torch_cpu"])
+        self.generator.set_state(rng["generator"])
+        if "torch_cuda" in rng and self.device.type == "cuda":
+            torch.cuda.set_rng_state(rng["torch_cuda"], self.device)
+        self.sampler.set_rng_state({k[len("sampler_"):]: v for k, v in rng.items() if k.startswith("sampler_")})
+
+    def _restore_counters(self, step: Any, state: dict[str, Any], ema: float | None) -> None:
+        """Step, rays per step, samples-per-ray EMA (None: unset) and training time of a resume."""
+        self.step = int(step)
+        self.n_rays = int(state["n_rays"])
+        self.samples_per_ray_ema = ema
+        self.train_time_s = float(state["train_time_s"])
+
+    def state_dict(self) -> dict[str, Any]:
+        rng = self._rng_state()
         return {
             "step": self.step,
             "config": config_to_dict(self.cfg),
@@ -401,20 +472,10 @@ class Trainer:
         if self.scaler.is_enabled() and payload["scaler"]:
             self.scaler.load_state_dict(payload["scaler"])  # an fp32 snapshot resumed in fp16 starts a fresh scaler
         try:
-            rng = payload["rng"]
-            torch.set_rng_state(rng["torch_cpu"])
-            self.generator.set_state(rng["generator"])
-            if "torch_cuda" in rng and self.device.type == "cuda":
-                torch.cuda.set_rng_state(rng["torch_cuda"], self.device)
-            self.sampler.set_rng_state(
-                {k[len("sampler_"):]: v for k, v in rng.items() if k.startswith("sampler_")}
-            )
+            self._set_rng_state(payload["rng"])
             state = payload["trainer_state"]
-            self.step = int(payload["step"])
-            self.n_rays = int(state["n_rays"])
             ema = float(state["samples_per_ray_ema"])
-            self.samples_per_ray_ema = None if ema < 0 else ema
-            self.train_time_s = float(state["train_time_s"])
+            self._restore_counters(payload["step"], state, None if ema < 0 else ema)
         except (KeyError, TypeError, ValueError, RuntimeError) as exc:
             raise SnapshotError(f"{path}: random-number or trainer state is unusable ({type(exc).__name__}: {exc})") from None
 
@@ -477,8 +538,7 @@ class Trainer:
                 interval["skipped"] += int(stats.skipped)
                 done = self.step >= n_steps
                 if self.step % t.log_every == 0 or done:
-                    if self.device.type == "cuda":
-                        torch.cuda.synchronize(self.device)
+                    self._synchronize()
                     self.train_time_s += time.perf_counter() - t_step
                     last_record = flush()
                 else:
@@ -490,8 +550,7 @@ class Trainer:
                     if on_eval:
                         on_eval(result)
             if interval["steps"] > 0:  # stopped by the time budget between two records
-                if self.device.type == "cuda":
-                    torch.cuda.synchronize(self.device)
+                self._synchronize()
                 last_record = flush()
         finally:
             if writer:
