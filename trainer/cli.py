@@ -114,8 +114,10 @@ class _Progress:
     def describe(record: dict[str, Any]) -> str:
         psnr = record.get("train_psnr_db")
         psnr_txt = f"{psnr:.2f} dB" if isinstance(psnr, (int, float)) else "-"
+        loss = record.get("loss")
+        loss_txt = f"{loss:.5f}" if isinstance(loss, (int, float)) else "- (no samples yet)"
         return (
-            f"loss {record['loss']:.5f}  psnr {psnr_txt}  "
+            f"loss {loss_txt}  psnr {psnr_txt}  "
             f"rays/s {record['rays_per_s']:.3g}  samples/s {record['throughput_samples_per_s']:.3g}"
         )
 

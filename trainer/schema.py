@@ -180,6 +180,33 @@ def read_metrics(path: Path, *, require_contiguous_steps: bool = False) -> list[
     return records
 
 
+def truncate_metrics_after(path: Path, step: int) -> int:
+    """Drop records of steps after ``step`` (and any cut line) from a metrics file, atomically.
+
+    Used when a run resumes from a snapshot into the same run directory, so the file keeps one
+    record per step interval. Returns the number of lines removed; a missing file is left alone.
+    """
+    from trainer.rundir import atomic_write_text
+
+    path = Path(path)
+    if not path.is_file():
+        return 0
+    kept, removed = [], 0
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            removed += 1
+            continue
+        if isinstance(record, dict) and isinstance(record.get("step"), int) and record["step"] > step:
+            removed += 1
+            continue
+        kept.append(line)
+    if removed:
+        atomic_write_text(path, "".join(line + "\n" for line in kept))
+    return removed
+
+
 def column_units(names: Iterable[str]) -> dict[str, str]:
     """Map column names to their units (unknown names raise KeyError)."""
     return {n: COLUMNS_BY_NAME[n].unit for n in names}

@@ -173,3 +173,38 @@ def test_cpu_runs_of_gpu_sized_configs_get_a_hint():
     big = apply_overrides(load_config(None), {"training.device": "cpu"})
     assert "configs/small.json" in cpu_config_warning(big)
     assert cpu_config_warning(tiny_config()) is None
+
+
+def test_resume_into_the_same_run_keeps_one_record_per_interval(demo_scene, tmp_path):
+    run = RunDir(tmp_path / "run").create()
+    first = _trainer(demo_scene, run)
+    first.train(n_steps=10)
+    snap = first.save(run.snapshot_path(10))
+    first.train(n_steps=15)  # progress after the snapshot that a kill would lose
+    first.close()
+    with open(run.metrics_path(0), "a") as f:
+        f.write('{"step": 2')  # a line cut by the kill
+    resumed = _trainer(demo_scene, run)
+    resumed.load(snap)
+    resumed.train(n_steps=20)
+    resumed.close()
+    steps = [r["step"] for r in read_metrics(run.metrics_path(0), require_contiguous_steps=True)]
+    assert steps == [5, 10, 15, 20]
+
+
+def test_warmup_steps_without_samples_log_no_loss(demo_scene, tmp_path):
+    from trainer.train.loop import StepStats
+
+    run = RunDir(tmp_path / "run").create()
+    trainer = _trainer(demo_scene, run)
+    real_step = trainer.train_step
+
+    def empty_step():
+        stats, loss, mse = real_step()
+        return StepStats(stats.n_rays, 0, skipped=True, trained=False), loss * 0, mse
+
+    trainer.train_step = empty_step  # type: ignore[method-assign]
+    trainer.train(n_steps=5)
+    trainer.close()
+    record = read_metrics(run.metrics_path(0))[0]
+    assert record["loss"] is None and record["train_psnr_db"] is None

@@ -90,10 +90,18 @@ def nerf_to_unit_cube(
 
     Returns:
         Same shape as ``c2w_nerf``, float64, unit-cube world; bottom row ``[0, 0, 0, 1]``.
+
+    Raises:
+        SceneError: when ``scale``/``offset`` send a camera position to infinity or NaN.
     """
     stack, single = _as_c2w_stack(c2w_nerf, "c2w_nerf")
     out = stack.copy()
-    out[:, :3, 3] = out[:, :3, 3] * float(scale) + np.asarray(offset, dtype=np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        out[:, :3, 3] = out[:, :3, 3] * float(scale) + np.asarray(offset, dtype=np.float64)
+    if not np.all(np.isfinite(out[:, :3, 3])):
+        raise SceneError(
+            f"scale {scale!r} / offset {list(offset)!r} map a camera position to infinity or NaN"
+        )
     out[:, :3, :] = out[:, [1, 2, 0], :]
     return out[0] if single else out
 

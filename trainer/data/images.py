@@ -403,8 +403,8 @@ def _read_cache(directory: Path, key: str, n_images: int) -> PixelTable | None:
         total = sum(w * h for w, h in zip(widths, heights))
         if pixels.shape != (total, 4) or str(pixels.dtype) != header["dtype"]:
             return None
-    except (OSError, ValueError, KeyError, TypeError):
-        return None  # unreadable or half-written entry: decode again and rewrite it
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None  # unreadable, half-written or foreign entry: decode again and rewrite it
     return _table_from_parts(pixels, widths, heights, bool(header["has_alpha"]))
 
 

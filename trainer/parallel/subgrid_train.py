@@ -105,7 +105,7 @@ class SubgridTrainer(DistributedTrainerBase):
                                     f"occupancy warm-up of {t.occupancy_warmup_steps} steps)")
             self.step += 1
             self._account(self._all_gather_rows([n_rays, 0, 0.0]))
-            return StepStats(n_rays, 0, skipped=True), torch.zeros(()), target.var()
+            return StepStats(n_rays, 0, skipped=True, trained=False), torch.zeros(()), target.var()
         model = self.field
         with timer.phase("field_forward"), _autocast(self.device, t.precision):
             sample_boxes = model.sample_boxes(samples.positions)

@@ -31,7 +31,7 @@ from trainer.render.march import march_rays
 from trainer.render.occupancy import OccupancyGrid
 from trainer.render.volrend import composite
 from trainer.rundir import RunDir
-from trainer.schema import PHASES, MetricsWriter
+from trainer.schema import PHASES, MetricsWriter, truncate_metrics_after
 from trainer.train.evaluate import evaluate
 from trainer.train.snapshot import load_snapshot, load_state_checked, save_snapshot
 from trainer.train.timing import PhaseTimer
@@ -139,6 +139,7 @@ class StepStats:
     n_rays: int
     n_samples: int
     skipped: bool
+    trained: bool = True  # False when the step had no sample to train on (loss undefined)
 
 
 class Trainer:
@@ -174,7 +175,10 @@ class Trainer:
         if not self.train_frames:
             from trainer.errors import SceneError
 
-            raise SceneError(f"{scene.root}: the scene has no training frames")
+            raise SceneError(
+                f"{scene.root}: the scene has no training frames (splits: {scene.split_counts}; "
+                "formats without splits hold out every data.holdout_every-th frame for testing)"
+            )
         self.aabb_scale = scene.aabb_scale
         self.aabb = torch.tensor(scene.aabb, dtype=torch.float32, device=self.device)
         self.field = self._build_model()
@@ -318,7 +322,7 @@ class Trainer:
                 )
             self.step += 1
             zero = torch.zeros((), device=self.device)
-            return StepStats(n_rays, 0, skipped=True), zero, target.var()
+            return StepStats(n_rays, 0, skipped=True, trained=False), zero, target.var()
         self._zero_sample_steps = 0
         with timer.phase("field_forward"):
             with _autocast(self.device, t.precision):
@@ -478,6 +482,8 @@ class Trainer:
             self._restore_counters(payload["step"], state, None if ema < 0 else ema)
         except (KeyError, TypeError, ValueError, RuntimeError) as exc:
             raise SnapshotError(f"{path}: random-number or trainer state is unusable ({type(exc).__name__}: {exc})") from None
+        if self.run_dir is not None:  # resuming into the run it came from: forget the lost steps
+            truncate_metrics_after(self.run_dir.metrics_path(self.rank), self.step)
 
     # ------------------------------------------------------------------ loop
     def _memory_record(self) -> dict[str, float]:
@@ -508,7 +514,7 @@ class Trainer:
         time_budget_s = t.time_budget_s if time_budget_s is None else time_budget_s
         writer = MetricsWriter(self.run_dir.metrics_path(self.rank)) if self.run_dir else None
         last_record: dict[str, Any] = {}
-        interval = {"steps": 0, "rays": 0, "samples": 0, "skipped": 0, "t0": time.perf_counter()}
+        interval = {"steps": 0, "trained": 0, "rays": 0, "samples": 0, "skipped": 0, "t0": time.perf_counter()}
         loss_sum = torch.zeros((), device=self.device)
         mse_sum = torch.zeros((), device=self.device)
         def flush() -> dict[str, Any]:
@@ -519,7 +525,7 @@ class Trainer:
                 writer.write(record)
             if on_log:
                 on_log(record)
-            interval = {"steps": 0, "rays": 0, "samples": 0, "skipped": 0, "t0": time.perf_counter()}
+            interval = {"steps": 0, "trained": 0, "rays": 0, "samples": 0, "skipped": 0, "t0": time.perf_counter()}
             loss_sum = torch.zeros((), device=self.device)
             mse_sum = torch.zeros((), device=self.device)
             return record
@@ -530,8 +536,10 @@ class Trainer:
                     break
                 t_step = time.perf_counter()
                 stats, loss, mse = self.train_step()
-                loss_sum += loss
-                mse_sum += mse
+                if stats.trained:
+                    loss_sum += loss
+                    mse_sum += mse
+                    interval["trained"] += 1
                 interval["steps"] += 1
                 interval["rays"] += stats.n_rays
                 interval["samples"] += stats.n_samples
@@ -562,13 +570,14 @@ class Trainer:
         elapsed_s = max(time.perf_counter() - interval["t0"], 1e-9)
         phases = self.timer.collect()
         step_time_ms = elapsed_s * 1e3 / steps
-        mean_mse = float(mse_sum) / steps
+        trained = interval.get("trained", steps)
+        mean_mse = float(mse_sum) / trained if trained else 0.0
         record: dict[str, Any] = {
             "rank": 0,
             "world_size": 1,
             "step": self.step,
             "wall_time_s": self.train_time_s,
-            "loss": float(loss_sum) / steps,
+            "loss": float(loss_sum) / trained if trained else None,
             "train_psnr_db": -10.0 * math.log10(mean_mse) if mean_mse > 0 else None,
             "lr": self.optimizer.param_groups[0]["lr"],
             "rays_per_step": interval["rays"] / steps,

@@ -441,7 +441,10 @@ def build_frames(
     """
     frames = []
     n_resized = 0
-    c2w_cube = nerf_to_unit_cube(np.stack([e.c2w_nerf for e in entries]), scale, offset) if entries else []
+    try:
+        c2w_cube = nerf_to_unit_cube(np.stack([e.c2w_nerf for e in entries]), scale, offset) if entries else []
+    except SceneError as exc:
+        raise SceneError(f"{entries[0].where.split(':')[0]}: {exc}") from None
     for entry, c2w in zip(entries, c2w_cube):
         assert entry.image_path is not None
         full, resized = frame_intrinsics(root, entry, image_size(entry.image_path))
