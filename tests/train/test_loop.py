@@ -208,3 +208,42 @@ def test_warmup_steps_without_samples_log_no_loss(demo_scene, tmp_path):
     trainer.close()
     record = read_metrics(run.metrics_path(0))[0]
     assert record["loss"] is None and record["train_psnr_db"] is None
+
+
+def test_an_fp16_overflow_step_leaves_the_logged_loss_finite(demo_scene):
+    trainer = _trainer(demo_scene, training__precision="fp16", training__log_every=100)
+    records = []
+    trainer.train(n_steps=2)
+    real_step = trainer.train_step
+    weights = list(trainer.field.mlp_weight_parameters())
+
+    def step_with_one_overflow():
+        if trainer.step == 3:
+            with torch.no_grad():
+                weights[0].mul_(1e4)
+            try:
+                return real_step()
+            finally:
+                with torch.no_grad():
+                    weights[0].div_(1e4)
+        return real_step()
+
+    trainer.train_step = step_with_one_overflow  # type: ignore[method-assign]
+    trainer.train(n_steps=6, on_log=records.append)
+    trainer.close()
+    (record,) = records
+    assert record["skipped_steps"] == 1
+    assert math.isfinite(record["loss"]) and math.isfinite(record["train_psnr_db"])
+
+
+def test_persistent_fp16_overflow_stops_with_advice(demo_scene, monkeypatch):
+    import trainer.train.loop as loop
+
+    monkeypatch.setattr(loop, "MAX_CONSECUTIVE_OVERFLOWS", 3)
+    trainer = _trainer(demo_scene, training__precision="fp16")
+    trainer.train(n_steps=2)
+    with torch.no_grad():
+        next(iter(trainer.field.mlp_weight_parameters())).mul_(1e6)
+    with pytest.raises(TrainingError, match="overflowed on 3 consecutive steps.*bf16 or fp32"):
+        trainer.train(n_steps=20)
+    trainer.close()

@@ -100,7 +100,8 @@ def nerf_to_unit_cube(
         out[:, :3, 3] = out[:, :3, 3] * float(scale) + np.asarray(offset, dtype=np.float64)
     if not np.all(np.isfinite(out[:, :3, 3])):
         raise SceneError(
-            f"scale {scale!r} / offset {list(offset)!r} map a camera position to infinity or NaN"
+            f"scale {float(scale)!r} / offset {[float(v) for v in offset]!r} map a camera position "
+            "to infinity or NaN"
         )
     out[:, :3, :] = out[:, [1, 2, 0], :]
     return out[0] if single else out

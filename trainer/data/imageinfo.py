@@ -6,6 +6,9 @@ from pathlib import Path
 
 from trainer.errors import SceneError
 
+# OpenCV refuses to decode larger images (CV_IO_MAX_IMAGE_PIXELS default, 2^30).
+MAX_IMAGE_PIXELS = 1 << 30
+
 # EXIF orientations 5..8 rotate the image by ±90°, which swaps width and height.
 _EXIF_ORIENTATION_TAG = 0x0112
 _TRANSPOSING_ORIENTATIONS = {5, 6, 7, 8}
@@ -80,4 +83,9 @@ def image_size(path: Path) -> tuple[int, int]:
         raise SceneError(f"{path}: not a readable image ({exc})") from None
     if orientation in _TRANSPOSING_ORIENTATIONS:
         width, height = height, width
+    if width * height > MAX_IMAGE_PIXELS:
+        raise SceneError(
+            f"{path}: image of {width}x{height} = {width * height} pixels is larger than the "
+            f"{MAX_IMAGE_PIXELS} pixels OpenCV decodes"
+        )
     return int(width), int(height)

@@ -37,6 +37,7 @@ from trainer.train.snapshot import load_snapshot, load_state_checked, save_snaps
 from trainer.train.timing import PhaseTimer
 
 MIN_STEP_SIZE = math.sqrt(3.0) / 1024.0  # instant-ngp MIN_CONE_STEPSIZE()
+MAX_CONSECUTIVE_OVERFLOWS = 50  # fp16 steps the scaler may skip in a row before training stops
 RAY_GRANULARITY = 64  # rays per step are a multiple of this (instant-ngp uses 256 on GPUs)
 
 
@@ -229,6 +230,7 @@ class Trainer:
         self.samples_per_ray_ema: float | None = None
         self.train_time_s = 0.0
         self.timer = PhaseTimer(self.device)
+        self._overflow_run = 0
         self._zero_sample_steps = 0
         self._after_init()
 
@@ -388,7 +390,15 @@ class Trainer:
             scale_before = self.scaler.get_scale() if self.scaler.is_enabled() else 1.0
             self.scaler.step(self.optimizer)
             self.scaler.update()
-            return self.scaler.is_enabled() and self.scaler.get_scale() < scale_before
+            skipped = self.scaler.is_enabled() and self.scaler.get_scale() < scale_before
+        self._overflow_run = self._overflow_run + 1 if skipped else 0
+        if self._overflow_run >= MAX_CONSECUTIVE_OVERFLOWS:
+            raise TrainingError(
+                f"fp16 gradients overflowed on {self._overflow_run} consecutive steps (grad scale now "
+                f"{self.scaler.get_scale():.3g}): the model does not fit fp16's range; use "
+                "training.precision bf16 or fp32"
+            )
+        return skipped
 
     def _synchronize(self) -> None:
         """Wait for the device (CUDA) to finish queued work."""
@@ -536,7 +546,7 @@ class Trainer:
                     break
                 t_step = time.perf_counter()
                 stats, loss, mse = self.train_step()
-                if stats.trained:
+                if stats.trained and not stats.skipped:  # an fp16 overflow step's loss is not data
                     loss_sum += loss
                     mse_sum += mse
                     interval["trained"] += 1
