@@ -36,6 +36,7 @@ from the config and the scene's ``aabb_scale``; they are never written back.
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import difflib
 import json
@@ -103,13 +104,14 @@ def _is_number(value: object) -> bool:
         return False
 
 
-class _Rule:
+class _Rule(abc.ABC):
     """Check and conversion of one config field. ``description`` completes "expected ..."."""
 
     description: str
 
+    @abc.abstractmethod
     def accepts(self, value: object) -> bool:
-        raise NotImplementedError
+        """Whether ``value`` is valid for the field."""
 
     def convert(self, value: Any) -> Any:
         """JSON value (already accepted) → the value stored in the dataclass."""

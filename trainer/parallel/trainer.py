@@ -33,6 +33,7 @@ Checkpoints (:mod:`trainer.parallel.checkpoint`) replace the single-process snap
 
 from __future__ import annotations
 
+import abc
 import time
 from pathlib import Path
 from typing import Any
@@ -96,7 +97,7 @@ def validate_parallel_config(cfg: TrainConfig, world_size: int) -> None:
     shares_from_capabilities(cfg.distributed.gpu_capabilities, world_size)
 
 
-class DistributedTrainerBase(Trainer):
+class DistributedTrainerBase(Trainer, metaclass=abc.ABCMeta):
     """What the data-parallel and subgrid trainers share: rank/world size from the initialised
     process group (rank 0 of 1 without one), the shared occupancy-grid generator, global metrics,
     rank-0 evaluation hooks and sharded checkpoints.
@@ -204,13 +205,13 @@ class DistributedTrainerBase(Trainer):
         return box[0]
 
     # ------------------------------------------------------------------ checkpoints
+    @abc.abstractmethod
     def named_model_tensors(self) -> dict[str, torch.Tensor]:
         """Checkpoint names → this rank's model tensors (live, so loading fills them in place)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def named_parameters_for_optimizer(self) -> dict[str, torch.nn.Parameter]:
         """Checkpoint names (without the ``optimizer.`` prefix) → this rank's trained parameters."""
-        raise NotImplementedError
 
     def _checkpoint_meta(self) -> dict[str, Any]:
         return {
