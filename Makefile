@@ -1,5 +1,6 @@
 # Two entry points for a fresh machine (see README.md):
-#   make demo   install, then run the main job (ngptune sweep on the built-in demo scene)
+#   make demo   install, then run the main job on the built-in demo scene (ngptune demo: a short
+#               training run until ngptune sweep exists)
 #   make test   install, then run the test suite
 VENV ?= .venv
 PY := $(VENV)/bin/python

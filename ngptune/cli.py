@@ -98,7 +98,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from trainer.cli import add_train_arguments
 
-    parser = argparse.ArgumentParser(prog="ngptune", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="ngptune", description="Train, inspect and (soon) profile and autotune instant-NGP NeRFs.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("inspect", help="describe a scene: format, splits, sizes, intrinsics, box, skipped frames")

@@ -295,6 +295,7 @@ def run_training(cfg: TrainConfig, args: argparse.Namespace) -> dict[str, Any]:
     if warning:
         progress.message(warning)
     status: dict[str, Any] = {"state": "running", "scene": str(scene_path)}
+    run_dir.write_json(run_dir.status_path, status)  # a killed run still says it was running
     trainer = None
     try:
         trainer = train_from_config(cfg, scene_path, run_dir, resume=args.resume)
