@@ -95,6 +95,27 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return train_command(build_parser("ngptune demo").parse_args(argv))
 
 
+# Modules that add their own sub-command through ``register(subparsers)``.
+COMMAND_MODULES = (
+    "ngptune.profiling.command",  # ngptune profile
+    "ngptune.monitor",  # ngptune monitor
+    "ngptune.tuning.command",  # ngptune sweep
+    "ngptune.commbench",  # ngptune bench-comm
+)
+
+
+def _register(module_name: str, sub: argparse._SubParsersAction) -> None:
+    import importlib
+
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:  # TODO(lead): remove once all command modules exist
+        if exc.name and module_name.startswith(exc.name):
+            return
+        raise
+    module.register(sub)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from trainer.cli import add_train_arguments
 
@@ -122,6 +143,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rdzv-endpoint", default=None, help="HOST:PORT of node 0's rendezvous store (several nodes)")
     p.add_argument("--max-restarts", type=int, default=0, help="restart the worker group up to K times; workers resume from the newest checkpoint")
     p.set_defaults(func=_cmd_train)
+
+    for module_name in COMMAND_MODULES:
+        _register(module_name, sub)
 
     p = sub.add_parser("demo", help="the main job on the built-in demo scene")
     p.add_argument("--n-steps", type=int, default=300)

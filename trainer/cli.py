@@ -48,6 +48,10 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-eval", action="store_true", help="skip the final evaluation")
     parser.add_argument("--out", type=Path, default=None, help="run directory (default: runs/<time>-<scene>)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override a config key, e.g. --set training.log_every=10")
+    parser.add_argument("--trace-steps", default=None, metavar="A:B",
+                        help="record steps A..B-1 with torch.profiler; Chrome traces go to RUN/traces/ (profile.trace_steps)")
+    parser.add_argument("--emulate-interconnect", choices=("none", "nvlink", "pcie", "sockets"), default=None,
+                        help="NCCL only: make one NVLink host's ranks talk like PCIe or sockets (distributed.emulate_interconnect)")
     parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
     parser.add_argument("--quiet", action="store_true", help="plain log lines, no progress bar")
 
@@ -68,6 +72,8 @@ def resolve_config(args: argparse.Namespace) -> TrainConfig:
         "training.eval_max_images": args.eval_max_images,
         "training.snapshot_every": args.snapshot_every,
         "data.downscale": args.downscale,
+        "profile.trace_steps": getattr(args, "trace_steps", None),
+        "distributed.emulate_interconnect": getattr(args, "emulate_interconnect", None),
     }
     overrides.update({k: v for k, v in flag_map.items() if v is not None})
     if args.scene is not None:
@@ -180,6 +186,8 @@ def run_distributed_training(cfg: TrainConfig, args: argparse.Namespace, env) ->
     status: dict[str, Any] = {"state": "running", "scene": str(scene_path), "world_size": env.world_size}
     progress = _Progress(cfg.training.n_steps, cfg.training.quiet or not env.is_main)
     trainer = None
+    if env.is_main:
+        run_dir.write_json(run_dir.status_path, status)  # a killed run still says it was running
     init_distributed(env, cfg.distributed.timeout_s)
     try:
         if env.is_main:
@@ -207,7 +215,7 @@ def run_distributed_training(cfg: TrainConfig, args: argparse.Namespace, env) ->
         return status
     except BaseException as exc:
         progress.close()
-        status.update({"state": "failed", "reason": f"{type(exc).__name__}: {exc}"})
+        status.update(failure_status(exc))
         raise
     finally:
         if trainer is not None:
@@ -306,7 +314,7 @@ def run_training(cfg: TrainConfig, args: argparse.Namespace) -> dict[str, Any]:
         return status
     except BaseException as exc:
         progress.close()
-        status.update({"state": "failed", "reason": f"{type(exc).__name__}: {exc}"})
+        status.update(failure_status(exc))
         raise
     finally:
         if trainer is not None:
@@ -326,8 +334,28 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m trainer") -> 
     return train_command(args)
 
 
+class Terminated(BaseException):
+    """SIGTERM arrived (a launcher or a sweep stopping the run); unwinds so status.json is written."""
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise Terminated(f"terminated by signal {signum}")
+
+
+def failure_status(exc: BaseException) -> dict[str, Any]:
+    """``status.json`` fields of a run that ended by ``exc``: interrupted (Ctrl-C, SIGTERM) or failed."""
+    if isinstance(exc, (KeyboardInterrupt, Terminated)):
+        return {"state": "interrupted", "reason": str(exc) or type(exc).__name__}
+    return {"state": "failed", "reason": f"{type(exc).__name__}: {exc}"}
+
+
 def train_command(args: argparse.Namespace) -> int:
     """Entry shared by ``python -m trainer`` and ``ngptune train``; returns the exit status."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         cfg = resolve_config(args)
         if args.print_config:
@@ -340,5 +368,8 @@ def train_command(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Terminated:
+        print("terminated", file=sys.stderr)
+        return 143
     print(json.dumps({k: v for k, v in status.items() if k != "scene"}, default=str))
     return 0

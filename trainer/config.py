@@ -1,11 +1,11 @@
 """The typed trainer config: instant-ngp / tiny-cuda-nn JSON layout plus ngptune's own blocks.
 
 A config is a JSON5 object (``//`` comments and trailing commas allowed, so configs pasted from
-articles load) with up to ten blocks, each a frozen dataclass that validates its fields at
+articles load) with up to twelve blocks, each a frozen dataclass that validates its fields at
 construction::
 
     encoding  network  rgb_network  dir_encoding  optimizer  loss     (instant-ngp layout)
-    training  data     parallel     distributed                        (ngptune's blocks)
+    training  data     parallel     distributed  profile  faults      (ngptune's blocks)
 
 Missing blocks and keys take the defaults below (instant-ngp's NeRF defaults, DESIGN.md §2).
 Unknown keys and bad values raise :class:`~trainer.errors.ConfigError` with a one-line message
@@ -56,11 +56,13 @@ __all__ = [
     "DirEncodingConfig",
     "DistributedConfig",
     "EncodingConfig",
+    "FaultsConfig",
     "GpuCapability",
     "LossConfig",
     "NetworkConfig",
     "OptimizerConfig",
     "ParallelConfig",
+    "ProfileConfig",
     "RGBNetworkConfig",
     "TrainConfig",
     "TrainingConfig",
@@ -70,6 +72,7 @@ __all__ = [
     "dump_config",
     "load_config",
     "parse_override",
+    "parse_step_window",
 ]
 
 # instant-ngp's finest hash-grid resolution over the unit cube for NeRF (src/testbed.cu,
@@ -264,6 +267,46 @@ class _Entries(_Rule):
 
     def to_json(self, value: Any) -> list:
         return [_block_to_dict(entry) for entry in value]
+
+
+class _IntList(_Rule):
+    """A list of integers >= ``lo`` without repeats; stored as a tuple."""
+
+    def __init__(self, lo: int) -> None:
+        self.lo = lo
+        self.description = f"a list of distinct integers >= {lo}"
+
+    def accepts(self, value: object) -> bool:
+        return (
+            isinstance(value, (list, tuple))
+            and all(_is_int(v) and v >= self.lo for v in value)
+            and len(set(value)) == len(value)
+        )
+
+    def convert(self, value: Any) -> tuple:
+        return tuple(value)
+
+    def to_json(self, value: Any) -> list:
+        return list(value)
+
+
+class _StepWindow(_Rule):
+    """``"A:B"`` with integers 0 <= A < B: steps A..B-1."""
+
+    description = 'a step window "A:B" with 0 <= A < B'
+    _PATTERN = re.compile(r"([0-9]+):([0-9]+)")
+
+    def accepts(self, value: object) -> bool:
+        if not isinstance(value, str):
+            return False
+        match = self._PATTERN.fullmatch(value)
+        return match is not None and int(match.group(1)) < int(match.group(2))
+
+
+def parse_step_window(window: str) -> tuple[int, int]:
+    """``"A:B"`` → ``(A, B)`` (already validated by the config)."""
+    start, stop = window.split(":")
+    return int(start), int(stop)
 
 
 _REQUIRED = dataclasses.MISSING
@@ -660,6 +703,10 @@ class DistributedConfig(_Block):
         timeout_s: collective timeout (s, > 0); no rank may hang longer.
         gpu_capabilities: per-rank :class:`GpuCapability` entries (ranks unique and, when
             ``world_size`` is set, below it).
+        emulate_interconnect: ``"none"``, or make NCCL on one NVLink host behave like another
+            link (DESIGN.md §5, ANCHORS.md): ``"nvlink"`` (no change, labelled), ``"pcie"``
+            (``NCCL_P2P_DISABLE=1``, ~26 GB/s) or ``"sockets"`` (also ``NCCL_SHM_DISABLE=1``,
+            ~3.6 GB/s). NCCL only: a gloo run rejects any value but ``"none"``.
     """
 
     _PATH: ClassVar[str] = "distributed"
@@ -670,6 +717,7 @@ class DistributedConfig(_Block):
     backend: str = _field("auto", _OneOf("auto", "nccl", "gloo"))
     timeout_s: float = _field(300.0, _Float(0, lo_open=True))
     gpu_capabilities: tuple[GpuCapability, ...] = _field((), _Entries(GpuCapability))
+    emulate_interconnect: str = _field("none", _OneOf("none", "nvlink", "pcie", "sockets"))
 
     def _check_relations(self) -> None:
         first_index: dict[int, int] = {}
@@ -686,6 +734,61 @@ class DistributedConfig(_Block):
                     f"{key}: expected a rank < distributed.world_size ({self.world_size}), "
                     f"got {entry.rank}"
                 )
+
+
+@dataclasses.dataclass(frozen=True)
+class ProfileConfig(_Block):
+    """Instrumentation of a training run (DESIGN.md §4); all of it is off the hot path by default.
+
+    Attributes:
+        trace_steps: ``"A:B"``: ``torch.profiler`` records steps A..B-1 (CPU and CUDA
+            activities) and each rank writes a Chrome trace to ``RunDir.trace_path(rank)``;
+            null for none.
+        phase_timers: time the step's phases (CUDA events + NVTX ranges); off only to measure
+            their overhead.
+        cuda_profiler_range: call cudaProfilerStart/Stop around the trace window (steps 10:20
+            when ``trace_steps`` is null), for ``nsys profile --capture-range=cudaProfilerApi``.
+    """
+
+    _PATH: ClassVar[str] = "profile"
+
+    trace_steps: str | None = _field(None, _Optional(_StepWindow()))
+    phase_timers: bool = _field(True, _Bool())
+    cuda_profiler_range: bool = _field(False, _Bool())
+
+    def window(self) -> tuple[int, int] | None:
+        """The steps ``(A, B)`` of the trace / profiler-range window, or None."""
+        if self.trace_steps is not None:
+            return parse_step_window(self.trace_steps)
+        return (10, 20) if self.cuda_profiler_range else None
+
+
+@dataclasses.dataclass(frozen=True)
+class FaultsConfig(_Block):
+    """Deliberate faults, for tests, demonstrations of the profiler's diagnoses and the sweep's
+    outcome handling. All off by default.
+
+    Attributes:
+        ranks: ranks the faults apply to; empty = every rank.
+        data_delay_ms: sleep this long inside the "data" phase of every step (a slow data path).
+        compute_slowdown: the step's compute takes this many times longer (>= 1): after the
+            backward pass the rank sleeps (factor − 1) × the step's compute time so far.
+        oom_at_step: at this step raise ``torch.OutOfMemoryError`` (a simulated CUDA OOM).
+        crash_at_step: at this step raise ``RuntimeError`` (a crash).
+        hang_at_step: at this step sleep forever (a hang, for timeouts).
+    """
+
+    _PATH: ClassVar[str] = "faults"
+
+    ranks: tuple[int, ...] = _field((), _IntList(0))
+    data_delay_ms: float = _field(0.0, _Float(0))
+    compute_slowdown: float = _field(1.0, _Float(1))
+    oom_at_step: int | None = _field(None, _Optional(_Int(0)))
+    crash_at_step: int | None = _field(None, _Optional(_Int(0)))
+    hang_at_step: int | None = _field(None, _Optional(_Int(0)))
+
+    def applies_to(self, rank: int) -> bool:
+        return not self.ranks or rank in self.ranks
 
 
 @dataclasses.dataclass(frozen=True)
@@ -711,6 +814,8 @@ class TrainConfig:
     data: DataConfig = dataclasses.field(default_factory=DataConfig)
     parallel: ParallelConfig = dataclasses.field(default_factory=ParallelConfig)
     distributed: DistributedConfig = dataclasses.field(default_factory=DistributedConfig)
+    profile: ProfileConfig = dataclasses.field(default_factory=ProfileConfig)
+    faults: FaultsConfig = dataclasses.field(default_factory=FaultsConfig)
 
     def __post_init__(self) -> None:
         for name, cls in BLOCKS.items():
@@ -738,6 +843,8 @@ BLOCKS: dict[str, type] = {
     "data": DataConfig,
     "parallel": ParallelConfig,
     "distributed": DistributedConfig,
+    "profile": ProfileConfig,
+    "faults": FaultsConfig,
 }
 """Block name → block class, in the order of :class:`TrainConfig`'s fields."""
 

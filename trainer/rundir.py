@@ -11,7 +11,7 @@
       snapshots/step_<NNNNNNN>.pt   single-process snapshots (newest = highest step)
       checkpoints/step_<NNNNNNN>/   sharded distributed checkpoints
       logs/rank<R>.log       text log of each rank
-      traces/                profiler traces
+      traces/rank<R>.pt.trace.json  torch.profiler Chrome trace of rank R (profile.trace_steps)
       status.json            final state of the run (completed / failed + reason)
 
 Stdlib only: both the trainer and the ngptune driver import it.
@@ -171,6 +171,10 @@ class RunDir:
     @property
     def traces_dir(self) -> Path:
         return self.root / "traces"
+
+    def trace_path(self, rank: int = 0) -> Path:
+        """Chrome trace of ``profile.trace_steps`` written by ``rank``'s torch.profiler."""
+        return self.traces_dir / f"rank{rank}.pt.trace.json"
 
     def write_json(self, path: Path, payload: Any) -> None:
         """Write JSON atomically to one of this run's paths."""

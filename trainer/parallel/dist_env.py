@@ -66,6 +66,33 @@ SLURM_PORT_SPAN = 15000
 # Environment variable NCCL reads at communicator creation; NVLink SHARP multicast stays off.
 _NCCL_DEFAULTS = {"NCCL_NVLS_ENABLE": "0"}
 
+# ``distributed.emulate_interconnect`` → NCCL variables that make one NVLink host's ranks talk
+# like another link (DESIGN.md §5; measured ~26 GB/s and ~3.6 GB/s busbw in ANCHORS.md).
+EMULATED_INTERCONNECT_ENV: dict[str, dict[str, str]] = {
+    "none": {},
+    "nvlink": {},
+    "pcie": {"NCCL_P2P_DISABLE": "1"},
+    "sockets": {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1"},
+}
+
+
+def interconnect_env(name: str, backend: str) -> dict[str, str]:
+    """The NCCL variables that emulate interconnect ``name`` (see :data:`EMULATED_INTERCONNECT_ENV`).
+
+    Raises:
+        ConfigError: for an unknown name, or any emulation but ``"none"`` on a backend other than NCCL.
+    """
+    if name not in EMULATED_INTERCONNECT_ENV:
+        raise ConfigError(
+            f"distributed.emulate_interconnect: expected one of {', '.join(EMULATED_INTERCONNECT_ENV)}, got {name!r}"
+        )
+    if name != "none" and backend != "nccl":
+        raise ConfigError(
+            f"distributed.emulate_interconnect: {name!r} works through NCCL variables, but this run uses "
+            f"the {backend} backend (CPU); use 'none' or train on GPUs"
+        )
+    return dict(EMULATED_INTERCONNECT_ENV[name])
+
 
 @dataclasses.dataclass(frozen=True)
 class DistEnv:
@@ -82,6 +109,8 @@ class DistEnv:
         device: the device this rank computes on (``cuda:<i>`` or ``cpu``).
         launcher: who started the process: ``"torchrun"`` (torchrun / torch elastic, including
             :func:`~trainer.parallel.launch.launch_workers`), ``"slurm"`` or ``"none"``.
+        emulate_interconnect: ``distributed.emulate_interconnect`` (NCCL variables set at
+            :func:`init_distributed`).
     """
 
     rank: int
@@ -93,6 +122,7 @@ class DistEnv:
     backend: str
     device: torch.device
     launcher: str = "none"
+    emulate_interconnect: str = "none"
 
     @property
     def is_distributed(self) -> bool:
@@ -425,6 +455,7 @@ def detect_dist_env(
         )
     device = _resolve_device(cfg, local_rank, local_world_size, world_size, cuda_device_count)
     backend = _resolve_backend(cfg, device)
+    interconnect_env(cfg.distributed.emulate_interconnect, backend)  # rejects emulation on gloo
     return DistEnv(
         rank=rank,
         local_rank=local_rank,
@@ -435,6 +466,7 @@ def detect_dist_env(
         backend=backend,
         device=device,
         launcher=launcher,
+        emulate_interconnect=cfg.distributed.emulate_interconnect,
     )
 
 
@@ -533,6 +565,7 @@ def init_distributed(env: DistEnv, timeout_s: float) -> None:
     if env.backend == "nccl":
         for key, value in _NCCL_DEFAULTS.items():
             os.environ.setdefault(key, value)
+        os.environ.update(interconnect_env(env.emulate_interconnect, env.backend))
         torch.cuda.set_device(env.device)
         device_id = env.device
     try:

@@ -34,7 +34,8 @@ from trainer.rundir import RunDir
 from trainer.schema import PHASES, MetricsWriter, truncate_metrics_after
 from trainer.train.evaluate import evaluate
 from trainer.train.snapshot import load_snapshot, load_state_checked, save_snapshot
-from trainer.train.timing import PhaseTimer
+from trainer.train.timing import PhaseFaults, PhaseTimer
+from trainer.train.tracing import TraceWindow
 
 MIN_STEP_SIZE = math.sqrt(3.0) / 1024.0  # instant-ngp MIN_CONE_STEPSIZE()
 MAX_CONSECUTIVE_OVERFLOWS = 50  # fp16 steps the scaler may skip in a row before training stops
@@ -229,10 +230,33 @@ class Trainer:
         self.n_rays = int(t.initial_rays_per_step)
         self.samples_per_ray_ema: float | None = None
         self.train_time_s = 0.0
-        self.timer = PhaseTimer(self.device)
+        self.timer = PhaseTimer(self.device, enabled=cfg.profile.phase_timers, faults=self._phase_faults(cfg))
+        self._trace: TraceWindow | None = None
         self._overflow_run = 0
         self._zero_sample_steps = 0
         self._after_init()
+
+    def _phase_faults(self, cfg: TrainConfig) -> PhaseFaults | None:
+        f = cfg.faults
+        if not f.applies_to(self.rank):
+            return None
+        return PhaseFaults(data_delay_ms=f.data_delay_ms, compute_slowdown=f.compute_slowdown)
+
+    def _inject_step_faults(self) -> None:
+        """The step faults of ``faults.*`` (simulated OOM, crash, hang) at their step on their ranks."""
+        f = self.cfg.faults
+        if not f.applies_to(self.rank):
+            return
+        if f.oom_at_step == self.step:
+            raise torch.OutOfMemoryError(
+                f"CUDA out of memory. (simulated by faults.oom_at_step={self.step} on rank {self.rank})"
+            )
+        if f.crash_at_step == self.step:
+            raise RuntimeError(f"simulated crash (faults.crash_at_step={self.step} on rank {self.rank})")
+        if f.hang_at_step == self.step:
+            print(f"rank {self.rank}: hanging at step {self.step} (faults.hang_at_step)", flush=True)
+            while True:
+                time.sleep(3600)
 
     # ------------------------------------------------------------------ construction hooks
     rank = 0  # distributed trainers set their rank and world size in ``_init_process``
@@ -544,6 +568,8 @@ class Trainer:
             while self.step < n_steps:
                 if time_budget_s is not None and self._time_budget_spent(time_budget_s):
                     break
+                self._inject_step_faults()
+                self._trace_window_edge()
                 t_step = time.perf_counter()
                 stats, loss, mse = self.train_step()
                 if stats.trained and not stats.skipped:  # an fp16 overflow step's loss is not data
@@ -573,7 +599,26 @@ class Trainer:
         finally:
             if writer:
                 writer.close()
+            if self._trace is not None:  # the run ended inside the window: keep what was recorded
+                self._trace.stop()
+                self._trace = None
         return last_record
+
+    def _trace_window_edge(self) -> None:
+        """Open or close the ``profile.trace_steps`` / cudaProfiler window at its first and end step."""
+        window = self.cfg.profile.window()
+        if window is None:
+            return
+        start, stop = window
+        if self._trace is None and start <= self.step < stop:
+            trace_path = None
+            if self.cfg.profile.trace_steps is not None and self.run_dir is not None:
+                trace_path = self.run_dir.trace_path(self.rank)
+            self._trace = TraceWindow(self.device, trace_path, self.cfg.profile.cuda_profiler_range, self.timer)
+            self._trace.start()
+        elif self._trace is not None and self.step >= stop:
+            self._trace.stop()
+            self._trace = None
 
     def _interval_record(self, interval: dict, loss_sum: torch.Tensor, mse_sum: torch.Tensor) -> dict[str, Any]:
         steps = max(interval["steps"], 1)
@@ -599,6 +644,7 @@ class Trainer:
             "occupancy_fraction": self.grid.occupancy_fraction(),
             "skipped_steps": interval["skipped"],
             "grad_scale": self.scaler.get_scale() if self.scaler.is_enabled() else 1.0,
+            "emulated_interconnect": self.cfg.distributed.emulate_interconnect if self.world_size > 1 else "none",
         }
         named_ms = 0.0
         for phase in PHASES:

@@ -1,17 +1,46 @@
 """Phase timers for the training step: CUDA events (no host sync inside the step) or wall clock.
 
-Each phase is also an NVTX range on CUDA, so Nsight Systems shows the same phases.
-Times are resolved only when :meth:`PhaseTimer.collect` is called (once per logging interval).
+Each phase is also an NVTX range on CUDA, so Nsight Systems shows the same phases, and, while a
+``torch.profiler`` window is open (:attr:`PhaseTimer.record_functions`), a ``record_function``
+range, so the Chrome traces carry the phase names too. Times are resolved only when
+:meth:`PhaseTimer.collect` is called (once per logging interval).
+
+The timer is also where the deliberate faults of ``faults.data_delay_ms`` and
+``faults.compute_slowdown`` act (:class:`PhaseFaults`), so they land inside the phase they slow
+down on every trainer (single process, data parallel, subgrid).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections import defaultdict
 from typing import Iterator
 
 import torch
+
+# Phases whose host time makes up a step's compute for ``faults.compute_slowdown``.
+COMPUTE_PHASES = ("march", "field_forward", "render", "backward")
+
+
+@dataclasses.dataclass
+class PhaseFaults:
+    """Sleeps that slow a phase down on purpose (from ``faults.*``; see :class:`FaultsConfig`).
+
+    Args:
+        data_delay_ms: slept at the end of every "data" phase (ms, >= 0).
+        compute_slowdown: factor >= 1; at the end of "backward" the rank sleeps
+            (factor − 1) × the host time of this step's compute phases (CUDA is synchronised first,
+            so the GPU work is included).
+    """
+
+    data_delay_ms: float = 0.0
+    compute_slowdown: float = 1.0
+
+    @property
+    def active(self) -> bool:
+        return self.data_delay_ms > 0 or self.compute_slowdown > 1.0
 
 
 class PhaseTimer:
@@ -20,38 +49,60 @@ class PhaseTimer:
     Args:
         device: the training device; CUDA devices time with CUDA events, others with
             ``time.perf_counter``.
-        enabled: when False, :meth:`phase` is a no-op context (for overhead comparisons).
+        enabled: when False, :meth:`phase` times nothing (for overhead comparisons); faults still act.
+        faults: deliberate slow-downs, or None.
     """
 
-    def __init__(self, device: torch.device, enabled: bool = True) -> None:
+    def __init__(self, device: torch.device, enabled: bool = True, faults: PhaseFaults | None = None) -> None:
         self.cuda = device.type == "cuda"
         self.enabled = enabled
+        self.faults = faults if faults is not None and faults.active else None
+        self.record_functions = False
         self._events: list[tuple[str, object, object]] = []
         self._host_ms: dict[str, float] = defaultdict(float)
+        self._step_compute_s = 0.0
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
         """Time the enclosed block as phase ``name``."""
-        if not self.enabled:
+        if not self.enabled and self.faults is None:
             yield
             return
-        if self.cuda:
-            start = torch.cuda.Event(enable_timing=True)
-            end = torch.cuda.Event(enable_timing=True)
-            torch.cuda.nvtx.range_push(name)
-            start.record()
-            try:
-                yield
-            finally:
-                end.record()
-                torch.cuda.nvtx.range_pop()
-                self._events.append((name, start, end))
-        else:
+        with contextlib.ExitStack() as stack:
+            if self.record_functions:
+                stack.enter_context(torch.profiler.record_function(f"phase:{name}"))
+            if self.enabled and self.cuda:
+                start = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
+                torch.cuda.nvtx.range_push(name)
+                start.record()
             t0 = time.perf_counter()
             try:
                 yield
             finally:
-                self._host_ms[name] += (time.perf_counter() - t0) * 1e3
+                if self.faults is not None:
+                    self._apply_faults(name, t0)
+                if self.enabled and self.cuda:
+                    end.record()
+                    torch.cuda.nvtx.range_pop()
+                    self._events.append((name, start, end))
+                elif self.enabled:
+                    self._host_ms[name] += (time.perf_counter() - t0) * 1e3
+
+    def _apply_faults(self, name: str, t0: float) -> None:
+        faults = self.faults
+        assert faults is not None
+        if name == "data":
+            self._step_compute_s = 0.0
+            if faults.data_delay_ms > 0:
+                time.sleep(faults.data_delay_ms / 1e3)
+        elif name in COMPUTE_PHASES and faults.compute_slowdown > 1.0:
+            if self.cuda:
+                torch.cuda.synchronize()
+            self._step_compute_s += time.perf_counter() - t0
+            if name == "backward":
+                time.sleep((faults.compute_slowdown - 1.0) * self._step_compute_s)
+                self._step_compute_s = 0.0
 
     def collect(self) -> dict[str, float]:
         """Total milliseconds per phase since the last call (synchronises CUDA once), then reset."""

@@ -1,0 +1,58 @@
+"""The profiling window of a run: ``torch.profiler`` over ``profile.trace_steps`` and/or the CUDA
+profiler range (cudaProfilerStart/Stop) that ``nsys profile --capture-range=cudaProfilerApi`` waits for.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from trainer.train.timing import PhaseTimer
+
+
+class TraceWindow:
+    """One open profiling window; :meth:`start` at its first step, :meth:`stop` after its last.
+
+    Args:
+        device: the training device (CUDA activities are recorded on CUDA devices).
+        trace_path: where the Chrome trace goes (JSON, ``chrome://tracing`` / Perfetto / Holistic
+            Trace Analysis format), or None for no torch.profiler trace.
+        cuda_profiler_range: also call ``cudaProfilerStart``/``cudaProfilerStop`` (CUDA only).
+        timer: the run's phase timer; while the window is open its phases are ``record_function``
+            ranges named ``phase:<name>`` in the trace.
+    """
+
+    def __init__(self, device: torch.device, trace_path: Path | None, cuda_profiler_range: bool, timer: PhaseTimer) -> None:
+        self.cuda = device.type == "cuda"
+        self.trace_path = trace_path
+        self.cuda_profiler_range = cuda_profiler_range and self.cuda
+        self.timer = timer
+        self._profiler: torch.profiler.profile | None = None
+
+    def start(self) -> None:
+        if self.trace_path is not None:
+            activities = [torch.profiler.ProfilerActivity.CPU]
+            if self.cuda:
+                activities.append(torch.profiler.ProfilerActivity.CUDA)
+            self._profiler = torch.profiler.profile(activities=activities, record_shapes=False, with_stack=False)
+            self._profiler.__enter__()
+            self.timer.record_functions = True
+        if self.cuda_profiler_range:
+            torch.cuda.synchronize()
+            torch.cuda.profiler.start()
+
+    def stop(self) -> None:
+        if self.cuda_profiler_range:
+            torch.cuda.synchronize()
+            torch.cuda.profiler.stop()
+            self.cuda_profiler_range = False
+        if self._profiler is not None:
+            self.timer.record_functions = False
+            profiler, self._profiler = self._profiler, None
+            profiler.__exit__(None, None, None)
+            assert self.trace_path is not None
+            self.trace_path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.trace_path.with_name(f".{self.trace_path.name}.tmp")
+            profiler.export_chrome_trace(str(tmp))
+            tmp.replace(self.trace_path)
