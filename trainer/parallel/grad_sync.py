@@ -386,18 +386,16 @@ class GradientSynchronizer:
         """Flatten the bucket's gradients (zeros where missing) and start its async all-reduce."""
         assert bucket.index == self._next_launch and bucket.buffer is not None
         buffer = bucket.buffer
-        flags = []
         for j, (p, offset) in enumerate(zip(bucket.params, bucket.offsets)):
             segment = buffer[offset : offset + p.numel()]
             if p.grad is None:
                 segment.zero_()
-                flags.append(0.0)
             else:
                 assert p.grad.layout == torch.strided, "sparse gradients are not supported"
                 segment.copy_(p.grad.reshape(-1))
-                flags.append(1.0)
             bucket.local_has_grad[j] = p.grad is not None
-        buffer[bucket.numel :].copy_(torch.tensor(flags, dtype=bucket.wire_dtype))
+            # fill_ with a host scalar is a kernel launch; copying a host list would sync the stream
+            buffer[bucket.numel + j].fill_(1.0 if p.grad is not None else 0.0)
         bucket.pending = 0
         bucket.work = dist.all_reduce(buffer, op=dist.ReduceOp.SUM, group=self.group, async_op=True)
         self._bytes += bucket.nbytes

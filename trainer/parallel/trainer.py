@@ -14,14 +14,15 @@ Data parallel (``parallel.mode = "data"``), one step on every rank r::
     loss_r = Σ_{rays of r} ℓ / (3 R)               (global normaliser, see grad_sync's contract)
     backward; GradientSynchronizer sums gradients (bucket_mib, compression, overlap_comm)
     Adam step (skipped on every rank alike when no rank had samples)
-    all-gather of [rays, samples, compute ms, loss sum, squared-error sum] per rank: global
-        batch sizing, the global loss, balancing (every parallel.balance_every steps)
+    all-gather of [rays, samples, compute ms, loss sum, squared-error sum] per rank: the global
+        loss (on the device); read on the host at the next step, after its march: global batch
+        sizing, balancing (every parallel.balance_every steps) — one step behind, no extra sync
 
 A rank with zero rays or zero samples still takes part in every collective.
 
-Compute time of a step (for balancing and ``imbalance``) is the wall clock of the step without
-the occupancy update (which waits in an all-reduce) and without the gradient-sync wait; on CUDA the
-device is synchronised before each reading.
+Compute time of a step (for balancing and ``imbalance``) is the time of the step without the
+occupancy update (which waits in an all-reduce) and without the gradient-sync wait: CUDA events
+read a step later (:class:`ComputeClock`), the wall clock on the CPU.
 
 Metrics: every rank writes ``metrics.rank<R>.jsonl`` (its own rays and samples); rank 0 writes
 ``metrics.jsonl`` with the global throughput (sums over ranks). ``loss`` and ``train_psnr_db`` are
@@ -67,6 +68,48 @@ CHECKPOINT_VERSION = 1
 GRID_SEED_OFFSET = 0x5EED  # occupancy-grid generator seed = training.seed + this (all ranks)
 DEFAULT_KEEP_CHECKPOINTS = 3
 _ADAM_KEYS = ("exp_avg", "exp_avg_sq", "step")
+BUDGET_CHECK_EVERY = 10  # steps between the ranks' agreement on the time budget
+
+
+class ComputeClock:
+    """Compute time of one step without a host sync: CUDA events, read later (after a sync that
+    happens anyway), or the wall clock on the CPU. Starts running on construction.
+
+    Args:
+        device: the training device.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self._spans: list[tuple[Any, Any]] = []
+        self._open: Any = None
+        self.start()
+
+    def start(self) -> None:
+        if self.cuda:
+            self._open = torch.cuda.Event(enable_timing=True)
+            self._open.record()
+        else:
+            self._open = time.perf_counter()
+
+    def stop(self) -> None:
+        assert self._open is not None, "ComputeClock.stop without start"
+        if self.cuda:
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()
+        else:
+            end = time.perf_counter()
+        self._spans.append((self._open, end))
+        self._open = None
+
+    def elapsed_ms(self) -> float:
+        """Sum of the stopped spans, ms (waits for the last CUDA event)."""
+        if not self._spans:
+            return 0.0
+        if self.cuda:
+            self._spans[-1][1].synchronize()
+            return float(sum(start.elapsed_time(end) for start, end in self._spans))
+        return sum(end - start for start, end in self._spans) * 1e3
 
 
 def _rank_and_world() -> tuple[int, int]:
@@ -149,7 +192,10 @@ class DistributedTrainerBase(Trainer, metaclass=abc.ABCMeta):
             dist.barrier()
 
     def _time_budget_spent(self, time_budget_s: float) -> bool:
-        """All ranks stop together: the slowest rank's training time decides."""
+        """All ranks stop together: the slowest rank's training time decides. Checked every
+        :data:`BUDGET_CHECK_EVERY` steps (an all-reduce read on the host is a sync)."""
+        if self.distributed and self.step % BUDGET_CHECK_EVERY:
+            return False
         spent = torch.tensor([self.train_time_s], dtype=torch.float64, device=self._comm_device())
         return float(self._all_reduce_(spent, dist.ReduceOp.MAX)) >= time_budget_s
 
@@ -232,6 +278,9 @@ class DistributedTrainerBase(Trainer, metaclass=abc.ABCMeta):
     def _rank_state(self) -> dict[str, Any]:
         return self._rng_state(grid_generator=self.grid_generator.get_state())
 
+    def _settle_previous_step(self) -> None:
+        """Host bookkeeping a step left for later (data parallel); nothing by default."""
+
     def checkpoint_tensors(self) -> dict[str, torch.Tensor]:
         """Everything tensor-valued a checkpoint holds for this rank: ``model``/``boxes`` entries,
         ``optimizer.<param>.<exp_avg|exp_avg_sq|step>`` (Adam, by parameter name, so they re-map
@@ -253,6 +302,7 @@ class DistributedTrainerBase(Trainer, metaclass=abc.ABCMeta):
         Raises:
             SnapshotError: with neither ``folder`` nor a run directory.
         """
+        self._settle_previous_step()  # batch size and balancer state as of this step
         if folder is None:
             if self.run_dir is None:
                 raise SnapshotError("save_checkpoint: no folder given and the trainer has no run directory")
@@ -350,6 +400,8 @@ class DataParallelTrainer(DistributedTrainerBase):
         cfg = self.cfg
         self.generator.manual_seed(cfg.training.seed + self.rank)
         self.balancer = LoadBalancer.from_config(cfg, self.world_size)
+        self._pending: tuple[torch.Tensor, int, int, ComputeClock] | None = None
+        self._previous_compute_ms = 0.0
         self.grad_sync: GradientSynchronizer | None = None
         if self.distributed:
             p = cfg.parallel
@@ -380,7 +432,12 @@ class DataParallelTrainer(DistributedTrainerBase):
 
     def train_step(self) -> tuple[StepStats, torch.Tensor, torch.Tensor]:
         """One data-parallel step (collective). Returns this rank's stats and the *global* loss and
-        MSE (identical on every rank).
+        MSE (identical on every rank, device scalars).
+
+        No host synchronisation beyond the march's sample count: the step's all-gathered row
+        (rays, samples, compute ms, loss, squared error per rank) is read on the host at the next
+        step, after that step's march has synchronised anyway (:meth:`_settle_previous_step`), so
+        global batch sizing and balancing run one step behind.
 
         Raises:
             TrainingError: on every rank, when after the occupancy warm-up no rank had a sample.
@@ -388,7 +445,7 @@ class DataParallelTrainer(DistributedTrainerBase):
         t = self.cfg.training
         timer = self.timer
         self._maybe_update_occupancy()
-        t0 = time.perf_counter()
+        clock = ComputeClock(self.device)
         global_rays = self.n_rays
         n_local = self.balancer.rays_for_rank(global_rays, self.rank)
         with timer.phase("data"):
@@ -396,6 +453,7 @@ class DataParallelTrainer(DistributedTrainerBase):
             assert batch.rays_o.shape[0] == n_local, "a batch must hold the rays the balancer gave this rank"
             background, target = self._background_and_target(batch, n_local)
         samples, n_samples = self._march_batch(batch)
+        self._settle_previous_step()
         self.optimizer.zero_grad(set_to_none=True)
         loss_sum = torch.zeros((), device=self.device)
         sq_err_sum = torch.zeros((), device=self.device)
@@ -408,36 +466,64 @@ class DataParallelTrainer(DistributedTrainerBase):
                 sq_err_sum = ((rgb.detach() - target) ** 2).sum()
             with timer.phase("backward"):
                 self.scaler.scale(loss_sum / (3 * global_rays)).backward()
-        compute_ms = self._compute_ms_since(t0)
-        comm_bytes = 0
+        clock.stop()
         any_grad = n_samples > 0
         if self.grad_sync is not None:
             with timer.phase("comm"):
                 any_grad = self.grad_sync.finish()
-            comm_bytes = int(self.grad_sync.stats()["bytes"])
-        t1 = time.perf_counter()
+        clock.start()
         skipped = not any_grad
         if any_grad:
             skipped = self._optimizer_step()
-        compute_ms += self._compute_ms_since(t1)
+        clock.stop()
         with timer.phase("balance"):
-            rows = self._all_gather_rows([n_local, n_samples, compute_ms, float(loss_sum.detach()), float(sq_err_sum)])
-            times = self._account(rows, comm_bytes)
+            rows = self._gather_step_rows(n_local, n_samples, loss_sum.detach(), sq_err_sum)
+        denominator = 3.0 * max(global_rays, 1)
+        loss = (rows[:, 3].sum() / denominator).float()
+        mse = (rows[:, 4].sum() / denominator).float()
+        self._pending = (rows, global_rays, self.step, clock)
+        self.step += 1
+        return StepStats(n_local, n_samples, skipped=skipped), loss, mse
+
+    def _gather_step_rows(self, n_local: int, n_samples: int, loss_sum: torch.Tensor, sq_err_sum: torch.Tensor) -> torch.Tensor:
+        """[world_size, 5] float64 on the collective device, not read on the host: every rank's
+        rays, samples, compute ms *of its previous step*, loss sum and squared-error sum."""
+        device = self._comm_device() if self.distributed else self.device
+        row = torch.empty(5, dtype=torch.float64, device=device)
+        row[0].fill_(float(n_local))  # fills from host scalars launch kernels; a host list would sync
+        row[1].fill_(float(n_samples))
+        row[2].fill_(self._previous_compute_ms)
+        row[3].copy_(loss_sum.to(device))
+        row[4].copy_(sq_err_sum.to(device))
+        if not self.distributed:
+            return row.unsqueeze(0)
+        rows = [torch.empty_like(row) for _ in range(self.world_size)]
+        dist.all_gather(rows, row, async_op=True).wait()  # NCCL: the stream waits, the host does not
+        return torch.stack(rows)
+
+    def _settle_previous_step(self) -> None:
+        """Host bookkeeping of the previous step: its rows (global rays, samples, loss) into the
+        interval's metrics, the balancer (with the per-rank compute times those rows carry, one
+        step older), global batch sizing; and this rank's compute time for the next row."""
+        if self._pending is None:
+            return
+        rows_device, global_rays, step, clock = self._pending
+        self._pending = None
+        self._previous_compute_ms = clock.elapsed_ms()
+        rows = rows_device.cpu()
+        comm_bytes = int(self.grad_sync.stats()["bytes"]) if self.grad_sync is not None else 0
+        times = self._account(rows, comm_bytes)
+        if any(v > 0 for v in times):  # the first step's rows carry no earlier compute time
             self.balancer.record(times)
         global_samples = int(rows[:, 1].sum())
-        denominator = 3.0 * max(global_rays, 1)
-        loss = torch.tensor(float(rows[:, 3].sum()) / denominator)
-        mse = torch.tensor(float(rows[:, 4].sum()) / denominator)
-        if global_samples == 0 and self.step >= t.occupancy_warmup_steps:
+        if global_samples == 0 and step >= self.cfg.training.occupancy_warmup_steps:
             raise TrainingError(
-                f"no ray sample of any rank hit an occupied cell at step {self.step} (after the "
-                f"occupancy warm-up of {t.occupancy_warmup_steps} steps; occupied fraction "
+                f"no ray sample of any rank hit an occupied cell at step {step} (after the "
+                f"occupancy warm-up of {self.cfg.training.occupancy_warmup_steps} steps; occupied fraction "
                 f"{self.grid.occupancy_fraction():.3g})"
             )
-        self.step += 1
         if global_samples > 0:
             self._resize_global_batch(global_rays, global_samples)
-        return StepStats(n_local, n_samples, skipped=skipped), loss, mse
 
     def _resize_global_batch(self, global_rays: int, global_samples: int) -> None:
         """instant-ngp's batch rule on global counts: rays → ``target_samples_per_step × world
@@ -446,6 +532,7 @@ class DataParallelTrainer(DistributedTrainerBase):
         self._resize_batch(global_rays, global_samples, scale=self.world_size)
 
     def _interval_record(self, interval: dict, loss_sum: torch.Tensor, mse_sum: torch.Tensor) -> dict[str, Any]:
+        self._settle_previous_step()
         steps = max(self._acc["steps"], 1.0)
         comm_bytes = self._acc["comm_bytes"] / steps
         record = super()._interval_record(interval, loss_sum, mse_sum)
