@@ -120,6 +120,23 @@ class RunDir:
     def metrics_path(self, rank: int = 0) -> Path:
         return self.root / ("metrics.jsonl" if rank == 0 else f"metrics.rank{rank}.jsonl")
 
+    def metrics_ranks(self) -> list[int]:
+        """Ranks that wrote a metrics file, ascending."""
+        ranks = [0] if self.metrics_path(0).is_file() else []
+        for p in self.root.glob("metrics.rank*.jsonl"):
+            m = re.fullmatch(r"metrics\.rank(\d+)\.jsonl", p.name)
+            if m and int(m.group(1)) > 0:
+                ranks.append(int(m.group(1)))
+        return sorted(ranks)
+
+    def read_status(self) -> dict[str, Any] | None:
+        """``status.json`` as a dict, or None when it is missing or unreadable."""
+        try:
+            data = json.loads(self.status_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
     @property
     def eval_path(self) -> Path:
         return self.root / "eval.json"

@@ -551,10 +551,14 @@ class Trainer:
         interval = {"steps": 0, "trained": 0, "rays": 0, "samples": 0, "skipped": 0, "t0": time.perf_counter()}
         loss_sum = torch.zeros((), device=self.device)
         mse_sum = torch.zeros((), device=self.device)
-        def flush() -> dict[str, Any]:
-            """Write the interval's record (one CUDA sync) and start a new interval."""
+        def flush(eval_result: dict[str, Any] | None = None) -> dict[str, Any]:
+            """Write the interval's record (one CUDA sync), with the evaluation made at its step if
+            any, and start a new interval."""
             nonlocal interval, loss_sum, mse_sum
             record = self._interval_record(interval, loss_sum, mse_sum)
+            if eval_result is not None:
+                record["eval_psnr_db"] = eval_result["mean_psnr_db"]
+                record["eval_ssim"] = eval_result["mean_ssim"]
             if writer:
                 writer.write(record)
             if on_log:
@@ -581,18 +585,22 @@ class Trainer:
                 interval["samples"] += stats.n_samples
                 interval["skipped"] += int(stats.skipped)
                 done = self.step >= n_steps
-                if self.step % t.log_every == 0 or done:
+                eval_now = bool(eval_every) and self.step % eval_every == 0 and not done
+                if self.step % t.log_every == 0 or done or eval_now:
                     self._synchronize()
                     self.train_time_s += time.perf_counter() - t_step
-                    last_record = flush()
+                    result = None
+                    if eval_now:  # its PSNR goes into this step's record; its time is not training
+                        t_eval = time.perf_counter()
+                        result = self.evaluate()
+                        interval["t0"] += time.perf_counter() - t_eval
+                        if on_eval:
+                            on_eval(result)
+                    last_record = flush(result)
                 else:
                     self.train_time_s += time.perf_counter() - t_step
                 if self.run_dir and snapshot_every and self.step % snapshot_every == 0:
                     self._periodic_save()
-                if eval_every and self.step % eval_every == 0 and not done:
-                    result = self.evaluate()
-                    if on_eval:
-                        on_eval(result)
             if interval["steps"] > 0:  # stopped by the time budget between two records
                 self._synchronize()
                 last_record = flush()
