@@ -115,7 +115,7 @@ def test_defaults_are_instant_ngp_values() -> None:
     assert (cfg.parallel.mode, cfg.parallel.bucket_mib, cfg.parallel.overlap_comm) == (
         "data",
         25.0,
-        True,
+        False,
     )
     dist = cfg.distributed
     assert (dist.master_addr, dist.master_port, dist.timeout_s) == ("127.0.0.1", 0, 300.0)
