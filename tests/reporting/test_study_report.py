@@ -1,0 +1,378 @@
+"""Study report of a sweep: trials.csv contents, report.html in a real headless browser, the rich summary.
+
+Studies are real in-memory Optuna studies driven the way the sweep drives them: enqueue the params,
+``ask`` with the search space, set the trial's user attributes, ``tell`` a value, PRUNED or FAIL.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pandas as pd
+import pytest
+from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.trial import TrialState
+from rich.console import Console
+
+from ngptune.reporting.study_report import (
+    StudyReportError,
+    best_trials,
+    default_trial,
+    objective_names,
+    print_summary,
+    trials_frame,
+    write_study_report,
+    write_trials_csv,
+)
+from tests.browser_check import view_in_browser
+from trainer.rundir import RunDir
+from trainer.schema import MetricsWriter
+
+optuna.logging.set_verbosity(optuna.logging.ERROR)
+pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")  # set_metric_names
+
+SPACE = {
+    "parallel.mode": CategoricalDistribution(["data", "subgrid"]),
+    "parallel.num_subgrids": IntDistribution(2, 8),
+    "training.lr": FloatDistribution(1e-3, 1e-1, log=True),
+}
+
+
+def _run_trial(
+    study: optuna.Study,
+    tmp_path: Path,
+    params: dict[str, Any],
+    *,
+    state: TrialState = TrialState.COMPLETE,
+    values: list[float] | None = None,
+    reason: str = "",
+    duration_s: float = 10.0,
+    phase_ms: dict[str, float] | None = None,
+    diagnoses: list[dict[str, Any]] | None = None,
+    nccl_env: dict[str, str] | None = None,
+    nccl_applied: dict[str, str] | None = None,
+    interconnect: str = "none",
+    metrics: list[tuple[float, float | None]] | None = None,
+    record_objectives: bool = True,
+) -> int:
+    """One trial as the sweep records it; ``metrics`` = (throughput, eval PSNR or None) records for its run."""
+    study.enqueue_trial(params)
+    space = {k: v for k, v in SPACE.items() if k in params}
+    trial = study.ask(space)
+    number = trial.number
+    run_dir = tmp_path / "trials" / f"{number:04d}"
+    outcome = {TrialState.COMPLETE: "completed", TrialState.PRUNED: "pruned", TrialState.FAIL: "failed"}[state]
+    attrs: dict[str, Any] = {
+        "outcome": outcome,
+        "reason": reason,
+        "log_path": str(RunDir(run_dir).log_path(0)),
+        "run_dir": str(run_dir),
+        "config_path": str(RunDir(run_dir).config_path),
+        "duration_s": duration_s,
+        "is_default": number == 0,
+        "settings": {"training.n_steps": 200, **params},
+        "nccl_env": nccl_env or {},
+        "nccl_applied": nccl_applied or {},
+        "nccl_active": bool(nccl_env),
+        "emulated_interconnect": interconnect,
+        "phase_ms": phase_ms or {},
+        "diagnoses": diagnoses or [],
+    }
+    if record_objectives and values is not None:
+        attrs["objectives"] = dict(zip(study.metric_names or [], values))
+    for key, value in attrs.items():
+        trial.set_user_attr(key, value)
+    if metrics:
+        with MetricsWriter(RunDir(run_dir).metrics_path(0)) as writer:
+            for step, (throughput, psnr) in enumerate(metrics, start=1):
+                record = {"rank": 0, "world_size": 2, "step": step * 10, "wall_time_s": step * 1.0, "loss": 0.1,
+                          "throughput_samples_per_s": throughput, "step_time_ms": 50.0}
+                if psnr is not None:
+                    record["eval_psnr_db"] = psnr
+                writer.write(record)
+    if state == TrialState.COMPLETE:
+        study.tell(trial, values)
+    else:
+        study.tell(trial, state=state)
+    return number
+
+
+PHASES_DEFAULT = {"data": 4.0, "march": 10.0, "field_forward": 12.0, "backward": 20.0, "comm": 30.0, "other": 4.0}
+PHASES_BEST = {"data": 4.0, "march": 10.0, "field_forward": 12.0, "backward": 20.0, "comm": 8.0, "other": 2.0}
+COMM_DIAGNOSIS = {"bottleneck": "communication", "severity": "high",
+                  "evidence": "exposed all-reduce is 37% of the step", "knob": "parallel.overlap=true"}
+DATA_DIAGNOSIS = {"bottleneck": "data_loading", "severity": "low",
+                  "evidence": "data phase is 7% of the step", "knob": "data.placement=device"}
+OOM_REASON = "out of memory: CUDA out of memory. (simulated by faults.oom_at_step)"
+CRASH_REASON = "crash: rank 1 exited with code 1 (simulated crash (faults.crash_at_step))"
+
+
+@pytest.fixture()
+def single_study(tmp_path: Path) -> optuna.Study:
+    """One objective (throughput, max): default, 2 better completed trials, one pruned, one failed."""
+    study = optuna.create_study(study_name="single", direction="maximize")
+    study.set_metric_names(["throughput_samples_per_s"])
+    _run_trial(study, tmp_path, {"parallel.mode": "data", "training.lr": 0.01}, values=[1000.0],
+               phase_ms=PHASES_DEFAULT, diagnoses=[DATA_DIAGNOSIS, COMM_DIAGNOSIS], metrics=[(900.0, None), (1000.0, 21.5)])
+    _run_trial(study, tmp_path, {"parallel.mode": "subgrid", "parallel.num_subgrids": 4, "training.lr": 0.02},
+               values=[1500.0], duration_s=12.5, phase_ms=PHASES_BEST, metrics=[(1400.0, None), (1600.0, 22.25)])
+    _run_trial(study, tmp_path, {"parallel.mode": "data", "training.lr": 0.05}, values=[1200.0], duration_s=11.0)
+    _run_trial(study, tmp_path, {"parallel.mode": "subgrid", "parallel.num_subgrids": 8, "training.lr": 0.002},
+               state=TrialState.PRUNED, reason=OOM_REASON, duration_s=3.0)
+    _run_trial(study, tmp_path, {"parallel.mode": "data", "training.lr": 0.09},
+               state=TrialState.FAIL, reason=CRASH_REASON, duration_s=4.0)
+    return study
+
+
+@pytest.fixture()
+def pareto_study(tmp_path: Path) -> optuna.Study:
+    """Two objectives (PSNR at budget, throughput; both max), NCCL active, emulated PCIe."""
+    study = optuna.create_study(study_name="pareto", directions=["maximize", "maximize"])
+    study.set_metric_names(["psnr_at_budget_db", "throughput_samples_per_s"])
+    env = {"NCCL_ALGO": "Ring", "NCCL_P2P_DISABLE": "1"}
+    common = {"interconnect": "pcie", "nccl_env": env}
+    _run_trial(study, tmp_path, {"parallel.mode": "data", "training.lr": 0.01}, values=[20.0, 1000.0],
+               phase_ms=PHASES_DEFAULT, nccl_applied={"NCCL_ALGO": "Ring", "NCCL_P2P_DISABLE": "1"}, **common)
+    _run_trial(study, tmp_path, {"parallel.mode": "data", "training.lr": 0.03}, values=[24.0, 900.0],
+               phase_ms=PHASES_DEFAULT, nccl_applied={"NCCL_ALGO": "Ring", "NCCL_P2P_DISABLE": "1"}, **common)
+    _run_trial(study, tmp_path, {"parallel.mode": "subgrid", "parallel.num_subgrids": 2, "training.lr": 0.02},
+               values=[22.0, 1400.0], phase_ms=PHASES_BEST, nccl_applied={"NCCL_ALGO": "Tree"},
+               interconnect="pcie", nccl_env={"NCCL_ALGO": "Tree", "NCCL_P2P_DISABLE": "1"})
+    _run_trial(study, tmp_path, {"parallel.mode": "subgrid", "parallel.num_subgrids": 4, "training.lr": 0.004},
+               values=[19.0, 800.0], **common)
+    _run_trial(study, tmp_path, {"parallel.mode": "data", "training.lr": 0.08},
+               state=TrialState.FAIL, reason="NCCL error: unhandled system error", **common)
+    return study
+
+
+@pytest.fixture()
+def failed_study(tmp_path: Path) -> optuna.Study:
+    """Degenerate: every trial failed, the default included."""
+    study = optuna.create_study(study_name="broken", direction="maximize")
+    study.set_metric_names(["throughput_samples_per_s"])
+    _run_trial(study, tmp_path, {"parallel.mode": "data", "training.lr": 0.01}, state=TrialState.FAIL,
+               reason="hang: no metrics for 120 s (timeout)", duration_s=120.0)
+    _run_trial(study, tmp_path, {"parallel.mode": "subgrid", "parallel.num_subgrids": 2, "training.lr": 0.02},
+               state=TrialState.FAIL, reason=CRASH_REASON, duration_s=5.0)
+    return study
+
+
+# ----------------------------------------------------------------------------------------------
+# trials.csv
+# ----------------------------------------------------------------------------------------------
+
+
+def _log(tmp_path: Path, number: int) -> str:
+    return str(RunDir(tmp_path / "trials" / f"{number:04d}").log_path(0))
+
+
+def test_trials_csv_single_objective(single_study: optuna.Study, tmp_path: Path) -> None:
+    path = write_trials_csv(single_study, tmp_path / "out" / "trials.csv")
+    log = [_log(tmp_path, n) for n in range(5)]
+    assert path.read_text().splitlines() == [
+        "number,state,outcome,reason,duration_s,throughput_samples_per_s,"
+        "param_parallel.mode,param_training.lr,param_parallel.num_subgrids,log_path",
+        f"0,COMPLETE,completed,,10.0,1000.0,data,0.01,,{log[0]}",
+        f"1,COMPLETE,completed,,12.5,1500.0,subgrid,0.02,4,{log[1]}",  # conditional int stays an int
+        f"2,COMPLETE,completed,,11.0,1200.0,data,0.05,,{log[2]}",
+        f"3,PRUNED,pruned,{OOM_REASON},3.0,,subgrid,0.002,8,{log[3]}",
+        f"4,FAIL,failed,{CRASH_REASON},4.0,,data,0.09,,{log[4]}",
+    ]
+
+
+def test_trials_csv_two_objectives(pareto_study: optuna.Study, tmp_path: Path) -> None:
+    path = write_trials_csv(pareto_study, tmp_path / "trials.csv")
+    log = [_log(tmp_path, n) for n in range(5)]
+    assert path.read_text().splitlines() == [
+        "number,state,outcome,reason,duration_s,psnr_at_budget_db,throughput_samples_per_s,"
+        "param_parallel.mode,param_training.lr,param_parallel.num_subgrids,log_path",
+        f"0,COMPLETE,completed,,10.0,20.0,1000.0,data,0.01,,{log[0]}",
+        f"1,COMPLETE,completed,,10.0,24.0,900.0,data,0.03,,{log[1]}",
+        f"2,COMPLETE,completed,,10.0,22.0,1400.0,subgrid,0.02,2,{log[2]}",
+        f"3,COMPLETE,completed,,10.0,19.0,800.0,subgrid,0.004,4,{log[3]}",
+        f"4,FAIL,failed,NCCL error: unhandled system error,10.0,,,data,0.08,,{log[4]}",
+    ]
+
+
+def test_trials_csv_all_failed(failed_study: optuna.Study, tmp_path: Path) -> None:
+    df = pd.read_csv(write_trials_csv(failed_study, tmp_path / "trials.csv"), keep_default_na=False)
+    assert df["state"].tolist() == ["FAIL", "FAIL"]
+    assert df["reason"].tolist() == ["hang: no metrics for 120 s (timeout)", CRASH_REASON]
+    assert df["throughput_samples_per_s"].tolist() == ["", ""]
+
+
+def test_trials_csv_running_and_unrecorded_trials(tmp_path: Path) -> None:
+    """A trial another worker still runs, and one Optuna failed without the sweep's attributes
+    (a killed worker's stale trial): the outcome is the state's meaning, the reason stays empty."""
+    study = optuna.create_study(study_name="workers", direction="maximize")
+    stale = study.ask({"training.lr": SPACE["training.lr"]})
+    study.tell(stale, state=TrialState.FAIL)
+    study.ask({"training.lr": SPACE["training.lr"]})
+    df = trials_frame(study)
+    assert df["state"].tolist() == ["FAIL", "RUNNING"]
+    assert df["outcome"].tolist() == ["failed", "running"]
+    assert df["reason"].tolist() == ["", ""]
+    assert df["log_path"].tolist() == ["", ""]
+    assert not math.isnan(df["duration_s"][0]) and math.isnan(df["duration_s"][1])  # Optuna's start→complete
+    assert df["objective_0"].isna().all()
+
+
+def test_objective_names_from_attributes_must_follow_study_order(tmp_path: Path) -> None:
+    study = optuna.create_study(study_name="unnamed", directions=["maximize", "minimize"])
+    trial = study.ask()
+    trial.set_user_attr("objectives", {"time_to_psnr_s": 30.0, "throughput_samples_per_s": 900.0})
+    study.tell(trial, [900.0, 30.0])
+    with pytest.raises(StudyReportError, match=r"trial 0: user attribute 'objectives'.*study's order"):
+        objective_names(study)
+    ordered = optuna.create_study(directions=["maximize", "minimize"])
+    trial = ordered.ask()
+    trial.set_user_attr("objectives", {"throughput_samples_per_s": 900.0, "time_to_psnr_s": 30.0})
+    ordered.tell(trial, [900.0, 30.0])
+    assert objective_names(ordered) == ["throughput_samples_per_s", "time_to_psnr_s"]
+    bare = optuna.create_study(directions=["maximize", "minimize"])
+    assert objective_names(bare) == ["objective_0", "objective_1"]
+
+
+def test_bad_attribute_is_one_clear_error() -> None:
+    study = optuna.create_study(study_name="bad")
+    trial = study.ask()
+    trial.set_user_attr("phase_ms", [1.0, 2.0])
+    study.tell(trial, 1.0)
+    with pytest.raises(StudyReportError, match=r"study 'bad', trial 0: user attribute 'phase_ms' must be a dict"):
+        trials_frame(study)
+
+
+def test_best_and_default(single_study: optuna.Study, pareto_study: optuna.Study, failed_study: optuna.Study) -> None:
+    assert [t.number for t in best_trials(single_study)] == [1]
+    assert [t.number for t in best_trials(pareto_study)] == [1, 2]  # 0 and 3 are dominated
+    assert best_trials(failed_study) == []
+    assert default_trial(single_study).number == 0
+
+
+# ----------------------------------------------------------------------------------------------
+# report.html in a real browser
+# ----------------------------------------------------------------------------------------------
+
+
+def _check_page(path: Path):
+    view = view_in_browser(path)
+    assert view.errors == []
+    assert view.failed_requests == []
+    assert view.plots_total > 0 and view.plots_rendered == view.plots_total
+    return view
+
+
+def test_report_single_objective(single_study: optuna.Study, tmp_path: Path) -> None:
+    path = write_study_report(single_study, tmp_path / "report", title="Sweep single", nccl_active=False)
+    assert path == tmp_path / "report" / "report.html"
+    view = _check_page(path)
+    # history, importances, parallel coordinates, objectives, run metrics, step-time breakdown
+    assert view.plots_total == 6
+    text = view.text
+    for heading in ("Optimisation history", "Parameter importances", "Parallel coordinates", "Best vs default",
+                    "Trials", "Bottlenecks per trial", "NCCL"):
+        assert heading in text
+    assert "Pareto front" not in text
+    assert "Plot absent" not in text
+    assert "Best = trial #1 (study.best_trial)." in text
+    assert "Step-time breakdown (mean ms per step, from phase_ms)" in text
+    assert "Run metrics (rank 0 metrics.jsonl" in text
+    assert "Run metrics absent: trial #1" not in text
+    # run metrics: median throughput (950, 1500), last PSNR (21.5, 22.25)
+    assert "run throughput_samples_per_s\t950\t1500\t57.8947" in text
+    assert "run eval_psnr_db\t21.5\t22.25\t3.48837" in text
+    assert "comm_ms\t30\t8\t-73.3333" in text
+    # settings that differ: mode, num_subgrids (absent in the default), lr; n_steps is equal
+    assert "parallel.mode\tdata\tsubgrid" in text
+    assert "training.lr\t0.01\t0.02" in text
+    assert "training.n_steps" not in text.split("Settings that differ from the default")[1].split("Trials")[0]
+    assert OOM_REASON in text and CRASH_REASON in text
+    assert "communication (high)" in text  # main diagnosis: the highest severity
+    assert "exposed all-reduce is 37% of the step" in text
+    assert "NCCL parameters inactive (gloo backend)" in text
+    assert "Emulated interconnect" not in text
+
+
+def test_report_two_objectives_with_nccl(pareto_study: optuna.Study, tmp_path: Path) -> None:
+    path = write_study_report(pareto_study, tmp_path, title="Sweep pareto", nccl_active=True)
+    view = _check_page(path)
+    # history ×2, importances ×2, Pareto front, parallel coordinates ×2, objectives, step-time breakdown
+    assert view.plots_total == 9
+    text = view.text
+    assert "Trials on the Pareto front: #1, #2." in text
+    assert "Best = the Pareto-front trials: #1, #2." in text
+    assert "Plot absent" not in text
+    assert "Emulated interconnect: pcie (NCCL_P2P_DISABLE=1)" in text
+    assert "NCCL parameters inactive" not in text
+    assert "2\tNCCL_ALGO\tTree\tTree\tas set" in text
+    assert "2\tNCCL_P2P_DISABLE\t1\t\tnot reported" in text  # set but not reported back
+    assert "env NCCL_ALGO\tRing\tRing\tTree" in text  # a differing setting of Pareto trial #2
+    assert "NCCL error: unhandled system error" in text
+    # no trial has a run directory with metrics: said so, not hidden
+    assert "Run metrics absent: trial #0:" in text
+
+
+def test_report_all_trials_failed(failed_study: optuna.Study, tmp_path: Path) -> None:
+    path = write_study_report(failed_study, tmp_path, title="Sweep broken", nccl_active=False)
+    view = view_in_browser(path)
+    assert view.errors == [] and view.failed_requests == []
+    assert view.plots_total == 0
+    text = view.text
+    assert "Plot absent: no trial completed, so there is no objective value to plot." in text
+    assert "Plot absent: parameter importances need at least 2 completed trials; this study has 0." in text
+    assert "Plot absent: no trial completed." in text
+    assert "The default trial #0 did not complete (outcome failed: hang: no metrics for 120 s (timeout))" in text
+    assert "No trial completed, so there is no best trial to compare." in text
+    assert CRASH_REASON in text
+
+
+def test_report_importances_need_two_varying_trials(tmp_path: Path) -> None:
+    study = optuna.create_study(study_name="one", direction="maximize")
+    study.set_metric_names(["throughput_samples_per_s"])
+    _run_trial(study, tmp_path, {"parallel.mode": "data", "training.lr": 0.01}, values=[1000.0], phase_ms=PHASES_DEFAULT)
+    text = view_in_browser(write_study_report(study, tmp_path, title="one", nccl_active=False)).text
+    assert "Plot absent: parameter importances need at least 2 completed trials; this study has 1." in text
+    assert "Best = trial #0 (study.best_trial): the default itself; no trial beat it." in text
+    assert "Settings that differ" not in text  # the default is the best: nothing to compare against
+    _run_trial(study, tmp_path, {"parallel.mode": "data", "training.lr": 0.01}, values=[1010.0])
+    text = write_study_report(study, tmp_path, title="two", nccl_active=False).read_text()  # markup checked above
+    assert "Plot absent: no parameter takes more than one value among the completed trials" in text
+
+
+# ----------------------------------------------------------------------------------------------
+# Terminal summary
+# ----------------------------------------------------------------------------------------------
+
+
+def _summary(study: optuna.Study) -> list[str]:
+    """The summary's lines with table borders removed and blanks collapsed."""
+    console = Console(file=io.StringIO(), width=200, color_system=None)
+    print_summary(study, console)
+    return [" ".join(line.replace("│", " ").replace("┃", " ").split()) for line in console.file.getvalue().splitlines()]
+
+
+def test_summary_single_objective(single_study: optuna.Study) -> None:
+    lines = _summary(single_study)
+    assert "completed 3" in lines and "pruned 1" in lines and "failed 1" in lines
+    assert "throughput_samples_per_s (max) 1000 1500 #1 +50.0 % (better)" in lines
+    assert "parallel.mode data subgrid" in lines
+    assert "parallel.num_subgrids 4" in lines
+    assert "training.lr 0.01 0.02" in lines
+
+
+def test_summary_two_objectives_and_failed(pareto_study: optuna.Study, failed_study: optuna.Study) -> None:
+    lines = _summary(pareto_study)
+    assert "psnr_at_budget_db (max) 20 24 #1 +20.0 % (better)" in lines
+    assert "throughput_samples_per_s (max) 1000 1400 #2 +40.0 % (better)" in lines
+    assert "parameter default #0 Pareto #1 Pareto #2" in lines
+    assert "parallel.mode data data subgrid" in lines
+    assert "training.lr 0.01 0.03 0.02" in lines
+    assert "parallel.num_subgrids 2" in lines
+    lines = _summary(failed_study)
+    assert "failed 2" in lines
+    assert "No trial completed: no best trial, no best settings." in lines
+    assert math.isnan(float(trials_frame(failed_study)["throughput_samples_per_s"][0]))
