@@ -46,8 +46,9 @@ class PageView:
     tables: int
 
 
-def view_in_browser(page_path: Path, *, timeout_ms: int = 30000) -> PageView:
-    """Load ``page_path`` from disk with the network blocked, wait for plotly, and report."""
+def view_in_browser(page_path: Path, *, timeout_ms: int = 30000, screenshot: Path | None = None) -> PageView:
+    """Load ``page_path`` from disk with the network blocked, wait for plotly, and report;
+    with ``screenshot``, save a full-page PNG there."""
     playwright = pytest.importorskip("playwright.sync_api")
     executable = chromium_path()
     errors: list[str] = []
@@ -73,6 +74,8 @@ def view_in_browser(page_path: Path, *, timeout_ms: int = 30000) -> PageView:
             )
             text = page.inner_text("body")
             tables = page.locator("table").count()
+            if screenshot is not None:
+                page.screenshot(path=str(screenshot), full_page=True)
         finally:
             browser.close()
     return PageView(errors, failed, text, plots_rendered, plots_total, tables)

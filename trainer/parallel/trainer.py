@@ -51,6 +51,7 @@ from trainer.parallel import checkpoint as ckpt
 from trainer.parallel.balance import LoadBalancer, imbalance, shares_from_capabilities
 from trainer.parallel.grad_sync import GradientSynchronizer, allreduce_bandwidth_gb_per_s, collective_device
 from trainer.rundir import RunDir
+from trainer.schema import truncate_metrics_after
 from trainer.train.loop import StepStats, Trainer, _autocast, photometric_loss
 from trainer.render.volrend import composite
 
@@ -355,6 +356,8 @@ class DistributedTrainerBase(Trainer, metaclass=abc.ABCMeta):
         ema = state["samples_per_ray_ema"]
         self._restore_counters(meta["step"], state, None if ema is None else float(ema))
         self._after_load(meta)
+        if self.run_dir is not None:  # resuming into the run it came from: forget the lost steps
+            truncate_metrics_after(self.run_dir.metrics_path(self.rank), self.step)
         return folder
 
     def _check_meta(self, folder: Path, meta: dict[str, Any]) -> None:
@@ -453,7 +456,8 @@ class DataParallelTrainer(DistributedTrainerBase):
             assert batch.rays_o.shape[0] == n_local, "a batch must hold the rays the balancer gave this rank"
             background, target = self._background_and_target(batch, n_local)
         samples, n_samples = self._march_batch(batch)
-        self._settle_previous_step()
+        with timer.phase("balance"):
+            self._settle_previous_step()
         self.optimizer.zero_grad(set_to_none=True)
         loss_sum = torch.zeros((), device=self.device)
         sq_err_sum = torch.zeros((), device=self.device)

@@ -1,0 +1,340 @@
+"""A finished (or crashed) trainer run + the NVML samples → the CSV tables of a profile folder.
+
+The profile folder (:class:`ProfileDir`, the one place its file names are spelled)::
+
+    PROFILE/
+      run/               the trainer's run directory (trainer.rundir.RunDir)
+      trainer.log        the trainer command's stdout and stderr
+      phases.csv         trainer.schema.PHASES_TABLE       summary.csv   trainer.schema.SUMMARY_TABLE
+      gpu_timeline.csv   trainer.schema.GPU_TIMELINE_TABLE kernels.csv   trainer.schema.KERNELS_TABLE
+      overlap.csv        trainer.schema.OVERLAP_TABLE      diagnoses.csv trainer.schema.DIAGNOSES_TABLE
+      sources.json       {source: {"status": "ok"|"missing"|"failed", "detail": str}} for SOURCES
+      failure.json       {"reason", "log_path", "exit_code"} when the run failed
+      nsys/, nsys_*.csv, ncu/, ncu_hashgrid.csv   Nsight output when requested and available
+      report.html        written by ngptune.reporting.profile_report
+
+Phase tables come from every rank's metrics file (:mod:`ngptune.profiling.runs`). Records of the
+torch.profiler window carry its overhead (recording every operator, and exporting the trace in the
+step after the window), so ``phases.csv`` and ``summary.csv`` leave out the records of steps
+A+1..B+1 for a window ``A:B`` (a record's ``step`` counts the steps done when it was written); the
+summary also leaves out each rank's first record (start-up). Missing sources are recorded as
+such; only a completed run's broken inputs are failures.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ngptune.profiling import SourceStatus
+from ngptune.profiling.runs import ProfileError, metrics_frame, phases_table, summary_table
+from ngptune.profiling.traces import HTA_NOT_USED, TraceError, analyze_traces, load_trace
+from trainer.config import load_config
+from trainer.errors import NgptuneError
+from trainer.rundir import RunDir, atomic_write_text
+from trainer.schema import (
+    GPU_TIMELINE_TABLE,
+    KERNELS_TABLE,
+    OVERLAP_TABLE,
+    PHASES,
+    PHASES_TABLE,
+    SUMMARY_TABLE,
+    MetricsError,
+)
+
+SOURCES: tuple[str, ...] = ("phase_timers", "nvml", "torch_profiler", "hta", "nsys", "ncu")
+
+
+@dataclasses.dataclass(frozen=True)
+class ProfileDir:
+    """Paths inside one profile folder (nothing is created until asked)."""
+
+    root: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", Path(self.root))
+
+    @property
+    def run(self) -> RunDir:
+        return RunDir(self.root / "run")
+
+    @property
+    def trainer_log_path(self) -> Path:
+        return self.root / "trainer.log"
+
+    def table_path(self, name: str) -> Path:
+        """``<name>.csv`` for name in phases, gpu_timeline, kernels, overlap, diagnoses, summary."""
+        if name not in ("phases", "gpu_timeline", "kernels", "overlap", "diagnoses", "summary"):
+            raise KeyError(f"unknown profile table {name!r}")
+        return self.root / f"{name}.csv"
+
+    @property
+    def sources_path(self) -> Path:
+        return self.root / "sources.json"
+
+    @property
+    def failure_path(self) -> Path:
+        return self.root / "failure.json"
+
+    @property
+    def report_path(self) -> Path:
+        return self.root / "report.html"
+
+    @property
+    def nsys_report_base(self) -> Path:
+        """``nsys profile -o`` target (nsys appends ``.nsys-rep``)."""
+        return self.root / "nsys" / "report"
+
+    @property
+    def nsys_csv_prefix(self) -> Path:
+        """``nsys stats --output`` prefix: files ``nsys_<report>.csv``."""
+        return self.root / "nsys"
+
+    @property
+    def ncu_report_base(self) -> Path:
+        return self.root / "ncu" / "hashgrid"
+
+    @property
+    def ncu_run(self) -> RunDir:
+        return RunDir(self.root / "ncu" / "run")
+
+    @property
+    def ncu_csv_path(self) -> Path:
+        return self.root / "ncu_hashgrid.csv"
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOutcome:
+    """How the trainer command ended.
+
+    Attributes:
+        completed: it exited 0 and its run finished.
+        exit_code: the command's exit status.
+        reason: why it failed (empty when completed).
+        log_path: the log that shows it (the failed rank's log, else trainer.log).
+    """
+
+    completed: bool
+    exit_code: int
+    reason: str = ""
+    log_path: Path | None = None
+
+
+@dataclasses.dataclass
+class Collected:
+    """The tables of a profile and how each source fared (``None``: not collected)."""
+
+    phases: pd.DataFrame
+    summary: pd.DataFrame
+    gpu_timeline: pd.DataFrame
+    kernels: pd.DataFrame | None
+    overlap: pd.DataFrame | None
+    sources: dict[str, SourceStatus]
+
+
+def _empty(columns: tuple[str, ...]) -> pd.DataFrame:
+    return pd.DataFrame(columns=list(columns))
+
+
+def check_metrics_steps(run: RunDir, metrics: pd.DataFrame, log_every: int, *, completed: bool) -> None:
+    """Every rank logged every interval: steps increase, no gap wider than ``log_every``, and in a
+    completed run every rank of the world size reached the same last step.
+
+    Raises:
+        MetricsError: naming the rank's metrics file and the missing or repeated steps.
+        ProfileError: a completed run in which a rank wrote no metrics file.
+    """
+    last_steps = {}
+    for rank, frame in metrics.groupby("rank", sort=True):
+        path = run.metrics_path(int(rank))
+        previous = 0
+        for step in frame["step"].astype(int):
+            if step <= previous:
+                raise MetricsError(f"{path}: step {step} after step {previous} (steps must increase)")
+            if step - previous > log_every:
+                raise MetricsError(
+                    f"{path}: missing steps: no record between step {previous} and step {step} "
+                    f"(training.log_every={log_every})"
+                )
+            previous = step
+        last_steps[int(rank)] = previous
+    if completed:
+        world_size = int(metrics["world_size"].max())
+        absent = sorted(set(range(world_size)) - set(last_steps))
+        if absent:
+            raise ProfileError(
+                f"{run.root}: world size {world_size} but no metrics from ranks {absent} "
+                f"({', '.join(str(run.metrics_path(r)) for r in absent)})"
+            )
+        final = max(last_steps.values())
+        for rank, step in last_steps.items():
+            if step != final:
+                raise MetricsError(f"{run.metrics_path(rank)}: missing steps: last record at step {step}, other ranks reach {final}")
+
+
+def _window_records(metrics: pd.DataFrame, window: tuple[int, int] | None) -> pd.Series:
+    if window is None:
+        return pd.Series(False, index=metrics.index)
+    start, stop = window
+    return metrics["step"].between(start + 1, stop + 1)
+
+
+def collect_phases(
+    run: RunDir, *, trace_window: tuple[int, int] | None, completed: bool
+) -> tuple[pd.DataFrame, pd.DataFrame, SourceStatus]:
+    """``phases.csv`` and ``summary.csv`` tables of the run (module docstring) and the
+    ``phase_timers`` source status.
+
+    Raises:
+        MetricsError, ProfileError: a completed run's metrics are missing, corrupt or have
+            missing steps (naming the file). A failed run's missing metrics are a missing source.
+    """
+    try:
+        metrics = metrics_frame(run.root)
+        log_every = load_config(run.config_path).training.log_every
+        check_metrics_steps(run, metrics, log_every, completed=completed)
+    except NgptuneError as exc:
+        if completed:
+            raise
+        return _empty(PHASES_TABLE), _empty(SUMMARY_TABLE), SourceStatus("missing", f"the run failed: {exc}")
+    in_window = _window_records(metrics, trace_window)
+    measured = metrics[~in_window] if (~in_window).any() else metrics
+    phases = phases_table(measured)
+    summary = summary_table(measured)
+    summary["steps"] = summary["rank"].map(metrics.groupby("rank")["step"].max()).astype("int64")  # steps trained
+    ranks = sorted(int(r) for r in metrics["rank"].unique())
+    detail = (
+        f"{len(metrics)} metrics records of rank(s) {', '.join(map(str, ranks))}, "
+        f"steps {int(metrics['step'].min())}..{int(metrics['step'].max())}"
+    )
+    if in_window.any() and (~in_window).any():
+        a, b = trace_window  # type: ignore[misc]
+        detail += f"; the records of steps {a + 1}..{b + 1} (torch.profiler window {a}:{b} and its export) are left out"
+    elif in_window.any():
+        detail += "; every record lies in the torch.profiler window: phase times include its overhead"
+    named = measured[[f"{p}_ms" for p in PHASES]].fillna(0.0).to_numpy().sum()
+    if named == 0:
+        return phases, summary, SourceStatus("missing", f"phase timers were off (profile.phase_timers=false): {detail}")
+    coverage = ", ".join(f"rank {int(r)} {c:.1%}" for r, c in zip(summary["rank"], summary["phase_coverage"]))
+    return phases, summary, SourceStatus("ok", f"{detail}; named phases cover {coverage} of the step time")
+
+
+def collect_traces(
+    run: RunDir, *, world_size: int, trace_window: tuple[int, int] | None, completed: bool
+) -> tuple[pd.DataFrame | None, pd.DataFrame | None, SourceStatus]:
+    """``kernels.csv`` and ``overlap.csv`` tables from every rank's Chrome trace
+    (:meth:`RunDir.trace_path`) and the ``torch_profiler`` source status.
+
+    A single-process run's trace carries no rank and is rank 0; a distributed run's traces must
+    name their rank (``distributedInfo``), matching their file.
+
+    Raises:
+        TraceError: a completed run's trace is corrupt, lacks rank information, or a rank's
+            trace is missing.
+    """
+    if trace_window is None:
+        return None, None, SourceStatus("missing", "no torch.profiler window (profile.trace_steps unset)")
+    window_txt = f"{trace_window[0]}:{trace_window[1]}"
+    paths = {rank: run.trace_path(rank) for rank in range(world_size)}
+    present = {rank: p for rank, p in paths.items() if p.is_file()}
+    if not present:
+        why = "the run ended before its trace window" if not completed else "no rank wrote its trace"
+        status = SourceStatus("missing" if not completed else "failed", f"{why} ({window_txt}; expected {paths[0]})")
+        return None, None, status
+    try:
+        absent = sorted(set(paths) - set(present))
+        if absent and completed:
+            raise TraceError(f"{paths[absent[0]]}: trace file not found (ranks with traces: {sorted(present)})")
+        traces = []
+        for rank, path in present.items():
+            trace = load_trace(path, rank=0) if world_size == 1 else load_trace(path)
+            if trace.rank != rank:
+                raise TraceError(f"{path}: trace of rank {trace.rank}, expected rank {rank}")
+            traces.append(trace)
+        kernels, overlap = analyze_traces(traces)
+    except TraceError as exc:
+        if completed:
+            raise
+        return None, None, SourceStatus("missing", f"the run failed: {exc}")
+    device = "GPU kernels" if any(t.has_gpu for t in traces) else "CPU operators (no GPU activity)"
+    detail = f"Chrome traces of rank(s) {', '.join(map(str, sorted(present)))} for steps {window_txt}: {device}"
+    if len(present) < world_size:
+        detail += f"; ranks {sorted(set(paths) - set(present))} wrote none before the run failed"
+    return kernels, overlap, SourceStatus("ok", detail)
+
+
+def collect(
+    profile: ProfileDir,
+    *,
+    world_size: int,
+    trace_window: tuple[int, int] | None,
+    outcome: RunOutcome,
+    gpu_timeline: pd.DataFrame,
+    extra_sources: dict[str, SourceStatus],
+) -> Collected:
+    """Build every table of the profile from its run directory.
+
+    Args:
+        profile: the profile folder; its ``run`` holds the trainer's run directory.
+        world_size: ranks the trainer was started with.
+        trace_window: the ``(A, B)`` steps of ``profile.trace_steps``, or None.
+        outcome: how the trainer command ended.
+        gpu_timeline: the NVML samples (``gpu_timeline.csv`` rows; empty without a GPU).
+        extra_sources: statuses of the sources collected outside the run directory (``nvml``,
+            ``nsys``, ``ncu``).
+
+    A source that breaks on a completed run is recorded as ``failed`` with the error (which
+    names the file and the problem); on a failed run, what is missing is ``missing``.
+    """
+    run = profile.run
+    sources: dict[str, SourceStatus] = dict(extra_sources)
+    try:
+        phases, summary, sources["phase_timers"] = collect_phases(
+            run, trace_window=trace_window, completed=outcome.completed
+        )
+    except NgptuneError as exc:
+        phases, summary = _empty(PHASES_TABLE), _empty(SUMMARY_TABLE)
+        sources["phase_timers"] = SourceStatus("failed", str(exc))
+    try:
+        kernels, overlap, sources["torch_profiler"] = collect_traces(
+            run, world_size=world_size, trace_window=trace_window, completed=outcome.completed
+        )
+    except NgptuneError as exc:
+        kernels, overlap = None, None
+        sources["torch_profiler"] = SourceStatus("failed", str(exc))
+    sources["hta"] = SourceStatus("missing", HTA_NOT_USED)
+    timeline = gpu_timeline.reindex(columns=list(GPU_TIMELINE_TABLE))
+    return Collected(phases, summary, timeline, kernels, overlap, {name: sources[name] for name in SOURCES if name in sources})
+
+
+def write_tables(profile: ProfileDir, collected: Collected, diagnoses: pd.DataFrame) -> None:
+    """Write the CSV tables and ``sources.json`` (header-only CSVs for sources not collected)."""
+    profile.root.mkdir(parents=True, exist_ok=True)
+    tables = {
+        "phases": collected.phases,
+        "summary": collected.summary,
+        "gpu_timeline": collected.gpu_timeline,
+        "kernels": collected.kernels if collected.kernels is not None else _empty(KERNELS_TABLE),
+        "overlap": collected.overlap if collected.overlap is not None else _empty(OVERLAP_TABLE),
+        "diagnoses": diagnoses,
+    }
+    for name, frame in tables.items():
+        frame.to_csv(profile.table_path(name), index=False)
+    write_json(profile.sources_path, {name: status.to_json() for name, status in collected.sources.items()})
+
+
+def write_failure(profile: ProfileDir, outcome: RunOutcome) -> None:
+    """``failure.json``: why the run failed and which log shows it."""
+    write_json(profile.failure_path, {
+        "reason": outcome.reason,
+        "log_path": str(outcome.log_path) if outcome.log_path is not None else None,
+        "exit_code": outcome.exit_code,
+    })
+
+
+def write_json(path: Path, payload: Any) -> None:
+    atomic_write_text(path, json.dumps(payload, indent=2) + "\n")

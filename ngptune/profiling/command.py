@@ -1,0 +1,267 @@
+"""``ngptune profile``: run the trainer instrumented and write a profile folder with its report.
+
+    ngptune profile [--scene PATH] [--config FILE] [--nproc-per-node N] [--steps N]
+                    [--trace-steps A:B] [--nsys] [--ncu] [--nvml-interval-ms 100]
+                    [--emulate-interconnect ...] [--set KEY=VALUE ...] [--out DIR]
+
+The trainer runs as a subprocess (``python -m ngptune train``, with ``--nproc-per-node N`` through
+the elastic launcher) into ``<profile>/run`` with one metrics record per step
+(``training.log_every=1``, overridable with ``--set``) and a torch.profiler window
+(``profile.trace_steps``; default :func:`default_trace_window`). Meanwhile an NVML sampler thread
+of this process reads every GPU (:class:`~ngptune.profiling.nvml.NvmlSampler`). Afterwards the
+tables are collected (:mod:`ngptune.profiling.collect`), diagnosed
+(:func:`ngptune.profiling.diagnose.assess`) and rendered
+(:func:`ngptune.reporting.profile_report.write_profile_report`).
+
+Exit status: 0 when the run completed and every requested source was collected; 1 when the run
+failed (the folder still holds what was collected, ``failure.json`` and the report) or a source
+broke; 2 for bad arguments (``error: ...`` from the CLI).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from ngptune.profiling import SourceStatus
+from ngptune.profiling import nsight
+from ngptune.profiling.collect import ProfileDir, RunOutcome, collect, write_failure, write_tables
+from ngptune.profiling.nvml import NvmlSampler
+from trainer.errors import ConfigError
+
+DEFAULT_STEPS = 30
+STOP_GRACE_S = 30  # seconds a stopped trainer gets before the next, harder signal
+INTERCONNECTS = ("none", "nvlink", "pcie", "sockets")
+_WINDOW_RE = re.compile(r"([0-9]+):([0-9]+)")
+_LOG_REF_RE = re.compile(r"log: (\S+)\s*$")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``ngptune profile`` to the CLI."""
+    p = subparsers.add_parser(
+        "profile",
+        help="train briefly with phase timers, NVML sampling and torch.profiler; write CSVs and report.html",
+        description="Run the trainer instrumented (phase timers, NVML sampler, torch.profiler window) and write a profile folder: CSV tables, diagnoses and report.html.",
+    )
+    p.add_argument("--scene", type=Path, default=None, help="scene folder or file (default: the built-in demo scene)")
+    p.add_argument("--config", type=Path, default=None, help="trainer config (JSON with comments)")
+    p.add_argument("--nproc-per-node", type=int, default=None, help="ranks on this node (elastic launcher); default one process")
+    p.add_argument("--steps", type=int, default=DEFAULT_STEPS, help=f"training steps (default {DEFAULT_STEPS})")
+    p.add_argument("--trace-steps", default=None, metavar="A:B",
+                   help="torch.profiler records steps A..B-1 (default: 5 steps after warm-up, within --steps)")
+    p.add_argument("--nsys", action="store_true", help="run under Nsight Systems when nsys is on PATH")
+    p.add_argument("--ncu", action="store_true", help="profile the hash-grid kernels with Nsight Compute (separate short run)")
+    p.add_argument("--nvml-interval-ms", type=float, default=100.0, help="NVML sampling interval (default 100 ms)")
+    p.add_argument("--emulate-interconnect", choices=INTERCONNECTS, default=None,
+                   help="NCCL only: make one NVLink host's ranks talk like PCIe or sockets")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="trainer config override (repeatable)")
+    p.add_argument("--out", type=Path, default=None, help="profile folder (default: reports/<time>-<scene>)")
+    p.set_defaults(func=profile_command)
+
+
+def default_trace_window(steps: int) -> tuple[int, int]:
+    """Five steps after a warm-up of up to five steps, inside ``steps``: 30 → (5, 10), 8 → (4, 8),
+    1 → (0, 1)."""
+    start = min(5, steps // 2)
+    return start, min(start + 5, steps)
+
+
+def parse_trace_window(text: str) -> tuple[int, int]:
+    """``"A:B"`` → (A, B).
+
+    Raises:
+        ConfigError: naming ``--trace-steps`` unless 0 <= A < B.
+    """
+    match = _WINDOW_RE.fullmatch(text.strip())
+    if match is None or int(match.group(1)) >= int(match.group(2)):
+        raise ConfigError(f'--trace-steps: expected "A:B" with 0 <= A < B, got {text!r}')
+    return int(match.group(1)), int(match.group(2))
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    if args.steps < 1:
+        raise ConfigError(f"--steps: expected an integer >= 1, got {args.steps}")
+    if args.nproc_per_node is not None and args.nproc_per_node < 1:
+        raise ConfigError(f"--nproc-per-node: expected an integer >= 1, got {args.nproc_per_node}")
+    if not args.nvml_interval_ms > 0:
+        raise ConfigError(f"--nvml-interval-ms: expected a positive number, got {args.nvml_interval_ms:g}")
+
+
+def _scene_name(args: argparse.Namespace) -> str:
+    """The scene's name for the default folder; also validates ``--config`` and ``--set`` early."""
+    from trainer.cli import scene_path_of
+    from trainer.config import apply_overrides, load_config, parse_override
+
+    cfg = load_config(args.config)
+    overrides = dict(parse_override(item) for item in args.overrides)
+    if args.scene is not None:
+        overrides["data.scene"] = str(args.scene)
+    if overrides:
+        cfg = apply_overrides(cfg, overrides)
+    return scene_path_of(cfg).name or "scene"
+
+
+def default_profile_dir(scene_name: str) -> Path:
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path("reports") / f"{stamp}-{scene_name}"
+
+
+def trainer_command(args: argparse.Namespace, run_dir: Path, window: tuple[int, int], *, cuda_profiler_range: bool) -> list[str]:
+    """The ``python -m ngptune train`` command line of the profiled run."""
+    argv = [sys.executable, "-m", "ngptune", "train"]
+    if args.nproc_per_node is not None:
+        argv += ["--nproc-per-node", str(args.nproc_per_node)]
+    argv += ["--n-steps", str(args.steps), "--out", str(run_dir), "--quiet", "--no-eval",
+             "--trace-steps", f"{window[0]}:{window[1]}", "--set", "training.log_every=1"]
+    if cuda_profiler_range:
+        argv += ["--set", "profile.cuda_profiler_range=true"]
+    if args.scene is not None:
+        argv += ["--scene", str(args.scene)]
+    if args.config is not None:
+        argv += ["--config", str(args.config)]
+    if args.emulate_interconnect is not None:
+        argv += ["--emulate-interconnect", args.emulate_interconnect]
+    for item in args.overrides:
+        argv += ["--set", item]
+    return argv
+
+
+def _run_logged(argv: list[str], log_path: Path) -> int:
+    """Run ``argv`` with stdout and stderr into ``log_path`` and return its exit status.
+
+    On Ctrl-C (which a terminal sends to the child as well) the child gets
+    :data:`STOP_GRACE_S` seconds to write its status, then SIGTERM (the trainer records it as
+    interrupted), then SIGKILL."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            return proc.wait()
+        except KeyboardInterrupt:
+            for stop in (None, proc.terminate, proc.kill):
+                if stop is not None:
+                    stop()
+                try:
+                    return proc.wait(timeout=STOP_GRACE_S)
+                except subprocess.TimeoutExpired:
+                    continue
+            return proc.wait()
+
+
+def run_outcome(exit_code: int, profile: ProfileDir) -> RunOutcome:
+    """How the trainer command ended: the reason from its ``error:`` line (the launcher names the
+    failed rank and its log there), else ``status.json``'s reason, else the last line of its output."""
+    if exit_code == 0:
+        return RunOutcome(True, 0)
+    log_text = profile.trainer_log_path.read_text(encoding="utf-8", errors="replace") if profile.trainer_log_path.is_file() else ""
+    lines = [line.strip() for line in log_text.splitlines() if line.strip()]
+    status = profile.run.read_status() or {}
+    error_lines = [line for line in lines if line.startswith("error: ")]
+    if error_lines:
+        reason = error_lines[-1][len("error: "):]
+    elif status.get("reason"):
+        reason = str(status["reason"])
+    elif lines:
+        reason = lines[-1]
+    else:
+        reason = f"the trainer exited with status {exit_code}"
+    log_path = profile.trainer_log_path
+    match = _LOG_REF_RE.search(reason)
+    if match:
+        log_path = Path(match.group(1))
+        reason = reason[: match.start()].rstrip("; ")
+    return RunOutcome(False, exit_code, reason, log_path)
+
+
+def _run_ncu(args: argparse.Namespace, profile: ProfileDir, window: tuple[int, int]) -> SourceStatus:
+    """A separate short run under Nsight Compute (kernel replay would distort the measured run)."""
+    ncu = nsight.find_tool("ncu")
+    if ncu is None:
+        return nsight.not_on_path("ncu")
+    short = argparse.Namespace(**{**vars(args), "steps": min(args.steps, window[1])})
+    inner = trainer_command(short, profile.ncu_run.root, window, cuda_profiler_range=False)
+    profile.ncu_report_base.parent.mkdir(parents=True, exist_ok=True)
+    code = _run_logged(nsight.ncu_command(ncu, profile.ncu_report_base, inner), profile.ncu_report_base.parent / "ncu.log")
+    status = nsight.ncu_export(ncu, profile.ncu_report_base.with_suffix(".ncu-rep"), profile.ncu_csv_path)
+    if code != 0 and status.status == "ok":
+        return SourceStatus("failed", f"ncu run exited {code} (see {profile.ncu_report_base.parent / 'ncu.log'}); {status.detail}")
+    return status
+
+
+def profile_command(args: argparse.Namespace) -> int:
+    """Run the profile (module docstring); returns the exit status."""
+    from ngptune.profiling.diagnose import ProfileInputs, assess, diagnoses_table
+
+    _check_args(args)
+    window = parse_trace_window(args.trace_steps) if args.trace_steps else default_trace_window(args.steps)
+    scene_name = _scene_name(args)
+    profile = ProfileDir(args.out if args.out is not None else default_profile_dir(scene_name))
+    if profile.run.root.exists():
+        raise ConfigError(f"--out {profile.root}: already holds a profile (its run/ exists); choose a new folder")
+    profile.root.mkdir(parents=True, exist_ok=True)
+
+    sources: dict[str, SourceStatus] = {"nsys": nsight.not_requested("--nsys")}
+    nsys = nsight.find_tool("nsys") if args.nsys else None
+    if args.nsys and nsys is None:
+        sources["nsys"] = nsight.not_on_path("nsys")
+    argv = trainer_command(args, profile.run.root, window, cuda_profiler_range=nsys is not None)
+    if nsys is not None:
+        profile.nsys_report_base.parent.mkdir(parents=True, exist_ok=True)
+        argv = nsight.nsys_command(nsys, profile.nsys_report_base, argv)
+
+    ranks = args.nproc_per_node or 1
+    print(f"profile: {args.steps} steps on {ranks} rank(s), torch.profiler steps {window[0]}:{window[1]}; "
+          f"trainer output in {profile.trainer_log_path}", flush=True)
+    sampler = NvmlSampler(args.nvml_interval_ms / 1e3).start()
+    try:
+        exit_code = _run_logged(argv, profile.trainer_log_path)
+    finally:
+        sources["nvml"] = sampler.stop()
+    outcome = run_outcome(exit_code, profile)
+
+    if nsys is not None:
+        _, sources["nsys"] = nsight.nsys_stats(nsys, profile.nsys_report_base.with_suffix(".nsys-rep"), profile.nsys_csv_prefix)
+    if not args.ncu:
+        sources["ncu"] = nsight.not_requested("--ncu")
+    elif outcome.completed:
+        sources["ncu"] = _run_ncu(args, profile, window)
+    else:
+        sources["ncu"] = SourceStatus("missing", "not run: the profiled run failed")
+
+    collected = collect(profile, world_size=ranks, trace_window=window, outcome=outcome,
+                        gpu_timeline=sampler.frame(), extra_sources=sources)
+    inputs = ProfileInputs(
+        phases=collected.phases,
+        summary=collected.summary,
+        gpu_timeline=collected.gpu_timeline if len(collected.gpu_timeline) else None,
+        kernels=collected.kernels,
+        overlap=collected.overlap,
+    )
+    checks = assess(inputs)
+    write_tables(profile, collected, diagnoses_table(checks))
+    if not outcome.completed:
+        write_failure(profile, outcome)
+    report = _write_report(profile)
+
+    fired = [c.bottleneck for c in checks if c.diagnosis is not None]
+    if not outcome.completed:
+        print(f"error: training failed: {outcome.reason} (log: {outcome.log_path}); "
+              f"partial profile: {report}", file=sys.stderr)
+        return 1
+    broken = [f"{name}: {s.detail}" for name, s in collected.sources.items() if s.status == "failed"]
+    print(f"profile: {report} (diagnoses: {', '.join(fired) if fired else 'none fired'})")
+    if broken:
+        print(f"error: profile incomplete: {broken[0]}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _write_report(profile: ProfileDir) -> Path:
+    from ngptune.reporting.profile_report import write_profile_report
+
+    return write_profile_report(profile.root)

@@ -1,0 +1,557 @@
+"""Bottleneck diagnoses of a training run (DESIGN.md §4): which of five bottlenecks holds it back,
+the numbers that show it, and the tuner knob to try.
+
+=====================  ==================================================  ==============================
+bottleneck             value (unit) and evidence                           fires when
+=====================  ==================================================  ==============================
+compute_underused      mean GPU utilisation, % (NVML ``util_pct`` over     value < 80 % while data and
+                       the active window); trace idle time (launch gaps)   comm shares are below theirs
+data_loading           share of the step in the "data" phase (worst rank)  value > 0.10
+hash_grid_contention   hash-grid backward / forward kernel time, ratio     value > 3
+communication          exposed comm share of the step (least-waiting       value > 0.15
+                       rank), achieved busbw vs the link
+load_imbalance         max / mean per-rank compute time, ratio; waits in   value > 1.15
+                       collectives
+=====================  ==================================================  ==============================
+
+Every diagnosis that fires carries a severity from how far the value is past its threshold,
+measured from the value of a perfect run (``ideal``: 0 for shares, 1 for ratios, 100 % for
+utilisation): ``excess = (value − ideal) / (threshold − ideal)``; high from 2, medium from 1.5,
+low below. A diagnosis whose inputs are missing is *not evaluated* (:class:`Check`), never guessed.
+
+Inputs (:class:`ProfileInputs`) are pandas DataFrames. Phase times come from the trainer's phase
+timers (``metrics.jsonl`` of every rank, :mod:`trainer.schema`): one row per rank, logged step and
+phase with the mean ms per step of the interval ending at that step. The first logged interval of
+each rank (:data:`WARMUP_INTERVALS`) holds one-off costs (lazy initialisation, the first occupancy
+update, allocator growth) and is left out when a rank has later ones.
+
+Per-rank compute time is the sum of ``trainer.schema.COMPUTE_PHASES``, the rank's own work in which
+it waits for no other rank (the data phase is judged on its own); time in
+``trainer.schema.WAIT_PHASES`` (collectives) is where a faster rank waits for the slowest.
+
+The result of every check, fired or not, is a :class:`Check`; :func:`diagnoses_table` turns them
+into the rows of ``diagnoses.csv``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from trainer.errors import NgptuneError
+from trainer.schema import COMPUTE_PHASES, DIAGNOSES_TABLE, PHASES, PHASES_TABLE, WAIT_PHASES
+
+__all__ = [
+    "BOTTLENECKS",
+    "Check",
+    "Diagnosis",
+    "DiagnosisError",
+    "ProfileInputs",
+    "assess",
+    "diagnose",
+    "diagnose_run",
+    "diagnoses_table",
+    "inputs_from_run",
+    "rank_phase_means",
+]
+
+BOTTLENECKS: tuple[str, ...] = (
+    "compute_underused",
+    "data_loading",
+    "hash_grid_contention",
+    "communication",
+    "load_imbalance",
+)
+SEVERITIES: tuple[str, ...] = ("high", "medium", "low")
+
+# ------------------------------------------------------------------------------------ thresholds
+#: compute_underused: mean GPU utilisation (% of time a kernel runs, NVML) below which the GPU is
+#: under-used. An instant-NGP step at a proper batch size keeps kernels queued back to back (> 95 %);
+#: below 80 % more than a fifth of the time no kernel runs — launch gaps or host work between
+#: kernels, which a larger batch (more work per launch) hides.
+COMPUTE_UTIL_THRESHOLD_PCT = 80.0
+#: data_loading: share of the step spent drawing the next batch. With the pixel table on the GPU the
+#: draw is a gather kernel well under 1 % of the step; above 10 % the input pipeline (host decode,
+#: host→device copies) holds the step back, and removing it gains more than the other knobs' noise.
+DATA_SHARE_THRESHOLD = 0.10
+#: hash_grid_contention: backward / forward time of the hash-grid kernels. The backward does the
+#: forward's gathers plus one scatter-add of 8 corner gradients per sample and level, about 1–2×
+#: the forward without contention; above 3× the atomic adds collide (many samples hitting the same
+#: table entries of the coarse levels) or run in emulated half precision.
+HASH_GRID_BWD_FWD_THRESHOLD = 3.0
+#: communication: exposed (not overlapped) gradient communication as a share of the step, on the rank
+#: that waits least (the slowest rank, whose wait is the transfer itself, not other ranks). Above
+#: 15 % the step is visibly communication bound: more than compression or bucketing overheads cost.
+COMM_EXPOSED_SHARE_THRESHOLD = 0.15
+#: load_imbalance: max / mean per-rank compute time. Ranks meet in every collective, so the step
+#: takes the slowest rank's time; at 1.15 the average rank idles 13 % of it ((max − mean) / max).
+#: Below that, per-step noise (ranks draw equal rays but different sample counts) dominates.
+IMBALANCE_THRESHOLD = 1.15
+#: communication knob choice: achieved busbw below this fraction of the link's means the link is not
+#: the limit (algorithm, channels, bucket sizes are); above it, fewer bytes must travel.
+LINK_UNDERUSED_FRACTION = 0.5
+
+SEVERITY_HIGH_EXCESS = 2.0
+SEVERITY_MEDIUM_EXCESS = 1.5
+
+#: Logged intervals at the start of each rank's phase data left out as warm-up (when it has more);
+#: the same rule as the summary table's (``ngptune.profiling.runs.summary_table``).
+WARMUP_INTERVALS = 1
+#: kernels.csv ``category`` values of the hash-grid encoding's forward and backward kernels.
+HASH_GRID_FWD_CATEGORY = "hash_grid_fwd"
+HASH_GRID_BWD_CATEGORY = "hash_grid_bwd"
+
+# Columns the checks read (subsets of trainer.schema's GPU_TIMELINE_TABLE, KERNELS_TABLE, OVERLAP_TABLE).
+GPU_TIMELINE_REQUIRED: tuple[str, ...] = ("t_s", "gpu", "util_pct")
+KERNELS_REQUIRED: tuple[str, ...] = ("rank", "name", "total_ms", "category")
+OVERLAP_REQUIRED: tuple[str, ...] = ("rank", "compute_ms", "exposed_comm_ms", "idle_ms")
+
+_ALL_PHASES: tuple[str, ...] = (*PHASES, "other")
+
+KNOBS: dict[str, str] = {
+    "compute_underused": "training.target_samples_per_step: raise it (e.g. 2x) so each kernel launch does more work",
+    "data_loading": "data.placement=device (pixel table on the GPU), or more data.decode_threads",
+    "hash_grid_contention": (
+        "encoding.backend=triton (fused kernels), a smaller encoding.log2_hashmap_size, "
+        "or training.precision=fp32/bf16 instead of fp16 gradients"
+    ),
+    "load_imbalance": (
+        "parallel.balance_every (e.g. 10: move ray shares toward equal finish times), or "
+        "distributed.gpu_capabilities[].compute_power for static shares"
+    ),
+}
+_COMM_KNOB_LINK_UNDERUSED = (
+    "NCCL_ALGO=Tree or Ring and a larger parallel.bucket_mib (the link is not the limit); "
+    "keep parallel.overlap_comm=true"
+)
+_COMM_KNOB_LINK_BUSY = (
+    "parallel.compression=bf16 (half the bytes), parallel.overlap_comm=true, "
+    "or parallel.mode=subgrid (exchanges per-ray colours instead of gradients)"
+)
+_COMM_KNOB_LINK_UNKNOWN = (
+    "parallel.overlap_comm=true, parallel.bucket_mib, parallel.compression=bf16, NCCL_ALGO, "
+    "or parallel.mode=subgrid"
+)
+
+
+class DiagnosisError(NgptuneError):
+    """Diagnosis inputs break their contract (missing columns, duplicate or unknown ranks/phases,
+    ranks without metrics)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Diagnosis:
+    """A bottleneck that passed its threshold.
+
+    Attributes:
+        bottleneck: one of :data:`BOTTLENECKS`.
+        severity: ``"high"``, ``"medium"`` or ``"low"`` (module docstring).
+        value: the measured value, in the unit of the bottleneck's threshold (module docstring).
+        threshold: the threshold it passed.
+        evidence: one sentence with the numbers.
+        knob: the tuner knob to try (dotted trainer key or NCCL variable) and how.
+    """
+
+    bottleneck: str
+    severity: str
+    value: float
+    threshold: float
+    evidence: str
+    knob: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Check:
+    """The outcome of one bottleneck's check.
+
+    Attributes:
+        bottleneck: one of :data:`BOTTLENECKS`.
+        status: ``"fired"`` (see ``diagnosis``), ``"clear"`` (evaluated: below its threshold, or
+            explained by another bottleneck) or ``"not_evaluated"`` (its inputs are missing).
+        value: the measured value (NaN when not evaluated).
+        threshold: the bottleneck's threshold.
+        detail: the evidence sentence, or why it was not evaluated.
+        diagnosis: the diagnosis when fired, else None.
+    """
+
+    bottleneck: str
+    status: str
+    value: float
+    threshold: float
+    detail: str
+    diagnosis: Diagnosis | None = None
+
+
+def _require_columns(df: pd.DataFrame, columns: tuple[str, ...], what: str) -> None:
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise DiagnosisError(f"{what}: missing columns {missing} (has {list(df.columns)})")
+
+
+@dataclasses.dataclass(frozen=True)
+class ProfileInputs:
+    """What the diagnoses read. Optional sources are None (or empty) when they were not collected.
+
+    Attributes:
+        phases: ``trainer.schema.PHASES_TABLE`` columns: ``rank`` (int), ``step`` (int), ``phase``
+            (one of ``trainer.schema.PHASES`` or ``"other"``), ``time_ms`` (float, mean ms per step
+            of the logged interval ending at ``step``); one row per (rank, step, phase); may be empty.
+        summary: one row per rank, at least ``rank``; ``compute_ms`` (used when ``phases`` has no
+            phase times) and ``comm_busbw_gb_per_s`` are read when present
+            (``ngptune.profiling.runs.summary_table`` builds it).
+        gpu_timeline: NVML samples, at least ``t_s``, ``gpu``, ``util_pct``; or None.
+        kernels: kernel table of the trace window, at least ``rank``, ``name``, ``total_ms``,
+            ``category`` (hash-grid kernels: :data:`HASH_GRID_FWD_CATEGORY`,
+            :data:`HASH_GRID_BWD_CATEGORY`); or None.
+        link_busbw_gb_per_s: bus bandwidth the link can carry (GB/s, 10^9 B/s), or None.
+        overlap: per-rank trace overlap table, at least ``rank``, ``compute_ms``,
+            ``exposed_comm_ms``, ``idle_ms`` (``window_ms`` when present); or None.
+
+    Raises:
+        DiagnosisError: a frame lacks a required column, ``phases`` has an unknown phase or a
+            duplicate (rank, step, phase), ``summary`` a duplicate rank, the two disagree on the
+            ranks, or ``link_busbw_gb_per_s`` is not positive.
+    """
+
+    phases: pd.DataFrame
+    summary: pd.DataFrame
+    gpu_timeline: pd.DataFrame | None = None
+    kernels: pd.DataFrame | None = None
+    link_busbw_gb_per_s: float | None = None
+    overlap: pd.DataFrame | None = None
+
+    def __post_init__(self) -> None:
+        _require_columns(self.phases, PHASES_TABLE, "phases")
+        _require_columns(self.summary, ("rank",), "summary")
+        unknown = sorted(set(self.phases["phase"]) - set(_ALL_PHASES))
+        if unknown:
+            raise DiagnosisError(f"phases: unknown phases {unknown}; known: {', '.join(_ALL_PHASES)}")
+        duplicated = self.phases.duplicated(["rank", "step", "phase"])
+        if duplicated.any():
+            row = self.phases[duplicated].iloc[0]
+            raise DiagnosisError(
+                f"phases: duplicate row for rank {row['rank']}, step {row['step']}, phase {row['phase']!r}"
+            )
+        ranks = self.summary["rank"]
+        if ranks.duplicated().any():
+            raise DiagnosisError(f"summary: duplicate ranks {sorted(set(ranks[ranks.duplicated()]))}")
+        if len(self.phases) and len(self.summary) and set(self.phases["rank"]) != set(ranks):
+            raise DiagnosisError(
+                f"phases has ranks {sorted(set(self.phases['rank']))} but summary has ranks {sorted(set(ranks))}"
+            )
+        for frame, columns, what in (
+            (self.gpu_timeline, GPU_TIMELINE_REQUIRED, "gpu_timeline"),
+            (self.kernels, KERNELS_REQUIRED, "kernels"),
+            (self.overlap, OVERLAP_REQUIRED, "overlap"),
+        ):
+            if frame is not None:
+                _require_columns(frame, columns, what)
+        if self.link_busbw_gb_per_s is not None and not self.link_busbw_gb_per_s > 0:
+            raise DiagnosisError(f"link_busbw_gb_per_s: expected a positive number, got {self.link_busbw_gb_per_s!r}")
+
+    @property
+    def world_size(self) -> int:
+        """Number of ranks in the phases (else in the summary)."""
+        ranks = self.phases["rank"] if len(self.phases) else self.summary["rank"]
+        return int(ranks.nunique())
+
+
+# ------------------------------------------------------------------------------ phase tables
+def _steady_phases(phases: pd.DataFrame) -> pd.DataFrame:
+    """``phases`` without each rank's first :data:`WARMUP_INTERVALS` logged steps (when it has more)."""
+    keep = []
+    for _, group in phases.groupby("rank", sort=True):
+        steps = sorted(group["step"].unique())
+        drop = steps[:WARMUP_INTERVALS] if len(steps) > WARMUP_INTERVALS else []
+        keep.append(group[~group["step"].isin(drop)])
+    return pd.concat(keep) if keep else phases
+
+
+def rank_phase_means(phases: pd.DataFrame, *, steady: bool = True) -> pd.DataFrame:
+    """Mean ms per step of every phase, per rank.
+
+    Args:
+        phases: rows (rank, step, phase, time_ms) as in :class:`ProfileInputs`.
+        steady: leave out each rank's warm-up interval (:data:`WARMUP_INTERVALS`).
+
+    Returns:
+        DataFrame indexed by ``rank`` with one float column per phase of ``PHASES + ("other",)``
+        (ms per step, 0 where a phase never ran) and ``step_time_ms``, their sum.
+    """
+    data = _steady_phases(phases) if steady else phases
+    table = data.pivot_table(index="rank", columns="phase", values="time_ms", aggfunc="mean", fill_value=0.0)
+    table = table.reindex(columns=list(_ALL_PHASES), fill_value=0.0).astype(float)
+    table["step_time_ms"] = table[list(_ALL_PHASES)].sum(axis=1)
+    table.columns.name = None
+    return table
+
+
+def _timed(means: pd.DataFrame | None) -> bool:
+    """Whether the phase timers recorded anything (with them off every named phase is 0)."""
+    return means is not None and len(means) > 0 and float(means[list(PHASES)].to_numpy().sum()) > 0
+
+
+def _share(means: pd.DataFrame, phase: str) -> pd.Series:
+    """Per-rank share of the step spent in ``phase``."""
+    return means[phase] / means["step_time_ms"]
+
+
+def _rank_share(means: pd.DataFrame, phase: str, *, largest: bool) -> tuple[int, float]:
+    """The rank with the largest (or smallest) share of its step in ``phase``, and that share."""
+    share = _share(means, phase)
+    rank = int(share.idxmax() if largest else share.idxmin())
+    return rank, float(share[rank])
+
+
+def _severity(value: float, threshold: float, ideal: float) -> str:
+    excess = (value - ideal) / (threshold - ideal)
+    if excess >= SEVERITY_HIGH_EXCESS:
+        return "high"
+    if excess >= SEVERITY_MEDIUM_EXCESS:
+        return "medium"
+    return "low"
+
+
+def _verdict(
+    bottleneck: str, value: float, threshold: float, ideal: float, evidence: str, knob: str, *, fires: bool
+) -> Check:
+    if not fires:
+        return Check(bottleneck, "clear", value, threshold, evidence)
+    diagnosis = Diagnosis(bottleneck, _severity(value, threshold, ideal), value, threshold, evidence, knob)
+    return Check(bottleneck, "fired", value, threshold, evidence, diagnosis)
+
+
+def _not_evaluated(bottleneck: str, threshold: float, why: str) -> Check:
+    return Check(bottleneck, "not_evaluated", math.nan, threshold, why)
+
+
+_NO_PHASES = "needs the trainer's phase timers (no phase times were recorded)"
+_SINGLE_RANK = "needs more than one rank (this run has one)"
+
+
+# ---------------------------------------------------------------------------------- checks
+def _check_data(means: pd.DataFrame | None) -> Check:
+    name, threshold = "data_loading", DATA_SHARE_THRESHOLD
+    if not _timed(means):
+        return _not_evaluated(name, threshold, _NO_PHASES)
+    rank, value = _rank_share(means, "data", largest=True)
+    evidence = (
+        f"rank {rank} spends {means.at[rank, 'data']:.3g} ms of its {means.at[rank, 'step_time_ms']:.3g} ms step "
+        f"({value:.1%}) drawing the next batch (data phase); threshold {threshold:.0%}"
+    )
+    return _verdict(name, value, threshold, 0.0, evidence, KNOBS[name], fires=value > threshold)
+
+
+def _summary_column(summary: pd.DataFrame, column: str) -> pd.Series | None:
+    if column not in summary.columns:
+        return None
+    values = pd.to_numeric(summary.set_index("rank")[column], errors="coerce").dropna()
+    return values if len(values) else None
+
+
+def _check_imbalance(means: pd.DataFrame | None, summary: pd.DataFrame, world_size: int) -> Check:
+    name, threshold = "load_imbalance", IMBALANCE_THRESHOLD
+    if world_size < 2:
+        return _not_evaluated(name, threshold, _SINGLE_RANK if world_size == 1 else _NO_PHASES)
+    waits = ""
+    if _timed(means):
+        compute = means[list(COMPUTE_PHASES)].sum(axis=1)
+        wait = means[list(WAIT_PHASES)].sum(axis=1)
+        waits = (
+            f"; ranks wait {wait.min():.3g}–{wait.max():.3g} ms per step in collectives "
+            f"(rank {int(wait.idxmax())} longest, waiting for the slowest)"
+        )
+        source = "phase timers"
+    else:
+        compute = _summary_column(summary, "compute_ms")
+        if compute is None or len(compute) < 2:
+            return _not_evaluated(name, threshold, "needs per-rank compute times (phase timers or summary compute_ms)")
+        source = "summary"
+    mean = float(compute.mean())
+    if not mean > 0:
+        return _not_evaluated(name, threshold, "the per-rank compute times are all zero")
+    value = float(compute.max()) / mean
+    per_rank = ", ".join(f"rank {int(r)} {t:.3g}" for r, t in compute.items())
+    evidence = (
+        f"compute ms per step ({source}): {per_rank}; max/mean = {value:.3g} (rank {int(compute.idxmax())} "
+        f"slowest), threshold {threshold:.3g}{waits}"
+    )
+    return _verdict(name, value, threshold, 1.0, evidence, KNOBS[name], fires=value > threshold)
+
+
+def _check_communication(
+    means: pd.DataFrame | None, summary: pd.DataFrame, world_size: int, link_busbw_gb_per_s: float | None
+) -> Check:
+    name, threshold = "communication", COMM_EXPOSED_SHARE_THRESHOLD
+    if world_size < 2:
+        return _not_evaluated(name, threshold, _SINGLE_RANK if world_size == 1 else _NO_PHASES)
+    if not _timed(means):
+        return _not_evaluated(name, threshold, _NO_PHASES)
+    rank, value = _rank_share(means, "comm", largest=False)
+    evidence = (
+        f"exposed gradient communication takes at least {value:.1%} of the step on every rank "
+        f"(rank {rank}: {means.at[rank, 'comm']:.3g} of {means.at[rank, 'step_time_ms']:.3g} ms), "
+        f"threshold {threshold:.0%}"
+    )
+    busbw = _summary_column(summary, "comm_busbw_gb_per_s")
+    knob = _COMM_KNOB_LINK_UNKNOWN
+    if busbw is not None:
+        achieved = float(busbw.max())
+        evidence += f"; achieved bus bandwidth {achieved:.3g} GB/s"
+        if link_busbw_gb_per_s is not None:
+            fraction = achieved / link_busbw_gb_per_s
+            evidence += f" of the link's {link_busbw_gb_per_s:.3g} GB/s ({fraction:.0%})"
+            knob = _COMM_KNOB_LINK_UNDERUSED if fraction < LINK_UNDERUSED_FRACTION else _COMM_KNOB_LINK_BUSY
+        else:
+            evidence += " (link bandwidth unknown)"
+    return _verdict(name, value, threshold, 0.0, evidence, knob, fires=value > threshold)
+
+
+def _active_util(gpu_timeline: pd.DataFrame) -> pd.Series:
+    """Mean ``util_pct`` per GPU over its active window: from its first to its last sample with
+    utilisation > 0 (leaves out process start-up, scene loading and the idle tail)."""
+    out = {}
+    for gpu, group in gpu_timeline.sort_values("t_s").groupby("gpu", sort=True):
+        util = pd.to_numeric(group["util_pct"], errors="coerce").dropna().reset_index(drop=True)
+        busy = util.index[util > 0]
+        out[gpu] = float(util.iloc[busy[0] : busy[-1] + 1].mean()) if len(busy) else 0.0
+    return pd.Series(out, dtype=float)
+
+
+def _idle_share(overlap: pd.DataFrame) -> float | None:
+    """Share of the traced window in which no kernel ran, over all ranks (None when unknown)."""
+    if "window_ms" in overlap.columns:
+        window = pd.to_numeric(overlap["window_ms"], errors="coerce")
+    else:
+        window = overlap["compute_ms"] + overlap["exposed_comm_ms"] + overlap["idle_ms"]
+    total = float(window.sum())
+    return float(pd.to_numeric(overlap["idle_ms"], errors="coerce").sum()) / total if total > 0 else None
+
+
+def _check_compute(inputs: ProfileInputs, means: pd.DataFrame | None) -> Check:
+    """Evaluated from NVML utilisation only: a trace's idle time is evidence of launch gaps on a
+    GPU, but on a CPU-only trace it is host overhead, not an under-used device."""
+    name, threshold = "compute_underused", COMPUTE_UTIL_THRESHOLD_PCT
+    timeline = inputs.gpu_timeline
+    if timeline is None or len(timeline) == 0 or not pd.to_numeric(timeline["util_pct"], errors="coerce").notna().any():
+        return _not_evaluated(name, threshold, "needs GPU utilisation samples (NVML); none were collected (no GPU?)")
+    if not _timed(means):
+        return _not_evaluated(name, threshold, _NO_PHASES + "; they rule out waits on data and communication")
+    util = _active_util(timeline)
+    value = float(util.mean())
+    per_gpu = ", ".join(f"GPU {g} {u:.0f}%" for g, u in util.items())
+    evidence = f"mean GPU utilisation {value:.0f}% ({per_gpu}), threshold {threshold:.0f}%"
+    if inputs.overlap is not None and len(inputs.overlap):
+        idle = _idle_share(inputs.overlap)
+        if idle is not None:
+            evidence += f"; no kernel runs in {idle:.0%} of the traced window (launch gaps)"
+    data_share = _rank_share(means, "data", largest=True)[1]
+    comm_share = _rank_share(means, "comm", largest=False)[1] if inputs.world_size > 1 else 0.0
+    evidence += f"; data {data_share:.1%} and exposed communication {comm_share:.1%} of the step"
+    explained = data_share > DATA_SHARE_THRESHOLD or comm_share > COMM_EXPOSED_SHARE_THRESHOLD
+    if value < threshold and explained:
+        evidence += ", which explain the low utilisation (see those diagnoses)"
+    fires = value < threshold and not explained
+    return _verdict(name, value, threshold, 100.0, evidence, KNOBS[name], fires=fires)
+
+
+def _check_contention(kernels: pd.DataFrame | None) -> Check:
+    name, threshold = "hash_grid_contention", HASH_GRID_BWD_FWD_THRESHOLD
+    if kernels is None or len(kernels) == 0:
+        return _not_evaluated(name, threshold, "needs the kernel table of a trace window (torch.profiler); none was collected")
+    by_category = pd.to_numeric(kernels["total_ms"], errors="coerce").groupby(kernels["category"]).sum()
+    fwd = float(by_category.get(HASH_GRID_FWD_CATEGORY, 0.0))
+    bwd = float(by_category.get(HASH_GRID_BWD_CATEGORY, 0.0))
+    if not (fwd > 0 and bwd > 0):
+        return _not_evaluated(
+            name,
+            threshold,
+            f"the kernel table lacks {HASH_GRID_FWD_CATEGORY} or {HASH_GRID_BWD_CATEGORY} time "
+            f"(forward {fwd:.3g} ms, backward {bwd:.3g} ms)",
+        )
+    value = bwd / fwd
+    evidence = (
+        f"hash-grid backward kernels take {bwd:.3g} ms vs forward {fwd:.3g} ms in the trace window "
+        f"({value:.3g}x), threshold {threshold:.3g}x"
+    )
+    return _verdict(name, value, threshold, 1.0, evidence, KNOBS[name], fires=value > threshold)
+
+
+def assess(inputs: ProfileInputs) -> list[Check]:
+    """Run every bottleneck check.
+
+    Returns:
+        One :class:`Check` per bottleneck, in :data:`BOTTLENECKS` order.
+    """
+    means = rank_phase_means(inputs.phases) if len(inputs.phases) else None
+    world_size = inputs.world_size
+    checks = {
+        "compute_underused": _check_compute(inputs, means),
+        "data_loading": _check_data(means),
+        "hash_grid_contention": _check_contention(inputs.kernels),
+        "communication": _check_communication(means, inputs.summary, world_size, inputs.link_busbw_gb_per_s),
+        "load_imbalance": _check_imbalance(means, inputs.summary, world_size),
+    }
+    return [checks[b] for b in BOTTLENECKS]
+
+
+def diagnose(inputs: ProfileInputs) -> list[Diagnosis]:
+    """The bottlenecks that pass their thresholds, in :data:`BOTTLENECKS` order (module docstring)."""
+    return [c.diagnosis for c in assess(inputs) if c.diagnosis is not None]
+
+
+def diagnoses_table(checks: list[Check]) -> pd.DataFrame:
+    """The rows of ``diagnoses.csv`` (``trainer.schema.DIAGNOSES_TABLE`` columns), one per check.
+
+    ``fired`` is a bool; ``severity`` and ``knob`` are empty unless fired; a check that was not
+    evaluated has ``value`` NaN and ``evidence`` ``"not evaluated: <why>"``.
+    """
+    rows = []
+    for c in checks:
+        d = c.diagnosis
+        rows.append(
+            {
+                "bottleneck": c.bottleneck,
+                "fired": d is not None,
+                "severity": d.severity if d else "",
+                "value": c.value,
+                "threshold": c.threshold,
+                "evidence": f"not evaluated: {c.detail}" if c.status == "not_evaluated" else c.detail,
+                "knob": d.knob if d else "",
+            }
+        )
+    return pd.DataFrame(rows, columns=list(DIAGNOSES_TABLE))
+
+
+# ------------------------------------------------------------------------- from a run directory
+def inputs_from_run(run_dir: Path) -> ProfileInputs:
+    """:class:`ProfileInputs` from a run directory's metrics files alone (all ranks). The GPU
+    timeline, kernels, overlap and link bandwidth are absent: those parts are not evaluated.
+
+    Raises:
+        DiagnosisError: a rank of the run's world size wrote no metrics file.
+        ngptune.profiling.runs.ProfileError, trainer.schema.MetricsError: no or corrupt metrics
+            (naming the file).
+    """
+    from ngptune.profiling.runs import metrics_frame, phases_table, summary_table
+    from trainer.rundir import RunDir
+
+    metrics = metrics_frame(run_dir)
+    world_size = int(metrics["world_size"].max())
+    missing = sorted(set(range(world_size)) - set(metrics["rank"]))
+    if missing:
+        paths = ", ".join(str(RunDir(run_dir).metrics_path(r)) for r in missing)
+        raise DiagnosisError(f"{run_dir}: world size {world_size} but ranks {missing} wrote no metrics ({paths})")
+    return ProfileInputs(phases=phases_table(metrics), summary=summary_table(metrics))
+
+
+def diagnose_run(run_dir: Path) -> list[Diagnosis]:
+    """Diagnoses of a run from its metrics files alone (all ranks); used per sweep trial.
+
+    Raises:
+        see :func:`inputs_from_run`.
+    """
+    return diagnose(inputs_from_run(run_dir))

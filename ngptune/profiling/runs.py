@@ -1,0 +1,97 @@
+"""Phase and summary tables of a trainer run directory, from every rank's ``metrics.jsonl``.
+
+Columns are the schema's (:data:`trainer.schema.PHASES_TABLE`, :data:`trainer.schema.SUMMARY_TABLE`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from trainer.errors import NgptuneError
+from trainer.rundir import RunDir
+from trainer.schema import COMPUTE_PHASES, PHASES, PHASES_TABLE, SUMMARY_TABLE, WAIT_PHASES, read_metrics
+
+
+class ProfileError(NgptuneError):
+    """A run directory or profile folder that cannot be analysed (names the path and the problem)."""
+
+
+def metrics_frame(run_dir: Path) -> pd.DataFrame:
+    """All ranks' metrics records of ``run_dir`` as one DataFrame (one row per record).
+
+    Raises:
+        ProfileError: when no rank wrote a metrics file.
+        trainer.schema.MetricsError: for a corrupt metrics file (names file and line).
+    """
+    rd = RunDir(run_dir)
+    ranks = rd.metrics_ranks()
+    if not ranks:
+        raise ProfileError(f"{rd.root}: no metrics.jsonl (the run wrote no metrics record)")
+    frames = []
+    for rank in ranks:
+        records = [r for r in read_metrics(rd.metrics_path(rank)) if "eval_psnr_db" not in r or "step_time_ms" in r]
+        frame = pd.DataFrame.from_records(records)
+        if frame.empty:
+            continue
+        if (frame["rank"] != rank).any():
+            raise ProfileError(f"{rd.metrics_path(rank)}: records name rank {sorted(set(frame['rank']))}, expected {rank}")
+        frames.append(frame)
+    if not frames:
+        raise ProfileError(f"{rd.root}: metrics files hold no records")
+    return pd.concat(frames, ignore_index=True)
+
+
+def phases_table(metrics: pd.DataFrame) -> pd.DataFrame:
+    """Long table (rank, step, phase, time_ms): each record's mean time per step of every phase,
+    and "other" (step time not covered by a named phase)."""
+    columns = [f"{p}_ms" for p in (*PHASES, "other") if f"{p}_ms" in metrics.columns]
+    long = metrics.melt(id_vars=["rank", "step"], value_vars=columns, var_name="phase", value_name="time_ms")
+    long["phase"] = long["phase"].str.removesuffix("_ms")
+    long = long.dropna(subset=["time_ms"])
+    return long[list(PHASES_TABLE)].sort_values(["rank", "step"], kind="stable").reset_index(drop=True)
+
+
+def _mean(frame: pd.DataFrame, column: str) -> float:
+    return float(frame[column].mean()) if column in frame.columns and frame[column].notna().any() else float("nan")
+
+
+def summary_table(metrics: pd.DataFrame, *, skip_first: bool = True) -> pd.DataFrame:
+    """One row per rank: means over the run's records (:data:`trainer.schema.SUMMARY_TABLE`).
+
+    Args:
+        metrics: from :func:`metrics_frame`.
+        skip_first: leave out each rank's first record (start-up, occupancy warm-up) when the rank
+            has more than one.
+
+    ``compute_ms`` sums the compute phases (:data:`trainer.schema.COMPUTE_PHASES`), ``wait_ms``
+    the collective phases (:data:`trainer.schema.WAIT_PHASES`); ``imbalance`` is max/mean of the
+    ranks' ``compute_ms`` (DESIGN.md §4, diagnosis 5), the same value on every row.
+    """
+    rows = []
+    for rank, frame in metrics.groupby("rank", sort=True):
+        frame = frame.sort_values("step")
+        if skip_first and len(frame) > 1:
+            frame = frame.iloc[1:]
+        step_ms = _mean(frame, "step_time_ms")
+        named = sum(_mean(frame, f"{p}_ms") for p in PHASES if f"{p}_ms" in frame.columns)
+        compute = sum(_mean(frame, f"{p}_ms") for p in COMPUTE_PHASES if f"{p}_ms" in frame.columns)
+        wait = sum(_mean(frame, f"{p}_ms") for p in WAIT_PHASES if f"{p}_ms" in frame.columns)
+        rows.append({
+            "rank": int(rank),
+            "steps": int(frame["step"].max()),
+            "step_time_ms": step_ms,
+            "compute_ms": compute,
+            "wait_ms": wait,
+            "throughput_samples_per_s": _mean(frame, "throughput_samples_per_s"),
+            "imbalance": float("nan"),
+            "comm_ms": _mean(frame, "comm_ms"),
+            "comm_busbw_gb_per_s": _mean(frame, "comm_busbw_gb_per_s"),
+            "phase_coverage": named / step_ms if step_ms > 0 else float("nan"),
+        })
+    table = pd.DataFrame(rows, columns=list(SUMMARY_TABLE))
+    computes = table["compute_ms"]
+    if len(table) and computes.mean() > 0:
+        table["imbalance"] = float(computes.max() / computes.mean())
+    return table

@@ -1,0 +1,271 @@
+"""Bottleneck diagnoses (ngptune/profiling/diagnose.py) on hand-built tables: each threshold just
+below and just above, severities, warm-up exclusion, the not-evaluated cases and bad inputs."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from ngptune.profiling import diagnose as dg
+from ngptune.profiling.diagnose import BOTTLENECKS, DiagnosisError, ProfileInputs, assess, diagnose, diagnoses_table
+from trainer.schema import DIAGNOSES_TABLE, GPU_TIMELINE_TABLE, KERNELS_TABLE, OVERLAP_TABLE, PHASES, PHASES_TABLE
+
+STEPS = (10, 20, 30)  # 10 is the warm-up interval
+
+
+def phases_frame(per_rank: dict[int, dict[str, float]], warmup: dict[str, float] | None = None) -> pd.DataFrame:
+    """Rows (rank, step, phase, time_ms): the given phase times at every step after the warm-up;
+    the warm-up step holds ``warmup`` (default: the same times)."""
+    rows = []
+    for rank, times in per_rank.items():
+        for step in STEPS:
+            use = warmup if (warmup is not None and step == STEPS[0]) else times
+            rows += [(rank, step, phase, ms) for phase, ms in use.items()]
+    return pd.DataFrame(rows, columns=list(PHASES_TABLE))
+
+
+def inputs(per_rank: dict[int, dict[str, float]], **kw) -> ProfileInputs:
+    summary = kw.pop("summary", pd.DataFrame({"rank": sorted(per_rank)}))
+    return ProfileInputs(phases=phases_frame(per_rank, kw.pop("warmup", None)), summary=summary, **kw)
+
+
+def check(inp: ProfileInputs, bottleneck: str) -> dg.Check:
+    return {c.bottleneck: c for c in assess(inp)}[bottleneck]
+
+
+def healthy(**extra: float) -> dict[str, float]:
+    """A 100 ms step: 1 ms data, the rest compute (plus whatever ``extra`` sets)."""
+    times = {"data": 1.0, "march": 10.0, "field_forward": 40.0, "render": 4.0, "backward": 40.0, "optimizer": 5.0}
+    times.update(extra)
+    return times
+
+
+def gpu_timeline(util_pct: float, n: int = 20) -> pd.DataFrame:
+    """Two GPUs sampled every 0.1 s: idle start-up and tail (0 %) around ``util_pct``."""
+    rows = []
+    for gpu in (0, 1):
+        for i in range(n):
+            util = 0.0 if i < 3 or i >= n - 2 else util_pct
+            rows.append({"t_s": 0.1 * i, "gpu": gpu, "util_pct": util, "mem_used_mib": 1000.0})
+    return pd.DataFrame(rows)
+
+
+def kernels(fwd_ms: float, bwd_ms: float) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "rank": [0, 0, 0, 1],
+            "name": ["hashgrid_fwd", "hashgrid_bwd", "mlp_gemm", "hashgrid_bwd"],
+            "total_ms": [fwd_ms, bwd_ms / 2, 50.0, bwd_ms / 2],
+            "category": ["hash_grid_fwd", "hash_grid_bwd", "mlp", "hash_grid_bwd"],
+        }
+    )
+
+
+# ------------------------------------------------------------------------------ data loading
+@pytest.mark.parametrize("data_ms, fires", [(9.9, False), (10.1, True)])
+def test_data_loading_threshold_edge(data_ms: float, fires: bool) -> None:
+    # step = 100 ms: data share = data_ms / 100 around the 10 % threshold
+    c = check(inputs({0: {"data": data_ms, "backward": 100.0 - data_ms}}), "data_loading")
+    assert c.value == pytest.approx(data_ms / 100)
+    assert c.status == ("fired" if fires else "clear")
+    if fires:
+        d = c.diagnosis
+        assert (d.severity, d.threshold) == ("low", dg.DATA_SHARE_THRESHOLD)
+        assert "10.1%" in d.evidence and "rank 0" in d.evidence and "data.placement=device" in d.knob
+
+
+@pytest.mark.parametrize("share, severity", [(0.11, "low"), (0.16, "medium"), (0.35, "high")])
+def test_severity_grows_with_the_excess_over_the_threshold(share: float, severity: str) -> None:
+    [d] = diagnose(inputs({0: {"data": 100 * share, "backward": 100 * (1 - share)}}))
+    assert (d.bottleneck, d.severity) == ("data_loading", severity)
+
+
+def test_the_worst_rank_decides_data_loading() -> None:
+    c = check(inputs({0: healthy(), 1: healthy(data=30.0)}), "data_loading")
+    assert c.status == "fired" and c.value == pytest.approx(30 / 129)
+    assert "rank 1" in c.detail
+
+
+def test_warmup_interval_is_left_out() -> None:
+    # a first interval dominated by data (lazy start-up) does not count
+    inp = inputs({0: healthy()}, warmup=healthy(data=500.0))
+    assert check(inp, "data_loading").value == pytest.approx(1 / 100)
+    assert diagnose(inp) == []
+
+
+# ---------------------------------------------------------------------------- load imbalance
+def _rank1_compute_for(imbalance: float) -> float:
+    """Rank 1's compute ms with rank 0 at 100 ms so that max/mean = ``imbalance``."""
+    return 100 * imbalance / (2 - imbalance)
+
+
+@pytest.mark.parametrize("target, fires", [(1.14, False), (1.16, True)])
+def test_load_imbalance_threshold_edge(target: float, fires: bool) -> None:
+    slow = _rank1_compute_for(target)
+    inp = inputs({0: {"backward": 100.0, "comm": slow - 100.0}, 1: {"backward": slow, "comm": 0.5}})
+    c = check(inp, "load_imbalance")
+    assert c.value == pytest.approx(target)
+    assert c.status == ("fired" if fires else "clear")
+    assert "rank 1 slowest" in c.detail
+    # the fast rank waits in the collective for the slow one: the evidence names it
+    assert "rank 0 longest" in c.detail
+
+
+def test_load_imbalance_counts_compute_phases_only() -> None:
+    # rank 0 waits 50 ms in collectives: a long step, but no compute imbalance
+    inp = inputs({0: healthy(comm=50.0, balance=20.0), 1: healthy(comm=1.0)})
+    c = check(inp, "load_imbalance")
+    assert c.status == "clear" and c.value == pytest.approx(1.0)
+
+
+def test_load_imbalance_falls_back_to_summary_compute_without_phase_timers() -> None:
+    zero = {p: 0.0 for p in PHASES}
+    summary = pd.DataFrame({"rank": [0, 1], "compute_ms": [100.0, 200.0]})
+    c = check(inputs({0: {**zero, "other": 100.0}, 1: {**zero, "other": 200.0}}, summary=summary), "load_imbalance")
+    assert c.status == "fired" and c.value == pytest.approx(200 / 150)
+    assert "(summary)" in c.detail
+
+
+# ----------------------------------------------------------------------------- communication
+@pytest.mark.parametrize("comm_ms, fires", [(14.9, False), (15.1, True)])
+def test_communication_threshold_edge(comm_ms: float, fires: bool) -> None:
+    # rank 0 waits 40 % of its step in the all-reduce (for rank 1); rank 1's exposed share decides
+    inp = inputs({0: {"backward": 60.0, "comm": 40.0}, 1: {"backward": 100.0 - comm_ms, "comm": comm_ms}})
+    c = check(inp, "communication")
+    assert c.value == pytest.approx(comm_ms / 100)
+    assert c.status == ("fired" if fires else "clear")
+    assert "rank 1" in c.detail
+
+
+@pytest.mark.parametrize(
+    "busbw, knob_part", [(2.0, "NCCL_ALGO"), (20.0, "parallel.compression=bf16")]
+)
+def test_communication_knob_follows_the_link_use(busbw: float, knob_part: str) -> None:
+    summary = pd.DataFrame({"rank": [0, 1], "comm_busbw_gb_per_s": [busbw / 2, busbw]})
+    inp = inputs({0: healthy(comm=40.0), 1: healthy(comm=40.0)}, summary=summary, link_busbw_gb_per_s=26.0)
+    c = check(inp, "communication")
+    assert c.status == "fired"
+    assert knob_part in c.diagnosis.knob
+    assert f"{busbw:.3g} GB/s of the link's 26 GB/s ({busbw / 26:.0%})" in c.detail
+
+
+def test_communication_without_link_bandwidth_says_so() -> None:
+    summary = pd.DataFrame({"rank": [0, 1], "comm_busbw_gb_per_s": [1.0, float("nan")]})
+    c = check(inputs({0: healthy(comm=40.0), 1: healthy(comm=40.0)}, summary=summary), "communication")
+    assert "link bandwidth unknown" in c.detail and "parallel.mode=subgrid" in c.diagnosis.knob
+
+
+# ---------------------------------------------------------------------------- compute under-used
+@pytest.mark.parametrize("util, fires", [(79.0, True), (81.0, False)])
+def test_compute_underused_threshold_edge(util: float, fires: bool) -> None:
+    inp = inputs({0: healthy(), 1: healthy()}, gpu_timeline=gpu_timeline(util))
+    c = check(inp, "compute_underused")
+    # idle start-up and tail samples are left out: the mean is over the active window
+    assert c.value == pytest.approx(util)
+    assert c.status == ("fired" if fires else "clear")
+    if fires:
+        assert c.diagnosis.severity == "low" and "training.target_samples_per_step" in c.diagnosis.knob
+
+
+def test_compute_underused_is_explained_by_data_waits() -> None:
+    inp = inputs({0: healthy(data=40.0)}, gpu_timeline=gpu_timeline(40.0))
+    checks = {c.bottleneck: c for c in assess(inp)}
+    assert checks["compute_underused"].status == "clear" and "explain" in checks["compute_underused"].detail
+    assert [d.bottleneck for d in diagnose(inp)] == ["data_loading"]
+
+
+def test_compute_underused_severity_and_launch_gaps_from_the_trace() -> None:
+    overlap = pd.DataFrame(
+        {"rank": [0], "window_ms": [100.0], "compute_ms": [55.0], "comm_ms": [0.0], "exposed_comm_ms": [0.0],
+         "overlapped_comm_ms": [0.0], "idle_ms": [45.0]}
+    )
+    c = check(inputs({0: healthy()}, gpu_timeline=gpu_timeline(55.0), overlap=overlap), "compute_underused")
+    assert c.status == "fired" and c.diagnosis.severity == "high"  # (100-55)/(100-80) = 2.25
+    assert "45% of the traced window" in c.detail
+
+
+# ------------------------------------------------------------------------ hash-grid contention
+@pytest.mark.parametrize("ratio, fires", [(2.9, False), (3.1, True)])
+def test_hash_grid_contention_threshold_edge(ratio: float, fires: bool) -> None:
+    c = check(inputs({0: healthy()}, kernels=kernels(10.0, 10.0 * ratio)), "hash_grid_contention")
+    assert c.value == pytest.approx(ratio)
+    assert c.status == ("fired" if fires else "clear")
+    if fires:
+        assert "encoding.backend=triton" in c.diagnosis.knob and "31 ms vs forward 10 ms" in c.detail
+
+
+def test_kernels_without_hash_grid_categories_are_not_evaluated() -> None:
+    k = kernels(10.0, 40.0).assign(category="other")
+    c = check(inputs({0: healthy()}, kernels=k), "hash_grid_contention")
+    assert c.status == "not_evaluated" and math.isnan(c.value)
+
+
+# ------------------------------------------------------------------------------ not evaluated
+def test_missing_sources_are_not_evaluated_never_guessed() -> None:
+    checks = assess(inputs({0: healthy(data=50.0)}))
+    status = {c.bottleneck: c.status for c in checks}
+    assert [c.bottleneck for c in checks] == list(BOTTLENECKS)
+    assert status == {
+        "compute_underused": "not_evaluated",  # no NVML samples
+        "data_loading": "fired",
+        "hash_grid_contention": "not_evaluated",  # no kernel table
+        "communication": "not_evaluated",  # one rank
+        "load_imbalance": "not_evaluated",
+    }
+    assert "one" in checks[3].detail and "NVML" in checks[0].detail
+
+
+def test_phase_timers_off_leave_the_phase_diagnoses_unevaluated() -> None:
+    off = {**{p: 0.0 for p in PHASES}, "other": 100.0}
+    checks = assess(inputs({0: off, 1: off}, gpu_timeline=gpu_timeline(30.0)))
+    assert {c.status for c in checks} == {"not_evaluated"}
+    assert all("phase timers" in c.detail or "kernel" in c.detail for c in checks)
+
+
+def test_diagnoses_table_has_the_schema_columns_and_one_row_per_bottleneck() -> None:
+    table = diagnoses_table(assess(inputs({0: healthy(data=50.0)})))
+    assert tuple(table.columns) == DIAGNOSES_TABLE
+    assert list(table["bottleneck"]) == list(BOTTLENECKS)
+    row = table.set_index("bottleneck")
+    assert bool(row.at["data_loading", "fired"]) and row.at["data_loading", "severity"] == "high"
+    assert math.isnan(row.at["communication", "value"])
+    assert row.at["communication", "evidence"].startswith("not evaluated: needs more than one rank")
+    assert row.at["communication", "knob"] == "" and not bool(row.at["communication", "fired"])
+
+
+def test_required_columns_are_part_of_the_schema_tables() -> None:
+    assert set(dg.GPU_TIMELINE_REQUIRED) <= set(GPU_TIMELINE_TABLE)
+    assert set(dg.KERNELS_REQUIRED) <= set(KERNELS_TABLE)
+    assert set(dg.OVERLAP_REQUIRED) <= set(OVERLAP_TABLE)
+
+
+# -------------------------------------------------------------------------------- bad inputs
+def test_bad_inputs_name_the_table_and_the_problem() -> None:
+    good = phases_frame({0: healthy()})
+    summary = pd.DataFrame({"rank": [0]})
+    with pytest.raises(DiagnosisError, match=r"phases: missing columns \['time_ms'\]"):
+        ProfileInputs(phases=good.drop(columns="time_ms"), summary=summary)
+    with pytest.raises(DiagnosisError, match="phases: unknown phases \\['loading'\\]"):
+        ProfileInputs(phases=good.replace({"phase": {"data": "loading"}}), summary=summary)
+    with pytest.raises(DiagnosisError, match="duplicate row for rank 0, step 10, phase 'data'"):
+        ProfileInputs(phases=pd.concat([good, good.iloc[:1]]), summary=summary)
+    with pytest.raises(DiagnosisError, match=r"summary: duplicate ranks \[0\]"):
+        ProfileInputs(phases=good, summary=pd.DataFrame({"rank": [0, 0]}))
+    with pytest.raises(DiagnosisError, match=r"phases has ranks \[0\] but summary has ranks \[0, 1\]"):
+        ProfileInputs(phases=good, summary=pd.DataFrame({"rank": [0, 1]}))
+    with pytest.raises(DiagnosisError, match=r"gpu_timeline: missing columns \['util_pct'\]"):
+        ProfileInputs(phases=good, summary=summary, gpu_timeline=pd.DataFrame({"t_s": [0.0], "gpu": [0]}))
+    with pytest.raises(DiagnosisError, match="link_busbw_gb_per_s: expected a positive number, got 0"):
+        ProfileInputs(phases=good, summary=summary, link_busbw_gb_per_s=0)
+
+
+def test_a_run_without_any_phase_rows_is_not_evaluated_for_lack_of_timers() -> None:
+    empty = ProfileInputs(phases=pd.DataFrame(columns=list(PHASES_TABLE)), summary=pd.DataFrame(columns=["rank"]))
+    checks = assess(empty)
+    assert {c.status for c in checks} == {"not_evaluated"}
+    assert diagnose(empty) == []
+    by_name = {c.bottleneck: c.detail for c in checks}
+    assert by_name["communication"] == by_name["load_imbalance"] == by_name["data_loading"]
+    assert "phase timers" in by_name["communication"]
