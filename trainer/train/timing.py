@@ -12,11 +12,9 @@ down on every trainer (single process, data parallel, subgrid).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import time
 from collections import defaultdict
-from typing import Iterator
 
 import torch
 
@@ -61,33 +59,42 @@ class PhaseTimer:
         self._events: list[tuple[str, object, object]] = []
         self._host_ms: dict[str, float] = defaultdict(float)
         self._step_compute_s = 0.0
+        self._free_events: list[tuple[object, object]] = []
 
-    @contextlib.contextmanager
-    def phase(self, name: str) -> Iterator[None]:
-        """Time the enclosed block as phase ``name``."""
-        if not self.enabled and self.faults is None:
-            yield
-            return
-        with contextlib.ExitStack() as stack:
-            if self.record_functions:
-                stack.enter_context(torch.profiler.record_function(f"phase:{name}"))
-            if self.enabled and self.cuda:
-                start = torch.cuda.Event(enable_timing=True)
-                end = torch.cuda.Event(enable_timing=True)
-                torch.cuda.nvtx.range_push(name)
-                start.record()
-            t0 = time.perf_counter()
-            try:
-                yield
-            finally:
-                if self.faults is not None:
-                    self._apply_faults(name, t0)
-                if self.enabled and self.cuda:
-                    end.record()
-                    torch.cuda.nvtx.range_pop()
-                    self._events.append((name, start, end))
-                elif self.enabled:
-                    self._host_ms[name] += (time.perf_counter() - t0) * 1e3
+    def phase(self, name: str) -> "_PhaseScope":
+        """Time the enclosed block as phase ``name`` (``with timer.phase("march"): ...``).
+
+        A class-based scope with pooled CUDA events: the timers run in every step of a host-bound
+        loop, so they avoid generator context managers and per-phase allocations."""
+        return _PhaseScope(self, name)
+
+    def _enter(self, scope: "_PhaseScope") -> None:
+        if self.record_functions:
+            scope.record = torch.profiler.record_function(f"phase:{scope.name}")
+            scope.record.__enter__()
+        if self.enabled and self.cuda:
+            scope.start, scope.end = self._take_events()
+            torch.cuda.nvtx.range_push(scope.name)
+            scope.start.record()
+        scope.t0 = time.perf_counter()
+
+    def _exit(self, scope: "_PhaseScope") -> None:
+        if self.faults is not None:
+            self._apply_faults(scope.name, scope.t0)
+        if self.enabled:
+            if self.cuda:
+                scope.end.record()
+                torch.cuda.nvtx.range_pop()
+                self._events.append((scope.name, scope.start, scope.end))
+            else:
+                self._host_ms[scope.name] += (time.perf_counter() - scope.t0) * 1e3
+        if scope.record is not None:
+            scope.record.__exit__(None, None, None)
+
+    def _take_events(self) -> tuple[torch.cuda.Event, torch.cuda.Event]:
+        if self._free_events:
+            return self._free_events.pop()
+        return torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
 
     def _apply_faults(self, name: str, t0: float) -> None:
         faults = self.faults
@@ -111,6 +118,28 @@ class PhaseTimer:
             self._events[-1][2].synchronize()  # type: ignore[attr-defined]
             for name, start, end in self._events:
                 totals[name] += start.elapsed_time(end)  # type: ignore[attr-defined]
+        self._free_events.extend((start, end) for _, start, end in self._events)
         self._events.clear()
         self._host_ms = defaultdict(float)
         return dict(totals)
+
+
+class _PhaseScope:
+    """One ``with timer.phase(name)`` block (see :meth:`PhaseTimer.phase`)."""
+
+    __slots__ = ("timer", "name", "start", "end", "t0", "record")
+
+    def __init__(self, timer: PhaseTimer, name: str) -> None:
+        self.timer = timer
+        self.name = name
+        self.record = None
+
+    def __enter__(self) -> None:
+        if self.timer.enabled or self.timer.faults is not None or self.timer.record_functions:
+            self.timer._enter(self)
+        else:
+            self.t0 = None
+
+    def __exit__(self, *exc: object) -> None:
+        if self.t0 is not None:
+            self.timer._exit(self)
