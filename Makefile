@@ -1,6 +1,6 @@
 # Two entry points for a fresh machine (see README.md):
-#   make demo   install, then run the main job on the built-in demo scene (ngptune demo: a short
-#               training run until ngptune sweep exists)
+#   make demo   install, then run the main job: ngptune sweep (studies/demo.toml on the built-in
+#               demo scene; 2 gloo ranks on a CPU, every GPU otherwise)
 #   make test   install, then run the test suite
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml scripts/setup_env.sh
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/ngptune demo
+	$(VENV)/bin/ngptune sweep
 
 test: $(STAMP)
 	$(PY) -m pytest -q -ra tests

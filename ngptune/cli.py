@@ -60,8 +60,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if args.nproc_per_node is None:
         return train_command(args)
     from trainer.parallel.launch import launch_workers
+    from trainer.parallel.trainer import validate_parallel_config
 
     cfg = resolve_config(args)
+    validate_parallel_config(cfg, args.nproc_per_node * args.nnodes)  # before any worker starts
     argv = worker_argv(args.train_argv)
     out = args.out
     if out is None:
@@ -107,19 +109,13 @@ COMMAND_MODULES = (
 def _register(module_name: str, sub: argparse._SubParsersAction) -> None:
     import importlib
 
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:  # TODO(lead): remove once all command modules exist
-        if exc.name and module_name.startswith(exc.name):
-            return
-        raise
-    module.register(sub)
+    importlib.import_module(module_name).register(sub)
 
 
 def build_parser() -> argparse.ArgumentParser:
     from trainer.cli import add_train_arguments
 
-    parser = argparse.ArgumentParser(prog="ngptune", description="Train, inspect and (soon) profile and autotune instant-NGP NeRFs.")
+    parser = argparse.ArgumentParser(prog="ngptune", description="Train, inspect, profile and autotune instant-NGP NeRFs.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("inspect", help="describe a scene: format, splits, sizes, intrinsics, box, skipped frames")

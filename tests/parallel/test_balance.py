@@ -16,11 +16,14 @@ from hypothesis import strategies as st
 from trainer.config import GpuCapability, TrainConfig, apply_overrides
 from trainer.errors import ConfigError, SnapshotError, TrainingError
 from trainer.parallel.balance import (
+    BoxBalancer,
+    BoxMove,
     LoadBalancer,
     assign_frames_lpt,
     gather_compute_times,
     image_complexity,
     imbalance,
+    plan_box_moves,
     shares_from_capabilities,
     split_by_shares,
 )
@@ -313,3 +316,63 @@ def test_gather_compute_times_feeds_the_balancer(tmp_path) -> None:
         assert math.isclose(balancer.last_imbalance, 1.0)
     finally:
         dist.destroy_process_group()
+
+
+# ------------------------------------------------------------------------------ subgrid box moves
+
+
+def test_box_move_from_a_three_times_slower_rank_by_hand() -> None:
+    # rank 1 needs 6 ms for 2 samples-units, rank 0 2 ms: rates 1 and 3 ms per unit; moving box 2
+    # gives finish times (3, 3); box 3 would too, the lower index wins.
+    moves = plan_box_moves([0, 0, 1, 1], [1, 1, 1, 1], [0.0, 0.0], [2.0, 6.0])
+    assert moves == [BoxMove(2, 1, 0, 6.0, 3.0)]
+
+
+def test_box_moves_count_the_shared_time_and_stop_without_gain() -> None:
+    # shared 10 ms each; rank 1 slower per sample: 10 + 2·4 = 18 vs 10 + 1·4 = 14. Moving a box of
+    # 1 sample: rank 1 → 10 + 2·3 = 16, rank 0 → 10 + 1·5 = 15; max 16 < 0.95·18 = 17.1: made.
+    assert plan_box_moves([0, 0, 1, 1], [3, 1, 3, 1], [10.0, 10.0], [4.0, 8.0]) == [BoxMove(3, 1, 0, 18.0, 16.0)]
+    # with a 15 % gain required the same move is not worth it
+    assert plan_box_moves([0, 0, 1, 1], [3, 1, 3, 1], [10.0, 10.0], [4.0, 8.0], min_gain=0.15) == []
+    # balanced ranks: nothing moves
+    assert plan_box_moves([0, 0, 1, 1], [1, 1, 1, 1], [1.0, 1.0], [2.0, 2.0]) == []
+
+
+def test_box_moves_keep_a_box_on_every_rank_and_chain() -> None:
+    # rank 1 is 100x slower: it gives boxes away until it holds one (two moves allowed per round)
+    moves = plan_box_moves([0, 1, 1, 1], [1, 1, 1, 1], [0.0, 0.0], [1.0, 300.0], max_moves=5)
+    assert [(m.box, m.src, m.dst) for m in moves] == [(1, 1, 0), (2, 1, 0)]
+    assert moves[0].makespan_after_ms == moves[1].makespan_before_ms == 200.0
+    assert moves[1].makespan_after_ms == 100.0
+    # a slow rank that owns a single box keeps it
+    assert plan_box_moves([0, 0, 0, 1], [1, 1, 1, 1], [0.0, 0.0], [3.0, 100.0]) == []
+
+
+def test_box_moves_fill_unknown_rates_with_the_mean() -> None:
+    # rank 2's box had no samples: it takes the mean rate 3.5 ms/unit of ranks 0 (8 ms / 2 = 4) and
+    # 1 (9 ms / 3 = 3). Finish times (8, 9, 0); rank 1 sends box 1 (1 unit) to rank 2: (8, 6, 3.5);
+    # box 2 to rank 2 gives (8, 3, 7), the same maximum, and the lower box index wins.
+    moves = plan_box_moves([0, 1, 1, 2], [2, 1, 2, 0], [0.0, 0.0, 0.0], [8.0, 9.0, 0.0])
+    assert moves == [BoxMove(1, 1, 2, 9.0, 8.0)]
+    assert plan_box_moves([0, 1], [0, 0], [1.0, 1.0], [0.0, 0.0]) == []  # nothing known: no move
+
+
+def test_box_balancer_rounds_and_state() -> None:
+    balancer = BoxBalancer(2, 4, every_n_steps=2)
+    owners = [0, 0, 1, 1]
+    assert balancer.record(owners, [1.0, 1.0], [2.0, 6.0], [1, 1, 1, 1]) == []  # round not over
+    moves = balancer.record(owners, [1.0, 1.0], [2.0, 6.0], [1, 1, 1, 1])
+    assert [(m.box, m.src, m.dst) for m in moves] == [(2, 1, 0)]
+    assert balancer.rounds == 1 and balancer.moves_made == 1
+    assert balancer.last_imbalance == pytest.approx(7.0 / 5.0)  # compute 3 and 7 ms
+    state = balancer.state_dict()
+    other = BoxBalancer(2, 4, every_n_steps=2)
+    assert other.load_state_dict(state) and (other.rounds, other.moves_made) == (1, 1)
+    assert not BoxBalancer(3, 4, every_n_steps=2).load_state_dict(state)  # another world size
+    with pytest.raises(SnapshotError, match=r"^box balancer state: rounds: expected an integer >= 0, got -1$"):
+        other.load_state_dict({**state, "rounds": -1})
+    assert BoxBalancer(2, 4, every_n_steps=0).record(owners, [1.0, 1.0], [2.0, 60.0], [1, 1, 1, 1]) == []
+    with pytest.raises(TrainingError, match=r"^box balancer: rank 1 reported box compute time nan ms"):
+        balancer.record(owners, [1.0, 1.0], [2.0, float("nan")], [1, 1, 1, 1])
+    with pytest.raises(ConfigError, match=r"^parallel\.balance_every: expected an integer >= 0, got -1$"):
+        BoxBalancer(2, 4, every_n_steps=-1)

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from tests.parallel.test_dp_training import run_ranks
+from tests.parallel.test_subgrid_training import resume_subgrid_on_three
 from tests.train.conftest import demo_scene, tiny_config  # noqa: F401  (demo_scene: fixture)
 from trainer.data import load_scene
 from trainer.errors import SnapshotError
@@ -129,13 +130,28 @@ def test_resume_two_ranks_on_one_process(two_rank_run, demo_scene, tmp_path):
     single.close()
 
 
-def test_resume_two_ranks_on_three(two_rank_run, demo_scene, tmp_path):
+def _resume_both_on_three(rank: int, world_size: int, scene: str, data_run: str, subgrid_run: str) -> dict:
+    return {"data": _resume_on_three(rank, world_size, scene, data_run),
+            "subgrid": resume_subgrid_on_three(rank, world_size, scene, subgrid_run)}
+
+
+def test_resume_two_ranks_on_three(two_rank_run, balanced_run, demo_scene, tmp_path):
+    """Data parallel and subgrid checkpoints of 2 ranks resumed on 3 (one spawn for both)."""
     run_dir, _, meta = two_rank_run
-    three = run_ranks(_resume_on_three, 3, tmp_path, str(demo_scene), str(run_dir))
-    assert [r["start"] for r in three] == [SAVE_AT] * 3
-    assert [r["step"] for r in three] == [SAVE_AT + 2] * 3
-    assert sum(r["first_step_rays"] for r in three) == meta["trainer_state"]["n_rays"]
-    assert torch.equal(three[0]["param0"], three[2]["param0"])
+    three = run_ranks(_resume_both_on_three, 3, tmp_path, str(demo_scene), str(run_dir), str(balanced_run["run"]))
+    data = [r["data"] for r in three]
+    assert [r["start"] for r in data] == [SAVE_AT] * 3
+    assert [r["step"] for r in data] == [SAVE_AT + 2] * 3
+    assert sum(r["first_step_rays"] for r in data) == meta["trainer_state"]["n_rays"]
+    assert torch.equal(data[0]["param0"], data[2]["param0"])
+
+    single = balanced_run["single"]
+    for rank, r in enumerate(r["subgrid"] for r in three):
+        assert r["start"] == 12 and r["step"] == 14 and r["n_rays"] == single["n_rays"]  # step count and batch kept
+        assert r["boxes"] == single["boxes"]  # the checkpoint's occupancy cut
+        assert r["owners"] == [0, 0, 1, 2]  # re-assigned for three ranks
+        assert r["local"] == [k for k, o in enumerate(r["owners"]) if o == rank]
+        assert r["losses"] == pytest.approx(single["next_losses"], rel=1e-6, abs=0)  # the uninterrupted run
 
 
 def test_resume_from_a_folder_without_checkpoints_is_an_error(demo_scene, tmp_path):

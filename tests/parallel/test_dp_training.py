@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from datetime import timedelta
 from pathlib import Path
 
@@ -78,27 +77,48 @@ def _parity_rank(rank: int, world_size: int, scene: str, batches: list) -> dict:
     return out
 
 
-def test_one_step_on_two_ranks_equals_one_process_on_both_ray_sets(demo_scene, tmp_path):
-    ref = DataParallelTrainer(tiny_config(**PARITY), load_scene(demo_scene))
+def parity_reference(scene: Path, world_size: int, n_rays: int = 64):
+    """One data-parallel step in one process on ``n_rays`` rays (the first step's global rays),
+    and those rays cut into ``world_size`` equal consecutive parts for the ranks.
+
+    Returns:
+        (reference trainer after its step, its loss, its parameters before the step, the parts).
+    """
+    ref = DataParallelTrainer(tiny_config(**PARITY), load_scene(scene))
     _no_jitter(ref)
-    batch = ref.sampler.sample(64)  # global rays of the first step = initial_rays_per_step
-    halves = [type(batch)(*(getattr(batch, f)[s] for f in ("rays_o", "rays_d", "rgb", "alpha", "image_index")))
-              for s in (slice(0, 32), slice(32, 64))]
+    batch = ref.sampler.sample(n_rays)
+    size = n_rays // world_size
+    parts = [type(batch)(*(getattr(batch, f)[r * size : (r + 1) * size]
+                           for f in ("rays_o", "rays_d", "rgb", "alpha", "image_index")))
+             for r in range(world_size)]
     ref.draw_batch = lambda n: batch
     initial = {k: p.detach().clone() for k, p in ref.field.named_parameters()}
     _, ref_loss, _ = ref.train_step()
-    results = run_ranks(_parity_rank, 2, tmp_path, str(demo_scene), halves)
-    assert [r["n_rays"] for r in results] == [32, 32]
+    return ref, float(ref_loss), initial, parts
+
+
+def assert_parity(results: list[dict], ref, ref_loss: float, initial: dict) -> None:
+    """Every rank ends with the same parameters and gradients, equal (to float tolerance) to the
+    single process that saw the union of their rays, and the same global loss."""
+    size = ref.cfg.training.initial_rays_per_step // len(results)
+    assert [r["n_rays"] for r in results] == [size] * len(results)
     for name, p in ref.field.named_parameters():
-        assert torch.equal(results[0]["params"][name], results[1]["params"][name]), name
-        assert torch.equal(results[0]["grads"][name], results[1]["grads"][name]), name
+        for other in results[1:]:
+            assert torch.equal(results[0]["params"][name], other["params"][name]), name
+            assert torch.equal(results[0]["grads"][name], other["grads"][name]), name
         torch.testing.assert_close(results[0]["grads"][name], p.grad, rtol=1e-4, atol=1e-9)
         torch.testing.assert_close(results[0]["params"][name], p.detach(), rtol=1e-5, atol=1e-6)
         assert not torch.equal(p.detach(), initial[name]), f"{name} did not change"
-    assert torch.equal(results[0]["grid"], results[1]["grid"])
-    assert torch.equal(results[0]["grid"], ref.grid.density)
-    assert results[0]["loss"] == pytest.approx(float(ref_loss), rel=1e-5)
-    assert results[1]["loss"] == results[0]["loss"]
+    for r in results:
+        assert torch.equal(r["grid"], ref.grid.density)
+        assert r["loss"] == results[0]["loss"]
+    assert results[0]["loss"] == pytest.approx(ref_loss, rel=1e-5)
+
+
+def test_one_step_on_two_ranks_equals_one_process_on_both_ray_sets(demo_scene, tmp_path):
+    ref, ref_loss, initial, halves = parity_reference(demo_scene, 2)
+    results = run_ranks(_parity_rank, 2, tmp_path, str(demo_scene), halves)
+    assert_parity(results, ref, ref_loss, initial)
     ref.close()
 
 
@@ -174,3 +194,20 @@ def test_ngptune_train_with_two_ranks_through_the_launcher(demo_scene, tmp_path)
     evaluation = json.loads((run / "eval.json").read_text())
     assert evaluation["step"] == 10 and len(evaluation["images"]) == 1
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step_0000005", "step_0000010"]
+
+
+def test_a_twice_slower_rank_hands_rays_over(balanced_run):
+    """Issue 4's balancing test on real processes: rank 1 made twice as slow
+    (``faults.compute_slowdown``); within 50 steps (a round every 5) the shares move away from it,
+    identically on both ranks. At this tiny batch (~200 rays per step) the fixed per-step cost,
+    doubled on rank 1 as well, outweighs the per-ray cost, so equal finish times put rank 1 at or
+    below a third and the remaining imbalance depends on the machine's load: the convergence to a
+    third with imbalance < 1.15 when time is proportional to rays is test_balance.py's
+    ``test_rank_twice_as_slow_converges_to_a_third_of_the_rays``."""
+    results = [r["data"] for r in balanced_run["ranks"]]
+    assert results[0]["shares"] == results[1]["shares"] and results[0]["rounds"] == 9  # one step behind
+    shares = results[0]["shares"]
+    assert 0.05 <= shares[1] < 0.42 < shares[0], shares  # floor: 0.1 / world size
+    assert results[1]["rays"][-1] < results[0]["rays"][-1]  # the slow rank draws fewer rays
+    assert results[0]["last_imbalance"] >= 1.0
+    assert torch.equal(results[0]["param0"], results[1]["param0"])

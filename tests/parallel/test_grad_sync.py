@@ -32,6 +32,8 @@ from trainer.parallel.dist_env import free_port
 from trainer.parallel.grad_sync import (
     GradientSynchronizer,
     allreduce_bandwidth_gb_per_s,
+    bus_factor,
+    collective_bandwidth_gb_per_s,
     global_count,
 )
 
@@ -387,3 +389,17 @@ def test_bandwidth_follows_the_nccl_tests_convention() -> None:
     assert allreduce_bandwidth_gb_per_s(10**9, 1000.0, 4) == pytest.approx((1.0, 1.5))
     assert allreduce_bandwidth_gb_per_s(2 * 10**8, 100.0, 2) == pytest.approx((2.0, 2.0))
     assert allreduce_bandwidth_gb_per_s(10**9, 1000.0, 1) == pytest.approx((1.0, 0.0))
+
+
+def test_bus_factors_of_each_collective() -> None:
+    # nccl-tests PERFORMANCE.md: all-reduce 2(n−1)/n, all-gather and reduce-scatter (n−1)/n, broadcast 1
+    assert [bus_factor("all_reduce", n) for n in (1, 2, 4, 8)] == [0.0, 1.0, 1.5, 1.75]
+    assert [bus_factor("all_gather", n) for n in (1, 2, 4, 8)] == [0.0, 0.5, 0.75, 0.875]
+    assert bus_factor("reduce_scatter", 4) == 0.75 and bus_factor("broadcast", 4) == 1.0
+    assert collective_bandwidth_gb_per_s("all_gather", 4 * 10**8, 100.0, 4) == pytest.approx((4.0, 3.0))
+    with pytest.raises(ValueError, match=r"^bus_factor: op must be one of .*got 'all_to_all'$"):
+        bus_factor("all_to_all", 2)
+    with pytest.raises(ValueError, match=r"^bus_factor: world_size must be an integer >= 1, got 0$"):
+        bus_factor("all_reduce", 0)
+    with pytest.raises(ValueError, match=r"time_ms must be > 0, got 0.0$"):
+        collective_bandwidth_gb_per_s("all_reduce", 1, 0.0, 2)

@@ -267,3 +267,11 @@ def test_ray_box_segments_order_is_front_to_back():
     assert torch.allclose(exit_[:, :-1][both], enter[:, 1:][both], atol=1e-5)
     assert bool((enter[:, 1:][both] >= enter[:, :-1][both]).all())
     assert int(n_hit.max()) >= 3
+
+
+def test_assign_boxes_by_static_rank_shares():
+    # one box each, the K − W others by largest remainder of the shares, contiguous runs
+    assert assign_boxes(6, 2, rank_shares=[0.75, 0.25]) == [0, 0, 0, 0, 1, 1]
+    assert assign_boxes(4, 4, rank_shares=[0.1, 0.2, 0.3, 0.4]) == [0, 1, 2, 3]
+    assert assign_boxes(7, 3, rank_shares=[0.2, 0.2, 0.6]) == [0, 0, 1, 1, 2, 2, 2]  # 4 extra: 0.8, 0.8, 2.4
+    assert assign_boxes(5, 2, rank_shares=[0.5, 0.5]) == assign_boxes(5, 2)

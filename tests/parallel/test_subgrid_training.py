@@ -1,8 +1,11 @@
-"""Subgrid model-parallel training (trainer/parallel/subgrid_train.py) on 2 gloo ranks (CPU)."""
+"""Subgrid model-parallel training (trainer/parallel/subgrid_train.py) on 2 gloo ranks (CPU): boxes
+re-cut by occupancy, box moves away from a slow rank, resume on one process. Resuming on 3 ranks
+is in test_checkpoint.py (one spawn with the data-parallel case)."""
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -75,3 +78,110 @@ def test_fewer_boxes_than_ranks_is_a_config_error(demo_scene):
 
     with pytest.raises(ConfigError, match=r"^parallel\.num_subgrids: .*got 2"):
         validate_parallel_config(tiny_config(parallel__mode="subgrid", parallel__num_subgrids=2), 3)
+
+
+# ---------------------------------------------------------------------------- re-cut by occupancy
+
+
+def test_recut_puts_the_cut_where_the_occupied_cells_are(demo_scene):
+    from trainer.render.occupancy import pack_bits
+
+    trainer = SubgridTrainer(tiny_config(parallel__mode="subgrid", parallel__num_subgrids=2), load_scene(demo_scene))
+    grid = trainer.grid
+    assert trainer.aabb.tolist() == [[0.0, 0.0, 0.0], [1.0, 1.0, 1.0]] and grid.cascades == 1
+    assert [b.hi[0] for b in trainer.field.boxes] == [0.5, 1.0]  # equal volumes before any occupancy
+    old_params = {id(p) for p in trainer.optimizer.param_groups[0]["params"]}
+    res = grid.resolution
+    x = torch.arange(res**3) % res  # cell order x + y·R + z·R²
+    occupied = (x < res // 4).unsqueeze(0)  # all occupied mass in x < 1/4
+    grid.bitfield.copy_(pack_bits(occupied))
+    boxes = trainer.recut_boxes()
+    # x is the longest axis on ties (the lowest): the median of the occupied slab x ∈ [0, 1/4)
+    assert boxes[0].lo == (0.0, 0.0, 0.0) and boxes[0].hi == pytest.approx((0.125, 1.0, 1.0), abs=1e-12)
+    assert boxes[1].lo == pytest.approx((0.125, 0.0, 0.0), abs=1e-12) and boxes[1].hi == (1.0, 1.0, 1.0)
+    assert trainer.field.boxes == boxes and trainer.field.local_box_ids == [0, 1]
+    new_params = [p for g in trainer.optimizer.param_groups for p in g["params"]]
+    assert not old_params & {id(p) for p in new_params}  # fresh fields, fresh optimiser
+    assert {id(p) for p in new_params} == {id(p) for p in trainer.field.parameters()}
+    stats, loss, _ = trainer.train_step()
+    assert stats.n_samples > 0 and torch.isfinite(loss)
+    trainer.close()
+
+
+# ---------------------------------------------------------------------------- box moves (K=4 on 2 ranks)
+
+BALANCED = dict(parallel__mode="subgrid", parallel__num_subgrids=4, parallel__balance_every=2,
+                training__occupancy_warmup_steps=4, training__occupancy_update_every=2, training__n_steps=12,
+                training__log_every=1)
+SLOW_RANK_1 = dict(faults__compute_slowdown=4.0, faults__ranks=[1])
+
+
+def balance_rank(rank: int, world_size: int, scene: str, run_dir: str) -> dict:
+    trainer = SubgridTrainer(tiny_config(**BALANCED, **SLOW_RANK_1), load_scene(Path(scene)), RunDir(run_dir))
+    initial = list(trainer.field.owners)
+    trainer.train()
+    trainer.save_checkpoint()
+    out = {"initial_owners": initial, "owners": list(trainer.field.owners), "boxes": trainer.field.boxes,
+           "local": trainer.field.local_box_ids, "moves": trainer.box_balancer.moves_made, "step": trainer.step,
+           "optimised": sorted(trainer.named_parameters_for_optimizer())}
+    trainer.close()
+    out["data"] = data_balance_rank(rank, world_size, scene)  # same spawn: processes are the slow part
+    return out
+
+
+DATA_BALANCED = dict(parallel__balance_every=5, training__n_steps=50)
+SLOW_TWICE = dict(faults__compute_slowdown=2.0, faults__ranks=[1])
+
+
+def data_balance_rank(rank: int, world_size: int, scene: str) -> dict:
+    """Data parallel, rank 1 twice as slow: 50 steps with a balancing round every 5."""
+    from trainer.parallel.trainer import DataParallelTrainer
+
+    trainer = DataParallelTrainer(tiny_config(**DATA_BALANCED, **SLOW_TWICE), load_scene(Path(scene)))
+    rays = [trainer.train_step()[0].n_rays for _ in range(50)]
+    trainer._settle_previous_step()
+    out = {"shares": trainer.balancer.shares, "rounds": trainer.balancer.rounds, "rays": rays,
+           "last_imbalance": trainer.balancer.last_imbalance, "param0": next(trainer.field.parameters()).detach().clone()}
+    trainer.close()
+    return out
+
+
+def test_a_slow_rank_hands_boxes_over_and_training_stays_exact(balanced_run):
+    run, results, single = balanced_run["run"], balanced_run["ranks"], balanced_run["single"]
+    assert [r["initial_owners"] for r in results] == [[0, 0, 1, 1]] * 2
+    assert [r["step"] for r in results] == [12, 12]
+    owners = results[0]["owners"]
+    assert results[1]["owners"] == owners and results[0]["moves"] == results[1]["moves"] >= 1
+    assert owners.count(1) == 1 and owners.count(0) == 3  # the slow rank keeps one box
+    for rank, r in enumerate(results):
+        assert r["local"] == [k for k, o in enumerate(owners) if o == rank]
+        assert {name.split(".")[1] for name in r["optimised"]} == {str(k) for k in r["local"]}
+    # re-cut by occupied cells at the end of the warm-up: the same boxes as the single process
+    assert results[0]["boxes"] == results[1]["boxes"] == single["boxes"]
+    assert results[0]["boxes"] != single["volume_boxes"]
+    rank0 = read_metrics(run / "metrics.jsonl", require_contiguous_steps=True)
+    rank1 = read_metrics(run / "metrics.rank1.jsonl", require_contiguous_steps=True)
+    reference = read_metrics(single["metrics_dir"] / "metrics.jsonl")
+    assert [r["step"] for r in rank0] == [r["step"] for r in reference] == list(range(1, 13))
+    # moving boxes (parameters + Adam state) changes nothing in the arithmetic
+    for mine, theirs, ref in zip(rank0, rank1, reference):
+        assert mine["loss"] == theirs["loss"] and math.isfinite(mine["loss"])
+        assert mine["loss"] == pytest.approx(ref["loss"], rel=1e-6, abs=0)
+        assert mine["imbalance"] >= 1.0 and mine["world_size"] == 2
+    meta = json.loads((run / "checkpoints" / "step_0000012" / "meta.json").read_text())
+    assert meta["owners"] == owners and meta["box_balancer"]["moves_made"] == results[0]["moves"]
+
+
+def resume_subgrid_on_three(rank: int, world_size: int, scene: str, run_dir: str) -> dict:
+    """On 3 ranks: resume the 2-rank balanced run's last checkpoint and train 2 steps (used by
+    test_checkpoint.py's 2 → 3 test, which resumes data and subgrid runs in one spawn)."""
+    trainer = SubgridTrainer(tiny_config(**BALANCED), load_scene(Path(scene)))
+    trainer.load_checkpoint(Path(run_dir))
+    out = {"start": trainer.step, "n_rays": trainer.n_rays, "boxes": trainer.field.boxes,
+           "owners": list(trainer.field.owners), "local": trainer.field.local_box_ids, "losses": []}
+    for _ in range(2):
+        _, loss, _ = trainer.train_step()
+        out["losses"].append(float(loss))
+    out["step"] = trainer.step
+    trainer.close()
+    return out

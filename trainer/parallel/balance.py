@@ -12,6 +12,12 @@
   If compute time is proportional to the rays a rank draws, ``target`` equalises the finish times
   in one move; smoothing damps the reaction to noisy or non-proportional times (fixed per-step
   overheads), and the floor keeps every rank in the game so its speed stays measurable.
+* Dynamic (subgrid mode): every ``parallel.balance_every`` steps whole boxes move from the rank
+  that finishes last to a rank that finishes earlier (:class:`BoxBalancer`, :func:`plan_box_moves`).
+  A rank's compute time is modelled as ``shared_r + rate_r · samples_r``: ``shared_r`` the work
+  every rank does alike (drawing and marching the step's rays), ``samples_r`` the samples that
+  fall in its boxes and ``rate_r`` its measured milliseconds per such sample. A move is made when
+  the predicted slowest finish time drops by at least ``min_gain``; every rank keeps one box.
 * Streamed datasets: frames go to ranks by the greedy longest-processing-time rule
   (:func:`assign_frames_lpt`) on an image complexity score (:func:`image_complexity`).
 
@@ -23,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import cv2
 import numpy as np
@@ -35,11 +41,14 @@ from trainer.errors import ConfigError, SnapshotError, TrainingError
 from trainer.parallel.grad_sync import collective_device
 
 __all__ = [
+    "BoxBalancer",
+    "BoxMove",
     "LoadBalancer",
     "assign_frames_lpt",
     "gather_compute_times",
     "image_complexity",
     "imbalance",
+    "plan_box_moves",
     "shares_from_capabilities",
     "split_by_shares",
 ]
@@ -340,6 +349,246 @@ def gather_compute_times(local_time_ms: float, group: dist.ProcessGroup | None =
     gathered = [torch.empty_like(local) for _ in range(world_size)]
     dist.all_gather(gathered, local, group=group)
     return torch.cat(gathered).tolist()
+
+
+
+# ------------------------------------------------------------------------------ subgrid boxes
+
+DEFAULT_MIN_GAIN = 0.05  # a box moves only if the predicted slowest finish time drops by 5 %
+DEFAULT_MAX_MOVES_PER_ROUND = 1
+
+
+class BoxMove(NamedTuple):
+    """One box changing owner (:meth:`trainer.parallel.subgrid.SubgridModel.move_box` arguments).
+
+    Attributes:
+        box: box index k.
+        src: its owner before the move.
+        dst: its owner after.
+        makespan_before_ms: predicted slowest rank time per step before the move, ms.
+        makespan_after_ms: predicted slowest rank time per step after it, ms.
+    """
+
+    box: int
+    src: int
+    dst: int
+    makespan_before_ms: float
+    makespan_after_ms: float
+
+
+def plan_box_moves(
+    owners: Sequence[int],
+    box_samples: Sequence[float],
+    shared_ms: Sequence[float],
+    box_ms: Sequence[float],
+    *,
+    min_gain: float = DEFAULT_MIN_GAIN,
+    max_moves: int = DEFAULT_MAX_MOVES_PER_ROUND,
+) -> list[BoxMove]:
+    """Box moves toward equal finish times (subgrid load balancing; pure and deterministic).
+
+    Model of rank r's compute time per step (module docstring)::
+
+        finish_r = shared_r + rate_r · Σ_{k owned by r} samples_k,   rate_r = box_ms_r / samples_r
+
+    A rank without samples in its boxes (or without box time) takes the mean rate of the others.
+    Each move takes a box from the rank with the largest predicted finish time (the lowest rank on
+    ties) to the rank where it gives the smallest new maximum (ties: lower box index, lower rank),
+    and is kept only if that maximum is below ``(1 − min_gain)`` times the current one. The source
+    rank keeps at least one box. At most ``max_moves`` moves, applied one after the other.
+
+    Args:
+        owners: [K] owner rank of each box, ranks ``0 .. W-1`` (W = ``len(shared_ms)``).
+        box_samples: [K] samples per step in each box (mean over the round), >= 0.
+        shared_ms: [W] per-rank time of the work every rank does alike, ms >= 0.
+        box_ms: [W] per-rank time of the work on its own boxes, ms >= 0.
+        min_gain: required relative drop of the predicted maximum, in [0, 1).
+        max_moves: moves at most (>= 0).
+
+    Returns:
+        The moves in the order they are to be made (empty when none helps).
+
+    Example:
+        >>> plan_box_moves([0, 0, 1, 1], [1, 1, 1, 1], [0, 0], [2.0, 6.0])  # rank 1 3x slower
+        [BoxMove(box=2, src=1, dst=0, makespan_before_ms=6.0, makespan_after_ms=3.0)]
+    """
+    world_size = len(shared_ms)
+    assert len(box_ms) == world_size and len(owners) == len(box_samples), (owners, box_samples, shared_ms, box_ms)
+    assert all(0 <= r < world_size for r in owners), (owners, world_size)
+    assert 0.0 <= min_gain < 1.0 and max_moves >= 0, (min_gain, max_moves)
+    owners = list(owners)
+    samples = [float(s) for s in box_samples]
+    work = [0.0] * world_size
+    for k, r in enumerate(owners):
+        work[r] += samples[k]
+    rates: list[float | None] = [
+        float(box_ms[r]) / work[r] if work[r] > 0 and box_ms[r] > 0 else None for r in range(world_size)
+    ]
+    known = [v for v in rates if v is not None]
+    if not known:
+        return []
+    fill = sum(known) / len(known)
+    rate = [fill if v is None else v for v in rates]
+
+    def finish(r: int, rank_work: float) -> float:
+        return float(shared_ms[r]) + rate[r] * rank_work
+
+    moves: list[BoxMove] = []
+    for _ in range(max_moves):
+        times = [finish(r, work[r]) for r in range(world_size)]
+        current = max(times)
+        src = times.index(current)
+        mine = [k for k, r in enumerate(owners) if r == src]
+        if len(mine) < 2:
+            break
+        best: tuple[float, int, int] | None = None
+        for k in mine:
+            for dst in range(world_size):
+                if dst == src:
+                    continue
+                after = list(times)
+                after[src] = finish(src, work[src] - samples[k])
+                after[dst] = finish(dst, work[dst] + samples[k])
+                candidate = (max(after), k, dst)
+                if best is None or candidate < best:
+                    best = candidate
+        if best is None or not best[0] < (1.0 - min_gain) * current:
+            break
+        makespan, k, dst = best
+        moves.append(BoxMove(k, src, dst, current, makespan))
+        owners[k] = dst
+        work[src] -= samples[k]
+        work[dst] += samples[k]
+    return moves
+
+
+class BoxBalancer:
+    """Subgrid box ownership that moves toward equal compute finish times.
+
+    Every rank feeds the same all-gathered numbers each step (:meth:`record`); at the end of a
+    round of ``every_n_steps`` steps it returns the moves of :func:`plan_box_moves` on the round's
+    means, identical on every rank, which the caller makes with
+    :meth:`~trainer.parallel.subgrid.SubgridModel.move_box`.
+
+    Args:
+        world_size: number of ranks.
+        num_boxes: K (``parallel.num_subgrids``).
+        every_n_steps: steps per round (``parallel.balance_every``); 0 never moves a box.
+        min_gain: see :func:`plan_box_moves`.
+        max_moves_per_round: see ``max_moves`` of :func:`plan_box_moves`.
+
+    Raises:
+        ConfigError: ``distributed.world_size`` < 1 or ``parallel.balance_every`` < 0.
+    """
+
+    def __init__(
+        self,
+        world_size: int,
+        num_boxes: int,
+        every_n_steps: int,
+        *,
+        min_gain: float = DEFAULT_MIN_GAIN,
+        max_moves_per_round: int = DEFAULT_MAX_MOVES_PER_ROUND,
+    ) -> None:
+        self.world_size = _check_world_size(world_size)
+        if isinstance(every_n_steps, bool) or not isinstance(every_n_steps, int) or every_n_steps < 0:
+            raise ConfigError(f"parallel.balance_every: expected an integer >= 0, got {every_n_steps!r}")
+        assert num_boxes >= world_size, (num_boxes, world_size)
+        self.num_boxes = num_boxes
+        self.every_n_steps = every_n_steps
+        self.min_gain = float(min_gain)
+        self.max_moves_per_round = int(max_moves_per_round)
+        self.rounds = 0
+        self.moves_made = 0
+        self.last_imbalance: float | None = None
+        self.reset_window()
+
+    def reset_window(self) -> None:
+        """Forget the open round (after the boxes were re-cut or re-assigned)."""
+        self._shared_ms = [0.0] * self.world_size
+        self._box_ms = [0.0] * self.world_size
+        self._box_samples = [0.0] * self.num_boxes
+        self._window_steps = 0
+
+    def record(
+        self,
+        owners: Sequence[int],
+        shared_ms: Sequence[float],
+        box_ms: Sequence[float],
+        box_samples: Sequence[float],
+    ) -> list[BoxMove]:
+        """Add one step; at the end of a round, plan the moves.
+
+        Args:
+            owners: [K] current owner of each box (unchanged within a round).
+            shared_ms: [W] each rank's time of the shared work this step, ms.
+            box_ms: [W] each rank's time of the work on its boxes this step, ms.
+            box_samples: [K] samples in each box this step.
+
+        Returns:
+            The moves to make now (empty inside a round, or when none helps).
+
+        Raises:
+            TrainingError: for a negative or non-finite time or count (names the rank or box).
+        """
+        assert len(owners) == len(box_samples) == self.num_boxes, (owners, box_samples)
+        assert len(shared_ms) == len(box_ms) == self.world_size, (shared_ms, box_ms)
+        for what, values in (("shared compute time", shared_ms), ("box compute time", box_ms)):
+            for rank, t in enumerate(values):
+                if not math.isfinite(t) or t < 0:
+                    raise TrainingError(
+                        f"box balancer: rank {rank} reported {what} {t!r} ms (expected a finite value >= 0)"
+                    )
+        for box, n in enumerate(box_samples):
+            if not math.isfinite(n) or n < 0:
+                raise TrainingError(f"box balancer: box {box} reported {n!r} samples (expected >= 0)")
+        if self.every_n_steps == 0:
+            return []
+        self._shared_ms = [a + float(t) for a, t in zip(self._shared_ms, shared_ms)]
+        self._box_ms = [a + float(t) for a, t in zip(self._box_ms, box_ms)]
+        self._box_samples = [a + float(n) for a, n in zip(self._box_samples, box_samples)]
+        self._window_steps += 1
+        if self._window_steps < self.every_n_steps:
+            return []
+        steps = self._window_steps
+        shared = [t / steps for t in self._shared_ms]
+        boxes = [t / steps for t in self._box_ms]
+        self.last_imbalance = imbalance([a + b for a, b in zip(shared, boxes)])
+        moves = plan_box_moves(
+            owners, [n / steps for n in self._box_samples], shared, boxes,
+            min_gain=self.min_gain, max_moves=self.max_moves_per_round,
+        )
+        self.reset_window()
+        self.rounds += 1
+        self.moves_made += len(moves)
+        return moves
+
+    def state_dict(self) -> dict[str, Any]:
+        """Plain data for checkpoints: world size, box count, rounds and moves done."""
+        return {"world_size": self.world_size, "num_boxes": self.num_boxes, "rounds": self.rounds,
+                "moves_made": self.moves_made}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> bool:
+        """Restore the counters of :meth:`state_dict` (the open round starts afresh).
+
+        Returns:
+            True if applied, False for a state of another world size or box count.
+
+        Raises:
+            SnapshotError: for a malformed state (names the key and the value).
+        """
+        for key in ("world_size", "num_boxes", "rounds", "moves_made"):
+            value = state.get(key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise SnapshotError(
+                    f"box balancer state: {key}: expected an integer >= 0, got {repr(value)[:80]}"
+                )
+        if (state["world_size"], state["num_boxes"]) != (self.world_size, self.num_boxes):
+            return False
+        self.rounds = int(state["rounds"])
+        self.moves_made = int(state["moves_made"])
+        self.reset_window()
+        return True
 
 
 def assign_frames_lpt(

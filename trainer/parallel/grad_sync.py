@@ -76,6 +76,8 @@ __all__ = [
     "COMPRESSION_DTYPES",
     "GradientSynchronizer",
     "allreduce_bandwidth_gb_per_s",
+    "bus_factor",
+    "collective_bandwidth_gb_per_s",
     "collective_device",
     "global_count",
 ]
@@ -127,13 +129,61 @@ def global_count(local_count: int, group: dist.ProcessGroup | None = None) -> in
     return int(count.item())
 
 
+def bus_factor(op: str, world_size: int) -> float:
+    """busbw / algbw of a collective on ``world_size`` ranks (nccl-tests ``PERFORMANCE.md``).
+
+    ``all_reduce``: ``2(n − 1)/n``; ``all_gather`` and ``reduce_scatter``: ``(n − 1)/n`` (with the
+    bytes of the whole output, resp. input); ``broadcast``: 1.
+
+    Raises:
+        ValueError: for another ``op`` or ``world_size`` < 1.
+    """
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"bus_factor: world_size must be an integer >= 1, got {world_size!r}")
+    n = world_size
+    factors = {"all_reduce": 2 * (n - 1) / n, "all_gather": (n - 1) / n, "reduce_scatter": (n - 1) / n, "broadcast": 1.0}
+    if op not in factors:
+        raise ValueError(f"bus_factor: op must be one of {', '.join(factors)}, got {op!r}")
+    return factors[op]
+
+
+def collective_bandwidth_gb_per_s(op: str, size_bytes: int, time_ms: float, world_size: int) -> tuple[float, float]:
+    """Algorithm and bus bandwidth of a collective, nccl-tests convention (``PERFORMANCE.md``).
+
+    ``algbw = size_bytes / time``; ``busbw = algbw · bus_factor(op, n)`` (:func:`bus_factor`), the
+    bandwidth each link must carry, comparable across world sizes and with the link's peak. GB is
+    10^9 bytes as in nccl-tests. ``size_bytes`` is the buffer of one rank for all-reduce and
+    broadcast, the whole output of all-gather (every rank's part together), the whole input of
+    reduce-scatter.
+
+    Args:
+        op: ``all_reduce``, ``all_gather``, ``reduce_scatter`` or ``broadcast``.
+        size_bytes: bytes as above (>= 0).
+        time_ms: duration of one collective, ms (> 0).
+        world_size: number of ranks n (>= 1).
+
+    Returns:
+        ``(algbw_gb_per_s, busbw_gb_per_s)``.
+
+    Raises:
+        ValueError: for an unknown ``op``, ``world_size`` < 1 or ``time_ms`` <= 0.
+
+    Example:
+        >>> collective_bandwidth_gb_per_s("all_reduce", 10**9, 1000.0, 4)
+        (1.0, 1.5)
+    """
+    if not time_ms > 0:
+        raise ValueError(f"collective_bandwidth_gb_per_s: time_ms must be > 0, got {time_ms!r}")
+    factor = bus_factor(op, world_size)
+    algbw = size_bytes / (time_ms * 1e-3) / 1e9
+    return algbw, algbw * factor
+
+
 def allreduce_bandwidth_gb_per_s(
     bytes_reduced: int, time_ms: float, world_size: int
 ) -> tuple[float, float]:
-    """Algorithm and bus bandwidth of an all-reduce, nccl-tests convention (``PERFORMANCE.md``).
-
-    ``algbw = bytes / time``; ``busbw = algbw · 2(n − 1)/n`` (all-reduce moves ``2(n − 1)/n`` of the
-    buffer over each link). GB is 10^9 bytes as in nccl-tests. Use a non-overlapped time: with
+    """Algorithm and bus bandwidth of an all-reduce (:func:`collective_bandwidth_gb_per_s` with
+    ``op="all_reduce"``: ``busbw = algbw · 2(n − 1)/n``). Use a non-overlapped time: with
     ``overlap = True`` :meth:`GradientSynchronizer.stats` reports only the exposed wait, which
     overstates the bandwidth.
 
@@ -145,9 +195,7 @@ def allreduce_bandwidth_gb_per_s(
     Returns:
         ``(algbw_gb_per_s, busbw_gb_per_s)``.
     """
-    assert time_ms > 0 and world_size >= 1, (time_ms, world_size)
-    algbw = bytes_reduced / (time_ms * 1e-3) / 1e9
-    return algbw, algbw * 2 * (world_size - 1) / world_size
+    return collective_bandwidth_gb_per_s("all_reduce", bytes_reduced, time_ms, world_size)
 
 
 @dataclasses.dataclass

@@ -20,7 +20,8 @@ one-line message naming the root-cause rank and what happened to it (the excepti
 signal, or the exit code), e.g. ``rank 1 ran out of memory (OutOfMemoryError: CUDA out of
 memory. Tried to allocate 2.00 GiB); also failed: rank 0 (stopped by the launcher, SIGTERM);
 log: runs/x/logs/rank1.log``; the last lines of that rank's log are printed to stderr and kept in
-the exception. Survivors blocked in a collective are stopped by the agent at once; a rank that
+the exception, and ``RUN_DIR/status.json`` gets ``state = "failed"``, that message as ``reason``,
+``failed_rank`` and ``failed_log``. Survivors blocked in a collective are stopped by the agent at once; a rank that
 hangs is bounded by the collective timeout of its peers (``distributed.timeout_s``).
 """
 
@@ -231,6 +232,14 @@ def _print_tail(failure: RankFailure) -> None:
     )
 
 
+def _record_failure(run_dir: RunDir, root: RankFailure, message: str) -> None:
+    """Put the root cause into ``status.json``: what rank 0 wrote there says only how rank 0
+    ended (often stopped by the launcher), not which rank failed first."""
+    status = run_dir.read_status() or {}
+    status.update(state="failed", reason=message, failed_rank=root.rank, failed_log=str(root.log_path))
+    run_dir.write_json(run_dir.status_path, status)
+
+
 @contextlib.contextmanager
 def _signal_handlers_kept() -> Iterator[None]:
     """Restore the caller's signal handlers afterwards: torch elastic installs its own for
@@ -429,7 +438,9 @@ def launch_workers(
             ]
             failures = _order_failures(found)
             _print_tail(failures[0])
-            raise WorkersFailed(_failure_message(failures, max_restarts), failures) from None
+            message = _failure_message(failures, max_restarts)
+            _record_failure(rd, failures[0], message)
+            raise WorkersFailed(message, failures) from None
         except SignalException as exc:
             if exc.sigval == signal.SIGINT:
                 raise KeyboardInterrupt from None

@@ -36,6 +36,7 @@ import torch
 from torch import Tensor
 
 from trainer.errors import ConfigError
+from trainer.parallel.balance import split_by_shares
 from trainer.render.aabb import ray_aabb_intersect
 from trainer.render.occupancy import OccupancyGrid
 
@@ -306,19 +307,29 @@ def expand_box(box: Box, overlap: float, aabb: Tensor) -> tuple[Tensor, Tensor]:
     return torch.maximum(lo - margin, scene[0]), torch.minimum(hi + margin, scene[1])
 
 
-def assign_boxes(num_boxes: int, world_size: int, weights: Sequence[float] | Tensor | None = None) -> list[int]:
+def assign_boxes(
+    num_boxes: int,
+    world_size: int,
+    weights: Sequence[float] | Tensor | None = None,
+    *,
+    rank_shares: Sequence[float] | None = None,
+) -> list[int]:
     """Owner rank of each box.
 
     Without weights: contiguous runs of box indices, the first ``K mod W`` ranks owning
-    ``⌈K/W⌉`` boxes and the others ``⌊K/W⌋`` (neighbouring boxes stay on one rank). With weights
-    (e.g. the measured compute cost of each box): greedy longest-processing-time assignment
-    (Graham 1969) — boxes in decreasing weight, each to the rank with the least load so far, ties
-    to the rank with fewer boxes, then the lower rank — so every rank gets at least one box.
+    ``⌈K/W⌉`` boxes and the others ``⌊K/W⌋`` (neighbouring boxes stay on one rank); with
+    ``rank_shares`` (static shares from ``distributed.gpu_capabilities``) rank r's run is one box
+    plus its largest-remainder share of the other ``K − W`` boxes
+    (:func:`~trainer.parallel.balance.split_by_shares`). With weights (e.g. the measured compute
+    cost of each box): greedy longest-processing-time assignment (Graham 1969) — boxes in
+    decreasing weight, each to the rank with the least load so far, ties to the rank with fewer
+    boxes, then the lower rank — so every rank gets at least one box.
 
     Args:
         num_boxes: K (``parallel.num_subgrids``).
         world_size: W (``distributed.world_size``).
         weights: [K] costs ≥ 0, or None.
+        rank_shares: [W] shares > 0 summing to 1 (only without ``weights``), or None for equal runs.
 
     Returns:
         K ranks in ``0 .. W-1``; ``owners[k]`` owns box k.
@@ -340,11 +351,17 @@ def assign_boxes(num_boxes: int, world_size: int, weights: Sequence[float] | Ten
             f"< world_size={world_size}"
         )
     if weights is None:
-        base, extra = divmod(num_boxes, world_size)
+        if rank_shares is None:
+            base, extra = divmod(num_boxes, world_size)
+            counts = [base + (1 if rank < extra else 0) for rank in range(world_size)]
+        else:
+            assert len(rank_shares) == world_size, (rank_shares, world_size)
+            counts = [1 + n for n in split_by_shares(num_boxes - world_size, rank_shares)]
         owners: list[int] = []
-        for rank in range(world_size):
-            owners += [rank] * (base + (1 if rank < extra else 0))
+        for rank, count in enumerate(counts):
+            owners += [rank] * count
         return owners
+    assert rank_shares is None, "assign_boxes: rank_shares applies to the contiguous assignment only"
     cost = torch.as_tensor(weights, dtype=torch.float64).flatten()
     if cost.numel() != num_boxes or not bool(torch.isfinite(cost).all()) or bool((cost < 0).any()):
         raise ValueError(f"assign_boxes: weights must be {num_boxes} finite values >= 0, got {cost.tolist()}")

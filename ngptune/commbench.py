@@ -1,0 +1,412 @@
+"""``ngptune bench-comm``: collective bandwidth of this host's ranks, nccl-tests convention.
+
+    ngptune bench-comm [--nproc-per-node N] [--emulate-interconnect nvlink|pcie|sockets]
+        [--sizes 1M,16M,64M] [--ops all_reduce,all_gather] [--iters N] [--warmup N]
+        [--nccl-settings "NCCL_ALGO=Ring;NCCL_ALGO=Tree" ...] [--csv FILE] [--backend auto|nccl|gloo]
+
+For each NCCL setting (one by default) N worker ranks are started through the elastic launcher
+(:func:`trainer.parallel.launch.launch_workers`, the same path as ``ngptune train
+--nproc-per-node``); each rank times ``--iters`` back-to-back calls of every collective at every
+size after ``--warmup`` untimed ones (CUDA events on GPUs, ``time.perf_counter`` on the CPU), and
+the slowest rank's mean time per call is reported, as nccl-tests does. Bandwidths
+(:func:`trainer.parallel.grad_sync.collective_bandwidth_gb_per_s`, nccl-tests ``PERFORMANCE.md``)::
+
+    algbw = size_bytes / time          busbw = algbw · 2(n−1)/n   (all_reduce)
+                                       busbw = algbw · (n−1)/n    (all_gather, size = whole output)
+
+Sizes take binary suffixes as nccl-tests (``64K`` = 65536 bytes, ``1M`` = 2^20, ``1G`` = 2^30);
+buffers are float32, so a size is rounded down to a multiple of 4 bytes (all-gather: 4·n). GB/s
+are 10^9 bytes per second.
+
+``--nccl-settings``: ``;`` separates settings, ``,`` the variables of one setting; the flag may be
+repeated. ``--emulate-interconnect`` sets ``NCCL_P2P_DISABLE`` / ``NCCL_SHM_DISABLE`` on every rank
+(:data:`trainer.parallel.dist_env.EMULATED_INTERCONNECT_ENV`); both are NCCL-only and rejected on
+the gloo backend. The result table (:data:`COLUMNS`) is shown with rich and written as CSV with
+``--csv``; :func:`run_comm_bench` returns it as a DataFrame for other code (the profile report
+compares the gradient all-reduce's achieved busbw with it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import re
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
+
+from trainer.config import TrainConfig
+from trainer.errors import ConfigError, LaunchError
+from trainer.parallel.dist_env import EMULATED_INTERCONNECT_ENV
+from trainer.rundir import RunDir, atomic_write_text, prepare_output_file
+
+if TYPE_CHECKING:  # pandas and torch load on first use: `ngptune --help` imports every command module
+    import pandas as pd
+
+__all__ = ["COLUMNS", "OPS", "CommBenchConfig", "parse_nccl_settings", "parse_sizes", "register", "run_comm_bench"]
+
+OPS = ("all_reduce", "all_gather")
+"""Collectives ``--ops`` accepts."""
+
+COLUMNS = (
+    "size_bytes", "count", "op", "time_us", "algbw_gb_per_s", "busbw_gb_per_s", "settings",
+    "emulated_interconnect", "backend", "world_size",
+)
+"""Columns of the result table and CSV (``count``: float32 elements of the size; ``settings``: the
+NCCL variables set, ``default`` for none)."""
+
+DEFAULT_SIZES = "1M,16M,64M"
+DEFAULT_LABEL = "default"
+RESULT_FILE = "bench_comm.json"  # written by rank 0 of each launch into its folder
+_BYTES_PER_ELEMENT = 4  # float32 buffers
+_SIZE = re.compile(r"^(\d+)\s*([KMG]?)(?:I?B)?$", re.IGNORECASE)
+_SUFFIX = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
+_VARIABLE = re.compile(r"^NCCL_[A-Z0-9_]+$")
+
+
+@dataclasses.dataclass(frozen=True)
+class CommBenchConfig:
+    """What one ``bench-comm`` run measures.
+
+    Attributes:
+        nproc_per_node: ranks n (>= 2).
+        sizes_bytes: message sizes (bytes, >= 4·n each).
+        ops: collectives from :data:`OPS`.
+        iters: timed calls per size and op (>= 1).
+        warmup: untimed calls before them (>= 0).
+        backend: ``"nccl"``, ``"gloo"`` or ``"auto"`` (resolved on construction by
+            :func:`resolve_backend`).
+        emulate_interconnect: ``"none"``, ``"nvlink"``, ``"pcie"`` or ``"sockets"`` (NCCL only).
+        nccl_settings: one dict of NCCL variables per setting to measure; ``({},)`` for the default.
+        timeout_s: bound of the rendezvous and of every collective (s).
+    """
+
+    nproc_per_node: int
+    sizes_bytes: tuple[int, ...]
+    ops: tuple[str, ...] = OPS
+    iters: int = 20
+    warmup: int = 5
+    backend: str = "gloo"
+    emulate_interconnect: str = "none"
+    nccl_settings: tuple[dict[str, str], ...] = ({},)
+    timeout_s: float = TrainConfig().distributed.timeout_s
+
+    def __post_init__(self) -> None:
+        n = self.nproc_per_node
+        if isinstance(n, bool) or not isinstance(n, int) or n < 2:
+            raise ConfigError(f"--nproc-per-node: expected an integer >= 2 (a collective needs two ranks), got {n!r}")
+        for name, value, lo in (("--iters", self.iters, 1), ("--warmup", self.warmup, 0)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+                raise ConfigError(f"{name}: expected an integer >= {lo}, got {value!r}")
+        unknown = [op for op in self.ops if op not in OPS]
+        if not self.ops or unknown:
+            raise ConfigError(f"--ops: expected a comma-separated list of {', '.join(OPS)}, got {','.join(self.ops)!r}")
+        smallest = _BYTES_PER_ELEMENT * n
+        if not self.sizes_bytes or min(self.sizes_bytes) < smallest:
+            raise ConfigError(f"--sizes: every size must be at least {smallest} bytes (one float32 per rank), "
+                              f"got {list(self.sizes_bytes)}")
+        object.__setattr__(self, "backend", resolve_backend(self.backend, n))
+        emulated = EMULATED_INTERCONNECT_ENV[self.emulate_interconnect]
+        for setting in self.nccl_settings:
+            clash = sorted(set(setting) & set(emulated))
+            if clash:
+                raise ConfigError(f"--nccl-settings: {', '.join(clash)} is set by --emulate-interconnect "
+                                  f"{self.emulate_interconnect}; leave it out of the settings")
+        if self.backend == "gloo" and self.emulate_interconnect != "none":
+            raise ConfigError(
+                f"--emulate-interconnect: {self.emulate_interconnect!r} works through NCCL variables, but bench-comm "
+                "runs on the gloo backend here; use --emulate-interconnect none, or the nccl backend on GPUs"
+            )
+        if self.backend == "gloo" and any(self.nccl_settings):
+            raise ConfigError("--nccl-settings: NCCL variables do nothing on the gloo backend; run on GPUs "
+                              "(--backend nccl) or leave them out")
+
+
+def parse_sizes(text: str) -> tuple[int, ...]:
+    """``"1M,16M,64M"`` → (1048576, 16777216, 67108864); binary suffixes K, M, G (optional B/iB).
+
+    Raises:
+        ConfigError: naming ``--sizes`` and the item that is not a size.
+    """
+    sizes = []
+    for item in text.split(","):
+        m = _SIZE.match(item.strip())
+        if m is None or int(m.group(1)) == 0:
+            raise ConfigError(f"--sizes: expected sizes like 4096,64K,1M,1G (bytes > 0), got {item.strip()!r}")
+        sizes.append(int(m.group(1)) * _SUFFIX[m.group(2).upper()])
+    return tuple(sizes)
+
+
+def parse_nccl_settings(values: Sequence[str]) -> tuple[dict[str, str], ...]:
+    """``["NCCL_ALGO=Ring;NCCL_ALGO=Tree,NCCL_PROTO=LL"]`` → ``({"NCCL_ALGO": "Ring"},
+    {"NCCL_ALGO": "Tree", "NCCL_PROTO": "LL"})``; no values → ``({},)`` (the default setting).
+
+    Raises:
+        ConfigError: naming ``--nccl-settings`` and the item for anything but ``NCCL_<NAME>=value``.
+    """
+    settings = []
+    for value in values:
+        for group in value.split(";"):
+            if not group.strip():
+                continue
+            setting: dict[str, str] = {}
+            for item in group.split(","):
+                name, sep, val = item.strip().partition("=")
+                if not sep or not _VARIABLE.match(name) or not val.strip():
+                    raise ConfigError(f"--nccl-settings: expected NCCL_<NAME>=value items, got {item.strip()!r}")
+                if name in setting:
+                    raise ConfigError(f"--nccl-settings: {name} appears twice in {group.strip()!r} "
+                                      "(separate alternative settings with ';')")
+                setting[name] = val.strip()
+            settings.append(setting)
+    return tuple(settings) or ({},)
+
+
+def settings_label(setting: dict[str, str]) -> str:
+    """``NCCL_ALGO=Ring,NCCL_PROTO=LL``, or ``default`` for no variables."""
+    return ",".join(f"{k}={v}" for k, v in setting.items()) or DEFAULT_LABEL
+
+
+def resolve_backend(backend: str, nproc_per_node: int) -> str:
+    """``auto`` → NCCL when this host shows at least ``nproc_per_node`` CUDA devices, else gloo.
+
+    Raises:
+        ConfigError: ``nccl`` without enough CUDA devices, or an unknown name (naming ``--backend``).
+    """
+    import torch
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if backend == "auto":
+        return "nccl" if gpus >= nproc_per_node else "gloo"
+    if backend == "nccl" and gpus < nproc_per_node:
+        raise ConfigError(f"--backend: nccl needs {nproc_per_node} CUDA devices (one per rank), this host shows {gpus}")
+    if backend not in ("nccl", "gloo"):
+        raise ConfigError(f"--backend: expected auto, nccl or gloo, got {backend!r}")
+    return backend
+
+
+def run_comm_bench(config: CommBenchConfig, out_dir: Path) -> pd.DataFrame:
+    """Measure every (setting, op, size) of ``config``; one launch of ``nproc_per_node`` ranks per
+    NCCL setting, logs in ``out_dir/setting<i>/logs/rank<R>.log``.
+
+    Returns:
+        One row per setting, op and size, columns :data:`COLUMNS`.
+
+    Raises:
+        WorkersFailed: a rank failed (names it and its log); LaunchError: the rendezvous failed.
+    """
+    import pandas as pd
+
+    from trainer.parallel.launch import launch_workers
+
+    frames = []
+    for index, setting in enumerate(config.nccl_settings):
+        folder = RunDir(Path(out_dir) / f"setting{index}").create()
+        argv = ["-m", "ngptune.commbench", "--worker", "--out", str(folder.root), "--backend", config.backend,
+                "--sizes", ",".join(map(str, config.sizes_bytes)), "--ops", ",".join(config.ops),
+                "--iters", str(config.iters), "--warmup", str(config.warmup),
+                "--emulate-interconnect", config.emulate_interconnect, "--timeout-s", str(config.timeout_s)]
+        launch_workers(argv, config.nproc_per_node, timeout_s=config.timeout_s, run_dir=folder.root,
+                       env_extra=dict(setting))
+        rows = json.loads((folder.root / RESULT_FILE).read_text(encoding="utf-8"))
+        frame = pd.DataFrame(rows)
+        frame["settings"] = settings_label(setting)
+        frames.append(frame)
+    return pd.concat(frames, ignore_index=True)[list(COLUMNS)]
+
+
+# ------------------------------------------------------------------------------------- worker side
+
+
+def _time_collective_ms(op: str, size_bytes: int, iters: int, warmup: int, device) -> tuple[float, int, int]:
+    """Mean milliseconds per call on this rank, the bytes it stands for (whole output for
+    all-gather) and the float32 element count. Collective: every rank calls it alike."""
+    import torch
+    import torch.distributed as dist
+
+    n = dist.get_world_size()
+    if op == "all_reduce":
+        count = size_bytes // _BYTES_PER_ELEMENT
+        buffer = torch.zeros(count, dtype=torch.float32, device=device)
+
+        def call() -> None:
+            dist.all_reduce(buffer)
+    else:
+        per_rank = size_bytes // (_BYTES_PER_ELEMENT * n)
+        count = per_rank * n
+        local = torch.zeros(per_rank, dtype=torch.float32, device=device)
+        output = torch.empty(count, dtype=torch.float32, device=device)
+
+        def call() -> None:
+            dist.all_gather_into_tensor(output, local)
+
+    for _ in range(warmup):
+        call()
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.cuda.synchronize(device)
+    dist.barrier()
+    if cuda:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(iters):
+            call()
+        end.record()
+        end.synchronize()
+        elapsed_ms = start.elapsed_time(end)
+    else:
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            call()
+        elapsed_ms = (time.perf_counter() - t0) * 1e3
+    return elapsed_ms / iters, count * _BYTES_PER_ELEMENT, count
+
+
+def _worker(argv: list[str]) -> int:
+    """One rank (started by :func:`run_comm_bench` through the launcher); rank 0 writes the rows."""
+    import torch
+    import torch.distributed as dist
+
+    from trainer.config import config_from_dict
+    from trainer.parallel.dist_env import detect_dist_env, init_distributed, shutdown_distributed
+    from trainer.parallel.grad_sync import collective_bandwidth_gb_per_s, collective_device
+
+    p = argparse.ArgumentParser(prog="python -m ngptune.commbench --worker")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--backend", choices=("nccl", "gloo"), required=True)
+    p.add_argument("--sizes", required=True)
+    p.add_argument("--ops", required=True)
+    p.add_argument("--iters", type=int, required=True)
+    p.add_argument("--warmup", type=int, required=True)
+    p.add_argument("--emulate-interconnect", required=True)
+    p.add_argument("--timeout-s", type=float, required=True)
+    args = p.parse_args(argv)
+    torch.set_num_threads(1)
+    cfg = config_from_dict({
+        "training": {"device": "cuda" if args.backend == "nccl" else "cpu"},
+        "distributed": {"backend": args.backend, "timeout_s": args.timeout_s,
+                        "emulate_interconnect": args.emulate_interconnect},
+    }, source="bench-comm")
+    env = detect_dist_env(cfg)
+    init_distributed(env, args.timeout_s)
+    try:
+        rows = []
+        for op in args.ops.split(","):
+            for size in parse_sizes(args.sizes):
+                time_ms, size_bytes, count = _time_collective_ms(op, size, args.iters, args.warmup, env.device)
+                slowest = torch.tensor([time_ms], dtype=torch.float64, device=collective_device())
+                dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+                time_ms = float(slowest.item())
+                algbw, busbw = collective_bandwidth_gb_per_s(op, size_bytes, time_ms, env.world_size)
+                rows.append({"size_bytes": size_bytes, "count": count, "op": op, "time_us": time_ms * 1e3,
+                             "algbw_gb_per_s": algbw, "busbw_gb_per_s": busbw,
+                             "emulated_interconnect": args.emulate_interconnect, "backend": env.backend,
+                             "world_size": env.world_size})
+                if env.is_main:
+                    print(f"{op} {size_bytes} B: {time_ms * 1e3:.1f} us, busbw {busbw:.3g} GB/s", flush=True)
+        if env.is_main:
+            atomic_write_text(args.out / RESULT_FILE, json.dumps(rows, indent=1) + "\n")
+    finally:
+        shutdown_distributed()
+    return 0
+
+
+# ------------------------------------------------------------------------------------- command
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``ngptune bench-comm`` to the CLI."""
+    p = subparsers.add_parser(
+        "bench-comm",
+        help="all-reduce / all-gather bandwidth of this host's ranks (nccl-tests algbw/busbw), CSV export",
+        description="Time collectives on N local ranks and print algbw and busbw as nccl-tests does.",
+    )
+    p.add_argument("--nproc-per-node", type=int, default=None, help="ranks (default: the CUDA devices, else 2)")
+    p.add_argument("--emulate-interconnect", choices=tuple(EMULATED_INTERCONNECT_ENV), default="none",
+                   help="NCCL only: make one NVLink host's ranks talk like PCIe or sockets")
+    p.add_argument("--sizes", default=DEFAULT_SIZES, help=f"message sizes, binary suffixes (default {DEFAULT_SIZES})")
+    p.add_argument("--ops", default=",".join(OPS), help=f"collectives (default {','.join(OPS)})")
+    p.add_argument("--iters", type=int, default=20, help="timed calls per size (default 20)")
+    p.add_argument("--warmup", type=int, default=5, help="untimed calls before them (default 5)")
+    p.add_argument("--nccl-settings", action="append", default=[], metavar="VAR=V[,VAR=V][;...]",
+                   help="NCCL variables to compare: ';' between settings, ',' within one; repeatable")
+    p.add_argument("--csv", type=Path, default=None, help="write the table as CSV here")
+    p.add_argument("--backend", choices=("auto", "nccl", "gloo"), default="auto",
+                   help="auto: NCCL with enough CUDA devices, else gloo")
+    p.add_argument("--timeout-s", type=float, default=TrainConfig().distributed.timeout_s,
+                   help="bound of the rendezvous and of every collective (s)")
+    p.add_argument("--out", type=Path, default=None, help="keep the ranks' logs here (default: a temporary folder)")
+    p.set_defaults(func=bench_comm_command)
+
+
+def _config_from_args(args: argparse.Namespace) -> CommBenchConfig:
+    import torch
+
+    nproc = args.nproc_per_node
+    if nproc is None:
+        nproc = max(2, torch.cuda.device_count()) if torch.cuda.is_available() else 2
+    return CommBenchConfig(
+        nproc_per_node=nproc,
+        sizes_bytes=parse_sizes(args.sizes),
+        ops=tuple(op.strip() for op in args.ops.split(",") if op.strip()),
+        iters=args.iters,
+        warmup=args.warmup,
+        backend=args.backend,
+        emulate_interconnect=args.emulate_interconnect,
+        nccl_settings=parse_nccl_settings(args.nccl_settings),
+        timeout_s=args.timeout_s,
+    )
+
+
+def show_table(frame: pd.DataFrame, title: str) -> None:
+    """Print the results as a rich table (sizes in bytes, time in µs, bandwidths in GB/s)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    for header in ("settings", "op", "size (B)", "count", "time (µs)", "algbw (GB/s)", "busbw (GB/s)"):
+        text = header in ("settings", "op")
+        table.add_column(header, justify="left" if text else "right", no_wrap=header == "op",
+                         overflow="fold" if text else "ellipsis")
+    for row in frame.itertuples(index=False):
+        table.add_row(row.settings.replace(",", "\n"), row.op, f"{row.size_bytes:,}", f"{row.count:,}", f"{row.time_us:.1f}",
+                      f"{row.algbw_gb_per_s:.3g}", f"{row.busbw_gb_per_s:.3g}")
+    Console().print(table)
+
+
+def bench_comm_command(args: argparse.Namespace) -> int:
+    """``ngptune bench-comm``: measure, show the table, write the CSV. Returns 0.
+
+    Raises:
+        ConfigError: a bad flag (names it); LaunchError / WorkersFailed: the ranks failed.
+    """
+    config = _config_from_args(args)
+    if args.csv is not None:
+        prepare_output_file(args.csv, "--csv")
+    keep = args.out is not None
+    out_dir = Path(args.out) if keep else Path(tempfile.mkdtemp(prefix="ngptune-bench-comm-"))
+    try:
+        frame = run_comm_bench(config, out_dir)
+    except LaunchError:
+        if not keep:
+            print(f"bench-comm: rank logs kept in {out_dir}", file=sys.stderr)
+        raise
+    if not keep:
+        shutil.rmtree(out_dir, ignore_errors=True)
+    emulation = "" if config.emulate_interconnect == "none" else f", emulated {config.emulate_interconnect}"
+    show_table(frame, f"bench-comm: {config.nproc_per_node} ranks, {config.backend}{emulation}, "
+                      f"{config.iters} iterations; GB = 10^9 B")
+    if args.csv is not None:
+        frame.to_csv(args.csv, index=False)
+    return 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] != ["--worker"]:
+        print("usage: ngptune bench-comm ... (this module's own entry is for its worker ranks)", file=sys.stderr)
+        sys.exit(2)
+    sys.exit(_worker(sys.argv[2:]))

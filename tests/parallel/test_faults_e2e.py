@@ -1,0 +1,121 @@
+"""Faults of real training jobs through ``ngptune train --nproc-per-node 2`` (gloo, CPU): a rank
+SIGKILLed mid-training resumes from the newest checkpoint under ``--max-restarts``, a simulated
+CUDA OOM is named with its rank, and bad parallel settings are refused before any worker starts."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.parallel.test_dp_training import tiny_flags
+from tests.train.conftest import demo_scene  # noqa: F401  (fixture)
+from trainer.parallel.checkpoint import COMPLETE_MARKER
+from trainer.rundir import RunDir
+from trainer.schema import read_metrics
+
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.timeout(150)
+
+
+def _train_argv(scene: Path, run: Path, *extra: str) -> list[str]:
+    return ["train", "--nproc-per-node", "2", "--scene", str(scene), "--out", str(run), *tiny_flags(), "--quiet",
+            "--no-eval", "--set", "distributed.timeout_s=30", *extra]
+
+
+def _wait_for(predicate, timeout_s: float, what: str, proc: subprocess.Popen) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if proc.poll() is not None:
+            raise AssertionError(f"the job ended (rc {proc.returncode}) before {what}:\n{proc.communicate()[1][-3000:]}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no {what} within {timeout_s} s")
+        time.sleep(0.05)
+
+
+def test_sigkilled_rank_restarts_and_resumes_from_the_newest_checkpoint(demo_scene, tmp_path):
+    run = RunDir(tmp_path / "run")
+    n_steps = 20
+    argv = _train_argv(demo_scene, run.root, "--n-steps", str(n_steps), "--checkpoint-every", "10",
+                       "--max-restarts", "1", "--set", "faults.data_delay_ms=100")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    proc = subprocess.Popen([sys.executable, "-m", "ngptune", *argv], cwd=REPO, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        checkpoint = run.checkpoints_dir / "step_0000010" / COMPLETE_MARKER
+
+        def logged_step_15() -> bool:  # after the checkpoint at step 10: steps 11-15 will be lost
+            path = run.metrics_path(1)
+            return checkpoint.is_file() and path.is_file() and '"step": 15' in path.read_text()
+
+        _wait_for(logged_step_15, 90, "rank 1's record of step 15", proc)
+        header = run.log_path(1).read_text().splitlines()[0]
+        pid = int(re.search(r" pid (\d+):", header).group(1))
+        os.kill(pid, signal.SIGKILL)
+        killed_at = time.monotonic()
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err[-3000:]
+    assert json.loads(out.strip().splitlines()[-1])["state"] == "completed"
+    status = run.read_status()
+    assert status["state"] == "completed" and status["step"] == n_steps and status["world_size"] == 2
+    assert status["resumed_from"] == str(run.checkpoints_dir / "step_0000010")
+    for rank in range(2):
+        log = run.log_path(rank).read_text()
+        assert f"=== rank {rank}/2 local rank {rank} attempt 0 pid" in log
+        assert f"=== rank {rank}/2 local rank {rank} attempt 1 pid" in log
+        records = read_metrics(run.metrics_path(rank), require_contiguous_steps=True)
+        assert [r["step"] for r in records] == [5, 10, 15, 20]  # attempt 0's record of step 15 dropped
+    assert time.monotonic() - killed_at < 120
+
+
+def test_simulated_oom_names_the_rank_and_the_oom(demo_scene, tmp_path, capfd):
+    from ngptune.cli import main
+
+    run = RunDir(tmp_path / "run")
+    argv = _train_argv(demo_scene, run.root, "--n-steps", "10", "--set", "faults.oom_at_step=3",
+                       "--set", "faults.ranks=[1]")
+    t0 = time.monotonic()
+    assert main(argv) == 2
+    assert time.monotonic() - t0 < 60  # well within distributed.timeout_s after the fault
+    err = capfd.readouterr().err
+    message = ("rank 1 ran out of memory (OutOfMemoryError: CUDA out of memory. (simulated by "
+               "faults.oom_at_step=3 on rank 1))")
+    assert f"error: {message}" in err
+    assert f"log: {run.log_path(1)}" in err and f"last lines of {run.log_path(1)}" in err
+    status = run.read_status()
+    assert status["state"] == "failed" and status["reason"].startswith(message)
+    assert status["failed_rank"] == 1 and status["failed_log"] == str(run.log_path(1))
+    assert "torch.OutOfMemoryError: CUDA out of memory. (simulated" in run.log_path(1).read_text()
+
+
+@pytest.mark.parametrize(
+    ("settings", "expected"),
+    [
+        (["--set", "parallel.mode=subgrid", "--set", "parallel.num_subgrids=1"],
+         "error: parallel.num_subgrids: expected at least one box per rank (>= world size 2) in subgrid mode, got 1"),
+        (["--set", 'distributed.gpu_capabilities=[{"rank": 0, "compute_power": 1}, {"rank": 2, "compute_power": 1}]'],
+         "error: distributed.gpu_capabilities[1].rank: expected a rank < world size (2), got 2"),
+        (["--set", "distributed.world_size=3"],
+         "error: distributed.world_size: config says 3 but 2 processes were started"),
+    ],
+    ids=["num_subgrids", "gpu_capabilities", "world_size"],
+)
+def test_bad_parallel_settings_are_refused_before_any_worker_starts(demo_scene, tmp_path, capfd, settings, expected):
+    from ngptune.cli import main
+
+    run = tmp_path / "run"
+    assert main(_train_argv(demo_scene, run, *settings)) == 2
+    assert capfd.readouterr().err.strip() == expected
+    assert not run.exists()
