@@ -1,0 +1,85 @@
+"""``ngptune sweep``: autotune the distributed trainer with an Optuna study (DESIGN.md §5).
+
+With no arguments it runs ``studies/demo.toml`` on the built-in demo scene with every GPU, or 2
+gloo ranks on a machine without one, and writes ``reports/demo/`` (report, ``trials.csv``,
+``best_config.json``, ``best_env.sh``). Running the same command again resumes the study.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ngptune.tuning.study import REPO_ROOT
+
+__all__ = ["DEFAULT_STUDY", "register"]
+
+DEFAULT_STUDY = REPO_ROOT / "studies" / "demo.toml"
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text}")
+    return value
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from ngptune.tuning.sweep import SweepOptions, run_sweep
+
+    options = SweepOptions(
+        study_path=args.study,
+        scene=args.scene,
+        trials=args.trials,
+        timeout_s=args.timeout,
+        storage=args.storage,
+        study_name=args.study_name,
+        nproc_per_node=args.nproc_per_node,
+        out_dir=args.out,
+    )
+    try:
+        result = run_sweep(options)
+    except KeyboardInterrupt:
+        print("sweep interrupted: the running trial was stopped; run the same command again to resume")
+        return 130
+    return 0 if result.best_number is not None else 1
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``ngptune sweep`` to the ``ngptune`` command line."""
+    p = subparsers.add_parser(
+        "sweep",
+        help="autotune the distributed trainer: an Optuna study of trainer and NCCL settings",
+        description=(
+            "Run (or resume) an Optuna study whose trials are fresh launches of the distributed trainer. "
+            "Writes OUT/report.html, trials.csv, best_config.json and best_env.sh."
+        ),
+    )
+    p.add_argument("--study", type=Path, default=DEFAULT_STUDY,
+                   help=f"study file (TOML, see studies/README.md; default {DEFAULT_STUDY.relative_to(REPO_ROOT)})")
+    p.add_argument("--scene", type=Path, default=None, help="scene path replacing the study's scene")
+    p.add_argument("--trials", type=_positive_int, default=None,
+                   help="finished trials the study aims at, counting earlier runs (default: the study file's)")
+    p.add_argument("--timeout", type=_positive_seconds, default=None, metavar="S",
+                   help="stop starting new trials after S seconds")
+    p.add_argument("--storage", default=None, metavar="URL",
+                   help="RDB storage shared by several workers, e.g. postgresql+psycopg2://user:pw@host/db "
+                        "(default: a journal file in the study folder)")
+    p.add_argument("--study-name", default=None, help="Optuna study name (default: the study file's name)")
+    p.add_argument("--nproc-per-node", type=_positive_int, default=None,
+                   help="ranks per trial (default: every GPU, or 2 gloo ranks without a GPU)")
+    p.add_argument("--out", type=Path, default=None, help="study folder (default: reports/<study-name>)")
+    p.set_defaults(func=_cmd_sweep)

@@ -1,0 +1,159 @@
+"""Sweep objectives and how their values come out of a trial's run directory (DESIGN.md §5).
+
+Objectives (names as in the study file, the trials' ``objectives`` attribute and ``trials.csv``):
+
+* ``throughput_samples_per_s`` (maximise): the mean of rank 0's ``throughput_samples_per_s`` over
+  the metrics records after the first (the first interval holds start-up work: allocator warm-up,
+  the occupancy warm-up); the only record when there is one. In a distributed run rank 0's
+  record holds the global throughput (samples of all ranks per second).
+* ``psnr_at_budget_db`` (maximise): the trainer's final evaluation (``eval_psnr_db`` in
+  ``status.json``) after a fixed training-time budget (``budget.seconds``).
+* ``time_to_psnr_s`` (minimise): training seconds (``wall_time_s``, evaluation excluded) at the
+  first evaluation whose ``eval_psnr_db`` reaches the target, from the periodic evaluations in
+  ``metrics.jsonl`` (every ``eval_every_steps`` steps) and then the final one. Resolution: one
+  evaluation interval. A trial that never reaches the target has no value (it is pruned, with
+  the best PSNR it reached in the reason).
+
+Intermediate values (for the pruner, single-objective studies only) are reported at the
+trainer's step of each metrics record: the running throughput for ``throughput_samples_per_s``,
+the training-batch PSNR (``train_psnr_db``) for ``psnr_at_budget_db`` (the evaluation runs only at
+the end); ``time_to_psnr_s`` reports none.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from trainer.schema import PHASES, phase_column
+
+__all__ = [
+    "OBJECTIVES",
+    "ObjectiveDef",
+    "TargetNotReached",
+    "intermediate_values",
+    "mean_phase_ms",
+    "objective_value",
+    "throughput_samples_per_s",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class ObjectiveDef:
+    """One objective: its direction, unit, whether it needs an evaluation, and intermediate values."""
+
+    name: str
+    direction: str  # "maximize" | "minimize" (Optuna's words)
+    unit: str
+    needs_eval: bool
+    has_intermediate: bool
+
+
+OBJECTIVES: dict[str, ObjectiveDef] = {
+    "throughput_samples_per_s": ObjectiveDef("throughput_samples_per_s", "maximize", "samples/s", False, True),
+    "psnr_at_budget_db": ObjectiveDef("psnr_at_budget_db", "maximize", "dB", True, True),
+    "time_to_psnr_s": ObjectiveDef("time_to_psnr_s", "minimize", "s", True, False),
+}
+
+
+class TargetNotReached(Exception):
+    """``time_to_psnr_s``: no evaluation reached the target; carries the best PSNR seen (dB or None)."""
+
+    def __init__(self, target_db: float, best_db: float | None) -> None:
+        best = "no evaluation" if best_db is None else f"best {best_db:.2f} dB"
+        super().__init__(f"PSNR target {target_db:g} dB not reached within the budget ({best})")
+        self.target_db = target_db
+        self.best_db = best_db
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _steady(records: Sequence[Mapping[str, Any]]) -> Sequence[Mapping[str, Any]]:
+    """The records after the first (warm-up) one, or all of them when there is only one."""
+    return records[1:] if len(records) > 1 else records
+
+
+def throughput_samples_per_s(records: Sequence[Mapping[str, Any]]) -> float | None:
+    """Mean ``throughput_samples_per_s`` (samples/s) of rank-0 ``records`` after the first, or None
+    when no record has a finite value."""
+    values = [r["throughput_samples_per_s"] for r in _steady(records) if _finite(r.get("throughput_samples_per_s"))]
+    return statistics.fmean(values) if values else None
+
+
+def _time_to_psnr_s(records: Sequence[Mapping[str, Any]], status: Mapping[str, Any], target_db: float) -> float:
+    points = [(r["wall_time_s"], r["eval_psnr_db"]) for r in records if _finite(r.get("eval_psnr_db"))]
+    if _finite(status.get("eval_psnr_db")) and _finite(status.get("train_time_s")):
+        points.append((status["train_time_s"], status["eval_psnr_db"]))
+    for time_s, psnr_db in points:
+        if psnr_db >= target_db:
+            return float(time_s)
+    raise TargetNotReached(target_db, max((p for _, p in points), default=None))
+
+
+def objective_value(
+    name: str,
+    records: Sequence[Mapping[str, Any]],
+    status: Mapping[str, Any],
+    *,
+    target_db: float | None = None,
+) -> float | None:
+    """The value of objective ``name`` for a finished trial.
+
+    Args:
+        name: a key of :data:`OBJECTIVES`.
+        records: rank 0's metrics records (``trainer.schema.read_metrics``), in step order.
+        status: the run's ``status.json``.
+        target_db: the PSNR target of ``time_to_psnr_s``.
+
+    Returns:
+        The value in the objective's unit, or None when the run holds no such measurement.
+
+    Raises:
+        TargetNotReached: ``time_to_psnr_s`` whose target no evaluation reached.
+        KeyError: unknown objective name (a programming error: study files are validated).
+    """
+    if name == "throughput_samples_per_s":
+        return throughput_samples_per_s(records)
+    if name == "psnr_at_budget_db":
+        value = status.get("eval_psnr_db")
+        return float(value) if _finite(value) else None
+    if name == "time_to_psnr_s":
+        assert target_db is not None, "time_to_psnr_s needs target_db"
+        return _time_to_psnr_s(records, status, target_db)
+    raise KeyError(name)
+
+
+def intermediate_values(name: str, records: Sequence[Mapping[str, Any]]) -> list[tuple[int, float]]:
+    """``(step, value)`` pairs to report to the pruner, one per metrics record that has one.
+
+    ``throughput_samples_per_s``: at record i, the mean throughput of records 1..i (record 0 at
+    i = 0, as :func:`throughput_samples_per_s`); ``psnr_at_budget_db``: ``train_psnr_db``;
+    ``time_to_psnr_s``: none.
+    """
+    out: list[tuple[int, float]] = []
+    if name == "throughput_samples_per_s":
+        for i, record in enumerate(records):
+            value = throughput_samples_per_s(records[: i + 1])
+            if value is not None:
+                out.append((int(record["step"]), value))
+    elif name == "psnr_at_budget_db":
+        out = [(int(r["step"]), float(r["train_psnr_db"])) for r in records if _finite(r.get("train_psnr_db"))]
+    return out
+
+
+def mean_phase_ms(records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """Mean time per step of each phase and ``other`` (ms) over the records after the first;
+    phases no record reports are left out."""
+    steady = _steady(records)
+    out: dict[str, float] = {}
+    for phase in (*PHASES, "other"):
+        column = phase_column(phase)
+        values = [r[column] for r in steady if _finite(r.get(column))]
+        if values:
+            out[phase] = statistics.fmean(values)
+    return out

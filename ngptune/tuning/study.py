@@ -1,0 +1,730 @@
+"""Study files: what one ``ngptune sweep`` tunes, how, and towards what (DESIGN.md §5).
+
+A study file is TOML (``studies/*.toml``; read with :mod:`tomllib`)::
+
+    [study]
+    name = "demo"                  # default --study-name (letters, digits, . _ -); default: file stem
+    scene = "demo"                 # "demo" (the built-in scene, cached) or a scene path
+    config = "configs/small.json"  # base trainer config; default: the trainer's defaults
+    trials = 6                     # finished trials the study aims at (--trials overrides)
+    timeout_s = 900                # optional: stop starting trials after this long (--timeout)
+
+    [settings]                     # fixed trainer settings, dotted keys (also as nested tables)
+    "training.log_every" = 5
+    NCCL_ALGO = "Ring"             # fixed NCCL variables: allow-listed values only (ngptune.tuning.nccl)
+
+    [budget]                       # exactly one of steps / seconds
+    seconds = 6                    # training.time_budget_s (training.n_steps becomes a large cap)
+    trial_timeout_s = 90           # a trial still running after this long is killed: failed (hang)
+
+    [sampler]
+    type = "tpe"                   # tpe | random | nsga2
+    seed = 7
+    n_startup_trials = 3           # tpe only; population_size: nsga2 only
+
+    [pruner]
+    type = "median"                # median | hyperband | none (none with several objectives)
+    n_startup_trials = 2           # median: n_startup_trials, n_warmup_steps, interval_steps
+                                   # hyperband: min_resource, max_resource ("auto" or steps), reduction_factor
+
+    [[objectives]]
+    name = "throughput_samples_per_s"      # or psnr_at_budget_db (needs budget.seconds),
+                                           # time_to_psnr_s (target_db, eval_every_steps)
+
+    [params."parallel.mode"]
+    type = "categorical"
+    choices = ["data", "subgrid"]
+
+    [params."parallel.num_subgrids"]       # conditional: only sampled when parallel.mode is subgrid
+    type = "int"                           # int | float: low, high, step, log
+    low = 2
+    high = 4
+    when = { "parallel.mode" = "subgrid" } # values: one or a list; keys: parameters defined above
+
+    [params.NCCL_ALGO]                     # NCCL variables: allow-list only; inactive on gloo
+    type = "categorical"
+    choices = ["Ring", "Tree"]
+
+Relative paths (``scene``, ``config``) are looked up next to the study file first, then in the
+repository root (where ``configs/`` and ``studies/`` live). Every value is checked when the file
+is loaded: trainer settings and parameter values through the trainer's own config rules
+(:func:`trainer.config.apply_overrides`), NCCL ones against the allow-list. Errors are
+:class:`~trainer.errors.ConfigError` with one line naming the study file and the dotted key, e.g.
+``studies/x.toml: params.NCCL_PROTO.choices[2]: NCCL_PROTO=LL128 is never forced ...``.
+
+Checks between a parameter and other values (``parallel.num_subgrids`` below the world size, a
+value the trainer rejects only in combination) are made per trial: such a trial is pruned as an
+invalid combination before anything is launched.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import hashlib
+import json
+import math
+import re
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ngptune.tuning import nccl
+from ngptune.tuning.objectives import OBJECTIVES
+from trainer.config import BLOCKS, TrainConfig, apply_overrides, config_to_dict, load_config
+from trainer.config import _is_int, _is_number, _show  # the trainer's value checks and error display
+from trainer.errors import ConfigError
+
+__all__ = [
+    "BUDGET_STEPS_CAP",
+    "BudgetSpec",
+    "ObjectiveSpec",
+    "ParamSpec",
+    "PrunerSpec",
+    "REPO_ROOT",
+    "SamplerSpec",
+    "StudySpec",
+    "load_study",
+]
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEMO_SCENE = "demo"
+# training.n_steps of a trial with a time budget: the budget, not the step count, ends it.
+BUDGET_STEPS_CAP = 10_000_000
+DEFAULT_TRIALS = 20
+DEFAULT_EVAL_EVERY_STEPS = 50
+# Keys a sweep controls itself and a study may not set: why not.
+_RESERVED_KEYS = {
+    "training.n_steps": "set by the budget (budget.steps)",
+    "training.time_budget_s": "set by the budget (budget.seconds)",
+    "data.scene": "set by study.scene (or --scene)",
+    "distributed.world_size": "set by --nproc-per-node",
+    "distributed.master_port": "every trial's launcher picks a free rendezvous port",
+}
+_NAME_RE = re.compile(r"[A-Za-z0-9_.-]+")
+_MAX_CHECKED_VALUES = 4096  # int parameters with fewer values have each value checked at load
+
+
+# ----------------------------------------------------------------------------------------------
+# The parts of a study
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class ParamSpec:
+    """One searched parameter.
+
+    Attributes:
+        name: a dotted trainer key (``training.precision``) or an allow-listed NCCL variable.
+        kind: ``"categorical"``, ``"int"`` or ``"float"``.
+        choices: the values of a categorical parameter.
+        low, high: inclusive bounds of an int / float parameter.
+        step: grid step of an int / float parameter, or None (int: 1).
+        log: sample on a log scale.
+        when: conditions ``(parameter name, allowed values)``; the parameter is sampled only when
+            each named (earlier) parameter was sampled with one of its values.
+    """
+
+    name: str
+    kind: str
+    choices: tuple[Any, ...] = ()
+    low: float | int | None = None
+    high: float | int | None = None
+    step: float | int | None = None
+    log: bool = False
+    when: tuple[tuple[str, tuple[Any, ...]], ...] = ()
+
+    @property
+    def is_nccl(self) -> bool:
+        return nccl.is_nccl_name(self.name)
+
+    def distribution(self):
+        """The Optuna distribution of this parameter."""
+        from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+        if self.kind == "categorical":
+            return CategoricalDistribution(list(self.choices))
+        if self.kind == "int":
+            return IntDistribution(int(self.low), int(self.high), log=self.log, step=int(self.step or 1))
+        return FloatDistribution(float(self.low), float(self.high), log=self.log, step=self.step)
+
+    def contains(self, value: object) -> bool:
+        """Whether ``value`` is one this parameter can take."""
+        if self.kind == "categorical":
+            return any(type(value) is type(c) and value == c for c in self.choices)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return False
+        if self.kind == "int" and not isinstance(value, int):
+            return False
+        if not self.low <= value <= self.high:
+            return False
+        if self.step is not None:
+            k = (value - self.low) / self.step
+            return math.isclose(k, round(k), abs_tol=1e-9)
+        return True
+
+    def values(self) -> list[Any]:
+        """Every value of a categorical or int parameter (a float one has too many: its bounds)."""
+        if self.kind == "categorical":
+            return list(self.choices)
+        if self.kind == "int":
+            return list(range(int(self.low), int(self.high) + 1, int(self.step or 1)))
+        return [self.low, self.high]
+
+
+@dataclasses.dataclass(frozen=True)
+class ObjectiveSpec:
+    """One objective (see :mod:`ngptune.tuning.objectives`): name and its options."""
+
+    name: str
+    target_db: float | None = None  # time_to_psnr_s
+    eval_every_steps: int | None = None  # time_to_psnr_s: training.eval_every
+
+    @property
+    def direction(self) -> str:
+        return OBJECTIVES[self.name].direction
+
+
+@dataclasses.dataclass(frozen=True)
+class BudgetSpec:
+    """How long each trial trains (``steps`` or ``seconds``) and when it counts as hung."""
+
+    steps: int | None
+    seconds: float | None
+    trial_timeout_s: float
+
+    def trainer_overrides(self) -> dict[str, Any]:
+        """Trainer settings that impose the budget."""
+        if self.seconds is not None:
+            return {"training.n_steps": BUDGET_STEPS_CAP, "training.time_budget_s": float(self.seconds)}
+        return {"training.n_steps": int(self.steps), "training.time_budget_s": None}
+
+    def describe(self) -> str:
+        return f"{self.seconds:g} s of training" if self.seconds is not None else f"{self.steps} steps"
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplerSpec:
+    """The Optuna sampler: ``tpe``, ``random`` or ``nsga2``, seeded."""
+
+    type: str = "tpe"
+    seed: int = 0
+    n_startup_trials: int | None = None
+    population_size: int | None = None
+
+    def build(self):
+        """The Optuna sampler object."""
+        import optuna
+
+        if self.type == "random":
+            return optuna.samplers.RandomSampler(seed=self.seed)
+        if self.type == "nsga2":
+            extra = {} if self.population_size is None else {"population_size": self.population_size}
+            return optuna.samplers.NSGAIISampler(seed=self.seed, **extra)
+        extra = {} if self.n_startup_trials is None else {"n_startup_trials": self.n_startup_trials}
+        return optuna.samplers.TPESampler(seed=self.seed, **extra)
+
+
+@dataclasses.dataclass(frozen=True)
+class PrunerSpec:
+    """The Optuna pruner: ``median``, ``hyperband`` or ``none``."""
+
+    type: str = "none"
+    n_startup_trials: int = 2
+    n_warmup_steps: int = 0
+    interval_steps: int = 1
+    min_resource: int = 1
+    max_resource: int | str = "auto"
+    reduction_factor: int = 3
+
+    def build(self):
+        """The Optuna pruner object."""
+        import optuna
+
+        if self.type == "median":
+            return optuna.pruners.MedianPruner(
+                n_startup_trials=self.n_startup_trials,
+                n_warmup_steps=self.n_warmup_steps,
+                interval_steps=self.interval_steps,
+            )
+        if self.type == "hyperband":
+            return optuna.pruners.HyperbandPruner(
+                min_resource=self.min_resource, max_resource=self.max_resource, reduction_factor=self.reduction_factor
+            )
+        return optuna.pruners.NopPruner()
+
+
+@dataclasses.dataclass(frozen=True)
+class StudySpec:
+    """A loaded, validated study file.
+
+    Attributes:
+        path: the study file.
+        name: the study's default name.
+        scene: ``"demo"`` or the scene path (absolute).
+        base_config_path: the base trainer config, or None for the trainer's defaults.
+        settings: fixed trainer settings, dotted key → value.
+        nccl_settings: fixed NCCL variables, name → value (allow-listed).
+        params: the search space, in file order.
+        objectives: one or more objectives, in file order (the study's value order).
+        budget, sampler, pruner: as in the file.
+        trials: the number of finished trials the study aims at.
+        timeout_s: stop starting trials after this many seconds, or None.
+    """
+
+    path: Path
+    name: str
+    scene: str
+    base_config_path: Path | None
+    settings: dict[str, Any]
+    nccl_settings: dict[str, Any]
+    params: tuple[ParamSpec, ...]
+    objectives: tuple[ObjectiveSpec, ...]
+    budget: BudgetSpec
+    sampler: SamplerSpec
+    pruner: PrunerSpec
+    trials: int
+    timeout_s: float | None
+
+    @property
+    def directions(self) -> list[str]:
+        return [o.direction for o in self.objectives]
+
+    @property
+    def objective_names(self) -> list[str]:
+        return [o.name for o in self.objectives]
+
+    @property
+    def needs_eval(self) -> bool:
+        """Whether a trial must run the trainer's final evaluation."""
+        return any(OBJECTIVES[o.name].needs_eval for o in self.objectives)
+
+    def fixed_overrides(self) -> dict[str, Any]:
+        """Trainer settings every trial gets: the fixed settings, the budget, objective options."""
+        overrides = dict(self.settings)
+        overrides.update(self.budget.trainer_overrides())
+        for objective in self.objectives:
+            if objective.eval_every_steps is not None:
+                overrides["training.eval_every"] = objective.eval_every_steps
+        return overrides
+
+    def base_config(self) -> TrainConfig:
+        """The base trainer config with :meth:`fixed_overrides` applied (the untuned default)."""
+        return apply_overrides(load_config(self.base_config_path), self.fixed_overrides())
+
+    def fingerprint(self, scene_path: str, nproc_per_node: int) -> str:
+        """SHA-256 of what defines a trial (base config with fixed settings, scene, world size,
+        NCCL settings, space, objectives): a study resumed with another of these is refused."""
+        payload = {
+            "config": config_to_dict(self.base_config()),
+            "scene": scene_path,
+            "nproc_per_node": nproc_per_node,
+            "nccl_settings": self.nccl_settings,
+            "params": [dataclasses.asdict(p) for p in self.params],
+            "objectives": [dataclasses.asdict(o) for o in self.objectives],
+        }
+        return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
+
+
+# ----------------------------------------------------------------------------------------------
+# Reading
+# ----------------------------------------------------------------------------------------------
+
+
+class _Reader:
+    """Builds errors that name the study file and the dotted key."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def error(self, key: str, problem: str) -> ConfigError:
+        return ConfigError(f"{self.path}: {key}: {problem}")
+
+    def table(self, data: Mapping, key: str) -> dict[str, Any]:
+        value = data.get(key, {})
+        if not isinstance(value, dict):
+            raise self.error(key, f"expected a table, got {_show(value)}")
+        return value
+
+    def only(self, table: Mapping, where: str, allowed: list[str]) -> None:
+        for key in table:
+            if key not in allowed:
+                dotted = f"{where}.{key}" if where else key
+                close = difflib.get_close_matches(str(key), allowed, n=1)
+                hint = f"did you mean {close[0]!r}?" if close else f"expected one of {', '.join(allowed)}"
+                raise ConfigError(f"{self.path}: unknown key {dotted!r} ({hint})")
+
+    def value(self, table: Mapping, where: str, key: str, check, description: str, default: Any = None) -> Any:
+        if key not in table:
+            return default
+        value = table[key]
+        if not check(value):
+            raise self.error(f"{where}.{key}", f"expected {description}, got {_show(value)}")
+        return value
+
+
+def _resolve_path(reader: _Reader, key: str, text: str) -> Path:
+    """A path from the study file: absolute, else next to the study file, else in the repo root."""
+    path = Path(text).expanduser()
+    if path.is_absolute():
+        candidates = [path]
+    else:
+        candidates = [reader.path.parent / path, REPO_ROOT / path]
+    for candidate in candidates:
+        if candidate.exists():
+            return candidate.resolve()
+    tried = " or ".join(str(c) for c in candidates)
+    raise reader.error(key, f"{text!r} not found (looked for {tried})")
+
+
+def _flatten(table: Mapping, prefix: str = "") -> dict[str, Any]:
+    """Nested tables → dotted keys (``[settings.training] log_every = 5`` → ``training.log_every``)."""
+    out: dict[str, Any] = {}
+    for key, value in table.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict) and not nccl.is_nccl_name(dotted):
+            out.update(_flatten(value, prefix=f"{dotted}."))
+        else:
+            out[dotted] = value
+    return out
+
+
+def _config_problem(cfg: TrainConfig, key: str, value: object) -> str | None:
+    """The trainer's complaint about ``key`` taking ``value`` (None if accepted).
+
+    Only the key's own rule counts (the rule of its config field, as ``trainer.config`` defines
+    it); checks between keys depend on the combination and are made per trial. Unknown keys get
+    the trainer's message with its did-you-mean suggestion.
+    """
+    block, _, name = key.partition(".")
+    fields = {f.name: f for f in dataclasses.fields(BLOCKS[block])} if block in BLOCKS else {}
+    if name not in fields:
+        try:
+            apply_overrides(cfg, {key: value})
+        except ConfigError as exc:
+            return str(exc).removeprefix("overrides: ")
+        return None
+    rule = fields[name].metadata.get("rule")
+    try:
+        if rule is not None:
+            rule.from_json(key, value)
+        else:  # a field without its own rule: the whole config decides
+            apply_overrides(cfg, {key: value})
+    except ConfigError as exc:
+        message = str(exc).removeprefix("overrides: ")
+        return message.removeprefix(f"{key}:").strip()
+    return None
+
+
+def _check_reserved(reader: _Reader, where: str, key: str) -> None:
+    if key in _RESERVED_KEYS:
+        raise reader.error(where, f"{key} cannot be set in a study: {_RESERVED_KEYS[key]}")
+
+
+def _read_settings(reader: _Reader, data: Mapping, cfg: TrainConfig) -> tuple[dict[str, Any], dict[str, Any]]:
+    flat = _flatten(reader.table(data, "settings"))
+    settings: dict[str, Any] = {}
+    nccl_settings: dict[str, Any] = {}
+    for key, value in flat.items():
+        where = f"settings.{key}"
+        if nccl.is_nccl_name(key):
+            if key in nccl.FORCED and str(value) == nccl.FORCED[key]:
+                continue  # the trial sets it anyway
+            try:
+                nccl.check_nccl_value(key, value)
+            except nccl.NcclValueError as exc:
+                raise reader.error(where, str(exc)) from None
+            nccl_settings[key] = value
+            continue
+        _check_reserved(reader, where, key)
+        settings[key] = value
+    try:
+        apply_overrides(cfg, settings)
+    except ConfigError as exc:
+        message = str(exc).removeprefix("overrides: ")
+        named = message.split(":", 1)[0]
+        raise ConfigError(f"{reader.path}: settings{'.' if named in settings else ': '}{message}") from None
+    return settings, nccl_settings
+
+
+def _check_param_value(reader: _Reader, where: str, name: str, value: object, cfg: TrainConfig) -> None:
+    if nccl.is_nccl_name(name):
+        try:
+            nccl.check_nccl_value(name, value)
+        except nccl.NcclValueError as exc:
+            raise reader.error(where, str(exc)) from None
+        return
+    problem = _config_problem(cfg, name, value)
+    if problem is not None:
+        raise reader.error(where, problem)
+
+
+def _read_param(reader: _Reader, name: str, table: Mapping, cfg: TrainConfig, earlier: dict[str, ParamSpec]) -> ParamSpec:
+    where = f"params.{name}"
+    if nccl.is_nccl_name(name):
+        try:
+            nccl.check_nccl_name(name)
+        except nccl.NcclValueError as exc:
+            raise reader.error(where, str(exc)) from None
+    else:
+        _check_reserved(reader, where, name)
+        block, _, field = name.partition(".")
+        if block not in BLOCKS or field not in {f.name for f in dataclasses.fields(BLOCKS[block])}:
+            raise ConfigError(f"{reader.path}: {where}: {_config_problem(cfg, name, None)}")
+    kind = table.get("type")
+    if kind not in ("categorical", "int", "float"):
+        raise reader.error(f"{where}.type", f"expected one of categorical, int, float, got {_show(kind)}")
+    common = ["type", "when"]
+    if kind == "categorical":
+        reader.only(table, where, [*common, "choices"])
+        choices = table.get("choices")
+        if not isinstance(choices, list) or not choices:
+            raise reader.error(f"{where}.choices", f"expected a non-empty list, got {_show(choices)}")
+        for i, choice in enumerate(choices):
+            if not isinstance(choice, (str, int, float, bool)):
+                raise reader.error(f"{where}.choices[{i}]", f"expected a string, number or boolean, got {_show(choice)}")
+            if any(type(choice) is type(c) and choice == c for c in choices[:i]):
+                raise reader.error(f"{where}.choices[{i}]", f"duplicate choice {_show(choice)}")
+            _check_param_value(reader, f"{where}.choices[{i}]", name, choice, cfg)
+        spec = ParamSpec(name, kind, choices=tuple(choices))
+    else:
+        reader.only(table, where, [*common, "low", "high", "step", "log"])
+        number = _is_int if kind == "int" else _is_number
+        what = "an integer" if kind == "int" else "a number"
+        for key in ("low", "high"):
+            if key not in table:
+                raise reader.error(where, f"missing key {key!r}")
+        low = reader.value(table, where, "low", number, what)
+        high = reader.value(table, where, "high", number, what)
+        if high < low:
+            raise reader.error(f"{where}.high", f"expected {what} >= low ({low}), got {high}")
+        step = reader.value(table, where, "step", lambda v: number(v) and v > 0, f"{what} > 0")
+        log = reader.value(table, where, "log", lambda v: isinstance(v, bool), "true or false", default=False)
+        if log and step is not None and step != 1:
+            raise reader.error(f"{where}.log", "a log scale cannot have a step")
+        if log and low <= 0:
+            raise reader.error(f"{where}.low", f"expected a value > 0 on a log scale, got {low}")
+        if kind == "float" and nccl.is_nccl_name(name):
+            raise reader.error(f"{where}.type", f"{name} takes integers or names, not floats")
+        spec = ParamSpec(name, kind, low=low, high=high, step=step, log=log)
+        _check_param_value(reader, f"{where}.low", name, low, cfg)
+        _check_param_value(reader, f"{where}.high", name, high, cfg)
+        if kind == "int" and (nccl.is_nccl_name(name) or (high - low) // (step or 1) < _MAX_CHECKED_VALUES):
+            # e.g. multiples of 16, powers of two between the bounds (NCCL: stops at the first
+            # value off the allow-list, which has at most 32 values)
+            for value in range(low, high + 1, step or 1):
+                _check_param_value(reader, where, name, value, cfg)
+    when = _read_when(reader, where, table.get("when"), earlier)
+    return dataclasses.replace(spec, when=when)
+
+
+def _read_when(reader: _Reader, where: str, when: object, earlier: dict[str, ParamSpec]) -> tuple[tuple[str, tuple], ...]:
+    if when is None:
+        return ()
+    if not isinstance(when, dict) or not when:
+        raise reader.error(f"{where}.when", f"expected a table of parameter = value(s), got {_show(when)}")
+    conditions = []
+    for key, values in _flatten(when).items():
+        if key not in earlier:
+            known = ", ".join(earlier) or "none"
+            raise reader.error(f"{where}.when.{key}", f"expected a parameter defined above this one (defined: {known})")
+        values = tuple(values) if isinstance(values, list) else (values,)
+        for value in values:
+            if not earlier[key].contains(value):
+                raise reader.error(f"{where}.when.{key}", f"{_show(value)} is not a value params.{key} can take")
+        conditions.append((key, values))
+    return tuple(conditions)
+
+
+def _read_params(reader: _Reader, data: Mapping, cfg: TrainConfig, settings: Mapping, nccl_settings: Mapping) -> tuple[ParamSpec, ...]:
+    params: dict[str, ParamSpec] = {}
+
+    def walk(table: Mapping, prefix: str) -> None:
+        for key, value in table.items():
+            name = f"{prefix}{key}"
+            if not isinstance(value, dict):
+                raise reader.error(f"params.{name}", f"expected a table with a 'type' key, got {_show(value)}")
+            if "type" not in value and not nccl.is_nccl_name(name):
+                walk(value, f"{name}.")
+                continue
+            if name in settings or name in nccl_settings:
+                raise reader.error(f"params.{name}", f"also fixed in settings.{name}; keep one")
+            params[name] = _read_param(reader, name, value, cfg, dict(params))
+
+    walk(reader.table(data, "params"), "")
+    return tuple(params.values())
+
+
+def _read_objectives(reader: _Reader, data: Mapping, budget: BudgetSpec) -> tuple[ObjectiveSpec, ...]:
+    entries = data.get("objectives")
+    if not isinstance(entries, list) or not entries:
+        raise reader.error("objectives", "expected one or more [[objectives]] tables with a name, e.g. "
+                           'name = "throughput_samples_per_s"')
+    objectives: list[ObjectiveSpec] = []
+    for i, entry in enumerate(entries):
+        where = f"objectives[{i}]"
+        if not isinstance(entry, dict):
+            raise reader.error(where, f"expected a table, got {_show(entry)}")
+        name = entry.get("name")
+        if name not in OBJECTIVES:
+            raise reader.error(f"{where}.name", f"expected one of {', '.join(OBJECTIVES)}, got {_show(name)}")
+        if name in (o.name for o in objectives):
+            raise reader.error(f"{where}.name", f"objective {name} listed twice")
+        if name == "time_to_psnr_s":
+            reader.only(entry, where, ["name", "target_db", "eval_every_steps"])
+            if "target_db" not in entry:
+                raise reader.error(where, "missing key 'target_db' (the PSNR to reach, dB)")
+            target = reader.value(entry, where, "target_db", lambda v: _is_number(v) and v > 0, "a number > 0 (dB)")
+            every = reader.value(entry, where, "eval_every_steps", lambda v: _is_int(v) and v >= 1,
+                                 "an integer >= 1", default=DEFAULT_EVAL_EVERY_STEPS)
+            objectives.append(ObjectiveSpec(name, target_db=float(target), eval_every_steps=every))
+            continue
+        reader.only(entry, where, ["name"])
+        if name == "psnr_at_budget_db" and budget.seconds is None:
+            raise reader.error(f"{where}.name", "psnr_at_budget_db needs a time budget: set budget.seconds")
+        objectives.append(ObjectiveSpec(name))
+    return tuple(objectives)
+
+
+def _read_budget(reader: _Reader, data: Mapping) -> BudgetSpec:
+    table = reader.table(data, "budget")
+    reader.only(table, "budget", ["steps", "seconds", "trial_timeout_s"])
+    steps = reader.value(table, "budget", "steps", lambda v: _is_int(v) and v >= 1, "an integer >= 1")
+    seconds = reader.value(table, "budget", "seconds", lambda v: _is_number(v) and v > 0, "a number > 0 (s)")
+    if (steps is None) == (seconds is None):
+        raise reader.error("budget", "expected exactly one of steps, seconds")
+    default_timeout = 600.0 if seconds is None else 300.0 + 2.0 * seconds
+    timeout = reader.value(table, "budget", "trial_timeout_s", lambda v: _is_number(v) and v > 0,
+                           "a number > 0 (s)", default=default_timeout)
+    if seconds is not None and timeout <= seconds:
+        raise reader.error("budget.trial_timeout_s", f"expected more than budget.seconds ({seconds:g}), got {timeout:g}")
+    return BudgetSpec(steps=steps, seconds=None if seconds is None else float(seconds), trial_timeout_s=float(timeout))
+
+
+def _read_sampler(reader: _Reader, data: Mapping) -> SamplerSpec:
+    table = reader.table(data, "sampler")
+    reader.only(table, "sampler", ["type", "seed", "n_startup_trials", "population_size"])
+    kind = reader.value(table, "sampler", "type", lambda v: v in ("tpe", "random", "nsga2"),
+                        "one of tpe, random, nsga2", default="tpe")
+    seed = reader.value(table, "sampler", "seed", lambda v: _is_int(v) and 0 <= v < 2**32,
+                        "an integer in [0, 2^32)", default=0)
+    startup = reader.value(table, "sampler", "n_startup_trials", lambda v: _is_int(v) and v >= 0, "an integer >= 0")
+    population = reader.value(table, "sampler", "population_size", lambda v: _is_int(v) and v >= 2, "an integer >= 2")
+    if startup is not None and kind != "tpe":
+        raise reader.error("sampler.n_startup_trials", f"only for sampler.type = tpe, not {kind}")
+    if population is not None and kind != "nsga2":
+        raise reader.error("sampler.population_size", f"only for sampler.type = nsga2, not {kind}")
+    return SamplerSpec(type=kind, seed=seed, n_startup_trials=startup, population_size=population)
+
+
+def _read_pruner(reader: _Reader, data: Mapping, objectives: tuple[ObjectiveSpec, ...]) -> PrunerSpec:
+    table = reader.table(data, "pruner")
+    kind = reader.value(table, "pruner", "type", lambda v: v in ("median", "hyperband", "none"),
+                        "one of median, hyperband, none", default="none")
+    options = {"median": ["n_startup_trials", "n_warmup_steps", "interval_steps"],
+               "hyperband": ["min_resource", "max_resource", "reduction_factor"], "none": []}[kind]
+    reader.only(table, "pruner", ["type", *options])
+    if kind != "none" and len(objectives) > 1:
+        raise reader.error("pruner.type", f"{kind} needs a single objective (Optuna prunes single-objective "
+                           f"studies only); use none with {len(objectives)} objectives")
+    if kind != "none" and not OBJECTIVES[objectives[0].name].has_intermediate:
+        raise reader.error("pruner.type", f"{objectives[0].name} reports no intermediate values to prune on; use none")
+    nonneg = (lambda v: _is_int(v) and v >= 0, "an integer >= 0")
+    positive = (lambda v: _is_int(v) and v >= 1, "an integer >= 1")
+    spec = PrunerSpec(type=kind)
+    values = {
+        "n_startup_trials": reader.value(table, "pruner", "n_startup_trials", *nonneg, default=spec.n_startup_trials),
+        "n_warmup_steps": reader.value(table, "pruner", "n_warmup_steps", *nonneg, default=spec.n_warmup_steps),
+        "interval_steps": reader.value(table, "pruner", "interval_steps", *positive, default=spec.interval_steps),
+        "min_resource": reader.value(table, "pruner", "min_resource", *positive, default=spec.min_resource),
+        "max_resource": reader.value(table, "pruner", "max_resource", lambda v: v == "auto" or (_is_int(v) and v >= 1),
+                                     '"auto" or an integer >= 1', default=spec.max_resource),
+        "reduction_factor": reader.value(table, "pruner", "reduction_factor", lambda v: _is_int(v) and v >= 2,
+                                         "an integer >= 2", default=spec.reduction_factor),
+    }
+    return dataclasses.replace(spec, **values)
+
+
+def load_study(path: str | Path, *, scene: str | Path | None = None) -> StudySpec:
+    """Read and validate a study file.
+
+    Args:
+        path: the TOML study file.
+        scene: a scene path that replaces ``study.scene`` (``--scene``; relative to the working
+            directory), or None.
+
+    Returns:
+        The validated :class:`StudySpec`.
+
+    Raises:
+        ConfigError: the file is missing or not TOML, or a key or value is invalid: one line
+            naming the file and the dotted key (``studies/x.toml: budget.seconds: expected a
+            number > 0 (s), got -1``).
+    """
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: study file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read the study file ({exc})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    reader = _Reader(path)
+    reader.only(data, "", ["study", "settings", "budget", "sampler", "pruner", "objectives", "params"])
+
+    study = reader.table(data, "study")
+    reader.only(study, "study", ["name", "scene", "config", "trials", "timeout_s"])
+    name = reader.value(study, "study", "name", lambda v: isinstance(v, str) and _NAME_RE.fullmatch(v) is not None,
+                        "a name of letters, digits, '.', '_' or '-'", default=None)
+    if name is None:
+        name = path.stem if _NAME_RE.fullmatch(path.stem) else "study"
+    scene_text = reader.value(study, "study", "scene", lambda v: isinstance(v, str) and v != "",
+                              'a scene path or "demo"', default=DEMO_SCENE)
+    if scene is not None:
+        scene_path = Path(scene).expanduser()
+        if not scene_path.exists():
+            raise ConfigError(f"--scene {scene}: not found")
+        scene_value = str(scene_path.resolve())
+    elif scene_text == DEMO_SCENE:
+        scene_value = DEMO_SCENE
+    else:
+        scene_value = str(_resolve_path(reader, "study.scene", scene_text))
+    config_text = reader.value(study, "study", "config", lambda v: isinstance(v, str) and v != "", "a config path")
+    base_config_path = None if config_text is None else _resolve_path(reader, "study.config", config_text)
+    trials = reader.value(study, "study", "trials", lambda v: _is_int(v) and v >= 1, "an integer >= 1",
+                          default=DEFAULT_TRIALS)
+    timeout = reader.value(study, "study", "timeout_s", lambda v: _is_number(v) and v > 0, "a number > 0 (s)")
+    try:
+        cfg = load_config(base_config_path)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: study.config: {exc}") from None
+
+    settings, nccl_settings = _read_settings(reader, data, cfg)
+    cfg = apply_overrides(cfg, settings)
+    budget = _read_budget(reader, data)
+    params = _read_params(reader, data, cfg, settings, nccl_settings)
+    objectives = _read_objectives(reader, data, budget)
+    sampler = _read_sampler(reader, data)
+    pruner = _read_pruner(reader, data, objectives)
+    spec = StudySpec(
+        path=path,
+        name=name,
+        scene=scene_value,
+        base_config_path=base_config_path,
+        settings=settings,
+        nccl_settings=nccl_settings,
+        params=params,
+        objectives=objectives,
+        budget=budget,
+        sampler=sampler,
+        pruner=pruner,
+        trials=trials,
+        timeout_s=None if timeout is None else float(timeout),
+    )
+    try:
+        spec.base_config()
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: settings: {str(exc).removeprefix('overrides: ')}") from None
+    return spec

@@ -1,0 +1,643 @@
+"""The sweep: an Optuna study whose trials are launches of the distributed trainer (DESIGN.md §5).
+
+One worker (``ngptune sweep``) runs this loop; several workers may share a study:
+
+1. Open the storage: by default an Optuna journal file in the study folder
+   (:class:`optuna.storages.JournalStorage` with a ``JournalFileBackend``; several workers on one
+   machine append to it under its lock), or ``--storage URL`` for an RDB (PostgreSQL) shared by
+   workers on many machines, with heartbeats (a worker that dies leaves a trial whose heartbeat
+   stops; the next worker to start a trial marks it failed and enqueues a retry,
+   :class:`optuna.storages.RetryHeartbeatStaleTrialCallback`).
+2. Create the study or load it (resume). The worker that creates it records what defines its
+   trials (a fingerprint of base config, fixed settings, scene, world size, space, objectives),
+   the objective names, and enqueues trial 0, the untuned default (:mod:`ngptune.tuning.space`;
+   user attribute ``untuned``, copied by its retries; ``is_default`` is true on the one of them
+   that ran to its end). A worker that loads it refuses a study made from a different definition.
+3. Recover trials of dead workers: on the journal file (no heartbeats) a RUNNING trial whose
+   worker process (same host) is gone is marked failed and retried; a trial failed because its
+   sweep was interrupted (Ctrl-C, SIGTERM) is retried once at the next start. Retries are new
+   trials with the same parameters (``system_attrs["retry_history"]``); the failed original no
+   longer counts towards the trial target.
+4. Run trials until the study holds ``trials`` finished ones (completed, pruned or failed; not
+   counting retried ones) and no waiting one, or until ``--timeout``. Several workers may
+   overshoot the target by at most one trial each.
+5. Write ``best_config.json``, ``best_env.sh`` (:mod:`ngptune.tuning.outputs`), ``trials.csv``,
+   ``report.html`` and a terminal summary (:mod:`ngptune.reporting.study_report`).
+
+Each trial (:class:`_Objective`) samples its settings, checks the combination (an invalid one is
+pruned before launch), writes its config, launches ``ngptune train --nproc-per-node N`` as its own
+process tree (:mod:`ngptune.tuning.trial`), reports intermediate values to the pruner while it
+runs, and records the user attributes the report reads (``outcome``, ``reason``, ``log_path``,
+``run_dir``, ``config_path``, ``duration_s``, ``is_default``, ``settings``, ``nccl_env``,
+``nccl_applied``, ``nccl_active``, ``emulated_interconnect``, ``objectives``, ``phase_ms``,
+``diagnoses``). One bad trial never stops the study.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from ngptune.tuning import nccl
+from ngptune.tuning.layout import StudyDir
+from ngptune.tuning.objectives import OBJECTIVES, TargetNotReached, intermediate_values, mean_phase_ms, objective_value
+from ngptune.tuning.outputs import representative_trial, write_best_config, write_best_env
+from ngptune.tuning.space import check_combination, default_params, sample, split_values, trial_config
+from ngptune.tuning.study import DEMO_SCENE, StudySpec, load_study
+from ngptune.tuning.trial import TrialLaunch, proc_stat, run_trial, trial_argv
+from trainer.config import TrainConfig, dump_config
+from trainer.errors import ConfigError, NgptuneError, TrialFailed
+from trainer.rundir import RunDir, atomic_write_text
+
+__all__ = ["SweepError", "SweepOptions", "SweepResult", "default_nproc_per_node", "nccl_is_active", "run_sweep"]
+
+HEARTBEAT_INTERVAL_S = 10  # RDB storage: a worker's running trial is refreshed this often
+HEARTBEAT_GRACE_S = 60  # ... and counts as stale (worker dead) after this long without a beat
+MAX_RETRIES = 2  # a trial whose worker died is retried at most this many times
+SCHEMA_ATTEMPTS = 8  # RDB storage: tries to open it while another worker creates its tables
+READY_WAIT_S = 60.0  # a worker that loads a study waits this long for its creator to finish setting it up
+_READY_ATTR = "fingerprint"  # study user attribute written last by the creating worker
+# Trial user attribute of the enqueued untuned default (and of its retries, which copy it);
+# ``is_default`` is true only on the one of them that ran to its end, so the report finds one.
+_UNTUNED_ATTR = "untuned"
+
+
+class SweepError(NgptuneError):
+    """The sweep cannot run: storage unreachable, a study of another definition, a dirty folder."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepOptions:
+    """The command line of ``ngptune sweep``.
+
+    Attributes:
+        study_path: the study file.
+        scene: scene path replacing the study's, or None.
+        trials: finished trials to aim at (None: the study file's ``study.trials``).
+        timeout_s: stop starting trials after this many seconds (None: ``study.timeout_s``).
+        storage: an RDB URL (``postgresql+psycopg2://...``, ``sqlite:///...``), or None for the
+            journal file in the study folder.
+        study_name: the Optuna study name (None: ``study.name``).
+        nproc_per_node: ranks per trial (None: every GPU, or 2 gloo ranks on a CPU-only machine).
+        out_dir: the study folder (None: ``reports/<study-name>``).
+        poll_s: seconds between looks at a running trial.
+    """
+
+    study_path: Path
+    scene: Path | None = None
+    trials: int | None = None
+    timeout_s: float | None = None
+    storage: str | None = None
+    study_name: str | None = None
+    nproc_per_node: int | None = None
+    out_dir: Path | None = None
+    poll_s: float = 0.5
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepResult:
+    """What a sweep worker did: its study, folder, best trial and report (None when not written)."""
+
+    study_name: str
+    out_dir: Path
+    n_trials: int
+    best_number: int | None
+    report_path: Path | None
+    best_config_path: Path | None
+
+
+def default_nproc_per_node() -> int:
+    """Every visible GPU, or 2 ranks (gloo) on a machine without one."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 2
+
+
+def nccl_is_active(cfg: TrainConfig, nproc_per_node: int) -> bool:
+    """Whether the trials' ranks talk through NCCL: several ranks, CUDA present, and neither
+    ``distributed.backend = gloo`` nor ``training.device = cpu``."""
+    import torch
+
+    if nproc_per_node < 2 or cfg.distributed.backend == "gloo" or cfg.training.device == "cpu":
+        return False
+    return torch.cuda.is_available()
+
+
+# ----------------------------------------------------------------------------------------------
+# Storage and study set-up
+# ----------------------------------------------------------------------------------------------
+
+
+def _masked(url: str) -> str:
+    """A storage URL without its password."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # not a URL SQLAlchemy can parse: the error below says so
+        return url
+
+
+def open_storage(url: str | None, study_dir: StudyDir):
+    """The Optuna storage: the journal file of ``study_dir`` (``url`` None) or an RDB with heartbeats.
+
+    Raises:
+        SweepError: the URL is malformed, its driver missing or its server unreachable.
+    """
+    import optuna
+
+    if url is None:
+        from optuna.storages.journal import JournalFileBackend
+
+        study_dir.root.mkdir(parents=True, exist_ok=True)
+        return optuna.storages.JournalStorage(JournalFileBackend(str(study_dir.journal_path)))
+    from sqlalchemy.exc import IntegrityError, ProgrammingError
+
+    for attempt in range(SCHEMA_ATTEMPTS):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            try:
+                return optuna.storages.RDBStorage(
+                    url,
+                    heartbeat_interval=HEARTBEAT_INTERVAL_S,
+                    grace_period=HEARTBEAT_GRACE_S,
+                    heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRIES),
+                )
+            except (IntegrityError, ProgrammingError) as exc:
+                # Workers that start together on an empty database race to create Optuna's tables
+                # ("duplicate key ... pg_type", "relation ... already exists"): the loser retries
+                # and finds them made.
+                if attempt + 1 < SCHEMA_ATTEMPTS:
+                    time.sleep(0.5 + 0.5 * attempt)
+                    continue
+                error = exc
+            except Exception as exc:  # SQLAlchemy / driver errors have no common base worth naming
+                error = exc
+        detail = " ".join(str(error).split())[:300]
+        raise SweepError(f"--storage {_masked(url)}: cannot open the study storage ({type(error).__name__}: {detail})")
+
+
+@contextlib.contextmanager
+def _setup_lock(study_dir: StudyDir, enabled: bool) -> Iterator[None]:
+    """Serialise study set-up between workers sharing a study folder (journal storage)."""
+    if not enabled:
+        yield
+        return
+    study_dir.root.mkdir(parents=True, exist_ok=True)
+    with open(study_dir.setup_lock_path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _process_start_ticks(pid: int) -> str | None:
+    """Start time of process ``pid`` in clock ticks since boot, or None when it is gone."""
+    fields = proc_stat(pid)
+    return None if fields is None else fields[19]
+
+
+def _worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{_process_start_ticks(os.getpid())}"
+
+
+def _worker_dead(worker: object) -> bool:
+    """Whether the worker that recorded ``worker`` (``host:pid:start``) is known to be gone
+    (same host, and no process with that pid and start time)."""
+    if not isinstance(worker, str) or worker.count(":") < 2:
+        return False
+    host, pid_text, start = worker.rsplit(":", 2)
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return False
+    return _process_start_ticks(int(pid_text)) != start
+
+
+def _retry_history(trial) -> list[int]:
+    return list(trial.system_attrs.get("retry_history", []))
+
+
+def _retry(study, trial) -> None:
+    import optuna
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRIES)(study, trial)
+
+
+def recover_trials(study, *, check_workers: bool, retry_interrupted: bool) -> list[int]:
+    """Fail and retry the trials of workers that are gone (see the module docstring, step 3).
+
+    Args:
+        study: the study.
+        check_workers: look for RUNNING trials of dead workers on this host (storages without
+            heartbeats).
+        retry_interrupted: also retry trials failed by an interrupted sweep (once each).
+
+    Returns:
+        The numbers of the trials retried.
+    """
+    import optuna
+    from optuna.trial import TrialState
+
+    retried: list[int] = []
+    if check_workers:
+        for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            if not _worker_dead(trial.user_attrs.get("worker")):
+                continue
+            try:
+                study.tell(trial.number, state=TrialState.FAIL)
+            except (optuna.exceptions.UpdateFinishedTrialError, ValueError, RuntimeError):
+                continue  # another worker got there first
+            _retry(study, _frozen(study, trial.number))
+            retried.append(trial.number)
+    if retry_interrupted:
+        trials = study.get_trials(deepcopy=False)
+        superseded = {n for t in trials for n in _retry_history(t)}
+        for trial in trials:
+            if trial.state == TrialState.FAIL and trial.user_attrs.get("interrupted") and trial.number not in superseded:
+                _retry(study, trial)
+                retried.append(trial.number)
+    return retried
+
+
+def _frozen(study, number: int):
+    return next(t for t in study.get_trials(deepcopy=False) if t.number == number)
+
+
+def _progress(study) -> tuple[int, int]:
+    """(waiting trials, trials that count towards the target: all but waiting and retried ones)."""
+    from optuna.trial import TrialState
+
+    trials = study.get_trials(deepcopy=False)
+    superseded = {n for t in trials for n in _retry_history(t)}
+    waiting = sum(t.state == TrialState.WAITING for t in trials)
+    counted = sum(t.state != TrialState.WAITING and t.number not in superseded for t in trials)
+    return waiting, counted
+
+
+# ----------------------------------------------------------------------------------------------
+# One trial
+# ----------------------------------------------------------------------------------------------
+
+
+class _Objective:
+    """The Optuna objective: one trial as a launch of the trainer (see the module docstring)."""
+
+    def __init__(self, *, spec: StudySpec, base_cfg: TrainConfig, scene: str, nproc_per_node: int,
+                 nccl_active: bool, study_dir: StudyDir, console: Console, poll_s: float) -> None:
+        self.spec = spec
+        self.base_cfg = base_cfg
+        self.scene = scene
+        self.nproc = nproc_per_node
+        self.nccl_active = nccl_active
+        self.study_dir = study_dir
+        self.console = console
+        self.poll_s = poll_s
+        self.worker = _worker_id()
+        self.default_names = set(default_params(spec, base_cfg))
+
+    def __call__(self, trial) -> float | list[float]:
+        trial.set_user_attr("worker", self.worker)
+        # What a killed sweep leaves behind; replaced when the trial ends.
+        trial.set_user_attr("outcome", "failed")
+        trial.set_user_attr("reason", "the sweep stopped before this trial finished")
+        trial.set_user_attr("interrupted", False)  # a retry inherits its original's attributes
+        untuned = trial.user_attrs.get(_UNTUNED_ATTR) is True
+        if not untuned:
+            trial.set_user_attr("is_default", False)
+        try:
+            return self._run(trial, untuned)
+        except KeyboardInterrupt:
+            trial.set_user_attr("is_default", False)  # the retry is the default trial
+            trial.set_user_attr("interrupted", True)
+            trial.set_user_attr("reason", "interrupted: the sweep was stopped during this trial (it is retried on the next run)")
+            raise
+
+    def _pruning_hook(self, trial):
+        """Report intermediate values of a single objective; a reason when the pruner says stop."""
+        if len(self.spec.objectives) != 1 or not OBJECTIVES[self.spec.objectives[0].name].has_intermediate:
+            return None
+        name = self.spec.objectives[0].name
+        reported: set[int] = set()
+
+        def on_progress(records: list[dict[str, Any]]) -> str | None:
+            for step, value in intermediate_values(name, records):
+                if step in reported:
+                    continue
+                trial.report(value, step)
+                reported.add(step)
+                if trial.should_prune():
+                    pruner = type(trial.study.pruner).__name__
+                    return f"pruned by {pruner} at step {step} ({name} = {value:.4g})"
+            return None
+
+        return on_progress
+
+    def _objective_values(self, run) -> tuple[dict[str, float | None], str | None]:
+        """Each objective's value (None where the run has none), and why a PSNR target was missed."""
+        values: dict[str, float | None] = {}
+        missed = None
+        for objective in self.spec.objectives:
+            try:
+                values[objective.name] = objective_value(objective.name, run.records, run.status or {},
+                                                         target_db=objective.target_db)
+            except TargetNotReached as exc:
+                values[objective.name], missed = None, str(exc)
+        return values, missed
+
+    def _run(self, trial, is_default: bool) -> float | list[float]:
+        number = trial.number
+        values = sample(trial, self.spec, nccl_active=self.nccl_active, only=self.default_names if is_default else None)
+        trainer_values, nccl_sampled = split_values(values)
+        nccl_env = dict(nccl.FORCED)
+        if self.nccl_active:
+            nccl_env.update({k: str(v) for k, v in self.spec.nccl_settings.items()})
+            nccl_env.update(nccl_sampled)
+        run_dir = self.study_dir.run_dir(number)
+        config_path = self.study_dir.config_path(number)
+        log_path = self.study_dir.launch_log_path(number)
+        attrs: dict[str, Any] = {
+            "is_default": is_default,
+            "run_dir": str(run_dir),
+            "config_path": str(config_path),
+            "log_path": str(log_path),
+            "settings": {**self.spec.fixed_overrides(), **trainer_values},
+            "nccl_env": nccl_env,
+            "nccl_applied": {},
+            "nccl_active": self.nccl_active,
+            "emulated_interconnect": self.base_cfg.distributed.emulate_interconnect,
+            "objectives": {o.name: None for o in self.spec.objectives},
+            "phase_ms": {},
+            "diagnoses": [],
+            "duration_s": 0.0,
+        }
+        self.console.print(f"[bold]trial {number}[/bold]{' (default)' if is_default else ''}: "
+                           + (", ".join(f"{k}={v}" for k, v in values.items()) or "base settings"))
+        try:
+            cfg = trial_config(self.base_cfg, trainer_values, self.scene)
+            attrs["emulated_interconnect"] = cfg.distributed.emulate_interconnect
+            check_combination(cfg, nccl_env, self.nproc, self.nccl_active)
+        except ConfigError as exc:
+            return self._finish(trial, attrs, "pruned", f"invalid combination: {exc}", None)
+        config_path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(config_path, dump_config(cfg) + "\n")
+        launch = TrialLaunch(
+            argv=trial_argv(config_path, run_dir, self.nproc, evaluate=self.spec.needs_eval),
+            env=nccl.trial_env(os.environ, nccl_env, nccl_active=self.nccl_active),
+            run_dir=run_dir,
+            log_path=log_path,
+            world_size=self.nproc,
+            timeout_s=self.spec.budget.trial_timeout_s,
+            poll_s=self.poll_s,
+        )
+        run = run_trial(launch, self._pruning_hook(trial))
+        rundir = RunDir(run_dir)
+        attrs["duration_s"] = run.duration_s
+        attrs["phase_ms"] = mean_phase_ms(run.records)
+        if self.nccl_active:
+            attrs["nccl_applied"] = nccl.parse_applied(rundir.log_path(r) for r in range(self.nproc))
+        attrs["objectives"], missed = self._objective_values(run)
+        if run.leftover_pids:
+            attrs["leftover_pids"] = run.leftover_pids
+            self.console.print(f"[red]trial {number}: processes {run.leftover_pids} survived SIGKILL[/red]")
+        outcome, reason = run.outcome, run.reason
+        if outcome == "completed":
+            absent = [name for name, value in attrs["objectives"].items() if value is None]
+            if missed is not None:
+                outcome, reason = "pruned", missed
+            elif absent:
+                outcome, reason = "failed", f"the run completed without a value for {', '.join(absent)}"
+            attrs["diagnoses"] = _diagnoses(run_dir)
+        return self._finish(trial, attrs, outcome, reason, list(attrs["objectives"].values()))
+
+    def _finish(self, trial, attrs: dict[str, Any], outcome: str, reason: str, values: list | None):
+        import optuna
+
+        attrs.update(outcome=outcome, reason=reason)
+        for key, value in attrs.items():
+            trial.set_user_attr(key, value)
+        shown = ", ".join(f"{k} = {v:.4g}" for k, v in attrs["objectives"].items() if v is not None)
+        colour = {"completed": "green", "pruned": "yellow", "failed": "red"}[outcome]
+        self.console.print(f"trial {trial.number}: [{colour}]{outcome}[/{colour}] in {attrs['duration_s']:.1f} s"
+                           + (f": {shown}" if shown and outcome == "completed" else "")
+                           + (f" — {reason}" if reason else ""))
+        if outcome == "pruned":
+            raise optuna.TrialPruned(reason)
+        if outcome == "failed":
+            raise TrialFailed(reason)
+        return values[0] if len(values) == 1 else values
+
+
+def _diagnoses(run_dir: Path) -> list[dict[str, Any]]:
+    """The bottleneck diagnoses of a completed trial, from its metrics files
+    (:func:`ngptune.profiling.diagnose.diagnose_run` returns the bottlenecks that fired)."""
+    from ngptune.profiling.diagnose import diagnose_run
+
+    try:
+        found = diagnose_run(run_dir)
+    except NgptuneError:
+        return []
+    return [{"bottleneck": d.bottleneck, "severity": d.severity, "evidence": d.evidence, "knob": d.knob}
+            for d in found]
+
+
+# ----------------------------------------------------------------------------------------------
+# The loop
+# ----------------------------------------------------------------------------------------------
+
+
+class _DropFailedTrialLogs(logging.Filter):
+    """Optuna logs a failed trial with its traceback; the sweep prints its own one-line outcome."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Trial ")
+
+
+@contextlib.contextmanager
+def _quiet_optuna() -> Iterator[None]:
+    import optuna
+
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    logger = logging.getLogger("optuna.study._optimize")
+    dropper = _DropFailedTrialLogs()
+    logger.addFilter(dropper)
+    try:
+        yield
+    finally:
+        logger.removeFilter(dropper)
+        optuna.logging.set_verbosity(verbosity)
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises KeyboardInterrupt in the main thread (so a stopped sweep stops its trial)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _scene_path(spec: StudySpec) -> str:
+    if spec.scene != DEMO_SCENE:
+        return spec.scene
+    from trainer.data.demo import demo_scene_path
+
+    return str(demo_scene_path())
+
+
+def _open_study(storage, name: str, spec: StudySpec, fingerprint: str, attrs: dict[str, Any], study_dir: StudyDir,
+                base_cfg: TrainConfig, is_rdb: bool):
+    """Create the study (enqueue the default trial) or load it and check it is the same study."""
+    import optuna
+
+    sampler, pruner = spec.sampler.build(), spec.pruner.build()
+    try:
+        study = optuna.create_study(storage=storage, study_name=name, directions=spec.directions,
+                                    sampler=sampler, pruner=pruner)
+    except optuna.exceptions.DuplicatedStudyError:
+        study = optuna.load_study(study_name=name, storage=storage, sampler=sampler, pruner=pruner)
+        deadline = time.monotonic() + (READY_WAIT_S if is_rdb else 0.0)
+        while _READY_ATTR not in study.user_attrs and time.monotonic() < deadline:
+            time.sleep(0.5)  # the creating worker is still setting the study up
+        found = study.user_attrs.get(_READY_ATTR)
+        if found != fingerprint:
+            why = "was not set up completely" if found is None else "was made from another definition"
+            raise SweepError(
+                f"study {name!r} in {attrs['storage']} {why} (base config, settings, scene, search space, "
+                f"objectives or --nproc-per-node differ); use another --study-name or --out"
+            ) from None
+        return study, False
+    if study_dir.trials_dir.is_dir() and any(study_dir.trials_dir.iterdir()):
+        raise SweepError(
+            f"{study_dir.trials_dir}: holds trials of an earlier study (a new study {name!r} was created in "
+            f"{attrs['storage']}); use another --out or remove that folder"
+        )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        study.set_metric_names(spec.objective_names)
+    for key, value in attrs.items():
+        study.set_user_attr(key, value)
+    study.enqueue_trial(default_params(spec, base_cfg), user_attrs={_UNTUNED_ATTR: True})
+    study.set_user_attr(_READY_ATTR, fingerprint)  # last: the study is ready for other workers
+    return study, True
+
+
+def run_sweep(options: SweepOptions, console: Console | None = None) -> SweepResult:
+    """Run one sweep worker (see the module docstring).
+
+    Returns:
+        The :class:`SweepResult`.
+
+    Raises:
+        ConfigError: invalid study file (names the file and the dotted key) or settings.
+        SweepError: storage or study problems (names them).
+        KeyboardInterrupt: Ctrl-C or SIGTERM; the running trial was stopped and marked
+            interrupted (a re-run of the same command retries it).
+    """
+    console = console or Console()
+    spec = load_study(options.study_path, scene=options.scene)
+    nproc = options.nproc_per_node or default_nproc_per_node()
+    if nproc < 1:
+        raise ConfigError(f"--nproc-per-node: expected an integer >= 1, got {nproc}")
+    base_cfg = spec.base_config()
+    nccl_active = nccl_is_active(base_cfg, nproc)
+    if not nccl_active and base_cfg.distributed.emulate_interconnect != "none":
+        raise ConfigError(f"{spec.path}: settings.distributed.emulate_interconnect: "
+                          f"{base_cfg.distributed.emulate_interconnect!r} needs NCCL (several CUDA ranks); this sweep uses gloo")
+    name = options.study_name or spec.name
+    study_dir = StudyDir(options.out_dir or Path("reports") / name)
+    with _quiet_optuna():
+        return _run(options, spec, nproc, base_cfg, nccl_active, name, study_dir, console)
+
+
+def _run(options: SweepOptions, spec: StudySpec, nproc: int, base_cfg: TrainConfig, nccl_active: bool, name: str,
+         study_dir: StudyDir, console: Console) -> SweepResult:
+    trials_target = options.trials or spec.trials
+    timeout_s = options.timeout_s or spec.timeout_s
+    scene = _scene_path(spec)
+    storage = open_storage(options.storage, study_dir)
+    is_rdb = options.storage is not None
+    storage_text = _masked(options.storage) if is_rdb else str(study_dir.journal_path)
+    fingerprint = spec.fingerprint(scene, nproc)
+    attrs = {"study_file": str(spec.path), "scene": scene, "nproc_per_node": nproc, "nccl_active": nccl_active,
+             "storage": storage_text}
+
+    with _setup_lock(study_dir, enabled=not is_rdb):
+        study, created = _open_study(storage, name, spec, fingerprint, attrs, study_dir, base_cfg, is_rdb)
+        retried = recover_trials(study, check_workers=not is_rdb, retry_interrupted=True)
+    backend = "NCCL" if nccl_active else "gloo, NCCL parameters inactive"
+    _, counted = _progress(study)
+    console.print(
+        f"[bold]study {name}[/bold] ({spec.path}): {trials_target} trials of {spec.budget.describe()} on "
+        f"{nproc} rank{'s' if nproc > 1 else ''} ({backend}); scene {scene}; storage {storage_text}"
+        + ("" if created else f"; resuming with {counted} of {trials_target} trials done or running")
+        + (f"; retrying trial{'s' if len(retried) > 1 else ''} {', '.join(map(str, retried))}" if retried else "")
+    )
+    objective = _Objective(spec=spec, base_cfg=base_cfg, scene=scene, nproc_per_node=nproc, nccl_active=nccl_active,
+                           study_dir=study_dir, console=console, poll_s=options.poll_s)
+
+    def enough() -> bool:
+        waiting, counted = _progress(study)
+        return waiting == 0 and counted >= trials_target
+
+    def after_trial(study_, frozen) -> None:
+        recover_trials(study, check_workers=not is_rdb, retry_interrupted=False)
+        if enough():
+            study.stop()
+
+    with _sigterm_as_interrupt():
+        if not enough():
+            study.optimize(objective, n_trials=None, timeout=timeout_s, callbacks=[after_trial],
+                           catch=(TrialFailed,), gc_after_trial=False, show_progress_bar=False)
+    return _write_outputs(study, spec, name, study_dir, nccl_active, console)
+
+
+def _write_outputs(study, spec: StudySpec, name: str, study_dir: StudyDir, nccl_active: bool,
+                   console: Console) -> SweepResult:
+    from ngptune.reporting.study_report import print_summary, write_study_report, write_trials_csv
+
+    best = representative_trial(study)
+    best_config = None
+    if best is not None:
+        best_config = write_best_config(best, study_dir)
+        write_best_env(best, name, study_dir)
+    write_trials_csv(study, study_dir.trials_csv_path)
+    report = write_study_report(study, study_dir.root, title=f"ngptune sweep: {name}", nccl_active=nccl_active)
+    print_summary(study, console)
+    if best is not None:
+        which = "representative of the Pareto front" if len(spec.objectives) > 1 else "best"
+        console.print(f"{which}: trial {best.number} → {best_config}, {study_dir.best_env_path}")
+    else:
+        console.print("[red]no trial completed: no best_config.json[/red]")
+    console.print(f"report: {report}; trials: {study_dir.trials_csv_path}")
+    return SweepResult(
+        study_name=name,
+        out_dir=study_dir.root,
+        n_trials=len(study.get_trials(deepcopy=False)),
+        best_number=None if best is None else best.number,
+        report_path=report,
+        best_config_path=best_config,
+    )
