@@ -15,7 +15,7 @@ from trainer.errors import ConfigError
 STUDIES = REPO_ROOT / "studies"
 
 
-@pytest.mark.parametrize("name", ["demo", "nccl", "parallel", "quality_time"])
+@pytest.mark.parametrize("name", ["demo", "nccl", "parallel", "quality_time", "comm_bound"])
 def test_shipped_studies_load(name):
     spec = load_study(STUDIES / f"{name}.toml")
     assert spec.name == name
