@@ -62,7 +62,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -71,6 +70,7 @@ import torch.distributed as dist
 from torch import nn
 
 from trainer.errors import ConfigError, LaunchError
+from trainer.train.timing import DeviceClock
 
 __all__ = [
     "COMPRESSION_DTYPES",
@@ -234,42 +234,6 @@ def _element_size(dtype: torch.dtype) -> int:
     return torch.empty((), dtype=dtype).element_size()
 
 
-class _CommTimer:
-    """Wall clock on CPU; CUDA events on the current stream on CUDA (resolved lazily)."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.cuda = device.type == "cuda"
-        self._t0 = 0.0
-        self._host_ms = 0.0
-        self._events: tuple[Any, Any] | None = None
-
-    def start(self) -> None:
-        if self.cuda:
-            start = torch.cuda.Event(enable_timing=True)
-            start.record()
-            self._events = (start, None)
-        else:
-            self._t0 = time.perf_counter()
-
-    def stop(self) -> None:
-        if self.cuda:
-            assert self._events is not None
-            end = torch.cuda.Event(enable_timing=True)
-            end.record()
-            self._events = (self._events[0], end)
-        else:
-            self._host_ms = (time.perf_counter() - self._t0) * 1e3
-
-    def elapsed_ms(self) -> float:
-        if self.cuda:
-            if self._events is None or self._events[1] is None:
-                return 0.0
-            start, end = self._events
-            end.synchronize()
-            return float(start.elapsed_time(end))
-        return self._host_ms
-
-
 class GradientSynchronizer:
     """Sums parameter gradients over the ranks of a process group, in buckets.
 
@@ -342,7 +306,8 @@ class GradientSynchronizer:
         self.buckets = self._build_buckets(unique)
         self._slot = {id(p): (b.index, j) for b in self.buckets for j, p in enumerate(b.params)}
         self._check_same_layout()
-        self._timer = _CommTimer(unique[0].device)
+        self._device = unique[0].device
+        self._timer: DeviceClock | None = None  # the wait of the last finish()
         self._hooks = []
         if self.overlap:
             for p in unique:
@@ -487,7 +452,7 @@ class GradientSynchronizer:
             RuntimeError / DistBackendError: from torch.distributed when a peer died or the
                 collective timed out.
         """
-        self._timer.start()
+        self._timer = DeviceClock(self._device)
         overlapped = self._next_launch  # buckets the hooks launched during backward
         while self._next_launch < len(self.buckets):
             self._launch(self.buckets[self._next_launch])
@@ -520,7 +485,7 @@ class GradientSynchronizer:
             were launched by :meth:`finish`. A bucket launches only after every earlier bucket, so
             a parameter that gets no gradient holds back its bucket and all later ones.
         """
-        return {"comm_ms": self._timer.elapsed_ms(), **self._last}
+        return {"comm_ms": self._timer.elapsed_ms() if self._timer is not None else 0.0, **self._last}
 
     @property
     def bucket_sizes_bytes(self) -> list[int]:

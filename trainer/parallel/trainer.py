@@ -22,7 +22,7 @@ A rank with zero rays or zero samples still takes part in every collective.
 
 Compute time of a step (for balancing and ``imbalance``) is the time of the step without the
 occupancy update (which waits in an all-reduce) and without the gradient-sync wait: CUDA events
-read a step later (:class:`ComputeClock`), the wall clock on the CPU.
+read a step later (:class:`DeviceClock`), the wall clock on the CPU.
 
 Metrics: every rank writes ``metrics.rank<R>.jsonl`` (its own rays and samples); rank 0 writes
 ``metrics.jsonl`` with the global throughput (sums over ranks). ``loss`` and ``train_psnr_db`` are
@@ -53,6 +53,7 @@ from trainer.parallel.grad_sync import GradientSynchronizer, allreduce_bandwidth
 from trainer.rundir import RunDir
 from trainer.schema import truncate_metrics_after
 from trainer.train.loop import StepStats, Trainer, _autocast, photometric_loss
+from trainer.train.timing import DeviceClock
 from trainer.render.volrend import composite
 
 __all__ = [
@@ -70,47 +71,6 @@ GRID_SEED_OFFSET = 0x5EED  # occupancy-grid generator seed = training.seed + thi
 DEFAULT_KEEP_CHECKPOINTS = 3
 _ADAM_KEYS = ("exp_avg", "exp_avg_sq", "step")
 BUDGET_CHECK_EVERY = 10  # steps between the ranks' agreement on the time budget
-
-
-class ComputeClock:
-    """Compute time of one step without a host sync: CUDA events, read later (after a sync that
-    happens anyway), or the wall clock on the CPU. Starts running on construction.
-
-    Args:
-        device: the training device.
-    """
-
-    def __init__(self, device: torch.device) -> None:
-        self.cuda = device.type == "cuda"
-        self._spans: list[tuple[Any, Any]] = []
-        self._open: Any = None
-        self.start()
-
-    def start(self) -> None:
-        if self.cuda:
-            self._open = torch.cuda.Event(enable_timing=True)
-            self._open.record()
-        else:
-            self._open = time.perf_counter()
-
-    def stop(self) -> None:
-        assert self._open is not None, "ComputeClock.stop without start"
-        if self.cuda:
-            end = torch.cuda.Event(enable_timing=True)
-            end.record()
-        else:
-            end = time.perf_counter()
-        self._spans.append((self._open, end))
-        self._open = None
-
-    def elapsed_ms(self) -> float:
-        """Sum of the stopped spans, ms (waits for the last CUDA event)."""
-        if not self._spans:
-            return 0.0
-        if self.cuda:
-            self._spans[-1][1].synchronize()
-            return float(sum(start.elapsed_time(end) for start, end in self._spans))
-        return sum(end - start for start, end in self._spans) * 1e3
 
 
 def _rank_and_world() -> tuple[int, int]:
@@ -403,7 +363,7 @@ class DataParallelTrainer(DistributedTrainerBase):
         cfg = self.cfg
         self.generator.manual_seed(cfg.training.seed + self.rank)
         self.balancer = LoadBalancer.from_config(cfg, self.world_size)
-        self._pending: tuple[torch.Tensor, int, int, ComputeClock] | None = None
+        self._pending: tuple[torch.Tensor, int, int, DeviceClock] | None = None
         self._previous_compute_ms = 0.0
         self.grad_sync: GradientSynchronizer | None = None
         if self.distributed:
@@ -448,7 +408,7 @@ class DataParallelTrainer(DistributedTrainerBase):
         t = self.cfg.training
         timer = self.timer
         self._maybe_update_occupancy()
-        clock = ComputeClock(self.device)
+        clock = DeviceClock(self.device)
         global_rays = self.n_rays
         n_local = self.balancer.rays_for_rank(global_rays, self.rank)
         with timer.phase("data"):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import defaultdict
+from typing import Any
 
 import torch
 
@@ -143,3 +144,46 @@ class _PhaseScope:
     def __exit__(self, *exc: object) -> None:
         if self.t0 is not None:
             self.timer._exit(self)
+
+
+class DeviceClock:
+    """Time of one or more spans without a host sync: CUDA events on the current stream, read
+    later (after a sync that happens anyway), or the wall clock on the CPU. Starts running on
+    construction; :meth:`stop` / :meth:`start` close and reopen spans (e.g. a step's compute
+    around its gradient-sync wait).
+
+    Args:
+        device: the training device.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self._spans: list[tuple[Any, Any]] = []
+        self._open: Any = None
+        self.start()
+
+    def start(self) -> None:
+        if self.cuda:
+            self._open = torch.cuda.Event(enable_timing=True)
+            self._open.record()
+        else:
+            self._open = time.perf_counter()
+
+    def stop(self) -> None:
+        assert self._open is not None, "DeviceClock.stop without start"
+        if self.cuda:
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()
+        else:
+            end = time.perf_counter()
+        self._spans.append((self._open, end))
+        self._open = None
+
+    def elapsed_ms(self) -> float:
+        """Sum of the stopped spans, ms (waits for the last CUDA event)."""
+        if not self._spans:
+            return 0.0
+        if self.cuda:
+            self._spans[-1][1].synchronize()
+            return float(sum(start.elapsed_time(end) for start, end in self._spans))
+        return sum(end - start for start, end in self._spans) * 1e3
