@@ -1,14 +1,8 @@
 #!/usr/bin/env bash
 # Device call A on 2×H200: bench-comm tables, the nccl study, profiles of 2-GPU lego_400 (NVLink, sockets).
 # Usage (device machine, repo root, wheels in .whl, lego_400 in .scenes): bash bench/gpu_session_a.sh
-set -u
-export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD
-out=${OUT:-/tmp/out}; mkdir -p $out
-S=.scenes/lego_400
+source "$(dirname "$0")/gpu_env.sh"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > $out/gpu.txt
-t0=$(date +%s)
 for ic in nvlink pcie sockets; do
   timeout 60 python3 -m ngptune bench-comm --nproc-per-node 2 --emulate-interconnect $ic --sizes 1M,16M,64M --csv $out/comm_$ic.csv 2>&1 | tail -12
 done

@@ -1,14 +1,7 @@
 #!/usr/bin/env bash
 # Device call B on 2×H200: the parallel study, instrumentation overhead (1 GPU), weak scaling 1→2 GPUs,
 # 2-GPU profiles (NVLink, sockets). Everything worth keeping goes into one tarball (few files come back).
-set -u
-export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD
-out=${OUT:-/tmp/out}; mkdir -p $out /tmp/keep
-S=.scenes/lego_400
-t0=$(date +%s)
-pack() { tar -C /tmp/keep -czf $out/keep.tgz . ; }
+source "$(dirname "$0")/gpu_env.sh"
 timeout 300 python3 -m ngptune sweep --study studies/parallel.toml --scene $S --timeout 265 --out /tmp/parallel 2>&1 | tail -40
 mkdir -p /tmp/keep/parallel; cp /tmp/parallel/report.html /tmp/parallel/trials.csv /tmp/parallel/best_config.json /tmp/parallel/best_env.sh /tmp/keep/parallel/ 2>/dev/null; pack
 echo "parallel sweep done at +$(( $(date +%s) - t0 )) s"
