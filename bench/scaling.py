@@ -21,6 +21,8 @@ Columns (medians over the last two thirds of the logging intervals of rank 0):
     imbalance       max/mean per-rank compute time
     busbw_gb_per_s  gradient all-reduce bus bandwidth (data parallel; nccl-tests convention)
     psnr_db         mean test PSNR after the time budget (with --psnr)
+    time_to_psnr_s  training seconds until the periodic evaluation (--eval-every steps, on
+                    --eval-images views) first reaches --psnr-target dB; nan if it never does
 
 With one GPU the trainer is the single-process one (one field; subgrid mode needs two ranks, so its
 1-GPU row is that single model, ``boxes`` = 1). With ``--device cpu`` every rank gets one intra-op
@@ -104,6 +106,8 @@ def train_command(args: argparse.Namespace, kind: str, mode: str, gpus: int, out
         "--set", f"training.log_every={args.log_every}",
     ]
     cmd += ["--eval-max-images", str(args.eval_images)] if args.psnr else ["--no-eval"]
+    if args.psnr and args.eval_every:
+        cmd += ["--set", f"training.eval_every={args.eval_every}", "--set", f"training.eval_max_images={args.eval_images}"]
     if args.config:
         cmd += ["--config", str(args.config)]
     if args.downscale:
@@ -119,7 +123,17 @@ def train_command(args: argparse.Namespace, kind: str, mode: str, gpus: int, out
     return cmd
 
 
-def summarise(records: list[dict], evaluation: dict) -> dict:
+def time_to_psnr_s(records: list[dict], target_db: float) -> float:
+    """Training seconds (``wall_time_s``) of the first record whose ``eval_psnr_db`` reaches
+    ``target_db``, or nan."""
+    for record in records:
+        psnr = record.get("eval_psnr_db")
+        if psnr is not None and psnr >= target_db:
+            return float(record["wall_time_s"])
+    return float("nan")
+
+
+def summarise(records: list[dict], evaluation: dict, target_db: float = 33.0) -> dict:
     """Medians of one run's rank-0 metrics over the last two thirds of its logging intervals."""
     steady = records[len(records) // 3 :] or records
 
@@ -136,6 +150,7 @@ def summarise(records: list[dict], evaluation: dict) -> dict:
         "imbalance": median("imbalance"),
         "busbw_gb_per_s": median("comm_busbw_gb_per_s"),
         "psnr_db": evaluation.get("mean_psnr_db", float("nan")),
+        "time_to_psnr_s": time_to_psnr_s(records, target_db),
     }
 
 
@@ -171,11 +186,11 @@ def run_one(args: argparse.Namespace, kind: str, mode: str, gpus: int) -> dict:
         return {**head, "error": (proc.stderr.strip().splitlines() or ["failed"])[-1]}
     run = RunDir(out)
     evaluation = json.loads(run.eval_path.read_text()) if run.eval_path.is_file() else {}
-    return {**head, **summarise(read_metrics(run.metrics_path(0)), evaluation)}
+    return {**head, **summarise(read_metrics(run.metrics_path(0)), evaluation, args.psnr_target)}
 
 
 COLUMNS = ("kind", "mode", "gpus", "boxes", "steps", "samples_per_s", "speedup", "efficiency", "comm_share",
-           "imbalance", "busbw_gb_per_s", "psnr_db")
+           "imbalance", "busbw_gb_per_s", "time_to_psnr_s", "psnr_db")
 
 
 def main() -> None:
@@ -190,6 +205,8 @@ def main() -> None:
     parser.add_argument("--subgrids", type=int, default=None, help="num_subgrids (default: = GPUs)")
     parser.add_argument("--psnr", action="store_true", help="evaluate every run (PSNR at equal wall time)")
     parser.add_argument("--eval-images", type=int, default=20)
+    parser.add_argument("--eval-every", type=int, default=0, help="with --psnr: evaluate every N steps too")
+    parser.add_argument("--psnr-target", type=float, default=33.0, help="dB, for time_to_psnr_s")
     parser.add_argument("--log-every", type=int, default=100)
     parser.add_argument("--config", type=Path, default=None)
     parser.add_argument("--downscale", type=int, default=None)
@@ -211,7 +228,7 @@ def main() -> None:
     print_table(
         f"scaling on {args.scene.name}, {args.time_budget:.0f} s of training per run, S = {args.samples_per_step} "
         f"samples per step{emulation}, {machine_description()}",
-        [*COLUMNS[:-1], f"psnr_db ({args.eval_images} views)" if args.psnr else "psnr_db"],
+        [*COLUMNS[:-2], f"time_to_{args.psnr_target:g}db_s", f"psnr_db ({args.eval_images} views)" if args.psnr else "psnr_db"],
         [[row.get(c, float("nan")) if "error" not in row or c in ("kind", "mode", "gpus", "boxes")
           else ("failed: " + row["error"] if c == "steps" else "") for c in COLUMNS] for row in rows],
     )

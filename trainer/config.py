@@ -570,6 +570,8 @@ class TrainingConfig(_Block):
         cone_angle: step growth with distance (>= 0), or null; see :meth:`resolved_cone_angle`.
         subpixel_jitter: training rays pass through a random point of their pixel rather than its
             centre (instant-ngp's default; cameras with lens distortion use pixel centres).
+        prefetch_march: draw and march the next step's rays while the current step trains (a
+            side CUDA stream; see :mod:`trainer.train.prefetch`); false marches inside the step.
         quiet: no progress output on the console.
     """
 
@@ -596,6 +598,7 @@ class TrainingConfig(_Block):
     max_march_steps: int = _field(1024, _Int(1))
     cone_angle: float | None = _field(None, _Optional(_Float(0)))
     subpixel_jitter: bool = _field(True, _Bool())
+    prefetch_march: bool = _field(True, _Bool())
     quiet: bool = _field(False, _Bool())
 
     def _check_relations(self) -> None:

@@ -3,6 +3,7 @@ mode, the command line it launches, and speedup/efficiency against the smallest 
 
 from __future__ import annotations
 
+import math
 import argparse
 import importlib.util
 import sys
@@ -84,3 +85,15 @@ def test_gpu_counts_argument(scaling):
     for bad in ("2,1", "0,1", "1,x", ""):
         with pytest.raises(argparse.ArgumentTypeError):
             scaling.parse_counts(bad)
+
+
+def test_time_to_psnr_is_the_first_evaluation_at_the_target(scaling):
+    records = [
+        {"step": 100, "wall_time_s": 5.0, "eval_psnr_db": 30.0},
+        {"step": 200, "wall_time_s": 10.0},
+        {"step": 300, "wall_time_s": 15.0, "eval_psnr_db": 33.2},
+        {"step": 400, "wall_time_s": 20.0, "eval_psnr_db": 32.9},
+    ]
+    assert scaling.time_to_psnr_s(records, 33.0) == 15.0
+    assert scaling.time_to_psnr_s(records, 30.0) == 5.0
+    assert math.isnan(scaling.time_to_psnr_s(records, 34.0))

@@ -488,6 +488,11 @@ class GradientSynchronizer:
         return {"comm_ms": self._timer.elapsed_ms() if self._timer is not None else 0.0, **self._last}
 
     @property
+    def last_bytes(self) -> int:
+        """Bytes all-reduced per rank by the last :meth:`finish` (no sync, unlike :meth:`stats`)."""
+        return int(self._last["bytes"])
+
+    @property
     def bucket_sizes_bytes(self) -> list[int]:
         """Wire size of each bucket in launch order, bytes."""
         return [b.nbytes for b in self.buckets]

@@ -208,11 +208,9 @@ class SubgridTrainer(DistributedTrainerBase):
                 self.recut_boxes()
         model = self.field
         t0 = time.perf_counter()
-        with timer.phase("data"):
-            batch = self.sampler.sample(self.n_rays)
-            n_rays = batch.rays_o.shape[0]
-            background, target = self._background_and_target(batch, n_rays)
-        samples, n_samples = self._march_batch(batch)
+        step_input = self._prepare_input(self.n_rays)  # the same rays on every rank: no prefetch
+        samples, n_rays, n_samples = step_input.samples, step_input.n_rays, step_input.n_samples
+        background, target = step_input.background, step_input.target
         shared_ms = (time.perf_counter() - t0) * 1e3  # the march read its sample count: the device is done
         if n_samples == 0:  # identical samples on every rank: all skip alike
             if self.step >= t.occupancy_warmup_steps:

@@ -15,8 +15,10 @@ Data parallel (``parallel.mode = "data"``), one step on every rank r::
     backward; GradientSynchronizer sums gradients (bucket_mib, compression, overlap_comm)
     Adam step (skipped on every rank alike when no rank had samples)
     all-gather of [rays, samples, compute ms, loss sum, squared-error sum] per rank: the global
-        loss (on the device); read on the host at the next step, after its march: global batch
-        sizing, balancing (every parallel.balance_every steps) — one step behind, no extra sync
+        loss (on the device); copied to the host without waiting and read ROWS_READ_LAG steps
+        later: global batch sizing, balancing (every parallel.balance_every steps)
+    the next step's rays drawn and marched on a side stream (trainer.train.prefetch) while this
+        step's kernels run, unless the next step starts with an occupancy update
 
 A rank with zero rays or zero samples still takes part in every collective.
 
@@ -35,6 +37,7 @@ Checkpoints (:mod:`trainer.parallel.checkpoint`) replace the single-process snap
 from __future__ import annotations
 
 import abc
+import collections
 import time
 from pathlib import Path
 from typing import Any
@@ -71,6 +74,33 @@ GRID_SEED_OFFSET = 0x5EED  # occupancy-grid generator seed = training.seed + thi
 DEFAULT_KEEP_CHECKPOINTS = 3
 _ADAM_KEYS = ("exp_avg", "exp_avg_sq", "step")
 BUDGET_CHECK_EVERY = 10  # steps between the ranks' agreement on the time budget
+ROWS_READ_LAG = 2  # data parallel: a step's gathered rows are read on the host this many steps later
+
+
+class _HostCopy:
+    """A device tensor copied to (pinned) host memory without waiting; :meth:`value` waits for
+    that copy only (a CUDA event), not for work queued after it. CPU tensors are kept as they are.
+
+    Args:
+        tensor: the tensor to read later (any device).
+    """
+
+    def __init__(self, tensor: torch.Tensor) -> None:
+        self._event = None
+        if tensor.device.type == "cuda":
+            host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+            host.copy_(tensor, non_blocking=True)
+            self._event = torch.cuda.Event()
+            self._event.record()
+            tensor = host
+        self._tensor = tensor
+
+    def value(self) -> torch.Tensor:
+        """The copied tensor on the CPU (waits for the copy to land)."""
+        if self._event is not None:
+            self._event.synchronize()
+            self._event = None
+        return self._tensor
 
 
 def _rank_and_world() -> tuple[int, int]:
@@ -154,11 +184,20 @@ class DistributedTrainerBase(Trainer, metaclass=abc.ABCMeta):
 
     def _time_budget_spent(self, time_budget_s: float) -> bool:
         """All ranks stop together: the slowest rank's training time decides. Checked every
-        :data:`BUDGET_CHECK_EVERY` steps (an all-reduce read on the host is a sync)."""
-        if self.distributed and self.step % BUDGET_CHECK_EVERY:
+        :data:`BUDGET_CHECK_EVERY` steps; over NCCL the decision uses the value agreed at the
+        previous check (up to that many steps late), so the check never waits for the GPU."""
+        if not self.distributed:
+            return super()._time_budget_spent(time_budget_s)
+        if self.step % BUDGET_CHECK_EVERY:
             return False
         spent = torch.tensor([self.train_time_s], dtype=torch.float64, device=self._comm_device())
-        return float(self._all_reduce_(spent, dist.ReduceOp.MAX)) >= time_budget_s
+        agreed = _HostCopy(self._all_reduce_(spent, dist.ReduceOp.MAX))
+        if spent.device.type != "cuda":
+            return float(agreed.value()) >= time_budget_s
+        # NCCL: decide on the value agreed at the previous check (its copy has landed by now) and
+        # leave this one for the next check, so the host never waits for the step's queue here
+        previous, self._budget_agreed = getattr(self, "_budget_agreed", None), agreed
+        return previous is not None and float(previous.value()) >= time_budget_s
 
     def _all_reduce_density(self, sigma: torch.Tensor, op: dist.ReduceOp.RedOpType) -> torch.Tensor:
         """All-reduce occupancy densities across ranks (through the collective device)."""
@@ -239,8 +278,9 @@ class DistributedTrainerBase(Trainer, metaclass=abc.ABCMeta):
     def _rank_state(self) -> dict[str, Any]:
         return self._rng_state(grid_generator=self.grid_generator.get_state())
 
-    def _settle_previous_step(self) -> None:
-        """Host bookkeeping a step left for later (data parallel); nothing by default."""
+    def _settle_previous_step(self, keep: int = 0) -> None:
+        """Host bookkeeping steps left for later (data parallel), all but the newest ``keep``;
+        nothing by default."""
 
     def checkpoint_tensors(self) -> dict[str, torch.Tensor]:
         """Everything tensor-valued a checkpoint holds for this rank: ``model``/``boxes`` entries,
@@ -363,7 +403,7 @@ class DataParallelTrainer(DistributedTrainerBase):
         cfg = self.cfg
         self.generator.manual_seed(cfg.training.seed + self.rank)
         self.balancer = LoadBalancer.from_config(cfg, self.world_size)
-        self._pending: tuple[torch.Tensor, int, int, DeviceClock] | None = None
+        self._pending: collections.deque[tuple[_HostCopy, int, int, DeviceClock]] = collections.deque()
         self._previous_compute_ms = 0.0
         self.grad_sync: GradientSynchronizer | None = None
         if self.distributed:
@@ -397,10 +437,12 @@ class DataParallelTrainer(DistributedTrainerBase):
         """One data-parallel step (collective). Returns this rank's stats and the *global* loss and
         MSE (identical on every rank, device scalars).
 
-        No host synchronisation beyond the march's sample count: the step's all-gathered row
-        (rays, samples, compute ms, loss, squared error per rank) is read on the host at the next
-        step, after that step's march has synchronised anyway (:meth:`_settle_previous_step`), so
-        global batch sizing and balancing run one step behind.
+        No host synchronisation beyond the march's sample count, and that march usually ran on a
+        side stream during the previous step (:mod:`trainer.train.prefetch`). The step's
+        all-gathered row (rays, samples, compute ms, loss, squared error per rank) is copied to
+        the host without waiting and read :data:`ROWS_READ_LAG` steps later
+        (:meth:`_settle_previous_step`), so global batch sizing and balancing run that many steps
+        behind and the ranks' hosts never wait for each other inside a step.
 
         Raises:
             TrainingError: on every rank, when after the occupancy warm-up no rank had a sample.
@@ -411,13 +453,9 @@ class DataParallelTrainer(DistributedTrainerBase):
         clock = DeviceClock(self.device)
         global_rays = self.n_rays
         n_local = self.balancer.rays_for_rank(global_rays, self.rank)
-        with timer.phase("data"):
-            batch = self.draw_batch(n_local)
-            assert batch.rays_o.shape[0] == n_local, "a batch must hold the rays the balancer gave this rank"
-            background, target = self._background_and_target(batch, n_local)
-        samples, n_samples = self._march_batch(batch)
-        with timer.phase("balance"):
-            self._settle_previous_step()
+        step_input = self._step_input(n_local)
+        assert step_input.batch.rays_o.shape[0] == n_local, "a batch must hold the rays the balancer gave this rank"
+        samples, n_samples = step_input.samples, step_input.n_samples
         self.optimizer.zero_grad(set_to_none=True)
         loss_sum = torch.zeros((), device=self.device)
         sq_err_sum = torch.zeros((), device=self.device)
@@ -425,9 +463,11 @@ class DataParallelTrainer(DistributedTrainerBase):
             with timer.phase("field_forward"), _autocast(self.device, t.precision):
                 sigmas, rgbs = self.field(samples.positions, samples.directions)
             with timer.phase("render"):
-                rgb, _, _, _ = composite(sigmas.float(), rgbs.float(), samples.dt, samples.ray_indices, n_local, background)
-                loss_sum = photometric_loss(rgb, target, self.cfg)
-                sq_err_sum = ((rgb.detach() - target) ** 2).sum()
+                rgb, _, _, _ = composite(
+                    sigmas.float(), rgbs.float(), samples.dt, samples.ray_indices, n_local, step_input.background
+                )
+                loss_sum = photometric_loss(rgb, step_input.target, self.cfg)
+                sq_err_sum = ((rgb.detach() - step_input.target) ** 2).sum()
             with timer.phase("backward"):
                 self.scaler.scale(loss_sum / (3 * global_rays)).backward()
         clock.stop()
@@ -442,16 +482,19 @@ class DataParallelTrainer(DistributedTrainerBase):
         clock.stop()
         with timer.phase("balance"):
             rows = self._gather_step_rows(n_local, n_samples, loss_sum.detach(), sq_err_sum)
-        denominator = 3.0 * max(global_rays, 1)
-        loss = (rows[:, 3].sum() / denominator).float()
-        mse = (rows[:, 4].sum() / denominator).float()
-        self._pending = (rows, global_rays, self.step, clock)
-        self.step += 1
+            denominator = 3.0 * max(global_rays, 1)
+            loss = (rows[:, 3].sum() / denominator).float()
+            mse = (rows[:, 4].sum() / denominator).float()
+            self._pending.append((_HostCopy(rows), global_rays, self.step, clock))
+            self.step += 1
+            self._settle_previous_step(keep=ROWS_READ_LAG)
+        self._prefetch_next(self.balancer.rays_for_rank(self.n_rays, self.rank))
         return StepStats(n_local, n_samples, skipped=skipped), loss, mse
 
     def _gather_step_rows(self, n_local: int, n_samples: int, loss_sum: torch.Tensor, sq_err_sum: torch.Tensor) -> torch.Tensor:
         """[world_size, 5] float64 on the collective device, not read on the host: every rank's
-        rays, samples, compute ms *of its previous step*, loss sum and squared-error sum."""
+        rays, samples, compute ms *of an earlier step* (see :meth:`_settle_previous_step`), loss
+        sum and squared-error sum."""
         device = self._comm_device() if self.distributed else self.device
         row = torch.empty(5, dtype=torch.float64, device=device)
         row[0].fill_(float(n_local))  # fills from host scalars launch kernels; a host list would sync
@@ -465,29 +508,28 @@ class DataParallelTrainer(DistributedTrainerBase):
         dist.all_gather(rows, row, async_op=True).wait()  # NCCL: the stream waits, the host does not
         return torch.stack(rows)
 
-    def _settle_previous_step(self) -> None:
-        """Host bookkeeping of the previous step: its rows (global rays, samples, loss) into the
-        interval's metrics, the balancer (with the per-rank compute times those rows carry, one
-        step older), global batch sizing; and this rank's compute time for the next row."""
-        if self._pending is None:
-            return
-        rows_device, global_rays, step, clock = self._pending
-        self._pending = None
-        self._previous_compute_ms = clock.elapsed_ms()
-        rows = rows_device.cpu()
-        comm_bytes = int(self.grad_sync.stats()["bytes"]) if self.grad_sync is not None else 0
-        times = self._account(rows, comm_bytes)
-        if any(v > 0 for v in times):  # the first step's rows carry no earlier compute time
-            self.balancer.record(times)
-        global_samples = int(rows[:, 1].sum())
-        if global_samples == 0 and step >= self.cfg.training.occupancy_warmup_steps:
-            raise TrainingError(
-                f"no ray sample of any rank hit an occupied cell at step {step} (after the "
-                f"occupancy warm-up of {self.cfg.training.occupancy_warmup_steps} steps; occupied fraction "
-                f"{self.grid.occupancy_fraction():.3g})"
-            )
-        if global_samples > 0:
-            self._resize_global_batch(global_rays, global_samples)
+    def _settle_previous_step(self, keep: int = 0) -> None:
+        """Host bookkeeping of earlier steps, oldest first, until at most ``keep`` are left
+        pending: their rows (global rays, samples, loss) into the interval's metrics, the balancer
+        (with the per-rank compute times those rows carry), global batch sizing; and this rank's
+        compute time for the next row. Each read waits only for its own step's all-gather."""
+        while len(self._pending) > keep:
+            rows_copy, global_rays, step, clock = self._pending.popleft()
+            self._previous_compute_ms = clock.elapsed_ms()
+            rows = rows_copy.value()
+            comm_bytes = self.grad_sync.last_bytes if self.grad_sync is not None else 0  # stats() would wait
+            times = self._account(rows, comm_bytes)
+            if any(v > 0 for v in times):  # the first steps' rows carry no earlier compute time
+                self.balancer.record(times)
+            global_samples = int(rows[:, 1].sum())
+            if global_samples == 0 and step >= self.cfg.training.occupancy_warmup_steps:
+                raise TrainingError(
+                    f"no ray sample of any rank hit an occupied cell at step {step} (after the "
+                    f"occupancy warm-up of {self.cfg.training.occupancy_warmup_steps} steps; occupied fraction "
+                    f"{self.grid.occupancy_fraction():.3g})"
+                )
+            if global_samples > 0:
+                self._resize_global_batch(global_rays, global_samples)
 
     def _resize_global_batch(self, global_rays: int, global_samples: int) -> None:
         """instant-ngp's batch rule on global counts: rays → ``target_samples_per_step × world

@@ -4,7 +4,8 @@ One step: sample rays → march them through the occupancy grid into packed samp
 → composite against the background → Huber loss → backward → Adam step; every
 ``training.occupancy_update_every`` steps the occupancy grid is refreshed from the field's density,
 and the number of rays per step adapts so that the number of samples approaches
-``training.target_samples_per_step``.
+``training.target_samples_per_step``. The rays and samples of step k+1 are prepared while step k
+runs (:mod:`trainer.train.prefetch`, ``training.prefetch_march``).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from trainer.render.volrend import composite
 from trainer.rundir import RunDir
 from trainer.schema import PHASES, MetricsWriter, truncate_metrics_after
 from trainer.train.evaluate import evaluate
+from trainer.train.prefetch import InputPrefetcher, StepInput
 from trainer.train.snapshot import load_snapshot, load_state_checked, save_snapshot
 from trainer.train.timing import PhaseFaults, PhaseTimer
 from trainer.train.tracing import TraceWindow
@@ -234,6 +236,7 @@ class Trainer:
         self._trace: TraceWindow | None = None
         self._overflow_run = 0
         self._zero_sample_steps = 0
+        self.prefetcher = InputPrefetcher(self.device) if t.prefetch_march else None
         self._after_init()
 
     def _phase_faults(self, cfg: TrainConfig) -> PhaseFaults | None:
@@ -326,17 +329,17 @@ class Trainer:
     def train_step(self) -> tuple[StepStats, torch.Tensor, torch.Tensor]:
         """Run one optimiser step. Returns host stats, the loss and the MSE (device scalars).
 
+        The step's rays and samples were usually prepared during the previous step
+        (:mod:`trainer.train.prefetch`); the march's sample count is the one host read.
+
         Raises:
             TrainingError: when, after the occupancy warm-up, no ray sample hits an occupied cell.
         """
         t = self.cfg.training
         timer = self.timer
         self._maybe_update_occupancy()
-        with timer.phase("data"):
-            batch = self.sampler.sample(self.n_rays)
-            n_rays = batch.rays_o.shape[0]
-            background, target = self._background_and_target(batch, n_rays)
-        samples, n_samples = self._march_batch(batch)  # the one host read: sizes the next batch
+        step_input = self._step_input(self.n_rays)
+        samples, n_rays, n_samples = step_input.samples, step_input.n_rays, step_input.n_samples
         if n_samples == 0:
             self._zero_sample_steps += 1
             if self.step >= t.occupancy_warmup_steps:
@@ -348,20 +351,21 @@ class Trainer:
                 )
             self.step += 1
             zero = torch.zeros((), device=self.device)
-            return StepStats(n_rays, 0, skipped=True, trained=False), zero, target.var()
+            return StepStats(n_rays, 0, skipped=True, trained=False), zero, step_input.target.var()
         self._zero_sample_steps = 0
         with timer.phase("field_forward"):
             with _autocast(self.device, t.precision):
                 sigmas, rgbs = self.field(samples.positions, samples.directions)
         with timer.phase("render"):
             rgb, _, _, _ = composite(
-                sigmas.float(), rgbs.float(), samples.dt, samples.ray_indices, n_rays, background
+                sigmas.float(), rgbs.float(), samples.dt, samples.ray_indices, n_rays, step_input.background
             )
-            loss, mse = self._loss_and_mse(rgb, target, n_rays)
+            loss, mse = self._loss_and_mse(rgb, step_input.target, n_rays)
         self._backward(loss)
         skipped = self._optimizer_step()
         self.step += 1
         self._resize_batch(n_rays, n_samples)
+        self._prefetch_next(self.n_rays)
         return StepStats(n_rays, n_samples, skipped=skipped), loss.detach(), mse
 
     # ------------------------------------------------------------------ step phases (shared with subclasses)
@@ -369,6 +373,7 @@ class Trainer:
         """Refresh the occupancy grid every ``training.occupancy_update_every`` steps."""
         t = self.cfg.training
         if self.step % t.occupancy_update_every == 0:
+            self._rewind_prefetch()  # (none is made for such a step; the grid is about to change)
             with self.timer.phase("occupancy_update"):
                 self.grid.update(
                     self.step,
@@ -386,12 +391,48 @@ class Trainer:
         target = batch.rgb * batch.alpha + background * (1.0 - batch.alpha)
         return background, target
 
-    def _march_batch(self, batch: Any) -> tuple[Any, int]:
-        """The "march" phase: jittered samples of the batch's rays and their number (a host read)."""
+    def draw_batch(self, n_rays: int) -> Any:
+        """The step's ``n_rays`` training rays (a :class:`~trainer.data.sampler.RayBatch`)."""
+        return self.sampler.sample(n_rays)
+
+    def _prepare_input(self, n_rays: int) -> StepInput:
+        """The "data" and "march" phases: ``n_rays`` rays, their backgrounds and targets, and their
+        jittered samples with the sample count read on the host (a sync on the current stream)."""
+        with self.timer.phase("data"):
+            batch = self.draw_batch(n_rays)
+            background, target = self._background_and_target(batch, n_rays)
         with self.timer.phase("march"):
             samples = self.march(batch.rays_o, batch.rays_d, jitter=True)
             n_samples = int(samples.ray_indices.shape[0])
-        return samples, n_samples
+        return StepInput(batch, n_rays, background, target, samples, n_samples)
+
+    def _step_input(self, n_rays: int) -> StepInput:
+        """The input of the current step: the one prefetched during the previous step when it
+        holds ``n_rays`` rays, else prepared now (a mismatching prefetch is rewound first)."""
+        if self.prefetcher is not None:
+            step_input = self.prefetcher.take(n_rays)
+            if step_input is not None:
+                return step_input
+            self._rewind_prefetch()
+        return self._prepare_input(n_rays)
+
+    def _prefetch_next(self, n_rays: int) -> None:
+        """Prepare the next step's input now (``training.prefetch_march``), unless that step
+        starts with an occupancy update (the march must see the updated grid)."""
+        if self.prefetcher is None or self.step % self.cfg.training.occupancy_update_every == 0:
+            return
+        self.prefetcher.prefetch(lambda: self._prepare_input(n_rays), self._draw_state())
+
+    def _draw_state(self) -> dict[str, Any]:
+        """States of the generators a step input draws from (step generator, sampler)."""
+        return {"generator": self.generator.get_state(), "sampler": self.sampler.rng_state()}
+
+    def _rewind_prefetch(self) -> None:
+        """Drop a pending prefetched input and rewind the random draws it made."""
+        dropped = self.prefetcher.drop() if self.prefetcher is not None else None
+        if dropped is not None and dropped.rng_before is not None:
+            self.generator.set_state(dropped.rng_before["generator"])
+            self.sampler.set_rng_state(dropped.rng_before["sampler"])
 
     def _loss_and_mse(self, rgb: torch.Tensor, target: torch.Tensor, n_rays: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The loss of rendered colours ``rgb`` [n_rays, 3] against ``target`` (normalised per
@@ -450,7 +491,9 @@ class Trainer:
     # ------------------------------------------------------------------ state
     def _rng_state(self, **extra: torch.Tensor) -> dict[str, Any]:
         """The random states of this process: torch CPU, the step generator, ``extra`` (by
-        name), torch CUDA (on a GPU) and the sampler's (``sampler_<name>``)."""
+        name), torch CUDA (on a GPU) and the sampler's (``sampler_<name>``). A pending prefetched
+        input is dropped first and its draws rewound, so the state is that of a step boundary."""
+        self._rewind_prefetch()
         rng: dict[str, Any] = {"torch_cpu": torch.get_rng_state(), "generator": self.generator.get_state(), **extra}
         if self.device.type == "cuda":
             rng["torch_cuda"] = torch.cuda.get_rng_state(self.device)
@@ -460,6 +503,8 @@ class Trainer:
 
     def _set_rng_state(self, rng: dict[str, Any]) -> None:
         """Restore what :meth:`_rng_state` returned (extra entries are left to the caller)."""
+        if self.prefetcher is not None:
+            self.prefetcher.drop()
         torch.set_rng_state(rng["torch_cpu"])
         self.generator.set_state(rng["generator"])
         if "torch_cuda" in rng and self.device.type == "cuda":
@@ -674,6 +719,8 @@ class Trainer:
         )
 
     def close(self) -> None:
+        if self.prefetcher is not None:
+            self.prefetcher.drop()
         self.sampler.close()
 
 

@@ -115,10 +115,9 @@ class PhaseTimer:
     def collect(self) -> dict[str, float]:
         """Total milliseconds per phase since the last call (synchronises CUDA once), then reset."""
         totals: dict[str, float] = defaultdict(float, self._host_ms)
-        if self._events:
-            self._events[-1][2].synchronize()  # type: ignore[attr-defined]
-            for name, start, end in self._events:
-                totals[name] += start.elapsed_time(end)  # type: ignore[attr-defined]
+        for name, start, end in self._events:
+            end.synchronize()  # type: ignore[attr-defined]  (phases may run on a side stream)
+            totals[name] += start.elapsed_time(end)  # type: ignore[attr-defined]
         self._free_events.extend((start, end) for _, start, end in self._events)
         self._events.clear()
         self._host_ms = defaultdict(float)
