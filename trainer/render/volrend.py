@@ -94,9 +94,10 @@ def render_weights(
     optical_thickness = sigmas * dt
     inclusive = torch.cumsum(optical_thickness.double(), dim=0)
     exclusive = inclusive - optical_thickness.double()
-    counts = torch.bincount(ray_indices, minlength=n_rays)
-    ray_start = torch.cumsum(counts, 0) - counts
-    optical_depth = exclusive - exclusive[ray_start[ray_indices]]
+    # first sample of each sample's ray: ray_indices is sorted, so a binary search finds it without
+    # the host sync of bincount (which reads the largest index back to size its output)
+    ray_first_sample = torch.searchsorted(ray_indices, ray_indices)
+    optical_depth = exclusive - exclusive[ray_first_sample]
     transmittance = torch.exp(-optical_depth).to(sigmas.dtype)
     alphas = -torch.expm1(-optical_thickness)
     weights = transmittance * alphas

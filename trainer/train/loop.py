@@ -381,6 +381,8 @@ class Trainer:
                     warmup_steps=t.occupancy_warmup_steps,
                     generator=self.grid_generator,
                 )
+            if self.prefetcher is not None:
+                self.prefetcher.mark_shared_state_written()
 
     def _background_and_target(self, batch: Any, n_rays: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The background colours [n_rays, 3] of the step and the batch's colours composited on them."""

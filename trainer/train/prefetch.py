@@ -15,7 +15,9 @@ What may run ahead and what may not:
 * The march reads the occupancy grid, which changes only at an occupancy update (every
   ``training.occupancy_update_every`` steps, at the start of the step). The trainer does not
   prefetch for a step that starts with an update; that step prepares its input in line, after the
-  update, on the training stream.
+  update, on the training stream. The update's kernels may still be running when the *next*
+  step's input is prefetched, so the trainer marks the grid's new state with
+  :meth:`InputPrefetcher.mark_shared_state_written` and the side stream waits for that point.
 * The random draws (pixel choice, sub-pixel jitter, background, march jitter) happen in the same
   order as without prefetching, so training is bit-identical on the CPU (a test checks it). A
   snapshot taken while a prefetched input is pending rewinds those draws and drops the input
@@ -83,23 +85,35 @@ class InputPrefetcher:
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
         self._pending: StepInput | None = None
         self._ready: Any = None
+        self._shared_written: Any = None
 
     @property
     def pending(self) -> StepInput | None:
         """The prefetched input not yet taken, or None."""
         return self._pending
 
+    def mark_shared_state_written(self) -> None:
+        """Call after queuing writes (on the current stream) to state that ``prepare`` reads,
+        e.g. an occupancy-grid update: later preparations on the side stream wait for them."""
+        if self.stream is not None:
+            self._shared_written = torch.cuda.Event()
+            self._shared_written.record()
+
     def prefetch(self, prepare: Callable[[], StepInput], rng_before: dict[str, Any]) -> None:
         """Run ``prepare()`` now, on the side stream on CUDA, and keep its result for the next
         :meth:`take`. ``rng_before`` is stored with it (see :attr:`StepInput.rng_before`).
 
         The side stream does not wait for the training stream: ``prepare`` must read only what
-        the training stream does not write meanwhile (pixels, the occupancy grid between updates).
+        the training stream does not write meanwhile (pixels, the occupancy grid between updates),
+        or wait for such writes through :meth:`mark_shared_state_written`.
         """
         assert self._pending is None, "one prefetched step input at a time"
         if self.stream is None:
             step_input = prepare()
         else:
+            if self._shared_written is not None:
+                self.stream.wait_event(self._shared_written)
+                self._shared_written = None
             with torch.cuda.stream(self.stream):
                 step_input = prepare()
             self._ready = torch.cuda.Event()

@@ -1,0 +1,66 @@
+"""Test PSNR after a fixed number of steps for config variants, side by side (prints a table).
+
+Trains one single-process trainer per variant for ``--steps`` steps from the same seed and
+evaluates ``--eval-images`` evenly spaced test views every ``--eval-every`` steps, so quality
+changes of a code path or a setting show at equal steps (and equal training time is a column).
+A variant is ``name:key=value,key=value`` (dotted config keys); ``base`` applies no change.
+
+    python bench/psnr_at_steps.py --scene .scenes/lego_400 --steps 3000 \
+        --variant base --variant no_prefetch:training.prefetch_march=false
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from _common import machine_description, print_table
+
+from trainer.config import apply_overrides, load_config, parse_override
+from trainer.data import load_scene
+from trainer.data.images import load_pixel_table
+from trainer.train.loop import Trainer
+
+
+def parse_variant(text: str) -> tuple[str, dict[str, object]]:
+    """``"name:a.b=1,c.d=x"`` → ("name", {"a.b": 1, "c.d": "x"}); ``"base"`` → ("base", {})."""
+    name, _, rest = text.partition(":")
+    overrides = dict(parse_override(item) for item in rest.split(",") if item.strip())
+    return name, overrides
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scene", type=Path, required=True)
+    parser.add_argument("--steps", type=int, default=3000)
+    parser.add_argument("--eval-every", type=int, default=1000)
+    parser.add_argument("--eval-images", type=int, default=20)
+    parser.add_argument("--variant", dest="variants", action="append", default=[])
+    parser.add_argument("--set", dest="overrides", action="append", default=[])
+    args = parser.parse_args()
+    variants = [parse_variant(v) for v in (args.variants or ["base"])]
+    scene = load_scene(args.scene)
+    pixels = load_pixel_table(scene.frames("train"), downscale=scene.downscale)
+    common = dict(parse_override(s) for s in args.overrides)
+    checkpoints = list(range(args.eval_every, args.steps + 1, args.eval_every)) or [args.steps]
+    rows = []
+    for name, overrides in variants:
+        cfg = apply_overrides(load_config(None), {**common, **overrides})
+        trainer = Trainer(cfg, scene, pixel_table=pixels)
+        curve = []
+        for stop in checkpoints:
+            trainer.train(n_steps=stop)
+            result = trainer.evaluate(split="test", max_images=args.eval_images, save_renders=False)
+            curve.append(result["mean_psnr_db"])
+            print(f"{name}: step {trainer.step} train {trainer.train_time_s:.1f} s psnr {result['mean_psnr_db']:.2f} dB", flush=True)
+        rows.append([name, *curve, trainer.train_time_s])
+        trainer.close()
+    print_table(
+        f"test PSNR (dB, {args.eval_images} views) at equal steps, {args.scene.name}, {machine_description()}",
+        ["variant", *[f"step {s}" for s in checkpoints], "train s"],
+        rows,
+    )
+
+
+if __name__ == "__main__":
+    main()
