@@ -223,11 +223,6 @@ class _Bucket:
     def nbytes(self) -> int:
         return (self.numel + len(self.params)) * _element_size(self.wire_dtype)
 
-    def segments(self) -> list[torch.Tensor]:
-        """Flat views of the buffer, one per parameter's gradient (in ``params`` order)."""
-        assert self.buffer is not None
-        return [self.buffer[o : o + p.numel()] for p, o in zip(self.params, self.offsets)]
-
     def reset(self) -> None:
         self.pending = len(self.params)
         self.ready = [False] * len(self.params)
@@ -404,15 +399,6 @@ class GradientSynchronizer:
         """Flatten the bucket's gradients (zeros where missing) and start its async all-reduce."""
         assert bucket.index == self._next_launch and bucket.buffer is not None
         buffer = bucket.buffer
-        grads = [p.grad for p in bucket.params]
-        if all(g is not None and g.layout == torch.strided for g in grads):
-            # every parameter has a gradient (the usual step): one multi-tensor copy (casting to
-            # the wire dtype) and one fill instead of two launches per parameter
-            torch._foreach_copy_([seg.view(g.shape) for seg, g in zip(bucket.segments(), grads)], grads)
-            buffer[bucket.numel :].fill_(1.0)
-            bucket.local_has_grad = [True] * len(grads)
-            self._start_all_reduce(bucket)
-            return
         for j, (p, offset) in enumerate(zip(bucket.params, bucket.offsets)):
             segment = buffer[offset : offset + p.numel()]
             if p.grad is None:
@@ -423,11 +409,8 @@ class GradientSynchronizer:
             bucket.local_has_grad[j] = p.grad is not None
             # fill_ with a host scalar is a kernel launch; copying a host list would sync the stream
             buffer[bucket.numel + j].fill_(1.0 if p.grad is not None else 0.0)
-        self._start_all_reduce(bucket)
-
-    def _start_all_reduce(self, bucket: _Bucket) -> None:
         bucket.pending = 0
-        bucket.work = dist.all_reduce(bucket.buffer, op=dist.ReduceOp.SUM, group=self.group, async_op=True)
+        bucket.work = dist.all_reduce(buffer, op=dist.ReduceOp.SUM, group=self.group, async_op=True)
         self._bytes += bucket.nbytes
         self._next_launch += 1
 
@@ -435,11 +418,6 @@ class GradientSynchronizer:
         """Copy the reduced sums back into ``.grad``; returns whether any rank had a gradient."""
         buffer = bucket.buffer
         assert buffer is not None
-        if all(bucket.local_has_grad):  # one multi-tensor copy back (casting from the wire dtype)
-            grads = [p.grad for p in bucket.params]
-            reduced = [seg.view(p.shape) for seg, p in zip(bucket.segments(), bucket.params)]
-            torch._foreach_copy_(grads, reduced)
-            return True
         counts: list[float] | None = None
         any_grad = False
         for j, (p, offset) in enumerate(zip(bucket.params, bucket.offsets)):
