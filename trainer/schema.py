@@ -222,16 +222,19 @@ PHASES_TABLE: tuple[str, ...] = ("rank", "step", "phase", "time_ms")
 
 SUMMARY_TABLE: tuple[str, ...] = (
     "rank", "steps", "step_time_ms", "compute_ms", "wait_ms", "throughput_samples_per_s", "imbalance",
-    "comm_ms", "comm_busbw_gb_per_s", "phase_coverage",
+    "comm_ms", "comm_busbw_gb_per_s", "link_busbw_gb_per_s", "phase_coverage",
 )
-"""summary.csv: one row per rank, means over the run (phase_coverage = named phases / step time)."""
+"""summary.csv: one row per rank, means over the run (phase_coverage = named phases / step time;
+link_busbw_gb_per_s: the all-reduce busbw the ranks' link carries, GB/s, from bench-comm or given,
+the same on every row, empty when unknown)."""
 
 GPU_TIMELINE_TABLE: tuple[str, ...] = (
     "t_s", "gpu", "util_pct", "mem_util_pct", "mem_used_mib", "power_w", "temp_c", "sm_clock_mhz",
     "mem_clock_mhz", "throttle_reasons", "pcie_tx_kib_per_s", "pcie_rx_kib_per_s",
     "nvlink_tx_kib_per_s", "nvlink_rx_kib_per_s",
 )
-"""gpu_timeline.csv: NVML samples, one row per GPU and sampling time."""
+"""gpu_timeline.csv: NVML samples, one row per GPU and sampling time; t_s is seconds since the
+training loop started (status.json ``train_start_unix_s``; negative during set-up)."""
 
 KERNELS_TABLE: tuple[str, ...] = ("rank", "name", "category", "calls", "total_ms", "mean_us", "share_pct")
 """kernels.csv: device kernels (GPU traces) or top-level operators (CPU traces) of the trace window."""

@@ -10,6 +10,7 @@ The profile folder (:class:`ProfileDir`, the one place its file names are spelle
       overlap.csv        trainer.schema.OVERLAP_TABLE      diagnoses.csv trainer.schema.DIAGNOSES_TABLE
       sources.json       {source: {"status": "ok"|"missing"|"failed", "detail": str}} for SOURCES
       failure.json       {"reason", "log_path", "exit_code"} when the run failed
+      bench_comm.csv, bench_comm/   the link measurement (ngptune.profiling.link) and its rank logs
       nsys/, nsys_*.csv, ncu/, ncu_hashgrid.csv   Nsight output when requested and available
       report.html        written by ngptune.reporting.profile_report
 
@@ -17,14 +18,19 @@ Phase tables come from every rank's metrics file (:mod:`ngptune.profiling.runs`)
 torch.profiler window carry its overhead (recording every operator, and exporting the trace in the
 step after the window), so ``phases.csv`` and ``summary.csv`` leave out the records of steps
 A+1..B+1 for a window ``A:B`` (a record's ``step`` counts the steps done when it was written); the
-summary also leaves out each rank's first record (start-up). Missing sources are recorded as
-such; only a completed run's broken inputs are failures.
+summary also leaves out each rank's warm-up record (:func:`ngptune.profiling.runs.drop_warmup`) and
+carries the link's busbw (``link_busbw_gb_per_s``, the same on every row). ``gpu_timeline.csv``'s
+``t_s`` is on the training clock: seconds since the training loop started
+(:func:`align_gpu_timeline`). Missing sources are recorded as such; only a completed run's broken
+inputs are failures.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +52,10 @@ from trainer.schema import (
     MetricsError,
 )
 
-SOURCES: tuple[str, ...] = ("phase_timers", "nvml", "torch_profiler", "hta", "nsys", "ncu")
+SOURCES: tuple[str, ...] = ("phase_timers", "nvml", "torch_profiler", "hta", "nsys", "ncu", "link_busbw")
+#: status.json key holding the wall clock (``time.time()``, s) at which the training loop started
+#: (written by ``trainer.cli``); the GPU timeline's ``t_s = 0``.
+TRAIN_START_KEY = "train_start_unix_s"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,6 +114,16 @@ class ProfileDir:
     @property
     def ncu_csv_path(self) -> Path:
         return self.root / "ncu_hashgrid.csv"
+
+    @property
+    def bench_comm_csv_path(self) -> Path:
+        """The link measurement's table (``ngptune bench-comm`` columns)."""
+        return self.root / "bench_comm.csv"
+
+    @property
+    def bench_comm_dir(self) -> Path:
+        """The link measurement's launch folder (rank logs)."""
+        return self.root / "bench_comm"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -275,6 +294,8 @@ def collect(
     outcome: RunOutcome,
     gpu_timeline: pd.DataFrame,
     extra_sources: dict[str, SourceStatus],
+    gpu_timeline_origin_unix_s: float | None = None,
+    link_busbw_gb_per_s: float | None = None,
 ) -> Collected:
     """Build every table of the profile from its run directory.
 
@@ -283,9 +304,15 @@ def collect(
         world_size: ranks the trainer was started with.
         trace_window: the ``(A, B)`` steps of ``profile.trace_steps``, or None.
         outcome: how the trainer command ended.
-        gpu_timeline: the NVML samples (``gpu_timeline.csv`` rows; empty without a GPU).
+        gpu_timeline: the NVML samples (``gpu_timeline.csv`` rows; empty without a GPU), ``t_s``
+            counted from ``gpu_timeline_origin_unix_s``.
         extra_sources: statuses of the sources collected outside the run directory (``nvml``,
-            ``nsys``, ``ncu``).
+            ``nsys``, ``ncu``, ``link_busbw``).
+        gpu_timeline_origin_unix_s: wall clock (s) of the samples' ``t_s = 0``
+            (:attr:`ngptune.profiling.nvml.NvmlSampler.origin_unix_s`); the table is moved to the
+            training clock (:func:`align_gpu_timeline`) and the ``nvml`` detail names the clock.
+        link_busbw_gb_per_s: the link's all-reduce busbw (GB/s) for the summary's
+            ``link_busbw_gb_per_s``, or None (unknown: the column stays empty).
 
     A source that breaks on a completed run is recorded as ``failed`` with the error (which
     names the file and the problem); on a failed run, what is missing is ``missing``.
@@ -307,8 +334,77 @@ def collect(
         kernels, overlap = None, None
         sources["torch_profiler"] = SourceStatus("failed", str(exc))
     sources["hta"] = SourceStatus("missing", HTA_NOT_USED)
-    timeline = gpu_timeline.reindex(columns=list(GPU_TIMELINE_TABLE))
+    summary["link_busbw_gb_per_s"] = math.nan if link_busbw_gb_per_s is None else float(link_busbw_gb_per_s)
+    timeline, clock = align_gpu_timeline(gpu_timeline.reindex(columns=list(GPU_TIMELINE_TABLE)),
+                                         gpu_timeline_origin_unix_s, run)
+    if clock and "nvml" in sources:
+        sources["nvml"] = SourceStatus(sources["nvml"].status, f"{sources['nvml'].detail}; {clock}")
     return Collected(phases, summary, timeline, kernels, overlap, {name: sources[name] for name in SOURCES if name in sources})
+
+
+def align_gpu_timeline(
+    timeline: pd.DataFrame, origin_unix_s: float | None, run: RunDir
+) -> tuple[pd.DataFrame, str]:
+    """Put NVML samples on the training clock: ``t_s`` in seconds since the training loop started.
+
+    The sampler's ``t_s`` counts from its reader's opening, whose wall clock is
+    ``origin_unix_s`` (just before the trainer command starts); the trainer writes the wall clock
+    of its training loop's start into ``status.json`` (:data:`TRAIN_START_KEY`). Then::
+
+        t_s ← t_s + origin_unix_s − train_start_unix_s
+
+    so samples of the set-up (imports, scene loading, rendezvous) have ``t_s < 0``. The metrics'
+    ``wall_time_s`` counts only the time inside steps: a record lies slightly later on this clock
+    than its ``wall_time_s`` (the logging between steps).
+
+    Args:
+        timeline: ``gpu_timeline.csv`` rows (may be empty).
+        origin_unix_s: wall clock (s) of the rows' ``t_s = 0``, or None (unknown).
+        run: the trainer's run directory.
+
+    Returns:
+        ``(table, clock)``: the shifted table (a copy) and a sentence naming its clock for the
+        ``nvml`` source; ``clock`` is empty for an empty table. Without a training start in
+        ``status.json`` (the run ended before its loop) or without ``origin_unix_s``, the table is
+        unshifted and ``clock`` says that ``t_s`` counts from the sampler's start.
+    """
+    if timeline.empty:
+        return timeline, ""
+    start = (run.read_status() or {}).get(TRAIN_START_KEY)
+    if origin_unix_s is None or isinstance(start, bool) or not isinstance(start, (int, float)) or not math.isfinite(start):
+        why = f"{run.status_path} holds no {TRAIN_START_KEY} (the run ended before training)"
+        if origin_unix_s is None:
+            why = "the sampler's wall clock is unknown"
+        return timeline, f"t_s: seconds since the sampler started, just before the trainer command ({why})"
+    shifted = timeline.copy()
+    offset_s = float(origin_unix_s) - float(start)
+    shifted["t_s"] = pd.to_numeric(shifted["t_s"]) + offset_s
+    return shifted, (f"t_s: seconds since the training loop started ({TRAIN_START_KEY} in status.json; "
+                     f"the sampler started at t_s = {offset_s:.2f} s)")
+
+
+def read_csv_table(path: Path, columns: Sequence[str], error: type[NgptuneError], **read_options: Any) -> pd.DataFrame:
+    """A CSV table of a profile that must have ``columns`` (others may follow).
+
+    Args:
+        path: the file (must exist).
+        columns: the required column names.
+        error: the exception class to raise.
+        read_options: passed to :func:`pandas.read_csv` (e.g. ``dtype=str``).
+
+    Raises:
+        error: naming the file: empty without a header, not a readable CSV table, or missing columns.
+    """
+    try:
+        table = pd.read_csv(path, **read_options)
+    except pd.errors.EmptyDataError:
+        raise error(f"{path}: empty file without a header (truncated?)") from None
+    except (pd.errors.ParserError, UnicodeDecodeError) as exc:
+        raise error(f"{path}: not a readable CSV table ({exc})") from None
+    missing = [c for c in columns if c not in table.columns]
+    if missing:
+        raise error(f"{path}: missing columns {missing}")
+    return table
 
 
 def write_tables(profile: ProfileDir, collected: Collected, diagnoses: pd.DataFrame) -> None:

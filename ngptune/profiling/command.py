@@ -2,20 +2,24 @@
 
     ngptune profile [--scene PATH] [--config FILE] [--nproc-per-node N] [--steps N]
                     [--trace-steps A:B] [--nsys] [--ncu] [--nvml-interval-ms 100]
-                    [--emulate-interconnect ...] [--set KEY=VALUE ...] [--out DIR]
+                    [--emulate-interconnect ...] [--link-busbw auto|off|GB_PER_S]
+                    [--bench-comm-csv FILE] [--set KEY=VALUE ...] [--out DIR]
 
 The trainer runs as a subprocess (``python -m ngptune train``, with ``--nproc-per-node N`` through
 the elastic launcher) into ``<profile>/run`` with one metrics record per step
 (``training.log_every=1``, overridable with ``--set``) and a torch.profiler window
 (``profile.trace_steps``; default :func:`default_trace_window`). Meanwhile an NVML sampler thread
-of this process reads every GPU (:class:`~ngptune.profiling.nvml.NvmlSampler`). Afterwards the
-tables are collected (:mod:`ngptune.profiling.collect`), diagnosed
-(:func:`ngptune.profiling.diagnose.assess`) and rendered
-(:func:`ngptune.reporting.profile_report.write_profile_report`).
+of this process reads every GPU (:class:`~ngptune.profiling.nvml.NvmlSampler`). Before it, with
+more than one rank, the link's all-reduce bus bandwidth is measured once (``--link-busbw auto``,
+:mod:`ngptune.profiling.link`: one ``bench-comm`` launch with the run's ranks, backend and emulated
+interconnect), read from ``--bench-comm-csv``, or given as a number. Afterwards the tables are
+collected (:mod:`ngptune.profiling.collect`), diagnosed (:func:`ngptune.profiling.diagnose.assess`,
+with the link's busbw) and rendered (:func:`ngptune.reporting.profile_report.write_profile_report`).
 
 Exit status: 0 when the run completed and every requested source was collected; 1 when the run
 failed (the folder still holds what was collected, ``failure.json`` and the report) or a source
-broke; 2 for bad arguments (``error: ...`` from the CLI).
+broke (a failed link measurement included: the profile is complete without the figure); 2 for bad
+arguments or an unusable ``--bench-comm-csv`` (``error: ...`` from the CLI, nothing written).
 """
 
 from __future__ import annotations
@@ -30,7 +34,9 @@ from pathlib import Path
 from ngptune.profiling import SourceStatus
 from ngptune.profiling import nsight
 from ngptune.profiling.collect import ProfileDir, RunOutcome, collect, write_failure, write_tables
+from ngptune.profiling.link import measure_link_busbw, parse_link_busbw, read_link_busbw
 from ngptune.profiling.nvml import NvmlSampler
+from trainer.config import TrainConfig
 from trainer.errors import ConfigError
 
 DEFAULT_STEPS = 30
@@ -58,6 +64,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--nvml-interval-ms", type=float, default=100.0, help="NVML sampling interval (default 100 ms)")
     p.add_argument("--emulate-interconnect", choices=INTERCONNECTS, default=None,
                    help="NCCL only: make one NVLink host's ranks talk like PCIe or sockets")
+    p.add_argument("--link-busbw", default="auto", metavar="auto|off|GB_PER_S",
+                   help="the link's all-reduce busbw to compare the gradient all-reduce with: auto (default) "
+                        "measures it with bench-comm before training (more than one rank), or GB/s, or off")
+    p.add_argument("--bench-comm-csv", type=Path, default=None, metavar="FILE",
+                   help="with --link-busbw auto: take the link's busbw from a table `ngptune bench-comm --csv` wrote")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="trainer config override (repeatable)")
     p.add_argument("--out", type=Path, default=None, help="profile folder (default: reports/<time>-<scene>)")
@@ -90,19 +101,29 @@ def _check_args(args: argparse.Namespace) -> None:
         raise ConfigError(f"--nproc-per-node: expected an integer >= 1, got {args.nproc_per_node}")
     if not args.nvml_interval_ms > 0:
         raise ConfigError(f"--nvml-interval-ms: expected a positive number, got {args.nvml_interval_ms:g}")
+    if parse_link_busbw(args.link_busbw) != "auto" and args.bench_comm_csv is not None:
+        raise ConfigError(f"--bench-comm-csv: gives the link's busbw for --link-busbw auto; "
+                          f"it cannot be combined with --link-busbw {args.link_busbw}")
 
 
-def _scene_name(args: argparse.Namespace) -> str:
-    """The scene's name for the default folder; also validates ``--config`` and ``--set`` early."""
-    from trainer.cli import scene_path_of
+def _run_config(args: argparse.Namespace) -> TrainConfig:
+    """The profiled run's config (``--config``, ``--set``, ``--scene``, ``--emulate-interconnect``);
+    validates them before anything is written."""
     from trainer.config import apply_overrides, load_config, parse_override
 
     cfg = load_config(args.config)
     overrides = dict(parse_override(item) for item in args.overrides)
     if args.scene is not None:
         overrides["data.scene"] = str(args.scene)
-    if overrides:
-        cfg = apply_overrides(cfg, overrides)
+    if args.emulate_interconnect is not None:
+        overrides["distributed.emulate_interconnect"] = args.emulate_interconnect
+    return apply_overrides(cfg, overrides) if overrides else cfg
+
+
+def _scene_name(cfg: TrainConfig) -> str:
+    """The scene's name for the default folder."""
+    from trainer.cli import scene_path_of
+
     return scene_path_of(cfg).name or "scene"
 
 
@@ -193,14 +214,31 @@ def _run_ncu(args: argparse.Namespace, profile: ProfileDir, window: tuple[int, i
     return status
 
 
+def _link_busbw(mode: str | float, cfg: TrainConfig, ranks: int, profile: ProfileDir) -> tuple[float | None, SourceStatus]:
+    """The link's busbw (GB/s) for ``--link-busbw`` ``mode`` and its ``link_busbw`` source entry."""
+    if mode == "off":
+        return None, nsight.not_requested("--link-busbw off")
+    if not isinstance(mode, str):
+        return mode, SourceStatus("ok", f"given: --link-busbw {mode:g} GB/s")
+    if ranks < 2:
+        return None, SourceStatus("missing", "one rank: no gradient all-reduce, so no link to measure")
+    print(f"profile: measuring the link (all-reduce on {ranks} ranks) before training", flush=True)
+    return measure_link_busbw(cfg, ranks, profile.bench_comm_dir, profile.bench_comm_csv_path)
+
+
 def profile_command(args: argparse.Namespace) -> int:
     """Run the profile (module docstring); returns the exit status."""
     from ngptune.profiling.diagnose import ProfileInputs, assess, diagnoses_table
 
     _check_args(args)
     window = parse_trace_window(args.trace_steps) if args.trace_steps else default_trace_window(args.steps)
-    scene_name = _scene_name(args)
-    profile = ProfileDir(args.out if args.out is not None else default_profile_dir(scene_name))
+    cfg = _run_config(args)
+    ranks = args.nproc_per_node or 1
+    link_from_csv = None
+    if args.bench_comm_csv is not None:
+        link_from_csv = read_link_busbw(args.bench_comm_csv, emulated_interconnect=cfg.distributed.emulate_interconnect,
+                                        world_size=ranks)
+    profile = ProfileDir(args.out if args.out is not None else default_profile_dir(_scene_name(cfg)))
     if profile.run.root.exists():
         raise ConfigError(f"--out {profile.root}: already holds a profile (its run/ exists); choose a new folder")
     profile.root.mkdir(parents=True, exist_ok=True)
@@ -214,7 +252,7 @@ def profile_command(args: argparse.Namespace) -> int:
         profile.nsys_report_base.parent.mkdir(parents=True, exist_ok=True)
         argv = nsight.nsys_command(nsys, profile.nsys_report_base, argv)
 
-    ranks = args.nproc_per_node or 1
+    link_busbw, sources["link_busbw"] = link_from_csv or _link_busbw(parse_link_busbw(args.link_busbw), cfg, ranks, profile)
     print(f"profile: {args.steps} steps on {ranks} rank(s), torch.profiler steps {window[0]}:{window[1]}; "
           f"trainer output in {profile.trainer_log_path}", flush=True)
     sampler = NvmlSampler(args.nvml_interval_ms / 1e3).start()
@@ -234,12 +272,14 @@ def profile_command(args: argparse.Namespace) -> int:
         sources["ncu"] = SourceStatus("missing", "not run: the profiled run failed")
 
     collected = collect(profile, world_size=ranks, trace_window=window, outcome=outcome,
-                        gpu_timeline=sampler.frame(), extra_sources=sources)
+                        gpu_timeline=sampler.frame(), extra_sources=sources,
+                        gpu_timeline_origin_unix_s=sampler.origin_unix_s, link_busbw_gb_per_s=link_busbw)
     inputs = ProfileInputs(
         phases=collected.phases,
         summary=collected.summary,
         gpu_timeline=collected.gpu_timeline if len(collected.gpu_timeline) else None,
         kernels=collected.kernels,
+        link_busbw_gb_per_s=link_busbw,
         overlap=collected.overlap,
     )
     checks = assess(inputs)

@@ -21,9 +21,10 @@ low below. A diagnosis whose inputs are missing is *not evaluated* (:class:`Chec
 
 Inputs (:class:`ProfileInputs`) are pandas DataFrames. Phase times come from the trainer's phase
 timers (``metrics.jsonl`` of every rank, :mod:`trainer.schema`): one row per rank, logged step and
-phase with the mean ms per step of the interval ending at that step. The first logged interval of
-each rank (:data:`WARMUP_INTERVALS`) holds one-off costs (lazy initialisation, the first occupancy
-update, allocator growth) and is left out when a rank has later ones.
+phase with the mean ms per step of the interval ending at that step. Each rank's warm-up intervals
+(one-off costs: lazy initialisation, the first occupancy update, allocator growth) are left out when
+the rank has later ones, by the rule the summary table and the sweep objectives share
+(:func:`ngptune.profiling.runs.drop_warmup`).
 
 Per-rank compute time is the sum of ``trainer.schema.COMPUTE_PHASES``, the rank's own work in which
 it waits for no other rank (the data phase is judged on its own); time in
@@ -41,6 +42,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ngptune.profiling.runs import drop_warmup
 from trainer.errors import NgptuneError
 from trainer.schema import COMPUTE_PHASES, DIAGNOSES_TABLE, PHASES, PHASES_TABLE, WAIT_PHASES
 
@@ -97,9 +99,6 @@ LINK_UNDERUSED_FRACTION = 0.5
 SEVERITY_HIGH_EXCESS = 2.0
 SEVERITY_MEDIUM_EXCESS = 1.5
 
-#: Logged intervals at the start of each rank's phase data left out as warm-up (when it has more);
-#: the same rule as the summary table's (``ngptune.profiling.runs.summary_table``).
-WARMUP_INTERVALS = 1
 #: kernels.csv ``category`` values of the hash-grid encoding's forward and backward kernels.
 HASH_GRID_FWD_CATEGORY = "hash_grid_fwd"
 HASH_GRID_BWD_CATEGORY = "hash_grid_bwd"
@@ -260,28 +259,18 @@ class ProfileInputs:
 
 
 # ------------------------------------------------------------------------------ phase tables
-def _steady_phases(phases: pd.DataFrame) -> pd.DataFrame:
-    """``phases`` without each rank's first :data:`WARMUP_INTERVALS` logged steps (when it has more)."""
-    keep = []
-    for _, group in phases.groupby("rank", sort=True):
-        steps = sorted(group["step"].unique())
-        drop = steps[:WARMUP_INTERVALS] if len(steps) > WARMUP_INTERVALS else []
-        keep.append(group[~group["step"].isin(drop)])
-    return pd.concat(keep) if keep else phases
-
-
 def rank_phase_means(phases: pd.DataFrame, *, steady: bool = True) -> pd.DataFrame:
     """Mean ms per step of every phase, per rank.
 
     Args:
         phases: rows (rank, step, phase, time_ms) as in :class:`ProfileInputs`.
-        steady: leave out each rank's warm-up interval (:data:`WARMUP_INTERVALS`).
+        steady: leave out each rank's warm-up intervals (:func:`ngptune.profiling.runs.drop_warmup`).
 
     Returns:
         DataFrame indexed by ``rank`` with one float column per phase of ``PHASES + ("other",)``
         (ms per step, 0 where a phase never ran) and ``step_time_ms``, their sum.
     """
-    data = _steady_phases(phases) if steady else phases
+    data = drop_warmup(phases) if steady else phases
     table = data.pivot_table(index="rank", columns="phase", values="time_ms", aggfunc="mean", fill_value=0.0)
     table = table.reindex(columns=list(_ALL_PHASES), fill_value=0.0).astype(float)
     table["step_time_ms"] = table[list(_ALL_PHASES)].sum(axis=1)

@@ -3,7 +3,10 @@
 Rows have the columns of :data:`trainer.schema.GPU_TIMELINE_TABLE` (units in the names):
 
 =====================  =======================================================================
-t_s                    seconds since the reader opened (``time.monotonic``)
+t_s                    seconds since the reader opened (``time.monotonic``; the wall clock of that
+                       moment is :attr:`GpuReader.origin_unix_s`). ``ngptune profile`` shifts it to
+                       seconds since the training loop started
+                       (:func:`ngptune.profiling.collect.align_gpu_timeline`)
 gpu                    NVML device index
 util_pct, mem_util_pct ``nvmlDeviceGetUtilizationRates``: kernel-busy and memory-busy share of
                        the driver's last sample period, %
@@ -126,6 +129,10 @@ class GpuReader:
         nvml: the NVML module (``pynvml``); another object with the same functions and
             constants may be given (tests).
 
+    Attributes:
+        origin_unix_s: wall clock (``time.time()``, s) when the reader opened: the moment of
+            ``t_s = 0`` of its rows.
+
     Raises:
         NvmlUnavailable: NVML cannot be initialised or sees no GPU.
         ConfigError: a requested index is not a GPU NVML sees (``--gpus``).
@@ -155,6 +162,7 @@ class GpuReader:
             self.close()
             raise
         self._t0 = time.monotonic()
+        self.origin_unix_s = time.time()
         self._nvlink: dict[int, _Counter] = {}
         self._nvlink_scopes: dict[int, list[int] | None] = {}
 
@@ -294,6 +302,10 @@ class NvmlSampler:
         gpus: NVML indices, or None for all.
         nvml: the NVML module (default ``pynvml``).
         on_row: called with each row in the sampling thread (e.g. to stream a CSV).
+
+    Attributes:
+        origin_unix_s: wall clock (``time.time()``, s) of the rows' ``t_s = 0`` (the reader's
+            opening, just before the first sample); None when no reader opened (no GPU).
     """
 
     def __init__(
@@ -316,6 +328,7 @@ class NvmlSampler:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._error: str | None = None
+        self.origin_unix_s: float | None = None
 
     def start(self) -> "NvmlSampler":
         try:
@@ -323,6 +336,7 @@ class NvmlSampler:
         except NvmlUnavailable as exc:
             self.status = SourceStatus("missing", f"no GPU (NVML: {exc.reason})")
             return self
+        self.origin_unix_s = self._reader.origin_unix_s
         self.status = SourceStatus("ok", "sampling")
         self._thread = threading.Thread(target=self._run, name="nvml-sampler", daemon=True)
         self._thread.start()

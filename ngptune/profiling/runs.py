@@ -1,17 +1,60 @@
-"""Phase and summary tables of a trainer run directory, from every rank's ``metrics.jsonl``.
+"""Phase and summary tables of a trainer run directory, from every rank's ``metrics.jsonl``, and
+the one warm-up rule every analysis of those records follows (:func:`steady_records`,
+:func:`drop_warmup`).
 
 Columns are the schema's (:data:`trainer.schema.PHASES_TABLE`, :data:`trainer.schema.SUMMARY_TABLE`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import pandas as pd
 
 from trainer.errors import NgptuneError
 from trainer.rundir import RunDir
 from trainer.schema import COMPUTE_PHASES, PHASES, PHASES_TABLE, SUMMARY_TABLE, WAIT_PHASES, read_metrics
+
+
+WARMUP_INTERVALS = 1
+"""Logged intervals at the start of each rank's records that are warm-up: the first interval holds
+one-off costs (lazy initialisation, the first occupancy update, allocator growth, the occupancy
+warm-up's short steps). They are left out when the rank has later records (:func:`steady_records`)."""
+
+_Record = TypeVar("_Record")
+
+
+def steady_records(records: Sequence[_Record]) -> Sequence[_Record]:
+    """One rank's records (in step order) without the first :data:`WARMUP_INTERVALS`, or all of them
+    when the rank has no later record.
+
+    The profile's summary and diagnoses (:func:`drop_warmup`) and the sweep objectives
+    (:mod:`ngptune.tuning.objectives`) all leave out warm-up through this function.
+
+    >>> steady_records([10, 20, 30]), steady_records([10])
+    ([20, 30], [10])
+    """
+    return records[WARMUP_INTERVALS:] if len(records) > WARMUP_INTERVALS else records
+
+
+def drop_warmup(table: pd.DataFrame) -> pd.DataFrame:
+    """Rows of ``table`` without each rank's warm-up steps (:func:`steady_records` of the rank's
+    logged steps in order).
+
+    Args:
+        table: at least ``rank`` and ``step`` columns; a step may have several rows (one per phase,
+            as in ``phases.csv``), they are kept or dropped together.
+
+    Returns:
+        The kept rows, in their original order within each rank, ranks ascending.
+    """
+    kept = []
+    for _, group in table.groupby("rank", sort=True):
+        steps = steady_records(sorted(group["step"].unique()))
+        kept.append(group[group["step"].isin(steps)])
+    return pd.concat(kept) if kept else table
 
 
 class ProfileError(NgptuneError):
@@ -57,23 +100,19 @@ def _mean(frame: pd.DataFrame, column: str) -> float:
     return float(frame[column].mean()) if column in frame.columns and frame[column].notna().any() else float("nan")
 
 
-def summary_table(metrics: pd.DataFrame, *, skip_first: bool = True) -> pd.DataFrame:
+def summary_table(metrics: pd.DataFrame, *, steady: bool = True) -> pd.DataFrame:
     """One row per rank: means over the run's records (:data:`trainer.schema.SUMMARY_TABLE`).
 
     Args:
         metrics: from :func:`metrics_frame`.
-        skip_first: leave out each rank's first record (start-up, occupancy warm-up) when the rank
-            has more than one.
+        steady: leave out each rank's warm-up records (:func:`drop_warmup`).
 
     ``compute_ms`` sums the compute phases (:data:`trainer.schema.COMPUTE_PHASES`), ``wait_ms``
     the collective phases (:data:`trainer.schema.WAIT_PHASES`); ``imbalance`` is max/mean of the
     ranks' ``compute_ms`` (DESIGN.md §4, diagnosis 5), the same value on every row.
     """
     rows = []
-    for rank, frame in metrics.groupby("rank", sort=True):
-        frame = frame.sort_values("step")
-        if skip_first and len(frame) > 1:
-            frame = frame.iloc[1:]
+    for rank, frame in (drop_warmup(metrics) if steady else metrics).groupby("rank", sort=True):
         step_ms = _mean(frame, "step_time_ms")
         named = sum(_mean(frame, f"{p}_ms") for p in PHASES if f"{p}_ms" in frame.columns)
         compute = sum(_mean(frame, f"{p}_ms") for p in COMPUTE_PHASES if f"{p}_ms" in frame.columns)

@@ -10,7 +10,10 @@ A file that is present but unreadable (not CSV, columns missing, bad JSON) is an
 
 Sections: run failure banner and emulated-interconnect label (when they apply), per-rank summary,
 step-time breakdown (stacked phases incl. "other", coverage), per-rank imbalance, GPU timelines
-(NVML), top kernels, communication vs computation overlap, diagnoses and checks, data sources.
+(NVML; time since the training loop started), top kernels, communication vs computation overlap,
+the gradient all-reduce's achieved busbw vs the link's (``summary.csv`` ``comm_busbw_gb_per_s``
+and ``link_busbw_gb_per_s``, the link's provenance from ``sources.json`` ``link_busbw``),
+diagnoses and checks, data sources.
 """
 
 from __future__ import annotations
@@ -26,8 +29,8 @@ import plotly.express as px
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from ngptune.profiling.collect import ProfileDir
-from ngptune.profiling.diagnose import SEVERITIES, rank_phase_means
+from ngptune.profiling.collect import ProfileDir, read_csv_table
+from ngptune.profiling.diagnose import LINK_UNDERUSED_FRACTION, SEVERITIES, rank_phase_means
 from ngptune.reporting.html import Section, figure_html, render_page, table_html, text_html
 from trainer.errors import NgptuneError
 from trainer.rundir import atomic_write_text
@@ -107,18 +110,7 @@ class _Profile:
 
 # ------------------------------------------------------------------------------------ reading
 def _read_table(path: Path, columns: tuple[str, ...]) -> pd.DataFrame | None:
-    if not path.is_file():
-        return None
-    try:
-        table = pd.read_csv(path)
-    except pd.errors.EmptyDataError:
-        raise ProfileReportError(f"{path}: empty file without a header (truncated?)") from None
-    except (pd.errors.ParserError, UnicodeDecodeError) as exc:
-        raise ProfileReportError(f"{path}: not a readable CSV table ({exc})") from None
-    missing = [c for c in columns if c not in table.columns]
-    if missing:
-        raise ProfileReportError(f"{path}: missing columns {missing}")
-    return table
+    return read_csv_table(path, columns, ProfileReportError) if path.is_file() else None
 
 
 def _read_json(path: Path) -> Any | None:
@@ -318,7 +310,7 @@ def _timeline_section(p: _Profile) -> Section:
                 label = f"GPU {gpu}" + (f" {column.split('_')[1]}" if len(columns) > 1 else "")
                 fig.add_trace(go.Scatter(x=group["t_s"], y=group[column], mode="lines", name=label,
                                          legendgroup=f"GPU {gpu}", showlegend=row == 1 or len(columns) > 1), row=row, col=1)
-    fig.update_xaxes(title_text="time (s)", row=len(drawn), col=1)
+    fig.update_xaxes(title_text="time since the training loop started (s)", row=len(drawn), col=1)
     fig.update_layout(height=220 * len(drawn) + 80, title="NVML samples per GPU")
     body = figure_html(fig)
     if empty:
@@ -369,6 +361,43 @@ def _overlap_section(p: _Profile) -> Section:
                       title="Trace window: compute, exposed communication, idle")
     text = "Overlapped communication runs under compute kernels and costs no step time; exposed communication does."
     return Section(title, figure_html(fig) + text_html(text) + table_html(overlap))
+
+
+def _link_section(p: _Profile) -> Section:
+    title = "Gradient all-reduce vs the link"
+    if not p.has("summary"):
+        return Section(title, _missing_html(p.absent("summary")))
+    entry = (p.sources or {}).get("link_busbw")
+    provenance = (f"link_busbw: {entry['status']} — {entry['detail']}" if entry is not None
+                  else "sources.json does not say where the link's figure comes from")
+    summary = p.tables["summary"].sort_values("rank")
+    if len(summary) < 2:
+        return Section(title, text_html("One rank: no gradient all-reduce to compare with the link. " + provenance))
+    achieved = pd.to_numeric(summary["comm_busbw_gb_per_s"], errors="coerce")
+    if not achieved.notna().any():
+        return Section(title, _missing_html(
+            "No achieved bus bandwidth: the run all-reduced no gradients (comm_busbw_gb_per_s is empty, e.g. "
+            "parallel.mode=subgrid exchanges per-ray colours instead). " + provenance))
+    table = pd.DataFrame({"rank": summary["rank"].astype(int), "comm_busbw_gb_per_s": achieved})
+    link = pd.to_numeric(summary["link_busbw_gb_per_s"], errors="coerce").dropna()
+    method = (
+        "Achieved busbw = gradient bytes per step / time in the comm phase, scaled by 2(n−1)/n as nccl-tests; "
+        "with parallel.overlap_comm the comm phase holds only the exposed wait, so it can exceed the link's."
+    )
+    if link.empty:
+        return Section(title, _missing_html(f"The link's bus bandwidth is unknown ({provenance}).")
+                       + text_html(method) + table_html(table))
+    link_gb_per_s = float(link.iloc[0])
+    table["link_busbw_gb_per_s"] = link_gb_per_s
+    table["achieved_of_link_pct"] = 100 * achieved / link_gb_per_s
+    best_pct, bound_pct = float(table["achieved_of_link_pct"].max()), 100 * LINK_UNDERUSED_FRACTION
+    verdict = f"The gradient all-reduce reaches at most {best_pct:.0f}% of the link's {link_gb_per_s:.3g} GB/s " + (
+        f"(below {bound_pct:.0f}%): the link is not what limits it (bucket sizes, NCCL algorithm and channels are)."
+        if best_pct < bound_pct else
+        f"({bound_pct:.0f}% or more): the link itself limits it; only fewer bytes (parallel.compression, "
+        "parallel.mode=subgrid) shorten it."
+    )
+    return Section(title, text_html(verdict) + table_html(table) + text_html(method) + text_html(provenance))
 
 
 def _diagnoses_section(p: _Profile) -> Section:
@@ -454,6 +483,7 @@ def write_profile_report(profile_dir: Path) -> Path:
             _timeline_section(p),
             _kernels_section(p),
             _overlap_section(p),
+            _link_section(p),
             _sources_section(p),
         )
         if s is not None

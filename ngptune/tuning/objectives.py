@@ -3,8 +3,9 @@
 Objectives (names as in the study file, the trials' ``objectives`` attribute and ``trials.csv``):
 
 * ``throughput_samples_per_s`` (maximise): the mean of rank 0's ``throughput_samples_per_s`` over
-  the metrics records after the first (the first interval holds start-up work: allocator warm-up,
-  the occupancy warm-up); the only record when there is one. In a distributed run rank 0's
+  the metrics records after the warm-up (the first interval holds start-up work: allocator warm-up,
+  the occupancy warm-up; the rule the profile shares, :func:`ngptune.profiling.runs.steady_records`);
+  the only record when there is one. In a distributed run rank 0's
   record holds the global throughput (samples of all ranks per second).
 * ``psnr_at_budget_db`` (maximise): the trainer's final evaluation (``eval_psnr_db`` in
   ``status.json``) after a fixed training-time budget (``budget.seconds``).
@@ -28,6 +29,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ngptune.profiling.runs import steady_records
 from trainer.schema import PHASES, phase_column
 
 __all__ = [
@@ -73,15 +75,10 @@ def _finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _steady(records: Sequence[Mapping[str, Any]]) -> Sequence[Mapping[str, Any]]:
-    """The records after the first (warm-up) one, or all of them when there is only one."""
-    return records[1:] if len(records) > 1 else records
-
-
 def throughput_samples_per_s(records: Sequence[Mapping[str, Any]]) -> float | None:
-    """Mean ``throughput_samples_per_s`` (samples/s) of rank-0 ``records`` after the first, or None
-    when no record has a finite value."""
-    values = [r["throughput_samples_per_s"] for r in _steady(records) if _finite(r.get("throughput_samples_per_s"))]
+    """Mean ``throughput_samples_per_s`` (samples/s) of rank-0 ``records`` (in step order) after the
+    warm-up (:func:`ngptune.profiling.runs.steady_records`), or None when no record has a finite value."""
+    values = [r["throughput_samples_per_s"] for r in steady_records(records) if _finite(r.get("throughput_samples_per_s"))]
     return statistics.fmean(values) if values else None
 
 
@@ -131,8 +128,8 @@ def objective_value(
 def intermediate_values(name: str, records: Sequence[Mapping[str, Any]]) -> list[tuple[int, float]]:
     """``(step, value)`` pairs to report to the pruner, one per metrics record that has one.
 
-    ``throughput_samples_per_s``: at record i, the mean throughput of records 1..i (record 0 at
-    i = 0, as :func:`throughput_samples_per_s`); ``psnr_at_budget_db``: ``train_psnr_db``;
+    ``throughput_samples_per_s``: at record i, :func:`throughput_samples_per_s` of records 0..i
+    (records 1..i after the one warm-up record; record 0 alone at i = 0); ``psnr_at_budget_db``: ``train_psnr_db``;
     ``time_to_psnr_s``: none.
     """
     out: list[tuple[int, float]] = []
@@ -147,9 +144,9 @@ def intermediate_values(name: str, records: Sequence[Mapping[str, Any]]) -> list
 
 
 def mean_phase_ms(records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
-    """Mean time per step of each phase and ``other`` (ms) over the records after the first;
-    phases no record reports are left out."""
-    steady = _steady(records)
+    """Mean time per step of each phase and ``other`` (ms) over the records after the warm-up
+    (:func:`ngptune.profiling.runs.steady_records`); phases no record reports are left out."""
+    steady = steady_records(records)
     out: dict[str, float] = {}
     for phase in (*PHASES, "other"):
         column = phase_column(phase)

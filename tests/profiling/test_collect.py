@@ -6,6 +6,7 @@ import json
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -13,20 +14,23 @@ import pytest
 
 from ngptune.profiling import SourceStatus
 from ngptune.profiling.collect import (
+    TRAIN_START_KEY,
     ProfileDir,
     RunOutcome,
+    align_gpu_timeline,
     collect,
     collect_phases,
     collect_traces,
     write_failure,
     write_tables,
 )
-from ngptune.profiling.nvml import timeline_frame
+from ngptune.profiling.nvml import NvmlSampler, timeline_frame
 from ngptune.profiling.runs import ProfileError
 from ngptune.profiling.traces import TraceError
+from tests.profiling.fake_nvml import FakeGpu, make_fake_nvml
 from tests.train.conftest import demo_scene  # noqa: F401  (fixture)
 from trainer.rundir import RunDir
-from trainer.schema import DIAGNOSES_TABLE, KERNELS_TABLE, OVERLAP_TABLE, PHASES, MetricsError
+from trainer.schema import DIAGNOSES_TABLE, KERNELS_TABLE, OVERLAP_TABLE, PHASES, MetricsError, read_metrics
 
 REPO = Path(__file__).resolve().parents[2]
 SMALL = REPO / "configs" / "small.json"
@@ -86,11 +90,13 @@ def test_collect_and_write_a_cpu_profile(profiled_run: ProfileDir, tmp_path: Pat
     collected = collect(profile, world_size=1, trace_window=WINDOW, outcome=RunOutcome(True, 0),
                         gpu_timeline=timeline_frame([]),
                         extra_sources={"nvml": missing_nvml, "nsys": SourceStatus("missing", "not requested (--nsys)"),
-                                       "ncu": SourceStatus("missing", "not requested (--ncu)")})
+                                       "ncu": SourceStatus("missing", "not requested (--ncu)"),
+                                       "link_busbw": SourceStatus("missing", "not requested (--link-busbw off)")})
     write_tables(profile, collected, pd.DataFrame(columns=list(DIAGNOSES_TABLE)))
     sources = json.loads(profile.sources_path.read_text())
-    assert list(sources) == ["phase_timers", "nvml", "torch_profiler", "hta", "nsys", "ncu"]
+    assert list(sources) == ["phase_timers", "nvml", "torch_profiler", "hta", "nsys", "ncu", "link_busbw"]
     assert sources["nvml"] == {"status": "missing", "detail": "no GPU (NVML: NVML Shared Library Not Found)"}
+    assert sources["link_busbw"] == {"status": "missing", "detail": "not requested (--link-busbw off)"}
     assert sources["hta"]["status"] == "missing" and "jupyterlab" in sources["hta"]["detail"]
     assert sources["phase_timers"]["status"] == sources["torch_profiler"]["status"] == "ok"
     timeline = pd.read_csv(profile.table_path("gpu_timeline"))
@@ -155,3 +161,45 @@ def test_failed_run_before_the_window(profiled_run: ProfileDir, tmp_path: Path) 
     assert json.loads(profile.failure_path.read_text()) == {
         "reason": "RuntimeError: simulated crash", "log_path": str(profile.trainer_log_path), "exit_code": 1,
     }
+
+
+def test_gpu_timeline_is_on_the_training_clock(profiled_run: ProfileDir, tmp_path: Path) -> None:
+    """t_s of gpu_timeline.csv: seconds since the training loop started (status.json), from the
+    sampler's wall-clock origin; samples from the fake NVML."""
+    profile = ProfileDir(tmp_path / "copy")
+    shutil.copytree(profiled_run.run.root, profile.run.root)
+    start = profile.run.read_status()[TRAIN_START_KEY]  # written by the real trainer
+    last = read_metrics(profile.run.metrics_path(0))[-1]
+    # the step clock (wall_time_s) starts there: the last record was written no earlier than start + its wall_time_s
+    assert start + last["wall_time_s"] <= profiled_run.run.metrics_path(0).stat().st_mtime + 1e-3
+
+    sampler = NvmlSampler(0.01, nvml=make_fake_nvml([FakeGpu(), FakeGpu()])).start()
+    time.sleep(0.05)
+    nvml_status = sampler.stop()
+    raw = sampler.frame()
+    collected = collect(profile, world_size=1, trace_window=WINDOW, outcome=RunOutcome(True, 0), gpu_timeline=raw,
+                        extra_sources={"nvml": nvml_status}, gpu_timeline_origin_unix_s=sampler.origin_unix_s,
+                        link_busbw_gb_per_s=12.5)
+    offset_s = sampler.origin_unix_s - start
+    assert collected.gpu_timeline["t_s"].tolist() == pytest.approx((raw["t_s"] + offset_s).tolist(), abs=1e-9)
+    assert collected.gpu_timeline["gpu"].tolist() == raw["gpu"].tolist()
+    # this sampler ran after the training had ended: every sample lies past its last step
+    assert (collected.gpu_timeline["t_s"] > last["wall_time_s"]).all()
+    assert collected.sources["nvml"].detail == (
+        f"{nvml_status.detail}; t_s: seconds since the training loop started (train_start_unix_s in status.json; "
+        f"the sampler started at t_s = {offset_s:.2f} s)")
+    assert collected.summary["link_busbw_gb_per_s"].tolist() == [12.5]
+
+    # a run that ended before its training loop has no start: the sampler's own clock, said so
+    status = profile.run.read_status()
+    del status[TRAIN_START_KEY]
+    profile.run.write_json(profile.run.status_path, status)
+    timeline, clock = align_gpu_timeline(raw, sampler.origin_unix_s, profile.run)
+    assert timeline["t_s"].tolist() == raw["t_s"].tolist()
+    assert clock == (f"t_s: seconds since the sampler started, just before the trainer command "
+                     f"({profile.run.status_path} holds no train_start_unix_s (the run ended before training))")
+    assert align_gpu_timeline(timeline_frame([]), sampler.origin_unix_s, profile.run)[1] == ""
+    # unknown link: the summary column stays empty
+    collected = collect(profile, world_size=1, trace_window=WINDOW, outcome=RunOutcome(True, 0),
+                        gpu_timeline=timeline_frame([]), extra_sources={})
+    assert collected.summary["link_busbw_gb_per_s"].isna().all()

@@ -139,4 +139,18 @@ def test_no_gpu_on_this_machine_is_reported_missing() -> None:
     status = sampler.stop()
     assert status.status == "missing"
     assert status.detail == f"no GPU (NVML: {reason})"
+    assert sampler.origin_unix_s is None  # no reader opened: the profile's timeline stays empty
     assert sampler.frame().empty and list(sampler.frame().columns) == list(GPU_TIMELINE_TABLE)
+
+
+def test_sampler_records_the_wall_clock_of_its_time_zero() -> None:
+    """collect.align_gpu_timeline moves the samples to the training clock from this origin."""
+    before = time.time()
+    sampler = NvmlSampler(0.01, nvml=make_fake_nvml([FakeGpu()])).start()
+    after = time.time()
+    time.sleep(0.05)
+    sampler.stop()
+    assert before <= sampler.origin_unix_s <= after
+    times = sampler.frame()["t_s"].to_numpy()
+    assert len(times) >= 2 and times[0] >= 0.0
+    assert NvmlSampler(0.01).origin_unix_s is None  # not started: no clock

@@ -41,7 +41,7 @@ def test_two_rank_profile_writes_every_table_and_the_report(tmp_path: Path, demo
     assert not (out / "failure.json").exists()
 
     sources = json.loads((out / "sources.json").read_text())
-    assert set(sources) == {"phase_timers", "nvml", "torch_profiler", "hta", "nsys", "ncu"}
+    assert set(sources) == {"phase_timers", "nvml", "torch_profiler", "hta", "nsys", "ncu", "link_busbw"}
     assert sources["phase_timers"]["status"] == "ok" and sources["torch_profiler"]["status"] == "ok"
     for tool in ("nsys", "ncu"):  # requested; where the tool is absent the reason is recorded
         if shutil.which(tool) is None:
@@ -62,6 +62,41 @@ def test_two_rank_profile_writes_every_table_and_the_report(tmp_path: Path, demo
     assert diagnoses["bottleneck"].tolist() == ["compute_underused", "data_loading", "hash_grid_contention",
                                                 "communication", "load_imbalance"]
     assert (out / "run" / "logs" / "rank1.log").is_file()
+
+    # --link-busbw auto (the default): one all-reduce of 64 MiB on the run's 2 gloo ranks before training
+    bench = pd.read_csv(out / "bench_comm.csv")
+    assert bench[["op", "size_bytes", "world_size", "backend", "emulated_interconnect"]].values.tolist() == [
+        ["all_reduce", 64 * 2**20, 2, "gloo", "none"]]
+    link = float(bench.at[0, "busbw_gb_per_s"])
+    assert link > 0 and (out / "bench_comm" / "setting0" / "logs" / "rank1.log").is_file()
+    assert sources["link_busbw"] == {"status": "ok", "detail": (
+        f"all_reduce of 64 MiB on 2 gloo ranks: busbw {link:.3g} GB/s, measured before training "
+        f"(bench_comm.csv; rank logs in {out / 'bench_comm'})")}
+    assert summary["link_busbw_gb_per_s"].tolist() == [link, link]
+    achieved = float(summary["comm_busbw_gb_per_s"].max())
+    evidence = diagnoses.set_index("bottleneck").at["communication", "evidence"]
+    assert f"achieved bus bandwidth {achieved:.3g} GB/s of the link's {link:.3g} GB/s ({achieved / link:.0%})" in evidence
+    report = (out / "report.html").read_text()
+    assert "Gradient all-reduce vs the link" in report
+    assert (f"The gradient all-reduce reaches at most {100 * achieved / link:.0f}% of the link&#x27;s "
+            f"{link:.3g} GB/s") in report
+
+
+def test_profile_takes_the_link_from_a_bench_comm_table(tmp_path: Path, demo_scene: Path) -> None:  # noqa: F811
+    table = tmp_path / "comm.csv"
+    table.write_text("size_bytes,count,op,time_us,algbw_gb_per_s,busbw_gb_per_s,settings,emulated_interconnect,backend,world_size\n"
+                     "67108864,16777216,all_reduce,37282.0,1.8,3.6,default,none,nccl,2\n"
+                     "67108864,16777216,all_gather,37282.0,1.8,0.9,default,none,nccl,2\n")
+    out = tmp_path / "prof"
+    proc = _profile(out, demo_scene, "--steps", "3", "--bench-comm-csv", str(table),
+                    "--set", "training.target_samples_per_step=1024", "--set", "training.max_march_steps=128")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    detail = f"all_reduce of 64 MiB on 2 nccl ranks: busbw 3.6 GB/s, from {table} (measured on 2 ranks, this run has 1)"
+    assert json.loads((out / "sources.json").read_text())["link_busbw"] == {"status": "ok", "detail": detail}
+    assert pd.read_csv(out / "summary.csv")["link_busbw_gb_per_s"].tolist() == [3.6]
+    assert not (out / "bench_comm.csv").exists()  # read, not measured
+    report = (out / "report.html").read_text()
+    assert f"One rank: no gradient all-reduce to compare with the link. link_busbw: ok — {detail}" in report
 
 
 def test_crashed_run_still_yields_the_profile_and_report(tmp_path: Path, demo_scene: Path) -> None:  # noqa: F811

@@ -29,6 +29,7 @@ SECTIONS = (
     "GPU timelines (NVML)",
     "Top kernels",
     "Communication vs computation overlap",
+    "Gradient all-reduce vs the link",
     "Data sources",
 )
 STEP_MS = {"data": 1.0, "march": 8.0, "field_forward": 30.0, "render": 3.0, "backward": 30.0, "comm": 40.0,
@@ -45,7 +46,8 @@ def _summary() -> pd.DataFrame:
     return pd.DataFrame(
         {"rank": [0, 1], "steps": [40, 40], "step_time_ms": [120.0, 127.0], "compute_ms": [75.0, 82.5],
          "wait_ms": [41.0, 41.0], "throughput_samples_per_s": [2.1e6, 1.0e6], "imbalance": [1.05, 1.05],
-         "comm_ms": [40.0, 40.0], "comm_busbw_gb_per_s": [3.1, 3.0], "phase_coverage": [0.975, 0.976]},
+         "comm_ms": [40.0, 40.0], "comm_busbw_gb_per_s": [3.1, 3.0], "link_busbw_gb_per_s": [26.0, 26.0],
+         "phase_coverage": [0.975, 0.976]},
         columns=list(SUMMARY_TABLE),
     )
 
@@ -108,6 +110,7 @@ def gpu_profile(tmp_path: Path) -> ProfileDir:
         table.to_csv(profile.table_path(name), index=False)
     sources = {name: {"status": "ok", "detail": f"{name} collected"} for name in ("phase_timers", "nvml", "torch_profiler")}
     sources["nsys"] = {"status": "missing", "detail": "not requested (--nsys)"}
+    sources["link_busbw"] = {"status": "ok", "detail": "all_reduce of 64 MiB on 2 nccl ranks, emulated pcie: busbw 26 GB/s"}
     profile.sources_path.write_text(json.dumps(sources))
     _write_metrics(profile, "pcie")
     return profile
@@ -138,6 +141,11 @@ def test_full_gpu_profile_renders_every_section_and_plot(gpu_profile: ProfileDir
     assert "Not reported by NVML on this machine: NVLink" in view.text
     assert "Run failed" not in view.text and "No GPU timeline" not in view.text
     assert "nsys\tmissing\tnot requested (--nsys)" in view.text
+    # achieved busbw 3.1 and 3.0 GB/s of the link's 26: 11.9 % and 11.5 %
+    assert ("The gradient all-reduce reaches at most 12% of the link's 26 GB/s (below 50%): the link is not what "
+            "limits it") in view.text
+    assert "0\t3.1\t26\t11.92" in view.text and "1\t3\t26\t11.54" in view.text
+    assert "link_busbw: ok — all_reduce of 64 MiB on 2 nccl ranks, emulated pcie: busbw 26 GB/s" in view.text
 
 
 def _profile(out: Path, *sets: str) -> subprocess.CompletedProcess:
@@ -163,6 +171,9 @@ def test_cpu_only_profile_says_no_gpu_and_is_otherwise_complete(tmp_path: Path) 
     assert "no GPU" in sources["nvml"]["detail"]
     assert "Not evaluated (inputs missing): compute_underused, communication, load_imbalance." in view.text
     assert "One rank: nothing to balance." in view.text
+    assert (f"One rank: no gradient all-reduce to compare with the link. link_busbw: missing — "
+            f"{sources['link_busbw']['detail']}") in view.text
+    assert sources["link_busbw"]["detail"] == "one rank: no gradient all-reduce, so no link to measure"
     assert "No bottleneck passed its threshold." in view.text
     assert "Run failed" not in view.text and "Emulated interconnect" not in view.text
 
@@ -197,6 +208,31 @@ def test_a_folder_with_sources_only_names_every_missing_table(tmp_path: Path) ->
     assert "diagnoses.csv is missing; not written" in html
     assert "LaunchError: rank 1 died" in html and "/x/rank1.log" in html
     assert 'class="plotly-graph-div"' not in html
+
+
+def test_a_failed_link_measurement_says_why_the_link_is_unknown(gpu_profile: ProfileDir) -> None:
+    summary = pd.read_csv(gpu_profile.table_path("summary"))
+    summary["link_busbw_gb_per_s"] = 5.0  # a slow link: 3.1 GB/s is 62 % of it
+    summary.to_csv(gpu_profile.table_path("summary"), index=False)
+    html = write_profile_report(gpu_profile.root).read_text()
+    assert ("reaches at most 62% of the link&#x27;s 5 GB/s (50% or more): the link itself limits it; only fewer "
+            "bytes (parallel.compression, parallel.mode=subgrid) shorten it.") in html
+    assert "<td>62</td>" in html and "<td>60</td>" in html  # the ratio of each rank: 3.1/5, 3.0/5
+    summary["link_busbw_gb_per_s"] = np.nan
+    summary.to_csv(gpu_profile.table_path("summary"), index=False)
+    sources = json.loads(gpu_profile.sources_path.read_text())
+    why = "the link measurement (bench-comm) failed: rank 1 failed (exit code 1); log: /x/rank1.log"
+    sources["link_busbw"] = {"status": "failed", "detail": why}
+    gpu_profile.sources_path.write_text(json.dumps(sources))
+    html = write_profile_report(gpu_profile.root).read_text()
+    section = html[html.index("Gradient all-reduce vs the link</h2>"):html.index("Data sources</h2>")]
+    assert f"The link&#x27;s bus bandwidth is unknown (link_busbw: failed — {why})." in section
+    assert "<td>3.1</td>" in section and "achieved_of_link_pct" not in section  # achieved only, no ratio
+    # subgrid mode: no gradient all-reduce, nothing achieved to compare
+    summary["comm_busbw_gb_per_s"] = np.nan
+    summary.to_csv(gpu_profile.table_path("summary"), index=False)
+    html = write_profile_report(gpu_profile.root).read_text()
+    assert "No achieved bus bandwidth: the run all-reduced no gradients" in html
 
 
 def test_unreadable_files_are_errors_naming_the_file(gpu_profile: ProfileDir) -> None:
