@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -174,6 +175,7 @@ def add_scaling(results: list[dict]) -> list[dict]:
 
 def run_one(args: argparse.Namespace, kind: str, mode: str, gpus: int) -> dict:
     out = args.out / f"{kind}_{mode}_{gpus}"
+    shutil.rmtree(out, ignore_errors=True)  # this bench's own run folder of an earlier invocation
     head = {"kind": kind, "mode": mode, "gpus": gpus, "boxes": num_boxes(mode, gpus, args.subgrids),
             "target_samples_per_step": target_samples_per_step(kind, mode, gpus, args.samples_per_step)}
     pythonpath = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)

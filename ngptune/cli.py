@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from trainer.errors import NgptuneError
+from trainer.errors import ConfigError, NgptuneError
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
@@ -55,15 +55,19 @@ def _cmd_train(args: argparse.Namespace) -> int:
     """``ngptune train``: one process, or ``--nproc-per-node N`` workers through the elastic
     launcher (:func:`trainer.parallel.launch.launch_workers`) running ``python -m trainer`` with
     the same training flags and one shared run directory."""
-    from trainer.cli import default_run_dir, resolve_config, scene_path_of, train_command
+    from trainer.cli import check_before_start, default_run_dir, resolve_config, scene_path_of, train_command
 
     if args.nproc_per_node is None:
         return train_command(args)
     from trainer.parallel.launch import launch_workers
     from trainer.parallel.trainer import validate_parallel_config
 
+    if args.nproc_per_node < 1:
+        raise ConfigError(f"--nproc-per-node: expected an integer >= 1, got {args.nproc_per_node}")
     cfg = resolve_config(args)
     validate_parallel_config(cfg, args.nproc_per_node * args.nnodes)  # before any worker starts
+    if args.node_rank == 0:  # other nodes' agents join a run whose folder node 0 has made
+        check_before_start(cfg, args.out, args.resume)
     argv = worker_argv(args.train_argv)
     out = args.out
     if out is None:
@@ -85,11 +89,12 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    """The README's main job: train the demo scene briefly with the CPU-friendly preset."""
+    """A short training run of the demo scene with the CPU-friendly preset (a smoke test of the
+    trainer; the README's main job is ``ngptune sweep``)."""
     from trainer.cli import build_parser, train_command
 
     preset = Path(__file__).resolve().parent.parent / "configs" / "small.json"
-    argv = ["--n-steps", str(args.n_steps), "--out", str(args.out)]
+    argv = ["--n-steps", str(args.n_steps)] + (["--out", str(args.out)] if args.out is not None else [])
     if preset.is_file():
         argv += ["--config", str(preset)]
     if args.quiet:
@@ -143,10 +148,11 @@ def build_parser() -> argparse.ArgumentParser:
     for module_name in COMMAND_MODULES:
         _register(module_name, sub)
 
-    p = sub.add_parser("demo", help="the main job on the built-in demo scene")
-    p.add_argument("--n-steps", type=int, default=300)
-    p.add_argument("--out", type=Path, default=Path("runs/demo"))
-    p.add_argument("--quiet", action="store_true")
+    p = sub.add_parser("demo", help="a short single-process training run on the built-in demo scene "
+                                    "(the README's main job is `ngptune sweep`)")
+    p.add_argument("--n-steps", type=int, default=300, help="training steps (default 300)")
+    p.add_argument("--out", type=Path, default=None, help="run directory (default: runs/<time>-<scene>)")
+    p.add_argument("--quiet", action="store_true", help="plain log lines, no progress bar")
     p.set_defaults(func=_cmd_demo)
     return parser
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from trainer.config import TrainConfig, apply_overrides, config_to_dict, dump_config, load_config, parse_override
-from trainer.errors import NgptuneError
+from trainer.errors import ConfigError, NgptuneError, SceneError
 from trainer.rundir import RunDir, prepare_output_file
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
@@ -253,6 +253,13 @@ def _finish_status(
     into ``status``."""
     if last:
         status["throughput_samples_per_s"] = last.get("throughput_samples_per_s")
+    t = trainer.cfg.training
+    if trainer.step < t.n_steps and t.time_budget_s is not None:
+        status["stopped_by"] = "time_budget"
+        progress.message(
+            f"stopped at step {trainer.step} of {t.n_steps}: the time budget of {t.time_budget_s:g} s "
+            "(training.time_budget_s, --time-budget) was reached"
+        )
     if args.save_snapshot:
         status["snapshot"] = str(trainer.save(args.save_snapshot))
     if not args.no_eval:
@@ -284,6 +291,35 @@ def cpu_config_warning(cfg: TrainConfig) -> str | None:
     )
 
 
+def check_before_start(cfg: TrainConfig, out: Path | None, resume: Path | None) -> None:
+    """What the process that starts a job checks before it writes anything: the scene exists,
+    and an ``--out`` folder that already holds a run is refused unless ``--resume`` continues it
+    (two runs never mix their metrics in one folder). Workers do not check the folder: they share
+    it and may be restarted into it.
+
+    Raises:
+        SceneError: the scene path does not exist.
+        ConfigError: ``--out`` holds a run (names the folder and what is in it).
+    """
+    scene_path = scene_path_of(cfg)
+    if not scene_path.exists():
+        raise SceneError(f"--scene {scene_path}: scene path does not exist")
+    if out is None or resume is not None:
+        return
+    run_dir = RunDir(out)
+    reason = run_dir.existing_run()
+    if reason is None:
+        return
+    snapshot = run_dir.latest_snapshot()
+    if snapshot is not None:
+        how = f"choose a new folder, or continue that run with --resume {snapshot}"
+    elif any(run_dir.checkpoints_dir.glob("*")):
+        how = f"choose a new folder, or continue that run with --resume {out}"
+    else:
+        how = "choose a new folder (it has no snapshot or checkpoint to resume from)"
+    raise ConfigError(f"--out {out}: already holds a run ({reason}); {how}")
+
+
 def run_training(cfg: TrainConfig, args: argparse.Namespace) -> dict[str, Any]:
     """Train one process as configured; returns a summary dict (also in ``status.json``).
     Hands over to :func:`run_distributed_training` for a distributed job."""
@@ -296,6 +332,7 @@ def run_training(cfg: TrainConfig, args: argparse.Namespace) -> dict[str, Any]:
         return run_distributed_training(cfg, args, env)
 
     scene_path = scene_path_of(cfg)
+    check_before_start(cfg, args.out, args.resume)
     run_dir = RunDir(args.out or default_run_dir(scene_path)).create()
     run_dir.remove_stale_temp_files()
     run_dir.write_json(run_dir.config_path, config_to_dict(cfg))

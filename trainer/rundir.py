@@ -129,6 +129,17 @@ class RunDir:
                 ranks.append(int(m.group(1)))
         return sorted(ranks)
 
+    def existing_run(self) -> str | None:
+        """What shows that this folder already holds a run (its ``status.json`` state, or the
+        first run file found), or None for a missing or run-free folder."""
+        status = self.read_status()
+        if status is not None:
+            return f"its status.json says {status.get('state', 'unknown')!r}"
+        for path in (self.metrics_path(0), self.config_path):
+            if path.is_file():
+                return f"it has {path.name}"
+        return None
+
     def read_status(self) -> dict[str, Any] | None:
         """``status.json`` as a dict, or None when it is missing or unreadable."""
         try:

@@ -225,6 +225,8 @@ SUMMARY_TABLE: tuple[str, ...] = (
     "comm_ms", "comm_busbw_gb_per_s", "link_busbw_gb_per_s", "phase_coverage",
 )
 """summary.csv: one row per rank, means over the run (phase_coverage = named phases / step time;
+throughput_samples_per_s: rank 0's row is the job's (all ranks; what metrics.jsonl holds), the
+other rows each rank's own share;
 link_busbw_gb_per_s: the all-reduce busbw the ranks' link carries, GB/s, from bench-comm or given,
 the same on every row, empty when unknown)."""
 

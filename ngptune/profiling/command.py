@@ -241,6 +241,10 @@ def profile_command(args: argparse.Namespace) -> int:
     profile = ProfileDir(args.out if args.out is not None else default_profile_dir(_scene_name(cfg)))
     if profile.run.root.exists():
         raise ConfigError(f"--out {profile.root}: already holds a profile (its run/ exists); choose a new folder")
+    if profile.root.is_dir() and any(profile.root.iterdir()):
+        names = sorted(p.name for p in profile.root.iterdir())
+        found = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
+        raise ConfigError(f"--out {profile.root}: is not empty (holds {found}); a profile needs its own folder")
     profile.root.mkdir(parents=True, exist_ok=True)
 
     sources: dict[str, SourceStatus] = {"nsys": nsight.not_requested("--nsys")}

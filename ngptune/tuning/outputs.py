@@ -9,8 +9,10 @@ Which trial is "best":
   trial closest (Euclidean) to the ideal point (0, ..., 0) is chosen — the balanced "knee" of the
   front rather than an extreme; ties go to the lower trial number.
 
-``best_config.json`` is a copy of the trainer config the chosen trial was launched with
-(``ngptune train --config best_config.json`` reproduces the trial, budget included);
+``best_config.json`` is the trainer config the chosen trial was launched with, except for the
+trial budget: ``training.n_steps`` and ``training.time_budget_s`` go back to the study's base
+config, so ``ngptune train --config best_config.json`` trains as long as a normal run with the
+tuned settings (a trial's few seconds would otherwise stop it early);
 ``best_env.sh`` holds ``export`` lines for the NCCL variables the trial set (the tuned ones and
 ``NCCL_NVLS_ENABLE=0``), never site variables.
 """
@@ -23,10 +25,10 @@ from pathlib import Path
 
 from ngptune.tuning import nccl
 from ngptune.tuning.layout import StudyDir
-from trainer.config import dump_config, load_config
+from trainer.config import TrainConfig, apply_overrides, config_to_dict, dump_config, load_config
 from trainer.rundir import atomic_write_text
 
-__all__ = ["representative_trial", "write_best_config", "write_best_env"]
+__all__ = ["best_config", "representative_trial", "write_best_config", "write_best_env"]
 
 
 def _completed(study) -> list:
@@ -59,13 +61,29 @@ def representative_trial(study):
     return front[min(range(len(front)), key=lambda k: (distances[k], front[k].number))]
 
 
-def write_best_config(trial, study_dir: StudyDir) -> Path:
-    """Copy the trial's launch config to ``best_config.json`` (validated by loading it first).
+def best_config(trial, spec) -> TrainConfig:
+    """The trial's launch config with the budget keys of ``spec.budget`` (a
+    :class:`~ngptune.tuning.study.StudySpec`) set back to the study's base config.
+
+    Raises:
+        ConfigError: the trial's config file or the base config is missing or invalid (names it).
+    """
+    cfg = load_config(Path(trial.user_attrs["config_path"]))
+    base = config_to_dict(load_config(spec.base_config_path))
+    restore = {}
+    for key in spec.budget.trainer_overrides():
+        block, name = key.split(".", 1)
+        restore[key] = base[block][name]
+    return apply_overrides(cfg, restore)
+
+
+def write_best_config(trial, spec, study_dir: StudyDir) -> Path:
+    """Write :func:`best_config` of ``trial`` to ``best_config.json``.
 
     Raises:
         ConfigError: the trial's config file is missing or invalid (names the file).
     """
-    cfg = load_config(Path(trial.user_attrs["config_path"]))
+    cfg = best_config(trial, spec)
     path = study_dir.best_config_path
     atomic_write_text(path, dump_config(cfg) + "\n")
     return path

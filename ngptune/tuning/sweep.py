@@ -531,9 +531,10 @@ def _open_study(storage, name: str, spec: StudySpec, fingerprint: str, attrs: di
             ) from None
         return study, False
     if study_dir.trials_dir.is_dir() and any(study_dir.trials_dir.iterdir()):
+        optuna.delete_study(study_name=name, storage=storage)  # refused: leave the storage as it was
         raise SweepError(
-            f"{study_dir.trials_dir}: holds trials of an earlier study (a new study {name!r} was created in "
-            f"{attrs['storage']}); use another --out or remove that folder"
+            f"{study_dir.trials_dir}: holds trials of another study (not {name!r} of {attrs['storage']}); "
+            "use another --out or remove that folder"
         )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -569,8 +570,28 @@ def run_sweep(options: SweepOptions, console: Console | None = None) -> SweepRes
                           f"{base_cfg.distributed.emulate_interconnect!r} needs NCCL (several CUDA ranks); this sweep uses gloo")
     name = options.study_name or spec.name
     study_dir = StudyDir(options.out_dir or Path("reports") / name)
+    _check_not_foreign(study_dir)
     with _quiet_optuna():
         return _run(options, spec, nproc, base_cfg, nccl_active, name, study_dir, console)
+
+
+def _check_not_foreign(study_dir: StudyDir) -> None:
+    """Refuse an output folder that holds a training run or a profile (the sweep would write its
+    report, CSV and best config over theirs).
+
+    Raises:
+        SweepError: naming the folder and what it holds.
+    """
+    from ngptune.profiling.collect import ProfileDir
+
+    root = study_dir.root
+    held = RunDir(root).existing_run()
+    if held is None and ProfileDir(root).sources_path.is_file():
+        held = "a profile (sources.json)"
+    elif held is not None:
+        held = f"a training run: {held}"
+    if held is not None:
+        raise SweepError(f"--out {root}: holds {held}; a sweep needs its own folder")
 
 
 def _run(options: SweepOptions, spec: StudySpec, nproc: int, base_cfg: TrainConfig, nccl_active: bool, name: str,
@@ -622,7 +643,7 @@ def _write_outputs(study, spec: StudySpec, name: str, study_dir: StudyDir, nccl_
     best = representative_trial(study)
     best_config = None
     if best is not None:
-        best_config = write_best_config(best, study_dir)
+        best_config = write_best_config(best, spec, study_dir)
         write_best_env(best, name, study_dir)
     write_trials_csv(study, study_dir.trials_csv_path)
     report = write_study_report(study, study_dir.root, title=f"ngptune sweep: {name}", nccl_active=nccl_active)

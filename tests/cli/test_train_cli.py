@@ -75,3 +75,41 @@ def test_a_box_no_camera_ray_crosses_is_a_clear_error(tmp_path):
     with pytest.raises(TrainingError, match="no ray sample hit an occupied cell"):
         trainer.train(n_steps=40)
     trainer.close()
+
+
+def test_a_used_out_folder_is_refused_unless_resumed_and_a_missing_scene_writes_nothing(demo_scene, tmp_path):
+    config = _tiny_config_file(tmp_path)
+    out = tmp_path / "run"
+    common = ("--scene", str(demo_scene), "--config", str(config), "--no-eval", "--quiet", "--out", str(out))
+    first = _run(*common, "--n-steps", "5", "--snapshot-every", "5", cwd=REPO)
+    assert first.returncode == 0, first.stderr
+    metrics_before = (out / "metrics.jsonl").read_text()
+
+    again = _run(*common, "--n-steps", "5", cwd=REPO)
+    assert again.returncode == 2
+    snapshot = out / "snapshots" / "step_0000005.pt"
+    assert again.stderr.strip() == (f"error: --out {out}: already holds a run (its status.json says 'completed'); "
+                                    f"choose a new folder, or continue that run with --resume {snapshot}")
+    assert (out / "metrics.jsonl").read_text() == metrics_before  # nothing of the refused run mixed in
+
+    resumed = _run(*common, "--n-steps", "10", "--resume", str(snapshot), cwd=REPO)
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads((out / "status.json").read_text())["step"] == 10
+
+    missing = tmp_path / "no_such_scene"
+    lost = _run("--scene", str(missing), "--config", str(config), "--out", str(tmp_path / "never"), cwd=REPO)
+    assert lost.returncode == 2
+    assert lost.stderr.strip() == f"error: --scene {missing}: scene path does not exist"
+    assert not (tmp_path / "never").exists()
+
+
+def test_a_run_stopped_by_its_time_budget_says_so(demo_scene, tmp_path):
+    config = _tiny_config_file(tmp_path)
+    out = tmp_path / "run"
+    result = _run("--scene", str(demo_scene), "--config", str(config), "--n-steps", "100000", "--time-budget", "1",
+                  "--no-eval", "--quiet", "--out", str(out), cwd=REPO)
+    assert result.returncode == 0, result.stderr
+    status = json.loads((out / "status.json").read_text())
+    assert status["state"] == "completed" and status["stopped_by"] == "time_budget" and status["step"] < 100000
+    assert (f"stopped at step {status['step']} of 100000: the time budget of 1 s (training.time_budget_s, "
+            "--time-budget) was reached") in result.stdout + result.stderr

@@ -125,6 +125,13 @@ def test_bad_arguments_are_one_clear_error(tmp_path: Path, demo_scene: Path) -> 
     (tmp_path / "used" / "run").mkdir(parents=True)
     proc = _profile(tmp_path / "used", demo_scene, "--steps", "2")
     assert proc.returncode == 2 and "already holds a profile" in proc.stderr
+    study = tmp_path / "study"
+    study.mkdir()
+    (study / "report.html").write_text("<h1>a study report</h1>")
+    proc = _profile(study, demo_scene, "--steps", "2")
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == f"error: --out {study}: is not empty (holds report.html); a profile needs its own folder"
+    assert (study / "report.html").read_text() == "<h1>a study report</h1>"
     proc = _profile(tmp_path / "q", demo_scene, "--set", "training.log_every=0")
     assert proc.returncode == 2 and proc.stderr.strip() == "error: overrides: training.log_every: expected an integer >= 1, got 0"
     assert not (tmp_path / "q").exists()  # rejected before anything was written

@@ -22,7 +22,7 @@ from optuna.trial import TrialState
 from ngptune.tuning.command import register
 from ngptune.tuning.layout import StudyDir
 from tests.tuning.conftest import REPO_ROOT, processes_mentioning, write_study
-from trainer.config import load_config
+from trainer.config import apply_overrides, load_config
 from trainer.rundir import RunDir
 
 SWEEP = [sys.executable, "-m", "ngptune", "sweep"]
@@ -70,6 +70,25 @@ def test_bad_study_is_one_error_line_before_any_launch(tmp_path, demo_scene):
     assert result.stderr.strip() == (f"error: {path}: params.NCCL_PROTO.choices[0]: "
                                       "NCCL_PROTO=LL128 is never forced (NCCL enables it only where it is safe)")
     assert not (tmp_path / "out").exists()
+
+
+def test_folders_of_other_commands_and_other_studies_are_refused_without_a_trace(tmp_path, tiny_study):
+    run = tmp_path / "run"
+    RunDir(run).create().write_json(RunDir(run).status_path, {"state": "completed"})
+    result = _run(SWEEP + ["--study", tiny_study, "--out", run], timeout_s=120)
+    assert result.returncode == 2
+    assert result.stderr.strip() == (f"error: --out {run}: holds a training run: its status.json says 'completed'; "
+                                      "a sweep needs its own folder")
+    assert sorted(p.name for p in run.iterdir()) == ["status.json"]
+
+    out = tmp_path / "out"
+    (StudyDir(out).trials_dir / "0").mkdir(parents=True)  # trials of a study this journal does not hold
+    for _ in range(2):  # the refusal leaves no half-made study behind: the second try says the same
+        again = _run(SWEEP + ["--study", tiny_study, "--out", out], timeout_s=120)
+        assert again.returncode == 2
+        assert again.stderr.strip() == (f"error: {StudyDir(out).trials_dir}: holds trials of another study (not 't' "
+                                         f"of {StudyDir(out).journal_path}); use another --out or remove that folder")
+    assert optuna.get_all_study_names(JournalStorage(JournalFileBackend(str(StudyDir(out).journal_path)))) == []
 
 
 def test_invalid_combinations_are_pruned_without_launch(tmp_path, demo_scene):
@@ -152,7 +171,10 @@ def test_resume_after_kill_keeps_completed_trials_and_retries_the_running_one(tm
     for path in (study_dir.best_config_path, study_dir.best_env_path, study_dir.trials_csv_path, out / "report.html"):
         assert path.is_file(), path
     best = optuna.load_study(study_name="t", storage=JournalStorage(JournalFileBackend(str(study_dir.journal_path)))).best_trial
-    assert load_config(study_dir.best_config_path) == load_config(best.user_attrs["config_path"])
+    chosen, launched = load_config(study_dir.best_config_path), load_config(best.user_attrs["config_path"])
+    assert launched.training.n_steps == 20  # the trial budget ...
+    assert (chosen.training.n_steps, chosen.training.time_budget_s) == (35000, None)  # ... is the base's again
+    assert chosen == apply_overrides(launched, {"training.n_steps": 35000})  # and nothing else differs
     assert "export NCCL_NVLS_ENABLE=0" in study_dir.best_env_path.read_text().splitlines()
     train = _run([sys.executable, "-m", "ngptune", "train", "--config", study_dir.best_config_path, "--n-steps", "3",
                   "--no-eval", "--quiet", "--out", tmp_path / "best_run"], timeout_s=200)
@@ -255,4 +277,6 @@ def test_several_objectives_from_evaluations(tmp_path, demo_scene):
     best = [t.number for t in study.best_trials]
     assert "representative of the Pareto front: trial" in " ".join(result.stdout.split())
     chosen = load_config(StudyDir(out).best_config_path)
-    assert any(load_config(_trials(study)[n].user_attrs["config_path"]) == chosen for n in best)
+    assert chosen.training.time_budget_s is None  # the trials' 3 s budget is not carried over
+    restore = {"training.n_steps": chosen.training.n_steps, "training.time_budget_s": None}
+    assert any(apply_overrides(load_config(_trials(study)[n].user_attrs["config_path"]), restore) == chosen for n in best)
