@@ -47,6 +47,7 @@ from pathlib import Path
 
 from _common import REPO, machine_description, print_table
 
+from ngptune.tuning import objectives
 from trainer.rundir import RunDir
 from trainer.schema import read_metrics
 
@@ -124,17 +125,17 @@ def train_command(args: argparse.Namespace, kind: str, mode: str, gpus: int, out
     return cmd
 
 
-def time_to_psnr_s(records: list[dict], target_db: float) -> float:
-    """Training seconds (``wall_time_s``) of the first record whose ``eval_psnr_db`` reaches
-    ``target_db``, or nan."""
-    for record in records:
-        psnr = record.get("eval_psnr_db")
-        if psnr is not None and psnr >= target_db:
-            return float(record["wall_time_s"])
-    return float("nan")
+def time_to_psnr_s(records: list[dict], target_db: float, status: dict | None = None) -> float:
+    """Training seconds until an evaluation reached ``target_db`` (the sweep objective's rule,
+    :func:`ngptune.tuning.objectives.time_to_psnr_s`: periodic evaluations in ``records``, then
+    the final one in ``status``), or nan."""
+    try:
+        return objectives.time_to_psnr_s(records, status or {}, target_db)
+    except objectives.TargetNotReached:
+        return float("nan")
 
 
-def summarise(records: list[dict], evaluation: dict, target_db: float = 33.0) -> dict:
+def summarise(records: list[dict], evaluation: dict, target_db: float = 33.0, status: dict | None = None) -> dict:
     """Medians of one run's rank-0 metrics over the last two thirds of its logging intervals."""
     steady = records[len(records) // 3 :] or records
 
@@ -151,7 +152,7 @@ def summarise(records: list[dict], evaluation: dict, target_db: float = 33.0) ->
         "imbalance": median("imbalance"),
         "busbw_gb_per_s": median("comm_busbw_gb_per_s"),
         "psnr_db": evaluation.get("mean_psnr_db", float("nan")),
-        "time_to_psnr_s": time_to_psnr_s(records, target_db),
+        "time_to_psnr_s": time_to_psnr_s(records, target_db, status),
     }
 
 
@@ -188,7 +189,7 @@ def run_one(args: argparse.Namespace, kind: str, mode: str, gpus: int) -> dict:
         return {**head, "error": (proc.stderr.strip().splitlines() or ["failed"])[-1]}
     run = RunDir(out)
     evaluation = json.loads(run.eval_path.read_text()) if run.eval_path.is_file() else {}
-    return {**head, **summarise(read_metrics(run.metrics_path(0)), evaluation, args.psnr_target)}
+    return {**head, **summarise(read_metrics(run.metrics_path(0)), evaluation, args.psnr_target, run.read_status())}
 
 
 COLUMNS = ("kind", "mode", "gpus", "boxes", "steps", "samples_per_s", "speedup", "efficiency", "comm_share",

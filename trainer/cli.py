@@ -24,7 +24,7 @@ from typing import Any, Sequence
 
 from trainer.config import TrainConfig, apply_overrides, config_to_dict, dump_config, load_config, parse_override
 from trainer.errors import ConfigError, NgptuneError, SceneError
-from trainer.rundir import RunDir, prepare_output_file
+from trainer.rundir import TRAIN_START_KEY, RunDir, prepare_output_file
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 
@@ -202,7 +202,7 @@ def run_distributed_training(cfg: TrainConfig, args: argparse.Namespace, env) ->
             resume = run_dir.root
         if resume is not None:
             status["resumed_from"] = str(trainer.load_checkpoint(Path(resume)))
-        status["train_start_unix_s"] = time.time()  # wall clock the profile's GPU timeline aligns to
+        status[TRAIN_START_KEY] = time.time()
         t0 = time.perf_counter()
         last = _train_with_progress(trainer, cfg, progress)
         # decided from the trainer's own record: every rank must agree without reading the disk
@@ -345,7 +345,7 @@ def run_training(cfg: TrainConfig, args: argparse.Namespace) -> dict[str, Any]:
     trainer = None
     try:
         trainer = train_from_config(cfg, scene_path, run_dir, resume=args.resume)
-        status["train_start_unix_s"] = time.time()  # wall clock the profile's GPU timeline aligns to
+        status[TRAIN_START_KEY] = time.time()
         t0 = time.perf_counter()
         last = _train_with_progress(trainer, cfg, progress)
         status.update({"state": "completed", "step": trainer.step, "train_time_s": trainer.train_time_s})

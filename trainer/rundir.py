@@ -82,6 +82,11 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write(path, lambda f: f.write(text.encode("utf-8")))
 
 
+TRAIN_START_KEY = "train_start_unix_s"
+"""``status.json`` key: wall clock (``time.time()``, s) at which the training loop started; the
+profile's GPU timeline counts from it."""
+
+
 @dataclasses.dataclass(frozen=True)
 class RunDir:
     """Paths inside one run directory (nothing is created until asked)."""

@@ -41,7 +41,7 @@ from ngptune.profiling.runs import ProfileError, metrics_frame, phases_table, su
 from ngptune.profiling.traces import HTA_NOT_USED, TraceError, analyze_traces, load_trace
 from trainer.config import load_config
 from trainer.errors import NgptuneError
-from trainer.rundir import RunDir, atomic_write_text
+from trainer.rundir import TRAIN_START_KEY, RunDir, atomic_write_text
 from trainer.schema import (
     GPU_TIMELINE_TABLE,
     KERNELS_TABLE,
@@ -53,9 +53,6 @@ from trainer.schema import (
 )
 
 SOURCES: tuple[str, ...] = ("phase_timers", "nvml", "torch_profiler", "hta", "nsys", "ncu", "link_busbw")
-#: status.json key holding the wall clock (``time.time()``, s) at which the training loop started
-#: (written by ``trainer.cli``); the GPU timeline's ``t_s = 0``.
-TRAIN_START_KEY = "train_start_unix_s"
 
 
 @dataclasses.dataclass(frozen=True)

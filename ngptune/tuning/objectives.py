@@ -40,6 +40,7 @@ __all__ = [
     "mean_phase_ms",
     "objective_value",
     "throughput_samples_per_s",
+    "time_to_psnr_s",
 ]
 
 
@@ -82,7 +83,14 @@ def throughput_samples_per_s(records: Sequence[Mapping[str, Any]]) -> float | No
     return statistics.fmean(values) if values else None
 
 
-def _time_to_psnr_s(records: Sequence[Mapping[str, Any]], status: Mapping[str, Any], target_db: float) -> float:
+def time_to_psnr_s(records: Sequence[Mapping[str, Any]], status: Mapping[str, Any], target_db: float) -> float:
+    """Training seconds (``wall_time_s``) of the first periodic evaluation in ``records`` whose
+    ``eval_psnr_db`` reaches ``target_db``, else of the final one in ``status`` (``eval_psnr_db``
+    at ``train_time_s``).
+
+    Raises:
+        TargetNotReached: no evaluation reached the target (carries the best PSNR seen).
+    """
     points = [(r["wall_time_s"], r["eval_psnr_db"]) for r in records if _finite(r.get("eval_psnr_db"))]
     if _finite(status.get("eval_psnr_db")) and _finite(status.get("train_time_s")):
         points.append((status["train_time_s"], status["eval_psnr_db"]))
@@ -121,7 +129,7 @@ def objective_value(
         return float(value) if _finite(value) else None
     if name == "time_to_psnr_s":
         assert target_db is not None, "time_to_psnr_s needs target_db"
-        return _time_to_psnr_s(records, status, target_db)
+        return time_to_psnr_s(records, status, target_db)
     raise KeyError(name)
 
 

@@ -14,7 +14,6 @@ import pytest
 
 from ngptune.profiling import SourceStatus
 from ngptune.profiling.collect import (
-    TRAIN_START_KEY,
     ProfileDir,
     RunOutcome,
     align_gpu_timeline,
@@ -29,7 +28,7 @@ from ngptune.profiling.runs import ProfileError
 from ngptune.profiling.traces import TraceError
 from tests.profiling.fake_nvml import FakeGpu, make_fake_nvml
 from tests.train.conftest import demo_scene  # noqa: F401  (fixture)
-from trainer.rundir import RunDir
+from trainer.rundir import TRAIN_START_KEY, RunDir
 from trainer.schema import DIAGNOSES_TABLE, KERNELS_TABLE, OVERLAP_TABLE, PHASES, MetricsError, read_metrics
 
 REPO = Path(__file__).resolve().parents[2]

@@ -154,6 +154,7 @@ class DistributedTrainerBase(Trainer, metaclass=abc.ABCMeta):
         self.grid_generator.manual_seed(self.cfg.training.seed + GRID_SEED_OFFSET)
         self.keep_checkpoints = DEFAULT_KEEP_CHECKPOINTS
         self.last_checkpoint: tuple[int, Path] | None = None  # (step, folder) of the newest save
+        self._budget_agreed: _HostCopy | None = None  # NCCL: the time spent agreed at the last check
         self._acc = self._new_accumulators()
 
     # ------------------------------------------------------------------ collectives
@@ -196,7 +197,7 @@ class DistributedTrainerBase(Trainer, metaclass=abc.ABCMeta):
             return float(agreed.value()) >= time_budget_s
         # NCCL: decide on the value agreed at the previous check (its copy has landed by now) and
         # leave this one for the next check, so the host never waits for the step's queue here
-        previous, self._budget_agreed = getattr(self, "_budget_agreed", None), agreed
+        previous, self._budget_agreed = self._budget_agreed, agreed
         return previous is not None and float(previous.value()) >= time_budget_s
 
     def _all_reduce_density(self, sigma: torch.Tensor, op: dist.ReduceOp.RedOpType) -> torch.Tensor:

@@ -139,8 +139,6 @@ class InputPrefetcher:
 
     def drop(self) -> StepInput | None:
         """Forget the pending input (returned so the caller can rewind its random draws)."""
-        step_input, self._pending = self._pending, None
-        if step_input is not None and self.stream is not None:
-            # its tensors were made on the side stream and never used elsewhere: freeing them is safe
-            self._ready = None
+        # its tensors were made on the side stream and never used elsewhere: freeing them is safe
+        step_input, self._pending, self._ready = self._pending, None, None
         return step_input
