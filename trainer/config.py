@@ -576,6 +576,10 @@ class TrainingConfig(_Block):
             renders test views with several jittered samples per pixel instead.
         prefetch_march: draw and march the next step's rays while the current step trains (a
             side CUDA stream; see :mod:`trainer.train.prefetch`); false marches inside the step.
+        march_backend: ``"auto"`` (the Triton marcher on CUDA when Triton imports, else the
+            PyTorch one), ``"triton"`` or ``"torch"``; see :func:`trainer.render.march.march_rays`.
+        render_backend: the same choice for the training step's compositing
+            (:mod:`trainer.render.triton_volrend`, twin :func:`trainer.render.volrend.composite`).
         quiet: no progress output on the console.
     """
 
@@ -603,6 +607,8 @@ class TrainingConfig(_Block):
     cone_angle: float | None = _field(None, _Optional(_Float(0)))
     subpixel_jitter: bool = _field(False, _Bool())
     prefetch_march: bool = _field(True, _Bool())
+    march_backend: str = _field("auto", _OneOf("auto", "triton", "torch"))
+    render_backend: str = _field("auto", _OneOf("auto", "triton", "torch"))
     quiet: bool = _field(False, _Bool())
 
     def _check_relations(self) -> None:

@@ -40,7 +40,6 @@ interpreter on CPU tensors; that is how the tests check them on machines without
 from __future__ import annotations
 
 import functools
-import os
 
 import torch
 import triton
@@ -54,6 +53,7 @@ from trainer.encoding.hashgrid import (
     level_offsets,
     level_resolutions,
 )
+from trainer.triton_support import INTERPRET
 
 __all__ = [
     "BACKWARD_BLOCK",
@@ -81,14 +81,6 @@ BACKWARD_NUM_WARPS = 4
 # uses explicit ``tl.fma``.
 _COMPILE_OPTIONS = {"enable_fp_fusion": False}
 
-# Whether the kernels below are wrapped for Triton's CPU interpreter: the knob ``@triton.jit``
-# reads (``TRITON_INTERPRET``), read here at the same time, i.e. fixed at import.
-_knobs = getattr(triton, "knobs", None)
-INTERPRET = (
-    bool(_knobs.runtime.interpret)
-    if _knobs is not None
-    else os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "on", "yes", "y")
-)
 
 _TABLE_DTYPES = (torch.float16, torch.float32)
 _INT32_LIMIT = 2**31

@@ -10,6 +10,8 @@ density activation ``trunc_exp`` follows torch-ngp (``activation.py``).
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import nn
 
@@ -50,6 +52,24 @@ def trunc_exp(x: torch.Tensor) -> torch.Tensor:
         ``exp(x)``, same shape and dtype.
     """
     return _TruncExp.apply(x)
+
+
+@functools.lru_cache(maxsize=None)
+def _triton_sh():
+    """:func:`trainer.encoding.triton_sh.sh_encode_triton`, or None without Triton."""
+    try:
+        from trainer.encoding.triton_sh import sh_encode_triton
+    except ImportError:
+        return None
+    return sh_encode_triton
+
+
+def _encode_directions(directions: torch.Tensor) -> torch.Tensor:
+    """SH of float32 directions [S, 3] → [S, 16]: the one-launch Triton kernel on CUDA when no
+    gradient is wanted (bitwise the reference's values), else :func:`sh_encode`."""
+    if directions.is_cuda and not directions.requires_grad and _triton_sh() is not None:
+        return _triton_sh()(directions)
+    return sh_encode(directions)
 
 
 def _check_aabb(aabb: torch.Tensor) -> torch.Tensor:
@@ -144,7 +164,7 @@ class NGPField(nn.Module):
         assert positions.ndim == 2 and positions.shape[1] == 3, tuple(positions.shape)
         assert directions.shape == positions.shape, (tuple(directions.shape), tuple(positions.shape))
         sigma, geometry = self._density_head(positions)
-        sh = sh_encode(directions.float()).to(geometry.dtype)
+        sh = _encode_directions(directions.float()).to(geometry.dtype)
         rgb = torch.sigmoid(self.rgb_mlp(torch.cat([geometry, sh], dim=1)).float())
         return sigma, rgb
 

@@ -57,7 +57,6 @@ from trainer.rundir import RunDir
 from trainer.schema import truncate_metrics_after
 from trainer.train.loop import StepStats, Trainer, _autocast, photometric_loss
 from trainer.train.timing import DeviceClock
-from trainer.render.volrend import composite
 
 __all__ = [
     "CHECKPOINT_FORMAT",
@@ -464,9 +463,7 @@ class DataParallelTrainer(DistributedTrainerBase):
             with timer.phase("field_forward"), _autocast(self.device, t.precision):
                 sigmas, rgbs = self.field(samples.positions, samples.directions)
             with timer.phase("render"):
-                rgb, _, _, _ = composite(
-                    sigmas.float(), rgbs.float(), samples.dt, samples.ray_indices, n_local, step_input.background
-                )
+                rgb = self._render_rgb(sigmas.float(), rgbs.float(), samples, step_input.background)
                 loss_sum = photometric_loss(rgb, step_input.target, self.cfg)
                 sq_err_sum = ((rgb.detach() - step_input.target) ** 2).sum()
             with timer.phase("backward"):

@@ -168,6 +168,7 @@ def march_rays(
     generator: torch.Generator | None = None,
     near: float = 0.0,
     max_candidates_per_chunk: int = 2**24,
+    backend: str = "torch",
 ) -> PackedSamples:
     """March rays through the box and return the samples in occupied cells, packed per ray.
 
@@ -189,13 +190,17 @@ def march_rays(
         jitter: start each ray at a random fraction of its first step (training).
         generator: random generator on the rays' device for the jitter.
         near: smallest distance along a ray (≥ 0).
-        max_candidates_per_chunk: bound on the candidate steps held at once.
+        max_candidates_per_chunk: bound on the candidate steps held at once (torch backend).
+        backend: ``"torch"`` (this module, the reference), ``"triton"`` (the candidate loop as
+            two kernel launches, :mod:`trainer.render.triton_march`; float32 rays) or ``"auto"``
+            (triton for float32 rays on CUDA when Triton imports, else torch).
 
     Returns:
         :class:`PackedSamples` with tensors on the rays' device, positions/t/dt in the rays' dtype.
 
     Raises:
-        ValueError: if the shapes do not match or a step parameter is out of range.
+        ValueError: if the shapes do not match, a step parameter is out of range or the backend
+            is unknown or unusable for these rays.
 
     Example:
         >>> o = torch.tensor([[-1.0, 0.5, 0.5]]); d = torch.tensor([[1.0, 0.0, 0.0]])
@@ -223,6 +228,7 @@ def march_rays(
     if max_candidates_per_chunk < 1:
         raise ValueError(f"march_rays: max_candidates_per_chunk must be >= 1, got {max_candidates_per_chunk!r}")
 
+    use_triton = _use_triton(backend, rays_o, rays_d)
     rule = _StepRule(float(step_size), float(cone_angle), float(max_step_size))
     device, dtype = rays_o.device, rays_o.dtype
     n_rays = rays_o.shape[0]
@@ -230,6 +236,15 @@ def march_rays(
     if jitter:
         first_dt = (t_near * rule.cone_angle).clamp(rule.step_size, rule.max_step_size)
         t_near = t_near + torch.rand(n_rays, device=device, dtype=dtype, generator=generator) * first_dt
+    if use_triton:
+        from trainer.render.triton_march import march_packed_triton
+
+        ray_indices, t, dt, positions, directions, counts, first = march_packed_triton(
+            rays_o, rays_d, t_near, t_far, hit, grid, step_size=rule.step_size, cone_angle=rule.cone_angle,
+            max_step_size=rule.max_step_size, max_steps=max_steps,
+        )
+        packed_info = torch.stack((first, counts), dim=-1)
+        return PackedSamples(positions, directions, t, dt, ray_indices, packed_info, n_rays)
     steps = _step_anchors(t_near, rule)
     n_candidates = torch.where(hit, _count_steps_before(t_far, steps, rule), 0).long()
     if grid is None:  # every step is kept, so steps past max_steps need not be made
@@ -258,6 +273,35 @@ def march_rays(
     counts = torch.bincount(ray_indices, minlength=n_rays)
     packed_info = torch.stack((torch.cumsum(counts, 0) - counts, counts), dim=-1)
     return PackedSamples(positions, directions, t, dt, ray_indices, packed_info, n_rays)
+
+
+def triton_march_available(device: torch.device) -> bool:
+    """Whether the Triton marcher can run on ``device``: Triton imports, and the device is CUDA
+    (or the CPU with Triton's interpreter on, ``TRITON_INTERPRET=1`` before the first import)."""
+    try:
+        from trainer.render import triton_march
+    except ImportError:
+        return False
+    return device.type == "cuda" or triton_march.INTERPRET
+
+
+def _use_triton(backend: str, rays_o: Tensor, rays_d: Tensor) -> bool:
+    """Resolve ``backend`` for these rays (see :func:`march_rays`)."""
+    if backend == "torch":
+        return False
+    float32 = rays_o.dtype == torch.float32 and rays_d.dtype == torch.float32
+    if backend == "auto":
+        return float32 and rays_o.is_cuda and triton_march_available(rays_o.device)
+    if backend != "triton":
+        raise ValueError(f"march_rays: backend must be 'auto', 'torch' or 'triton', got {backend!r}")
+    if not float32:
+        raise ValueError(f"march_rays: the triton backend takes float32 rays, got {rays_o.dtype}/{rays_d.dtype}")
+    if not triton_march_available(rays_o.device):
+        raise ValueError(
+            f"march_rays: backend 'triton' cannot run on {rays_o.device} (it needs Triton and a CUDA "
+            "device, or TRITON_INTERPRET=1 on the CPU)"
+        )
+    return True
 
 
 def _march_chunk(

@@ -28,9 +28,9 @@ from trainer.data.sampler import RaySampler, choose_placement
 from trainer.encoding.hashgrid import HashGridConfig
 from trainer.errors import ConfigError, SnapshotError, TrainingError
 from trainer.model.field import MLPConfig, NGPField
-from trainer.render.march import march_rays
+from trainer.render.march import PackedSamples, march_rays, triton_march_available
 from trainer.render.occupancy import OccupancyGrid
-from trainer.render.volrend import composite
+from trainer.render.volrend import EARLY_STOP_TRANSMITTANCE, composite
 from trainer.rundir import RunDir
 from trainer.schema import PHASES, MetricsWriter, truncate_metrics_after
 from trainer.train.evaluate import evaluate
@@ -52,6 +52,25 @@ def resolve_device(name: str) -> torch.device:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError(f"training.device: '{name}' requested but no CUDA device is available")
     return device
+
+
+def use_triton_kernels(key: str, backend: str, device: torch.device) -> bool:
+    """Resolve ``training.<key>`` (``auto``/``triton``/``torch``): whether the step uses the Triton
+    kernels of :mod:`trainer.render` (``auto``: on CUDA when Triton imports).
+
+    Raises:
+        ConfigError: ``triton`` where the kernels cannot run (no Triton, or a CPU without
+            ``TRITON_INTERPRET=1``).
+    """
+    if backend == "torch":
+        return False
+    usable = triton_march_available(device)
+    if backend == "triton" and not usable:
+        raise ConfigError(
+            f"training.{key}: 'triton' cannot run on {device} (it needs Triton and a CUDA device, or "
+            "TRITON_INTERPRET=1 on the CPU); use 'auto' or 'torch'"
+        )
+    return usable and (backend == "triton" or device.type == "cuda")
 
 
 def hash_grid_config(cfg: TrainConfig, aabb_scale: int) -> HashGridConfig:
@@ -195,6 +214,8 @@ class Trainer:
         n_cascades = int(math.log2(self.aabb_scale)) + 1
         self.cone_angle = t.cone_angle if t.cone_angle is not None else (1 / 256 if self.aabb_scale > 1 else 0.0)
         self.max_step_size = MIN_STEP_SIZE * 2 ** (n_cascades - 1)
+        self.march_backend = "triton" if use_triton_kernels("march_backend", t.march_backend, self.device) else "torch"
+        self.triton_render = use_triton_kernels("render_backend", t.render_backend, self.device)
         self.optimizer = self._build_optimizer()
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=t.precision == "fp16")
         self.generator = torch.Generator(device=self.device)
@@ -286,7 +307,8 @@ class Trainer:
 
     def _adam(self, encoding_params: list, mlp_params: list) -> torch.optim.Optimizer:
         """Adam with the config's hyper-parameters over two groups: ``encoding_params`` without
-        weight decay, ``mlp_params`` with ``optimizer.l2_reg``."""
+        weight decay, ``mlp_params`` with ``optimizer.l2_reg``. On CUDA PyTorch's fused kernel
+        (one launch per parameter group instead of ~15 for the multi-tensor path)."""
         opt = self.cfg.optimizer
         return torch.optim.Adam(
             [
@@ -296,6 +318,7 @@ class Trainer:
             lr=opt.learning_rate,
             betas=(opt.beta1, opt.beta2),
             eps=opt.epsilon,
+            fused=self.device.type == "cuda",  # one launch per group; foreach (the twin) elsewhere
         )
 
     def _time_budget_spent(self, time_budget_s: float) -> bool:
@@ -320,6 +343,7 @@ class Trainer:
             max_step_size=self.max_step_size,
             jitter=jitter,
             generator=self.generator if jitter else None,
+            backend=self.march_backend,
         )
 
     def _density_for_grid(self, positions: torch.Tensor) -> torch.Tensor:
@@ -357,9 +381,7 @@ class Trainer:
             with _autocast(self.device, t.precision):
                 sigmas, rgbs = self.field(samples.positions, samples.directions)
         with timer.phase("render"):
-            rgb, _, _, _ = composite(
-                sigmas.float(), rgbs.float(), samples.dt, samples.ray_indices, n_rays, step_input.background
-            )
+            rgb = self._render_rgb(sigmas.float(), rgbs.float(), samples, step_input.background)
             loss, mse = self._loss_and_mse(rgb, step_input.target, n_rays)
         self._backward(loss)
         skipped = self._optimizer_step()
@@ -435,6 +457,17 @@ class Trainer:
         if dropped is not None and dropped.rng_before is not None:
             self.generator.set_state(dropped.rng_before["generator"])
             self.sampler.set_rng_state(dropped.rng_before["sampler"])
+
+    def _render_rgb(self, sigmas: torch.Tensor, rgbs: torch.Tensor, samples: PackedSamples,
+                    background: torch.Tensor) -> torch.Tensor:
+        """Ray colours [n_rays, 3] of the step's samples over their background: the Triton
+        compositing kernels (``training.render_backend``) or :func:`composite`, its twin."""
+        if self.triton_render:
+            from trainer.render.triton_volrend import composite_rgb_triton
+
+            return composite_rgb_triton(sigmas, rgbs, samples.dt, samples.packed_info, background,
+                                        EARLY_STOP_TRANSMITTANCE)
+        return composite(sigmas, rgbs, samples.dt, samples.ray_indices, samples.n_rays, background).rgb
 
     def _loss_and_mse(self, rgb: torch.Tensor, target: torch.Tensor, n_rays: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The loss of rendered colours ``rgb`` [n_rays, 3] against ``target`` (normalised per

@@ -1,0 +1,91 @@
+"""Host-side launches of one training step, by phase and by operator (what keeps a host-bound step slow).
+
+Warms up, then records ``--steps`` steps with ``torch.profiler`` and counts the runtime calls that
+enqueue device work (kernel launches, memcpy/memset) per step, attributed to the trainer's phase
+(``phase:<name>`` ranges of :class:`trainer.train.timing.PhaseTimer`) and to the top-level aten
+operator that issued them. On a CPU there are no runtime calls; the operator counts are printed.
+
+    python bench/launch_count.py --scene ../shared/data/nerf_synthetic_lego_400
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import time
+from pathlib import Path
+
+import torch
+from _common import machine_description, print_table
+from torch.profiler import ProfilerActivity, profile
+
+from trainer.config import apply_overrides, load_config, parse_override
+from trainer.data import load_scene
+from trainer.train.loop import Trainer
+
+LAUNCH_CALLS = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx",
+                "cudaMemcpyAsync", "cudaMemsetAsync", "cudaLaunchCooperativeKernel")
+
+
+def _is_launch(name: str) -> bool:
+    return any(name.startswith(call) for call in LAUNCH_CALLS)
+
+
+def _ancestors(event):
+    parent = event.cpu_parent
+    while parent is not None:
+        yield parent
+        parent = parent.cpu_parent
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scene", type=Path, required=True)
+    parser.add_argument("--config", type=Path, default=None)
+    parser.add_argument("--set", dest="overrides", action="append", default=[])
+    parser.add_argument("--warmup", type=int, default=300)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--downscale", type=int, default=1)
+    parser.add_argument("--top", type=int, default=30)
+    args = parser.parse_args()
+    cfg = load_config(args.config)
+    overrides = dict(parse_override(s) for s in args.overrides)
+    overrides.setdefault("training.log_every", 10**6)
+    cfg = apply_overrides(cfg, overrides)
+    trainer = Trainer(cfg, load_scene(args.scene, downscale=args.downscale), run_dir=None)
+    every = cfg.training.occupancy_update_every
+    warm = args.warmup + (-args.warmup) % every + 1  # the recorded steps hold no occupancy update
+    trainer.train(n_steps=warm)
+    trainer._synchronize()
+    trainer.timer.record_functions = True
+    t0 = time.perf_counter()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] if trainer.device.type == "cuda"
+                 else [ProfilerActivity.CPU]) as prof:
+        trainer.train(n_steps=warm + args.steps)
+        trainer._synchronize()
+    host_ms = (time.perf_counter() - t0) * 1e3 / args.steps
+    by_phase: collections.Counter = collections.Counter()
+    by_op: collections.Counter = collections.Counter()
+    ops: collections.Counter = collections.Counter()
+    for event in prof.events():
+        chain = list(_ancestors(event))
+        phase = next((a.name[len("phase:"):] for a in chain if a.name.startswith("phase:")), "outside phases")
+        aten = [a for a in chain if a.name.startswith("aten::") or a.name.startswith("triton") or "Backward" in a.name]
+        if _is_launch(event.name):
+            by_phase[phase] += 1
+            by_op[(phase, aten[-1].name if aten else "(no aten op)")] += 1
+        elif event.name.startswith("aten::") and not any(a.name.startswith("aten::") for a in chain):
+            ops[event.name] += 1
+    n = args.steps
+    total = sum(by_phase.values())
+    title = f"launches per step ({n} steps, {machine_description()}; host {host_ms:.2f} ms/step under the profiler)"
+    print_table(title, ["phase", "launches"], [[p, c / n] for p, c in by_phase.most_common()] + [["total", total / n]])
+    print_table("launches per step by phase and top-level operator", ["phase", "operator", "launches"],
+                [[p, o, c / n] for (p, o), c in by_op.most_common(args.top)])
+    print_table("top-level aten operators per step", ["operator", "calls"],
+                [[o, c / n] for o, c in ops.most_common(args.top)] + [["total", sum(ops.values()) / n]])
+    trainer.close()
+
+
+if __name__ == "__main__":
+    main()

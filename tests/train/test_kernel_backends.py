@@ -1,0 +1,62 @@
+"""The Triton march/compositing kernels in the training step against the PyTorch twins.
+
+On CUDA (``auto`` picks the kernels there) a run with ``march_backend = render_backend = triton``
+must train like one with ``torch``: same batch sizes, losses within float32 rounding of the
+compositing kernels (they sum in another order), final parameters close. On the CPU ``triton`` is
+refused with the key named (unless Triton's interpreter is on), and ``auto`` is the reference.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.train.conftest import tiny_config
+from trainer.data import load_scene
+from trainer.errors import ConfigError
+from trainer.render import march
+from trainer.train.loop import Trainer
+
+STEPS = 40
+
+
+def _run(scene, backend: str, device: str):
+    cfg = tiny_config(training__march_backend=backend, training__render_backend=backend, training__device=device,
+                      training__target_samples_per_step=2**15)
+    trainer = Trainer(cfg, load_scene(scene))
+    assert trainer.march_backend == backend and trainer.triton_render == (backend == "triton")
+    losses, rays = [], []
+    for _ in range(STEPS):
+        stats, loss, _ = trainer.train_step()
+        losses.append(float(loss))
+        rays.append(stats.n_rays)
+    state = {k: v.detach().float().cpu() for k, v in trainer.field.state_dict().items()}
+    trainer.close()
+    return losses, rays, state
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_triton_kernels_train_like_the_reference_on_cuda(demo_scene):
+    fast_losses, fast_rays, fast_state = _run(demo_scene, "triton", "cuda")
+    ref_losses, ref_rays, ref_state = _run(demo_scene, "torch", "cuda")
+    assert fast_rays == ref_rays
+    for step, (a, b) in enumerate(zip(fast_losses, ref_losses)):
+        assert a == pytest.approx(b, rel=1e-3, abs=1e-6), f"step {step}: {a} vs {b}"
+    for name in ref_state:
+        scale = float(ref_state[name].abs().max().clamp_min(1e-12))
+        assert float((fast_state[name] - ref_state[name]).abs().max()) <= 1e-2 * scale, name
+
+
+def test_triton_backend_on_a_cpu_is_refused_naming_the_key(demo_scene):
+    if march.triton_march_available(torch.device("cpu")):
+        pytest.skip("Triton's interpreter is on in this process: the kernels can run on the CPU")
+    for key in ("march_backend", "render_backend"):
+        cfg = tiny_config(**{f"training__{key}": "triton", "training__device": "cpu"})
+        with pytest.raises(ConfigError, match=f"training.{key}: 'triton' cannot run on cpu"):
+            Trainer(cfg, load_scene(demo_scene))
+
+
+def test_auto_on_a_cpu_uses_the_reference(demo_scene):
+    trainer = Trainer(tiny_config(training__device="cpu"), load_scene(demo_scene))
+    assert trainer.march_backend == "torch" and not trainer.triton_render
+    trainer.close()

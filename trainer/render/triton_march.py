@@ -1,0 +1,226 @@
+"""The candidate loop of :func:`trainer.render.march.march_rays` as two Triton kernel launches.
+
+The PyTorch reference materialises every candidate step of every ray (``_march_chunk``), which
+takes ~150 small kernel launches and several host reads per call. Here one program handles
+``BLOCK`` rays, one lane per ray, and walks each ray's steps in a loop:
+
+1. count pass: per ray, the number of kept samples (occupied cells, before ``t_far``, at most
+   ``max_steps``);
+2. ``cumsum`` of the counts gives each ray's first output slot; the total is read on the host
+   (the one read that sizes the step's sample arrays);
+3. write pass: the same walk again, writing ``t``, ``dt``, ray index, position and direction.
+
+The step rule, the sample placement and the occupancy lookup are those of the reference (module
+docstrings of :mod:`trainer.render.march` and :mod:`trainer.render.occupancy`; instant-ngp
+``testbed_nerf.cu``): the per-ray anchors of the closed-form step rule in float64, each step's
+``t``/``dt`` in float32 from the same formulas, midpoints ``t + dt/2`` kept while ``< t_far``,
+the cascade from the exponent of ``max|p − 0.5|``, bit ``i & 7`` of byte ``i >> 3`` of the
+bitfield. Floating-point contraction is off, so the float32 arithmetic rounds as the reference's
+separate multiply and add do; the geometric region's ``exp`` is taken in float64 and rounded
+once (CUDA's ``expf``, which the reference uses, is within 2 ulp of that). A sample whose midpoint
+lies within rounding of a cell face or of ``t_far`` may therefore be decided differently, which
+the tests bound.
+
+Interpretation on CPU: as for :mod:`trainer.encoding.triton_hashgrid`, ``TRITON_INTERPRET=1``
+must be set before this module is first imported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from trainer.render.occupancy import OccupancyGrid
+from trainer.triton_support import INTERPRET
+
+__all__ = ["INTERPRET", "MARCH_BLOCK", "MARCH_NUM_WARPS", "march_packed_triton"]
+
+MARCH_BLOCK = 64  # rays per program (one lane each)
+MARCH_NUM_WARPS = 2
+_COMPILE_OPTIONS = {"enable_fp_fusion": False}
+
+
+@triton.jit
+def _occupied(px, py, pz, bitfield_ptr, mask, aabb_half, n_cascades, resolution):
+    """Occupancy bit of the finest cascade holding each point (``OccupancyGrid.occupied``)."""
+    offset = tl.maximum(tl.maximum(tl.abs(px - 0.5), tl.abs(py - 0.5)), tl.abs(pz - 0.5))
+    inside = offset <= aabb_half  # False for NaN
+    # frexp: offset = m·2^e with m in [0.5, 1) → e = biased exponent − 126 (offset ≥ 0.5 is normal)
+    exponent = ((offset.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 126
+    cascade = tl.where(offset < 0.5, 0, exponent + 1)
+    cascade = tl.minimum(tl.maximum(cascade, 0), n_cascades - 1)
+    inv_scale = ((127 - cascade) << 23).to(tl.float32, bitcast=True)  # exactly 2^-cascade
+    res_f = resolution.to(tl.float32)
+    ux = ((px - 0.5) * inv_scale + 0.5) * res_f
+    uy = ((py - 0.5) * inv_scale + 0.5) * res_f
+    uz = ((pz - 0.5) * inv_scale + 0.5) * res_f
+    ux = tl.where(ux == ux, ux, 0.0)  # nan_to_num, then clamp into the grid
+    uy = tl.where(uy == uy, uy, 0.0)
+    uz = tl.where(uz == uz, uz, 0.0)
+    top = res_f - 1.0
+    x = tl.floor(tl.minimum(tl.maximum(ux, 0.0), top)).to(tl.int64)
+    y = tl.floor(tl.minimum(tl.maximum(uy, 0.0), top)).to(tl.int64)
+    z = tl.floor(tl.minimum(tl.maximum(uz, 0.0), top)).to(tl.int64)
+    res = resolution.to(tl.int64)
+    index = cascade.to(tl.int64) * res * res * res + x + y * res + z * res * res
+    byte = tl.load(bitfield_ptr + (index >> 3), mask=mask & inside, other=0).to(tl.int64)
+    return ((byte >> (index & 7)) & 1 == 1) & inside
+
+
+@triton.jit
+def _march_kernel(
+    rays_o_ptr, rays_d_ptr, t_near_ptr, t_far_ptr, hit_ptr, rule_ptr, bitfield_ptr,
+    counts_ptr, first_ptr, out_t_ptr, out_dt_ptr, out_ray_ptr, out_pos_ptr, out_dir_ptr,
+    n_rays, max_steps, aabb_half, n_cascades, resolution,
+    CONE: tl.constexpr, USE_GRID: tl.constexpr, WRITE: tl.constexpr, BLOCK: tl.constexpr,
+):
+    ray = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    valid = ray < n_rays
+    ox = tl.load(rays_o_ptr + ray * 3 + 0, mask=valid, other=0.0)
+    oy = tl.load(rays_o_ptr + ray * 3 + 1, mask=valid, other=0.0)
+    oz = tl.load(rays_o_ptr + ray * 3 + 2, mask=valid, other=0.0)
+    dx = tl.load(rays_d_ptr + ray * 3 + 0, mask=valid, other=0.0)
+    dy = tl.load(rays_d_ptr + ray * 3 + 1, mask=valid, other=0.0)
+    dz = tl.load(rays_d_ptr + ray * 3 + 2, mask=valid, other=0.0)
+    t_near = tl.load(t_near_ptr + ray, mask=valid, other=0.0)
+    t_far = tl.load(t_far_ptr + ray, mask=valid, other=0.0)
+    alive = valid & (tl.load(hit_ptr + ray, mask=valid, other=0) != 0)
+    # rule: float64 [step_size, cone_angle, max_step_size, step/cone, max_step/cone, log1p(cone)]
+    step64 = tl.load(rule_ptr + 0)
+    cone64 = tl.load(rule_ptr + 1)
+    step = step64.to(tl.float32)
+    cone = cone64.to(tl.float32)
+    max_step = tl.load(rule_ptr + 2).to(tl.float32)
+    log1p_cone64 = tl.load(rule_ptr + 5)
+    log1p_cone = log1p_cone64.to(tl.float32)
+    t0 = t_near.to(tl.float64)
+    t0f = t0.to(tl.float32)
+    if CONE:  # anchors of the closed form (march._step_anchors), float64
+        n_a = tl.maximum(tl.ceil((tl.load(rule_ptr + 3) - t0) / step64), 0.0)
+        a = t0 + n_a * step64
+        n_b = tl.maximum(tl.ceil(tl.log(tl.load(rule_ptr + 4) / a) / log1p_cone64), 0.0)
+        b = a * tl.exp(n_b * log1p_cone64)  # (1 + cone)^n_b
+        n_af = n_a.to(tl.float32)
+        n_bf = n_b.to(tl.float32)
+        af = a.to(tl.float32)
+        bf = b.to(tl.float32)
+    first = tl.zeros([BLOCK], dtype=tl.int64)
+    if WRITE:
+        first = tl.load(first_ptr + ray, mask=valid, other=0)
+    kept = tl.zeros([BLOCK], dtype=tl.int32)
+    k = tl.zeros([BLOCK], dtype=tl.float32)
+    while tl.sum(alive.to(tl.int32), axis=0) > 0:
+        t_lin = t0f + k * step  # march._steps_at, float32
+        if CONE:
+            # exp in float64 of the float32 argument, rounded once: within an ulp of CUDA's expf
+            t_geo = af * tl.exp(((k - n_af) * log1p_cone).to(tl.float64)).to(tl.float32)
+            t_cl = bf + (k - n_af - n_bf) * max_step
+            in_lin = k < n_af
+            in_geo = k < n_af + n_bf
+            t = tl.where(in_lin, t_lin, tl.where(in_geo, t_geo, t_cl))
+            dt = tl.where(in_lin, step, tl.where(in_geo, t_geo * cone, max_step))
+        else:
+            t = t_lin
+            dt = tl.zeros([BLOCK], dtype=tl.float32) + step
+        t_mid = t + 0.5 * dt
+        alive = alive & (t_mid < t_far)
+        px = ox + dx * t_mid
+        py = oy + dy * t_mid
+        pz = oz + dz * t_mid
+        if USE_GRID:
+            take = alive & _occupied(px, py, pz, bitfield_ptr, alive, aabb_half, n_cascades, resolution)
+        else:
+            take = alive
+        if WRITE:
+            slot = first + kept
+            tl.store(out_t_ptr + slot, t_mid, mask=take)
+            tl.store(out_dt_ptr + slot, dt, mask=take)
+            tl.store(out_ray_ptr + slot, ray.to(tl.int64), mask=take)
+            tl.store(out_pos_ptr + slot * 3 + 0, px, mask=take)
+            tl.store(out_pos_ptr + slot * 3 + 1, py, mask=take)
+            tl.store(out_pos_ptr + slot * 3 + 2, pz, mask=take)
+            tl.store(out_dir_ptr + slot * 3 + 0, dx, mask=take)
+            tl.store(out_dir_ptr + slot * 3 + 1, dy, mask=take)
+            tl.store(out_dir_ptr + slot * 3 + 2, dz, mask=take)
+        kept += take.to(tl.int32)
+        alive = alive & (kept < max_steps)
+        k += 1.0
+    if not WRITE:
+        tl.store(counts_ptr + ray, kept.to(tl.int64), mask=valid)
+
+
+def march_packed_triton(
+    rays_o: torch.Tensor,
+    rays_d: torch.Tensor,
+    t_near: torch.Tensor,
+    t_far: torch.Tensor,
+    hit: torch.Tensor,
+    grid: OccupancyGrid | None,
+    *,
+    step_size: float,
+    cone_angle: float,
+    max_step_size: float,
+    max_steps: int,
+    block: int = MARCH_BLOCK,
+    num_warps: int = MARCH_NUM_WARPS,
+) -> tuple[torch.Tensor, ...]:
+    """Kept samples of rays whose box entry/exit are known (the body of ``march_rays``).
+
+    Args:
+        rays_o, rays_d: [n_rays, 3] float32 origins and directions (world units).
+        t_near, t_far: [n_rays] float32 first step start (jittered) and box exit distance.
+        hit: [n_rays] bool, rays that cross the box.
+        grid: occupancy grid, or None to keep every step before ``t_far``.
+        step_size, cone_angle, max_step_size, max_steps: the step rule and the per-ray sample
+            cap of :func:`trainer.render.march.march_rays` (already validated there).
+        block, num_warps: launch configuration (rays per program, warps per program).
+
+    Returns:
+        ``(ray_indices [S] int64, t [S], dt [S], positions [S, 3], directions [S, 3], counts
+        [n_rays] int64, first [n_rays] int64)``, float tensors float32; ray-major, front to back
+        within a ray; ``first`` is each ray's first sample. One host read (the total S).
+    """
+    device = rays_o.device
+    n_rays = rays_o.shape[0]
+    rays_o = rays_o.contiguous()
+    rays_d = rays_d.contiguous()
+    t_near = t_near.contiguous()
+    t_far = t_far.contiguous()
+    hit8 = hit.to(torch.int8)
+    cone = float(cone_angle)
+    rule = torch.tensor(
+        [step_size, cone, max_step_size, step_size / cone if cone else 0.0,
+         max_step_size / cone if cone else 0.0, math.log1p(cone)],
+        dtype=torch.float64,
+    ).to(device, non_blocking=True)
+    if grid is not None:
+        bitfield = grid.bitfield.reshape(-1)
+        aabb_half, n_cascades, resolution = 0.5 * grid.aabb_scale, grid.cascades, grid.resolution
+    else:
+        bitfield = torch.zeros(1, dtype=torch.uint8, device=device)
+        aabb_half, n_cascades, resolution = 0.0, 1, 2
+    counts = torch.empty(n_rays, dtype=torch.int64, device=device)
+    launch = (triton.cdiv(max(n_rays, 1), block),)
+    common = dict(CONE=cone > 0.0, USE_GRID=grid is not None, BLOCK=block, num_warps=num_warps, **_COMPILE_OPTIONS)
+    scalars = (n_rays, int(max_steps), float(aabb_half), int(n_cascades), int(resolution))
+    dummy_f = t_far
+    with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
+        _march_kernel[launch](rays_o, rays_d, t_near, t_far, hit8, rule, bitfield, counts, counts,
+                              dummy_f, dummy_f, counts, dummy_f, dummy_f, *scalars, WRITE=False, **common)
+        ends = torch.cumsum(counts, 0)
+        total = int(ends[-1]) if n_rays else 0  # the host read that sizes the outputs
+        first = ends - counts
+        t = torch.empty(total, dtype=torch.float32, device=device)
+        dt = torch.empty(total, dtype=torch.float32, device=device)
+        ray_indices = torch.empty(total, dtype=torch.int64, device=device)
+        positions = torch.empty(total, 3, dtype=torch.float32, device=device)
+        directions = torch.empty(total, 3, dtype=torch.float32, device=device)
+        if total:
+            _march_kernel[launch](rays_o, rays_d, t_near, t_far, hit8, rule, bitfield, counts, first,
+                                  t, dt, ray_indices, positions, directions, *scalars, WRITE=True, **common)
+    return ray_indices, t, dt, positions, directions, counts, first
+
