@@ -59,7 +59,8 @@ def _composite_kernel(
     acc_r = tl.zeros([BLOCK], dtype=tl.float32)
     acc_g = tl.zeros([BLOCK], dtype=tl.float32)
     acc_b = tl.zeros([BLOCK], dtype=tl.float32)
-    for i in range(0, n_steps):
+    i = 0
+    while i < n_steps:  # (a while loop: Triton's interpreter of some versions rejects range(tensor))
         m = valid & (i < count)
         s = start + i
         sigma = tl.load(sigma_ptr + s, mask=m, other=0.0)
@@ -85,6 +86,7 @@ def _composite_kernel(
             tl.store(grad_rgb_ptr + s * 3 + 2, w * g_b, mask=m)
         depth += tau
         depth_kept += tl.where(kept, tau, 0.0)
+        i += 1
     if not BACKWARD:
         final = tl.exp(-depth_kept).to(tl.float32)
         bg_r = tl.load(bg_ptr + ray * bg_stride + 0, mask=valid, other=0.0)
