@@ -64,8 +64,12 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
     if args.nproc_per_node < 1:
         raise ConfigError(f"--nproc-per-node: expected an integer >= 1, got {args.nproc_per_node}")
+    from ngptune.commbench import check_run_emulation
+    from trainer.rundir import RunDir
+
     cfg = resolve_config(args)
     validate_parallel_config(cfg, args.nproc_per_node * args.nnodes)  # before any worker starts
+    check_run_emulation(cfg)
     if args.node_rank == 0:  # other nodes' agents join a run whose folder node 0 has made
         check_before_start(cfg, args.out, args.resume)
     argv = worker_argv(args.train_argv)
@@ -73,17 +77,21 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if out is None:
         out = default_run_dir(scene_path_of(cfg))
         argv += ["--out", str(out)]
-    launch_workers(
-        ["-m", "trainer", *argv],
-        args.nproc_per_node,
-        nnodes=args.nnodes,
-        node_rank=args.node_rank,
-        rdzv_endpoint=args.rdzv_endpoint,
-        max_restarts=args.max_restarts,
-        master_port=cfg.distributed.master_port,
-        timeout_s=cfg.distributed.timeout_s,
-        run_dir=Path(out),
-    )
+    try:
+        launch_workers(
+            ["-m", "trainer", *argv],
+            args.nproc_per_node,
+            nnodes=args.nnodes,
+            node_rank=args.node_rank,
+            rdzv_endpoint=args.rdzv_endpoint,
+            max_restarts=args.max_restarts,
+            master_port=cfg.distributed.master_port,
+            timeout_s=cfg.distributed.timeout_s,
+            run_dir=Path(out),
+        )
+    except KeyboardInterrupt:
+        print(f"interrupted: the ranks were stopped; logs in {RunDir(out).logs_dir}", file=sys.stderr)
+        return 130
     print(json.dumps({"state": "completed", "run_dir": str(out), "nproc_per_node": args.nproc_per_node}))
     return 0
 

@@ -15,8 +15,9 @@ the slowest rank's mean time per call is reported, as nccl-tests does. Bandwidth
                                        busbw = algbw · (n−1)/n    (all_gather, size = whole output)
 
 Sizes take binary suffixes as nccl-tests (``64K`` = 65536 bytes, ``1M`` = 2^20, ``1G`` = 2^30);
-buffers are float32, so a size is rounded down to a multiple of 4 bytes (all-gather: 4·n). GB/s
-are 10^9 bytes per second.
+each size once, at most 1024G; buffers are float32, so a size is rounded down to a multiple of 4
+bytes (all-gather: 4·n). GB/s are 10^9 bytes per second. The CSV is written atomically; a run
+stopped midway (Ctrl-C, SIGKILL) writes none, and its ranks stop with it.
 
 ``--nccl-settings``: ``;`` separates settings, ``,`` the variables of one setting; the flag may be
 repeated. ``--emulate-interconnect`` sets ``NCCL_P2P_DISABLE`` / ``NCCL_SHM_DISABLE`` on every rank
@@ -31,6 +32,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import re
 import shutil
 import sys
@@ -47,7 +49,10 @@ from trainer.rundir import RunDir, atomic_write_text, prepare_output_file
 if TYPE_CHECKING:  # pandas and torch load on first use: `ngptune --help` imports every command module
     import pandas as pd
 
-__all__ = ["COLUMNS", "OPS", "CommBenchConfig", "parse_nccl_settings", "parse_sizes", "register", "run_comm_bench"]
+__all__ = [
+    "COLUMNS", "MAX_SIZE_BYTES", "OPS", "CommBenchConfig", "check_run_emulation", "parse_nccl_settings", "parse_sizes",
+    "register", "run_comm_bench", "write_table_csv",
+]
 
 OPS = ("all_reduce", "all_gather")
 """Collectives ``--ops`` accepts."""
@@ -65,6 +70,10 @@ RESULT_FILE = "bench_comm.json"  # written by rank 0 of each launch into its fol
 _BYTES_PER_ELEMENT = 4  # float32 buffers
 _SIZE = re.compile(r"^(\d+)\s*([KMG]?)(?:I?B)?$", re.IGNORECASE)
 _SUFFIX = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
+MAX_SIZE_BYTES = 2**40
+"""Largest ``--sizes`` item (1024G): no host or GPU holds a larger buffer, and far larger numbers
+overflow the ranks' tensor sizes."""
+_EMULATION_VARIABLES = frozenset(name for env in EMULATED_INTERCONNECT_ENV.values() for name in env)
 _VARIABLE = re.compile(r"^NCCL_[A-Z0-9_]+$")
 
 
@@ -102,9 +111,15 @@ class CommBenchConfig:
         for name, value, lo in (("--iters", self.iters, 1), ("--warmup", self.warmup, 0)):
             if isinstance(value, bool) or not isinstance(value, int) or value < lo:
                 raise ConfigError(f"{name}: expected an integer >= {lo}, got {value!r}")
+        if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, (int, float)) \
+                or not (self.timeout_s > 0 and math.isfinite(self.timeout_s)):
+            raise ConfigError(f"--timeout-s: expected a finite number of seconds > 0, got {self.timeout_s!r}")
         unknown = [op for op in self.ops if op not in OPS]
         if not self.ops or unknown:
             raise ConfigError(f"--ops: expected a comma-separated list of {', '.join(OPS)}, got {','.join(self.ops)!r}")
+        twice = sorted({op for op in self.ops if self.ops.count(op) > 1})
+        if twice:
+            raise ConfigError(f"--ops: {', '.join(twice)} appears twice in {','.join(self.ops)!r}; give each collective once")
         smallest = _BYTES_PER_ELEMENT * n
         if not self.sizes_bytes or min(self.sizes_bytes) < smallest:
             raise ConfigError(f"--sizes: every size must be at least {smallest} bytes (one float32 per rank), "
@@ -116,6 +131,10 @@ class CommBenchConfig:
             if clash:
                 raise ConfigError(f"--nccl-settings: {', '.join(clash)} is set by --emulate-interconnect "
                                   f"{self.emulate_interconnect}; leave it out of the settings")
+            link = sorted(set(setting) & _EMULATION_VARIABLES)
+            if link:  # the rows would be labelled with the wrong emulated_interconnect
+                raise ConfigError(f"--nccl-settings: {', '.join(link)} changes the link, which --emulate-interconnect "
+                                  "(pcie, sockets) sets and the table records; use that flag instead")
         if self.backend == "gloo" and self.emulate_interconnect != "none":
             raise ConfigError(
                 f"--emulate-interconnect: {self.emulate_interconnect!r} works through NCCL variables, but bench-comm "
@@ -132,12 +151,18 @@ def parse_sizes(text: str) -> tuple[int, ...]:
     Raises:
         ConfigError: naming ``--sizes`` and the item that is not a size.
     """
-    sizes = []
-    for item in text.split(","):
-        m = _SIZE.match(item.strip())
+    sizes: dict[int, str] = {}
+    for item in (part.strip() for part in text.split(",")):
+        m = _SIZE.match(item)
         if m is None or int(m.group(1)) == 0:
-            raise ConfigError(f"--sizes: expected sizes like 4096,64K,1M,1G (bytes > 0), got {item.strip()!r}")
-        sizes.append(int(m.group(1)) * _SUFFIX[m.group(2).upper()])
+            raise ConfigError(f"--sizes: expected sizes like 4096,64K,1M,1G (bytes > 0), got {item!r}")
+        size = int(m.group(1)) * _SUFFIX[m.group(2).upper()]
+        if size > MAX_SIZE_BYTES:
+            raise ConfigError(f"--sizes: {item!r} is {size} bytes, more than the largest size {MAX_SIZE_BYTES} (1024G)")
+        if size in sizes:
+            same = "" if sizes[size] == item else f" (the same as {sizes[size]!r})"
+            raise ConfigError(f"--sizes: {item!r} appears twice{same}; give each size once")
+        sizes[size] = item
     return tuple(sizes)
 
 
@@ -187,6 +212,27 @@ def resolve_backend(backend: str, nproc_per_node: int) -> str:
     if backend not in ("nccl", "gloo"):
         raise ConfigError(f"--backend: expected auto, nccl or gloo, got {backend!r}")
     return backend
+
+
+def check_run_emulation(cfg: TrainConfig) -> None:
+    """Refuse ``distributed.emulate_interconnect`` for a training run whose ranks will use gloo,
+    before any of them starts (they would each fail with the same error). The ranks pick NCCL
+    for ``distributed.backend`` ``auto`` when ``training.device`` is not ``cpu`` and this host
+    shows a CUDA device (:func:`trainer.parallel.dist_env.detect_dist_env`).
+
+    Raises:
+        ConfigError: naming ``distributed.emulate_interconnect``
+            (:func:`trainer.parallel.dist_env.interconnect_env`).
+    """
+    import torch
+
+    from trainer.parallel.dist_env import interconnect_env
+
+    backend = cfg.distributed.backend
+    if backend == "auto":
+        on_gpu = cfg.training.device != "cpu" and torch.cuda.is_available() and torch.cuda.device_count() > 0
+        backend = "nccl" if on_gpu else "gloo"
+    interconnect_env(cfg.distributed.emulate_interconnect, backend)
 
 
 def run_comm_bench(config: CommBenchConfig, out_dir: Path) -> pd.DataFrame:
@@ -264,6 +310,26 @@ def _time_collective_ms(op: str, size_bytes: int, iters: int, warmup: int, devic
             call()
         elapsed_ms = (time.perf_counter() - t0) * 1e3
     return elapsed_ms / iters, count * _BYTES_PER_ELEMENT, count
+
+
+def write_table_csv(frame: pd.DataFrame, path: Path, what: str) -> None:
+    """Write ``frame`` as CSV to ``path``: atomically for a file (a kill leaves the old file or the
+    whole table, never a half table that looks complete), directly for a device or pipe
+    (``/dev/stdout``).
+
+    Raises:
+        ConfigError: naming ``what`` and the path when it cannot be written (disk full, read-only...).
+    """
+    path = Path(path)
+    text = frame.to_csv(index=False)
+    try:
+        if path.exists() and not path.is_file():
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
+        else:
+            atomic_write_text(path, text)
+    except OSError as exc:
+        raise ConfigError(f"{what} {path}: cannot write the table ({exc.strerror or exc})") from None
 
 
 def _worker(argv: list[str]) -> int:
@@ -371,7 +437,7 @@ def show_table(frame: pd.DataFrame, title: str) -> None:
     for header in ("settings", "op", "size (B)", "count", "time (µs)", "algbw (GB/s)", "busbw (GB/s)"):
         text = header in ("settings", "op")
         table.add_column(header, justify="left" if text else "right", no_wrap=header == "op",
-                         overflow="fold" if text else "ellipsis")
+                         overflow="fold")  # a narrow terminal wraps, never cuts, a number
     for row in frame.itertuples(index=False):
         table.add_row(row.settings.replace(",", "\n"), row.op, f"{row.size_bytes:,}", f"{row.count:,}", f"{row.time_us:.1f}",
                       f"{row.algbw_gb_per_s:.3g}", f"{row.busbw_gb_per_s:.3g}")
@@ -388,6 +454,8 @@ def bench_comm_command(args: argparse.Namespace) -> int:
     if args.csv is not None:
         prepare_output_file(args.csv, "--csv")
     keep = args.out is not None
+    if keep and Path(args.out).exists() and not Path(args.out).is_dir():
+        raise ConfigError(f"--out {args.out}: is a file, expected a folder for the ranks' logs")
     out_dir = Path(args.out) if keep else Path(tempfile.mkdtemp(prefix="ngptune-bench-comm-"))
     try:
         frame = run_comm_bench(config, out_dir)
@@ -395,13 +463,19 @@ def bench_comm_command(args: argparse.Namespace) -> int:
         if not keep:
             print(f"bench-comm: rank logs kept in {out_dir}", file=sys.stderr)
         raise
+    except KeyboardInterrupt:
+        if not keep:
+            shutil.rmtree(out_dir, ignore_errors=True)
+        print("bench-comm interrupted: the ranks were stopped and no table was written"
+              + (f" (rank logs in {out_dir})" if keep else ""), file=sys.stderr)
+        return 130
     if not keep:
         shutil.rmtree(out_dir, ignore_errors=True)
     emulation = "" if config.emulate_interconnect == "none" else f", emulated {config.emulate_interconnect}"
     show_table(frame, f"bench-comm: {config.nproc_per_node} ranks, {config.backend}{emulation}, "
                       f"{config.iters} iterations; GB = 10^9 B")
     if args.csv is not None:
-        frame.to_csv(args.csv, index=False)
+        write_table_csv(frame, args.csv, "--csv")
     return 0
 
 

@@ -504,7 +504,8 @@ class OptimizerConfig(_Block):
             is multiplied by ``decay_base`` every ``decay_interval`` steps (tiny-cuda-nn
             ``ExponentialDecay``); ``decay_base`` 1.0 keeps it constant.
         ema_decay: decay of an exponential moving average of the weights in (0, 1), or null for
-            none (tiny-cuda-nn ``Ema``).
+            none (tiny-cuda-nn ``Ema``): evaluation renders with the debiased average while training
+            continues on the weights (:mod:`trainer.train.ema`).
     """
 
     _PATH: ClassVar[str] = "optimizer"

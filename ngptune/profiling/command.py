@@ -31,6 +31,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ngptune.commbench import check_run_emulation
 from ngptune.profiling import SourceStatus
 from ngptune.profiling import nsight
 from ngptune.profiling.collect import ProfileDir, RunOutcome, collect, write_failure, write_tables
@@ -157,10 +158,13 @@ def _run_logged(argv: list[str], log_path: Path) -> int:
 
     On Ctrl-C (which a terminal sends to the child as well) the child gets
     :data:`STOP_GRACE_S` seconds to write its status, then SIGTERM (the trainer records it as
-    interrupted), then SIGKILL."""
+    interrupted), then SIGKILL. The child starts through :mod:`trainer.lifeline`'s wrapper, so it
+    gets SIGTERM (and stops its ranks) when the profile itself is killed."""
+    from trainer.lifeline import command_stopping_with_parent
+
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(command_stopping_with_parent(argv), stdout=log, stderr=subprocess.STDOUT)
         try:
             return proc.wait()
         except KeyboardInterrupt:
@@ -233,6 +237,7 @@ def profile_command(args: argparse.Namespace) -> int:
     _check_args(args)
     window = parse_trace_window(args.trace_steps) if args.trace_steps else default_trace_window(args.steps)
     cfg = _run_config(args)
+    check_run_emulation(cfg)  # the trainer would refuse it after the profile folder was made
     ranks = args.nproc_per_node or 1
     link_from_csv = None
     if args.bench_comm_csv is not None:

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ngptune.commbench import COLUMNS, CommBenchConfig, run_comm_bench
+from ngptune.commbench import COLUMNS, CommBenchConfig, run_comm_bench, write_table_csv
 from ngptune.profiling import SourceStatus
 from ngptune.profiling.collect import read_csv_table
 from trainer.config import TrainConfig
@@ -52,6 +52,7 @@ LINK_BENCH_SIZE_BYTES = 64 * 2**20
 """All-reduce size of the link measurement and the reference size for picking a table row (bytes)."""
 
 _NUMERIC_COLUMNS = ("size_bytes", "busbw_gb_per_s", "world_size")
+_INTEGER_COLUMNS = ("size_bytes", "world_size")
 _OP = "all_reduce"
 
 
@@ -117,6 +118,8 @@ def link_busbw_of_table(table: pd.DataFrame, where: str) -> pd.Series:
 
 
 def _read_table(path: Path) -> pd.DataFrame:
+    if path.is_dir():
+        raise LinkBandwidthError(f"{path}: is a folder, expected the CSV file ngptune bench-comm --csv wrote")
     if not path.is_file():
         raise LinkBandwidthError(f"{path}: bench-comm table not found")
     table = read_csv_table(path, COLUMNS, LinkBandwidthError, dtype=str, keep_default_na=False)
@@ -128,9 +131,12 @@ def _read_table(path: Path) -> pd.DataFrame:
     for column in _NUMERIC_COLUMNS:
         values = pd.to_numeric(table[column], errors="coerce")
         bad = ~(values > 0) | ~values.map(math.isfinite)
+        kind = "a positive number"
+        if column in _INTEGER_COLUMNS and not bad.any():
+            bad, kind = values != values.round(), "a positive integer"
         if bad.any():
             i = int(bad.idxmax())
-            raise LinkBandwidthError(f"{path}: row {i + 1}: {column} must be a positive number, got {table.at[i, column]!r}")
+            raise LinkBandwidthError(f"{path}: row {i + 1}: {column} must be {kind}, got {table.at[i, column]!r}")
         table[column] = values
     return table
 
@@ -203,7 +209,7 @@ def measure_link_busbw(
     try:
         bench = link_bench_config(cfg, nproc_per_node)
         table = run_comm_bench(bench, out_dir)
-        table.to_csv(csv_path, index=False)
+        write_table_csv(table, csv_path, "the link's table")
         row = link_busbw_of_table(table, str(csv_path))
     except (NgptuneError, OSError, ValueError) as exc:
         return None, SourceStatus("failed", f"the link measurement (bench-comm) failed: {exc}")

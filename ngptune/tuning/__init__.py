@@ -11,12 +11,11 @@ Layers, bottom-up:
 * :mod:`ngptune.tuning.objectives` objective values and intermediate values from a run's metrics.
 * :mod:`ngptune.tuning.trial`      one trial: a fresh ``ngptune train --nproc-per-node N`` in its own
                                    session, polled, stopped with its whole process tree, classified.
-* :mod:`ngptune.tuning._exec`      the wrapper a trial starts through: it dies with the sweep.
 * :mod:`ngptune.tuning.layout`     the study folder (storage, trial folders, best config, env file).
 * :mod:`ngptune.tuning.outputs`    ``best_config.json`` and ``best_env.sh``.
 * :mod:`ngptune.tuning.sweep`      the Optuna study loop: storage, resume, workers, outputs, report.
 * :mod:`ngptune.tuning.command`    ``ngptune sweep`` (argparse).
 
 Optuna runs only in the sweep process; trials are separate process trees. This package's
-``__init__`` imports nothing, so the trial wrapper (``python -m ngptune.tuning._exec``) starts fast.
+``__init__`` imports nothing. A trial starts through :mod:`trainer.lifeline`'s wrapper, so it dies with the sweep.
 """

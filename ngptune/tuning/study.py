@@ -417,6 +417,21 @@ def _config_problem(cfg: TrainConfig, key: str, value: object) -> str | None:
     return None
 
 
+def _non_numeric_values(key: str) -> str | None:
+    """What the config field ``key`` (``block.name``) takes when that is not a number: ``a string
+    (one of ...)`` or ``true or false``; None for a numeric field."""
+    block, _, name = key.partition(".")
+    field = next(f for f in dataclasses.fields(BLOCKS[block]) if f.name == name)
+    annotation = str(field.type).replace(" ", "")
+    rule = field.metadata.get("rule")
+    if annotation in ("str", "str|None"):
+        choices = getattr(rule, "choices", None) or getattr(getattr(rule, "inner", None), "choices", None)
+        return f"a string (one of {', '.join(map(str, choices))})" if choices else "a string"
+    if annotation == "bool":
+        return "true or false"
+    return None
+
+
 def _check_reserved(reader: _Reader, where: str, key: str) -> None:
     if key in _RESERVED_KEYS:
         raise reader.error(where, f"{key} cannot be set in a study: {_RESERVED_KEYS[key]}")
@@ -475,6 +490,10 @@ def _read_param(reader: _Reader, name: str, table: Mapping, cfg: TrainConfig, ea
     kind = table.get("type")
     if kind not in ("categorical", "int", "float"):
         raise reader.error(f"{where}.type", f"expected one of categorical, int, float, got {_show(kind)}")
+    takes = None if nccl.is_nccl_name(name) else _non_numeric_values(name)
+    if kind in ("int", "float") and takes is not None:
+        raise reader.error(f"{where}.type", f"{name} takes {takes}, not {'integers' if kind == 'int' else 'numbers'}; "
+                                            'use type = "categorical" with a list of choices')
     common = ["type", "when"]
     if kind == "categorical":
         reader.only(table, where, [*common, "choices"])

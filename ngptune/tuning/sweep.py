@@ -565,14 +565,31 @@ def run_sweep(options: SweepOptions, console: Console | None = None) -> SweepRes
         raise ConfigError(f"--nproc-per-node: expected an integer >= 1, got {nproc}")
     base_cfg = spec.base_config()
     nccl_active = nccl_is_active(base_cfg, nproc)
-    if not nccl_active and base_cfg.distributed.emulate_interconnect != "none":
-        raise ConfigError(f"{spec.path}: settings.distributed.emulate_interconnect: "
-                          f"{base_cfg.distributed.emulate_interconnect!r} needs NCCL (several CUDA ranks); this sweep uses gloo")
+    if not nccl_active:
+        _check_no_emulation(spec, base_cfg)
     name = options.study_name or spec.name
     study_dir = StudyDir(options.out_dir or Path("reports") / name)
     _check_not_foreign(study_dir)
     with _quiet_optuna():
         return _run(options, spec, nproc, base_cfg, nccl_active, name, study_dir, console)
+
+
+def _check_no_emulation(spec: StudySpec, base_cfg: TrainConfig) -> None:
+    """Refuse ``distributed.emulate_interconnect`` other than ``none`` on gloo, fixed or among a
+    parameter's choices (every such trial would be pruned as an invalid combination).
+
+    Raises:
+        ConfigError: naming the study file, the setting or parameter, and the values.
+    """
+    key = "distributed.emulate_interconnect"
+    gloo = "NCCL (several CUDA ranks); this sweep uses gloo"
+    if base_cfg.distributed.emulate_interconnect != "none":
+        raise ConfigError(f"{spec.path}: settings.{key}: {base_cfg.distributed.emulate_interconnect!r} needs {gloo}")
+    for param in spec.params:
+        emulated = [str(c) for c in param.choices if c != "none"] if param.name == key else []
+        if emulated:
+            raise ConfigError(f"{spec.path}: params.{key}: choices {', '.join(emulated)} need {gloo}; "
+                              'keep only "none" or remove the parameter')
 
 
 def _check_not_foreign(study_dir: StudyDir) -> None:

@@ -38,6 +38,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from trainer.lifeline import command_stopping_with_parent
 from trainer.rundir import RunDir
 from trainer.schema import MetricsError, read_metrics
 
@@ -165,13 +166,13 @@ class ProcessTree:
 
 
 def trial_argv(config_path: Path, run_dir: Path, nproc_per_node: int, *, evaluate: bool) -> list[str]:
-    """The trial's command: the parent-death wrapper (:mod:`ngptune.tuning._exec`) around
+    """The trial's command: the parent-death wrapper (:func:`trainer.lifeline.command_stopping_with_parent`) around
     ``python -m ngptune train --nproc-per-node N --config C --out RUN --quiet [--no-eval]``."""
     train = [sys.executable, "-m", "ngptune", "train", "--nproc-per-node", str(nproc_per_node),
              "--config", str(config_path), "--out", str(run_dir), "--quiet"]
     if not evaluate:
         train.append("--no-eval")
-    return [sys.executable, "-m", "ngptune.tuning._exec", "--parent-pid", str(os.getpid()), "--", *train]
+    return command_stopping_with_parent(train)
 
 
 @dataclasses.dataclass(frozen=True)

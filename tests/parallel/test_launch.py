@@ -159,7 +159,7 @@ def test_port_in_use_fails_before_any_worker_starts(tmp_path):
         (["-m", "trainer"], {"nproc": 0}, "nproc_per_node: expected an integer >= 1, got 0"),
         (["-m", "trainer"], {"nnodes": 2}, "rdzv_endpoint: required with nnodes=2 (HOST:PORT of node 0's rendezvous store)"),
         (["-m", "trainer"], {"rdzv_endpoint": "host-without-port"}, "rdzv_endpoint: expected HOST:PORT, got 'host-without-port'"),
-        (["-m", "trainer"], {"timeout_s": 0}, "distributed.timeout_s: expected a number > 0, got 0"),
+        (["-m", "trainer"], {"timeout_s": 0}, "distributed.timeout_s: expected a finite number of seconds > 0, got 0"),
         (["-m", "trainer"], {"nnodes": 2, "node_rank": 2, "rdzv_endpoint": "h:1"}, "node_rank: expected an integer < nnodes (2), got 2"),
         (["-m", "trainer"], {"nnodes": 2, "rdzv_endpoint": "h:0"}, "rdzv_endpoint: a job of 2 nodes needs a fixed port that every node knows, got 'h:0'"),
     ],

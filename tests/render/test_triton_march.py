@@ -24,6 +24,7 @@ from tests.triton_worker import observe_in_interpreter, random_seed
 
 
 # (name, aabb_scale, cone_angle, grid: "random" | "empty" | None, n_rays (CPU), n_rays (CUDA), max_steps)
+# ("cascades_cone" marches without jitter, "no_grid_capped" with a near distance > 0)
 CASES = [
     ("unit_box_grid", 1, 0.0, "random", 70, 1 << 14, 1024),
     ("cascades_cone", 16, 1 / 256, "random", 40, 1 << 14, 1024),
@@ -59,7 +60,8 @@ def observe(device: str, seed: int) -> list[dict]:
             directions[2] = torch.tensor([-1.0, 0.0, 0.0])
         aabb = torch.tensor([[0.5 - 0.5 * scale] * 3, [0.5 + 0.5 * scale] * 3])
         kwargs = dict(step_size=0.01 * scale if device == "cpu" else 3**0.5 / 1024, cone_angle=cone,
-                      max_steps=max_steps, max_step_size=0.08 * scale, jitter=True)
+                      max_steps=max_steps, max_step_size=0.08 * scale, jitter=name != "cascades_cone",
+                      near=0.05 * scale if name == "no_grid_capped" else 0.0)
         runs = {}
         for backend in ("torch", "triton"):
             jitter_generator = torch.Generator(device=device).manual_seed(seed + 1)

@@ -8,8 +8,10 @@ variables that :func:`~trainer.parallel.dist_env.detect_dist_env` reads, watches
 the whole group up to ``max_restarts`` times when one fails, and otherwise stops the survivors
 (SIGTERM, then SIGKILL) and reports which rank failed and why.
 
-Each worker is ``python -u -m trainer.parallel.launch --run-dir RUN_DIR -- <argv_for_worker>``:
-this module's own ``__main__`` sends the worker's stdout and stderr to
+Each worker is ``python -u -m trainer.parallel.launch --run-dir RUN_DIR --parent-pid PID --
+<argv_for_worker>``: this module's own ``__main__`` makes the worker stop when the launcher
+process ``PID`` dies (:func:`trainer.lifeline.stop_with_parent`: a launcher killed with SIGKILL
+cannot stop its ranks itself), sends the worker's stdout and stderr to
 ``RUN_DIR/logs/rank<R>.log`` (:meth:`trainer.rundir.RunDir.log_path`; truncated on the first
 attempt, appended to on restarts), then runs ``<argv_for_worker>`` (``-m MODULE ARGS`` or
 ``SCRIPT ARGS``) in the same interpreter under torch elastic's ``@record``, so an uncaught
@@ -29,6 +31,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
+import numbers
 import os
 import re
 import signal
@@ -40,6 +44,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from trainer.errors import LaunchError
+from trainer.lifeline import stop_with_parent
 from trainer.parallel.dist_env import check_port_free
 from trainer.rundir import RunDir
 
@@ -370,8 +375,9 @@ def launch_workers(
         raise LaunchError(f"node_rank: expected an integer < nnodes ({nnodes}), got {node_rank}")
     if not 0 <= master_port <= 65535:
         raise LaunchError(f"distributed.master_port: expected a port in [0, 65535], got {master_port}")
-    if not timeout_s > 0:
-        raise LaunchError(f"distributed.timeout_s: expected a number > 0, got {timeout_s!r}")
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, numbers.Real) \
+            or not (timeout_s > 0 and math.isfinite(timeout_s)):
+        raise LaunchError(f"distributed.timeout_s: expected a finite number of seconds > 0, got {timeout_s!r}")
     if rdzv_endpoint is None:
         if nnodes > 1:
             raise LaunchError(
@@ -428,7 +434,8 @@ def launch_workers(
             **_supported_launch_options(shutdown_timeout=SHUTDOWN_GRACE_S),
             local_addr=host if nnodes == 1 else None,  # None: this node's FQDN
         )
-        entry_args = ["-u", "-m", "trainer.parallel.launch", "--run-dir", str(rd.root), "--", *argv]
+        entry_args = ["-u", "-m", "trainer.parallel.launch", "--run-dir", str(rd.root),
+                      "--parent-pid", str(os.getpid()), "--", *argv]
         try:
             launch_agent(config, sys.executable, entry_args)
         except ChildFailedError as exc:
@@ -456,7 +463,7 @@ def launch_workers(
 
 
 # --------------------------------------------------------------------------------------------
-# The worker side: ``python -u -m trainer.parallel.launch --run-dir DIR -- ARGV``.
+# The worker side: ``python -u -m trainer.parallel.launch --run-dir DIR [--parent-pid PID] -- ARGV``.
 # --------------------------------------------------------------------------------------------
 
 
@@ -487,12 +494,17 @@ def _run_target(argv: list[str]) -> None:
 
 
 def _worker_main(args: list[str]) -> int:
+    parent_pid = None
+    if len(args) >= 4 and args[2] == "--parent-pid" and args[3].isdigit():
+        parent_pid = int(args[3])
+        args = args[:2] + args[4:]
     if len(args) < 4 or args[0] != "--run-dir" or args[2] != "--":
-        print("usage: python -m trainer.parallel.launch --run-dir DIR -- ARGV...", file=sys.stderr)
+        print("usage: python -m trainer.parallel.launch --run-dir DIR [--parent-pid PID] -- ARGV...", file=sys.stderr)
         return 2
     if "RANK" not in os.environ:
         print("trainer.parallel.launch: RANK is not set; start workers with launch_workers()", file=sys.stderr)
         return 2
+    stop_with_parent(parent_pid)  # the launcher killed with SIGKILL leaves no orphaned ranks
     rank = int(os.environ["RANK"])
     restart_count = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     _redirect_output(RunDir(Path(args[1])).log_path(rank), restart_count)

@@ -282,9 +282,10 @@ class SubgridTrainer(DistributedTrainerBase):
         writes (see :func:`trainer.train.evaluate.evaluate`). Collective; every rank returns rank
         0's result."""
         limit = self.cfg.training.eval_max_images if max_images is None else max_images
-        result = evaluate(
-            self, split, limit, save_renders, render=self.render_rays, score=self.rank == 0
-        )
+        with self.inference_weights():
+            result = evaluate(
+                self, split, limit, save_renders, render=self.render_rays, score=self.rank == 0
+            )
         return self._broadcast_result(result)
 
     # ------------------------------------------------------------------ checkpoints

@@ -232,19 +232,20 @@ def march_rays(
     rule = _StepRule(float(step_size), float(cone_angle), float(max_step_size))
     device, dtype = rays_o.device, rays_o.dtype
     n_rays = rays_o.shape[0]
-    t_near, t_far, hit = ray_aabb_intersect(rays_o, rays_d, aabb, near=near)
-    if jitter:
-        first_dt = (t_near * rule.cone_angle).clamp(rule.step_size, rule.max_step_size)
-        t_near = t_near + torch.rand(n_rays, device=device, dtype=dtype, generator=generator) * first_dt
     if use_triton:
         from trainer.render.triton_march import march_packed_triton
 
+        u = torch.rand(n_rays, device=device, dtype=dtype, generator=generator) if jitter else None
         ray_indices, t, dt, positions, directions, counts, first = march_packed_triton(
-            rays_o, rays_d, t_near, t_far, hit, grid, step_size=rule.step_size, cone_angle=rule.cone_angle,
+            rays_o, rays_d, aabb, near, u, grid, step_size=rule.step_size, cone_angle=rule.cone_angle,
             max_step_size=rule.max_step_size, max_steps=max_steps,
         )
         packed_info = torch.stack((first, counts), dim=-1)
         return PackedSamples(positions, directions, t, dt, ray_indices, packed_info, n_rays)
+    t_near, t_far, hit = ray_aabb_intersect(rays_o, rays_d, aabb, near=near)
+    if jitter:
+        first_dt = (t_near * rule.cone_angle).clamp(rule.step_size, rule.max_step_size)
+        t_near = t_near + torch.rand(n_rays, device=device, dtype=dtype, generator=generator) * first_dt
     steps = _step_anchors(t_near, rule)
     n_candidates = torch.where(hit, _count_steps_before(t_far, steps, rule), 0).long()
     if grid is None:  # every step is kept, so steps past max_steps need not be made

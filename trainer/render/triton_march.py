@@ -1,4 +1,4 @@
-"""The candidate loop of :func:`trainer.render.march.march_rays` as two Triton kernel launches.
+"""The whole of :func:`trainer.render.march.march_rays` (box, jitter, steps) in two Triton launches.
 
 The PyTorch reference materialises every candidate step of every ray (``_march_chunk``), which
 takes ~150 small kernel launches and several host reads per call. Here one program handles
@@ -10,7 +10,9 @@ takes ~150 small kernel launches and several host reads per call. Here one progr
    (the one read that sizes the step's sample arrays);
 3. write pass: the same walk again, writing ``t``, ``dt``, ray index, position and direction.
 
-The step rule, the sample placement and the occupancy lookup are those of the reference (module
+The box intersection (slab method, IEEE divisions), the jitter of the first step (uniform draws
+made by the caller, as the reference draws them), the step rule, the sample placement and the
+occupancy lookup are those of the reference (module
 docstrings of :mod:`trainer.render.march` and :mod:`trainer.render.occupancy`; instant-ngp
 ``testbed_nerf.cu``): the per-ray anchors of the closed-form step rule in float64, each step's
 ``t``/``dt`` in float32 from the same formulas, midpoints ``t + dt/2`` kept while ``< t_far``,
@@ -72,11 +74,25 @@ def _occupied(px, py, pz, bitfield_ptr, mask, aabb_half, n_cascades, resolution)
 
 
 @triton.jit
+def _slab(o, d, lo, hi):
+    """Entry and exit distance of one axis's slab (``trainer.render.aabb.ray_aabb_intersect``)."""
+    parallel = d == 0.0
+    safe_d = tl.where(parallel, 1.0, d)
+    t_lo = tl.math.div_rn(lo - o, safe_d)
+    t_hi = tl.math.div_rn(hi - o, safe_d)
+    in_slab = (o >= lo) & (o <= hi)
+    inf = float("inf")
+    enter = tl.where(parallel, tl.where(in_slab, -inf, inf), tl.minimum(t_lo, t_hi))
+    leave = tl.where(parallel, tl.where(in_slab, inf, -inf), tl.maximum(t_lo, t_hi))
+    return enter, leave
+
+
+@triton.jit
 def _march_kernel(
-    rays_o_ptr, rays_d_ptr, t_near_ptr, t_far_ptr, hit_ptr, rule_ptr, bitfield_ptr,
+    rays_o_ptr, rays_d_ptr, box_ptr, jitter_ptr, rule_ptr, bitfield_ptr,
     counts_ptr, first_ptr, out_t_ptr, out_dt_ptr, out_ray_ptr, out_pos_ptr, out_dir_ptr,
-    n_rays, max_steps, aabb_half, n_cascades, resolution,
-    CONE: tl.constexpr, USE_GRID: tl.constexpr, WRITE: tl.constexpr, BLOCK: tl.constexpr,
+    n_rays, near, max_steps, aabb_half, n_cascades, resolution,
+    CONE: tl.constexpr, JITTER: tl.constexpr, USE_GRID: tl.constexpr, WRITE: tl.constexpr, BLOCK: tl.constexpr,
 ):
     ray = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     valid = ray < n_rays
@@ -86,15 +102,25 @@ def _march_kernel(
     dx = tl.load(rays_d_ptr + ray * 3 + 0, mask=valid, other=0.0)
     dy = tl.load(rays_d_ptr + ray * 3 + 1, mask=valid, other=0.0)
     dz = tl.load(rays_d_ptr + ray * 3 + 2, mask=valid, other=0.0)
-    t_near = tl.load(t_near_ptr + ray, mask=valid, other=0.0)
-    t_far = tl.load(t_far_ptr + ray, mask=valid, other=0.0)
-    alive = valid & (tl.load(hit_ptr + ray, mask=valid, other=0) != 0)
     # rule: float64 [step_size, cone_angle, max_step_size, step/cone, max_step/cone, log1p(cone)]
     step64 = tl.load(rule_ptr + 0)
     cone64 = tl.load(rule_ptr + 1)
     step = step64.to(tl.float32)
     cone = cone64.to(tl.float32)
     max_step = tl.load(rule_ptr + 2).to(tl.float32)
+    # the box: entry clamped at near, exit; misses get t_near = t_far = near (ray_aabb_intersect)
+    enter_x, leave_x = _slab(ox, dx, tl.load(box_ptr + 0), tl.load(box_ptr + 3))
+    enter_y, leave_y = _slab(oy, dy, tl.load(box_ptr + 1), tl.load(box_ptr + 4))
+    enter_z, leave_z = _slab(oz, dz, tl.load(box_ptr + 2), tl.load(box_ptr + 5))
+    t_near = tl.maximum(tl.maximum(tl.maximum(enter_x, enter_y), enter_z), near)
+    t_far = tl.minimum(tl.minimum(leave_x, leave_y), leave_z)
+    hit = (t_near < t_far) & (tl.abs(t_far) < float("inf"))
+    t_near = tl.where(hit, t_near, near)
+    t_far = tl.where(hit, t_far, near)
+    if JITTER:  # start at a random fraction of the first step (march_rays' jitter)
+        first_dt = tl.minimum(tl.maximum(t_near * cone, step), max_step)
+        t_near = t_near + tl.load(jitter_ptr + ray, mask=valid, other=0.0) * first_dt
+    alive = valid & hit
     log1p_cone64 = tl.load(rule_ptr + 5)
     log1p_cone = log1p_cone64.to(tl.float32)
     t0 = t_near.to(tl.float64)
@@ -156,9 +182,9 @@ def _march_kernel(
 def march_packed_triton(
     rays_o: torch.Tensor,
     rays_d: torch.Tensor,
-    t_near: torch.Tensor,
-    t_far: torch.Tensor,
-    hit: torch.Tensor,
+    aabb: torch.Tensor,
+    near: float,
+    jitter: torch.Tensor | None,
     grid: OccupancyGrid | None,
     *,
     step_size: float,
@@ -168,13 +194,15 @@ def march_packed_triton(
     block: int = MARCH_BLOCK,
     num_warps: int = MARCH_NUM_WARPS,
 ) -> tuple[torch.Tensor, ...]:
-    """Kept samples of rays whose box entry/exit are known (the body of ``march_rays``).
+    """Box intersection, jitter and the kept samples of every ray (the body of ``march_rays``).
 
     Args:
         rays_o, rays_d: [n_rays, 3] float32 origins and directions (world units).
-        t_near, t_far: [n_rays] float32 first step start (jittered) and box exit distance.
-        hit: [n_rays] bool, rays that cross the box.
-        grid: occupancy grid, or None to keep every step before ``t_far``.
+        aabb: [2, 3] the box to march in (min corner, max corner).
+        near: smallest distance along a ray (>= 0).
+        jitter: [n_rays] float32 uniform draws in [0, 1) (the first step's start fraction, as
+            ``march_rays`` draws them), or None for no jitter.
+        grid: occupancy grid, or None to keep every step before the box exit.
         step_size, cone_angle, max_step_size, max_steps: the step rule and the per-ray sample
             cap of :func:`trainer.render.march.march_rays` (already validated there).
         block, num_warps: launch configuration (rays per program, warps per program).
@@ -188,9 +216,7 @@ def march_packed_triton(
     n_rays = rays_o.shape[0]
     rays_o = rays_o.contiguous()
     rays_d = rays_d.contiguous()
-    t_near = t_near.contiguous()
-    t_far = t_far.contiguous()
-    hit8 = hit.to(torch.int8)
+    box = aabb.to(device=device, dtype=torch.float32).reshape(6).contiguous()
     cone = float(cone_angle)
     rule = torch.tensor(
         [step_size, cone, max_step_size, step_size / cone if cone else 0.0,
@@ -203,14 +229,15 @@ def march_packed_triton(
     else:
         bitfield = torch.zeros(1, dtype=torch.uint8, device=device)
         aabb_half, n_cascades, resolution = 0.0, 1, 2
+    jitter_arg = jitter.contiguous() if jitter is not None else box
     counts = torch.empty(n_rays, dtype=torch.int64, device=device)
     launch = (triton.cdiv(max(n_rays, 1), block),)
-    common = dict(CONE=cone > 0.0, USE_GRID=grid is not None, BLOCK=block, num_warps=num_warps, **_COMPILE_OPTIONS)
-    scalars = (n_rays, int(max_steps), float(aabb_half), int(n_cascades), int(resolution))
-    dummy_f = t_far
+    common = dict(CONE=cone > 0.0, JITTER=jitter is not None, USE_GRID=grid is not None, BLOCK=block,
+                  num_warps=num_warps, **_COMPILE_OPTIONS)
+    scalars = (n_rays, float(near), int(max_steps), float(aabb_half), int(n_cascades), int(resolution))
     with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
-        _march_kernel[launch](rays_o, rays_d, t_near, t_far, hit8, rule, bitfield, counts, counts,
-                              dummy_f, dummy_f, counts, dummy_f, dummy_f, *scalars, WRITE=False, **common)
+        _march_kernel[launch](rays_o, rays_d, box, jitter_arg, rule, bitfield, counts, counts,
+                              box, box, counts, box, box, *scalars, WRITE=False, **common)
         ends = torch.cumsum(counts, 0)
         total = int(ends[-1]) if n_rays else 0  # the host read that sizes the outputs
         first = ends - counts
@@ -220,7 +247,7 @@ def march_packed_triton(
         positions = torch.empty(total, 3, dtype=torch.float32, device=device)
         directions = torch.empty(total, 3, dtype=torch.float32, device=device)
         if total:
-            _march_kernel[launch](rays_o, rays_d, t_near, t_far, hit8, rule, bitfield, counts, first,
+            _march_kernel[launch](rays_o, rays_d, box, jitter_arg, rule, bitfield, counts, first,
                                   t, dt, ray_indices, positions, directions, *scalars, WRITE=True, **common)
     return ray_indices, t, dt, positions, directions, counts, first
 

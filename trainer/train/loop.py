@@ -10,6 +10,7 @@ runs (:mod:`trainer.train.prefetch`, ``training.prefetch_march``).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import random
@@ -33,6 +34,7 @@ from trainer.render.occupancy import OccupancyGrid
 from trainer.render.volrend import EARLY_STOP_TRANSMITTANCE, composite
 from trainer.rundir import RunDir
 from trainer.schema import PHASES, MetricsWriter, truncate_metrics_after
+from trainer.train.ema import WeightEMA
 from trainer.train.evaluate import evaluate
 from trainer.train.prefetch import InputPrefetcher, StepInput
 from trainer.train.snapshot import load_snapshot, load_state_checked, save_snapshot
@@ -258,6 +260,8 @@ class Trainer:
         self._overflow_run = 0
         self._zero_sample_steps = 0
         self.prefetcher = InputPrefetcher(self.device) if t.prefetch_march else None
+        decay = cfg.optimizer.ema_decay
+        self.weight_ema = WeightEMA(decay) if decay is not None else None
         self._after_init()
 
     def _phase_faults(self, cfg: TrainConfig) -> PhaseFaults | None:
@@ -490,6 +494,8 @@ class Trainer:
             scale_before = self.scaler.get_scale() if self.scaler.is_enabled() else 1.0
             self.scaler.step(self.optimizer)
             self.scaler.update()
+            if self.weight_ema is not None:
+                self.weight_ema.update(list(self.field.parameters()))
             skipped = self.scaler.is_enabled() and self.scaler.get_scale() < scale_before
         self._overflow_run = self._overflow_run + 1 if skipped else 0
         if self._overflow_run >= MAX_CONSECUTIVE_OVERFLOWS:
@@ -746,12 +752,20 @@ class Trainer:
     def evaluate(self, split: str | None = None, max_images: int | None = None, save_renders: bool = True) -> dict[str, Any]:
         """Render the evaluation split and compute PSNR/SSIM (see :func:`trainer.train.evaluate.evaluate`)."""
         t = self.cfg.training
-        return evaluate(
-            self,
-            split=split,
-            max_images=t.eval_max_images if max_images is None else max_images,
-            save_renders=save_renders,
-        )
+        with self.inference_weights():
+            return evaluate(
+                self,
+                split=split,
+                max_images=t.eval_max_images if max_images is None else max_images,
+                save_renders=save_renders,
+            )
+
+    def inference_weights(self) -> contextlib.AbstractContextManager:
+        """Within the block the field holds the weights evaluation renders with: the debiased EMA
+        of ``optimizer.ema_decay`` (:mod:`trainer.train.ema`), else the trained weights."""
+        if self.weight_ema is None:
+            return contextlib.nullcontext()
+        return self.weight_ema.applied(list(self.field.parameters()))
 
     def close(self) -> None:
         if self.prefetcher is not None:

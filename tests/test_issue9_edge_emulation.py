@@ -1,0 +1,76 @@
+"""Edge cases of ``--emulate-interconnect`` on ``ngptune train`` / ``ngptune profile`` (issue 9) and
+of ``--bench-comm-csv`` tables: emulation on gloo is one error before any rank or folder exists,
+Ctrl-C of a multi-rank train is one line, odd numbers in a bench-comm table are named."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from ngptune.cli import main
+from ngptune.commbench import COLUMNS
+from ngptune.profiling.link import LinkBandwidthError, read_link_busbw
+
+pytestmark = pytest.mark.timeout(120)
+
+GLOO = "distributed.emulate_interconnect: '{}' works through NCCL variables, but this run uses the gloo backend (CPU); " \
+       "use 'none' or train on GPUs"
+
+
+@pytest.mark.parametrize("link", ["pcie", "sockets", "nvlink"])
+def test_multi_rank_train_refuses_emulation_on_gloo_before_the_ranks_start(link, tmp_path, capfd):
+    out = tmp_path / "run"
+    argv = ["train", "--nproc-per-node", "2", "--emulate-interconnect", link, "--set", "training.device=cpu",
+            "--n-steps", "1", "--out", str(out)]
+    assert main(argv) == 2
+    err = capfd.readouterr().err.strip()
+    assert err == "error: " + GLOO.format(link)  # once, not once per rank and again from the launcher
+    assert not out.exists()
+
+
+def test_profile_refuses_emulation_on_gloo_before_it_writes(tmp_path, capfd):
+    out = tmp_path / "profile"
+    argv = ["profile", "--emulate-interconnect", "pcie", "--set", "training.device=cpu", "--steps", "1",
+            "--out", str(out)]
+    assert main(argv) == 2  # was 1, after a failed training run and a "partial profile"
+    assert capfd.readouterr().err.strip() == "error: " + GLOO.format("pcie")
+    assert not out.exists()
+
+
+def test_ctrl_c_of_a_multi_rank_train_is_one_line(tmp_path, monkeypatch, capfd):
+    import trainer.parallel.launch
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(trainer.parallel.launch, "launch_workers", interrupted)
+    out = tmp_path / "run"
+    try:
+        code = main(["train", "--nproc-per-node", "2", "--n-steps", "1", "--out", str(out)])
+    except KeyboardInterrupt:
+        pytest.fail("the KeyboardInterrupt left ngptune train as a traceback")
+    assert code == 130
+    assert capfd.readouterr().err.strip() == f"interrupted: the ranks were stopped; logs in {out / 'logs'}"
+
+
+def _table(path: Path, **changes: str) -> Path:
+    row = {"size_bytes": "67108864", "count": "16777216", "op": "all_reduce", "time_us": "100.0",
+           "algbw_gb_per_s": "5.0", "busbw_gb_per_s": "5.0", "settings": "default",
+           "emulated_interconnect": "none", "backend": "gloo", "world_size": "2", **changes}
+    pd.DataFrame([row], columns=list(COLUMNS)).to_csv(path, index=False)
+    return path
+
+
+@pytest.mark.parametrize(("column", "value"), [("world_size", "1.5"), ("size_bytes", "67108864.5")])
+def test_a_fractional_world_size_or_size_is_named(column, value, tmp_path):
+    path = _table(tmp_path / "comm.csv", **{column: value})
+    with pytest.raises(LinkBandwidthError, match=rf"comm.csv: row 1: {column} must be a positive integer, got '{value}'$"):
+        read_link_busbw(path, emulated_interconnect="none", world_size=2)
+    assert read_link_busbw(_table(tmp_path / "good.csv"), emulated_interconnect="none", world_size=2)[0] == 5.0
+
+
+def test_a_folder_given_as_the_table_is_named_as_a_folder(tmp_path):
+    with pytest.raises(LinkBandwidthError, match=r": is a folder, expected the CSV file ngptune bench-comm --csv wrote$"):
+        read_link_busbw(tmp_path, emulated_interconnect="none", world_size=2)
