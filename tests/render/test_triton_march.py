@@ -58,6 +58,8 @@ def observe(device: str, seed: int) -> list[dict]:
             directions[1] = torch.tensor([1.0, 0.0, 0.0])  # parallel to two axes
             origins[2] = torch.tensor([-4.0 * scale, 0.5, 0.5])  # points away from the box: a miss
             directions[2] = torch.tensor([-1.0, 0.0, 0.0])
+        if n >= 4:
+            origins[3, 1] = float("nan")  # a broken ray: no sample (a miss in the reference)
         aabb = torch.tensor([[0.5 - 0.5 * scale] * 3, [0.5 + 0.5 * scale] * 3])
         kwargs = dict(step_size=0.01 * scale if device == "cpu" else 3**0.5 / 1024, cone_angle=cone,
                       max_steps=max_steps, max_step_size=0.08 * scale, jitter=name != "cascades_cone",

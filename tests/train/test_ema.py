@@ -84,6 +84,22 @@ def test_evaluation_renders_with_the_average_and_training_resumes_on_the_weights
     trainer.close()
 
 
+def test_a_resumed_run_starts_its_average_from_the_loaded_weights(demo_scene, tmp_path):
+    trainer = Trainer(tiny_config(optimizer__ema_decay=0.9), load_scene(demo_scene))
+    for _ in range(5):
+        trainer.train_step()
+    path = trainer.save(tmp_path / "snap.pt")
+    for _ in range(3):
+        trainer.train_step()
+    trainer.load(path)
+    for p in trainer.field.parameters():
+        assert trainer.weight_ema.average(p) is None  # nothing of the later steps is mixed in
+    trainer.train_step()
+    for p in trainer.field.parameters():
+        torch.testing.assert_close(trainer.weight_ema.average(p), p.detach().float(), rtol=1e-5, atol=1e-7)
+    trainer.close()
+
+
 def test_a_decay_outside_the_open_interval_is_refused():
     with pytest.raises(ValueError, match="optimizer.ema_decay"):
         WeightEMA(1.0)

@@ -25,7 +25,7 @@ SH_BLOCK = 256
 
 @triton.jit
 def _sh_kernel(dirs_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    row = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    row = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)  # int64: row·16 passes 2^31
     mask = row < n
     x = tl.load(dirs_ptr + row * 3 + 0, mask=mask, other=0.0)
     y = tl.load(dirs_ptr + row * 3 + 1, mask=mask, other=0.0)

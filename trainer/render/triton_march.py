@@ -94,7 +94,7 @@ def _march_kernel(
     n_rays, near, max_steps, aabb_half, n_cascades, resolution,
     CONE: tl.constexpr, JITTER: tl.constexpr, USE_GRID: tl.constexpr, WRITE: tl.constexpr, BLOCK: tl.constexpr,
 ):
-    ray = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    ray = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     valid = ray < n_rays
     ox = tl.load(rays_o_ptr + ray * 3 + 0, mask=valid, other=0.0)
     oy = tl.load(rays_o_ptr + ray * 3 + 1, mask=valid, other=0.0)
@@ -120,7 +120,8 @@ def _march_kernel(
     if JITTER:  # start at a random fraction of the first step (march_rays' jitter)
         first_dt = tl.minimum(tl.maximum(t_near * cone, step), max_step)
         t_near = t_near + tl.load(jitter_ptr + ray, mask=valid, other=0.0) * first_dt
-    alive = valid & hit
+    finite = (ox == ox) & (oy == oy) & (oz == oz) & (dx == dx) & (dy == dy) & (dz == dz)
+    alive = valid & hit & finite  # a ray with a NaN component is a miss, as in the reference
     log1p_cone64 = tl.load(rule_ptr + 5)
     log1p_cone = log1p_cone64.to(tl.float32)
     t0 = t_near.to(tl.float64)

@@ -42,7 +42,7 @@ def _composite_kernel(
     grad_sigma_ptr, grad_rgb_ptr, n_rays, early_stop,
     BACKWARD: tl.constexpr, BLOCK: tl.constexpr,
 ):
-    ray = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    ray = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     valid = ray < n_rays
     start = tl.load(start_ptr + ray, mask=valid, other=0)
     count = tl.load(count_ptr + ray, mask=valid, other=0)
@@ -168,7 +168,7 @@ def composite_rgb_triton(
     n_rays = packed_info.shape[0]
     if background.requires_grad:
         raise ValueError("composite_rgb_triton: the background gets no gradient here; use volrend.composite")
-    background = background.to(torch.float32)
+    background = background.to(device=sigmas.device, dtype=torch.float32)
     if background.shape == (3,):
         background = background.reshape(1, 3).expand(n_rays, 3)
     if background.shape != (n_rays, 3) or background.stride(1) != 1:

@@ -494,9 +494,9 @@ class Trainer:
             scale_before = self.scaler.get_scale() if self.scaler.is_enabled() else 1.0
             self.scaler.step(self.optimizer)
             self.scaler.update()
-            if self.weight_ema is not None:
-                self.weight_ema.update(list(self.field.parameters()))
             skipped = self.scaler.is_enabled() and self.scaler.get_scale() < scale_before
+            if self.weight_ema is not None and not skipped:  # an overflow step left the weights as they were
+                self.weight_ema.update(list(self.field.parameters()))
         self._overflow_run = self._overflow_run + 1 if skipped else 0
         if self._overflow_run >= MAX_CONSECUTIVE_OVERFLOWS:
             raise TrainingError(
@@ -553,7 +553,10 @@ class Trainer:
         self.sampler.set_rng_state({k[len("sampler_"):]: v for k, v in rng.items() if k.startswith("sampler_")})
 
     def _restore_counters(self, step: Any, state: dict[str, Any], ema: float | None) -> None:
-        """Step, rays per step, samples-per-ray EMA (None: unset) and training time of a resume."""
+        """Step, rays per step, samples-per-ray EMA (None: unset) and training time of a resume;
+        the weight average starts again from the loaded weights (it is not in snapshots)."""
+        if self.weight_ema is not None:
+            self.weight_ema = WeightEMA(self.weight_ema.decay)
         self.step = int(step)
         self.n_rays = int(state["n_rays"])
         self.samples_per_ray_ema = ema
