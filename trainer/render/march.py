@@ -191,8 +191,8 @@ def march_rays(
         generator: random generator on the rays' device for the jitter.
         near: smallest distance along a ray (≥ 0).
         max_candidates_per_chunk: bound on the candidate steps held at once (torch backend).
-        backend: ``"torch"`` (this module, the reference), ``"triton"`` (the candidate loop as
-            two kernel launches, :mod:`trainer.render.triton_march`; float32 rays) or ``"auto"``
+        backend: ``"torch"`` (this module, the reference), ``"triton"`` (box, jitter and steps
+            in two kernel launches, :mod:`trainer.render.triton_march`; float32 rays) or ``"auto"``
             (triton for float32 rays on CUDA when Triton imports, else torch).
 
     Returns:
