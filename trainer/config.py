@@ -506,6 +506,9 @@ class OptimizerConfig(_Block):
         ema_decay: decay of an exponential moving average of the weights in (0, 1), or null for
             none (tiny-cuda-nn ``Ema``): evaluation renders with the debiased average while training
             continues on the weights (:mod:`trainer.train.ema`).
+        lazy_grid_updates: hash-grid entries whose gradient is exactly 0 in a step keep their
+            value and Adam moments, as in tiny-cuda-nn's Adam (:mod:`trainer.train.grid_adam`);
+            false moves every entry with its decaying momentum (dense :class:`torch.optim.Adam`).
     """
 
     _PATH: ClassVar[str] = "optimizer"
@@ -519,6 +522,7 @@ class OptimizerConfig(_Block):
     decay_interval: int = _field(10000, _Int(1))
     decay_base: float = _field(0.33, _Float(0, 1, lo_open=True))
     ema_decay: float | None = _field(None, _Optional(_Float(0, 1, lo_open=True, hi_open=True)))
+    lazy_grid_updates: bool = _field(False, _Bool())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -527,6 +531,9 @@ class LossConfig(_Block):
 
     Attributes:
         otype: ``"Huber"``, ``"L2"``, ``"L1"`` or ``"RelativeL2"`` (tiny-cuda-nn loss names).
+            L2 by default: on lego_400 it scores 0.3–0.4 dB above instant-ngp's Huber at equal
+            steps (6000 and 8000 steps, ``bench/psnr_at_steps.py``, docs/benchmarks.md);
+            configs/base.json keeps instant-ngp's Huber.
         huber_delta: δ of the Huber loss (> 0): 0.5·x² for |x| <= δ, δ·(|x| − δ/2) beyond.
             0.1 is instant-ngp's NeRF value (``include/neural-graphics-primitives/nerf_device.cuh``,
             ``loss_and_gradient``: ``huber_loss(target, prediction, 0.1f) / 5.0f``, which also
@@ -535,7 +542,7 @@ class LossConfig(_Block):
 
     _PATH: ClassVar[str] = "loss"
 
-    otype: str = _field("Huber", _OneOf("Huber", "L2", "L1", "RelativeL2"))
+    otype: str = _field("L2", _OneOf("Huber", "L2", "L1", "RelativeL2"))
     huber_delta: float = _field(0.1, _Float(0, lo_open=True))
 
 
@@ -556,6 +563,11 @@ class TrainingConfig(_Block):
         log_every: steps between metric records (>= 1).
         eval_every: steps between test-view evaluations; 0 = only at the end.
         eval_max_images: evaluate at most this many test images, or null for all.
+        eval_spp: renders averaged per test view, in [1, 64]: with more than one, every render
+            marches with a random offset of the first sample along each ray (drawn from a generator
+            seeded with ``seed``, so evaluations are repeatable and leave training's draws alone),
+            as instant-ngp's ``scripts/run.py`` scores test views (8 renders at pixel centres); 1
+            renders once without offsets. The subgrid mode always renders once.
         snapshot_every: steps between snapshots; 0 = none during training.
         background: colour behind straight-alpha pixels during training: ``"random"`` (per
             ray), ``"white"`` or ``"black"`` (evaluation of NeRF-synthetic uses white).
@@ -581,6 +593,13 @@ class TrainingConfig(_Block):
             PyTorch one), ``"triton"`` or ``"torch"``; see :func:`trainer.render.march.march_rays`.
         render_backend: the same choice for the training step's compositing
             (:mod:`trainer.render.triton_volrend`, twin :func:`trainer.render.volrend.composite`).
+        compact_samples: train on the samples in front of each ray's early stop only
+            (instant-ngp's step, :mod:`trainer.render.compact`): a density pass without gradients
+            over the marched samples finds where each ray's transmittance falls below 1e-4, those
+            samples of whole rays fill a batch of about ``target_samples_per_step``, and rays per
+            step are sized on the kept count. False trains on every marched sample and sizes rays
+            on the marched count. The subgrid mode always trains on every marched sample (a box's
+            segment cannot know the transmittance in front of it).
         quiet: no progress output on the console.
     """
 
@@ -597,6 +616,7 @@ class TrainingConfig(_Block):
     log_every: int = _field(100, _Int(1))
     eval_every: int = _field(0, _Int(0))
     eval_max_images: int | None = _field(None, _Optional(_Int(1)))
+    eval_spp: int = _field(1, _Int(1, 64))
     snapshot_every: int = _field(0, _Int(0))
     background: str = _field("random", _OneOf("random", "white", "black"))
     occupancy_resolution: int = _field(128, _Int(2, 1024, multiple_of=2))
@@ -610,6 +630,7 @@ class TrainingConfig(_Block):
     prefetch_march: bool = _field(True, _Bool())
     march_backend: str = _field("auto", _OneOf("auto", "triton", "torch"))
     render_backend: str = _field("auto", _OneOf("auto", "triton", "torch"))
+    compact_samples: bool = _field(True, _Bool())
     quiet: bool = _field(False, _Bool())
 
     def _check_relations(self) -> None:

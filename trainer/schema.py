@@ -35,6 +35,7 @@ class Column:
 PHASES: tuple[str, ...] = (
     "data",
     "march",
+    "compact",
     "field_forward",
     "render",
     "backward",
@@ -249,7 +250,7 @@ OVERLAP_TABLE: tuple[str, ...] = (
 DIAGNOSES_TABLE: tuple[str, ...] = ("bottleneck", "fired", "severity", "value", "threshold", "evidence", "knob")
 """diagnoses.csv: every bottleneck of DESIGN.md §4, whether it fired, and why."""
 
-COMPUTE_PHASES: tuple[str, ...] = ("march", "field_forward", "render", "backward", "optimizer")
+COMPUTE_PHASES: tuple[str, ...] = ("march", "compact", "field_forward", "render", "backward", "optimizer")
 """Phases that are the rank's own compute (the rest is data, waits and bookkeeping)."""
 
 WAIT_PHASES: tuple[str, ...] = ("comm", "balance")

@@ -68,7 +68,7 @@ _MLP_RE = re.compile(
     re.IGNORECASE,
 )
 # Category of work issued inside a trainer phase when the name does not place it.
-_PHASE_CATEGORY = {"field_forward": "hash_grid_fwd", "march": "march", "occupancy_update": "march", "comm": "comm"}
+_PHASE_CATEGORY = {"field_forward": "hash_grid_fwd", "compact": "hash_grid_fwd", "march": "march", "occupancy_update": "march", "comm": "comm"}
 # Category of the backward of work whose forward ran in a phase.
 _BACKWARD_OF_PHASE = {"field_forward": "hash_grid_bwd", "march": "march", "occupancy_update": "march"}
 

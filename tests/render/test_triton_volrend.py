@@ -1,4 +1,5 @@
-"""The Triton compositing kernels (forward and backward) against :func:`composite` (the twin).
+"""The Triton compositing kernels (forward and backward) against :func:`composite` (the twin), and
+the kept-sample count kernel against :func:`trainer.render.compact.kept_counts`.
 
 As for the other Triton tests, the interpreter cases run in a fresh subprocess with
 ``TRITON_INTERPRET=1`` and print their observations as JSON; with CUDA the cases also run in-process
@@ -36,7 +37,9 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def observe(device: str, seed: int) -> list[dict]:
-    from trainer.render.triton_volrend import composite_rgb_triton
+    from trainer.render.compact import kept_counts
+    from trainer.render.march import PackedSamples
+    from trainer.render.triton_volrend import composite_rgb_triton, kept_counts_triton
     from trainer.render.volrend import EARLY_STOP_TRANSMITTANCE, composite
 
     generator = torch.Generator().manual_seed(seed)
@@ -71,6 +74,13 @@ def observe(device: str, seed: int) -> list[dict]:
         record = {"case": name, "seed": seed, "n_rays": n_rays, "n_samples": n_samples,
                   "shape": list(fast.shape), "dtype": str(fast.dtype),
                   "forward_abs_err": float((fast - ref).abs().max()) if n_rays else 0.0}
+        packed = PackedSamples(positions=torch.zeros(n_samples, 3, device=device), directions=torch.zeros(n_samples, 3, device=device),
+                               t=dt, dt=dt, ray_indices=ray_indices, packed_info=packed_info, n_rays=n_rays)
+        kept_ref = kept_counts(sigmas, dt, packed, EARLY_STOP_TRANSMITTANCE)
+        kept_fast = kept_counts_triton(sigmas, dt, packed_info, EARLY_STOP_TRANSMITTANCE)
+        record["kept_dtype"] = str(kept_fast.dtype)
+        record["kept_mismatches"] = int((kept_ref != kept_fast).sum())
+        record["kept_below_count"] = int((kept_ref < packed_info[:, 1]).sum())
         if n_samples:
             record["grad_sigma_rel_err"] = _rel(fast_gs, ref_gs)
             record["grad_rgb_rel_err"] = _rel(fast_gc, ref_gc)
@@ -85,9 +95,11 @@ def _check(seen: list[dict]) -> None:
         where = f"case {r['case']} (seed {r['seed']})"
         assert r["shape"] == [r["n_rays"], 3] and r["dtype"] == "torch.float32", where
         assert r["forward_abs_err"] <= 1e-5, f"{where}: {r}"
+        assert r["kept_mismatches"] == 0 and r["kept_dtype"] == "torch.int64", f"{where}: {r}"
         if r["n_samples"]:
             assert r["grad_sigma_rel_err"] <= 1e-4 and r["grad_rgb_rel_err"] <= 1e-4, f"{where}: {r}"
-    assert next(r for r in seen if r["case"] == "long_rays_constant_bg")["early_stopped_samples"] > 0
+    long_rays = next(r for r in seen if r["case"] == "long_rays_constant_bg")
+    assert long_rays["early_stopped_samples"] > 0 and long_rays["kept_below_count"] > 0
 
 
 

@@ -32,7 +32,7 @@ SECTIONS = (
     "Gradient all-reduce vs the link",
     "Data sources",
 )
-STEP_MS = {"data": 1.0, "march": 8.0, "field_forward": 30.0, "render": 3.0, "backward": 30.0, "comm": 40.0,
+STEP_MS = {"data": 1.0, "march": 8.0, "compact": 0.0, "field_forward": 30.0, "render": 3.0, "backward": 30.0, "comm": 40.0,
            "optimizer": 4.0, "occupancy_update": 0.0, "balance": 1.0, "other": 3.0}
 
 

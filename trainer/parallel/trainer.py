@@ -55,7 +55,8 @@ from trainer.parallel.balance import LoadBalancer, imbalance, shares_from_capabi
 from trainer.parallel.grad_sync import GradientSynchronizer, allreduce_bandwidth_gb_per_s, collective_device
 from trainer.rundir import RunDir
 from trainer.schema import truncate_metrics_after
-from trainer.train.loop import StepStats, Trainer, _autocast, photometric_loss
+from trainer.train.hostcopy import HostCopy
+from trainer.train.loop import StepStats, Trainer, _autocast, _drop_rays, photometric_loss
 from trainer.train.timing import DeviceClock
 
 __all__ = [
@@ -74,32 +75,6 @@ DEFAULT_KEEP_CHECKPOINTS = 3
 _ADAM_KEYS = ("exp_avg", "exp_avg_sq", "step")
 BUDGET_CHECK_EVERY = 10  # steps between the ranks' agreement on the time budget
 ROWS_READ_LAG = 2  # data parallel: a step's gathered rows are read on the host this many steps later
-
-
-class _HostCopy:
-    """A device tensor copied to (pinned) host memory without waiting; :meth:`value` waits for
-    that copy only (a CUDA event), not for work queued after it. CPU tensors are kept as they are.
-
-    Args:
-        tensor: the tensor to read later (any device).
-    """
-
-    def __init__(self, tensor: torch.Tensor) -> None:
-        self._event = None
-        if tensor.device.type == "cuda":
-            host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
-            host.copy_(tensor, non_blocking=True)
-            self._event = torch.cuda.Event()
-            self._event.record()
-            tensor = host
-        self._tensor = tensor
-
-    def value(self) -> torch.Tensor:
-        """The copied tensor on the CPU (waits for the copy to land)."""
-        if self._event is not None:
-            self._event.synchronize()
-            self._event = None
-        return self._tensor
 
 
 def _rank_and_world() -> tuple[int, int]:
@@ -153,7 +128,7 @@ class DistributedTrainerBase(Trainer, metaclass=abc.ABCMeta):
         self.grid_generator.manual_seed(self.cfg.training.seed + GRID_SEED_OFFSET)
         self.keep_checkpoints = DEFAULT_KEEP_CHECKPOINTS
         self.last_checkpoint: tuple[int, Path] | None = None  # (step, folder) of the newest save
-        self._budget_agreed: _HostCopy | None = None  # NCCL: the time spent agreed at the last check
+        self._budget_agreed: HostCopy | None = None  # NCCL: the time spent agreed at the last check
         self._acc = self._new_accumulators()
 
     # ------------------------------------------------------------------ collectives
@@ -191,7 +166,7 @@ class DistributedTrainerBase(Trainer, metaclass=abc.ABCMeta):
         if self.step % BUDGET_CHECK_EVERY:
             return False
         spent = torch.tensor([self.train_time_s], dtype=torch.float64, device=self._comm_device())
-        agreed = _HostCopy(self._all_reduce_(spent, dist.ReduceOp.MAX))
+        agreed = HostCopy(self._all_reduce_(spent, dist.ReduceOp.MAX))
         if spent.device.type != "cuda":
             return float(agreed.value()) >= time_budget_s
         # NCCL: decide on the value agreed at the previous check (its copy has landed by now) and
@@ -403,7 +378,7 @@ class DataParallelTrainer(DistributedTrainerBase):
         cfg = self.cfg
         self.generator.manual_seed(cfg.training.seed + self.rank)
         self.balancer = LoadBalancer.from_config(cfg, self.world_size)
-        self._pending: collections.deque[tuple[_HostCopy, int, int, DeviceClock]] = collections.deque()
+        self._pending: collections.deque[tuple[HostCopy, int, int, DeviceClock]] = collections.deque()
         self._previous_compute_ms = 0.0
         self.grad_sync: GradientSynchronizer | None = None
         if self.distributed:
@@ -455,15 +430,19 @@ class DataParallelTrainer(DistributedTrainerBase):
         n_local = self.balancer.rays_for_rank(global_rays, self.rank)
         step_input = self._step_input(n_local)
         assert step_input.batch.rays_o.shape[0] == n_local, "a batch must hold the rays the balancer gave this rank"
-        samples, n_samples = step_input.samples, step_input.n_samples
+        n_samples = step_input.n_samples
         self.optimizer.zero_grad(set_to_none=True)
         loss_sum = torch.zeros((), device=self.device)
         sq_err_sum = torch.zeros((), device=self.device)
+        n_trained, sized_on = 0, 0
         if n_samples > 0:
+            samples, ray_fits, n_trained, n_kept = self._training_samples(step_input)
+            sized_on = n_samples if n_kept is None else n_kept
             with timer.phase("field_forward"), _autocast(self.device, t.precision):
                 sigmas, rgbs = self.field(samples.positions, samples.directions)
             with timer.phase("render"):
                 rgb = self._render_rgb(sigmas.float(), rgbs.float(), samples, step_input.background)
+                rgb = _drop_rays(rgb, ray_fits, step_input.target)
                 loss_sum = photometric_loss(rgb, step_input.target, self.cfg)
                 sq_err_sum = ((rgb.detach() - step_input.target) ** 2).sum()
             with timer.phase("backward"):
@@ -479,24 +458,29 @@ class DataParallelTrainer(DistributedTrainerBase):
             skipped = self._optimizer_step()
         clock.stop()
         with timer.phase("balance"):
-            rows = self._gather_step_rows(n_local, n_samples, loss_sum.detach(), sq_err_sum)
+            rows = self._gather_step_rows(n_local, sized_on, loss_sum.detach(), sq_err_sum)
             denominator = 3.0 * max(global_rays, 1)
             loss = (rows[:, 3].sum() / denominator).float()
             mse = (rows[:, 4].sum() / denominator).float()
-            self._pending.append((_HostCopy(rows), global_rays, self.step, clock))
+            self._pending.append((HostCopy(rows), global_rays, self.step, clock))
             self.step += 1
             self._settle_previous_step(keep=ROWS_READ_LAG)
         self._prefetch_next(self.balancer.rays_for_rank(self.n_rays, self.rank))
-        return StepStats(n_local, n_samples, skipped=skipped), loss, mse
+        return StepStats(n_local, n_trained, skipped=skipped), loss, mse
 
-    def _gather_step_rows(self, n_local: int, n_samples: int, loss_sum: torch.Tensor, sq_err_sum: torch.Tensor) -> torch.Tensor:
+    def _gather_step_rows(self, n_local: int, n_samples: int | torch.Tensor, loss_sum: torch.Tensor,
+                          sq_err_sum: torch.Tensor) -> torch.Tensor:
         """[world_size, 5] float64 on the collective device, not read on the host: every rank's
-        rays, samples, compute ms *of an earlier step* (see :meth:`_settle_previous_step`), loss
-        sum and squared-error sum."""
+        rays, samples the batch is sized on (marched, or kept with ``training.compact_samples``;
+        a host int or a device scalar), compute ms *of an earlier step* (see
+        :meth:`_settle_previous_step`), loss sum and squared-error sum."""
         device = self._comm_device() if self.distributed else self.device
         row = torch.empty(5, dtype=torch.float64, device=device)
         row[0].fill_(float(n_local))  # fills from host scalars launch kernels; a host list would sync
-        row[1].fill_(float(n_samples))
+        if isinstance(n_samples, torch.Tensor):
+            row[1].copy_(n_samples.to(device))
+        else:
+            row[1].fill_(float(n_samples))
         row[2].fill_(self._previous_compute_ms)
         row[3].copy_(loss_sum.to(device))
         row[4].copy_(sq_err_sum.to(device))

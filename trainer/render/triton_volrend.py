@@ -20,6 +20,9 @@ kept term and the background term are multiplied by ``e^{−τ_i}``). Accumulati
 the optical depths (float64, like the reference's cumulative sum), so the values match the reference
 to float32 rounding, not bitwise.
 
+:func:`kept_counts_triton` walks the rays the same way without colours and counts each ray's kept
+samples (the fast twin of :func:`trainer.render.compact.kept_counts`).
+
 Interpretation on CPU: ``TRITON_INTERPRET=1`` before this module is first imported.
 """
 
@@ -31,7 +34,7 @@ import torch
 import triton
 import triton.language as tl
 
-__all__ = ["COMPOSITE_BLOCK", "composite_rgb_triton"]
+__all__ = ["COMPOSITE_BLOCK", "composite_rgb_triton", "kept_counts_triton"]
 
 COMPOSITE_BLOCK = 64  # rays per program (one lane each)
 
@@ -177,3 +180,63 @@ def composite_rgb_triton(
     count = packed_info[:, 1].contiguous()
     return CompositeRGBFunction.apply(sigmas.contiguous(), rgbs.contiguous(), dt.contiguous(), start, count,
                                       background, float(early_stop_transmittance), block)
+
+
+@triton.jit
+def _kept_count_kernel(sigma_ptr, dt_ptr, start_ptr, count_ptr, out_ptr, n_rays, early_stop, BLOCK: tl.constexpr):
+    ray = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    valid = ray < n_rays
+    start = tl.load(start_ptr + ray, mask=valid, other=0)
+    count = tl.load(count_ptr + ray, mask=valid, other=0)
+    n_steps = tl.max(count, axis=0)
+    depth = tl.zeros([BLOCK], dtype=tl.float64)
+    kept = tl.zeros([BLOCK], dtype=tl.int64)
+    i = 0
+    while i < n_steps:
+        m = valid & (i < count)
+        s = start + i
+        sigma = tl.load(sigma_ptr + s, mask=m, other=0.0)
+        dt = tl.load(dt_ptr + s, mask=m, other=0.0)
+        transmittance = tl.exp(-depth).to(tl.float32)
+        kept += (m & (transmittance >= early_stop)).to(tl.int64)
+        depth += (sigma * dt).to(tl.float64)
+        i += 1
+    tl.store(out_ptr + ray, kept, mask=valid)
+
+
+def kept_counts_triton(sigmas: torch.Tensor, dt: torch.Tensor, packed_info: torch.Tensor,
+                       early_stop_transmittance: float, block: int = COMPOSITE_BLOCK) -> torch.Tensor:
+    """Per ray, how many leading samples have ``T_i ≥ ε`` (one launch, no host sync).
+
+    Args:
+        sigmas: [S] float32 densities (1/world units).
+        dt: [S] float32 step lengths (world units).
+        packed_info: [n_rays, 2] int64 (first sample, sample count) of each ray.
+        early_stop_transmittance: ε.
+        block: rays per program.
+
+    Returns:
+        kept: [n_rays] int64.
+
+    Raises:
+        ValueError: for mismatched shapes or dtypes.
+    """
+    if sigmas.dtype != torch.float32 or dt.dtype != torch.float32:
+        raise ValueError(f"kept_counts_triton: float32 inputs expected, got {sigmas.dtype}, {dt.dtype}")
+    if sigmas.ndim != 1 or dt.shape != sigmas.shape or packed_info.ndim != 2 or packed_info.shape[1] != 2:
+        raise ValueError(
+            f"kept_counts_triton: expected sigmas [S], dt [S], packed_info [n, 2]; got "
+            f"{tuple(sigmas.shape)}, {tuple(dt.shape)}, {tuple(packed_info.shape)}"
+        )
+    n_rays = packed_info.shape[0]
+    out = torch.empty(n_rays, dtype=torch.int64, device=sigmas.device)
+    if n_rays == 0:
+        return out
+    start = packed_info[:, 0].contiguous()
+    count = packed_info[:, 1].contiguous()
+    with torch.cuda.device(sigmas.device) if sigmas.is_cuda else contextlib.nullcontext():
+        _kept_count_kernel[(triton.cdiv(n_rays, block),)](
+            sigmas.contiguous(), dt.contiguous(), start, count, out, n_rays, float(early_stop_transmittance),
+            BLOCK=block, num_warps=2,
+        )
+    return out

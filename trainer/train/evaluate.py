@@ -36,6 +36,8 @@ def render_rays(
     rays_d: torch.Tensor,
     background: torch.Tensor,
     chunk_rays: int | None = None,
+    spp: int = 1,
+    generator: torch.Generator | None = None,
 ) -> torch.Tensor:
     """Render rays with the current field and occupancy grid, in chunks.
 
@@ -43,10 +45,18 @@ def render_rays(
         rays_o, rays_d: [n, 3] float32 on the trainer's device.
         background: [3] float32 colour composited behind the rays.
         chunk_rays: rays per chunk (default 2^14 on CUDA, 2^11 on CPU).
+        spp: renders averaged per ray (>= 1); with more than one, each marches with random
+            first-sample offsets drawn from ``generator`` (instant-ngp's test-view ``spp``).
+        generator: where the offsets come from (on the trainer's device); required when spp > 1.
 
     Returns:
         rgb [n, 3] float32 in [0, 1].
+
+    Raises:
+        ValueError: for ``spp < 1``, or ``spp > 1`` without a generator.
     """
+    if spp < 1 or (spp > 1 and generator is None):
+        raise ValueError(f"render_rays: spp must be >= 1 and needs a generator when > 1, got spp={spp}")
     from trainer.train.loop import _autocast
 
     t = trainer.cfg.training
@@ -57,14 +67,17 @@ def render_rays(
         o = rays_o[start : start + chunk_rays]
         d = rays_d[start : start + chunk_rays]
         n = o.shape[0]
-        samples = trainer.march(o, d, jitter=False)
-        if samples.ray_indices.shape[0] == 0:
-            out[start : start + n] = background
-            continue
-        with _autocast(trainer.device, t.precision):
-            sigmas, rgbs = trainer.field(samples.positions, samples.directions)
-        rgb, _, _, _ = composite(sigmas.float(), rgbs.float(), samples.dt, samples.ray_indices, n, background)
-        out[start : start + n] = rgb
+        total = torch.zeros(n, 3, device=rays_o.device)
+        for _ in range(spp):
+            samples = trainer.march(o, d, jitter=spp > 1, generator=generator)
+            if samples.ray_indices.shape[0] == 0:
+                total += background
+                continue
+            with _autocast(trainer.device, t.precision):
+                sigmas, rgbs = trainer.field(samples.positions, samples.directions)
+            rgb, _, _, _ = composite(sigmas.float(), rgbs.float(), samples.dt, samples.ray_indices, n, background)
+            total += rgb
+        out[start : start + n] = total / spp
     return out
 
 
@@ -95,7 +108,8 @@ def evaluate(
         max_images: evaluate this many views, evenly spaced over the split (None: all).
         save_renders: write PNGs under ``renders/`` (named by the view's index in the split).
         render: ``render(rays_o [n,3], rays_d [n,3], background [3]) -> rgb [n,3]``; default
-            :func:`render_rays` (subgrid training passes its collective renderer).
+            :func:`render_rays` with ``training.eval_spp`` renders per view (subgrid training
+            passes its collective renderer, which renders once).
         score: False on ranks that only help render (no scoring, no files; returns None).
 
     Returns:
@@ -110,8 +124,14 @@ def evaluate(
     white = trainer.scene.white_background
     background = torch.full((3,), 1.0 if white else 0.0, device=trainer.device)
     if render is None:
+        spp = trainer.cfg.training.eval_spp
+        generator = None
+        if spp > 1:  # its own draws: repeatable, and training's generator is left as it was
+            generator = torch.Generator(device=trainer.device)
+            generator.manual_seed(trainer.cfg.training.seed)
+
         def render(o: torch.Tensor, d: torch.Tensor, bg: torch.Tensor) -> torch.Tensor:
-            return render_rays(trainer, o, d, bg)
+            return render_rays(trainer, o, d, bg, spp=spp, generator=generator)
 
     images = []
     was_training = trainer.field.training

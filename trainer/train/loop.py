@@ -10,6 +10,7 @@ runs (:mod:`trainer.train.prefetch`, ``training.prefetch_march``).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import math
@@ -29,6 +30,7 @@ from trainer.data.sampler import RaySampler, choose_placement
 from trainer.encoding.hashgrid import HashGridConfig
 from trainer.errors import ConfigError, SnapshotError, TrainingError
 from trainer.model.field import MLPConfig, NGPField
+from trainer.render.compact import compact_samples, kept_counts
 from trainer.render.march import PackedSamples, march_rays, triton_march_available
 from trainer.render.occupancy import OccupancyGrid
 from trainer.render.volrend import EARLY_STOP_TRANSMITTANCE, composite
@@ -36,6 +38,8 @@ from trainer.rundir import RunDir
 from trainer.schema import PHASES, MetricsWriter, truncate_metrics_after
 from trainer.train.ema import WeightEMA
 from trainer.train.evaluate import evaluate
+from trainer.train.grid_adam import GridAdam
+from trainer.train.hostcopy import HostCopy
 from trainer.train.prefetch import InputPrefetcher, StepInput
 from trainer.train.snapshot import load_snapshot, load_state_checked, save_snapshot
 from trainer.train.timing import PhaseFaults, PhaseTimer
@@ -44,6 +48,8 @@ from trainer.train.tracing import TraceWindow
 MIN_STEP_SIZE = math.sqrt(3.0) / 1024.0  # instant-ngp MIN_CONE_STEPSIZE()
 MAX_CONSECUTIVE_OVERFLOWS = 50  # fp16 steps the scaler may skip in a row before training stops
 RAY_GRANULARITY = 64  # rays per step are a multiple of this (instant-ngp uses 256 on GPUs)
+CAPACITY_GRANULARITY = 256  # a compacted batch holds a multiple of this many samples
+KEPT_READ_LAG = 1  # training.compact_samples: a step's kept count sizes the rays this many steps later
 
 
 def resolve_device(name: str) -> torch.device:
@@ -137,6 +143,14 @@ def photometric_loss(pred: torch.Tensor, target: torch.Tensor, cfg: TrainConfig)
     return ((pred - target) ** 2 / (pred.detach() ** 2 + 1e-2)).sum()
 
 
+def _drop_rays(rgb: torch.Tensor, ray_fits: torch.Tensor | None, target: torch.Tensor) -> torch.Tensor:
+    """Rendered colours [n, 3] with the rays a compacted batch left out (``ray_fits`` false)
+    replaced by their targets: no loss and no gradient from them (None: every ray counts)."""
+    if ray_fits is None:
+        return rgb
+    return torch.where(ray_fits[:, None], rgb, target)
+
+
 def _autocast(device: torch.device, precision: str):
     if precision == "bf16":
         return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
@@ -218,6 +232,9 @@ class Trainer:
         self.max_step_size = MIN_STEP_SIZE * 2 ** (n_cascades - 1)
         self.march_backend = "triton" if use_triton_kernels("march_backend", t.march_backend, self.device) else "torch"
         self.triton_render = use_triton_kernels("render_backend", t.render_backend, self.device)
+        self.compact = t.compact_samples
+        # (rays, kept samples) of steps whose kept count is still on its way to the host
+        self._kept_pending: collections.deque[tuple[int, HostCopy]] = collections.deque()
         self.optimizer = self._build_optimizer()
         self.scaler = torch.amp.GradScaler(self.device.type, enabled=t.precision == "fp16")
         self.generator = torch.Generator(device=self.device)
@@ -311,13 +328,14 @@ class Trainer:
 
     def _adam(self, encoding_params: list, mlp_params: list) -> torch.optim.Optimizer:
         """Adam with the config's hyper-parameters over two groups: ``encoding_params`` without
-        weight decay, ``mlp_params`` with ``optimizer.l2_reg``. On CUDA PyTorch's fused kernel
-        (one launch per parameter group instead of ~15 for the multi-tensor path)."""
+        weight decay (lazy with ``optimizer.lazy_grid_updates``, see :class:`GridAdam`),
+        ``mlp_params`` with ``optimizer.l2_reg``. On CUDA PyTorch's fused kernel (one launch per
+        parameter group instead of ~15 for the multi-tensor path) for the dense groups."""
         opt = self.cfg.optimizer
-        return torch.optim.Adam(
+        return GridAdam(
             [
-                {"params": encoding_params, "weight_decay": 0.0},
-                {"params": mlp_params, "weight_decay": opt.l2_reg},
+                {"params": encoding_params, "weight_decay": 0.0, "lazy": opt.lazy_grid_updates},
+                {"params": mlp_params, "weight_decay": opt.l2_reg, "lazy": False},
             ],
             lr=opt.learning_rate,
             betas=(opt.beta1, opt.beta2),
@@ -334,8 +352,10 @@ class Trainer:
         self.save(self.run_dir.snapshot_path(self.step))
 
     # ------------------------------------------------------------------ one step
-    def march(self, rays_o: torch.Tensor, rays_d: torch.Tensor, jitter: bool):
-        """March rays [n,3] through the occupancy grid (see :func:`trainer.render.march.march_rays`)."""
+    def march(self, rays_o: torch.Tensor, rays_d: torch.Tensor, jitter: bool,
+              generator: torch.Generator | None = None):
+        """March rays [n,3] through the occupancy grid (see :func:`trainer.render.march.march_rays`);
+        with ``jitter`` the offsets come from ``generator`` (default: the training generator)."""
         return march_rays(
             rays_o,
             rays_d,
@@ -346,7 +366,7 @@ class Trainer:
             max_steps=self.cfg.training.max_march_steps,
             max_step_size=self.max_step_size,
             jitter=jitter,
-            generator=self.generator if jitter else None,
+            generator=(generator or self.generator) if jitter else None,
             backend=self.march_backend,
         )
 
@@ -381,20 +401,76 @@ class Trainer:
             zero = torch.zeros((), device=self.device)
             return StepStats(n_rays, 0, skipped=True, trained=False), zero, step_input.target.var()
         self._zero_sample_steps = 0
+        samples, ray_fits, n_trained, n_kept = self._training_samples(step_input)
+        if n_kept is not None:
+            self._kept_pending.append((n_rays, HostCopy(n_kept)))
         with timer.phase("field_forward"):
             with _autocast(self.device, t.precision):
                 sigmas, rgbs = self.field(samples.positions, samples.directions)
         with timer.phase("render"):
             rgb = self._render_rgb(sigmas.float(), rgbs.float(), samples, step_input.background)
+            rgb = _drop_rays(rgb, ray_fits, step_input.target)
             loss, mse = self._loss_and_mse(rgb, step_input.target, n_rays)
         self._backward(loss)
         skipped = self._optimizer_step()
         self.step += 1
-        self._resize_batch(n_rays, n_samples)
+        if self.compact:
+            self._settle_kept(keep=KEPT_READ_LAG)
+        else:
+            self._resize_batch(n_rays, n_samples)
         self._prefetch_next(self.n_rays)
-        return StepStats(n_rays, n_samples, skipped=skipped), loss.detach(), mse
+        return StepStats(n_rays, n_trained, skipped=skipped), loss.detach(), mse
 
     # ------------------------------------------------------------------ step phases (shared with subclasses)
+    def _training_samples(
+        self, step_input: StepInput
+    ) -> tuple[PackedSamples, torch.Tensor | None, int, torch.Tensor | None]:
+        """The samples the step trains on, which rays they cover whole, how many samples there
+        are (host int) and how many were kept before the capacity cut (device scalar).
+
+        Without ``training.compact_samples``: the marched samples, None (every ray), their count,
+        None. With it (the "compact" phase, :mod:`trainer.render.compact`): a density pass without
+        gradients over the marched samples, each ray's samples in front of its early stop, whole
+        rays of them in a batch of :meth:`_compact_capacity` samples; ``ray_fits`` [n_rays] bool
+        marks the rays in the batch. The caller sends the kept count to the host without waiting;
+        it sizes the rays of a later step. Needs at least one marched sample.
+        """
+        samples = step_input.samples
+        if not self.compact:
+            return samples, None, step_input.n_samples, None
+        with self.timer.phase("compact"):
+            with torch.no_grad():
+                with _autocast(self.device, self.cfg.training.precision):
+                    sigmas = self.field.density(samples.positions).float()
+                if self.triton_render:
+                    from trainer.render.triton_volrend import kept_counts_triton
+
+                    kept = kept_counts_triton(sigmas, samples.dt, samples.packed_info, EARLY_STOP_TRANSMITTANCE)
+                else:
+                    kept = kept_counts(sigmas, samples.dt, samples, EARLY_STOP_TRANSMITTANCE)
+                capacity = self._compact_capacity(step_input.n_rays, step_input.n_samples)
+                compacted = compact_samples(samples, kept, capacity)
+        return compacted.samples, compacted.ray_fits, capacity, compacted.n_kept
+
+    def _compact_capacity(self, n_rays: int, n_marched: int) -> int:
+        """Samples of a compacted batch: the rays times the kept samples per ray seen so far (about
+        ``target_samples_per_step`` once the ray count has adapted), a multiple of 256, at most the
+        marched count; the marched count until a kept count has been read."""
+        ema = self.samples_per_ray_ema
+        if ema is None:
+            return n_marched
+        wanted = int(math.ceil(n_rays * ema / CAPACITY_GRANULARITY)) * CAPACITY_GRANULARITY
+        return max(1, min(n_marched, wanted))
+
+    def _settle_kept(self, keep: int = 0) -> None:
+        """Size the ray batch on the kept counts of earlier steps, oldest first, until at most
+        ``keep`` are pending (each read waits only for its own step's count)."""
+        while len(self._kept_pending) > keep:
+            n_rays, kept = self._kept_pending.popleft()
+            n_kept = int(kept.value())
+            if n_kept > 0:
+                self._resize_batch(n_rays, n_kept)
+
     def _maybe_update_occupancy(self) -> None:
         """Refresh the occupancy grid every ``training.occupancy_update_every`` steps."""
         t = self.cfg.training
@@ -564,6 +640,7 @@ class Trainer:
 
     def state_dict(self) -> dict[str, Any]:
         rng = self._rng_state()
+        self._settle_kept()  # a resumed run sizes its rays as this one goes on to
         return {
             "step": self.step,
             "config": config_to_dict(self.cfg),

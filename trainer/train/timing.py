@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 # Phases whose host time makes up a step's compute for ``faults.compute_slowdown``.
-COMPUTE_PHASES = ("march", "field_forward", "render", "backward")
+COMPUTE_PHASES = ("march", "compact", "field_forward", "render", "backward")
 
 
 @dataclasses.dataclass

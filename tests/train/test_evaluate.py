@@ -1,0 +1,65 @@
+"""Test-view evaluation with several renders per view (training.eval_spp) on the demo scene (CPU)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.train.conftest import tiny_config
+from trainer.data import load_scene
+from trainer.data.rays import camera_rays_for_image
+from trainer.train.evaluate import render_rays
+from trainer.train.loop import Trainer
+
+
+@pytest.fixture(scope="module")
+def trained(demo_scene):
+    trainer = Trainer(tiny_config(training__eval_spp=4), load_scene(demo_scene), None)
+    trainer.train(n_steps=30)
+    yield trainer
+    trainer.close()
+
+
+def test_spp_renders_are_the_mean_of_jittered_renders_and_repeatable(trained):
+    frame = trained.scene.frames("test")[0]
+    rays_o, rays_d = camera_rays_for_image(frame, trained.device)
+    background = torch.ones(3)
+    single = render_rays(trained, rays_o, rays_d, background)
+    generator = torch.Generator().manual_seed(5)
+    averaged = render_rays(trained, rays_o, rays_d, background, spp=4, generator=generator)
+    generator.manual_seed(5)
+    by_hand = sum(_jittered(trained, rays_o, rays_d, background, generator) for _ in range(4)) / 4
+    assert torch.allclose(averaged, by_hand, atol=1e-6)
+    assert not torch.equal(averaged, single)  # the offsets do change the render ...
+    assert float((averaged - single).abs().mean()) < 0.05  # ... by a little, on average
+
+
+def _jittered(trainer, rays_o, rays_d, background, generator):
+    """One render whose march offsets come from ``generator`` (the pieces of render_rays)."""
+    from trainer.render.volrend import composite
+
+    samples = trainer.march(rays_o, rays_d, jitter=True, generator=generator)
+    with torch.no_grad():
+        sigmas, rgbs = trainer.field(samples.positions, samples.directions)
+        return composite(sigmas.float(), rgbs.float(), samples.dt, samples.ray_indices, rays_o.shape[0], background).rgb
+
+
+def test_evaluation_with_spp_is_repeatable_and_leaves_training_draws_alone(trained):
+    state = trained.generator.get_state()
+    first = trained.evaluate(save_renders=False)
+    second = trained.evaluate(save_renders=False)
+    assert torch.equal(trained.generator.get_state(), state)
+    assert first["mean_psnr_db"] == second["mean_psnr_db"]
+    assert [im["psnr_db"] for im in first["images"]] == [im["psnr_db"] for im in second["images"]]
+
+
+def test_bad_spp_is_refused(trained):
+    from trainer.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="training.eval_spp"):
+        tiny_config(training__eval_spp=0)
+    rays_o, rays_d = torch.zeros(2, 3), torch.tensor([[0.0, 0.0, 1.0]] * 2)
+    with pytest.raises(ValueError, match="spp"):
+        render_rays(trained, rays_o, rays_d, torch.ones(3), spp=0)
+    with pytest.raises(ValueError, match="generator"):
+        render_rays(trained, rays_o, rays_d, torch.ones(3), spp=2)

@@ -1,0 +1,127 @@
+"""Sample compaction before the training forward pass (instant-ngp's two-pass training step).
+
+instant-ngp (``src/testbed_nerf.cu``, ``train_nerf_step``) does not train on every marched sample.
+It first runs the density network without gradients on all marched samples, walks each ray front to
+back and stops where the transmittance falls below ε = 1e-4 (``compute_loss_kernel_train_nerf``), and
+copies the samples in front of that point into a batch of fixed size, the target batch size
+(2^18); only that batch goes through the forward and backward passes. Rays whose samples no longer
+fit are dropped from the step. The rays per step are then sized so that the *compacted* count meets
+the target (``update_after_training``: ``rays_per_batch *= target_batch_size / measured_batch_size``
+with the compacted count). Behind an opaque surface the occupancy grid still marks cells as occupied,
+so compaction lets a step train on several times more rays for the same backward cost.
+
+Here:
+
+* :func:`kept_counts`: per ray, the number of leading samples with ``T_i ≥ ε`` (the transmittance is
+  non-increasing along a ray, so the kept samples are a prefix of the ray's samples). The reference
+  uses :func:`~trainer.render.volrend.render_weights`' transmittance;
+  :func:`~trainer.render.triton_volrend.kept_counts_triton` is the one-launch fast twin.
+* :func:`compact_samples`: the kept samples of whole rays, in ray order, copied into a batch of fixed
+  size ``capacity`` without a host synchronisation (the output shape depends only on ``capacity``).
+  Rays that do not fit whole are dropped (``ray_fits`` false); the free slots at the end are padding
+  samples attached to the last ray with ``dt = 0``, so they carry zero weight and get zero gradient
+  (``α = 1 − e^{−σ·0} = 0``) and leave every colour unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from torch import Tensor
+
+from trainer.render.march import PackedSamples
+from trainer.render.volrend import render_weights
+
+__all__ = ["CompactedSamples", "compact_samples", "kept_counts"]
+
+
+def kept_counts(sigmas: Tensor, dt: Tensor, samples: PackedSamples, early_stop_transmittance: float) -> Tensor:
+    """Per ray, how many leading samples have a transmittance ``T_i ≥ ε`` in front of them.
+
+    Args:
+        sigmas: [S] float densities σ ≥ 0 of ``samples`` (1/world units).
+        dt: [S] float step lengths (world units).
+        samples: the packed samples (``ray_indices``, ``n_rays``).
+        early_stop_transmittance: ε; 0 keeps every sample.
+
+    Returns:
+        kept: [n_rays] int64.
+
+    Raises:
+        ValueError: if the shapes do not match.
+    """
+    _, transmittance, _ = render_weights(sigmas, dt, samples.ray_indices, samples.n_rays, 0.0)
+    keep = (transmittance >= early_stop_transmittance).long()
+    kept = torch.zeros(samples.n_rays, dtype=torch.int64, device=sigmas.device)
+    return kept.index_add_(0, samples.ray_indices, keep)
+
+
+@dataclasses.dataclass
+class CompactedSamples:
+    """The output of :func:`compact_samples`.
+
+    Attributes:
+        samples: :class:`PackedSamples` with exactly ``capacity`` samples (padding included) over the
+            same ``n_rays`` rays; dropped rays have no samples.
+        ray_fits: [n_rays] bool, whether the ray's kept samples are all in ``samples`` (rays to
+            leave out of the loss are false).
+        n_kept: [] int64 on the device, the kept samples of all rays before the capacity cut (what
+            the next steps' ray count is sized on).
+    """
+
+    samples: PackedSamples
+    ray_fits: Tensor
+    n_kept: Tensor
+
+
+def compact_samples(samples: PackedSamples, kept: Tensor, capacity: int) -> CompactedSamples:
+    """Copy the first ``kept[r]`` samples of every ray ``r`` into a batch of ``capacity`` samples.
+
+    Rays are taken in order while their kept samples fit whole; the rest are dropped. Free slots at
+    the end are padding: copies of sample 0 with ``dt = 0`` attached to the last ray (its real
+    samples, if it fits, come first), so the packed layout stays valid for both compositing paths.
+    No host synchronisation: every shape depends on ``capacity`` and ``samples.n_rays`` only.
+
+    Args:
+        samples: packed samples of ``n_rays ≥ 1`` rays with at least one sample.
+        kept: [n_rays] int64, from :func:`kept_counts` (``0 ≤ kept[r] ≤ count[r]``).
+        capacity: the number of samples of the output (≥ 1).
+
+    Returns:
+        :class:`CompactedSamples`.
+
+    Raises:
+        ValueError: for ``capacity < 1``, no rays or no samples, or a ``kept`` of the wrong shape.
+    """
+    n_rays = samples.n_rays
+    if capacity < 1:
+        raise ValueError(f"compact_samples: capacity must be >= 1, got {capacity}")
+    if n_rays < 1 or samples.n_samples < 1:
+        raise ValueError(f"compact_samples: needs at least one ray and one sample, got {n_rays} and {samples.n_samples}")
+    if kept.shape != (n_rays,):
+        raise ValueError(f"compact_samples: kept must be [{n_rays}], got {tuple(kept.shape)}")
+    device = samples.t.device
+    kept = kept.to(torch.int64)
+    end_slot = torch.cumsum(kept, 0)  # [n] slot after each ray's last kept sample
+    start_slot = end_slot - kept
+    ray_fits = end_slot <= capacity  # false for a suffix of the rays (end_slot is non-decreasing)
+    used = torch.where(ray_fits, end_slot, 0).max()  # slots taken by whole rays
+    slot = torch.arange(capacity, device=device)
+    is_sample = slot < used
+    ray = torch.searchsorted(end_slot, slot, right=True).clamp_(max=n_rays - 1)
+    ray = torch.where(is_sample, ray, n_rays - 1)
+    source = torch.where(is_sample, samples.packed_info[ray, 0] + (slot - start_slot[ray]), 0)
+    start = torch.where(ray_fits, start_slot, used)
+    count = torch.where(ray_fits, kept, 0)
+    count[-1] = capacity - start[-1]  # the last ray takes the padding
+    compacted = PackedSamples(
+        positions=samples.positions[source],
+        directions=samples.directions[source],
+        t=samples.t[source],
+        dt=torch.where(is_sample, samples.dt[source], 0.0),
+        ray_indices=ray,
+        packed_info=torch.stack([start, count], dim=1),
+        n_rays=n_rays,
+    )
+    return CompactedSamples(compacted, ray_fits, end_slot[-1])
