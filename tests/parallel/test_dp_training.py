@@ -211,3 +211,20 @@ def test_a_twice_slower_rank_hands_rays_over(balanced_run):
     assert results[1]["rays"][-1] < results[0]["rays"][-1]  # the slow rank draws fewer rays
     assert results[0]["last_imbalance"] >= 1.0
     assert torch.equal(results[0]["param0"], results[1]["param0"])
+
+
+def test_metrics_count_trained_samples_and_the_batch_is_sized_on_kept_ones(demo_scene):
+    """With training.compact_samples the gathered rows carry both counts: the metrics' samples are
+    the trained batch (as the single-process trainer reports them), the ray count follows the
+    kept samples (fewer than trained here: the first batches hold every marched sample)."""
+    trainer = DataParallelTrainer(tiny_config(training__prefetch_march=False), load_scene(demo_scene))
+    with torch.no_grad():  # dense enough everywhere that rays stop early (as tests/train/test_compaction.py)
+        trainer.field.encoding.table.fill_(0.5)
+        trainer.field.density_mlp.linears[0].weight.abs_()
+        trainer.field.density_mlp.linears[1].weight[0].fill_(0.35)
+    stats = [trainer.train_step()[0] for _ in range(2)]
+    trainer._settle_previous_step()
+    trained = sum(s.n_samples for s in stats)
+    assert trainer._acc["global_samples"] == trained
+    assert trainer.samples_per_ray_ema * sum(s.n_rays for s in stats) < 0.7 * trained
+    trainer.close()

@@ -32,12 +32,17 @@ def _packed(counts: torch.Tensor, generator: torch.Generator, sigma_scale: float
     return samples, sigmas
 
 
-def test_kept_counts_stop_where_the_transmittance_falls_below_epsilon():
+def _random_rays(n_rays: int, most: int):
+    """A fresh seed, rays with 0..most-1 samples each, their densities, counts and kept counts."""
     seed = random_seed()
     g = torch.Generator().manual_seed(seed)
-    counts = torch.randint(0, 40, (50,), generator=g)
+    counts = torch.randint(0, most, (n_rays,), generator=g)
     samples, sigmas = _packed(counts, g)
-    kept = kept_counts(sigmas, samples.dt, samples, EARLY_STOP_TRANSMITTANCE)
+    return seed, samples, sigmas, counts, kept_counts(sigmas, samples.dt, samples, EARLY_STOP_TRANSMITTANCE)
+
+
+def test_kept_counts_stop_where_the_transmittance_falls_below_epsilon():
+    seed, samples, sigmas, counts, kept = _random_rays(50, 40)
     assert kept.dtype == torch.int64 and kept.shape == (50,)
     for ray in range(50):  # the slow walk of the reference renderer, ray by ray
         start, count = samples.packed_info[ray].tolist()
@@ -83,29 +88,38 @@ def test_compacted_batch_composites_like_every_sample_with_early_stop(capacity_f
     assert torch.equal(fits, ends <= capacity), where
     if capacity >= n_kept:
         assert bool(fits.all()), where
-    # padding: zero steps, only after the real samples
+    # padding: zero steps, after each ray's own samples, spread evenly, copies of distinct samples
     real = int(torch.where(fits, kept, 0).sum())
-    assert bool((c.dt[real:] == 0).all()) and bool((c.dt[:real] > 0).all()), where
+    pad = out.is_padding
+    n_pad = capacity - real
+    assert int(pad.sum()) == n_pad, where
+    assert bool((c.dt[pad] == 0).all()) and bool((c.dt[~pad] > 0).all()), where
+    offset = torch.arange(capacity) - c.packed_info[c.ray_indices, 0]
+    assert torch.equal(pad, offset >= torch.where(fits, kept, 0)[c.ray_indices]), where
+    pad_per_ray = c.packed_info[:, 1] - torch.where(fits, kept, 0)
+    assert int(pad_per_ray.max()) <= -(-n_pad // 37) and int(pad_per_ray.min()) >= n_pad // 37, where
+    if capacity <= samples.n_samples:  # (the trainer's case: at most the marched count)
+        assert out.source[pad].unique().numel() == n_pad, where
 
     # the samples of fitting rays are the kept samples of those rays, in order
     source = torch.cat([torch.arange(int(s), int(s) + int(k)) for s, k, f in
                         zip(samples.packed_info[:, 0], kept, fits) if f] or [torch.zeros(0, dtype=torch.long)])
-    assert torch.equal(c.positions[:real], samples.positions[source]), where
-    assert torch.equal(c.dt[:real], samples.dt[source]), where
+    assert torch.equal(out.source[~pad], source), where
+    assert torch.equal(c.positions, samples.positions[out.source]), where
+    assert torch.equal(c.dt[~pad], samples.dt[source]), where
 
     # colours and gradients agree with early-stopped compositing of every sample
     s_full, c_full = sigmas.clone().requires_grad_(), rgbs.clone().requires_grad_()
     full = composite(s_full, c_full, samples.dt, samples.ray_indices, 37, background).rgb
     (full * grad_out * fits[:, None]).sum().backward()
-    pad = torch.where(c.dt > 0, 0, 0)  # padding copies sample 0's inputs
-    s_c = torch.cat([sigmas[source], sigmas[pad[real:]]]).requires_grad_()
-    c_c = torch.cat([rgbs[source], rgbs[pad[real:]]]).requires_grad_()
+    s_c = sigmas[out.source].requires_grad_()
+    c_c = rgbs[out.source].requires_grad_()
     compacted = composite(s_c, c_c, c.dt, c.ray_indices, 37, background).rgb
     (compacted * grad_out * fits[:, None]).sum().backward()
     assert torch.allclose(compacted[fits], full[fits], atol=1e-6), where
-    assert torch.allclose(s_c.grad[:real], s_full.grad[source], atol=1e-5), where
-    assert torch.allclose(c_c.grad[:real], c_full.grad[source], atol=1e-6), where
-    assert bool((s_c.grad[real:] == 0).all()) and bool((c_c.grad[real:] == 0).all()), where
+    assert torch.allclose(s_c.grad[~pad], s_full.grad[source], atol=1e-5), where
+    assert torch.allclose(c_c.grad[~pad], c_full.grad[source], atol=1e-6), where
+    assert bool((s_c.grad[pad] == 0).all()) and bool((c_c.grad[pad] == 0).all()), where
     # every marched sample a fitting ray does not keep had no gradient to speak of anyway (the
     # reference's transmittance products reach ~1e-17 there)
     dropped = torch.ones(samples.n_samples, dtype=torch.bool)
@@ -115,6 +129,42 @@ def test_compacted_batch_composites_like_every_sample_with_early_stop(capacity_f
     # and the slow reference agrees on a fitting ray
     ref = composite_reference(sigmas, rgbs, samples.dt, samples.ray_indices, 37, background).rgb
     assert torch.allclose(ref[fits], compacted[fits].detach(), atol=1e-5), where
+
+
+def test_padding_does_not_pile_onto_one_ray_or_one_position():
+    # the compositing kernels walk a ray in one lane: 2 % of free slots on one ray of 2000 would
+    # make that lane ~17 times longer than the longest real ray
+    seed, samples, sigmas, counts, kept = _random_rays(2000, 30)
+    capacity = int(int(kept.sum()) * 1.02)
+    out = compact_samples(samples, kept, capacity)
+    n_pad = capacity - int(kept.sum())
+    assert bool(out.ray_fits.all()), f"seed {seed}"
+    assert int(out.samples.packed_info[:, 1].max()) <= int(kept.max()) + -(-n_pad // 2000), f"seed {seed}"
+    assert out.source[out.is_padding].unique().numel() == n_pad, f"seed {seed}"
+
+
+@pytest.mark.parametrize("counts, kept, capacity, fits", [
+    ([5], [3], 8, [True]),  # one ray, padding after its samples
+    ([5], [3], 2, [False]),  # one ray that does not fit: all padding
+    ([6, 4, 2], [6, 2, 1], 4, [False, False, False]),  # the first ray does not fit: every ray dropped
+    ([0, 4, 0, 3], [0, 2, 0, 3], 5, [True, True, True, True]),  # rays without samples
+    ([0, 4, 0, 3], [0, 2, 0, 3], 3, [True, True, True, False]),
+])
+def test_edge_cases_keep_a_valid_layout(counts, kept, capacity, fits):
+    g = torch.Generator().manual_seed(0)
+    samples, _ = _packed(torch.tensor(counts), g)
+    out = compact_samples(samples, torch.tensor(kept), capacity)
+    c = out.samples
+    assert out.ray_fits.tolist() == fits and int(out.n_kept) == sum(kept)
+    assert c.n_samples == capacity and int(c.packed_info[:, 1].sum()) == capacity
+    assert torch.equal(torch.repeat_interleave(torch.arange(len(counts)), c.packed_info[:, 1]), c.ray_indices)
+    real = [k if f else 0 for k, f in zip(kept, fits)]
+    assert int((~out.is_padding).sum()) == sum(real)
+    for ray, (start, count) in enumerate(c.packed_info.tolist()):
+        assert out.is_padding[start:start + count].tolist() == [False] * real[ray] + [True] * (count - real[ray])
+        first = int(samples.packed_info[ray, 0])
+        assert out.source[start:start + real[ray]].tolist() == list(range(first, first + real[ray]))
+    assert bool((c.dt[out.is_padding] == 0).all()) and bool((c.dt[~out.is_padding] > 0).all())
 
 
 def test_bad_arguments_are_refused():

@@ -57,8 +57,11 @@ def test_rays_per_step_are_sized_on_the_kept_count(demo_scene):
     # once sized, a batch holds about the target (a multiple of 256, at most the marched count)
     assert stats.n_samples % 256 == 0 or stats.n_samples < target
     assert stats.n_samples <= 1.5 * target
-    state = compact.state_dict()  # a snapshot settles the pending count first
-    assert not compact._kept_pending and state["trainer_state"]["n_rays"] == compact.n_rays
+    n_rays = compact.n_rays
+    state = compact.state_dict()  # a snapshot saves the pending count and leaves it pending
+    (rays, kept_copy), = compact._kept_pending
+    assert state["trainer_state"]["kept_pending"] == [[rays, int(kept_copy.value())]]
+    assert state["trainer_state"]["n_rays"] == compact.n_rays == n_rays
     plain.close()
     compact.close()
 
@@ -72,3 +75,40 @@ def test_training_with_and_without_compaction_lowers_the_loss(demo_scene, compac
     last = [float(trainer.train_step()[1]) for _ in range(3)]
     trainer.close()
     assert sum(last) < 0.7 * sum(first), (first, last)
+
+
+def test_a_snapshot_neither_changes_the_run_nor_loses_the_pending_count(demo_scene, tmp_path):
+    """Resume reproduces the run that never stopped: taking the snapshot does not settle the kept
+    count still in flight (that would resize the rays early), and the resumed run settles it when
+    the uninterrupted one does. Snapshot after the first step, whose count sizes the third."""
+    overrides = dict(training__target_samples_per_step=2**15, training__prefetch_march=False)
+
+    def run(steps: int, save: bool) -> tuple[Trainer, list[float], list[int]]:
+        trainer = Trainer(tiny_config(**overrides), load_scene(demo_scene), None)
+        trainer.train(n_steps=1)
+        if save:
+            trainer.save(tmp_path / "snap.pt")
+        losses, rays = [], []
+        for _ in range(steps):
+            stats, loss, _ = trainer.train_step()
+            losses.append(float(loss))
+            rays.append(stats.n_rays)
+        return trainer, losses, rays
+
+    straight, losses, rays = run(3, save=False)
+    assert rays[0] < rays[1], rays  # the ray count does move here
+    snapped, losses_snapped, rays_snapped = run(3, save=True)
+    assert rays_snapped == rays and losses_snapped == pytest.approx(losses, rel=1e-6, abs=1e-9)
+    resumed = Trainer(tiny_config(**overrides), load_scene(demo_scene), None)
+    resumed.load(tmp_path / "snap.pt")
+    pending = [(rays_, int(kept.value())) for rays_, kept in resumed._kept_pending]
+    assert len(pending) == 1
+    steps = [resumed.train_step() for _ in range(3)]
+    assert [s.n_rays for s, _, _ in steps] == rays
+    assert [float(loss) for _, loss, _ in steps] == pytest.approx(losses, rel=1e-6, abs=1e-9)
+    # loading into a trainer that has trained forgets its own pending count
+    snapped.load(tmp_path / "snap.pt")
+    assert [(rays_, int(kept.value())) for rays_, kept in snapped._kept_pending] == pending
+    assert [snapped.train_step()[0].n_rays for _ in range(3)] == rays
+    for trainer in (straight, snapped, resumed):
+        trainer.close()

@@ -14,7 +14,8 @@ Data parallel (``parallel.mode = "data"``), one step on every rank r::
     loss_r = Σ_{rays of r} ℓ / (3 R)               (global normaliser, see grad_sync's contract)
     backward; GradientSynchronizer sums gradients (bucket_mib, compression, overlap_comm)
     Adam step (skipped on every rank alike when no rank had samples)
-    all-gather of [rays, samples, compute ms, loss sum, squared-error sum] per rank: the global
+    all-gather of [rays, trained samples, compute ms, loss sum, squared-error sum, samples sized
+        on (marched, or kept with training.compact_samples)] per rank: the global
         loss (on the device); copied to the host without waiting and read ROWS_READ_LAG steps
         later: global batch sizing, balancing (every parallel.balance_every steps)
     the next step's rays drawn and marched on a side stream (trainer.train.prefetch) while this
@@ -414,7 +415,8 @@ class DataParallelTrainer(DistributedTrainerBase):
 
         No host synchronisation beyond the march's sample count, and that march usually ran on a
         side stream during the previous step (:mod:`trainer.train.prefetch`). The step's
-        all-gathered row (rays, samples, compute ms, loss, squared error per rank) is copied to
+        all-gathered row (rays, trained samples, compute ms, loss, squared error, samples the
+        batch is sized on, per rank) is copied to
         the host without waiting and read :data:`ROWS_READ_LAG` steps later
         (:meth:`_settle_previous_step`), so global batch sizing and balancing run that many steps
         behind and the ranks' hosts never wait for each other inside a step.
@@ -458,7 +460,7 @@ class DataParallelTrainer(DistributedTrainerBase):
             skipped = self._optimizer_step()
         clock.stop()
         with timer.phase("balance"):
-            rows = self._gather_step_rows(n_local, sized_on, loss_sum.detach(), sq_err_sum)
+            rows = self._gather_step_rows(n_local, n_trained, loss_sum.detach(), sq_err_sum, sized_on)
             denominator = 3.0 * max(global_rays, 1)
             loss = (rows[:, 3].sum() / denominator).float()
             mse = (rows[:, 4].sum() / denominator).float()
@@ -468,22 +470,24 @@ class DataParallelTrainer(DistributedTrainerBase):
         self._prefetch_next(self.balancer.rays_for_rank(self.n_rays, self.rank))
         return StepStats(n_local, n_trained, skipped=skipped), loss, mse
 
-    def _gather_step_rows(self, n_local: int, n_samples: int | torch.Tensor, loss_sum: torch.Tensor,
-                          sq_err_sum: torch.Tensor) -> torch.Tensor:
-        """[world_size, 5] float64 on the collective device, not read on the host: every rank's
-        rays, samples the batch is sized on (marched, or kept with ``training.compact_samples``;
-        a host int or a device scalar), compute ms *of an earlier step* (see
-        :meth:`_settle_previous_step`), loss sum and squared-error sum."""
+    def _gather_step_rows(self, n_local: int, n_trained: int, loss_sum: torch.Tensor, sq_err_sum: torch.Tensor,
+                          sized_on: int | torch.Tensor) -> torch.Tensor:
+        """[world_size, 6] float64 on the collective device, not read on the host: every rank's
+        rays, trained samples (the metrics' samples, as the single-process trainer counts them),
+        compute ms *of an earlier step* (see :meth:`_settle_previous_step`), loss sum,
+        squared-error sum, and the samples the batch is sized on (marched, or kept before the
+        capacity cut with ``training.compact_samples``; a host int or a device scalar)."""
         device = self._comm_device() if self.distributed else self.device
-        row = torch.empty(5, dtype=torch.float64, device=device)
+        row = torch.empty(6, dtype=torch.float64, device=device)
         row[0].fill_(float(n_local))  # fills from host scalars launch kernels; a host list would sync
-        if isinstance(n_samples, torch.Tensor):
-            row[1].copy_(n_samples.to(device))
-        else:
-            row[1].fill_(float(n_samples))
+        row[1].fill_(float(n_trained))
         row[2].fill_(self._previous_compute_ms)
         row[3].copy_(loss_sum.to(device))
         row[4].copy_(sq_err_sum.to(device))
+        if isinstance(sized_on, torch.Tensor):
+            row[5].copy_(sized_on.to(device))
+        else:
+            row[5].fill_(float(sized_on))
         if not self.distributed:
             return row.unsqueeze(0)
         rows = [torch.empty_like(row) for _ in range(self.world_size)]
@@ -503,7 +507,7 @@ class DataParallelTrainer(DistributedTrainerBase):
             times = self._account(rows, comm_bytes)
             if any(v > 0 for v in times):  # the first steps' rows carry no earlier compute time
                 self.balancer.record(times)
-            global_samples = int(rows[:, 1].sum())
+            global_samples = int(rows[:, 5].sum())
             if global_samples == 0 and step >= self.cfg.training.occupancy_warmup_steps:
                 raise TrainingError(
                     f"no ray sample of any rank hit an occupied cell at step {step} (after the "

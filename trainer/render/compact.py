@@ -18,9 +18,12 @@ Here:
   :func:`~trainer.render.triton_volrend.kept_counts_triton` is the one-launch fast twin.
 * :func:`compact_samples`: the kept samples of whole rays, in ray order, copied into a batch of fixed
   size ``capacity`` without a host synchronisation (the output shape depends only on ``capacity``).
-  Rays that do not fit whole are dropped (``ray_fits`` false); the free slots at the end are padding
-  samples attached to the last ray with ``dt = 0``, so they carry zero weight and get zero gradient
-  (``α = 1 − e^{−σ·0} = 0``) and leave every colour unchanged.
+  Rays that do not fit whole are dropped (``ray_fits`` false). The free slots are padding samples
+  with ``dt = 0``, so they carry zero weight and get zero gradient (``α = 1 − e^{−σ·0} = 0``) and
+  leave every colour unchanged. They are spread over all rays (at most ``⌈free / n_rays⌉`` per ray,
+  after the ray's own samples) and copy distinct marched samples: the compositing kernels walk a
+  ray's samples in one lane, and the hash-grid backward adds into the entries of each sample's
+  position, so padding piled onto one ray or one position would serialise both.
 """
 
 from __future__ import annotations
@@ -63,25 +66,31 @@ class CompactedSamples:
 
     Attributes:
         samples: :class:`PackedSamples` with exactly ``capacity`` samples (padding included) over the
-            same ``n_rays`` rays; dropped rays have no samples.
+            same ``n_rays`` rays; a dropped ray holds padding samples only (or none).
         ray_fits: [n_rays] bool, whether the ray's kept samples are all in ``samples`` (rays to
             leave out of the loss are false).
         n_kept: [] int64 on the device, the kept samples of all rays before the capacity cut (what
             the next steps' ray count is sized on).
+        source: [capacity] int64, the marched sample each slot copies.
+        is_padding: [capacity] bool, the padding slots (``dt = 0``).
     """
 
     samples: PackedSamples
     ray_fits: Tensor
     n_kept: Tensor
+    source: Tensor
+    is_padding: Tensor
 
 
 def compact_samples(samples: PackedSamples, kept: Tensor, capacity: int) -> CompactedSamples:
     """Copy the first ``kept[r]`` samples of every ray ``r`` into a batch of ``capacity`` samples.
 
-    Rays are taken in order while their kept samples fit whole; the rest are dropped. Free slots at
-    the end are padding: copies of sample 0 with ``dt = 0`` attached to the last ray (its real
-    samples, if it fits, come first), so the packed layout stays valid for both compositing paths.
-    No host synchronisation: every shape depends on ``capacity`` and ``samples.n_rays`` only.
+    Rays are taken in order while their kept samples fit whole; the rest are dropped. The free
+    slots are padding with ``dt = 0``, spread evenly over the rays (ray ``r`` gets
+    ``⌊(r+1)·free/n⌋ − ⌊r·free/n⌋`` of them, after its own samples), each a copy of a different
+    marched sample (slot ``j`` copies sample ``j mod S``), so the packed layout stays valid for both
+    compositing paths and no ray is much longer than its kept samples. No host synchronisation:
+    every shape depends on ``capacity`` and ``samples.n_rays`` only.
 
     Args:
         samples: packed samples of ``n_rays ≥ 1`` rays with at least one sample.
@@ -94,34 +103,35 @@ def compact_samples(samples: PackedSamples, kept: Tensor, capacity: int) -> Comp
     Raises:
         ValueError: for ``capacity < 1``, no rays or no samples, or a ``kept`` of the wrong shape.
     """
-    n_rays = samples.n_rays
+    n_rays, n_samples = samples.n_rays, samples.n_samples
     if capacity < 1:
         raise ValueError(f"compact_samples: capacity must be >= 1, got {capacity}")
-    if n_rays < 1 or samples.n_samples < 1:
-        raise ValueError(f"compact_samples: needs at least one ray and one sample, got {n_rays} and {samples.n_samples}")
+    if n_rays < 1 or n_samples < 1:
+        raise ValueError(f"compact_samples: needs at least one ray and one sample, got {n_rays} and {n_samples}")
     if kept.shape != (n_rays,):
         raise ValueError(f"compact_samples: kept must be [{n_rays}], got {tuple(kept.shape)}")
     device = samples.t.device
     kept = kept.to(torch.int64)
-    end_slot = torch.cumsum(kept, 0)  # [n] slot after each ray's last kept sample
-    start_slot = end_slot - kept
+    end_slot = torch.cumsum(kept, 0)  # [n] slot after each ray's last kept sample, all rays taken
     ray_fits = end_slot <= capacity  # false for a suffix of the rays (end_slot is non-decreasing)
-    used = torch.where(ray_fits, end_slot, 0).max()  # slots taken by whole rays
+    real = torch.where(ray_fits, kept, 0)  # [n] samples each ray brings into the batch
+    n_pad = capacity - real.sum()  # [] free slots (device scalar)
+    pad_before = torch.arange(n_rays + 1, device=device) * n_pad // n_rays  # [n+1] padding of rays < r
+    count = real + (pad_before[1:] - pad_before[:-1])
+    end = torch.cumsum(count, 0)  # end[-1] == capacity
+    start = end - count
     slot = torch.arange(capacity, device=device)
-    is_sample = slot < used
-    ray = torch.searchsorted(end_slot, slot, right=True).clamp_(max=n_rays - 1)
-    ray = torch.where(is_sample, ray, n_rays - 1)
-    source = torch.where(is_sample, samples.packed_info[ray, 0] + (slot - start_slot[ray]), 0)
-    start = torch.where(ray_fits, start_slot, used)
-    count = torch.where(ray_fits, kept, 0)
-    count[-1] = capacity - start[-1]  # the last ray takes the padding
+    ray = torch.searchsorted(end, slot, right=True).clamp_(max=n_rays - 1)  # (the clamp never acts)
+    offset = slot - start[ray]
+    is_padding = offset >= real[ray]
+    source = torch.where(is_padding, slot % n_samples, samples.packed_info[ray, 0] + offset)
     compacted = PackedSamples(
         positions=samples.positions[source],
         directions=samples.directions[source],
         t=samples.t[source],
-        dt=torch.where(is_sample, samples.dt[source], 0.0),
+        dt=torch.where(is_padding, 0.0, samples.dt[source]),
         ray_indices=ray,
         packed_info=torch.stack([start, count], dim=1),
         n_rays=n_rays,
     )
-    return CompactedSamples(compacted, ray_fits, end_slot[-1])
+    return CompactedSamples(compacted, ray_fits, end_slot[-1], source, is_padding)

@@ -378,7 +378,9 @@ class Trainer:
         """Run one optimiser step. Returns host stats, the loss and the MSE (device scalars).
 
         The step's rays and samples were usually prepared during the previous step
-        (:mod:`trainer.train.prefetch`); the march's sample count is the one host read.
+        (:mod:`trainer.train.prefetch`); the march's sample count is the one host read of this
+        step's work. With ``training.compact_samples`` the kept count of the step
+        :data:`KEPT_READ_LAG` steps back is read too (it waits for that step's copy only).
 
         Raises:
             TrainingError: when, after the occupancy warm-up, no ray sample hits an occupied cell.
@@ -637,10 +639,13 @@ class Trainer:
         self.n_rays = int(state["n_rays"])
         self.samples_per_ray_ema = ema
         self.train_time_s = float(state["train_time_s"])
+        self._kept_pending.clear()  # counts of the steps this trainer ran before the resume
 
     def state_dict(self) -> dict[str, Any]:
         rng = self._rng_state()
-        self._settle_kept()  # a resumed run sizes its rays as this one goes on to
+        # kept counts still in flight are saved, not applied: applying them now would size the
+        # next step's rays early and make a run with snapshots differ from one without
+        kept_pending = [[n_rays, int(kept.value())] for n_rays, kept in self._kept_pending]
         return {
             "step": self.step,
             "config": config_to_dict(self.cfg),
@@ -653,6 +658,7 @@ class Trainer:
                 "n_rays": self.n_rays,
                 "samples_per_ray_ema": -1.0 if self.samples_per_ray_ema is None else self.samples_per_ray_ema,
                 "train_time_s": self.train_time_s,
+                "kept_pending": kept_pending,
             },
         }
 
@@ -680,6 +686,8 @@ class Trainer:
             state = payload["trainer_state"]
             ema = float(state["samples_per_ray_ema"])
             self._restore_counters(payload["step"], state, None if ema < 0 else ema)
+            for n_rays, n_kept in state.get("kept_pending", []):  # (absent in older snapshots)
+                self._kept_pending.append((int(n_rays), HostCopy(torch.tensor(int(n_kept)))))
         except (KeyError, TypeError, ValueError, RuntimeError) as exc:
             raise SnapshotError(f"{path}: random-number or trainer state is unusable ({type(exc).__name__}: {exc})") from None
         if self.run_dir is not None:  # resuming into the run it came from: forget the lost steps

@@ -5,7 +5,7 @@ A snapshot is a dict of plain data and tensors::
     {"format": "ngptune-snapshot", "version": 1, "step": int, "config": dict (resolved config),
      "model": state_dict, "occupancy": state_dict, "optimizer": state_dict,
      "scaler": state_dict, "rng": {name: uint8 tensor},
-     "trainer_state": {str: int | float}}
+     "trainer_state": {str: int | float, "kept_pending": [[rays, kept samples], ...]}}
 
 Writing goes to a temp file in the same folder, is fsynced, then renamed over the target, so a kill
 during a save leaves the previous snapshot intact.
