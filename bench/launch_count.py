@@ -3,7 +3,8 @@
 Warms up, then records ``--steps`` steps with ``torch.profiler`` and counts the runtime calls that
 enqueue device work (kernel launches, memcpy/memset) per step, attributed to the trainer's phase
 (``phase:<name>`` ranges of :class:`trainer.train.timing.PhaseTimer`) and to the top-level aten
-operator that issued them. On a CPU there are no runtime calls; the operator counts are printed.
+operator that issued them. On a CUDA device it also prints device time per step by kernel name
+(where the step's GPU time goes). On a CPU there are no runtime calls; the operator counts are printed.
 
     python bench/launch_count.py --scene ../shared/data/nerf_synthetic_lego_400
 """
@@ -84,7 +85,28 @@ def main() -> None:
                 [[p, o, c / n] for (p, o), c in by_op.most_common(args.top)])
     print_table("top-level aten operators per step", ["operator", "calls"],
                 [[o, c / n] for o, c in ops.most_common(args.top)] + [["total", sum(ops.values()) / n]])
+    if trainer.device.type == "cuda":
+        print_kernel_times(prof, n, args.top)
     trainer.close()
+
+
+def print_kernel_times(prof, n_steps: int, top: int) -> None:
+    """Table of device time per step (µs) by kernel name, largest first, with each kernel's share."""
+    from torch.autograd import DeviceType
+
+    kernels = []
+    for avg in prof.key_averages():
+        if avg.device_type != DeviceType.CUDA:
+            continue
+        device_us = getattr(avg, "self_device_time_total", None)
+        if device_us is None:
+            device_us = avg.self_cuda_time_total
+        kernels.append((avg.key, device_us / n_steps, avg.count / n_steps))
+    kernels.sort(key=lambda k: -k[1])
+    total_us = sum(k[1] for k in kernels)
+    rows = [[name[:90], us, calls, 100.0 * us / max(total_us, 1e-9)] for name, us, calls in kernels[:top]]
+    print_table(f"device time per step by kernel (total {total_us:.0f} us)",
+                ["kernel", "us_per_step", "calls_per_step", "share_pct"], rows + [["total", total_us, "", 100.0]])
 
 
 if __name__ == "__main__":

@@ -4,6 +4,9 @@ Trains one single-process trainer per variant for ``--steps`` steps from the sam
 evaluates ``--eval-images`` evenly spaced test views every ``--eval-every`` steps, so quality
 changes of a code path or a setting show at equal steps (and equal training time is a column).
 A variant is ``name:key=value,key=value`` (dotted config keys); ``base`` applies no change.
+``--eval-spp 1,8`` scores every checkpoint with each number of averaged renders per view (8 is
+instant-ngp's ``run.py`` protocol); ``--eval-train K`` also scores K training views (at the first
+spp), so the train-vs-test gap shows whether a plateau is under- or over-fitting.
 
     python bench/psnr_at_steps.py --scene .scenes/lego_400 --steps 3000 \
         --variant base --variant no_prefetch:training.prefetch_march=false
@@ -37,7 +40,10 @@ def main() -> None:
     parser.add_argument("--eval-images", type=int, default=20)
     parser.add_argument("--variant", dest="variants", action="append", default=[])
     parser.add_argument("--set", dest="overrides", action="append", default=[])
+    parser.add_argument("--eval-spp", default="1", help="comma-separated renders per view, e.g. 1,8")
+    parser.add_argument("--eval-train", type=int, default=0, help="also score this many training views")
     args = parser.parse_args()
+    spps = [int(x) for x in args.eval_spp.split(",")]
     variants = [parse_variant(v) for v in (args.variants or ["base"])]
     scene = load_scene(args.scene)
     pixels = load_pixel_table(scene.frames("train"), downscale=scene.downscale)
@@ -47,17 +53,23 @@ def main() -> None:
     for name, overrides in variants:
         cfg = apply_overrides(load_config(None), {**common, **overrides})
         trainer = Trainer(cfg, scene, pixel_table=pixels)
-        curve = []
+        curves: dict[str, list[float]] = {}
         for stop in checkpoints:
             trainer.train(n_steps=stop)
-            result = trainer.evaluate(split="test", max_images=args.eval_images, save_renders=False)
-            curve.append(result["mean_psnr_db"])
-            print(f"{name}: step {trainer.step} train {trainer.train_time_s:.1f} s psnr {result['mean_psnr_db']:.2f} dB", flush=True)
-        rows.append([name, *curve, trainer.train_time_s])
+            scored = [(f"test spp{spp}", "test", args.eval_images, spp) for spp in spps]
+            if args.eval_train:
+                scored.append((f"train spp{spps[0]}", "train", args.eval_train, spps[0]))
+            for label, split, count, spp in scored:
+                result = trainer.evaluate(split=split, max_images=count, save_renders=False, spp=spp)
+                curves.setdefault(label, []).append(result["mean_psnr_db"])
+                print(f"{name}: step {trainer.step} train {trainer.train_time_s:.1f} s {label} psnr "
+                      f"{result['mean_psnr_db']:.2f} dB", flush=True)
+        rows += [[name, label, *curve, trainer.train_time_s] for label, curve in curves.items()]
         trainer.close()
     print_table(
-        f"test PSNR (dB, {args.eval_images} views) at equal steps, {args.scene.name}, {machine_description()}",
-        ["variant", *[f"step {s}" for s in checkpoints], "train s"],
+        f"PSNR (dB; {args.eval_images} test views, {args.eval_train} train views) at equal steps, "
+        f"{args.scene.name}, {machine_description()}",
+        ["variant", "scored on", *[f"step {s}" for s in checkpoints], "train s"],
         rows,
     )
 

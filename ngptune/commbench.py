@@ -359,6 +359,7 @@ def _worker(argv: list[str]) -> int:
     }, source="bench-comm")
     env = detect_dist_env(cfg)
     init_distributed(env, args.timeout_s)
+    completed = False
     try:
         rows = []
         for op in args.ops.split(","):
@@ -376,8 +377,9 @@ def _worker(argv: list[str]) -> int:
                     print(f"{op} {size_bytes} B: {time_ms * 1e3:.1f} us, busbw {busbw:.3g} GB/s", flush=True)
         if env.is_main:
             atomic_write_text(args.out / RESULT_FILE, json.dumps(rows, indent=1) + "\n")
+        completed = True
     finally:
-        shutdown_distributed()
+        shutdown_distributed(barrier=completed)
     return 0
 
 

@@ -224,7 +224,7 @@ def run_distributed_training(cfg: TrainConfig, args: argparse.Namespace, env) ->
         status["run_dir"] = str(run_dir.root)
         if env.is_main:
             run_dir.write_json(run_dir.status_path, status)
-        shutdown_distributed()
+        shutdown_distributed(barrier=status.get("state") == "completed")
 
 
 def _train_with_progress(trainer: Any, cfg: TrainConfig, progress: _Progress) -> dict[str, Any]:

@@ -83,7 +83,7 @@ def main() -> None:
                       env={k: os.environ.get(k) for k in ("NGPTUNE_TEST_MARK", "NCCL_NVLS_ENABLE")})
         atomic_write_text(result_path, json.dumps(result))
         atomic_write_text(progress_path, json.dumps({"step": step}))
-    shutdown_distributed()
+    shutdown_distributed(barrier=True)
 
 
 if __name__ == "__main__":

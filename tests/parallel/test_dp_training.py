@@ -19,7 +19,7 @@ import torch.multiprocessing as mp
 from tests.train.conftest import demo_scene, tiny_config  # noqa: F401  (demo_scene: fixture)
 from trainer.data import load_scene
 from trainer.errors import ConfigError
-from trainer.parallel.dist_env import free_port
+from trainer.parallel.dist_env import free_port, shutdown_distributed
 from trainer.parallel.trainer import DataParallelTrainer, validate_parallel_config
 from trainer.schema import read_metrics
 
@@ -33,11 +33,13 @@ def _rank_main(rank: int, world_size: int, port: int, out_dir: str, fn, args: tu
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=timedelta(seconds=TIMEOUT_S))
+    completed = False
     try:
         result = fn(rank, world_size, *args)
         torch.save(result, Path(out_dir) / f"result{rank}.pt")
+        completed = True
     finally:
-        dist.destroy_process_group()
+        shutdown_distributed(barrier=completed)  # see its docstring: the barrier avoids an abort at exit
 
 
 def run_ranks(fn, world_size: int, tmp_path: Path, *args) -> list:

@@ -99,6 +99,7 @@ def evaluate(
     save_renders: bool = True,
     render: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
     score: bool = True,
+    spp: int | None = None,
 ) -> dict[str, Any] | None:
     """Render the images of ``split`` (default: test, else val) and score them.
 
@@ -111,6 +112,11 @@ def evaluate(
             :func:`render_rays` with ``training.eval_spp`` renders per view (subgrid training
             passes its collective renderer, which renders once).
         score: False on ranks that only help render (no scoring, no files; returns None).
+        spp: renders averaged per view for the default renderer (None: ``training.eval_spp``);
+            ignored when ``render`` is given.
+
+    Raises:
+        ValueError: ``spp`` outside [1, 64].
 
     Returns:
         ``{"split", "step", "background", "mean_psnr_db", "mean_ssim", "images": [{"index", "name",
@@ -124,7 +130,9 @@ def evaluate(
     white = trainer.scene.white_background
     background = torch.full((3,), 1.0 if white else 0.0, device=trainer.device)
     if render is None:
-        spp = trainer.cfg.training.eval_spp
+        spp = trainer.cfg.training.eval_spp if spp is None else int(spp)
+        if not 1 <= spp <= 64:
+            raise ValueError(f"evaluate: spp must be in [1, 64] (as training.eval_spp), got {spp}")
         generator = None
         if spp > 1:  # its own draws: repeatable, and training's generator is left as it was
             generator = torch.Generator(device=trainer.device)

@@ -837,8 +837,10 @@ class Trainer:
         record.update(self._memory_record())
         return record
 
-    def evaluate(self, split: str | None = None, max_images: int | None = None, save_renders: bool = True) -> dict[str, Any]:
-        """Render the evaluation split and compute PSNR/SSIM (see :func:`trainer.train.evaluate.evaluate`)."""
+    def evaluate(self, split: str | None = None, max_images: int | None = None, save_renders: bool = True,
+                 spp: int | None = None) -> dict[str, Any]:
+        """Render the evaluation split and compute PSNR/SSIM (see :func:`trainer.train.evaluate.evaluate`;
+        ``spp`` None takes ``training.eval_spp``)."""
         t = self.cfg.training
         with self.inference_weights():
             return evaluate(
@@ -846,6 +848,7 @@ class Trainer:
                 split=split,
                 max_images=t.eval_max_images if max_images is None else max_images,
                 save_renders=save_renders,
+                spp=spp,
             )
 
     def inference_weights(self) -> contextlib.AbstractContextManager:
