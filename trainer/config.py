@@ -593,6 +593,9 @@ class TrainingConfig(_Block):
             PyTorch one), ``"triton"`` or ``"torch"``; see :func:`trainer.render.march.march_rays`.
         render_backend: the same choice for the training step's compositing
             (:mod:`trainer.render.triton_volrend`, twin :func:`trainer.render.volrend.composite`).
+        rays_backend: the same choice for building training rays and decoding their colours
+            (:mod:`trainer.data.triton_rays`, one kernel for distortion-free cameras; twin: the
+            sampler's PyTorch path, which distorted cameras always take).
         compact_samples: train on the samples in front of each ray's early stop only
             (instant-ngp's step, :mod:`trainer.render.compact`): a density pass without gradients
             over the marched samples finds where each ray's transmittance falls below 1e-4, those
@@ -630,6 +633,7 @@ class TrainingConfig(_Block):
     prefetch_march: bool = _field(True, _Bool())
     march_backend: str = _field("auto", _OneOf("auto", "triton", "torch"))
     render_backend: str = _field("auto", _OneOf("auto", "triton", "torch"))
+    rays_backend: str = _field("auto", _OneOf("auto", "triton", "torch"))
     compact_samples: bool = _field(True, _Bool())
     quiet: bool = _field(False, _Bool())
 

@@ -181,6 +181,12 @@ class _Cameras:
                 [bases[camera_ids[f.intrinsics]] for f in frames], dtype=torch.int64, device=device
             )
 
+    @property
+    def pinhole(self) -> bool:
+        """Rays come from focal length and principal point alone (no distortion, no direction
+        map): what :func:`trainer.data.triton_rays.pinhole_rays_triton` computes."""
+        return self.direction_map is None and not self.intrinsics.has_distortion
+
     def rays(
         self,
         image_index: torch.Tensor,
@@ -477,6 +483,9 @@ class RaySampler:
         subpixel_jitter: rays pass through a uniformly random point of their pixel instead of its
             centre (instant-ngp trains this way; the colour is the pixel's). Ignored for cameras
             served from a direction map.
+        triton_rays: build rays and decode colours with one Triton kernel
+            (:mod:`trainer.data.triton_rays`) where the cameras allow it (no lens distortion, no
+            direction map); the caller checks that Triton can run on ``device``.
 
     Raises:
         ConfigError: an unknown placement or a bad window/prefetch size.
@@ -500,6 +509,7 @@ class RaySampler:
         prefetch_chunks: int = 2,
         direction_maps: bool | None = None,
         subpixel_jitter: bool = False,
+        triton_rays: bool = False,
     ):
         if placement not in PLACEMENTS:
             choices = ", ".join(PLACEMENTS)
@@ -525,6 +535,7 @@ class RaySampler:
         if placement != "stream" and table is None:
             table = load_pixel_table(frames, downscale=downscale)
         self._cameras = _Cameras(frames, self.device, direction_maps)
+        self.triton_rays = bool(triton_rays) and self._cameras.pinhole
         self._jitter_generator: torch.Generator | None = None
         if subpixel_jitter:
             self._jitter_generator = torch.Generator(device=self.device)
@@ -562,6 +573,15 @@ class RaySampler:
             subpixel = torch.rand(
                 image_index.shape[0], 2, device=self.device, generator=self._jitter_generator
             )
+        if self.triton_rays:
+            from trainer.data.triton_rays import pinhole_rays_triton
+
+            cameras = self._cameras
+            rays_o, rays_d, rgb, alpha = pinhole_rays_triton(
+                image_index, local_index, rgba, cameras.widths, cameras.intrinsics.focal,
+                cameras.intrinsics.principal, cameras.c2w, subpixel,
+            )
+            return RayBatch(rays_o=rays_o, rays_d=rays_d, rgb=rgb, alpha=alpha, image_index=image_index)
         rays_o, rays_d = self._cameras.rays(image_index, local_index, subpixel)
         rgba = _rgba_float(rgba)
         return RayBatch(

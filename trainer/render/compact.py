@@ -82,7 +82,7 @@ class CompactedSamples:
     is_padding: Tensor
 
 
-def compact_samples(samples: PackedSamples, kept: Tensor, capacity: int) -> CompactedSamples:
+def compact_samples(samples: PackedSamples, kept: Tensor, capacity: int, triton: bool = False) -> CompactedSamples:
     """Copy the first ``kept[r]`` samples of every ray ``r`` into a batch of ``capacity`` samples.
 
     Rays are taken in order while their kept samples fit whole; the rest are dropped. The free
@@ -96,6 +96,9 @@ def compact_samples(samples: PackedSamples, kept: Tensor, capacity: int) -> Comp
         samples: packed samples of ``n_rays ≥ 1`` rays with at least one sample.
         kept: [n_rays] int64, from :func:`kept_counts` (``0 ≤ kept[r] ≤ count[r]``).
         capacity: the number of samples of the output (≥ 1).
+        triton: do the per-slot half (which ray and sample each slot takes, the copies) with
+            :func:`trainer.render.triton_compact.compact_slots_triton`, one launch, identical
+            results; the per-ray half stays in PyTorch.
 
     Returns:
         :class:`CompactedSamples`.
@@ -120,16 +123,26 @@ def compact_samples(samples: PackedSamples, kept: Tensor, capacity: int) -> Comp
     count = real + (pad_before[1:] - pad_before[:-1])
     end = torch.cumsum(count, 0)  # end[-1] == capacity
     start = end - count
-    slot = torch.arange(capacity, device=device)
-    ray = torch.searchsorted(end, slot, right=True).clamp_(max=n_rays - 1)  # (the clamp never acts)
-    offset = slot - start[ray]
-    is_padding = offset >= real[ray]
-    source = torch.where(is_padding, slot % n_samples, samples.packed_info[ray, 0] + offset)
+    if triton:
+        from trainer.render.triton_compact import compact_slots_triton
+
+        positions, directions, t, dt, ray, is_padding, source = compact_slots_triton(
+            end, start, real, samples.packed_info[:, 0], samples.positions, samples.directions, samples.t,
+            samples.dt, capacity,
+        )
+    else:
+        slot = torch.arange(capacity, device=device)
+        ray = torch.searchsorted(end, slot, right=True).clamp_(max=n_rays - 1)  # (the clamp never acts)
+        offset = slot - start[ray]
+        is_padding = offset >= real[ray]
+        source = torch.where(is_padding, slot % n_samples, samples.packed_info[ray, 0] + offset)
+        positions, directions, t = samples.positions[source], samples.directions[source], samples.t[source]
+        dt = torch.where(is_padding, 0.0, samples.dt[source])
     compacted = PackedSamples(
-        positions=samples.positions[source],
-        directions=samples.directions[source],
-        t=samples.t[source],
-        dt=torch.where(is_padding, 0.0, samples.dt[source]),
+        positions=positions,
+        directions=directions,
+        t=t,
+        dt=dt,
         ray_indices=ray,
         packed_info=torch.stack([start, count], dim=1),
         n_rays=n_rays,

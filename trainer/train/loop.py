@@ -263,6 +263,7 @@ class Trainer:
             memory_budget_bytes=budget,
             downscale=scene.downscale,
             subpixel_jitter=t.subpixel_jitter,
+            triton_rays=use_triton_kernels("rays_backend", t.rays_backend, self.device),
         )
         self.random_background = t.background == "random"
         self.fixed_background = torch.tensor(
@@ -451,7 +452,7 @@ class Trainer:
                 else:
                     kept = kept_counts(sigmas, samples.dt, samples, EARLY_STOP_TRANSMITTANCE)
                 capacity = self._compact_capacity(step_input.n_rays, step_input.n_samples)
-                compacted = compact_samples(samples, kept, capacity)
+                compacted = compact_samples(samples, kept, capacity, triton=self.triton_render)
         return compacted.samples, compacted.ray_fits, capacity, compacted.n_kept
 
     def _compact_capacity(self, n_rays: int, n_marched: int) -> int:
