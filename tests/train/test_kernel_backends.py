@@ -1,6 +1,6 @@
 """The Triton march/compositing kernels in the training step against the PyTorch twins.
 
-On CUDA (``auto`` picks the kernels there) a run with ``march_backend = render_backend = rays_backend = triton``
+On CUDA (``auto`` picks the kernels there) a run with ``march_backend = render_backend = triton``
 must train like one with ``torch``: same batch sizes, losses within float32 rounding of the
 compositing kernels (they sum in another order), final parameters close. On the CPU ``triton`` is
 refused with the key named (unless Triton's interpreter is on), and ``auto`` is the reference.
@@ -21,11 +21,15 @@ STEPS = 40
 
 
 def _run(scene, backend: str, device: str):
-    cfg = tiny_config(training__march_backend=backend, training__render_backend=backend, training__rays_backend=backend,
-                      training__device=device, training__target_samples_per_step=2**15)
+    # Both runs build rays with the same code (the ray kernel, which agrees with its twin to float32
+    # rounding, has its own tests): a last-bit difference in a direction can move a sample across a
+    # cell boundary, change a kept count and with it the next batch size, which this test compares.
+    rays_backend = "auto" if device == "cuda" else "torch"
+    cfg = tiny_config(training__march_backend=backend, training__render_backend=backend,
+                      training__rays_backend=rays_backend, training__device=device,
+                      training__target_samples_per_step=2**15)
     trainer = Trainer(cfg, load_scene(scene))
     assert trainer.march_backend == backend and trainer.triton_render == (backend == "triton")
-    assert trainer.sampler.triton_rays == (backend == "triton")
     losses, rays = [], []
     for _ in range(STEPS):
         stats, loss, _ = trainer.train_step()

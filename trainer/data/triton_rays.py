@@ -11,8 +11,10 @@ host-bound training step that is where the "data" phase's time goes). Per ray ``
     rays_d = R_m · d_cam / |R_m · d_cam|,  rays_o = t_m  (c2w_m = [R_m | t_m], camera_dirs_to_world)
     rgb, alpha = rgba[i] / 255 (uint8) or rgba[i] (float16/float32)
 
-Same float32 operations as the reference, so results agree to rounding (the reference sums the
-rotated components in a reduction whose order torch chooses; the tests allow 1 ulp-level error).
+Same float32 operations as the reference with IEEE division and square root (Triton's default
+``/`` on CUDA is an approximate division), so origins and colours are bitwise the reference's and
+directions agree to rounding (the reference's sums are torch reductions whose order torch
+chooses; the tests allow float32 rounding error).
 """
 
 from __future__ import annotations
@@ -53,8 +55,8 @@ def _pinhole_rays_kernel(
     fy = tl.load(focal_ptr + image * 2 + 1, mask=mask, other=1.0)
     cx = tl.load(principal_ptr + image * 2, mask=mask, other=0.0)
     cy = tl.load(principal_ptr + image * 2 + 1, mask=mask, other=0.0)
-    x = (u - cx) / fx
-    y = -((v - cy) / fy)
+    x = tl.math.div_rn(u - cx, fx)  # IEEE division and square root, as torch's kernels
+    y = -tl.math.div_rn(v - cy, fy)
     base = c2w_ptr + image * 12  # row-major [3, 4]: element (i, j) at i·4 + j
     d0 = tl.load(base + 0, mask=mask, other=0.0) * x + tl.load(base + 1, mask=mask, other=0.0) * y \
         - tl.load(base + 2, mask=mask, other=0.0)
@@ -62,17 +64,17 @@ def _pinhole_rays_kernel(
         - tl.load(base + 6, mask=mask, other=0.0)
     d2 = tl.load(base + 8, mask=mask, other=0.0) * x + tl.load(base + 9, mask=mask, other=0.0) * y \
         - tl.load(base + 10, mask=mask, other=0.0)
-    norm = tl.sqrt(d0 * d0 + d1 * d1 + d2 * d2)
-    tl.store(rays_d_ptr + row * 3 + 0, d0 / norm, mask=mask)
-    tl.store(rays_d_ptr + row * 3 + 1, d1 / norm, mask=mask)
-    tl.store(rays_d_ptr + row * 3 + 2, d2 / norm, mask=mask)
+    norm = tl.math.sqrt_rn(d0 * d0 + d1 * d1 + d2 * d2)
+    tl.store(rays_d_ptr + row * 3 + 0, tl.math.div_rn(d0, norm), mask=mask)
+    tl.store(rays_d_ptr + row * 3 + 1, tl.math.div_rn(d1, norm), mask=mask)
+    tl.store(rays_d_ptr + row * 3 + 2, tl.math.div_rn(d2, norm), mask=mask)
     for axis in tl.static_range(3):
         origin = tl.load(base + axis * 4 + 3, mask=mask, other=0.0)
         tl.store(rays_o_ptr + row * 3 + axis, origin, mask=mask)
     for channel in tl.static_range(4):
         value = tl.load(rgba_ptr + row * 4 + channel, mask=mask, other=0).to(tl.float32)
         if RGBA_U8:
-            value = value / 255.0
+            value = tl.math.div_rn(value, 255.0)  # bitwise torch's uint8 → float / 255
         if channel < 3:
             tl.store(rgb_ptr + row * 3 + channel, value, mask=mask)
         else:
