@@ -11,7 +11,7 @@ kernel is defined) and on CUDA:
   ``triton_rays``, draw the same pixels and the same batches.
 
 Directions agree to float32 rounding (the reference's sum over the rotated components is a torch
-reduction), everything else exactly. The seed is in the messages (``NGPTUNE_TEST_SEED`` replays).
+reduction), colours to one ulp (torch's CUDA division by a scalar), origins and pixels exactly. The seed is in the messages (``NGPTUNE_TEST_SEED`` replays).
 """
 
 from __future__ import annotations
@@ -29,6 +29,9 @@ from tests.triton_worker import observe_in_interpreter, random_seed
 
 SIZES = (1, 255, 257, 1000)
 DIRECTION_TOL = 2e-6
+# one float32 ulp at 1: torch's CUDA division by a scalar multiplies by its reciprocal, the kernel
+# divides exactly (on the CPU both divide exactly)
+COLOUR_TOL = 1.2e-7
 
 
 def _random_cameras(generator: torch.Generator, n_frames: int):
@@ -82,7 +85,7 @@ def _kernel_cases(device: str, seed: int) -> list[dict]:
                     "shapes": [list(t.shape) for t in fast], "dtypes": [str(t.dtype) for t in fast],
                     "origin_equal": bool(torch.equal(fast[0], ref[0])),
                     "direction_err": float((fast[1] - ref[1]).abs().max()),
-                    "colour_equal": bool(torch.equal(fast[2], ref[2]) and torch.equal(fast[3], ref[3])),
+                    "colour_err": float(max((fast[2] - ref[2]).abs().max(), (fast[3] - ref[3]).abs().max())),
                 })
     return seen
 
@@ -106,8 +109,8 @@ def _sampler_case(device: str) -> dict:
                 sampler.close()
             ref, fast = batches
             out[f"jitter_{jitter}"] = {
-                "same_pixels": bool(torch.equal(ref.image_index, fast.image_index) and torch.equal(ref.rgb, fast.rgb)
-                                    and torch.equal(ref.alpha, fast.alpha) and torch.equal(ref.rays_o, fast.rays_o)),
+                "same_pixels": bool(torch.equal(ref.image_index, fast.image_index) and torch.equal(ref.rays_o, fast.rays_o)),
+                "colour_err": float(max((ref.rgb - fast.rgb).abs().max(), (ref.alpha - fast.alpha).abs().max())),
                 "direction_err": float((ref.rays_d - fast.rays_d).abs().max()),
             }
     return out
@@ -122,12 +125,12 @@ def _check(seen: dict) -> None:
     for r in seen["kernel"]:
         n = r["n"]
         assert r["shapes"] == [[n, 3], [n, 3], [n, 3], [n, 1]] and set(r["dtypes"]) == {"torch.float32"}, r
-        assert r["origin_equal"] and r["colour_equal"], r
+        assert r["origin_equal"] and r["colour_err"] <= COLOUR_TOL, r
         assert r["direction_err"] <= DIRECTION_TOL, r
     s = seen["sampler"]
     assert s["uses_triton_True"] and not s["uses_triton_False"]
     for jitter in (False, True):
-        assert s[f"jitter_{jitter}"]["same_pixels"], s
+        assert s[f"jitter_{jitter}"]["same_pixels"] and s[f"jitter_{jitter}"]["colour_err"] <= COLOUR_TOL, s
         assert s[f"jitter_{jitter}"]["direction_err"] <= DIRECTION_TOL, s
 
 

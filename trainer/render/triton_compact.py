@@ -26,14 +26,14 @@ COMPACT_BLOCK = 256
 def _compact_slots_kernel(
     end_ptr, start_ptr, real_ptr, first_ptr, positions_ptr, directions_ptr, t_ptr, dt_ptr,
     out_positions_ptr, out_directions_ptr, out_t_ptr, out_dt_ptr, out_ray_ptr, out_padding_ptr, out_source_ptr,
-    capacity, n_rays, n_samples, search_steps, BLOCK: tl.constexpr,
+    capacity, n_rays, n_samples, SEARCH_STEPS: tl.constexpr, BLOCK: tl.constexpr,
 ):
     slot = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = slot < capacity
     # first r with end[r] > slot, in [lo, hi] = [0, n_rays - 1] (the last ray's end is capacity)
     lo = tl.zeros((BLOCK,), tl.int64)
     hi = tl.zeros((BLOCK,), tl.int64) + (n_rays - 1)
-    for _ in range(search_steps):
+    for _ in tl.static_range(SEARCH_STEPS):
         mid = (lo + hi) // 2
         end_mid = tl.load(end_ptr + mid, mask=mask, other=0)
         active = lo < hi
@@ -104,12 +104,14 @@ def compact_slots_triton(
     ray = torch.empty(capacity, dtype=torch.int64, device=device)
     padding = torch.empty(capacity, dtype=torch.bool, device=device)
     source = torch.empty(capacity, dtype=torch.int64, device=device)
-    search_steps = max(1, int(n_rays).bit_length())  # ⌈log2(n_rays + 1)⌉ halvings of [0, n_rays − 1]
+    # ⌈log2(n_rays + 1)⌉ halvings of [0, n_rays − 1]; a compile-time constant (one variant per
+    # power of two of the ray count), unrolled
+    search_steps = max(1, int(n_rays).bit_length())
     with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
         _compact_slots_kernel[(triton.cdiv(capacity, block),)](
             end.contiguous(), start.contiguous(), real.contiguous(), first.contiguous(),
             positions.contiguous(), directions.contiguous(), t.contiguous(), dt.contiguous(),
             out_positions, out_directions, out_t, out_dt, ray, padding, source,
-            capacity, n_rays, n_samples, search_steps, BLOCK=block, num_warps=4,
+            capacity, n_rays, n_samples, SEARCH_STEPS=search_steps, BLOCK=block, num_warps=4,
         )
     return out_positions, out_directions, out_t, out_dt, ray, padding, source
