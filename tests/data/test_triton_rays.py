@@ -48,7 +48,8 @@ def _reference(image_index, local_index, rgba, widths, focal, principal, c2w, su
     from trainer.data.rays import IntrinsicsTensors, camera_dirs_to_world, pixel_to_camera_dirs
     from trainer.data.sampler import _rgba_float
 
-    intrinsics = IntrinsicsTensors(focal, principal, torch.zeros(focal.shape[0], 6), has_distortion=False)
+    intrinsics = IntrinsicsTensors(focal, principal, torch.zeros(focal.shape[0], 6, device=focal.device),
+                                   has_distortion=False)
     width = widths[image_index]
     v = torch.div(local_index, width, rounding_mode="floor")
     u = local_index - v * width
