@@ -1,7 +1,8 @@
 """Where the test error of saved renders lies: background, silhouette and interior pixels (prints tables).
 
 Reads the PNG renders an evaluation wrote (``renders/test_NNN.png``, e.g. from ``time_to_psnr.py``)
-and the scene's test images, composited on white as the evaluation does (``rgb·a + (1 − a)``), and
+and the scene's test images, composited on the evaluation's background (white for Blender scenes:
+``rgb·a + (1 − a)``; black otherwise), and
 splits the squared error by the ground truth's alpha: background (a = 0), silhouette (0 < a < 1)
 and interior (a = 1). It also prints two reference figures computed from the ground truth alone:
 
@@ -56,7 +57,8 @@ def main() -> None:
         rgba = np.asarray(table.pixels[lo:hi]).reshape(h, w, 4).astype(np.float64)
         rgba = rgba / 255.0 if np.asarray(table.pixels[:1]).dtype == np.uint8 else rgba
         rgb, alpha = rgba[..., :3], rgba[..., 3:4]
-        gt = rgb * alpha + (1.0 - alpha)
+        background = 1.0 if scene.white_background else 0.0
+        gt = rgb * alpha + background * (1.0 - alpha)
         bgr = cv2.imread(str(path), cv2.IMREAD_COLOR)
         if bgr is None or bgr.shape[:2] != (h, w):
             raise SystemExit(f"error_breakdown: {path}: not a {w}x{h} image")
@@ -71,7 +73,7 @@ def main() -> None:
         psnrs.append(_psnr(err.sum() / n_values))
         exact_silhouette.append(_psnr(err[~masks["silhouette"]].sum() / n_values))
         colour = np.clip(rgb / np.maximum(alpha, 1e-6), 0.0, 1.0)
-        physical = colour * alpha + (1.0 - alpha)
+        physical = colour * alpha + background * (1.0 - alpha)
         ceiling.append(_psnr(((physical - gt) ** 2).mean()))
     total_error, total_pixels = sum(sq_error.values()), sum(pixels.values())
     print_table(

@@ -43,7 +43,14 @@ def main() -> None:
     parser.add_argument("--eval-spp", default="1", help="comma-separated renders per view, e.g. 1,8")
     parser.add_argument("--eval-train", type=int, default=0, help="also score this many training views")
     args = parser.parse_args()
-    spps = [int(x) for x in args.eval_spp.split(",")]
+    try:
+        spps = [int(x) for x in args.eval_spp.split(",")]
+    except ValueError:
+        parser.error(f"--eval-spp: expected comma-separated integers, got {args.eval_spp!r}")
+    if not all(1 <= spp <= 64 for spp in spps):
+        parser.error(f"--eval-spp: each value must be in [1, 64], got {args.eval_spp!r}")
+    if args.eval_images < 1 or args.eval_train < 0 or args.steps < 1 or args.eval_every < 1:
+        parser.error("--steps, --eval-every and --eval-images must be >= 1 and --eval-train >= 0")
     variants = [parse_variant(v) for v in (args.variants or ["base"])]
     scene = load_scene(args.scene)
     pixels = load_pixel_table(scene.frames("train"), downscale=scene.downscale)

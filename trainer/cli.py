@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from trainer.config import TrainConfig, apply_overrides, config_to_dict, dump_config, load_config, parse_override
-from trainer.errors import ConfigError, NgptuneError, SceneError
+from trainer.errors import ConfigError, LaunchError, NgptuneError, SceneError
 from trainer.rundir import TRAIN_START_KEY, RunDir, prepare_output_file
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
@@ -172,7 +172,7 @@ def run_distributed_training(cfg: TrainConfig, args: argparse.Namespace, env) ->
     from trainer.data import load_scene
     from trainer.errors import ConfigError
     from trainer.parallel.checkpoint import latest_checkpoint
-    from trainer.parallel.dist_env import init_distributed, shutdown_distributed
+    from trainer.parallel.dist_env import init_distributed, shutdown_distributed, wait_for_peers
     from trainer.parallel.trainer import build_distributed_trainer
 
     if env.is_distributed and args.out is None:
@@ -222,9 +222,18 @@ def run_distributed_training(cfg: TrainConfig, args: argparse.Namespace, env) ->
         if trainer is not None:
             trainer.close()
         status["run_dir"] = str(run_dir.root)
+        peer_error = None
+        if status.get("state") == "completed":  # every rank must finish before the group goes
+            try:
+                wait_for_peers()
+            except LaunchError as exc:
+                peer_error = exc
+                status.update({"state": "failed", "reason": str(exc)})
         if env.is_main:
             run_dir.write_json(run_dir.status_path, status)
-        shutdown_distributed(barrier=status.get("state") == "completed")
+        shutdown_distributed()
+        if peer_error is not None:
+            raise peer_error
 
 
 def _train_with_progress(trainer: Any, cfg: TrainConfig, progress: _Progress) -> dict[str, Any]:

@@ -592,7 +592,8 @@ class TrainingConfig(_Block):
         march_backend: ``"auto"`` (the Triton marcher on CUDA when Triton imports, else the
             PyTorch one), ``"triton"`` or ``"torch"``; see :func:`trainer.render.march.march_rays`.
         render_backend: the same choice for the training step's compositing
-            (:mod:`trainer.render.triton_volrend`, twin :func:`trainer.render.volrend.composite`).
+            (:mod:`trainer.render.triton_volrend`, twin :func:`trainer.render.volrend.composite`),
+            kept-sample counts and compaction's per-slot copies (:mod:`trainer.render.triton_compact`).
         rays_backend: the same choice for building training rays and decoding their colours
             (:mod:`trainer.data.triton_rays`, one kernel for distortion-free cameras; twin: the
             sampler's PyTorch path, which distorted cameras always take).

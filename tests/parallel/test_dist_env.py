@@ -290,3 +290,33 @@ def test_srun_style_processes_form_a_group(tmp_path):
         res = json.loads((tmp_path / f"result.rank{rank}.json").read_text())
         assert res["world_size"] == 2 and res["rank"] == rank
         assert res["sums"] == {"0": [3.0, 0.0], "1": [3.0, 2.0]}
+
+
+def _peer_gone(rank: int, port: int, out: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    from datetime import timedelta
+
+    dist.init_process_group("gloo", rank=rank, world_size=2, timeout=timedelta(seconds=20))
+    if rank == 1:
+        os._exit(3)  # dies after the group formed, without saying goodbye
+    t0 = time.monotonic()
+    try:
+        shutdown_distributed(barrier=True)
+        message = None
+    except LaunchError as exc:
+        message = str(exc)
+    Path(out).write_text(json.dumps({"message": message, "wait_s": time.monotonic() - t0,
+                                     "left_group": not dist.is_initialized()}))
+
+
+def test_barrier_before_shutdown_names_the_missing_peer(tmp_path):
+    import torch.multiprocessing as mp
+
+    out = tmp_path / "rank0.json"
+    context = mp.start_processes(_peer_gone, args=(free_port(), str(out)), nprocs=2, join=False, start_method="spawn")
+    context.processes[0].join(60)
+    context.processes[1].join(10)
+    result = json.loads(out.read_text())
+    assert result["message"] is not None, "the barrier passed although rank 1 was gone"
+    assert result["message"].startswith("rank 0 of 2: a peer rank did not reach the end of the run"), result
+    assert result["left_group"] and result["wait_s"] < 25, result

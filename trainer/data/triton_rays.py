@@ -94,6 +94,10 @@ def pinhole_rays_triton(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Rays and decoded colours of ``n`` training pixels of distortion-free pinhole cameras.
 
+    Indices are not range-checked (that would cost a device sync): ``0 ≤ image_index < F`` and
+    ``0 ≤ local_index < W·H`` of its frame are the caller's to keep, as the sampler's draws do;
+    outside them the kernel reads out of bounds.
+
     Args:
         image_index: [n] int64 frame of each ray.
         local_index: [n] int64 row-major pixel index within its frame.
@@ -119,8 +123,10 @@ def pinhole_rays_triton(
         (rgba.shape == (n, 4) and rgba.dtype in (torch.uint8, torch.float16, torch.float32),
          "rgba must be [n, 4] uint8/float16/float32"),
         (widths.dtype == torch.int64 and widths.ndim == 1, "widths must be [F] int64"),
-        (focal.shape == (n_frames, 2) and principal.shape == (n_frames, 2), "focal and principal must be [F, 2]"),
-        (c2w.shape == (n_frames, 3, 4), "c2w must be [F, 3, 4]"),
+        (focal.shape == (n_frames, 2), f"focal must be [F, 2] with F = len(widths) = {n_frames}"),
+        (principal.shape == (n_frames, 2), f"principal must be [F, 2] with F = len(widths) = {n_frames}"),
+        (c2w.shape == (n_frames, 3, 4), f"c2w must be [F, 3, 4] with F = len(widths) = {n_frames}"),
+        (block >= 1 and block & (block - 1) == 0, f"block must be a power of two, got {block}"),
         (subpixel is None or subpixel.shape == (n, 2), "subpixel must be [n, 2] or None"),
     ]
     for ok, message in checks:

@@ -54,6 +54,7 @@ __all__ = [
     "free_port",
     "init_distributed",
     "shutdown_distributed",
+    "wait_for_peers",
     "slurm_job_port",
 ]
 
@@ -586,23 +587,40 @@ def init_distributed(env: DistEnv, timeout_s: float) -> None:
         ) from exc
 
 
+def wait_for_peers(what: str = "the end of the run") -> None:
+    """Barrier of every rank of the joined group (no-op without one), bounded by the group's timeout.
+
+    Call it on the success path before :func:`shutdown_distributed`: a gloo rank that tears its
+    group down while its peers still use their connections to it can die at interpreter exit with
+    "terminate called without an active exception" (SIGABRT; seen in 4 of 8 three-rank resume
+    tests without the barrier, 0 of 8 with it), which a launcher reports as a failed worker. Do not
+    call it after a failure, where a peer may be gone and the barrier would only wait out the timeout.
+
+    Raises:
+        LaunchError: a peer rank did not arrive (it failed, was killed or timed out), naming this
+            rank and the collective's first error line.
+    """
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    try:
+        dist.barrier()
+    except (RuntimeError, TimeoutError) as exc:  # DistBackendError/DistError are RuntimeErrors
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise LaunchError(
+            f"rank {dist.get_rank()} of {dist.get_world_size()}: a peer rank did not reach {what} "
+            f"(it failed, was killed or exceeded distributed.timeout_s): {type(exc).__name__}: {first}"
+        ) from exc
+
+
 def shutdown_distributed(barrier: bool = False) -> None:
     """Leave the process group if one was joined (safe to call more than once).
 
     Args:
-        barrier: wait for every rank first (bounded by the group's timeout). Pass True on the
-            success path: a gloo rank that tears its group down while its peers still use their
-            connections to it can die at interpreter exit with "terminate called without an active
-            exception" (SIGABRT; seen in 4 of 8 three-rank resume tests without the barrier, 0 of 8
-            with it), which a launcher reports as a failed worker. Leave it False after a failure,
-            where a peer may be gone and the barrier would only wait out the timeout.
-
-    Raises:
-        RuntimeError: (``barrier=True``) when a rank does not arrive within the timeout.
+        barrier: :func:`wait_for_peers` first (its LaunchError propagates after the group is left).
     """
     if dist.is_available() and dist.is_initialized():
         try:
             if barrier:
-                dist.barrier()
+                wait_for_peers()
         finally:
             dist.destroy_process_group()

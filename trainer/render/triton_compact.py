@@ -87,14 +87,17 @@ def compact_slots_triton(
     Raises:
         ValueError: for mismatched shapes, no rays or samples, or ``capacity < 1``.
     """
-    n_rays, n_samples = end.shape[0], t.shape[0]
+    n_rays, n_samples, capacity = end.shape[0], t.shape[0], int(capacity)
     if capacity < 1 or n_rays < 1 or n_samples < 1:
         raise ValueError(f"compact_slots_triton: needs capacity, rays and samples >= 1, got "
                          f"{capacity}, {n_rays}, {n_samples}")
     per_ray = (end, start, real, first)
     if any(x.shape != (n_rays,) or x.dtype != torch.int64 for x in per_ray):
         raise ValueError("compact_slots_triton: end, start, real and first must be [n_rays] int64")
-    if positions.shape != (n_samples, 3) or directions.shape != (n_samples, 3) or dt.shape != (n_samples,):
+    if block < 1 or block & (block - 1):
+        raise ValueError(f"compact_slots_triton: block must be a power of two, got {block}")
+    if positions.shape != (n_samples, 3) or directions.shape != (n_samples, 3) or t.shape != (n_samples,) \
+            or dt.shape != (n_samples,):
         raise ValueError("compact_slots_triton: positions/directions must be [S, 3] and t/dt [S]")
     device = t.device
     out_positions = torch.empty(capacity, 3, dtype=positions.dtype, device=device)
