@@ -37,7 +37,9 @@ def describe_scene(
     """
     from trainer.data.images import load_pixel_table, pixel_table_nbytes
 
-    scene = load_scene(path, downscale=downscale, holdout_every=holdout_every)
+    with warnings.catch_warnings():  # skipped frames are part of the description ("skipped")
+        warnings.simplefilter("ignore")
+        scene = load_scene(path, downscale=downscale, holdout_every=holdout_every)
     all_frames = [f for frames in scene.splits.values() for f in frames]
     sizes = Counter(f"{f.intrinsics.width}x{f.intrinsics.height}" for f in all_frames)
     first = all_frames[0].intrinsics if all_frames else None
@@ -96,6 +98,14 @@ def describe_scene(
     return info
 
 
+def _span_text(span: list[float]) -> str:
+    """``[lo, hi]`` → ``"lo"`` when every frame agrees, else ``"lo–hi (min–max over frames)"``."""
+    if not span:
+        return "–"
+    lo, hi = span
+    return f"{lo:g}" if lo == hi else f"{lo:g}–{hi:g} (min–max over frames)"
+
+
 def format_description(info: dict[str, Any]) -> None:
     """Print ``describe_scene``'s dict as rich tables."""
     from rich.console import Console
@@ -113,8 +123,8 @@ def format_description(info: dict[str, Any]) -> None:
         )
     table.add_row("image sizes", ", ".join(f"{k} ×{v}" for k, v in info["image_sizes"].items()))
     intr = info["intrinsics"]
-    table.add_row("focal fx / fy (px)", f"{intr['fx']} / {intr['fy']}")
-    table.add_row("principal point cx / cy (px)", f"{intr['cx']} / {intr['cy']}")
+    table.add_row("focal fx / fy (px)", f"{_span_text(intr['fx'])} / {_span_text(intr['fy'])}")
+    table.add_row("principal point cx / cy (px)", f"{_span_text(intr['cx'])} / {_span_text(intr['cy'])}")
     table.add_row("distorted frames", str(intr["distorted_frames"]))
     table.add_row("aabb_scale", str(info["aabb_scale"]))
     table.add_row("scene box (unit-cube world)", f"{info['aabb'][0]} → {info['aabb'][1]}")

@@ -29,6 +29,19 @@ def test_fox(capsys):
 
 
 @needs_shared
+def test_fox_table_reports_skipped_frames_once_and_labels_intrinsics(capsys):
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert main(["inspect", str(SHARED / "fox")]) == 0
+    out = capsys.readouterr().out
+    assert [str(w.message) for w in caught] == []  # the table lists them; no raw warning as well
+    assert "skipped frames" in out and "images/0005.jpg" in out
+    assert "1375.52 / 1374.49" in out and "554.558 / 965.268" in out  # one value per key when frames agree
+
+
+@needs_shared
 def test_lego_400(capsys):
     info = _inspect_json(capsys, str(SHARED / "nerf_synthetic_lego_400"))
     assert info["format"] == "blender"
