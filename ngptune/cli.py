@@ -166,6 +166,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from trainer.cli import plain_warning_format
+
+    plain_warning_format()
     raw = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(raw)
     if args.command == "train":

@@ -19,6 +19,7 @@ import datetime as _dt
 import json
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -272,16 +273,34 @@ def _finish_status(
     if args.save_snapshot:
         status["snapshot"] = str(trainer.save(args.save_snapshot))
     if not args.no_eval:
+        progress.message(_evaluation_notice(trainer))
         result = trainer.evaluate()
         status.update({"eval_psnr_db": result["mean_psnr_db"], "eval_ssim": result["mean_ssim"], "eval_split": result["split"]})
+        n_images = len(result["images"])
         progress.message(
-            f"evaluation on {len(result['images'])} {result['split']} images: "
+            f"evaluation on {n_images} {result['split']} image{'s' if n_images != 1 else ''}: "
             f"PSNR {result['mean_psnr_db']:.2f} dB, SSIM {result['mean_ssim']:.4f}"
         )
     status["wall_s"] = time.perf_counter() - t0
 
 
 CPU_FRIENDLY_SAMPLES_PER_STEP = 2**14
+
+
+def _evaluation_notice(trainer: Any) -> str:
+    """The line printed before the final evaluation: which views, how many pixels, and on a CPU
+    how to shorten it (it renders every pixel of every view and is not in the time budget)."""
+    from trainer.train.evaluate import eval_split_name, evaluation_frames
+
+    split = eval_split_name(trainer)
+    chosen = evaluation_frames(trainer.scene.frames(split), trainer.cfg.training.eval_max_images)
+    pixels = sum(f.intrinsics.width * f.intrinsics.height for _, f in chosen)
+    line = (f"evaluating {len(chosen)} {split} view{'s' if len(chosen) != 1 else ''} "
+            f"({pixels / 1e6:.2f} M pixels, {trainer.cfg.training.eval_spp} render(s) each)")
+    if trainer.device.type == "cpu":
+        line += ("; on a CPU this can take minutes (not counted in --time-budget): --no-eval skips it, "
+                 "--eval-max-images N shortens it")
+    return line
 
 
 def cpu_config_warning(cfg: TrainConfig) -> str | None:
@@ -377,7 +396,30 @@ def build_parser(prog: str = "python -m trainer") -> argparse.ArgumentParser:
     return parser
 
 
+_PACKAGE_ROOT = Path(__file__).resolve().parents[1]
+
+
+def plain_warning_format() -> None:
+    """Print ngptune's own UserWarnings as ``warning: <message>`` (no source file and line, which
+    mean nothing to a user); other warnings keep Python's format. Only the printed format
+    changes (``warnings.formatwarning``), so recording warnings (tests) is unaffected."""
+    original = warnings.formatwarning
+    if getattr(original, "ngptune_plain", False):
+        return
+
+    def formatwarning(message, category, filename, lineno, line=None):  # type: ignore[no-untyped-def]
+        ours = str(filename).startswith(str(_PACKAGE_ROOT / "trainer")) or str(filename).startswith(
+            str(_PACKAGE_ROOT / "ngptune"))
+        if ours and issubclass(category, UserWarning):
+            return f"warning: {message}\n"
+        return original(message, category, filename, lineno, line)
+
+    formatwarning.ngptune_plain = True  # type: ignore[attr-defined]
+    warnings.formatwarning = formatwarning
+
+
 def main(argv: Sequence[str] | None = None, prog: str = "python -m trainer") -> int:
+    plain_warning_format()
     args = build_parser(prog).parse_args(argv)
     return train_command(args)
 

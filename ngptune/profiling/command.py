@@ -251,6 +251,11 @@ def profile_command(args: argparse.Namespace) -> int:
         found = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
         raise ConfigError(f"--out {profile.root}: is not empty (holds {found}); a profile needs its own folder")
     profile.root.mkdir(parents=True, exist_ok=True)
+    from trainer.cli import cpu_config_warning  # (after every check that can refuse the run)
+
+    heavy = cpu_config_warning(cfg)
+    if heavy is not None:
+        print(heavy, file=sys.stderr, flush=True)
 
     sources: dict[str, SourceStatus] = {"nsys": nsight.not_requested("--nsys")}
     nsys = nsight.find_tool("nsys") if args.nsys else None
