@@ -715,6 +715,8 @@ def print_summary(study: optuna.Study, console: Console | None = None) -> None:
             pct = (best.values[i] - default) / abs(default) * 100.0
             better = (pct > 0) == (view.directions[i] == StudyDirection.MAXIMIZE)
             change = f"{pct:+.1f} % ({'better' if better else 'worse'})" if pct != 0 else "0.0 %"
+            if view.default is not None and best.number != view.default.number and best.params == view.default.params:
+                change = f"{pct:+.1f} % (same settings as the default: run-to-run noise)"
         versus.add_row(f"{name} ({view.direction_word(i)})", _fmt(default), _fmt(best.values[i]), f"#{best.number}", change)
     console.print(versus)
 

@@ -364,6 +364,15 @@ def test_summary_single_objective(single_study: optuna.Study) -> None:
     assert "training.lr 0.01 0.02" in lines
 
 
+def test_summary_calls_a_gain_between_identical_settings_noise(tmp_path: Path) -> None:
+    study = optuna.create_study(study_name="noise", direction="maximize")
+    study.set_metric_names(["throughput_samples_per_s"])
+    _run_trial(study, tmp_path, {"parallel.mode": "data"}, values=[1000.0])
+    _run_trial(study, tmp_path, {"parallel.mode": "data"}, values=[1162.0])
+    lines = _summary(study)
+    assert "throughput_samples_per_s (max) 1000 1162 #1 +16.2 % (same settings as the default: run-to-run noise)" in lines
+
+
 def test_summary_two_objectives_and_failed(pareto_study: optuna.Study, failed_study: optuna.Study) -> None:
     lines = _summary(pareto_study)
     assert "psnr_at_budget_db (max) 20 24 #1 +20.0 % (better)" in lines
