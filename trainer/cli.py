@@ -203,6 +203,7 @@ def run_distributed_training(cfg: TrainConfig, args: argparse.Namespace, env) ->
             resume = run_dir.root
         if resume is not None:
             status["resumed_from"] = str(trainer.load_checkpoint(Path(resume)))
+            status["resumed_from_step"] = trainer.step
         status[TRAIN_START_KEY] = time.time()
         t0 = time.perf_counter()
         last = _train_with_progress(trainer, cfg, progress)
@@ -373,6 +374,10 @@ def run_training(cfg: TrainConfig, args: argparse.Namespace) -> dict[str, Any]:
     trainer = None
     try:
         trainer = train_from_config(cfg, scene_path, run_dir, resume=args.resume)
+        if args.resume is not None:
+            status["resumed_from_step"] = trainer.step
+            progress.message(f"resumed from {args.resume} at step {trainer.step} (train_time_s includes its "
+                             f"{trainer.train_time_s:.1f} s of training before the resume)")
         status[TRAIN_START_KEY] = time.time()
         t0 = time.perf_counter()
         last = _train_with_progress(trainer, cfg, progress)

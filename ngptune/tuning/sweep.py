@@ -558,7 +558,7 @@ def run_sweep(options: SweepOptions, console: Console | None = None) -> SweepRes
         KeyboardInterrupt: Ctrl-C or SIGTERM; the running trial was stopped and marked
             interrupted (a re-run of the same command retries it).
     """
-    console = console or Console()
+    console = console or Console(soft_wrap=True)  # message lines stay whole in piped logs
     spec = load_study(options.study_path, scene=options.scene)
     nproc = options.nproc_per_node or default_nproc_per_node()
     if nproc < 1:

@@ -94,7 +94,9 @@ def test_a_used_out_folder_is_refused_unless_resumed_and_a_missing_scene_writes_
 
     resumed = _run(*common, "--n-steps", "10", "--resume", str(snapshot), cwd=REPO)
     assert resumed.returncode == 0, resumed.stderr
-    assert json.loads((out / "status.json").read_text())["step"] == 10
+    resumed_status = json.loads((out / "status.json").read_text())
+    assert resumed_status["step"] == 10 and resumed_status["resumed_from_step"] == 5
+    assert f"resumed from {snapshot} at step 5" in resumed.stdout + resumed.stderr
 
     missing = tmp_path / "no_such_scene"
     lost = _run("--scene", str(missing), "--config", str(config), "--out", str(tmp_path / "never"), cwd=REPO)
