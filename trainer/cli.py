@@ -275,7 +275,19 @@ def _finish_status(
         status["snapshot"] = str(trainer.save(args.save_snapshot))
     if not args.no_eval:
         progress.message(_evaluation_notice(trainer))
+        started = last_line = time.perf_counter()
+
+        def view_done(done: int, total: int, image: dict[str, Any]) -> None:  # a line per 10 s at most
+            nonlocal last_line
+            now = time.perf_counter()
+            if now - last_line >= 10.0 and done < total:
+                last_line = now
+                progress.message(f"  evaluated {done}/{total} views in {now - started:.0f} s "
+                                 f"(last: {image['name']}, PSNR {image['psnr_db']:.2f} dB)")
+
+        trainer.eval_progress = view_done
         result = trainer.evaluate()
+        trainer.eval_progress = None
         status.update({"eval_psnr_db": result["mean_psnr_db"], "eval_ssim": result["mean_ssim"], "eval_split": result["split"]})
         n_images = len(result["images"])
         progress.message(

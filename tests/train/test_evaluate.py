@@ -63,3 +63,14 @@ def test_bad_spp_is_refused(trained):
         render_rays(trained, rays_o, rays_d, torch.ones(3), spp=0)
     with pytest.raises(ValueError, match="generator"):
         render_rays(trained, rays_o, rays_d, torch.ones(3), spp=2)
+
+
+def test_eval_progress_is_called_after_each_scored_view(trained):
+    calls = []
+    trained.eval_progress = lambda done, total, image: calls.append((done, total, image["name"], image["psnr_db"]))
+    try:
+        result = trained.evaluate(split="test", max_images=3, save_renders=False, spp=1)
+    finally:
+        trained.eval_progress = None
+    assert [(done, total) for done, total, _, _ in calls] == [(1, 3), (2, 3), (3, 3)]
+    assert [(name, psnr) for _, _, name, psnr in calls] == [(im["name"], im["psnr_db"]) for im in result["images"]]

@@ -115,6 +115,9 @@ def evaluate(
         spp: renders averaged per view for the default renderer (None: ``training.eval_spp``);
             ignored when ``render`` is given.
 
+    After each scored view, ``trainer.eval_progress(done, total, image_record)`` is called when
+    the trainer has that attribute set (the CLI prints a line per view with it).
+
     Raises:
         ValueError: ``spp`` outside [1, 64].
 
@@ -159,6 +162,9 @@ def evaluate(
             pred_img = rgb.reshape(h, w, 3).clamp(0.0, 1.0)
             gt_img = gt.reshape(h, w, 3)
             images.append({"index": index, "name": frame.name, "psnr_db": psnr(pred_img, gt_img), "ssim": ssim(pred_img, gt_img)})
+            report = getattr(trainer, "eval_progress", None)
+            if report is not None:
+                report(position + 1, len(chosen), images[-1])
             if save_renders and trainer.run_dir is not None:
                 path = trainer.run_dir.render_path(split, index)
                 path.parent.mkdir(parents=True, exist_ok=True)
