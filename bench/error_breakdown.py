@@ -24,6 +24,7 @@ from pathlib import Path
 
 import cv2
 import numpy as np
+import torch
 from _common import print_table
 
 from trainer.data import load_scene
@@ -53,9 +54,8 @@ def main() -> None:
     psnrs, exact_silhouette, ceiling = [], [], []
     for position, (_, frame, path) in enumerate(found):
         h, w = frame.intrinsics.height, frame.intrinsics.width
-        lo, hi = int(table.offsets[position]), int(table.offsets[position + 1])
-        rgba = np.asarray(table.pixels[lo:hi]).reshape(h, w, 4).astype(np.float64)
-        rgba = rgba / 255.0 if np.asarray(table.pixels[:1]).dtype == np.uint8 else rgba
+        image = table.image(position)
+        rgba = image.numpy().astype(np.float64) / (255.0 if image.dtype == torch.uint8 else 1.0)
         rgb, alpha = rgba[..., :3], rgba[..., 3:4]
         background = 1.0 if scene.white_background else 0.0
         gt = rgb * alpha + background * (1.0 - alpha)

@@ -29,7 +29,7 @@ from trainer.config import apply_overrides, load_config, parse_override
 from trainer.data import load_scene
 from trainer.data.images import load_pixel_table
 from trainer.data.rays import camera_rays_for_image
-from trainer.train.evaluate import evaluation_frames, render_rays
+from trainer.train.evaluate import evaluation_frames, ground_truth, render_rays
 from trainer.train.loop import Trainer
 
 
@@ -49,10 +49,7 @@ def check_split(trainer: Trainer, split: str, views: int, leak_t: float, outlier
             rays_o, rays_d = camera_rays_for_image(frame, device)
             white = render_rays(trainer, rays_o, rays_d, torch.ones(3, device=device))
             black = render_rays(trainer, rays_o, rays_d, torch.zeros(3, device=device))
-            lo, hi = int(table.offsets[position]), int(table.offsets[position + 1])
-            rgba = torch.as_tensor(np.asarray(table.pixels[lo:hi])).to(device).float()
-            rgba = rgba / 255.0 if rgba.max() > 1.5 else rgba
-            gt = rgba[:, :3] * rgba[:, 3:4] + (1.0 - rgba[:, 3:4])
+            rgba, gt = ground_truth(table, position, torch.ones(3, device=device))
             transmittance = (white - black).mean(-1)
             err = ((white.clamp(0, 1) - gt) ** 2).sum(-1)
             interior = rgba[:, 3] >= 1.0

@@ -286,8 +286,10 @@ def _finish_status(
                                  f"(last: {image['name']}, PSNR {image['psnr_db']:.2f} dB)")
 
         trainer.eval_progress = view_done
-        result = trainer.evaluate()
-        trainer.eval_progress = None
+        try:
+            result = trainer.evaluate()
+        finally:
+            trainer.eval_progress = None
         status.update({"eval_psnr_db": result["mean_psnr_db"], "eval_ssim": result["mean_ssim"], "eval_split": result["split"]})
         n_images = len(result["images"])
         progress.message(
@@ -425,8 +427,7 @@ def plain_warning_format() -> None:
         return
 
     def formatwarning(message, category, filename, lineno, line=None):  # type: ignore[no-untyped-def]
-        ours = str(filename).startswith(str(_PACKAGE_ROOT / "trainer")) or str(filename).startswith(
-            str(_PACKAGE_ROOT / "ngptune"))
+        ours = str(filename).startswith((str(_PACKAGE_ROOT / "trainer"), str(_PACKAGE_ROOT / "ngptune")))
         if ours and issubclass(category, UserWarning):
             return f"warning: {message}\n"
         return original(message, category, filename, lineno, line)

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 import torch
 
-from trainer.data.images import load_pixel_table
-from trainer.data.rays import camera_rays_for_image
+from trainer.data.images import PixelTable, load_pixel_table
+from trainer.data.rays import camera_rays_for_image, composite_background
 from trainer.metrics_image import psnr, ssim
 from trainer.render.volrend import composite
 
@@ -81,6 +81,23 @@ def render_rays(
     return out
 
 
+def ground_truth(table: PixelTable, position: int, background: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Image ``position`` of ``table`` as a test render is scored against it.
+
+    Args:
+        table: decoded images (uint8 or float16 RGBA, straight alpha).
+        position: the image's index in ``table``.
+        background: [3] float32, the colour behind the image; its device is the output's.
+
+    Returns:
+        ``rgba`` [h·w, 4] float32 in [0, 1] (row-major) and ``gt`` [h·w, 3], its colour composited
+        over ``background`` (:func:`trainer.data.rays.composite_background`).
+    """
+    rgba = table.image(position).reshape(-1, 4).to(background.device)
+    rgba = rgba.float() / (255.0 if rgba.dtype == torch.uint8 else 1.0)
+    return rgba, composite_background(rgba[:, :3], rgba[:, 3:4], background)
+
+
 def evaluation_frames(frames: list, max_images: int | None) -> list[tuple[int, Any]]:
     """``(index in split, frame)`` pairs to evaluate: all frames, or ``max_images`` of them evenly
     spaced over the split (the first views of a split are often not representative: on lego the
@@ -116,7 +133,7 @@ def evaluate(
             ignored when ``render`` is given.
 
     After each scored view, ``trainer.eval_progress(done, total, image_record)`` is called when
-    the trainer has that attribute set (the CLI prints a line per view with it).
+    it is set (the CLI prints progress lines with it).
 
     Raises:
         ValueError: ``spp`` outside [1, 64].
@@ -154,17 +171,12 @@ def evaluate(
             if not score:
                 continue
             h, w = frame.intrinsics.height, frame.intrinsics.width
-            lo, hi = int(table.offsets[position]), int(table.offsets[position + 1])
-            pixels = torch.as_tensor(np.asarray(table.pixels[lo:hi])).to(trainer.device)
-            scale = 255.0 if pixels.dtype == torch.uint8 else 1.0
-            pixels = pixels.float() / scale
-            gt = pixels[:, :3] * pixels[:, 3:4] + background * (1.0 - pixels[:, 3:4])
+            _, gt = ground_truth(table, position, background)
             pred_img = rgb.reshape(h, w, 3).clamp(0.0, 1.0)
             gt_img = gt.reshape(h, w, 3)
             images.append({"index": index, "name": frame.name, "psnr_db": psnr(pred_img, gt_img), "ssim": ssim(pred_img, gt_img)})
-            report = getattr(trainer, "eval_progress", None)
-            if report is not None:
-                report(position + 1, len(chosen), images[-1])
+            if trainer.eval_progress is not None:
+                trainer.eval_progress(position + 1, len(chosen), images[-1])
             if save_renders and trainer.run_dir is not None:
                 path = trainer.run_dir.render_path(split, index)
                 path.parent.mkdir(parents=True, exist_ok=True)

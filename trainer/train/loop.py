@@ -272,6 +272,8 @@ class Trainer:
         self.step = 0
         self.n_rays = int(t.initial_rays_per_step)
         self.samples_per_ray_ema: float | None = None
+        # called after each scored view of an evaluation: (views done, views in all, image record)
+        self.eval_progress: Callable[[int, int, dict[str, Any]], None] | None = None
         self.train_time_s = 0.0
         self.timer = PhaseTimer(self.device, enabled=cfg.profile.phase_timers, faults=self._phase_faults(cfg))
         self._trace: TraceWindow | None = None
