@@ -16,7 +16,6 @@ import collections
 import time
 from pathlib import Path
 
-import torch
 from _common import machine_description, print_table
 from torch.profiler import ProfilerActivity, profile
 

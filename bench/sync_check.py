@@ -66,7 +66,7 @@ def main() -> None:
         )
     trainer.close()
     if distributed:
-        shutdown_distributed()
+        shutdown_distributed(barrier=True)  # a rank that leaves first can abort its peers at exit
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ def balanced_run(demo_scene, tmp_path_factory) -> dict:
         ``single`` (the one-process run: ``boxes``, ``volume_boxes`` (equal-volume cut), ``n_rays``
         at step 12, ``next_losses`` of steps 13-14).
     """
-    from tests.parallel.test_dp_training import run_ranks
+    from tests.parallel.ranks import run_ranks
     from tests.parallel.test_subgrid_training import BALANCED, balance_rank
     from trainer.data import load_scene
     from trainer.parallel.partition import split_boxes

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.parallel.test_dp_training import run_ranks
+from tests.parallel.ranks import run_ranks
 from tests.parallel.test_subgrid_training import resume_subgrid_on_three
 from tests.train.conftest import demo_scene, tiny_config  # noqa: F401  (demo_scene: fixture)
 from trainer.data import load_scene

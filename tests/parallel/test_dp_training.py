@@ -1,56 +1,24 @@
 """Data-parallel training (trainer/parallel/trainer.py) on gloo/CPU with 2 real processes.
 
-``run_ranks`` (also used by the subgrid and checkpoint tests) spawns W processes that join one
-gloo group and run a module-level function; each rank's return value comes back through a file.
+Ranks run through ``tests.parallel.ranks.run_ranks`` (W spawned processes in one gloo group).
 """
 
 from __future__ import annotations
 
 import json
-import os
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 
+from tests.parallel.ranks import run_ranks
 from tests.train.conftest import demo_scene, tiny_config  # noqa: F401  (demo_scene: fixture)
 from trainer.data import load_scene
 from trainer.errors import ConfigError
-from trainer.parallel.dist_env import free_port, shutdown_distributed
 from trainer.parallel.trainer import DataParallelTrainer, validate_parallel_config
 from trainer.schema import read_metrics
 
 pytestmark = pytest.mark.timeout(120)
-
-TIMEOUT_S = 60
-
-
-def _rank_main(rank: int, world_size: int, port: int, out_dir: str, fn, args: tuple) -> None:
-    torch.set_num_threads(1)
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=timedelta(seconds=TIMEOUT_S))
-    completed = False
-    try:
-        result = fn(rank, world_size, *args)
-        torch.save(result, Path(out_dir) / f"result{rank}.pt")
-        completed = True
-    finally:
-        shutdown_distributed(barrier=completed)  # see its docstring: the barrier avoids an abort at exit
-
-
-def run_ranks(fn, world_size: int, tmp_path: Path, *args) -> list:
-    """Run ``fn(rank, world_size, *args)`` on ``world_size`` gloo ranks; returns their results."""
-    out = tmp_path / f"results_{fn.__name__}_{world_size}"
-    out.mkdir(parents=True, exist_ok=True)
-    mp.start_processes(
-        _rank_main, args=(world_size, free_port(), str(out), fn, args), nprocs=world_size, join=True, start_method="spawn"
-    )
-    return [torch.load(out / f"result{r}.pt", weights_only=False) for r in range(world_size)]
-
 
 # Adam's first update is lr·g/(|g| + ε), a sign function of g for the default ε = 1e-15; gradients
 # that differ only by summation order would flip the sign of near-zero entries. A larger ε makes

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.parallel.test_dp_training import _parity_rank, assert_parity, parity_reference, run_ranks
+from tests.parallel.ranks import run_ranks
+from tests.parallel.test_dp_training import _parity_rank, assert_parity, parity_reference
 from tests.train.conftest import demo_scene, tiny_config  # noqa: F401  (demo_scene: fixture)
 from trainer.data import load_scene
 from trainer.parallel.subgrid_train import SubgridTrainer

@@ -1,6 +1,6 @@
 """GradientSynchronizer: 2 gloo ranks vs one process on the union of their samples.
 
-One ``torch.multiprocessing.spawn`` (module-scoped fixture) runs every scenario on both ranks; the
+One ``run_ranks`` (tests/parallel/ranks.py, module-scoped fixture) runs every scenario on both ranks; the
 reference is computed in the test process. Each scenario builds the same seeded model (a tiny
 ``NGPField`` plus a float64 colour scale, so there are two gradient dtypes, plus one parameter that
 no loss uses), lets rank 0 and rank 1 train on different sample sets, sums the gradients with the
@@ -16,19 +16,16 @@ update's direction, not only its scale.
 from __future__ import annotations
 
 import dataclasses
-from datetime import timedelta
-from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import nn
 
+from tests.parallel.ranks import run_ranks
 from trainer.encoding.hashgrid import HashGridConfig
 from trainer.errors import ConfigError, LaunchError
 from trainer.model.field import MLPConfig, NGPField
-from trainer.parallel.dist_env import free_port
 from trainer.parallel.grad_sync import (
     GradientSynchronizer,
     allreduce_bandwidth_gb_per_s,
@@ -38,7 +35,6 @@ from trainer.parallel.grad_sync import (
 )
 
 WORLD_SIZE = 2
-TIMEOUT_S = 30
 LR = 1e-2
 ADAM_EPS = 1e-6
 N_SAMPLES = (40, 24)  # set A (rank 0), set B (rank 1)
@@ -127,61 +123,48 @@ def adam(model: nn.Module) -> torch.optim.Optimizer:
     return torch.optim.Adam(model.parameters(), lr=LR, betas=(0.9, 0.99), eps=ADAM_EPS)
 
 
-def _worker(rank: int, world_size: int, port: int, out_dir: str) -> None:
-    torch.set_num_threads(1)
-    dist.init_process_group(
-        "gloo",
-        init_method=f"tcp://127.0.0.1:{port}",
-        rank=rank,
-        world_size=world_size,
-        timeout=timedelta(seconds=TIMEOUT_S),
-    )
+def _grad_sync_rank(rank: int, world_size: int) -> dict[str, object]:
+    results: dict[str, object] = {}
+    for name, scenario in SCENARIOS.items():
+        model = TinyModel()
+        points = rank_samples(scenario.data, rank)
+        n_local = int(points["positions"].shape[0])
+        sync = GradientSynchronizer(
+            list(model.parameters()),
+            bucket_mib=scenario.bucket_mib,
+            compression=scenario.compression,
+            overlap=scenario.overlap,
+        )
+        n_global = global_count(n_local)
+        optimizer = adam(model)
+        optimizer.zero_grad(set_to_none=True)
+        if n_local > 0:  # a rank without samples runs no backward at all
+            (model.loss_sum(points) / n_global).backward()
+        any_gradient = sync.finish()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        if any_gradient:
+            optimizer.step()
+        sync.close()
+        results[name] = {
+            "n_global": n_global,
+            "any_gradient": any_gradient,
+            "grads": grads,
+            "params": {n: p.detach().clone() for n, p in model.named_parameters()},
+            "stats": sync.stats(),
+            "bucket_sizes_bytes": sync.bucket_sizes_bytes,
+        }
+    # Ranks that disagree on the settings are stopped at construction, on both ranks.
     try:
-        results: dict[str, object] = {}
-        for name, scenario in SCENARIOS.items():
-            model = TinyModel()
-            points = rank_samples(scenario.data, rank)
-            n_local = int(points["positions"].shape[0])
-            sync = GradientSynchronizer(
-                list(model.parameters()),
-                bucket_mib=scenario.bucket_mib,
-                compression=scenario.compression,
-                overlap=scenario.overlap,
-            )
-            n_global = global_count(n_local)
-            optimizer = adam(model)
-            optimizer.zero_grad(set_to_none=True)
-            if n_local > 0:  # a rank without samples runs no backward at all
-                (model.loss_sum(points) / n_global).backward()
-            any_gradient = sync.finish()
-            grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-            if any_gradient:
-                optimizer.step()
-            sync.close()
-            results[name] = {
-                "n_global": n_global,
-                "any_gradient": any_gradient,
-                "grads": grads,
-                "params": {n: p.detach().clone() for n, p in model.named_parameters()},
-                "stats": sync.stats(),
-                "bucket_sizes_bytes": sync.bucket_sizes_bytes,
-            }
-        # Ranks that disagree on the settings are stopped at construction, on both ranks.
-        try:
-            GradientSynchronizer(list(TinyModel().parameters()), bucket_mib=1.0 + rank)
-            results["mismatch_error"] = ""
-        except LaunchError as exc:
-            results["mismatch_error"] = str(exc)
-        torch.save(results, Path(out_dir) / f"rank{rank}.pt")
-    finally:
-        dist.destroy_process_group()
+        GradientSynchronizer(list(TinyModel().parameters()), bucket_mib=1.0 + rank)
+        results["mismatch_error"] = ""
+    except LaunchError as exc:
+        results["mismatch_error"] = str(exc)
+    return results
 
 
 @pytest.fixture(scope="module")
 def rank_results(tmp_path_factory) -> list[dict]:
-    out_dir = tmp_path_factory.mktemp("grad_sync")
-    mp.spawn(_worker, args=(WORLD_SIZE, free_port(), str(out_dir)), nprocs=WORLD_SIZE, join=True)
-    return [torch.load(out_dir / f"rank{r}.pt", weights_only=True) for r in range(WORLD_SIZE)]
+    return run_ranks(_grad_sync_rank, WORLD_SIZE, tmp_path_factory.mktemp("grad_sync"))
 
 
 def reference_gradients(sets: list[dict[str, torch.Tensor]], n_global: int) -> dict[str, torch.Tensor]:

@@ -1,21 +1,18 @@
 """Subgrid model parallelism: exact compositing of boxes, the distributed gather and box moves.
 
-The distributed tests spawn two gloo ranks on CPU once per module (``two_rank_results``) and
-compare everything they computed with the same boxes evaluated in this one process.
+The distributed tests run two gloo ranks on CPU once per module (``two_rank_results``, through
+``tests.parallel.ranks.run_ranks``) and compare everything they computed with the same boxes
+evaluated in this one process.
 """
 
 from __future__ import annotations
 
 import copy
-import socket
-from datetime import timedelta
-from pathlib import Path
 
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 
+from tests.parallel.ranks import run_ranks
 from trainer.encoding.hashgrid import HashGridConfig
 from trainer.model.field import MLPConfig, NGPField
 from trainer.parallel.partition import assign_boxes, ray_box_segments, split_boxes
@@ -34,13 +31,6 @@ AABB = torch.tensor([[0.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
 N_RAYS = 48
 OVERLAP = 0.25
 SEED = 7
-TIMEOUT_S = 30
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _make_field(domain: torch.Tensor) -> NGPField:
@@ -121,66 +111,53 @@ def _field_state(model: SubgridModel, optimizer, prefix: str, out: dict) -> None
                 out[f"{prefix}/{k}/{name}/{key}"] = state[key].clone()
 
 
-def _worker(rank: int, port: int, out_dir: str) -> None:
-    torch.set_num_threads(1)
-    dist.init_process_group(
-        "gloo",
-        init_method=f"tcp://127.0.0.1:{port}",
-        rank=rank,
-        world_size=2,
-        timeout=timedelta(seconds=TIMEOUT_S),
-    )
+def _subgrid_rank(rank: int, world_size: int) -> dict[str, torch.Tensor]:
     out: dict[str, torch.Tensor] = {}
-    try:
-        samples, background, target = _scene()
-        my_rays = (torch.arange(N_RAYS) % 2 == rank).float()
-        # Exactness, K = 2 (one box per rank), both gradient conventions.
-        for mode, replicated in (("sum", False), ("replicated", True)):
-            model = _model(2, [0, 1], rank)
-            rgb, _ = render_subgrid(model, samples, background, loss_replicated=replicated)
-            _loss(rgb, target, None if replicated else my_rays).backward()
-            out[f"{mode}/rgb"] = rgb.detach()
-            for k in model.local_box_ids:
-                for name, p in model.fields[str(k)].named_parameters():
-                    out[f"{mode}/grad/{k}/{name}"] = p.grad
-        # K = 3 on 2 ranks: uneven rows per rank (padding in the gather).
-        model = _model(3, assign_boxes(3, 2), rank)
-        rgb, _ = render_subgrid(model, samples, background)
-        _loss(rgb, target, my_rays).backward()
-        out["k3/rgb"] = rgb.detach()
+    samples, background, target = _scene()
+    my_rays = (torch.arange(N_RAYS) % 2 == rank).float()
+    # Exactness, K = 2 (one box per rank), both gradient conventions.
+    for mode, replicated in (("sum", False), ("replicated", True)):
+        model = _model(2, [0, 1], rank)
+        rgb, _ = render_subgrid(model, samples, background, loss_replicated=replicated)
+        _loss(rgb, target, None if replicated else my_rays).backward()
+        out[f"{mode}/rgb"] = rgb.detach()
         for k in model.local_box_ids:
             for name, p in model.fields[str(k)].named_parameters():
-                out[f"k3/grad/{k}/{name}"] = p.grad
-        # Training with box moves: step, box 1 → rank 0, step (rank 1 owns nothing), box 0 → rank 1, step.
-        model = _model(2, [0, 1], rank)
-        optimizer = _adam(model)
-        _train_step(model, optimizer, samples, background, target, my_rays)
-        if rank == 1:
-            _field_state(model, optimizer, "before_move", out)
-        model.move_box(1, src_rank=1, dst_rank=0, optimizer=optimizer)
-        if rank == 0:
-            _field_state(model, optimizer, "after_move", out)
-        out["owned_after_first_move"] = torch.tensor(model.local_box_ids + [-1])
-        _train_step(model, optimizer, samples, background, target, my_rays)
-        model.move_box(0, src_rank=0, dst_rank=1, optimizer=optimizer)
-        _train_step(model, optimizer, samples, background, target, my_rays)
-        _field_state(model, optimizer, "trained", out)
-        out["owners"] = torch.tensor(model.owners)
-        # Inconsistent box ids (both ranks claim box 0) fail on every rank, not by a hang.
-        try:
-            all_gather_segments(torch.zeros(1, N_RAYS, 3), torch.ones(1, N_RAYS), [0], 2)
-        except ValueError as error:
-            out["bad_ids_error"] = torch.tensor(int("once each" in str(error)))
-    finally:
-        dist.destroy_process_group()
-    torch.save(out, Path(out_dir) / f"rank{rank}.pt")
+                out[f"{mode}/grad/{k}/{name}"] = p.grad
+    # K = 3 on 2 ranks: uneven rows per rank (padding in the gather).
+    model = _model(3, assign_boxes(3, 2), rank)
+    rgb, _ = render_subgrid(model, samples, background)
+    _loss(rgb, target, my_rays).backward()
+    out["k3/rgb"] = rgb.detach()
+    for k in model.local_box_ids:
+        for name, p in model.fields[str(k)].named_parameters():
+            out[f"k3/grad/{k}/{name}"] = p.grad
+    # Training with box moves: step, box 1 → rank 0, step (rank 1 owns nothing), box 0 → rank 1, step.
+    model = _model(2, [0, 1], rank)
+    optimizer = _adam(model)
+    _train_step(model, optimizer, samples, background, target, my_rays)
+    if rank == 1:
+        _field_state(model, optimizer, "before_move", out)
+    model.move_box(1, src_rank=1, dst_rank=0, optimizer=optimizer)
+    if rank == 0:
+        _field_state(model, optimizer, "after_move", out)
+    out["owned_after_first_move"] = torch.tensor(model.local_box_ids + [-1])
+    _train_step(model, optimizer, samples, background, target, my_rays)
+    model.move_box(0, src_rank=0, dst_rank=1, optimizer=optimizer)
+    _train_step(model, optimizer, samples, background, target, my_rays)
+    _field_state(model, optimizer, "trained", out)
+    out["owners"] = torch.tensor(model.owners)
+    # Inconsistent box ids (both ranks claim box 0) fail on every rank, not by a hang.
+    try:
+        all_gather_segments(torch.zeros(1, N_RAYS, 3), torch.ones(1, N_RAYS), [0], 2)
+    except ValueError as error:
+        out["bad_ids_error"] = torch.tensor(int("once each" in str(error)))
+    return out
 
 
 @pytest.fixture(scope="module")
 def two_rank_results(tmp_path_factory) -> list[dict]:
-    out_dir = tmp_path_factory.mktemp("subgrid_ranks")
-    mp.spawn(_worker, args=(_free_port(), str(out_dir)), nprocs=2, join=True)
-    return [torch.load(out_dir / f"rank{r}.pt", weights_only=True) for r in range(2)]
+    return run_ranks(_subgrid_rank, 2, tmp_path_factory.mktemp("subgrid_ranks"))
 
 
 def _reference_grads(num_boxes: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

@@ -54,7 +54,6 @@ def _open_header(path: Path):
 
 def exif_orientation(path: Path) -> int:
     """EXIF orientation (1..8) of an image file, 1 when absent or unreadable."""
-    from PIL import Image
 
     try:
         with _open_header(path) as im:

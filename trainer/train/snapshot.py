@@ -13,7 +13,6 @@ during a save leaves the previous snapshot intact.
 
 from __future__ import annotations
 
-import pickle
 import zipfile
 from pathlib import Path
 from typing import Any
