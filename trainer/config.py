@@ -476,16 +476,20 @@ class RGBNetworkConfig(NetworkConfig):
 
 @dataclasses.dataclass(frozen=True)
 class DirEncodingConfig(_Block):
-    """Direction encoding: real spherical harmonics of degree 4 (16 outputs), instant-ngp's choice.
+    """Direction encoding: real spherical harmonics (:func:`trainer.encoding.sh.sh_encode`).
 
-    Only degree 4 is implemented (:func:`trainer.encoding.sh.sh_encode`); instant-ngp's
-    ``Composite`` form is accepted on load (see the module docstring).
+    Attributes:
+        otype: ``"SphericalHarmonics"``, the only one.
+        degree: bands, 1..4 (tiny-cuda-nn's ``degree``: degree² outputs). 4 is instant-ngp's choice;
+            lower degrees give the colour less freedom to vary with the view direction (1: none).
+
+    instant-ngp's ``Composite`` form is accepted on load (see the module docstring).
     """
 
     _PATH: ClassVar[str] = "dir_encoding"
 
     otype: str = _field("SphericalHarmonics", _OneOf("SphericalHarmonics"))
-    degree: int = _field(4, _Int(4, 4))
+    degree: int = _field(4, _Int(1, 4))
 
 
 @dataclasses.dataclass(frozen=True)

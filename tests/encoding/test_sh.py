@@ -100,3 +100,21 @@ def test_orthonormal_on_the_sphere():
 def test_gradcheck():
     d = torch.nn.functional.normalize(torch.randn(4, 3, dtype=torch.float64), dim=1).requires_grad_(True)
     assert torch.autograd.gradcheck(sh_encode, (d,), fast_mode=True)
+
+
+@pytest.mark.parametrize("degree", [1, 2, 3])
+def test_lower_degrees_are_the_leading_bands(degree):
+    # tiny-cuda-nn's degree d keeps bands 0..d−1: the first d² coefficients, checked against the
+    # independent Legendre formula band by band.
+    dirs = torch.nn.functional.normalize(torch.randn(9, 3, dtype=torch.float64), dim=1)
+    out = sh_encode(dirs, degree)
+    assert out.shape == (9, degree * degree)
+    for i, (x, y, z) in enumerate(dirs.tolist()):
+        expected = [real_sh_general(l, m, x, y, z) for l in range(degree) for m in range(-l, l + 1)]
+        assert out[i].tolist() == pytest.approx(expected, abs=1e-12)
+
+
+@pytest.mark.parametrize("degree", [0, 5, 2.0, True])
+def test_degree_outside_1_to_4_is_refused(degree):
+    with pytest.raises(ValueError, match=r"degree must be an int in 1\.\.4, got"):
+        sh_encode(torch.zeros(1, 3), degree)

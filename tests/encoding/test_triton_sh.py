@@ -60,6 +60,17 @@ def test_field_uses_the_reference_where_a_gradient_is_wanted():
     dirs = torch.nn.functional.normalize(torch.randn(10, 3), dim=-1).requires_grad_()
     out = _encode_directions(dirs)
     assert out.requires_grad and torch.equal(out, sh_encode(dirs))
+    assert torch.equal(_encode_directions(dirs, 2), sh_encode(dirs, 2))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("degree", [1, 2, 3, 4])
+def test_field_takes_the_leading_columns_of_the_kernel_for_lower_degrees(degree):
+    from trainer.encoding.sh import sh_encode
+    from trainer.model.field import _encode_directions
+
+    dirs = torch.nn.functional.normalize(torch.randn(1000, 3, device="cuda"), dim=-1)
+    assert torch.equal(_encode_directions(dirs, degree), sh_encode(dirs, degree))
 
 
 if __name__ == "__main__":

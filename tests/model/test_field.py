@@ -62,6 +62,31 @@ def test_colour_depends_on_direction_density_does_not():
     assert (rgb_a - rgb_b).abs().max() > 1e-4
 
 
+def test_sh_degree_1_makes_colour_view_independent():
+    torch.manual_seed(0)
+    field = NGPField(AABB, GRID, backend="torch", sh_degree=1)
+    assert field.rgb_mlp.linears[0].weight.shape[1] == 15 + 1
+    positions, directions = samples(16)
+    assert torch.equal(field(positions, directions)[1], field(positions, -directions)[1])
+    field2 = NGPField(AABB, GRID, backend="torch", sh_degree=2)
+    assert field2.rgb_mlp.linears[0].weight.shape[1] == 15 + 4
+    assert (field2(positions, directions)[1] - field2(positions, -directions)[1]).abs().max() > 1e-4
+
+
+def test_build_field_takes_the_degree_from_the_config():
+    from tests.train.conftest import tiny_config
+    from trainer.train.loop import build_field
+
+    field = build_field(tiny_config(dir_encoding__degree=3), AABB, 1, torch.device("cpu"))
+    assert field.sh_degree == 3 and field.rgb_mlp.linears[0].weight.shape[1] == 15 + 9
+
+
+@pytest.mark.parametrize("degree", [0, 5])
+def test_sh_degree_outside_1_to_4_names_the_key(degree):
+    with pytest.raises(ConfigError, match=rf"dir_encoding\.degree: .*got {degree}"):
+        NGPField(AABB, GRID, backend="torch", sh_degree=degree)
+
+
 def test_positions_outside_the_box_are_clamped():
     field = make_field()
     inside = torch.tensor([[1.0, 0.5, 4.0], [-1.0, -2.0, 0.0]])

@@ -295,6 +295,10 @@ NESTED_BAD_LR = {
             "SphericalHarmonics entry, got 'Frequency'",
         ),
         (
+            {"dir_encoding": {"otype": "SphericalHarmonics", "degree": 5}},
+            "dir_encoding.degree: expected an integer in [1, 4], got 5",
+        ),
+        (
             {"dir_encoding": {"otype": "Composite", "nested": [{"otype": "Identity"}]}},
             "dir_encoding.nested[0].otype: expected SphericalHarmonics (it encodes the ray "
             "direction), got 'Identity'",

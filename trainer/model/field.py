@@ -5,7 +5,7 @@ density activation ``trunc_exp`` follows torch-ngp (``activation.py``).
 
     positions ──(AABB → [0,1]³)── hash grid [L·F] ── density MLP ── h [16]
         σ = trunc_exp(h₀)
-        rgb = sigmoid(colour MLP([h₁..h₁₅, SH₁₆(direction)]))
+        rgb = sigmoid(colour MLP([h₁..h₁₅, SH_d²(direction)]))   (d = SH degree, 4 by default)
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from torch import nn
 
 from trainer.encoding.backends import HashGridEncoding
 from trainer.encoding.hashgrid import HashGridConfig
-from trainer.encoding.sh import SH_OUTPUT_DIM, sh_encode
+from trainer.encoding.sh import SH_MAX_DEGREE, sh_encode, sh_output_dim
 from trainer.errors import ConfigError
 from trainer.model.mlp import MLP, MLPConfig
 
@@ -64,12 +64,13 @@ def _triton_sh():
     return sh_encode_triton
 
 
-def _encode_directions(directions: torch.Tensor) -> torch.Tensor:
-    """SH of float32 directions [S, 3] → [S, 16]: the one-launch Triton kernel on CUDA when no
-    gradient is wanted (bitwise the reference's values), else :func:`sh_encode`."""
+def _encode_directions(directions: torch.Tensor, degree: int = SH_MAX_DEGREE) -> torch.Tensor:
+    """SH of float32 directions [S, 3] → [S, degree²]: the one-launch Triton kernel on CUDA when no
+    gradient is wanted (bitwise the reference's values; it writes all 16 and lower degrees take the
+    leading columns), else :func:`sh_encode`."""
     if directions.is_cuda and not directions.requires_grad and _triton_sh() is not None:
-        return _triton_sh()(directions)
-    return sh_encode(directions)
+        return _triton_sh()(directions)[:, : sh_output_dim(degree)]
+    return sh_encode(directions, degree)
 
 
 def _check_aabb(aabb: torch.Tensor) -> torch.Tensor:
@@ -93,15 +94,18 @@ class NGPField(nn.Module):
             the hash grid. Its device is where every parameter is created.
         grid_cfg: hash-grid layout.
         density_net: density MLP, L·F → 16 (default 64 wide, 1 hidden layer).
-        rgb_net: colour MLP, 15 + 16 → 3 (default 64 wide, 2 hidden layers).
+        rgb_net: colour MLP, 15 + sh_degree² → 3 (default 64 wide, 2 hidden layers).
         backend: hash-grid backend name (see :func:`trainer.encoding.backends.get_backend`).
         table_dtype: storage dtype of the hash table.
+        sh_degree: bands of the view-direction encoding, 1..4 (tiny-cuda-nn's ``degree``; 1 makes
+            the colour independent of the view direction).
 
     Each MLP's ``output_activation`` (default "None") is applied before the fixed ``trunc_exp``
     (density) and sigmoid (colour).
 
     Raises:
-        ConfigError: for a malformed ``aabb`` or an unusable backend (``encoding.backend``).
+        ConfigError: for a malformed ``aabb``, an unusable backend (``encoding.backend``) or an SH
+            degree outside 1..4 (``dir_encoding.degree``).
     """
 
     def __init__(
@@ -112,9 +116,15 @@ class NGPField(nn.Module):
         rgb_net: MLPConfig | None = None,
         backend: str = "auto",
         table_dtype: torch.dtype = torch.float32,
+        sh_degree: int = SH_MAX_DEGREE,
     ) -> None:
         super().__init__()
         aabb = _check_aabb(aabb)
+        try:
+            n_sh = sh_output_dim(sh_degree)
+        except ValueError as error:
+            raise ConfigError(f"dir_encoding.degree: {error}") from None
+        self.sh_degree = sh_degree
         grid_cfg = grid_cfg if grid_cfg is not None else HashGridConfig()
         density_net = density_net if density_net is not None else MLPConfig(n_hidden_layers=1)
         rgb_net = rgb_net if rgb_net is not None else MLPConfig(n_hidden_layers=2)
@@ -122,7 +132,7 @@ class NGPField(nn.Module):
         self.register_buffer("aabb", aabb.to(torch.float32))
         self.encoding = HashGridEncoding(grid_cfg, backend, table_dtype, device)
         self.density_mlp = MLP(self.encoding.output_dim, DENSITY_OUTPUT_DIM, density_net, device)
-        self.rgb_mlp = MLP(DENSITY_OUTPUT_DIM - 1 + SH_OUTPUT_DIM, 3, rgb_net, device)
+        self.rgb_mlp = MLP(DENSITY_OUTPUT_DIM - 1 + n_sh, 3, rgb_net, device)
 
     def normalise_positions(self, positions: torch.Tensor) -> torch.Tensor:
         """World positions [S, 3] → [S, 3] float32 in [0, 1]³; points outside the AABB are
@@ -164,7 +174,7 @@ class NGPField(nn.Module):
         assert positions.ndim == 2 and positions.shape[1] == 3, tuple(positions.shape)
         assert directions.shape == positions.shape, (tuple(directions.shape), tuple(positions.shape))
         sigma, geometry = self._density_head(positions)
-        sh = _encode_directions(directions.float()).to(geometry.dtype)
+        sh = _encode_directions(directions.float(), self.sh_degree).to(geometry.dtype)
         rgb = torch.sigmoid(self.rgb_mlp(torch.cat([geometry, sh], dim=1)).float())
         return sigma, rgb
 

@@ -118,6 +118,7 @@ def build_field(cfg: TrainConfig, aabb: torch.Tensor, aabb_scale: int, device: t
         ),
         backend=cfg.encoding.backend,
         table_dtype=table_dtype,
+        sh_degree=cfg.dir_encoding.degree,
     )
     return field.to(device)
 
