@@ -11,3 +11,15 @@ out=${OUT:-/tmp/out}; mkdir -p "$out" /tmp/keep
 S=.scenes/lego_400
 t0=$(date +%s)
 pack() { tar -C /tmp/keep -czf "$out/keep.tgz" . ; }
+# alternate_train_step TAG VARIANT_A VARIANT_B: bench/train_step.py (warm-up 2000, 500 steps) twice
+# for each variant, A B A B on this host ("" = the defaults); outputs in /tmp/keep/train_step_TAG.txt.
+alternate_train_step() {
+  local tag=$1 round v; shift
+  for round in 1 2; do
+    for v in "$@"; do
+      echo "== round $round ${v:-defaults}"
+      (cd bench && timeout 70 python3 train_step.py --scene ../$S --warmup 2000 --steps 500 $v 2>&1) \
+        | grep -v "^\s*$" | tee -a "/tmp/keep/train_step_$tag.txt" | sed -n 4p
+    done
+  done
+}

@@ -601,6 +601,10 @@ class TrainingConfig(_Block):
         rays_backend: the same choice for building training rays and decoding their colours
             (:mod:`trainer.data.triton_rays`, one kernel for distortion-free cameras; twin: the
             sampler's PyTorch path, which distorted cameras always take).
+        mlp_backend: ``"torch"`` (default) or ``"triton"``: both MLPs of the field in one fused
+            Triton launch forward and one backward (:mod:`trainer.model.triton_mlp`; float32
+            training and instant-ngp's MLP shapes, else the PyTorch path, its twin); ``"auto"``
+            picks it on CUDA. Not the default until it is measured on a GPU.
         compact_samples: train on the samples in front of each ray's early stop only
             (instant-ngp's step, :mod:`trainer.render.compact`): a density pass without gradients
             over the marched samples finds where each ray's transmittance falls below 1e-4, those
@@ -639,6 +643,7 @@ class TrainingConfig(_Block):
     march_backend: str = _field("auto", _OneOf("auto", "triton", "torch"))
     render_backend: str = _field("auto", _OneOf("auto", "triton", "torch"))
     rays_backend: str = _field("auto", _OneOf("auto", "triton", "torch"))
+    mlp_backend: str = _field("torch", _OneOf("auto", "triton", "torch"))
     compact_samples: bool = _field(True, _Bool())
     quiet: bool = _field(False, _Bool())
 

@@ -1,4 +1,4 @@
-"""The Triton march/compositing kernels in the training step against the PyTorch twins.
+"""The Triton march/compositing/MLP kernels in the training step against the PyTorch twins.
 
 On CUDA (``auto`` picks the kernels there) a run with ``march_backend = render_backend = triton``
 must train like one with ``torch``: same batch sizes, losses within float32 rounding of the
@@ -26,10 +26,11 @@ def _run(scene, backend: str, device: str):
     # cell boundary, change a kept count and with it the next batch size, which this test compares.
     rays_backend = "auto" if device == "cuda" else "torch"
     cfg = tiny_config(training__march_backend=backend, training__render_backend=backend,
-                      training__rays_backend=rays_backend, training__device=device,
+                      training__mlp_backend=backend, training__rays_backend=rays_backend, training__device=device,
                       training__target_samples_per_step=2**15)
     trainer = Trainer(cfg, load_scene(scene))
     assert trainer.march_backend == backend and trainer.triton_render == (backend == "triton")
+    assert trainer.field.fused_mlp == (backend == "triton")
     losses, rays = [], []
     for _ in range(STEPS):
         stats, loss, _ = trainer.train_step()
@@ -55,7 +56,7 @@ def test_triton_kernels_train_like_the_reference_on_cuda(demo_scene):
 def test_triton_backend_on_a_cpu_is_refused_naming_the_key(demo_scene):
     if march.triton_march_available(torch.device("cpu")):
         pytest.skip("Triton's interpreter is on in this process: the kernels can run on the CPU")
-    for key in ("march_backend", "render_backend", "rays_backend"):
+    for key in ("march_backend", "render_backend", "rays_backend", "mlp_backend"):
         cfg = tiny_config(**{f"training__{key}": "triton", "training__device": "cpu"})
         with pytest.raises(ConfigError, match=f"training.{key}: 'triton' cannot run on cpu"):
             Trainer(cfg, load_scene(demo_scene))
@@ -64,4 +65,8 @@ def test_triton_backend_on_a_cpu_is_refused_naming_the_key(demo_scene):
 def test_auto_on_a_cpu_uses_the_reference(demo_scene):
     trainer = Trainer(tiny_config(training__device="cpu"), load_scene(demo_scene))
     assert trainer.march_backend == "torch" and not trainer.triton_render and not trainer.sampler.triton_rays
+    assert not trainer.field.fused_mlp
+    trainer.close()
+    trainer = Trainer(tiny_config(training__device="cpu", training__mlp_backend="auto"), load_scene(demo_scene))
+    assert not trainer.field.fused_mlp  # auto: the fused MLP on CUDA only
     trainer.close()

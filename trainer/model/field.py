@@ -73,6 +73,16 @@ def _encode_directions(directions: torch.Tensor, degree: int = SH_MAX_DEGREE) ->
     return sh_encode(directions, degree)
 
 
+@functools.lru_cache(maxsize=None)
+def _triton_mlp():
+    """:mod:`trainer.model.triton_mlp`, or None without Triton."""
+    try:
+        from trainer.model import triton_mlp
+    except ImportError:
+        return None
+    return triton_mlp
+
+
 def _check_aabb(aabb: torch.Tensor) -> torch.Tensor:
     if not isinstance(aabb, torch.Tensor):
         aabb = torch.as_tensor(aabb)
@@ -99,6 +109,9 @@ class NGPField(nn.Module):
         table_dtype: storage dtype of the hash table.
         sh_degree: bands of the view-direction encoding, 1..4 (tiny-cuda-nn's ``degree``; 1 makes
             the colour independent of the view direction).
+        fused_mlp: run both MLPs in the fused Triton kernels of :mod:`trainer.model.triton_mlp`
+            where they apply (float32 without autocast, instant-ngp's MLP shapes; the caller checks
+            that Triton can run on the device); elsewhere the PyTorch path, their twin.
 
     Each MLP's ``output_activation`` (default "None") is applied before the fixed ``trunc_exp``
     (density) and sigmoid (colour).
@@ -117,6 +130,7 @@ class NGPField(nn.Module):
         backend: str = "auto",
         table_dtype: torch.dtype = torch.float32,
         sh_degree: int = SH_MAX_DEGREE,
+        fused_mlp: bool = False,
     ) -> None:
         super().__init__()
         aabb = _check_aabb(aabb)
@@ -133,6 +147,13 @@ class NGPField(nn.Module):
         self.encoding = HashGridEncoding(grid_cfg, backend, table_dtype, device)
         self.density_mlp = MLP(self.encoding.output_dim, DENSITY_OUTPUT_DIM, density_net, device)
         self.rgb_mlp = MLP(DENSITY_OUTPUT_DIM - 1 + n_sh, 3, rgb_net, device)
+        activations = (density_net.activation, density_net.output_activation, rgb_net.activation,
+                       rgb_net.output_activation)
+        self.fused_mlp = (
+            fused_mlp
+            and _triton_mlp() is not None
+            and _triton_mlp().fused_head_supported(self.density_mlp.weights(), self.rgb_mlp.weights(), activations)
+        )
 
     def normalise_positions(self, positions: torch.Tensor) -> torch.Tensor:
         """World positions [S, 3] → [S, 3] float32 in [0, 1]³; points outside the AABB are
@@ -140,8 +161,10 @@ class NGPField(nn.Module):
         lo, hi = self.aabb[0], self.aabb[1]
         return ((positions.float() - lo) / (hi - lo)).clamp(0.0, 1.0)
 
-    def _density_head(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        features = self.encoding(self.normalise_positions(positions))
+    def _density_head(self, positions: torch.Tensor, features: torch.Tensor | None = None
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+        if features is None:
+            features = self.encoding(self.normalise_positions(positions))
         h = self.density_mlp(features)  # [S, 16], autocast dtype
         sigma = trunc_exp(h[:, 0].float())
         return sigma, h[:, 1:]
@@ -173,7 +196,12 @@ class NGPField(nn.Module):
         """
         assert positions.ndim == 2 and positions.shape[1] == 3, tuple(positions.shape)
         assert directions.shape == positions.shape, (tuple(directions.shape), tuple(positions.shape))
-        sigma, geometry = self._density_head(positions)
+        features = self.encoding(self.normalise_positions(positions))
+        if self.fused_mlp and features.dtype == torch.float32 and not torch.is_autocast_enabled(positions.device.type):
+            # the kernels read the leading degree² columns of the SH; directions need no gradient
+            sh = _encode_directions(directions.detach().float(), SH_MAX_DEGREE)
+            return _triton_mlp().fused_field_head(features, sh, self.density_mlp.weights(), self.rgb_mlp.weights())
+        sigma, geometry = self._density_head(positions, features)
         sh = _encode_directions(directions.float(), self.sh_degree).to(geometry.dtype)
         rgb = torch.sigmoid(self.rgb_mlp(torch.cat([geometry, sh], dim=1)).float())
         return sigma, rgb

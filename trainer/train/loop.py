@@ -119,6 +119,7 @@ def build_field(cfg: TrainConfig, aabb: torch.Tensor, aabb_scale: int, device: t
         backend=cfg.encoding.backend,
         table_dtype=table_dtype,
         sh_degree=cfg.dir_encoding.degree,
+        fused_mlp=use_triton_kernels("mlp_backend", cfg.training.mlp_backend, device),
     )
     return field.to(device)
 

@@ -1,0 +1,285 @@
+"""The field's two MLPs after the hash grid in one Triton launch forward and one backward.
+
+The fast twin of :class:`trainer.model.field.NGPField`'s PyTorch path (which stays the reference):
+
+    h   = W_d2 · relu(W_d1 · x)                       density MLP, x = hash-grid features [S, L·F]
+    σ   = exp(h₀)                                     (trunc_exp: gradient exp(min(h₀, 15)))
+    rgb = sigmoid(W_c3 · relu(W_c2 · relu(W_c1 · [h₁..h₁₅, SH(d)])))     colour MLP
+
+for instant-ngp's default shapes (density MLP with one hidden layer, colour MLP with two, ReLU,
+no output activation, no biases; tiny-cuda-nn's ``FullyFusedMLP`` in ``nerf_network.h``). The
+PyTorch path issues ~17 launches forward and ~30 backward for this (a GEMM, an activation and a
+copy per layer, the concatenation, the activations' backward); the step is host-bound (see
+docs/benchmarks.md), so fewer launches is the point. Each program keeps a block of samples in
+registers through all five layers; nothing between layers goes to memory. Backward recomputes the
+activations (cheaper than storing five [S, 64] tensors), and each program sums its samples' weight
+gradients in registers and writes one partial row; the rows are summed by one ``torch.sum``.
+
+Products use ``tl.dot`` with IEEE float32 inputs (``input_precision="ieee"``), as the reference
+runs with float32 matmul precision "highest"; results agree to float32 rounding, not bitwise (the
+summation order differs). Only float32 without autocast; the caller falls back otherwise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+import triton
+import triton.language as tl
+
+__all__ = ["FUSED_ROWS", "fused_field_head", "fused_head_supported"]
+
+FUSED_ROWS = 32  # samples per tile (tl.dot needs >= 16 rows)
+BACKWARD_TILES = 8  # tiles per backward program: weight gradients are summed over 256 samples in registers
+# (8 warps: the six weight-gradient accumulators alone are ~10k floats per program at width 64)
+GEOMETRY_DIM = 16  # the density MLP's output: the density logit h₀ and 15 geometry features
+SH_PAD = 16  # SH coefficients, padded to the degree-4 count
+OUT_PAD = 16  # colour outputs (3), padded to tl.dot's minimum
+_TRUNC_EXP_GRAD_MAX = 15.0
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(4, (n - 1).bit_length())
+
+
+def fused_head_supported(density_weights: list[torch.Tensor], rgb_weights: list[torch.Tensor],
+                         activations: tuple[str, str, str, str]) -> bool:
+    """Whether the fused kernels implement these MLPs: density MLP with one hidden layer, colour
+    MLP with two, the same hidden width (a power of two in 16..128), ReLU hidden activations, no
+    output activations, 16 density outputs, 3 colour outputs, at most 16 SH inputs and at most 64
+    hash-grid features.
+
+    Args:
+        density_weights: the density MLP's weight matrices, ``[out, in]`` each.
+        rgb_weights: the colour MLP's weight matrices.
+        activations: (density hidden, density output, colour hidden, colour output) names.
+    """
+    if len(density_weights) != 2 or len(rgb_weights) != 3:
+        return False
+    if activations != ("ReLU", "None", "ReLU", "None"):
+        return False
+    width = density_weights[0].shape[0]
+    n_in = density_weights[0].shape[1]
+    n_sh = rgb_weights[0].shape[1] - (GEOMETRY_DIM - 1)
+    return (
+        width in (16, 32, 64, 128)
+        and n_in <= 64
+        and density_weights[1].shape == (GEOMETRY_DIM, width)
+        and 1 <= n_sh <= SH_PAD
+        and rgb_weights[0].shape[0] == width
+        and rgb_weights[1].shape == (width, width)
+        and rgb_weights[2].shape == (3, width)
+        and all(w.dtype == torch.float32 for w in density_weights + rgb_weights)
+    )
+
+
+@triton.jit
+def _load_t(w_ptr, row_stride, col0, K: tl.constexpr, N: tl.constexpr, k_lo, k_hi, n_hi):
+    """A [K, N] tile of Wᵀ for W [out, in] (row stride ``row_stride``): tile[k, j] = W[j, col0 + k − k_lo]
+    for k_lo <= k < k_hi and j < n_hi, else 0."""
+    k = tl.arange(0, K)[:, None]
+    j = tl.arange(0, N)[None, :]
+    mask = (k >= k_lo) & (k < k_hi) & (j < n_hi)
+    return tl.load(w_ptr + j * row_stride + (col0 + k - k_lo), mask=mask, other=0.0)
+
+
+@triton.jit
+def _forward_tile(x_ptr, sh_ptr, rows, rmask, n_in, n_sh, sh_stride,
+                  wd1t, wd2t, wgt, wst, wc2t, wc3t,
+                  IN: tl.constexpr, W: tl.constexpr, G: tl.constexpr, SHP: tl.constexpr):
+    """Activations of one tile of samples: x, h1, h, sh, c1, c2, o (pre-sigmoid colour)."""
+    cin = tl.arange(0, IN)[None, :]
+    x = tl.load(x_ptr + rows[:, None] * n_in + cin, mask=rmask[:, None] & (cin < n_in), other=0.0)
+    h1 = tl.maximum(tl.dot(x, wd1t, input_precision="ieee"), 0.0)
+    h = tl.dot(h1, wd2t, input_precision="ieee")
+    csh = tl.arange(0, SHP)[None, :]
+    sh = tl.load(sh_ptr + rows[:, None] * sh_stride + csh, mask=rmask[:, None] & (csh < n_sh), other=0.0)
+    c1 = tl.maximum(tl.dot(h, wgt, input_precision="ieee") + tl.dot(sh, wst, input_precision="ieee"), 0.0)
+    c2 = tl.maximum(tl.dot(c1, wc2t, input_precision="ieee"), 0.0)
+    o = tl.dot(c2, wc3t, input_precision="ieee")
+    return x, h1, h, sh, c1, c2, o
+
+
+@triton.jit
+def _weights(wd1_ptr, wd2_ptr, wc1_ptr, wc2_ptr, wc3_ptr, n_in, n_sh,
+             IN: tl.constexpr, W: tl.constexpr, G: tl.constexpr, SHP: tl.constexpr, OUTP: tl.constexpr):
+    """Transposed, zero-padded weight tiles. The colour MLP's first layer takes [h₁..h₁₅, SH]: its
+    geometry part is a [G, W] tile whose row 0 (the density logit h₀) is zero, its SH part [SHP, W]."""
+    wd1t = _load_t(wd1_ptr, n_in, 0, IN, W, 0, n_in, W)
+    wd2t = _load_t(wd2_ptr, W, 0, W, G, 0, W, G)
+    n_c1 = G - 1 + n_sh
+    wgt = _load_t(wc1_ptr, n_c1, 0, G, W, 1, G, W)
+    wst = _load_t(wc1_ptr, n_c1, G - 1, SHP, W, 0, n_sh, W)
+    wc2t = _load_t(wc2_ptr, W, 0, W, W, 0, W, W)
+    wc3t = _load_t(wc3_ptr, W, 0, W, OUTP, 0, W, 3)
+    return wd1t, wd2t, wgt, wst, wc2t, wc3t
+
+
+@triton.jit
+def _head_forward_kernel(x_ptr, sh_ptr, wd1_ptr, wd2_ptr, wc1_ptr, wc2_ptr, wc3_ptr, sigma_ptr, rgb_ptr,
+                         n, n_in, n_sh, sh_stride,
+                         ROWS: tl.constexpr, IN: tl.constexpr, W: tl.constexpr, G: tl.constexpr,
+                         SHP: tl.constexpr, OUTP: tl.constexpr):
+    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
+    rmask = rows < n
+    wd1t, wd2t, wgt, wst, wc2t, wc3t = _weights(wd1_ptr, wd2_ptr, wc1_ptr, wc2_ptr, wc3_ptr, n_in, n_sh,
+                                                IN, W, G, SHP, OUTP)
+    x, h1, h, sh, c1, c2, o = _forward_tile(x_ptr, sh_ptr, rows, rmask, n_in, n_sh, sh_stride,
+                                            wd1t, wd2t, wgt, wst, wc2t, wc3t, IN, W, G, SHP)
+    cg = tl.arange(0, G)[None, :]
+    h0 = tl.sum(tl.where(cg == 0, h, 0.0), axis=1)
+    tl.store(sigma_ptr + rows, tl.exp(h0), mask=rmask)
+    co = tl.arange(0, OUTP)[None, :]
+    tl.store(rgb_ptr + rows[:, None] * 3 + co, tl.sigmoid(o), mask=rmask[:, None] & (co < 3))
+
+
+@triton.jit
+def _store_partial(ptr, tile_t, row_stride, col0, K: tl.constexpr, N: tl.constexpr, k_lo, k_hi, n_hi):
+    """Write a [K, N] Wᵀ-shaped tile into W's layout (the inverse of ``_load_t``)."""
+    k = tl.arange(0, K)[:, None]
+    j = tl.arange(0, N)[None, :]
+    mask = (k >= k_lo) & (k < k_hi) & (j < n_hi)
+    tl.store(ptr + j * row_stride + (col0 + k - k_lo), tile_t, mask=mask)
+
+
+@triton.jit
+def _head_backward_kernel(x_ptr, sh_ptr, wd1_ptr, wd2_ptr, wc1_ptr, wc2_ptr, wc3_ptr,
+                          g_sigma_ptr, g_rgb_ptr, g_x_ptr, partial_ptr,
+                          n, n_in, n_sh, sh_stride, partial_stride, off_d2, off_c1, off_c2, off_c3,
+                          ROWS: tl.constexpr, TILES: tl.constexpr, IN: tl.constexpr, W: tl.constexpr,
+                          G: tl.constexpr, SHP: tl.constexpr, OUTP: tl.constexpr, EXP_MAX: tl.constexpr):
+    pid = tl.program_id(0).to(tl.int64)
+    wd1t, wd2t, wgt, wst, wc2t, wc3t = _weights(wd1_ptr, wd2_ptr, wc1_ptr, wc2_ptr, wc3_ptr, n_in, n_sh,
+                                                IN, W, G, SHP, OUTP)
+    acc_d1 = tl.zeros((IN, W), dtype=tl.float32)
+    acc_d2 = tl.zeros((W, G), dtype=tl.float32)
+    acc_g = tl.zeros((G, W), dtype=tl.float32)
+    acc_s = tl.zeros((SHP, W), dtype=tl.float32)
+    acc_c2 = tl.zeros((W, W), dtype=tl.float32)
+    acc_c3 = tl.zeros((W, OUTP), dtype=tl.float32)
+    cg = tl.arange(0, G)[None, :]
+    co = tl.arange(0, OUTP)[None, :]
+    cin = tl.arange(0, IN)[None, :]
+    for t in range(TILES):
+        rows = (pid * TILES + t) * ROWS + tl.arange(0, ROWS)
+        rmask = rows < n
+        x, h1, h, sh, c1, c2, o = _forward_tile(x_ptr, sh_ptr, rows, rmask, n_in, n_sh, sh_stride,
+                                                wd1t, wd2t, wgt, wst, wc2t, wc3t, IN, W, G, SHP)
+        rgb = tl.sigmoid(o)
+        g_rgb = tl.load(g_rgb_ptr + rows[:, None] * 3 + co, mask=rmask[:, None] & (co < 3), other=0.0)
+        d_o = g_rgb * rgb * (1.0 - rgb)
+        acc_c3 += tl.dot(tl.trans(c2), d_o, input_precision="ieee")
+        d_c2 = tl.where(c2 > 0.0, tl.dot(d_o, tl.trans(wc3t), input_precision="ieee"), 0.0)
+        acc_c2 += tl.dot(tl.trans(c1), d_c2, input_precision="ieee")
+        d_c1 = tl.where(c1 > 0.0, tl.dot(d_c2, tl.trans(wc2t), input_precision="ieee"), 0.0)
+        acc_g += tl.dot(tl.trans(h), d_c1, input_precision="ieee")
+        acc_s += tl.dot(tl.trans(sh), d_c1, input_precision="ieee")
+        d_h = tl.dot(d_c1, tl.trans(wgt), input_precision="ieee")  # column 0 is 0 (wgt's row 0 is)
+        h0 = tl.sum(tl.where(cg == 0, h, 0.0), axis=1)
+        g_sigma = tl.load(g_sigma_ptr + rows, mask=rmask, other=0.0)
+        d_h0 = g_sigma * tl.exp(tl.minimum(h0, EXP_MAX))
+        d_h = tl.where(cg == 0, d_h0[:, None], d_h)
+        acc_d2 += tl.dot(tl.trans(h1), d_h, input_precision="ieee")
+        d_h1 = tl.where(h1 > 0.0, tl.dot(d_h, tl.trans(wd2t), input_precision="ieee"), 0.0)
+        acc_d1 += tl.dot(tl.trans(x), d_h1, input_precision="ieee")
+        d_x = tl.dot(d_h1, tl.trans(wd1t), input_precision="ieee")
+        tl.store(g_x_ptr + rows[:, None] * n_in + cin, d_x, mask=rmask[:, None] & (cin < n_in))
+    base = partial_ptr + pid * partial_stride
+    n_c1 = G - 1 + n_sh
+    _store_partial(base, acc_d1, n_in, 0, IN, W, 0, n_in, W)
+    _store_partial(base + off_d2, acc_d2, W, 0, W, G, 0, W, G)
+    _store_partial(base + off_c1, acc_g, n_c1, 0, G, W, 1, G, W)
+    _store_partial(base + off_c1, acc_s, n_c1, G - 1, SHP, W, 0, n_sh, W)
+    _store_partial(base + off_c2, acc_c2, W, 0, W, W, 0, W, W)
+    _store_partial(base + off_c3, acc_c3, W, 0, W, OUTP, 0, W, 3)
+
+
+def _meta(x: torch.Tensor, weights: tuple[torch.Tensor, ...], sh: torch.Tensor) -> dict:
+    wd1, _, wc1, _, _ = weights
+    return dict(n_in=x.shape[1], n_sh=wc1.shape[1] - (GEOMETRY_DIM - 1), sh_stride=sh.stride(0),
+                IN=_next_pow2(x.shape[1]), W=wd1.shape[0], G=GEOMETRY_DIM, SHP=SH_PAD, OUTP=OUT_PAD)
+
+
+def _device(t: torch.Tensor):
+    return torch.cuda.device(t.device) if t.is_cuda else contextlib.nullcontext()
+
+
+class _FusedHead(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, sh, wd1, wd2, wc1, wc2, wc3):  # type: ignore[override]
+        weights = (wd1, wd2, wc1, wc2, wc3)
+        meta = _meta(x, weights, sh)
+        n = x.shape[0]
+        sigma = torch.empty(n, dtype=torch.float32, device=x.device)
+        rgb = torch.empty(n, 3, dtype=torch.float32, device=x.device)
+        if n:
+            with _device(x):
+                _head_forward_kernel[(triton.cdiv(n, FUSED_ROWS),)](
+                    x, sh, *weights, sigma, rgb, n, meta["n_in"], meta["n_sh"], meta["sh_stride"],
+                    ROWS=FUSED_ROWS, IN=meta["IN"], W=meta["W"], G=meta["G"], SHP=meta["SHP"], OUTP=meta["OUTP"],
+                    num_warps=4,
+                )
+        ctx.save_for_backward(x, sh, *weights)
+        return sigma, rgb
+
+    @staticmethod
+    def backward(ctx, g_sigma, g_rgb):  # type: ignore[override]
+        x, sh, *weights = ctx.saved_tensors
+        meta = _meta(x, tuple(weights), sh)
+        n = x.shape[0]
+        g_sigma = torch.zeros(n, device=x.device) if g_sigma is None else g_sigma.float().contiguous()
+        g_rgb = torch.zeros(n, 3, device=x.device) if g_rgb is None else g_rgb.float().contiguous()
+        sizes = [w.numel() for w in weights]
+        offsets = [sum(sizes[:i]) for i in range(len(sizes))]
+        per_program = FUSED_ROWS * BACKWARD_TILES
+        n_programs = max(1, triton.cdiv(n, per_program))
+        # every element of a program's row is written (the stores' masks cover each weight); with no
+        # samples there is no program, and the gradients are zeros
+        alloc = torch.empty if n else torch.zeros
+        partial = alloc(n_programs, sum(sizes), dtype=torch.float32, device=x.device)
+        g_x = torch.empty_like(x)
+        if n:
+            with _device(x):
+                _head_backward_kernel[(n_programs,)](
+                    x, sh, *weights, g_sigma, g_rgb, g_x, partial, n, meta["n_in"], meta["n_sh"],
+                    meta["sh_stride"], partial.stride(0), offsets[1], offsets[2], offsets[3], offsets[4],
+                    ROWS=FUSED_ROWS, TILES=BACKWARD_TILES, IN=meta["IN"], W=meta["W"], G=meta["G"],
+                    SHP=meta["SHP"], OUTP=meta["OUTP"], EXP_MAX=_TRUNC_EXP_GRAD_MAX, num_warps=8,
+                )
+        total = partial.sum(dim=0)
+        grads = [total[o:o + s].view_as(w) for o, s, w in zip(offsets, sizes, weights)]
+        needs = ctx.needs_input_grad
+        return (g_x if needs[0] else None, None, *[g if need else None for g, need in zip(grads, needs[2:])])
+
+
+def fused_field_head(features: torch.Tensor, sh: torch.Tensor, density_weights: list[torch.Tensor],
+                     rgb_weights: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Density and colour of samples from their hash-grid features and SH of their directions.
+
+    Args:
+        features: [S, L·F] float32, contiguous (the hash grid's output; its gradient is returned).
+        sh: [S, ≥ n_sh] float32 with unit column stride: the first ``n_sh`` columns are used, where
+            ``n_sh`` = the colour MLP's inputs − 15 (degree² of the SH encoding). No gradient.
+        density_weights: the density MLP's two ``[out, in]`` float32 weight matrices.
+        rgb_weights: the colour MLP's three weight matrices (first ``[W, 15 + n_sh]``).
+
+    Returns:
+        sigma [S] float32 (``exp`` of the density logit; 1/world units) and rgb [S, 3] float32 in
+        (0, 1), differentiable in ``features`` and every weight.
+
+    Raises:
+        ValueError: shapes or dtypes the kernels do not implement (see :func:`fused_head_supported`).
+    """
+    if not fused_head_supported(density_weights, rgb_weights, ("ReLU", "None", "ReLU", "None")):
+        raise ValueError("fused_field_head: MLP shapes or dtypes outside what the kernels implement "
+                         "(see fused_head_supported)")
+    n_sh = rgb_weights[0].shape[1] - (GEOMETRY_DIM - 1)
+    if features.dtype != torch.float32 or features.ndim != 2 or features.shape[1] != density_weights[0].shape[1]:
+        raise ValueError(f"fused_field_head: features must be [S, {density_weights[0].shape[1]}] float32, "
+                         f"got {tuple(features.shape)} {features.dtype}")
+    if sh.dtype != torch.float32 or sh.ndim != 2 or sh.shape[0] != features.shape[0] or sh.shape[1] < n_sh \
+            or sh.stride(1) != 1:
+        raise ValueError(f"fused_field_head: sh must be [{features.shape[0]}, >= {n_sh}] float32 with unit "
+                         f"column stride, got {tuple(sh.shape)} {sh.dtype}")
+    return _FusedHead.apply(features.contiguous(), sh.detach(), *density_weights, *rgb_weights)
