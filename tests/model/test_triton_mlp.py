@@ -1,8 +1,8 @@
 """The fused Triton MLP kernels (trainer/model/triton_mlp.py) against the field's PyTorch path.
 
 A field with ``fused_mlp=True`` and its twin with the same parameters take the same samples and
-upstream gradients; σ, rgb and the gradients of every parameter (hash table included, through the
-features' gradient) must agree to float32 rounding (the kernels sum products in another order).
+upstream gradients; σ, rgb, ``density()`` without gradient (its own kernel) and the gradients of
+every parameter (hash table included, through the features' gradient) must agree to float32 rounding (the kernels sum products in another order).
 Cases: odd sample counts (tails of a tile and of a backward program, and zero samples), every SH
 degree, hidden widths 16 and 64, 8 and 32 hash-grid features, gradients into σ only. In Triton's
 interpreter (a fresh subprocess, see tests/triton_worker.py) at small sizes, and on CUDA at 2^18
@@ -58,7 +58,9 @@ def observe(device: str, seed: int) -> list[dict]:
             loss = (sigma * g_sigma).sum() + (0 if sigma_only else (rgb * g_rgb).sum())
             loss.backward()
             grads = {k: (p.grad if p.grad is not None else torch.zeros_like(p)) for k, p in field.named_parameters()}
-            results[name] = {"sigma": sigma.detach(), "rgb": rgb.detach(), **grads}
+            with torch.no_grad():  # the density-only kernel (compaction, occupancy update)
+                density = field.density(positions)
+            results[name] = {"sigma": sigma.detach(), "rgb": rgb.detach(), "density": density, **grads}
         errors = {}
         for key, ref_value in results["ref"].items():
             scale = float(ref_value.abs().max()) if ref_value.numel() else 0.0
@@ -74,7 +76,7 @@ def _check(seen: list[dict], cases) -> None:
     for r in seen:
         case = f"n={r['n']} degree {r['degree']} width {r['width']} seed {r['seed']}"
         assert r["fused"], f"{case}: the field did not take the fused path"
-        assert len(r["errors"]) == 2 + 6, case  # σ, rgb, table, 2 density and 3 colour weights
+        assert len(r["errors"]) == 3 + 6, case  # σ, rgb, density(), table, 2 density and 3 colour weights
         for key, e in r["errors"].items():
             assert e["finite"], f"{case}: {key} has NaN/Inf (an element left unwritten?)"
             assert e["diff"] <= REL_TOL * max(e["scale"], 1e-6), f"{case}: {key} differs by {e['diff']} (scale {e['scale']})"
@@ -108,7 +110,7 @@ def test_shapes_outside_the_kernels_keep_the_reference_path():
 
 
 def test_bad_inputs_are_refused():
-    from trainer.model.triton_mlp import fused_field_head
+    from trainer.model.triton_mlp import fused_density, fused_field_head
 
     grid = HashGridConfig(n_levels=2, n_features_per_level=2, log2_hashmap_size=10, base_resolution=4, per_level_scale=2.0)
     field = NGPField(AABB, grid, backend="torch")
@@ -119,6 +121,8 @@ def test_bad_inputs_are_refused():
         fused_field_head(torch.zeros(5, 4), torch.zeros(5, 9), dw, rw)
     with pytest.raises(ValueError, match="outside what the kernels implement"):
         fused_field_head(torch.zeros(5, 4), torch.zeros(5, 16), dw[:1], rw)
+    with pytest.raises(ValueError, match=r"fused_density: features must be \[S, 4\] float32, got \(5, 4\) torch.float64"):
+        fused_density(torch.zeros(5, 4, dtype=torch.float64), dw)
 
 
 if __name__ == "__main__":

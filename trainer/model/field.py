@@ -109,8 +109,8 @@ class NGPField(nn.Module):
         table_dtype: storage dtype of the hash table.
         sh_degree: bands of the view-direction encoding, 1..4 (tiny-cuda-nn's ``degree``; 1 makes
             the colour independent of the view direction).
-        fused_mlp: run both MLPs in the fused Triton kernels of :mod:`trainer.model.triton_mlp`
-            where they apply (float32 without autocast, instant-ngp's MLP shapes; the caller checks
+        fused_mlp: run both MLPs (and the density MLP of :meth:`density` without gradient) in the
+            fused Triton kernels of :mod:`trainer.model.triton_mlp` where they apply (float32 without autocast, instant-ngp's MLP shapes; the caller checks
             that Triton can run on the device); elsewhere the PyTorch path, their twin.
 
     Each MLP's ``output_activation`` (default "None") is applied before the fixed ``trunc_exp``
@@ -179,6 +179,11 @@ class NGPField(nn.Module):
             sigma: [S] float32 >= 0, in 1/world units.
         """
         assert positions.ndim == 2 and positions.shape[1] == 3, tuple(positions.shape)
+        if self.fused_mlp and not torch.is_grad_enabled() and not torch.is_autocast_enabled(positions.device.type):
+            features = self.encoding(self.normalise_positions(positions))
+            if features.dtype == torch.float32:
+                return _triton_mlp().fused_density(features, self.density_mlp.weights())
+            return self._density_head(positions, features)[0]
         return self._density_head(positions)[0]
 
     def forward(

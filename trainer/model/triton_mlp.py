@@ -28,7 +28,7 @@ import torch
 import triton
 import triton.language as tl
 
-__all__ = ["FUSED_ROWS", "fused_field_head", "fused_head_supported"]
+__all__ = ["FUSED_ROWS", "fused_density", "fused_field_head", "fused_head_supported"]
 
 FUSED_ROWS = 32  # samples per tile (tl.dot needs >= 16 rows)
 BACKWARD_TILES = 8  # tiles per backward program: weight gradients are summed over 256 samples in registers
@@ -132,6 +132,20 @@ def _head_forward_kernel(x_ptr, sh_ptr, wd1_ptr, wd2_ptr, wc1_ptr, wc2_ptr, wc3_
     tl.store(sigma_ptr + rows, tl.exp(h0), mask=rmask)
     co = tl.arange(0, OUTP)[None, :]
     tl.store(rgb_ptr + rows[:, None] * 3 + co, tl.sigmoid(o), mask=rmask[:, None] & (co < 3))
+
+
+@triton.jit
+def _density_kernel(x_ptr, wd1_ptr, wd2_ptr, sigma_ptr, n, n_in,
+                    ROWS: tl.constexpr, IN: tl.constexpr, W: tl.constexpr, G: tl.constexpr):
+    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
+    rmask = rows < n
+    cin = tl.arange(0, IN)[None, :]
+    x = tl.load(x_ptr + rows[:, None] * n_in + cin, mask=rmask[:, None] & (cin < n_in), other=0.0)
+    h1 = tl.maximum(tl.dot(x, _load_t(wd1_ptr, n_in, 0, IN, W, 0, n_in, W), input_precision="ieee"), 0.0)
+    # only the density logit's column of the second layer: h₀ = relu(W_d1 · x) · W_d2[0]
+    w0 = tl.load(wd2_ptr + tl.arange(0, W))
+    h0 = tl.sum(h1 * w0[None, :], axis=1)
+    tl.store(sigma_ptr + rows, tl.exp(h0), mask=rmask)
 
 
 @triton.jit
@@ -283,3 +297,34 @@ def fused_field_head(features: torch.Tensor, sh: torch.Tensor, density_weights: 
         raise ValueError(f"fused_field_head: sh must be [{features.shape[0]}, >= {n_sh}] float32 with unit "
                          f"column stride, got {tuple(sh.shape)} {sh.dtype}")
     return _FusedHead.apply(features.contiguous(), sh.detach(), *density_weights, *rgb_weights)
+
+
+def fused_density(features: torch.Tensor, density_weights: list[torch.Tensor]) -> torch.Tensor:
+    """Density of samples from their hash-grid features, in one launch, without gradient (what
+    compaction's density pass and the occupancy-grid update need).
+
+    Args:
+        features: [S, L·F] float32 (the hash grid's output).
+        density_weights: the density MLP's two ``[out, in]`` float32 weight matrices (shapes as
+            :func:`fused_head_supported` requires).
+
+    Returns:
+        sigma [S] float32, ``exp`` of the density logit (1/world units); no autograd history.
+
+    Raises:
+        ValueError: a features tensor that is not [S, L·F] float32.
+    """
+    wd1, wd2 = density_weights
+    if features.dtype != torch.float32 or features.ndim != 2 or features.shape[1] != wd1.shape[1]:
+        raise ValueError(f"fused_density: features must be [S, {wd1.shape[1]}] float32, "
+                         f"got {tuple(features.shape)} {features.dtype}")
+    features = features.detach().contiguous()
+    n = features.shape[0]
+    sigma = torch.empty(n, dtype=torch.float32, device=features.device)
+    if n:
+        with _device(features):
+            _density_kernel[(triton.cdiv(n, FUSED_ROWS),)](
+                features, wd1.detach(), wd2.detach(), sigma, n, features.shape[1],
+                ROWS=FUSED_ROWS, IN=_next_pow2(features.shape[1]), W=wd1.shape[0], G=GEOMETRY_DIM, num_warps=4,
+            )
+    return sigma
