@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
+import os
 import sys
 import time
 import warnings
@@ -28,6 +29,17 @@ from trainer.errors import ConfigError, LaunchError, NgptuneError, SceneError
 from trainer.rundir import TRAIN_START_KEY, RunDir, prepare_output_file
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
+
+
+def _at_least_one(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
 
 
 def add_train_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,7 +55,7 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resume", "--load_snapshot", dest="resume", type=Path, default=None, help="continue from this snapshot")
     parser.add_argument("--snapshot-every", "--checkpoint-every", dest="snapshot_every", type=int, default=None,
                         help="write a snapshot (distributed: a sharded checkpoint) into the run directory every N steps")
-    parser.add_argument("--keep-checkpoints", type=int, default=3, help="distributed: keep the newest N checkpoints (default 3)")
+    parser.add_argument("--keep-checkpoints", type=_at_least_one, default=3, help="distributed: keep the newest N checkpoints (default 3)")
     parser.add_argument("--eval-every", type=int, default=None, help="evaluate every N steps (0: only at the end)")
     parser.add_argument("--eval-max-images", type=int, default=None, help="evaluate at most this many images")
     parser.add_argument("--no-eval", action="store_true", help="skip the final evaluation")
@@ -165,14 +177,12 @@ def run_distributed_training(cfg: TrainConfig, args: argparse.Namespace, env) ->
         ConfigError: ``--out`` missing with several ranks; bad parallel settings.
         LaunchError: the process group could not be formed within ``distributed.timeout_s``.
     """
-    import os
 
     import torch
 
     from trainer.config import apply_overrides
     from trainer.data import load_scene
     from trainer.errors import ConfigError
-    from trainer.parallel.checkpoint import latest_checkpoint
     from trainer.parallel.dist_env import init_distributed, shutdown_distributed, wait_for_peers
     from trainer.parallel.trainer import build_distributed_trainer
 
@@ -189,21 +199,23 @@ def run_distributed_training(cfg: TrainConfig, args: argparse.Namespace, env) ->
     trainer = None
     if env.is_main:
         run_dir.write_json(run_dir.status_path, status)  # a killed run still says it was running
-    init_distributed(env, cfg.distributed.timeout_s)
     try:
+        init_distributed(env, cfg.distributed.timeout_s)
         if env.is_main:
             run_dir.write_json(run_dir.config_path, config_to_dict(cfg))
         scene = load_scene(scene_path, downscale=cfg.data.downscale, holdout_every=cfg.data.holdout_every,
                            aabb_scale=cfg.data.aabb_scale)
         trainer = build_distributed_trainer(cfg, scene, run_dir)
         trainer.keep_checkpoints = args.keep_checkpoints
-        resume = args.resume
-        restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
-        if resume is None and restarted and latest_checkpoint(run_dir.root) is not None:
-            resume = run_dir.root
+        resume = _resume_source(args.resume, run_dir)
         if resume is not None:
             status["resumed_from"] = str(trainer.load_checkpoint(Path(resume)))
             status["resumed_from_step"] = trainer.step
+            if trainer.step > cfg.training.n_steps:
+                raise ConfigError(
+                    f"training.n_steps: {cfg.training.n_steps} is below step {trainer.step} of the "
+                    f"checkpoint {status['resumed_from']}; give --n-steps {trainer.step} or more"
+                )
         status[TRAIN_START_KEY] = time.time()
         t0 = time.perf_counter()
         last = _train_with_progress(trainer, cfg, progress)
@@ -236,6 +248,27 @@ def run_distributed_training(cfg: TrainConfig, args: argparse.Namespace, env) ->
         shutdown_distributed()
         if peer_error is not None:
             raise peer_error
+
+
+def _resume_source(resume: Path | None, run_dir: RunDir) -> Path | None:
+    """Where a distributed run resumes from: ``--resume``, except after a restart by the elastic
+    agent (``--max-restarts``), where the run directory's own newest complete checkpoint wins when
+    it is at least as far as ``--resume`` (the restart must not redo the steps since then)."""
+    from trainer.parallel.checkpoint import checkpoint_step, latest_checkpoint
+
+    if int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) == 0:
+        return resume
+    own = latest_checkpoint(run_dir.root)
+    if own is None:
+        return resume
+    if resume is None:
+        return run_dir.root
+    source = latest_checkpoint(resume)
+    source_step = checkpoint_step(source) if source is not None else None
+    own_step = checkpoint_step(own)
+    if source_step is None or (own_step is not None and own_step >= source_step):
+        return own
+    return resume
 
 
 def _train_with_progress(trainer: Any, cfg: TrainConfig, progress: _Progress) -> dict[str, Any]:

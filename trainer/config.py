@@ -744,6 +744,9 @@ class GpuCapability(_Block):
     type: str = _field("", _Str(allow_empty=True))
 
 
+MAX_TIMEOUT_S = 2_000_000  # gloo/NCCL keep timeouts in int32 milliseconds (2^31 ms ≈ 2.1e6 s)
+
+
 @dataclasses.dataclass(frozen=True)
 class DistributedConfig(_Block):
     """Process-group settings used when the launcher does not provide them (DESIGN.md §3).
@@ -753,7 +756,8 @@ class DistributedConfig(_Block):
         master_addr: rendezvous host.
         master_port: rendezvous port in [0, 65535]; 0 picks a free port automatically.
         backend: ``"auto"`` (NCCL on CUDA, gloo on CPU), ``"nccl"`` or ``"gloo"``.
-        timeout_s: collective timeout (s, > 0); no rank may hang longer.
+        timeout_s: collective timeout (s, > 0, at most 2e6 ≈ 23 days: gloo and NCCL hold it in
+            milliseconds in a 32-bit int); no rank may hang longer.
         gpu_capabilities: per-rank :class:`GpuCapability` entries (ranks unique and, when
             ``world_size`` is set, below it).
         emulate_interconnect: ``"none"``, or make NCCL on one NVLink host behave like another
@@ -768,7 +772,7 @@ class DistributedConfig(_Block):
     master_addr: str = _field("127.0.0.1", _Str())
     master_port: int = _field(0, _Int(0, 65535))
     backend: str = _field("auto", _OneOf("auto", "nccl", "gloo"))
-    timeout_s: float = _field(300.0, _Float(0, lo_open=True))
+    timeout_s: float = _field(300.0, _Float(0, MAX_TIMEOUT_S, lo_open=True))
     gpu_capabilities: tuple[GpuCapability, ...] = _field((), _Entries(GpuCapability))
     emulate_interconnect: str = _field("none", _OneOf("none", "nvlink", "pcie", "sockets"))
 

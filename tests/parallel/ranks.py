@@ -4,7 +4,8 @@ module-level function and hand its return value back through a file.
 Every test that needs real ranks goes through :func:`run_ranks`, so every rank leaves the group the
 same way: on success it waits for its peers first (``shutdown_distributed(barrier=True)``). A gloo
 rank that tears its group down while a peer still uses it can abort that peer at exit with
-"terminate called without an active exception" (SIGABRT), which made the suite flaky in CI.
+"terminate called without an active exception" (SIGABRT), which made the suite flaky in CI; and a
+finished rank ends without the interpreter's teardown, where the same abort was still seen rarely.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from trainer.parallel.dist_env import free_port, shutdown_distributed
+from trainer.parallel.dist_env import exit_without_teardown, free_port, shutdown_distributed
 
 TIMEOUT_S = 60
 
@@ -34,6 +35,7 @@ def _rank_main(rank: int, world_size: int, port: int, out_dir: str, fn, args: tu
         completed = True
     finally:
         shutdown_distributed(barrier=completed)  # see the module docstring
+    exit_without_teardown(0)  # as a finished trainer rank does (trainer/__main__.py)
 
 
 def run_ranks(fn, world_size: int, tmp_path: Path, *args) -> list:

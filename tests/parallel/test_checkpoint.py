@@ -45,6 +45,49 @@ def test_latest_checkpoint_ignores_half_written_folders_and_prune_keeps_newest(t
         ckpt.load_tensors(ckpt.checkpoint_dir(run, 4), {"v": torch.zeros(3)})
 
 
+def test_a_crash_while_rewriting_a_step_keeps_its_complete_checkpoint(tmp_path, monkeypatch):
+    # A resumed or restarted run saves the step it resumed from again; a crash during that save must
+    # leave the earlier complete checkpoint of that step in place (it may be the only one).
+    run = RunDir(tmp_path)
+    folder = ckpt.checkpoint_dir(run, 200)
+    ckpt.save_checkpoint(folder, {"w": torch.full((3,), 1.0)}, {"x": 1}, {"step": 200}, rank=0)
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt("killed during the DCP write")
+
+    dcp = ckpt._dcp()
+    monkeypatch.setattr(dcp, "save", killed)
+    with pytest.raises(KeyboardInterrupt):
+        ckpt.save_checkpoint(folder, {"w": torch.full((3,), 2.0)}, {"x": 2}, {"step": 200}, rank=0)
+    monkeypatch.undo()
+    assert ckpt.latest_checkpoint(tmp_path) == folder
+    w = torch.zeros(3)
+    ckpt.load_tensors(folder, {"w": w})
+    assert w.tolist() == [1.0, 1.0, 1.0]
+    # the next save of that step replaces it whole, and leaves no staging folder behind
+    ckpt.save_checkpoint(folder, {"w": torch.full((3,), 3.0)}, {"x": 3}, {"step": 200}, rank=0)
+    ckpt.load_tensors(folder, {"w": w})
+    assert w.tolist() == [3.0, 3.0, 3.0]
+    assert sorted(p.name for p in run.checkpoints_dir.iterdir()) == ["step_0000200"]
+
+
+def test_a_crash_between_the_renames_leaves_a_usable_checkpoint(tmp_path):
+    run = RunDir(tmp_path)
+    old = ckpt.checkpoint_dir(run, 100)
+    ckpt.save_checkpoint(old, {"w": torch.full((3,), 1.0)}, {}, {"step": 100}, rank=0)
+    new = ckpt.checkpoint_dir(run, 200)
+    ckpt.save_checkpoint(new, {"w": torch.full((3,), 2.0)}, {}, {"step": 200}, rank=0)
+    replaced = new.with_name(new.name + ".replaced")
+    new.rename(replaced)  # killed after moving the old one aside, before the new one arrived
+    staged = ckpt.save_checkpoint(ckpt.checkpoint_dir(run, 300), {"w": torch.full((3,), 3.0)}, {}, {"step": 300}, rank=0)
+    staged.rename(staged.with_name("step_0000200.partial"))
+    assert [(s, p.name) for s, p in ckpt.list_checkpoints(run.checkpoints_dir)] == [
+        (100, "step_0000100"), (200, "step_0000200.partial")]  # the new one wins over the replaced one
+    assert ckpt.checkpoint_step(ckpt.latest_checkpoint(tmp_path)) == 200
+    removed = ckpt.prune_checkpoints(run.checkpoints_dir, keep=1)
+    assert sorted(p.name for p in removed) == ["step_0000100", "step_0000200.replaced"]
+
+
 N_STEPS = 6
 SAVE_AT = 3
 

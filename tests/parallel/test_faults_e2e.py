@@ -109,8 +109,10 @@ def test_simulated_oom_names_the_rank_and_the_oom(demo_scene, tmp_path, capfd):
          "error: distributed.gpu_capabilities[1].rank: expected a rank < world size (2), got 2"),
         (["--set", "distributed.world_size=3"],
          "error: distributed.world_size: config says 3 but 2 processes were started"),
+        (["--set", "distributed.timeout_s=1e15"],
+         "error: overrides: distributed.timeout_s: expected a number in (0, 2000000], got 1000000000000000.0"),
     ],
-    ids=["num_subgrids", "gpu_capabilities", "world_size"],
+    ids=["num_subgrids", "gpu_capabilities", "world_size", "timeout_s"],
 )
 def test_bad_parallel_settings_are_refused_before_any_worker_starts(demo_scene, tmp_path, capfd, settings, expected):
     from ngptune.cli import main
@@ -119,3 +121,54 @@ def test_bad_parallel_settings_are_refused_before_any_worker_starts(demo_scene, 
     assert main(_train_argv(demo_scene, run, *settings)) == 2
     assert capfd.readouterr().err.strip() == expected
     assert not run.exists()
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "x"])
+def test_keep_checkpoints_below_one_is_refused_at_once(demo_scene, tmp_path, capfd, value):
+    from ngptune.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(_train_argv(demo_scene, tmp_path / "run", "--keep-checkpoints", value))
+    assert exit_info.value.code == 2
+    assert "--keep-checkpoints: expected an integer >= 1" in capfd.readouterr().err
+    assert not (tmp_path / "run").exists()
+
+
+def test_resume_source_after_a_restart_is_the_newest_checkpoint(tmp_path, monkeypatch):
+    import torch
+
+    from trainer.cli import _resume_source
+    from trainer.parallel import checkpoint as ckpt
+
+    source, own = RunDir(tmp_path / "source"), RunDir(tmp_path / "own")
+    for run, step in ((source, 200), (own, 350)):
+        ckpt.save_checkpoint(ckpt.checkpoint_dir(run, step), {"w": torch.zeros(1)}, {}, {"step": step}, rank=0)
+    monkeypatch.delenv("TORCHELASTIC_RESTART_COUNT", raising=False)
+    assert _resume_source(source.root, own) == source.root  # first attempt: what the user asked for
+    monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
+    assert _resume_source(source.root, own) == ckpt.checkpoint_dir(own, 350)  # restart: no steps redone
+    assert _resume_source(None, own) == own.root
+    assert _resume_source(source.root, RunDir(tmp_path / "fresh")) == source.root
+    ckpt.save_checkpoint(ckpt.checkpoint_dir(source, 400), {"w": torch.zeros(1)}, {}, {"step": 400}, rank=0)
+    assert _resume_source(source.root, own) == source.root  # the source is further on
+
+
+def test_two_nodes_meet_through_ngptune_train(demo_scene, tmp_path):
+    # Every node's launcher must name the same rendezvous (a random id per node never met).
+    from trainer.parallel.dist_env import free_port
+
+    endpoint = f"127.0.0.1:{free_port()}"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    run = RunDir(tmp_path / "run")
+    procs = []
+    for node in (0, 1):
+        argv = ["train", "--nproc-per-node", "1", "--nnodes", "2", "--node-rank", str(node), "--rdzv-endpoint",
+                endpoint, "--scene", str(demo_scene), "--out", str(run.root), *tiny_flags(), "--quiet", "--no-eval",
+                "--n-steps", "4", "--set", "distributed.timeout_s=60"]
+        procs.append(subprocess.Popen([sys.executable, "-m", "ngptune", *argv], cwd=REPO, env=env, text=True,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+    outputs = [p.communicate(timeout=120) for p in procs]
+    for node, (p, (_, err)) in enumerate(zip(procs, outputs)):
+        assert p.returncode == 0, f"node {node}: {err[-2000:]}"
+    status = run.read_status()
+    assert status["state"] == "completed" and status["world_size"] == 2 and status["step"] == 4

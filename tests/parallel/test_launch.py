@@ -20,6 +20,7 @@ from trainer.parallel.launch import (
     RankFailure,
     WorkersFailed,
     _error_from_log,
+    _failure_message,
     _order_failures,
     launch_workers,
     tail_lines,
@@ -117,8 +118,11 @@ def test_hung_rank_is_bounded_by_the_collective_timeout(tmp_path):
     # rank 0's all-reduce gives up after timeout_s; the agent then stops the sleeping rank 1
     assert timeout_s <= _fault_to_end_s(tmp_path, end) < timeout_s + 6
     msg = str(info.value)
-    assert msg.startswith("rank 0 raised RuntimeError:") and "Timed out" in msg, msg
-    assert "also failed: rank 1 (stopped by the launcher, SIGTERM)" in msg
+    # the rank that hung is named, not the one that gave up waiting for it
+    assert msg.startswith("rank 1 stopped responding (hung or stopped): rank 0 timed out waiting for it"), msg
+    assert "Timed out" in msg and "also failed: rank 0 (RuntimeError)" in msg, msg
+    assert info.value.root.rank == 1
+    assert json.loads((tmp_path / "status.json").read_text())["failed_rank"] == 1
 
 
 def test_max_restarts_resumes_after_a_sigkill_and_finishes(tmp_path):
@@ -185,6 +189,20 @@ def test_root_cause_ranks_own_faults_before_consequences():
     assert [f.rank for f in order] == [2, 0, 1]
     raised = _failure(3, 1, error="ValueError: bad")
     assert [f.rank for f in _order_failures([(killed, 101), (raised, 100)])] == [3, 2]
+
+
+def test_a_collective_timeout_points_at_the_rank_that_stopped_answering():
+    timed_out = _failure(0, 1, error="RuntimeError: [../gloo/transport/tcp/pair.cc:534] Timed out waiting 15000ms for recv")
+    hung = _failure(1, 143, None)  # caught the agent's SIGTERM and exited 128 + 15
+    hung = RankFailure(1, 1, 143, "SIGTERM", None, hung.log_path, "")
+    order = _order_failures([(timed_out, 100), (hung, 101)])
+    assert [f.rank for f in order] == [1, 0]
+    assert _failure_message(order, 0).startswith(
+        "rank 1 stopped responding (hung or stopped): rank 0 timed out waiting for it in a collective")
+    stopped = _failure(2, -9, "SIGKILL")  # SIGSTOPped: only the agent's SIGKILL ends it
+    assert [f.rank for f in _order_failures([(timed_out, 100), (stopped, 106)])] == [2, 0]
+    raised = _failure(3, 1, error="ValueError: bad")  # a rank that failed by itself stays the root
+    assert [f.rank for f in _order_failures([(timed_out, 100), (hung, 101), (raised, 102)])][0] == 3
 
 
 def test_rank_failure_descriptions():

@@ -10,8 +10,12 @@ One checkpoint is a folder ``RUN_DIR/checkpoints/step_<NNNNNNN>/`` (:meth:`RunDi
     meta.json                   step, world size, config, balancer and batch-size state (rank 0)
     .complete                   empty marker, written last by rank 0 after every rank finished
 
-A checkpoint without ``.complete`` (a crash during the save) is never taken as newest
-(:func:`latest_checkpoint`). Tensors are stored by name, so a run may load them with another world
+A checkpoint is written into ``step_<N>.partial`` and renamed to ``step_<N>`` once complete, so a
+crash during a save never touches an earlier complete checkpoint, even one of the same step (a
+resumed or restarted run saving the step it resumed from). A folder without ``.complete`` (a crash
+during the save) is never taken as newest (:func:`latest_checkpoint`); a complete ``.partial`` or
+``.replaced`` folder (a crash between the two renames that put a new checkpoint in place of one of
+the same step) still counts. Tensors are stored by name, so a run may load them with another world
 size: each rank asks DCP for the keys it needs (:func:`load_tensors`).
 
 Every collective here (DCP's plan exchange, the barriers) runs on the default process group and is
@@ -38,6 +42,7 @@ __all__ = [
     "COMPLETE_MARKER",
     "checkpoint_dir",
     "checkpoint_keys",
+    "checkpoint_step",
     "latest_checkpoint",
     "list_checkpoints",
     "load_meta",
@@ -48,7 +53,8 @@ __all__ = [
 ]
 
 COMPLETE_MARKER = ".complete"
-_STEP_DIR = re.compile(r"^step_(\d{7,})$")
+_STEP_DIR = re.compile(r"^step_(\d{7,})(\.partial|\.replaced)?$")
+_STAGING, _REPLACED = ".partial", ".replaced"
 
 
 def _dcp():
@@ -79,17 +85,22 @@ def checkpoint_dir(run_dir: RunDir, step: int) -> Path:
 def list_checkpoints(checkpoints_dir: Path) -> list[tuple[int, Path]]:
     """Complete checkpoints ``(step, folder)`` under ``checkpoints_dir``, oldest first.
 
-    Folders without the :data:`COMPLETE_MARKER` (half-written) are left out.
+    Folders without the :data:`COMPLETE_MARKER` (half-written) are left out. Of several complete
+    folders of one step (``step_N``, and ``.partial``/``.replaced`` left by a crash between the
+    renames of :func:`save_checkpoint`) the plain name wins, then the newer ``.partial``.
     """
     checkpoints_dir = Path(checkpoints_dir)
     if not checkpoints_dir.is_dir():
         return []
-    found = []
+    preference = {None: 0, _STAGING: 1, _REPLACED: 2}
+    best: dict[int, tuple[int, Path]] = {}
     for p in checkpoints_dir.iterdir():
         m = _STEP_DIR.match(p.name)
         if m and p.is_dir() and (p / COMPLETE_MARKER).is_file():
-            found.append((int(m.group(1)), p))
-    return sorted(found)
+            step, rank = int(m.group(1)), preference[m.group(2)]
+            if step not in best or rank < best[step][0]:
+                best[step] = (rank, p)
+    return sorted((step, p) for step, (_, p) in best.items())
 
 
 def latest_checkpoint(path: Path) -> Path | None:
@@ -112,6 +123,12 @@ def latest_checkpoint(path: Path) -> Path | None:
     return None
 
 
+def checkpoint_step(folder: Path) -> int | None:
+    """The step in a checkpoint folder's name (``step_<N>``, ``.partial``/``.replaced`` too), else None."""
+    m = _STEP_DIR.match(Path(folder).name)
+    return int(m.group(1)) if m else None
+
+
 def prune_checkpoints(checkpoints_dir: Path, keep: int) -> list[Path]:
     """Delete all but the newest ``keep`` complete checkpoints, and half-written folders older
     than the newest complete one. Call on one rank only.
@@ -121,12 +138,18 @@ def prune_checkpoints(checkpoints_dir: Path, keep: int) -> list[Path]:
     """
     assert keep >= 1, keep
     complete = list_checkpoints(checkpoints_dir)
-    removed = [p for _, p in complete[:-keep]]
+    kept = {p for _, p in complete[-keep:]}
+    removed = []
     if complete:
-        newest = complete[-1][0]
+        oldest_kept, newest = complete[-keep:][0][0], complete[-1][0]
         for p in Path(checkpoints_dir).iterdir():
             m = _STEP_DIR.match(p.name)
-            if m and int(m.group(1)) < newest and not (p / COMPLETE_MARKER).is_file():
+            if not m or p in kept:
+                continue
+            step = int(m.group(1))
+            complete_here = (p / COMPLETE_MARKER).is_file()
+            # older than what is kept; or a half-written/superseded folder older than the newest
+            if step < oldest_kept or (step < newest and not complete_here) or (step <= newest and m.group(2)):
                 removed.append(p)
     for p in removed:
         shutil.rmtree(p, ignore_errors=True)
@@ -143,9 +166,11 @@ def save_checkpoint(
 ) -> Path:
     """Write one checkpoint; a collective when a process group is initialised (every rank calls it).
 
-    Order: rank 0 clears a stale folder of the same name (left by a crash) → barrier → DCP save of
-    ``tensors`` (all ranks) → each rank writes ``rank<R>.pt`` atomically → barrier → rank 0 writes
-    ``meta.json`` and then the ``.complete`` marker.
+    Order: rank 0 clears a stale ``<folder>.partial`` (left by a crash) → barrier → DCP save of
+    ``tensors`` into it (all ranks) → each rank writes ``rank<R>.pt`` atomically → barrier → rank 0
+    writes ``meta.json`` and the ``.complete`` marker, then renames it to ``folder`` (an existing
+    ``folder`` is first renamed to ``<folder>.replaced`` and deleted after). A crash at any point
+    leaves the earlier complete checkpoints, and a complete one of this step, usable.
 
     Args:
         folder: the checkpoint folder (:func:`checkpoint_dir`).
@@ -159,16 +184,24 @@ def save_checkpoint(
         ``folder``.
     """
     folder = Path(folder)
-    if rank == 0 and folder.exists():
-        shutil.rmtree(folder)
+    staging = folder.with_name(folder.name + _STAGING)
+    if rank == 0 and staging.exists():
+        shutil.rmtree(staging)
     _barrier()
-    folder.mkdir(parents=True, exist_ok=True)
-    _dcp().save(tensors, checkpoint_id=str(folder))
-    atomic_write(folder / f"rank{rank}.pt", lambda f: torch.save(rank_state, f))
+    staging.mkdir(parents=True, exist_ok=True)
+    _dcp().save(tensors, checkpoint_id=str(staging))
+    atomic_write(staging / f"rank{rank}.pt", lambda f: torch.save(rank_state, f))
     _barrier()
     if rank == 0:
-        atomic_write_text(folder / "meta.json", json.dumps(meta, indent=2) + "\n")
-        atomic_write_text(folder / COMPLETE_MARKER, "")
+        atomic_write_text(staging / "meta.json", json.dumps(meta, indent=2) + "\n")
+        atomic_write_text(staging / COMPLETE_MARKER, "")
+        replaced = folder.with_name(folder.name + _REPLACED)
+        if folder.exists():
+            if replaced.exists():
+                shutil.rmtree(replaced)
+            folder.rename(replaced)
+        staging.rename(folder)
+        shutil.rmtree(replaced, ignore_errors=True)
     return folder
 
 

@@ -57,8 +57,13 @@ SHUTDOWN_GRACE_S = 5  # seconds between SIGTERM and SIGKILL when the agent stops
 _COLLATERAL_ERRORS = ("DistBackendError", "DistNetworkError", "DistStoreError", "DistError")
 # ... and what gloo says (as a RuntimeError) when the peer's connection drops.
 _COLLATERAL_TEXT = ("Connection closed by peer", "Connection reset by peer", "remote worker")
+# What gloo and NCCL say when a collective waited longer than distributed.timeout_s for a peer.
+_TIMEOUT_TEXT = ("Timed out waiting", "timed out waiting", "Watchdog caught collective operation timeout",
+                 "collective operation timeout")
 # Signals the agent itself sends to survivors when it stops a failed group.
 _SHUTDOWN_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP")
+# ... and the exit codes of a worker that caught one and exited by itself (128 + signal number).
+_SHUTDOWN_EXIT_CODES = {128 + signal.SIGTERM: "SIGTERM", 128 + signal.SIGINT: "SIGINT", 128 + signal.SIGHUP: "SIGHUP"}
 # torch.distributed's prefix on lines a rank prints after joining a group.
 _RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s?")
 # The last line of a Python traceback: ``package.module.ErrorType: message``.
@@ -103,6 +108,17 @@ class RankFailure:
         tail = f": {_shorten(last)}" if last else ""
         return f"rank {self.rank} exited with code {self.exitcode}{tail}"
 
+    @property
+    def timed_out(self) -> bool:
+        """Whether the rank gave up waiting for a peer in a collective (``distributed.timeout_s``)."""
+        return self.error is not None and any(t in self.error for t in _TIMEOUT_TEXT)
+
+    @property
+    def stopped_alive(self) -> bool:
+        """Whether the rank was still running when the agent stopped the group (SIGTERM, or the
+        SIGKILL after the grace period): it neither failed nor finished by itself."""
+        return self.signal in _SHUTDOWN_SIGNALS or (self.signal == "SIGKILL" and self.error is None)
+
     def brief(self) -> str:
         """A few words: ``stopped by the launcher``, ``SIGKILL``, ``RuntimeError``, ``exit code 2``."""
         if self.signal in _SHUTDOWN_SIGNALS:
@@ -115,13 +131,13 @@ class RankFailure:
 
     @property
     def _severity(self) -> int:
-        """0 = a root cause, 1 = likely a consequence of another rank's failure, 2 = stopped by
-        the agent."""
+        """0 = a root cause, 1 = likely a consequence of another rank's failure (a lost peer, a
+        collective timeout), 2 = stopped by the agent."""
         if self.signal in _SHUTDOWN_SIGNALS:
             return 2
         if self.error is not None:
             kind = self.error.split(":", 1)[0].rsplit(".", 1)[-1]
-            if kind in _COLLATERAL_ERRORS or any(t in self.error for t in _COLLATERAL_TEXT):
+            if kind in _COLLATERAL_ERRORS or any(t in self.error for t in _COLLATERAL_TEXT) or self.timed_out:
                 return 1
             return 0
         return 0 if self.signal is not None else 1
@@ -193,7 +209,7 @@ def _rank_failure(rank: int, failure, run_dir: RunDir) -> RankFailure:
         error = message["message"]  # written by @record in the worker: "ExcType: text"
     elif failure.exitcode > 0:
         error = _error_from_log(tail)
-    sig = failure.signal_name() if failure.exitcode < 0 else None
+    sig = failure.signal_name() if failure.exitcode < 0 else _SHUTDOWN_EXIT_CODES.get(failure.exitcode)
     if sig is not None and not sig.startswith("SIG"):
         sig = f"signal {-failure.exitcode}"
     return RankFailure(
@@ -208,14 +224,27 @@ def _rank_failure(rank: int, failure, run_dir: RunDir) -> RankFailure:
 
 
 def _order_failures(failures: list[tuple[RankFailure, int]]) -> tuple[RankFailure, ...]:
-    """Root cause first: by severity, then the worker's failure time (s), then rank."""
-    ranked = sorted(failures, key=lambda ft: (ft[0]._severity, ft[1], ft[0].rank))
-    return tuple(f for f, _ in ranked)
+    """Root cause first: by severity, then the worker's failure time (s), then rank.
+
+    A collective timeout is a consequence too, of a rank that stopped answering: when the first
+    failure is one and no rank failed by itself, the ranks that were still running when the agent
+    stopped the group (hung, or stopped with SIGSTOP) come first.
+    """
+    ranked = [f for f, _ in sorted(failures, key=lambda ft: (ft[0]._severity, ft[1], ft[0].rank))]
+    if ranked and ranked[0].timed_out and not any(f._severity == 0 and not f.stopped_alive for f in ranked):
+        hung = [f for f in ranked if f.stopped_alive]
+        ranked = hung + [f for f in ranked if not f.stopped_alive]
+    return tuple(ranked)
 
 
 def _failure_message(failures: tuple[RankFailure, ...], max_restarts: int) -> str:
     root = failures[0]
     parts = [root.describe()]
+    waiting = [f for f in failures if f.timed_out]
+    if root.stopped_alive and waiting:
+        parts = [f"rank {root.rank} stopped responding (hung or stopped): rank {waiting[0].rank} timed out "
+                 f"waiting for it in a collective (distributed.timeout_s; {_shorten(waiting[0].error or '')}); "
+                 f"the launcher then stopped rank {root.rank} ({root.signal})"]
     others = [f"rank {f.rank} ({f.brief()})" for f in failures[1:5]]
     if others:
         more = f" and {len(failures) - 5} more" if len(failures) > 5 else ""
@@ -242,7 +271,10 @@ def _record_failure(run_dir: RunDir, root: RankFailure, message: str) -> None:
     ended (often stopped by the launcher), not which rank failed first."""
     status = run_dir.read_status() or {}
     status.update(state="failed", reason=message, failed_rank=root.rank, failed_log=str(root.log_path))
-    run_dir.write_json(run_dir.status_path, status)
+    try:
+        run_dir.write_json(run_dir.status_path, status)
+    except OSError as exc:  # e.g. a full disk: the error the caller raises still names the rank
+        print(f"warning: could not record the failure in {run_dir.status_path}: {exc}", file=sys.stderr, flush=True)
 
 
 @contextlib.contextmanager
@@ -418,12 +450,14 @@ def launch_workers(
             min_nodes=nnodes,
             max_nodes=nnodes,
             nproc_per_node=nproc_per_node,
-            run_id=uuid.uuid4().hex,
+            # every node of a job must name the same rendezvous; one node's job gets a fresh id
+            run_id=f"ngptune-{host}-{port}" if nnodes > 1 else uuid.uuid4().hex,
             role="trainer",
             rdzv_endpoint=f"{host}:{port}",
             rdzv_backend="c10d",
             rdzv_configs={
-                "timeout": timeout_int,  # join timeout
+                "timeout": timeout_int,  # the launcher's legacy key
+                "join_timeout": timeout_int,  # what the c10d rendezvous handler reads
                 "is_host": is_host,  # never fall back to joining a store we meant to host
                 "read_timeout": max(60, timeout_int),
             },
@@ -455,9 +489,11 @@ def launch_workers(
                 f"the launcher received {exc.sigval.name}; workers in {rd.logs_dir} were stopped"
             ) from None
         except RendezvousError as exc:
+            detail = _shorten(str(exc)) or (f"not all {nnodes} nodes joined (is every node started with the "
+                                             f"same --rdzv-endpoint and --nnodes {nnodes}?)")
             raise LaunchError(
                 f"rendezvous at {host}:{port} failed within {timeout_s:g} s "
-                f"(distributed.timeout_s): {type(exc).__name__}: {_shorten(str(exc))}"
+                f"(distributed.timeout_s): {type(exc).__name__}: {detail}"
             ) from None
     return 0
 
@@ -515,7 +551,14 @@ def _worker_main(args: list[str]) -> int:
     )
     from torch.distributed.elastic.multiprocessing.errors import record
 
-    record(_run_target)(args[3:])
+    try:
+        record(_run_target)(args[3:])
+    except SystemExit as exc:
+        if exc.code not in (None, 0):
+            raise
+    from trainer.parallel.dist_env import exit_without_teardown
+
+    exit_without_teardown(0)  # finished: skip the teardown that can abort a gloo rank (see there)
     return 0
 
 
