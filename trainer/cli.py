@@ -31,8 +31,8 @@ from trainer.rundir import TRAIN_START_KEY, RunDir, prepare_output_file
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 
 
-def _at_least_one(text: str) -> int:
-    """argparse type: an integer >= 1."""
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (ArgumentTypeError otherwise)."""
     try:
         value = int(text)
     except ValueError:
@@ -55,7 +55,7 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resume", "--load_snapshot", dest="resume", type=Path, default=None, help="continue from this snapshot")
     parser.add_argument("--snapshot-every", "--checkpoint-every", dest="snapshot_every", type=int, default=None,
                         help="write a snapshot (distributed: a sharded checkpoint) into the run directory every N steps")
-    parser.add_argument("--keep-checkpoints", type=_at_least_one, default=3, help="distributed: keep the newest N checkpoints (default 3)")
+    parser.add_argument("--keep-checkpoints", type=positive_int, default=3, help="distributed: keep the newest N checkpoints (default 3)")
     parser.add_argument("--eval-every", type=int, default=None, help="evaluate every N steps (0: only at the end)")
     parser.add_argument("--eval-max-images", type=int, default=None, help="evaluate at most this many images")
     parser.add_argument("--no-eval", action="store_true", help="skip the final evaluation")

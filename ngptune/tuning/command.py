@@ -11,20 +11,11 @@ import argparse
 from pathlib import Path
 
 from ngptune.tuning.study import REPO_ROOT
+from trainer.cli import positive_int
 
 __all__ = ["DEFAULT_STUDY", "register"]
 
 DEFAULT_STUDY = REPO_ROOT / "studies" / "demo.toml"
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
-    return value
 
 
 def _positive_seconds(text: str) -> float:
@@ -71,7 +62,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--study", type=Path, default=DEFAULT_STUDY,
                    help=f"study file (TOML, see studies/README.md; default {DEFAULT_STUDY.relative_to(REPO_ROOT)})")
     p.add_argument("--scene", type=Path, default=None, help="scene path replacing the study's scene")
-    p.add_argument("--trials", type=_positive_int, default=None,
+    p.add_argument("--trials", type=positive_int, default=None,
                    help="finished trials the study aims at, counting earlier runs (default: the study file's)")
     p.add_argument("--timeout", type=_positive_seconds, default=None, metavar="S",
                    help="stop starting new trials after S seconds")
@@ -79,7 +70,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="RDB storage shared by several workers, e.g. postgresql+psycopg2://user:pw@host/db "
                         "(default: a journal file in the study folder)")
     p.add_argument("--study-name", default=None, help="Optuna study name (default: the study file's name)")
-    p.add_argument("--nproc-per-node", type=_positive_int, default=None,
+    p.add_argument("--nproc-per-node", type=positive_int, default=None,
                    help="ranks per trial (default: every GPU, or 2 gloo ranks without a GPU)")
     p.add_argument("--out", type=Path, default=None, help="study folder (default: reports/<study-name>)")
     p.set_defaults(func=_cmd_sweep)
