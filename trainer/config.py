@@ -394,7 +394,8 @@ class EncodingConfig(_Block):
             ``per_level_scale`` and ``max_resolution`` may be set; see
             :meth:`resolved_per_level_scale`.
         backend: ``"auto"``, ``"torch"`` (reference), ``"triton"`` or ``"tcnn"``.
-        table_dtype: storage of the hash tables, ``"float32"`` or ``"float16"``.
+        table_dtype: storage of the hash tables, ``"float32"`` or ``"float16"`` (the encoding
+            kernels and benchmarks only: training refuses float16, see ``Trainer``).
     """
 
     _PATH: ClassVar[str] = "encoding"

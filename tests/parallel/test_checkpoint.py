@@ -173,6 +173,40 @@ def test_resume_two_ranks_on_one_process(two_rank_run, demo_scene, tmp_path):
     single.close()
 
 
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        ("truncate_shard", r"step_0000003: could not read the tensor shards \(__0_0.distcp"),
+        ("garbage_index", r"step_0000003/.metadata: unreadable checkpoint index"),
+        ("meta_without_world_size", r"step_0000003/meta.json: entry 'world_size' is missing or not a int"),
+        ("delete_rank_state", r"step_0000003/rank0.pt: missing \(the checkpoint was written by 2 ranks"),
+    ],
+)
+def test_a_damaged_checkpoint_is_named_with_its_file(two_rank_run, demo_scene, tmp_path, damage, message):
+    import shutil
+
+    run_dir, _, _ = two_rank_run
+    folder = tmp_path / "copy" / "checkpoints" / f"step_{SAVE_AT:07d}"
+    shutil.copytree(run_dir / "checkpoints" / f"step_{SAVE_AT:07d}", folder)
+    if damage == "truncate_shard":
+        shard = folder / "__0_0.distcp"
+        shard.write_bytes(shard.read_bytes()[:200])
+    elif damage == "garbage_index":
+        (folder / ".metadata").write_text("garbage\n")
+    elif damage == "meta_without_world_size":
+        meta = json.loads((folder / "meta.json").read_text())
+        del meta["world_size"]
+        (folder / "meta.json").write_text(json.dumps(meta))
+    else:
+        (folder / "rank0.pt").unlink()
+    single = DataParallelTrainer(tiny_config(training__n_steps=N_STEPS), load_scene(demo_scene), RunDir(tmp_path / "one"))
+    try:
+        with pytest.raises(SnapshotError, match=message):
+            single.load_checkpoint(folder)
+    finally:
+        single.close()
+
+
 def _resume_both_on_three(rank: int, world_size: int, scene: str, data_run: str, subgrid_run: str) -> dict:
     return {"data": _resume_on_three(rank, world_size, scene, data_run),
             "subgrid": resume_subgrid_on_three(rank, world_size, scene, subgrid_run)}

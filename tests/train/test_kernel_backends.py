@@ -70,3 +70,8 @@ def test_auto_on_a_cpu_uses_the_reference(demo_scene):
     trainer = Trainer(tiny_config(training__device="cpu", training__mlp_backend="auto"), load_scene(demo_scene))
     assert not trainer.field.fused_mlp  # auto: the fused MLP on CUDA only
     trainer.close()
+
+
+def test_a_float16_table_is_refused_for_training(demo_scene):
+    with pytest.raises(ConfigError, match=r"encoding.table_dtype: training needs 'float32' tables, got 'float16'"):
+        Trainer(tiny_config(encoding__table_dtype="float16", training__device="cpu"), load_scene(demo_scene))

@@ -53,6 +53,8 @@ __all__ = [
 ]
 
 COMPLETE_MARKER = ".complete"
+# Entries of meta.json every reader relies on, and their JSON types.
+META_KEYS: dict[str, type] = {"step": int, "world_size": int, "mode": str, "scaler": dict, "trainer_state": dict}
 _STEP_DIR = re.compile(r"^step_(\d{7,})(\.partial|\.replaced)?$")
 _STAGING, _REPLACED = ".partial", ".replaced"
 
@@ -220,16 +222,40 @@ def load_meta(folder: Path) -> dict[str, Any]:
     """
     folder = _require_complete(folder)
     try:
-        return json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+        meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
         raise SnapshotError(f"{folder / 'meta.json'}: unreadable checkpoint metadata ({exc})") from None
+    if not isinstance(meta, dict):
+        raise SnapshotError(f"{folder / 'meta.json'}: expected a JSON object, got {type(meta).__name__}")
+    for key, kind in META_KEYS.items():
+        if not isinstance(meta.get(key), kind) or isinstance(meta.get(key), bool):
+            raise SnapshotError(f"{folder / 'meta.json'}: entry '{key}' is missing or not a {kind.__name__}")
+    if meta["step"] < 0 or meta["world_size"] < 1:
+        raise SnapshotError(f"{folder / 'meta.json'}: step {meta['step']} / world_size {meta['world_size']} out of range")
+    return meta
 
 
 def checkpoint_keys(folder: Path) -> set[str]:
     """Names of the tensors stored in a checkpoint (read from DCP's ``.metadata``)."""
-    folder = _require_complete(folder)
-    metadata = _dcp().FileSystemReader(str(folder)).read_metadata()
-    return set(metadata.state_dict_metadata)
+    return set(_stored_metadata(_require_complete(folder)))
+
+
+def _stored_metadata(folder: Path) -> dict[str, Any]:
+    """DCP's per-tensor metadata of a checkpoint (read from its ``.metadata`` file).
+
+    Raises:
+        SnapshotError: the file is missing, truncated or not DCP metadata (names it).
+    """
+    try:
+        return dict(_dcp().FileSystemReader(str(folder)).read_metadata().state_dict_metadata)
+    except Exception as exc:  # noqa: BLE001 - pickle/IO failures of any type mean the same here
+        raise SnapshotError(f"{folder / '.metadata'}: unreadable checkpoint index "
+                            f"({type(exc).__name__}: {_short(exc)})") from None
+
+
+def _short(exc: BaseException, limit: int = 160) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def load_tensors(folder: Path, tensors: dict[str, torch.Tensor]) -> None:
@@ -242,7 +268,7 @@ def load_tensors(folder: Path, tensors: dict[str, torch.Tensor]) -> None:
         SnapshotError: a name is not in the checkpoint, or a shape differs (names the entry).
     """
     folder = _require_complete(folder)
-    stored = _dcp().FileSystemReader(str(folder)).read_metadata().state_dict_metadata
+    stored = _stored_metadata(folder)
     for name, tensor in tensors.items():
         meta = stored.get(name)
         if meta is None:
@@ -253,13 +279,29 @@ def load_tensors(folder: Path, tensors: dict[str, torch.Tensor]) -> None:
                 f"{folder}: entry '{name}' has shape {list(size)} in the checkpoint but "
                 f"{list(tensor.shape)} in this config (written with another config?)"
             )
-    _dcp().load(tensors, checkpoint_id=str(folder))
+    try:
+        _dcp().load(tensors, checkpoint_id=str(folder))
+    except BaseException as exc:  # DCP's CheckpointException is a BaseException; a bad shard fails in many ways
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            raise
+        shards = ", ".join(sorted(p.name for p in folder.glob("*.distcp"))) or "none"
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        cause = lines[-1] if lines else type(exc).__name__  # DCP's message ends with each rank's error
+        raise SnapshotError(f"{folder}: could not read the tensor shards ({shards}): {_short(cause)}") from None
 
 
 def load_rank_state(folder: Path, rank: int) -> dict[str, Any] | None:
-    """``rank<R>.pt`` of a complete checkpoint, or None when that rank did not exist then."""
+    """``rank<R>.pt`` of a complete checkpoint, or None when that rank did not exist then.
+
+    Raises:
+        SnapshotError: the file of a rank that did exist (``meta.json`` world size) is missing
+            or unreadable (names it).
+    """
     path = _require_complete(folder) / f"rank{rank}.pt"
     if not path.is_file():
+        if rank < load_meta(folder)["world_size"]:
+            raise SnapshotError(f"{path}: missing (the checkpoint was written by "
+                                f"{load_meta(folder)['world_size']} ranks; its per-rank random states are needed)")
         return None
     try:
         return torch.load(path, map_location="cpu", weights_only=True)

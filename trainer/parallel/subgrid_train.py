@@ -301,9 +301,15 @@ class SubgridTrainer(DistributedTrainerBase):
         world size, its owners (moved by the balancer); fields are rebuilt when either differs.
 
         Raises:
-            SnapshotError: another number of boxes, or malformed boxes/owners (names the folder).
+            SnapshotError: another number of boxes or ``parallel.overlap``, or malformed
+                boxes/owners (names the folder).
         """
         k = self.cfg.parallel.num_subgrids
+        saved_overlap = ((meta.get("config") or {}).get("parallel") or {}).get("overlap")
+        if saved_overlap is not None and float(saved_overlap) != self.cfg.parallel.overlap:
+            raise SnapshotError(f"{folder}: parallel.overlap is {self.cfg.parallel.overlap:g} in this run but "
+                                f"{float(saved_overlap):g} in the checkpoint (its boxes' encoding domains); "
+                                "resume with the same overlap")
         theirs = meta.get("boxes")
         try:
             corners = np.asarray(theirs, dtype=np.float64)

@@ -90,7 +90,8 @@ def validate_parallel_config(cfg: TrainConfig, world_size: int) -> None:
     Raises:
         ConfigError: ``distributed.world_size`` differs from ``world_size``;
             ``parallel.num_subgrids`` < ``world_size`` in subgrid mode;
-            ``distributed.gpu_capabilities[i].rank`` >= ``world_size`` (each names key and value).
+            ``distributed.gpu_capabilities[i].rank`` or a ``faults.ranks`` entry >= ``world_size``
+            (each names key and value).
     """
     configured = cfg.distributed.world_size
     if configured is not None and configured != world_size:
@@ -104,6 +105,9 @@ def validate_parallel_config(cfg: TrainConfig, world_size: int) -> None:
             f"{world_size}) in subgrid mode, got {cfg.parallel.num_subgrids}"
         )
     shares_from_capabilities(cfg.distributed.gpu_capabilities, world_size)
+    missing = [r for r in cfg.faults.ranks if r >= world_size]
+    if missing:
+        raise ConfigError(f"faults.ranks: expected ranks < world size ({world_size}), got {list(cfg.faults.ranks)}")
 
 
 class DistributedTrainerBase(Trainer, metaclass=abc.ABCMeta):
@@ -327,7 +331,8 @@ class DistributedTrainerBase(Trainer, metaclass=abc.ABCMeta):
         wanted = {k: v for k, v in self.checkpoint_tensors().items() if not k.startswith("optimizer.") or k in stored}
         ckpt.load_tensors(folder, wanted)
         self._load_rank_state(folder, int(meta["world_size"]))
-        self.scaler.load_state_dict(meta["scaler"])
+        if self.scaler.is_enabled() and meta["scaler"]:  # fp16 both then and now; else a fresh scale
+            self.scaler.load_state_dict(meta["scaler"])
         state = meta["trainer_state"]
         ema = state["samples_per_ray_ema"]
         self._restore_counters(meta["step"], state, None if ema is None else float(ema))

@@ -222,6 +222,12 @@ class Trainer:
             )
         self.aabb_scale = scene.aabb_scale
         self.aabb = torch.tensor(scene.aabb, dtype=torch.float32, device=self.device)
+        if cfg.encoding.table_dtype != "float32":
+            raise ConfigError(
+                f"encoding.table_dtype: training needs 'float32' tables, got {cfg.encoding.table_dtype!r} "
+                "(float16 tables are for the encoding kernels and bench/encoding.py: Adam's moments and its "
+                "epsilon underflow in float16 and the loss turns NaN)"
+            )
         self.field = self._build_model()
         self.grid = OccupancyGrid(
             aabb_scale=self.aabb_scale,
