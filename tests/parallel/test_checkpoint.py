@@ -130,6 +130,7 @@ def _resume_on_three(rank: int, world_size: int, scene: str, run_dir: str) -> di
     start, global_rays = trainer.step, trainer.n_rays
     rays = [trainer.train_step()[0].n_rays for _ in range(2)]
     out = {"start": start, "global_rays": global_rays, "first_step_rays": rays[0], "step": trainer.step,
+           "batch_scale": trainer.batch_scale,
            "param0": next(trainer.field.parameters()).detach().clone()}
     trainer.close()
     return out
@@ -165,8 +166,10 @@ def test_resume_two_ranks_on_one_process(two_rank_run, demo_scene, tmp_path):
     for name, _ in single.field.named_parameters():
         assert {f"model.{name}", f"optimizer.model.{name}.exp_avg", f"optimizer.model.{name}.exp_avg_sq"} <= keys, name
     assert {"occupancy.density", "occupancy.bitfield"} <= keys
+    assert single.batch_scale == 1.0
     single.load_checkpoint(run_dir)
     assert single.step == SAVE_AT and single.n_rays == meta["trainer_state"]["n_rays"]
+    assert single.batch_scale == 2.0 == meta["trainer_state"]["batch_scale"]  # the global batch is kept
     stats, loss, _ = single.train_step()
     assert stats.n_rays == meta["trainer_state"]["n_rays"] and single.step == SAVE_AT + 1
     assert torch.isfinite(loss)
@@ -220,6 +223,7 @@ def test_resume_two_ranks_on_three(two_rank_run, balanced_run, demo_scene, tmp_p
     assert [r["start"] for r in data] == [SAVE_AT] * 3
     assert [r["step"] for r in data] == [SAVE_AT + 2] * 3
     assert sum(r["first_step_rays"] for r in data) == meta["trainer_state"]["n_rays"]
+    assert [r["batch_scale"] for r in data] == [2.0] * 3  # later batches keep the 2-rank global target
     assert torch.equal(data[0]["param0"], data[2]["param0"])
 
     single = balanced_run["single"]

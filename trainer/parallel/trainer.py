@@ -384,6 +384,9 @@ class DataParallelTrainer(DistributedTrainerBase):
         cfg = self.cfg
         self.generator.manual_seed(cfg.training.seed + self.rank)
         self.balancer = LoadBalancer.from_config(cfg, self.world_size)
+        # the global batch targets batch_scale × training.target_samples_per_step: the world size,
+        # or after a resume on another world size the run's original one (the global batch is kept)
+        self.batch_scale = float(self.world_size)
         self._pending: collections.deque[tuple[HostCopy, int, int, DeviceClock]] = collections.deque()
         self._previous_compute_ms = 0.0
         self.grad_sync: GradientSynchronizer | None = None
@@ -525,8 +528,10 @@ class DataParallelTrainer(DistributedTrainerBase):
     def _resize_global_batch(self, global_rays: int, global_samples: int) -> None:
         """instant-ngp's batch rule on global counts: rays → ``target_samples_per_step × world
         size`` / (EMA of samples per ray), a multiple of 64, at most ``max_rays_per_step × world
-        size`` (weak scaling: both limits are per GPU)."""
-        self._resize_batch(global_rays, global_samples, scale=self.world_size)
+        size`` (weak scaling: both limits are per GPU). A run resumed on another world size keeps
+        the global batch of the run it continues (``batch_scale``: that run's world size), so each
+        rank's share changes instead."""
+        self._resize_batch(global_rays, global_samples, scale=self.batch_scale)
 
     def _interval_record(self, interval: dict, loss_sum: torch.Tensor, mse_sum: torch.Tensor) -> dict[str, Any]:
         self._settle_previous_step()
@@ -551,10 +556,13 @@ class DataParallelTrainer(DistributedTrainerBase):
     def _checkpoint_meta(self) -> dict[str, Any]:
         meta = super()._checkpoint_meta()
         meta["balancer"] = self.balancer.state_dict()
+        meta["trainer_state"]["batch_scale"] = self.batch_scale
         return meta
 
     def _after_load(self, meta: dict[str, Any]) -> None:
         self.balancer.load_state_dict(meta["balancer"])
+        saved = meta["trainer_state"].get("batch_scale", meta["world_size"])  # older checkpoints: their world size
+        self.batch_scale = float(saved)
 
     def close(self) -> None:
         if self.grad_sync is not None:

@@ -607,7 +607,7 @@ class Trainer:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
 
-    def _resize_batch(self, n_rays: int, n_samples: int, scale: int = 1) -> None:
+    def _resize_batch(self, n_rays: int, n_samples: int, scale: float = 1) -> None:
         """Adapt rays per step so samples per step approach the target (instant-ngp's rule);
         ``scale`` multiplies both the sample target and the ray limit (data parallel: world size)."""
         t = self.cfg.training
@@ -616,7 +616,7 @@ class Trainer:
         self.samples_per_ray_ema = per_ray if ema is None else 0.9 * ema + 0.1 * per_ray
         wanted = t.target_samples_per_step * scale / max(self.samples_per_ray_ema, 1e-3)
         wanted = int(math.ceil(wanted / RAY_GRANULARITY)) * RAY_GRANULARITY
-        self.n_rays = max(RAY_GRANULARITY, min(int(t.max_rays_per_step) * scale, wanted))
+        self.n_rays = max(RAY_GRANULARITY, min(int(t.max_rays_per_step * scale), wanted))
 
     # ------------------------------------------------------------------ state
     def _rng_state(self, **extra: torch.Tensor) -> dict[str, Any]:
