@@ -10,7 +10,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from trainer.errors import ConfigError, NgptuneError
 
@@ -83,7 +83,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
             args.nproc_per_node,
             nnodes=args.nnodes,
             node_rank=args.node_rank,
-            rdzv_endpoint=args.rdzv_endpoint,
+            rdzv_endpoint=args.rdzv_endpoint or _config_endpoint(cfg, args.nnodes),
             max_restarts=args.max_restarts,
             master_port=cfg.distributed.master_port,
             timeout_s=cfg.distributed.timeout_s,
@@ -94,6 +94,13 @@ def _cmd_train(args: argparse.Namespace) -> int:
         return 130
     print(json.dumps({"state": "completed", "run_dir": str(out), "nproc_per_node": args.nproc_per_node}))
     return 0
+
+
+def _config_endpoint(cfg: Any, nnodes: int) -> str | None:
+    """``distributed.master_addr:master_port`` as the rendezvous of a multi-node job whose config
+    fixes the port (one node picks a free local port itself)."""
+    d = cfg.distributed
+    return f"{d.master_addr}:{d.master_port}" if nnodes > 1 and d.master_port else None
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -126,7 +133,7 @@ def _register(module_name: str, sub: argparse._SubParsersAction) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from trainer.cli import add_train_arguments
+    from trainer.cli import add_train_arguments, positive_int
 
     parser = argparse.ArgumentParser(prog="ngptune", description="Train, inspect, profile and autotune instant-NGP NeRFs.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -147,9 +154,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("train", help="train an instant-NGP NeRF (one process, or --nproc-per-node ranks)")
     add_train_arguments(p)
     p.add_argument("--nproc-per-node", type=int, default=None, help="start N ranks on this node (elastic launcher)")
-    p.add_argument("--nnodes", type=int, default=1, help="nodes in the job")
+    p.add_argument("--nnodes", type=positive_int, default=1, help="nodes in the job")
     p.add_argument("--node-rank", type=int, default=0, help="this node's index (node 0 hosts the rendezvous)")
-    p.add_argument("--rdzv-endpoint", default=None, help="HOST:PORT of node 0's rendezvous store (several nodes)")
+    p.add_argument("--rdzv-endpoint", default=None,
+                   help="HOST:PORT of node 0's rendezvous store (several nodes; default: the config's "
+                        "distributed.master_addr:master_port when the port is set)")
     p.add_argument("--max-restarts", type=int, default=0, help="restart the worker group up to K times; workers resume from the newest checkpoint")
     p.set_defaults(func=_cmd_train)
 

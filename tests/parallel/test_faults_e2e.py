@@ -156,16 +156,20 @@ def test_resume_source_after_a_restart_is_the_newest_checkpoint(tmp_path, monkey
 
 
 def test_two_nodes_meet_through_ngptune_train(demo_scene, tmp_path):
-    # Every node's launcher must name the same rendezvous (a random id per node never met).
+    # Every node's launcher must name the same rendezvous (a random id per node never met); the
+    # config's distributed.master_addr:master_port is the endpoint when no flag gives one.
     from trainer.parallel.dist_env import free_port
 
-    endpoint = f"127.0.0.1:{free_port()}"
+    port = free_port()
+    endpoint = f"127.0.0.1:{port}"
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     run = RunDir(tmp_path / "run")
     procs = []
     for node in (0, 1):
-        argv = ["train", "--nproc-per-node", "1", "--nnodes", "2", "--node-rank", str(node), "--rdzv-endpoint",
-                endpoint, "--scene", str(demo_scene), "--out", str(run.root), *tiny_flags(), "--quiet", "--no-eval",
+        # node 0 names the endpoint on the command line, node 1 takes it from its config
+        where = ["--rdzv-endpoint", endpoint] if node == 0 else ["--set", f"distributed.master_port={port}"]
+        argv = ["train", "--nproc-per-node", "1", "--nnodes", "2", "--node-rank", str(node), *where,
+                "--scene", str(demo_scene), "--out", str(run.root), *tiny_flags(), "--quiet", "--no-eval",
                 "--n-steps", "4", "--set", "distributed.timeout_s=60"]
         procs.append(subprocess.Popen([sys.executable, "-m", "ngptune", *argv], cwd=REPO, env=env, text=True,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE))
