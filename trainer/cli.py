@@ -307,7 +307,7 @@ def _finish_status(
     if args.save_snapshot:
         status["snapshot"] = str(trainer.save(args.save_snapshot))
     if not args.no_eval:
-        progress.message(_evaluation_notice(trainer))
+        progress.message(_evaluation_notice(trainer, last))
         started = last_line = time.perf_counter()
 
         def view_done(done: int, total: int, image: dict[str, Any]) -> None:  # a line per 10 s at most
@@ -321,6 +321,9 @@ def _finish_status(
         trainer.eval_progress = view_done
         try:
             result = trainer.evaluate()
+        except (KeyboardInterrupt, Terminated):
+            _keep_trained_model(trainer, status, progress)
+            raise
         finally:
             trainer.eval_progress = None
         status.update({"eval_psnr_db": result["mean_psnr_db"], "eval_ssim": result["mean_ssim"], "eval_split": result["split"]})
@@ -335,16 +338,57 @@ def _finish_status(
 CPU_FRIENDLY_SAMPLES_PER_STEP = 2**14
 
 
-def _evaluation_notice(trainer: Any) -> str:
-    """The line printed before the final evaluation: which views, how many pixels, and on a CPU
-    how to shorten it (it renders every pixel of every view and is not in the time budget)."""
+# Rendering a sample costs about a third of training on it (no backward pass, no optimiser step).
+EVAL_SPEEDUP_OVER_TRAINING = 3.0
+
+
+def eval_seconds_estimate(pixels: int, spp: int, last: dict[str, Any] | None) -> float | None:
+    """Rough seconds to render ``pixels`` × ``spp`` rays at the samples per ray and the throughput of
+    the last training interval (``last``: a metrics record), or None without one.
+
+    Evaluation marches the same occupancy grid, so a ray costs about as many samples as in training
+    (more where training compacted them), each at ~:data:`EVAL_SPEEDUP_OVER_TRAINING`× the training
+    rate. An order of magnitude, to decide whether to wait; not a measurement.
+    """
+    if not last:
+        return None
+    rays, samples, rate = (last.get(k) for k in ("rays_per_step", "samples_per_step", "throughput_samples_per_s"))
+    if not all(isinstance(v, (int, float)) and v > 0 for v in (rays, samples, rate)):
+        return None
+    return pixels * spp * (samples / rays) / (rate * EVAL_SPEEDUP_OVER_TRAINING)
+
+
+def _keep_trained_model(trainer: Any, status: dict[str, Any], progress: _Progress) -> None:
+    """Training finished but its final evaluation was interrupted: keep the trained model. A
+    single-process run without a snapshot of its last step writes one into the run directory
+    (distributed runs already hold their final checkpoint); ``status`` says where."""
+    status["interrupted_during"] = "evaluation"
+    run_dir = getattr(trainer, "run_dir", None)
+    if status.get("snapshot") or status.get("checkpoint") or run_dir is None:
+        return
+    path = run_dir.snapshot_path(trainer.step)
+    if not path.exists():
+        trainer.save(path)
+    status["snapshot"] = str(path)
+    progress.message(f"evaluation interrupted; the trained model (step {trainer.step}) is in {path} "
+                     "(--resume it with --n-steps at this step to evaluate later)")
+
+
+def _evaluation_notice(trainer: Any, last: dict[str, Any] | None = None) -> str:
+    """The line printed before the final evaluation: which views, how many pixels, a rough time
+    from the training's own rate (:func:`eval_seconds_estimate`), and on a CPU how to shorten it (it
+    renders every pixel of every view and is not in the time budget)."""
     from trainer.train.evaluate import eval_split_name, evaluation_frames
 
     split = eval_split_name(trainer)
     chosen = evaluation_frames(trainer.scene.frames(split), trainer.cfg.training.eval_max_images)
     pixels = sum(f.intrinsics.width * f.intrinsics.height for _, f in chosen)
+    spp = trainer.cfg.training.eval_spp
     line = (f"evaluating {len(chosen)} {split} view{'s' if len(chosen) != 1 else ''} "
-            f"({pixels / 1e6:.2f} M pixels, {trainer.cfg.training.eval_spp} render(s) each)")
+            f"({pixels / 1e6:.2f} M pixels, {spp} render(s) each)")
+    estimate = eval_seconds_estimate(pixels, spp, last)
+    if estimate is not None and estimate >= 60:
+        line += f", roughly {estimate / 60:.0f} min at this run's training rate"
     if trainer.device.type == "cpu":
         line += ("; on a CPU this can take minutes (not counted in --time-budget): --no-eval skips it, "
                  "--eval-max-images N shortens it")

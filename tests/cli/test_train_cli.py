@@ -115,3 +115,36 @@ def test_a_run_stopped_by_its_time_budget_says_so(demo_scene, tmp_path):
     assert status["state"] == "completed" and status["stopped_by"] == "time_budget" and status["step"] < 100000
     assert (f"stopped at step {status['step']} of 100000: the time budget of 1 s (training.time_budget_s, "
             "--time-budget) was reached") in result.stdout + result.stderr
+
+
+def test_an_interrupted_final_evaluation_keeps_the_trained_model(demo_scene, tmp_path, monkeypatch, capsys):
+    from trainer.cli import build_parser, train_command
+    from trainer.train.loop import Trainer
+    from trainer.train.snapshot import load_snapshot
+
+    def interrupted(self, *args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Trainer, "evaluate", interrupted)
+    run = tmp_path / "run"
+    args = build_parser().parse_args(["--scene", str(demo_scene), "--config", str(_tiny_config_file(tmp_path)),
+                                      "--n-steps", "6", "--out", str(run), "--quiet"])
+    assert train_command(args) == 130
+    status = json.loads((run / "status.json").read_text())
+    assert status["state"] == "interrupted" and status["interrupted_during"] == "evaluation"
+    snapshot = run / "snapshots" / "step_0000006.pt"
+    assert status["snapshot"] == str(snapshot) and load_snapshot(snapshot)["step"] == 6
+    out = capsys.readouterr().out
+    assert f"evaluation interrupted; the trained model (step 6) is in {snapshot}" in out
+    assert "evaluating 4 test views" in out
+
+
+def test_eval_time_estimate_follows_the_training_rate():
+    from trainer.cli import eval_seconds_estimate
+
+    last = {"rays_per_step": 1000.0, "samples_per_step": 50000.0, "throughput_samples_per_s": 1e6}
+    # 518 400 pixels × 50 samples per ray at 3 × 1e6 samples/s
+    assert eval_seconds_estimate(518_400, 1, last) == pytest.approx(518_400 * 50 / 3e6)
+    assert eval_seconds_estimate(518_400, 8, last) == pytest.approx(8 * 518_400 * 50 / 3e6)
+    assert eval_seconds_estimate(100, 1, {}) is None
+    assert eval_seconds_estimate(100, 1, dict(last, rays_per_step=0)) is None
