@@ -529,6 +529,10 @@ def _open_study(storage, name: str, spec: StudySpec, fingerprint: str, attrs: di
                 f"study {name!r} in {attrs['storage']} {why} (base config, settings, scene, search space, "
                 f"objectives or --nproc-per-node differ); use another --study-name or --out"
             ) from None
+        # A sampler seeded as when the study began would draw the same start-up parameters again;
+        # offset by the trials so far: reproducible, and new points for this session (or worker).
+        reseeded = dataclasses.replace(spec.sampler, seed=(spec.sampler.seed + len(study.trials)) % 2**32)
+        study = optuna.load_study(study_name=name, storage=storage, sampler=reseeded.build(), pruner=pruner)
         return study, False
     if study_dir.trials_dir.is_dir() and any(study_dir.trials_dir.iterdir()):
         optuna.delete_study(study_name=name, storage=storage)  # refused: leave the storage as it was

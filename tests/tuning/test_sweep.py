@@ -280,3 +280,29 @@ def test_several_objectives_from_evaluations(tmp_path, demo_scene):
     assert chosen.training.time_budget_s is None  # the trials' 3 s budget is not carried over
     restore = {"training.n_steps": chosen.training.n_steps, "training.time_budget_s": None}
     assert any(apply_overrides(load_config(_trials(study)[n].user_attrs["config_path"]), restore) == chosen for n in best)
+
+
+def test_a_reopened_study_draws_new_points(tmp_path, tiny_study):
+    # Re-running a sweep reopens its study; a sampler seeded as at the start would repeat the
+    # start-up draws of the first session (wasted trials), so it is offset by the trials so far.
+    from ngptune.tuning.study import load_study
+    from ngptune.tuning.sweep import _open_study
+
+    spec = load_study(tiny_study)
+    storage = JournalStorage(JournalFileBackend(str(tmp_path / "journal.log")))
+    study_dir = StudyDir(tmp_path / "out")
+
+    def draws(study: optuna.Study, n: int) -> list[float]:
+        values = []
+        for _ in range(n):
+            trial = study.ask()
+            values.append(trial.suggest_float("x", 0.0, 1.0))
+            study.tell(trial, 0.0)
+        return values
+
+    first, created = _open_study(storage, "t", spec, "fp", {"storage": "journal"}, study_dir, spec.base_config(), False)
+    assert created
+    first_draws = draws(first, 3)  # the enqueued default trial, then two draws
+    again, created = _open_study(storage, "t", spec, "fp", {"storage": "journal"}, study_dir, spec.base_config(), False)
+    assert not created
+    assert not set(draws(again, 2)) & set(first_draws[1:])
