@@ -8,8 +8,10 @@ from trainer.cli import main
 
 if __name__ == "__main__":
     code = main()
-    if not code and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         from trainer.parallel.dist_env import exit_without_teardown
 
-        exit_without_teardown(0)  # a finished rank: see its docstring (an abort at teardown)
+        # a rank that finished, or printed its error and left its group: an abort at teardown
+        # would hide its exit status behind a SIGABRT/SIGSEGV (see the function's docstring)
+        exit_without_teardown(code or 0)
     sys.exit(code)

@@ -467,6 +467,9 @@ def run_training(cfg: TrainConfig, args: argparse.Namespace) -> dict[str, Any]:
         trainer = train_from_config(cfg, scene_path, run_dir, resume=args.resume)
         if args.resume is not None:
             status["resumed_from_step"] = trainer.step
+            if trainer.step > cfg.training.n_steps:
+                raise ConfigError(f"training.n_steps: {cfg.training.n_steps} is below step {trainer.step} of the "
+                                  f"snapshot {args.resume}; give --n-steps {trainer.step} or more")
             progress.message(f"resumed from {args.resume} at step {trainer.step} (train_time_s includes its "
                              f"{trainer.train_time_s:.1f} s of training before the resume)")
         status[TRAIN_START_KEY] = time.time()

@@ -148,3 +148,23 @@ def test_eval_time_estimate_follows_the_training_rate():
     assert eval_seconds_estimate(518_400, 8, last) == pytest.approx(8 * 518_400 * 50 / 3e6)
     assert eval_seconds_estimate(100, 1, {}) is None
     assert eval_seconds_estimate(100, 1, dict(last, rays_per_step=0)) is None
+
+
+def test_resume_names_changed_settings_and_refuses_fewer_steps(demo_scene, tmp_path):
+    config = _tiny_config_file(tmp_path)
+    first = _run("--scene", str(demo_scene), "--config", str(config), "--n-steps", "6", "--save-snapshot",
+                 str(tmp_path / "s.pt"), "--out", str(tmp_path / "run1"), "--no-eval", cwd=REPO)
+    assert first.returncode == 0, first.stderr
+    changed = _run("--scene", str(demo_scene), "--config", str(config), "--n-steps", "8", "--resume", str(tmp_path / "s.pt"),
+                   "--set", "loss.otype=Huber", "--out", str(tmp_path / "run2"), "--no-eval", cwd=REPO)
+    assert changed.returncode == 0, changed.stderr
+    assert (f"warning: {tmp_path / 's.pt'}: resuming with settings other than it was trained with: "
+            "loss.otype: 'L2' → 'Huber'; pass its run's config.json as --config") in changed.stderr
+    same = _run("--scene", str(demo_scene), "--config", str(config), "--n-steps", "8", "--resume", str(tmp_path / "s.pt"),
+                "--out", str(tmp_path / "run3"), "--no-eval", cwd=REPO)
+    assert same.returncode == 0 and "resuming with settings" not in same.stderr, same.stderr
+    fewer = _run("--scene", str(demo_scene), "--config", str(config), "--n-steps", "4", "--resume", str(tmp_path / "s.pt"),
+                 "--out", str(tmp_path / "run4"), "--no-eval", cwd=REPO)
+    assert fewer.returncode == 2
+    assert fewer.stderr.strip().endswith(f"error: training.n_steps: 4 is below step 6 of the snapshot "
+                                         f"{tmp_path / 's.pt'}; give --n-steps 6 or more")

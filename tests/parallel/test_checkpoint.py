@@ -239,4 +239,10 @@ def test_resume_from_a_folder_without_checkpoints_is_an_error(demo_scene, tmp_pa
     trainer = DataParallelTrainer(tiny_config(), load_scene(demo_scene))
     with pytest.raises(SnapshotError, match="no complete checkpoint found"):
         trainer.load_checkpoint(tmp_path)
+    with pytest.raises(SnapshotError, match=r"nothere.pt: not found \(--resume takes a run directory"):
+        trainer.load_checkpoint(tmp_path / "nothere.pt")
+    snapshot = tmp_path / "single.pt"
+    snapshot.write_bytes(b"a single-process snapshot file")
+    with pytest.raises(SnapshotError, match=r"single.pt: a single-process snapshot; .* without --nproc-per-node"):
+        trainer.load_checkpoint(snapshot)
     trainer.close()

@@ -272,12 +272,12 @@ def load_tensors(folder: Path, tensors: dict[str, torch.Tensor]) -> None:
     for name, tensor in tensors.items():
         meta = stored.get(name)
         if meta is None:
-            raise SnapshotError(f"{folder}: checkpoint has no entry '{name}' (written with another config?)")
+            raise SnapshotError(f"{folder}: checkpoint has no entry '{name}' (written with another config or scene? resume with the run's config.json as --config, on the same scene)")
         size = tuple(getattr(meta, "size", ()))
         if size != tuple(tensor.shape):
             raise SnapshotError(
                 f"{folder}: entry '{name}' has shape {list(size)} in the checkpoint but "
-                f"{list(tensor.shape)} in this config (written with another config?)"
+                f"{list(tensor.shape)} in this config (written with another config or scene? resume with the run's config.json as --config, on the same scene)"
             )
     try:
         _dcp().load(tensors, checkpoint_id=str(folder))

@@ -57,7 +57,7 @@ from trainer.parallel.grad_sync import GradientSynchronizer, allreduce_bandwidth
 from trainer.rundir import RunDir
 from trainer.schema import truncate_metrics_after
 from trainer.train.hostcopy import HostCopy
-from trainer.train.loop import StepStats, Trainer, _autocast, _drop_rays, photometric_loss
+from trainer.train.loop import warn_config_differences, StepStats, Trainer, _autocast, _drop_rays, photometric_loss
 from trainer.train.timing import DeviceClock
 
 __all__ = [
@@ -108,6 +108,9 @@ def validate_parallel_config(cfg: TrainConfig, world_size: int) -> None:
     missing = [r for r in cfg.faults.ranks if r >= world_size]
     if missing:
         raise ConfigError(f"faults.ranks: expected ranks < world size ({world_size}), got {list(cfg.faults.ranks)}")
+
+
+COMPLETE_MARKER_HINT = f"checkpoints/step_N/{ckpt.COMPLETE_MARKER} in it or below it"
 
 
 class DistributedTrainerBase(Trainer, metaclass=abc.ABCMeta):
@@ -311,8 +314,18 @@ class DistributedTrainerBase(Trainer, metaclass=abc.ABCMeta):
         """
         folder = ckpt.latest_checkpoint(Path(path))
         if folder is None:
-            raise SnapshotError(f"{path}: no complete checkpoint found")
+            path = Path(path)
+            if not path.exists():
+                raise SnapshotError(f"{path}: not found (--resume takes a run directory or a checkpoint folder "
+                                    "of a distributed run)")
+            if path.is_file():
+                raise SnapshotError(f"{path}: a single-process snapshot; a distributed run resumes from the "
+                                    "checkpoints of a distributed run (its run directory or a checkpoints/step_N "
+                                    "folder); resume this file without --nproc-per-node")
+            raise SnapshotError(f"{path}: no complete checkpoint found (looked for {COMPLETE_MARKER_HINT})")
         meta = ckpt.load_meta(folder)
+        if self.rank == 0:
+            warn_config_differences(folder, meta.get("config"), self.cfg)
         if meta.get("format") != CHECKPOINT_FORMAT or meta.get("version") != CHECKPOINT_VERSION:
             raise SnapshotError(f"{folder}: not an ngptune distributed checkpoint of version {CHECKPOINT_VERSION}")
         if meta["mode"] != self.mode:

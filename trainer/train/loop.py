@@ -17,13 +17,14 @@ import math
 import random
 import resource
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
 
-from trainer.config import TrainConfig, config_to_dict
+from trainer.config import TrainConfig, config_differences, config_to_dict
 from trainer.data import Scene, load_scene
 from trainer.data.images import PixelTable, load_pixel_table, pixel_table_nbytes
 from trainer.data.sampler import RaySampler, choose_placement
@@ -122,6 +123,19 @@ def build_field(cfg: TrainConfig, aabb: torch.Tensor, aabb_scale: int, device: t
         fused_mlp=use_triton_kernels("mlp_backend", cfg.training.mlp_backend, device),
     )
     return field.to(device)
+
+
+def warn_config_differences(path: Path, saved: Any, cfg: TrainConfig) -> None:
+    """Warn (one line) when a run resumes ``path`` with training settings other than the ones it
+    was written with (:func:`trainer.config.config_differences`): legal, but usually a forgotten
+    ``--config``."""
+    if not isinstance(saved, dict):
+        return
+    lines = config_differences(saved, cfg)
+    if lines:
+        more = f" (and {len(lines) - 6} more)" if len(lines) > 6 else ""
+        warnings.warn(f"{path}: resuming with settings other than it was trained with: {'; '.join(lines[:6])}{more}; "
+                      "pass its run's config.json as --config to continue the same training", stacklevel=2)
 
 
 def lr_factor(step: int, decay_start: int, decay_interval: int, decay_base: float) -> float:
@@ -684,6 +698,7 @@ class Trainer:
             SnapshotError: truncated/corrupt file, or a snapshot of another config (names the entry).
         """
         payload = load_snapshot(path)
+        warn_config_differences(path, payload.get("config"), self.cfg)
         load_state_checked(self.field, payload["model"], "model", path)
         load_state_checked(self.grid, payload["occupancy"], "occupancy grid", path)
         try:

@@ -102,7 +102,7 @@ def load_state_checked(module: torch.nn.Module, state: dict[str, Any], what: str
     Raises:
         SnapshotError: naming the snapshot, the entry and both shapes, e.g.
             ``snap.pt: model entry 'encoding.table' has shape [524288, 2] in the snapshot but
-            [32768, 2] in this config (was it written with another config?)``.
+            [32768, 2] in this config (written with another config or scene? resume with the run's config.json as --config, on the same scene)``.
     """
     own = module.state_dict()
     missing = [k for k in own if k not in state]
@@ -110,13 +110,13 @@ def load_state_checked(module: torch.nn.Module, state: dict[str, Any], what: str
     if missing or unexpected:
         raise SnapshotError(
             f"{path}: {what} entries differ from this config "
-            f"(missing {missing[:3]}, unexpected {unexpected[:3]}); was it written with another config?"
+            f"(missing {missing[:3]}, unexpected {unexpected[:3]}); written with another config or scene? resume with the run's config.json as --config, on the same scene"
         )
     for key, value in own.items():
         theirs = state[key]
         if isinstance(theirs, torch.Tensor) and tuple(theirs.shape) != tuple(value.shape):
             raise SnapshotError(
                 f"{path}: {what} entry '{key}' has shape {list(theirs.shape)} in the snapshot but "
-                f"{list(value.shape)} in this config (was it written with another config?)"
+                f"{list(value.shape)} in this config (written with another config or scene? resume with the run's config.json as --config, on the same scene)"
             )
     module.load_state_dict(state)
