@@ -77,6 +77,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if out is None:
         out = default_run_dir(scene_path_of(cfg))
         argv += ["--out", str(out)]
+    if not cfg.training.quiet:
+        print(f"{args.nproc_per_node * args.nnodes} ranks; their progress goes to {RunDir(out).logs_dir}/rank<R>.log",
+              file=sys.stderr, flush=True)
     try:
         launch_workers(
             ["-m", "trainer", *argv],
@@ -92,8 +95,27 @@ def _cmd_train(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print(f"interrupted: the ranks were stopped; logs in {RunDir(out).logs_dir}", file=sys.stderr)
         return 130
+    if args.node_rank == 0:
+        summary = _run_summary(RunDir(out).read_status() or {})
+        if summary:
+            print(summary, file=sys.stderr, flush=True)
     print(json.dumps({"state": "completed", "run_dir": str(out), "nproc_per_node": args.nproc_per_node}))
     return 0
+
+
+def _run_summary(status: dict[str, Any]) -> str:
+    """One line from a finished run's status.json: steps, training time, throughput, evaluation."""
+    parts = []
+    if isinstance(status.get("step"), int):
+        took = status.get("train_time_s")
+        parts.append(f"trained to step {status['step']}"
+                     + (f" in {took:.1f} s" if isinstance(took, (int, float)) else ""))
+    if isinstance(status.get("throughput_samples_per_s"), (int, float)):
+        parts.append(f"{status['throughput_samples_per_s']:.3g} samples/s")
+    if isinstance(status.get("eval_psnr_db"), (int, float)):
+        parts.append(f"evaluation on {status.get('eval_split', 'test')}: PSNR {status['eval_psnr_db']:.2f} dB"
+                     + (f", SSIM {status['eval_ssim']:.4f}" if isinstance(status.get("eval_ssim"), (int, float)) else ""))
+    return ", ".join(parts)
 
 
 def _config_endpoint(cfg: Any, nnodes: int) -> str | None:
