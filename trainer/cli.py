@@ -407,7 +407,7 @@ def cpu_config_warning(cfg: TrainConfig) -> str | None:
     return (
         f"note: training on the CPU with {cfg.training.target_samples_per_step} samples per step, "
         "a GPU-sized config (seconds per step); for a quick CPU run use --config configs/small.json "
-        "or --set training.target_samples_per_step=4096"
+        "(fewer samples, a smaller grid and fewer march steps)"
     )
 
 
