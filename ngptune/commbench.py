@@ -432,7 +432,7 @@ def _config_from_args(args: argparse.Namespace) -> CommBenchConfig:
 
 def show_table(frame: pd.DataFrame, title: str) -> None:
     """Print the results as a rich table (sizes in bytes, time in µs, bandwidths in GB/s)."""
-    from rich.console import Console
+    from ngptune.console import make_console
     from rich.table import Table
 
     table = Table(title=title, title_justify="left")
@@ -443,7 +443,7 @@ def show_table(frame: pd.DataFrame, title: str) -> None:
     for row in frame.itertuples(index=False):
         table.add_row(row.settings.replace(",", "\n"), row.op, f"{row.size_bytes:,}", f"{row.count:,}", f"{row.time_us:.1f}",
                       f"{row.algbw_gb_per_s:.3g}", f"{row.busbw_gb_per_s:.3g}")
-    Console().print(table)
+    make_console().print(table)
 
 
 def bench_comm_command(args: argparse.Namespace) -> int:

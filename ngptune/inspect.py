@@ -108,10 +108,10 @@ def _span_text(span: list[float]) -> str:
 
 def format_description(info: dict[str, Any]) -> None:
     """Print ``describe_scene``'s dict as rich tables."""
-    from rich.console import Console
+    from ngptune.console import make_console
     from rich.table import Table
 
-    console = Console()
+    console = make_console()
     table = Table(title=f"scene {info['root']}", show_header=False)
     table.add_row("format", info["format"])
     table.add_row("images per split", ", ".join(f"{k}: {v}" for k, v in info["splits"].items()))

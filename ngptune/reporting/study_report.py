@@ -37,6 +37,7 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 from plotly.subplots import make_subplots
 from rich.console import Console
+from ngptune.console import make_console
 from rich.table import Table
 
 from ngptune.reporting.html import Section, figure_html, render_page, table_html, text_html
@@ -689,7 +690,7 @@ def print_summary(study: optuna.Study, console: Console | None = None) -> None:
     Raises:
         StudyReportError: bad trial attributes.
     """
-    console = console or Console()
+    console = console or make_console()
     view = _StudyView.of(study)
 
     outcomes = Table(title=f"Study {study.study_name}: {len(view.trials)} trials by outcome")

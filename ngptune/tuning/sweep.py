@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from ngptune.console import make_console
 
 from ngptune.tuning import nccl
 from ngptune.tuning.layout import StudyDir
@@ -562,7 +563,7 @@ def run_sweep(options: SweepOptions, console: Console | None = None) -> SweepRes
         KeyboardInterrupt: Ctrl-C or SIGTERM; the running trial was stopped and marked
             interrupted (a re-run of the same command retries it).
     """
-    console = console or Console(soft_wrap=True)  # message lines stay whole in piped logs
+    console = console or make_console(soft_wrap=True)  # message lines stay whole in piped logs
     spec = load_study(options.study_path, scene=options.scene)
     nproc = options.nproc_per_node or default_nproc_per_node()
     if nproc < 1:
