@@ -163,14 +163,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("inspect", help="describe a scene: format, splits, sizes, intrinsics, box, skipped frames")
     p.add_argument("scene", type=Path)
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--downscale", type=int, default=1)
+    p.add_argument("--downscale", type=positive_int, default=1, help="describe the images as shrunk by this factor (as train --downscale)")
     p.add_argument("--holdout-every", type=int, default=0, help="for scenes without splits: hold out every N-th frame as test (0: list all as train)")
     p.add_argument("--timing", action="store_true", help="decode the training images twice (cold, then from the disk cache) and print both times")
     p.set_defaults(func=_cmd_inspect)
 
     p = sub.add_parser("demo-scene", help="write the built-in analytic demo scene (Blender format)")
     p.add_argument("out_dir", type=Path)
-    p.add_argument("--resolution", type=int, default=64)
+    p.add_argument("--resolution", type=positive_int, default=64, help="width and height of the rendered views in pixels (default 64)")
     p.set_defaults(func=_cmd_demo_scene)
 
     p = sub.add_parser("train", help="train an instant-NGP NeRF (one process, or --nproc-per-node ranks)")

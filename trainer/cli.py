@@ -384,8 +384,9 @@ def _evaluation_notice(trainer: Any, last: dict[str, Any] | None = None) -> str:
     chosen = evaluation_frames(trainer.scene.frames(split), trainer.cfg.training.eval_max_images)
     pixels = sum(f.intrinsics.width * f.intrinsics.height for _, f in chosen)
     spp = trainer.cfg.training.eval_spp
+    amount = f"{pixels / 1e6:.2f} M pixels" if pixels >= 10_000 else f"{pixels} pixels"
     line = (f"evaluating {len(chosen)} {split} view{'s' if len(chosen) != 1 else ''} "
-            f"({pixels / 1e6:.2f} M pixels, {spp} render(s) each)")
+            f"({amount}, {spp} render(s) each)")
     estimate = eval_seconds_estimate(pixels, spp, last)
     if estimate is not None and estimate >= 60:
         line += f", roughly {estimate / 60:.0f} min at this run's training rate"
