@@ -723,14 +723,17 @@ def print_summary(study: optuna.Study, console: Console | None = None) -> None:
 
     settings = Table(title="Best settings" + (" (Pareto front)" if view.multi_objective else ""))
     settings.add_column("parameter")
+    # the default's column once, even when it is also (one of) the best
+    shown = [t for t in view.best if view.default is None or t.number != view.default.number]
     if view.default is not None:
-        settings.add_column(view.label(view.default))
-    for t in view.best:
+        best_too = len(shown) < len(view.best)
+        settings.add_column(view.label(view.default) + (" (also the best)" if best_too else ""))
+    for t in shown:
         settings.add_column(view.label(t))
     for name in dict.fromkeys(p for t in view.best for p in t.params):
         row = [name]
         if view.default is not None:
             row.append(_cell(view.default.params.get(name)))
-        row.extend(_cell(t.params.get(name)) for t in view.best)
+        row.extend(_cell(t.params.get(name)) for t in shown)
         settings.add_row(*row)
     console.print(settings)

@@ -373,6 +373,16 @@ def test_summary_calls_a_gain_between_identical_settings_noise(tmp_path: Path) -
     assert "throughput_samples_per_s (max) 1000 1162 #1 +16.2 % (same settings as the default: run-to-run noise)" in lines
 
 
+def test_summary_shows_the_default_once_when_it_is_the_best(tmp_path: Path) -> None:
+    study = optuna.create_study(study_name="default_best", direction="maximize")
+    study.set_metric_names(["throughput_samples_per_s"])
+    _run_trial(study, tmp_path, {"parallel.mode": "data"}, values=[1000.0])
+    _run_trial(study, tmp_path, {"parallel.mode": "subgrid"}, values=[900.0])
+    lines = _summary(study)
+    assert "parameter default #0 (also the best)" in lines
+    assert "parallel.mode data" in lines
+
+
 def test_summary_two_objectives_and_failed(pareto_study: optuna.Study, failed_study: optuna.Study) -> None:
     lines = _summary(pareto_study)
     assert "psnr_at_budget_db (max) 20 24 #1 +20.0 % (better)" in lines
