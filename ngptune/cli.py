@@ -79,7 +79,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         argv += ["--out", str(out)]
     if not cfg.training.quiet:
         print(f"{args.nproc_per_node * args.nnodes} ranks; their progress goes to {RunDir(out).logs_dir}/rank<R>.log",
-              file=sys.stderr, flush=True)
+              flush=True)  # stdout: stderr is for errors (one line each)
     try:
         launch_workers(
             ["-m", "trainer", *argv],
@@ -98,7 +98,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if args.node_rank == 0:
         summary = _run_summary(RunDir(out).read_status() or {})
         if summary:
-            print(summary, file=sys.stderr, flush=True)
+            print(summary, flush=True)  # before the JSON line, which stays last
     print(json.dumps({"state": "completed", "run_dir": str(out), "nproc_per_node": args.nproc_per_node}))
     return 0
 

@@ -178,4 +178,5 @@ def test_two_nodes_meet_through_ngptune_train(demo_scene, tmp_path):
         assert p.returncode == 0, f"node {node}: {err[-2000:]}"
     status = run.read_status()
     assert status["state"] == "completed" and status["world_size"] == 2 and status["step"] == 4
-    assert "trained to step 4 in " in outputs[0][1]  # node 0 sums the run up; the ranks' logs have the rest
+    assert "trained to step 4 in " in outputs[0][0]  # node 0 sums the run up; the ranks' logs have the rest
+    assert json.loads(outputs[0][0].strip().splitlines()[-1])["state"] == "completed"  # the JSON line stays last
