@@ -162,8 +162,16 @@ def _is_distributed_run(cfg: TrainConfig, args: argparse.Namespace):
     from trainer.parallel.dist_env import detect_dist_env
 
     env = detect_dist_env(cfg)
-    if env.is_distributed or (args.resume is not None and Path(args.resume).is_dir()):
+    if env.is_distributed:
         return env
+    if args.resume is not None and Path(args.resume).is_dir():
+        snapshot = RunDir(args.resume).latest_snapshot()
+        from trainer.parallel.checkpoint import latest_checkpoint
+
+        if latest_checkpoint(Path(args.resume)) is None and snapshot is not None:
+            args.resume = snapshot  # a single-process run's folder: its newest snapshot
+            return None
+        return env  # sharded checkpoints, resumed on one process (or their absence reported there)
     return None
 
 

@@ -168,3 +168,15 @@ def test_resume_names_changed_settings_and_refuses_fewer_steps(demo_scene, tmp_p
     assert fewer.returncode == 2
     assert fewer.stderr.strip().endswith(f"error: training.n_steps: 4 is below step 6 of the snapshot "
                                          f"{tmp_path / 's.pt'}; give --n-steps 6 or more")
+
+
+def test_resume_of_a_single_process_run_folder_takes_its_newest_snapshot(demo_scene, tmp_path):
+    config = _tiny_config_file(tmp_path)
+    first = _run("--scene", str(demo_scene), "--config", str(config), "--n-steps", "6", "--snapshot-every", "3",
+                 "--out", str(tmp_path / "run1"), "--no-eval", cwd=REPO)
+    assert first.returncode == 0, first.stderr
+    again = _run("--scene", str(demo_scene), "--config", str(config), "--n-steps", "8", "--resume", str(tmp_path / "run1"),
+                 "--out", str(tmp_path / "run2"), "--no-eval", cwd=REPO)
+    assert again.returncode == 0, again.stderr
+    status = json.loads((tmp_path / "run2" / "status.json").read_text())
+    assert status["resumed_from_step"] == 6 and status["step"] == 8
