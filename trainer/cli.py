@@ -206,6 +206,8 @@ def run_distributed_training(cfg: TrainConfig, args: argparse.Namespace, env) ->
     progress = _Progress(cfg.training.n_steps, cfg.training.quiet or not env.is_main)
     trainer = None
     if env.is_main:
+        if args.resume is not None or int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0:
+            run_dir.archive_eval()  # the folder's eval.json is of an earlier step
         run_dir.write_json(run_dir.status_path, status)  # a killed run still says it was running
     try:
         init_distributed(env, cfg.distributed.timeout_s)
@@ -464,6 +466,8 @@ def run_training(cfg: TrainConfig, args: argparse.Namespace) -> dict[str, Any]:
     check_before_start(cfg, args.out, args.resume)
     run_dir = RunDir(args.out or default_run_dir(scene_path)).create()
     run_dir.remove_stale_temp_files()
+    if args.resume is not None:
+        run_dir.archive_eval()  # the folder's eval.json is of an earlier step
     run_dir.write_json(run_dir.config_path, config_to_dict(cfg))
     progress = _Progress(cfg.training.n_steps, cfg.training.quiet)
     warning = cpu_config_warning(cfg)

@@ -7,6 +7,7 @@
       metrics.jsonl          rank 0 (single process: the only) metrics, schema in trainer.schema
       metrics.rank<R>.jsonl  metrics of rank R > 0
       eval.json              per-image and mean PSNR/SSIM of the last evaluation
+      eval.step_<NNNNNNN>.json  an earlier run's evaluation, kept when a resumed run continues here
       renders/<split>_<NNN>.png
       snapshots/step_<NNNNNNN>.pt   single-process snapshots (newest = highest step)
       checkpoints/step_<NNNNNNN>/   sharded distributed checkpoints
@@ -156,6 +157,21 @@ class RunDir:
     @property
     def eval_path(self) -> Path:
         return self.root / "eval.json"
+
+    def archive_eval(self) -> Path | None:
+        """Rename ``eval.json`` to ``eval.step_<N>.json`` (N: the step it evaluated), so a resumed
+        run continuing in this folder never shows an earlier evaluation as its own. Returns the new
+        path, or None when there was no ``eval.json``."""
+        if not self.eval_path.is_file():
+            return None
+        try:
+            step = json.loads(self.eval_path.read_text(encoding="utf-8")).get("step")
+        except (OSError, ValueError, AttributeError):
+            step = None
+        name = f"eval.step_{step:07d}.json" if isinstance(step, int) and step >= 0 else "eval.previous.json"
+        target = self.root / name
+        os.replace(self.eval_path, target)
+        return target
 
     @property
     def status_path(self) -> Path:

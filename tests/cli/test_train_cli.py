@@ -180,3 +180,17 @@ def test_resume_of_a_single_process_run_folder_takes_its_newest_snapshot(demo_sc
     assert again.returncode == 0, again.stderr
     status = json.loads((tmp_path / "run2" / "status.json").read_text())
     assert status["resumed_from_step"] == 6 and status["step"] == 8
+
+
+def test_a_run_resumed_in_its_own_folder_keeps_the_earlier_evaluation_aside(demo_scene, tmp_path):
+    config = _tiny_config_file(tmp_path)
+    run = tmp_path / "run"
+    first = _run("--scene", str(demo_scene), "--config", str(config), "--n-steps", "6", "--snapshot-every", "6",
+                 "--out", str(run), "--eval-max-images", "1", cwd=REPO)
+    assert first.returncode == 0, first.stderr
+    assert json.loads((run / "eval.json").read_text())["step"] == 6
+    again = _run("--scene", str(demo_scene), "--config", str(config), "--n-steps", "8", "--resume", str(run),
+                 "--out", str(run), "--no-eval", cwd=REPO)
+    assert again.returncode == 0, again.stderr
+    assert not (run / "eval.json").exists()  # nothing evaluated step 8
+    assert json.loads((run / "eval.step_0000006.json").read_text())["step"] == 6
