@@ -96,11 +96,24 @@ def _cmd_train(args: argparse.Namespace) -> int:
         print(f"interrupted: the ranks were stopped; logs in {RunDir(out).logs_dir}", file=sys.stderr)
         return 130
     if args.node_rank == 0:
+        _echo_warnings(RunDir(out).log_path(0))
         summary = _run_summary(RunDir(out).read_status() or {})
         if summary:
             print(summary, flush=True)  # before the JSON line, which stays last
     print(json.dumps({"state": "completed", "run_dir": str(out), "nproc_per_node": args.nproc_per_node}))
     return 0
+
+
+def _echo_warnings(log_path: Path, limit: int = 5) -> None:
+    """Repeat on stderr the ``warning:`` lines rank 0 wrote to its log (e.g. a resume with other
+    settings), which the terminal of a distributed run would otherwise never show."""
+    try:
+        lines = log_path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return
+    found = list(dict.fromkeys(line.strip() for line in lines if line.strip().startswith("warning: ")))
+    for line in found[:limit]:
+        print(f"{line} (rank 0)", file=sys.stderr, flush=True)
 
 
 def _run_summary(status: dict[str, Any]) -> str:

@@ -479,6 +479,7 @@ def run_training(cfg: TrainConfig, args: argparse.Namespace) -> dict[str, Any]:
     try:
         trainer = train_from_config(cfg, scene_path, run_dir, resume=args.resume)
         if args.resume is not None:
+            status["resumed_from"] = str(args.resume)
             status["resumed_from_step"] = trainer.step
             if trainer.step > cfg.training.n_steps:
                 raise ConfigError(f"training.n_steps: {cfg.training.n_steps} is below step {trainer.step} of the "

@@ -88,6 +88,42 @@ def test_a_crash_between_the_renames_leaves_a_usable_checkpoint(tmp_path):
     assert sorted(p.name for p in removed) == ["step_0000100", "step_0000200.replaced"]
 
 
+def test_a_rescued_partial_checkpoint_is_promoted_not_deleted_by_the_next_save(tmp_path, monkeypatch):
+    # After a crash between the renames the step's only complete copy may be step_N.partial; the
+    # next save of that step must move it into place before it stages anew, not delete it.
+    run = RunDir(tmp_path)
+    folder = ckpt.checkpoint_dir(run, 60)
+    ckpt.save_checkpoint(folder, {"w": torch.full((3,), 1.0)}, {}, {"step": 60}, rank=0)
+    folder.rename(folder.with_name("step_0000060.partial"))
+    assert ckpt.latest_checkpoint(tmp_path).name == "step_0000060.partial"
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt("killed during the DCP write")
+
+    monkeypatch.setattr(ckpt._dcp(), "save", killed)
+    with pytest.raises(KeyboardInterrupt):
+        ckpt.save_checkpoint(folder, {"w": torch.full((3,), 2.0)}, {}, {"step": 60}, rank=0)
+    monkeypatch.undo()
+    assert ckpt.latest_checkpoint(tmp_path) == folder
+    w = torch.zeros(3)
+    ckpt.load_tensors(folder, {"w": w})
+    assert w.tolist() == [1.0, 1.0, 1.0]
+
+
+def test_a_checkpoint_missing_a_ranks_files_is_not_marked_complete(tmp_path, monkeypatch):
+    # Nodes that write different run directories: rank 1's files land elsewhere. Rank 0 must not
+    # mark the folder complete (a resume would fail on the missing shard).
+    run = RunDir(tmp_path)
+    monkeypatch.setattr(ckpt, "_distributed", lambda: True)
+    monkeypatch.setattr(ckpt, "_barrier", lambda: None)
+    monkeypatch.setattr(ckpt.dist, "get_world_size", lambda: 2)
+    monkeypatch.setattr(ckpt._dcp(), "save", lambda *a, **k: None)
+    with pytest.raises(SnapshotError, match=r"step_0000010.partial: the files of rank\(s\) \[1\] are not in this folder: "
+                                            r"every node must write the same run directory"):
+        ckpt.save_checkpoint(ckpt.checkpoint_dir(run, 10), {"w": torch.zeros(1)}, {}, {"step": 10}, rank=0)
+    assert ckpt.latest_checkpoint(tmp_path) is None
+
+
 N_STEPS = 6
 SAVE_AT = 3
 

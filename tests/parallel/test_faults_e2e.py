@@ -180,3 +180,15 @@ def test_two_nodes_meet_through_ngptune_train(demo_scene, tmp_path):
     assert status["state"] == "completed" and status["world_size"] == 2 and status["step"] == 4
     assert "trained to step 4 in " in outputs[0][0]  # node 0 sums the run up; the ranks' logs have the rest
     assert json.loads(outputs[0][0].strip().splitlines()[-1])["state"] == "completed"  # the JSON line stays last
+
+
+def test_a_distributed_resume_with_other_settings_warns_on_the_terminal(demo_scene, tmp_path, capfd):
+    from ngptune.cli import main
+
+    run = tmp_path / "run"
+    assert main(_train_argv(demo_scene, run, "--n-steps", "3")) == 0
+    capfd.readouterr()
+    assert main(_train_argv(demo_scene, run, "--n-steps", "4", "--resume", str(run), "--set", "loss.otype=Huber")) == 0
+    err = capfd.readouterr().err
+    assert "resuming with settings other than it was trained with: loss.otype: 'L2' → 'Huber'" in err, err
+    assert err.strip().endswith("(rank 0)")

@@ -187,14 +187,21 @@ def save_checkpoint(
     """
     folder = Path(folder)
     staging = folder.with_name(folder.name + _STAGING)
-    if rank == 0 and staging.exists():
-        shutil.rmtree(staging)
+    if rank == 0:
+        _settle_leftovers(folder)
     _barrier()
     staging.mkdir(parents=True, exist_ok=True)
     _dcp().save(tensors, checkpoint_id=str(staging))
     atomic_write(staging / f"rank{rank}.pt", lambda f: torch.save(rank_state, f))
     _barrier()
     if rank == 0:
+        world_size = dist.get_world_size() if _distributed() else 1
+        missing = [r for r in range(world_size) if not (staging / f"rank{r}.pt").is_file()]
+        if missing:
+            raise SnapshotError(
+                f"{staging}: the files of rank(s) {missing} are not in this folder: every node must write the "
+                "same run directory (--out on a file system all nodes share); the checkpoint is left incomplete"
+            )
         atomic_write_text(staging / "meta.json", json.dumps(meta, indent=2) + "\n")
         atomic_write_text(staging / COMPLETE_MARKER, "")
         replaced = folder.with_name(folder.name + _REPLACED)
@@ -205,6 +212,20 @@ def save_checkpoint(
         staging.rename(folder)
         shutil.rmtree(replaced, ignore_errors=True)
     return folder
+
+
+def _settle_leftovers(folder: Path) -> None:
+    """Before a save into ``folder``: a crash may have left ``<folder>.partial`` and
+    ``<folder>.replaced``. A complete one of them is the step's checkpoint when ``folder`` is gone,
+    so it is renamed into place (never deleted); the rest, incomplete or superseded, is removed."""
+    for suffix in (_STAGING, _REPLACED):
+        left = folder.with_name(folder.name + suffix)
+        if not left.exists():
+            continue
+        if not folder.exists() and (left / COMPLETE_MARKER).is_file():
+            left.rename(folder)
+        else:
+            shutil.rmtree(left)
 
 
 def _require_complete(folder: Path) -> Path:

@@ -322,7 +322,10 @@ class DistributedTrainerBase(Trainer, metaclass=abc.ABCMeta):
                 raise SnapshotError(f"{path}: a single-process snapshot; a distributed run resumes from the "
                                     "checkpoints of a distributed run (its run directory or a checkpoints/step_N "
                                     "folder); resume this file without --nproc-per-node")
-            raise SnapshotError(f"{path}: no complete checkpoint found (looked for {COMPLETE_MARKER_HINT})")
+            hint = ""
+            if list((path / "snapshots").glob("step_*.pt")):
+                hint = ("; its snapshots/ hold single-process snapshots: resume them without --nproc-per-node")
+            raise SnapshotError(f"{path}: no complete checkpoint found (looked for {COMPLETE_MARKER_HINT}){hint}")
         meta = ckpt.load_meta(folder)
         if self.rank == 0:
             warn_config_differences(folder, meta.get("config"), self.cfg)
