@@ -108,3 +108,12 @@ def test_emulate_flag_on_cpu_is_one_clear_error(tmp_path: Path) -> None:
     proc = _train(tmp_path / "emu", "--n-steps", "2", "--emulate-interconnect", "sockets")
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].startswith("error: distributed.emulate_interconnect")
+
+
+def test_fault_ranks_beyond_one_process_are_refused(demo_scene):
+    from tests.train.conftest import tiny_config
+    from trainer.data import load_scene
+    from trainer.train.loop import Trainer
+
+    with pytest.raises(ConfigError, match=r"faults.ranks: expected ranks < world size \(1\), got \[5\]"):
+        Trainer(tiny_config(faults__ranks=[5], training__device="cpu"), load_scene(demo_scene))
