@@ -67,8 +67,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from ngptune.commbench import check_run_emulation
     from trainer.rundir import RunDir
 
+    from trainer.train.loop import check_trainable
+
     cfg = resolve_config(args)
     validate_parallel_config(cfg, args.nproc_per_node * args.nnodes)  # before any worker starts
+    check_trainable(cfg)
     check_run_emulation(cfg)
     if args.node_rank == 0:  # other nodes' agents join a run whose folder node 0 has made
         check_before_start(cfg, args.out, args.resume)
@@ -93,7 +96,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
             run_dir=Path(out),
         )
     except KeyboardInterrupt:
-        print(f"interrupted: the ranks were stopped; logs in {RunDir(out).logs_dir}", file=sys.stderr)
+        from trainer.parallel.checkpoint import latest_checkpoint
+
+        newest = latest_checkpoint(Path(out))
+        resume = f"; continue from {newest} with --resume {out}" if newest is not None else ""
+        print(f"interrupted: the ranks were stopped; logs in {RunDir(out).logs_dir}{resume}", file=sys.stderr)
         return 130
     if args.node_rank == 0:
         _echo_warnings(RunDir(out).log_path(0))

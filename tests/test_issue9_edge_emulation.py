@@ -74,3 +74,22 @@ def test_a_fractional_world_size_or_size_is_named(column, value, tmp_path):
 def test_a_folder_given_as_the_table_is_named_as_a_folder(tmp_path):
     with pytest.raises(LinkBandwidthError, match=r": is a folder, expected the CSV file ngptune bench-comm --csv wrote$"):
         read_link_busbw(tmp_path, emulated_interconnect="none", world_size=2)
+
+
+def test_ctrl_c_after_a_checkpoint_says_how_to_continue(tmp_path, monkeypatch, capfd):
+    import torch
+
+    import trainer.parallel.launch
+    from trainer.parallel import checkpoint as ckpt
+    from trainer.rundir import RunDir
+
+    out = tmp_path / "run"
+
+    def interrupted_after_a_save(*args, **kwargs):
+        ckpt.save_checkpoint(ckpt.checkpoint_dir(RunDir(out), 5), {"w": torch.zeros(1)}, {}, {"step": 5}, rank=0)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(trainer.parallel.launch, "launch_workers", interrupted_after_a_save)
+    assert main(["train", "--nproc-per-node", "2", "--n-steps", "10", "--out", str(out)]) == 130
+    assert capfd.readouterr().err.strip() == (f"interrupted: the ranks were stopped; logs in {out / 'logs'}; continue "
+                                              f"from {out / 'checkpoints' / 'step_0000005'} with --resume {out}")

@@ -111,10 +111,14 @@ def test_simulated_oom_names_the_rank_and_the_oom(demo_scene, tmp_path, capfd):
          "error: distributed.world_size: config says 3 but 2 processes were started"),
         (["--set", "faults.ranks=[5]"],
          "error: faults.ranks: expected ranks < world size (2), got [5]"),
+        (["--set", "encoding.table_dtype=float16"],
+         "error: encoding.table_dtype: training needs 'float32' tables, got 'float16' (float16 tables are for the "
+         "encoding kernels and bench/encoding.py: Adam's moments and its epsilon underflow in float16 and the loss "
+         "turns NaN)"),
         (["--set", "distributed.timeout_s=1e15"],
          "error: overrides: distributed.timeout_s: expected a number in (0, 2000000], got 1000000000000000.0"),
     ],
-    ids=["num_subgrids", "gpu_capabilities", "world_size", "faults_ranks", "timeout_s"],
+    ids=["num_subgrids", "gpu_capabilities", "world_size", "faults_ranks", "table_dtype", "timeout_s"],
 )
 def test_bad_parallel_settings_are_refused_before_any_worker_starts(demo_scene, tmp_path, capfd, settings, expected):
     from ngptune.cli import main

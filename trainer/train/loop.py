@@ -138,6 +138,22 @@ def warn_config_differences(path: Path, saved: Any, cfg: TrainConfig) -> None:
                       "pass its run's config.json as --config to continue the same training", stacklevel=2)
 
 
+def check_trainable(cfg: TrainConfig) -> None:
+    """Settings a config may hold but training cannot use (checked before any rank starts too).
+
+    Raises:
+        ConfigError: ``encoding.table_dtype`` float16 (Adam's moments and epsilon underflow in
+            float16 and the loss turns NaN; float16 tables are for the encoding kernels and
+            bench/encoding.py).
+    """
+    if cfg.encoding.table_dtype != "float32":
+        raise ConfigError(
+            f"encoding.table_dtype: training needs 'float32' tables, got {cfg.encoding.table_dtype!r} "
+            "(float16 tables are for the encoding kernels and bench/encoding.py: Adam's moments and its "
+            "epsilon underflow in float16 and the loss turns NaN)"
+        )
+
+
 def lr_factor(step: int, decay_start: int, decay_interval: int, decay_base: float) -> float:
     """Step decay of tiny-cuda-nn's ExponentialDecay: ``decay_base ** (1 + (step - start) // interval)``
     once ``step >= decay_start``, else 1."""
@@ -236,12 +252,7 @@ class Trainer:
             )
         self.aabb_scale = scene.aabb_scale
         self.aabb = torch.tensor(scene.aabb, dtype=torch.float32, device=self.device)
-        if cfg.encoding.table_dtype != "float32":
-            raise ConfigError(
-                f"encoding.table_dtype: training needs 'float32' tables, got {cfg.encoding.table_dtype!r} "
-                "(float16 tables are for the encoding kernels and bench/encoding.py: Adam's moments and its "
-                "epsilon underflow in float16 and the loss turns NaN)"
-            )
+        check_trainable(cfg)
         self.field = self._build_model()
         self.grid = OccupancyGrid(
             aabb_scale=self.aabb_scale,
