@@ -162,17 +162,20 @@ def _is_distributed_run(cfg: TrainConfig, args: argparse.Namespace):
     from trainer.parallel.dist_env import detect_dist_env
 
     env = detect_dist_env(cfg)
-    if env.is_distributed:
-        return env
-    if args.resume is not None and Path(args.resume).is_dir():
-        snapshot = RunDir(args.resume).latest_snapshot()
-        from trainer.parallel.checkpoint import latest_checkpoint
-
-        if latest_checkpoint(Path(args.resume)) is None and snapshot is not None:
-            args.resume = snapshot  # a single-process run's folder: its newest snapshot
-            return None
-        return env  # sharded checkpoints, resumed on one process (or their absence reported there)
+    if env.is_distributed or (args.resume is not None and Path(args.resume).is_dir()):
+        return env  # (a folder: sharded checkpoints, resumed on one process, or their absence reported there)
     return None
+
+
+def _resume_path(resume: Path | None) -> Path | None:
+    """``--resume`` as given, except a single-process run's folder (snapshots, no checkpoints):
+    its newest snapshot."""
+    if resume is None or not Path(resume).is_dir():
+        return resume
+    from trainer.parallel.checkpoint import latest_checkpoint
+
+    snapshot = RunDir(resume).latest_snapshot()
+    return snapshot if snapshot is not None and latest_checkpoint(Path(resume)) is None else resume
 
 
 def run_distributed_training(cfg: TrainConfig, args: argparse.Namespace, env) -> dict[str, Any]:
@@ -191,7 +194,7 @@ def run_distributed_training(cfg: TrainConfig, args: argparse.Namespace, env) ->
     from trainer.config import apply_overrides
     from trainer.data import load_scene
     from trainer.errors import ConfigError
-    from trainer.parallel.dist_env import init_distributed, shutdown_distributed, wait_for_peers
+    from trainer.parallel.dist_env import init_distributed, restart_count, shutdown_distributed, wait_for_peers
     from trainer.parallel.trainer import build_distributed_trainer
 
     if env.is_distributed and args.out is None:
@@ -206,7 +209,7 @@ def run_distributed_training(cfg: TrainConfig, args: argparse.Namespace, env) ->
     progress = _Progress(cfg.training.n_steps, cfg.training.quiet or not env.is_main)
     trainer = None
     if env.is_main:
-        if args.resume is not None or int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0:
+        if args.resume is not None or restart_count() > 0:
             run_dir.archive_eval()  # the folder's eval.json is of an earlier step
         run_dir.write_json(run_dir.status_path, status)  # a killed run still says it was running
     try:
@@ -265,8 +268,9 @@ def _resume_source(resume: Path | None, run_dir: RunDir) -> Path | None:
     agent (``--max-restarts``), where the run directory's own newest complete checkpoint wins when
     it is at least as far as ``--resume`` (the restart must not redo the steps since then)."""
     from trainer.parallel.checkpoint import checkpoint_step, latest_checkpoint
+    from trainer.parallel.dist_env import restart_count
 
-    if int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) == 0:
+    if restart_count() == 0:
         return resume
     own = latest_checkpoint(run_dir.root)
     if own is None:
@@ -458,6 +462,7 @@ def run_training(cfg: TrainConfig, args: argparse.Namespace) -> dict[str, Any]:
 
     if args.save_snapshot:
         prepare_output_file(args.save_snapshot, "--save-snapshot")
+    args.resume = _resume_path(args.resume)
     env = _is_distributed_run(cfg, args)
     if env is not None:
         return run_distributed_training(cfg, args, env)

@@ -848,6 +848,11 @@ class FaultsConfig(_Block):
     def applies_to(self, rank: int) -> bool:
         return not self.ranks or rank in self.ranks
 
+    def check_ranks(self, world_size: int) -> None:
+        """Raises ConfigError (naming ``faults.ranks``) when an entry is not a rank of ``world_size``."""
+        if any(r >= world_size for r in self.ranks):
+            raise ConfigError(f"faults.ranks: expected ranks < world size ({world_size}), got {list(self.ranks)}")
+
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
@@ -1194,7 +1199,7 @@ def config_differences(saved: Mapping[str, Any], current: TrainConfig) -> list[s
     saved = json.loads(json.dumps(saved, default=list)) if isinstance(saved, Mapping) else {}
     lines = []
     for block, values in now.items():
-        theirs = saved.get(block) if isinstance(saved, Mapping) else None
+        theirs = saved.get(block)
         if block in RUN_CONTROL_KEYS or not isinstance(theirs, Mapping):
             continue
         for key, value in values.items():

@@ -364,21 +364,22 @@ def test_summary_single_objective(single_study: optuna.Study) -> None:
     assert "training.lr 0.01 0.02" in lines
 
 
-def test_summary_calls_a_gain_between_identical_settings_noise(tmp_path: Path) -> None:
-    study = optuna.create_study(study_name="noise", direction="maximize")
+def _default_then_one(tmp_path: Path, default: float, mode: str, value: float) -> list[str]:
+    """The summary of a throughput study: the default trial (data mode), then one trial in ``mode``."""
+    study = optuna.create_study(direction="maximize")
     study.set_metric_names(["throughput_samples_per_s"])
-    _run_trial(study, tmp_path, {"parallel.mode": "data"}, values=[1000.0])
-    _run_trial(study, tmp_path, {"parallel.mode": "data"}, values=[1162.0])
-    lines = _summary(study)
+    _run_trial(study, tmp_path, {"parallel.mode": "data"}, values=[default])
+    _run_trial(study, tmp_path, {"parallel.mode": mode}, values=[value])
+    return _summary(study)
+
+
+def test_summary_calls_a_gain_between_identical_settings_noise(tmp_path: Path) -> None:
+    lines = _default_then_one(tmp_path, 1000.0, "data", 1162.0)
     assert "throughput_samples_per_s (max) 1000 1162 #1 +16.2 % (same settings as the default: run-to-run noise)" in lines
 
 
 def test_summary_shows_the_default_once_when_it_is_the_best(tmp_path: Path) -> None:
-    study = optuna.create_study(study_name="default_best", direction="maximize")
-    study.set_metric_names(["throughput_samples_per_s"])
-    _run_trial(study, tmp_path, {"parallel.mode": "data"}, values=[1000.0])
-    _run_trial(study, tmp_path, {"parallel.mode": "subgrid"}, values=[900.0])
-    lines = _summary(study)
+    lines = _default_then_one(tmp_path, 1000.0, "subgrid", 900.0)
     assert "parameter default #0 (also the best)" in lines
     assert "parallel.mode data" in lines
 

@@ -110,8 +110,9 @@ class NGPField(nn.Module):
         sh_degree: bands of the view-direction encoding, 1..4 (tiny-cuda-nn's ``degree``; 1 makes
             the colour independent of the view direction).
         fused_mlp: run both MLPs (and the density MLP of :meth:`density` without gradient) in the
-            fused Triton kernels of :mod:`trainer.model.triton_mlp` where they apply (float32 without autocast, instant-ngp's MLP shapes; the caller checks
-            that Triton can run on the device); elsewhere the PyTorch path, their twin.
+            fused Triton kernels of :mod:`trainer.model.triton_mlp` where they apply (float32
+            without autocast, instant-ngp's MLP shapes; the caller checks that Triton can run on
+            the device); elsewhere the PyTorch path, their twin.
 
     Each MLP's ``output_activation`` (default "None") is applied before the fixed ``trunc_exp``
     (density) and sigmoid (colour).
@@ -161,10 +162,8 @@ class NGPField(nn.Module):
         lo, hi = self.aabb[0], self.aabb[1]
         return ((positions.float() - lo) / (hi - lo)).clamp(0.0, 1.0)
 
-    def _density_head(self, positions: torch.Tensor, features: torch.Tensor | None = None
-                      ) -> tuple[torch.Tensor, torch.Tensor]:
-        if features is None:
-            features = self.encoding(self.normalise_positions(positions))
+    def _density_head(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """σ [S] float32 and the 15 geometry features [S, 15] from hash-grid features [S, L·F]."""
         h = self.density_mlp(features)  # [S, 16], autocast dtype
         sigma = trunc_exp(h[:, 0].float())
         return sigma, h[:, 1:]
@@ -179,12 +178,14 @@ class NGPField(nn.Module):
             sigma: [S] float32 >= 0, in 1/world units.
         """
         assert positions.ndim == 2 and positions.shape[1] == 3, tuple(positions.shape)
-        if self.fused_mlp and not torch.is_grad_enabled() and not torch.is_autocast_enabled(positions.device.type):
-            features = self.encoding(self.normalise_positions(positions))
-            if features.dtype == torch.float32:
-                return _triton_mlp().fused_density(features, self.density_mlp.weights())
-            return self._density_head(positions, features)[0]
-        return self._density_head(positions)[0]
+        features = self.encoding(self.normalise_positions(positions))
+        if self._fused_applies(features) and not torch.is_grad_enabled():
+            return _triton_mlp().fused_density(features, self.density_mlp.weights())
+        return self._density_head(features)[0]
+
+    def _fused_applies(self, features: torch.Tensor) -> bool:
+        """Whether the fused MLP kernels take these hash-grid features: chosen, float32 and no autocast."""
+        return self.fused_mlp and features.dtype == torch.float32 and not torch.is_autocast_enabled(features.device.type)
 
     def forward(
         self, positions: torch.Tensor, directions: torch.Tensor
@@ -202,11 +203,11 @@ class NGPField(nn.Module):
         assert positions.ndim == 2 and positions.shape[1] == 3, tuple(positions.shape)
         assert directions.shape == positions.shape, (tuple(directions.shape), tuple(positions.shape))
         features = self.encoding(self.normalise_positions(positions))
-        if self.fused_mlp and features.dtype == torch.float32 and not torch.is_autocast_enabled(positions.device.type):
+        if self._fused_applies(features):
             # the kernels read the leading degree² columns of the SH; directions need no gradient
             sh = _encode_directions(directions.detach().float(), SH_MAX_DEGREE)
             return _triton_mlp().fused_field_head(features, sh, self.density_mlp.weights(), self.rgb_mlp.weights())
-        sigma, geometry = self._density_head(positions, features)
+        sigma, geometry = self._density_head(features)
         sh = _encode_directions(directions.float(), self.sh_degree).to(geometry.dtype)
         rgb = torch.sigmoid(self.rgb_mlp(torch.cat([geometry, sh], dim=1)).float())
         return sigma, rgb

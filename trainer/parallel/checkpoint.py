@@ -37,6 +37,7 @@ import torch.distributed as dist
 
 from trainer.errors import SnapshotError
 from trainer.rundir import RunDir, atomic_write, atomic_write_text
+from trainer.train.snapshot import OTHER_CONFIG_HINT, short_message
 
 __all__ = [
     "COMPLETE_MARKER",
@@ -271,12 +272,7 @@ def _stored_metadata(folder: Path) -> dict[str, Any]:
         return dict(_dcp().FileSystemReader(str(folder)).read_metadata().state_dict_metadata)
     except Exception as exc:  # noqa: BLE001 - pickle/IO failures of any type mean the same here
         raise SnapshotError(f"{folder / '.metadata'}: unreadable checkpoint index "
-                            f"({type(exc).__name__}: {_short(exc)})") from None
-
-
-def _short(exc: BaseException, limit: int = 160) -> str:
-    text = " ".join(str(exc).split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+                            f"({type(exc).__name__}: {short_message(exc)})") from None
 
 
 def load_tensors(folder: Path, tensors: dict[str, torch.Tensor]) -> None:
@@ -293,12 +289,12 @@ def load_tensors(folder: Path, tensors: dict[str, torch.Tensor]) -> None:
     for name, tensor in tensors.items():
         meta = stored.get(name)
         if meta is None:
-            raise SnapshotError(f"{folder}: checkpoint has no entry '{name}' (written with another config or scene? resume with the run's config.json as --config, on the same scene)")
+            raise SnapshotError(f"{folder}: checkpoint has no entry '{name}' ({OTHER_CONFIG_HINT})")
         size = tuple(getattr(meta, "size", ()))
         if size != tuple(tensor.shape):
             raise SnapshotError(
                 f"{folder}: entry '{name}' has shape {list(size)} in the checkpoint but "
-                f"{list(tensor.shape)} in this config (written with another config or scene? resume with the run's config.json as --config, on the same scene)"
+                f"{list(tensor.shape)} in this config ({OTHER_CONFIG_HINT})"
             )
     try:
         _dcp().load(tensors, checkpoint_id=str(folder))
@@ -308,7 +304,7 @@ def load_tensors(folder: Path, tensors: dict[str, torch.Tensor]) -> None:
         shards = ", ".join(sorted(p.name for p in folder.glob("*.distcp"))) or "none"
         lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
         cause = lines[-1] if lines else type(exc).__name__  # DCP's message ends with each rank's error
-        raise SnapshotError(f"{folder}: could not read the tensor shards ({shards}): {_short(cause)}") from None
+        raise SnapshotError(f"{folder}: could not read the tensor shards ({shards}): {short_message(cause)}") from None
 
 
 def load_rank_state(folder: Path, rank: int) -> dict[str, Any] | None:
@@ -320,9 +316,10 @@ def load_rank_state(folder: Path, rank: int) -> dict[str, Any] | None:
     """
     path = _require_complete(folder) / f"rank{rank}.pt"
     if not path.is_file():
-        if rank < load_meta(folder)["world_size"]:
-            raise SnapshotError(f"{path}: missing (the checkpoint was written by "
-                                f"{load_meta(folder)['world_size']} ranks; its per-rank random states are needed)")
+        saved_world_size = load_meta(folder)["world_size"]
+        if rank < saved_world_size:
+            raise SnapshotError(f"{path}: missing (the checkpoint was written by {saved_world_size} ranks; "
+                                "its per-rank random states are needed)")
         return None
     try:
         return torch.load(path, map_location="cpu", weights_only=True)

@@ -55,6 +55,7 @@ __all__ = [
     "free_port",
     "init_distributed",
     "exit_without_teardown",
+    "restart_count",
     "shutdown_distributed",
     "wait_for_peers",
     "slurm_job_port",
@@ -583,8 +584,7 @@ def init_distributed(env: DistEnv, timeout_s: float) -> None:
     except (RuntimeError, TimeoutError, ValueError) as exc:  # DistError is a RuntimeError
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         hint = ""
-        restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
-        if restarted and os.environ.get("TORCH_DISABLE_SHARE_RDZV_TCP_STORE") != "1":
+        if restart_count() > 0 and os.environ.get("TORCH_DISABLE_SHARE_RDZV_TCP_STORE") != "1":
             hint = ("; a restarted group that shares torchrun's store reads the previous attempt's "
                     "addresses (pytorch/pytorch#135712): set TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 for "
                     "torchrun --max-restarts, or use ngptune train --max-restarts, which does")
@@ -593,6 +593,12 @@ def init_distributed(env: DistEnv, timeout_s: float) -> None:
             f"at {env.master_addr}:{env.master_port} within {timeout_s:g} s "
             f"(distributed.timeout_s): {type(exc).__name__}: {first}{hint}"
         ) from exc
+
+
+def restart_count() -> int:
+    """How many times the elastic agent restarted this worker group (``TORCHELASTIC_RESTART_COUNT``;
+    0 outside torch elastic and on the first attempt)."""
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
 
 
 def wait_for_peers(what: str = "the end of the run") -> None:

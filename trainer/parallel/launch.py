@@ -45,7 +45,7 @@ from pathlib import Path
 
 from trainer.errors import LaunchError
 from trainer.lifeline import stop_with_parent
-from trainer.parallel.dist_env import check_port_free
+from trainer.parallel.dist_env import check_port_free, restart_count as elastic_restart_count
 from trainer.rundir import RunDir
 
 __all__ = ["RankFailure", "WorkersFailed", "launch_workers", "tail_lines"]
@@ -542,7 +542,7 @@ def _worker_main(args: list[str]) -> int:
         return 2
     stop_with_parent(parent_pid)  # the launcher killed with SIGKILL leaves no orphaned ranks
     rank = int(os.environ["RANK"])
-    restart_count = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    restart_count = elastic_restart_count()
     _redirect_output(RunDir(Path(args[1])).log_path(rank), restart_count)
     print(
         f"=== rank {rank}/{os.environ.get('WORLD_SIZE')} local rank {os.environ.get('LOCAL_RANK')} "

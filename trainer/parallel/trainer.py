@@ -57,7 +57,7 @@ from trainer.parallel.grad_sync import GradientSynchronizer, allreduce_bandwidth
 from trainer.rundir import RunDir
 from trainer.schema import truncate_metrics_after
 from trainer.train.hostcopy import HostCopy
-from trainer.train.loop import warn_config_differences, StepStats, Trainer, _autocast, _drop_rays, photometric_loss
+from trainer.train.loop import StepStats, Trainer, _autocast, _drop_rays, photometric_loss, warn_config_differences
 from trainer.train.timing import DeviceClock
 
 __all__ = [
@@ -105,9 +105,7 @@ def validate_parallel_config(cfg: TrainConfig, world_size: int) -> None:
             f"{world_size}) in subgrid mode, got {cfg.parallel.num_subgrids}"
         )
     shares_from_capabilities(cfg.distributed.gpu_capabilities, world_size)
-    missing = [r for r in cfg.faults.ranks if r >= world_size]
-    if missing:
-        raise ConfigError(f"faults.ranks: expected ranks < world size ({world_size}), got {list(cfg.faults.ranks)}")
+    cfg.faults.check_ranks(world_size)
 
 
 COMPLETE_MARKER_HINT = f"checkpoints/step_N/{ckpt.COMPLETE_MARKER} in it or below it"

@@ -319,9 +319,7 @@ class Trainer:
 
     def _phase_faults(self, cfg: TrainConfig) -> PhaseFaults | None:
         f = cfg.faults
-        beyond = [r for r in f.ranks if r >= self.world_size]
-        if beyond:
-            raise ConfigError(f"faults.ranks: expected ranks < world size ({self.world_size}), got {list(f.ranks)}")
+        f.check_ranks(self.world_size)
         if not f.applies_to(self.rank):
             return None
         return PhaseFaults(data_delay_ms=f.data_delay_ms, compute_slowdown=f.compute_slowdown)

@@ -22,6 +22,9 @@ import torch
 from trainer.errors import SnapshotError
 from trainer.rundir import atomic_write
 
+# What a shape or key mismatch on resume usually means, and the fix (snapshots and checkpoints).
+OTHER_CONFIG_HINT = "written with another config or scene? resume with the run's config.json as --config, on the same scene"
+
 SNAPSHOT_FORMAT = "ngptune-snapshot"
 SNAPSHOT_VERSION = 1
 
@@ -62,13 +65,13 @@ def load_snapshot(path: Path) -> dict[str, Any]:
         with zipfile.ZipFile(path) as archive:
             bad_record = archive.testzip()
     except (zipfile.BadZipFile, EOFError, ValueError, OSError) as exc:
-        raise SnapshotError(f"{path}: truncated or corrupt snapshot, or not an ngptune snapshot ({type(exc).__name__}: {_short(exc)})") from None
+        raise SnapshotError(f"{path}: truncated or corrupt snapshot, or not an ngptune snapshot ({type(exc).__name__}: {short_message(exc)})") from None
     if bad_record is not None:
         raise SnapshotError(f"{path}: corrupt snapshot: record '{bad_record}' fails its CRC-32 check")
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises many types on foreign pickles; all mean the same here
-        raise SnapshotError(f"{path}: truncated or corrupt snapshot ({type(exc).__name__}: {_short(exc)})") from None
+        raise SnapshotError(f"{path}: truncated or corrupt snapshot ({type(exc).__name__}: {short_message(exc)})") from None
     if not isinstance(payload, dict) or payload.get("format") != SNAPSHOT_FORMAT:
         raise SnapshotError(f"{path}: not an ngptune snapshot")
     if payload.get("version") != SNAPSHOT_VERSION:
@@ -87,7 +90,7 @@ def load_snapshot(path: Path) -> dict[str, Any]:
     return payload
 
 
-def _short(exc: BaseException, limit: int = 160) -> str:
+def short_message(exc: BaseException, limit: int = 160) -> str:
     """First line of an exception message, cut to ``limit`` characters, without ANSI escapes."""
     import re
 
@@ -102,7 +105,7 @@ def load_state_checked(module: torch.nn.Module, state: dict[str, Any], what: str
     Raises:
         SnapshotError: naming the snapshot, the entry and both shapes, e.g.
             ``snap.pt: model entry 'encoding.table' has shape [524288, 2] in the snapshot but
-            [32768, 2] in this config (written with another config or scene? resume with the run's config.json as --config, on the same scene)``.
+            [32768, 2] in this config (written with another config or scene? ...)``.
     """
     own = module.state_dict()
     missing = [k for k in own if k not in state]
@@ -110,13 +113,13 @@ def load_state_checked(module: torch.nn.Module, state: dict[str, Any], what: str
     if missing or unexpected:
         raise SnapshotError(
             f"{path}: {what} entries differ from this config "
-            f"(missing {missing[:3]}, unexpected {unexpected[:3]}); written with another config or scene? resume with the run's config.json as --config, on the same scene"
+            f"(missing {missing[:3]}, unexpected {unexpected[:3]}); {OTHER_CONFIG_HINT}"
         )
     for key, value in own.items():
         theirs = state[key]
         if isinstance(theirs, torch.Tensor) and tuple(theirs.shape) != tuple(value.shape):
             raise SnapshotError(
                 f"{path}: {what} entry '{key}' has shape {list(theirs.shape)} in the snapshot but "
-                f"{list(value.shape)} in this config (written with another config or scene? resume with the run's config.json as --config, on the same scene)"
+                f"{list(value.shape)} in this config ({OTHER_CONFIG_HINT})"
             )
     module.load_state_dict(state)
