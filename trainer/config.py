@@ -602,10 +602,10 @@ class TrainingConfig(_Block):
         rays_backend: the same choice for building training rays and decoding their colours
             (:mod:`trainer.data.triton_rays`, one kernel for distortion-free cameras; twin: the
             sampler's PyTorch path, which distorted cameras always take).
-        mlp_backend: ``"torch"`` (default) or ``"triton"``: both MLPs of the field in one fused
-            Triton launch forward and one backward (:mod:`trainer.model.triton_mlp`; float32
-            training and instant-ngp's MLP shapes, else the PyTorch path, its twin); ``"auto"``
-            picks it on CUDA. Not the default until it is measured on a GPU.
+        mlp_backend: the same choice for both MLPs of the field: one fused Triton launch
+            forward and one backward (:mod:`trainer.model.triton_mlp`; float32 training and
+            instant-ngp's MLP shapes, else the PyTorch path, its twin). On one H200 it lifted a
+            whole 180 s lego_400 run from 144.4 to 151.3 steps/s (docs/benchmarks.md, session 8).
         compact_samples: train on the samples in front of each ray's early stop only
             (instant-ngp's step, :mod:`trainer.render.compact`): a density pass without gradients
             over the marched samples finds where each ray's transmittance falls below 1e-4, those
@@ -644,7 +644,7 @@ class TrainingConfig(_Block):
     march_backend: str = _field("auto", _OneOf("auto", "triton", "torch"))
     render_backend: str = _field("auto", _OneOf("auto", "triton", "torch"))
     rays_backend: str = _field("auto", _OneOf("auto", "triton", "torch"))
-    mlp_backend: str = _field("torch", _OneOf("auto", "triton", "torch"))
+    mlp_backend: str = _field("auto", _OneOf("auto", "triton", "torch"))
     compact_samples: bool = _field(True, _Bool())
     quiet: bool = _field(False, _Bool())
 

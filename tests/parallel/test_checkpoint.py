@@ -215,7 +215,8 @@ def test_resume_two_ranks_on_one_process(two_rank_run, demo_scene, tmp_path):
 @pytest.mark.parametrize(
     ("damage", "message"),
     [
-        ("truncate_shard", r"step_0000003: could not read the tensor shards \(__0_0.distcp"),
+        ("truncate_shard", r"step_0000003/__0_0.distcp: truncated \(200 bytes, the index needs \d+\)"),
+        ("delete_shard", r"step_0000003/__1_0.distcp: missing"),
         ("garbage_index", r"step_0000003/.metadata: unreadable checkpoint index"),
         ("meta_without_world_size", r"step_0000003/meta.json: entry 'world_size' is missing or not a int"),
         ("delete_rank_state", r"step_0000003/rank0.pt: missing \(the checkpoint was written by 2 ranks"),
@@ -230,6 +231,8 @@ def test_a_damaged_checkpoint_is_named_with_its_file(two_rank_run, demo_scene, t
     if damage == "truncate_shard":
         shard = folder / "__0_0.distcp"
         shard.write_bytes(shard.read_bytes()[:200])
+    elif damage == "delete_shard":
+        (folder / "__1_0.distcp").unlink()
     elif damage == "garbage_index":
         (folder / ".metadata").write_text("garbage\n")
     elif damage == "meta_without_world_size":

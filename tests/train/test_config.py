@@ -28,6 +28,8 @@ from trainer.config import (
     parse_override,
 )
 from trainer.errors import ConfigError
+from trainer.encoding.hashgrid import level_resolutions
+from trainer.train.loop import hash_grid_config
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -157,6 +159,17 @@ def test_repo_presets_load() -> None:
     assert small.training.target_samples_per_step == 2**12
     assert small.training.occupancy_resolution == 64
     assert small.training.initial_rays_per_step <= small.training.max_rays_per_step
+
+    # the 400-pixel NeRF-synthetic preset (session 8's 35 dB run) differs from the defaults in
+    # exactly the four keys it names, and its N_max sets the finest level the grid builds.
+    synthetic_400 = load_config(REPO / "configs" / "nerf_synthetic_400.json")
+    expected = dataclasses.replace(
+        TrainConfig(), encoding=dataclasses.replace(EncodingConfig(), max_resolution=512),
+        optimizer=dataclasses.replace(OptimizerConfig(), decay_start=10000, decay_interval=5000),
+        training=dataclasses.replace(TrainingConfig(), eval_spp=8),
+    )
+    assert synthetic_400 == expected
+    assert level_resolutions(hash_grid_config(synthetic_400, aabb_scale=1))[-1] == 512
 
 
 # ---------------------------------------------------------------------------------------------

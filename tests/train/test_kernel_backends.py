@@ -65,10 +65,7 @@ def test_triton_backend_on_a_cpu_is_refused_naming_the_key(demo_scene):
 def test_auto_on_a_cpu_uses_the_reference(demo_scene):
     trainer = Trainer(tiny_config(training__device="cpu"), load_scene(demo_scene))
     assert trainer.march_backend == "torch" and not trainer.triton_render and not trainer.sampler.triton_rays
-    assert not trainer.field.fused_mlp
-    trainer.close()
-    trainer = Trainer(tiny_config(training__device="cpu", training__mlp_backend="auto"), load_scene(demo_scene))
-    assert not trainer.field.fused_mlp  # auto: the fused MLP on CUDA only
+    assert not trainer.field.fused_mlp  # auto (the default): the fused MLP on CUDA only
     trainer.close()
 
 

@@ -301,10 +301,47 @@ def load_tensors(folder: Path, tensors: dict[str, torch.Tensor]) -> None:
     except BaseException as exc:  # DCP's CheckpointException is a BaseException; a bad shard fails in many ways
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
             raise
-        shards = ", ".join(sorted(p.name for p in folder.glob("*.distcp"))) or "none"
         lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
         cause = lines[-1] if lines else type(exc).__name__  # DCP's message ends with each rank's error
+        damaged = damaged_shards(folder)
+        if damaged:
+            raise SnapshotError("; ".join(damaged) + f" ({short_message(cause)})") from None
+        shards = ", ".join(sorted(p.name for p in folder.glob("*.distcp"))) or "none"
         raise SnapshotError(f"{folder}: could not read the tensor shards ({shards}): {short_message(cause)}") from None
+
+
+def damaged_shards(folder: Path) -> list[str]:
+    """One line per shard file of a checkpoint that is missing or shorter than its index says.
+
+    DCP's ``.metadata`` records, for every stored item, the file it lies in and its byte range
+    (``storage_data``: ``relative_path``, ``offset``, ``length``); a file that ends before the
+    last range it should hold was truncated (a crash or a full disk while writing it).
+
+    Returns:
+        ``"<path>: missing"`` or ``"<path>: truncated (N bytes, the index needs M)"`` for each
+        damaged file, sorted; empty when every file is long enough or the index lists no ranges.
+
+    Raises:
+        SnapshotError: ``.metadata`` itself is unreadable (names it).
+    """
+    try:
+        storage = _dcp().FileSystemReader(str(folder)).read_metadata().storage_data or {}
+    except Exception as exc:  # noqa: BLE001 - pickle/IO failures of any type mean the same here
+        raise SnapshotError(f"{folder / '.metadata'}: unreadable checkpoint index "
+                            f"({type(exc).__name__}: {short_message(exc)})") from None
+    needed_bytes: dict[str, int] = {}
+    for info in storage.values():
+        path, offset, length = (getattr(info, key, None) for key in ("relative_path", "offset", "length"))
+        if isinstance(path, str) and isinstance(offset, int) and isinstance(length, int):
+            needed_bytes[path] = max(needed_bytes.get(path, 0), offset + length)
+    damaged = []
+    for name, needed in sorted(needed_bytes.items()):
+        path = folder / name
+        if not path.is_file():
+            damaged.append(f"{path}: missing")
+        elif path.stat().st_size < needed:
+            damaged.append(f"{path}: truncated ({path.stat().st_size} bytes, the index needs {needed})")
+    return damaged
 
 
 def load_rank_state(folder: Path, rank: int) -> dict[str, Any] | None:
