@@ -62,6 +62,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import hashlib
+import itertools
 import json
 import math
 import re
@@ -104,6 +105,7 @@ _RESERVED_KEYS = {
 }
 _NAME_RE = re.compile(r"[A-Za-z0-9_.-]+")
 _MAX_CHECKED_VALUES = 4096  # int parameters with fewer values have each value checked at load
+_MAX_CHECKED_COMBINATIONS = 512  # of other parameters' values, tried for each value at load
 
 
 # ----------------------------------------------------------------------------------------------
@@ -572,7 +574,46 @@ def _read_params(reader: _Reader, data: Mapping, cfg: TrainConfig, settings: Map
             params[name] = _read_param(reader, name, value, cfg, dict(params))
 
     walk(reader.table(data, "params"), "")
+    for spec in params.values():
+        _check_value_can_apply(reader, spec, params, cfg)
     return tuple(params.values())
+
+
+def _representatives(spec: ParamSpec) -> tuple:
+    """Values standing for a parameter's range: its choices, or its bounds."""
+    return spec.choices if spec.kind == "categorical" else (spec.low, spec.high)
+
+
+def _check_value_can_apply(reader: _Reader, spec: ParamSpec, params: Mapping[str, ParamSpec], cfg: TrainConfig) -> None:
+    """Refuse a value of ``spec`` that no trial could run: one the base config (settings applied)
+    rejects with every combination of the other parameters, tried at their choices or bounds
+    (e.g. ``encoding.max_resolution`` 8 with ``encoding.base_resolution`` fixed at 16). Past
+    :data:`_MAX_CHECKED_COMBINATIONS` combinations only the parameters of its own config block
+    are varied, where nearly all cross-key rules lie.
+
+    Raises:
+        ConfigError: naming the study file, the parameter's value and the trainer's complaint.
+    """
+    if nccl.is_nccl_name(spec.name):
+        return
+    others = [p for name, p in params.items() if name != spec.name and not nccl.is_nccl_name(name)]
+    if math.prod(len(_representatives(p)) for p in others) > _MAX_CHECKED_COMBINATIONS:
+        block = spec.name.partition(".")[0]
+        others = [p for p in others if p.name.partition(".")[0] == block]
+    combos = list(itertools.product(*(_representatives(p) for p in others)))
+    for i, value in enumerate(_representatives(spec)):
+        problem = None
+        for combo in combos:
+            try:
+                apply_overrides(cfg, {spec.name: value, **{p.name: v for p, v in zip(others, combo)}})
+                problem = None
+                break
+            except ConfigError as exc:
+                problem = problem or str(exc).removeprefix("overrides: ")
+        if problem is not None:
+            where = f"params.{spec.name}.choices[{i}]" if spec.kind == "categorical" else \
+                f"params.{spec.name}.{'low' if i == 0 else 'high'}"
+            raise reader.error(where, f"{_show(value)} fails in every trial with this study's settings: {problem}")
 
 
 def _read_objectives(reader: _Reader, data: Mapping, budget: BudgetSpec) -> tuple[ObjectiveSpec, ...]:

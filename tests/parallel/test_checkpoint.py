@@ -31,6 +31,9 @@ def test_latest_checkpoint_ignores_half_written_folders_and_prune_keeps_newest(t
     assert ckpt.latest_checkpoint(tmp_path) == ckpt.checkpoint_dir(run, 6)
     assert ckpt.latest_checkpoint(run.checkpoints_dir) == ckpt.checkpoint_dir(run, 6)
     assert [s for s, _ in ckpt.list_checkpoints(run.checkpoints_dir)] == [2, 4, 6]
+    # what a resume from step 6 passes over (warned about), and nothing older or complete
+    assert ckpt.skipped_incomplete(ckpt.checkpoint_dir(run, 6)) == [crashed]
+    assert ckpt.skipped_incomplete(ckpt.checkpoint_dir(run, 4)) == [crashed]
     with pytest.raises(SnapshotError, match=r"step_0000008: not a complete checkpoint"):
         ckpt.load_meta(crashed)
     removed = ckpt.prune_checkpoints(run.checkpoints_dir, keep=2)
@@ -245,6 +248,25 @@ def test_a_damaged_checkpoint_is_named_with_its_file(two_rank_run, demo_scene, t
     try:
         with pytest.raises(SnapshotError, match=message):
             single.load_checkpoint(folder)
+    finally:
+        single.close()
+
+
+def test_a_resume_names_the_half_written_checkpoint_it_skips(two_rank_run, demo_scene, tmp_path):
+    import shutil
+
+    run_dir, _, _ = two_rank_run
+    copy = tmp_path / "copy"
+    shutil.copytree(run_dir / "checkpoints", copy / "checkpoints")
+    half = copy / "checkpoints" / f"step_{SAVE_AT + 3:07d}"
+    half.mkdir()
+    (half / "rank0.pt").write_bytes(b"partial")  # the run stopped before the marker
+    single = DataParallelTrainer(tiny_config(training__n_steps=N_STEPS), load_scene(demo_scene), RunDir(tmp_path / "one"))
+    try:
+        with pytest.warns(UserWarning, match=rf"step_{SAVE_AT + 3:07d}: incomplete checkpoint .* skipped; "
+                                             rf"resuming from step_{SAVE_AT:07d}"):
+            single.load_checkpoint(copy)
+        assert single.step == SAVE_AT
     finally:
         single.close()
 

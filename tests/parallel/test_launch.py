@@ -212,7 +212,13 @@ def test_rank_failure_descriptions():
     assert _failure(0, 1, error="ValueError: x").describe() == "rank 0 raised ValueError: x"
     assert _failure(2, -9, "SIGKILL").describe() == "rank 2 was killed by SIGKILL (exit code -9)"
     tail = "step 3\nerror: data.scene: not found\n\n"
-    assert _failure(4, 2, tail=tail).describe() == "rank 4 exited with code 2: error: data.scene: not found"
+    assert _failure(4, 2, tail=tail).describe() == "rank 4 exited with code 2: data.scene: not found"
+    # an error message over several lines: its first line (which names the file) is kept
+    tail = "step 3\nerror: ckpt/rank1.pt: unreadable rank state (UnpicklingError: load failed\n\nmore text.)\n"
+    assert _failure(1, 2, tail=tail).describe() == (
+        "rank 1 exited with code 2: ckpt/rank1.pt: unreadable rank state (UnpicklingError: load failed"
+    )
+    assert _failure(3, 1, tail="last words\n").describe() == "rank 3 exited with code 1: last words"
 
 
 def test_error_from_a_traceback_in_the_log():

@@ -211,3 +211,24 @@ def test_nccl_allowed_values_load(tmp_path, demo_scene):
     assert [p.name for p in spec.params] == ["NCCL_ALGO", "NCCL_PROTO", "NCCL_MAX_NCHANNELS", "NCCL_BUFFSIZE", "NCCL_NTHREADS"]
     assert all(p.is_nccl for p in spec.params)
     assert spec.nccl_settings == {"NCCL_MIN_NCHANNELS": 2}  # NCCL_NVLS_ENABLE=0 is the trial's own
+
+
+def test_a_parameter_value_no_trial_could_run_is_refused_at_load(tmp_path, demo_scene):
+    # the tiny settings fix encoding.per_level_scale, so every max_resolution conflicts with it
+    params = _param("encoding.max_resolution", 'type = "categorical"\nchoices = [512, 1024]')
+    path = write_study(tmp_path / "a.toml", scene=demo_scene, params=params)
+    with pytest.raises(ConfigError, match=r"a\.toml: params\.encoding\.max_resolution\.choices\[0\]: 512 fails in every "
+                                          r"trial with this study's settings: encoding.max_resolution: set either it "
+                                          r"or encoding.per_level_scale"):
+        load_study(path)
+    # below the fixed base_resolution (8 in the tiny settings): refused, naming the value
+    unset = {"encoding.per_level_scale": None}
+    params = _param("encoding.max_resolution", 'type = "categorical"\nchoices = [512, 4]')
+    path = write_study(tmp_path / "b.toml", scene=demo_scene, params=params, settings=unset)
+    with pytest.raises(ConfigError, match=r"params\.encoding\.max_resolution\.choices\[1\]: 4 fails in every trial"):
+        load_study(path)
+    # valid with some value of another parameter: accepted (the trial's own check decides)
+    params += _param("encoding.base_resolution", 'type = "categorical"\nchoices = [2, 256]')
+    unset["encoding.base_resolution"] = None
+    path = write_study(tmp_path / "c.toml", scene=demo_scene, params=params, settings=unset)
+    assert [p.name for p in load_study(path).params] == ["encoding.max_resolution", "encoding.base_resolution"]

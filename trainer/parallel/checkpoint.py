@@ -45,6 +45,7 @@ __all__ = [
     "checkpoint_keys",
     "checkpoint_step",
     "latest_checkpoint",
+    "skipped_incomplete",
     "list_checkpoints",
     "load_meta",
     "load_rank_state",
@@ -124,6 +125,21 @@ def latest_checkpoint(path: Path) -> Path | None:
         if found:
             return found[-1][1]
     return None
+
+
+def skipped_incomplete(folder: Path) -> list[Path]:
+    """Half-written checkpoint folders (no :data:`COMPLETE_MARKER`) of steps after ``folder``'s,
+    beside it, oldest first: what a resume from ``folder`` passes over (a run stopped while
+    writing them). Empty when ``folder``'s name carries no step."""
+    step = checkpoint_step(folder)
+    if step is None or not folder.parent.is_dir():
+        return []
+    newer = []
+    for p in folder.parent.iterdir():
+        other = checkpoint_step(p)
+        if other is not None and other > step and p.is_dir() and not (p / COMPLETE_MARKER).is_file():
+            newer.append((other, p.name, p))
+    return [p for _, _, p in sorted(newer)]
 
 
 def checkpoint_step(folder: Path) -> int | None:
@@ -361,4 +377,4 @@ def load_rank_state(folder: Path, rank: int) -> dict[str, Any] | None:
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - any unpickling failure is a corrupt file
-        raise SnapshotError(f"{path}: unreadable rank state ({type(exc).__name__}: {exc})") from None
+        raise SnapshotError(f"{path}: unreadable rank state ({type(exc).__name__}: {short_message(exc)})") from None

@@ -104,7 +104,7 @@ class RankFailure:
             return f"rank {self.rank} raised {short}"
         if self.signal is not None:
             return f"rank {self.rank} was killed by {self.signal} (exit code {self.exitcode})"
-        last = _last_line(self.log_tail)
+        last = _last_error_line(self.log_tail)
         tail = f": {_shorten(last)}" if last else ""
         return f"rank {self.rank} exited with code {self.exitcode}{tail}"
 
@@ -184,6 +184,16 @@ def _last_line(text: str) -> str:
         if line.strip():
             return line.strip()
     return ""
+
+
+def _last_error_line(text: str) -> str:
+    """The rank's own one-line error (the trainer's ``error: ...`` line, prefix removed) if its
+    log has one, else its last line: an error message may continue over several lines."""
+    for line in reversed(text.splitlines()):
+        stripped = _RANK_PREFIX.sub("", line).strip()
+        if stripped.startswith("error: "):
+            return stripped[len("error: "):]
+    return _last_line(text)
 
 
 def _error_from_log(tail: str) -> str | None:

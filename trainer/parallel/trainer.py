@@ -40,6 +40,7 @@ from __future__ import annotations
 import abc
 import collections
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -326,6 +327,9 @@ class DistributedTrainerBase(Trainer, metaclass=abc.ABCMeta):
             raise SnapshotError(f"{path}: no complete checkpoint found (looked for {COMPLETE_MARKER_HINT}){hint}")
         meta = ckpt.load_meta(folder)
         if self.rank == 0:
+            for skipped in ckpt.skipped_incomplete(folder):
+                warnings.warn(f"{skipped}: incomplete checkpoint (no {ckpt.COMPLETE_MARKER} marker: the run stopped "
+                              f"while writing it) skipped; resuming from {folder.name}", stacklevel=2)
             warn_config_differences(folder, meta.get("config"), self.cfg)
         if meta.get("format") != CHECKPOINT_FORMAT or meta.get("version") != CHECKPOINT_VERSION:
             raise SnapshotError(f"{folder}: not an ngptune distributed checkpoint of version {CHECKPOINT_VERSION}")

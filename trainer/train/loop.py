@@ -122,6 +122,14 @@ def build_field(cfg: TrainConfig, aabb: torch.Tensor, aabb_scale: int, device: t
         sh_degree=cfg.dir_encoding.degree,
         fused_mlp=use_triton_kernels("mlp_backend", cfg.training.mlp_backend, device),
     )
+    if cfg.training.mlp_backend == "triton":
+        if not field.fused_mlp:
+            warnings.warn("training.mlp_backend: 'triton' does not apply to these MLPs (the fused kernels take a "
+                          "density MLP with 1 hidden layer and a colour MLP with 2, one width of 16-128, ReLU, no "
+                          "output activation); the PyTorch path runs them", stacklevel=2)
+        elif cfg.training.precision in ("fp16", "bf16"):
+            warnings.warn(f"training.mlp_backend: 'triton' runs float32 steps only; with training.precision "
+                          f"{cfg.training.precision!r} the PyTorch path runs the MLPs", stacklevel=2)
     return field.to(device)
 
 
