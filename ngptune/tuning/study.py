@@ -602,18 +602,17 @@ def _check_value_can_apply(reader: _Reader, spec: ParamSpec, params: Mapping[str
         others = [p for p in others if p.name.partition(".")[0] == block]
     combos = list(itertools.product(*(_representatives(p) for p in others)))
     for i, value in enumerate(_representatives(spec)):
-        problem = None
-        for combo in combos:
+        first_problem = None
+        for combo in combos:  # never empty: the product of no parameters is one empty combination
             try:
                 apply_overrides(cfg, {spec.name: value, **{p.name: v for p, v in zip(others, combo)}})
-                problem = None
                 break
             except ConfigError as exc:
-                problem = problem or str(exc).removeprefix("overrides: ")
-        if problem is not None:
+                first_problem = first_problem or str(exc).removeprefix("overrides: ")
+        else:
             where = f"params.{spec.name}.choices[{i}]" if spec.kind == "categorical" else \
                 f"params.{spec.name}.{'low' if i == 0 else 'high'}"
-            raise reader.error(where, f"{_show(value)} fails in every trial with this study's settings: {problem}")
+            raise reader.error(where, f"{_show(value)} fails in every trial with this study's settings: {first_problem}")
 
 
 def _read_objectives(reader: _Reader, data: Mapping, budget: BudgetSpec) -> tuple[ObjectiveSpec, ...]:

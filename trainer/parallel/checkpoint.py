@@ -44,14 +44,15 @@ __all__ = [
     "checkpoint_dir",
     "checkpoint_keys",
     "checkpoint_step",
+    "damaged_shards",
     "latest_checkpoint",
-    "skipped_incomplete",
     "list_checkpoints",
     "load_meta",
     "load_rank_state",
     "load_tensors",
     "prune_checkpoints",
     "save_checkpoint",
+    "skipped_incomplete",
 ]
 
 COMPLETE_MARKER = ".complete"
@@ -278,17 +279,23 @@ def checkpoint_keys(folder: Path) -> set[str]:
     return set(_stored_metadata(_require_complete(folder)))
 
 
-def _stored_metadata(folder: Path) -> dict[str, Any]:
-    """DCP's per-tensor metadata of a checkpoint (read from its ``.metadata`` file).
+def _read_index(folder: Path) -> Any:
+    """DCP's index of a checkpoint (its ``.metadata`` file: ``state_dict_metadata`` per tensor,
+    ``storage_data`` per stored item).
 
     Raises:
         SnapshotError: the file is missing, truncated or not DCP metadata (names it).
     """
     try:
-        return dict(_dcp().FileSystemReader(str(folder)).read_metadata().state_dict_metadata)
+        return _dcp().FileSystemReader(str(folder)).read_metadata()
     except Exception as exc:  # noqa: BLE001 - pickle/IO failures of any type mean the same here
         raise SnapshotError(f"{folder / '.metadata'}: unreadable checkpoint index "
                             f"({type(exc).__name__}: {short_message(exc)})") from None
+
+
+def _stored_metadata(folder: Path) -> dict[str, Any]:
+    """DCP's per-tensor metadata of a checkpoint (:func:`_read_index`)."""
+    return dict(_read_index(folder).state_dict_metadata)
 
 
 def load_tensors(folder: Path, tensors: dict[str, torch.Tensor]) -> None:
@@ -340,11 +347,7 @@ def damaged_shards(folder: Path) -> list[str]:
     Raises:
         SnapshotError: ``.metadata`` itself is unreadable (names it).
     """
-    try:
-        storage = _dcp().FileSystemReader(str(folder)).read_metadata().storage_data or {}
-    except Exception as exc:  # noqa: BLE001 - pickle/IO failures of any type mean the same here
-        raise SnapshotError(f"{folder / '.metadata'}: unreadable checkpoint index "
-                            f"({type(exc).__name__}: {short_message(exc)})") from None
+    storage = _read_index(folder).storage_data or {}
     needed_bytes: dict[str, int] = {}
     for info in storage.values():
         path, offset, length = (getattr(info, key, None) for key in ("relative_path", "offset", "length"))
