@@ -191,9 +191,7 @@ def run_distributed_training(cfg: TrainConfig, args: argparse.Namespace, env) ->
 
     import torch
 
-    from trainer.config import apply_overrides
     from trainer.data import load_scene
-    from trainer.errors import ConfigError
     from trainer.parallel.dist_env import init_distributed, restart_count, shutdown_distributed, wait_for_peers
     from trainer.parallel.trainer import build_distributed_trainer
 
@@ -224,11 +222,7 @@ def run_distributed_training(cfg: TrainConfig, args: argparse.Namespace, env) ->
         if resume is not None:
             status["resumed_from"] = str(trainer.load_checkpoint(Path(resume)))
             status["resumed_from_step"] = trainer.step
-            if trainer.step > cfg.training.n_steps:
-                raise ConfigError(
-                    f"training.n_steps: {cfg.training.n_steps} is below step {trainer.step} of the "
-                    f"checkpoint {status['resumed_from']}; give --n-steps {trainer.step} or more"
-                )
+            check_n_steps_reach(cfg, trainer.step, f"checkpoint {status['resumed_from']}")
         status[TRAIN_START_KEY] = time.time()
         t0 = time.perf_counter()
         last = _train_with_progress(trainer, cfg, progress)
@@ -261,6 +255,18 @@ def run_distributed_training(cfg: TrainConfig, args: argparse.Namespace, env) ->
         shutdown_distributed()
         if peer_error is not None:
             raise peer_error
+
+
+def check_n_steps_reach(cfg: TrainConfig, resumed_step: int, source: str) -> None:
+    """A resumed run must not stop before the step it resumed at.
+
+    Raises:
+        ConfigError: ``training.n_steps`` below ``resumed_step`` (``source`` names the snapshot or
+            checkpoint, e.g. ``"snapshot runs/x/snapshots/step_0000300.pt"``).
+    """
+    if resumed_step > cfg.training.n_steps:
+        raise ConfigError(f"training.n_steps: {cfg.training.n_steps} is below step {resumed_step} of the "
+                          f"{source}; give --n-steps {resumed_step} or more")
 
 
 def _resume_source(resume: Path | None, run_dir: RunDir) -> Path | None:
@@ -486,9 +492,7 @@ def run_training(cfg: TrainConfig, args: argparse.Namespace) -> dict[str, Any]:
         if args.resume is not None:
             status["resumed_from"] = str(args.resume)
             status["resumed_from_step"] = trainer.step
-            if trainer.step > cfg.training.n_steps:
-                raise ConfigError(f"training.n_steps: {cfg.training.n_steps} is below step {trainer.step} of the "
-                                  f"snapshot {args.resume}; give --n-steps {trainer.step} or more")
+            check_n_steps_reach(cfg, trainer.step, f"snapshot {args.resume}")
             progress.message(f"resumed from {args.resume} at step {trainer.step} (train_time_s includes its "
                              f"{trainer.train_time_s:.1f} s of training before the resume)")
         status[TRAIN_START_KEY] = time.time()

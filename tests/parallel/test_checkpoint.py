@@ -307,3 +307,21 @@ def test_resume_from_a_folder_without_checkpoints_is_an_error(demo_scene, tmp_pa
     with pytest.raises(SnapshotError, match=r"single.pt: a single-process snapshot; .* without --nproc-per-node"):
         trainer.load_checkpoint(snapshot)
     trainer.close()
+
+
+def test_resuming_a_checkpoint_with_fewer_steps_than_it_holds_is_refused(two_rank_run, demo_scene, tmp_path):
+    import subprocess
+    import sys
+
+    run_dir, _, meta = two_rank_run
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(meta["config"]))
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainer", "--config", str(config), "--scene", str(demo_scene), "--resume", str(run_dir),
+         "--n-steps", "2", "--no-eval", "--out", str(tmp_path / "more")],
+        capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[2],
+    )
+    assert proc.returncode == 2, proc.stderr
+    newest = run_dir / "checkpoints" / f"step_{SAVE_AT:07d}"
+    assert proc.stderr.strip().endswith(f"error: training.n_steps: 2 is below step {SAVE_AT} of the checkpoint "
+                                        f"{newest}; give --n-steps {SAVE_AT} or more"), proc.stderr
