@@ -179,21 +179,16 @@ def _shorten(text: str, limit: int = 240) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
-def _last_line(text: str) -> str:
-    for line in reversed(text.splitlines()):
-        if line.strip():
-            return line.strip()
-    return ""
-
-
 def _last_error_line(text: str) -> str:
     """The rank's own one-line error (the trainer's ``error: ...`` line, prefix removed) if its
-    log has one, else its last line: an error message may continue over several lines."""
+    log has one, else its last non-empty line: an error message may continue over several lines."""
+    last = ""
     for line in reversed(text.splitlines()):
         stripped = _RANK_PREFIX.sub("", line).strip()
         if stripped.startswith("error: "):
             return stripped[len("error: "):]
-    return _last_line(text)
+        last = last or line.strip()
+    return last
 
 
 def _error_from_log(tail: str) -> str | None:
