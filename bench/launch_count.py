@@ -28,7 +28,7 @@ LAUNCH_CALLS = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cu
 
 
 def _is_launch(name: str) -> bool:
-    return any(name.startswith(call) for call in LAUNCH_CALLS)
+    return any(name.startswith(prefix) for prefix in LAUNCH_CALLS)
 
 
 def _ancestors(event):

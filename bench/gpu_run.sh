@@ -1,0 +1,214 @@
+#!/usr/bin/env bash
+# Benchmarks and GPU checks on a device machine, by named recipe (docs/benchmarks.md, "Recipes").
+#
+# Usage, from the repository root of the device machine:
+#   bash bench/gpu_run.sh RECIPE [ARG ...] [+ RECIPE [ARG ...]] ...
+# e.g.
+#   bash bench/gpu_run.sh tests + ab mlp "" "--set training.mlp_backend=triton" + launch-count
+#
+# Recipes run one after the other ("+" separates them); each prints its table and what it wrote,
+# and after each one everything worth keeping is packed into $OUT/keep.tgz (a device call brings
+# back only a few files). `bash bench/gpu_run.sh help` lists the recipes.
+#
+# Environment: SCENE (default .scenes/lego_400: ../shared/data/nerf_synthetic_lego_400 without its
+# val split), OUT (default /tmp/out), TIMEOUT_S (outer limit of each command, default 560 s).
+# Wheels carried in .whl/ (optuna, plotly, ... for sweeps) are installed into /tmp/site first.
+set -u -o pipefail
+export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
+if compgen -G ".whl/*.whl" >/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
+fi
+export PYTHONPATH=/tmp/site:$PWD
+S=${SCENE:-.scenes/lego_400}
+out=${OUT:-/tmp/out}
+keep=/tmp/keep
+limit=${TIMEOUT_S:-560}
+mkdir -p "$out" "$keep"
+t0=$(date +%s)
+
+pack() { tar -C "$keep" -czf "$out/keep.tgz" . ; }
+elapsed() { echo "$1 done at +$(( $(date +%s) - t0 )) s"; }
+# run LOG CMD...: CMD under the outer limit, blank lines dropped, appended to $keep/LOG
+run() { local log=$1; shift; timeout "$limit" "$@" 2>&1 | grep -v "^\s*$" | tee -a "$keep/$log"; }
+# copy_run SRC DST PATTERN...: the files of a run folder that are worth keeping
+copy_run() { local src=$1 dst=$2 f; shift 2; mkdir -p "$keep/$dst"
+  for f in "$@"; do cp "$src"/$f "$keep/$dst/" 2>/dev/null; done; }
+
+# ----------------------------------------------------------------------------------- recipes
+
+#: info: the GPU, its driver and clocks, torch and triton versions
+recipe_info() {
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,power.limit --format=csv | tee "$keep/gpu.txt"
+  python3 -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)" \
+    | tee -a "$keep/gpu.txt"
+}
+
+#: tests [PYTEST PATHS]: the CUDA cases of the kernel tests (default: every Triton kernel, the
+# kernel-backend training comparison and compaction); failures listed one per line
+recipe_tests() {
+  local paths=("$@")
+  [ ${#paths[@]} -gt 0 ] || paths=(tests/*/test_triton_*.py tests/train/test_kernel_backends.py
+                                   tests/render/test_compact.py tests/train/test_compaction.py)
+  run gpu_tests.txt python3 -m pytest -q -p no:cacheprovider -rf --tb=line "${paths[@]}" | tail -20 | cut -c1-400
+}
+
+#: encoding: hash-grid forward and forward+backward throughput, torch and Triton
+recipe_encoding() { run encoding.txt python3 bench/encoding.py | tail -30; }
+
+#: rays [SCENE]: ray-batch time per placement and pixel-table load times (default scene .scenes/fox)
+recipe_rays() { run rays.txt python3 bench/rays.py --scene "${1:-.scenes/fox}" --device cuda | tail -12; }
+
+#: train-step [FLAGS]: steps/s and phases of the full step after warm-up (bench/train_step.py flags,
+# e.g. --warmup 4000, --set training.compact_samples=false)
+recipe_train-step() { run train_step.txt python3 bench/train_step.py --scene "$S" "$@" | sed -n 1,20p; }
+
+#: ab TAG FLAGS_A FLAGS_B [FLAGS_C ...]: the step with each set of flags alternated on one host,
+# A B A B ("" = the defaults), warm-up 2000 and 500 timed steps each
+recipe_ab() {
+  local tag=$1 round v; shift
+  for round in 1 2; do
+    for v in "$@"; do
+      echo "== round $round ${v:-defaults}" | tee -a "$keep/train_step_$tag.txt"
+      # shellcheck disable=SC2086  # the flags are words on purpose
+      run "train_step_$tag.txt" python3 bench/train_step.py --scene "$S" --warmup 2000 --steps 500 $v | sed -n 4p
+    done
+  done
+}
+
+#: launch-count [FLAGS]: kernel launches per step by phase and operator (bench/launch_count.py flags)
+recipe_launch-count() { run launch_count.txt python3 bench/launch_count.py --scene "$S" "$@" | sed -n 1,30p; }
+
+#: step-variants: candidate fast paths of the step timed side by side in one process
+recipe_step-variants() { run step_variants.txt python3 bench/step_variants.py --scene "$S" | tail -30; }
+
+#: sync-check: host synchronisations per step by call site, on one GPU and on two ranks
+recipe_sync-check() {
+  CUDA_VISIBLE_DEVICES=0 run sync_check.txt python3 bench/sync_check.py --scene "$S" | tail -12
+  run sync_check.txt python3 -m torch.distributed.run --nproc-per-node 2 bench/sync_check.py --scene "$S" \
+    | grep -v "^W1\|OMP_NUM" | tail -14
+}
+
+#: time-to-psnr NAME FLAGS [NAME FLAGS ...]: 180 s of training per run, the 20-view curve every 20 s
+# and all test views at the end (bench/time_to_psnr.py flags, e.g. "--set loss.otype=L2"); the run
+# folder stays in /tmp/ttp_NAME for error-breakdown
+recipe_time-to-psnr() {
+  local name flags m
+  while [ $# -ge 2 ]; do
+    name=$1; flags=$2; shift 2
+    # shellcheck disable=SC2086
+    run "time_to_psnr_$name.txt" python3 bench/time_to_psnr.py --scene "$S" --budget-s 180 --eval-every-s 20 \
+      --out "/tmp/ttp_$name" $flags | tail -14
+    cp "/tmp/ttp_$name/time_to_psnr.json" "$keep/time_to_psnr_$name.json" 2>/dev/null
+    for m in /tmp/ttp_"$name"/metrics*.jsonl; do [ -f "$m" ] && cp "$m" "$keep/${name}_$(basename "$m")"; done
+    pack; elapsed "time-to-psnr $name"
+  done
+}
+
+#: error-breakdown NAME: where the test error of time-to-psnr run NAME lies (background, silhouette,
+# interior pixels); four of its renders come back
+recipe_error-breakdown() {
+  local i
+  run "error_breakdown_$1.txt" python3 bench/error_breakdown.py --scene "$S" --renders "/tmp/ttp_$1/renders"
+  for i in 000 050 100 150; do cp "/tmp/ttp_$1/renders/test_$i.png" "$keep/" 2>/dev/null; done
+}
+
+#: psnr-at-steps ARGS: test (and training-view) PSNR of config variants at equal steps
+# (bench/psnr_at_steps.py flags: --steps, --eval-every, --eval-spp, --eval-train, --variant NAME:K=V,...)
+recipe_psnr-at-steps() { run psnr_at_steps.txt python3 bench/psnr_at_steps.py --scene "$S" "$@" | tail -20; }
+
+#: leak-check ARGS: are the test-view speckles light leaking through surfaces or wrong surface colours
+recipe_leak-check() { run leak_check.txt python3 bench/leak_check.py --scene "$S" "$@" | tail -5; }
+
+#: overhead ARGS: cost of the phase timers and the NVML sampler on one GPU (default: 20 alternating pairs)
+recipe_overhead() {
+  [ $# -gt 0 ] || set -- --pairs 20
+  CUDA_VISIBLE_DEVICES=0 run overhead.txt python3 bench/profile_overhead.py --scene "$S" "$@" | grep -v "NVML sampler" | tail -8
+}
+
+#: scaling NAME ARGS: weak/strong scaling and PSNR at equal wall time (bench/scaling.py flags,
+# e.g. --gpus 1,2 --modes data --time-budget 20); scaling.json and every run's metrics come back
+recipe_scaling() {
+  local name=$1 d; shift
+  run "scaling_$name.txt" python3 bench/scaling.py --scene "$S" --out "/tmp/$name" "$@" | tail -12
+  copy_run "/tmp/$name" "$name" scaling.json
+  for d in /tmp/"$name"/*/; do copy_run "$d" "$name/$(basename "$d")" "metrics*.jsonl" eval.json; done
+}
+
+#: dp-probe: 20 s runs on one GPU and on two ranks (overlap on, bf16 compression, overlap off), with
+# the mean of every phase per run
+recipe_dp-probe() {
+  local name
+  probe() { name=$1; shift
+    timeout "$limit" python3 -m ngptune train --scene "$S" --n-steps 100000 --time-budget 20 --no-eval --quiet \
+      --out "/tmp/probe/$name" "$@" > "/tmp/probe_$name.log" 2>&1 || tail -5 "/tmp/probe_$name.log"
+    copy_run "/tmp/probe/$name" "probe/$name" "metrics*.jsonl"; }
+  probe one
+  probe dp --nproc-per-node 2 --set parallel.overlap_comm=true
+  probe dp_bf16 --nproc-per-node 2 --set parallel.overlap_comm=true --set 'parallel.compression="bf16"'
+  probe dp_nooverlap --nproc-per-node 2 --set parallel.overlap_comm=false
+  python3 - "$keep/probe" <<'PY' | tee "$keep/dp_probe.txt"
+import json, sys
+from pathlib import Path
+keys = ["step_time_ms", "data_ms", "march_ms", "field_forward_ms", "render_ms", "backward_ms", "comm_ms",
+        "optimizer_ms", "occupancy_update_ms", "balance_ms", "other_ms"]
+for path in sorted(Path(sys.argv[1]).glob("*/metrics*.jsonl")):
+    rows = [json.loads(line) for line in path.read_text().splitlines()][2:]  # the first two: start-up
+    if rows:
+        means = " ".join(f"{k[:-3]}={sum(r.get(k) or 0 for r in rows) / len(rows):.2f}" for k in keys)
+        samples = sum(r["throughput_samples_per_s"] for r in rows) / len(rows)
+        print(f"{path.parent.name}/{path.name} samples/s={samples / 1e6:.2f}M {means}")
+PY
+}
+
+#: bench-comm [INTERCONNECT ...]: all-reduce and all-gather busbw of two ranks per (emulated) link
+# (default nvlink pcie sockets)
+recipe_bench-comm() {
+  local ic
+  [ $# -gt 0 ] || set -- nvlink pcie sockets
+  for ic in "$@"; do
+    run "bench_comm_$ic.txt" python3 -m ngptune bench-comm --nproc-per-node 2 --emulate-interconnect "$ic" \
+      --sizes 1M,16M,64M --csv "$keep/comm_$ic.csv" | tail -12
+  done
+}
+
+#: profile NAME ARGS: `ngptune profile` of two ranks, 300 steps, traced steps 200-203 (more
+# `ngptune profile` flags, e.g. --emulate-interconnect sockets, --set parallel.mode=subgrid)
+recipe_profile() {
+  local name=$1; shift
+  run "profile_$name.txt" python3 -m ngptune profile --scene "$S" --nproc-per-node 2 --steps 300 \
+    --trace-steps 200:203 --out "/tmp/prof_$name" "$@" | tail -12
+  copy_run "/tmp/prof_$name" "prof_$name" "*.csv" "*.json" report.html
+}
+
+#: sweep STUDY ARGS: `ngptune sweep --study studies/STUDY.toml` with its own timeout 60 s inside the
+# outer limit; report, trials and best settings come back
+recipe_sweep() {
+  local study=$1; shift
+  run "sweep_$study.txt" python3 -m ngptune sweep --study "studies/$study.toml" --scene "$S" \
+    --timeout $(( limit - 60 )) --out "/tmp/sweep_$study" "$@" | tail -30
+  copy_run "/tmp/sweep_$study" "sweep_$study" report.html trials.csv best_config.json best_env.sh
+}
+
+#: help: this list
+recipe_help() { awk '/^#: /{on=1; sub(/^#: /, "  "); print; next} on && /^# /{sub(/^# /, "      "); print; next} {on=0}' "$0"; }
+
+# ------------------------------------------------------------------------------------ driver
+
+[ $# -gt 0 ] || { recipe_help; exit 2; }
+for word in "$1" $(printf '%s\n' "$@" | grep -A1 -x "+" | grep -vx -- "+\|--"); do  # every recipe name first
+  if ! declare -F "recipe_$word" >/dev/null; then
+    echo "error: bench/gpu_run.sh: unknown recipe '$word' (bash bench/gpu_run.sh help lists them)" >&2
+    exit 2
+  fi
+done
+status=0
+while [ $# -gt 0 ]; do
+  args=()
+  name=$1; shift
+  while [ $# -gt 0 ] && [ "$1" != "+" ]; do args+=("$1"); shift; done
+  [ $# -gt 0 ] && shift  # the "+"
+  echo "== $name ${args[*]:-}"
+  "recipe_$name" ${args[@]+"${args[@]}"} || status=1
+  pack; elapsed "$name"
+done
+exit $status
