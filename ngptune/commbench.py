@@ -8,7 +8,7 @@ For each NCCL setting (one by default) N worker ranks are started through the el
 (:func:`trainer.parallel.launch.launch_workers`, the same path as ``ngptune train
 --nproc-per-node``); each rank times ``--iters`` back-to-back calls of every collective at every
 size after ``--warmup`` untimed ones (CUDA events on GPUs, ``time.perf_counter`` on the CPU), and
-the slowest rank's mean time per call is reported, as nccl-tests does. Bandwidths
+the slowest rank's mean time per collective is reported, as nccl-tests does. Bandwidths
 (:func:`trainer.parallel.grad_sync.collective_bandwidth_gb_per_s`, nccl-tests ``PERFORMANCE.md``)::
 
     algbw = size_bytes / time          busbw = algbw · 2(n−1)/n   (all_reduce)
@@ -269,7 +269,7 @@ def run_comm_bench(config: CommBenchConfig, out_dir: Path) -> pd.DataFrame:
 
 
 def _time_collective_ms(op: str, size_bytes: int, iters: int, warmup: int, device) -> tuple[float, int, int]:
-    """Mean milliseconds per call on this rank, the bytes it stands for (whole output for
+    """Mean milliseconds per collective on this rank, the bytes it stands for (whole output for
     all-gather) and the float32 element count. Collective: every rank calls it alike."""
     import torch
     import torch.distributed as dist

@@ -605,7 +605,7 @@ class TrainingConfig(_Block):
         mlp_backend: the same choice for both MLPs of the field: one fused Triton launch
             forward and one backward (:mod:`trainer.model.triton_mlp`; float32 training and
             instant-ngp's MLP shapes, else the PyTorch path, its twin). On one H200 it lifted a
-            whole 180 s lego_400 run from 144.4 to 151.3 steps/s (docs/benchmarks.md, session 8).
+            whole 180 s lego_400 run from 144.4 to 151.3 steps/s (docs/benchmarks.md, "Time to PSNR").
         compact_samples: train on the samples in front of each ray's early stop only
             (instant-ngp's step, :mod:`trainer.render.compact`): a density pass without gradients
             over the marched samples finds where each ray's transmittance falls below 1e-4, those

@@ -54,7 +54,7 @@ def stop_with_parent(parent_pid: int | None = None, *, poll_s: float = POLL_S,
                      grace_s: float = STOP_GRACE_S) -> None:
     """Make this process stop soon after ``parent_pid`` (default: the current parent) dies:
     SIGTERM at once (within ``poll_s`` without prctl), ``os._exit(143)`` ``grace_s`` later if it
-    is still running. Call it once, early, in the child."""
+    is still running. Run it once, early, in the child."""
     parent = os.getppid() if parent_pid is None else int(parent_pid)
     armed = set_parent_death_signal(signal.SIGTERM)
     signalled_by_kernel = armed and os.getppid() == parent  # else the parent died before arming

@@ -1,5 +1,5 @@
 """What the ranks' link can carry: the all-reduce bus bandwidth that ``ngptune profile`` compares
-the gradient all-reduce's achieved busbw with (issue 9; DESIGN.md §4, diagnosis 4).
+the gradient all-reduce's achieved busbw with (DESIGN.md §4, diagnosis 4).
 
 ``ngptune profile --link-busbw auto|off|GB_PER_S [--bench-comm-csv FILE]``:
 

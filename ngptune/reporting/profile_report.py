@@ -59,7 +59,7 @@ TABLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "overlap": (OVERLAP_TABLE, ("torch_profiler", "hta")),
     "diagnoses": (DIAGNOSES_TABLE, ()),
 }
-#: Coverage target of the named phases (issue 5 quality bar): the rest of the step is "other".
+#: Coverage target of the named phases (the profiler's quality bar): the rest of the step is "other".
 COVERAGE_TARGET = 0.90
 TOP_KERNELS = 15
 

@@ -289,7 +289,7 @@ def test_unknown_and_unavailable_backends_raise_config_error(monkeypatch):
     monkeypatch.setattr(backends_module, "_REGISTRY", registry)
     monkeypatch.setattr(backends_module, "_triton_lookup_done", True)
     assert backends_module.registered_backends() == ["tcnn", "torch"]
-    assert get_backend("auto", "cuda").name == "torch"  # selection only: no CUDA call is made
+    assert get_backend("auto", "cuda").name == "torch"  # selection only: nothing runs on CUDA
     with pytest.raises(ConfigError, match=r"^encoding\.backend: expected one of auto, torch, triton, tcnn, got 'cuda'"):
         get_backend("cuda", "cpu")
     with pytest.raises(ConfigError, match=r"^encoding\.backend: 'tcnn'"):
@@ -324,7 +324,7 @@ def test_auto_prefers_triton_only_on_cuda(monkeypatch):
     backends_module.register_backend(_FakeTriton(devices=("cpu", "cuda")))
     # auto takes triton on CUDA only; on CPU the reference, even if triton claims CPU support
     assert get_backend("auto", "cpu").name == "torch"
-    assert get_backend("auto", "cuda").name == "triton"  # selection only: no CUDA call is made
+    assert get_backend("auto", "cuda").name == "triton"  # selection only: nothing runs on CUDA
     assert get_backend("auto", "cuda", torch.float16).name == "torch"  # triton lacks fp16 here
     assert get_backend("triton", "cpu").name == "triton"
     with pytest.raises(ConfigError, match="does not support"):

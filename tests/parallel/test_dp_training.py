@@ -167,7 +167,7 @@ def test_ngptune_train_with_two_ranks_through_the_launcher(demo_scene, tmp_path)
 
 
 def test_a_twice_slower_rank_hands_rays_over(balanced_run):
-    """Issue 4's balancing test on real processes: rank 1 made twice as slow
+    """Load balancing on real processes: rank 1 made twice as slow
     (``faults.compute_slowdown``); within 50 steps (a round every 5) the shares move away from it,
     identically on both ranks. At this tiny batch (~200 rays per step) the fixed per-step cost,
     doubled on rank 1 as well, outweighs the per-ray cost, so equal finish times put rank 1 at or

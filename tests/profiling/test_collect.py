@@ -51,7 +51,7 @@ def profiled_run(tmp_path_factory, demo_scene: Path) -> ProfileDir:  # noqa: F81
 
 
 def test_named_phases_cover_at_least_90_percent_of_the_step(profiled_run: ProfileDir) -> None:
-    """Quality bar (issue 5): named phases ≥ 90 % of the measured wall-clock step time on CPU."""
+    """Quality bar: named phases ≥ 90 % of the measured wall-clock step time on CPU."""
     phases, summary, status = collect_phases(profiled_run.run, trace_window=WINDOW, completed=True)
     assert status.status == "ok"
     assert f"steps {WINDOW[0] + 1}..{WINDOW[1] + 1} (torch.profiler window" in status.detail

@@ -160,7 +160,7 @@ def test_repo_presets_load() -> None:
     assert small.training.occupancy_resolution == 64
     assert small.training.initial_rays_per_step <= small.training.max_rays_per_step
 
-    # the 400-pixel NeRF-synthetic preset (session 8's 35 dB run) differs from the defaults in
+    # the 400-pixel NeRF-synthetic preset (its 35 dB run in docs/benchmarks.md) differs from the defaults in
     # exactly the four keys it names, and its N_max sets the finest level the grid builds.
     synthetic_400 = load_config(REPO / "configs" / "nerf_synthetic_400.json")
     expected = dataclasses.replace(

@@ -556,7 +556,7 @@ class RaySampler:
         """Draw ``n_rays`` pixels uniformly over all training pixels and build their rays.
 
         Args:
-            n_rays: batch size (may change from call to call).
+            n_rays: batch size (may change between batches).
 
         Returns:
             A :class:`RayBatch` on the sampler's device.

@@ -151,7 +151,7 @@ def checkpoint_step(folder: Path) -> int | None:
 
 def prune_checkpoints(checkpoints_dir: Path, keep: int) -> list[Path]:
     """Delete all but the newest ``keep`` complete checkpoints, and half-written folders older
-    than the newest complete one. Call on one rank only.
+    than the newest complete one. Run it on one rank only.
 
     Returns:
         The folders removed.

@@ -604,11 +604,11 @@ def restart_count() -> int:
 def wait_for_peers(what: str = "the end of the run") -> None:
     """Barrier of every rank of the joined group (no-op without one), bounded by the group's timeout.
 
-    Call it on the success path before :func:`shutdown_distributed`: a gloo rank that tears its
+    Use it on the success path before :func:`shutdown_distributed`: a gloo rank that tears its
     group down while its peers still use their connections to it can die at interpreter exit with
     "terminate called without an active exception" (SIGABRT; seen in 4 of 8 three-rank resume
     tests without the barrier, 0 of 8 with it), which a launcher reports as a failed worker. Do not
-    call it after a failure, where a peer may be gone and the barrier would only wait out the timeout.
+    use it after a failure, where a peer may be gone and the barrier would only wait out the timeout.
 
     Raises:
         LaunchError: a peer rank did not arrive (it failed, was killed or timed out), naming this
@@ -647,7 +647,7 @@ def exit_without_teardown(code: int = 0) -> None:
     For a rank that finished and left its group. Even after :func:`wait_for_peers` and
     ``destroy_process_group``, C++ objects of torch.distributed destroyed during teardown can still
     abort the process with "terminate called without an active exception" (SIGABRT; 1 run in 19 of
-    a two-rank job in session 7's fault testing), which the launcher then reports as a failed rank
+    a two-rank job under fault injection), which the launcher then reports as a failed rank
     although every file was written. Everything worth keeping is on disk by then (results,
     checkpoints and status are written atomically), so nothing is lost by skipping the rest.
     """

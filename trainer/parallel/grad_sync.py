@@ -110,7 +110,7 @@ def _require_initialised() -> None:
 def global_count(local_count: int, group: dist.ProcessGroup | None = None) -> int:
     """Sum of a per-rank count over all ranks (e.g. rays this step), for the loss normaliser.
 
-    One blocking all-reduce of an int64 scalar (a host sync on CUDA). Every rank must call it.
+    One blocking all-reduce of an int64 scalar (a host sync on CUDA). Every rank must take part.
 
     Args:
         local_count: this rank's count (>= 0).

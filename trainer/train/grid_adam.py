@@ -177,7 +177,7 @@ def lazy_adam_torch(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tens
     Arguments as :func:`lazy_adam_triton`, on any device and any real floating dtype (the gradient
     is cast to the parameter's dtype). A ``step`` tensor off the CPU stays on its device (the bias
     corrections become float32 tensors there, as in torch's capturable Adam); else it is read on
-    the host. About a dozen launches per call on CUDA: the reference, not the fast path.
+    the host. About a dozen launches per update on CUDA: the reference, not the fast path.
     """
     t: torch.Tensor | float = step if isinstance(step, torch.Tensor) and not step.is_cpu else float(step)
     bias_correction1 = 1 - beta1**t

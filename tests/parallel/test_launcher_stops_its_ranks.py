@@ -1,12 +1,11 @@
-"""Edge cases of the launcher and the sweep a tester found: ranks orphaned by a launcher (or a
-profile) killed with SIGKILL, a non-finite ``distributed.timeout_s``, ``distributed.emulate_interconnect``
-among a gloo sweep's choices, and a numeric parameter type for a string config key."""
+"""Ranks die with their launcher: no rank orphaned by a launcher (or a profile) killed with SIGKILL,
+the last complete checkpoint kept, the lifeline wrapper's own refusals, and a launch refused for a
+``distributed.timeout_s`` that is not a finite number of seconds."""
 
 from __future__ import annotations
 
 import math
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -17,11 +16,9 @@ import pytest
 
 from tests.parallel.test_dp_training import tiny_flags
 from tests.parallel.test_faults_e2e import _wait_for
-from tests.train.conftest import demo_scene  # noqa: F401  (fixture)
-from tests.tuning.conftest import write_study
-from trainer.errors import ConfigError, LaunchError
+from trainer.errors import LaunchError
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 # ------------------------------------------------------------------------------- process helpers
@@ -76,7 +73,7 @@ def _kill_all(proc: subprocess.Popen, run_dir: Path) -> None:
     proc.communicate(timeout=30)
 
 
-# ------------------------------------------------------------- 1. ranks die with their launcher
+# ------------------------------------------------------------------- ranks die with their launcher
 
 
 @pytest.mark.timeout(180)
@@ -175,7 +172,7 @@ def test_lifeline_wrapper_refuses_a_parent_that_is_gone_and_a_bad_command_line()
     assert bad.returncode == 2 and "usage: python -m trainer.lifeline" in bad.stderr
 
 
-# ------------------------------------------------------------------- 2. a finite timeout_s only
+# ------------------------------------------------------------------------- a finite timeout_s only
 
 
 @pytest.mark.parametrize("timeout_s", [math.inf, -math.inf, math.nan, 0, -1.0, "30", True, None])
@@ -185,62 +182,3 @@ def test_launch_workers_refuses_a_timeout_that_is_not_a_finite_positive_number(t
     with pytest.raises(LaunchError, match=r"^distributed\.timeout_s: expected a finite number of seconds > 0, got "):
         launch_workers(["-m", "trainer", "--help"], 2, timeout_s=timeout_s, run_dir=tmp_path / "run")
     assert not (tmp_path / "run").exists()  # refused before anything was written
-
-
-# --------------------------------------------- 3. emulated links among a gloo sweep's choices
-
-
-def test_gloo_sweep_refuses_emulated_interconnect_choices_before_any_trial(tmp_path, demo_scene):
-    from ngptune.tuning.sweep import SweepOptions, run_sweep
-
-    params = ('[params."distributed.emulate_interconnect"]\ntype = "categorical"\n'
-              'choices = ["none", "pcie", "sockets"]\n')
-    study = write_study(tmp_path / "emu.toml", scene=demo_scene, params=params)
-    out = tmp_path / "out"
-    with pytest.raises(ConfigError) as caught:
-        run_sweep(SweepOptions(study_path=study, out_dir=out, nproc_per_node=2))
-    message = str(caught.value)
-    assert message.startswith(f"{study}: params.distributed.emulate_interconnect: choices pcie, sockets need NCCL")
-    assert "gloo" in message
-    assert not out.exists()  # no study, no storage, no trial folder
-
-
-def test_gloo_sweep_accepts_an_emulation_parameter_of_none_only(tmp_path, demo_scene, monkeypatch):
-    import ngptune.tuning.sweep as sweep
-
-    params = '[params."distributed.emulate_interconnect"]\ntype = "categorical"\nchoices = ["none"]\n'
-    study = write_study(tmp_path / "emu.toml", scene=demo_scene, params=params)
-    reached = []
-    monkeypatch.setattr(sweep, "_run", lambda *args: reached.append(args) or "ran")
-    assert sweep.run_sweep(sweep.SweepOptions(study_path=study, out_dir=tmp_path / "out", nproc_per_node=2)) == "ran"
-    assert len(reached) == 1
-
-
-# ------------------------------------------------ 4. a numeric parameter type for a string key
-
-
-@pytest.mark.parametrize("kind", ["int", "float"])
-def test_numeric_type_for_a_string_key_asks_for_categorical(tmp_path, kind):
-    from ngptune.tuning.study import load_study
-
-    params = f'[params."distributed.emulate_interconnect"]\ntype = "{kind}"\nlow = 0\nhigh = 2\n'
-    study = write_study(tmp_path / "s.toml", params=params)
-    with pytest.raises(ConfigError) as caught:
-        load_study(study)
-    noun = "integers" if kind == "int" else "numbers"
-    assert str(caught.value) == (
-        f"{study}: params.distributed.emulate_interconnect.type: distributed.emulate_interconnect takes a string "
-        f'(one of none, nvlink, pcie, sockets), not {noun}; use type = "categorical" with a list of choices'
-    )
-
-
-@pytest.mark.parametrize(("key", "takes"), [("training.precision", "a string (one of "),
-                                            ("distributed.master_addr", "a string, not"),
-                                            ("parallel.overlap_comm", "true or false, not")])
-def test_other_non_numeric_keys_given_an_int_type_are_named_the_same_way(tmp_path, key, takes):
-    from ngptune.tuning.study import load_study
-
-    study = write_study(tmp_path / "s.toml", params=f'[params."{key}"]\ntype = "int"\nlow = 0\nhigh = 1\n')
-    with pytest.raises(ConfigError, match=re.escape(f"params.{key}.type: {key} takes {takes}")) as caught:
-        load_study(study)
-    assert 'type = "categorical"' in str(caught.value)

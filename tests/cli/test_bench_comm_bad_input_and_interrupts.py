@@ -1,4 +1,4 @@
-"""Edge cases of ``ngptune bench-comm`` (issue 9, ngptune/commbench.py): odd --sizes, --ops and
+"""Edge cases of ``ngptune bench-comm`` (ngptune/commbench.py): odd --sizes, --ops and
 --timeout-s, link variables in --nccl-settings, a --csv that cannot be written, a narrow terminal,
 and a run stopped with SIGINT or SIGKILL midway (2 gloo ranks on the CPU)."""
 
@@ -22,7 +22,7 @@ from trainer.errors import ConfigError
 
 pytestmark = pytest.mark.timeout(120)
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _bench_comm(tmp_path: Path, *flags: str) -> int:

@@ -1,5 +1,5 @@
-"""Edge cases of ``--emulate-interconnect`` on ``ngptune train`` / ``ngptune profile`` (issue 9) and
-of ``--bench-comm-csv`` tables: emulation on gloo is one error before any rank or folder exists,
+"""Edge cases of ``--emulate-interconnect`` on ``ngptune train`` / ``ngptune profile`` and of
+``--bench-comm-csv`` tables: emulation on gloo is one error before any rank or folder exists,
 Ctrl-C of a multi-rank train is one line, odd numbers in a bench-comm table are named."""
 
 from __future__ import annotations
