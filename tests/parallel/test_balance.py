@@ -1,13 +1,11 @@
-"""Load balancer, integer ray split, LPT frame assignment and image complexity."""
+"""Load balancer, integer ray split, subgrid box moves."""
 
 from __future__ import annotations
 
-import itertools
 import math
 import random
 from datetime import timedelta
 
-import numpy as np
 import pytest
 import torch.distributed as dist
 from hypothesis import given, settings
@@ -19,9 +17,7 @@ from trainer.parallel.balance import (
     BoxBalancer,
     BoxMove,
     LoadBalancer,
-    assign_frames_lpt,
     gather_compute_times,
-    image_complexity,
     imbalance,
     plan_box_moves,
     shares_from_capabilities,
@@ -222,76 +218,6 @@ def test_malformed_state_raises_snapshot_error() -> None:
         LoadBalancer(2).load_state_dict({**state, "shares": [0.2, 0.2]})
     with pytest.raises(SnapshotError, match=r"rounds: expected an integer >= 0, got None"):
         LoadBalancer(2).load_state_dict({k: v for k, v in state.items() if k != "rounds"})
-
-
-# ------------------------------------------------------------------------------ LPT
-
-
-def makespan(assignment: list[list[int]], costs: list[float]) -> float:
-    return max(sum(costs[i] for i in frames) for frames in assignment)
-
-
-def optimal_makespan(costs: list[float], world_size: int) -> float:
-    return min(
-        max(sum(c for c, r in zip(costs, ranks) if r == q) for q in range(world_size))
-        for ranks in itertools.product(range(world_size), repeat=len(costs))
-    )
-
-
-def test_lpt_by_hand() -> None:
-    # Sorted 7,5,4,3,3,2 on 2 ranks: 7→0, 5→1, 4→1 (9), 3→0 (10), 3→1 (12), 2→0 (12): optimal.
-    costs = [3.0, 7.0, 2.0, 5.0, 3.0, 4.0]
-    assignment = assign_frames_lpt(costs, 2)
-    assert assignment == [[0, 1, 2], [3, 4, 5]]
-    assert makespan(assignment, costs) == 12.0 == optimal_makespan(costs, 2)
-
-
-def test_lpt_meets_grahams_tight_example() -> None:
-    # 3,3,2,2,2 on 2 ranks: LPT gives 3+2+2 = 7, the optimum is 6 (3+3 | 2+2+2);
-    # 7/6 is exactly Graham's bound 4/3 − 1/(3·2).
-    costs = [3.0, 3.0, 2.0, 2.0, 2.0]
-    assignment = assign_frames_lpt(costs, 2)
-    assert assignment == [[0, 2, 4], [1, 3]]
-    assert makespan(assignment, costs) == 7.0
-    assert optimal_makespan(costs, 2) == 6.0
-
-
-@pytest.mark.parametrize("seed", range(20))
-def test_lpt_within_grahams_bound_on_random_cases(seed) -> None:
-    rng = random.Random(seed)
-    world_size = rng.choice([2, 3])
-    costs = [float(rng.randint(1, 20)) for _ in range(rng.randint(1, 7))]
-    assignment = assign_frames_lpt(costs, world_size)
-    assert sorted(i for frames in assignment for i in frames) == list(range(len(costs)))
-    bound = (4 / 3 - 1 / (3 * world_size)) * optimal_makespan(costs, world_size)
-    assert makespan(assignment, costs) <= bound + 1e-9
-
-
-def test_lpt_with_rank_speeds() -> None:
-    # Rank 0 twice as fast. 4 → rank 0 (finishes at 2 vs 4); 2 → rank 1 (2 vs 3);
-    # 2 → rank 0 (3 vs 4).
-    assert assign_frames_lpt([4.0, 2.0, 2.0], 2, speeds=[2.0, 1.0]) == [[0, 2], [1]]
-    assert assign_frames_lpt([], 3) == [[], [], []]
-
-
-# ------------------------------------------------------------------------------ complexity
-
-
-def test_image_complexity_of_simple_images() -> None:
-    flat = np.full((64, 64), 128, np.uint8)
-    assert image_complexity(flat) == 0.0
-    step = np.zeros((64, 64), np.uint8)
-    step[:, 32:] = 255
-    # Canny thins the step to a one-pixel line: 64 edge pixels of 64·64.
-    assert image_complexity(step) == pytest.approx(1 / 64)
-    # Same answer for RGB, RGBA, 16-bit and float encodings of the same image.
-    assert image_complexity(np.stack([step] * 3, axis=-1)) == pytest.approx(1 / 64)
-    rgba = np.dstack([step, step, step, np.zeros_like(step)])
-    assert image_complexity(rgba) == pytest.approx(1 / 64)
-    assert image_complexity(step.astype(np.uint16) * 257) == pytest.approx(1 / 64)
-    assert image_complexity(step.astype(np.float32) / 255.0) == pytest.approx(1 / 64)
-    checker = (np.indices((64, 64)).sum(axis=0) // 8 % 2 * 255).astype(np.uint8)
-    assert image_complexity(checker) > 10 * image_complexity(step)
 
 
 # ------------------------------------------------------------------------------ process group

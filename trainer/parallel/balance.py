@@ -18,8 +18,6 @@
   every rank does alike (drawing and marching the step's rays), ``samples_r`` the samples that
   fall in its boxes and ``rate_r`` its measured milliseconds per such sample. A move is made when
   the predicted slowest finish time drops by at least ``min_gain``; every rank keeps one box.
-* Streamed datasets: frames go to ranks by the greedy longest-processing-time rule
-  (:func:`assign_frames_lpt`) on an image complexity score (:func:`image_complexity`).
 
 Every rank runs the same deterministic update on the same all-gathered times
 (:func:`gather_compute_times`), so the shares agree on all ranks without a broadcast.
@@ -31,8 +29,6 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
-import cv2
-import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -44,9 +40,7 @@ __all__ = [
     "BoxBalancer",
     "BoxMove",
     "LoadBalancer",
-    "assign_frames_lpt",
     "gather_compute_times",
-    "image_complexity",
     "imbalance",
     "plan_box_moves",
     "shares_from_capabilities",
@@ -589,74 +583,3 @@ class BoxBalancer:
         self.moves_made = int(state["moves_made"])
         self.reset_window()
         return True
-
-
-def assign_frames_lpt(
-    costs: Sequence[float], world_size: int, *, speeds: Sequence[float] | None = None
-) -> list[list[int]]:
-    """Assign frames to ranks by the greedy longest-processing-time rule (Graham 1969).
-
-    Frames are taken in decreasing cost (ties: lower index first) and each goes to the rank that
-    would finish it first, ``argmin_r (load_r + cost) / speed_r`` (ties: lower rank). With equal
-    speeds the makespan is at most ``(4/3 − 1/(3·world_size))`` times the optimum (Graham,
-    "Bounds on multiprocessing timing anomalies", SIAM J. Appl. Math. 17(2), 1969).
-
-    Args:
-        costs: per-frame cost >= 0 (e.g. pixels · (ε + :func:`image_complexity`)).
-        world_size: number of ranks.
-        speeds: relative rank speeds > 0 (e.g. the current shares); None for equal speeds.
-
-    Returns:
-        For each rank, its frame indices in increasing order (every frame exactly once).
-
-    Raises:
-        ConfigError: ``distributed.world_size`` < 1.
-    """
-    world_size = _check_world_size(world_size)
-    cost_array = np.asarray(costs, dtype=np.float64).reshape(-1)
-    assert np.isfinite(cost_array).all() and (cost_array >= 0).all(), "costs must be finite, >= 0"
-    speed_array = np.ones(world_size) if speeds is None else np.asarray(speeds, dtype=np.float64)
-    assert speed_array.shape == (world_size,) and (speed_array > 0).all(), speeds
-    order = np.argsort(-cost_array, kind="stable")
-    loads = np.zeros(world_size)
-    assignment: list[list[int]] = [[] for _ in range(world_size)]
-    for frame in order:  # one step per frame (not per ray): a few thousand at most
-        rank = int(np.argmin((loads + cost_array[frame]) / speed_array))
-        loads[rank] += cost_array[frame]
-        assignment[rank].append(int(frame))
-    return [sorted(frames) for frames in assignment]
-
-
-CANNY_THRESHOLDS = (100, 200)  # hysteresis thresholds on 8-bit gray (OpenCV tutorial values)
-
-
-def image_complexity(image: np.ndarray) -> float:
-    """Edge density of an image: the fraction of pixels on Canny edges (OpenCV ``cv2.Canny``).
-
-    Colour is converted to gray (ITU-R BT.601 luma, ``cv2.COLOR_RGB2GRAY``); an alpha channel is
-    ignored. Thresholds :data:`CANNY_THRESHOLDS` on the 8-bit gray image, L2 gradient magnitude.
-
-    Args:
-        image: ``[H, W]`` or ``[H, W, C]`` with C in {1, 3, 4}; ``uint8``, ``uint16`` (scaled by
-            1/257) or floating in [0, 1] (clipped, scaled by 255). H, W >= 1.
-
-    Returns:
-        Edge pixels / all pixels, in [0, 1]. 0 for a flat image.
-    """
-    assert isinstance(image, np.ndarray) and image.ndim in (2, 3) and image.size > 0, (
-        getattr(image, "shape", None)
-    )
-    if image.ndim == 3:
-        assert image.shape[2] in (1, 3, 4), image.shape
-        image = image[:, :, 0] if image.shape[2] == 1 else image[:, :, :3]
-    if image.dtype == np.uint8:
-        image8 = image
-    elif image.dtype == np.uint16:
-        image8 = (image.astype(np.float32) / 257.0).round().astype(np.uint8)
-    else:
-        assert np.issubdtype(image.dtype, np.floating), image.dtype
-        image8 = (np.clip(image.astype(np.float32), 0.0, 1.0) * 255.0).round().astype(np.uint8)
-    image8 = np.ascontiguousarray(image8)
-    gray = cv2.cvtColor(image8, cv2.COLOR_RGB2GRAY) if image8.ndim == 3 else image8
-    edges = cv2.Canny(gray, CANNY_THRESHOLDS[0], CANNY_THRESHOLDS[1], L2gradient=True)
-    return float(np.count_nonzero(edges)) / float(edges.size)
