@@ -73,8 +73,9 @@ from typing import Any
 
 from ngptune.tuning import nccl
 from ngptune.tuning.objectives import OBJECTIVES
-from trainer.config import BLOCKS, TrainConfig, apply_overrides, config_to_dict, load_config
-from trainer.config import _is_int, _is_number, _show  # the trainer's value checks and error display
+from trainer.config import (
+    TrainConfig, apply_overrides, config_to_dict, field_rule, is_int, is_number, load_config, show_value,
+)
 from trainer.errors import ConfigError
 
 __all__ = [
@@ -346,7 +347,7 @@ class _Reader:
     def table(self, data: Mapping, key: str) -> dict[str, Any]:
         value = data.get(key, {})
         if not isinstance(value, dict):
-            raise self.error(key, f"expected a table, got {_show(value)}")
+            raise self.error(key, f"expected a table, got {show_value(value)}")
         return value
 
     def only(self, table: Mapping, where: str, allowed: list[str]) -> None:
@@ -362,7 +363,7 @@ class _Reader:
             return default
         value = table[key]
         if not check(value):
-            raise self.error(f"{where}.{key}", f"expected {description}, got {_show(value)}")
+            raise self.error(f"{where}.{key}", f"expected {description}, got {show_value(value)}")
         return value
 
 
@@ -395,41 +396,29 @@ def _flatten(table: Mapping, prefix: str = "") -> dict[str, Any]:
 def _config_problem(cfg: TrainConfig, key: str, value: object) -> str | None:
     """The trainer's complaint about ``key`` taking ``value`` (None if accepted).
 
-    Only the key's own rule counts (the rule of its config field, as ``trainer.config`` defines
-    it); checks between keys depend on the combination and are made per trial. Unknown keys get
-    the trainer's message with its did-you-mean suggestion.
+    Only the key's own rule counts (:func:`trainer.config.field_rule`); checks between keys depend
+    on the combination and are made per trial. Unknown keys get the trainer's message with its
+    did-you-mean suggestion.
     """
-    block, _, name = key.partition(".")
-    fields = {f.name: f for f in dataclasses.fields(BLOCKS[block])} if block in BLOCKS else {}
-    if name not in fields:
-        try:
-            apply_overrides(cfg, {key: value})
-        except ConfigError as exc:
-            return str(exc).removeprefix("overrides: ")
-        return None
-    rule = fields[name].metadata.get("rule")
+    rule = field_rule(key)
     try:
         if rule is not None:
             rule.from_json(key, value)
-        else:  # a field without its own rule: the whole config decides
+        else:
             apply_overrides(cfg, {key: value})
     except ConfigError as exc:
         message = str(exc).removeprefix("overrides: ")
-        return message.removeprefix(f"{key}:").strip()
+        return message if rule is None else message.removeprefix(f"{key}:").strip()
     return None
 
 
 def _non_numeric_values(key: str) -> str | None:
     """What the config field ``key`` (``block.name``) takes when that is not a number: ``a string
     (one of ...)`` or ``true or false``; None for a numeric field."""
-    block, _, name = key.partition(".")
-    field = next(f for f in dataclasses.fields(BLOCKS[block]) if f.name == name)
-    annotation = str(field.type).replace(" ", "")
-    rule = field.metadata.get("rule")
-    if annotation in ("str", "str|None"):
-        choices = getattr(rule, "choices", None) or getattr(getattr(rule, "inner", None), "choices", None)
-        return f"a string (one of {', '.join(map(str, choices))})" if choices else "a string"
-    if annotation == "bool":
+    rule = field_rule(key)
+    if rule.value_type is str:
+        return f"a string (one of {', '.join(map(str, rule.choices))})" if rule.choices else "a string"
+    if rule.value_type is bool:
         return "true or false"
     return None
 
@@ -486,12 +475,11 @@ def _read_param(reader: _Reader, name: str, table: Mapping, cfg: TrainConfig, ea
             raise reader.error(where, str(exc)) from None
     else:
         _check_reserved(reader, where, name)
-        block, _, field = name.partition(".")
-        if block not in BLOCKS or field not in {f.name for f in dataclasses.fields(BLOCKS[block])}:
+        if field_rule(name) is None:
             raise ConfigError(f"{reader.path}: {where}: {_config_problem(cfg, name, None)}")
     kind = table.get("type")
     if kind not in ("categorical", "int", "float"):
-        raise reader.error(f"{where}.type", f"expected one of categorical, int, float, got {_show(kind)}")
+        raise reader.error(f"{where}.type", f"expected one of categorical, int, float, got {show_value(kind)}")
     takes = None if nccl.is_nccl_name(name) else _non_numeric_values(name)
     if kind in ("int", "float") and takes is not None:
         raise reader.error(f"{where}.type", f"{name} takes {takes}, not {'integers' if kind == 'int' else 'numbers'}; "
@@ -501,17 +489,17 @@ def _read_param(reader: _Reader, name: str, table: Mapping, cfg: TrainConfig, ea
         reader.only(table, where, [*common, "choices"])
         choices = table.get("choices")
         if not isinstance(choices, list) or not choices:
-            raise reader.error(f"{where}.choices", f"expected a non-empty list, got {_show(choices)}")
+            raise reader.error(f"{where}.choices", f"expected a non-empty list, got {show_value(choices)}")
         for i, choice in enumerate(choices):
             if not isinstance(choice, (str, int, float, bool)):
-                raise reader.error(f"{where}.choices[{i}]", f"expected a string, number or boolean, got {_show(choice)}")
+                raise reader.error(f"{where}.choices[{i}]", f"expected a string, number or boolean, got {show_value(choice)}")
             if any(type(choice) is type(c) and choice == c for c in choices[:i]):
-                raise reader.error(f"{where}.choices[{i}]", f"duplicate choice {_show(choice)}")
+                raise reader.error(f"{where}.choices[{i}]", f"duplicate choice {show_value(choice)}")
             _check_param_value(reader, f"{where}.choices[{i}]", name, choice, cfg)
         spec = ParamSpec(name, kind, choices=tuple(choices))
     else:
         reader.only(table, where, [*common, "low", "high", "step", "log"])
-        number = _is_int if kind == "int" else _is_number
+        number = is_int if kind == "int" else is_number
         what = "an integer" if kind == "int" else "a number"
         for key in ("low", "high"):
             if key not in table:
@@ -544,7 +532,7 @@ def _read_when(reader: _Reader, where: str, when: object, earlier: dict[str, Par
     if when is None:
         return ()
     if not isinstance(when, dict) or not when:
-        raise reader.error(f"{where}.when", f"expected a table of parameter = value(s), got {_show(when)}")
+        raise reader.error(f"{where}.when", f"expected a table of parameter = value(s), got {show_value(when)}")
     conditions = []
     for key, values in _flatten(when).items():
         if key not in earlier:
@@ -553,7 +541,7 @@ def _read_when(reader: _Reader, where: str, when: object, earlier: dict[str, Par
         values = tuple(values) if isinstance(values, list) else (values,)
         for value in values:
             if not earlier[key].contains(value):
-                raise reader.error(f"{where}.when.{key}", f"{_show(value)} is not a value params.{key} can take")
+                raise reader.error(f"{where}.when.{key}", f"{show_value(value)} is not a value params.{key} can take")
         conditions.append((key, values))
     return tuple(conditions)
 
@@ -565,7 +553,7 @@ def _read_params(reader: _Reader, data: Mapping, cfg: TrainConfig, settings: Map
         for key, value in table.items():
             name = f"{prefix}{key}"
             if not isinstance(value, dict):
-                raise reader.error(f"params.{name}", f"expected a table with a 'type' key, got {_show(value)}")
+                raise reader.error(f"params.{name}", f"expected a table with a 'type' key, got {show_value(value)}")
             if "type" not in value and not nccl.is_nccl_name(name):
                 walk(value, f"{name}.")
                 continue
@@ -612,7 +600,7 @@ def _check_value_can_apply(reader: _Reader, spec: ParamSpec, params: Mapping[str
         else:
             where = f"params.{spec.name}.choices[{i}]" if spec.kind == "categorical" else \
                 f"params.{spec.name}.{'low' if i == 0 else 'high'}"
-            raise reader.error(where, f"{_show(value)} fails in every trial with this study's settings: {first_problem}")
+            raise reader.error(where, f"{show_value(value)} fails in every trial with this study's settings: {first_problem}")
 
 
 def _read_objectives(reader: _Reader, data: Mapping, budget: BudgetSpec) -> tuple[ObjectiveSpec, ...]:
@@ -624,18 +612,18 @@ def _read_objectives(reader: _Reader, data: Mapping, budget: BudgetSpec) -> tupl
     for i, entry in enumerate(entries):
         where = f"objectives[{i}]"
         if not isinstance(entry, dict):
-            raise reader.error(where, f"expected a table, got {_show(entry)}")
+            raise reader.error(where, f"expected a table, got {show_value(entry)}")
         name = entry.get("name")
         if name not in OBJECTIVES:
-            raise reader.error(f"{where}.name", f"expected one of {', '.join(OBJECTIVES)}, got {_show(name)}")
+            raise reader.error(f"{where}.name", f"expected one of {', '.join(OBJECTIVES)}, got {show_value(name)}")
         if name in (o.name for o in objectives):
             raise reader.error(f"{where}.name", f"objective {name} listed twice")
         if name == "time_to_psnr_s":
             reader.only(entry, where, ["name", "target_db", "eval_every_steps"])
             if "target_db" not in entry:
                 raise reader.error(where, "missing key 'target_db' (the PSNR to reach, dB)")
-            target = reader.value(entry, where, "target_db", lambda v: _is_number(v) and v > 0, "a number > 0 (dB)")
-            every = reader.value(entry, where, "eval_every_steps", lambda v: _is_int(v) and v >= 1,
+            target = reader.value(entry, where, "target_db", lambda v: is_number(v) and v > 0, "a number > 0 (dB)")
+            every = reader.value(entry, where, "eval_every_steps", lambda v: is_int(v) and v >= 1,
                                  "an integer >= 1", default=DEFAULT_EVAL_EVERY_STEPS)
             objectives.append(ObjectiveSpec(name, target_db=float(target), eval_every_steps=every))
             continue
@@ -649,12 +637,12 @@ def _read_objectives(reader: _Reader, data: Mapping, budget: BudgetSpec) -> tupl
 def _read_budget(reader: _Reader, data: Mapping) -> BudgetSpec:
     table = reader.table(data, "budget")
     reader.only(table, "budget", ["steps", "seconds", "trial_timeout_s"])
-    steps = reader.value(table, "budget", "steps", lambda v: _is_int(v) and v >= 1, "an integer >= 1")
-    seconds = reader.value(table, "budget", "seconds", lambda v: _is_number(v) and v > 0, "a number > 0 (s)")
+    steps = reader.value(table, "budget", "steps", lambda v: is_int(v) and v >= 1, "an integer >= 1")
+    seconds = reader.value(table, "budget", "seconds", lambda v: is_number(v) and v > 0, "a number > 0 (s)")
     if (steps is None) == (seconds is None):
         raise reader.error("budget", "expected exactly one of steps, seconds")
     default_timeout = 600.0 if seconds is None else 300.0 + 2.0 * seconds
-    timeout = reader.value(table, "budget", "trial_timeout_s", lambda v: _is_number(v) and v > 0,
+    timeout = reader.value(table, "budget", "trial_timeout_s", lambda v: is_number(v) and v > 0,
                            "a number > 0 (s)", default=default_timeout)
     if seconds is not None and timeout <= seconds:
         raise reader.error("budget.trial_timeout_s", f"expected more than budget.seconds ({seconds:g}), got {timeout:g}")
@@ -666,10 +654,10 @@ def _read_sampler(reader: _Reader, data: Mapping) -> SamplerSpec:
     reader.only(table, "sampler", ["type", "seed", "n_startup_trials", "population_size"])
     kind = reader.value(table, "sampler", "type", lambda v: v in ("tpe", "random", "nsga2"),
                         "one of tpe, random, nsga2", default="tpe")
-    seed = reader.value(table, "sampler", "seed", lambda v: _is_int(v) and 0 <= v < 2**32,
+    seed = reader.value(table, "sampler", "seed", lambda v: is_int(v) and 0 <= v < 2**32,
                         "an integer in [0, 2^32)", default=0)
-    startup = reader.value(table, "sampler", "n_startup_trials", lambda v: _is_int(v) and v >= 0, "an integer >= 0")
-    population = reader.value(table, "sampler", "population_size", lambda v: _is_int(v) and v >= 2, "an integer >= 2")
+    startup = reader.value(table, "sampler", "n_startup_trials", lambda v: is_int(v) and v >= 0, "an integer >= 0")
+    population = reader.value(table, "sampler", "population_size", lambda v: is_int(v) and v >= 2, "an integer >= 2")
     if startup is not None and kind != "tpe":
         raise reader.error("sampler.n_startup_trials", f"only for sampler.type = tpe, not {kind}")
     if population is not None and kind != "nsga2":
@@ -689,17 +677,17 @@ def _read_pruner(reader: _Reader, data: Mapping, objectives: tuple[ObjectiveSpec
                            f"studies only); use none with {len(objectives)} objectives")
     if kind != "none" and not OBJECTIVES[objectives[0].name].has_intermediate:
         raise reader.error("pruner.type", f"{objectives[0].name} reports no intermediate values to prune on; use none")
-    nonneg = (lambda v: _is_int(v) and v >= 0, "an integer >= 0")
-    positive = (lambda v: _is_int(v) and v >= 1, "an integer >= 1")
+    nonneg = (lambda v: is_int(v) and v >= 0, "an integer >= 0")
+    positive = (lambda v: is_int(v) and v >= 1, "an integer >= 1")
     spec = PrunerSpec(type=kind)
     values = {
         "n_startup_trials": reader.value(table, "pruner", "n_startup_trials", *nonneg, default=spec.n_startup_trials),
         "n_warmup_steps": reader.value(table, "pruner", "n_warmup_steps", *nonneg, default=spec.n_warmup_steps),
         "interval_steps": reader.value(table, "pruner", "interval_steps", *positive, default=spec.interval_steps),
         "min_resource": reader.value(table, "pruner", "min_resource", *positive, default=spec.min_resource),
-        "max_resource": reader.value(table, "pruner", "max_resource", lambda v: v == "auto" or (_is_int(v) and v >= 1),
+        "max_resource": reader.value(table, "pruner", "max_resource", lambda v: v == "auto" or (is_int(v) and v >= 1),
                                      '"auto" or an integer >= 1', default=spec.max_resource),
-        "reduction_factor": reader.value(table, "pruner", "reduction_factor", lambda v: _is_int(v) and v >= 2,
+        "reduction_factor": reader.value(table, "pruner", "reduction_factor", lambda v: is_int(v) and v >= 2,
                                          "an integer >= 2", default=spec.reduction_factor),
     }
     return dataclasses.replace(spec, **values)
@@ -752,9 +740,9 @@ def load_study(path: str | Path, *, scene: str | Path | None = None) -> StudySpe
         scene_value = str(_resolve_path(reader, "study.scene", scene_text))
     config_text = reader.value(study, "study", "config", lambda v: isinstance(v, str) and v != "", "a config path")
     base_config_path = None if config_text is None else _resolve_path(reader, "study.config", config_text)
-    trials = reader.value(study, "study", "trials", lambda v: _is_int(v) and v >= 1, "an integer >= 1",
+    trials = reader.value(study, "study", "trials", lambda v: is_int(v) and v >= 1, "an integer >= 1",
                           default=DEFAULT_TRIALS)
-    timeout = reader.value(study, "study", "timeout_s", lambda v: _is_number(v) and v > 0, "a number > 0 (s)")
+    timeout = reader.value(study, "study", "timeout_s", lambda v: is_number(v) and v > 0, "a number > 0 (s)")
     try:
         cfg = load_config(base_config_path)
     except ConfigError as exc:

@@ -1,4 +1,4 @@
-"""Tests of the typed trainer config (trainer/config.py): defaults, instant-ngp forms, errors,
+"""Tests of the typed trainer config (trainer/config/): defaults, instant-ngp forms, errors,
 overrides and the dict/JSON round trip."""
 
 from __future__ import annotations
@@ -503,18 +503,24 @@ def test_round_trip(cfg: TrainConfig, tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def test_resolved_per_level_scale() -> None:
+def test_finest_resolution_and_per_level_scale() -> None:
+    def growth(enc: EncodingConfig, aabb_scale: int) -> float:
+        return hash_grid_config(TrainConfig(encoding=enc), aabb_scale).growth_factor
+
     enc = EncodingConfig()  # L=16, N_min=16
+    assert enc.finest_resolution(1) == 2048 and enc.finest_resolution(16) == 2048 * 16
     # N_max = 2048·aabb_scale: b = (N_max / N_min)^(1/15).
-    assert enc.resolved_per_level_scale(1) == pytest.approx(128 ** (1 / 15))
-    assert enc.resolved_per_level_scale(16) == pytest.approx(2048 ** (1 / 15))
+    assert growth(enc, 1) == pytest.approx(128 ** (1 / 15))
+    assert growth(enc, 16) == pytest.approx(2048 ** (1 / 15))
     # The finest level reaches N_max: N_min · b^(L-1) = 2048·8.
-    assert 16 * enc.resolved_per_level_scale(8) ** 15 == pytest.approx(2048 * 8)
+    assert 16 * growth(enc, 8) ** 15 == pytest.approx(2048 * 8)
     # max_resolution 512 over 3 levels from 16: b = (512/16)^(1/2).
     enc = EncodingConfig(n_levels=3, max_resolution=512)
-    assert enc.resolved_per_level_scale(4) == pytest.approx(math.sqrt(32))
-    assert EncodingConfig(per_level_scale=1.5).resolved_per_level_scale(64) == 1.5
-    assert EncodingConfig(n_levels=1).resolved_per_level_scale(1) == 1.0
+    assert enc.finest_resolution(4) == 512
+    assert growth(enc, 4) == pytest.approx(math.sqrt(32))
+    assert EncodingConfig(per_level_scale=1.5).finest_resolution(64) is None
+    assert growth(EncodingConfig(per_level_scale=1.5), 64) == 1.5
+    assert growth(EncodingConfig(n_levels=1), 1) == 1.0
 
 
 def test_resolved_cone_angle() -> None:

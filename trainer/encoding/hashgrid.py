@@ -34,6 +34,7 @@ import math
 
 import torch
 
+from trainer.config import NGP_DESIRED_RESOLUTION, is_int
 from trainer.errors import ConfigError
 
 __all__ = [
@@ -51,14 +52,9 @@ __all__ = [
 # tiny-cuda-nn encodings/grid.h, coherent_prime_hash: one prime per axis (x, y, z).
 HASH_PRIMES = (1, 2654435761, 805459861)
 _UINT32_MASK = 0xFFFFFFFF
-_DEFAULT_MAX_RESOLUTION = 2048
 # float64 rounding of N_min · b^l can land just below an integer (16 · 128^(15/15) → 2047.9999…);
 # this tolerance makes N_{L-1} equal max_resolution when b is derived from it.
 _RESOLUTION_TOLERANCE = 1e-6
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,7 +68,8 @@ class HashGridConfig:
         base_resolution: coarsest resolution N_min, >= 2.
         per_level_scale: growth factor b >= 1 between levels, or None.
         max_resolution: finest resolution N_max >= base_resolution, or None. At most one of
-            ``per_level_scale`` and ``max_resolution`` may be given; with neither, N_max = 2048.
+            ``per_level_scale`` and ``max_resolution`` may be given; with neither, N_max = 2048
+            (instant-ngp's unit cube, :data:`trainer.config.NGP_DESIRED_RESOLUTION`).
             ``b = exp((ln N_max − ln N_min) / (L − 1))`` (paper eq. 3); b = 1 when L = 1.
 
     Raises:
@@ -87,21 +84,21 @@ class HashGridConfig:
     max_resolution: int | None = None
 
     def __post_init__(self) -> None:
-        if not _is_int(self.n_levels) or not 1 <= self.n_levels <= 32:
+        if not is_int(self.n_levels) or not 1 <= self.n_levels <= 32:
             raise ConfigError(
                 f"encoding.n_levels: expected an integer in [1, 32], got {self.n_levels!r}"
             )
-        if not _is_int(self.n_features_per_level) or self.n_features_per_level not in (1, 2, 4, 8):
+        if not is_int(self.n_features_per_level) or self.n_features_per_level not in (1, 2, 4, 8):
             raise ConfigError(
                 "encoding.n_features_per_level: expected one of 1, 2, 4, 8, "
                 f"got {self.n_features_per_level!r}"
             )
-        if not _is_int(self.log2_hashmap_size) or not 10 <= self.log2_hashmap_size <= 24:
+        if not is_int(self.log2_hashmap_size) or not 10 <= self.log2_hashmap_size <= 24:
             raise ConfigError(
                 "encoding.log2_hashmap_size: expected an integer in [10, 24], "
                 f"got {self.log2_hashmap_size!r}"
             )
-        if not _is_int(self.base_resolution) or self.base_resolution < 2:
+        if not is_int(self.base_resolution) or self.base_resolution < 2:
             raise ConfigError(
                 f"encoding.base_resolution: expected an integer >= 2, got {self.base_resolution!r}"
             )
@@ -123,7 +120,7 @@ class HashGridConfig:
                     f"encoding.per_level_scale: expected a finite number >= 1, got {b!r}"
                 )
         if self.max_resolution is not None and (
-            not _is_int(self.max_resolution) or self.max_resolution < self.base_resolution
+            not is_int(self.max_resolution) or self.max_resolution < self.base_resolution
         ):
             raise ConfigError(
                 "encoding.max_resolution: expected an integer >= base_resolution "
@@ -137,7 +134,7 @@ class HashGridConfig:
             return float(self.per_level_scale)
         if self.n_levels == 1:
             return 1.0
-        max_resolution = self.max_resolution or _DEFAULT_MAX_RESOLUTION
+        max_resolution = self.max_resolution or NGP_DESIRED_RESOLUTION
         return math.exp(math.log(max_resolution / self.base_resolution) / (self.n_levels - 1))
 
     @property

@@ -83,19 +83,16 @@ def use_triton_kernels(key: str, backend: str, device: torch.device) -> bool:
 
 
 def hash_grid_config(cfg: TrainConfig, aabb_scale: int) -> HashGridConfig:
-    """The encoding block as a :class:`HashGridConfig`; with neither ``per_level_scale`` nor
-    ``max_resolution`` set, ``max_resolution = 2048 · aabb_scale`` (instant-ngp's NeRF rule)."""
+    """The encoding block as a :class:`HashGridConfig` for a scene of this ``aabb_scale`` (its
+    finest resolution from :meth:`~trainer.config.EncodingConfig.finest_resolution`)."""
     enc = cfg.encoding
-    max_resolution = enc.max_resolution
-    if enc.per_level_scale is None and max_resolution is None:
-        max_resolution = 2048 * aabb_scale
     return HashGridConfig(
         n_levels=enc.n_levels,
         n_features_per_level=enc.n_features_per_level,
         log2_hashmap_size=enc.log2_hashmap_size,
         base_resolution=enc.base_resolution,
         per_level_scale=enc.per_level_scale,
-        max_resolution=max_resolution if enc.per_level_scale is None else None,
+        max_resolution=enc.finest_resolution(aabb_scale),
     )
 
 
@@ -269,7 +266,7 @@ class Trainer:
             threshold=t.occupancy_threshold,
         ).to(self.device)
         n_cascades = int(math.log2(self.aabb_scale)) + 1
-        self.cone_angle = t.cone_angle if t.cone_angle is not None else (1 / 256 if self.aabb_scale > 1 else 0.0)
+        self.cone_angle = t.resolved_cone_angle(self.aabb_scale)
         self.max_step_size = MIN_STEP_SIZE * 2 ** (n_cascades - 1)
         self.march_backend = "triton" if use_triton_kernels("march_backend", t.march_backend, self.device) else "torch"
         self.triton_render = use_triton_kernels("render_backend", t.render_backend, self.device)
