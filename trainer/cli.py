@@ -3,7 +3,7 @@
 Distributed-aware: when the launcher's environment (torchrun / torch elastic / ``ngptune train
 --nproc-per-node``, or SLURM) reports several ranks, or ``--resume`` names a folder of sharded
 checkpoints, the process joins the process group and trains with
-:func:`trainer.parallel.trainer.build_distributed_trainer` (data parallel or subgrid). All ranks
+:func:`trainer.parallel.build.build_distributed_trainer` (data parallel or subgrid). All ranks
 share one run directory (``--out``, required with several ranks). Workers restarted by the elastic
 agent (``TORCHELASTIC_RESTART_COUNT`` > 0) resume from the newest complete checkpoint of the run
 directory.
@@ -193,7 +193,7 @@ def run_distributed_training(cfg: TrainConfig, args: argparse.Namespace, env) ->
 
     from trainer.data import load_scene
     from trainer.parallel.dist_env import init_distributed, restart_count, shutdown_distributed, wait_for_peers
-    from trainer.parallel.trainer import build_distributed_trainer
+    from trainer.parallel.build import build_distributed_trainer
 
     if env.is_distributed and args.out is None:
         raise ConfigError("--out: required with several ranks (they share one run directory)")

@@ -58,7 +58,8 @@ from trainer.parallel.subgrid import (
 )
 from trainer.parallel.trainer import DistributedTrainerBase
 from trainer.train.evaluate import evaluate
-from trainer.train.loop import StepStats, _autocast, build_field
+from trainer.train.loop import StepStats, build_field
+from trainer.train.precision import autocast
 
 __all__ = ["SubgridTrainer"]
 
@@ -220,7 +221,7 @@ class SubgridTrainer(DistributedTrainerBase):
             self._account(self._gather_step(n_rays, 0, 0.0, 0.0, [0.0] * model.n_boxes))
             return StepStats(n_rays, 0, skipped=True, trained=False), torch.zeros(()), target.var()
         t_box = time.perf_counter()
-        with timer.phase("field_forward"), _autocast(self.device, t.precision):
+        with timer.phase("field_forward"), autocast(self.device, t.precision):
             sample_boxes = model.sample_boxes(samples.positions)
             local = model(samples, sample_boxes)
         box_ms = self._compute_ms_since(t_box)
@@ -272,7 +273,7 @@ class SubgridTrainer(DistributedTrainerBase):
             if samples.ray_indices.shape[0] == 0:
                 out[start : start + o.shape[0]] = background
                 continue
-            with _autocast(self.device, self.cfg.training.precision):
+            with autocast(self.device, self.cfg.training.precision):
                 rgb, _ = render_subgrid(self.field, samples, background, loss_replicated=True)
             out[start : start + o.shape[0]] = rgb.float()
         return out

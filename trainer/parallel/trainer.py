@@ -1,5 +1,6 @@
 """Distributed training: the data-parallel trainer and what it shares with the subgrid trainer
-(DESIGN.md §3). The subgrid trainer is in :mod:`trainer.parallel.subgrid_train`.
+(DESIGN.md §3). The subgrid trainer is in :mod:`trainer.parallel.subgrid_train`, the choice
+between them in :mod:`trainer.parallel.build`.
 
 Data parallel (``parallel.mode = "data"``), one step on every rank r::
 
@@ -48,17 +49,16 @@ import torch
 import torch.distributed as dist
 
 from trainer.config import TrainConfig, config_to_dict
-from trainer.data import Scene
-from trainer.data.images import PixelTable
 from trainer.data.sampler import RayBatch
 from trainer.errors import ConfigError, SnapshotError, TrainingError
 from trainer.parallel import checkpoint as ckpt
 from trainer.parallel.balance import LoadBalancer, imbalance, shares_from_capabilities
 from trainer.parallel.grad_sync import GradientSynchronizer, allreduce_bandwidth_gb_per_s, collective_device
-from trainer.rundir import RunDir
 from trainer.schema import truncate_metrics_after
 from trainer.train.hostcopy import HostCopy
-from trainer.train.loop import StepStats, Trainer, _autocast, _drop_rays, photometric_loss, warn_config_differences
+from trainer.train.loop import StepStats, Trainer, warn_config_differences
+from trainer.train.loss import drop_rays, photometric_loss
+from trainer.train.precision import autocast
 from trainer.train.timing import DeviceClock
 
 __all__ = [
@@ -66,7 +66,6 @@ __all__ = [
     "DataParallelTrainer",
     "DistributedTrainerBase",
     "GRID_SEED_OFFSET",
-    "build_distributed_trainer",
     "validate_parallel_config",
 ]
 
@@ -466,12 +465,12 @@ class DataParallelTrainer(DistributedTrainerBase):
         if n_samples > 0:
             samples, ray_fits, n_trained, n_kept = self._training_samples(step_input)
             sized_on = n_samples if n_kept is None else n_kept
-            with timer.phase("field_forward"), _autocast(self.device, t.precision):
+            with timer.phase("field_forward"), autocast(self.device, t.precision):
                 sigmas, rgbs = self.field(samples.positions, samples.directions)
             with timer.phase("render"):
                 rgb = self._render_rgb(sigmas.float(), rgbs.float(), samples, step_input.background)
-                rgb = _drop_rays(rgb, ray_fits, step_input.target)
-                loss_sum = photometric_loss(rgb, step_input.target, self.cfg)
+                rgb = drop_rays(rgb, ray_fits, step_input.target)
+                loss_sum = photometric_loss(rgb, step_input.target, self.cfg.loss)
                 sq_err_sum = ((rgb.detach() - step_input.target) ** 2).sum()
             with timer.phase("backward"):
                 self.scaler.scale(loss_sum / (3 * global_rays)).backward()
@@ -586,15 +585,3 @@ class DataParallelTrainer(DistributedTrainerBase):
         if self.grad_sync is not None:
             self.grad_sync.close()
         super().close()
-
-
-def build_distributed_trainer(
-    cfg: TrainConfig, scene: Scene, run_dir: RunDir | None = None, pixel_table: PixelTable | None = None
-) -> DistributedTrainerBase:
-    """The trainer for ``parallel.mode``: :class:`DataParallelTrainer` or
-    :class:`~trainer.parallel.subgrid_train.SubgridTrainer` (process group already initialised)."""
-    if cfg.parallel.mode == "subgrid":
-        from trainer.parallel.subgrid_train import SubgridTrainer
-
-        return SubgridTrainer(cfg, scene, run_dir, pixel_table)
-    return DataParallelTrainer(cfg, scene, run_dir, pixel_table)

@@ -16,6 +16,7 @@ from trainer.data.images import PixelTable, load_pixel_table
 from trainer.data.rays import camera_rays_for_image, composite_background
 from trainer.metrics_image import psnr, ssim
 from trainer.render.volrend import composite
+from trainer.train.precision import autocast
 
 if TYPE_CHECKING:
     from trainer.train.loop import Trainer
@@ -57,8 +58,6 @@ def render_rays(
     """
     if spp < 1 or (spp > 1 and generator is None):
         raise ValueError(f"render_rays: spp must be >= 1 and needs a generator when > 1, got spp={spp}")
-    from trainer.train.loop import _autocast
-
     t = trainer.cfg.training
     if chunk_rays is None:
         chunk_rays = 2**14 if trainer.device.type == "cuda" else 2**11
@@ -73,7 +72,7 @@ def render_rays(
             if samples.ray_indices.shape[0] == 0:
                 total += background
                 continue
-            with _autocast(trainer.device, t.precision):
+            with autocast(trainer.device, t.precision):
                 sigmas, rgbs = trainer.field(samples.positions, samples.directions)
             rgb, _, _, _ = composite(sigmas.float(), rgbs.float(), samples.dt, samples.ray_indices, n, background)
             total += rgb

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
-import torch.nn.functional as F
 
 from trainer.config import TrainConfig, config_differences, config_to_dict
 from trainer.data import Scene, load_scene
@@ -39,11 +38,14 @@ from trainer.rundir import RunDir
 from trainer.schema import PHASES, MetricsWriter, truncate_metrics_after
 from trainer.train.ema import WeightEMA
 from trainer.train.evaluate import evaluate
+from trainer.train.faults import inject_step_faults, phase_faults
 from trainer.train.grid_adam import GridAdam
 from trainer.train.hostcopy import HostCopy
+from trainer.train.loss import drop_rays, photometric_loss
+from trainer.train.precision import autocast, set_matmul_precision
 from trainer.train.prefetch import InputPrefetcher, StepInput
 from trainer.train.snapshot import load_snapshot, load_state_checked, save_snapshot
-from trainer.train.timing import PhaseFaults, PhaseTimer
+from trainer.train.timing import PhaseTimer
 from trainer.train.tracing import TraceWindow
 
 MIN_STEP_SIZE = math.sqrt(3.0) / 1024.0  # instant-ngp MIN_CONE_STEPSIZE()
@@ -167,42 +169,6 @@ def lr_factor(step: int, decay_start: int, decay_interval: int, decay_base: floa
     return decay_base ** (1 + (step - decay_start) // decay_interval)
 
 
-def photometric_loss(pred: torch.Tensor, target: torch.Tensor, cfg: TrainConfig) -> torch.Tensor:
-    """Per-element loss summed (the caller normalises). ``pred``, ``target``: [n, 3] float32."""
-    otype = cfg.loss.otype
-    if otype == "Huber":
-        return F.huber_loss(pred, target, delta=cfg.loss.huber_delta, reduction="sum")
-    if otype == "L2":
-        return ((pred - target) ** 2).sum()
-    if otype == "L1":
-        return (pred - target).abs().sum()
-    # RelativeL2 (tiny-cuda-nn): (pred - target)^2 / (pred.detach()^2 + 0.01)
-    return ((pred - target) ** 2 / (pred.detach() ** 2 + 1e-2)).sum()
-
-
-def _drop_rays(rgb: torch.Tensor, ray_fits: torch.Tensor | None, target: torch.Tensor) -> torch.Tensor:
-    """Rendered colours [n, 3] with the rays a compacted batch left out (``ray_fits`` false)
-    replaced by their targets: no loss and no gradient from them (None: every ray counts)."""
-    if ray_fits is None:
-        return rgb
-    return torch.where(ray_fits[:, None], rgb, target)
-
-
-def _autocast(device: torch.device, precision: str):
-    if precision == "bf16":
-        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
-    if precision == "fp16":
-        return torch.autocast(device_type=device.type, dtype=torch.float16)
-    return torch.autocast(device_type=device.type, enabled=False)
-
-
-def _set_matmul_precision(device: torch.device, precision: str) -> None:
-    tf32 = precision == "tf32"
-    if device.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = tf32
-        torch.backends.cudnn.allow_tf32 = tf32
-
-
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     torch.manual_seed(seed)
@@ -245,7 +211,7 @@ class Trainer:
         self.run_dir = run_dir
         t = cfg.training
         self.device = resolve_device(t.device)
-        _set_matmul_precision(self.device, t.precision)
+        set_matmul_precision(self.device, t.precision)
         seed_everything(t.seed)
         self.train_frames = scene.frames("train")
         if not self.train_frames:
@@ -313,7 +279,8 @@ class Trainer:
         # called after each scored view of an evaluation: (views done, views in all, image record)
         self.eval_progress: Callable[[int, int, dict[str, Any]], None] | None = None
         self.train_time_s = 0.0
-        self.timer = PhaseTimer(self.device, enabled=cfg.profile.phase_timers, faults=self._phase_faults(cfg))
+        faults = phase_faults(cfg.faults, self.rank, self.world_size)
+        self.timer = PhaseTimer(self.device, enabled=cfg.profile.phase_timers, faults=faults)
         self._trace: TraceWindow | None = None
         self._overflow_run = 0
         self._zero_sample_steps = 0
@@ -321,29 +288,6 @@ class Trainer:
         decay = cfg.optimizer.ema_decay
         self.weight_ema = WeightEMA(decay) if decay is not None else None
         self._after_init()
-
-    def _phase_faults(self, cfg: TrainConfig) -> PhaseFaults | None:
-        f = cfg.faults
-        f.check_ranks(self.world_size)
-        if not f.applies_to(self.rank):
-            return None
-        return PhaseFaults(data_delay_ms=f.data_delay_ms, compute_slowdown=f.compute_slowdown)
-
-    def _inject_step_faults(self) -> None:
-        """The step faults of ``faults.*`` (simulated OOM, crash, hang) at their step on their ranks."""
-        f = self.cfg.faults
-        if not f.applies_to(self.rank):
-            return
-        if f.oom_at_step == self.step:
-            raise torch.OutOfMemoryError(
-                f"CUDA out of memory. (simulated by faults.oom_at_step={self.step} on rank {self.rank})"
-            )
-        if f.crash_at_step == self.step:
-            raise RuntimeError(f"simulated crash (faults.crash_at_step={self.step} on rank {self.rank})")
-        if f.hang_at_step == self.step:
-            print(f"rank {self.rank}: hanging at step {self.step} (faults.hang_at_step)", flush=True)
-            while True:
-                time.sleep(3600)
 
     # ------------------------------------------------------------------ construction hooks
     rank = 0  # distributed trainers set their rank and world size in ``_init_process``
@@ -413,7 +357,7 @@ class Trainer:
         )
 
     def _density_for_grid(self, positions: torch.Tensor) -> torch.Tensor:
-        with torch.no_grad(), _autocast(self.device, self.cfg.training.precision):
+        with torch.no_grad(), autocast(self.device, self.cfg.training.precision):
             return self.field.density(positions).float()
 
     def train_step(self) -> tuple[StepStats, torch.Tensor, torch.Tensor]:
@@ -449,11 +393,11 @@ class Trainer:
         if n_kept is not None:
             self._kept_pending.append((n_rays, HostCopy(n_kept)))
         with timer.phase("field_forward"):
-            with _autocast(self.device, t.precision):
+            with autocast(self.device, t.precision):
                 sigmas, rgbs = self.field(samples.positions, samples.directions)
         with timer.phase("render"):
             rgb = self._render_rgb(sigmas.float(), rgbs.float(), samples, step_input.background)
-            rgb = _drop_rays(rgb, ray_fits, step_input.target)
+            rgb = drop_rays(rgb, ray_fits, step_input.target)
             loss, mse = self._loss_and_mse(rgb, step_input.target, n_rays)
         self._backward(loss)
         skipped = self._optimizer_step()
@@ -484,7 +428,7 @@ class Trainer:
             return samples, None, step_input.n_samples, None
         with self.timer.phase("compact"):
             with torch.no_grad():
-                with _autocast(self.device, self.cfg.training.precision):
+                with autocast(self.device, self.cfg.training.precision):
                     sigmas = self.field.density(samples.positions).float()
                 if self.triton_render:
                     from trainer.render.triton_volrend import kept_counts_triton
@@ -596,7 +540,7 @@ class Trainer:
     def _loss_and_mse(self, rgb: torch.Tensor, target: torch.Tensor, n_rays: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The loss of rendered colours ``rgb`` [n_rays, 3] against ``target`` (normalised per
         channel and ray) and their mean squared error (detached)."""
-        loss = photometric_loss(rgb, target, self.cfg) / (n_rays * 3)
+        loss = photometric_loss(rgb, target, self.cfg.loss) / (n_rays * 3)
         mse = ((rgb.detach() - target) ** 2).mean()
         return loss, mse
 
@@ -789,7 +733,7 @@ class Trainer:
             while self.step < n_steps:
                 if time_budget_s is not None and self._time_budget_spent(time_budget_s):
                     break
-                self._inject_step_faults()
+                inject_step_faults(self.cfg.faults, self.rank, self.step)
                 self._trace_window_edge()
                 t_step = time.perf_counter()
                 stats, loss, mse = self.train_step()
