@@ -18,7 +18,7 @@ from collections.abc import Container, Mapping
 from typing import Any
 
 from ngptune.tuning import nccl
-from ngptune.tuning.study import ParamSpec, StudySpec
+from ngptune.tuning.specs import ParamSpec, StudySpec
 from trainer.config import TrainConfig, apply_overrides, config_to_dict
 from trainer.errors import ConfigError
 

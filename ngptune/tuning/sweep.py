@@ -2,7 +2,7 @@
 
 One worker (``ngptune sweep``) runs this loop; several workers may share a study:
 
-1. Open the storage: by default an Optuna journal file in the study folder
+1. Open the storage (:mod:`ngptune.tuning.storage`, which also does steps 2 and 3): by default an Optuna journal file in the study folder
    (:class:`optuna.storages.JournalStorage` with a ``JournalFileBackend``; several workers on one
    machine append to it under its lock), or ``--storage URL`` for an RDB (PostgreSQL) shared by
    workers on many machines, with heartbeats (a worker that dies leaves a trial whose heartbeat
@@ -37,14 +37,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fcntl
 import logging
 import os
 import signal
-import socket
 import threading
-import time
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -57,27 +53,18 @@ from ngptune.tuning.layout import StudyDir
 from ngptune.tuning.objectives import OBJECTIVES, TargetNotReached, intermediate_values, mean_phase_ms, objective_value
 from ngptune.tuning.outputs import representative_trial, write_best_config, write_best_env
 from ngptune.tuning.space import check_combination, default_params, sample, split_values, trial_config
+from ngptune.tuning.storage import (
+    UNTUNED_ATTR, SweepError, masked_url, open_storage, open_study, recover_trials, setup_lock, study_progress, worker_id,
+)
 from ngptune.tuning.study import DEMO_SCENE, StudySpec, load_study
-from ngptune.tuning.trial import TrialLaunch, proc_stat, run_trial, trial_argv
+from ngptune.tuning.trial import TrialLaunch, run_trial, trial_argv
 from trainer.config import TrainConfig, dump_config
 from trainer.errors import ConfigError, NgptuneError, TrialFailed
 from trainer.rundir import RunDir, atomic_write_text
 
 __all__ = ["SweepError", "SweepOptions", "SweepResult", "default_nproc_per_node", "nccl_is_active", "run_sweep"]
+# SweepError lives with the storage (ngptune.tuning.storage), which raises it too.
 
-HEARTBEAT_INTERVAL_S = 10  # RDB storage: a worker's running trial is refreshed this often
-HEARTBEAT_GRACE_S = 60  # ... and counts as stale (worker dead) after this long without a beat
-MAX_RETRIES = 2  # a trial whose worker died is retried at most this many times
-SCHEMA_ATTEMPTS = 8  # RDB storage: tries to open it while another worker creates its tables
-READY_WAIT_S = 60.0  # a worker that loads a study waits this long for its creator to finish setting it up
-_READY_ATTR = "fingerprint"  # study user attribute written last by the creating worker
-# Trial user attribute of the enqueued untuned default (and of its retries, which copy it);
-# ``is_default`` is true only on the one of them that ran to its end, so the report finds one.
-_UNTUNED_ATTR = "untuned"
-
-
-class SweepError(NgptuneError):
-    """The sweep cannot run: storage unreachable, a study of another definition, a dirty folder."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,159 +125,6 @@ def nccl_is_active(cfg: TrainConfig, nproc_per_node: int) -> bool:
 
 
 # ----------------------------------------------------------------------------------------------
-# Storage and study set-up
-# ----------------------------------------------------------------------------------------------
-
-
-def _masked(url: str) -> str:
-    """A storage URL without its password."""
-    from sqlalchemy.engine import make_url
-
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # not a URL SQLAlchemy can parse: the error below says so
-        return url
-
-
-def open_storage(url: str | None, study_dir: StudyDir):
-    """The Optuna storage: the journal file of ``study_dir`` (``url`` None) or an RDB with heartbeats.
-
-    Raises:
-        SweepError: the URL is malformed, its driver missing or its server unreachable.
-    """
-    import optuna
-
-    if url is None:
-        from optuna.storages.journal import JournalFileBackend
-
-        study_dir.root.mkdir(parents=True, exist_ok=True)
-        return optuna.storages.JournalStorage(JournalFileBackend(str(study_dir.journal_path)))
-    from sqlalchemy.exc import IntegrityError, ProgrammingError
-
-    for attempt in range(SCHEMA_ATTEMPTS):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            try:
-                return optuna.storages.RDBStorage(
-                    url,
-                    heartbeat_interval=HEARTBEAT_INTERVAL_S,
-                    grace_period=HEARTBEAT_GRACE_S,
-                    heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRIES),
-                )
-            except (IntegrityError, ProgrammingError) as exc:
-                # Workers that start together on an empty database race to create Optuna's tables
-                # ("duplicate key ... pg_type", "relation ... already exists"): the loser retries
-                # and finds them made.
-                if attempt + 1 < SCHEMA_ATTEMPTS:
-                    time.sleep(0.5 + 0.5 * attempt)
-                    continue
-                error = exc
-            except Exception as exc:  # SQLAlchemy / driver errors have no common base worth naming
-                error = exc
-        detail = " ".join(str(error).split())[:300]
-        raise SweepError(f"--storage {_masked(url)}: cannot open the study storage ({type(error).__name__}: {detail})")
-
-
-@contextlib.contextmanager
-def _setup_lock(study_dir: StudyDir, enabled: bool) -> Iterator[None]:
-    """Serialise study set-up between workers sharing a study folder (journal storage)."""
-    if not enabled:
-        yield
-        return
-    study_dir.root.mkdir(parents=True, exist_ok=True)
-    with open(study_dir.setup_lock_path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
-def _process_start_ticks(pid: int) -> str | None:
-    """Start time of process ``pid`` in clock ticks since boot, or None when it is gone."""
-    fields = proc_stat(pid)
-    return None if fields is None else fields[19]
-
-
-def _worker_id() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{_process_start_ticks(os.getpid())}"
-
-
-def _worker_dead(worker: object) -> bool:
-    """Whether the worker that recorded ``worker`` (``host:pid:start``) is known to be gone
-    (same host, and no process with that pid and start time)."""
-    if not isinstance(worker, str) or worker.count(":") < 2:
-        return False
-    host, pid_text, start = worker.rsplit(":", 2)
-    if host != socket.gethostname() or not pid_text.isdigit():
-        return False
-    return _process_start_ticks(int(pid_text)) != start
-
-
-def _retry_history(trial) -> list[int]:
-    return list(trial.system_attrs.get("retry_history", []))
-
-
-def _retry(study, trial) -> None:
-    import optuna
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRIES)(study, trial)
-
-
-def recover_trials(study, *, check_workers: bool, retry_interrupted: bool) -> list[int]:
-    """Fail and retry the trials of workers that are gone (see the module docstring, step 3).
-
-    Args:
-        study: the study.
-        check_workers: look for RUNNING trials of dead workers on this host (storages without
-            heartbeats).
-        retry_interrupted: also retry trials failed by an interrupted sweep (once each).
-
-    Returns:
-        The numbers of the trials retried.
-    """
-    import optuna
-    from optuna.trial import TrialState
-
-    retried: list[int] = []
-    if check_workers:
-        for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            if not _worker_dead(trial.user_attrs.get("worker")):
-                continue
-            try:
-                study.tell(trial.number, state=TrialState.FAIL)
-            except (optuna.exceptions.UpdateFinishedTrialError, ValueError, RuntimeError):
-                continue  # another worker got there first
-            _retry(study, _frozen(study, trial.number))
-            retried.append(trial.number)
-    if retry_interrupted:
-        trials = study.get_trials(deepcopy=False)
-        superseded = {n for t in trials for n in _retry_history(t)}
-        for trial in trials:
-            if trial.state == TrialState.FAIL and trial.user_attrs.get("interrupted") and trial.number not in superseded:
-                _retry(study, trial)
-                retried.append(trial.number)
-    return retried
-
-
-def _frozen(study, number: int):
-    return next(t for t in study.get_trials(deepcopy=False) if t.number == number)
-
-
-def _progress(study) -> tuple[int, int]:
-    """(waiting trials, trials that count towards the target: all but waiting and retried ones)."""
-    from optuna.trial import TrialState
-
-    trials = study.get_trials(deepcopy=False)
-    superseded = {n for t in trials for n in _retry_history(t)}
-    waiting = sum(t.state == TrialState.WAITING for t in trials)
-    counted = sum(t.state != TrialState.WAITING and t.number not in superseded for t in trials)
-    return waiting, counted
-
-
-# ----------------------------------------------------------------------------------------------
 # One trial
 # ----------------------------------------------------------------------------------------------
 
@@ -308,7 +142,7 @@ class _Objective:
         self.study_dir = study_dir
         self.console = console
         self.poll_s = poll_s
-        self.worker = _worker_id()
+        self.worker = worker_id()
         self.default_names = set(default_params(spec, base_cfg))
 
     def __call__(self, trial) -> float | list[float]:
@@ -317,7 +151,7 @@ class _Objective:
         trial.set_user_attr("outcome", "failed")
         trial.set_user_attr("reason", "the sweep stopped before this trial finished")
         trial.set_user_attr("interrupted", False)  # a retry inherits its original's attributes
-        untuned = trial.user_attrs.get(_UNTUNED_ATTR) is True
+        untuned = trial.user_attrs.get(UNTUNED_ATTR) is True
         if not untuned:
             trial.set_user_attr("is_default", False)
         try:
@@ -509,48 +343,6 @@ def _scene_path(spec: StudySpec) -> str:
     return str(demo_scene_path())
 
 
-def _open_study(storage, name: str, spec: StudySpec, fingerprint: str, attrs: dict[str, Any], study_dir: StudyDir,
-                base_cfg: TrainConfig, is_rdb: bool):
-    """Create the study (enqueue the default trial) or load it and check it is the same study."""
-    import optuna
-
-    sampler, pruner = spec.sampler.build(), spec.pruner.build()
-    try:
-        study = optuna.create_study(storage=storage, study_name=name, directions=spec.directions,
-                                    sampler=sampler, pruner=pruner)
-    except optuna.exceptions.DuplicatedStudyError:
-        study = optuna.load_study(study_name=name, storage=storage, sampler=sampler, pruner=pruner)
-        deadline = time.monotonic() + (READY_WAIT_S if is_rdb else 0.0)
-        while _READY_ATTR not in study.user_attrs and time.monotonic() < deadline:
-            time.sleep(0.5)  # the creating worker is still setting the study up
-        found = study.user_attrs.get(_READY_ATTR)
-        if found != fingerprint:
-            why = "was not set up completely" if found is None else "was made from another definition"
-            raise SweepError(
-                f"study {name!r} in {attrs['storage']} {why} (base config, settings, scene, search space, "
-                f"objectives or --nproc-per-node differ); use another --study-name or --out"
-            ) from None
-        # A sampler seeded as when the study began would draw the same start-up parameters again;
-        # offset by the trials so far: reproducible, and new points for this session (or worker).
-        reseeded = dataclasses.replace(spec.sampler, seed=(spec.sampler.seed + len(study.trials)) % 2**32)
-        study = optuna.load_study(study_name=name, storage=storage, sampler=reseeded.build(), pruner=pruner)
-        return study, False
-    if study_dir.trials_dir.is_dir() and any(study_dir.trials_dir.iterdir()):
-        optuna.delete_study(study_name=name, storage=storage)  # refused: leave the storage as it was
-        raise SweepError(
-            f"{study_dir.trials_dir}: holds trials of another study (not {name!r} of {attrs['storage']}); "
-            "use another --out or remove that folder"
-        )
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        study.set_metric_names(spec.objective_names)
-    for key, value in attrs.items():
-        study.set_user_attr(key, value)
-    study.enqueue_trial(default_params(spec, base_cfg), user_attrs={_UNTUNED_ATTR: True})
-    study.set_user_attr(_READY_ATTR, fingerprint)  # last: the study is ready for other workers
-    return study, True
-
-
 def run_sweep(options: SweepOptions, console: Console | None = None) -> SweepResult:
     """Run one sweep worker (see the module docstring).
 
@@ -623,16 +415,16 @@ def _run(options: SweepOptions, spec: StudySpec, nproc: int, base_cfg: TrainConf
     scene = _scene_path(spec)
     storage = open_storage(options.storage, study_dir)
     is_rdb = options.storage is not None
-    storage_text = _masked(options.storage) if is_rdb else str(study_dir.journal_path)
+    storage_text = masked_url(options.storage) if is_rdb else str(study_dir.journal_path)
     fingerprint = spec.fingerprint(scene, nproc)
     attrs = {"study_file": str(spec.path), "scene": scene, "nproc_per_node": nproc, "nccl_active": nccl_active,
              "storage": storage_text}
 
-    with _setup_lock(study_dir, enabled=not is_rdb):
-        study, created = _open_study(storage, name, spec, fingerprint, attrs, study_dir, base_cfg, is_rdb)
+    with setup_lock(study_dir, enabled=not is_rdb):
+        study, created = open_study(storage, name, spec, fingerprint, attrs, study_dir, base_cfg, is_rdb)
         retried = recover_trials(study, check_workers=not is_rdb, retry_interrupted=True)
     backend = "NCCL" if nccl_active else "gloo, NCCL parameters inactive"
-    _, counted = _progress(study)
+    _, counted = study_progress(study)
     console.print(
         f"[bold]study {name}[/bold] ({spec.path}): {trials_target} trials of {spec.budget.describe()} on "
         f"{nproc} rank{'s' if nproc > 1 else ''} ({backend}); scene {scene}; storage {storage_text}"
@@ -643,7 +435,7 @@ def _run(options: SweepOptions, spec: StudySpec, nproc: int, base_cfg: TrainConf
                            study_dir=study_dir, console=console, poll_s=options.poll_s)
 
     def enough() -> bool:
-        waiting, counted = _progress(study)
+        waiting, counted = study_progress(study)
         return waiting == 0 and counted >= trials_target
 
     def after_trial(study_, frozen) -> None:

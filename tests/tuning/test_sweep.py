@@ -286,7 +286,7 @@ def test_a_reopened_study_draws_new_points(tmp_path, tiny_study):
     # Re-running a sweep reopens its study; a sampler seeded as at the start would repeat the
     # start-up draws of the first session (wasted trials), so it is offset by the trials so far.
     from ngptune.tuning.study import load_study
-    from ngptune.tuning.sweep import _open_study
+    from ngptune.tuning.storage import open_study
 
     spec = load_study(tiny_study)
     storage = JournalStorage(JournalFileBackend(str(tmp_path / "journal.log")))
@@ -300,9 +300,9 @@ def test_a_reopened_study_draws_new_points(tmp_path, tiny_study):
             study.tell(trial, 0.0)
         return values
 
-    first, created = _open_study(storage, "t", spec, "fp", {"storage": "journal"}, study_dir, spec.base_config(), False)
+    first, created = open_study(storage, "t", spec, "fp", {"storage": "journal"}, study_dir, spec.base_config(), False)
     assert created
     first_draws = draws(first, 3)  # the enqueued default trial, then two draws
-    again, created = _open_study(storage, "t", spec, "fp", {"storage": "journal"}, study_dir, spec.base_config(), False)
+    again, created = open_study(storage, "t", spec, "fp", {"storage": "journal"}, study_dir, spec.base_config(), False)
     assert not created
     assert not set(draws(again, 2)) & set(first_draws[1:])

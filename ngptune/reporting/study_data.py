@@ -1,0 +1,301 @@
+"""The data of a study report (:mod:`ngptune.reporting.study_report`): an Optuna study's trials
+read and checked, its objective names, default and best trials, one row per trial, and the
+run metrics of a trial's run directory."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pandas as pd
+from optuna.study import StudyDirection
+from optuna.trial import FrozenTrial, TrialState
+
+from trainer.errors import NgptuneError
+from trainer.rundir import RunDir, atomic_write_text
+from trainer.schema import PHASES, MetricsError, read_metrics
+
+__all__ = [
+    "FLOAT_FORMAT",
+    "OUTCOMES",
+    "StudyReportError",
+    "StudyView",
+    "best_trials",
+    "cell_text",
+    "default_trial",
+    "is_completed",
+    "objective_names",
+    "objective_values",
+    "outcome_of",
+    "phase_order",
+    "read_run_metrics",
+    "trial_duration_s",
+    "trials_frame",
+    "write_text",
+]
+
+OUTCOMES: tuple[str, ...] = ("completed", "pruned", "failed")
+
+
+# Outcome of a trial that has no ``outcome`` attribute (a trial Optuna itself marked, e.g. a stale
+# RUNNING trial of a killed worker that the heartbeat failed): the Optuna state's meaning.
+STATE_OUTCOME: dict[TrialState, str] = {
+    TrialState.COMPLETE: "completed",
+    TrialState.PRUNED: "pruned",
+    TrialState.FAIL: "failed",
+    TrialState.RUNNING: "running",
+    TrialState.WAITING: "waiting",
+}
+
+
+DICT_ATTRS = ("settings", "nccl_env", "nccl_applied", "objectives", "phase_ms")
+
+
+FLOAT_FORMAT = "{:.6g}"
+
+
+class StudyReportError(NgptuneError):
+    """A study's trials carry user attributes the report cannot read; names the study, trial and attribute."""
+
+
+def check_attrs(study: optuna.Study, trial: FrozenTrial) -> None:
+    where = f"study {study.study_name!r}, trial {trial.number}"
+    attrs = trial.user_attrs
+    for key in DICT_ATTRS:
+        if key in attrs and not isinstance(attrs[key], dict):
+            raise StudyReportError(
+                f"{where}: user attribute {key!r} must be a dict, got {type(attrs[key]).__name__}"
+            )
+    for key in ("objectives", "phase_ms"):
+        for name, value in attrs.get(key, {}).items():
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                raise StudyReportError(f"{where}: user attribute {key!r}[{name!r}] must be a number, got {value!r}")
+    outcome = attrs.get("outcome")
+    if outcome is not None and outcome not in OUTCOMES:
+        raise StudyReportError(f"{where}: user attribute 'outcome' must be one of {', '.join(OUTCOMES)}, got {outcome!r}")
+    if "is_default" in attrs and not isinstance(attrs["is_default"], bool):
+        raise StudyReportError(f"{where}: user attribute 'is_default' must be true or false, got {attrs['is_default']!r}")
+    diagnoses = attrs.get("diagnoses", [])
+    if not isinstance(diagnoses, list) or not all(isinstance(d, dict) and "bottleneck" in d for d in diagnoses):
+        raise StudyReportError(f"{where}: user attribute 'diagnoses' must be a list of dicts with a 'bottleneck' key")
+    duration = attrs.get("duration_s")
+    if duration is not None and (isinstance(duration, bool) or not isinstance(duration, (int, float))):
+        raise StudyReportError(f"{where}: user attribute 'duration_s' must be a number of seconds, got {duration!r}")
+
+
+def is_completed(trial: FrozenTrial) -> bool:
+    """A COMPLETE trial whose objective values are all finite (the ones Optuna's plots use)."""
+    return trial.state == TrialState.COMPLETE and trial.values is not None and all(map(math.isfinite, trial.values))
+
+
+def objective_names(study: optuna.Study) -> list[str]:
+    """Names of the study's objectives, in the order of ``trial.values``.
+
+    ``study.metric_names`` when the sweep set them; otherwise the keys of the trials' ``objectives`` user
+    attribute when they name as many objectives as the study has; otherwise ``objective_<i>``.
+
+    Raises:
+        StudyReportError: the ``objectives`` keys are used but a completed trial's ``objectives`` values
+            are not its ``trial.values`` in that order (names would be attached to the wrong values).
+    """
+    n_objectives = len(study.directions)
+    if study.metric_names is not None:
+        return list(study.metric_names)
+    trials = study.get_trials(deepcopy=False)
+    keys = next(
+        (list(t.user_attrs["objectives"]) for t in trials if len(t.user_attrs.get("objectives", {})) == n_objectives),
+        None,
+    )
+    if keys is None:
+        return [f"objective_{i}" for i in range(n_objectives)]
+    for trial in filter(is_completed, trials):
+        recorded = trial.user_attrs.get("objectives")
+        if not recorded:
+            continue
+        if list(recorded) != keys or not all(
+            recorded[k] is not None and math.isclose(recorded[k], v, rel_tol=1e-9, abs_tol=1e-12)
+            for k, v in zip(keys, trial.values)
+        ):
+            raise StudyReportError(
+                f"study {study.study_name!r}, trial {trial.number}: user attribute 'objectives' "
+                f"{recorded!r} does not list the trial's values {trial.values!r} in the study's order "
+                f"{keys!r}; set study.set_metric_names(...) or record the objectives in that order"
+            )
+    return keys
+
+
+def default_trial(study: optuna.Study) -> FrozenTrial | None:
+    """The untuned default trial (user attribute ``is_default`` true; the lowest number if several), or None."""
+    return next((t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("is_default") is True), None)
+
+
+def best_trials(study: optuna.Study) -> list[FrozenTrial]:
+    """``[study.best_trial]`` for one objective, the Pareto-front trials (by number) for several; [] if none completed."""
+    if not any(is_completed(t) for t in study.get_trials(deepcopy=False)):
+        return []
+    if len(study.directions) == 1:
+        return [study.best_trial]
+    return sorted(study.best_trials, key=lambda t: t.number)
+
+
+def outcome_of(trial: FrozenTrial) -> str:
+    return trial.user_attrs.get("outcome") or STATE_OUTCOME[trial.state]
+
+
+def trial_duration_s(trial: FrozenTrial) -> float:
+    """``duration_s`` as the sweep measured it, else Optuna's start→complete time, else NaN."""
+    if "duration_s" in trial.user_attrs:
+        return float(trial.user_attrs["duration_s"])
+    return trial.duration.total_seconds() if trial.duration is not None else math.nan
+
+
+def objective_values(trial: FrozenTrial, names: list[str]) -> list[float]:
+    """Objective values: ``trial.values`` for a completed trial; what the sweep recorded for the others."""
+    if trial.state == TrialState.COMPLETE and trial.values is not None:
+        return list(trial.values)
+    recorded = trial.user_attrs.get("objectives", {})
+    return [math.nan if recorded.get(n) is None else float(recorded[n]) for n in names]
+
+
+def param_column(values: list[Any]) -> pd.Series:
+    """A parameter's values over the trials (None where a trial lacks it); integers stay integers
+    (``Int64``, not ``4.0``) when some trials lack the parameter."""
+    present = [v for v in values if v is not None]
+    if present and all(isinstance(v, int) and not isinstance(v, bool) for v in present):
+        return pd.Series(values, dtype="Int64")
+    return pd.Series(values, dtype=object)
+
+
+def trials_frame(study: optuna.Study) -> pd.DataFrame:
+    """One row per trial, by number: the contents of ``trials.csv``.
+
+    Columns: ``number``, ``state`` (Optuna's: COMPLETE, PRUNED, FAIL, RUNNING, WAITING), ``outcome``
+    (completed | pruned | failed; the state's meaning when the sweep recorded none), ``reason``
+    ("" when none), ``duration_s`` (s), one column per objective (named by :func:`objective_names`;
+    ``trial.values`` for completed trials, the ``objectives`` attribute otherwise, NaN if absent),
+    ``param_<name>`` per sampled parameter (first appearance order; empty where a trial lacks it) and
+    ``log_path``.
+
+    Raises:
+        StudyReportError: a trial's user attributes have the wrong types (names trial and attribute).
+    """
+    trials = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
+    for trial in trials:
+        check_attrs(study, trial)
+    names = objective_names(study)
+    param_names = list(dict.fromkeys(p for t in trials for p in t.params))
+    rows = []
+    for trial in trials:
+        row: dict[str, Any] = {
+            "number": trial.number,
+            "state": trial.state.name,
+            "outcome": outcome_of(trial),
+            "reason": trial.user_attrs.get("reason", ""),
+            "duration_s": trial_duration_s(trial),
+        }
+        row.update(zip(names, objective_values(trial, names)))
+        rows.append(row)
+    df = pd.DataFrame(rows, columns=["number", "state", "outcome", "reason", "duration_s", *names])
+    for p in param_names:
+        df[f"param_{p}"] = param_column([t.params.get(p) for t in trials])
+    df["log_path"] = [t.user_attrs.get("log_path", "") for t in trials]
+    return df
+
+
+def write_text(path: Path, text: str, what: str) -> Path:
+    """Write ``text`` atomically, creating the folder; an OS error becomes a StudyReportError naming ``path``."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, text)
+    except OSError as exc:
+        raise StudyReportError(f"{path}: cannot write {what} ({exc.strerror or exc})") from None
+    return path
+
+
+@dataclasses.dataclass(frozen=True)
+class StudyView:
+    """What every section needs, computed once."""
+
+    study: optuna.Study
+    names: list[str]
+    directions: list[StudyDirection]
+    trials: list[FrozenTrial]
+    completed: list[FrozenTrial]
+    default: FrozenTrial | None
+    best: list[FrozenTrial]
+    frame: pd.DataFrame
+
+    @classmethod
+    def of(cls, study: optuna.Study) -> "StudyView":
+        frame = trials_frame(study)  # validates the attributes first
+        trials = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
+        return cls(
+            study=study,
+            names=objective_names(study),
+            directions=list(study.directions),
+            trials=trials,
+            completed=[t for t in trials if is_completed(t)],
+            default=default_trial(study),
+            best=best_trials(study),
+            frame=frame,
+        )
+
+    @property
+    def multi_objective(self) -> bool:
+        return len(self.directions) > 1
+
+    def direction_word(self, i: int) -> str:
+        return "max" if self.directions[i] == StudyDirection.MAXIMIZE else "min"
+
+    def label(self, trial: FrozenTrial) -> str:
+        if self.default is not None and trial.number == self.default.number:
+            return f"default #{trial.number}"
+        return f"{'Pareto' if self.multi_objective else 'best'} #{trial.number}"
+
+    def role(self, trial: FrozenTrial) -> str:
+        roles = []
+        if self.default is not None and trial.number == self.default.number:
+            roles.append("default")
+        if any(b.number == trial.number for b in self.best):
+            roles.append("Pareto front" if self.multi_objective else "best")
+        return ", ".join(roles)
+
+    def compared(self) -> list[FrozenTrial]:
+        """Default first, then the best trials (the default once, even when it is also best)."""
+        head = [self.default] if self.default is not None else []
+        return head + [b for b in self.best if not head or b.number != head[0].number]
+
+
+def read_run_metrics(trial: FrozenTrial) -> tuple[dict[str, float], str | None]:
+    """Median ``throughput_samples_per_s`` and last ``eval_psnr_db`` of the trial's rank-0 metrics, or a note why not."""
+    run_dir = trial.user_attrs.get("run_dir")
+    if not run_dir:
+        return {}, f"trial #{trial.number} records no run_dir"
+    path = RunDir(Path(run_dir)).metrics_path(0)
+    try:
+        records = read_metrics(path)
+    except MetricsError as exc:
+        return {}, f"trial #{trial.number}: {exc}"
+    metrics: dict[str, float] = {}
+    throughput = [r["throughput_samples_per_s"] for r in records if r.get("throughput_samples_per_s") is not None]
+    if throughput:
+        metrics["throughput_samples_per_s"] = statistics.median(throughput)
+    psnr = [r["eval_psnr_db"] for r in records if r.get("eval_psnr_db") is not None]
+    if psnr:
+        metrics["eval_psnr_db"] = psnr[-1]
+    return metrics, None
+
+
+def phase_order(phase_dicts: list[Mapping[str, float]]) -> list[str]:
+    known = [*PHASES, "other"]
+    seen = dict.fromkeys(p for d in phase_dicts for p in d)
+    return [p for p in known if p in seen] + [p for p in seen if p not in known]
+
+
+def cell_text(value: Any) -> str:
+    return "" if value is None else str(value)

@@ -1,0 +1,139 @@
+"""The plots of a study report: Optuna's visualisations (with a sentence instead where one cannot be
+drawn) and the plotly bars of the best trials against the default."""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import math
+import warnings
+from collections.abc import Callable
+
+import optuna
+import pandas as pd
+import plotly.graph_objects as go
+from optuna.study import StudyDirection
+from optuna.trial import FrozenTrial
+from plotly.subplots import make_subplots
+
+from ngptune.reporting.html import figure_html, text_html
+from ngptune.reporting.study_data import FLOAT_FORMAT, StudyView, objective_values, phase_order, read_run_metrics
+
+__all__ = ["Comparison", "absent", "optuna_figure", "per_objective"]
+
+# PED-ANOVA warns that it ranks for *low* targets whenever a target is given; maximised objectives are
+# negated before they reach it, so the warning is expected and not shown in the report.
+_EXPECTED_WARNING = "computes the importances of params to achieve low `target` values"
+
+
+def absent(why: str) -> str:
+    return text_html(f"Plot absent: {why}", "missing")
+
+
+def optuna_figure(make: Callable[[], go.Figure]) -> str:
+    """Draw one Optuna plot; its warnings become notes, an error or an empty figure a sentence why."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            fig = make()
+        except (ValueError, RuntimeError) as exc:
+            return absent(f"Optuna could not draw it ({type(exc).__name__}: {exc}).")
+    if not fig.data:
+        return absent("Optuna drew no data for this study.")
+    notes = dict.fromkeys(
+        str(w.message)
+        for w in caught
+        if not issubclass(w.category, optuna.exceptions.ExperimentalWarning) and _EXPECTED_WARNING not in str(w.message)
+    )
+    return figure_html(fig) + "".join(text_html(f"Optuna warned: {m}") for m in notes)
+
+
+def per_objective(view: StudyView, plot: Callable[..., go.Figure], *, lower_is_better: bool = False) -> str:
+    """One Optuna plot for a single-objective study, or one per objective (``target=values[i]``).
+
+    With ``lower_is_better`` maximised objectives are negated (PED-ANOVA ranks low targets as good).
+    """
+    if not view.multi_objective:  # no target: Optuna uses the study's direction
+        return optuna_figure(lambda: plot(view.study, target_name=view.names[0]))
+    parts = []
+    for i, name in enumerate(view.names):
+        sign = -1.0 if lower_is_better and view.directions[i] == StudyDirection.MAXIMIZE else 1.0
+        title = f"{name} ({view.direction_word(i)})" + (", negated for ranking" if sign < 0 else "")
+        parts.append(f"<h3>{html.escape(name)}</h3>")
+        parts.append(
+            optuna_figure(
+                lambda i=i, sign=sign, title=title: plot(
+                    view.study, target=lambda t: sign * t.values[i], target_name=title
+                )
+            )
+        )
+    return "".join(parts)
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+    """Default and best trials side by side: each quantity's value per trial (NaN where not recorded)."""
+
+    trials: list[FrozenTrial]  # the default first, then the best
+    labels: list[str]
+    colors: list[str]  # grey for the default, blue for the best
+    objectives: dict[str, list[float]]  # "<objective> (max|min)" -> values
+    run_metrics: dict[str, list[float]]  # metrics.jsonl column -> values
+    phases_ms: dict[str, list[float]]  # phase -> mean ms per step
+    notes: list[str]  # what is missing and why
+
+    @classmethod
+    def of(cls, view: StudyView) -> "Comparison":
+        trials = view.compared()
+        notes: list[str] = []
+        objectives = {
+            f"{n} ({view.direction_word(i)})": [objective_values(t, view.names)[i] for t in trials]
+            for i, n in enumerate(view.names)
+        }
+        measured = []
+        for t in trials:
+            metrics, note = read_run_metrics(t)
+            measured.append(metrics)
+            if note:
+                notes.append(f"Run metrics absent: {note}.")
+        run_metrics = {
+            m: [d.get(m, math.nan) for d in measured]
+            for m in ("throughput_samples_per_s", "eval_psnr_db")
+            if any(m in d for d in measured)
+        }
+        phase = [t.user_attrs.get("phase_ms", {}) for t in trials]
+        phases_ms = {name: [d.get(name, math.nan) for d in phase] for name in phase_order(phase)}
+        missing = [f"#{t.number}" for t, d in zip(trials, phase) if not d]
+        if missing:
+            notes.append(f"No phase_ms recorded for trial(s) {', '.join(missing)}.")
+        is_default = [view.default is not None and t.number == view.default.number for t in trials]
+        return cls(trials, [view.label(t) for t in trials], ["#9e9e9e" if d else "#1f77b4" for d in is_default],
+                   objectives, run_metrics, phases_ms, notes)
+
+    def bars(self, values: dict[str, list[float]], title: str) -> go.Figure:
+        """One subplot per quantity, one bar per trial."""
+        fig = make_subplots(rows=1, cols=len(values), subplot_titles=list(values))
+        for col, column in enumerate(values.values(), start=1):
+            text = [FLOAT_FORMAT.format(v) if math.isfinite(v) else "" for v in column]
+            fig.add_trace(go.Bar(x=self.labels, y=column, marker_color=self.colors, showlegend=False,
+                                 text=text, textposition="auto"), row=1, col=col)
+        fig.update_layout(title=title, height=380)
+        return fig
+
+    def stacked_phases(self) -> go.Figure:
+        """Step-time breakdown: the phases stacked, one bar per trial."""
+        fig = go.Figure([go.Bar(name=name, x=self.labels, y=ms) for name, ms in self.phases_ms.items()])
+        fig.update_layout(barmode="stack", title="Step-time breakdown (mean ms per step, from phase_ms)",
+                          yaxis_title="ms per step", height=420)
+        return fig
+
+    def table(self, with_change: bool) -> pd.DataFrame:
+        """Quantities × trials; with ``with_change`` also each best's change against the default in percent."""
+        rows = {**self.objectives, **{f"run {m}": v for m, v in self.run_metrics.items()},
+                **{f"{name}_ms": v for name, v in self.phases_ms.items()}}
+        table = pd.DataFrame.from_dict(rows, orient="index", columns=self.labels)
+        if with_change:
+            base = table[self.labels[0]]
+            for label in self.labels[1:]:
+                table[f"{label} vs default (%)"] = (table[label] - base) / base.abs() * 100.0
+        return table.rename_axis("quantity").reset_index()

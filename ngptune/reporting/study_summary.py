@@ -1,0 +1,87 @@
+"""``trials.csv`` and the terminal summary of a study (rich tables)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import optuna
+from optuna.study import StudyDirection
+from rich.console import Console
+
+from ngptune.console import make_console
+from ngptune.reporting.study_data import FLOAT_FORMAT, StudyView, cell_text, objective_values, trials_frame, write_text
+from rich.table import Table
+
+__all__ = ["print_summary", "write_trials_csv"]
+
+
+def write_trials_csv(study: optuna.Study, path: Path) -> Path:
+    """Write :func:`trials_frame` to ``path`` (CSV, written atomically); returns ``path``.
+
+    Raises:
+        StudyReportError: bad trial attributes, or ``path`` cannot be written (names the path).
+    """
+    return write_text(Path(path), trials_frame(study).to_csv(index=False), "the trials CSV")
+
+
+def _fmt(value: float) -> str:
+    return "" if value is None or not math.isfinite(value) else FLOAT_FORMAT.format(value)
+
+
+def print_summary(study: optuna.Study, console: Console | None = None) -> None:
+    """Print rich tables: trials by outcome, best vs default for each objective, the best settings.
+
+    For several objectives the "best" value of an objective is the best among the Pareto-front trials.
+    A change is ``(best - default) / |default| * 100`` percent.
+
+    Raises:
+        StudyReportError: bad trial attributes.
+    """
+    console = console or make_console()
+    view = StudyView.of(study)
+
+    outcomes = Table(title=f"Study {study.study_name}: {len(view.trials)} trials by outcome")
+    outcomes.add_column("outcome")
+    outcomes.add_column("trials", justify="right")
+    for outcome, count in view.frame["outcome"].value_counts().items():
+        outcomes.add_row(str(outcome), str(count))
+    console.print(outcomes)
+
+    if not view.best:
+        console.print("No trial completed: no best trial, no best settings.")
+        return
+    default_values = objective_values(view.default, view.names) if view.default is not None else None
+    versus = Table(title="Best vs default")
+    for col in ("objective", "default", "best", "best trial", "change"):
+        versus.add_column(col, justify="left" if col == "objective" else "right")
+    for i, name in enumerate(view.names):
+        pick = max if view.directions[i] == StudyDirection.MAXIMIZE else min
+        best = pick(view.best, key=lambda t: t.values[i])
+        default = default_values[i] if default_values is not None else math.nan
+        change = ""
+        if math.isfinite(default) and default != 0:
+            pct = (best.values[i] - default) / abs(default) * 100.0
+            better = (pct > 0) == (view.directions[i] == StudyDirection.MAXIMIZE)
+            change = f"{pct:+.1f} % ({'better' if better else 'worse'})" if pct != 0 else "0.0 %"
+            if view.default is not None and best.number != view.default.number and best.params == view.default.params:
+                change = f"{pct:+.1f} % (same settings as the default: run-to-run noise)"
+        versus.add_row(f"{name} ({view.direction_word(i)})", _fmt(default), _fmt(best.values[i]), f"#{best.number}", change)
+    console.print(versus)
+
+    settings = Table(title="Best settings" + (" (Pareto front)" if view.multi_objective else ""))
+    settings.add_column("parameter")
+    # the default's column once, even when it is also (one of) the best
+    shown = [t for t in view.best if view.default is None or t.number != view.default.number]
+    if view.default is not None:
+        best_too = len(shown) < len(view.best)
+        settings.add_column(view.label(view.default) + (" (also the best)" if best_too else ""))
+    for t in shown:
+        settings.add_column(view.label(t))
+    for name in dict.fromkeys(p for t in view.best for p in t.params):
+        row = [name]
+        if view.default is not None:
+            row.append(cell_text(view.default.params.get(name)))
+        row.extend(cell_text(t.params.get(name)) for t in shown)
+        settings.add_row(*row)
+    console.print(settings)

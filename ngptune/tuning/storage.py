@@ -1,0 +1,240 @@
+"""The sweep's Optuna storage and study set-up (steps 1-3 of :mod:`ngptune.tuning.sweep`): the
+journal file or an RDB with heartbeats, creating or loading the study (one definition per study),
+and failing and retrying the trials of workers that are gone."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import os
+import socket
+import time
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+from ngptune.tuning.layout import StudyDir
+from ngptune.tuning.samplers import build_pruner, build_sampler
+from ngptune.tuning.space import default_params
+from ngptune.tuning.specs import StudySpec
+from ngptune.tuning.trial import proc_stat
+from trainer.config import TrainConfig
+from trainer.errors import NgptuneError
+
+__all__ = [
+    "SweepError",
+    "UNTUNED_ATTR",
+    "masked_url",
+    "open_storage",
+    "open_study",
+    "recover_trials",
+    "setup_lock",
+    "study_progress",
+    "worker_id",
+]
+
+
+class SweepError(NgptuneError):
+    """The sweep cannot run: storage unreachable, a study of another definition, a dirty folder."""
+
+
+HEARTBEAT_INTERVAL_S = 10  # RDB storage: a worker's running trial is refreshed this often
+HEARTBEAT_GRACE_S = 60  # ... and counts as stale (worker dead) after this long without a beat
+MAX_RETRIES = 2  # a trial whose worker died is retried at most this many times
+SCHEMA_ATTEMPTS = 8  # RDB storage: tries to open it while another worker creates its tables
+READY_WAIT_S = 60.0  # a worker that loads a study waits this long for its creator to finish setting it up
+_READY_ATTR = "fingerprint"  # study user attribute written last by the creating worker
+# Trial user attribute of the enqueued untuned default (and of its retries, which copy it);
+# ``is_default`` is true only on the one of them that ran to its end, so the report finds one.
+UNTUNED_ATTR = "untuned"
+
+
+def masked_url(url: str) -> str:
+    """A storage URL without its password."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # not a URL SQLAlchemy can parse: the error below says so
+        return url
+
+
+def open_storage(url: str | None, study_dir: StudyDir):
+    """The Optuna storage: the journal file of ``study_dir`` (``url`` None) or an RDB with heartbeats.
+
+    Raises:
+        SweepError: the URL is malformed, its driver missing or its server unreachable.
+    """
+    import optuna
+
+    if url is None:
+        from optuna.storages.journal import JournalFileBackend
+
+        study_dir.root.mkdir(parents=True, exist_ok=True)
+        return optuna.storages.JournalStorage(JournalFileBackend(str(study_dir.journal_path)))
+    from sqlalchemy.exc import IntegrityError, ProgrammingError
+
+    for attempt in range(SCHEMA_ATTEMPTS):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            try:
+                return optuna.storages.RDBStorage(
+                    url,
+                    heartbeat_interval=HEARTBEAT_INTERVAL_S,
+                    grace_period=HEARTBEAT_GRACE_S,
+                    heartbeat_stale_trial_callback=optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRIES),
+                )
+            except (IntegrityError, ProgrammingError) as exc:
+                # Workers that start together on an empty database race to create Optuna's tables
+                # ("duplicate key ... pg_type", "relation ... already exists"): the loser retries
+                # and finds them made.
+                if attempt + 1 < SCHEMA_ATTEMPTS:
+                    time.sleep(0.5 + 0.5 * attempt)
+                    continue
+                error = exc
+            except Exception as exc:  # SQLAlchemy / driver errors have no common base worth naming
+                error = exc
+        detail = " ".join(str(error).split())[:300]
+        raise SweepError(f"--storage {masked_url(url)}: cannot open the study storage ({type(error).__name__}: {detail})")
+
+
+@contextlib.contextmanager
+def setup_lock(study_dir: StudyDir, enabled: bool) -> Iterator[None]:
+    """Serialise study set-up between workers sharing a study folder (journal storage)."""
+    if not enabled:
+        yield
+        return
+    study_dir.root.mkdir(parents=True, exist_ok=True)
+    with open(study_dir.setup_lock_path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _process_start_ticks(pid: int) -> str | None:
+    """Start time of process ``pid`` in clock ticks since boot, or None when it is gone."""
+    fields = proc_stat(pid)
+    return None if fields is None else fields[19]
+
+
+def worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{_process_start_ticks(os.getpid())}"
+
+
+def _worker_dead(worker: object) -> bool:
+    """Whether the worker that recorded ``worker`` (``host:pid:start``) is known to be gone
+    (same host, and no process with that pid and start time)."""
+    if not isinstance(worker, str) or worker.count(":") < 2:
+        return False
+    host, pid_text, start = worker.rsplit(":", 2)
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return False
+    return _process_start_ticks(int(pid_text)) != start
+
+
+def _retry_history(trial) -> list[int]:
+    return list(trial.system_attrs.get("retry_history", []))
+
+
+def _retry(study, trial) -> None:
+    import optuna
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=MAX_RETRIES)(study, trial)
+
+
+def recover_trials(study, *, check_workers: bool, retry_interrupted: bool) -> list[int]:
+    """Fail and retry the trials of workers that are gone (see the module docstring, step 3).
+
+    Args:
+        study: the study.
+        check_workers: look for RUNNING trials of dead workers on this host (storages without
+            heartbeats).
+        retry_interrupted: also retry trials failed by an interrupted sweep (once each).
+
+    Returns:
+        The numbers of the trials retried.
+    """
+    import optuna
+    from optuna.trial import TrialState
+
+    retried: list[int] = []
+    if check_workers:
+        for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            if not _worker_dead(trial.user_attrs.get("worker")):
+                continue
+            try:
+                study.tell(trial.number, state=TrialState.FAIL)
+            except (optuna.exceptions.UpdateFinishedTrialError, ValueError, RuntimeError):
+                continue  # another worker got there first
+            _retry(study, _frozen(study, trial.number))
+            retried.append(trial.number)
+    if retry_interrupted:
+        trials = study.get_trials(deepcopy=False)
+        superseded = {n for t in trials for n in _retry_history(t)}
+        for trial in trials:
+            if trial.state == TrialState.FAIL and trial.user_attrs.get("interrupted") and trial.number not in superseded:
+                _retry(study, trial)
+                retried.append(trial.number)
+    return retried
+
+
+def _frozen(study, number: int):
+    return next(t for t in study.get_trials(deepcopy=False) if t.number == number)
+
+
+def study_progress(study) -> tuple[int, int]:
+    """(waiting trials, trials that count towards the target: all but waiting and retried ones)."""
+    from optuna.trial import TrialState
+
+    trials = study.get_trials(deepcopy=False)
+    superseded = {n for t in trials for n in _retry_history(t)}
+    waiting = sum(t.state == TrialState.WAITING for t in trials)
+    counted = sum(t.state != TrialState.WAITING and t.number not in superseded for t in trials)
+    return waiting, counted
+
+
+def open_study(storage, name: str, spec: StudySpec, fingerprint: str, attrs: dict[str, Any], study_dir: StudyDir,
+                base_cfg: TrainConfig, is_rdb: bool):
+    """Create the study (enqueue the default trial) or load it and check it is the same study."""
+    import optuna
+
+    sampler, pruner = build_sampler(spec.sampler), build_pruner(spec.pruner)
+    try:
+        study = optuna.create_study(storage=storage, study_name=name, directions=spec.directions,
+                                    sampler=sampler, pruner=pruner)
+    except optuna.exceptions.DuplicatedStudyError:
+        study = optuna.load_study(study_name=name, storage=storage, sampler=sampler, pruner=pruner)
+        deadline = time.monotonic() + (READY_WAIT_S if is_rdb else 0.0)
+        while _READY_ATTR not in study.user_attrs and time.monotonic() < deadline:
+            time.sleep(0.5)  # the creating worker is still setting the study up
+        found = study.user_attrs.get(_READY_ATTR)
+        if found != fingerprint:
+            why = "was not set up completely" if found is None else "was made from another definition"
+            raise SweepError(
+                f"study {name!r} in {attrs['storage']} {why} (base config, settings, scene, search space, "
+                f"objectives or --nproc-per-node differ); use another --study-name or --out"
+            ) from None
+        # A sampler seeded as when the study began would draw the same start-up parameters again;
+        # offset by the trials so far: reproducible, and new points for this session (or worker).
+        reseeded = dataclasses.replace(spec.sampler, seed=(spec.sampler.seed + len(study.trials)) % 2**32)
+        study = optuna.load_study(study_name=name, storage=storage, sampler=build_sampler(reseeded), pruner=pruner)
+        return study, False
+    if study_dir.trials_dir.is_dir() and any(study_dir.trials_dir.iterdir()):
+        optuna.delete_study(study_name=name, storage=storage)  # refused: leave the storage as it was
+        raise SweepError(
+            f"{study_dir.trials_dir}: holds trials of another study (not {name!r} of {attrs['storage']}); "
+            "use another --out or remove that folder"
+        )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        study.set_metric_names(spec.objective_names)
+    for key, value in attrs.items():
+        study.set_user_attr(key, value)
+    study.enqueue_trial(default_params(spec, base_cfg), user_attrs={UNTUNED_ATTR: True})
+    study.set_user_attr(_READY_ATTR, fingerprint)  # last: the study is ready for other workers
+    return study, True
