@@ -7,22 +7,39 @@ benchmarks use white (NeRF-synthetic), black otherwise.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable, Protocol
 
 import numpy as np
 import torch
 
+from trainer.config import TrainConfig
+from trainer.data import Scene
 from trainer.data.images import PixelTable, load_pixel_table
 from trainer.data.rays import camera_rays_for_image, composite_background
 from trainer.metrics_image import psnr, ssim
 from trainer.render.volrend import composite
+from trainer.render.march import PackedSamples
+from trainer.rundir import RunDir
 from trainer.train.precision import autocast
 
-if TYPE_CHECKING:
-    from trainer.train.loop import Trainer
+
+class Evaluated(Protocol):
+    """What evaluation reads of a trainer (:class:`trainer.train.loop.Trainer` and the distributed
+    trainers): its config, device, field, scene, run directory, step and marcher."""
+
+    cfg: TrainConfig
+    device: torch.device
+    field: torch.nn.Module
+    scene: Scene
+    run_dir: RunDir | None
+    step: int
+    eval_progress: Callable[[int, int, dict[str, Any]], None] | None
+
+    def march(self, rays_o: torch.Tensor, rays_d: torch.Tensor, jitter: bool,
+              generator: torch.Generator | None = None) -> PackedSamples: ...
 
 
-def eval_split_name(trainer: "Trainer") -> str:
+def eval_split_name(trainer: Evaluated) -> str:
     """``test`` if the scene has test frames, else ``val``, else ``train``."""
     for split in ("test", "val", "train"):
         if trainer.scene.frames(split):
@@ -32,7 +49,7 @@ def eval_split_name(trainer: "Trainer") -> str:
 
 @torch.no_grad()
 def render_rays(
-    trainer: "Trainer",
+    trainer: Evaluated,
     rays_o: torch.Tensor,
     rays_d: torch.Tensor,
     background: torch.Tensor,
@@ -109,7 +126,7 @@ def evaluation_frames(frames: list, max_images: int | None) -> list[tuple[int, A
 
 
 def evaluate(
-    trainer: "Trainer",
+    trainer: Evaluated,
     split: str | None = None,
     max_images: int | None = None,
     save_renders: bool = True,
