@@ -169,7 +169,7 @@ def test_repo_presets_load() -> None:
         training=dataclasses.replace(TrainingConfig(), eval_spp=8),
     )
     assert synthetic_400 == expected
-    assert level_resolutions(hash_grid_config(synthetic_400, aabb_scale=1))[-1] == 512
+    assert level_resolutions(hash_grid_config(synthetic_400.encoding, aabb_scale=1))[-1] == 512
 
 
 # ---------------------------------------------------------------------------------------------
@@ -505,7 +505,7 @@ def test_round_trip(cfg: TrainConfig, tmp_path: Path) -> None:
 
 def test_finest_resolution_and_per_level_scale() -> None:
     def growth(enc: EncodingConfig, aabb_scale: int) -> float:
-        return hash_grid_config(TrainConfig(encoding=enc), aabb_scale).growth_factor
+        return hash_grid_config(enc, aabb_scale).growth_factor
 
     enc = EncodingConfig()  # L=16, N_min=16
     assert enc.finest_resolution(1) == 2048 and enc.finest_resolution(16) == 2048 * 16

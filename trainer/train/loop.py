@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 import torch
 
-from trainer.config import TrainConfig, config_differences, config_to_dict
+from trainer.config import EncodingConfig, TrainConfig, config_differences, config_to_dict
 from trainer.data import Scene, load_scene
 from trainer.data.images import PixelTable, load_pixel_table, pixel_table_nbytes
 from trainer.data.sampler import RaySampler, choose_placement
@@ -84,10 +84,9 @@ def use_triton_kernels(key: str, backend: str, device: torch.device) -> bool:
     return usable and (backend == "triton" or device.type == "cuda")
 
 
-def hash_grid_config(cfg: TrainConfig, aabb_scale: int) -> HashGridConfig:
+def hash_grid_config(enc: EncodingConfig, aabb_scale: int) -> HashGridConfig:
     """The encoding block as a :class:`HashGridConfig` for a scene of this ``aabb_scale`` (its
     finest resolution from :meth:`~trainer.config.EncodingConfig.finest_resolution`)."""
-    enc = cfg.encoding
     return HashGridConfig(
         n_levels=enc.n_levels,
         n_features_per_level=enc.n_features_per_level,
@@ -103,7 +102,7 @@ def build_field(cfg: TrainConfig, aabb: torch.Tensor, aabb_scale: int, device: t
     table_dtype = torch.float16 if cfg.encoding.table_dtype == "float16" else torch.float32
     field = NGPField(
         aabb=aabb,
-        grid_cfg=hash_grid_config(cfg, aabb_scale),
+        grid_cfg=hash_grid_config(cfg.encoding, aabb_scale),
         density_net=MLPConfig(
             n_neurons=cfg.network.n_neurons,
             n_hidden_layers=cfg.network.n_hidden_layers,
