@@ -24,7 +24,8 @@ from trainer.data import load_scene
 from trainer.train.loop import Trainer
 
 LAUNCH_CALLS = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx",
-                "cudaMemcpyAsync", "cudaMemsetAsync", "cudaLaunchCooperativeKernel")
+                "cudaMemcpyAsync", "cudaMemsetAsync", "cudaLaunchCooperativeKernel",
+                "cudaGraphLaunch")  # a graph replay counts as one launch
 
 
 def _is_launch(name: str) -> bool:

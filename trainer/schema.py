@@ -72,6 +72,7 @@ METRICS_COLUMNS: tuple[Column, ...] = (
     Column("other_ms", "ms", "mean time per step not covered by a named phase"),
     Column("occupancy_fraction", "", "fraction of occupancy-grid cells marked occupied"),
     Column("skipped_steps", "steps", "steps skipped over the interval (fp16 overflow, no samples)"),
+    Column("samples_clipped", "samples", "marched samples left out by the fixed sample capacity over the interval (whole rays)"),
     Column("grad_scale", "", "fp16 gradient scaler's scale (1 when unused)"),
     Column("mem_allocated_mib", "MiB", "peak device memory allocated by tensors over the interval"),
     Column("mem_reserved_mib", "MiB", "device memory reserved by the caching allocator"),

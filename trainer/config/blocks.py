@@ -275,6 +275,14 @@ class TrainingConfig(Block):
             step are sized on the kept count. False trains on every marched sample and sizes rays
             on the marched count. The subgrid mode always trains on every marched sample (a box's
             segment cannot know the transmittance in front of it).
+        cuda_graphs: ``"auto"``, ``"on"`` or ``"off"``: the fixed-capacity step
+            (:mod:`trainer.train.fixed_step`: buffers sized once, counts on the device, no host
+            read inside a step) captured in a CUDA graph and replayed (``on``,
+            :mod:`trainer.train.capture`), or run eagerly (``off``, the twin; one process). ``auto`` keeps the
+            dynamically sized step of :meth:`trainer.train.loop.Trainer.train_step`.
+        capacity_headroom: marched samples a fixed-capacity step holds, as a multiple of
+            ``target_samples_per_step`` (>= 1); rays whose samples do not fit are left out and
+            counted in the ``samples_clipped`` metric.
         quiet: no progress output on the console.
     """
 
@@ -308,6 +316,8 @@ class TrainingConfig(Block):
     rays_backend: str = rule_field("auto", OneOf("auto", "triton", "torch"))
     mlp_backend: str = rule_field("auto", OneOf("auto", "triton", "torch"))
     compact_samples: bool = rule_field(True, BoolRule())
+    cuda_graphs: str = rule_field("auto", OneOf("auto", "on", "off"))
+    capacity_headroom: float = rule_field(4.0, FloatRule(1))
     quiet: bool = rule_field(False, BoolRule())
 
     def _check_relations(self) -> None:

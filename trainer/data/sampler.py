@@ -604,6 +604,11 @@ class RaySampler:
             state["subpixel"] = self._jitter_generator.get_state()
         return state
 
+    def generators(self) -> list[torch.Generator]:
+        """The sampler's random generators on its device (pixel choice, sub-pixel jitter), e.g. to
+        register with a CUDA graph."""
+        return [g for g in (self.generator, self._jitter_generator) if g is not None]
+
     def set_rng_state(self, state: dict[str, torch.Tensor]) -> None:
         """Restore :meth:`rng_state` (entries this sampler has no generator for are ignored)."""
         generator = self.generator

@@ -39,7 +39,8 @@ from trainer.render.volrend import render_weights
 __all__ = ["CompactedSamples", "compact_samples", "kept_counts"]
 
 
-def kept_counts(sigmas: Tensor, dt: Tensor, samples: PackedSamples, early_stop_transmittance: float) -> Tensor:
+def kept_counts(sigmas: Tensor, dt: Tensor, samples: PackedSamples, early_stop_transmittance: float,
+                valid: Tensor | None = None) -> Tensor:
     """Per ray, how many leading samples have a transmittance ``T_i ≥ ε`` in front of them.
 
     Args:
@@ -47,6 +48,8 @@ def kept_counts(sigmas: Tensor, dt: Tensor, samples: PackedSamples, early_stop_t
         dt: [S] float step lengths (world units).
         samples: the packed samples (``ray_indices``, ``n_rays``).
         early_stop_transmittance: ε; 0 keeps every sample.
+        valid: optional [S] bool, the samples that count (the unused slots of a fixed-capacity
+            buffer, :mod:`trainer.render.fixed_march`, are false).
 
     Returns:
         kept: [n_rays] int64.
@@ -55,7 +58,8 @@ def kept_counts(sigmas: Tensor, dt: Tensor, samples: PackedSamples, early_stop_t
         ValueError: if the shapes do not match.
     """
     _, transmittance, _ = render_weights(sigmas, dt, samples.ray_indices, samples.n_rays, 0.0)
-    keep = (transmittance >= early_stop_transmittance).long()
+    keep = transmittance >= early_stop_transmittance
+    keep = (keep if valid is None else keep & valid).long()
     kept = torch.zeros(samples.n_rays, dtype=torch.int64, device=sigmas.device)
     return kept.index_add_(0, samples.ray_indices, keep)
 

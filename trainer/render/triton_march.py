@@ -39,7 +39,7 @@ import triton.language as tl
 from trainer.render.occupancy import OccupancyGrid
 from trainer.triton_support import INTERPRET
 
-__all__ = ["INTERPRET", "MARCH_BLOCK", "MARCH_NUM_WARPS", "march_packed_triton"]
+__all__ = ["INTERPRET", "MARCH_BLOCK", "MARCH_NUM_WARPS", "march_fixed_triton", "march_packed_triton", "march_rule_tensor"]
 
 MARCH_BLOCK = 64  # rays per program (one lane each)
 MARCH_NUM_WARPS = 2
@@ -136,8 +136,10 @@ def _march_kernel(
         af = a.to(tl.float32)
         bf = b.to(tl.float32)
     first = tl.zeros([BLOCK], dtype=tl.int64)
-    if WRITE:
+    if WRITE:  # the count pass's counts bound the writes (0: a ray left out of a fixed capacity)
         first = tl.load(first_ptr + ray, mask=valid, other=0)
+        alive = alive & (tl.load(counts_ptr + ray, mask=valid, other=0) > 0)
+        limit = tl.load(counts_ptr + ray, mask=valid, other=0).to(tl.int32)
     kept = tl.zeros([BLOCK], dtype=tl.int32)
     k = tl.zeros([BLOCK], dtype=tl.float32)
     while tl.sum(alive.to(tl.int32), axis=0) > 0:
@@ -175,6 +177,8 @@ def _march_kernel(
             tl.store(out_dir_ptr + slot * 3 + 2, dz, mask=take)
         kept += take.to(tl.int32)
         alive = alive & (kept < max_steps)
+        if WRITE:
+            alive = alive & (kept < limit)
         k += 1.0
     if not WRITE:
         tl.store(counts_ptr + ray, kept.to(tl.int64), mask=valid)
@@ -219,23 +223,10 @@ def march_packed_triton(
     rays_d = rays_d.contiguous()
     box = aabb.to(device=device, dtype=torch.float32).reshape(6).contiguous()
     cone = float(cone_angle)
-    rule = torch.tensor(
-        [step_size, cone, max_step_size, step_size / cone if cone else 0.0,
-         max_step_size / cone if cone else 0.0, math.log1p(cone)],
-        dtype=torch.float64,
-    ).to(device, non_blocking=True)
-    if grid is not None:
-        bitfield = grid.bitfield.reshape(-1)
-        aabb_half, n_cascades, resolution = 0.5 * grid.aabb_scale, grid.cascades, grid.resolution
-    else:
-        bitfield = torch.zeros(1, dtype=torch.uint8, device=device)
-        aabb_half, n_cascades, resolution = 0.0, 1, 2
+    rule = march_rule_tensor(step_size, cone_angle, max_step_size, device)
+    bitfield, common, scalars, launch = _launch_settings(rays_o, jitter, grid, cone, near, max_steps, block, num_warps)
     jitter_arg = jitter.contiguous() if jitter is not None else box
     counts = torch.empty(n_rays, dtype=torch.int64, device=device)
-    launch = (triton.cdiv(max(n_rays, 1), block),)
-    common = dict(CONE=cone > 0.0, JITTER=jitter is not None, USE_GRID=grid is not None, BLOCK=block,
-                  num_warps=num_warps, **_COMPILE_OPTIONS)
-    scalars = (n_rays, float(near), int(max_steps), float(aabb_half), int(n_cascades), int(resolution))
     with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
         _march_kernel[launch](rays_o, rays_d, box, jitter_arg, rule, bitfield, counts, counts,
                               box, box, counts, box, box, *scalars, WRITE=False, **common)
@@ -252,3 +243,82 @@ def march_packed_triton(
                                   t, dt, ray_indices, positions, directions, *scalars, WRITE=True, **common)
     return ray_indices, t, dt, positions, directions, counts, first
 
+
+
+def march_rule_tensor(step_size: float, cone_angle: float, max_step_size: float, device: torch.device) -> torch.Tensor:
+    """The step rule as the kernel reads it: float64 [6] ``[step_size, cone_angle, max_step_size,
+    step_size/cone, max_step_size/cone, log1p(cone)]`` on ``device`` (made once by a captured step)."""
+    cone = float(cone_angle)
+    return torch.tensor(
+        [step_size, cone, max_step_size, step_size / cone if cone else 0.0,
+         max_step_size / cone if cone else 0.0, math.log1p(cone)],
+        dtype=torch.float64,
+    ).to(device, non_blocking=True)
+
+
+def _launch_settings(rays_o: torch.Tensor, jitter: torch.Tensor | None, grid: OccupancyGrid | None, cone: float,
+                     near: float, max_steps: int, block: int, num_warps: int) -> tuple[torch.Tensor, dict, tuple, tuple]:
+    """Bitfield, constexpr options, scalar arguments and grid of one march launch."""
+    n_rays = rays_o.shape[0]
+    if grid is not None:
+        bitfield = grid.bitfield.reshape(-1)
+        aabb_half, n_cascades, resolution = 0.5 * grid.aabb_scale, grid.cascades, grid.resolution
+    else:
+        bitfield = torch.zeros(1, dtype=torch.uint8, device=rays_o.device)
+        aabb_half, n_cascades, resolution = 0.0, 1, 2
+    common = dict(CONE=cone > 0.0, JITTER=jitter is not None, USE_GRID=grid is not None, BLOCK=block,
+                  num_warps=num_warps, **_COMPILE_OPTIONS)
+    scalars = (n_rays, float(near), int(max_steps), float(aabb_half), int(n_cascades), int(resolution))
+    return bitfield, common, scalars, (triton.cdiv(max(n_rays, 1), block),)
+
+
+def march_fixed_triton(
+    rays_o: torch.Tensor,
+    rays_d: torch.Tensor,
+    box: torch.Tensor,
+    rule: torch.Tensor,
+    jitter: torch.Tensor | None,
+    grid: OccupancyGrid | None,
+    out: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
+    *,
+    cone_angle: float,
+    max_steps: int,
+    near: float = 0.0,
+    block: int = MARCH_BLOCK,
+    num_warps: int = MARCH_NUM_WARPS,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The march of :func:`march_packed_triton` into buffers of a fixed capacity, without a host read.
+
+    Rays are taken in order while their samples fit whole into the ``capacity`` slots of ``out``;
+    the rest get no sample (count 0). Shapes depend on ``capacity`` and ``n_rays`` only, so the
+    call can be captured in a CUDA graph.
+
+    Args:
+        rays_o, rays_d: [n_rays, 3] float32 (a ray with a NaN component is a miss).
+        box: [6] float32 on the rays' device (min corner, max corner).
+        rule: :func:`march_rule_tensor` of the step rule.
+        jitter: [n_rays] float32 uniform draws, or None.
+        grid: occupancy grid, or None.
+        out: ``(t [C], dt [C], ray_indices [C] int64, positions [C, 3], directions [C, 3])``,
+            written in the first ``sum(counts)`` slots; the rest keep their old values.
+        cone_angle, max_steps, near: as :func:`march_packed_triton`.
+
+    Returns:
+        ``(counts [n_rays] int64, all_counts [n_rays] int64)``: each ray's samples in ``out``
+        (0 for rays that did not fit) and before the capacity cut.
+    """
+    t, dt, ray_indices, positions, directions = out
+    capacity = t.shape[0]
+    bitfield, common, scalars, launch = _launch_settings(rays_o, jitter, grid, float(cone_angle), near, max_steps,
+                                                         block, num_warps)
+    jitter_arg = jitter.contiguous() if jitter is not None else box
+    all_counts = torch.empty(rays_o.shape[0], dtype=torch.int64, device=rays_o.device)
+    with torch.cuda.device(rays_o.device) if rays_o.is_cuda else contextlib.nullcontext():
+        _march_kernel[launch](rays_o, rays_d, box, jitter_arg, rule, bitfield, all_counts, all_counts,
+                              box, box, all_counts, box, box, *scalars, WRITE=False, **common)
+        ends = torch.cumsum(all_counts, 0)
+        counts = torch.where(ends <= capacity, all_counts, 0)
+        first = ends - all_counts
+        _march_kernel[launch](rays_o, rays_d, box, jitter_arg, rule, bitfield, counts, first,
+                              t, dt, ray_indices, positions, directions, *scalars, WRITE=True, **common)
+    return counts, all_counts

@@ -73,9 +73,9 @@ _NOT_LAZY = ("amsgrad", "maximize", "decoupled_weight_decay", "differentiable")
 
 @triton.jit
 def _lazy_adam_kernel(param_ptr, grad_ptr, exp_avg_ptr, exp_avg_sq_ptr, step_ptr, grad_scale_ptr, found_inf_ptr,
-                      n, step_count, lr, beta1, beta2, one_minus_beta1, one_minus_beta2, log2_beta1, log2_beta2,
+                      lr_ptr, n, step_count, lr, beta1, beta2, one_minus_beta1, one_minus_beta2, log2_beta1, log2_beta2,
                       eps, weight_decay, STEP_ON_DEVICE: tl.constexpr, HAS_GRAD_SCALE: tl.constexpr,
-                      HAS_FOUND_INF: tl.constexpr, BLOCK: tl.constexpr):
+                      HAS_FOUND_INF: tl.constexpr, LR_ON_DEVICE: tl.constexpr, BLOCK: tl.constexpr):
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)  # int64: tables pass 2^31 bytes
     g = tl.load(grad_ptr + offs, mask=offs < n, other=0.0).to(tl.float32)
     if HAS_GRAD_SCALE:
@@ -91,6 +91,8 @@ def _lazy_adam_kernel(param_ptr, grad_ptr, exp_avg_ptr, exp_avg_sq_ptr, step_ptr
         t = tl.load(step_ptr).to(tl.float64)
     else:
         t = tl.cast(step_count, tl.float64)
+    if LR_ON_DEVICE:  # a float32 tensor: the value a float lr argument would have
+        lr = tl.load(lr_ptr)
     step_size = (lr / (1.0 - tl.exp2(t * log2_beta1))).to(tl.float32)
     bias_correction2_sqrt = tl.sqrt(1.0 - tl.exp2(t * log2_beta2)).to(tl.float32)
     if weight_decay != 0.0:
@@ -110,7 +112,7 @@ def _log2_or_minus_inf(beta: float) -> float:
 
 
 def lazy_adam_triton(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor,
-                     step: torch.Tensor | float, *, lr: float, beta1: float, beta2: float, eps: float,
+                     step: torch.Tensor | float, *, lr: float | torch.Tensor, beta1: float, beta2: float, eps: float,
                      weight_decay: float = 0.0, grad_scale: torch.Tensor | None = None,
                      found_inf: torch.Tensor | None = None, block: int = LAZY_ADAM_BLOCK) -> None:
     """One lazy Adam update of one parameter, in place, in one Triton launch (formula: module docstring).
@@ -122,7 +124,8 @@ def lazy_adam_triton(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Ten
         step: the step count ``t`` after this step's increment: a tensor on ``param``'s device is
             read by the kernel (no host sync); a CPU tensor or a number is read on the host.
         lr, beta1, beta2, eps, weight_decay: Adam's hyper-parameters (``weight_decay``: L2 added to
-            the nonzero gradients).
+            the nonzero gradients); ``lr`` may be a 0-dim float32 tensor on ``param``'s device, read
+            by the kernel (a learning rate that a captured CUDA graph's replays see change).
         grad_scale: optional 0-dim float32 tensor; the gradient is divided by it (GradScaler's
             scale when the optimizer unscales itself).
         found_inf: optional 0-dim float32 tensor; nonzero means nothing is updated.
@@ -140,16 +143,20 @@ def lazy_adam_triton(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Ten
     step_on_device = isinstance(step, torch.Tensor) and step.device == device
     scale = None if grad_scale is None else grad_scale.to(device, torch.float32, non_blocking=True)
     inf = None if found_inf is None else found_inf.to(device, torch.float32, non_blocking=True)
+    lr_on_device = isinstance(lr, torch.Tensor)
+    if lr_on_device and (lr.device != device or lr.dtype != torch.float32 or lr.numel() != 1):
+        raise ValueError(f"lazy_adam_triton: a tensor lr must be one float32 element on {device}, got "
+                         f"{lr.dtype} {tuple(lr.shape)} on {lr.device}")
     with torch.cuda.device(device) if param.is_cuda else contextlib.nullcontext():
         _lazy_adam_kernel[(triton.cdiv(n, block),)](
             param, grad.contiguous(), exp_avg, exp_avg_sq,
             step if step_on_device else param,  # the pointer is unused when the count comes by value
-            param if scale is None else scale, param if inf is None else inf,
-            n, 0.0 if step_on_device else float(step), float(lr), float(beta1), float(beta2),
+            param if scale is None else scale, param if inf is None else inf, lr if lr_on_device else param,
+            n, 0.0 if step_on_device else float(step), 0.0 if lr_on_device else float(lr), float(beta1), float(beta2),
             1.0 - beta1, 1.0 - beta2, _log2_or_minus_inf(beta1), _log2_or_minus_inf(beta2),
             float(eps), float(weight_decay),
             STEP_ON_DEVICE=step_on_device, HAS_GRAD_SCALE=scale is not None, HAS_FOUND_INF=inf is not None,
-            BLOCK=block, num_warps=4, enable_fp_fusion=False)
+            LR_ON_DEVICE=lr_on_device, BLOCK=block, num_warps=4, enable_fp_fusion=False)
 
 
 def _check_kernel_operands(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor,
@@ -355,8 +362,7 @@ def _check_group(index: int, group: dict[str, Any]) -> None:
     for key in _NOT_LAZY:
         if group.get(key, False):
             raise ValueError(f"{where}.{key}: a lazy group (lazy=True) does not support {key}={group[key]!r}")
-    if isinstance(group["lr"], torch.Tensor) or any(isinstance(beta, torch.Tensor) for beta in group["betas"]):
-        raise ValueError(f"{where}: a lazy group takes lr and betas as numbers, got lr={group['lr']!r}, "
-                         f"betas={group['betas']!r}")
+    if any(isinstance(beta, torch.Tensor) for beta in group["betas"]):
+        raise ValueError(f"{where}: a lazy group takes betas as numbers, got betas={group['betas']!r}")
     if any(torch.is_complex(p) for p in group["params"]):
         raise ValueError(f"{where}: a lazy group takes real parameters, got a complex one")

@@ -36,6 +36,7 @@ from trainer.render.occupancy import OccupancyGrid
 from trainer.render.volrend import EARLY_STOP_TRANSMITTANCE, composite
 from trainer.rundir import RunDir
 from trainer.schema import PHASES, MetricsWriter, truncate_metrics_after
+from trainer.train.capture import resolve_fixed_step
 from trainer.train.ema import WeightEMA
 from trainer.train.evaluate import evaluate
 from trainer.train.faults import inject_step_faults, phase_faults
@@ -283,14 +284,20 @@ class Trainer:
         self._trace: TraceWindow | None = None
         self._overflow_run = 0
         self._zero_sample_steps = 0
+        self._sample_phases = cfg.profile.phase_timers  # the captured step's timed eager step (capture.py)
         self.prefetcher = InputPrefetcher(self.device) if t.prefetch_march else None
         decay = cfg.optimizer.ema_decay
         self.weight_ema = WeightEMA(decay) if decay is not None else None
+        # training.cuda_graphs: the fixed-capacity step (captured or eager), None for the dynamic one
+        self.fixed_step = resolve_fixed_step(self)
+        if self.fixed_step is not None:
+            self.prefetcher = None  # the fixed step never waits for the host: nothing to prepare ahead
         self._after_init()
 
     # ------------------------------------------------------------------ construction hooks
     rank = 0  # distributed trainers set their rank and world size in ``_init_process``
     world_size = 1
+    max_consecutive_overflows = MAX_CONSECUTIVE_OVERFLOWS
 
     def _init_process(self, cfg: TrainConfig) -> None:
         """Runs first in ``__init__`` (distributed trainers read their rank and world size here)."""
@@ -355,6 +362,12 @@ class Trainer:
             backend=self.march_backend,
         )
 
+    def field_outputs(self, samples: PackedSamples) -> tuple[torch.Tensor, torch.Tensor]:
+        """The field's densities [S] and colours [S, 3] at ``samples`` (with gradients, under the
+        precision's autocast)."""
+        with autocast(self.device, self.cfg.training.precision):
+            return self.field(samples.positions, samples.directions)
+
     def _density_for_grid(self, positions: torch.Tensor) -> torch.Tensor:
         with torch.no_grad(), autocast(self.device, self.cfg.training.precision):
             return self.field.density(positions).float()
@@ -373,6 +386,12 @@ class Trainer:
         t = self.cfg.training
         timer = self.timer
         self._maybe_update_occupancy()
+        if self.fixed_step is not None:  # training.cuda_graphs: the fixed-capacity step
+            self.fixed_step.advance(sample_phases=self._sample_phases)
+            self._sample_phases = False
+            self.step += 1
+            zero = torch.zeros((), device=self.device)
+            return StepStats(0, 0, skipped=False, trained=False), zero, zero
         step_input = self._step_input(self.n_rays)
         samples, n_rays, n_samples = step_input.samples, step_input.n_rays, step_input.n_samples
         if n_samples == 0:
@@ -392,8 +411,7 @@ class Trainer:
         if n_kept is not None:
             self._kept_pending.append((n_rays, HostCopy(n_kept)))
         with timer.phase("field_forward"):
-            with autocast(self.device, t.precision):
-                sigmas, rgbs = self.field(samples.positions, samples.directions)
+            sigmas, rgbs = self.field_outputs(samples)
         with timer.phase("render"):
             rgb = self._render_rgb(sigmas.float(), rgbs.float(), samples, step_input.background)
             rgb = drop_rays(rgb, ray_fits, step_input.target)
@@ -644,6 +662,7 @@ class Trainer:
                 "samples_per_ray_ema": -1.0 if self.samples_per_ray_ema is None else self.samples_per_ray_ema,
                 "train_time_s": self.train_time_s,
                 "kept_pending": kept_pending,
+                **({"fixed_step": self.fixed_step.state_dict()} if self.fixed_step is not None else {}),
             },
         }
 
@@ -659,6 +678,8 @@ class Trainer:
         """
         payload = load_snapshot(path)
         warn_config_differences(path, payload.get("config"), self.cfg)
+        if self.fixed_step is not None:
+            self.fixed_step.forget_graph()  # the optimiser's tensors are about to be replaced
         load_state_checked(self.field, payload["model"], "model", path)
         load_state_checked(self.grid, payload["occupancy"], "occupancy grid", path)
         try:
@@ -674,6 +695,8 @@ class Trainer:
             self._restore_counters(payload["step"], state, None if ema < 0 else ema)
             for n_rays, n_kept in state.get("kept_pending", []):  # (absent in older snapshots)
                 self._kept_pending.append((int(n_rays), HostCopy(torch.tensor(int(n_kept)))))
+            if self.fixed_step is not None and "fixed_step" in state:
+                self.fixed_step.load_state_dict(state["fixed_step"])
         except (KeyError, TypeError, ValueError, RuntimeError) as exc:
             raise SnapshotError(f"{path}: random-number or trainer state is unusable ({type(exc).__name__}: {exc})") from None
         if self.run_dir is not None:  # resuming into the run it came from: forget the lost steps
@@ -811,6 +834,7 @@ class Trainer:
             "step_time_ms": step_time_ms,
             "occupancy_fraction": self.grid.occupancy_fraction(),
             "skipped_steps": interval["skipped"],
+            "samples_clipped": 0,  # the dynamic step's march buffer grows to fit
             "grad_scale": self.scaler.get_scale() if self.scaler.is_enabled() else 1.0,
             "emulated_interconnect": self.cfg.distributed.emulate_interconnect if self.world_size > 1 else "none",
         }
@@ -820,6 +844,10 @@ class Trainer:
             record[f"{phase}_ms"] = ms
             named_ms += ms
         record["other_ms"] = max(step_time_ms - named_ms, 0.0)
+        if self.fixed_step is not None:  # its sums live on the device (read here, once)
+            record.update(self.fixed_step.interval_values(interval["steps"], elapsed_s))
+            record.update(self.fixed_step.sampled_phase_ms(record, steps, step_time_ms))
+            self._sample_phases = self.cfg.profile.phase_timers
         record.update(self._memory_record())
         return record
 

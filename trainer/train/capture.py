@@ -1,0 +1,171 @@
+"""The fixed-capacity step captured once in a CUDA graph and replayed (``training.cuda_graphs``).
+
+A replay costs the host one launch for the whole step (march, compaction, field forward and
+backward, compositing, loss, Adam with the hash grid's lazy update, batch sizing, interval sums),
+so the step no longer waits for the host (PyTorch, "CUDA Graphs": ``torch.cuda.CUDAGraph``,
+whole-network capture). Why a ``CUDAGraph`` and not ``torch.compile(mode="reduce-overhead")``:
+the step's kernels are already Triton kernels with hand-written backward functions and data-
+dependent loops; compile would trace them as opaque calls and add guards and recompiles for the
+same CUDA graph underneath (``docs/architecture.md`` keeps the measurement).
+
+How (:class:`CapturedStep`):
+
+* the first :data:`WARMUP_STEPS` steps run eagerly on a side stream (the documented warm-up that
+  lets autograd, the optimiser state and the kernels' caches settle); they are real steps;
+* the next step is captured (the custom CUDA generators registered with the graph, so each replay
+  draws new numbers and their states stay readable for snapshots) and replayed; each later step
+  is one replay;
+* the learning rate lives in one device tensor that both parameter groups read; the host computes
+  the schedule (it knows the step without asking the device) and writes the tensor only when the
+  value changes (once per ``optimizer.decay_interval``), outside the graph;
+* the occupancy-grid update runs eagerly between replays at its cadence: the grid's tensors are
+  updated in place, so the graph reads the new grid;
+* phase times (``profile.phase_timers``): a replay has no phases; the first step of every logging
+  interval runs the same body eagerly with the timers on (the sampling mode), and the interval's
+  phase columns are that step's times;
+* a snapshot load or anything else that replaces the optimiser's tensors calls
+  :meth:`CapturedStep.reset`; the next step captures again.
+
+:func:`capture_blockers` lists what the captured step does not cover; ``on`` is then a
+ConfigError naming them. ``auto`` keeps the dynamic step for now.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from trainer.errors import ConfigError
+from trainer.train.fixed_step import FixedCapacityStep
+
+__all__ = ["CapturedStep", "WARMUP_STEPS", "capture_blockers", "resolve_fixed_step"]
+
+WARMUP_STEPS = 3
+
+
+def capture_blockers(trainer: Any) -> list[str]:
+    """Why this trainer's step cannot be captured (empty: it can)."""
+    cfg, t = trainer.cfg, trainer.cfg.training
+    reasons = []
+    if trainer.device.type != "cuda":
+        reasons.append(f"training.device is {trainer.device} (capture needs CUDA)")
+    if trainer.march_backend != "triton":
+        reasons.append("training.march_backend is not the Triton marcher")
+    if not trainer.triton_render:
+        reasons.append("training.render_backend is not Triton")
+    if not trainer.sampler.triton_rays or trainer.sampler.placement != "device":
+        reasons.append("the ray sampler is not the Triton one over device-resident pixels (data.placement device)")
+    if t.precision == "fp16":
+        reasons.append("training.precision fp16 (the captured step covers fp32, tf32 and bf16)")
+    if cfg.optimizer.ema_decay is not None:
+        reasons.append("optimizer.ema_decay is set (the weight average counts its updates on the host)")
+    if not hasattr(torch.cuda.CUDAGraph, "register_generator_state"):
+        reasons.append(f"torch {torch.__version__} cannot register custom generators with a CUDA graph")
+    return reasons
+
+
+def resolve_fixed_step(trainer: Any) -> FixedCapacityStep | None:
+    """The step of ``training.cuda_graphs``: a captured :class:`FixedCapacityStep` (``on``), an
+    eager one (``off``), or None (``auto``: the dynamic step, until the captured step's
+    measurements make it the CUDA default).
+
+    Raises:
+        ConfigError: ``on`` with blockers, or ``on``/``off`` in a distributed trainer.
+    """
+    mode = trainer.cfg.training.cuda_graphs
+    if mode != "auto" and trainer.world_size > 1:
+        raise ConfigError(f"training.cuda_graphs: {mode!r} runs one process; distributed trainers take 'auto'")
+    if mode == "auto":  # the dynamic step until the captured one is the measured default
+        return None
+    if mode == "on":
+        blockers = capture_blockers(trainer)
+        if blockers:
+            raise ConfigError("training.cuda_graphs: 'on' cannot capture this step: " + "; ".join(blockers))
+    step = FixedCapacityStep(trainer)
+    if mode == "on":
+        step.graph = CapturedStep(step.run, trainer)
+    return step
+
+
+class CapturedStep:
+    """``body`` (one step, queued on the current stream) warmed up, captured and replayed.
+
+    Args:
+        body: the step body (:meth:`FixedCapacityStep.run`).
+        trainer: its trainer (optimiser, timer, generators, learning-rate schedule).
+    """
+
+    def __init__(self, body: Callable[[], None], trainer: Any) -> None:
+        self.body = body
+        self.trainer = trainer
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.eager_steps = 0
+        self.timed_steps = 0
+        self.lr = torch.zeros((), device=trainer.device)
+        self.side = torch.cuda.Stream(trainer.device)
+        self._lr_value: float | None = None
+
+    def take_timed_steps(self) -> int:
+        """Eager (timed) steps since the last call."""
+        timed, self.timed_steps = self.timed_steps, 0
+        return timed
+
+    def reset(self) -> None:
+        """Forget the graph (the next step warms up and captures again)."""
+        self.graph, self.eager_steps = None, 0
+
+    def _generators(self) -> list[torch.Generator]:
+        tr = self.trainer
+        found = [tr.generator, tr.grid_generator, *tr.sampler.generators()]
+        unique: dict[int, torch.Generator] = {}
+        for generator in found:
+            if generator is not None and generator.device.type == "cuda":
+                unique.setdefault(id(generator), generator)
+        return list(unique.values())
+
+    def _set_lr(self) -> None:
+        """The schedule's rate for this step into the shared tensor (written only on change)."""
+        tr = self.trainer
+        tr._set_learning_rate()  # host numbers in the groups
+        value = float(tr.optimizer.param_groups[0]["lr"])
+        if value != self._lr_value:
+            self.lr.fill_(value)
+            self._lr_value = value
+        for group in tr.optimizer.param_groups:
+            group["lr"] = self.lr
+
+    def advance(self, sample_phases: bool) -> None:
+        """Run one step: eagerly while warming up (or when ``sample_phases``), else a replay
+        (capturing first when there is no graph)."""
+        tr = self.trainer
+        self._set_lr()
+        if self.eager_steps < WARMUP_STEPS or sample_phases:
+            self.eager_steps += 1
+            self.timed_steps += 1
+            side = self.side
+            side.wait_stream(torch.cuda.current_stream(tr.device))
+            with torch.cuda.stream(side):
+                self.body()
+            torch.cuda.current_stream(tr.device).wait_stream(side)
+            return
+        if self.graph is None:
+            self._capture()
+        self.graph.replay()
+
+    def _capture(self) -> None:
+        tr = self.trainer
+        torch.cuda.synchronize(tr.device)
+        graph = torch.cuda.CUDAGraph()
+        for generator in self._generators():
+            graph.register_generator_state(generator)
+        timer = tr.timer
+        enabled, record = timer.enabled, timer.record_functions
+        timer.enabled, timer.record_functions = False, False
+        tr.optimizer.zero_grad(set_to_none=True)
+        try:
+            with torch.cuda.graph(graph):
+                self.body()
+        finally:
+            timer.enabled, timer.record_functions = enabled, record
+        self.graph = graph

@@ -1,0 +1,252 @@
+"""The fixed-capacity training step: every shape fixed at start, counts on the device, no host read.
+
+The dynamic step (:meth:`trainer.train.loop.Trainer.train_step`) draws as many rays as the batch
+sizing asks for, reads the march's sample count on the host and sizes every tensor after it.
+:class:`FixedCapacityStep` runs the same phases on shapes fixed once:
+
+* ``ray_capacity`` rays are drawn every step (``min(max_rays_per_step, march_capacity)``, a
+  multiple of 64); the first ``n_live`` (a device scalar) are the step's rays, the rest get NaN
+  origins (a miss for every march) and leave the loss;
+* the march writes into ``march_capacity = ⌈target_samples_per_step · capacity_headroom⌉₂₅₆``
+  slots allocated once (:mod:`trainer.render.fixed_march`); rays that do not fit whole are left
+  out and their samples counted in the ``samples_clipped`` metric;
+* with ``training.compact_samples`` the samples in front of each ray's early stop fill a batch of
+  ``⌈target_samples_per_step⌉₂₅₆`` samples (:func:`~trainer.render.compact.compact_samples`),
+  else the march buffers are the batch;
+* the loss is normalised by ``3 · n_live`` as the dynamic step normalises by its ray count; rays
+  left out by a capacity count as exact predictions (no loss, no gradient), as in the dynamic step;
+* batch sizing on the device: exponential averages (0.9/0.1, the dynamic rule) of kept and marched
+  samples per marched ray, ``n_live = ⌈min(target / kept, march_capacity / marched)⌉₆₄`` clamped to
+  [64, ray_capacity] after each step (the dynamic step applies a kept count one step later);
+* loss, MSE, rays, samples, skips and clipped samples are summed on the device
+  (:mod:`trainer.train.device_metrics`) and read once per logging interval.
+
+The same body runs eagerly (``training.cuda_graphs = off``, the twin, and the CPU) or captured in
+a CUDA graph and replayed (:mod:`trainer.train.capture`). What differs from the dynamic step in
+outcome: the random draws (``ray_capacity`` pixels per step instead of ``n``), the compacted batch
+size (the target instead of ``n · kept per ray``) and the one-step-earlier sizing; the loss curves
+agree within noise (``tests/train/test_fixed_step.py``).
+
+Host reads left: the PyTorch march twin reads its sample count (:mod:`trainer.render.fixed_march`);
+an fp16 run with ``optimizer.ema_decay`` reads whether the step overflowed (the weight average
+skips such steps), and a non-fused optimiser (the CPU) reads GradScaler's flag as torch does.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from trainer.render.compact import compact_samples, kept_counts
+from trainer.render.fixed_march import MarchBuffers, march_fixed
+from trainer.render.occupancy import MIN_STEP_SIZE
+from trainer.render.volrend import EARLY_STOP_TRANSMITTANCE
+from trainer.schema import PHASES
+from trainer.train.device_metrics import DeviceIntervalMetrics
+
+__all__ = ["FixedCapacityStep", "fixed_capacities"]
+
+RAY_GRANULARITY = 64
+SAMPLE_GRANULARITY = 256
+
+
+def _round_up(value: float, granularity: int) -> int:
+    return int(math.ceil(value / granularity)) * granularity
+
+
+def fixed_capacities(target_samples: int, headroom: float, max_rays: int) -> tuple[int, int, int]:
+    """``(ray_capacity, march_capacity, train_capacity)`` of a fixed-capacity step (module docstring)."""
+    march_capacity = _round_up(target_samples * headroom, SAMPLE_GRANULARITY)
+    train_capacity = _round_up(target_samples, SAMPLE_GRANULARITY)
+    ray_capacity = max(RAY_GRANULARITY, _round_up(min(max_rays, march_capacity), RAY_GRANULARITY))
+    return ray_capacity, march_capacity, train_capacity
+
+
+class FixedCapacityStep:
+    """One fixed-capacity step of a :class:`~trainer.train.loop.Trainer` (module docstring).
+
+    Args:
+        trainer: the trainer whose field, grid, sampler, optimiser, generator and phase hooks
+            the step uses (single process).
+    """
+
+    def __init__(self, trainer: Any) -> None:
+        self.trainer = trainer
+        t = trainer.cfg.training
+        device = trainer.device
+        self.ray_capacity, self.march_capacity, self.train_capacity = fixed_capacities(
+            t.target_samples_per_step, t.capacity_headroom, t.max_rays_per_step)
+        self.target = float(t.target_samples_per_step)
+        self.buffers = MarchBuffers(self.march_capacity, device)
+        self.ray_slot = torch.arange(self.ray_capacity, device=device)
+        initial = min(self.ray_capacity, _round_up(t.initial_rays_per_step, RAY_GRANULARITY))
+        self.n_live = torch.tensor(initial, dtype=torch.int64, device=device)
+        self.kept_per_ray = torch.zeros((), device=device)
+        self.marched_per_ray = torch.zeros((), device=device)
+        self.has_average = torch.zeros((), dtype=torch.bool, device=device)
+        self.metrics = DeviceIntervalMetrics(device)
+        self.rule = None
+        if trainer.march_backend == "triton":
+            from trainer.render.triton_march import march_rule_tensor
+
+            self.rule = march_rule_tensor(MIN_STEP_SIZE, trainer.cone_angle, trainer.max_step_size, device)
+        self.graph: Any = None  # a trainer.train.capture.CapturedStep when the step is captured
+
+    def advance(self, sample_phases: bool = False) -> None:
+        """One step: :meth:`run` eagerly, or the captured graph's replay (``sample_phases``: an
+        eager step with the phase timers, see :mod:`trainer.train.capture`)."""
+        if self.graph is None:
+            self.trainer._set_learning_rate()
+            self.run()
+        else:
+            self.graph.advance(sample_phases)
+
+    # ------------------------------------------------------------------ the step body
+    def run(self) -> None:
+        """Queue one step (data → march → compact → field → render → loss → backward → Adam →
+        batch sizing → interval sums); reads nothing on the host (module docstring)."""
+        tr = self.trainer
+        timer = tr.timer
+        live = self.ray_slot < self.n_live
+        with timer.phase("data"):
+            batch = tr.draw_batch(self.ray_capacity)
+            background, target = tr._background_and_target(batch, self.ray_capacity)
+            rays_o = torch.where(live[:, None], batch.rays_o, float("nan"))
+        with timer.phase("march"):
+            marched = march_fixed(rays_o, batch.rays_d, tr.aabb, tr.grid, self.buffers, step_size=MIN_STEP_SIZE,
+                                  cone_angle=tr.cone_angle, max_steps=tr.cfg.training.max_march_steps,
+                                  max_step_size=tr.max_step_size, generator=tr.generator,
+                                  backend=tr.march_backend, rule=self.rule)
+        samples, ray_ok, n_kept, n_trained = self._training_samples(marched, live)
+        with timer.phase("field_forward"):
+            sigmas, rgbs = tr.field_outputs(samples)
+        with timer.phase("render"):
+            rgb = tr._render_rgb(sigmas.float(), rgbs.float(), samples, background)
+            rgb = torch.where(ray_ok[:, None], rgb, target)
+            loss, mse_all = tr._loss_and_mse(rgb, target, self.n_live)
+            mse = mse_all * (self.ray_capacity / self.n_live)  # rays past n_live predict exactly
+        tr._backward(loss)
+        skipped = self._optimizer_step(marched.n_valid)
+        self._size_batch(live & marched.ray_fits, n_kept, marched.n_valid)
+        self.metrics.add(loss, mse, self.n_live, n_trained, skipped, marched.n_clipped)
+
+    def _training_samples(self, marched: Any, live: torch.Tensor) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The batch the step trains on, the rays it covers whole, the kept samples before the
+        batch cut (sizes the rays) and the samples trained on (device scalars)."""
+        tr = self.trainer
+        ray_ok = live & marched.ray_fits
+        if not tr.compact:
+            return marched.samples, ray_ok, marched.n_valid, marched.n_valid
+        with tr.timer.phase("compact"):
+            with torch.no_grad():
+                samples = marched.samples
+                sigmas = tr._density_for_grid(samples.positions)
+                if tr.triton_render:
+                    from trainer.render.triton_volrend import kept_counts_triton
+
+                    kept = kept_counts_triton(sigmas, samples.dt, samples.packed_info, EARLY_STOP_TRANSMITTANCE)
+                else:
+                    kept = kept_counts(sigmas, samples.dt, samples, EARLY_STOP_TRANSMITTANCE, valid=marched.valid)
+                compacted = compact_samples(samples, kept, self.train_capacity, triton=tr.triton_render)
+                n_trained = (~compacted.is_padding).sum()
+        return compacted.samples, ray_ok & compacted.ray_fits, compacted.n_kept, n_trained
+
+    def _optimizer_step(self, n_valid: torch.Tensor) -> torch.Tensor:
+        """Learning rate, (scaled) Adam step, scaler update, weight average; returns whether the
+        step was skipped (0-dim bool on the device: fp16 overflow, or no sample with a fused
+        optimiser, which takes the flag)."""
+        tr = self.trainer
+        opt, scaler = tr.optimizer, tr.scaler
+        with tr.timer.phase("optimizer"):
+            if scaler.is_enabled():
+                grads = [p.grad for p in tr.field.parameters() if p.grad is not None]
+                skipped = ~torch.isfinite(torch.nn.utils.get_total_norm(grads))
+                scaler.step(opt)
+                scaler.update()
+            else:
+                skipped = n_valid == 0
+                if opt.defaults.get("fused"):  # the fused kernels leave parameters alone on the flag
+                    opt.grad_scale, opt.found_inf = None, skipped.float()
+                opt.step()
+            if tr.weight_ema is not None and (not scaler.is_enabled() or not bool(skipped)):
+                tr.weight_ema.update(list(tr.field.parameters()))
+        return skipped
+
+    def _size_batch(self, marched_rays: torch.Tensor, n_kept: torch.Tensor, n_valid: torch.Tensor) -> None:
+        """The next step's ``n_live`` from this step's kept and marched samples per ray (device)."""
+        rays = marched_rays.sum().clamp(min=1).float()
+        seen = n_kept > 0
+        blend = torch.where(self.has_average, 0.9, 0.0)
+        kept = blend * self.kept_per_ray + (1.0 - blend) * (n_kept.float() / rays)
+        marched = blend * self.marched_per_ray + (1.0 - blend) * (n_valid.float() / rays)
+        self.kept_per_ray.copy_(torch.where(seen, kept, self.kept_per_ray))
+        self.marched_per_ray.copy_(torch.where(seen, marched, self.marched_per_ray))
+        self.has_average.logical_or_(seen)
+        wanted = torch.minimum(self.target / self.kept_per_ray.clamp(min=1e-3),
+                               self.march_capacity / self.marched_per_ray.clamp(min=1e-3))
+        n_live = (torch.ceil(wanted / RAY_GRANULARITY) * RAY_GRANULARITY).clamp(RAY_GRANULARITY, self.ray_capacity)
+        self.n_live.copy_(torch.where(self.has_average, n_live.long(), self.n_live))
+
+    # ------------------------------------------------------------------ host side
+    def interval_values(self, steps: int, elapsed_s: float) -> dict[str, Any]:
+        """The metrics columns of an interval of ``steps`` steps from the device sums (one read).
+
+        Raises:
+            TrainingError: ``MAX_CONSECUTIVE_OVERFLOWS`` skipped steps in a row.
+        """
+        from trainer.errors import TrainingError
+
+        sums = self.metrics.read()
+        trained = sums["trained"]
+        steps = max(steps, 1)
+        mse = sums["mse"] / trained if trained else 0.0
+        if sums["skip_run_max"] >= self.trainer.max_consecutive_overflows:
+            raise TrainingError(
+                f"{int(sums['skip_run_max'])} consecutive steps were skipped (fp16 overflow or no sample) before step "
+                f"{self.trainer.step}: with fp16 the model does not fit fp16's range (use training.precision bf16 or "
+                "fp32); without, no ray sample hit an occupied cell")
+        return {
+            "loss": sums["loss"] / trained if trained else None,
+            "train_psnr_db": -10.0 * math.log10(mse) if mse > 0 else None,
+            "rays_per_step": sums["rays"] / steps,
+            "samples_per_step": sums["samples"] / steps,
+            "rays_per_s": sums["rays"] / elapsed_s,
+            "throughput_samples_per_s": sums["samples"] / elapsed_s,
+            "skipped_steps": int(sums["skipped"]),
+            "samples_clipped": sums["samples_clipped"],
+        }
+
+    def forget_graph(self) -> None:
+        """Drop a captured graph (before the tensors it reads are replaced, e.g. a snapshot load)."""
+        if self.graph is not None:
+            self.graph.reset()
+
+    def sampled_phase_ms(self, record: dict[str, Any], steps: int, step_time_ms: float) -> dict[str, float]:
+        """Phase columns of a captured interval: the timed eager steps' means (the sampling mode
+        of :mod:`trainer.train.capture`) instead of their sum spread over every step; the
+        occupancy update, timed at each of its runs, stays as it is. Eager steps: unchanged."""
+        if self.graph is None:
+            return {}
+        timed = self.graph.take_timed_steps()
+        if not timed:
+            return {}
+        out = {}
+        for phase in PHASES:
+            value = record.get(f"{phase}_ms", 0.0)
+            out[f"{phase}_ms"] = value if phase == "occupancy_update" else value * max(steps, 1) / timed
+        out["other_ms"] = max(step_time_ms - sum(out.values()), 0.0)
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        """The batch-sizing state (device scalars as numbers) for snapshots."""
+        return {"n_live": int(self.n_live), "kept_per_ray": float(self.kept_per_ray),
+                "marched_per_ray": float(self.marched_per_ray), "has_average": bool(self.has_average)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` (in place: a captured graph keeps reading the same tensors)."""
+        self.n_live.fill_(int(state["n_live"]))
+        self.kept_per_ray.fill_(float(state["kept_per_ray"]))
+        self.marched_per_ray.fill_(float(state["marched_per_ray"]))
+        self.has_average.fill_(bool(state["has_average"]))
