@@ -1,0 +1,13 @@
+#!/bin/bash
+# One device call: the captured-step tests, then bench/train_step.py with training.cuda_graphs on / off /
+# auto (the dynamic step) side by side, then bench/launch_count.py for on and auto. Logs under $OUT.
+S=${SCENE:-.scenes/lego_400}
+python3 -m pytest -q -x tests/train/test_capture_cuda.py tests/train/test_fixed_step.py 2>&1 | tail -15 | tee $OUT/tests.log
+for mode in on off auto; do
+  python3 bench/train_step.py --scene $S --config configs/nerf_synthetic_400.json --set training.cuda_graphs=$mode \
+    --warmup 500 --steps 1000 2>&1 | tail -22 | tee $OUT/train_step_$mode.log
+done
+for mode in on auto; do
+  python3 bench/launch_count.py --scene $S --config configs/nerf_synthetic_400.json --set training.cuda_graphs=$mode \
+    --steps 5 --top 12 2>&1 | head -40 | tee $OUT/launch_count_$mode.log
+done
