@@ -134,6 +134,7 @@ class CapturedStep:
             self._lr_value = value
         for group in tr.optimizer.param_groups:
             group["lr"] = self.lr
+            group["capturable"] = True  # (fused groups keep their step on the device already)
 
     def advance(self, sample_phases: bool) -> None:
         """Run one step: eagerly while warming up (or when ``sample_phases``), else a replay
