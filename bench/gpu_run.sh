@@ -78,6 +78,23 @@ recipe_ab() {
 #: launch-count [FLAGS]: kernel launches per step by phase and operator (bench/launch_count.py flags)
 recipe_launch-count() { run launch_count.txt python3 bench/launch_count.py --scene "$S" "$@" | sed -n 1,30p; }
 
+#: capture [FLAGS]: the fixed-capacity step captured (training.cuda_graphs=on), eager (off) and the
+# dynamic step (auto) side by side: the CUDA tests of the capture, bench/train_step.py per mode
+# (--warmup 500 --steps 500, configs/nerf_synthetic_400.json) and bench/launch_count.py for on and auto;
+# FLAGS go to both scripts (e.g. --set training.capacity_headroom=2)
+recipe_capture() {
+  local mode cfg=(--config configs/nerf_synthetic_400.json)
+  recipe_tests tests/train/test_capture_cuda.py tests/train/test_fixed_step.py
+  for mode in on off auto; do
+    run "capture_train_step_$mode.txt" python3 bench/train_step.py --scene "$S" "${cfg[@]}" \
+      --set "training.cuda_graphs=$mode" --warmup 500 --steps 500 "$@" | sed -n 1,22p
+  done
+  for mode in on auto; do
+    run "capture_launch_count_$mode.txt" python3 bench/launch_count.py --scene "$S" "${cfg[@]}" \
+      --set "training.cuda_graphs=$mode" --steps 5 --top 12 "$@" | sed -n 1,40p
+  done
+}
+
 #: step-variants: candidate fast paths of the step timed side by side in one process
 recipe_step-variants() { run step_variants.txt python3 bench/step_variants.py --scene "$S" | tail -30; }
 
