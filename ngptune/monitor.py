@@ -5,7 +5,7 @@
 Each refresh reads every selected GPU through NVML (:class:`ngptune.profiling.nvml.GpuReader`:
 utilisation, memory, power, temperature, clocks, throttling reasons, PCIe and NVLink rates) and
 shows them in a ``rich.live`` table; with ``--csv`` every row is appended and flushed at once
-(``gpu_timeline.csv`` columns, :data:`trainer.schema.GPU_TIMELINE_TABLE`). Ctrl-C (SIGINT) or
+(``gpu_timeline.csv`` columns, :data:`ngptune.profiling.tables.GPU_TIMELINE_TABLE`). Ctrl-C (SIGINT) or
 SIGTERM ends it between two refreshes, so the CSV never holds a partial row; ``--count N`` stops
 after N refreshes. Without an NVIDIA GPU it exits with ``error: no NVIDIA GPU found (NVML: ...)``.
 """
@@ -25,9 +25,9 @@ from rich.live import Live
 from rich.table import Table
 
 from ngptune.profiling.nvml import GpuReader
+from ngptune.profiling.tables import GPU_TIMELINE_TABLE
 from trainer.errors import ConfigError
 from trainer.rundir import prepare_output_file
-from trainer.schema import GPU_TIMELINE_TABLE
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -26,7 +26,11 @@ from typing import Any, Sequence
 
 from trainer.config import TrainConfig, apply_overrides, config_to_dict, dump_config, load_config, parse_override
 from trainer.errors import ConfigError, LaunchError, NgptuneError, SceneError
-from trainer.rundir import TRAIN_START_KEY, RunDir, prepare_output_file
+from trainer.rundir import RunDir, prepare_output_file
+from trainer.runstatus import (
+    COMPLETED, RUN_DIR_KEY, RUNNING, STATE_KEY, TRAIN_START_KEY, failed_fields, interrupted_fields, is_completed,
+    print_error,
+)
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 
@@ -203,7 +207,7 @@ def run_distributed_training(cfg: TrainConfig, args: argparse.Namespace, env) ->
         cfg = apply_overrides(cfg, {"training.device": str(env.device)})
     scene_path = scene_path_of(cfg)
     run_dir = RunDir(args.out or default_run_dir(scene_path)).create()
-    status: dict[str, Any] = {"state": "running", "scene": str(scene_path), "world_size": env.world_size}
+    status: dict[str, Any] = {STATE_KEY: RUNNING, "scene": str(scene_path), "world_size": env.world_size}
     progress = _Progress(cfg.training.n_steps, cfg.training.quiet or not env.is_main)
     trainer = None
     if env.is_main:
@@ -231,7 +235,7 @@ def run_distributed_training(cfg: TrainConfig, args: argparse.Namespace, env) ->
             newest = trainer.last_checkpoint[1]
         else:
             newest = trainer.save_checkpoint()
-        status.update({"state": "completed", "step": trainer.step, "train_time_s": trainer.train_time_s,
+        status.update({STATE_KEY: COMPLETED, "step": trainer.step, "train_time_s": trainer.train_time_s,
                        "checkpoint": str(newest)})
         _finish_status(trainer, args, status, progress, last, t0)
         return status
@@ -242,14 +246,14 @@ def run_distributed_training(cfg: TrainConfig, args: argparse.Namespace, env) ->
     finally:
         if trainer is not None:
             trainer.close()
-        status["run_dir"] = str(run_dir.root)
+        status[RUN_DIR_KEY] = str(run_dir.root)
         peer_error = None
-        if status.get("state") == "completed":  # every rank must finish before the group goes
+        if is_completed(status):  # every rank must finish before the group goes
             try:
                 wait_for_peers()
             except LaunchError as exc:
                 peer_error = exc
-                status.update({"state": "failed", "reason": str(exc)})
+                status.update(failed_fields(str(exc)))
         if env.is_main:
             run_dir.write_json(run_dir.status_path, status)
         shutdown_distributed()
@@ -484,7 +488,7 @@ def run_training(cfg: TrainConfig, args: argparse.Namespace) -> dict[str, Any]:
     warning = cpu_config_warning(cfg)
     if warning:
         progress.message(warning)
-    status: dict[str, Any] = {"state": "running", "scene": str(scene_path)}
+    status: dict[str, Any] = {STATE_KEY: RUNNING, "scene": str(scene_path)}
     run_dir.write_json(run_dir.status_path, status)  # a killed run still says it was running
     trainer = None
     try:
@@ -498,7 +502,7 @@ def run_training(cfg: TrainConfig, args: argparse.Namespace) -> dict[str, Any]:
         status[TRAIN_START_KEY] = time.time()
         t0 = time.perf_counter()
         last = _train_with_progress(trainer, cfg, progress)
-        status.update({"state": "completed", "step": trainer.step, "train_time_s": trainer.train_time_s})
+        status.update({STATE_KEY: COMPLETED, "step": trainer.step, "train_time_s": trainer.train_time_s})
         _finish_status(trainer, args, status, progress, last, t0)
         return status
     except BaseException as exc:
@@ -508,7 +512,7 @@ def run_training(cfg: TrainConfig, args: argparse.Namespace) -> dict[str, Any]:
     finally:
         if trainer is not None:
             trainer.close()
-        status["run_dir"] = str(run_dir.root)
+        status[RUN_DIR_KEY] = str(run_dir.root)
         run_dir.write_json(run_dir.status_path, status)
 
 
@@ -556,8 +560,8 @@ def _raise_terminated(signum: int, frame: Any) -> None:
 def failure_status(exc: BaseException) -> dict[str, Any]:
     """``status.json`` fields of a run that ended by ``exc``: interrupted (Ctrl-C, SIGTERM) or failed."""
     if isinstance(exc, (KeyboardInterrupt, Terminated)):
-        return {"state": "interrupted", "reason": str(exc) or type(exc).__name__}
-    return {"state": "failed", "reason": f"{type(exc).__name__}: {exc}"}
+        return interrupted_fields(str(exc) or type(exc).__name__)
+    return failed_fields(f"{type(exc).__name__}: {exc}")
 
 
 def train_command(args: argparse.Namespace) -> int:
@@ -574,7 +578,7 @@ def train_command(args: argparse.Namespace) -> int:
             return 0
         status = run_training(cfg, args)
     except NgptuneError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print_error(exc)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -1,4 +1,5 @@
-"""Exception hierarchy shared by the trainer and the ngptune driver.
+"""Exception hierarchy shared by the trainer and the ngptune driver (whose own errors,
+:mod:`ngptune.errors`, derive from :class:`NgptuneError` too).
 
 Users see ``str(error)``: one line that says what is wrong and where (file, frame, dotted key).
 ``assert`` is kept for programmer errors only.
@@ -29,7 +30,3 @@ class TrainingError(NgptuneError):
 
 class LaunchError(NgptuneError):
     """A distributed launch failed (port in use, rank died, world size mismatch)."""
-
-
-class TrialFailed(NgptuneError):
-    """A tuning trial failed; carries the reason and the log path."""

@@ -13,7 +13,7 @@
       checkpoints/step_<NNNNNNN>/   sharded distributed checkpoints
       logs/rank<R>.log       text log of each rank
       traces/rank<R>.pt.trace.json  torch.profiler Chrome trace of rank R (profile.trace_steps)
-      status.json            final state of the run (completed / failed + reason)
+      status.json            final state of the run (completed / failed + reason; keys in trainer.runstatus)
 
 Stdlib only: both the trainer and the ngptune driver import it.
 """
@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Callable
 
 from trainer.errors import ConfigError
+from trainer.runstatus import STATE_KEY
 
 _SNAPSHOT_RE = re.compile(r"^step_(\d{7,})\.pt$")
 
@@ -83,11 +84,6 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write(path, lambda f: f.write(text.encode("utf-8")))
 
 
-TRAIN_START_KEY = "train_start_unix_s"
-"""``status.json`` key: wall clock (``time.time()``, s) at which the training loop started; the
-profile's GPU timeline counts from it."""
-
-
 @dataclasses.dataclass(frozen=True)
 class RunDir:
     """Paths inside one run directory (nothing is created until asked)."""
@@ -140,7 +136,7 @@ class RunDir:
         first run file found), or None for a missing or run-free folder."""
         status = self.read_status()
         if status is not None:
-            return f"its status.json says {status.get('state', 'unknown')!r}"
+            return f"its status.json says {status.get(STATE_KEY, 'unknown')!r}"
         for path in (self.metrics_path(0), self.config_path):
             if path.is_file():
                 return f"it has {path.name}"

@@ -13,7 +13,7 @@ import dataclasses
 import json
 import math
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from trainer.errors import NgptuneError
 
@@ -207,52 +207,3 @@ def truncate_metrics_after(path: Path, step: int) -> int:
     if removed:
         atomic_write_text(path, "".join(line + "\n" for line in kept))
     return removed
-
-
-def column_units(names: Iterable[str]) -> dict[str, str]:
-    """Map column names to their units (unknown names raise KeyError)."""
-    return {n: COLUMNS_BY_NAME[n].unit for n in names}
-
-
-# --------------------------------------------------------------------------------------------
-# Profile tables (``ngptune profile`` writes them as CSV; the report and the diagnoses read them).
-# Column names carry their units, like the metrics above.
-# --------------------------------------------------------------------------------------------
-
-PHASES_TABLE: tuple[str, ...] = ("rank", "step", "phase", "time_ms")
-"""phases.csv: mean time per step of each phase (and "other") over each logging interval ending at ``step``."""
-
-SUMMARY_TABLE: tuple[str, ...] = (
-    "rank", "steps", "step_time_ms", "compute_ms", "wait_ms", "throughput_samples_per_s", "imbalance",
-    "comm_ms", "comm_busbw_gb_per_s", "link_busbw_gb_per_s", "phase_coverage",
-)
-"""summary.csv: one row per rank, means over the run (phase_coverage = named phases / step time;
-throughput_samples_per_s: rank 0's row is the job's (all ranks; what metrics.jsonl holds), the
-other rows each rank's own share;
-link_busbw_gb_per_s: the all-reduce busbw the ranks' link carries, GB/s, from bench-comm or given,
-the same on every row, empty when unknown)."""
-
-GPU_TIMELINE_TABLE: tuple[str, ...] = (
-    "t_s", "gpu", "util_pct", "mem_util_pct", "mem_used_mib", "power_w", "temp_c", "sm_clock_mhz",
-    "mem_clock_mhz", "throttle_reasons", "pcie_tx_kib_per_s", "pcie_rx_kib_per_s",
-    "nvlink_tx_kib_per_s", "nvlink_rx_kib_per_s",
-)
-"""gpu_timeline.csv: NVML samples, one row per GPU and sampling time; t_s is seconds since the
-training loop started (status.json ``train_start_unix_s``; negative during set-up)."""
-
-KERNELS_TABLE: tuple[str, ...] = ("rank", "name", "category", "calls", "total_ms", "mean_us", "share_pct")
-"""kernels.csv: device kernels (GPU traces) or top-level operators (CPU traces) of the trace window."""
-
-OVERLAP_TABLE: tuple[str, ...] = (
-    "rank", "window_ms", "compute_ms", "comm_ms", "exposed_comm_ms", "overlapped_comm_ms", "idle_ms",
-)
-"""overlap.csv: per rank, busy time of compute and communication kernels in the trace window."""
-
-DIAGNOSES_TABLE: tuple[str, ...] = ("bottleneck", "fired", "severity", "value", "threshold", "evidence", "knob")
-"""diagnoses.csv: every bottleneck of DESIGN.md §4, whether it fired, and why."""
-
-COMPUTE_PHASES: tuple[str, ...] = ("march", "compact", "field_forward", "render", "backward", "optimizer")
-"""Phases that are the rank's own compute (the rest is data, waits and bookkeeping)."""
-
-WAIT_PHASES: tuple[str, ...] = ("comm", "balance")
-"""Phases where a rank waits for the others (collectives)."""

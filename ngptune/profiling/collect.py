@@ -5,9 +5,9 @@ The profile folder (:class:`ProfileDir`, the one place its file names are spelle
     PROFILE/
       run/               the trainer's run directory (trainer.rundir.RunDir)
       trainer.log        the trainer command's stdout and stderr
-      phases.csv         trainer.schema.PHASES_TABLE       summary.csv   trainer.schema.SUMMARY_TABLE
-      gpu_timeline.csv   trainer.schema.GPU_TIMELINE_TABLE kernels.csv   trainer.schema.KERNELS_TABLE
-      overlap.csv        trainer.schema.OVERLAP_TABLE      diagnoses.csv trainer.schema.DIAGNOSES_TABLE
+      phases.csv         PHASES_TABLE          summary.csv    SUMMARY_TABLE
+      gpu_timeline.csv   GPU_TIMELINE_TABLE    kernels.csv    KERNELS_TABLE
+      overlap.csv        OVERLAP_TABLE         diagnoses.csv  DIAGNOSES_TABLE   (ngptune.profiling.tables)
       sources.json       {source: {"status": "ok"|"missing"|"failed", "detail": str}} for SOURCES
       failure.json       {"reason", "log_path", "exit_code"} when the run failed
       bench_comm.csv, bench_comm/   the link measurement (ngptune.profiling.link) and its rank logs
@@ -39,18 +39,12 @@ import pandas as pd
 from ngptune.profiling import SourceStatus
 from ngptune.profiling.runs import ProfileError, metrics_frame, phases_table, summary_table
 from ngptune.profiling.traces import HTA_NOT_USED, TraceError, analyze_traces, load_trace
+from ngptune.profiling.tables import GPU_TIMELINE_TABLE, KERNELS_TABLE, OVERLAP_TABLE, PHASES_TABLE, SUMMARY_TABLE
 from trainer.config import load_config
 from trainer.errors import NgptuneError
-from trainer.rundir import TRAIN_START_KEY, RunDir, atomic_write_text
-from trainer.schema import (
-    GPU_TIMELINE_TABLE,
-    KERNELS_TABLE,
-    OVERLAP_TABLE,
-    PHASES,
-    PHASES_TABLE,
-    SUMMARY_TABLE,
-    MetricsError,
-)
+from trainer.rundir import RunDir, atomic_write_text
+from trainer.runstatus import TRAIN_START_KEY
+from trainer.schema import PHASES, MetricsError
 
 SOURCES: tuple[str, ...] = ("phase_timers", "nvml", "torch_profiler", "hta", "nsys", "ncu", "link_busbw")
 

@@ -5,7 +5,7 @@
                     [--emulate-interconnect ...] [--link-busbw auto|off|GB_PER_S]
                     [--bench-comm-csv FILE] [--set KEY=VALUE ...] [--out DIR]
 
-The trainer runs as a subprocess (``python -m ngptune train``, with ``--nproc-per-node N`` through
+The trainer runs as a subprocess (``python -m trainer``, with ``--nproc-per-node N`` through
 the elastic launcher) into ``<profile>/run`` with one metrics record per step
 (``training.log_every=1``, overridable with ``--set``) and a torch.profiler window
 (``profile.trace_steps``; default :func:`default_trace_window`). Meanwhile an NVML sampler thread
@@ -39,6 +39,7 @@ from ngptune.profiling.link import measure_link_busbw, parse_link_busbw, read_li
 from ngptune.profiling.nvml import NvmlSampler
 from trainer.config import TrainConfig
 from trainer.errors import ConfigError
+from trainer.runstatus import REASON_KEY, error_or_last_line, last_error_message, print_error
 
 DEFAULT_STEPS = 30
 STOP_GRACE_S = 30  # seconds a stopped trainer gets before the next, harder signal
@@ -134,8 +135,8 @@ def default_profile_dir(scene_name: str) -> Path:
 
 
 def trainer_command(args: argparse.Namespace, run_dir: Path, window: tuple[int, int], *, cuda_profiler_range: bool) -> list[str]:
-    """The ``python -m ngptune train`` command line of the profiled run."""
-    argv = [sys.executable, "-m", "ngptune", "train"]
+    """The ``python -m trainer`` command line of the profiled run."""
+    argv = [sys.executable, "-m", "trainer"]
     if args.nproc_per_node is not None:
         argv += ["--nproc-per-node", str(args.nproc_per_node)]
     argv += ["--n-steps", str(args.steps), "--out", str(run_dir), "--quiet", "--no-eval",
@@ -184,17 +185,11 @@ def run_outcome(exit_code: int, profile: ProfileDir) -> RunOutcome:
     if exit_code == 0:
         return RunOutcome(True, 0)
     log_text = profile.trainer_log_path.read_text(encoding="utf-8", errors="replace") if profile.trainer_log_path.is_file() else ""
-    lines = [line.strip() for line in log_text.splitlines() if line.strip()]
     status = profile.run.read_status() or {}
-    error_lines = [line for line in lines if line.startswith("error: ")]
-    if error_lines:
-        reason = error_lines[-1][len("error: "):]
-    elif status.get("reason"):
-        reason = str(status["reason"])
-    elif lines:
-        reason = lines[-1]
-    else:
-        reason = f"the trainer exited with status {exit_code}"
+    reason = last_error_message(log_text)
+    if reason is None:
+        reason = str(status.get(REASON_KEY) or error_or_last_line(log_text)
+                     or f"the trainer exited with status {exit_code}")
     log_path = profile.trainer_log_path
     match = _LOG_REF_RE.search(reason)
     if match:
@@ -304,13 +299,12 @@ def profile_command(args: argparse.Namespace) -> int:
 
     fired = [c.bottleneck for c in checks if c.diagnosis is not None]
     if not outcome.completed:
-        print(f"error: training failed: {outcome.reason} (log: {outcome.log_path}); "
-              f"partial profile: {report}", file=sys.stderr)
+        print_error(f"training failed: {outcome.reason} (log: {outcome.log_path}); partial profile: {report}")
         return 1
     broken = [f"{name}: {s.detail}" for name, s in collected.sources.items() if s.status == "failed"]
     print(f"profile: {report} (diagnoses: {', '.join(fired) if fired else 'none fired'})")
     if broken:
-        print(f"error: profile incomplete: {broken[0]}", file=sys.stderr)
+        print_error(f"profile incomplete: {broken[0]}")
         return 1
     return 0
 

@@ -26,9 +26,9 @@ phase with the mean ms per step of the interval ending at that step. Each rank's
 the rank has later ones, by the rule the summary table and the sweep objectives share
 (:func:`ngptune.profiling.runs.drop_warmup`).
 
-Per-rank compute time is the sum of ``trainer.schema.COMPUTE_PHASES``, the rank's own work in which
+Per-rank compute time is the sum of ``ngptune.profiling.tables.COMPUTE_PHASES``, the rank's own work in which
 it waits for no other rank (the data phase is judged on its own); time in
-``trainer.schema.WAIT_PHASES`` (collectives) is where a faster rank waits for the slowest.
+``ngptune.profiling.tables.WAIT_PHASES`` (collectives) is where a faster rank waits for the slowest.
 
 The result of every check, fired or not, is a :class:`Check`; :func:`diagnoses_table` turns them
 into the rows of ``diagnoses.csv``.
@@ -43,8 +43,9 @@ from pathlib import Path
 import pandas as pd
 
 from ngptune.profiling.runs import drop_warmup
+from ngptune.profiling.tables import COMPUTE_PHASES, DIAGNOSES_TABLE, PHASES_TABLE, WAIT_PHASES
 from trainer.errors import NgptuneError
-from trainer.schema import COMPUTE_PHASES, DIAGNOSES_TABLE, PHASES, PHASES_TABLE, WAIT_PHASES
+from trainer.schema import PHASES
 
 __all__ = [
     "BOTTLENECKS",
@@ -195,7 +196,7 @@ class ProfileInputs:
     """What the diagnoses read. Optional sources are None (or empty) when they were not collected.
 
     Attributes:
-        phases: ``trainer.schema.PHASES_TABLE`` columns: ``rank`` (int), ``step`` (int), ``phase``
+        phases: ``ngptune.profiling.tables.PHASES_TABLE`` columns: ``rank`` (int), ``step`` (int), ``phase``
             (one of ``trainer.schema.PHASES`` or ``"other"``), ``time_ms`` (float, mean ms per step
             of the logged interval ending at ``step``); one row per (rank, step, phase); may be empty.
         summary: one row per rank, at least ``rank``; ``compute_ms`` (used when ``phases`` has no
@@ -493,7 +494,7 @@ def diagnose(inputs: ProfileInputs) -> list[Diagnosis]:
 
 
 def diagnoses_table(checks: list[Check]) -> pd.DataFrame:
-    """The rows of ``diagnoses.csv`` (``trainer.schema.DIAGNOSES_TABLE`` columns), one per check.
+    """The rows of ``diagnoses.csv`` (``ngptune.profiling.tables.DIAGNOSES_TABLE`` columns), one per check.
 
     ``fired`` is a bool; ``severity`` and ``knob`` are empty unless fired; a check that was not
     evaluated has ``value`` NaN and ``evidence`` ``"not evaluated: <why>"``.

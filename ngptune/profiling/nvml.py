@@ -1,6 +1,6 @@
 """GPU telemetry from NVML (``nvidia-ml-py``, imported as ``pynvml``): one row per GPU and sample.
 
-Rows have the columns of :data:`trainer.schema.GPU_TIMELINE_TABLE` (units in the names):
+Rows have the columns of :data:`ngptune.profiling.tables.GPU_TIMELINE_TABLE` (units in the names):
 
 =====================  =======================================================================
 t_s                    seconds since the reader opened (``time.monotonic``; the wall clock of that
@@ -38,8 +38,8 @@ from typing import Any, Callable, Sequence
 import pandas as pd
 
 from ngptune.profiling import SourceStatus
+from ngptune.profiling.tables import GPU_TIMELINE_TABLE
 from trainer.errors import ConfigError, NgptuneError
-from trainer.schema import GPU_TIMELINE_TABLE
 
 UINT_MAX = 0xFFFFFFFF  # scopeId that sums an NVLink counter over all links (nvml.h)
 
@@ -175,7 +175,7 @@ class GpuReader:
         return out
 
     def read(self, t_s: float | None = None) -> list[dict[str, Any]]:
-        """One row per selected GPU (:data:`trainer.schema.GPU_TIMELINE_TABLE` keys).
+        """One row per selected GPU (:data:`ngptune.profiling.tables.GPU_TIMELINE_TABLE` keys).
 
         Args:
             t_s: the row's time (s); default: seconds since the reader opened.

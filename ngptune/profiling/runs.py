@@ -2,7 +2,7 @@
 the one warm-up rule every analysis of those records follows (:func:`steady_records`,
 :func:`drop_warmup`).
 
-Columns are the schema's (:data:`trainer.schema.PHASES_TABLE`, :data:`trainer.schema.SUMMARY_TABLE`).
+Columns are the schema's (:data:`ngptune.profiling.tables.PHASES_TABLE`, :data:`ngptune.profiling.tables.SUMMARY_TABLE`).
 """
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ from typing import TypeVar
 
 import pandas as pd
 
+from ngptune.profiling.tables import COMPUTE_PHASES, PHASES_TABLE, SUMMARY_TABLE, WAIT_PHASES
 from trainer.errors import NgptuneError
 from trainer.rundir import RunDir
-from trainer.schema import COMPUTE_PHASES, PHASES, PHASES_TABLE, SUMMARY_TABLE, WAIT_PHASES, read_metrics
+from trainer.schema import PHASES, read_metrics
 
 
 WARMUP_INTERVALS = 1
@@ -101,14 +102,14 @@ def _mean(frame: pd.DataFrame, column: str) -> float:
 
 
 def summary_table(metrics: pd.DataFrame, *, steady: bool = True) -> pd.DataFrame:
-    """One row per rank: means over the run's records (:data:`trainer.schema.SUMMARY_TABLE`).
+    """One row per rank: means over the run's records (:data:`ngptune.profiling.tables.SUMMARY_TABLE`).
 
     Args:
         metrics: from :func:`metrics_frame`.
         steady: leave out each rank's warm-up records (:func:`drop_warmup`).
 
-    ``compute_ms`` sums the compute phases (:data:`trainer.schema.COMPUTE_PHASES`), ``wait_ms``
-    the collective phases (:data:`trainer.schema.WAIT_PHASES`); ``imbalance`` is max/mean of the
+    ``compute_ms`` sums the compute phases (:data:`ngptune.profiling.tables.COMPUTE_PHASES`), ``wait_ms``
+    the collective phases (:data:`ngptune.profiling.tables.WAIT_PHASES`); ``imbalance`` is max/mean of the
     ranks' ``compute_ms`` (DESIGN.md §4, diagnosis 5), the same value on every row.
     """
     rows = []

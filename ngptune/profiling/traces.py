@@ -4,10 +4,10 @@ The trainer writes one Chrome trace per rank for the ``profile.trace_steps`` win
 (:meth:`trainer.rundir.RunDir.trace_path`). This module reads them with ``json`` + pandas:
 
 * :func:`load_trace` → :class:`Trace` (the complete ``"X"`` events of one rank as a DataFrame);
-* :func:`kernel_table` → ``kernels.csv`` rows (:data:`trainer.schema.KERNELS_TABLE`): GPU kernels,
+* :func:`kernel_table` → ``kernels.csv`` rows (:data:`ngptune.profiling.tables.KERNELS_TABLE`): GPU kernels,
   memcpys and memsets of a GPU trace, or the top-level operators of a CPU-only trace, grouped by
   name and category, with their time in the window;
-* :func:`overlap_table` → one ``overlap.csv`` row (:data:`trainer.schema.OVERLAP_TABLE`): busy
+* :func:`overlap_table` → one ``overlap.csv`` row (:data:`ngptune.profiling.tables.OVERLAP_TABLE`): busy
   time of computation and communication and how much of the communication is hidden behind
   computation, by interval arithmetic (:func:`union_length`).
 
@@ -36,8 +36,8 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
+from ngptune.profiling.tables import KERNELS_TABLE, OVERLAP_TABLE
 from trainer.errors import NgptuneError
-from trainer.schema import KERNELS_TABLE, OVERLAP_TABLE
 
 CATEGORIES: tuple[str, ...] = ("hash_grid_fwd", "hash_grid_bwd", "mlp", "comm", "march", "other")
 
@@ -373,7 +373,7 @@ def _classify(trace: Trace) -> _Classified:
 
 
 def kernel_table(trace: Trace) -> pd.DataFrame:
-    """``kernels.csv`` rows of one rank (:data:`trainer.schema.KERNELS_TABLE`).
+    """``kernels.csv`` rows of one rank (:data:`ngptune.profiling.tables.KERNELS_TABLE`).
 
     GPU traces: every kernel, memcpy and memset; CPU-only traces: the top-level operators
     (``cpu_op`` events not nested in another operator) and the communication ranges (``gloo:*``).
@@ -397,7 +397,7 @@ def kernel_table(trace: Trace) -> pd.DataFrame:
 
 
 def overlap_table(trace: Trace) -> pd.DataFrame:
-    """One ``overlap.csv`` row (:data:`trainer.schema.OVERLAP_TABLE`) for the trace's rank.
+    """One ``overlap.csv`` row (:data:`ngptune.profiling.tables.OVERLAP_TABLE`) for the trace's rank.
 
     GPU traces: compute = GPU events that are not communication, comm = communication kernels
     (NCCL), window = first to last GPU event. CPU-only traces: compute = top-level operators

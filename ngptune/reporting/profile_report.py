@@ -32,21 +32,19 @@ from plotly.subplots import make_subplots
 from ngptune.profiling.collect import ProfileDir, read_csv_table
 from ngptune.profiling.diagnose import LINK_UNDERUSED_FRACTION, SEVERITIES, rank_phase_means
 from ngptune.reporting.html import Section, figure_html, render_page, table_html, text_html
-from trainer.errors import NgptuneError
-from trainer.rundir import atomic_write_text
-from trainer.schema import (
+from ngptune.profiling.tables import (
     COMPUTE_PHASES,
     DIAGNOSES_TABLE,
     GPU_TIMELINE_TABLE,
     KERNELS_TABLE,
     OVERLAP_TABLE,
-    PHASES,
     PHASES_TABLE,
     SUMMARY_TABLE,
     WAIT_PHASES,
-    MetricsError,
-    read_metrics,
 )
+from trainer.errors import NgptuneError
+from trainer.rundir import atomic_write_text
+from trainer.schema import PHASES, MetricsError, read_metrics
 
 __all__ = ["ProfileReportError", "write_profile_report"]
 

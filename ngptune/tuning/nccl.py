@@ -29,6 +29,8 @@ import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from ngptune.errors import NcclValueError
+
 __all__ = [
     "ALLOWED",
     "DEBUG_VARIABLES",
@@ -80,11 +82,6 @@ DEBUG_VARIABLES: tuple[str, ...] = ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEB
 
 _EMULATION_VARIABLES = ("NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE")
 _APPLIED = re.compile(r"\b(NCCL_[A-Z0-9_]+) set by environment to (\S+)")
-
-
-class NcclValueError(ValueError):
-    """A variable or value outside the allow-list; the message says why (no file or key: the
-    caller adds where it came from)."""
 
 
 def is_nccl_name(name: str) -> bool:

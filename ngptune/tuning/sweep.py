@@ -47,6 +47,7 @@ from typing import Any
 
 from rich.console import Console
 from ngptune.console import make_console
+from ngptune.errors import TrialFailed
 
 from ngptune.tuning import nccl
 from ngptune.tuning.layout import StudyDir
@@ -59,7 +60,7 @@ from ngptune.tuning.storage import (
 from ngptune.tuning.study import DEMO_SCENE, StudySpec, load_study
 from ngptune.tuning.trial import TrialLaunch, run_trial, trial_argv
 from trainer.config import TrainConfig, dump_config
-from trainer.errors import ConfigError, NgptuneError, TrialFailed
+from trainer.errors import ConfigError, NgptuneError
 from trainer.rundir import RunDir, atomic_write_text
 
 __all__ = ["SweepError", "SweepOptions", "SweepResult", "default_nproc_per_node", "nccl_is_active", "run_sweep"]

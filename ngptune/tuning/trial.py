@@ -1,6 +1,6 @@
 """One trial as a process tree: launch, poll, stop, classify (DESIGN.md §5).
 
-A trial is a fresh ``python -m ngptune train --nproc-per-node N --config C --out RUN`` started
+A trial is a fresh ``python -m trainer --nproc-per-node N --config C --out RUN`` started
 with :class:`subprocess.Popen` in a new session (``start_new_session=True``) with its own
 environment; the elastic launcher inside binds port 0 for its rendezvous, so concurrent trials
 never share a port. torch elastic starts each worker in a session of its own, so the trial's
@@ -40,6 +40,7 @@ from typing import Any
 
 from trainer.lifeline import command_stopping_with_parent
 from trainer.rundir import RunDir
+from trainer.runstatus import error_or_last_line, is_completed, state_of
 from trainer.schema import MetricsError, read_metrics
 
 __all__ = [
@@ -167,8 +168,8 @@ class ProcessTree:
 
 def trial_argv(config_path: Path, run_dir: Path, nproc_per_node: int, *, evaluate: bool) -> list[str]:
     """The trial's command: the parent-death wrapper (:func:`trainer.lifeline.command_stopping_with_parent`) around
-    ``python -m ngptune train --nproc-per-node N --config C --out RUN --quiet [--no-eval]``."""
-    train = [sys.executable, "-m", "ngptune", "train", "--nproc-per-node", str(nproc_per_node),
+    ``python -m trainer --nproc-per-node N --config C --out RUN --quiet [--no-eval]``."""
+    train = [sys.executable, "-m", "trainer", "--nproc-per-node", str(nproc_per_node),
              "--config", str(config_path), "--out", str(run_dir), "--quiet"]
     if not evaluate:
         train.append("--no-eval")
@@ -297,15 +298,6 @@ def _tail(path: Path) -> str:
         return ""
 
 
-def _error_line(launcher_text: str) -> str:
-    """The launcher's one-line error (``error: rank 1 raised ...``), else its last line."""
-    lines = [line.strip() for line in launcher_text.splitlines() if line.strip()]
-    for line in reversed(lines):
-        if line.startswith("error: "):
-            return line.removeprefix("error: ")
-    return lines[-1] if lines else "no output"
-
-
 def classify_exit(
     returncode: int | None, log_path: Path, run_dir: RunDir, status: Mapping[str, Any] | None, world_size: int
 ) -> tuple[str, str]:
@@ -322,14 +314,13 @@ def classify_exit(
         ``("completed", "")``, ``("pruned", "out of memory: ...")``, ``("failed", "NCCL error:
         ...")`` or ``("failed", "crash (exit status N): ...")``.
     """
-    if returncode == 0 and status is not None and status.get("state") == "completed":
+    if returncode == 0 and is_completed(status):
         return "completed", ""
     launcher_text = _tail(log_path)
-    message = _error_line(launcher_text)
+    message = error_or_last_line(launcher_text) or "no output"
     rank_texts = [_tail(run_dir.log_path(rank)) for rank in range(world_size)]
     if returncode == 0:
-        state = None if status is None else status.get("state")
-        return "failed", f"the launcher exited 0 but status.json says {state!r}; log: {log_path}"
+        return "failed", f"the launcher exited 0 but status.json says {state_of(status)!r}; log: {log_path}"
     if _OOM.search(message) or any(_OOM.search(t) for t in rank_texts):
         return "pruned", f"out of memory: {message}"
     if _NCCL_ERROR.search(message) or any(_NCCL_ERROR.search(t) for t in rank_texts):

@@ -16,8 +16,8 @@ from rich.console import Console
 
 from ngptune.monitor import parse_gpus, run_monitor
 from ngptune.profiling.nvml import GpuReader, NvmlUnavailable, import_nvml
+from ngptune.profiling.tables import GPU_TIMELINE_TABLE
 from tests.profiling.fake_nvml import FakeGpu, make_fake_nvml
-from trainer.schema import GPU_TIMELINE_TABLE
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -10,7 +10,8 @@ import pytest
 
 from ngptune.profiling import diagnose as dg
 from ngptune.profiling.diagnose import BOTTLENECKS, DiagnosisError, ProfileInputs, assess, diagnose, diagnoses_table
-from trainer.schema import DIAGNOSES_TABLE, GPU_TIMELINE_TABLE, KERNELS_TABLE, OVERLAP_TABLE, PHASES, PHASES_TABLE
+from ngptune.profiling.tables import DIAGNOSES_TABLE, GPU_TIMELINE_TABLE, KERNELS_TABLE, OVERLAP_TABLE, PHASES_TABLE
+from trainer.schema import PHASES
 
 STEPS = (10, 20, 30)  # 10 is the warm-up interval
 

@@ -11,7 +11,7 @@ import pytest
 from ngptune.profiling.nvml import GpuReader, NvmlSampler, NvmlUnavailable, decode_throttle_reasons, import_nvml
 from tests.profiling.fake_nvml import FakeGpu, make_fake_nvml
 from trainer.errors import ConfigError
-from trainer.schema import GPU_TIMELINE_TABLE
+from ngptune.profiling.tables import GPU_TIMELINE_TABLE
 
 
 def test_row_converts_raw_nvml_units() -> None:

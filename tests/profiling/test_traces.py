@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from ngptune.profiling.tables import KERNELS_TABLE, OVERLAP_TABLE
 from ngptune.profiling.traces import (
     TraceError,
     analyze_traces,
@@ -20,7 +21,6 @@ from ngptune.profiling.traces import (
     overlap_table,
     union_length,
 )
-from trainer.schema import KERNELS_TABLE, OVERLAP_TABLE
 
 
 def _x(name: str, cat: str, ts: float, dur: float, *, pid: object = 1, tid: object = 1, **args: object) -> dict:

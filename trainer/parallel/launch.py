@@ -47,6 +47,7 @@ from trainer.errors import LaunchError
 from trainer.lifeline import stop_with_parent
 from trainer.parallel.dist_env import check_port_free, restart_count as elastic_restart_count
 from trainer.rundir import RunDir
+from trainer.runstatus import error_or_last_line, failed_fields, strip_rank_prefix
 
 __all__ = ["RankFailure", "WorkersFailed", "launch_workers", "tail_lines"]
 
@@ -64,8 +65,6 @@ _TIMEOUT_TEXT = ("Timed out waiting", "timed out waiting", "Watchdog caught coll
 _SHUTDOWN_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP")
 # ... and the exit codes of a worker that caught one and exited by itself (128 + signal number).
 _SHUTDOWN_EXIT_CODES = {128 + signal.SIGTERM: "SIGTERM", 128 + signal.SIGINT: "SIGINT", 128 + signal.SIGHUP: "SIGHUP"}
-# torch.distributed's prefix on lines a rank prints after joining a group.
-_RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s?")
 # The last line of a Python traceback: ``package.module.ErrorType: message``.
 _TRACEBACK_LAST_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)\b.*)$")
 
@@ -104,7 +103,7 @@ class RankFailure:
             return f"rank {self.rank} raised {short}"
         if self.signal is not None:
             return f"rank {self.rank} was killed by {self.signal} (exit code {self.exitcode})"
-        last = _last_error_line(self.log_tail)
+        last = error_or_last_line(self.log_tail)
         tail = f": {_shorten(last)}" if last else ""
         return f"rank {self.rank} exited with code {self.exitcode}{tail}"
 
@@ -179,22 +178,10 @@ def _shorten(text: str, limit: int = 240) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
-def _last_error_line(text: str) -> str:
-    """The rank's own one-line error (the trainer's ``error: ...`` line, prefix removed) if its
-    log has one, else its last non-empty line: an error message may continue over several lines."""
-    last = ""
-    for line in reversed(text.splitlines()):
-        stripped = _RANK_PREFIX.sub("", line).strip()
-        if stripped.startswith("error: "):
-            return stripped[len("error: "):]
-        last = last or line.strip()
-    return last
-
-
 def _error_from_log(tail: str) -> str | None:
     """The ``ExcType: message`` line a Python traceback ends with, if the log ends with one
     (torch.distributed's ``[rank<R>]:`` line prefix removed)."""
-    lines = [_RANK_PREFIX.sub("", line) for line in tail.splitlines()]
+    lines = [strip_rank_prefix(line) for line in tail.splitlines()]
     if not any(line.startswith("Traceback (most recent call last)") for line in lines):
         return None
     for line in reversed(lines):
@@ -275,7 +262,7 @@ def _record_failure(run_dir: RunDir, root: RankFailure, message: str) -> None:
     """Put the root cause into ``status.json``: what rank 0 wrote there says only how rank 0
     ended (often stopped by the launcher), not which rank failed first."""
     status = run_dir.read_status() or {}
-    status.update(state="failed", reason=message, failed_rank=root.rank, failed_log=str(root.log_path))
+    status.update(failed_fields(message, failed_rank=root.rank, failed_log=str(root.log_path)))
     try:
         run_dir.write_json(run_dir.status_path, status)
     except OSError as exc:  # e.g. a full disk: the error the caller raises still names the rank
