@@ -5,7 +5,7 @@
         [--nccl-settings "NCCL_ALGO=Ring;NCCL_ALGO=Tree" ...] [--csv FILE] [--backend auto|nccl|gloo]
 
 For each NCCL setting (one by default) N worker ranks are started through the elastic launcher
-(:func:`trainer.parallel.launch.launch_workers`, the same path as ``ngptune train
+(:func:`trainer.parallel.launch.launch_workers`, the same path as ``python -m trainer
 --nproc-per-node``); each rank times ``--iters`` back-to-back calls of every collective at every
 size after ``--warmup`` untimed ones (CUDA events on GPUs, ``time.perf_counter`` on the CPU), and
 the slowest rank's mean time per collective is reported, as nccl-tests does. Bandwidths
@@ -43,14 +43,14 @@ from typing import TYPE_CHECKING, Sequence
 
 from trainer.config import TrainConfig
 from trainer.errors import ConfigError, LaunchError
-from trainer.parallel.dist_env import EMULATED_INTERCONNECT_ENV
+from trainer.parallel.dist_env import EMULATED_INTERCONNECT_ENV, choose_backend, visible_cuda_devices
 from trainer.rundir import RunDir, atomic_write_text, prepare_output_file
 
 if TYPE_CHECKING:  # pandas and torch load on first use: `ngptune --help` imports every command module
     import pandas as pd
 
 __all__ = [
-    "COLUMNS", "MAX_SIZE_BYTES", "OPS", "CommBenchConfig", "check_run_emulation", "parse_nccl_settings", "parse_sizes",
+    "COLUMNS", "MAX_SIZE_BYTES", "OPS", "CommBenchConfig", "parse_nccl_settings", "parse_sizes",
     "register", "run_comm_bench", "write_table_csv",
 ]
 
@@ -197,42 +197,19 @@ def settings_label(setting: dict[str, str]) -> str:
 
 
 def resolve_backend(backend: str, nproc_per_node: int) -> str:
-    """``auto`` → NCCL when this host shows at least ``nproc_per_node`` CUDA devices, else gloo.
+    """``auto`` → NCCL when this host shows at least ``nproc_per_node`` CUDA devices, else gloo
+    (:func:`trainer.parallel.dist_env.choose_backend`).
 
     Raises:
         ConfigError: ``nccl`` without enough CUDA devices, or an unknown name (naming ``--backend``).
     """
-    import torch
-
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if backend == "auto":
-        return "nccl" if gpus >= nproc_per_node else "gloo"
-    if backend == "nccl" and gpus < nproc_per_node:
+    gpus = visible_cuda_devices()
+    chosen = choose_backend(backend, on_cuda=gpus >= nproc_per_node)
+    if chosen == "nccl" and gpus < nproc_per_node:
         raise ConfigError(f"--backend: nccl needs {nproc_per_node} CUDA devices (one per rank), this host shows {gpus}")
-    if backend not in ("nccl", "gloo"):
+    if chosen not in ("nccl", "gloo"):
         raise ConfigError(f"--backend: expected auto, nccl or gloo, got {backend!r}")
-    return backend
-
-
-def check_run_emulation(cfg: TrainConfig) -> None:
-    """Refuse ``distributed.emulate_interconnect`` for a training run whose ranks will use gloo,
-    before any of them starts (they would each fail with the same error). The ranks pick NCCL
-    for ``distributed.backend`` ``auto`` when ``training.device`` is not ``cpu`` and this host
-    shows a CUDA device (:func:`trainer.parallel.dist_env.detect_dist_env`).
-
-    Raises:
-        ConfigError: naming ``distributed.emulate_interconnect``
-            (:func:`trainer.parallel.dist_env.interconnect_env`).
-    """
-    import torch
-
-    from trainer.parallel.dist_env import interconnect_env
-
-    backend = cfg.distributed.backend
-    if backend == "auto":
-        on_gpu = cfg.training.device != "cpu" and torch.cuda.is_available() and torch.cuda.device_count() > 0
-        backend = "nccl" if on_gpu else "gloo"
-    interconnect_env(cfg.distributed.emulate_interconnect, backend)
+    return chosen
 
 
 def run_comm_bench(config: CommBenchConfig, out_dir: Path) -> pd.DataFrame:

@@ -1,10 +1,11 @@
-"""``python -m trainer``: single-process training with instant-ngp style flags (and one rank of a
-distributed job under ``ngptune train --nproc-per-node``, ``torchrun`` or ``srun``)."""
+"""``python -m trainer``: training with instant-ngp style flags, on one process, as one rank of a
+job that torchrun or srun started, or as the launcher of ``--nproc-per-node N`` ranks
+(:mod:`trainer.launch_cli`; ``ngptune train`` is an alias)."""
 
 import os
 import sys
 
-from trainer.cli import main
+from trainer.launch_cli import main
 
 if __name__ == "__main__":
     code = main()

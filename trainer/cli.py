@@ -1,6 +1,7 @@
-"""Command line of the trainer: ``python -m trainer`` and ``ngptune train``.
+"""Training as one process: the training flags and what one process of ``python -m trainer``
+(:mod:`trainer.launch_cli`, the front door that also launches ``--nproc-per-node`` ranks) does.
 
-Distributed-aware: when the launcher's environment (torchrun / torch elastic / ``ngptune train
+Distributed-aware: when the launcher's environment (torchrun / torch elastic / ``python -m trainer
 --nproc-per-node``, or SLURM) reports several ranks, or ``--resume`` names a folder of sharded
 checkpoints, the process joins the process group and trains with
 :func:`trainer.parallel.build.build_distributed_trainer` (data parallel or subgrid). All ranks
@@ -22,7 +23,7 @@ import sys
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from trainer.config import TrainConfig, apply_overrides, config_to_dict, dump_config, load_config, parse_override
 from trainer.errors import ConfigError, LaunchError, NgptuneError, SceneError
@@ -47,7 +48,8 @@ def positive_int(text: str) -> int:
 
 
 def add_train_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the single-process training flags to ``parser`` (shared by ``ngptune train``)."""
+    """Add the training flags of one process to ``parser`` (:func:`trainer.launch_cli.add_arguments`
+    adds the launch flags)."""
     parser.add_argument("--scene", type=Path, default=None, help="scene folder or file (default: the built-in demo scene)")
     parser.add_argument("--config", "--network", dest="config", type=Path, default=None, help="trainer config (JSON with comments)")
     parser.add_argument("--n-steps", "--n_steps", dest="n_steps", type=int, default=None, help="training steps")
@@ -517,6 +519,7 @@ def run_training(cfg: TrainConfig, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def build_parser(prog: str = "python -m trainer") -> argparse.ArgumentParser:
+    """The parser of one process's training flags (no launch flags: :func:`trainer.launch_cli.build_parser`)."""
     parser = argparse.ArgumentParser(prog=prog, description="Train an instant-NGP NeRF (one process).")
     add_train_arguments(parser)
     return parser
@@ -543,12 +546,6 @@ def plain_warning_format() -> None:
     warnings.formatwarning = formatwarning
 
 
-def main(argv: Sequence[str] | None = None, prog: str = "python -m trainer") -> int:
-    plain_warning_format()
-    args = build_parser(prog).parse_args(argv)
-    return train_command(args)
-
-
 class Terminated(BaseException):
     """SIGTERM arrived (a launcher or a sweep stopping the run); unwinds so status.json is written."""
 
@@ -565,7 +562,9 @@ def failure_status(exc: BaseException) -> dict[str, Any]:
 
 
 def train_command(args: argparse.Namespace) -> int:
-    """Entry shared by ``python -m trainer`` and ``ngptune train``; returns the exit status."""
+    """Train one process (or one rank) as ``args`` say; returns the exit status (2 after an
+    ``error: `` line, 130 interrupted, 143 terminated). Used by ``python -m trainer`` without
+    ``--nproc-per-node`` (:func:`trainer.launch_cli.run_command`) and by ``ngptune demo``."""
     import signal
     import threading
 

@@ -31,7 +31,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ngptune.commbench import check_run_emulation
 from ngptune.profiling import SourceStatus
 from ngptune.profiling import nsight
 from ngptune.profiling.collect import ProfileDir, RunOutcome, collect, write_failure, write_tables
@@ -39,6 +38,7 @@ from ngptune.profiling.link import measure_link_busbw, parse_link_busbw, read_li
 from ngptune.profiling.nvml import NvmlSampler
 from trainer.config import TrainConfig
 from trainer.errors import ConfigError
+from trainer.parallel.dist_env import check_run_emulation
 from trainer.runstatus import REASON_KEY, error_or_last_line, last_error_message, print_error
 
 DEFAULT_STEPS = 30

@@ -36,7 +36,7 @@ from ngptune.profiling import SourceStatus
 from ngptune.profiling.collect import read_csv_table
 from trainer.config import TrainConfig
 from trainer.errors import ConfigError, NgptuneError
-from trainer.parallel.dist_env import EMULATED_INTERCONNECT_ENV
+from trainer.parallel.dist_env import EMULATED_INTERCONNECT_ENV, choose_backend, visible_cuda_devices
 
 __all__ = [
     "LINK_BENCH_SIZE_BYTES",
@@ -183,14 +183,12 @@ def link_bench_config(cfg: TrainConfig, nproc_per_node: int) -> CommBenchConfig:
     Raises:
         ConfigError: the combination cannot be measured (e.g. an emulated interconnect on gloo).
     """
-    backend = cfg.distributed.backend
-    if backend == "auto" and cfg.training.device == "cpu":
-        backend = "gloo"
+    on_cuda = cfg.training.device != "cpu" and visible_cuda_devices() >= nproc_per_node
     return CommBenchConfig(
         nproc_per_node=nproc_per_node,
         sizes_bytes=(LINK_BENCH_SIZE_BYTES,),
         ops=(_OP,),
-        backend=backend,
+        backend=choose_backend(cfg.distributed.backend, on_cuda),
         emulate_interconnect=cfg.distributed.emulate_interconnect,
         timeout_s=cfg.distributed.timeout_s,
     )

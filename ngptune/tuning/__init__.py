@@ -11,7 +11,7 @@ Layers, bottom-up:
 * :mod:`ngptune.tuning.space`      sampling one trial's settings (conditional parameters, inactive
                                    NCCL parameters on gloo) and the untuned default.
 * :mod:`ngptune.tuning.objectives` objective values and intermediate values from a run's metrics.
-* :mod:`ngptune.tuning.trial`      one trial: a fresh ``ngptune train --nproc-per-node N`` in its own
+* :mod:`ngptune.tuning.trial`      one trial: a fresh ``python -m trainer --nproc-per-node N`` in its own
                                    session, polled, stopped with its whole process tree, classified.
 * :mod:`ngptune.tuning.layout`     the study folder (storage, trial folders, best config, env file).
 * :mod:`ngptune.tuning.outputs`    ``best_config.json`` and ``best_env.sh``.

@@ -10,7 +10,7 @@ module that builds paths inside it.
       trials/<n>/                the trainer's run directory of trial n (trainer.rundir layout:
                                  config.json, metrics.jsonl, logs/rank<R>.log, status.json, ...)
       trials/<n>.config.json     the trainer config trial n was launched with (--config)
-      trials/<n>.launch.log      stdout and stderr of trial n's launcher (ngptune train)
+      trials/<n>.launch.log      stdout and stderr of trial n's launcher (python -m trainer)
       best_config.json           the best trial's config (``ngptune train --config`` takes it as is)
       best_env.sh                the best trial's NCCL variables (export lines)
       report.html, trials.csv    written by ngptune.reporting.study_report

@@ -18,7 +18,8 @@ The config's ``distributed`` block (``world_size``, ``master_addr``, ``master_po
 
 Device: ``training.device`` ``auto``/``cuda`` → ``cuda:<local_rank>`` (``cuda:0`` when the
 launcher shows each task a single GPU), ``cpu`` → ``cpu``. Backend ``auto`` → NCCL for a CUDA
-device, gloo otherwise (DESIGN.md §3).
+device, gloo otherwise (DESIGN.md §3; :func:`choose_backend`, the one place that rule lives;
+:func:`planned_backend` predicts it for a launcher before any rank starts).
 
 Every wait in :func:`init_distributed` and in later collectives is bounded by
 ``distributed.timeout_s`` (the ``timeout`` of ``init_process_group``; gloo applies it to every
@@ -96,6 +97,38 @@ def interconnect_env(name: str, backend: str) -> dict[str, str]:
             f"the {backend} backend (CPU); use 'none' or train on GPUs"
         )
     return dict(EMULATED_INTERCONNECT_ENV[name])
+
+
+def choose_backend(backend: str, on_cuda: bool) -> str:
+    """The process-group backend for ``distributed.backend`` (or ``bench-comm --backend``)
+    ``backend``: ``auto`` → ``"nccl"`` when the ranks hold CUDA tensors (``on_cuda``), else
+    ``"gloo"`` (DESIGN.md §3); an explicit name as given (the caller checks it can work)."""
+    if backend == "auto":
+        return "nccl" if on_cuda else "gloo"
+    return backend
+
+
+def visible_cuda_devices() -> int:
+    """CUDA devices this process sees (0 without CUDA)."""
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def planned_backend(cfg: TrainConfig, cuda_device_count: int | None = None) -> str:
+    """The backend the ranks of a training run will choose (:func:`detect_dist_env`), known
+    before any of them starts: on CUDA when ``training.device`` is not ``cpu`` and this host
+    shows a CUDA device (``cuda_device_count``, default :func:`visible_cuda_devices`)."""
+    count = visible_cuda_devices() if cuda_device_count is None else cuda_device_count
+    return choose_backend(cfg.distributed.backend, on_cuda=cfg.training.device != "cpu" and count > 0)
+
+
+def check_run_emulation(cfg: TrainConfig) -> None:
+    """Refuse ``distributed.emulate_interconnect`` for a training run whose ranks will use gloo
+    (:func:`planned_backend`), before any of them starts (they would each fail with the same error).
+
+    Raises:
+        ConfigError: naming ``distributed.emulate_interconnect`` (:func:`interconnect_env`).
+    """
+    interconnect_env(cfg.distributed.emulate_interconnect, planned_backend(cfg))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -383,9 +416,7 @@ def _resolve_device(cfg: TrainConfig, local_rank: int, local_world_size: int,
 
 
 def _resolve_backend(cfg: TrainConfig, device: torch.device) -> str:
-    backend = cfg.distributed.backend
-    if backend == "auto":
-        return "nccl" if device.type == "cuda" else "gloo"
+    backend = choose_backend(cfg.distributed.backend, on_cuda=device.type == "cuda")
     if backend == "nccl" and device.type != "cuda":
         raise ConfigError(
             f"distributed.backend: 'nccl' needs CUDA tensors but training.device resolves to "

@@ -1,0 +1,197 @@
+"""The trainer's front door: ``python -m trainer`` (``ngptune train`` is an alias of it).
+
+Without ``--nproc-per-node`` the process trains by itself (:func:`trainer.cli.train_command`: one
+process, or one rank of a job that torchrun, srun or this launcher started). With
+``--nproc-per-node N`` it starts N ranks on this node through the elastic launcher
+(:func:`trainer.parallel.launch.launch_workers`), each running ``python -m trainer`` with the same
+training flags less the launch flags (:func:`worker_argv`) and one shared run directory; several
+nodes add ``--nnodes``, ``--node-rank`` and ``--rdzv-endpoint``, and ``--max-restarts K`` restarts
+the group from its newest checkpoint.
+
+The launching process checks the config before any rank starts (parallel settings for the world
+size, trainability, interconnect emulation, and on node 0 the scene and the ``--out`` folder),
+tells where the ranks' logs go, and after the job repeats rank 0's ``warning:`` lines on stderr,
+prints one summary line from ``status.json`` and, last, one JSON line
+``{"state": "completed", "run_dir": ..., "nproc_per_node": N}``. Bad input or a failed rank is one
+``error: `` line on stderr and exit status 2 (:mod:`trainer.runstatus`); Ctrl-C stops the ranks,
+names the checkpoint to resume from, and exits 130.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from trainer.cli import (
+    add_train_arguments,
+    check_before_start,
+    default_run_dir,
+    plain_warning_format,
+    positive_int,
+    resolve_config,
+    scene_path_of,
+    train_command,
+)
+from trainer.errors import ConfigError, NgptuneError
+from trainer.rundir import RunDir
+from trainer.runstatus import COMPLETED, STATE_KEY, print_error
+
+__all__ = ["LAUNCH_FLAGS", "add_arguments", "build_parser", "launch_command", "main", "run_command", "worker_argv"]
+
+LAUNCH_FLAGS = ("--nproc-per-node", "--nnodes", "--node-rank", "--rdzv-endpoint", "--max-restarts")
+"""The flags of the launching process, which the ranks' command line leaves out (each takes one value)."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the training flags (:func:`trainer.cli.add_train_arguments`) and :data:`LAUNCH_FLAGS`
+    to ``parser`` (``python -m trainer`` and ``ngptune train``)."""
+    add_train_arguments(parser)
+    parser.add_argument("--nproc-per-node", type=int, default=None, help="start N ranks on this node (elastic launcher)")
+    parser.add_argument("--nnodes", type=positive_int, default=1, help="nodes in the job")
+    parser.add_argument("--node-rank", type=int, default=0, help="this node's index (node 0 hosts the rendezvous)")
+    parser.add_argument("--rdzv-endpoint", default=None,
+                        help="HOST:PORT of node 0's rendezvous store (several nodes; default: the config's "
+                             "distributed.master_addr:master_port when the port is set)")
+    parser.add_argument("--max-restarts", type=int, default=0,
+                        help="restart the worker group up to K times; workers resume from the newest checkpoint")
+
+
+def build_parser(prog: str = "python -m trainer") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog, description="Train an instant-NGP NeRF (one process, or --nproc-per-node ranks).")
+    add_arguments(parser)
+    return parser
+
+
+def worker_argv(train_argv: list[str]) -> list[str]:
+    """The training flags of ``python -m trainer ...`` without :data:`LAUNCH_FLAGS` (each takes
+    one value, as ``--flag V`` or ``--flag=V``), for the ranks' ``python -m trainer``."""
+    out, skip = [], False
+    for item in train_argv:
+        if skip:
+            skip = False
+        elif item in LAUNCH_FLAGS:
+            skip = True
+        elif not item.startswith(tuple(f + "=" for f in LAUNCH_FLAGS)):
+            out.append(item)
+    return out
+
+
+def run_command(args: argparse.Namespace, train_argv: list[str]) -> int:
+    """Train by itself, or launch ``--nproc-per-node`` ranks (:func:`launch_command`); returns the
+    exit status. ``train_argv``: the command line ``args`` was parsed from.
+
+    Raises:
+        NgptuneError: the launch was refused or failed (:func:`launch_command`).
+    """
+    if args.nproc_per_node is None:
+        return train_command(args)
+    return launch_command(args, train_argv)
+
+
+def launch_command(args: argparse.Namespace, train_argv: list[str]) -> int:
+    """Start ``args.nproc_per_node`` ranks of ``python -m trainer`` with the training flags of
+    ``train_argv`` (module docstring); returns the exit status (0, or 130 after Ctrl-C).
+
+    Raises:
+        ConfigError: ``--nproc-per-node`` below 1, or a config the ranks would refuse.
+        SceneError: the scene does not exist (node 0).
+        LaunchError: the rendezvous failed; WorkersFailed: a rank failed (names it and its log).
+    """
+    from trainer.parallel.dist_env import check_run_emulation
+    from trainer.parallel.launch import launch_workers
+    from trainer.parallel.trainer import validate_parallel_config
+    from trainer.train.loop import check_trainable
+
+    if args.nproc_per_node < 1:
+        raise ConfigError(f"--nproc-per-node: expected an integer >= 1, got {args.nproc_per_node}")
+    cfg = resolve_config(args)
+    validate_parallel_config(cfg, args.nproc_per_node * args.nnodes)  # before any worker starts
+    check_trainable(cfg)
+    check_run_emulation(cfg)
+    if args.node_rank == 0:  # other nodes' agents join a run whose folder node 0 has made
+        check_before_start(cfg, args.out, args.resume)
+    argv = worker_argv(train_argv)
+    out = args.out
+    if out is None:
+        out = default_run_dir(scene_path_of(cfg))
+        argv += ["--out", str(out)]
+    if not cfg.training.quiet:
+        print(f"{args.nproc_per_node * args.nnodes} ranks; their progress goes to {RunDir(out).logs_dir}/rank<R>.log",
+              flush=True)  # stdout: stderr is for errors (one line each)
+    try:
+        launch_workers(
+            ["-m", "trainer", *argv],
+            args.nproc_per_node,
+            nnodes=args.nnodes,
+            node_rank=args.node_rank,
+            rdzv_endpoint=args.rdzv_endpoint or _config_endpoint(cfg, args.nnodes),
+            max_restarts=args.max_restarts,
+            master_port=cfg.distributed.master_port,
+            timeout_s=cfg.distributed.timeout_s,
+            run_dir=Path(out),
+        )
+    except KeyboardInterrupt:
+        from trainer.parallel.checkpoint import latest_checkpoint
+
+        newest = latest_checkpoint(Path(out))
+        resume = f"; continue from {newest} with --resume {out}" if newest is not None else ""
+        print(f"interrupted: the ranks were stopped; logs in {RunDir(out).logs_dir}{resume}", file=sys.stderr)
+        return 130
+    if args.node_rank == 0:
+        _echo_warnings(RunDir(out).log_path(0))
+        summary = _run_summary(RunDir(out).read_status() or {})
+        if summary:
+            print(summary, flush=True)  # before the JSON line, which stays last
+    print(json.dumps({STATE_KEY: COMPLETED, "run_dir": str(out), "nproc_per_node": args.nproc_per_node}))
+    return 0
+
+
+def _echo_warnings(log_path: Path, limit: int = 5) -> None:
+    """Repeat on stderr the ``warning:`` lines rank 0 wrote to its log (e.g. a resume with other
+    settings), which the terminal of a distributed run would otherwise never show."""
+    try:
+        lines = log_path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return
+    found = list(dict.fromkeys(line.strip() for line in lines if line.strip().startswith("warning: ")))
+    for line in found[:limit]:
+        print(f"{line} (rank 0)", file=sys.stderr, flush=True)
+
+
+def _run_summary(status: dict[str, Any]) -> str:
+    """One line from a finished run's status.json: steps, training time, throughput, evaluation."""
+    parts = []
+    if isinstance(status.get("step"), int):
+        took = status.get("train_time_s")
+        parts.append(f"trained to step {status['step']}"
+                     + (f" in {took:.1f} s" if isinstance(took, (int, float)) else ""))
+    if isinstance(status.get("throughput_samples_per_s"), (int, float)):
+        parts.append(f"{status['throughput_samples_per_s']:.3g} samples/s")
+    if isinstance(status.get("eval_psnr_db"), (int, float)):
+        parts.append(f"evaluation on {status.get('eval_split', 'test')}: PSNR {status['eval_psnr_db']:.2f} dB"
+                     + (f", SSIM {status['eval_ssim']:.4f}" if isinstance(status.get("eval_ssim"), (int, float)) else ""))
+    return ", ".join(parts)
+
+
+def _config_endpoint(cfg: Any, nnodes: int) -> str | None:
+    """``distributed.master_addr:master_port`` as the rendezvous of a multi-node job whose config
+    fixes the port (one node picks a free local port itself)."""
+    d = cfg.distributed
+    return f"{d.master_addr}:{d.master_port}" if nnodes > 1 and d.master_port else None
+
+
+def main(argv: Sequence[str] | None = None, prog: str = "python -m trainer") -> int:
+    """``python -m trainer``: parse ``argv`` (default ``sys.argv[1:]``) and :func:`run_command`;
+    a refused or failed launch prints its ``error: `` line and returns 2."""
+    plain_warning_format()
+    raw = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser(prog).parse_args(raw)
+    try:
+        return run_command(args, raw)
+    except NgptuneError as exc:
+        print_error(exc)
+        return 2
