@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Sequence
 
 from trainer.errors import NgptuneError
-from trainer.runstatus import print_error
+from trainer.runstatus import plain_warning_format, print_error
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
@@ -48,7 +48,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     """A short training run of the demo scene with the CPU-friendly preset (a smoke test of the
     trainer; the README's main job is ``ngptune sweep``)."""
-    from trainer.cli import build_parser, train_command
+    from trainer.launch_cli import build_parser, run_command
 
     preset = Path(__file__).resolve().parent.parent / "configs" / "small.json"
     argv = ["--n-steps", str(args.n_steps)] + (["--out", str(args.out)] if args.out is not None else [])
@@ -56,7 +56,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         argv += ["--config", str(preset)]
     if args.quiet:
         argv.append("--quiet")
-    return train_command(build_parser("ngptune demo").parse_args(argv))
+    return run_command(build_parser("ngptune demo").parse_args(argv), argv)
 
 
 # Modules that add their own sub-command through ``register(subparsers)``.
@@ -112,8 +112,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from trainer.cli import plain_warning_format
-
     plain_warning_format()
     raw = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(raw)

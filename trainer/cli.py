@@ -21,7 +21,6 @@ import json
 import os
 import sys
 import time
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,14 @@ from trainer.config import TrainConfig, apply_overrides, config_to_dict, dump_co
 from trainer.errors import ConfigError, LaunchError, NgptuneError, SceneError
 from trainer.rundir import RunDir, prepare_output_file
 from trainer.runstatus import (
-    COMPLETED, RUN_DIR_KEY, RUNNING, STATE_KEY, TRAIN_START_KEY, failed_fields, interrupted_fields, is_completed,
+    COMPLETED,
+    RUN_DIR_KEY,
+    RUNNING,
+    STATE_KEY,
+    TRAIN_START_KEY,
+    failed_fields,
+    interrupted_fields,
+    is_completed,
     print_error,
 )
 
@@ -523,27 +529,6 @@ def build_parser(prog: str = "python -m trainer") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description="Train an instant-NGP NeRF (one process).")
     add_train_arguments(parser)
     return parser
-
-
-_PACKAGE_ROOT = Path(__file__).resolve().parents[1]
-
-
-def plain_warning_format() -> None:
-    """Print ngptune's own UserWarnings as ``warning: <message>`` (no source file and line, which
-    mean nothing to a user); other warnings keep Python's format. Only the printed format
-    changes (``warnings.formatwarning``), so recording warnings (tests) is unaffected."""
-    original = warnings.formatwarning
-    if getattr(original, "ngptune_plain", False):
-        return
-
-    def formatwarning(message, category, filename, lineno, line=None):  # type: ignore[no-untyped-def]
-        ours = str(filename).startswith((str(_PACKAGE_ROOT / "trainer"), str(_PACKAGE_ROOT / "ngptune")))
-        if ours and issubclass(category, UserWarning):
-            return f"warning: {message}\n"
-        return original(message, category, filename, lineno, line)
-
-    formatwarning.ngptune_plain = True  # type: ignore[attr-defined]
-    warnings.formatwarning = formatwarning
 
 
 class Terminated(BaseException):

@@ -29,7 +29,6 @@ from trainer.cli import (
     add_train_arguments,
     check_before_start,
     default_run_dir,
-    plain_warning_format,
     positive_int,
     resolve_config,
     scene_path_of,
@@ -37,7 +36,7 @@ from trainer.cli import (
 )
 from trainer.errors import ConfigError, NgptuneError
 from trainer.rundir import RunDir
-from trainer.runstatus import COMPLETED, STATE_KEY, print_error
+from trainer.runstatus import COMPLETED, STATE_KEY, WARNING_PREFIX, plain_warning_format, print_error
 
 __all__ = ["LAUNCH_FLAGS", "add_arguments", "build_parser", "launch_command", "main", "run_command", "worker_argv"]
 
@@ -157,7 +156,7 @@ def _echo_warnings(log_path: Path, limit: int = 5) -> None:
         lines = log_path.read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:
         return
-    found = list(dict.fromkeys(line.strip() for line in lines if line.strip().startswith("warning: ")))
+    found = list(dict.fromkeys(line.strip() for line in lines if line.strip().startswith(WARNING_PREFIX)))
     for line in found[:limit]:
         print(f"{line} (rank 0)", file=sys.stderr, flush=True)
 

@@ -18,7 +18,9 @@ atomically at the start and at the end of a run::
 
 A process of the trainer, the launcher or ``ngptune`` that refuses its input or fails prints ONE
 line ``error: <message>`` on stderr (:func:`print_error`) and exits with status 2 (1 for a failed
-profile); :func:`last_error_message` reads it back from a captured output or a rank's log.
+profile); :func:`last_error_message` reads it back from a captured output or a rank's log. Their
+own warnings are lines ``warning: <message>`` (:func:`plain_warning_format`); the launcher repeats
+rank 0's on its own stderr.
 
 Stdlib only: both the trainer and the ngptune driver import it.
 """
@@ -27,7 +29,9 @@ from __future__ import annotations
 
 import re
 import sys
+import warnings
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 STATE_KEY = "state"
@@ -48,6 +52,9 @@ STATES = (RUNNING, COMPLETED, FAILED, INTERRUPTED)
 
 ERROR_PREFIX = "error: "
 """Start of the one line a failing process prints on stderr."""
+
+WARNING_PREFIX = "warning: "
+"""Start of the line each of ngptune's own warnings prints (:func:`plain_warning_format`)."""
 
 # torch.distributed's prefix on lines a rank prints after joining a group.
 _RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s?")
@@ -111,3 +118,24 @@ def error_or_last_line(text: str) -> str:
         return message
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[-1] if lines else ""
+
+
+_PACKAGE_ROOT = Path(__file__).resolve().parents[1]
+
+
+def plain_warning_format() -> None:
+    """Print ngptune's own UserWarnings as ``warning: <message>`` (no source file and line, which
+    mean nothing to a user); other warnings keep Python's format. Only the printed format
+    changes (``warnings.formatwarning``), so recording warnings (tests) is unaffected."""
+    original = warnings.formatwarning
+    if getattr(original, "ngptune_plain", False):
+        return
+
+    def formatwarning(message, category, filename, lineno, line=None):  # type: ignore[no-untyped-def]
+        ours = str(filename).startswith((str(_PACKAGE_ROOT / "trainer"), str(_PACKAGE_ROOT / "ngptune")))
+        if ours and issubclass(category, UserWarning):
+            return f"{WARNING_PREFIX}{message}\n"
+        return original(message, category, filename, lineno, line)
+
+    formatwarning.ngptune_plain = True  # type: ignore[attr-defined]
+    warnings.formatwarning = formatwarning
