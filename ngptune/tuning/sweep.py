@@ -116,13 +116,13 @@ def default_nproc_per_node() -> int:
 
 
 def nccl_is_active(cfg: TrainConfig, nproc_per_node: int) -> bool:
-    """Whether the trials' ranks talk through NCCL: several ranks, CUDA present, and neither
-    ``distributed.backend = gloo`` nor ``training.device = cpu``."""
-    import torch
+    """Whether the trials' ranks talk through NCCL: several ranks on CUDA tensors (a CUDA device
+    present and ``training.device`` not ``cpu``), and the backend they choose from
+    ``distributed.backend`` (:func:`trainer.parallel.dist_env.choose_backend`) is NCCL."""
+    from trainer.parallel.dist_env import choose_backend, visible_cuda_devices
 
-    if nproc_per_node < 2 or cfg.distributed.backend == "gloo" or cfg.training.device == "cpu":
-        return False
-    return torch.cuda.is_available()
+    on_cuda = cfg.training.device != "cpu" and visible_cuda_devices() > 0
+    return nproc_per_node >= 2 and on_cuda and choose_backend(cfg.distributed.backend, on_cuda) == "nccl"
 
 
 # ----------------------------------------------------------------------------------------------
