@@ -104,7 +104,7 @@ SEVERITY_MEDIUM_EXCESS = 1.5
 HASH_GRID_FWD_CATEGORY = "hash_grid_fwd"
 HASH_GRID_BWD_CATEGORY = "hash_grid_bwd"
 
-# Columns the checks read (subsets of trainer.schema's GPU_TIMELINE_TABLE, KERNELS_TABLE, OVERLAP_TABLE).
+# Columns the checks read (subsets of ngptune.profiling.tables' GPU_TIMELINE_TABLE, KERNELS_TABLE, OVERLAP_TABLE).
 GPU_TIMELINE_REQUIRED: tuple[str, ...] = ("t_s", "gpu", "util_pct")
 KERNELS_REQUIRED: tuple[str, ...] = ("rank", "name", "total_ms", "category")
 OVERLAP_REQUIRED: tuple[str, ...] = ("rank", "compute_ms", "exposed_comm_ms", "idle_ms")

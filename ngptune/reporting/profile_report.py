@@ -3,7 +3,7 @@
 
 Reads what ``ngptune profile`` wrote (:class:`ngptune.profiling.collect.ProfileDir` layout):
 ``phases.csv``, ``summary.csv``, ``gpu_timeline.csv``, ``kernels.csv``, ``overlap.csv``,
-``diagnoses.csv`` (columns in :mod:`trainer.schema`), ``sources.json``, ``failure.json`` and the
+``diagnoses.csv`` (columns in :mod:`ngptune.profiling.tables`), ``sources.json``, ``failure.json`` and the
 run's metrics (for the emulated-interconnect label). Every file may be missing or hold a header
 only: its section then says so and why, from ``sources.json``; the rest of the report is complete.
 A file that is present but unreadable (not CSV, columns missing, bad JSON) is an error naming it.

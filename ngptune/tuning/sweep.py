@@ -21,11 +21,12 @@ One worker (``ngptune sweep``) runs this loop; several workers may share a study
 4. Run trials until the study holds ``trials`` finished ones (completed, pruned or failed; not
    counting retried ones) and no waiting one, or until ``--timeout``. Several workers may
    overshoot the target by at most one trial each.
-5. Write ``best_config.json``, ``best_env.sh`` (:mod:`ngptune.tuning.outputs`), ``trials.csv``,
-   ``report.html`` and a terminal summary (:mod:`ngptune.reporting.study_report`).
+5. Write ``best_config.json``, ``best_env.sh`` (:mod:`ngptune.tuning.outputs`), ``report.html``
+   (:mod:`ngptune.reporting.study_report`), ``trials.csv`` and a terminal summary
+   (:mod:`ngptune.reporting.study_summary`).
 
 Each trial (:class:`_Objective`) samples its settings, checks the combination (an invalid one is
-pruned before launch), writes its config, launches ``ngptune train --nproc-per-node N`` as its own
+pruned before launch), writes its config, launches ``python -m trainer --nproc-per-node N`` as its own
 process tree (:mod:`ngptune.tuning.trial`), reports intermediate values to the pruner while it
 runs, and records the user attributes the report reads (``outcome``, ``reason``, ``log_path``,
 ``run_dir``, ``config_path``, ``duration_s``, ``is_default``, ``settings``, ``nccl_env``,

@@ -7,7 +7,8 @@ construction::
     encoding  network  rgb_network  dir_encoding  optimizer  loss     (instant-ngp layout)
     training  data     parallel     distributed  profile  faults      (ngptune's blocks)
 
-Missing blocks and keys take the defaults below (instant-ngp's NeRF defaults, DESIGN.md §2).
+Missing blocks and keys take the defaults of :mod:`trainer.config.blocks` (instant-ngp's NeRF
+defaults, DESIGN.md §2).
 Unknown keys and bad values raise :class:`~trainer.errors.ConfigError` with a one-line message
 that names the source, the dotted key and the value, e.g.
 ``configs/x.json: encoding.log2_hashmap_size: expected an integer in [10, 24], got 32``.
@@ -20,7 +21,8 @@ Accepted instant-ngp / tiny-cuda-nn forms, normalised on load:
   optional except Adam) becomes the flat form; errors name the nested path, e.g.
   ``optimizer.nested.nested.learning_rate``. Without an ``ExponentialDecay`` level the learning
   rate is constant (``decay_base`` 1.0); without ``Ema`` there is no weight EMA. Adam keys that
-  are left out take this module's defaults (instant-ngp's NeRF values), not tiny-cuda-nn's.
+  are left out take :class:`OptimizerConfig`'s defaults (instant-ngp's NeRF values), not
+  tiny-cuda-nn's.
 * ``dir_encoding`` as ``{"otype": "Composite", "nested": [SH, ...]}``: the first entry must be
   ``SphericalHarmonics`` (it encodes the 3 direction dims) and is taken; later ``Identity`` and
   ``OneBlob`` entries are ignored, because in instant-ngp they encode the optional per-ray extra

@@ -6,7 +6,8 @@ so the step no longer waits for the host (PyTorch, "CUDA Graphs": ``torch.cuda.C
 whole-network capture). Why a ``CUDAGraph`` and not ``torch.compile(mode="reduce-overhead")``:
 the step's kernels are already Triton kernels with hand-written backward functions and data-
 dependent loops; compile would trace them as opaque calls and add guards and recompiles for the
-same CUDA graph underneath (``docs/architecture.md`` keeps the measurement).
+same CUDA graph underneath (``docs/benchmarks.md``, "Training step rate, one GPU", keeps the
+measurement of ``torch.compile`` on the step's reference compositing and loss).
 
 How (:class:`CapturedStep`):
 
