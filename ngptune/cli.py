@@ -4,7 +4,7 @@ Sub-commands: ``inspect`` (describe a scene), ``demo-scene`` (write the built-in
 ``train`` (the trainer's own command line, ``python -m trainer``: one process, or ``--nproc-per-node
 N`` ranks through the elastic launcher), ``demo`` (a short single-process training run on the
 built-in demo scene), and the commands of :data:`COMMAND_MODULES` (``profile``, ``monitor``,
-``sweep``, ``bench-comm``).
+``sweep``, ``bench-comm``, and ``render``/``export`` from :mod:`trainer.inference.cli`).
 """
 
 from __future__ import annotations
@@ -65,6 +65,7 @@ COMMAND_MODULES = (
     "ngptune.monitor",  # ngptune monitor
     "ngptune.tuning.command",  # ngptune sweep
     "ngptune.commbench",  # ngptune bench-comm
+    "trainer.inference.cli",  # ngptune render, ngptune export
 )
 
 
@@ -117,6 +118,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(raw)
     if args.command == "train":
         args.train_argv = raw[raw.index("train") + 1 :]
+    if args.command == "render":  # --nproc-per-node hands these to the ranks
+        args.render_argv = raw[raw.index("render") + 1 :]
     try:
         return int(args.func(args))
     except NgptuneError as exc:

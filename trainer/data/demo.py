@@ -43,6 +43,7 @@ __all__ = [
     "demo_scene_path",
     "look_at_origin",
     "render_demo_view",
+    "surface_distance",
     "write_demo_scene",
 ]
 
@@ -196,6 +197,26 @@ def _hit_cylinder(rays_o: np.ndarray, rays_d: np.ndarray) -> tuple[np.ndarray, .
 
 
 _PRIMITIVES = (_hit_sphere, _hit_box, _hit_cylinder)
+
+
+def surface_distance(points: np.ndarray) -> np.ndarray:
+    """Distance from ``points`` [n, 3] (NeRF world) to the surface of the scene's primitives.
+
+    The absolute value of the union's signed distance ``min(sphere, box, cylinder)`` (each the
+    exact signed distance of its primitive; Quilez, "distance functions"): exact outside the
+    primitives and where they do not overlap.
+
+    Returns:
+        [n] float64 distances, NeRF world units.
+    """
+    p = np.asarray(points, dtype=np.float64).reshape(-1, 3)
+    sphere = np.linalg.norm(p - _SPHERE_CENTRE, axis=1) - _SPHERE_RADIUS
+    q = np.abs((p - _BOX_CENTRE) @ _BOX_ROTATION) - _BOX_HALF_SIZE
+    box = np.linalg.norm(np.maximum(q, 0.0), axis=1) + np.minimum(q.max(axis=1), 0.0)
+    c = p - _CYLINDER_CENTRE
+    w = np.stack([np.hypot(c[:, 0], c[:, 1]) - _CYLINDER_RADIUS, np.abs(c[:, 2]) - _CYLINDER_HALF_HEIGHT], axis=1)
+    cylinder = np.linalg.norm(np.maximum(w, 0.0), axis=1) + np.minimum(w.max(axis=1), 0.0)
+    return np.abs(np.minimum(np.minimum(sphere, box), cylinder))
 
 
 def _trace(rays_o: np.ndarray, rays_d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

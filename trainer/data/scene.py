@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -110,6 +111,11 @@ class Scene:
         notes: human-readable remarks from the loader (for example the COLMAP model chosen).
         skipped: frames listed by the source but not used, with the reason.
         downscale: the integer factor images are shrunk by when decoded (1 = full size).
+        world_scale, world_offset: the NeRF-world → unit-cube mapping the cameras went through
+            (:func:`trainer.data.convention.nerf_to_unit_cube`; instant-ngp's 0.33 and 0.5 by default).
+        pose_normalization: the colmap2nerf-style similarity applied before it
+            (:class:`trainer.data.convention.PoseNormalization`), or None when the source world was
+            used as the NeRF world.
     """
 
     format: str
@@ -120,6 +126,9 @@ class Scene:
     notes: list[str] = dataclasses.field(default_factory=list)
     skipped: list[SkippedFrame] = dataclasses.field(default_factory=list)
     downscale: int = 1
+    world_scale: float = 0.33
+    world_offset: tuple[float, float, float] = (0.5, 0.5, 0.5)
+    pose_normalization: Any = None
 
     @property
     def aabb(self) -> np.ndarray:

@@ -17,7 +17,7 @@ from trainer.data import Scene
 from trainer.data.images import PixelTable, load_pixel_table
 from trainer.data.rays import camera_rays_for_image, composite_background
 from trainer.metrics_image import psnr, ssim
-from trainer.render.volrend import composite
+from trainer.render.volrend import RenderedRays, composite
 from trainer.render.march import PackedSamples
 from trainer.rundir import RunDir
 from trainer.train.precision import autocast
@@ -47,7 +47,80 @@ def eval_split_name(trainer: Evaluated) -> str:
     return "train"
 
 
+SampleRenderer = Callable[[PackedSamples, torch.Tensor, int], RenderedRays]
+
+
+def field_sample_renderer(trainer: Evaluated) -> SampleRenderer:
+    """``render(samples, background [3], n_rays) -> RenderedRays``: the trainer's field at the
+    samples, composited with :func:`trainer.render.volrend.composite` (depth included)."""
+
+    def render(samples: PackedSamples, background: torch.Tensor, n_rays: int) -> RenderedRays:
+        with autocast(trainer.device, trainer.cfg.training.precision):
+            sigmas, rgbs = trainer.field(samples.positions, samples.directions)
+        return composite(sigmas.float(), rgbs.float(), samples.dt, samples.ray_indices, n_rays, background,
+                         t=samples.t)
+
+    return render
+
+
 @torch.no_grad()
+def render_ray_buffers(
+    trainer: Evaluated,
+    rays_o: torch.Tensor,
+    rays_d: torch.Tensor,
+    background: torch.Tensor,
+    chunk_rays: int | None = None,
+    spp: int = 1,
+    generator: torch.Generator | None = None,
+    render_samples: SampleRenderer | None = None,
+) -> RenderedRays:
+    """Render rays with the current field and occupancy grid, in chunks: colour, opacity and depth.
+
+    Args:
+        rays_o, rays_d: [n, 3] float32 on the trainer's device (``rays_d`` unit length).
+        background: [3] float32 colour composited behind the rays.
+        chunk_rays: rays per chunk (default 2^14 on CUDA, 2^11 on CPU).
+        spp: renders averaged per ray (>= 1); with more than one, each marches with random
+            first-sample offsets drawn from ``generator`` (instant-ngp's test-view ``spp``).
+        generator: where the offsets come from (on the trainer's device); required when spp > 1.
+        render_samples: ``(samples, background, n_rays) -> RenderedRays`` for one chunk's
+            marched samples (default :func:`field_sample_renderer`; subgrid runs composite their
+            boxes' segments).
+
+    Returns:
+        :class:`~trainer.render.volrend.RenderedRays` averaged over the ``spp`` renders: rgb [n, 3]
+        in [0, 1], opacity [n], depth [n] (``Σ w_i t_i``, ray-length units, not divided by the
+        opacity), transmittance [n]; all float32.
+
+    Raises:
+        ValueError: for ``spp < 1``, or ``spp > 1`` without a generator.
+    """
+    if spp < 1 or (spp > 1 and generator is None):
+        raise ValueError(f"render_rays: spp must be >= 1 and needs a generator when > 1, got spp={spp}")
+    render_samples = render_samples or field_sample_renderer(trainer)
+    if chunk_rays is None:
+        chunk_rays = 2**14 if trainer.device.type == "cuda" else 2**11
+    n_all, device = rays_o.shape[0], rays_o.device
+    out = RenderedRays(torch.empty(n_all, 3, device=device), torch.empty(n_all, device=device),
+                       torch.empty(n_all, device=device), torch.empty(n_all, device=device))
+    for start in range(0, n_all, chunk_rays):
+        o = rays_o[start : start + chunk_rays]
+        d = rays_d[start : start + chunk_rays]
+        n = o.shape[0]
+        total = [torch.zeros(n, 3, device=device)] + [torch.zeros(n, device=device) for _ in range(3)]
+        for _ in range(spp):
+            samples = trainer.march(o, d, jitter=spp > 1, generator=generator)
+            if samples.ray_indices.shape[0] == 0:
+                total[0] += background
+                total[3] += 1.0
+                continue
+            for acc, value in zip(total, render_samples(samples, background, n)):
+                acc += value.float()
+        for buffer, acc in zip(out, total):
+            buffer[start : start + n] = acc / spp
+    return out
+
+
 def render_rays(
     trainer: Evaluated,
     rays_o: torch.Tensor,
@@ -57,44 +130,12 @@ def render_rays(
     spp: int = 1,
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
-    """Render rays with the current field and occupancy grid, in chunks.
-
-    Args:
-        rays_o, rays_d: [n, 3] float32 on the trainer's device.
-        background: [3] float32 colour composited behind the rays.
-        chunk_rays: rays per chunk (default 2^14 on CUDA, 2^11 on CPU).
-        spp: renders averaged per ray (>= 1); with more than one, each marches with random
-            first-sample offsets drawn from ``generator`` (instant-ngp's test-view ``spp``).
-        generator: where the offsets come from (on the trainer's device); required when spp > 1.
-
-    Returns:
-        rgb [n, 3] float32 in [0, 1].
+    """The colour of :func:`render_ray_buffers` (same arguments): rgb [n, 3] float32 in [0, 1].
 
     Raises:
         ValueError: for ``spp < 1``, or ``spp > 1`` without a generator.
     """
-    if spp < 1 or (spp > 1 and generator is None):
-        raise ValueError(f"render_rays: spp must be >= 1 and needs a generator when > 1, got spp={spp}")
-    t = trainer.cfg.training
-    if chunk_rays is None:
-        chunk_rays = 2**14 if trainer.device.type == "cuda" else 2**11
-    out = torch.empty(rays_o.shape[0], 3, device=rays_o.device)
-    for start in range(0, rays_o.shape[0], chunk_rays):
-        o = rays_o[start : start + chunk_rays]
-        d = rays_d[start : start + chunk_rays]
-        n = o.shape[0]
-        total = torch.zeros(n, 3, device=rays_o.device)
-        for _ in range(spp):
-            samples = trainer.march(o, d, jitter=spp > 1, generator=generator)
-            if samples.ray_indices.shape[0] == 0:
-                total += background
-                continue
-            with autocast(trainer.device, t.precision):
-                sigmas, rgbs = trainer.field(samples.positions, samples.directions)
-            rgb, _, _, _ = composite(sigmas.float(), rgbs.float(), samples.dt, samples.ray_indices, n, background)
-            total += rgb
-        out[start : start + n] = total / spp
-    return out
+    return render_ray_buffers(trainer, rays_o, rays_d, background, chunk_rays, spp, generator).rgb
 
 
 def ground_truth(table: PixelTable, position: int, background: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

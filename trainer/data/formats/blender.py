@@ -90,4 +90,6 @@ def load(path: Path, opts: SceneOptions) -> Scene:
         white_background=True,
         notes=notes,
         downscale=opts.downscale,
+        world_scale=float(scale),
+        world_offset=tuple(float(v) for v in offset),
     )

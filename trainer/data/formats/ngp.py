@@ -539,4 +539,6 @@ def load(path: Path, opts: SceneOptions) -> Scene:
         notes=notes,
         skipped=skipped,
         downscale=opts.downscale,
+        world_scale=float(scale),
+        world_offset=tuple(float(v) for v in offset),
     )

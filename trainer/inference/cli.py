@@ -1,0 +1,336 @@
+"""``render`` and ``export`` command lines (``python -m trainer.inference``; ``ngptune render|export``
+registers the same parsers through :func:`register`).
+
+Every flag is checked before the model is loaded; bad input ends with one ``error:`` line naming
+the flag, file or key, and nothing is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Sequence
+
+from trainer.errors import ConfigError, NgptuneError
+from trainer.runstatus import print_error
+
+__all__ = ["build_parser", "export_command", "main", "register", "render_command"]
+
+DEFAULT_FPS = 30.0
+DEFAULT_SECONDS = 4.0
+RENDER_GROUP_TIMEOUT_S = 6 * 3600.0  # ranks that finish early wait this long at the final barrier
+
+
+def add_render_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", type=Path, help="run folder, snapshot file or checkpoint folder")
+    p.add_argument("--cameras", default="test",
+                   help="test | train | val | orbit | PATH.json (instant-ngp base_cam.json or nerfstudio "
+                        "camera_path.json) (default test)")
+    p.add_argument("--spp", "--screenshot-spp", dest="spp", type=int, default=1,
+                   help="jittered renders averaged per pixel (default 1)")
+    p.add_argument("--width", type=int, default=None, help="image width in pixels (default: the cameras')")
+    p.add_argument("--height", type=int, default=None, help="image height in pixels (default: the cameras')")
+    p.add_argument("--downscale", type=int, default=None, help="shrink the cameras' images by this factor")
+    p.add_argument("--frames", type=int, default=None,
+                   help="frames of an orbit or path (default fps × seconds); for a split: this many views, evenly spaced")
+    p.add_argument("--fps", type=float, default=None, help=f"frames per second (default: the path file's, else {DEFAULT_FPS:g})")
+    p.add_argument("--seconds", type=float, default=None,
+                   help=f"length of an orbit or path (default: the path file's, else {DEFAULT_SECONDS:g})")
+    p.add_argument("--elevation", type=float, default=None, help="orbit elevation in degrees (default: the training cameras' mean)")
+    p.add_argument("--radius", type=float, default=None, help="orbit radius in scene units (default: the training cameras' mean distance)")
+    p.add_argument("--fov", type=float, default=None, help="orbit vertical field of view in degrees (default: the first training camera's)")
+    p.add_argument("--video", type=Path, default=None, help="write a video (.mp4, .mkv, .mov, .avi, .webm)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="folder for PNG frames (default without --video: MODEL's folder/render-<cameras>)")
+    p.add_argument("--depth", action="store_true", help="also write 16-bit depth PNGs and colourised previews")
+    p.add_argument("--background", default=None, help="white | black | #RRGGBB (default: the scene's evaluation background)")
+    p.add_argument("--nproc-per-node", type=int, default=None, help="split the frames across N ranks (gloo)")
+    p.add_argument("--scene", type=Path, default=None, help="the scene, when it moved since training (default: the run's)")
+    p.add_argument("--device", default=None, help="cpu | cuda | cuda:N (default: the run's training.device)")
+    p.add_argument("--seed", type=int, default=1337, help="seed of the jitter of --spp > 1 (default 1337)")
+    p.add_argument("--quiet", action="store_true", help="no progress display")
+
+
+def _add_export_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", type=Path, help="run folder, snapshot file or checkpoint folder")
+    p.add_argument("--scene", type=Path, default=None, help="the scene, when it moved since training (default: the run's)")
+    p.add_argument("--device", default=None, help="cpu | cuda | cuda:N (default: the run's training.device)")
+    p.add_argument("--quiet", action="store_true", help="no progress display")
+
+
+def add_export_arguments(p: argparse.ArgumentParser) -> None:
+    from trainer.inference.mesh import DEFAULT_THRESHOLD
+
+    kinds = p.add_subparsers(dest="kind", required=True)
+    mesh = kinds.add_parser("mesh", help="marching-cubes mesh with vertex colours, in the capture's world frame")
+    _add_export_common(mesh)
+    mesh.add_argument("--resolution", type=int, default=256, help="lattice points per axis (default 256)")
+    mesh.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
+                      help=f"density σ of the surface (default {DEFAULT_THRESHOLD:g}, instant-ngp's)")
+    mesh.add_argument("--aabb", type=float, nargs=6, default=None, metavar=("X0", "Y0", "Z0", "X1", "Y1", "Z1"),
+                      help="box to mesh in scene units (default: the occupied part of the occupancy grid)")
+    mesh.add_argument("--out", type=Path, default=None, help="FILE.ply | .obj | .glb (default: MODEL's folder/mesh.ply)")
+    cloud = kinds.add_parser("pointcloud", help="coloured points at the expected depth of training rays (PLY)")
+    _add_export_common(cloud)
+    cloud.add_argument("--n-points", type=int, default=200_000, help="training rays cast (default 200000)")
+    cloud.add_argument("--min-opacity", type=float, default=0.5, help="keep rays at least this opaque (default 0.5)")
+    cloud.add_argument("--seed", type=int, default=0, help="seed of the ray choice (default 0)")
+    cloud.add_argument("--out", type=Path, default=None, help="FILE.ply (default: MODEL's folder/pointcloud.ply)")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``render`` and ``export`` to a parent parser's sub-commands."""
+    p = subparsers.add_parser("render", help="render views, orbits and camera paths of a trained model (PNG, video, depth)")
+    add_render_arguments(p)
+    p.set_defaults(func=render_command)
+    p = subparsers.add_parser("export", help="export a trained model as a mesh or a point cloud")
+    add_export_arguments(p)
+    p.set_defaults(func=export_command)
+
+
+def build_parser(prog: str = "python -m trainer.inference") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description="Render or export a trained instant-NGP model.")
+    register(parser.add_subparsers(dest="command", required=True))
+    return parser
+
+
+def _model_folder(model: Path) -> Path:
+    return model.parent if model.is_file() else model
+
+
+def _camera_label(cameras: str) -> str:
+    return Path(cameras).stem if cameras.endswith(".json") else cameras
+
+
+# ---------------------------------------------------------------------------- render
+
+
+def check_render_flags(args: argparse.Namespace) -> None:
+    """Everything about the flags that can be refused before loading the model.
+
+    Raises:
+        ConfigError: one line naming the flag.
+    """
+    from trainer.inference.outputs import check_video_path, parse_background, prepare_output_dir
+
+    for flag, value, minimum in (("--spp", args.spp, 1), ("--width", args.width, 1), ("--height", args.height, 1),
+                                 ("--downscale", args.downscale, 1), ("--frames", args.frames, 1),
+                                 ("--nproc-per-node", args.nproc_per_node, 1)):
+        if value is not None and value < minimum:
+            raise ConfigError(f"{flag} {value}: expected an integer >= {minimum}")
+    for flag, value in (("--fps", args.fps), ("--seconds", args.seconds), ("--radius", args.radius)):
+        if value is not None and not value > 0:
+            raise ConfigError(f"{flag} {value:g}: expected a positive number")
+    if args.fov is not None and not 0 < args.fov < 180:
+        raise ConfigError(f"--fov {args.fov:g}: expected degrees in (0, 180)")
+    if args.cameras not in ("test", "train", "val", "orbit") and not args.cameras.endswith(".json"):
+        raise ConfigError(f"--cameras {args.cameras}: expected test, train, val, orbit or a camera-path .json file")
+    if args.cameras.endswith(".json") and not Path(args.cameras).is_file():
+        raise ConfigError(f"--cameras {args.cameras}: camera-path file not found")
+    if args.background is not None:
+        parse_background(args.background)
+    if args.video is not None:
+        check_video_path(args.video)
+    if args.out is None and args.video is None:
+        args.out = _model_folder(args.model) / f"render-{_camera_label(args.cameras)}"
+    if args.depth and args.out is None:
+        raise ConfigError("--depth: depth PNGs need a folder; give --out DIR as well as --video")
+    if args.out is not None:
+        prepare_output_dir(args.out)
+
+
+def build_cameras(args: argparse.Namespace, model: Any) -> list:
+    """The frames ``args`` ask for (see :mod:`trainer.inference.cameras`)."""
+    from trainer.inference import cameras as cams
+    from trainer.inference.worldframe import units_per_cube_unit
+    from trainer.train.evaluate import evaluation_frames
+
+    scene = model.scene
+    if args.cameras in ("test", "train", "val"):
+        frames = [f for _, f in evaluation_frames(cams.split_cameras(scene, args.cameras), args.frames)]
+        return cams.resize_cameras(frames, args.width, args.height, args.downscale)
+    first = cams.resize_cameras(scene.frames("train")[:1], args.width, args.height, args.downscale)[0]
+    if args.cameras == "orbit":
+        n = args.frames or max(1, round((args.fps or DEFAULT_FPS) * (args.seconds or DEFAULT_SECONDS)))
+        radius = None if args.radius is None else args.radius / units_per_cube_unit(scene)
+        orbit = cams.scene_orbit(scene, radius=radius, elevation_deg=args.elevation)
+        intrinsics = first.intrinsics
+        if args.fov is not None:
+            from trainer.data.scene import Intrinsics
+            import math
+
+            fy = 0.5 * intrinsics.height / math.tan(math.radians(args.fov) / 2)
+            intrinsics = Intrinsics(width=intrinsics.width, height=intrinsics.height, fx=fy, fy=fy,
+                                    cx=intrinsics.width / 2, cy=intrinsics.height / 2)
+        return cams.orbit_cameras(orbit, n, intrinsics)
+    path = cams.read_camera_path(Path(args.cameras), scene)
+    width = args.width or path.width or first.intrinsics.width
+    height = args.height or path.height or (first.intrinsics.height if not args.width else
+                                            round(first.intrinsics.height * width / first.intrinsics.width))
+    fps = args.fps or path.fps or DEFAULT_FPS
+    n = args.frames or max(1, round(fps * (args.seconds or path.seconds or DEFAULT_SECONDS)))
+    return cams.path_cameras(path, n, width, height)
+
+
+def _render_job(args: argparse.Namespace, model: Any) -> Any:
+    from trainer.inference.outputs import parse_background
+    from trainer.inference.render_views import RenderJob
+
+    background = args.background or ("white" if model.scene.white_background else "black")
+    fps = args.fps
+    if fps is None and args.cameras.endswith(".json"):
+        from trainer.inference.cameras import read_camera_path
+
+        fps = read_camera_path(Path(args.cameras), model.scene).fps
+    return RenderJob(cameras=build_cameras(args, model), spp=args.spp, background=parse_background(background),
+                     depth=args.depth, out_dir=args.out, video=args.video, fps=fps or DEFAULT_FPS, seed=args.seed,
+                     quiet=args.quiet)
+
+
+def _summary_line(summary: dict[str, Any], job: Any) -> str:
+    k = job.cameras[0].intrinsics
+    where = [w for w in (summary.get("out_dir"), summary.get("video")) if w]
+    return (f"rendered {summary['frames']} frame(s) of {k.width}x{k.height}, spp {job.spp}, in {summary['seconds']:.2f} s: "
+            f"{summary['frames_per_s']:.3g} frames/s, {summary['rays_per_s']:.3g} rays/s"
+            + (f" -> {', '.join(where)}" if where else ""))
+
+
+def render_command(args: argparse.Namespace) -> int:
+    """``render``: one process, or ``--nproc-per-node N`` ranks through the elastic launcher."""
+    from trainer.inference.loading import load_model
+    from trainer.inference.render_views import render_job
+
+    check_render_flags(args)
+    if args.nproc_per_node is not None and args.nproc_per_node > 1 and "TORCHELASTIC_RUN_ID" not in os.environ:
+        return _launch_render(args)
+    if "TORCHELASTIC_RUN_ID" in os.environ:
+        return _render_worker(args)
+    model = load_model(args.model, args.scene, args.device)
+    try:
+        job = _render_job(args, model)
+        summary = render_job(model, job)
+    finally:
+        model.close()
+    for note in summary["notes"]:
+        print(f"warning: {note}", file=sys.stderr)
+    print(_summary_line(summary, job), flush=True)
+    return 0
+
+
+def _worker_argv(argv: list[str]) -> list[str]:
+    """``argv`` without ``--nproc-per-node N`` (or ``=N``)."""
+    out, skip = [], False
+    for item in argv:
+        if skip:
+            skip = False
+        elif item == "--nproc-per-node":
+            skip = True
+        elif not item.startswith("--nproc-per-node="):
+            out.append(item)
+    return out
+
+
+def _launch_render(args: argparse.Namespace) -> int:
+    from trainer.parallel.launch import launch_workers
+
+    logs = Path(tempfile.mkdtemp(prefix="ngptune-render-"))
+    argv = _worker_argv(args.render_argv) + (["--out", str(args.out)] if args.out is not None and "--out" not in args.render_argv else [])
+    try:
+        launch_workers(["-m", "trainer.inference", "render", *argv], args.nproc_per_node, run_dir=logs,
+                       timeout_s=300, env_extra={"NGPTUNE_RENDER_SUMMARY": str(logs / "summary.json")})
+    except NgptuneError as exc:
+        raise type(exc)(f"{exc} (rank logs in {logs}/logs)") from None
+    summary = json.loads((logs / "summary.json").read_text(encoding="utf-8"))
+    shutil.rmtree(logs, ignore_errors=True)
+    for note in summary["notes"]:
+        print(f"warning: {note}", file=sys.stderr)
+    print(summary["line"], flush=True)
+    return 0
+
+
+def _render_worker(args: argparse.Namespace) -> int:
+    """One rank of ``render --nproc-per-node``: load the model alone, then join the gloo group
+    for the final barrier (a subgrid checkpoint is loaded as one rank holding every box)."""
+    import torch.distributed as dist
+
+    from trainer.config import apply_overrides, load_config
+    from trainer.inference.loading import load_model
+    from trainer.inference.render_views import render_job
+    from trainer.parallel.dist_env import detect_dist_env, init_distributed
+
+    probe = apply_overrides(load_config(None), {"distributed.backend": "gloo", "training.device": args.device or "auto"})
+    env = detect_dist_env(probe)
+    model = load_model(args.model, args.scene, str(env.device))
+    try:
+        job = _render_job(args, model)
+        init_distributed(env, RENDER_GROUP_TIMEOUT_S)
+        summary = render_job(model, job, env.rank, env.world_size, barrier=dist.barrier if env.world_size > 1 else None)
+    finally:
+        model.close()
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    target = os.environ.get("NGPTUNE_RENDER_SUMMARY")
+    if env.rank == 0 and target:
+        summary["frames_per_s"] = summary["frames"] / max(summary["seconds"], 1e-9)
+        summary["rays_per_s"] *= env.world_size
+        summary["line"] = _summary_line(summary, job) + f" ({env.world_size} ranks)"
+        Path(target).write_text(json.dumps(summary), encoding="utf-8")
+    return 0
+
+
+# ---------------------------------------------------------------------------- export
+
+
+def export_command(args: argparse.Namespace) -> int:
+    """``export mesh|pointcloud``."""
+    from trainer.inference.loading import load_model
+
+    folder = _model_folder(args.model)
+    if args.kind == "mesh":
+        from trainer.inference.mesh import check_mesh_request, extract_mesh, write_mesh
+
+        out = args.out or folder / "mesh.ply"
+        check_mesh_request(args.resolution, out, args.aabb)
+        model = load_model(args.model, args.scene, args.device)
+        try:
+            mesh = extract_mesh(model, args.resolution, args.threshold, args.aabb, quiet=args.quiet)
+        finally:
+            model.close()
+        write_mesh(mesh, out)
+        print(f"mesh: {len(mesh['vertices'])} vertices, {len(mesh['faces'])} triangles at {args.resolution}^3, "
+              f"threshold {args.threshold:g} (density {mesh['density_s']:.2f} s, marching cubes {mesh['marching_s']:.2f} s) "
+              f"-> {out}", flush=True)
+        return 0
+    from trainer.inference.pointcloud import check_pointcloud_request, extract_pointcloud, write_pointcloud
+
+    out = args.out or folder / "pointcloud.ply"
+    check_pointcloud_request(args.n_points, args.min_opacity, out)
+    model = load_model(args.model, args.scene, args.device)
+    try:
+        cloud = extract_pointcloud(model, args.n_points, args.min_opacity, args.seed, quiet=args.quiet)
+    finally:
+        model.close()
+    write_pointcloud(cloud, out)
+    print(f"point cloud: {len(cloud['points'])} points of {cloud['rays']} rays (opacity >= {args.min_opacity:g}) -> {out}",
+          flush=True)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None, prog: str = "python -m trainer.inference") -> int:
+    from trainer.runstatus import plain_warning_format
+
+    plain_warning_format()
+    raw = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser(prog).parse_args(raw)
+    if args.command == "render":
+        args.render_argv = raw[raw.index("render") + 1 :]
+    try:
+        return int(args.func(args))
+    except NgptuneError as exc:
+        print_error(exc)
+        return 2

@@ -1,0 +1,189 @@
+"""A trained model, from a run folder, a snapshot file or a distributed checkpoint folder.
+
+What is accepted, and which config builds the model:
+
+* a run folder (``RUN_DIR``): its newest single-process snapshot (``snapshots/step_N.pt``) or its
+  newest complete distributed checkpoint (``checkpoints/step_N/``), whichever has the higher step;
+  the model is built from the run's ``config.json`` (so a snapshot copied in from another run is
+  refused, naming the entry whose shape differs);
+* a snapshot file: the config stored in it;
+* a checkpoint folder (or a ``checkpoints`` folder): the config stored in its ``meta.json``.
+
+Single-process snapshots load into :class:`~trainer.train.loop.Trainer`; distributed checkpoints
+into the trainer of their ``parallel.mode`` as one process owning everything (data parallel: the
+replicated model; subgrid: every box, rendered with the same segment compositing as in training).
+Optimiser state is not needed and not loaded. Weights are the trained ones (a weight average of
+``optimizer.ema_decay`` is not stored in snapshots).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from trainer.config import TrainConfig, apply_overrides, config_from_dict
+from trainer.errors import ConfigError, SceneError, SnapshotError
+from trainer.rundir import RunDir
+
+__all__ = ["LoadedModel", "find_model_source", "load_model", "precision_autocast"]
+
+
+@dataclasses.dataclass
+class LoadedModel:
+    """A trainer holding a trained field and occupancy grid, ready to render.
+
+    Attributes:
+        trainer: a :class:`~trainer.train.loop.Trainer` (or a distributed trainer of one rank).
+        source: the snapshot file or checkpoint folder the weights came from.
+        step: the training step of those weights.
+        mode: ``"single"``, ``"data"`` or ``"subgrid"``.
+    """
+
+    trainer: Any
+    source: Path
+    step: int
+    mode: str
+
+    @property
+    def scene(self) -> Any:
+        return self.trainer.scene
+
+    @property
+    def device(self) -> torch.device:
+        return self.trainer.device
+
+    def close(self) -> None:
+        self.trainer.close()
+
+
+def find_model_source(path: Path) -> tuple[str, Path, Path | None]:
+    """``(kind, source, run_config)``: ``kind`` is ``"snapshot"`` or ``"checkpoint"``, ``source``
+    the file or folder to load, ``run_config`` the run's ``config.json`` when ``path`` is a run
+    folder (else None).
+
+    Raises:
+        SnapshotError: ``path`` does not exist, or is a folder without any snapshot or complete
+            checkpoint (names it).
+    """
+    from trainer.parallel.checkpoint import latest_checkpoint
+
+    path = Path(path)
+    if not path.exists():
+        raise SnapshotError(f"{path}: not found (expected a run folder, a snapshot file or a checkpoint folder)")
+    if path.is_file():
+        return "snapshot", path, None
+    run = RunDir(path)
+    checkpoint = latest_checkpoint(path)
+    snapshots = run.snapshots()
+    config = run.config_path if run.config_path.is_file() else None
+    if checkpoint is None and not snapshots:
+        raise SnapshotError(
+            f"{path}: no snapshot (snapshots/step_N.pt) and no complete checkpoint (checkpoints/step_N/) in this "
+            "folder; train with --snapshot-every N or --save-snapshot FILE to keep the model"
+        )
+    if checkpoint is not None and (not snapshots or _checkpoint_step(checkpoint) >= snapshots[-1][0]):
+        in_run = config if checkpoint.parent.parent == path else None
+        return "checkpoint", checkpoint, in_run
+    return "snapshot", snapshots[-1][1], config
+
+
+def _checkpoint_step(folder: Path) -> int:
+    from trainer.parallel.checkpoint import load_meta
+
+    return int(load_meta(folder)["step"])
+
+
+def _config_from(saved: Any, where: Path) -> TrainConfig:
+    if not isinstance(saved, dict):
+        raise SnapshotError(f"{where}: holds no config to build the model from")
+    try:
+        return config_from_dict(saved, source=str(where))
+    except ConfigError as exc:
+        raise SnapshotError(f"{where}: its stored config is not valid here ({exc})") from None
+
+
+def _read_run_config(path: Path) -> TrainConfig:
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise SnapshotError(f"{path}: unreadable run config ({exc})") from None
+    return _config_from(saved, path)
+
+
+def _inference_config(cfg: TrainConfig, device: str | None) -> TrainConfig:
+    """The run's config as one rendering process: no training images decoded, one rank, no
+    injected faults."""
+    overrides: dict[str, Any] = {
+        "data.placement": "stream", "distributed.world_size": None, "faults.ranks": [],
+        "faults.data_delay_ms": 0.0, "faults.compute_slowdown": 1.0, "faults.oom_at_step": None,
+        "faults.crash_at_step": None, "faults.hang_at_step": None,
+    }
+    if device is not None:
+        overrides["training.device"] = device
+    return apply_overrides(cfg, overrides)
+
+
+def _load_scene(cfg: TrainConfig, scene_path: Path | None) -> Any:
+    from trainer.data import load_scene
+
+    if scene_path is None:
+        from trainer.cli import scene_path_of
+
+        scene_path = scene_path_of(cfg)
+    try:
+        return load_scene(Path(scene_path), downscale=cfg.data.downscale, holdout_every=cfg.data.holdout_every,
+                          aabb_scale=cfg.data.aabb_scale)
+    except SceneError as exc:
+        raise SceneError(f"{exc} (the run's scene, data.scene; give another place with --scene)") from None
+
+
+def load_model(path: Path, scene_path: Path | None = None, device: str | None = None) -> LoadedModel:
+    """Load a trained model for rendering (module docstring).
+
+    Args:
+        path: a run folder, a snapshot file or a checkpoint folder.
+        scene_path: the scene (default: the run's ``data.scene``, or the demo scene).
+        device: ``"cpu"``, ``"cuda"``, ... (default: the run's ``training.device``).
+
+    Raises:
+        SnapshotError: no model found, a truncated or corrupt file, a snapshot of another config
+            (names the entry and both shapes).
+        SceneError: the scene cannot be loaded.
+    """
+    from trainer.train.snapshot import load_snapshot, load_state_checked
+
+    kind, source, run_config = find_model_source(Path(path))
+    if kind == "snapshot":
+        payload = load_snapshot(source)
+        cfg = _read_run_config(run_config) if run_config else _config_from(payload.get("config"), source)
+        cfg = _inference_config(cfg, device)
+        from trainer.train.loop import Trainer
+
+        trainer = Trainer(cfg, _load_scene(cfg, scene_path), None)
+        load_state_checked(trainer.field, payload["model"], "model", source)
+        load_state_checked(trainer.grid, payload["occupancy"], "occupancy grid", source)
+        trainer.step = int(payload["step"])
+        mode = "single"
+    else:
+        from trainer.parallel.checkpoint import load_meta
+        from trainer.parallel.trainer import build_distributed_trainer
+
+        meta = load_meta(source)
+        cfg = _read_run_config(run_config) if run_config else _config_from(meta.get("config"), source / "meta.json")
+        cfg = _inference_config(cfg, device)
+        trainer = build_distributed_trainer(cfg, _load_scene(cfg, scene_path), None)
+        trainer.load_checkpoint(source)
+        mode = trainer.mode
+    trainer.field.eval()
+    return LoadedModel(trainer=trainer, source=source, step=int(trainer.step), mode=mode)
+
+
+def precision_autocast(trainer: Any) -> Any:
+    """``torch.autocast`` for the run's ``training.precision`` (:func:`trainer.train.precision.autocast`)."""
+    from trainer.train.precision import autocast
+
+    return autocast(trainer.device, trainer.cfg.training.precision)

@@ -1,0 +1,227 @@
+"""Files a render writes: PNG frames, 16-bit depth PNGs with a colourised preview, a video.
+
+Every file is written under a temporary name in its folder and renamed when complete, so a
+killed render never leaves a file that looks finished: a PNG is renamed after it is encoded, a
+video (``.<stem>.partial<ext>`` while frames go in) after the encoder has closed it.
+
+Videos go through imageio with imageio-ffmpeg's bundled ffmpeg binary: H.264 (``libx264``,
+``yuv420p`` for even sizes, ``yuv444p`` otherwise) where that encoder is present, else MPEG-4
+part 2 with a warning. Without any ffmpeg binary :class:`VideoUnavailable` is raised before the
+first frame, and the caller writes PNG frames instead.
+
+Depth PNGs (``<name>_depth.png``, uint16): ``value · depth_scale`` is the expected ray-termination
+distance in the scene's source units (0: no surface along the ray); ``depth_scale`` is written
+to ``depth.json`` beside them. ``<name>_depth_preview.png`` maps near → far through OpenCV's
+TURBO colour map.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from trainer.errors import ConfigError
+from trainer.rundir import atomic_write, atomic_write_text
+
+__all__ = [
+    "VIDEO_EXTENSIONS",
+    "VideoFile",
+    "VideoUnavailable",
+    "check_video_path",
+    "parse_background",
+    "prepare_output_dir",
+    "write_depth_pngs",
+    "write_png",
+    "write_depth_scale",
+]
+
+VIDEO_EXTENSIONS = (".mp4", ".mkv", ".mov", ".avi", ".webm")
+_NAMED_BACKGROUNDS = {"white": (1.0, 1.0, 1.0), "black": (0.0, 0.0, 0.0)}
+DEPTH_MAX_COUNT = 65535
+
+
+class VideoUnavailable(RuntimeError):
+    """No ffmpeg binary could be found to encode a video (the message says why)."""
+
+
+def parse_background(text: str) -> tuple[float, float, float]:
+    """``white``, ``black`` or ``#RRGGBB`` → an RGB triple in [0, 1].
+
+    Raises:
+        ConfigError: anything else (names ``--background``).
+    """
+    value = text.strip().lower()
+    if value in _NAMED_BACKGROUNDS:
+        return _NAMED_BACKGROUNDS[value]
+    if re.fullmatch(r"#[0-9a-f]{6}", value):
+        return tuple(int(value[i : i + 2], 16) / 255.0 for i in (1, 3, 5))  # type: ignore[return-value]
+    raise ConfigError(f"--background {text!r}: expected white, black or #RRGGBB")
+
+
+def prepare_output_dir(path: Path, flag: str = "--out") -> Path:
+    """Create ``path`` (and parents) for output files.
+
+    Raises:
+        ConfigError: it cannot be created or is a file (names ``flag`` and the reason).
+    """
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except (OSError, FileExistsError) as exc:
+        raise ConfigError(f"{flag} {path}: cannot create the folder ({getattr(exc, 'strerror', None) or exc})") from None
+    if not os.access(path, os.W_OK):
+        raise ConfigError(f"{flag} {path}: the folder is not writable")
+    return path
+
+
+def check_video_path(path: Path) -> Path:
+    """Check a ``--video`` path before any rendering: a known extension, a folder that exists or
+    can be made.
+
+    Raises:
+        ConfigError: an unknown extension (lists the known ones) or an unusable folder.
+    """
+    path = Path(path)
+    if path.suffix.lower() not in VIDEO_EXTENSIONS:
+        raise ConfigError(f"--video {path}: unknown video extension {path.suffix or '(none)'!r} "
+                          f"(known: {', '.join(VIDEO_EXTENSIONS)})")
+    prepare_output_dir(path.parent if str(path.parent) else Path("."), "--video")
+    return path
+
+
+def _temp_name(path: Path) -> Path:
+    return path.with_name(f".{path.stem}.partial{path.suffix}")
+
+
+def write_png(path: Path, image: np.ndarray) -> Path:
+    """Write ``image`` ([h, w, 3] RGB uint8/uint16, or [h, w] uint16) as a PNG, atomically
+    (:func:`trainer.rundir.atomic_write`).
+
+    Raises:
+        OSError: the encoder failed.
+    """
+    import cv2
+
+    data = image[..., ::-1] if image.ndim == 3 else image  # OpenCV writes BGR
+    ok, encoded = cv2.imencode(".png", np.ascontiguousarray(data))
+    if not ok:
+        raise OSError(f"{path}: the PNG encoder failed")
+    return atomic_write(Path(path), lambda f: f.write(encoded.tobytes()))
+
+
+def to_uint8(rgb: np.ndarray) -> np.ndarray:
+    """[h, w, 3] float in [0, 1] → uint8 (rounded, clipped)."""
+    return (np.clip(rgb, 0.0, 1.0) * 255.0 + 0.5).astype(np.uint8)
+
+
+def write_depth_pngs(folder: Path, name: str, depth: np.ndarray, depth_scale: float) -> tuple[Path, Path]:
+    """``<name>_depth.png`` (uint16 counts of ``depth_scale``) and ``<name>_depth_preview.png``.
+
+    Args:
+        depth: [h, w] float distances in source units; 0 or NaN where there is no surface.
+        depth_scale: source units per count (:func:`write_depth_scale`).
+    """
+    import cv2
+
+    depth = np.nan_to_num(np.asarray(depth, dtype=np.float64), nan=0.0)
+    counts = np.clip(np.round(depth / depth_scale), 0, DEPTH_MAX_COUNT).astype(np.uint16)
+    raw = write_png(Path(folder) / f"{name}_depth.png", counts)
+    hit = depth > 0
+    preview = np.zeros((*depth.shape, 3), dtype=np.uint8)
+    if hit.any():
+        near, far = float(depth[hit].min()), float(depth[hit].max())
+        scaled = np.zeros(depth.shape, dtype=np.uint8)
+        scaled[hit] = np.round(255.0 * (1.0 - (depth[hit] - near) / max(far - near, 1e-12))).astype(np.uint8)
+        coloured = cv2.applyColorMap(scaled, cv2.COLORMAP_TURBO)[..., ::-1]
+        preview[hit] = coloured[hit]
+    return raw, write_png(Path(folder) / f"{name}_depth_preview.png", preview)
+
+
+def write_depth_scale(folder: Path, depth_scale: float, units: str) -> Path:
+    """``depth.json``: ``{"depth_scale": source units per count, "units": ..., "max_count"}``."""
+    path = Path(folder) / "depth.json"
+    atomic_write_text(path, json.dumps({"depth_scale": depth_scale, "units": units,
+                                        "max_count": DEPTH_MAX_COUNT}, indent=2) + "\n")
+    return path
+
+
+def _ffmpeg_exe() -> str:
+    try:
+        import imageio_ffmpeg
+
+        return imageio_ffmpeg.get_ffmpeg_exe()
+    except Exception as exc:  # noqa: BLE001 - a missing package or binary: both mean no encoder
+        raise VideoUnavailable(f"no ffmpeg binary ({type(exc).__name__}: {exc})") from None
+
+
+def pick_codec(exe: str) -> str:
+    """``libx264`` when the ffmpeg binary has it, else ``mpeg4`` (with a warning)."""
+    try:
+        listing = subprocess.run([exe, "-hide_banner", "-encoders"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        listing = ""
+    if re.search(r"\blibx264\b", listing):
+        return "libx264"
+    warnings.warn(f"{exe}: no H.264 encoder (libx264); the video is MPEG-4 part 2", stacklevel=2)
+    return "mpeg4"
+
+
+class VideoFile:
+    """A video being written: frames appended in order, renamed into place by :meth:`close`.
+
+    Args:
+        path: the final file (extension in :data:`VIDEO_EXTENSIONS`).
+        fps: frames per second.
+
+    Raises:
+        VideoUnavailable: no ffmpeg binary (before anything is written).
+    """
+
+    def __init__(self, path: Path, fps: float) -> None:
+        self.path = Path(path)
+        self.fps = float(fps)
+        self.temp = _temp_name(self.path)
+        self.exe = _ffmpeg_exe()
+        self.codec = pick_codec(self.exe)
+        self._writer: Any = None
+        self.n_frames = 0
+
+    def append(self, rgb: np.ndarray) -> None:
+        """Add one frame, [h, w, 3] uint8 RGB (every frame the same size)."""
+        import imageio.v2 as imageio
+
+        if self._writer is None:
+            h, w = rgb.shape[:2]
+            pixel_format = "yuv420p" if (h % 2 == 0 and w % 2 == 0) or self.codec != "libx264" else "yuv444p"
+            params = ["-preset", "medium", "-crf", "18"] if self.codec == "libx264" else ["-q:v", "3"]
+            self._writer = imageio.get_writer(str(self.temp), format="FFMPEG", mode="I", fps=self.fps,
+                                              codec=self.codec, pixelformat=pixel_format, macro_block_size=1,
+                                              ffmpeg_log_level="error", output_params=params)
+        self._writer.append_data(np.ascontiguousarray(rgb))
+        self.n_frames += 1
+
+    def close(self) -> Path:
+        """Finish the file and rename it into place; returns its path."""
+        if self._writer is None:
+            raise ConfigError(f"--video {self.path}: no frames were rendered")
+        self._writer.close()
+        self._writer = None
+        os.replace(self.temp, self.path)
+        return self.path
+
+    def abort(self) -> None:
+        """Drop a video that will not be finished (its temp file is removed)."""
+        if self._writer is not None:
+            try:
+                self._writer.close()
+            except Exception:  # noqa: BLE001 - the file is deleted anyway
+                pass
+            self._writer = None
+        self.temp.unlink(missing_ok=True)

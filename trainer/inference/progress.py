@@ -1,0 +1,65 @@
+"""Progress of a render or an export: a rich bar on a terminal, plain lines otherwise."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+__all__ = ["Progress"]
+
+PLAIN_LINE_EVERY_S = 10.0  # off a terminal: at most one line per this many seconds (and the last)
+
+
+class Progress:
+    """Counts ``total`` units of work (``what``: "frames", "chunks") and the rays or points done.
+
+    Args:
+        what: the unit's name.
+        total: units in all.
+        quiet: no bar and no lines.
+        rate_name: what :meth:`advance`'s ``items`` are (shown as a rate, e.g. "rays").
+    """
+
+    def __init__(self, what: str, total: int, quiet: bool = False, rate_name: str = "rays") -> None:
+        self.what, self.total, self.quiet, self.rate_name = what, int(total), quiet, rate_name
+        self.done = 0
+        self.items = 0
+        self.t0 = time.perf_counter()
+        self._last_line = self.t0
+        self._bar = None
+        if not quiet and sys.stderr.isatty():
+            from rich.progress import BarColumn, Progress as RichProgress, TextColumn, TimeRemainingColumn
+
+            self._bar = RichProgress(TextColumn(f"[bold]{what}"), BarColumn(),
+                                     TextColumn("{task.completed}/{task.total}"), TextColumn("{task.fields[rate]}"),
+                                     TextColumn("ETA"), TimeRemainingColumn(), transient=False)
+            self._task = self._bar.add_task(what, total=self.total, rate="")
+            self._bar.start()
+
+    @property
+    def elapsed_s(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def rate_text(self) -> str:
+        rate = self.items / max(self.elapsed_s, 1e-9)
+        return f"{rate:.3g} {self.rate_name}/s"
+
+    def advance(self, units: int = 1, items: int = 0) -> None:
+        """``units`` more done, ``items`` more rays/points."""
+        self.done += units
+        self.items += items
+        if self.quiet:
+            return
+        if self._bar is not None:
+            self._bar.update(self._task, completed=self.done, rate=self.rate_text())
+            return
+        now = time.perf_counter()
+        if now - self._last_line >= PLAIN_LINE_EVERY_S or self.done >= self.total:
+            self._last_line = now
+            left = (self.total - self.done) * self.elapsed_s / max(self.done, 1)
+            print(f"{self.what} {self.done}/{self.total}  {self.rate_text()}  ETA {left:.0f} s", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None

@@ -1,0 +1,249 @@
+"""Render cameras with a loaded model: colour (spp jittered renders averaged), depth, opacity.
+
+The rays of a camera go through :func:`trainer.train.evaluate.render_ray_buffers`, the code the
+trainer's evaluation renders with, so a test camera rendered here is the image ``evaluate``
+scores. Subgrid runs composite their boxes' segments front to back
+(:func:`trainer.parallel.subgrid.render_subgrid`), as in training.
+
+With several ranks (``--nproc-per-node``), rank r renders frames r, r + W, r + 2W, ... and writes
+them as PNGs; rank 0 encodes the video from them after a barrier. Frame i's jitter is seeded with
+``seed + i``, so the frames do not depend on how many ranks rendered them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from trainer.data.rays import camera_rays_for_image
+from trainer.data.scene import Frame
+from trainer.inference.loading import LoadedModel, precision_autocast
+from trainer.inference.outputs import (
+    DEPTH_MAX_COUNT, VideoFile, VideoUnavailable, to_uint8, write_depth_pngs, write_depth_scale, write_png,
+)
+from trainer.inference.progress import Progress
+from trainer.inference.worldframe import units_per_cube_unit
+from trainer.render.volrend import RenderedRays, composite_segment
+from trainer.train.evaluate import render_ray_buffers
+
+__all__ = ["RenderJob", "RenderedView", "render_camera", "render_job", "subgrid_sample_renderer"]
+
+MIN_DEPTH_OPACITY = 0.01  # pixels less opaque than this have no depth (0 in the PNG)
+
+
+@dataclasses.dataclass
+class RenderedView:
+    """One rendered camera.
+
+    Attributes:
+        rgb: [h, w, 3] float32 in [0, 1].
+        opacity: [h, w] float32 accumulated opacity.
+        depth: [h, w] float32 expected termination distance of the rays that terminate
+            (``Σ w_i t_i / Σ w_i``) in the scene's source units; 0 where the opacity is below
+            :data:`MIN_DEPTH_OPACITY`.
+    """
+
+    rgb: np.ndarray
+    opacity: np.ndarray
+    depth: np.ndarray
+
+
+def subgrid_sample_renderer(trainer: Any, with_depth: bool) -> Callable[[Any, torch.Tensor, int], RenderedRays]:
+    """``render(samples, background, n_rays) -> RenderedRays`` for a one-rank subgrid model
+    holding every box: colour by :func:`~trainer.parallel.subgrid.render_subgrid`; depth (when
+    asked for) by compositing each box's sample distances as a segment and the segments in each
+    ray's box order, the same NeRF-XL compositing as the colour."""
+    from trainer.parallel.subgrid import composite_boxes_in_order, render_subgrid, segment_order
+
+    model = trainer.field
+
+    def render(samples: Any, background: torch.Tensor, n_rays: int) -> RenderedRays:
+        with precision_autocast(trainer):
+            rgb, transmittance = render_subgrid(model, samples, background, loss_replicated=True)
+        rgb, transmittance = rgb.float(), transmittance.float()
+        depth = torch.zeros(n_rays, device=rgb.device)
+        if with_depth:
+            boxes = model.sample_boxes(samples.positions)
+            segments, through = [], []
+            for k in range(model.n_boxes):
+                mine = (boxes == k).nonzero().squeeze(-1)
+                with precision_autocast(trainer):
+                    sigma = model.fields[str(k)].density(samples.positions[mine]).float()
+                t = samples.t[mine].float().unsqueeze(-1).expand(-1, 3)
+                d_k, a_k = composite_segment(sigma, t, samples.dt[mine].float(), samples.ray_indices[mine], n_rays)
+                segments.append(d_k)
+                through.append(a_k)
+            order = segment_order(samples.t, samples.ray_indices, boxes, n_rays, model.n_boxes)
+            depth = composite_boxes_in_order(torch.stack(segments), torch.stack(through), order, None)[0][:, 0]
+        return RenderedRays(rgb, 1.0 - transmittance, depth, transmittance)
+
+    return render
+
+
+def render_camera(model: LoadedModel, frame: Frame, background: torch.Tensor, spp: int = 1,
+                  generator: torch.Generator | None = None, with_depth: bool = False) -> RenderedView:
+    """Render one camera (module docstring).
+
+    Args:
+        model: the loaded model.
+        frame: the camera (its c2w and intrinsics).
+        background: [3] float32 on the model's device.
+        spp: jittered renders averaged per pixel (>= 1).
+        generator: the jitter's source, required for spp > 1.
+        with_depth: subgrid runs compute depth only when asked (others always do).
+
+    Raises:
+        ValueError: spp < 1, or spp > 1 without a generator.
+    """
+    trainer = model.trainer
+    rays_o, rays_d = camera_rays_for_image(frame, trainer.device)
+    renderer = subgrid_sample_renderer(trainer, with_depth) if model.mode == "subgrid" else None
+    with trainer.inference_weights():
+        out = render_ray_buffers(trainer, rays_o, rays_d, background, spp=spp, generator=generator,
+                                 render_samples=renderer)
+    h, w = frame.intrinsics.height, frame.intrinsics.width
+    opacity = out.opacity.reshape(h, w)
+    depth = torch.where(opacity >= MIN_DEPTH_OPACITY, out.depth.reshape(h, w) / opacity.clamp_min(1e-12),
+                        torch.zeros_like(opacity))
+    return RenderedView(rgb=out.rgb.reshape(h, w, 3).clamp(0.0, 1.0).cpu().numpy(),
+                        opacity=opacity.cpu().numpy(),
+                        depth=(depth * units_per_cube_unit(model.scene)).cpu().numpy())
+
+
+@dataclasses.dataclass
+class RenderJob:
+    """What to render and where it goes.
+
+    Attributes:
+        cameras: the frames, in output order.
+        spp: jittered renders per pixel.
+        background: RGB in [0, 1].
+        depth: also write ``<name>_depth.png`` and ``<name>_depth_preview.png``.
+        out_dir: folder for PNG frames, or None (video only).
+        video: the video file, or None.
+        fps: frames per second of the video.
+        seed: frame i's jitter generator is seeded with ``seed + i``.
+        quiet: no progress display.
+    """
+
+    cameras: list[Frame]
+    spp: int = 1
+    background: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    depth: bool = False
+    out_dir: Path | None = None
+    video: Path | None = None
+    fps: float = 30.0
+    seed: int = 1337
+    quiet: bool = False
+
+
+def depth_scale_for(model: LoadedModel, cameras: list[Frame]) -> float:
+    """Source units per uint16 count: the farthest corner of the scene box from any camera maps
+    to :data:`~trainer.inference.outputs.DEPTH_MAX_COUNT`."""
+    aabb = np.asarray(model.scene.aabb)
+    corners = np.array([[aabb[i, 0], aabb[j, 1], aabb[k, 2]] for i in (0, 1) for j in (0, 1) for k in (0, 1)])
+    positions = np.stack([np.asarray(f.c2w)[:3, 3] for f in cameras])
+    far = float(np.linalg.norm(positions[:, None, :] - corners[None], axis=-1).max())
+    return far * units_per_cube_unit(model.scene) / DEPTH_MAX_COUNT
+
+
+def _frame_name(index: int) -> str:
+    return f"{index:05d}"
+
+
+def render_job(model: LoadedModel, job: RenderJob, rank: int = 0, world_size: int = 1,
+               barrier: Callable[[], None] | None = None) -> dict[str, Any]:
+    """Render ``job``'s cameras of this rank and write its files (module docstring).
+
+    Returns:
+        ``{"frames", "rendered_here", "seconds", "frames_per_s", "rays_per_s", "out_dir",
+        "video", "video_codec", "notes"}`` (``video`` None when none was written).
+    """
+    device = model.device
+    background = torch.tensor(job.background, dtype=torch.float32, device=device)
+    mine = list(range(rank, len(job.cameras), world_size))
+    notes: list[str] = []
+    video: VideoFile | None = None
+    frames_dir = job.out_dir
+    staging: Path | None = None
+    if job.video is not None and world_size == 1:
+        try:
+            video = VideoFile(job.video, job.fps)
+        except VideoUnavailable as exc:
+            if frames_dir is None:
+                frames_dir = job.video.with_name(job.video.stem + "_frames")
+            notes.append(f"--video {job.video}: {exc}; PNG frames are written to {frames_dir} instead")
+    elif job.video is not None and frames_dir is None:  # ranks hand their frames to rank 0 as PNGs
+        frames_dir = staging = job.video.with_name(f".{job.video.stem}.frames")
+    if frames_dir is not None:
+        frames_dir.mkdir(parents=True, exist_ok=True)
+        if job.depth and rank == 0:
+            write_depth_scale(frames_dir, depth_scale_for(model, job.cameras), "source world units per count")
+    depth_scale = depth_scale_for(model, job.cameras)
+    progress = Progress("render", len(mine), quiet=job.quiet or rank != 0)
+    t0 = time.perf_counter()
+    try:
+        for index in mine:
+            camera = job.cameras[index]
+            generator = None
+            if job.spp > 1:
+                generator = torch.Generator(device=device)
+                generator.manual_seed(job.seed + index)
+            view = render_camera(model, camera, background, job.spp, generator, with_depth=job.depth)
+            rgb8 = to_uint8(view.rgb)
+            if frames_dir is not None:
+                write_png(frames_dir / f"{_frame_name(index)}.png", rgb8)
+                if job.depth:
+                    write_depth_pngs(frames_dir, _frame_name(index), view.depth, depth_scale)
+            if video is not None:
+                video.append(rgb8)
+            progress.advance(1, camera.intrinsics.width * camera.intrinsics.height * job.spp)
+        seconds = time.perf_counter() - t0
+        if barrier is not None:
+            barrier()
+        if job.video is not None and world_size > 1 and rank == 0:
+            video = _encode_from_pngs(frames_dir, len(job.cameras), job.video, job.fps, notes)
+        written = video.close() if video is not None else None
+    except BaseException:
+        if video is not None:
+            video.abort()
+        raise
+    finally:
+        progress.close()
+    if staging is not None and rank == 0 and written is not None:
+        shutil.rmtree(staging, ignore_errors=True)
+    rays = sum(c.intrinsics.width * c.intrinsics.height for c in (job.cameras[i] for i in mine)) * job.spp
+    return {
+        "frames": len(job.cameras), "rendered_here": len(mine), "seconds": seconds,
+        "frames_per_s": len(mine) / max(seconds, 1e-9), "rays_per_s": rays / max(seconds, 1e-9),
+        "out_dir": None if frames_dir is None or frames_dir == staging else str(frames_dir),
+        "video": None if written is None else str(written),
+        "video_codec": None if video is None else video.codec, "notes": notes,
+    }
+
+
+def _encode_from_pngs(folder: Path, n_frames: int, path: Path, fps: float, notes: list[str]) -> VideoFile | None:
+    """Rank 0 after the barrier: the video from every rank's PNG frames, in order."""
+    import cv2
+
+    try:
+        video = VideoFile(path, fps)
+    except VideoUnavailable as exc:
+        notes.append(f"--video {path}: {exc}; the PNG frames are in {folder}")
+        return None
+    try:
+        for index in range(n_frames):
+            frame = cv2.imread(str(folder / f"{_frame_name(index)}.png"), cv2.IMREAD_COLOR)
+            if frame is None:
+                raise FileNotFoundError(f"{folder / (_frame_name(index) + '.png')}: frame missing after every rank finished")
+            video.append(frame[..., ::-1])
+    except BaseException:
+        video.abort()
+        raise
+    return video
