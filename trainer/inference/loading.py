@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -131,9 +132,9 @@ def _load_scene(cfg: TrainConfig, scene_path: Path | None) -> Any:
     from trainer.data import load_scene
 
     if scene_path is None:
-        from trainer.cli import scene_path_of
+        from trainer.data.demo import demo_scene_path
 
-        scene_path = scene_path_of(cfg)
+        scene_path = Path(cfg.data.scene) if cfg.data.scene else demo_scene_path()
     try:
         return load_scene(Path(scene_path), downscale=cfg.data.downscale, holdout_every=cfg.data.holdout_every,
                           aabb_scale=cfg.data.aabb_scale)
@@ -176,7 +177,9 @@ def load_model(path: Path, scene_path: Path | None = None, device: str | None = 
         cfg = _read_run_config(run_config) if run_config else _config_from(meta.get("config"), source / "meta.json")
         cfg = _inference_config(cfg, device)
         trainer = build_distributed_trainer(cfg, _load_scene(cfg, scene_path), None)
-        trainer.load_checkpoint(source)
+        with warnings.catch_warnings():  # the placement and world size differ on purpose
+            warnings.filterwarnings("ignore", message=".*resuming with settings other than")
+            trainer.load_checkpoint(source)
         mode = trainer.mode
     trainer.field.eval()
     return LoadedModel(trainer=trainer, source=source, step=int(trainer.step), mode=mode)

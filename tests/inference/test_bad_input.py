@@ -1,0 +1,84 @@
+"""Bad input to `render`/`export`: one error line naming the file, key or flag; nothing written."""
+
+from __future__ import annotations
+
+import re
+import shutil
+
+import pytest
+
+from tests.inference.conftest import run_cli
+from tests.train.conftest import tiny_config
+
+
+def _fails(argv, capsys, pattern):
+    code, out, err = run_cli(argv, capsys)
+    assert code == 2 and err.startswith("error: ") and err.count("\n") == 1, err
+    assert re.search(pattern, err), err
+    return err
+
+
+def test_a_snapshot_of_another_config_names_the_entry(trained_run, tmp_path, capsys, demo_scene):
+    from trainer.data import load_scene
+    from trainer.train.loop import Trainer
+
+    other = Trainer(tiny_config(encoding__log2_hashmap_size=10, data__scene=str(demo_scene)), load_scene(demo_scene))
+    run = tmp_path / "run"
+    shutil.copytree(trained_run["run"], run)
+    (run / "snapshots" / trained_run["snapshot"].name).unlink()
+    other.save(run / "snapshots" / "step_0000005.pt")
+    other.close()
+    _fails(["render", run, "--out", tmp_path / "frames", "--quiet"], capsys,
+           r"step_0000005\.pt: model entry '.*' has shape .* in the snapshot but .* in this config")
+    assert not list((tmp_path / "frames").glob("*.png"))
+
+
+def test_a_truncated_snapshot_is_named(trained_run, tmp_path, capsys):
+    broken = tmp_path / "cut.pt"
+    data = trained_run["snapshot"].read_bytes()
+    broken.write_bytes(data[: len(data) // 2])
+    _fails(["render", broken, "--out", tmp_path / "frames", "--quiet"], capsys, r"cut\.pt: truncated or corrupt snapshot")
+    _fails(["export", "mesh", broken, "--out", tmp_path / "m.ply", "--quiet"], capsys, r"cut\.pt: truncated or corrupt")
+    assert not (tmp_path / "m.ply").exists()
+
+
+def test_a_run_folder_without_snapshots(trained_run, tmp_path, capsys):
+    run = tmp_path / "empty_run"
+    run.mkdir()
+    shutil.copy(trained_run["run"] / "config.json", run / "config.json")
+    _fails(["render", run, "--out", tmp_path / "f", "--quiet"], capsys,
+           r"empty_run: no snapshot .* and no complete checkpoint .*--snapshot-every")
+
+
+@pytest.mark.parametrize("argv, pattern", [
+    (["--spp", "0"], r"--spp 0: expected an integer >= 1"),
+    (["--screenshot-spp", "-2"], r"--spp -2: expected an integer >= 1"),
+    (["--width", "0"], r"--width 0: expected an integer >= 1"),
+    (["--video", "{tmp}/clip.xyz"], r"--video .*clip\.xyz: unknown video extension '\.xyz'"),
+    (["--out", "{tmp}/file/frames"], r"--out .*file/frames: cannot create the folder"),
+    (["--background", "pink"], r"--background 'pink': expected white, black or #RRGGBB"),
+    (["--cameras", "{tmp}/missing.json"], r"--cameras .*missing\.json: camera-path file not found"),
+    (["--cameras", "front"], r"--cameras front: expected test, train, val, orbit"),
+])
+def test_bad_render_flags_are_refused_before_loading(trained_run, tmp_path, capsys, argv, pattern):
+    (tmp_path / "file").write_text("a file where a folder is expected")
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    _fails(["render", trained_run["run"], *argv, "--quiet"], capsys, pattern)
+    assert not list(tmp_path.rglob("*.png")) and not list(tmp_path.rglob("*.xyz"))
+
+
+def test_a_bad_camera_path_file_is_named_with_its_keyframe(trained_run, tmp_path, capsys):
+    path = tmp_path / "base_cam.json"
+    path.write_text('{"path": [{"R": [0, 0, 0, 1], "T": [0.5, 0.5, -1]}]}')
+    _fails(["render", trained_run["run"], "--cameras", path, "--out", tmp_path / "f", "--quiet"], capsys,
+           r"base_cam\.json: path\[0\]: missing key 'fov'")
+    assert not list((tmp_path / "f").glob("*.png"))
+
+
+def test_ngptune_registers_render_and_export(trained_run, tmp_path, capsys):
+    from ngptune.cli import main
+
+    assert main(["render", str(trained_run["run"]), "--spp", "0"]) == 2
+    assert "--spp 0" in capsys.readouterr().err
+    assert main(["export", "pointcloud", str(trained_run["run"]), "--out", str(tmp_path / "c.txt")]) == 2
+    assert "unknown point-cloud extension '.txt'" in capsys.readouterr().err
