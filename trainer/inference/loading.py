@@ -171,7 +171,7 @@ def load_model(path: Path, scene_path: Path | None = None, device: str | None = 
         mode = "single"
     else:
         from trainer.parallel.checkpoint import load_meta
-        from trainer.parallel.trainer import build_distributed_trainer
+        from trainer.parallel.build import build_distributed_trainer
 
         meta = load_meta(source)
         cfg = _read_run_config(run_config) if run_config else _config_from(meta.get("config"), source / "meta.json")
