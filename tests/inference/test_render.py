@@ -75,6 +75,33 @@ def test_orbit_video_opens_with_the_requested_frames_and_size(trained_run, tmp_p
     assert not list(tmp_path.glob(".*partial*"))
 
 
+def test_without_imageio_ffmpeg_opencv_writes_the_video(trained_run, tmp_path, capsys, monkeypatch):
+    import cv2
+
+    from trainer.inference import outputs
+
+    def no_ffmpeg() -> str:
+        raise outputs.VideoUnavailable("no ffmpeg binary (test)")
+
+    monkeypatch.setattr(outputs, "_ffmpeg_exe", no_ffmpeg)
+    video = tmp_path / "orbit.mp4"
+    code, stdout, _ = run_cli(["render", trained_run["run"], "--cameras", "orbit", "--frames", "4", "--width", "24",
+                               "--height", "16", "--video", video, "--quiet"], capsys)
+    assert code == 0 and str(video) in stdout
+    capture = cv2.VideoCapture(str(video))
+    try:
+        frames = []
+        while True:
+            ok, frame = capture.read()
+            if not ok:
+                break
+            frames.append(frame)
+    finally:
+        capture.release()
+    assert len(frames) == 4 and frames[0].shape == (16, 24, 3)
+    assert not list(tmp_path.glob(".*partial*"))
+
+
 def test_subgrid_checkpoint_renders_through_segment_compositing(demo_scene, tmp_path):
     from trainer.data.rays import camera_rays_for_image
     from trainer.parallel.subgrid_train import SubgridTrainer

@@ -6,8 +6,10 @@ video (``.<stem>.partial<ext>`` while frames go in) after the encoder has closed
 
 Videos go through imageio with imageio-ffmpeg's bundled ffmpeg binary: H.264 (``libx264``,
 ``yuv420p`` for even sizes, ``yuv444p`` otherwise) where that encoder is present, else MPEG-4
-part 2 with a warning. Without any ffmpeg binary :class:`VideoUnavailable` is raised before the
-first frame, and the caller writes PNG frames instead.
+part 2 with a warning. Without imageio-ffmpeg, OpenCV's ``VideoWriter`` writes it (H.264 ``avc1``
+where OpenCV's build has it, else MPEG-4 ``mp4v``; ``.mp4``/``.mov``/``.avi``/``.mkv``). Only when
+neither can open the file is :class:`VideoUnavailable` raised, before the first frame, and the
+caller writes PNG frames instead.
 
 Depth PNGs (``<name>_depth.png``, uint16): ``value · depth_scale`` is the expected ray-termination
 distance in the scene's source units (0: no surface along the ray); ``depth_scale`` is written
@@ -173,6 +175,30 @@ def pick_codec(exe: str) -> str:
     return "mpeg4"
 
 
+def _opencv_codec(temp: Path, ffmpeg_problem: VideoUnavailable) -> str:
+    """The FourCC OpenCV's ``VideoWriter`` can open for ``temp``: ``avc1`` (H.264), else ``mp4v``.
+
+    Raises:
+        VideoUnavailable: OpenCV is missing or opens neither (the message names both problems).
+    """
+    try:
+        import cv2
+    except ImportError as exc:
+        raise VideoUnavailable(f"{ffmpeg_problem}; no OpenCV either ({exc})") from None
+    for fourcc in ("avc1", "mp4v"):
+        with warnings.catch_warnings():
+            probe = cv2.VideoWriter(str(temp), cv2.VideoWriter_fourcc(*fourcc), 1.0, (16, 16))
+        opened = probe.isOpened()
+        probe.release()
+        temp.unlink(missing_ok=True)
+        if opened:
+            if fourcc != "avc1":
+                warnings.warn(f"{temp.name}: no H.264 encoder in OpenCV's build; the video is MPEG-4 part 2",
+                              stacklevel=3)
+            return fourcc
+    raise VideoUnavailable(f"{ffmpeg_problem}; OpenCV's VideoWriter opens neither avc1 nor mp4v for {temp.suffix}")
+
+
 class VideoFile:
     """A video being written: frames appended in order, renamed into place by :meth:`close`.
 
@@ -188,13 +214,22 @@ class VideoFile:
         self.path = Path(path)
         self.fps = float(fps)
         self.temp = _temp_name(self.path)
-        self.exe = _ffmpeg_exe()
-        self.codec = pick_codec(self.exe)
         self._writer: Any = None
+        self._cv_writer: Any = None
         self.n_frames = 0
+        try:
+            self.exe: str | None = _ffmpeg_exe()
+        except VideoUnavailable as exc:
+            self.exe = None
+            self.codec = _opencv_codec(self.temp, exc)
+        else:
+            self.codec = pick_codec(self.exe)
 
     def append(self, rgb: np.ndarray) -> None:
         """Add one frame, [h, w, 3] uint8 RGB (every frame the same size)."""
+        if self.exe is None:
+            self._append_opencv(rgb)
+            return
         import imageio.v2 as imageio
 
         if self._writer is None:
@@ -209,15 +244,34 @@ class VideoFile:
 
     def close(self) -> Path:
         """Finish the file and rename it into place; returns its path."""
-        if self._writer is None:
+        if self._writer is None and self._cv_writer is None:
             raise ConfigError(f"--video {self.path}: no frames were rendered")
-        self._writer.close()
-        self._writer = None
+        if self._cv_writer is not None:
+            self._cv_writer.release()
+            self._cv_writer = None
+        else:
+            self._writer.close()
+            self._writer = None
         os.replace(self.temp, self.path)
         return self.path
 
+    def _append_opencv(self, rgb: np.ndarray) -> None:
+        import cv2
+
+        if self._cv_writer is None:
+            h, w = rgb.shape[:2]
+            self._cv_writer = cv2.VideoWriter(str(self.temp), cv2.VideoWriter_fourcc(*self.codec), self.fps, (w, h))
+            if not self._cv_writer.isOpened():
+                self._cv_writer = None
+                self.temp.unlink(missing_ok=True)
+                raise VideoUnavailable(f"OpenCV could not open {self.temp.name} with codec {self.codec}")
+        self._cv_writer.write(np.ascontiguousarray(rgb[..., ::-1]))
+
     def abort(self) -> None:
         """Drop a video that will not be finished (its temp file is removed)."""
+        if self._cv_writer is not None:
+            self._cv_writer.release()
+            self._cv_writer = None
         if self._writer is not None:
             try:
                 self._writer.close()
