@@ -87,8 +87,10 @@ __all__ = [
     "ParamSpec",
     "PrunerSpec",
     "REPO_ROOT",
+    "STUDY_NAME_RULE",
     "SamplerSpec",
     "StudySpec",
+    "is_study_name",
     "load_study",
 ]
 
@@ -105,8 +107,16 @@ _RESERVED_KEYS = {
     "distributed.master_port": "every trial's launcher picks a free rendezvous port",
 }
 _NAME_RE = re.compile(r"[A-Za-z0-9_.-]+")
+STUDY_NAME_RULE = "a name of letters, digits, '.', '_' or '-'"
 _MAX_CHECKED_VALUES = 4096  # int parameters with fewer values have each value checked at load
 _MAX_CHECKED_COMBINATIONS = 512  # of other parameters' values, tried for each value at load
+
+
+def is_study_name(value: object) -> bool:
+    """Whether ``value`` is a valid study name (``study.name``, ``--study-name``): a non-empty
+    string of letters, digits, ``.``, ``_`` and ``-`` (it names a folder and appears in shell and
+    HTML files)."""
+    return isinstance(value, str) and _NAME_RE.fullmatch(value) is not None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -502,8 +512,7 @@ def load_study(path: str | Path, *, scene: str | Path | None = None) -> StudySpe
 
     study = reader.table(data, "study")
     reader.only(study, "study", ["name", "scene", "config", "trials", "timeout_s"])
-    name = reader.value(study, "study", "name", lambda v: isinstance(v, str) and _NAME_RE.fullmatch(v) is not None,
-                        "a name of letters, digits, '.', '_' or '-'", default=None)
+    name = reader.value(study, "study", "name", is_study_name, STUDY_NAME_RULE, default=None)
     if name is None:
         name = path.stem if _NAME_RE.fullmatch(path.stem) else "study"
     scene_text = reader.value(study, "study", "scene", lambda v: isinstance(v, str) and v != "",

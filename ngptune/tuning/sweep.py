@@ -58,7 +58,7 @@ from ngptune.tuning.space import check_combination, default_params, sample, spli
 from ngptune.tuning.storage import (
     UNTUNED_ATTR, SweepError, masked_url, open_storage, open_study, recover_trials, setup_lock, study_progress, worker_id,
 )
-from ngptune.tuning.study import DEMO_SCENE, StudySpec, load_study
+from ngptune.tuning.study import DEMO_SCENE, STUDY_NAME_RULE, StudySpec, is_study_name, load_study
 from ngptune.tuning.trial import TrialLaunch, run_trial, trial_argv
 from trainer.config import TrainConfig, dump_config
 from trainer.errors import ConfigError, NgptuneError
@@ -367,6 +367,8 @@ def run_sweep(options: SweepOptions, console: Console | None = None) -> SweepRes
     if not nccl_active:
         _check_no_emulation(spec, base_cfg)
     name = options.study_name or spec.name
+    if not is_study_name(name):
+        raise ConfigError(f"--study-name: expected {STUDY_NAME_RULE}, got {name!r}")
     study_dir = StudyDir(options.out_dir or Path("reports") / name)
     _check_not_foreign(study_dir)
     with _quiet_optuna():
