@@ -110,6 +110,8 @@ class Scene:
         notes: human-readable remarks from the loader (for example the COLMAP model chosen).
         skipped: frames listed by the source but not used, with the reason.
         downscale: the integer factor images are shrunk by when decoded (1 = full size).
+        held_out_every: n when the loader made the ``test`` split by holding out every n-th
+            listed frame (``data.holdout_every``); 0 when the splits are the source's own.
     """
 
     format: str
@@ -120,6 +122,7 @@ class Scene:
     notes: list[str] = dataclasses.field(default_factory=list)
     skipped: list[SkippedFrame] = dataclasses.field(default_factory=list)
     downscale: int = 1
+    held_out_every: int = 0
 
     @property
     def aabb(self) -> np.ndarray:

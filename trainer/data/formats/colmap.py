@@ -270,4 +270,5 @@ def load(path: Path, opts: SceneOptions) -> Scene:
         aabb_scale=opts.aabb_scale if opts.aabb_scale is not None else DEFAULT_AABB_SCALE,
         notes=notes,
         downscale=opts.downscale,
+        held_out_every=opts.holdout_every,
     )

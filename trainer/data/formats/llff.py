@@ -171,4 +171,5 @@ def load(path: Path, opts: SceneOptions) -> Scene:
         aabb_scale=opts.aabb_scale if opts.aabb_scale is not None else DEFAULT_AABB_SCALE,
         notes=notes,
         downscale=decode_downscale,
+        held_out_every=opts.holdout_every,
     )

@@ -539,4 +539,5 @@ def load(path: Path, opts: SceneOptions) -> Scene:
         notes=notes,
         skipped=skipped,
         downscale=opts.downscale,
+        held_out_every=opts.holdout_every,
     )
