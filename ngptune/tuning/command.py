@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ngptune.tuning.study import REPO_ROOT, STUDY_NAME_RULE, is_study_name
+from ngptune.tuning.study import MAX_TRIALS, REPO_ROOT, STUDY_NAME_RULE, is_study_name
 from trainer.cli import positive_int
 
 __all__ = ["DEFAULT_STUDY", "register"]
@@ -25,6 +25,13 @@ def _positive_seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}") from None
     if not value > 0:
         raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text}")
+    return value
+
+
+def _trials(text: str) -> int:
+    value = positive_int(text)
+    if value > MAX_TRIALS:
+        raise argparse.ArgumentTypeError(f"expected at most {MAX_TRIALS} trials, got {value}")
     return value
 
 
@@ -68,7 +75,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--study", type=Path, default=DEFAULT_STUDY,
                    help=f"study file (TOML, see studies/README.md; default {DEFAULT_STUDY.relative_to(REPO_ROOT)})")
     p.add_argument("--scene", type=Path, default=None, help="scene path replacing the study's scene")
-    p.add_argument("--trials", type=positive_int, default=None,
+    p.add_argument("--trials", type=_trials, default=None,
                    help="finished trials the study aims at, counting earlier runs (default: the study file's)")
     p.add_argument("--timeout", type=_positive_seconds, default=None, metavar="S",
                    help="stop starting new trials after S seconds")

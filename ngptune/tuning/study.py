@@ -86,6 +86,7 @@ __all__ = [
     "ObjectiveSpec",
     "ParamSpec",
     "PrunerSpec",
+    "MAX_TRIALS",
     "REPO_ROOT",
     "STUDY_NAME_RULE",
     "SamplerSpec",
@@ -97,6 +98,7 @@ __all__ = [
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEMO_SCENE = "demo"
 DEFAULT_TRIALS = 20
+MAX_TRIALS = 10**6  # study.trials and --trials: more is a typo, not a study
 DEFAULT_EVAL_EVERY_STEPS = 50
 # Keys a sweep controls itself and a study may not set: why not.
 _RESERVED_KEYS = {
@@ -528,8 +530,8 @@ def load_study(path: str | Path, *, scene: str | Path | None = None) -> StudySpe
         scene_value = str(_resolve_path(reader, "study.scene", scene_text))
     config_text = reader.value(study, "study", "config", lambda v: isinstance(v, str) and v != "", "a config path")
     base_config_path = None if config_text is None else _resolve_path(reader, "study.config", config_text)
-    trials = reader.value(study, "study", "trials", lambda v: is_int(v) and v >= 1, "an integer >= 1",
-                          default=DEFAULT_TRIALS)
+    trials = reader.value(study, "study", "trials", lambda v: is_int(v) and 1 <= v <= MAX_TRIALS,
+                          f"an integer in [1, {MAX_TRIALS}]", default=DEFAULT_TRIALS)
     timeout = reader.value(study, "study", "timeout_s", lambda v: is_number(v) and v > 0, "a number > 0 (s)")
     try:
         cfg = load_config(base_config_path)

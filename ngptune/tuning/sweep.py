@@ -366,6 +366,7 @@ def run_sweep(options: SweepOptions, console: Console | None = None) -> SweepRes
     nccl_active = nccl_is_active(base_cfg, nproc)
     if not nccl_active:
         _check_no_emulation(spec, base_cfg)
+        _check_some_param_active(spec)
     name = options.study_name or spec.name
     if not is_study_name(name):
         raise ConfigError(f"--study-name: expected {STUDY_NAME_RULE}, got {name!r}")
@@ -373,6 +374,19 @@ def run_sweep(options: SweepOptions, console: Console | None = None) -> SweepRes
     _check_not_foreign(study_dir)
     with _quiet_optuna():
         return _run(options, spec, nproc, base_cfg, nccl_active, name, study_dir, console)
+
+
+def _check_some_param_active(spec: StudySpec) -> None:
+    """Refuse a study whose every parameter is an NCCL variable when NCCL is inactive (gloo): each
+    trial would run the same settings.
+
+    Raises:
+        ConfigError: naming the study file and the parameters.
+    """
+    if spec.params and all(nccl.is_nccl_name(p.name) for p in spec.params):
+        names = ", ".join(p.name for p in spec.params)
+        raise ConfigError(f"{spec.path}: params: every parameter ({names}) is an NCCL variable, inactive on this "
+                          "host (gloo backend: no CUDA ranks); tune trainer settings too, or run where NCCL is used")
 
 
 def _check_no_emulation(spec: StudySpec, base_cfg: TrainConfig) -> None:
@@ -415,6 +429,10 @@ def _check_not_foreign(study_dir: StudyDir) -> None:
 def _run(options: SweepOptions, spec: StudySpec, nproc: int, base_cfg: TrainConfig, nccl_active: bool, name: str,
          study_dir: StudyDir, console: Console) -> SweepResult:
     trials_target = options.trials or spec.trials
+    if not spec.params:
+        trials_target = 1
+        console.print(f"[yellow]warning:[/yellow] {spec.path}: params: the search space is empty; running one "
+                      "trial of the default settings instead of identical repeats")
     timeout_s = options.timeout_s or spec.timeout_s
     scene = _scene_path(spec)
     storage = open_storage(options.storage, study_dir)
