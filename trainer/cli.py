@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.config import TrainConfig, apply_overrides, config_to_dict, dump_config, load_config, parse_override
-from trainer.errors import ConfigError, LaunchError, NgptuneError, SceneError
+from trainer.errors import ConfigError, LaunchError, NgptuneError, SceneError, TrainingError
 from trainer.rundir import RunDir, prepare_output_file
 from trainer.runstatus import (
     COMPLETED,
@@ -336,8 +336,7 @@ def _finish_status(
             f"stopped at step {trainer.step} of {t.n_steps}: the time budget of {t.time_budget_s:g} s "
             "(training.time_budget_s, --time-budget) was reached"
         )
-    if args.save_snapshot:
-        status["snapshot"] = str(trainer.save(args.save_snapshot))
+    _keep_final_model(trainer, args, status)
     if not args.no_eval:
         progress.message(_evaluation_notice(trainer, last))
         started = last_line = time.perf_counter()
@@ -354,8 +353,12 @@ def _finish_status(
         try:
             result = trainer.evaluate()
         except (KeyboardInterrupt, Terminated):
-            _keep_trained_model(trainer, status, progress)
+            status["interrupted_during"] = "evaluation"
+            progress.message(f"evaluation interrupted; {_model_kept_text(trainer, status)}")
             raise
+        except Exception as exc:
+            raise TrainingError(f"trained; evaluation failed: {type(exc).__name__}: {exc} "
+                                f"({_model_kept_text(trainer, status)})") from exc
         finally:
             trainer.eval_progress = None
         status.update({"eval_psnr_db": result["mean_psnr_db"], "eval_ssim": result["mean_ssim"], "eval_split": result["split"]})
@@ -390,20 +393,28 @@ def eval_seconds_estimate(pixels: int, spp: int, last: dict[str, Any] | None) ->
     return pixels * spp * (samples / rays) / (rate * EVAL_SPEEDUP_OVER_TRAINING)
 
 
-def _keep_trained_model(trainer: Any, status: dict[str, Any], progress: _Progress) -> None:
-    """Training finished but its final evaluation was interrupted: keep the trained model. A
-    single-process run without a snapshot of its last step writes one into the run directory
-    (distributed runs already hold their final checkpoint); ``status`` says where."""
-    status["interrupted_during"] = "evaluation"
+def _keep_final_model(trainer: Any, args: argparse.Namespace, status: dict[str, Any]) -> None:
+    """Write the trained model before anything else runs after training (evaluation may fail or
+    be interrupted): ``--save-snapshot``'s file, else, for a single-process run, a snapshot of the
+    last step in the run directory (distributed runs already hold their final checkpoint);
+    ``status["snapshot"]`` says where."""
+    if args.save_snapshot:
+        status["snapshot"] = str(trainer.save(args.save_snapshot))
+        return
     run_dir = getattr(trainer, "run_dir", None)
-    if status.get("snapshot") or status.get("checkpoint") or run_dir is None:
+    if status.get("checkpoint") or run_dir is None:
         return
     path = run_dir.snapshot_path(trainer.step)
     if not path.exists():
         trainer.save(path)
     status["snapshot"] = str(path)
-    progress.message(f"evaluation interrupted; the trained model (step {trainer.step}) is in {path} "
-                     "(--resume it with --n-steps at this step to evaluate later)")
+
+
+def _model_kept_text(trainer: Any, status: dict[str, Any]) -> str:
+    """Where the trained model is, for the line that reports a failed or interrupted evaluation."""
+    where = status.get("snapshot") or status.get("checkpoint")
+    return (f"the trained model (step {trainer.step}) is in {where}; --resume it with --n-steps "
+            f"{trainer.step} to evaluate later")
 
 
 def _evaluation_notice(trainer: Any, last: dict[str, Any] | None = None) -> str:

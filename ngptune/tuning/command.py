@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ngptune.tuning.study import REPO_ROOT
+from ngptune.tuning.study import MAX_TRIALS, REPO_ROOT, STUDY_NAME_RULE, is_study_name
 from trainer.cli import positive_int
 
 __all__ = ["DEFAULT_STUDY", "register"]
@@ -26,6 +26,19 @@ def _positive_seconds(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text}")
     return value
+
+
+def _trials(text: str) -> int:
+    value = positive_int(text)
+    if value > MAX_TRIALS:
+        raise argparse.ArgumentTypeError(f"expected at most {MAX_TRIALS} trials, got {value}")
+    return value
+
+
+def _study_name(text: str) -> str:
+    if not is_study_name(text):
+        raise argparse.ArgumentTypeError(f"expected {STUDY_NAME_RULE}, got {text!r}")
+    return text
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
@@ -62,14 +75,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--study", type=Path, default=DEFAULT_STUDY,
                    help=f"study file (TOML, see studies/README.md; default {DEFAULT_STUDY.relative_to(REPO_ROOT)})")
     p.add_argument("--scene", type=Path, default=None, help="scene path replacing the study's scene")
-    p.add_argument("--trials", type=positive_int, default=None,
+    p.add_argument("--trials", type=_trials, default=None,
                    help="finished trials the study aims at, counting earlier runs (default: the study file's)")
     p.add_argument("--timeout", type=_positive_seconds, default=None, metavar="S",
                    help="stop starting new trials after S seconds")
     p.add_argument("--storage", default=None, metavar="URL",
                    help="RDB storage shared by several workers, e.g. postgresql+psycopg2://user:pw@host/db "
                         "(default: a journal file in the study folder)")
-    p.add_argument("--study-name", default=None, help="Optuna study name (default: the study file's name)")
+    p.add_argument("--study-name", type=_study_name, default=None, help="Optuna study name (default: the study file's name)")
     p.add_argument("--nproc-per-node", type=positive_int, default=None,
                    help="ranks per trial (default: every GPU, or 2 gloo ranks without a GPU)")
     p.add_argument("--out", type=Path, default=None, help="study folder (default: reports/<study-name>)")

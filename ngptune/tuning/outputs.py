@@ -19,7 +19,9 @@ tuned settings (a trial's few seconds would otherwise stop it early);
 
 from __future__ import annotations
 
+import json
 import math
+import re
 import shlex
 from pathlib import Path
 
@@ -28,7 +30,9 @@ from ngptune.tuning.layout import StudyDir
 from trainer.config import TrainConfig, apply_overrides, config_to_dict, dump_config, load_config
 from trainer.rundir import atomic_write_text
 
-__all__ = ["best_config", "representative_trial", "write_best_config", "write_best_env"]
+__all__ = ["best_config", "comment_text", "representative_trial", "write_best_config", "write_best_env"]
+
+_SHELL_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def _completed(study) -> list:
@@ -89,12 +93,27 @@ def write_best_config(trial, spec, study_dir: StudyDir) -> Path:
     return path
 
 
+def comment_text(text: object) -> str:
+    """``text`` for a shell comment: a JSON string literal (newlines, control and non-ASCII
+    characters escaped), so that nothing it holds can end the comment and run."""
+    return json.dumps(str(text))
+
+
 def write_best_env(trial, study_name: str, study_dir: StudyDir) -> Path:
-    """Write ``best_env.sh``: ``export`` lines of the trial's NCCL variables (shell-quoted)."""
+    """Write ``best_env.sh``: ``export`` lines of the trial's NCCL variables, every value through
+    :func:`shlex.quote`; comments hold no raw user text (:func:`comment_text`).
+
+    Raises:
+        ValueError: a variable name that is not a shell identifier (``[A-Za-z_][A-Za-z0-9_]*``).
+    """
     env = {k: v for k, v in trial.user_attrs.get("nccl_env", {}).items() if k not in nccl.SITE_VARIABLES}
+    for name in env:
+        if not _SHELL_NAME_RE.fullmatch(name):
+            raise ValueError(f"best_env.sh: trial {trial.number}: {name!r} is not a shell variable name")
     active = trial.user_attrs.get("nccl_active", False)
     lines = [
-        f"# NCCL variables of trial {trial.number} of study {study_name} (source before ngptune train).",
+        f"# NCCL variables of trial {int(trial.number)} of study {comment_text(study_name)} "
+        "(source before ngptune train).",
         "# Site variables (NCCL_SOCKET_IFNAME, NCCL_IB_HCA, ...) are not included: keep your own.",
     ]
     if not active:

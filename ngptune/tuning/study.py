@@ -86,15 +86,19 @@ __all__ = [
     "ObjectiveSpec",
     "ParamSpec",
     "PrunerSpec",
+    "MAX_TRIALS",
     "REPO_ROOT",
+    "STUDY_NAME_RULE",
     "SamplerSpec",
     "StudySpec",
+    "is_study_name",
     "load_study",
 ]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEMO_SCENE = "demo"
 DEFAULT_TRIALS = 20
+MAX_TRIALS = 10**6  # study.trials and --trials: more is a typo, not a study
 DEFAULT_EVAL_EVERY_STEPS = 50
 # Keys a sweep controls itself and a study may not set: why not.
 _RESERVED_KEYS = {
@@ -105,8 +109,16 @@ _RESERVED_KEYS = {
     "distributed.master_port": "every trial's launcher picks a free rendezvous port",
 }
 _NAME_RE = re.compile(r"[A-Za-z0-9_.-]+")
+STUDY_NAME_RULE = "a name of letters, digits, '.', '_' or '-'"
 _MAX_CHECKED_VALUES = 4096  # int parameters with fewer values have each value checked at load
 _MAX_CHECKED_COMBINATIONS = 512  # of other parameters' values, tried for each value at load
+
+
+def is_study_name(value: object) -> bool:
+    """Whether ``value`` is a valid study name (``study.name``, ``--study-name``): a non-empty
+    string of letters, digits, ``.``, ``_`` and ``-`` (it names a folder and appears in shell and
+    HTML files)."""
+    return isinstance(value, str) and _NAME_RE.fullmatch(value) is not None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -502,8 +514,7 @@ def load_study(path: str | Path, *, scene: str | Path | None = None) -> StudySpe
 
     study = reader.table(data, "study")
     reader.only(study, "study", ["name", "scene", "config", "trials", "timeout_s"])
-    name = reader.value(study, "study", "name", lambda v: isinstance(v, str) and _NAME_RE.fullmatch(v) is not None,
-                        "a name of letters, digits, '.', '_' or '-'", default=None)
+    name = reader.value(study, "study", "name", is_study_name, STUDY_NAME_RULE, default=None)
     if name is None:
         name = path.stem if _NAME_RE.fullmatch(path.stem) else "study"
     scene_text = reader.value(study, "study", "scene", lambda v: isinstance(v, str) and v != "",
@@ -519,8 +530,8 @@ def load_study(path: str | Path, *, scene: str | Path | None = None) -> StudySpe
         scene_value = str(_resolve_path(reader, "study.scene", scene_text))
     config_text = reader.value(study, "study", "config", lambda v: isinstance(v, str) and v != "", "a config path")
     base_config_path = None if config_text is None else _resolve_path(reader, "study.config", config_text)
-    trials = reader.value(study, "study", "trials", lambda v: is_int(v) and v >= 1, "an integer >= 1",
-                          default=DEFAULT_TRIALS)
+    trials = reader.value(study, "study", "trials", lambda v: is_int(v) and 1 <= v <= MAX_TRIALS,
+                          f"an integer in [1, {MAX_TRIALS}]", default=DEFAULT_TRIALS)
     timeout = reader.value(study, "study", "timeout_s", lambda v: is_number(v) and v > 0, "a number > 0 (s)")
     try:
         cfg = load_config(base_config_path)

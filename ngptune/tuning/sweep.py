@@ -58,7 +58,7 @@ from ngptune.tuning.space import check_combination, default_params, sample, spli
 from ngptune.tuning.storage import (
     UNTUNED_ATTR, SweepError, masked_url, open_storage, open_study, recover_trials, setup_lock, study_progress, worker_id,
 )
-from ngptune.tuning.study import DEMO_SCENE, StudySpec, load_study
+from ngptune.tuning.study import DEMO_SCENE, STUDY_NAME_RULE, StudySpec, is_study_name, load_study
 from ngptune.tuning.trial import TrialLaunch, run_trial, trial_argv
 from trainer.config import TrainConfig, dump_config
 from trainer.errors import ConfigError, NgptuneError
@@ -366,11 +366,27 @@ def run_sweep(options: SweepOptions, console: Console | None = None) -> SweepRes
     nccl_active = nccl_is_active(base_cfg, nproc)
     if not nccl_active:
         _check_no_emulation(spec, base_cfg)
+        _check_some_param_active(spec)
     name = options.study_name or spec.name
+    if not is_study_name(name):
+        raise ConfigError(f"--study-name: expected {STUDY_NAME_RULE}, got {name!r}")
     study_dir = StudyDir(options.out_dir or Path("reports") / name)
     _check_not_foreign(study_dir)
     with _quiet_optuna():
         return _run(options, spec, nproc, base_cfg, nccl_active, name, study_dir, console)
+
+
+def _check_some_param_active(spec: StudySpec) -> None:
+    """Refuse a study whose every parameter is an NCCL variable when NCCL is inactive (gloo): each
+    trial would run the same settings.
+
+    Raises:
+        ConfigError: naming the study file and the parameters.
+    """
+    if spec.params and all(nccl.is_nccl_name(p.name) for p in spec.params):
+        names = ", ".join(p.name for p in spec.params)
+        raise ConfigError(f"{spec.path}: params: every parameter ({names}) is an NCCL variable, inactive on this "
+                          "host (gloo backend: no CUDA ranks); tune trainer settings too, or run where NCCL is used")
 
 
 def _check_no_emulation(spec: StudySpec, base_cfg: TrainConfig) -> None:
@@ -413,6 +429,10 @@ def _check_not_foreign(study_dir: StudyDir) -> None:
 def _run(options: SweepOptions, spec: StudySpec, nproc: int, base_cfg: TrainConfig, nccl_active: bool, name: str,
          study_dir: StudyDir, console: Console) -> SweepResult:
     trials_target = options.trials or spec.trials
+    if not spec.params:
+        trials_target = 1
+        console.print(f"[yellow]warning:[/yellow] {spec.path}: params: the search space is empty; running one "
+                      "trial of the default settings instead of identical repeats")
     timeout_s = options.timeout_s or spec.timeout_s
     scene = _scene_path(spec)
     storage = open_storage(options.storage, study_dir)

@@ -396,3 +396,18 @@ def test_summary_two_objectives_and_failed(pareto_study: optuna.Study, failed_st
     assert "failed 2" in lines
     assert "No trial completed: no best trial, no best settings." in lines
     assert math.isnan(float(trials_frame(failed_study)["throughput_samples_per_s"][0]))
+
+
+def test_report_escapes_hostile_names_values_and_paths(tmp_path: Path) -> None:
+    markup = "<script>alert(1)</script>"
+    study = optuna.create_study(study_name="hostile", direction="maximize")
+    study.set_metric_names(["throughput_samples_per_s"])
+    hostile_dir = tmp_path / f"dir{markup.replace('/', '_')}"
+    _run_trial(study, hostile_dir, {"parallel.mode": "data", "training.lr": 0.01}, values=[1000.0],
+               diagnoses=[{**COMM_DIAGNOSIS, "evidence": markup, "knob": "$(touch PWNED)"}],
+               nccl_env={"NCCL_ALGO": markup}, nccl_applied={"NCCL_ALGO": "`touch PWNED`"})
+    _run_trial(study, hostile_dir, {"parallel.mode": "data", "training.lr": 0.02},
+               state=TrialState.FAIL, reason=f"crash: {markup}\nsecond line", duration_s=2.0)
+    page = write_study_report(study, tmp_path, title=f"study {markup}", nccl_active=True).read_text()
+    assert markup not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page

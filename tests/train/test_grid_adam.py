@@ -18,7 +18,8 @@ import pytest
 import torch
 
 from tests.triton_worker import observe_in_interpreter, random_seed
-from trainer.train.grid_adam import GridAdam, lazy_adam_torch, lazy_adam_triton
+from trainer.train.grid_adam import GridAdam, lazy_adam_torch
+from trainer.train.triton_grid_adam import lazy_adam_triton
 from trainer.triton_support import INTERPRET
 
 BETAS = (0.9, 0.99)

@@ -293,9 +293,10 @@ class TrainingConfig(Block):
     seed: int = rule_field(1337, IntRule(0, 2**32 - 1))
     precision: str = rule_field("fp32", OneOf("fp32", "tf32", "bf16", "fp16"))
     device: str = rule_field("auto", DeviceRule())
-    target_samples_per_step: int = rule_field(262144, IntRule(256))
-    initial_rays_per_step: int = rule_field(4096, IntRule(1))
-    max_rays_per_step: int = rule_field(1048576, IntRule(1))
+    # at most 2^31: sample and ray indices of the kernels are int32, and no device holds more
+    target_samples_per_step: int = rule_field(262144, IntRule(256, 2**31))
+    initial_rays_per_step: int = rule_field(4096, IntRule(1, 2**31))
+    max_rays_per_step: int = rule_field(1048576, IntRule(1, 2**31))
     log_every: int = rule_field(100, IntRule(1))
     eval_every: int = rule_field(0, IntRule(0))
     eval_max_images: int | None = rule_field(None, OptionalRule(IntRule(1)))

@@ -116,6 +116,8 @@ class Scene:
         pose_normalization: the colmap2nerf-style similarity applied before it
             (:class:`trainer.data.convention.PoseNormalization`), or None when the source world was
             used as the NeRF world.
+        held_out_every: n when the loader made the ``test`` split by holding out every n-th
+            listed frame (``data.holdout_every``); 0 when the splits are the source's own.
     """
 
     format: str
@@ -129,6 +131,7 @@ class Scene:
     world_scale: float = 0.33
     world_offset: tuple[float, float, float] = (0.5, 0.5, 0.5)
     pose_normalization: Any = None
+    held_out_every: int = 0
 
     @property
     def aabb(self) -> np.ndarray:

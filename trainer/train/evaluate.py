@@ -6,7 +6,6 @@ benchmarks use white (NeRF-synthetic), black otherwise.
 
 from __future__ import annotations
 
-import math
 from typing import Any, Callable, Protocol
 
 import numpy as np
@@ -16,7 +15,7 @@ from trainer.config import TrainConfig
 from trainer.data import Scene
 from trainer.data.images import PixelTable, load_pixel_table
 from trainer.data.rays import camera_rays_for_image, composite_background
-from trainer.metrics_image import psnr, ssim
+from trainer.metrics_image import SSIM_WINDOW, mse_to_psnr, psnr, ssim
 from trainer.render.volrend import RenderedRays, composite
 from trainer.render.march import PackedSamples
 from trainer.rundir import RunDir
@@ -37,6 +36,56 @@ class Evaluated(Protocol):
 
     def march(self, rays_o: torch.Tensor, rays_d: torch.Tensor, jitter: bool,
               generator: torch.Generator | None = None) -> PackedSamples: ...
+
+
+PSNR_CAP_DB = 100.0  #: a view's PSNR counts at most this much in ``mean_psnr_db`` (a perfect view is inf)
+METRICS_NOTE = (
+    "mean_psnr_db: mean over views of each view's PSNR capped at psnr_cap_db; "
+    "psnr_of_mean_mse_db: PSNR of the mean over views of the per-view MSE; "
+    "mean_ssim: mean over the views SSIM is available for (views of at least "
+    f"{SSIM_WINDOW}x{SSIM_WINDOW} pixels; smaller views have ssim null)"
+)
+
+
+def view_ssim(pred: torch.Tensor, target: torch.Tensor) -> float | None:
+    """SSIM of one [H, W, 3] view (:func:`trainer.metrics_image.ssim`), or None when the view is
+    smaller than the 11 × 11 window (the benchmark definition has no value there)."""
+    if pred.shape[0] < SSIM_WINDOW or pred.shape[1] < SSIM_WINDOW:
+        return None
+    return ssim(pred, target)
+
+
+def summary_metrics(images: list[dict[str, Any]]) -> dict[str, Any]:
+    """The means of the per-view records (``mse``, ``psnr_db``, ``ssim`` or None) for ``eval.json``.
+
+    Returns:
+        ``mean_psnr_db`` (mean of per-view PSNRs, each capped at :data:`PSNR_CAP_DB`; a perfect
+        view counts as the cap, never NaN, never dropped), ``psnr_cap_db``, ``psnr_of_mean_mse_db``
+        (PSNR of the mean MSE; inf when every view is perfect), ``mean_ssim`` (over the views that
+        have one; NaN when none has), ``ssim_views`` and ``metrics_note`` saying which is which.
+        NaN means for no views.
+    """
+    capped = [min(im["psnr_db"], PSNR_CAP_DB) for im in images]
+    ssims = [im["ssim"] for im in images if im["ssim"] is not None]
+    mean_mse = float(np.mean([im["mse"] for im in images])) if images else float("nan")
+    return {
+        "mean_psnr_db": float(np.mean(capped)) if capped else float("nan"),
+        "psnr_cap_db": PSNR_CAP_DB,
+        "psnr_of_mean_mse_db": float(mse_to_psnr(mean_mse)) if images else float("nan"),
+        "mean_ssim": float(np.mean(ssims)) if ssims else float("nan"),
+        "ssim_views": len(ssims),
+        "metrics_note": METRICS_NOTE,
+    }
+
+
+def split_origin(scene: Scene, split: str) -> str:
+    """Where the scored views come from, for ``eval.json``: the scene's own split, frames held out
+    by the loader (every n-th), or the training views themselves (then the score is no test)."""
+    if split == "train":
+        return "training views (the scene has no held-out frames: this score is not a test)"
+    if split == "test" and scene.held_out_every:
+        return f"every {scene.held_out_every}th frame held out from training (data.holdout_every)"
+    return f"the scene's own {split} split"
 
 
 def eval_split_name(trainer: Evaluated) -> str:
@@ -231,7 +280,9 @@ def evaluate(
             _, gt = ground_truth(table, position, background)
             pred_img = rgb.reshape(h, w, 3).clamp(0.0, 1.0)
             gt_img = gt.reshape(h, w, 3)
-            images.append({"index": index, "name": frame.name, "psnr_db": psnr(pred_img, gt_img), "ssim": ssim(pred_img, gt_img)})
+            mse = float(torch.mean((pred_img.double() - gt_img.double()) ** 2))
+            images.append({"index": index, "name": frame.name, "mse": mse, "psnr_db": psnr(pred_img, gt_img),
+                           "ssim": view_ssim(pred_img, gt_img)})
             if trainer.eval_progress is not None:
                 trainer.eval_progress(position + 1, len(chosen), images[-1])
             if save_renders and trainer.run_dir is not None:
@@ -243,13 +294,12 @@ def evaluate(
         trainer.field.train(was_training)
     if not score:
         return None
-    finite = [im["psnr_db"] for im in images if math.isfinite(im["psnr_db"])]
     result = {
         "split": split,
+        "split_origin": split_origin(trainer.scene, split),
         "step": trainer.step,
         "background": "white" if white else "black",
-        "mean_psnr_db": float(np.mean(finite)) if finite else float("nan"),
-        "mean_ssim": float(np.mean([im["ssim"] for im in images])) if images else float("nan"),
+        **summary_metrics(images),
         "images": images,
     }
     if trainer.run_dir is not None:

@@ -32,7 +32,7 @@ bias correction into the learning rate (``eps`` added to ``√v`` before the ``�
 factor, i.e. an ``eps`` larger by ``1/√(1 − β2^t)`` than ours) and applies no L2 to non-matrix
 parameters (ours applies a group's ``weight_decay`` to the hit elements).
 
-Fast path: on CUDA one Triton launch per lazy parameter (:func:`lazy_adam_triton`: gradient,
+Fast path: on CUDA one Triton launch per lazy parameter (:func:`trainer.train.triton_grid_adam.lazy_adam_triton`: gradient,
 parameter and moments in place; parameter and moments float32, gradient float32, float16 or
 bfloat16, computed in float32; int64 offsets; contraction off, IEEE square root and division;
 elements without gradient are neither loaded nor stored), plus the ``step += 1`` that torch's
@@ -48,131 +48,20 @@ also runs on CPU tensors, which is how the tests check it without a GPU.
 
 from __future__ import annotations
 
-import contextlib
-import math
+import functools
 from collections.abc import Iterable
 from typing import Any
 
 import torch
-import triton
-import triton.language as tl
 from torch.optim.adam import adam
 from torch.optim.optimizer import _use_grad_for_differentiable
 
-from trainer.triton_support import INTERPRET
+__all__ = ["LAZY_BACKENDS", "GridAdam", "lazy_adam_torch", "lazy_kernel_importable"]
 
-__all__ = ["LAZY_ADAM_BLOCK", "LAZY_BACKENDS", "GridAdam", "lazy_adam_torch", "lazy_adam_triton"]
-
-LAZY_ADAM_BLOCK = 1024  # elements per program
 LAZY_BACKENDS = ("auto", "triton", "torch")
-_GRAD_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # Adam options a lazy group cannot honour: tcnn's lazy update has no AMSGrad maximum, no
 # maximisation, no decoupled (AdamW) decay, and the kernel is not differentiable.
 _NOT_LAZY = ("amsgrad", "maximize", "decoupled_weight_decay", "differentiable")
-
-
-@triton.jit
-def _lazy_adam_kernel(param_ptr, grad_ptr, exp_avg_ptr, exp_avg_sq_ptr, step_ptr, grad_scale_ptr, found_inf_ptr,
-                      lr_ptr, n, step_count, lr, beta1, beta2, one_minus_beta1, one_minus_beta2, log2_beta1, log2_beta2,
-                      eps, weight_decay, STEP_ON_DEVICE: tl.constexpr, HAS_GRAD_SCALE: tl.constexpr,
-                      HAS_FOUND_INF: tl.constexpr, LR_ON_DEVICE: tl.constexpr, BLOCK: tl.constexpr):
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)  # int64: tables pass 2^31 bytes
-    g = tl.load(grad_ptr + offs, mask=offs < n, other=0.0).to(tl.float32)
-    if HAS_GRAD_SCALE:
-        g = tl.div_rn(g, tl.load(grad_scale_ptr))
-    if HAS_FOUND_INF:  # a skipped step: as if every gradient were 0
-        g = tl.where(tl.load(found_inf_ptr) == 0.0, g, 0.0)
-    hit = g != 0.0  # false past the end too (other=0)
-    p = tl.load(param_ptr + offs, mask=hit, other=0.0)
-    m = tl.load(exp_avg_ptr + offs, mask=hit, other=0.0)
-    v = tl.load(exp_avg_sq_ptr + offs, mask=hit, other=0.0)
-    # bias corrections 1 − β^t in float64: β^t = 2^(t·log2 β) loses nothing that matters here
-    if STEP_ON_DEVICE:
-        t = tl.load(step_ptr).to(tl.float64)
-    else:
-        t = tl.cast(step_count, tl.float64)
-    if LR_ON_DEVICE:  # a float32 tensor: the value a float lr argument would have
-        lr = tl.load(lr_ptr)
-    step_size = (lr / (1.0 - tl.exp2(t * log2_beta1))).to(tl.float32)
-    bias_correction2_sqrt = tl.sqrt(1.0 - tl.exp2(t * log2_beta2)).to(tl.float32)
-    if weight_decay != 0.0:
-        g = g + weight_decay * p
-    m = m * beta1 + one_minus_beta1 * g
-    v = v * beta2 + one_minus_beta2 * g * g
-    denom = tl.div_rn(tl.sqrt_rn(v), bias_correction2_sqrt) + eps
-    p = p - tl.div_rn(step_size * m, denom)
-    tl.store(param_ptr + offs, p, mask=hit)
-    tl.store(exp_avg_ptr + offs, m, mask=hit)
-    tl.store(exp_avg_sq_ptr + offs, v, mask=hit)
-
-
-def _log2_or_minus_inf(beta: float) -> float:
-    """log2 β, −inf for β = 0 (so that β^t = 0 for every t ≥ 1)."""
-    return math.log2(beta) if beta > 0 else -math.inf
-
-
-def lazy_adam_triton(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor,
-                     step: torch.Tensor | float, *, lr: float | torch.Tensor, beta1: float, beta2: float, eps: float,
-                     weight_decay: float = 0.0, grad_scale: torch.Tensor | None = None,
-                     found_inf: torch.Tensor | None = None, block: int = LAZY_ADAM_BLOCK) -> None:
-    """One lazy Adam update of one parameter, in place, in one Triton launch (formula: module docstring).
-
-    Args:
-        param: float32, contiguous, on CUDA (or the CPU under ``TRITON_INTERPRET=1``); updated.
-        grad: same shape, float32, float16 or bfloat16 (computed in float32); read only.
-        exp_avg, exp_avg_sq: float32, param's shape, contiguous; the moments, updated.
-        step: the step count ``t`` after this step's increment: a tensor on ``param``'s device is
-            read by the kernel (no host sync); a CPU tensor or a number is read on the host.
-        lr, beta1, beta2, eps, weight_decay: Adam's hyper-parameters (``weight_decay``: L2 added to
-            the nonzero gradients); ``lr`` may be a 0-dim float32 tensor on ``param``'s device, read
-            by the kernel (a learning rate that a captured CUDA graph's replays see change).
-        grad_scale: optional 0-dim float32 tensor; the gradient is divided by it (GradScaler's
-            scale when the optimizer unscales itself).
-        found_inf: optional 0-dim float32 tensor; nonzero means nothing is updated.
-        block: elements per program.
-
-    Raises:
-        ValueError: dtypes, shapes or layouts other than the above, or CPU tensors without the
-            interpreter.
-    """
-    _check_kernel_operands(param, grad, exp_avg, exp_avg_sq)
-    n = param.numel()
-    if n == 0:
-        return
-    device = param.device
-    step_on_device = isinstance(step, torch.Tensor) and step.device == device
-    scale = None if grad_scale is None else grad_scale.to(device, torch.float32, non_blocking=True)
-    inf = None if found_inf is None else found_inf.to(device, torch.float32, non_blocking=True)
-    lr_on_device = isinstance(lr, torch.Tensor)
-    if lr_on_device and (lr.device != device or lr.dtype != torch.float32 or lr.numel() != 1):
-        raise ValueError(f"lazy_adam_triton: a tensor lr must be one float32 element on {device}, got "
-                         f"{lr.dtype} {tuple(lr.shape)} on {lr.device}")
-    with torch.cuda.device(device) if param.is_cuda else contextlib.nullcontext():
-        _lazy_adam_kernel[(triton.cdiv(n, block),)](
-            param, grad.contiguous(), exp_avg, exp_avg_sq,
-            step if step_on_device else param,  # the pointer is unused when the count comes by value
-            param if scale is None else scale, param if inf is None else inf, lr if lr_on_device else param,
-            n, 0.0 if step_on_device else float(step), 0.0 if lr_on_device else float(lr), float(beta1), float(beta2),
-            1.0 - beta1, 1.0 - beta2, _log2_or_minus_inf(beta1), _log2_or_minus_inf(beta2),
-            float(eps), float(weight_decay),
-            STEP_ON_DEVICE=step_on_device, HAS_GRAD_SCALE=scale is not None, HAS_FOUND_INF=inf is not None,
-            LR_ON_DEVICE=lr_on_device, BLOCK=block, num_warps=4, enable_fp_fusion=False)
-
-
-def _check_kernel_operands(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor,
-                           exp_avg_sq: torch.Tensor) -> None:
-    """Raise ValueError unless the operands suit :func:`lazy_adam_triton`."""
-    if not (param.is_cuda or (INTERPRET and param.device.type == "cpu")):
-        raise ValueError(f"lazy_adam_triton: parameter on {param.device}: the kernel needs a CUDA tensor "
-                         "(or TRITON_INTERPRET=1 before the first import, for CPU tensors); use lazy_backend='torch'")
-    for name, tensor in (("param", param), ("exp_avg", exp_avg), ("exp_avg_sq", exp_avg_sq)):
-        if tensor.dtype != torch.float32 or not tensor.is_contiguous() or tensor.shape != param.shape:
-            raise ValueError(f"lazy_adam_triton: {name}: expected a contiguous float32 tensor of shape "
-                             f"{tuple(param.shape)}, got {tensor.dtype} {tuple(tensor.shape)} "
-                             f"(contiguous={tensor.is_contiguous()}); use lazy_backend='torch' for other layouts")
-    if grad.dtype not in _GRAD_DTYPES or grad.shape != param.shape:
-        raise ValueError(f"lazy_adam_triton: grad: expected float32, float16 or bfloat16 of shape "
-                         f"{tuple(param.shape)}, got {grad.dtype} {tuple(grad.shape)}")
 
 
 def lazy_adam_torch(param: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor,
@@ -340,7 +229,9 @@ class GridAdam(torch.optim.Adam):
         grad_scale, found_inf = getattr(self, "grad_scale", None), getattr(self, "found_inf", None)
         for param, grad, exp_avg, exp_avg_sq, step in zip(params, grads, exp_avgs, exp_avg_sqs, steps):
             step += 1
-            update = lazy_adam_triton if self._uses_triton(param) else lazy_adam_torch
+            update = lazy_adam_torch
+            if self._uses_triton(param):
+                from trainer.train.triton_grid_adam import lazy_adam_triton as update
             update(param, grad, exp_avg, exp_avg_sq, step, lr=group["lr"], beta1=beta1, beta2=beta2, eps=group["eps"],
                    weight_decay=group["weight_decay"], grad_scale=grad_scale, found_inf=found_inf)
             if found_inf is not None:  # a skipped step does not count (fused Adam's rule)
@@ -348,7 +239,19 @@ class GridAdam(torch.optim.Adam):
 
     def _uses_triton(self, param: torch.Tensor) -> bool:
         """Whether the lazy update of ``param`` runs the Triton kernel (``lazy_backend``)."""
-        return self.lazy_backend == "triton" or (self.lazy_backend == "auto" and param.is_cuda)
+        return self.lazy_backend == "triton" or (
+            self.lazy_backend == "auto" and param.is_cuda and lazy_kernel_importable())
+
+
+@functools.cache
+def lazy_kernel_importable() -> bool:
+    """Whether the Triton kernel module imports (Triton is an optional dependency: without it,
+    ``lazy_backend="auto"`` takes the torch twin and ``"triton"`` raises the ImportError)."""
+    try:
+        import trainer.train.triton_grid_adam  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def _check_group(index: int, group: dict[str, Any]) -> None:

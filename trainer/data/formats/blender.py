@@ -26,6 +26,7 @@ from trainer.data.formats.ngp import (
     read_json,
     world_transform,
 )
+from trainer.data.convention import holdout_splits
 from trainer.data.options import SceneOptions
 from trainer.data.scene import SPLITS, Frame, Scene
 from trainer.errors import SceneError
@@ -41,8 +42,8 @@ def load(path: Path, opts: SceneOptions) -> Scene:
 
     Args:
         path: the scene folder or one of its ``transforms_<split>.json`` files.
-        opts: loader options; ``downscale`` and ``aabb_scale`` apply, ``holdout_every`` does not
-            (the splits come from the files).
+        opts: loader options; ``downscale`` and ``aabb_scale`` apply; ``holdout_every`` only when
+            the folder holds no val or test file (then every n-th training frame becomes ``test``).
 
     Returns:
         Scene with ``format="blender"``, one split per ``transforms_<split>.json`` present,
@@ -81,6 +82,13 @@ def load(path: Path, opts: SceneOptions) -> Scene:
                 f"blender: {n_resized} image(s) in {json_path.name} differ from its w/h; intrinsics scaled"
             )
         splits[split] = frames
+    held_out_every = 0
+    if set(splits) == {"train"} and opts.holdout_every:
+        # only transforms_train.json: hold out test frames as the instant-ngp loader path does
+        held_out_every = opts.holdout_every
+        splits = holdout_splits(splits["train"], held_out_every)
+        notes.append(f"blender: no transforms_val.json or transforms_test.json: every {held_out_every}th "
+                     "training frame held out for testing (data.holdout_every=0 keeps them all)")
 
     return Scene(
         format="blender",
@@ -92,4 +100,5 @@ def load(path: Path, opts: SceneOptions) -> Scene:
         downscale=opts.downscale,
         world_scale=float(scale),
         world_offset=tuple(float(v) for v in offset),
+        held_out_every=held_out_every,
     )

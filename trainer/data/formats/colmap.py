@@ -271,4 +271,5 @@ def load(path: Path, opts: SceneOptions) -> Scene:
         notes=notes,
         downscale=opts.downscale,
         pose_normalization=normalization,
+        held_out_every=opts.holdout_every,
     )

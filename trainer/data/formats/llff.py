@@ -172,4 +172,5 @@ def load(path: Path, opts: SceneOptions) -> Scene:
         notes=notes,
         downscale=decode_downscale,
         pose_normalization=normalization,
+        held_out_every=opts.holdout_every,
     )

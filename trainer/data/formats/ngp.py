@@ -541,4 +541,5 @@ def load(path: Path, opts: SceneOptions) -> Scene:
         downscale=opts.downscale,
         world_scale=float(scale),
         world_offset=tuple(float(v) for v in offset),
+        held_out_every=opts.holdout_every,
     )

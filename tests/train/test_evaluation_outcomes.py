@@ -1,0 +1,93 @@
+"""A finished training keeps its model whatever evaluation does, and eval.json says what it scored:
+snapshot before evaluation, "trained; evaluation failed" with a non-zero exit, SSIM of views smaller
+than its window, the mean PSNR with a perfect view, and held-out frames of a train-only scene."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from tests.train.conftest import TINY
+from trainer.config import apply_overrides, config_to_dict, load_config
+
+
+def _config_file(tmp_path: Path) -> Path:
+    path = tmp_path / "tiny.json"
+    path.write_text(json.dumps(config_to_dict(apply_overrides(load_config(None), TINY))))
+    return path
+
+
+def _train(scene: Path, tmp_path: Path, *extra: str) -> tuple[int, Path]:
+    from trainer.cli import build_parser, train_command
+
+    run = tmp_path / "run"
+    args = build_parser().parse_args(["--scene", str(scene), "--config", str(_config_file(tmp_path)),
+                                      "--n-steps", "6", "--out", str(run), "--quiet", *extra])
+    return train_command(args), run
+
+
+def test_a_failed_evaluation_keeps_the_model_written_before_it(demo_scene, tmp_path, monkeypatch, capsys):
+    from trainer.train.loop import Trainer
+    from trainer.train.snapshot import load_snapshot
+
+    snapshot = tmp_path / "run" / "snapshots" / "step_0000006.pt"
+    seen_before_evaluation = []
+
+    def failing(self, *args, **kwargs):
+        seen_before_evaluation.append(snapshot.is_file())
+        raise RuntimeError("renderer exploded")
+
+    monkeypatch.setattr(Trainer, "evaluate", failing)
+    code, run = _train(demo_scene, tmp_path)
+    assert code == 2 and seen_before_evaluation == [True]
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: trained; evaluation failed: RuntimeError: renderer exploded (the trained model "
+                   f"(step 6) is in {snapshot}; --resume it with --n-steps 6 to evaluate later)"]
+    status = json.loads((run / "status.json").read_text())
+    assert status["state"] == "failed" and status["snapshot"] == str(snapshot)
+    assert load_snapshot(snapshot)["step"] == 6
+
+
+def test_without_eval_the_final_snapshot_is_still_written(demo_scene, tmp_path):
+    code, run = _train(demo_scene, tmp_path, "--no-eval")
+    assert code == 0
+    assert json.loads((run / "status.json").read_text())["snapshot"] == str(run / "snapshots" / "step_0000006.pt")
+
+
+def test_small_views_of_a_train_only_scene_are_scored_on_held_out_frames_without_ssim(tmp_path):
+    from trainer.data import load_scene
+    from trainer.data.demo import write_demo_scene
+
+    scene = write_demo_scene(tmp_path / "scene", resolution=8, n_train=16, n_val=1, n_test=1)
+    for split in ("val", "test"):
+        (scene / f"transforms_{split}.json").unlink()
+    loaded = load_scene(scene)
+    assert loaded.held_out_every == 8 and len(loaded.frames("test")) == 2 and len(loaded.frames("train")) == 14
+    assert any("every 8th training frame held out" in note for note in loaded.notes)
+    assert load_scene(scene, holdout_every=0).split_counts == {"train": 16}
+
+    code, run = _train(scene, tmp_path)  # 8 x 8 views: smaller than SSIM's 11 x 11 window
+    assert code == 0
+    evaluation = json.loads((run / "eval.json").read_text())
+    assert evaluation["split"] == "test" and "every 8th frame held out" in evaluation["split_origin"]
+    assert [im["ssim"] for im in evaluation["images"]] == [None, None] and evaluation["ssim_views"] == 0
+    assert math.isfinite(evaluation["mean_psnr_db"])
+
+
+def test_a_perfect_view_counts_at_the_cap_and_both_means_are_named():
+    from trainer.train.evaluate import PSNR_CAP_DB, split_origin, summary_metrics
+    from trainer.data.scene import Scene
+
+    mse = 10 ** -2.181
+    images = [{"mse": 0.0, "psnr_db": math.inf, "ssim": 1.0}, {"mse": mse, "psnr_db": 21.81, "ssim": 0.5}]
+    summary = summary_metrics(images)
+    assert summary["mean_psnr_db"] == pytest.approx((PSNR_CAP_DB + 21.81) / 2)
+    assert summary["psnr_of_mean_mse_db"] == pytest.approx(-10 * math.log10(mse / 2))
+    assert summary["psnr_cap_db"] == PSNR_CAP_DB and summary["mean_ssim"] == pytest.approx(0.75)
+    assert "mean_psnr_db" in summary["metrics_note"] and "psnr_of_mean_mse_db" in summary["metrics_note"]
+    scene = Scene(format="blender", root=Path("."), splits={"train": []}, aabb_scale=1)
+    assert "not a test" in split_origin(scene, "train")
+    assert split_origin(scene, "test") == "the scene's own test split"

@@ -1,0 +1,75 @@
+"""Hostile text (newlines, ``$()``, backticks, quotes, markup) in every field that reaches a
+generated shell or HTML file: refused where it is a name, quoted or escaped where it is a value;
+sourcing ``best_env.sh`` runs nothing and the study report shows the text escaped."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from ngptune.tuning.layout import StudyDir
+from ngptune.tuning.outputs import write_best_env
+from ngptune.tuning.study import load_study
+from trainer.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[2]
+HOSTILE = [
+    "x\ntouch PWNED_NEWLINE\n#",
+    "$(touch PWNED_DOLLAR)",
+    "`touch PWNED_BACKTICK`",
+    "a'; touch PWNED_QUOTE; echo '",
+    'a"; touch PWNED_DQUOTE; echo "',
+    "\r\ntouch PWNED_CR",
+]
+
+
+def _no_pwned(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name.startswith("PWNED"))
+
+
+@pytest.mark.parametrize("name", HOSTILE[:3])
+def test_a_hostile_study_name_on_the_command_line_is_one_error_line(name, tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "ngptune", "sweep", "--study-name", name, "--out", str(tmp_path / "s")],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 2
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "argument --study-name: expected a name of letters, digits" in last
+    assert not (tmp_path / "s").exists() and _no_pwned(tmp_path) == []
+
+
+def test_a_hostile_study_name_in_a_study_file_names_the_key(tmp_path):
+    study = tmp_path / "s.toml"
+    study.write_text('[study]\nname = "x$(touch PWNED)"\n')
+    with pytest.raises(ConfigError, match=r"s\.toml: study\.name: expected a name of letters, digits"):
+        load_study(study)
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash to source the file")
+def test_sourcing_best_env_runs_nothing_and_gives_the_values_back(tmp_path):
+    values = {f"NCCL_V{i}": text for i, text in enumerate(HOSTILE)}
+    trial = SimpleNamespace(number=4, user_attrs={"nccl_env": values, "nccl_active": True})
+    for study_name in HOSTILE:  # the sweep refuses these names; the writer is safe even so
+        path = write_best_env(trial, study_name, StudyDir(tmp_path))
+        names = " ".join(f'"${name}"' for name in values)
+        proc = subprocess.run(["bash", "-c", f'set -eu; source "{path}"; printf "%s\\0" {names}'],
+                              cwd=tmp_path, capture_output=True, timeout=30)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.decode().split("\0")[:-1] == list(values.values())
+        assert _no_pwned(tmp_path) == []
+        header = path.read_text().splitlines()[:3]  # two comment lines, then the first export
+        assert "study " + json.dumps(study_name) in header[0] and header[1].startswith("#")
+        assert header[2].startswith("export NCCL_V0=")
+
+
+def test_best_env_refuses_a_variable_name_that_is_not_an_identifier(tmp_path):
+    trial = SimpleNamespace(number=1, user_attrs={"nccl_env": {"NCCL_X=1; touch PWNED; Y": "1"}})
+    with pytest.raises(ValueError, match="is not a shell variable name"):
+        write_best_env(trial, "s", StudyDir(tmp_path))
