@@ -110,6 +110,10 @@ class Scene:
         notes: human-readable remarks from the loader (for example the COLMAP model chosen).
         skipped: frames listed by the source but not used, with the reason.
         downscale: the integer factor images are shrunk by when decoded (1 = full size).
+        ignored_formats: other formats found in the scene folder and not loaded.
+        box_source: how the scene box was chosen (``"file"``: the scene's own ``aabb_scale`` or the
+            default; ``"data"``: derived from sparse points or near/far bounds; ``"override"``:
+            ``--aabb-scale``).
     """
 
     format: str
@@ -120,6 +124,8 @@ class Scene:
     notes: list[str] = dataclasses.field(default_factory=list)
     skipped: list[SkippedFrame] = dataclasses.field(default_factory=list)
     downscale: int = 1
+    ignored_formats: list[str] = dataclasses.field(default_factory=list)
+    box_source: str = "file"
 
     @property
     def aabb(self) -> np.ndarray:
