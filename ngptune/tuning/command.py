@@ -11,7 +11,7 @@ import argparse
 from pathlib import Path
 
 from ngptune.tuning.study import REPO_ROOT
-from trainer.cli import positive_int
+from trainer.cli import add_scene_format_arguments, positive_int, scene_format_overrides
 
 __all__ = ["DEFAULT_STUDY", "register"]
 
@@ -40,6 +40,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         study_name=args.study_name,
         nproc_per_node=args.nproc_per_node,
         out_dir=args.out,
+        data_settings=scene_format_overrides(args),
     )
     try:
         result = run_sweep(options)
@@ -62,6 +63,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--study", type=Path, default=DEFAULT_STUDY,
                    help=f"study file (TOML, see studies/README.md; default {DEFAULT_STUDY.relative_to(REPO_ROOT)})")
     p.add_argument("--scene", type=Path, default=None, help="scene path replacing the study's scene")
+    add_scene_format_arguments(p)
     p.add_argument("--trials", type=positive_int, default=None,
                    help="finished trials the study aims at, counting earlier runs (default: the study file's)")
     p.add_argument("--timeout", type=_positive_seconds, default=None, metavar="S",
