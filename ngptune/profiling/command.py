@@ -33,10 +33,10 @@ from pathlib import Path
 
 from ngptune.profiling import SourceStatus
 from ngptune.profiling import nsight
-from trainer.cli import add_scene_format_arguments, scene_format_overrides
 from ngptune.profiling.collect import ProfileDir, RunOutcome, collect, write_failure, write_tables
 from ngptune.profiling.link import measure_link_busbw, parse_link_busbw, read_link_busbw
 from ngptune.profiling.nvml import NvmlSampler
+from trainer.cli import add_scene_format_arguments, scene_format_overrides
 from trainer.config import TrainConfig
 from trainer.errors import ConfigError
 from trainer.parallel.dist_env import check_run_emulation
