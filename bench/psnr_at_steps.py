@@ -36,7 +36,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scene", type=Path, required=True)
     parser.add_argument("--config", type=Path, default=None, help="base config (default: ngptune's defaults)")
-    parser.add_argument("--downscale", type=int, default=1, help="shrink every image by this factor")
+    parser.add_argument("--downscale", type=int, default=None, help="shrink every image by this factor (default: the automatic rule, docs/loading.md)")
     parser.add_argument("--steps", type=int, default=3000)
     parser.add_argument("--eval-every", type=int, default=1000)
     parser.add_argument("--eval-images", type=int, default=20)
@@ -51,7 +51,7 @@ def main() -> None:
         parser.error(f"--eval-spp: expected comma-separated integers, got {args.eval_spp!r}")
     if not all(1 <= spp <= 64 for spp in spps):
         parser.error(f"--eval-spp: each value must be in [1, 64], got {args.eval_spp!r}")
-    if args.eval_images < 1 or args.eval_train < 0 or args.steps < 1 or args.eval_every < 1 or args.downscale < 1:
+    if args.eval_images < 1 or args.eval_train < 0 or args.steps < 1 or args.eval_every < 1 or (args.downscale is not None and args.downscale < 1):
         parser.error("--steps, --eval-every, --eval-images and --downscale must be >= 1 and --eval-train >= 0")
     variants = [parse_variant(v) for v in (args.variants or ["base"])]
     scene = load_scene(args.scene, downscale=args.downscale)

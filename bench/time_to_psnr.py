@@ -32,7 +32,7 @@ def main() -> None:
     parser.add_argument("--curve-images", type=int, default=20)
     parser.add_argument("--final-images", type=int, default=None, help="default: all test views")
     parser.add_argument("--thresholds", default="25,30,33,35")
-    parser.add_argument("--downscale", type=int, default=1)
+    parser.add_argument("--downscale", type=int, default=None, help="shrink images by this factor (default: the automatic rule, docs/loading.md)")
     parser.add_argument("--out", type=Path, default=Path("runs/time_to_psnr"))
     args = parser.parse_args()
 
@@ -41,7 +41,10 @@ def main() -> None:
     overrides.setdefault("training.n_steps", 10**7)
     overrides.setdefault("training.log_every", 250)
     cfg = apply_overrides(cfg, overrides)
-    scene = load_scene(args.scene, downscale=args.downscale)
+    options = cfg.data.scene_options()  # --set data.format / data.aabb_scale / ... apply to the scene
+    if args.downscale is not None:
+        options["downscale"] = args.downscale
+    scene = load_scene(args.scene, **options)
     run_dir = RunDir(args.out).create()
     trainer = Trainer(cfg, scene, run_dir)
     thresholds = [float(x) for x in args.thresholds.split(",")]

@@ -22,7 +22,9 @@ from trainer.runstatus import plain_warning_format, print_error
 def _cmd_inspect(args: argparse.Namespace) -> int:
     from ngptune.inspect import describe_scene, format_description
 
-    info = describe_scene(args.scene, downscale=args.downscale, timing=args.timing, holdout_every=args.holdout_every)
+    info = describe_scene(args.scene, downscale=args.downscale, timing=args.timing, holdout_every=args.holdout_every,
+                          format=args.scene_format, camera_convention=args.camera_convention or "opengl",
+                          aabb_scale=args.aabb_scale)
     if args.json:
         print(json.dumps(info, indent=2))
     else:
@@ -76,7 +78,7 @@ def _register(module_name: str, sub: argparse._SubParsersAction) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from trainer.cli import positive_int
+    from trainer.cli import add_scene_format_arguments, positive_int
     from trainer.launch_cli import add_arguments
 
     parser = argparse.ArgumentParser(prog="ngptune", description="Train, inspect, profile and autotune instant-NGP NeRFs.")
@@ -85,7 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("inspect", help="describe a scene: format, splits, sizes, intrinsics, box, skipped frames")
     p.add_argument("scene", type=Path)
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--downscale", type=positive_int, default=1, help="describe the images as shrunk by this factor (as train --downscale)")
+    p.add_argument("--downscale", type=positive_int, default=None,
+                   help="describe the images as shrunk by this factor (as train --downscale; default: the automatic rule)")
+    add_scene_format_arguments(p)
     p.add_argument("--holdout-every", type=int, default=0, help="for scenes without splits: hold out every N-th frame as test (0: list all as train)")
     p.add_argument("--timing", action="store_true", help="decode the training images twice (cold, then from the disk cache) and print both times")
     p.set_defaults(func=_cmd_inspect)

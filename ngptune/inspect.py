@@ -17,15 +17,18 @@ FORMATS_WITH_SPLITS = ("blender",)
 
 
 def describe_scene(
-    path: Path, downscale: int = 1, timing: bool = False, holdout_every: int = 0
+    path: Path, downscale: int | None = None, timing: bool = False, holdout_every: int = 0, **scene_options: Any
 ) -> dict[str, Any]:
     """Facts about a scene as a JSON-ready dict.
 
     Keys: ``format``, ``root``, ``splits`` (split → image count), ``width``/``height`` (first image),
     ``image_sizes`` (``"WxH"`` → count), ``intrinsics`` (focal and principal point ranges, whether
     any frame is distorted), ``aabb_scale``, ``aabb`` ([[min], [max]]), ``skipped`` (list of
-    ``{frame, reason}``), ``notes``, ``pixel_memory_bytes`` (decoded table of all splits) and, with
-    ``timing``, ``timing`` (``first_load_s``, ``second_load_s`` of the training images).
+    ``{frame, reason}``), ``notes``, ``pixel_memory_bytes`` (decoded table of all splits),
+    ``ignored_formats`` (other formats found in the folder and not loaded), ``box_source`` (``file``,
+    ``data`` or ``override``) and, with ``timing``, ``timing`` (``first_load_s``, ``second_load_s``
+    of the training images). ``downscale`` None applies the automatic rule; ``scene_options`` are
+    further :class:`trainer.data.SceneOptions` fields (``format``, ``camera_convention``, ``aabb_scale``).
 
     ``splits`` describes the scene as stored: formats without splits of their own (instant-ngp,
     LLFF, COLMAP) list every usable image under ``train`` unless ``holdout_every`` > 0. For those,
@@ -39,7 +42,7 @@ def describe_scene(
 
     with warnings.catch_warnings():  # skipped frames are part of the description ("skipped")
         warnings.simplefilter("ignore")
-        scene = load_scene(path, downscale=downscale, holdout_every=holdout_every)
+        scene = load_scene(path, downscale=downscale, holdout_every=holdout_every, **scene_options)
     all_frames = [f for frames in scene.splits.values() for f in frames]
     sizes = Counter(f"{f.intrinsics.width}x{f.intrinsics.height}" for f in all_frames)
     first = all_frames[0].intrinsics if all_frames else None
@@ -63,6 +66,8 @@ def describe_scene(
         },
         "aabb_scale": scene.aabb_scale,
         "aabb": scene.aabb.tolist(),
+        "box_source": scene.box_source,
+        "ignored_formats": list(scene.ignored_formats),
         "white_background": scene.white_background,
         "downscale": scene.downscale,
         "skipped": [{"frame": s.frame, "reason": s.reason} for s in scene.skipped],
@@ -75,7 +80,7 @@ def describe_scene(
         every = SceneOptions().holdout_every
         with warnings.catch_warnings():  # the skipped frames were reported by the first load
             warnings.simplefilter("ignore")
-            held = load_scene(path, downscale=downscale, holdout_every=every)
+            held = load_scene(path, downscale=downscale, holdout_every=every, **scene_options)
         info["training_holdout"] = {"every": every, "splits": held.split_counts}
     if timing:
         train = scene.frames("train")
@@ -113,7 +118,8 @@ def format_description(info: dict[str, Any]) -> None:
 
     console = make_console()
     table = Table(title=f"scene {info['root']}", show_header=False)
-    table.add_row("format", info["format"])
+    ignored = info["ignored_formats"]
+    table.add_row("format", info["format"] + (f" (also found, ignored: {', '.join(ignored)}; --format picks)" if ignored else ""))
     table.add_row("images per split", ", ".join(f"{k}: {v}" for k, v in info["splits"].items()))
     if "training_holdout" in info:
         hold = info["training_holdout"]
@@ -126,9 +132,12 @@ def format_description(info: dict[str, Any]) -> None:
     table.add_row("focal fx / fy (px)", f"{_span_text(intr['fx'])} / {_span_text(intr['fy'])}")
     table.add_row("principal point cx / cy (px)", f"{_span_text(intr['cx'])} / {_span_text(intr['cy'])}")
     table.add_row("distorted frames", str(intr["distorted_frames"]))
-    table.add_row("aabb_scale", str(info["aabb_scale"]))
+    box_how = {"file": "the scene's own or the format's default", "data": "derived from the data (see notes)",
+               "override": "--aabb-scale"}[info["box_source"]]
+    table.add_row("aabb_scale", f"{info['aabb_scale']} ({box_how})")
+    table.add_row("downscale (at decode)", str(info["downscale"]))
     table.add_row("scene box (unit-cube world)", f"{info['aabb'][0]} → {info['aabb'][1]}")
-    table.add_row("pixel memory", f"{info['pixel_memory_bytes'] / 2**20:.1f} MiB")
+    table.add_row("pixel memory", f"{info['pixel_memory_bytes'] / 2**20:.1f} MiB (all splits, at the chosen resolution)")
     table.add_row("skipped frames", str(len(info["skipped"])))
     for note in info["notes"]:
         table.add_row("note", note)

@@ -53,6 +53,26 @@ def positive_int(text: str) -> int:
     return value
 
 
+def add_scene_format_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--format``, ``--camera-convention`` and ``--aabb-scale`` (config keys ``data.format``,
+    ``data.camera_convention``, ``data.aabb_scale``)."""
+    parser.add_argument("--format", dest="scene_format", choices=("colmap", "llff", "blender", "ngp"), default=None,
+                        help="read this format from a folder holding several (default: most camera information: "
+                             "colmap > llff > blender > ngp; data.format)")
+    parser.add_argument("--camera-convention", choices=("opengl", "opencv"), default=None,
+                        help="camera axes of transforms*.json poses (default opengl; data.camera_convention)")
+    parser.add_argument("--aabb-scale", type=int, default=None,
+                        help="scene box: this power of two (1..128) instead of the scene's or the derived one (data.aabb_scale)")
+
+
+def scene_format_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``data.*`` overrides that :func:`add_scene_format_arguments`' flags set."""
+    flags = {"data.format": getattr(args, "scene_format", None),
+             "data.camera_convention": getattr(args, "camera_convention", None),
+             "data.aabb_scale": getattr(args, "aabb_scale", None)}
+    return {k: v for k, v in flags.items() if v is not None}
+
+
 def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the training flags of one process to ``parser`` (:func:`trainer.launch_cli.add_arguments`
     adds the launch flags)."""
@@ -62,7 +82,9 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--time-budget", dest="time_budget_s", type=float, default=None, help="training seconds (excludes evaluation)")
     parser.add_argument("--device", default=None, help="cpu, cuda, cuda:N or auto")
     parser.add_argument("--precision", choices=PRECISIONS, default=None)
-    parser.add_argument("--downscale", type=int, default=None, help="shrink images by this integer factor")
+    parser.add_argument("--downscale", type=int, default=None,
+                        help="shrink images by this integer factor (default: LLFF/COLMAP longest side to <= 1600 px)")
+    add_scene_format_arguments(parser)
     parser.add_argument("--save-snapshot", "--save_snapshot", dest="save_snapshot", type=Path, default=None, help="write a snapshot here at the end")
     parser.add_argument("--resume", "--load_snapshot", dest="resume", type=Path, default=None, help="continue from this snapshot")
     parser.add_argument("--snapshot-every", "--checkpoint-every", dest="snapshot_every", type=int, default=None,
@@ -101,6 +123,7 @@ def resolve_config(args: argparse.Namespace) -> TrainConfig:
         "distributed.emulate_interconnect": getattr(args, "emulate_interconnect", None),
     }
     overrides.update({k: v for k, v in flag_map.items() if v is not None})
+    overrides.update(scene_format_overrides(args))
     if args.scene is not None:
         overrides["data.scene"] = str(args.scene)
     if args.quiet:
@@ -226,8 +249,7 @@ def run_distributed_training(cfg: TrainConfig, args: argparse.Namespace, env) ->
         init_distributed(env, cfg.distributed.timeout_s)
         if env.is_main:
             run_dir.write_json(run_dir.config_path, config_to_dict(cfg))
-        scene = load_scene(scene_path, downscale=cfg.data.downscale, holdout_every=cfg.data.holdout_every,
-                           aabb_scale=cfg.data.aabb_scale)
+        scene = load_scene(scene_path, **cfg.data.scene_options())
         trainer = build_distributed_trainer(cfg, scene, run_dir)
         trainer.keep_checkpoints = args.keep_checkpoints
         resume = _resume_source(args.resume, run_dir)

@@ -36,6 +36,7 @@ from ngptune.profiling import nsight
 from ngptune.profiling.collect import ProfileDir, RunOutcome, collect, write_failure, write_tables
 from ngptune.profiling.link import measure_link_busbw, parse_link_busbw, read_link_busbw
 from ngptune.profiling.nvml import NvmlSampler
+from trainer.cli import add_scene_format_arguments, scene_format_overrides
 from trainer.config import TrainConfig
 from trainer.errors import ConfigError
 from trainer.parallel.dist_env import check_run_emulation
@@ -56,6 +57,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Run the trainer instrumented (phase timers, NVML sampler, torch.profiler window) and write a profile folder: CSV tables, diagnoses and report.html.",
     )
     p.add_argument("--scene", type=Path, default=None, help="scene folder or file (default: the built-in demo scene)")
+    add_scene_format_arguments(p)
     p.add_argument("--config", type=Path, default=None, help="trainer config (JSON with comments)")
     p.add_argument("--nproc-per-node", type=int, default=None, help="ranks on this node (elastic launcher); default one process")
     p.add_argument("--steps", type=int, default=DEFAULT_STEPS, help=f"training steps (default {DEFAULT_STEPS})")
@@ -119,6 +121,7 @@ def _run_config(args: argparse.Namespace) -> TrainConfig:
         overrides["data.scene"] = str(args.scene)
     if args.emulate_interconnect is not None:
         overrides["distributed.emulate_interconnect"] = args.emulate_interconnect
+    overrides.update(scene_format_overrides(args))
     return apply_overrides(cfg, overrides) if overrides else cfg
 
 
@@ -151,6 +154,8 @@ def trainer_command(args: argparse.Namespace, run_dir: Path, window: tuple[int, 
         argv += ["--emulate-interconnect", args.emulate_interconnect]
     for item in args.overrides:
         argv += ["--set", item]
+    for key, value in scene_format_overrides(args).items():
+        argv += ["--set", f"{key}={value}"]
     return argv
 
 

@@ -11,7 +11,7 @@ import argparse
 from pathlib import Path
 
 from ngptune.tuning.study import MAX_TRIALS, REPO_ROOT, STUDY_NAME_RULE, is_study_name
-from trainer.cli import positive_int
+from trainer.cli import add_scene_format_arguments, positive_int, scene_format_overrides
 
 __all__ = ["DEFAULT_STUDY", "register"]
 
@@ -53,6 +53,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         study_name=args.study_name,
         nproc_per_node=args.nproc_per_node,
         out_dir=args.out,
+        data_settings=scene_format_overrides(args),
     )
     try:
         result = run_sweep(options)
@@ -75,6 +76,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--study", type=Path, default=DEFAULT_STUDY,
                    help=f"study file (TOML, see studies/README.md; default {DEFAULT_STUDY.relative_to(REPO_ROOT)})")
     p.add_argument("--scene", type=Path, default=None, help="scene path replacing the study's scene")
+    add_scene_format_arguments(p)
     p.add_argument("--trials", type=_trials, default=None,
                    help="finished trials the study aims at, counting earlier runs (default: the study file's)")
     p.add_argument("--timeout", type=_positive_seconds, default=None, metavar="S",

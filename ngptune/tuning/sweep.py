@@ -84,6 +84,8 @@ class SweepOptions:
         nproc_per_node: ranks per trial (None: every GPU, or 2 gloo ranks on a CPU-only machine).
         out_dir: the study folder (None: ``reports/<study-name>``).
         poll_s: seconds between looks at a running trial.
+        data_settings: ``data.*`` settings from ``--format`` / ``--camera-convention`` /
+            ``--aabb-scale``, added to the study's fixed settings (they override the file's).
     """
 
     study_path: Path
@@ -95,6 +97,7 @@ class SweepOptions:
     nproc_per_node: int | None = None
     out_dir: Path | None = None
     poll_s: float = 0.5
+    data_settings: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -359,6 +362,8 @@ def run_sweep(options: SweepOptions, console: Console | None = None) -> SweepRes
     """
     console = console or make_console(soft_wrap=True)  # message lines stay whole in piped logs
     spec = load_study(options.study_path, scene=options.scene)
+    if options.data_settings:
+        spec = dataclasses.replace(spec, settings={**spec.settings, **options.data_settings})
     nproc = options.nproc_per_node or default_nproc_per_node()
     if nproc < 1:
         raise ConfigError(f"--nproc-per-node: expected an integer >= 1, got {nproc}")

@@ -59,3 +59,21 @@ def test_demo_scene_and_timing(capsys, tmp_path):
     assert info["timing"]["images"] == 32 and info["timing"]["first_load_s"] > 0
     assert main(["inspect", str(tmp_path / "missing")]) == 2
     assert "scene path does not exist" in capsys.readouterr().err
+
+
+def test_folder_with_two_formats_lists_the_ignored_one_and_the_box(capsys, tmp_path):
+    from tests.data.conftest import ring_c2w, write_colmap_scene, write_llff
+
+    ring = ring_c2w()
+    write_colmap_scene(tmp_path, ring)
+    write_llff(tmp_path / "llff", ring)
+    (tmp_path / "poses_bounds.npy").write_bytes((tmp_path / "llff" / "poses_bounds.npy").read_bytes())
+    info = _inspect_json(capsys, str(tmp_path))
+    assert (info["format"], info["ignored_formats"]) == ("colmap", ["llff"])
+    assert info["box_source"] == "file"  # a model without points: colmap2nerf's placement
+    info = _inspect_json(capsys, str(tmp_path), "--format", "llff", "--aabb-scale", "2")
+    assert (info["format"], info["ignored_formats"], info["aabb_scale"], info["box_source"]) == (
+        "llff", ["colmap"], 2, "override")
+    assert main(["inspect", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "also found, ignored: llff" in out and "pixel memory" in out

@@ -54,7 +54,8 @@ def test_capture_in_another_world_is_normalised(tmp_path, binary: bool) -> None:
         np.stack([f.c2w for f in scene.frames("test")]), expected_cube(ring[[0, 4]]), atol=1e-6
     )
     assert scene.notes[0] == "colmap: using sparse/0 (8 registered images)"
-    assert scene.notes[1].startswith("colmap: poses normalised like colmap2nerf: up rotated to +z by 40 deg")
+    assert scene.notes[1] == "colmap: 8 of 8 images registered in 0"
+    assert scene.notes[3].startswith("colmap: poses normalised like colmap2nerf: up rotated to +z by 40 deg")
 
 
 def test_model_with_most_registered_images_is_chosen(tmp_path) -> None:

@@ -26,7 +26,8 @@ def test_ring_loads_with_defaults(tmp_path) -> None:
     write_llff(tmp_path, ring)
     scene = load_scene(tmp_path / "poses_bounds.npy", holdout_every=0)
     assert scene.format == "llff"
-    assert scene.aabb_scale == 16
+    # near/far bounds 1..8 of a ring of radius 4: content larger than the unit cube, held by a cube of 4
+    assert (scene.aabb_scale, scene.box_source) == (4, "data")
     assert scene.downscale == 1
     frames = scene.frames("train")
     assert [f.name for f in frames] == [f"IMG_{i:04d}.JPG" for i in range(8)]
@@ -70,7 +71,7 @@ def test_images_n_folder_is_used_when_present(tmp_path) -> None:
     assert frame.image_path.parent.name == "images_2"
     intr = frame.intrinsics
     assert (intr.width, intr.height, intr.fx, intr.cx, intr.cy) == (20, 15, RING_FOCAL / 2, 10.0, 7.5)
-    assert "llff: images from images_2/ (already shrunk by 2, decoded as they are)" in scene.notes
+    assert "llff: downscale 2 (--downscale / data.downscale); images from images_2/ as they are (20x15)" in scene.notes
 
 
 def test_images_folder_with_downscale_when_images_n_is_absent(tmp_path) -> None:

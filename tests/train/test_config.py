@@ -115,7 +115,8 @@ def test_defaults_are_instant_ngp_values() -> None:
         256,
     )
     assert (tr.occupancy_decay, tr.occupancy_threshold, tr.max_march_steps) == (0.95, 0.01, 1024)
-    assert (cfg.data.downscale, cfg.data.holdout_every, cfg.data.placement) == (1, 8, "auto")
+    assert (cfg.data.downscale, cfg.data.holdout_every, cfg.data.placement) == (None, 8, "auto")
+    assert (cfg.data.format, cfg.data.camera_convention) == ("auto", "opengl")
     assert (cfg.parallel.mode, cfg.parallel.bucket_mib, cfg.parallel.overlap_comm) == (
         "data",
         25.0,

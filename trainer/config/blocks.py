@@ -10,7 +10,7 @@ angle (:meth:`TrainingConfig.resolved_cone_angle`).
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from trainer.config.rules import (
     REQUIRED, Block, BoolRule, DeviceRule, EntriesRule, FloatRule, IntListRule, IntRule, OneOf, OptionalRule, Rule,
@@ -349,9 +349,13 @@ class DataConfig(Block):
 
     Attributes:
         scene: path of the scene folder or file, or null (then the caller supplies one).
-        downscale: integer image shrink factor (>= 1).
+        downscale: integer image shrink factor (>= 1), or null for the automatic rule (LLFF and
+            COLMAP: longest side to <= 1600 px; instant-ngp and Blender: full size; docs/loading.md).
         holdout_every: every n-th frame goes to ``test`` for formats without splits; 0 = none.
         aabb_scale: override of the scene's aabb_scale (power of two 1..128), or null.
+        format: ``"auto"`` (most camera information: COLMAP, LLFF, Blender, instant-ngp) or the
+            format to read from a folder holding several: ``"colmap"``, ``"llff"``, ``"blender"``, ``"ngp"``.
+        camera_convention: camera axes of ``transforms*.json`` poses: ``"opengl"`` or ``"opencv"``.
         placement: ``"auto"``, ``"device"``, ``"pinned"`` or ``"stream"``.
         memory_budget_gib: memory the pixel table may use when choosing ``auto`` placement
             (GiB, > 0), or null for the device's free memory.
@@ -362,13 +366,25 @@ class DataConfig(Block):
     _PATH: ClassVar[str] = "data"
 
     scene: str | None = rule_field(None, OptionalRule(StrRule()))
-    downscale: int = rule_field(1, IntRule(1))
+    downscale: int | None = rule_field(None, OptionalRule(IntRule(1)))
     holdout_every: int = rule_field(8, IntRule(0))
     aabb_scale: int | None = rule_field(None, OptionalRule(IntRule(1, 128, power_of_two=True)))
+    format: str = rule_field("auto", OneOf("auto", "colmap", "llff", "blender", "ngp"))
+    camera_convention: str = rule_field("opengl", OneOf("opengl", "opencv"))
     placement: str = rule_field("auto", OneOf("auto", "device", "pinned", "stream"))
     memory_budget_gib: float | None = rule_field(None, OptionalRule(FloatRule(0, lo_open=True)))
     cache_dir: str | None = rule_field(None, OptionalRule(StrRule()))
     decode_threads: int | None = rule_field(None, OptionalRule(IntRule(1)))
+
+    def scene_options(self) -> dict[str, Any]:
+        """Keyword arguments of ``trainer.data.load_scene`` (``SceneOptions``) from this block."""
+        return {
+            "downscale": self.downscale,
+            "holdout_every": self.holdout_every,
+            "aabb_scale": self.aabb_scale,
+            "format": None if self.format == "auto" else self.format,
+            "camera_convention": self.camera_convention,
+        }
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainer.data.options import SceneOptions
+from trainer.data.options import FORMAT_CHOICES, FORMAT_NAMES, SceneOptions
 from trainer.data.scene import SPLITS, Frame, Intrinsics, Scene, SkippedFrame
 from trainer.errors import SceneError
+
+#: ``Scene.format`` → the ``--format`` value naming it.
+FORMAT_FLAG = {"colmap": "colmap", "llff": "llff", "blender": "blender", "instant-ngp": "ngp"}
 
 __all__ = [
     "SPLITS",
@@ -20,16 +23,18 @@ __all__ = [
     "SceneOptions",
     "SkippedFrame",
     "detect_format",
+    "detect_formats",
     "load_scene",
 ]
 
 
-def detect_format(path: str | Path) -> str:
-    """Name the scene format stored at ``path``.
+def detect_formats(path: str | Path) -> list[str]:
+    """Every scene format stored at ``path``, most camera information first.
 
-    Returns one of ``"instant-ngp"`` (a ``transforms.json`` file or a folder holding one),
-    ``"blender"`` (a folder with ``transforms_train.json``), ``"llff"`` (``poses_bounds.npy``),
-    ``"colmap"`` (a ``sparse/`` folder, or a folder with ``cameras``/``images`` model files).
+    The order is the loading policy (``docs/loading.md``): ``"colmap"`` (a ``sparse/`` folder or
+    ``cameras``/``images`` model files: per-image intrinsics and distortion), ``"llff"``
+    (``poses_bounds.npy``: one focal length, no distortion), ``"blender"``
+    (``transforms_train.json``), ``"instant-ngp"`` (``transforms.json``). A file names its one format.
 
     Raises:
         SceneError: if the path does not exist or holds none of these.
@@ -39,45 +44,78 @@ def detect_format(path: str | Path) -> str:
         raise SceneError(f"{p}: scene path does not exist")
     if p.is_file():
         if p.name == "poses_bounds.npy":
-            return "llff"
+            return ["llff"]
         if p.suffix == ".json":
             if p.name.startswith("transforms_") and p.name[len("transforms_"):-5] in SPLITS:
-                return "blender"
-            return "instant-ngp"
+                return ["blender"]
+            return ["instant-ngp"]
         raise SceneError(f"{p}: not a scene file (expected transforms.json or poses_bounds.npy)")
-    if any((p / f"transforms_{split}.json").is_file() for split in SPLITS):
-        return "blender"
-    if (p / "transforms.json").is_file():
-        return "instant-ngp"
-    if (p / "poses_bounds.npy").is_file():
-        return "llff"
+    found = []
     if (p / "sparse").is_dir() or any((p / f"cameras{ext}").is_file() for ext in (".bin", ".txt")):
-        return "colmap"
-    raise SceneError(
-        f"{p}: no scene found (looked for transforms.json, transforms_train.json, "
-        "poses_bounds.npy, sparse/)"
-    )
+        found.append("colmap")
+    if (p / "poses_bounds.npy").is_file():
+        found.append("llff")
+    if any((p / f"transforms_{split}.json").is_file() for split in SPLITS):
+        found.append("blender")
+    if (p / "transforms.json").is_file():
+        found.append("instant-ngp")
+    if not found:
+        raise SceneError(
+            f"{p}: no scene found (looked for transforms.json, transforms_train.json, "
+            "poses_bounds.npy, sparse/)"
+        )
+    return found
+
+
+def detect_format(path: str | Path, requested: str | None = None) -> str:
+    """Name the scene format to load from ``path``: ``requested`` if given (it must be present),
+    else the first of :func:`detect_formats`.
+
+    Args:
+        path: a scene folder or its main file.
+        requested: ``"colmap"``, ``"llff"``, ``"blender"``, ``"ngp"``/``"instant-ngp"``, or None.
+
+    Returns:
+        One of ``"instant-ngp"``, ``"blender"``, ``"llff"``, ``"colmap"``.
+
+    Raises:
+        SceneError: nothing found, or the requested format is not stored there (naming those that are).
+    """
+    found = detect_formats(path)
+    if requested is None:
+        return found[0]
+    wanted = FORMAT_NAMES.get(requested)
+    if wanted is None:
+        raise SceneError(f"--format {requested}: expected one of {', '.join(FORMAT_CHOICES)}")
+    if wanted not in found:
+        raise SceneError(f"{path}: --format {requested}: no {wanted} scene here (found: {', '.join(found)})")
+    return wanted
 
 
 def load_scene(path: str | Path, **options: object) -> Scene:
     """Load the scene at ``path`` in whichever format it is stored.
 
+    When a folder holds several formats, the one :func:`detect_format` picks is loaded (or
+    ``format``) and ``Scene.notes`` / ``Scene.ignored_formats`` name the others.
+
     Args:
         path: a scene folder or its main file.
         **options: fields of :class:`SceneOptions` (``downscale``, ``holdout_every``,
-            ``aabb_scale``).
+            ``aabb_scale``, ``format``, ``camera_convention``).
 
     Returns:
         A :class:`Scene` with cameras in the trainer's convention (see :mod:`trainer.data.scene`).
 
     Raises:
-        SceneError: for any problem with the input, naming the file, frame or key.
+        SceneError: for any problem with the input, naming the file, frame or key; when the chosen
+            format fails and others are present, the message says which ``--format`` to try.
     """
     try:
         opts = SceneOptions(**options)  # type: ignore[arg-type]
     except TypeError as exc:
         raise SceneError(f"load_scene: {exc}") from None
-    fmt = detect_format(path)
+    found = detect_formats(path)
+    fmt = detect_format(path, opts.format)
     if fmt == "instant-ngp":
         from trainer.data.formats import ngp as loader
     elif fmt == "blender":
@@ -86,4 +124,20 @@ def load_scene(path: str | Path, **options: object) -> Scene:
         from trainer.data.formats import llff as loader
     else:
         from trainer.data.formats import colmap as loader
-    return loader.load(Path(path), opts)
+    ignored = [f for f in found if f != fmt]
+    try:
+        scene = loader.load(Path(path), opts)
+    except SceneError as exc:
+        if not ignored or opts.format is not None:
+            raise
+        flags = " or ".join(f"--format {FORMAT_FLAG[f]}" for f in ignored)
+        raise SceneError(f"{exc} (this folder also holds {', '.join(ignored)}: {flags} loads that instead)") from None
+    if ignored:
+        how = f"--format {FORMAT_FLAG[fmt]}" if opts.format is not None else "most camera information"
+        scene.ignored_formats = ignored
+        scene.notes.insert(
+            0,
+            f"format: {fmt} chosen ({how}); also found and ignored: {', '.join(ignored)} "
+            f"(--format {' / '.join(FORMAT_FLAG[f] for f in ignored)} picks one)",
+        )
+    return scene

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TypeVar
 
 import numpy as np
 
+from trainer.data.imageinfo import exif_orientation, image_size
 from trainer.data.scene import Intrinsics
 from trainer.errors import SceneError
 
@@ -55,15 +57,21 @@ def check_rotation(rotation: np.ndarray, where: str, tolerance: float = 0.1) -> 
             tools are orthonormal to ~1e-6; 0.1 still admits sloppy hand-written ones).
 
     Raises:
-        SceneError: the matrix is singular (e.g. all zeros) or far from orthonormal.
+        SceneError: the matrix is singular (e.g. all zeros), far from orthonormal, or a mirror
+            (determinant −1, however well scaled).
     """
     rotation = np.asarray(rotation, dtype=np.float64)
     deviation = float(np.abs(rotation.T @ rotation - np.eye(3)).max())
+    det = float(np.linalg.det(rotation)) if np.all(np.isfinite(rotation)) else float("nan")
     if not np.isfinite(deviation) or deviation > tolerance:
-        det = float(np.linalg.det(rotation)) if np.all(np.isfinite(rotation)) else float("nan")
         raise SceneError(
             f"{where}: the pose's 3x3 rotation is not a rotation (|RᵀR − I| = {deviation:.3g}, "
             f"det = {det:.3g})"
+        )
+    if det < 0:
+        raise SceneError(
+            f"{where}: the pose's 3x3 rotation is a mirror (det = {det:.3g}, a rotation has det +1): "
+            "one camera axis is flipped"
         )
 
 
@@ -201,6 +209,28 @@ def rotation_between(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.eye(3) + k + k @ k / (1.0 + c)
 
 
+def axis_pair_closest(
+    o_a: np.ndarray, d_a: np.ndarray, o_b: np.ndarray, d_b: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Closest points of the line pairs ``o_a + t_a d_a`` and ``o_b + t_b d_b`` (broadcasting over
+    leading axes; the last axis has the 3 coordinates, directions of unit length).
+
+    ``t_a = det[o_b − o_a, d_b, c] / |c|²``, ``t_b = det[o_b − o_a, d_a, c] / |c|²`` with
+    ``c = d_a × d_b`` (instant-ngp ``scripts/colmap2nerf.py``, ``closest_point_2_lines``).
+
+    Returns:
+        ``(t_a, t_b, weight)``, each of the broadcast shape without the last axis; ``weight = |c|²``
+        (zero for parallel lines, whose ``t`` are meaningless).
+    """
+    cross = np.cross(d_a, d_b)
+    weight = np.sum(cross * cross, axis=-1)
+    delta = o_b - o_a
+    # det[x, y, z] = x · (y × z)
+    t_a = np.sum(delta * np.cross(d_b, cross), axis=-1) / (weight + 1e-10)
+    t_b = np.sum(delta * np.cross(d_a, cross), axis=-1) / (weight + 1e-10)
+    return t_a, t_b, weight
+
+
 def centre_of_attention(c2w: np.ndarray, chunk: int = 256) -> np.ndarray:
     """The point the cameras look at: weighted mean of the closest points of their optical axes.
 
@@ -232,12 +262,7 @@ def centre_of_attention(c2w: np.ndarray, chunk: int = 256) -> np.ndarray:
         d_a = dirs[start : start + chunk, None, :]
         o_b = origins[None, :, :]  # [1, n, 3]
         d_b = dirs[None, :, :]
-        cross = np.cross(d_a, d_b)  # [c, n, 3]
-        weight = np.sum(cross * cross, axis=-1)  # [c, n]
-        delta = o_b - o_a
-        # det[x, y, z] = x · (y × z)
-        t_a = np.sum(delta * np.cross(d_b, cross), axis=-1) / (weight + 1e-10)
-        t_b = np.sum(delta * np.cross(d_a, cross), axis=-1) / (weight + 1e-10)
+        t_a, t_b, weight = axis_pair_closest(o_a, d_a, o_b, d_b)
         t_a = np.minimum(t_a, 0.0)[..., None]
         t_b = np.minimum(t_b, 0.0)[..., None]
         midpoint = 0.5 * (o_a + t_a * d_a + o_b + t_b * d_b)
@@ -306,12 +331,16 @@ def normalize_poses(c2w: np.ndarray) -> tuple[np.ndarray, PoseNormalization]:
     return out, PoseNormalization(rotation=rotation, centre=centre, scale=scale)
 
 
-def fit_intrinsics_to_image(intrinsics: Intrinsics, width: int, height: int, where: str) -> Intrinsics:
+def fit_intrinsics_to_image(
+    intrinsics: Intrinsics, width: int, height: int, where: str, exif_orientation: int = 1
+) -> Intrinsics:
     """Intrinsics of a calibration of ``intrinsics.width × intrinsics.height`` for an image of
     ``width × height`` pixels that is a uniformly resized copy of the calibrated one.
 
     The scale factor is ``width / intrinsics.width``; the height must agree with it to within one
-    pixel (image resizers round), and the result has exactly ``width × height``.
+    pixel (image resizers round), and the result has exactly ``width × height``. ``width × height``
+    is the size as displayed; ``exif_orientation`` (1..8) is the file's tag, named in the error when
+    it turns the image by 90° (a common cause of a mismatch: the calibration is of the stored pixels).
 
     Raises:
         SceneError: naming ``where`` when the aspect ratios disagree (not a uniform resize).
@@ -322,9 +351,20 @@ def fit_intrinsics_to_image(intrinsics: Intrinsics, width: int, height: int, whe
     if abs(intrinsics.height * factor - height) > 1.0:
         raise SceneError(
             f"{where}: image is {width}x{height} but the camera is calibrated for "
-            f"{intrinsics.width}x{intrinsics.height} (not a uniform resize)"
+            f"{intrinsics.width}x{intrinsics.height} (not a uniform resize){_exif_hint(exif_orientation)}"
         )
     return dataclasses.replace(intrinsics.scaled(factor), width=width, height=height)
+
+
+def _exif_hint(exif_orientation: int) -> str:
+    """The part of a size-mismatch error that names an EXIF orientation turning the image by 90°."""
+    if exif_orientation not in (5, 6, 7, 8):
+        return ""
+    return (
+        f"; the file's EXIF orientation {exif_orientation} turns it by 90° (its stored pixels are "
+        "the other way round): the calibration is of the unrotated image, so strip or apply the EXIF "
+        "orientation consistently with the calibration"
+    )
 
 
 def decoded_intrinsics(intrinsics: Intrinsics, downscale: int, where: str) -> Intrinsics:
@@ -365,3 +405,15 @@ def holdout_splits(frames: Sequence[_T], holdout_every: int) -> dict[str, list[_
     train = [f for i, f in enumerate(frames) if i % holdout_every != 0]
     test = [f for i, f in enumerate(frames) if i % holdout_every == 0]
     return {"train": train, "test": test}
+
+
+def fit_intrinsics_to_file(intrinsics: Intrinsics, image_path: Path, where: str) -> Intrinsics:
+    """:func:`fit_intrinsics_to_image` for the image file at ``image_path`` (its displayed size and
+    EXIF orientation read from the header).
+
+    Raises:
+        SceneError: an unreadable header, or aspect ratios that disagree (naming ``where`` and any
+            EXIF rotation).
+    """
+    width, height = image_size(image_path)
+    return fit_intrinsics_to_image(intrinsics, width, height, where, exif_orientation(image_path))

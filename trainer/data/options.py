@@ -6,6 +6,14 @@ import dataclasses
 
 from trainer.errors import SceneError
 
+#: Format names a caller may ask for (``--format``), in the order :func:`trainer.data.detect_formats`
+#: prefers them when a folder holds several: most camera information first.
+FORMAT_CHOICES = ("colmap", "llff", "blender", "ngp")
+#: ``--format`` name → ``Scene.format``.
+FORMAT_NAMES = {"colmap": "colmap", "llff": "llff", "blender": "blender", "ngp": "instant-ngp",
+                "instant-ngp": "instant-ngp"}
+CAMERA_CONVENTIONS = ("opengl", "opencv")
+
 
 @dataclasses.dataclass(frozen=True)
 class SceneOptions:
@@ -13,20 +21,30 @@ class SceneOptions:
 
     Attributes:
         downscale: integer factor to shrink images by when decoding (1 = full size); intrinsics
-            are scaled to match.
+            are scaled to match. None: the automatic rule (:func:`trainer.data.resolution.auto_downscale`
+            for LLFF and COLMAP captures, full size for instant-ngp and Blender scenes).
         holdout_every: for formats without splits (instant-ngp, LLFF, COLMAP), every n-th frame
             (in natural order, starting with the first) goes to the ``test`` split and the rest to
             ``train``; 0 keeps every frame in ``train`` (then ``test`` is empty).
         aabb_scale: override of the scene's ``aabb_scale`` (power of two 1..128), or None.
+        format: ``"colmap"``, ``"llff"``, ``"blender"``, ``"ngp"`` (``"instant-ngp"``) to read that
+            format of a folder holding several, or None to pick by :data:`FORMAT_CHOICES` order.
+        camera_convention: camera axes of ``transform_matrix`` in ``transforms*.json``:
+            ``"opengl"`` (x right, y up, looking down −z; instant-ngp and NeRF) or ``"opencv"``
+            (x right, y down, looking down +z).
     """
 
-    downscale: int = 1
+    downscale: int | None = None
     holdout_every: int = 8
     aabb_scale: int | None = None
+    format: str | None = None
+    camera_convention: str = "opengl"
 
     def __post_init__(self) -> None:
-        if not isinstance(self.downscale, int) or isinstance(self.downscale, bool) or self.downscale < 1:
-            raise SceneError(f"downscale: expected an integer >= 1, got {self.downscale!r}")
+        if self.downscale is not None and (
+            not isinstance(self.downscale, int) or isinstance(self.downscale, bool) or self.downscale < 1
+        ):
+            raise SceneError(f"downscale: expected an integer >= 1 or None (automatic), got {self.downscale!r}")
         if (
             not isinstance(self.holdout_every, int)
             or isinstance(self.holdout_every, bool)
@@ -35,6 +53,17 @@ class SceneOptions:
             raise SceneError(f"holdout_every: expected an integer >= 0, got {self.holdout_every!r}")
         if self.aabb_scale is not None:
             check_aabb_scale(self.aabb_scale, where="aabb_scale option")
+        if self.format is not None and self.format not in FORMAT_NAMES:
+            raise SceneError(f"format: expected one of {', '.join(FORMAT_CHOICES)}, got {self.format!r}")
+        if self.camera_convention not in CAMERA_CONVENTIONS:
+            raise SceneError(
+                f"camera_convention: expected one of {', '.join(CAMERA_CONVENTIONS)}, got {self.camera_convention!r}"
+            )
+
+    @property
+    def fixed_downscale(self) -> int:
+        """``downscale``, with the automatic rule read as full size (instant-ngp and Blender scenes)."""
+        return 1 if self.downscale is None else self.downscale
 
 
 def check_aabb_scale(value: object, where: str) -> int:

@@ -118,6 +118,10 @@ class Scene:
             used as the NeRF world.
         held_out_every: n when the loader made the ``test`` split by holding out every n-th
             listed frame (``data.holdout_every``); 0 when the splits are the source's own.
+        ignored_formats: other formats found in the scene folder and not loaded.
+        box_source: how the scene box was chosen (``"file"``: the scene's own ``aabb_scale`` or the
+            default; ``"data"``: derived from sparse points or near/far bounds; ``"override"``:
+            ``--aabb-scale``).
     """
 
     format: str
@@ -132,6 +136,8 @@ class Scene:
     world_offset: tuple[float, float, float] = (0.5, 0.5, 0.5)
     pose_normalization: Any = None
     held_out_every: int = 0
+    ignored_formats: list[str] = dataclasses.field(default_factory=list)
+    box_source: str = "file"
 
     @property
     def aabb(self) -> np.ndarray:

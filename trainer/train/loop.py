@@ -886,12 +886,7 @@ def train_from_config(
     on_log: Callable[[dict[str, Any]], None] | None = None,
 ) -> Trainer:
     """Load the scene and build a :class:`Trainer` (optionally resumed)."""
-    scene = load_scene(
-        scene_path,
-        downscale=cfg.data.downscale,
-        holdout_every=cfg.data.holdout_every,
-        aabb_scale=cfg.data.aabb_scale,
-    )
+    scene = load_scene(scene_path, **cfg.data.scene_options())
     trainer = Trainer(cfg, scene, run_dir)
     if resume is not None:
         trainer.load(Path(resume))

@@ -18,6 +18,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
+from trainer.data.camera_checks import warn_about_layout
 from trainer.data.formats.ngp import (
     aabb_scale_of,
     build_frames,
@@ -67,12 +70,14 @@ def load(path: Path, opts: SceneOptions) -> Scene:
     scale, offset = world_transform(train_data, str(train_json))
     splits: dict[str, list[Frame]] = {}
     notes: list[str] = []
+    all_c2w = []
     for split in SPLITS:
         json_path = folder / f"transforms_{split}.json"
         if not json_path.is_file():
             continue
         data = train_data if split == "train" else read_json(json_path)
-        entries = frame_entries(data, json_path)
+        entries = frame_entries(data, json_path, opts.camera_convention)
+        all_c2w += [e.c2w_nerf for e in entries]
         missing = [e for e in entries if e.image_path is None]
         if missing:
             raise missing_images_error(json_path, missing)
@@ -90,6 +95,7 @@ def load(path: Path, opts: SceneOptions) -> Scene:
         notes.append(f"blender: no transforms_val.json or transforms_test.json: every {held_out_every}th "
                      "training frame held out for testing (data.holdout_every=0 keeps them all)")
 
+    notes += warn_about_layout(np.stack(all_c2w), str(folder), opts.camera_convention)
     return Scene(
         format="blender",
         root=folder,
@@ -97,7 +103,7 @@ def load(path: Path, opts: SceneOptions) -> Scene:
         aabb_scale=aabb_scale,
         white_background=True,
         notes=notes,
-        downscale=opts.downscale,
+        downscale=opts.fixed_downscale,
         world_scale=float(scale),
         world_offset=tuple(float(v) for v in offset),
         held_out_every=held_out_every,

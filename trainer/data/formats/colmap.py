@@ -20,34 +20,38 @@ carry over unchanged. Other models (fisheye, FULL_OPENCV, …) are rejected, nam
 
 When ``sparse/`` holds several models (``sparse/0``, ``sparse/1``, …, as COLMAP's mapper writes for
 disconnected components), the one with the most registered images is used and ``Scene.notes`` says
-so. Poses: camera-to-world, OpenGL axes (:func:`~trainer.data.convention.opencv_to_opengl_c2w`),
-colmap2nerf-style normalisation (:func:`~trainer.data.convention.normalize_poses`), then the unit cube
-with instant-ngp's defaults (scale 0.33, offset 0.5). Default ``aabb_scale`` 16.
+so; registered vs total images are reported, with a warning below half. Poses: camera-to-world,
+OpenGL axes (:func:`~trainer.data.convention.opencv_to_opengl_c2w`), colmap2nerf-style normalisation
+(:func:`~trainer.data.convention.normalize_poses`), then the unit cube around the box of the sparse
+points (:mod:`trainer.data.scenebox`). Resolution: ``--downscale`` or the automatic rule
+(:mod:`trainer.data.resolution`), from an ``images_N/`` folder when one matches (``docs/loading.md``).
 """
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from trainer.data.camera_checks import warn_about_layout
 from trainer.data.convention import (
     decoded_intrinsics,
-    fit_intrinsics_to_image,
+    fit_intrinsics_to_file,
     holdout_splits,
-    nerf_to_unit_cube,
     normalize_poses,
     opencv_to_opengl_c2w,
     w2c_to_c2w,
 )
+from trainer.data.formats.llff import image_files
 from trainer.data.formats.ngp import natural_sort_key
-from trainer.data.imageinfo import image_size
 from trainer.data.options import SceneOptions
+from trainer.data.resolution import choose_image_source
+from trainer.data.scenebox import place_capture, points_box
 from trainer.data.scene import Frame, Intrinsics, Scene
 from trainer.errors import SceneError
 
-DEFAULT_AABB_SCALE = 16
 _MODEL_FILES = ("cameras", "images", "points3D")
 
 #: COLMAP camera model → names of its parameters, in COLMAP's order.
@@ -198,17 +202,51 @@ def _choose_model(root: Path, folders: list[Path]) -> tuple[Path, Any, str]:
     return folder, model, note
 
 
+#: A model that registered less than this fraction of the image files gets a warning.
+MIN_REGISTERED_FRACTION = 0.5
+
+
+def registration_report(model: Any, folder: Path, images_dir: Path) -> tuple[str, bool]:
+    """``(note, poor)``: registered vs total images of the chosen model; ``poor`` when fewer than
+    :data:`MIN_REGISTERED_FRACTION` of the image files (or of the model's images) were registered."""
+    registered = int(model.num_reg_images())
+    files = len(image_files(images_dir)) if images_dir.is_dir() else 0
+    total = max(files, int(model.num_images()), registered)
+    poor = registered < MIN_REGISTERED_FRACTION * total
+    note = f"colmap: {registered} of {total} images registered in {folder.name}"
+    if poor:
+        note += (
+            f" (below {MIN_REGISTERED_FRACTION:.0%}: the reconstruction failed for most views; "
+            "re-run COLMAP's mapper, e.g. with exhaustive matching)"
+        )
+    return note, poor
+
+
+def _sparse_points_box(model: Any, normalization: Any) -> Any:
+    """:func:`trainer.data.scenebox.points_box` of the model's points in the normalised world."""
+    points = list(model.points3D.values())
+    if not points:
+        return None
+    xyz = np.stack([pt.xyz for pt in points])
+    xyz = normalization.scale * (xyz @ normalization.rotation.T - normalization.centre)
+    errors = np.array([pt.error for pt in points])
+    tracks = np.array([pt.track.length() for pt in points])
+    return points_box(xyz, errors, tracks)
+
+
 def load(path: Path, opts: SceneOptions) -> Scene:
     """Load a COLMAP scene.
 
     Args:
         path: the scene folder (with ``sparse/`` and ``images/``) or a model folder.
-        opts: loader options (``downscale``, ``holdout_every``, ``aabb_scale``).
+        opts: loader options (``downscale``, None for the automatic rule, which uses an
+            ``images_N/`` folder of that factor; ``holdout_every``; ``aabb_scale``).
 
     Returns:
         Scene with ``format="colmap"``, splits ``train``/``test`` by holdout over the registered
-        images in natural order of their names, ``aabb_scale`` 16 unless overridden, notes on the
-        model chosen and the pose normalisation.
+        images in natural order of their names, the box derived from the sparse points
+        (:mod:`trainer.data.scenebox`), notes on the model chosen, the registration, the
+        resolution, the pose normalisation and the box.
 
     Raises:
         SceneError: no or unreadable model, no registered image, unsupported camera model, image
@@ -217,15 +255,20 @@ def load(path: Path, opts: SceneOptions) -> Scene:
     """
     root, folders = model_folders(Path(path))
     folder, model, note = _choose_model(root, folders)
-    images_dir = root / "images"
-    if not images_dir.is_dir():
-        raise SceneError(f"{images_dir}: image folder not found")
 
     images = sorted(
         (im for im in model.images.values() if im.has_pose), key=lambda im: natural_sort_key(im.name)
     )
     if not images:
         raise SceneError(f"{folder}: the COLMAP model has no registered image")
+    cameras = [model.cameras[im.camera_id] for im in images]
+    full_width = max(int(c.width) for c in cameras)
+    full_height = max(int(c.height) for c in cameras)
+    source = choose_image_source(root, full_width, full_height, opts.downscale, "colmap")
+    images_dir = source.folder
+    report, poor = registration_report(model, folder, root / "images" if (root / "images").is_dir() else images_dir)
+    if poor:
+        warnings.warn(f"{folder}: {report.removeprefix('colmap: ')}", stacklevel=3)
     missing = [im.name for im in images if not (images_dir / im.name).is_file()]
     if missing:
         raise SceneError(
@@ -237,28 +280,29 @@ def load(path: Path, opts: SceneOptions) -> Scene:
     if not np.all(np.isfinite(c2w)):
         bad = next(im.name for im, m in zip(images, c2w) if not np.all(np.isfinite(m)))
         raise SceneError(f"{folder}: image {bad}: pose contains NaN/Infinity")
-    c2w, normalization = normalize_poses(opencv_to_opengl_c2w(c2w))
-    c2w = nerf_to_unit_cube(c2w)
+    c2w_source = opencv_to_opengl_c2w(c2w)
+    layout_notes = warn_about_layout(c2w_source, str(folder), None)
+    c2w, normalization = normalize_poses(c2w_source)
+    placement = place_capture(c2w, _sparse_points_box(model, normalization), opts.aabb_scale, "colmap")
 
     frames = []
     n_resized = 0
-    for image, cam in zip(images, c2w):
-        camera = model.cameras[image.camera_id]
+    for image, camera, cam in zip(images, cameras, placement.c2w):
         where = f"{folder}: image {image.name} (camera {image.camera_id})"
         full = camera_intrinsics(camera.model.name, camera.width, camera.height, camera.params, where)
         image_path = (images_dir / image.name).absolute()
-        fitted = fit_intrinsics_to_image(full, *image_size(image_path), where)
-        n_resized += fitted is not full
+        fitted = fit_intrinsics_to_file(full, image_path, where)
+        n_resized += fitted is not full and source.decode_downscale == source.factor
         frames.append(
             Frame(
                 name=image.name,
                 image_path=image_path,
                 c2w=cam,
-                intrinsics=decoded_intrinsics(fitted, opts.downscale, where),
+                intrinsics=decoded_intrinsics(fitted, source.decode_downscale, where),
             )
         )
 
-    notes = [note, "colmap: " + normalization.describe()]
+    notes = [note, report, source.note, "colmap: " + normalization.describe(), placement.note, *layout_notes]
     if n_resized:
         notes.append(
             f"colmap: {n_resized} image(s) differ in size from their camera; intrinsics scaled to the files"
@@ -267,9 +311,12 @@ def load(path: Path, opts: SceneOptions) -> Scene:
         format="colmap",
         root=root,
         splits=holdout_splits(frames, opts.holdout_every),
-        aabb_scale=opts.aabb_scale if opts.aabb_scale is not None else DEFAULT_AABB_SCALE,
+        aabb_scale=placement.aabb_scale,
         notes=notes,
-        downscale=opts.downscale,
+        downscale=source.decode_downscale,
+        box_source=placement.box_source,
+        world_scale=placement.world_scale,
+        world_offset=placement.world_offset,
         pose_normalization=normalization,
         held_out_every=opts.holdout_every,
     )

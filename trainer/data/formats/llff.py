@@ -6,13 +6,14 @@ columns are the camera's [down, right, back] axes in COLMAP's world, ``t`` the c
 = (height, width, focal) in pixels at *full* resolution — then the near and far depth bounds.
 Row i belongs to the i-th image file in name order (``imgs2poses.py`` sorts COLMAP's image names).
 
-Loading: poses → OpenGL c2w (:func:`~trainer.data.convention.llff_to_opengl`), colmap2nerf-style
-normalisation (:func:`~trainer.data.convention.normalize_poses`), then the unit cube with instant-ngp's
-defaults (scale 0.33, offset 0.5). Intrinsics: ``fx = fy = focal``, principal point at the centre,
-scaled to the size of the image files used. With ``downscale = N > 1`` and an ``images_N/`` folder,
-its images (already shrunk by LLFF's tools) are used as they are and ``Scene.downscale`` is 1;
-otherwise ``images/`` is used and shrunk by ``downscale`` when decoded. The near/far bounds are not
-used. Default ``aabb_scale`` 16.
+Loading (``docs/loading.md``): poses → OpenGL c2w (:func:`~trainer.data.convention.llff_to_opengl`),
+colmap2nerf-style normalisation (:func:`~trainer.data.convention.normalize_poses`), then the unit cube
+around the box of the near/far bounds inside the camera frusta (:mod:`trainer.data.scenebox`,
+``aabb_scale`` 1 unless overridden). Intrinsics: ``fx = fy = focal``, principal point at the centre,
+scaled to the size of the image files used. The downscale factor is ``--downscale`` or the automatic
+rule (:mod:`trainer.data.resolution`); an ``images_N/`` folder of that factor (already shrunk by
+LLFF's tools) is used as it is and ``Scene.downscale`` is 1; otherwise ``images/`` is used and shrunk
+by the factor when decoded.
 """
 
 from __future__ import annotations
@@ -21,21 +22,21 @@ from pathlib import Path
 
 import numpy as np
 
+from trainer.data.camera_checks import warn_about_layout
 from trainer.data.convention import (
-    decoded_intrinsics,
-    fit_intrinsics_to_image,
-    holdout_splits,
     check_rotation,
+    decoded_intrinsics,
+    fit_intrinsics_to_file,
+    holdout_splits,
     llff_to_opengl,
-    nerf_to_unit_cube,
     normalize_poses,
 )
-from trainer.data.imageinfo import image_size
 from trainer.data.options import SceneOptions
+from trainer.data.resolution import choose_image_source
+from trainer.data.scenebox import frusta_box, place_capture
 from trainer.data.scene import Frame, Intrinsics, Scene
 from trainer.errors import SceneError
 
-DEFAULT_AABB_SCALE = 16
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 
 
@@ -87,34 +88,23 @@ def read_poses_bounds(npy_path: Path) -> np.ndarray:
     return array
 
 
-def image_folder(root: Path, downscale: int) -> tuple[Path, bool]:
-    """``(folder, pre_shrunk)``: ``images_<downscale>/`` if it exists (and downscale > 1), else ``images/``.
-
-    Raises:
-        SceneError: when the chosen folder does not exist.
-    """
-    if downscale > 1 and (root / f"images_{downscale}").is_dir():
-        return root / f"images_{downscale}", True
-    folder = root / "images"
-    if not folder.is_dir():
-        raise SceneError(f"{folder}: image folder not found")
-    return folder, False
-
-
 def load(path: Path, opts: SceneOptions) -> Scene:
     """Load an LLFF scene.
 
     Args:
         path: ``poses_bounds.npy`` or the folder holding it (with ``images/`` / ``images_N/``).
-        opts: loader options (``downscale`` picks ``images_N/``, ``holdout_every``, ``aabb_scale``).
+        opts: loader options (``downscale``, None for the automatic rule; ``holdout_every``;
+            ``aabb_scale``, which multiplies the derived box).
 
     Returns:
-        Scene with ``format="llff"``, splits ``train``/``test`` by holdout, ``aabb_scale`` 16 unless
-        overridden, a note on the image folder and the pose normalisation.
+        Scene with ``format="llff"``, splits ``train``/``test`` by holdout, the box derived from the
+        near/far bounds (:mod:`trainer.data.scenebox`), notes on the resolution, the pose
+        normalisation and the box.
 
     Raises:
-        SceneError: bad ``poses_bounds.npy``, missing image folder, image count different from the
-            pose count, unreadable images or images whose aspect ratio disagrees with ``hwf``.
+        SceneError: bad ``poses_bounds.npy``, a pose that is not a rotation (mirrors included),
+            missing image folder, image count different from the pose count, unreadable images or
+            images whose aspect ratio disagrees with ``hwf``.
     """
     path = Path(path)
     npy_path = path if path.is_file() else path / "poses_bounds.npy"
@@ -124,20 +114,23 @@ def load(path: Path, opts: SceneOptions) -> Scene:
     for row, pose in enumerate(poses):
         check_rotation(pose[:, :3], f"{npy_path}: row {row}")
 
-    folder, pre_shrunk = image_folder(root, opts.downscale)
+    full_height, full_width = (int(round(v)) for v in poses[0, :2, 4])
+    source = choose_image_source(root, full_width, full_height, opts.downscale, "llff")
+    folder = source.folder
     files = image_files(folder)
     if len(files) != len(poses):
         raise SceneError(
             f"{npy_path}: has {len(poses)} poses but {folder} has {len(files)} images (PNG/JPEG); "
             "they must match one to one"
         )
-    decode_downscale = 1 if pre_shrunk else opts.downscale
 
-    c2w, normalization = normalize_poses(llff_to_opengl(poses))
-    c2w = nerf_to_unit_cube(c2w)
+    c2w_source = llff_to_opengl(poses)
+    layout_notes = warn_about_layout(c2w_source, str(npy_path), None)
+    c2w, normalization = normalize_poses(c2w_source)
 
-    frames = []
-    for i, (image_path, pose, cam) in enumerate(zip(files, poses, c2w)):
+    full_intrinsics = []
+    fitted_intrinsics = []
+    for i, (image_path, pose) in enumerate(zip(files, poses)):
         height, width, focal = pose[:, 4]
         where = f"{npy_path}: row {i} ({folder.name}/{image_path.name})"
         full = Intrinsics(
@@ -148,29 +141,32 @@ def load(path: Path, opts: SceneOptions) -> Scene:
             cx=0.5 * float(width),
             cy=0.5 * float(height),
         )
-        file_w, file_h = image_size(image_path)
-        fitted = fit_intrinsics_to_image(full, file_w, file_h, where)
-        frames.append(
-            Frame(
-                name=image_path.name,
-                image_path=image_path.absolute(),
-                c2w=cam,
-                intrinsics=decoded_intrinsics(fitted, decode_downscale, where),
-            )
-        )
+        full_intrinsics.append(full)
+        fitted_intrinsics.append(fit_intrinsics_to_file(full, image_path, where))
+    bounds = poses_bounds[:, 15:17] * normalization.scale
+    box = frusta_box(c2w, full_intrinsics, bounds[:, 0], bounds[:, 1])
+    placement = place_capture(c2w, box, opts.aabb_scale, "llff")
 
-    notes = [
-        f"llff: images from {folder.name}/"
-        + (f" (already shrunk by {opts.downscale}, decoded as they are)" if pre_shrunk else ""),
-        "llff: " + normalization.describe(),
+    frames = [
+        Frame(
+            name=image_path.name,
+            image_path=image_path.absolute(),
+            c2w=cam,
+            intrinsics=decoded_intrinsics(fitted, source.decode_downscale, f"{npy_path}: row {i}"),
+        )
+        for i, (image_path, cam, fitted) in enumerate(zip(files, placement.c2w, fitted_intrinsics))
     ]
+    notes = [source.note, "llff: " + normalization.describe(), placement.note, *layout_notes]
     return Scene(
         format="llff",
         root=root,
         splits=holdout_splits(frames, opts.holdout_every),
-        aabb_scale=opts.aabb_scale if opts.aabb_scale is not None else DEFAULT_AABB_SCALE,
+        aabb_scale=placement.aabb_scale,
         notes=notes,
-        downscale=decode_downscale,
+        downscale=source.decode_downscale,
+        box_source=placement.box_source,
+        world_scale=placement.world_scale,
+        world_offset=placement.world_offset,
         pose_normalization=normalization,
         held_out_every=opts.holdout_every,
     )

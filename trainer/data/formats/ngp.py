@@ -44,8 +44,10 @@ from trainer.data.convention import (
     fit_intrinsics_to_image,
     holdout_splits,
     nerf_to_unit_cube,
+    opencv_to_opengl_c2w,
 )
-from trainer.data.imageinfo import image_size
+from trainer.data.camera_checks import warn_about_layout
+from trainer.data.imageinfo import exif_orientation, image_size
 from trainer.data.options import SceneOptions, check_aabb_scale
 from trainer.data.scene import Frame, Intrinsics, Scene, SkippedFrame
 from trainer.errors import SceneError
@@ -186,10 +188,13 @@ def _shape_of(value: object) -> str:
 def transform_matrix(value: object, where: str) -> np.ndarray:
     """A frame's ``transform_matrix`` as [4, 4] float64 with bottom row ``[0, 0, 0, 1]``.
 
-    Only the first three rows enter the camera (as in instant-ngp); the bottom row is reset.
+    Only the first three rows enter the camera (as in instant-ngp). A bottom row of zeros (a 3×4
+    pose padded by its writer) is replaced by ``[0, 0, 0, 1]`` with a warning: the first three rows
+    define the pose exactly. Any other bottom row is refused.
 
     Raises:
-        SceneError: not a 4×4 list of numbers, or NaN/Infinity entries.
+        SceneError: not a 4×4 list of numbers, NaN/Infinity entries, a bottom row other than
+            ``[0, 0, 0, 1]`` or zeros, or a 3×3 part that is not a rotation (a mirror included).
     """
     if not (
         isinstance(value, list)
@@ -205,6 +210,18 @@ def transform_matrix(value: object, where: str) -> np.ndarray:
         if isinstance(v, float) and not math.isfinite(v):
             raise SceneError(f"{where}: transform_matrix contains {v!r} (NaN/Infinity)")
     matrix = np.array([[number(v, f"{where}: transform_matrix") for v in row] for row in value])
+    bottom = matrix[3]
+    if np.all(bottom == 0.0):
+        warnings.warn(
+            f"{where}: transform_matrix bottom row is [0, 0, 0, 0]; read as [0, 0, 0, 1] "
+            "(the first three rows define the pose)",
+            stacklevel=2,
+        )
+    elif np.max(np.abs(bottom - (0.0, 0.0, 0.0, 1.0))) > 1e-6:
+        raise SceneError(
+            f"{where}: transform_matrix bottom row is {bottom.tolist()}, expected [0, 0, 0, 1] "
+            "(a camera-to-world pose is rigid; a projective or scaled matrix is not a camera pose)"
+        )
     matrix[3] = (0.0, 0.0, 0.0, 1.0)
     check_rotation(matrix[:3, :3], f"{where}: transform_matrix")
     return matrix
@@ -261,8 +278,12 @@ class FrameEntry:
     sharpness: float | None
 
 
-def frame_entries(data: dict[str, Any], json_path: Path) -> list[FrameEntry]:
+def frame_entries(data: dict[str, Any], json_path: Path, camera_convention: str = "opengl") -> list[FrameEntry]:
     """Validate and resolve the ``frames`` list of a transforms JSON, in file order.
+
+    ``camera_convention`` ``"opencv"`` reads ``transform_matrix`` with OpenCV camera axes and turns
+    them into OpenGL ones (:func:`trainer.data.convention.opencv_to_opengl_c2w`). A ``sharpness``
+    that is not a number (``"n/a"``) is ignored with one warning: no feature depends on it.
 
     Raises:
         SceneError: a bad root camera key (message names the file and key); ``frames`` missing,
@@ -279,6 +300,7 @@ def frame_entries(data: dict[str, Any], json_path: Path) -> list[FrameEntry]:
     check_camera_keys(data, str(json_path))
     base = json_path.parent
     entries = []
+    bad_sharpness: list[str] = []
     for i, frame in enumerate(frames):
         if not isinstance(frame, dict):
             raise SceneError(f"{json_path}: frames[{i}]: expected an object, got {type(frame).__name__}")
@@ -291,7 +313,9 @@ def frame_entries(data: dict[str, Any], json_path: Path) -> list[FrameEntry]:
         if "transform_matrix" not in frame:
             raise SceneError(f"{where}: transform_matrix: key missing")
         c2w = transform_matrix(frame["transform_matrix"], where)
-        sharpness = number(frame["sharpness"], f"{where}: sharpness") if "sharpness" in frame else None
+        if camera_convention == "opencv":
+            c2w = opencv_to_opengl_c2w(c2w)
+        sharpness = _sharpness(frame, file_path, bad_sharpness)
         camera = {
             k: frame[k]
             for k in _FOCAL_KEYS + _LENS_KEYS + _UNSUPPORTED_LENS_KEYS + ("is_fisheye",)
@@ -308,7 +332,26 @@ def frame_entries(data: dict[str, Any], json_path: Path) -> list[FrameEntry]:
                 sharpness=sharpness,
             )
         )
+    if bad_sharpness:
+        warnings.warn(
+            f"{json_path}: sharpness is not a number in {len(bad_sharpness)} frame(s) "
+            f"({', '.join(bad_sharpness[:3])}{', ...' if len(bad_sharpness) > 3 else ''}); ignored "
+            "(no feature uses it)",
+            stacklevel=2,
+        )
     return entries
+
+
+def _sharpness(frame: dict[str, Any], file_path: str, bad: list[str]) -> float | None:
+    """A frame's ``sharpness`` as a float, or None (absent, or not a finite number: then
+    ``"file_path: value"`` is appended to ``bad``)."""
+    if "sharpness" not in frame:
+        return None
+    value = frame["sharpness"]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(float(value)):
+        bad.append(f"{file_path}: {value!r}")
+        return None
+    return float(value)
 
 
 def check_camera_keys(camera: dict[str, Any], where: str) -> None:
@@ -419,7 +462,8 @@ def frame_intrinsics(
         k3=lens_value("k3", 0.0),
         k4=lens_value("k4", 0.0),
     )
-    fitted = fit_intrinsics_to_image(calibrated, file_w, file_h, where)
+    orientation = exif_orientation(entry.image_path) if entry.image_path is not None else 1
+    fitted = fit_intrinsics_to_image(calibrated, file_w, file_h, where, orientation)
     return fitted, fitted is not calibrated
 
 
@@ -454,7 +498,7 @@ def build_frames(
                 name=entry.name,
                 image_path=entry.image_path,
                 c2w=c2w,
-                intrinsics=decoded_intrinsics(full, opts.downscale, entry.where),
+                intrinsics=decoded_intrinsics(full, opts.fixed_downscale, entry.where),
                 sharpness=entry.sharpness,
             )
         )
@@ -503,11 +547,11 @@ def load(path: Path, opts: SceneOptions) -> Scene:
     data = read_json(json_path)
     aabb_scale = aabb_scale_of(data, opts, default=1, where=str(json_path))
     scale, offset = world_transform(data, str(json_path))
-    entries = sorted(frame_entries(data, json_path), key=lambda e: natural_sort_key(e.name))
+    entries = sorted(frame_entries(data, json_path, opts.camera_convention), key=lambda e: natural_sort_key(e.name))
+    notes = warn_about_layout(np.stack([e.c2w_nerf for e in entries]), str(json_path), opts.camera_convention)
 
     missing = [e for e in entries if e.image_path is None]
     skipped: list[SkippedFrame] = []
-    notes: list[str] = []
     if missing:
         if entries[0].sharpness is None:
             raise missing_images_error(json_path, missing)
@@ -538,7 +582,7 @@ def load(path: Path, opts: SceneOptions) -> Scene:
         white_background=False,
         notes=notes,
         skipped=skipped,
-        downscale=opts.downscale,
+        downscale=opts.fixed_downscale,
         world_scale=float(scale),
         world_offset=tuple(float(v) for v in offset),
         held_out_every=opts.holdout_every,
