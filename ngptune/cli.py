@@ -70,6 +70,7 @@ COMMAND_MODULES = (
     "ngptune.profiling.command",  # ngptune profile
     "ngptune.monitor",  # ngptune monitor
     "ngptune.tuning.command",  # ngptune sweep
+    "ngptune.train_many_command",  # ngptune train-many
     "ngptune.commbench",  # ngptune bench-comm
     "trainer.inference.cli",  # ngptune render, ngptune export
 )
