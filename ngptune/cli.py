@@ -35,6 +35,12 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 def _cmd_demo_scene(args: argparse.Namespace) -> int:
     from trainer.data.demo import write_demo_scene
 
+    if args.frames is not None:
+        from trainer.data.demo import write_demo_sequence
+
+        for path in write_demo_sequence(Path(args.out_dir), args.frames, resolution=args.resolution):
+            print(path)
+        return 0
     path = write_demo_scene(Path(args.out_dir), resolution=args.resolution)
     print(path)
     return 0
@@ -66,6 +72,7 @@ COMMAND_MODULES = (
     "ngptune.profiling.command",  # ngptune profile
     "ngptune.monitor",  # ngptune monitor
     "ngptune.tuning.command",  # ngptune sweep
+    "ngptune.train_many_command",  # ngptune train-many
     "ngptune.commbench",  # ngptune bench-comm
     "trainer.inference.cli",  # ngptune render, ngptune export
 )
@@ -97,6 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo-scene", help="write the built-in analytic demo scene (Blender format)")
     p.add_argument("out_dir", type=Path)
     p.add_argument("--resolution", type=positive_int, default=64, help="width and height of the rendered views in pixels (default 64)")
+    p.add_argument("--frames", type=positive_int, default=None, metavar="N",
+                   help="write N time steps of the moving scene as OUT/0000, OUT/0001, ... (a sequence for train-many)")
     p.set_defaults(func=_cmd_demo_scene)
 
     p = sub.add_parser("train", help="train an instant-NGP NeRF (one process, or --nproc-per-node ranks); "

@@ -87,6 +87,9 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     add_scene_format_arguments(parser)
     parser.add_argument("--save-snapshot", "--save_snapshot", dest="save_snapshot", type=Path, default=None, help="write a snapshot here at the end")
     parser.add_argument("--resume", "--load_snapshot", dest="resume", type=Path, default=None, help="continue from this snapshot")
+    parser.add_argument("--warm-start", dest="warm_start", type=Path, default=None, metavar="SNAPSHOT",
+                        help="start from this snapshot's model and occupancy grid, with a fresh optimiser and step 0 "
+                             "(e.g. the previous time step of a sequence; one process)")
     parser.add_argument("--snapshot-every", "--checkpoint-every", dest="snapshot_every", type=int, default=None,
                         help="write a snapshot (distributed: a sharded checkpoint) into the run directory every N steps")
     parser.add_argument("--keep-checkpoints", type=positive_int, default=3, help="distributed: keep the newest N checkpoints (default 3)")
@@ -514,8 +517,14 @@ def run_training(cfg: TrainConfig, args: argparse.Namespace) -> dict[str, Any]:
     if args.save_snapshot:
         prepare_output_file(args.save_snapshot, "--save-snapshot")
     args.resume = _resume_path(args.resume)
+    warm_start = getattr(args, "warm_start", None)
+    if warm_start is not None and args.resume is not None:
+        raise ConfigError("--warm-start: a run either resumes (--resume) or starts warm, not both")
     env = _is_distributed_run(cfg, args)
     if env is not None:
+        if warm_start is not None:
+            raise ConfigError(f"--warm-start {warm_start}: single-process runs only (this run has "
+                              f"{env.world_size} ranks)")
         return run_distributed_training(cfg, args, env)
 
     scene_path = scene_path_of(cfg)
@@ -540,6 +549,11 @@ def run_training(cfg: TrainConfig, args: argparse.Namespace) -> dict[str, Any]:
             check_n_steps_reach(cfg, trainer.step, f"snapshot {args.resume}")
             progress.message(f"resumed from {args.resume} at step {trainer.step} (train_time_s includes its "
                              f"{trainer.train_time_s:.1f} s of training before the resume)")
+        if warm_start is not None:
+            status["warm_started_from"] = str(warm_start)
+            status["warm_started_from_step"] = trainer.warm_start(Path(warm_start))
+            progress.message(f"warm start from {warm_start} (its step {status['warm_started_from_step']}); "
+                             "optimiser and step counter start afresh")
         status[TRAIN_START_KEY] = time.time()
         t0 = time.perf_counter()
         last = _train_with_progress(trainer, cfg, progress)

@@ -178,8 +178,8 @@ def trials_frame(study: optuna.Study) -> pd.DataFrame:
     (completed | pruned | failed; the state's meaning when the sweep recorded none), ``reason``
     ("" when none), ``duration_s`` (s), one column per objective (named by :func:`objective_names`;
     ``trial.values`` for completed trials, the ``objectives`` attribute otherwise, NaN if absent),
-    ``param_<name>`` per sampled parameter (first appearance order; empty where a trial lacks it) and
-    ``log_path``.
+    ``param_<name>`` per sampled parameter (first appearance order; empty where a trial lacks it),
+    ``gpus`` (the trial's GPUs, ``"0,1"``; empty on a host without GPUs) and ``log_path``.
 
     Raises:
         StudyReportError: a trial's user attributes have the wrong types (names trial and attribute).
@@ -203,6 +203,7 @@ def trials_frame(study: optuna.Study) -> pd.DataFrame:
     df = pd.DataFrame(rows, columns=["number", "state", "outcome", "reason", "duration_s", *names])
     for p in param_names:
         df[f"param_{p}"] = param_column([t.params.get(p) for t in trials])
+    df["gpus"] = [",".join(map(str, t.user_attrs.get("gpus", []))) for t in trials]
     df["log_path"] = [t.user_attrs.get("log_path", "") for t in trials]
     return df
 

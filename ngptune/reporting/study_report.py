@@ -248,6 +248,10 @@ def _overview_section(view: StudyView, nccl_active: bool) -> Section:
         parts.append(text_html(f"{word}: " + ", ".join(f"trial #{t.number}" for t in view.best) + "."))
     parts.append(text_html("NCCL parameters active (nccl backend)." if nccl_active
                            else "NCCL parameters inactive (gloo backend)."))
+    shared = max((t.user_attrs.get("trials_per_gpu", 1) for t in view.trials), default=1)
+    if shared > 1:
+        parts.append(text_html(f"Up to {shared} trials shared one GPU: throughput and time objectives depend on "
+                               "the neighbours and are not comparable between trials."))
     return Section("Study", "".join(parts))
 
 

@@ -41,6 +41,15 @@ def _study_name(text: str) -> str:
     return text
 
 
+def _concurrent(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        return positive_int(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1 or auto, got {text!r}") from None
+
+
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from ngptune.tuning.sweep import SweepOptions, run_sweep
 
@@ -54,6 +63,10 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         nproc_per_node=args.nproc_per_node,
         out_dir=args.out,
         data_settings=scene_format_overrides(args),
+        gpus_per_trial=args.gpus_per_trial,
+        concurrent_trials=args.concurrent_trials,
+        trials_per_gpu=args.trials_per_gpu,
+        allow_shared_gpu=args.allow_shared_gpu,
     )
     try:
         result = run_sweep(options)
@@ -88,4 +101,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--nproc-per-node", type=positive_int, default=None,
                    help="ranks per trial (default: every GPU, or 2 gloo ranks without a GPU)")
     p.add_argument("--out", type=Path, default=None, help="study folder (default: reports/<study-name>)")
+    p.add_argument("--gpus-per-trial", type=int, default=None, metavar="G",
+                   help="GPUs of each trial, a set no other running trial uses (default: every visible GPU)")
+    p.add_argument("--concurrent-trials", type=_concurrent, default=None, metavar="N|auto",
+                   help="trials running at once, each on its own GPUs (auto: visible GPUs // G; default 1)")
+    p.add_argument("--trials-per-gpu", type=positive_int, default=1, metavar="K",
+                   help="let K trials share one GPU (throughput objectives then need --allow-shared-gpu)")
+    p.add_argument("--allow-shared-gpu", action="store_true",
+                   help="accept --trials-per-gpu > 1 with a throughput or time objective (not comparable)")
     p.set_defaults(func=_cmd_sweep)

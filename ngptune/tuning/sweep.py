@@ -27,11 +27,12 @@ One worker (``ngptune sweep``) runs this loop; several workers may share a study
 
 Each trial (:class:`_Objective`) samples its settings, checks the combination (an invalid one is
 pruned before launch), writes its config, launches ``python -m trainer --nproc-per-node N`` as its own
-process tree (:mod:`ngptune.tuning.trial`), reports intermediate values to the pruner while it
+process tree (:mod:`ngptune.tuning.trial`) on a slot of GPUs claimed for it
+(:mod:`ngptune.tuning.concurrency`; ``--concurrent-trials`` trials run side by side), reports intermediate values to the pruner while it
 runs, and records the user attributes the report reads (``outcome``, ``reason``, ``log_path``,
 ``run_dir``, ``config_path``, ``duration_s``, ``is_default``, ``settings``, ``nccl_env``,
 ``nccl_applied``, ``nccl_active``, ``emulated_interconnect``, ``objectives``, ``phase_ms``,
-``diagnoses``). One bad trial never stops the study.
+``diagnoses``, ``gpus``, ``gpus_held_unix_s``, ``trials_per_gpu``). One bad trial never stops the study.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ import logging
 import os
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -51,6 +53,7 @@ from ngptune.console import make_console
 from ngptune.errors import TrialFailed
 
 from ngptune.tuning import nccl
+from ngptune.tuning.concurrency import TrialSlots, plan_trial_slots
 from ngptune.tuning.layout import StudyDir
 from ngptune.tuning.objectives import OBJECTIVES, TargetNotReached, intermediate_values, mean_phase_ms, objective_value
 from ngptune.tuning.outputs import representative_trial, write_best_config, write_best_env
@@ -86,6 +89,8 @@ class SweepOptions:
         poll_s: seconds between looks at a running trial.
         data_settings: ``data.*`` settings from ``--format`` / ``--camera-convention`` /
             ``--aabb-scale``, added to the study's fixed settings (they override the file's).
+        gpus_per_trial, concurrent_trials, trials_per_gpu, allow_shared_gpu: trials side by side
+            (:mod:`ngptune.tuning.concurrency`).
     """
 
     study_path: Path
@@ -98,6 +103,10 @@ class SweepOptions:
     out_dir: Path | None = None
     poll_s: float = 0.5
     data_settings: dict[str, Any] = dataclasses.field(default_factory=dict)
+    gpus_per_trial: int | None = None
+    concurrent_trials: int | str | None = None
+    trials_per_gpu: int = 1
+    allow_shared_gpu: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,7 +147,7 @@ class _Objective:
     """The Optuna objective: one trial as a launch of the trainer (see the module docstring)."""
 
     def __init__(self, *, spec: StudySpec, base_cfg: TrainConfig, scene: str, nproc_per_node: int,
-                 nccl_active: bool, study_dir: StudyDir, console: Console, poll_s: float) -> None:
+                 nccl_active: bool, study_dir: StudyDir, console: Console, poll_s: float, slots: TrialSlots) -> None:
         self.spec = spec
         self.base_cfg = base_cfg
         self.scene = scene
@@ -147,6 +156,7 @@ class _Objective:
         self.study_dir = study_dir
         self.console = console
         self.poll_s = poll_s
+        self.slots = slots
         self.worker = worker_id()
         self.default_names = set(default_params(spec, base_cfg))
 
@@ -224,6 +234,8 @@ class _Objective:
             "phase_ms": {},
             "diagnoses": [],
             "duration_s": 0.0,
+            "gpus": [],
+            "trials_per_gpu": self.slots.trials_per_gpu,
         }
         self.console.print(f"[bold]trial {number}[/bold]{' (default)' if is_default else ''}: "
                            + (", ".join(f"{k}={v}" for k, v in values.items()) or "base settings"))
@@ -244,7 +256,7 @@ class _Objective:
             timeout_s=self.spec.budget.trial_timeout_s,
             poll_s=self.poll_s,
         )
-        run = run_trial(launch, self._pruning_hook(trial))
+        run = self._run_on_slot(trial, attrs, launch)
         rundir = RunDir(run_dir)
         attrs["duration_s"] = run.duration_s
         attrs["phase_ms"] = mean_phase_ms(run.records)
@@ -263,6 +275,24 @@ class _Objective:
                 outcome, reason = "failed", f"the run completed without a value for {', '.join(absent)}"
             attrs["diagnoses"] = _diagnoses(run_dir)
         return self._finish(trial, attrs, outcome, reason, list(attrs["objectives"].values()))
+
+    def _run_on_slot(self, trial, attrs: dict[str, Any], launch: TrialLaunch):
+        """Claim GPUs, run the trial on them (``CUDA_VISIBLE_DEVICES``), free them at once; GPUs of
+        a trial that left processes behind stay claimed by those processes."""
+        slot = self.slots.pool.claim(stop=self.slots.stop)
+        if slot is None:
+            raise KeyboardInterrupt("the sweep stopped before this trial got its GPUs")
+        attrs["gpus"] = slot.gpus
+        trial.set_user_attr("gpus", slot.gpus)
+        claimed = time.time()
+        leftover: list[int] = []
+        try:
+            run = run_trial(dataclasses.replace(launch, env=slot.env(launch.env)), self._pruning_hook(trial))
+            leftover = run.leftover_pids
+            return run
+        finally:
+            self.slots.pool.release(slot, leftover)
+            attrs["gpus_held_unix_s"] = [claimed, time.time()]
 
     def _finish(self, trial, attrs: dict[str, Any], outcome: str, reason: str, values: list | None):
         import optuna
@@ -364,7 +394,7 @@ def run_sweep(options: SweepOptions, console: Console | None = None) -> SweepRes
     spec = load_study(options.study_path, scene=options.scene)
     if options.data_settings:
         spec = dataclasses.replace(spec, settings={**spec.settings, **options.data_settings})
-    nproc = options.nproc_per_node or default_nproc_per_node()
+    nproc = options.nproc_per_node or _ranks_on_gpus(options.gpus_per_trial) or default_nproc_per_node()
     if nproc < 1:
         raise ConfigError(f"--nproc-per-node: expected an integer >= 1, got {nproc}")
     base_cfg = spec.base_config()
@@ -377,8 +407,24 @@ def run_sweep(options: SweepOptions, console: Console | None = None) -> SweepRes
         raise ConfigError(f"--study-name: expected {STUDY_NAME_RULE}, got {name!r}")
     study_dir = StudyDir(options.out_dir or Path("reports") / name)
     _check_not_foreign(study_dir)
+    slots = plan_trial_slots(spec, nproc=nproc, uses_cuda=_uses_cuda(base_cfg), gpus_per_trial=options.gpus_per_trial,
+                             concurrent_trials=options.concurrent_trials, trials_per_gpu=options.trials_per_gpu,
+                             allow_shared_gpu=options.allow_shared_gpu)
     with _quiet_optuna():
-        return _run(options, spec, nproc, base_cfg, nccl_active, name, study_dir, console)
+        return _run(options, spec, nproc, base_cfg, nccl_active, name, study_dir, console, slots)
+
+
+def _uses_cuda(cfg: TrainConfig) -> bool:
+    import torch
+
+    return torch.cuda.is_available() and cfg.training.device != "cpu"
+
+
+def _ranks_on_gpus(gpus_per_trial: int | None) -> int | None:
+    """One rank per GPU of the trial's set on a CUDA host (None: no set given, or no CUDA)."""
+    import torch
+
+    return gpus_per_trial if gpus_per_trial and torch.cuda.is_available() else None
 
 
 def _check_some_param_active(spec: StudySpec) -> None:
@@ -432,7 +478,7 @@ def _check_not_foreign(study_dir: StudyDir) -> None:
 
 
 def _run(options: SweepOptions, spec: StudySpec, nproc: int, base_cfg: TrainConfig, nccl_active: bool, name: str,
-         study_dir: StudyDir, console: Console) -> SweepResult:
+         study_dir: StudyDir, console: Console, slots: TrialSlots) -> SweepResult:
     trials_target = options.trials or spec.trials
     if not spec.params:
         trials_target = 1
@@ -456,10 +502,11 @@ def _run(options: SweepOptions, spec: StudySpec, nproc: int, base_cfg: TrainConf
         f"[bold]study {name}[/bold] ({spec.path}): {trials_target} trials of {spec.budget.describe()} on "
         f"{nproc} rank{'s' if nproc > 1 else ''} ({backend}); scene {scene}; storage {storage_text}"
         + ("" if created else f"; resuming with {counted} of {trials_target} trials done or running")
+        + (f"; {slots.concurrent} trials at once" if slots.concurrent > 1 else "")
         + (f"; retrying trial{'s' if len(retried) > 1 else ''} {', '.join(map(str, retried))}" if retried else "")
     )
     objective = _Objective(spec=spec, base_cfg=base_cfg, scene=scene, nproc_per_node=nproc, nccl_active=nccl_active,
-                           study_dir=study_dir, console=console, poll_s=options.poll_s)
+                           study_dir=study_dir, console=console, poll_s=options.poll_s, slots=slots)
 
     def enough() -> bool:
         waiting, counted = study_progress(study)
@@ -472,8 +519,12 @@ def _run(options: SweepOptions, spec: StudySpec, nproc: int, base_cfg: TrainConf
 
     with _sigterm_as_interrupt():
         if not enough():
-            study.optimize(objective, n_trials=None, timeout=timeout_s, callbacks=[after_trial],
-                           catch=(TrialFailed,), gc_after_trial=False, show_progress_bar=False)
+            try:
+                study.optimize(objective, n_trials=None, timeout=timeout_s, callbacks=[after_trial],
+                               catch=(TrialFailed,), gc_after_trial=False, show_progress_bar=False,
+                               n_jobs=slots.concurrent)
+            finally:
+                slots.stop.set()
     return _write_outputs(study, spec, name, study_dir, nccl_active, console)
 
 

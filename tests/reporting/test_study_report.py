@@ -175,12 +175,12 @@ def test_trials_csv_single_objective(single_study: optuna.Study, tmp_path: Path)
     log = [_log(tmp_path, n) for n in range(5)]
     assert path.read_text().splitlines() == [
         "number,state,outcome,reason,duration_s,throughput_samples_per_s,"
-        "param_parallel.mode,param_training.lr,param_parallel.num_subgrids,log_path",
-        f"0,COMPLETE,completed,,10.0,1000.0,data,0.01,,{log[0]}",
-        f"1,COMPLETE,completed,,12.5,1500.0,subgrid,0.02,4,{log[1]}",  # conditional int stays an int
-        f"2,COMPLETE,completed,,11.0,1200.0,data,0.05,,{log[2]}",
-        f"3,PRUNED,pruned,{OOM_REASON},3.0,,subgrid,0.002,8,{log[3]}",
-        f"4,FAIL,failed,{CRASH_REASON},4.0,,data,0.09,,{log[4]}",
+        "param_parallel.mode,param_training.lr,param_parallel.num_subgrids,gpus,log_path",
+        f"0,COMPLETE,completed,,10.0,1000.0,data,0.01,,,{log[0]}",
+        f"1,COMPLETE,completed,,12.5,1500.0,subgrid,0.02,4,,{log[1]}",  # conditional int stays an int
+        f"2,COMPLETE,completed,,11.0,1200.0,data,0.05,,,{log[2]}",
+        f"3,PRUNED,pruned,{OOM_REASON},3.0,,subgrid,0.002,8,,{log[3]}",
+        f"4,FAIL,failed,{CRASH_REASON},4.0,,data,0.09,,,{log[4]}",
     ]
 
 
@@ -189,12 +189,12 @@ def test_trials_csv_two_objectives(pareto_study: optuna.Study, tmp_path: Path) -
     log = [_log(tmp_path, n) for n in range(5)]
     assert path.read_text().splitlines() == [
         "number,state,outcome,reason,duration_s,psnr_at_budget_db,throughput_samples_per_s,"
-        "param_parallel.mode,param_training.lr,param_parallel.num_subgrids,log_path",
-        f"0,COMPLETE,completed,,10.0,20.0,1000.0,data,0.01,,{log[0]}",
-        f"1,COMPLETE,completed,,10.0,24.0,900.0,data,0.03,,{log[1]}",
-        f"2,COMPLETE,completed,,10.0,22.0,1400.0,subgrid,0.02,2,{log[2]}",
-        f"3,COMPLETE,completed,,10.0,19.0,800.0,subgrid,0.004,4,{log[3]}",
-        f"4,FAIL,failed,NCCL error: unhandled system error,10.0,,,data,0.08,,{log[4]}",
+        "param_parallel.mode,param_training.lr,param_parallel.num_subgrids,gpus,log_path",
+        f"0,COMPLETE,completed,,10.0,20.0,1000.0,data,0.01,,,{log[0]}",
+        f"1,COMPLETE,completed,,10.0,24.0,900.0,data,0.03,,,{log[1]}",
+        f"2,COMPLETE,completed,,10.0,22.0,1400.0,subgrid,0.02,2,,{log[2]}",
+        f"3,COMPLETE,completed,,10.0,19.0,800.0,subgrid,0.004,4,,{log[3]}",
+        f"4,FAIL,failed,NCCL error: unhandled system error,10.0,,,data,0.08,,,{log[4]}",
     ]
 
 

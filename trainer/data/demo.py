@@ -18,6 +18,12 @@ is fractional (0, ¼, ½, ¾ or 1) and the straight colour is the mean over the 
 Composited as ``rgb · alpha + bg · (1 − alpha)`` a pixel therefore equals the supersampled render
 against any background ``bg``.
 
+A time parameter ``time`` (in time steps, default 0) moves the scene: the box orbits the z axis
+and turns with it by :data:`BOX_TURN_RAD_PER_STEP` per step, the cylinder bobs along z
+(amplitude :data:`CYLINDER_BOB`, angular rate :data:`CYLINDER_BOB_RAD_PER_STEP`); the sphere
+stays. :func:`write_demo_sequence` writes time steps ``0..N-1`` as ``0000/``, ``0001/``, …, one
+scene each (the same cameras), a moving sequence on which each step is close to the one before.
+
 Cameras look at the origin from radius 4: train views on a Fibonacci spiral over the upper
 hemisphere (its azimuth turned by the seed), val and test views on rings at 30° and 20° elevation.
 ``camera_angle_x`` is NeRF-synthetic's (0.6911 rad), principal point at the image centre.
@@ -40,11 +46,15 @@ __all__ = [
     "CAMERA_ANGLE_X",
     "CAMERA_RADIUS",
     "DEMO_SCENE_VERSION",
+    "BOX_TURN_RAD_PER_STEP",
+    "CYLINDER_BOB",
+    "CYLINDER_BOB_RAD_PER_STEP",
     "demo_scene_path",
     "look_at_origin",
     "render_demo_view",
     "surface_distance",
     "write_demo_scene",
+    "write_demo_sequence",
 ]
 
 #: Bump when anything that changes the written files changes; cached copies then become stale.
@@ -93,6 +103,11 @@ _CYLINDER_RINGS = 6
 _CYLINDER_COLOURS = np.array([[0.95, 0.55, 0.10], [0.25, 0.20, 0.55]])
 _CYLINDER_CAP_COLOUR = np.array([0.90, 0.90, 0.30])
 
+# Motion per time step (see the module docstring).
+BOX_TURN_RAD_PER_STEP = math.radians(8.0)
+CYLINDER_BOB = 0.2
+CYLINDER_BOB_RAD_PER_STEP = 0.5
+
 _T_EPS = 1e-9  # hits closer than this along the ray are ignored
 
 
@@ -109,7 +124,7 @@ _BOX_ROTATION = _rotation_z(_BOX_YAW_RAD)  # box frame → world
 # [n, 3]); t is +inf where the ray misses. All float64.
 
 
-def _hit_sphere(rays_o: np.ndarray, rays_d: np.ndarray) -> tuple[np.ndarray, ...]:
+def _hit_sphere(rays_o: np.ndarray, rays_d: np.ndarray, time: float = 0.0) -> tuple[np.ndarray, ...]:
     """Ray-sphere: nearest positive root of |o + t d − c|² = r² (d unit length)."""
     oc = rays_o - _SPHERE_CENTRE
     b = np.einsum("ij,ij->i", oc, rays_d)
@@ -132,10 +147,12 @@ def _hit_sphere(rays_o: np.ndarray, rays_d: np.ndarray) -> tuple[np.ndarray, ...
     return t, albedo, normal
 
 
-def _hit_box(rays_o: np.ndarray, rays_d: np.ndarray) -> tuple[np.ndarray, ...]:
+def _hit_box(rays_o: np.ndarray, rays_d: np.ndarray, time: float = 0.0) -> tuple[np.ndarray, ...]:
     """Ray-box by the slab method (Kay & Kajiya 1986) in the box's own frame."""
-    o_box = (rays_o - _BOX_CENTRE) @ _BOX_ROTATION  # row-vector form of Rᵀ (o − c)
-    d_box = rays_d @ _BOX_ROTATION
+    turn = _rotation_z(BOX_TURN_RAD_PER_STEP * time)
+    centre, rotation = turn @ _BOX_CENTRE, turn @ _BOX_ROTATION
+    o_box = (rays_o - centre) @ rotation  # row-vector form of Rᵀ (o − c)
+    d_box = rays_d @ rotation
     with np.errstate(divide="ignore", invalid="ignore"):
         inv_d = 1.0 / d_box
         t_lo = (-_BOX_HALF_SIZE - o_box) * inv_d
@@ -151,15 +168,16 @@ def _hit_box(rays_o: np.ndarray, rays_d: np.ndarray) -> tuple[np.ndarray, ...]:
     outward_sign = -np.sign(d_box[rows, entry_axis])  # the entered face looks against the ray
     normal_box = np.zeros_like(o_box)
     normal_box[rows, entry_axis] = outward_sign
-    normal = normal_box @ _BOX_ROTATION.T
+    normal = normal_box @ rotation.T
     face = 2 * entry_axis + (outward_sign > 0)
     albedo = _BOX_FACE_COLOURS[face]
     return t, albedo, normal
 
 
-def _hit_cylinder(rays_o: np.ndarray, rays_d: np.ndarray) -> tuple[np.ndarray, ...]:
+def _hit_cylinder(rays_o: np.ndarray, rays_d: np.ndarray, time: float = 0.0) -> tuple[np.ndarray, ...]:
     """Ray-capped-cylinder: side quadric x² + y² = r² with |z| ≤ h, caps at z = ±h (local frame)."""
-    o = rays_o - _CYLINDER_CENTRE
+    bob = CYLINDER_BOB * math.sin(CYLINDER_BOB_RAD_PER_STEP * time)
+    o = rays_o - (_CYLINDER_CENTRE + np.array([0.0, 0.0, bob]))
     d = rays_d
     r, h = _CYLINDER_RADIUS, _CYLINDER_HALF_HEIGHT
 
@@ -219,11 +237,11 @@ def surface_distance(points: np.ndarray) -> np.ndarray:
     return np.abs(np.minimum(np.minimum(sphere, box), cylinder))
 
 
-def _trace(rays_o: np.ndarray, rays_d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Shade the nearest hit of each ray. Returns (rgb [n, 3] in [0, 1], hit [n] bool)."""
+def _trace(rays_o: np.ndarray, rays_d: np.ndarray, time: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """Shade the nearest hit of each ray at ``time``. Returns (rgb [n, 3] in [0, 1], hit [n] bool)."""
     ts, colours = [], []
     for hit_primitive in _PRIMITIVES:
-        t, albedo, normal = hit_primitive(rays_o, rays_d)
+        t, albedo, normal = hit_primitive(rays_o, rays_d, time)
         lambert = np.clip(normal @ _LIGHT_DIR, 0.0, None)
         ts.append(t)
         colours.append(albedo * (_AMBIENT + (1.0 - _AMBIENT) * lambert)[:, None])
@@ -261,7 +279,7 @@ def look_at_origin(position: np.ndarray | tuple[float, float, float]) -> np.ndar
 
 
 def render_demo_view(
-    c2w: np.ndarray, width: int, height: int, focal: float
+    c2w: np.ndarray, width: int, height: int, focal: float, time: float = 0.0
 ) -> tuple[np.ndarray, np.ndarray]:
     """Render the demo scene exactly from a pinhole camera (the ground truth at any camera).
 
@@ -273,6 +291,7 @@ def render_demo_view(
             the trainer's unit-cube world), OpenGL camera axes (x right, y up, looking down −z).
         width, height: image size in pixels.
         focal: focal length in pixels (same for x and y).
+        time: the scene's time in time steps (see the module docstring); 0 is the still scene.
 
     Returns:
         ``rgb`` [height, width, 3] float32 straight (not premultiplied) colour in [0, 1], 0 where
@@ -292,7 +311,7 @@ def render_demo_view(
     rays_d /= np.linalg.norm(rays_d, axis=1, keepdims=True)
     rays_o = np.broadcast_to(c2w[:3, 3], rays_d.shape)
 
-    rgb_rays, hit_rays = _trace(rays_o, rays_d)
+    rgb_rays, hit_rays = _trace(rays_o, rays_d, time)
     rgb_sum = (rgb_rays * hit_rays[:, None]).reshape(height, s, width, s, 3).sum(axis=(1, 3))
     hits = hit_rays.reshape(height, s, width, s).sum(axis=(1, 3)).astype(np.float64)
     rgb = np.where(hits[..., None] > 0, rgb_sum / np.maximum(hits, 1.0)[..., None], 0.0)
@@ -354,6 +373,7 @@ def write_demo_scene(
     n_val: int = 4,
     n_test: int = 8,
     seed: int = 0,
+    time: float = 0.0,
 ) -> Path:
     """Write the analytic demo scene in NeRF-synthetic (Blender) format.
 
@@ -370,6 +390,7 @@ def write_demo_scene(
         resolution: image width and height in pixels, 8..128.
         n_train, n_val, n_test: number of views per split (train ≥ 1, the others ≥ 0).
         seed: turns the train spiral in azimuth.
+        time: the scene's time in time steps (the primitives move; 0 is the still scene).
 
     Returns:
         ``out_dir``.
@@ -400,7 +421,7 @@ def write_demo_scene(
             frames = []
             for i, position in enumerate(split_positions):
                 c2w = look_at_origin(position)
-                rgb, alpha = render_demo_view(c2w, resolution, resolution, focal)
+                rgb, alpha = render_demo_view(c2w, resolution, resolution, focal, time)
                 _write_png_rgba(out_dir / split / f"r_{i}.png", rgb, alpha)
                 frames.append({"file_path": f"./{split}/r_{i}", "transform_matrix": c2w.tolist()})
             transforms = {"camera_angle_x": CAMERA_ANGLE_X, "frames": frames}
@@ -410,6 +431,23 @@ def write_demo_scene(
         reason = exc.strerror or exc
         raise SceneError(f"{out_dir}: cannot write the demo scene ({reason})") from None
     return out_dir
+
+
+def write_demo_sequence(out_dir: Path, frames: int, *, resolution: int = 64, **views: int) -> list[Path]:
+    """Write time steps ``0..frames-1`` of the moving demo scene as ``out_dir/0000``, ``0001``, …
+    (each a :func:`write_demo_scene` folder with the same cameras; ``views`` passes ``n_train``,
+    ``n_val``, ``n_test``).
+
+    Returns:
+        The scene folders in time order.
+
+    Raises:
+        ConfigError: ``frames`` < 1 or another argument out of range (names it).
+        SceneError: if a folder cannot be written.
+    """
+    frames = _check_count("frames", frames, 1)
+    return [write_demo_scene(Path(out_dir) / f"{i:04d}", resolution=resolution, time=float(i), **views)
+            for i in range(frames)]
 
 
 def demo_scene_path(cache_root: Path | None = None) -> Path:

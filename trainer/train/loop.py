@@ -702,6 +702,27 @@ class Trainer:
         if self.run_dir is not None:  # resuming into the run it came from: forget the lost steps
             truncate_metrics_after(self.run_dir.metrics_path(self.rank), self.step)
 
+    def warm_start(self, path: Path) -> int:
+        """Start from another run's snapshot: its model and occupancy grid, with a fresh optimiser,
+        learning-rate schedule, step counter and random state (a neighbouring time step of a
+        sequence, or any scene trained with the same config).
+
+        Returns:
+            The snapshot's step.
+
+        Raises:
+            SnapshotError: truncated/corrupt file, or a snapshot of another config (names the entry).
+        """
+        payload = load_snapshot(path)
+        warn_config_differences(path, payload.get("config"), self.cfg)
+        if self.fixed_step is not None:
+            self.fixed_step.forget_graph()
+        load_state_checked(self.field, payload["model"], "model", path)
+        load_state_checked(self.grid, payload["occupancy"], "occupancy grid", path)
+        if self.weight_ema is not None:
+            self.weight_ema = WeightEMA(self.weight_ema.decay)
+        return int(payload["step"])
+
     # ------------------------------------------------------------------ loop
     def _memory_record(self) -> dict[str, float]:
         rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0

@@ -1,0 +1,81 @@
+"""The outputs of ``ngptune train-many``: ``summary.csv``, ``summary.html`` (a thumbnail per
+scene: its first test view as rendered by the trainer's evaluation) and a terminal table."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import html
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+
+from ngptune.reporting.html import Section, render_page, table_html, text_html
+from ngptune.reporting.study_data import write_text
+from trainer.rundir import RunDir
+
+__all__ = ["SUMMARY_COLUMNS", "print_summary_table", "summary_frame", "write_summary_csv", "write_summary_html"]
+
+#: ``summary.csv`` columns (units in the names; ``status``: completed | failed | skipped).
+SUMMARY_COLUMNS = ("scene", "gpus", "steps", "train_time_s", "psnr_db", "status", "log_path", "run_dir",
+                   "warm_started_from", "reason")
+
+
+def summary_frame(results: Sequence) -> pd.DataFrame:
+    """One row per job (:class:`ngptune.train_many.JobResult`), columns :data:`SUMMARY_COLUMNS`."""
+    rows = [dataclasses.asdict(r) for r in results]
+    df = pd.DataFrame(rows, columns=list(SUMMARY_COLUMNS))
+    df["steps"] = pd.Series([r["steps"] for r in rows], dtype="Int64")
+    return df
+
+
+def write_summary_csv(results: Sequence, path: Path) -> Path:
+    """Write :func:`summary_frame` as CSV (atomically); returns ``path``."""
+    return write_text(Path(path), summary_frame(results).to_csv(index=False), "the train-many summary")
+
+
+def _thumbnail(run_dir: str) -> str:
+    render = RunDir(Path(run_dir)).render_path("test", 0)
+    if not render.is_file():
+        return ""
+    data = base64.b64encode(render.read_bytes()).decode("ascii")
+    return f'<img alt="{html.escape(render.name)}" width="96" src="data:image/png;base64,{data}">'
+
+
+def write_summary_html(results: Sequence, path: Path, *, title: str) -> Path:
+    """Write ``summary.html`` (self-contained): the summary table with a thumbnail per scene."""
+    df = summary_frame(results)
+    counts = ", ".join(f"{s}: {n}" for s, n in df["status"].value_counts().items())
+    cards = "".join(
+        f'<figure style="display:inline-block;margin:0.5rem;text-align:center">{_thumbnail(r.run_dir) or "(no render)"}'
+        f"<figcaption>{html.escape(Path(r.scene).name)}<br>{html.escape(r.status)}"
+        + (f"<br>{r.psnr_db:.2f} dB" if isinstance(r.psnr_db, (int, float)) else "") + "</figcaption></figure>"
+        for r in results
+    )
+    sections = [Section("Scenes", text_html(f"{len(df)} scenes ({counts}).") + cards),
+                Section("Jobs", f'<div style="overflow-x:auto">{table_html(df)}</div>')]
+    return write_text(Path(path), render_page(title, sections), "the train-many summary page")
+
+
+def _cell(value) -> str:
+    if value is None or (isinstance(value, float) and value != value):
+        return ""
+    return f"{value:.2f}" if isinstance(value, float) else str(value)
+
+
+def print_summary_table(results: Sequence, console: Console) -> None:
+    """A rich table of the jobs: scene, GPUs, steps, training seconds, PSNR, status."""
+    table = Table(title=f"train-many: {len(results)} scenes")
+    for col in ("scene", "gpus", "steps", "train_time_s", "psnr_db", "status", "warm start"):
+        table.add_column(col, justify="left" if col in ("scene", "status", "warm start") else "right")
+    for r in results:
+        colour = {"completed": "green", "skipped": "cyan", "failed": "red"}.get(r.status, "white")
+        table.add_row(Path(r.scene).name, r.gpus, _cell(r.steps), _cell(r.train_time_s), _cell(r.psnr_db),
+                      f"[{colour}]{r.status}[/{colour}]", "yes" if r.warm_started_from else "")
+    console.print(table)
+    for r in results:
+        if r.status == "failed":
+            console.print(f"[red]{r.scene}[/red]: {r.reason} (log: {r.log_path})")

@@ -1,0 +1,256 @@
+"""``ngptune train-many``: train a sequence of scenes as independent jobs on GPU slots.
+
+Input: a folder of scene folders (trained in natural order: ``0002`` before ``0010``) or a text
+file listing scene paths, one a line (relative to the file's folder; ``#`` starts a comment).
+Each scene is one job: ``python -m trainer`` (``--nproc-per-node G`` for ``--gpus-per-job G`` > 1)
+in its own process tree on a slot of G GPUs claimed from :class:`~ngptune.scheduling.slots.SlotPool`
+(every GPU is used: visible GPUs // G jobs at once; one job at a time without GPUs), with the same
+config and ``--set`` overrides for all, writing ``OUT/<job>/`` (a run directory), its log
+``OUT/logs/<job>.log`` and a final snapshot ``OUT/<job>/final.pt``.
+
+``--warm-start previous``: job i starts from job i-1's final snapshot (model and occupancy grid;
+fresh optimiser, :meth:`trainer.train.loop.Trainer.warm_start`), so it waits for job i-1; a job
+whose predecessor failed starts cold (its ``warm_started_from`` is empty).
+
+Resumable: a job is finished when ``OUT/<job>/job.json`` exists (written atomically after the
+trainer reported ``completed``); re-running the same command skips finished jobs and reruns the
+others, after moving an unfinished folder aside to ``OUT/<job>.unfinished-<k>`` (its log and
+checkpoints are kept). A killed job never leaves a ``job.json``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import shutil
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from ngptune.scheduling.slots import SlotPool, visible_gpus
+from ngptune.tuning.trial import TrialLaunch, run_trial
+from trainer.errors import ConfigError
+from trainer.lifeline import command_stopping_with_parent
+from trainer.rundir import RunDir, atomic_write_text
+
+__all__ = ["Job", "JobResult", "TrainManyOptions", "discover_scenes", "job_names", "run_train_many"]
+
+JOB_FILE = "job.json"
+SNAPSHOT_FILE = "final.pt"
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainManyOptions:
+    """The command line of ``ngptune train-many``.
+
+    Attributes:
+        source: a folder of scene folders, or a text file of scene paths.
+        out_dir: where the jobs' folders, logs and summaries go.
+        gpus_per_job: GPUs of each job (None: 1 on a GPU host).
+        warm_start: ``"previous"`` or None.
+        train_args: training flags passed to every job (``--config``, ``--set``, ``--n-steps``, ...).
+    """
+
+    source: Path
+    out_dir: Path
+    gpus_per_job: int | None = None
+    warm_start: str | None = None
+    train_args: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """One scene to train: its index in the sequence, name, scene path and folders."""
+
+    index: int
+    name: str
+    scene: Path
+    run_dir: Path
+    log_path: Path
+
+    @property
+    def snapshot_path(self) -> Path:
+        return self.run_dir / SNAPSHOT_FILE
+
+    @property
+    def job_path(self) -> Path:
+        return self.run_dir / JOB_FILE
+
+
+@dataclasses.dataclass
+class JobResult:
+    """A job's row of ``summary.csv``: scene, gpus, steps, train_time_s, psnr_db, status, log
+    path, and the run folder, the snapshot it started from and why it failed."""
+
+    scene: str
+    gpus: str
+    steps: int | None
+    train_time_s: float | None
+    psnr_db: float | None
+    status: str  # completed | failed | skipped (finished by an earlier run)
+    log_path: str
+    run_dir: str
+    warm_started_from: str
+    reason: str = ""
+
+
+def _natural_key(path: Path) -> list[Any]:
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path.name)]
+
+
+def discover_scenes(source: Path) -> list[Path]:
+    """The scenes of ``source`` in order (see the module docstring).
+
+    Raises:
+        ConfigError: ``source`` missing, empty, or two entries naming the same folder (one line
+            naming the path and the entries).
+    """
+    source = Path(source)
+    if source.is_dir():
+        scenes = sorted((p for p in source.iterdir() if p.is_dir() and not p.name.startswith(".")), key=_natural_key)
+        what = "scene folders"
+    elif source.is_file():
+        lines = [line.split("#", 1)[0].strip() for line in source.read_text(encoding="utf-8").splitlines()]
+        scenes = [(source.parent / line) for line in lines if line]
+        what = "scene paths"
+    else:
+        raise ConfigError(f"{source}: no such folder or scene list")
+    if not scenes:
+        raise ConfigError(f"{source}: no {what} to train")
+    seen: dict[Path, Path] = {}
+    for scene in scenes:
+        resolved = scene.resolve()
+        if resolved in seen:
+            raise ConfigError(f"{source}: entries {seen[resolved]} and {scene} are the same folder {resolved}")
+        seen[resolved] = scene
+    return scenes
+
+
+def job_names(scenes: list[Path]) -> list[str]:
+    """A folder name per scene: its own name, or ``<index>-<name>`` when names repeat."""
+    names = [s.name or "scene" for s in scenes]
+    if len(set(names)) == len(names):
+        return names
+    return [f"{i:04d}-{n}" for i, n in enumerate(names)]
+
+
+def _is_finished(job: Job) -> bool:
+    return job.job_path.is_file()
+
+
+def _move_aside(job: Job) -> None:
+    """An unfinished job's folder goes to ``<job>.unfinished-<k>`` (nothing is lost)."""
+    if not job.run_dir.exists():
+        return
+    k = 1
+    while (aside := job.run_dir.with_name(f"{job.run_dir.name}.unfinished-{k}")).exists():
+        k += 1
+    job.run_dir.rename(aside)
+    if job.log_path.is_file():
+        shutil.move(str(job.log_path), str(aside / "launch.log"))
+
+
+def job_argv(job: Job, options: TrainManyOptions, gpus: int, warm_from: Path | None) -> list[str]:
+    """The job's command: ``python -m trainer [--nproc-per-node G] --scene S --out RUN --quiet
+    --save-snapshot RUN/final.pt [--warm-start PREVIOUS] <training flags>``."""
+    argv = [sys.executable, "-m", "trainer"]
+    if gpus > 1:
+        argv += ["--nproc-per-node", str(gpus)]
+    argv += ["--scene", str(job.scene), "--out", str(job.run_dir), "--quiet", "--save-snapshot", str(job.snapshot_path)]
+    if warm_from is not None:
+        argv += ["--warm-start", str(warm_from)]
+    return command_stopping_with_parent(argv + list(options.train_args))
+
+
+def _result(job: Job, status: dict[str, Any] | None, outcome: str, reason: str, gpus: list[int],
+            warm_from: Path | None) -> JobResult:
+    status = status or {}
+    number = lambda key: status.get(key) if isinstance(status.get(key), (int, float)) else None  # noqa: E731
+    return JobResult(scene=str(job.scene), gpus=",".join(map(str, gpus)), steps=number("step"),
+                     train_time_s=number("train_time_s"), psnr_db=number("eval_psnr_db"), status=outcome,
+                     log_path=str(job.log_path), run_dir=str(job.run_dir),
+                     warm_started_from="" if warm_from is None else str(warm_from), reason=reason)
+
+
+def _run_job(job: Job, options: TrainManyOptions, pool: SlotPool, warm_from: Path | None, on_start=None) -> JobResult:
+    _move_aside(job)
+    slot = pool.claim()
+    if on_start is not None:
+        on_start(job)
+    leftover: list[int] = []
+    try:
+        n_gpus = max(len(slot.gpus), 1)
+        launch = TrialLaunch(argv=job_argv(job, options, len(slot.gpus), warm_from), env=slot.env(os.environ),
+                             run_dir=job.run_dir, log_path=job.log_path, world_size=n_gpus if len(slot.gpus) > 1 else 1,
+                             timeout_s=float("inf"))
+        run = run_trial(launch)
+        leftover = run.leftover_pids
+    finally:
+        pool.release(slot, leftover)
+    outcome = "completed" if run.outcome == "completed" and job.snapshot_path.is_file() else "failed"
+    result = _result(job, run.status, outcome, run.reason if outcome == "failed" else "", slot.gpus, warm_from)
+    if outcome == "completed":
+        atomic_write_text(job.job_path, json.dumps(dataclasses.asdict(result), indent=2) + "\n")
+    return result
+
+
+def _finished_result(job: Job) -> JobResult:
+    found = json.loads(job.job_path.read_text())
+    found["status"] = "skipped"
+    return JobResult(**{k: found.get(k, "") for k in JobResult.__dataclass_fields__})
+
+
+def run_train_many(options: TrainManyOptions, *, on_start=None, on_done=None) -> list[JobResult]:
+    """Train every scene of ``options.source`` (see the module docstring); returns a result per
+    scene, in sequence order (``on_start(job)`` / ``on_done(job, result)`` are called as jobs start
+    and end, from worker threads).
+
+    Raises:
+        ConfigError: bad source (:func:`discover_scenes`), ``--gpus-per-job`` 0 or above the
+            visible GPUs, or ``--warm-start`` other than ``previous``, or with several GPUs per job.
+    """
+    if options.warm_start not in (None, "previous"):
+        raise ConfigError(f"--warm-start: expected 'previous', got {options.warm_start!r}")
+    scenes = discover_scenes(options.source)
+    gpus = visible_gpus()
+    if options.gpus_per_job is not None and options.gpus_per_job < 1:
+        raise ConfigError(f"--gpus-per-job: expected an integer >= 1, got {options.gpus_per_job}")
+    if options.gpus_per_job is not None and options.gpus_per_job > len(gpus):
+        raise ConfigError(f"--gpus-per-job {options.gpus_per_job}: only {len(gpus)} GPU{'s' if len(gpus) != 1 else ''} visible")
+    per_job = options.gpus_per_job or 1
+    if options.warm_start and gpus and per_job > 1:
+        raise ConfigError(f"--warm-start previous: single-GPU jobs only (--gpus-per-job is {per_job})")
+    pool = SlotPool(gpus, per_job, flag="--gpus-per-job")
+    out = Path(options.out_dir)
+    jobs = [Job(i, name, scene, out / name, out / "logs" / f"{name}.log")
+            for i, (name, scene) in enumerate(zip(job_names(scenes), scenes))]
+    (out / "logs").mkdir(parents=True, exist_ok=True)
+    done = [threading.Event() for _ in jobs]
+    results: list[JobResult | None] = [None] * len(jobs)
+
+    def work(job: Job) -> JobResult:
+        try:
+            if _is_finished(job):
+                result = _finished_result(job)
+            else:
+                warm_from = None
+                if options.warm_start and job.index > 0:
+                    done[job.index - 1].wait()
+                    previous = jobs[job.index - 1]
+                    warm_from = previous.snapshot_path if _is_finished(previous) else None
+                result = _run_job(job, options, pool, warm_from, on_start)
+            results[job.index] = result
+            if on_done is not None:
+                on_done(job, result)
+            return result
+        finally:
+            done[job.index].set()
+
+    with ThreadPoolExecutor(max_workers=pool.capacity) as executor:
+        list(executor.map(work, jobs))  # map preserves order; a job waits only on earlier ones
+    return [r for r in results if r is not None]

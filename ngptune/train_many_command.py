@@ -1,0 +1,69 @@
+"""``ngptune train-many SOURCE --out OUT``: train a scene sequence as jobs on GPU slots
+(:mod:`ngptune.train_many`); writes ``OUT/summary.csv``, ``OUT/summary.html`` and prints a table."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from trainer.cli import positive_int
+
+__all__ = ["register"]
+
+
+def _train_args(args: argparse.Namespace) -> tuple[str, ...]:
+    out: list[str] = []
+    if args.config is not None:
+        out += ["--config", str(args.config)]
+    for item in args.overrides:
+        out += ["--set", item]
+    for flag, value in (("--n-steps", args.n_steps), ("--time-budget", args.time_budget),
+                        ("--eval-max-images", args.eval_max_images), ("--device", args.device)):
+        if value is not None:
+            out += [flag, str(value)]
+    if args.no_eval:
+        out.append("--no-eval")
+    return tuple(out)
+
+
+def _cmd_train_many(args: argparse.Namespace) -> int:
+    from ngptune.console import make_console
+    from ngptune.reporting.train_many_report import print_summary_table, write_summary_csv, write_summary_html
+    from ngptune.train_many import TrainManyOptions, run_train_many
+
+    console = make_console(soft_wrap=True)
+    options = TrainManyOptions(source=args.source, out_dir=args.out, gpus_per_job=args.gpus_per_job,
+                               warm_start=args.warm_start, train_args=_train_args(args))
+    results = run_train_many(
+        options,
+        on_start=lambda job: console.print(f"{job.name}: started"),
+        on_done=lambda job, r: console.print(f"{job.name}: {r.status}" + (f" — {r.reason}" if r.reason else "")),
+    )
+    csv_path = write_summary_csv(results, args.out / "summary.csv")
+    html_path = write_summary_html(results, args.out / "summary.html", title=f"ngptune train-many: {args.source}")
+    print_summary_table(results, console)
+    console.print(f"summary: {csv_path}, {html_path}")
+    return 0 if all(r.status != "failed" for r in results) else 1
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``ngptune train-many`` to the ``ngptune`` command line."""
+    p = subparsers.add_parser(
+        "train-many", help="train a sequence of scenes as independent jobs on GPU slots (resumable)",
+        description="Train every scene of a folder of scene folders (natural order) or of a list file, each as "
+                    "its own job on --gpus-per-job GPUs; writes OUT/<scene>/, OUT/summary.csv, OUT/summary.html. "
+                    "Running the same command again skips finished scenes.")
+    p.add_argument("source", type=Path, help="folder of scene folders, or a text file of scene paths")
+    p.add_argument("--out", type=Path, required=True, help="folder of the jobs' runs and the summaries")
+    p.add_argument("--gpus-per-job", type=int, default=None, metavar="G", help="GPUs of each job (default 1)")
+    p.add_argument("--warm-start", choices=("previous",), default=None,
+                   help="previous: each scene starts from the previous scene's final snapshot (model, occupancy grid)")
+    p.add_argument("--config", type=Path, default=None, help="trainer config of every job")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config key in every job")
+    p.add_argument("--n-steps", type=positive_int, default=None, help="training steps per scene")
+    p.add_argument("--time-budget", type=float, default=None, metavar="S", help="training seconds per scene")
+    p.add_argument("--eval-max-images", type=positive_int, default=None, help="evaluate at most N test views per scene")
+    p.add_argument("--device", default=None, help="cpu, cuda or auto (as ngptune train)")
+    p.add_argument("--no-eval", action="store_true", help="skip the final evaluation (no PSNR, no thumbnail)")
+    p.set_defaults(func=_cmd_train_many)
