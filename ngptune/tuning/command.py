@@ -40,6 +40,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         study_name=args.study_name,
         nproc_per_node=args.nproc_per_node,
         out_dir=args.out,
+        confirm=args.confirm,
+        confirm_repeats=args.confirm_runs,
     )
     try:
         result = run_sweep(options)
@@ -73,4 +75,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--nproc-per-node", type=positive_int, default=None,
                    help="ranks per trial (default: every GPU, or 2 gloo ranks without a GPU)")
     p.add_argument("--out", type=Path, default=None, help="study folder (default: reports/<study-name>)")
+    p.add_argument("--no-confirm", dest="confirm", action="store_false",
+                   help="recommend the best trial without re-running it against the default "
+                        "(best_config.confirmation.json then says unconfirmed)")
+    p.add_argument("--confirm-runs", type=positive_int, default=None, metavar="K",
+                   help="re-runs of the best and of the default before recommending (default 3 on a GPU, 2 on a CPU)")
     p.set_defaults(func=_cmd_sweep)
