@@ -1,4 +1,4 @@
-"""Bottleneck diagnoses of a training run (DESIGN.md §4): which of five bottlenecks holds it back,
+"""Bottleneck diagnoses of a training run (DESIGN.md §4): which of seven bottlenecks holds it back,
 the numbers that show it, and the tuner knob to try.
 
 =====================  ==================================================  ==============================
@@ -12,6 +12,10 @@ communication          exposed comm share of the step (least-waiting       value
                        rank), achieved busbw vs the link
 load_imbalance         max / mean per-rank compute time, ratio; waits in   value > 1.15
                        collectives
+wasted_samples         occupied fraction of the occupancy grid at the      value > 0.30
+                       run's end; samples per ray, the fraction's fall
+occupancy_update       share of the step in the "occupancy_update" phase   value > 0.25
+                       (worst rank)
 =====================  ==================================================  ==============================
 
 Every diagnosis that fires carries a severity from how far the value is past its threshold,
@@ -54,6 +58,7 @@ __all__ = [
     "DiagnosisError",
     "ProfileInputs",
     "assess",
+    "assess_run",
     "diagnose",
     "diagnose_run",
     "diagnoses_table",
@@ -67,6 +72,8 @@ BOTTLENECKS: tuple[str, ...] = (
     "hash_grid_contention",
     "communication",
     "load_imbalance",
+    "wasted_samples",
+    "occupancy_update",
 )
 SEVERITIES: tuple[str, ...] = ("high", "medium", "low")
 
@@ -97,6 +104,18 @@ IMBALANCE_THRESHOLD = 1.15
 #: the limit (algorithm, channels, bucket sizes are); above it, fewer bytes must travel.
 LINK_UNDERUSED_FRACTION = 0.5
 
+#: wasted_samples: occupied fraction of the occupancy grid at the end of the run. The marcher
+#: takes samples only in occupied cells, so samples per ray scale with this fraction. A trained
+#: grid of an object scene keeps a small part of its cells (the demo scene ~0.1–0.2 after a few
+#: seconds, NeRF-synthetic scenes below 0.1); a grid still above 0.3 has not carved out empty
+#: space (updates too rare, decay too slow, threshold too low), and the samples it marches there
+#: buy throughput but no quality.
+OCCUPIED_FRACTION_THRESHOLD = 0.30
+#: occupancy_update: share of the step spent updating the occupancy grid (worst rank). The
+#: update evaluates the density of grid cells every ``training.occupancy_update_every`` steps;
+#: above a quarter of the step it costs more than it saves in marching.
+OCCUPANCY_UPDATE_SHARE_THRESHOLD = 0.25
+
 SEVERITY_HIGH_EXCESS = 2.0
 SEVERITY_MEDIUM_EXCESS = 1.5
 
@@ -108,6 +127,7 @@ HASH_GRID_BWD_CATEGORY = "hash_grid_bwd"
 GPU_TIMELINE_REQUIRED: tuple[str, ...] = ("t_s", "gpu", "util_pct")
 KERNELS_REQUIRED: tuple[str, ...] = ("rank", "name", "total_ms", "category")
 OVERLAP_REQUIRED: tuple[str, ...] = ("rank", "compute_ms", "exposed_comm_ms", "idle_ms")
+OCCUPANCY_REQUIRED: tuple[str, ...] = ("step", "occupancy_fraction", "rays_per_step", "samples_per_step")
 
 _ALL_PHASES: tuple[str, ...] = (*PHASES, "other")
 
@@ -121,6 +141,13 @@ KNOBS: dict[str, str] = {
     "load_imbalance": (
         "parallel.balance_every (e.g. 10: move ray shares toward equal finish times), or "
         "distributed.gpu_capabilities[].compute_power for static shares"
+    ),
+    "wasted_samples": (
+        "training.occupancy_update_every (lower, so the grid tracks the density), "
+        "training.occupancy_decay (lower) or training.occupancy_threshold (higher)"
+    ),
+    "occupancy_update": (
+        "training.occupancy_update_every (higher: rarer updates) or a smaller training.occupancy_resolution"
     ),
 }
 _COMM_KNOB_LINK_UNDERUSED = (
@@ -209,6 +236,8 @@ class ProfileInputs:
         link_busbw_gb_per_s: bus bandwidth the link can carry (GB/s, 10^9 B/s), or None.
         overlap: per-rank trace overlap table, at least ``rank``, ``compute_ms``,
             ``exposed_comm_ms``, ``idle_ms`` (``window_ms`` when present); or None.
+        occupancy: rank 0's records in step order, at least ``step``, ``occupancy_fraction``
+            (occupied share of the grid's cells), ``rays_per_step`` and ``samples_per_step``; or None.
 
     Raises:
         DiagnosisError: a frame lacks a required column, ``phases`` has an unknown phase or a
@@ -222,6 +251,7 @@ class ProfileInputs:
     kernels: pd.DataFrame | None = None
     link_busbw_gb_per_s: float | None = None
     overlap: pd.DataFrame | None = None
+    occupancy: pd.DataFrame | None = None
 
     def __post_init__(self) -> None:
         _require_columns(self.phases, PHASES_TABLE, "phases")
@@ -246,6 +276,7 @@ class ProfileInputs:
             (self.gpu_timeline, GPU_TIMELINE_REQUIRED, "gpu_timeline"),
             (self.kernels, KERNELS_REQUIRED, "kernels"),
             (self.overlap, OVERLAP_REQUIRED, "overlap"),
+            (self.occupancy, OCCUPANCY_REQUIRED, "occupancy"),
         ):
             if frame is not None:
                 _require_columns(frame, columns, what)
@@ -470,6 +501,37 @@ def _check_contention(kernels: pd.DataFrame | None) -> Check:
     return _verdict(name, value, threshold, 1.0, evidence, KNOBS[name], fires=value > threshold)
 
 
+def _check_wasted_samples(occupancy: pd.DataFrame | None) -> Check:
+    name, threshold = "wasted_samples", OCCUPIED_FRACTION_THRESHOLD
+    rows = None if occupancy is None else occupancy.dropna(subset=["occupancy_fraction"])
+    if rows is None or rows.empty:
+        return _not_evaluated(name, threshold, "needs the occupancy fraction of rank 0's metrics records")
+    first, last = rows.iloc[0], rows.iloc[-1]
+    value = float(last["occupancy_fraction"])
+    rays, samples = float(last["rays_per_step"]), float(last["samples_per_step"])
+    per_ray = f"{samples / rays:.0f} samples per ray" if rays > 0 else "no rays"
+    evidence = (
+        f"the occupancy grid is {value:.1%} occupied at step {int(last['step'])} "
+        f"({float(first['occupancy_fraction']):.1%} at step {int(first['step'])}); {per_ray} in the last "
+        f"interval; threshold {threshold:.0%}"
+    )
+    if value > threshold:
+        evidence += ": samples marched in empty space raise samples/s, not quality"
+    return _verdict(name, value, threshold, 0.0, evidence, KNOBS[name], fires=value > threshold)
+
+
+def _check_occupancy_update(means: pd.DataFrame | None) -> Check:
+    name, threshold = "occupancy_update", OCCUPANCY_UPDATE_SHARE_THRESHOLD
+    if not _timed(means):
+        return _not_evaluated(name, threshold, _NO_PHASES)
+    rank, value = _rank_share(means, "occupancy_update", largest=True)
+    evidence = (
+        f"rank {rank} spends {means.at[rank, 'occupancy_update']:.3g} ms of its {means.at[rank, 'step_time_ms']:.3g} ms "
+        f"step ({value:.1%}) updating the occupancy grid; threshold {threshold:.0%}"
+    )
+    return _verdict(name, value, threshold, 0.0, evidence, KNOBS[name], fires=value > threshold)
+
+
 def assess(inputs: ProfileInputs) -> list[Check]:
     """Run every bottleneck check.
 
@@ -484,6 +546,8 @@ def assess(inputs: ProfileInputs) -> list[Check]:
         "hash_grid_contention": _check_contention(inputs.kernels),
         "communication": _check_communication(means, inputs.summary, world_size, inputs.link_busbw_gb_per_s),
         "load_imbalance": _check_imbalance(means, inputs.summary, world_size),
+        "wasted_samples": _check_wasted_samples(inputs.occupancy),
+        "occupancy_update": _check_occupancy_update(means),
     }
     return [checks[b] for b in BOTTLENECKS]
 
@@ -535,13 +599,33 @@ def inputs_from_run(run_dir: Path) -> ProfileInputs:
     if missing:
         paths = ", ".join(str(RunDir(run_dir).metrics_path(r)) for r in missing)
         raise DiagnosisError(f"{run_dir}: world size {world_size} but ranks {missing} wrote no metrics ({paths})")
-    return ProfileInputs(phases=phases_table(metrics), summary=summary_table(metrics))
+    return ProfileInputs(phases=phases_table(metrics), summary=summary_table(metrics),
+                         occupancy=_occupancy_records(metrics))
+
+
+def _occupancy_records(metrics: pd.DataFrame) -> pd.DataFrame | None:
+    """Rank 0's records (step order) with the :data:`OCCUPANCY_REQUIRED` columns, or None when a
+    column is absent (runs of older trainers, occupancy grid off)."""
+    if any(c not in metrics.columns for c in OCCUPANCY_REQUIRED):
+        return None
+    rank0 = metrics[metrics["rank"] == 0].sort_values("step")
+    return rank0[list(OCCUPANCY_REQUIRED)].reset_index(drop=True)
 
 
 def diagnose_run(run_dir: Path) -> list[Diagnosis]:
-    """Diagnoses of a run from its metrics files alone (all ranks); used per sweep trial.
+    """Diagnoses of a run from its metrics files alone (all ranks); used per sweep trial
+    (:func:`assess_run` gives every check, fired or not).
 
     Raises:
         see :func:`inputs_from_run`.
     """
     return diagnose(inputs_from_run(run_dir))
+
+
+def assess_run(run_dir: Path) -> list[Check]:
+    """:func:`assess` of a run from its metrics files alone (all ranks).
+
+    Raises:
+        see :func:`inputs_from_run`.
+    """
+    return assess(inputs_from_run(run_dir))

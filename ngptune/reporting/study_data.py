@@ -171,6 +171,18 @@ def param_column(values: list[Any]) -> pd.Series:
     return pd.Series(values, dtype=object)
 
 
+#: Columns every trial is scored on (the sweep's ``quality`` attribute,
+#: :func:`ngptune.tuning.objectives.trial_quality`), in ``trials.csv`` order.
+QUALITY_COLUMNS: tuple[str, ...] = ("psnr_db", "train_time_s", "steps", "rays_per_s", "samples_per_s",
+                                    "samples_per_ray", "occupancy_fraction")
+
+
+def quality_values(trial: FrozenTrial) -> dict[str, float]:
+    """The trial's :data:`QUALITY_COLUMNS` (NaN where not recorded)."""
+    quality = trial.user_attrs.get("quality") or {}
+    return {c: math.nan if quality.get(c) is None else float(quality[c]) for c in QUALITY_COLUMNS}
+
+
 def trials_frame(study: optuna.Study) -> pd.DataFrame:
     """One row per trial, by number: the contents of ``trials.csv``.
 
@@ -178,6 +190,7 @@ def trials_frame(study: optuna.Study) -> pd.DataFrame:
     (completed | pruned | failed; the state's meaning when the sweep recorded none), ``reason``
     ("" when none), ``duration_s`` (s), one column per objective (named by :func:`objective_names`;
     ``trial.values`` for completed trials, the ``objectives`` attribute otherwise, NaN if absent),
+    :data:`QUALITY_COLUMNS` (NaN where not recorded; ``psnr_db`` the final evaluation's PSNR),
     ``param_<name>`` per sampled parameter (first appearance order; empty where a trial lacks it),
     ``gpus`` (the trial's GPUs, ``"0,1"``; empty on a host without GPUs) and ``log_path``.
 
@@ -199,8 +212,9 @@ def trials_frame(study: optuna.Study) -> pd.DataFrame:
             "duration_s": trial_duration_s(trial),
         }
         row.update(zip(names, objective_values(trial, names)))
+        row.update(quality_values(trial))
         rows.append(row)
-    df = pd.DataFrame(rows, columns=["number", "state", "outcome", "reason", "duration_s", *names])
+    df = pd.DataFrame(rows, columns=["number", "state", "outcome", "reason", "duration_s", *names, *QUALITY_COLUMNS])
     for p in param_names:
         df[f"param_{p}"] = param_column([t.params.get(p) for t in trials])
     df["gpus"] = [",".join(map(str, t.user_attrs.get("gpus", []))) for t in trials]

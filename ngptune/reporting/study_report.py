@@ -3,7 +3,9 @@
 The report reads an Optuna study whose trials carry the user attributes the sweep writes
 (listed in :mod:`ngptune.tuning.sweep`'s docstring): ``outcome``, ``reason``, ``log_path``, ``run_dir``, ``duration_s``,
 ``is_default``, ``settings``, ``nccl_env``, ``nccl_applied``, ``emulated_interconnect``, ``objectives``,
-``phase_ms`` and ``diagnoses``. Nothing else is needed; the run directory of a trial is read only for the
+``phase_ms``, ``quality``, ``diagnoses`` and ``diagnoses_note``, and the study's user attributes
+``confirmation`` (the re-runs of best and default, :mod:`ngptune.tuning.confirm`) and
+``objective_warning`` (a throughput-only study). Nothing else is needed; the run directory of a trial is read only for the
 best-vs-default run metrics (median ``throughput_samples_per_s`` and last ``eval_psnr_db`` of its rank-0
 ``metrics.jsonl``).
 
@@ -35,7 +37,7 @@ from optuna.trial import FrozenTrial
 
 from ngptune.reporting.html import Section, figure_html, render_page, table_html, text_html
 from ngptune.reporting.study_data import (
-    FLOAT_FORMAT, StudyReportError, StudyView, best_trials, cell_text, default_trial, is_completed, objective_names,
+    FLOAT_FORMAT, QUALITY_COLUMNS, StudyReportError, quality_values, StudyView, best_trials, cell_text, default_trial, is_completed, objective_names,
     outcome_of, trials_frame, write_text,
 )
 from ngptune.reporting.study_plots import Comparison, absent, optuna_figure, per_objective
@@ -53,6 +55,10 @@ __all__ = [
 ]
 
 SEVERITY_ORDER: dict[str, int] = {"high": 0, "medium": 1, "low": 2}
+#: Importance bars need this many completed trials per varying parameter (and at least
+#: IMPORTANCE_MIN_TRIALS): with fewer, an evaluator fitted to the trials ranks noise.
+IMPORTANCE_TRIALS_PER_PARAM = 4
+IMPORTANCE_MIN_TRIALS = 10
 
 
 def _varying_params(trials: list[FrozenTrial]) -> list[str]:
@@ -73,10 +79,19 @@ def _history_section(view: StudyView) -> Section:
 
 def _importance_section(view: StudyView) -> Section:
     varying = _varying_params(view.completed)
+    needed = max(IMPORTANCE_MIN_TRIALS, IMPORTANCE_TRIALS_PER_PARAM * len(varying))
     if len(view.completed) < 2:
         body = absent(f"parameter importances need at least 2 completed trials; this study has {len(view.completed)}.")
     elif not varying:
         body = absent("no parameter takes more than one value among the completed trials, so none can explain a difference.")
+    elif len(view.completed) < needed:
+        body = text_html(
+            f"Importances are not shown: {len(view.completed)} completed trials for {len(varying)} varying parameters; "
+            f"the rule is at least {IMPORTANCE_TRIALS_PER_PARAM} per parameter and at least {IMPORTANCE_MIN_TRIALS} "
+            f"(here {needed}), below which an importance evaluator ranks noise. Instead, each parameter's marginal "
+            "plot: the objective by the parameter's value, one point per completed trial."
+        ) + per_objective(view, lambda study, **kw: optuna.visualization.plot_slice(study, params=varying, **kw))
+        return Section("Parameter importances", body)
     else:
         body = text_html(
             "Optuna's default evaluator (PED-ANOVA) over the completed trials; parameters: " + ", ".join(varying) + "."
@@ -136,6 +151,43 @@ def _best_vs_default_section(view: StudyView) -> Section:
     return Section("Best vs default", "".join(parts))
 
 
+def _confirmation_html(view: StudyView) -> str:
+    record = view.study.user_attrs.get("confirmation")
+    if not isinstance(record, dict) or not record.get("runs"):
+        return text_html("Confirmation: no re-runs of best and default are recorded (skipped with --no-confirm, "
+                         "no default trial, or the default is the best): the recommendation is "
+                         + ("the default." if view.best and view.default is not None
+                            and view.best[0].number == view.default.number else "unconfirmed."), "missing")
+    rows = [{"configuration": r["label"], "re-run": r["index"], "seed": r["seed"], "outcome": r["outcome"],
+             record["objective"]: r["value"], **{c: (r.get("quality") or {}).get(c) for c in QUALITY_COLUMNS[:4]},
+             "reason": r.get("reason", "")} for r in sorted(record["runs"], key=lambda r: (r["label"], r["index"]))]
+    verdict = record.get("verdict") or {}
+    sentence = verdict.get("sentence") or "the confirmation did not finish (a re-run of the sweep resumes it)."
+    return (text_html(f"Confirmation of best trial #{record['best_trial']} against default trial "
+                      f"#{record['default_trial']}, {record['repeats']} re-runs each (new seeds, alternating order): "
+                      + sentence, "note" if verdict.get("confirmed") else "missing")
+            + table_html(pd.DataFrame(rows), float_format=FLOAT_FORMAT))
+
+
+def _quality_section(view: StudyView) -> Section:
+    """Best vs default on what the user trains for: PSNR and time, then throughput; the confirmation."""
+    parts: list[str] = []
+    warning = view.study.user_attrs.get("objective_warning")
+    if warning:
+        parts.append(text_html(f"Warning: {warning}.", "missing"))
+    trials = view.compared()
+    if not trials:
+        parts.append(text_html("No default and no completed trial: nothing to compare.", "missing"))
+    else:
+        table = pd.DataFrame({view.label(t): quality_values(t) for t in trials})
+        table.index = [f"{c} (dB)" if c == "psnr_db" else c for c in QUALITY_COLUMNS]
+        parts.append(text_html("PSNR of the final evaluation (the same evenly spaced held-out views for every "
+                               "trial) after each trial's training time, then throughput."))
+        parts.append(table_html(table.rename_axis("quantity").reset_index(), float_format=FLOAT_FORMAT))
+    parts.append(_confirmation_html(view))
+    return Section("Quality and time: best vs default", "".join(parts))
+
+
 def _settings_of(trial: FrozenTrial) -> dict[str, Any]:
     settings = dict(trial.user_attrs.get("settings", {}))
     settings.update({f"env {k}": v for k, v in trial.user_attrs.get("nccl_env", {}).items()})
@@ -191,11 +243,13 @@ def _diagnoses_section(view: StudyView) -> Section:
          "evidence": d.get("evidence", ""), "knob": d.get("knob", "")}
         for t in view.trials for d in t.user_attrs.get("diagnoses", [])
     ]
+    notes = [{"number": t.number, "checks": t.user_attrs.get("diagnoses_note") or "no diagnosis recorded"}
+             for t in view.trials]
     if not rows:
-        body = text_html("No trial recorded a diagnosis.")
+        body = text_html("No bottleneck passed its threshold in any trial; what each trial's check covered:")
     else:
-        body = table_html(pd.DataFrame(rows))
-    return Section("Bottlenecks per trial", body)
+        body = table_html(pd.DataFrame(rows)) + text_html("What each trial's check covered:")
+    return Section("Bottlenecks per trial", body + table_html(pd.DataFrame(notes)))
 
 
 def _applied_check(set_value: Any, applied_value: Any) -> str:
@@ -270,6 +324,7 @@ def write_study_report(study: optuna.Study, out_dir: Path, *, title: str, nccl_a
     interconnect = _interconnect_label(view)
     sections = [
         _overview_section(view, nccl_active),
+        _quality_section(view),
         _history_section(view),
         _importance_section(view),
         *([_pareto_section(view)] if view.multi_objective else []),

@@ -10,7 +10,9 @@ from optuna.study import StudyDirection
 from rich.console import Console
 
 from ngptune.console import make_console
-from ngptune.reporting.study_data import FLOAT_FORMAT, StudyView, cell_text, objective_values, trials_frame, write_text
+from ngptune.reporting.study_data import (
+    FLOAT_FORMAT, QUALITY_COLUMNS, StudyView, cell_text, objective_values, quality_values, trials_frame, write_text,
+)
 from rich.table import Table
 
 __all__ = ["print_summary", "write_trials_csv"]
@@ -30,7 +32,8 @@ def _fmt(value: float) -> str:
 
 
 def print_summary(study: optuna.Study, console: Console | None = None) -> None:
-    """Print rich tables: trials by outcome, best vs default for each objective, the best settings.
+    """Print rich tables: trials by outcome, best vs default on PSNR, time and throughput, best vs
+    default for each objective, the best settings.
 
     For several objectives the "best" value of an objective is the best among the Pareto-front trials.
     A change is ``(best - default) / |default| * 100`` percent.
@@ -51,6 +54,15 @@ def print_summary(study: optuna.Study, console: Console | None = None) -> None:
     if not view.best:
         console.print("No trial completed: no best trial, no best settings.")
         return
+    quality = Table(title="Quality and time: best vs default (final evaluation PSNR, then throughput)")
+    quality.add_column("quantity")
+    compared = view.compared()
+    for t in compared:
+        quality.add_column(view.label(t), justify="right")
+    rows = [quality_values(t) for t in compared]
+    for column in QUALITY_COLUMNS:
+        quality.add_row(f"{column} (dB)" if column == "psnr_db" else column, *(_fmt(r[column]) for r in rows))
+    console.print(quality)
     default_values = objective_values(view.default, view.names) if view.default is not None else None
     versus = Table(title="Best vs default")
     for col in ("objective", "default", "best", "best trial", "change"):

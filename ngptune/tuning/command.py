@@ -67,6 +67,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         concurrent_trials=args.concurrent_trials,
         trials_per_gpu=args.trials_per_gpu,
         allow_shared_gpu=args.allow_shared_gpu,
+        confirm=args.confirm,
+        confirm_repeats=args.confirm_runs,
     )
     try:
         result = run_sweep(options)
@@ -109,4 +111,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="let K trials share one GPU (throughput objectives then need --allow-shared-gpu)")
     p.add_argument("--allow-shared-gpu", action="store_true",
                    help="accept --trials-per-gpu > 1 with a throughput or time objective (not comparable)")
+    p.add_argument("--no-confirm", dest="confirm", action="store_false",
+                   help="recommend the best trial without re-running it against the default "
+                        "(best_config.confirmation.json then says unconfirmed)")
+    p.add_argument("--confirm-runs", type=positive_int, default=None, metavar="K",
+                   help="re-runs of the best and of the default before recommending (default 3 on a GPU, 2 on a CPU)")
     p.set_defaults(func=_cmd_sweep)

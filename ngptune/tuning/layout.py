@@ -59,6 +59,25 @@ class StudyDir:
         return self.root / "best_config.json"
 
     @property
+    def confirmation_path(self) -> Path:
+        """The evidence beside ``best_config.json`` (:mod:`ngptune.tuning.confirm`)."""
+        return self.root / "best_config.confirmation.json"
+
+    @property
+    def confirm_dir(self) -> Path:
+        return self.root / "confirm"
+
+    def confirm_run_dir(self, label: str, index: int) -> Path:
+        """Run directory of re-run ``index`` of the ``best`` or ``default`` configuration."""
+        return self.confirm_dir / f"{label}-{index}"
+
+    def confirm_config_path(self, label: str, index: int) -> Path:
+        return self.confirm_dir / f"{label}-{index}.config.json"
+
+    def confirm_log_path(self, label: str, index: int) -> Path:
+        return self.confirm_dir / f"{label}-{index}.launch.log"
+
+    @property
     def best_env_path(self) -> Path:
         return self.root / "best_env.sh"
 

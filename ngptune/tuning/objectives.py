@@ -7,6 +7,8 @@ Objectives (names as in the study file, the trials' ``objectives`` attribute and
   the occupancy warm-up; the rule the profile shares, :func:`ngptune.profiling.runs.steady_records`);
   the only record when there is one. In a distributed run rank 0's
   record holds the global throughput (samples of all ranks per second).
+* ``samples_per_s`` (maximise): the same measurement as ``throughput_samples_per_s``.
+* ``rays_per_s`` (maximise): the mean of rank 0's ``rays_per_s`` after the warm-up, as above.
 * ``psnr_at_budget_db`` (maximise): the trainer's final evaluation (``eval_psnr_db`` in
   ``status.json``) after a fixed training-time budget (``budget.seconds``).
 * ``time_to_psnr_s`` (minimise): training seconds (``wall_time_s``, evaluation excluded) at the
@@ -14,6 +16,12 @@ Objectives (names as in the study file, the trials' ``objectives`` attribute and
   ``metrics.jsonl`` (every ``eval_every_steps`` steps) and then the final one. Resolution: one
   evaluation interval. A trial that never reaches the target has no value (it is pruned, with
   the best PSNR it reached in the reason).
+
+Throughput objectives reward work, not useful work: a configuration whose occupancy grid keeps
+empty space occupied marches more samples per ray and wins on samples per second while it
+trains worse. A study whose objectives are all throughputs gets :func:`throughput_only_warning`
+(printed by the sweep and shown in the report); every trial is scored on PSNR regardless
+(:func:`trial_quality`).
 
 Intermediate values (for the pruner, single-objective studies only) are reported at the
 trainer's step of each metrics record: the running throughput for ``throughput_samples_per_s``,
@@ -36,11 +44,15 @@ __all__ = [
     "OBJECTIVES",
     "ObjectiveDef",
     "TargetNotReached",
+    "QUALITY_OBJECTIVES",
+    "THROUGHPUT_OBJECTIVES",
     "intermediate_values",
     "mean_phase_ms",
     "objective_value",
     "throughput_samples_per_s",
     "time_to_psnr_s",
+    "throughput_only_warning",
+    "trial_quality",
 ]
 
 
@@ -57,9 +69,27 @@ class ObjectiveDef:
 
 OBJECTIVES: dict[str, ObjectiveDef] = {
     "throughput_samples_per_s": ObjectiveDef("throughput_samples_per_s", "maximize", "samples/s", False, True),
+    "samples_per_s": ObjectiveDef("samples_per_s", "maximize", "samples/s", False, True),
+    "rays_per_s": ObjectiveDef("rays_per_s", "maximize", "rays/s", False, True),
     "psnr_at_budget_db": ObjectiveDef("psnr_at_budget_db", "maximize", "dB", True, True),
     "time_to_psnr_s": ObjectiveDef("time_to_psnr_s", "minimize", "s", True, False),
 }
+
+#: Objectives that measure work done per second, not the quality it buys.
+THROUGHPUT_OBJECTIVES: frozenset[str] = frozenset({"throughput_samples_per_s", "samples_per_s", "rays_per_s"})
+#: Objectives that measure the quality reached (held-out PSNR).
+QUALITY_OBJECTIVES: frozenset[str] = frozenset({"psnr_at_budget_db", "time_to_psnr_s"})
+_COLUMN = {"throughput_samples_per_s": "throughput_samples_per_s", "samples_per_s": "throughput_samples_per_s",
+           "rays_per_s": "rays_per_s"}
+
+
+def throughput_only_warning(names: Sequence[str]) -> str | None:
+    """The warning for a study whose objectives ``names`` are all throughputs, else None."""
+    if not names or not all(n in THROUGHPUT_OBJECTIVES for n in names):
+        return None
+    return (f"objective {', '.join(names)} measures throughput only: it rewards marching empty space "
+            "(a grid that keeps empty cells occupied wins on samples/s and trains worse); "
+            "use psnr_at_budget_db or time_to_psnr_s — every trial's PSNR is still recorded (psnr_db)")
 
 
 class TargetNotReached(Exception):
@@ -76,11 +106,46 @@ def _finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def steady_mean(records: Sequence[Mapping[str, Any]], column: str) -> float | None:
+    """Mean of ``column`` over rank-0 ``records`` (in step order) after the warm-up
+    (:func:`ngptune.profiling.runs.steady_records`), or None when no record has a finite value."""
+    values = [r[column] for r in steady_records(records) if _finite(r.get(column))]
+    return statistics.fmean(values) if values else None
+
+
 def throughput_samples_per_s(records: Sequence[Mapping[str, Any]]) -> float | None:
     """Mean ``throughput_samples_per_s`` (samples/s) of rank-0 ``records`` (in step order) after the
     warm-up (:func:`ngptune.profiling.runs.steady_records`), or None when no record has a finite value."""
-    values = [r["throughput_samples_per_s"] for r in steady_records(records) if _finite(r.get("throughput_samples_per_s"))]
-    return statistics.fmean(values) if values else None
+    return steady_mean(records, "throughput_samples_per_s")
+
+
+def trial_quality(records: Sequence[Mapping[str, Any]], status: Mapping[str, Any]) -> dict[str, float | None]:
+    """What every trial is scored on, whatever its objectives (None where the run has no value).
+
+    Returns:
+        ``psnr_db`` (dB, the final evaluation's mean over the held-out views, ``eval_psnr_db`` of
+        ``status.json``), ``train_time_s`` (s, training only), ``steps``, ``rays_per_s`` (rays/s) and
+        ``samples_per_s`` (samples/s) after the warm-up, ``samples_per_ray`` (total samples / total
+        rays after the warm-up) and ``occupancy_fraction`` (of the last record).
+    """
+    steady = steady_records(records)
+    rays = sum(r["rays_per_step"] for r in steady if _finite(r.get("rays_per_step")))
+    samples = sum(r["samples_per_step"] for r in steady if _finite(r.get("samples_per_step")))
+    occupancy = [r["occupancy_fraction"] for r in records if _finite(r.get("occupancy_fraction"))]
+    steps = status.get("step", records[-1]["step"] if records else None)
+
+    def number(value: Any) -> float | None:
+        return float(value) if _finite(value) else None
+
+    return {
+        "psnr_db": number(status.get("eval_psnr_db")),
+        "train_time_s": number(status.get("train_time_s")),
+        "steps": int(steps) if _finite(steps) else None,
+        "rays_per_s": steady_mean(records, "rays_per_s"),
+        "samples_per_s": throughput_samples_per_s(records),
+        "samples_per_ray": samples / rays if rays > 0 else None,
+        "occupancy_fraction": occupancy[-1] if occupancy else None,
+    }
 
 
 def time_to_psnr_s(records: Sequence[Mapping[str, Any]], status: Mapping[str, Any], target_db: float) -> float:
@@ -122,8 +187,8 @@ def objective_value(
         TargetNotReached: ``time_to_psnr_s`` whose target no evaluation reached.
         KeyError: unknown objective name (a programming error: study files are validated).
     """
-    if name == "throughput_samples_per_s":
-        return throughput_samples_per_s(records)
+    if name in _COLUMN:
+        return steady_mean(records, _COLUMN[name])
     if name == "psnr_at_budget_db":
         value = status.get("eval_psnr_db")
         return float(value) if _finite(value) else None
@@ -141,9 +206,9 @@ def intermediate_values(name: str, records: Sequence[Mapping[str, Any]]) -> list
     ``time_to_psnr_s``: none.
     """
     out: list[tuple[int, float]] = []
-    if name == "throughput_samples_per_s":
+    if name in _COLUMN:
         for i, record in enumerate(records):
-            value = throughput_samples_per_s(records[: i + 1])
+            value = steady_mean(records[: i + 1], _COLUMN[name])
             if value is not None:
                 out.append((int(record["step"]), value))
     elif name == "psnr_at_budget_db":

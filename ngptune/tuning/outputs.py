@@ -9,10 +9,14 @@ Which trial is "best":
   trial closest (Euclidean) to the ideal point (0, ..., 0) is chosen — the balanced "knee" of the
   front rather than an extreme; ties go to the lower trial number.
 
-``best_config.json`` is the trainer config the chosen trial was launched with, except for the
-trial budget: ``training.n_steps`` and ``training.time_budget_s`` go back to the study's base
-config, so ``ngptune train --config best_config.json`` trains as long as a normal run with the
-tuned settings (a trial's few seconds would otherwise stop it early);
+``best_config.json`` is the trainer config of the *recommended* trial — the best when the
+confirmation (:mod:`ngptune.tuning.confirm`) upheld it or was skipped, else the default — except
+for what does not travel: the trial budget (``training.n_steps``, ``training.time_budget_s``) and
+``data.scene`` go back to the study's base config, so ``ngptune train --config best_config.json
+--scene S`` trains as long as a normal run on any scene. The file opens with comment lines
+(JSON5) naming the study, the scene it was tuned on, its confirmation status and the study's
+fixed settings, which were chosen for that scene (e.g. the demo's 6 levels and 32³ occupancy
+grid) and may not suit another; ``best_config.confirmation.json`` beside it holds the evidence;
 ``best_env.sh`` holds ``export`` lines for the NCCL variables the trial set (the tuned ones and
 ``NCCL_NVLS_ENABLE=0``), never site variables.
 """
@@ -30,7 +34,8 @@ from ngptune.tuning.layout import StudyDir
 from trainer.config import TrainConfig, apply_overrides, config_to_dict, dump_config, load_config
 from trainer.rundir import atomic_write_text
 
-__all__ = ["best_config", "comment_text", "representative_trial", "write_best_config", "write_best_env"]
+__all__ = ["best_config", "comment_text", "representative_trial", "write_best_config", "write_best_env",
+           "write_confirmation"]
 
 _SHELL_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -67,29 +72,59 @@ def representative_trial(study):
 
 def best_config(trial, spec) -> TrainConfig:
     """The trial's launch config with the budget keys of ``spec.budget`` (a
-    :class:`~ngptune.tuning.study.StudySpec`) set back to the study's base config.
+    :class:`~ngptune.tuning.study.StudySpec`) and ``data.scene`` set back to the study's base config.
 
     Raises:
         ConfigError: the trial's config file or the base config is missing or invalid (names it).
     """
     cfg = load_config(Path(trial.user_attrs["config_path"]))
     base = config_to_dict(load_config(spec.base_config_path))
-    restore = {}
+    restore = {"data.scene": base["data"]["scene"]}
     for key in spec.budget.trainer_overrides():
         block, name = key.split(".", 1)
         restore[key] = base[block][name]
     return apply_overrides(cfg, restore)
 
 
-def write_best_config(trial, spec, study_dir: StudyDir) -> Path:
-    """Write :func:`best_config` of ``trial`` to ``best_config.json``.
+def _header(trial, spec, verdict) -> list[str]:
+    """The comment lines of ``best_config.json``."""
+    status = "unconfirmed (no confirmation ran)" if verdict is None else verdict.sentence
+    lines = [f"Recommended by study {spec.name} ({spec.path}): trial {trial.number}"
+             + (" (the untuned default)" if trial.user_attrs.get("is_default") else "") + ".",
+             f"Tuned on scene {spec.scene}; data.scene is left as in the base config: pass --scene.",
+             f"Confirmation: {status}."]
+    scene_specific = {k: v for k, v in spec.settings.items() if not k.startswith("training.log")}
+    if scene_specific:
+        lines.append("Fixed by the study for its scene (may not suit another): "
+                     + ", ".join(f"{k}={v}" for k, v in scene_specific.items()) + ".")
+    return ["// " + line for line in lines]
+
+
+def write_best_config(trial, spec, study_dir: StudyDir, *, verdict=None) -> Path:
+    """Write :func:`best_config` of ``trial`` to ``best_config.json``, with comment lines naming
+    the study, its scene, the confirmation ``verdict`` (a :class:`~ngptune.tuning.confirm.Verdict`,
+    or None: unconfirmed) and the study's scene-specific fixed settings.
 
     Raises:
         ConfigError: the trial's config file is missing or invalid (names the file).
     """
     cfg = best_config(trial, spec)
     path = study_dir.best_config_path
-    atomic_write_text(path, dump_config(cfg) + "\n")
+    atomic_write_text(path, "\n".join([*_header(trial, spec, verdict), dump_config(cfg)]) + "\n")
+    return path
+
+
+def write_confirmation(verdict, trial, study_dir: StudyDir, runs: list | None = None) -> Path:
+    """Write ``best_config.confirmation.json``: the recommended trial, the verdict
+    (:meth:`~ngptune.tuning.confirm.Verdict.to_dict`; ``confirmed`` false and ``status``
+    ``unconfirmed`` when ``verdict`` is None) and the re-runs ``runs`` recorded in the study."""
+    import json
+
+    record = {"recommended_trial": trial.number,
+              "verdict": verdict.to_dict() if verdict is not None else {"status": "unconfirmed", "confirmed": False},
+              "runs": list(runs or [])}
+    path = study_dir.confirmation_path
+    atomic_write_text(path, json.dumps(record, indent=2, default=str) + "\n")
     return path
 
 

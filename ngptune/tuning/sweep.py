@@ -21,7 +21,10 @@ One worker (``ngptune sweep``) runs this loop; several workers may share a study
 4. Run trials until the study holds ``trials`` finished ones (completed, pruned or failed; not
    counting retried ones) and no waiting one, or until ``--timeout``. Several workers may
    overshoot the target by at most one trial each.
-5. Write ``best_config.json``, ``best_env.sh`` (:mod:`ngptune.tuning.outputs`), ``report.html``
+5. Confirm (:mod:`ngptune.tuning.confirm`, unless ``--no-confirm``): re-run the best and the
+   default K times each; recommend the best only when it still beats the default.
+6. Write ``best_config.json`` (the recommended configuration), ``best_config.confirmation.json``
+   (the evidence), ``best_env.sh`` (:mod:`ngptune.tuning.outputs`), ``report.html``
    (:mod:`ngptune.reporting.study_report`), ``trials.csv`` and a terminal summary
    (:mod:`ngptune.reporting.study_summary`).
 
@@ -32,7 +35,11 @@ process tree (:mod:`ngptune.tuning.trial`) on a slot of GPUs claimed for it
 runs, and records the user attributes the report reads (``outcome``, ``reason``, ``log_path``,
 ``run_dir``, ``config_path``, ``duration_s``, ``is_default``, ``settings``, ``nccl_env``,
 ``nccl_applied``, ``nccl_active``, ``emulated_interconnect``, ``objectives``, ``phase_ms``,
-``diagnoses``, ``gpus``, ``gpus_held_unix_s``, ``trials_per_gpu``). One bad trial never stops the study.
+``quality``, ``diagnoses``, ``diagnoses_note``, ``gpus``, ``gpus_held_unix_s``,
+``trials_per_gpu``). Every trial runs the final evaluation on the
+held-out views, so every completed trial has a PSNR (``quality``:
+:func:`ngptune.tuning.objectives.trial_quality`) whatever the objectives. One bad trial never
+stops the study.
 """
 
 from __future__ import annotations
@@ -55,8 +62,15 @@ from ngptune.errors import TrialFailed
 from ngptune.tuning import nccl
 from ngptune.tuning.concurrency import TrialSlots, plan_trial_slots
 from ngptune.tuning.layout import StudyDir
-from ngptune.tuning.objectives import OBJECTIVES, TargetNotReached, intermediate_values, mean_phase_ms, objective_value
-from ngptune.tuning.outputs import representative_trial, write_best_config, write_best_env
+from ngptune.tuning.confirm import (
+    CONFIRMATION_ATTR, DEFAULT_REPEATS_CPU, DEFAULT_REPEATS_GPU, Verdict, confirm_study, primary_objective, unconfirmed,
+)
+from ngptune.tuning.objectives import (
+    OBJECTIVES, TargetNotReached, intermediate_values, mean_phase_ms, objective_value, throughput_only_warning,
+    trial_quality,
+)
+from ngptune.tuning.outputs import representative_trial, write_best_config, write_best_env, write_confirmation
+from ngptune.tuning.rerun import RerunLauncher
 from ngptune.tuning.space import check_combination, default_params, sample, split_values, trial_config
 from ngptune.tuning.storage import (
     UNTUNED_ATTR, SweepError, masked_url, open_storage, open_study, recover_trials, setup_lock, study_progress, worker_id,
@@ -91,6 +105,8 @@ class SweepOptions:
             ``--aabb-scale``, added to the study's fixed settings (they override the file's).
         gpus_per_trial, concurrent_trials, trials_per_gpu, allow_shared_gpu: trials side by side
             (:mod:`ngptune.tuning.concurrency`).
+        confirm: re-run best and default before recommending (``--no-confirm``: False).
+        confirm_repeats: re-runs of each (None: 3 on a GPU, 2 on a CPU).
     """
 
     study_path: Path
@@ -107,6 +123,8 @@ class SweepOptions:
     concurrent_trials: int | str | None = None
     trials_per_gpu: int = 1
     allow_shared_gpu: bool = False
+    confirm: bool = True
+    confirm_repeats: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,6 +137,7 @@ class SweepResult:
     best_number: int | None
     report_path: Path | None
     best_config_path: Path | None
+    verdict: Verdict | None = None
 
 
 def default_nproc_per_node() -> int:
@@ -232,7 +251,9 @@ class _Objective:
             "emulated_interconnect": self.base_cfg.distributed.emulate_interconnect,
             "objectives": {o.name: None for o in self.spec.objectives},
             "phase_ms": {},
+            "quality": {},
             "diagnoses": [],
+            "diagnoses_note": "the trial did not complete",
             "duration_s": 0.0,
             "gpus": [],
             "trials_per_gpu": self.slots.trials_per_gpu,
@@ -248,7 +269,7 @@ class _Objective:
         config_path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(config_path, dump_config(cfg) + "\n")
         launch = TrialLaunch(
-            argv=trial_argv(config_path, run_dir, self.nproc, evaluate=self.spec.needs_eval),
+            argv=trial_argv(config_path, run_dir, self.nproc, evaluate=True),  # every trial is scored on PSNR
             env=nccl.trial_env(os.environ, nccl_env, nccl_active=self.nccl_active),
             run_dir=run_dir,
             log_path=log_path,
@@ -260,6 +281,7 @@ class _Objective:
         rundir = RunDir(run_dir)
         attrs["duration_s"] = run.duration_s
         attrs["phase_ms"] = mean_phase_ms(run.records)
+        attrs["quality"] = trial_quality(run.records, run.status or {})
         if self.nccl_active:
             attrs["nccl_applied"] = nccl.parse_applied(rundir.log_path(r) for r in range(self.nproc))
         attrs["objectives"], missed = self._objective_values(run)
@@ -273,7 +295,7 @@ class _Objective:
                 outcome, reason = "pruned", missed
             elif absent:
                 outcome, reason = "failed", f"the run completed without a value for {', '.join(absent)}"
-            attrs["diagnoses"] = _diagnoses(run_dir)
+            attrs["diagnoses"], attrs["diagnoses_note"] = _diagnoses(run_dir)
         return self._finish(trial, attrs, outcome, reason, list(attrs["objectives"].values()))
 
     def _run_on_slot(self, trial, attrs: dict[str, Any], launch: TrialLaunch):
@@ -301,6 +323,9 @@ class _Objective:
         for key, value in attrs.items():
             trial.set_user_attr(key, value)
         shown = ", ".join(f"{k} = {v:.4g}" for k, v in attrs["objectives"].items() if v is not None)
+        psnr_db = attrs.get("quality", {}).get("psnr_db")
+        if psnr_db is not None and "psnr_at_budget_db" not in attrs["objectives"]:
+            shown += f", PSNR {psnr_db:.2f} dB"
         colour = {"completed": "green", "pruned": "yellow", "failed": "red"}[outcome]
         self.console.print(f"trial {trial.number}: [{colour}]{outcome}[/{colour}] in {attrs['duration_s']:.1f} s"
                            + (f": {shown}" if shown and outcome == "completed" else "")
@@ -312,17 +337,23 @@ class _Objective:
         return values[0] if len(values) == 1 else values
 
 
-def _diagnoses(run_dir: Path) -> list[dict[str, Any]]:
+def _diagnoses(run_dir: Path) -> tuple[list[dict[str, Any]], str]:
     """The bottleneck diagnoses of a completed trial, from its metrics files
-    (:func:`ngptune.profiling.diagnose.diagnose_run` returns the bottlenecks that fired)."""
-    from ngptune.profiling.diagnose import diagnose_run
+    (:func:`ngptune.profiling.diagnose.assess_run`), and a note saying what was checked (or why
+    nothing could be)."""
+    from ngptune.profiling.diagnose import assess_run
 
     try:
-        found = diagnose_run(run_dir)
-    except NgptuneError:
-        return []
+        checks = assess_run(run_dir)
+    except NgptuneError as exc:
+        return [], f"not diagnosed: {exc}"
+    found = [c.diagnosis for c in checks if c.diagnosis is not None]
+    clear = [c.bottleneck for c in checks if c.status == "clear"]
+    skipped = [c.bottleneck for c in checks if c.status == "not_evaluated"]
+    note = (f"checked from metrics: {len(found)} fired, clear: {', '.join(clear) or 'none'}; "
+            f"not evaluated (needs a profile or several ranks): {', '.join(skipped) or 'none'}")
     return [{"bottleneck": d.bottleneck, "severity": d.severity, "evidence": d.evidence, "knob": d.knob}
-            for d in found]
+            for d in found], note
 
 
 # ----------------------------------------------------------------------------------------------
@@ -505,6 +536,10 @@ def _run(options: SweepOptions, spec: StudySpec, nproc: int, base_cfg: TrainConf
         + (f"; {slots.concurrent} trials at once" if slots.concurrent > 1 else "")
         + (f"; retrying trial{'s' if len(retried) > 1 else ''} {', '.join(map(str, retried))}" if retried else "")
     )
+    warning = throughput_only_warning(spec.objective_names)
+    if warning is not None:
+        console.print(f"[yellow]warning: {warning}[/yellow]")
+        study.set_user_attr("objective_warning", warning)
     objective = _Objective(spec=spec, base_cfg=base_cfg, scene=scene, nproc_per_node=nproc, nccl_active=nccl_active,
                            study_dir=study_dir, console=console, poll_s=options.poll_s, slots=slots)
 
@@ -525,23 +560,72 @@ def _run(options: SweepOptions, spec: StudySpec, nproc: int, base_cfg: TrainConf
                                n_jobs=slots.concurrent)
             finally:
                 slots.stop.set()
-    return _write_outputs(study, spec, name, study_dir, nccl_active, console)
+        verdict = _confirm(options, study, spec, study_dir, nproc, nccl_active, console)
+    return _write_outputs(study, spec, name, study_dir, nccl_active, console, verdict)
+
+
+def _confirm(options: SweepOptions, study, spec: StudySpec, study_dir: StudyDir, nproc: int, nccl_active: bool,
+             console: Console) -> Verdict | None:
+    """Re-run best and default (:mod:`ngptune.tuning.confirm`); None when no trial completed."""
+    import torch
+
+    from ngptune.reporting.study_data import default_trial
+
+    best = representative_trial(study)
+    if best is None:
+        return None
+    name = primary_objective(spec.objective_names)
+    direction = OBJECTIVES[name].direction
+    default = default_trial(study)
+    if default is None or default.state.name != "COMPLETE":
+        return unconfirmed(name, direction, "the default trial did not complete", best_trial=best.number,
+                           default_trial=None if default is None else default.number)
+    if not options.confirm:
+        return unconfirmed(name, direction, "confirmation skipped (--no-confirm)", best_trial=best.number,
+                           default_trial=default.number)
+    repeats = options.confirm_repeats or (DEFAULT_REPEATS_GPU if torch.cuda.is_available() else DEFAULT_REPEATS_CPU)
+    if best.number != default.number:
+        console.print(f"[bold]confirmation[/bold]: best trial {best.number} and default trial {default.number}, "
+                      f"{repeats} re-runs each of {spec.budget.describe()} with new seeds, alternating")
+    launcher = RerunLauncher(spec=spec, objective=name, study_dir=study_dir, nproc_per_node=nproc,
+                             nccl_active=nccl_active, poll_s=options.poll_s)
+
+    def shown(run) -> None:
+        psnr_db = run.quality.get("psnr_db")
+        value = "no value" if run.value is None else f"{name} = {run.value:.4g}"
+        console.print(f"  re-run {run.label} {run.index} (seed {run.seed}): {run.outcome}, {value}"
+                      + (f", PSNR {psnr_db:.2f} dB" if psnr_db is not None else "")
+                      + (f" — {run.reason}" if run.reason else ""))
+
+    return confirm_study(study, best=best, default=default, repeats=repeats, objective=name, direction=direction,
+                         unit=OBJECTIVES[name].unit, base_seed=spec.base_config().training.seed,
+                         launch=launcher, on_run=shown)
 
 
 def _write_outputs(study, spec: StudySpec, name: str, study_dir: StudyDir, nccl_active: bool,
-                   console: Console) -> SweepResult:
+                   console: Console, verdict: Verdict | None) -> SweepResult:
+    from ngptune.reporting.study_data import default_trial
     from ngptune.reporting.study_report import print_summary, write_study_report, write_trials_csv
 
     best = representative_trial(study)
+    if verdict is not None and verdict.recommend == "default":
+        best = default_trial(study)
     best_config = None
     if best is not None:
-        best_config = write_best_config(best, spec, study_dir)
+        best_config = write_best_config(best, spec, study_dir, verdict=verdict)
+        record = study.user_attrs.get(CONFIRMATION_ATTR) or {}
+        write_confirmation(verdict, best, study_dir, record.get("runs", []))
         write_best_env(best, name, study_dir)
     write_trials_csv(study, study_dir.trials_csv_path)
     report = write_study_report(study, study_dir.root, title=f"ngptune sweep: {name}", nccl_active=nccl_active)
     print_summary(study, console)
     if best is not None:
         which = "representative of the Pareto front" if len(spec.objectives) > 1 else "best"
+        if verdict is not None:
+            colour = "green" if verdict.confirmed else "yellow"
+            console.print(f"[{colour}]{verdict.sentence}[/{colour}]")
+            which = "recommended (the default)" if verdict.recommend == "default" else \
+                f"recommended ({which}, {'confirmed' if verdict.confirmed else 'unconfirmed'})"
         console.print(f"{which}: trial {best.number} → {best_config}, {study_dir.best_env_path}")
     else:
         console.print("[red]no trial completed: no best_config.json[/red]")
@@ -553,4 +637,5 @@ def _write_outputs(study, spec: StudySpec, name: str, study_dir: StudyDir, nccl_
         best_number=None if best is None else best.number,
         report_path=report,
         best_config_path=best_config,
+        verdict=verdict,
     )

@@ -214,6 +214,8 @@ def test_missing_sources_are_not_evaluated_never_guessed() -> None:
         "hash_grid_contention": "not_evaluated",  # no kernel table
         "communication": "not_evaluated",  # one rank
         "load_imbalance": "not_evaluated",
+        "wasted_samples": "not_evaluated",  # no occupancy records
+        "occupancy_update": "clear",
     }
     assert "one" in checks[3].detail and "NVML" in checks[0].detail
 
@@ -222,7 +224,7 @@ def test_phase_timers_off_leave_the_phase_diagnoses_unevaluated() -> None:
     off = {**{p: 0.0 for p in PHASES}, "other": 100.0}
     checks = assess(inputs({0: off, 1: off}, gpu_timeline=gpu_timeline(30.0)))
     assert {c.status for c in checks} == {"not_evaluated"}
-    assert all("phase timers" in c.detail or "kernel" in c.detail for c in checks)
+    assert all("phase timers" in c.detail or "kernel" in c.detail or "occupancy fraction" in c.detail for c in checks)
 
 
 def test_diagnoses_table_has_the_schema_columns_and_one_row_per_bottleneck() -> None:
@@ -270,3 +272,30 @@ def test_a_run_without_any_phase_rows_is_not_evaluated_for_lack_of_timers() -> N
     by_name = {c.bottleneck: c.detail for c in checks}
     assert by_name["communication"] == by_name["load_imbalance"] == by_name["data_loading"]
     assert "phase timers" in by_name["communication"]
+
+
+# ------------------------------------------------------------------- occupancy-grid diagnoses
+def occupancy(fractions: list[float], samples_per_ray: float) -> pd.DataFrame:
+    """Rank 0's records: 1024 rays per step, the given occupied fractions at steps 10, 20, ..."""
+    return pd.DataFrame({"step": [10 * (i + 1) for i in range(len(fractions))], "occupancy_fraction": fractions,
+                         "rays_per_step": 1024.0, "samples_per_step": 1024.0 * samples_per_ray})
+
+
+@pytest.mark.parametrize("fractions, per_ray, fires", [
+    ([1.0, 0.6, 0.45], 220.0, True),    # the grid keeps empty space: samples marched there
+    ([1.0, 0.3, 0.15], 90.0, False),    # the grid carved out the empty space
+])
+def test_wasted_samples_fires_on_a_grid_that_stays_occupied(fractions, per_ray, fires) -> None:
+    c = check(inputs({0: healthy()}, occupancy=occupancy(fractions, per_ray)), "wasted_samples")
+    assert c.status == ("fired" if fires else "clear")
+    assert c.value == pytest.approx(fractions[-1])
+    assert f"{per_ray:.0f} samples per ray" in c.detail and f"{fractions[-1]:.1%} occupied at step 30" in c.detail
+    if fires:
+        assert "training.occupancy_update_every" in c.diagnosis.knob and c.diagnosis.severity == "medium"  # 0.45 / 0.30 = 1.5
+
+
+def test_occupancy_update_dominating_the_step_fires() -> None:
+    c = check(inputs({0: healthy(occupancy_update=60.0)}), "occupancy_update")  # 60 of 160 ms
+    assert c.status == "fired" and c.value == pytest.approx(60.0 / 160.0)
+    assert "updating the occupancy grid" in c.detail and "occupancy_update_every (higher" in c.diagnosis.knob
+    assert check(inputs({0: healthy(occupancy_update=5.0)}), "occupancy_update").status == "clear"

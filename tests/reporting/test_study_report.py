@@ -58,6 +58,7 @@ def _run_trial(
     interconnect: str = "none",
     metrics: list[tuple[float, float | None]] | None = None,
     record_objectives: bool = True,
+    quality: dict[str, float] | None = None,
 ) -> int:
     """One trial as the sweep records it; ``metrics`` = (throughput, eval PSNR or None) records for its run."""
     study.enqueue_trial(params)
@@ -81,6 +82,7 @@ def _run_trial(
         "emulated_interconnect": interconnect,
         "phase_ms": phase_ms or {},
         "diagnoses": diagnoses or [],
+        "quality": quality or {},
     }
     if record_objectives and values is not None:
         attrs["objectives"] = dict(zip(study.metric_names or [], values))
@@ -175,12 +177,13 @@ def test_trials_csv_single_objective(single_study: optuna.Study, tmp_path: Path)
     log = [_log(tmp_path, n) for n in range(5)]
     assert path.read_text().splitlines() == [
         "number,state,outcome,reason,duration_s,throughput_samples_per_s,"
+        "psnr_db,train_time_s,steps,rays_per_s,samples_per_s,samples_per_ray,occupancy_fraction,"
         "param_parallel.mode,param_training.lr,param_parallel.num_subgrids,gpus,log_path",
-        f"0,COMPLETE,completed,,10.0,1000.0,data,0.01,,,{log[0]}",
-        f"1,COMPLETE,completed,,12.5,1500.0,subgrid,0.02,4,,{log[1]}",  # conditional int stays an int
-        f"2,COMPLETE,completed,,11.0,1200.0,data,0.05,,,{log[2]}",
-        f"3,PRUNED,pruned,{OOM_REASON},3.0,,subgrid,0.002,8,,{log[3]}",
-        f"4,FAIL,failed,{CRASH_REASON},4.0,,data,0.09,,,{log[4]}",
+        f"0,COMPLETE,completed,,10.0,1000.0,,,,,,,,data,0.01,,,{log[0]}",
+        f"1,COMPLETE,completed,,12.5,1500.0,,,,,,,,subgrid,0.02,4,,{log[1]}",  # conditional int stays an int
+        f"2,COMPLETE,completed,,11.0,1200.0,,,,,,,,data,0.05,,,{log[2]}",
+        f"3,PRUNED,pruned,{OOM_REASON},3.0,,,,,,,,,subgrid,0.002,8,,{log[3]}",
+        f"4,FAIL,failed,{CRASH_REASON},4.0,,,,,,,,,data,0.09,,,{log[4]}",
     ]
 
 
@@ -189,12 +192,13 @@ def test_trials_csv_two_objectives(pareto_study: optuna.Study, tmp_path: Path) -
     log = [_log(tmp_path, n) for n in range(5)]
     assert path.read_text().splitlines() == [
         "number,state,outcome,reason,duration_s,psnr_at_budget_db,throughput_samples_per_s,"
+        "psnr_db,train_time_s,steps,rays_per_s,samples_per_s,samples_per_ray,occupancy_fraction,"
         "param_parallel.mode,param_training.lr,param_parallel.num_subgrids,gpus,log_path",
-        f"0,COMPLETE,completed,,10.0,20.0,1000.0,data,0.01,,,{log[0]}",
-        f"1,COMPLETE,completed,,10.0,24.0,900.0,data,0.03,,,{log[1]}",
-        f"2,COMPLETE,completed,,10.0,22.0,1400.0,subgrid,0.02,2,,{log[2]}",
-        f"3,COMPLETE,completed,,10.0,19.0,800.0,subgrid,0.004,4,,{log[3]}",
-        f"4,FAIL,failed,NCCL error: unhandled system error,10.0,,,data,0.08,,,{log[4]}",
+        f"0,COMPLETE,completed,,10.0,20.0,1000.0,,,,,,,,data,0.01,,,{log[0]}",
+        f"1,COMPLETE,completed,,10.0,24.0,900.0,,,,,,,,data,0.03,,,{log[1]}",
+        f"2,COMPLETE,completed,,10.0,22.0,1400.0,,,,,,,,subgrid,0.02,2,,{log[2]}",
+        f"3,COMPLETE,completed,,10.0,19.0,800.0,,,,,,,,subgrid,0.004,4,,{log[3]}",
+        f"4,FAIL,failed,NCCL error: unhandled system error,10.0,,,,,,,,,,data,0.08,,,{log[4]}",
     ]
 
 
@@ -411,3 +415,13 @@ def test_report_escapes_hostile_names_values_and_paths(tmp_path: Path) -> None:
     page = write_study_report(study, tmp_path, title=f"study {markup}", nccl_active=True).read_text()
     assert markup not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+
+
+def test_trials_csv_has_every_trials_quality(tmp_path: Path) -> None:
+    study = optuna.create_study(study_name="q", direction="maximize")
+    study.set_metric_names(["samples_per_s"])
+    quality = {"psnr_db": 24.5, "train_time_s": 6.1, "steps": 30, "rays_per_s": 620.0, "samples_per_s": 5.6e4,
+               "samples_per_ray": 90.0, "occupancy_fraction": 0.15}
+    _run_trial(study, tmp_path, {"parallel.mode": "data"}, values=[5.6e4], quality=quality)
+    row = pd.read_csv(write_trials_csv(study, tmp_path / "trials.csv")).iloc[0]
+    assert {k: row[k] for k in quality} == pytest.approx(quality)

@@ -27,15 +27,15 @@ def test_demo_study_is_cpu_sized():
     spec = load_study(STUDIES / "demo.toml")
     assert spec.scene == "demo"
     assert spec.budget.seconds is not None and spec.budget.seconds * spec.trials <= 60
-    assert spec.objective_names == ["throughput_samples_per_s"]
+    assert spec.objective_names == ["psnr_at_budget_db"] and spec.pruner.type == "none"
     cfg = spec.base_config()
     assert cfg.training.time_budget_s == spec.budget.seconds and cfg.training.n_steps == BUDGET_STEPS_CAP
 
 
 def test_quality_time_has_two_objectives_and_no_pruner():
     spec = load_study(STUDIES / "quality_time.toml")
-    assert spec.objective_names == ["psnr_at_budget_db", "throughput_samples_per_s"]
-    assert spec.directions == ["maximize", "maximize"]
+    assert spec.objective_names == ["psnr_at_budget_db", "time_to_psnr_s"]
+    assert spec.directions == ["maximize", "minimize"] and spec.objectives[1].target_db == 33.0
     assert spec.pruner.type == "none" and spec.needs_eval
 
 
@@ -116,7 +116,7 @@ def _param(name: str, body: str) -> str:
         ({"budget": "seconds = 30\ntrial_timeout_s = 20"}, r"^budget\.trial_timeout_s: expected more than budget\.seconds \(30\), got 20"),
         ({"objectives": '[[objectives]]\nname = "psnr_at_budget_db"\n'}, r"^objectives\[0\]\.name: psnr_at_budget_db needs a time budget: set budget\.seconds"),
         ({"objectives": '[[objectives]]\nname = "time_to_psnr_s"\n'}, r"^objectives\[0\]: missing key 'target_db'"),
-        ({"objectives": '[[objectives]]\nname = "samples_per_s"\n'}, r"^objectives\[0\]\.name: expected one of throughput_samples_per_s, psnr_at_budget_db, time_to_psnr_s"),
+        ({"objectives": '[[objectives]]\nname = "samples_per_hour"\n'}, r"^objectives\[0\]\.name: expected one of throughput_samples_per_s, samples_per_s, rays_per_s, psnr_at_budget_db, time_to_psnr_s"),
         ({"objectives": THROUGHPUT + THROUGHPUT}, r"^objectives\[1\]\.name: objective throughput_samples_per_s listed twice"),
         ({"objectives": ""}, r"^objectives: expected one or more \[\[objectives\]\] tables"),
         ({"objectives": THROUGHPUT + '[[objectives]]\nname = "time_to_psnr_s"\ntarget_db = 20\n', "pruner": 'type = "median"'},

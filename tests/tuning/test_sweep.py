@@ -127,7 +127,8 @@ def test_unreachable_storage_is_one_error_line(tmp_path, tiny_study):
 
 def test_resume_after_kill_keeps_completed_trials_and_retries_the_running_one(tmp_path, tiny_study):
     out = tmp_path / "out"
-    cmd = [str(c) for c in SWEEP + ["--study", tiny_study, "--out", out, "--nproc-per-node", "1", "--trials", "3"]]
+    cmd = [str(c) for c in SWEEP + ["--study", tiny_study, "--out", out, "--nproc-per-node", "1", "--trials", "3",
+                                    "--no-confirm"]]
     with open(tmp_path / "first.log", "wb") as log:
         first = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT, start_new_session=True)
     try:
@@ -174,10 +175,15 @@ def test_resume_after_kill_keeps_completed_trials_and_retries_the_running_one(tm
     chosen, launched = load_config(study_dir.best_config_path), load_config(best.user_attrs["config_path"])
     assert launched.training.n_steps == 20  # the trial budget ...
     assert (chosen.training.n_steps, chosen.training.time_budget_s) == (35000, None)  # ... is the base's again
-    assert chosen == apply_overrides(launched, {"training.n_steps": 35000})  # and nothing else differs
+    assert launched.data.scene is not None and chosen.data.scene is None  # the study's scene stays behind
+    assert chosen == apply_overrides(launched, {"training.n_steps": 35000, "data.scene": None})  # nothing else differs
+    header = study_dir.best_config_path.read_text().splitlines()[:3]
+    assert header[0].startswith(f"// Recommended by study t ({tiny_study}): trial {best.number}")
+    assert "unconfirmed: confirmation skipped (--no-confirm)" in header[2]
+    assert json.loads(study_dir.confirmation_path.read_text())["verdict"]["confirmed"] is False
     assert "export NCCL_NVLS_ENABLE=0" in study_dir.best_env_path.read_text().splitlines()
     train = _run([sys.executable, "-m", "ngptune", "train", "--config", study_dir.best_config_path, "--n-steps", "3",
-                  "--no-eval", "--quiet", "--out", tmp_path / "best_run"], timeout_s=200)
+                  "--no-eval", "--quiet", "--out", tmp_path / "best_run", "--scene", launched.data.scene], timeout_s=200)
     assert train.returncode == 0, train.stdout + train.stderr
     status = json.loads((tmp_path / "best_run" / "status.json").read_text())
     assert (status["state"], status["step"]) == ("completed", 3)
@@ -185,7 +191,8 @@ def test_resume_after_kill_keeps_completed_trials_and_retries_the_running_one(tm
 
 def test_concurrent_workers_share_the_journal_file(tmp_path, tiny_study):
     out = tmp_path / "out"
-    cmd = [str(c) for c in SWEEP + ["--study", tiny_study, "--out", out, "--nproc-per-node", "1", "--trials", "3"]]
+    cmd = [str(c) for c in SWEEP + ["--study", tiny_study, "--out", out, "--nproc-per-node", "1", "--trials", "3",
+                                    "--no-confirm"]]
     workers = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO_ROOT)
                for _ in range(3)]
     outputs = [w.communicate(timeout=400)[0] for w in workers]
@@ -239,7 +246,7 @@ def test_fox_scene_two_gloo_ranks_six_trials(tmp_path):
     path = write_study(tmp_path / "fox.toml", scene=FOX, params=params, trials=6, name="fox",
                        settings={"data.downscale": 8, "data.cache_dir": str(tmp_path / "cache")})
     out = tmp_path / "out"
-    result = _run(SWEEP + ["--study", path, "--out", out, "--nproc-per-node", "2"], timeout_s=600)
+    result = _run(SWEEP + ["--study", path, "--out", out, "--nproc-per-node", "2", "--no-confirm"], timeout_s=600)
     assert result.returncode == 0, result.stdout + result.stderr
     trials = _trials(_load(out, "fox"))
     completed = [t for t in trials if t.state == TrialState.COMPLETE]
@@ -247,6 +254,7 @@ def test_fox_scene_two_gloo_ranks_six_trials(tmp_path):
     for trial in completed:
         records = [json.loads(line) for line in RunDir(trial.user_attrs["run_dir"]).metrics_path(0).read_text().splitlines()]
         assert records[-1]["world_size"] == 2 and records[-1]["step"] == 20
+        assert trial.user_attrs["quality"]["psnr_db"] > 0  # every trial is scored on PSNR
 
 
 def test_several_objectives_from_evaluations(tmp_path, demo_scene):
@@ -258,7 +266,7 @@ def test_several_objectives_from_evaluations(tmp_path, demo_scene):
                        budget="seconds = 3\ntrial_timeout_s = 120", sampler='type = "tpe"\nseed = 2',
                        settings={"training.eval_max_images": 1})
     out = tmp_path / "out"
-    result = _run(SWEEP + ["--study", path, "--out", out, "--nproc-per-node", "1"])
+    result = _run(SWEEP + ["--study", path, "--out", out, "--nproc-per-node", "1", "--no-confirm"])
     assert result.returncode == 0, result.stdout + result.stderr
     study = _load(out)
     assert study.metric_names == ["psnr_at_budget_db", "time_to_psnr_s", "throughput_samples_per_s"]
@@ -275,11 +283,34 @@ def test_several_objectives_from_evaluations(tmp_path, demo_scene):
         assert time_to == first_reached["wall_time_s"]
         assert throughput > 0 and trial.user_attrs["settings"]["training.time_budget_s"] == 3.0
     best = [t.number for t in study.best_trials]
-    assert "representative of the Pareto front: trial" in " ".join(result.stdout.split())
+    assert "representative of the Pareto front, unconfirmed): trial" in " ".join(result.stdout.split())
     chosen = load_config(StudyDir(out).best_config_path)
     assert chosen.training.time_budget_s is None  # the trials' 3 s budget is not carried over
-    restore = {"training.n_steps": chosen.training.n_steps, "training.time_budget_s": None}
+    restore = {"training.n_steps": chosen.training.n_steps, "training.time_budget_s": None, "data.scene": None}
     assert any(apply_overrides(load_config(_trials(study)[n].user_attrs["config_path"]), restore) == chosen for n in best)
+
+
+def test_confirmation_re_runs_best_and_default_and_records_them(tmp_path, tiny_study):
+    out = tmp_path / "out"
+    result = _run(SWEEP + ["--study", tiny_study, "--out", out, "--nproc-per-node", "1", "--trials", "2",
+                           "--confirm-runs", "1"])
+    assert result.returncode == 0, result.stdout + result.stderr
+    evidence = json.loads(StudyDir(out).confirmation_path.read_text())
+    study = _load(out)
+    verdict = evidence["verdict"]
+    assert verdict["status"] in ("confirmed", "not_confirmed", "best_is_default")
+    assert verdict["sentence"] in " ".join(result.stdout.split())
+    if verdict["status"] == "best_is_default":
+        assert evidence["runs"] == [] and evidence["recommended_trial"] == 0
+        return
+    assert [(r["label"], r["index"]) for r in evidence["runs"]] == [("best", 0), ("default", 0)]
+    assert study.user_attrs["confirmation"]["runs"] == evidence["runs"]
+    assert all(r["outcome"] == "completed" and r["value"] > 0 and r["seed"] == 1337 + 1000 for r in evidence["runs"])
+    assert StudyDir(out).confirm_run_dir("best", 0).is_dir()
+    assert evidence["recommended_trial"] == (study.best_trial.number if verdict["confirmed"] else 0)
+    again = _run(SWEEP + ["--study", tiny_study, "--out", out, "--nproc-per-node", "1", "--trials", "2",
+                          "--confirm-runs", "1"])
+    assert again.returncode == 0 and "re-run best" not in again.stdout  # resumed: nothing re-run
 
 
 def test_a_reopened_study_draws_new_points(tmp_path, tiny_study):

@@ -1,0 +1,224 @@
+"""Confirmation: re-run the best and the default configurations before one is recommended.
+
+A study's best trial is the maximum of noisy measurements: with a few seconds of training per
+trial, the winner is partly the luckiest run. Before ``best_config.json`` is offered, the best
+configuration (:func:`ngptune.tuning.outputs.representative_trial`) and the default (the
+untuned trial 0) are each trained ``K`` more times (:data:`DEFAULT_REPEATS_GPU` on a GPU,
+:data:`DEFAULT_REPEATS_CPU` on a CPU) with the trials' budget, on the same ranks, with seeds no
+trial used, in alternating order (best, default, default, best, best, ...: a drift of the
+machine over time, e.g. another job or clock throttling, falls on both alike).
+
+The verdict is taken on the study's quality objective (:func:`primary_objective`: the first of
+``psnr_at_budget_db``, ``time_to_psnr_s`` among its objectives, else its first objective). With
+``gain`` the difference of the means in the objective's good direction and ``se`` its standard
+error ``sqrt(s_best² / K + s_default² / K)`` (sample standard deviations; 0 for K = 1), the best
+is *confirmed* when ``gain > 0`` and ``gain > se`` — the difference holds up by more than one
+standard error of the re-runs. Otherwise the study recommends the default. A best whose re-run
+fails (crash, out of memory, target not reached) is not confirmed either. When a default re-run
+fails while the best's succeed, the evidence is missing: the best is kept but *unconfirmed*.
+
+Every re-run is recorded in the study's user attribute ``confirmation`` as soon as it ends
+(:data:`CONFIRMATION_ATTR`): a sweep started again resumes the confirmation where it stopped,
+as long as best, default, K and objective are the same (otherwise it starts over).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+__all__ = [
+    "CONFIRMATION_ATTR",
+    "DEFAULT_REPEATS_CPU",
+    "DEFAULT_REPEATS_GPU",
+    "ConfirmRun",
+    "Verdict",
+    "confirm_study",
+    "decide",
+    "primary_objective",
+    "run_order",
+    "unconfirmed",
+]
+
+CONFIRMATION_ATTR = "confirmation"
+DEFAULT_REPEATS_GPU = 3
+DEFAULT_REPEATS_CPU = 2
+#: Seeds of the confirmation runs: the base config's ``training.seed`` plus this plus the pair index.
+SEED_OFFSET = 1000
+
+
+@dataclasses.dataclass(frozen=True)
+class ConfirmRun:
+    """One re-run: which configuration (``"best"`` or ``"default"``), its index in 0..K-1, its seed,
+    the objective's value (None when the run gave none), what every trial is scored on
+    (:func:`ngptune.tuning.objectives.trial_quality`), its outcome and the reason of a failure."""
+
+    label: str
+    index: int
+    seed: int
+    value: float | None
+    quality: dict[str, Any]
+    outcome: str
+    reason: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """The outcome of a confirmation.
+
+    Attributes:
+        status: ``confirmed`` (the best beats the default), ``not_confirmed`` (it does not: the
+            default is recommended), ``best_is_default`` (no trial beat the default), ``unconfirmed``
+            (skipped or without evidence: the best is recommended without it).
+        recommend: ``"best"`` or ``"default"``.
+        objective, direction: the objective judged and Optuna's direction word.
+        best_values, default_values: the re-runs' values (None for a failed run).
+        best_trial, default_trial: trial numbers (None when absent).
+        gain: mean difference in the good direction (objective's unit), or None.
+        se: its standard error, or None.
+        sentence: one line for the terminal and the report.
+    """
+
+    status: str
+    recommend: str
+    objective: str
+    direction: str
+    best_values: tuple[float | None, ...] = ()
+    default_values: tuple[float | None, ...] = ()
+    best_trial: int | None = None
+    default_trial: int | None = None
+    gain: float | None = None
+    se: float | None = None
+    sentence: str = ""
+
+    @property
+    def confirmed(self) -> bool:
+        return self.status in ("confirmed", "best_is_default")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "confirmed": self.confirmed}
+
+
+def primary_objective(names: Sequence[str]) -> str:
+    """The objective a confirmation judges: ``psnr_at_budget_db``, else ``time_to_psnr_s``, else the first."""
+    for name in ("psnr_at_budget_db", "time_to_psnr_s"):
+        if name in names:
+            return name
+    return names[0]
+
+
+def run_order(repeats: int) -> list[tuple[str, int]]:
+    """``(label, index)`` of the re-runs in launch order: pairs alternate which goes first.
+
+    >>> run_order(2)
+    [('best', 0), ('default', 0), ('default', 1), ('best', 1)]
+    """
+    order: list[tuple[str, int]] = []
+    for i in range(repeats):
+        pair = [("best", i), ("default", i)]
+        order.extend(pair if i % 2 == 0 else pair[::-1])
+    return order
+
+
+def _spread(values: Sequence[float]) -> float:
+    return statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def _describe(values: Sequence[float], unit: str) -> str:
+    return f"{statistics.fmean(values):.3g} ± {_spread(values):.2g} {unit}".rstrip()
+
+
+def decide(objective: str, direction: str, best_values: Sequence[float | None], default_values: Sequence[float | None],
+           *, unit: str = "", best_trial: int | None = None, default_trial: int | None = None) -> Verdict:
+    """The verdict on re-run values (the rule of the module docstring).
+
+    Args:
+        objective: the objective's name; direction: ``"maximize"`` or ``"minimize"``.
+        best_values, default_values: the re-runs' values, None for a run without one.
+        unit: the objective's unit, for the sentence.
+    """
+    common = dict(objective=objective, direction=direction, best_values=tuple(best_values),
+                  default_values=tuple(default_values), best_trial=best_trial, default_trial=default_trial)
+    good_b = [v for v in best_values if v is not None and math.isfinite(v)]
+    good_d = [v for v in default_values if v is not None and math.isfinite(v)]
+    if not best_values or len(good_b) < len(best_values):
+        failed = len(best_values) - len(good_b)
+        return Verdict("not_confirmed", "default", **common, sentence=(
+            f"the best configuration (trial {best_trial}) gave no {objective} in {failed} of its "
+            f"{len(best_values)} re-runs: the default is recommended"))
+    if not default_values or len(good_d) < len(default_values):
+        return Verdict("unconfirmed", "best", **common, sentence=(
+            f"a re-run of the default gave no {objective}: the best (trial {best_trial}) is recommended unconfirmed"))
+    sign = 1.0 if direction == "maximize" else -1.0
+    gain = sign * (statistics.fmean(good_b) - statistics.fmean(good_d))
+    se = math.sqrt(_spread(good_b) ** 2 / len(good_b) + _spread(good_d) ** 2 / len(good_d))
+    shown = (f"{objective}: best (trial {best_trial}) {_describe(good_b, unit)} vs default {_describe(good_d, unit)} "
+             f"over {len(good_b)} re-runs each (mean ± standard deviation)")
+    if gain > 0 and gain > se:
+        return Verdict("confirmed", "best", **common, gain=gain, se=se,
+                       sentence=f"confirmed: the best beats the default; {shown}")
+    return Verdict("not_confirmed", "default", **common, gain=gain, se=se, sentence=(
+        f"not confirmed: the best does not beat the default by more than the re-runs' noise "
+        f"(gain {gain:+.3g} {unit}, standard error {se:.2g}); the default is recommended; {shown}"))
+
+
+def unconfirmed(objective: str, direction: str, why: str, *, best_trial: int | None,
+                default_trial: int | None) -> Verdict:
+    """The verdict of a study whose best was not re-run (``--no-confirm``, no default trial)."""
+    return Verdict("unconfirmed", "best", objective, direction, best_trial=best_trial, default_trial=default_trial,
+                   sentence=f"unconfirmed: {why}; the best (trial {best_trial}) was not re-run against the default")
+
+
+#: ``launch(label, trial, index, seed) -> ConfirmRun``: trains one re-run of ``trial``'s configuration.
+Launch = Callable[[str, Any, int, int], ConfirmRun]
+
+
+def _recorded_runs(record: Mapping[str, Any] | None, key: Mapping[str, Any]) -> dict[tuple[str, int], dict[str, Any]]:
+    if not isinstance(record, Mapping) or any(record.get(k) != v for k, v in key.items()):
+        return {}
+    return {(r["label"], int(r["index"])): dict(r) for r in record.get("runs", []) if r.get("outcome") != "interrupted"}
+
+
+def confirm_study(study, *, best, default, repeats: int, objective: str, direction: str, unit: str, base_seed: int,
+                  launch: Launch, on_run: Callable[[ConfirmRun], None] | None = None) -> Verdict:
+    """Re-run ``best`` and ``default`` (Optuna trials) ``repeats`` times each and decide (module docstring).
+
+    Runs recorded in ``study.user_attrs["confirmation"]`` for the same best, default, repeats and
+    objective are not run again; each new run is recorded as soon as it ends.
+
+    Args:
+        study: the Optuna study (its user attributes hold the record).
+        best, default: the trials to re-run; the same trial for both gives ``best_is_default``.
+        repeats: K >= 1.
+        objective, direction, unit: the objective judged (:func:`primary_objective`), Optuna's
+            direction word for it and its unit.
+        base_seed: the base config's ``training.seed``; run ``i`` of both uses ``base_seed + 1000 + i``.
+        launch: trains one re-run.
+        on_run: called after each run (the sweep prints a line).
+
+    Raises:
+        KeyboardInterrupt: from ``launch``; the runs finished before it stay recorded.
+    """
+    if best.number == default.number:
+        return Verdict("best_is_default", "default", objective, direction, best_trial=best.number,
+                       default_trial=default.number,
+                       sentence=f"no trial beat the default (trial {default.number}): the default is recommended")
+    key = {"best_trial": best.number, "default_trial": default.number, "repeats": repeats, "objective": objective}
+    runs = _recorded_runs(study.user_attrs.get(CONFIRMATION_ATTR), key)
+    trials = {"best": best, "default": default}
+    for label, i in run_order(repeats):
+        if (label, i) in runs:
+            continue
+        run = launch(label, trials[label], i, (base_seed + SEED_OFFSET + i) % 2**32)
+        runs[(label, i)] = dataclasses.asdict(run)
+        study.set_user_attr(CONFIRMATION_ATTR, {**key, "runs": list(runs.values())})
+        if on_run is not None:
+            on_run(run)
+    values = {label: [runs[(label, i)]["value"] for i in range(repeats)] for label in trials}
+    verdict = decide(objective, direction, values["best"], values["default"], unit=unit,
+                     best_trial=best.number, default_trial=default.number)
+    study.set_user_attr(CONFIRMATION_ATTR, {**key, "runs": list(runs.values()), "verdict": verdict.to_dict()})
+    return verdict

@@ -1,0 +1,66 @@
+"""Confirmation re-runs as trainer launches: a trial's configuration with a new seed, trained with
+the trial's budget on the same ranks (:mod:`ngptune.tuning.confirm` decides on the results)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any
+
+from ngptune.tuning import nccl
+from ngptune.tuning.confirm import ConfirmRun
+from ngptune.tuning.layout import StudyDir
+from ngptune.tuning.objectives import TargetNotReached, objective_value, trial_quality
+from ngptune.tuning.specs import StudySpec
+from ngptune.tuning.trial import TrialLaunch, run_trial, trial_argv
+from trainer.config import apply_overrides, dump_config, load_config
+from trainer.rundir import atomic_write_text
+
+__all__ = ["RerunLauncher"]
+
+
+@dataclasses.dataclass(frozen=True)
+class RerunLauncher:
+    """``launch(label, trial, index, seed)`` for :func:`ngptune.tuning.confirm.confirm_study`.
+
+    Attributes:
+        spec: the study; objective: the objective judged; study_dir: where re-runs are written
+            (``confirm/<label>-<index>/`` with its config and launch log beside it);
+        nproc_per_node, nccl_active, poll_s: as for the trials.
+    """
+
+    spec: StudySpec
+    objective: str
+    study_dir: StudyDir
+    nproc_per_node: int
+    nccl_active: bool
+    poll_s: float = 0.5
+
+    def __call__(self, label: str, trial: Any, index: int, seed: int) -> ConfirmRun:
+        cfg = apply_overrides(load_config(Path(trial.user_attrs["config_path"])), {"training.seed": seed})
+        config_path = self.study_dir.confirm_config_path(label, index)
+        run_dir = self.study_dir.confirm_run_dir(label, index)
+        config_path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(config_path, dump_config(cfg) + "\n")
+        nccl_env = dict(trial.user_attrs.get("nccl_env") or nccl.FORCED)
+        launch = TrialLaunch(
+            argv=trial_argv(config_path, run_dir, self.nproc_per_node, evaluate=True),
+            env=nccl.trial_env(os.environ, nccl_env, nccl_active=self.nccl_active),
+            run_dir=run_dir,
+            log_path=self.study_dir.confirm_log_path(label, index),
+            world_size=self.nproc_per_node,
+            timeout_s=self.spec.budget.trial_timeout_s,
+            poll_s=self.poll_s,
+        )
+        run = run_trial(launch, None)
+        quality = trial_quality(run.records, run.status or {})
+        target = next((o.target_db for o in self.spec.objectives if o.name == self.objective), None)
+        reason = run.reason or ""
+        value = None
+        if run.outcome == "completed":
+            try:
+                value = objective_value(self.objective, run.records, run.status or {}, target_db=target)
+            except TargetNotReached as exc:
+                reason = str(exc)
+        return ConfirmRun(label, index, seed, value, quality, run.outcome, reason)
