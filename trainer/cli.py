@@ -477,11 +477,19 @@ def check_before_start(cfg: TrainConfig, out: Path | None, resume: Path | None) 
     snapshot = run_dir.latest_snapshot()
     if snapshot is not None:
         how = f"choose a new folder, or continue that run with --resume {snapshot}"
-    elif any(run_dir.checkpoints_dir.glob("*")):
+    elif _has_checkpoint(run_dir):
         how = f"choose a new folder, or continue that run with --resume {out}"
     else:
         how = "choose a new folder (it has no snapshot or checkpoint to resume from)"
     raise ConfigError(f"--out {out}: already holds a run ({reason}); {how}")
+
+
+def _has_checkpoint(run_dir: RunDir) -> bool:
+    """Whether the run directory holds a complete checkpoint (half-written ``.partial`` folders
+    of killed writes do not count)."""
+    from trainer.parallel.checkpoint import list_checkpoints
+
+    return bool(list_checkpoints(run_dir.checkpoints_dir))
 
 
 def run_training(cfg: TrainConfig, args: argparse.Namespace) -> dict[str, Any]:

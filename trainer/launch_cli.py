@@ -100,7 +100,7 @@ def launch_command(args: argparse.Namespace, train_argv: list[str]) -> int:
         SceneError: the scene does not exist (node 0).
         LaunchError: the rendezvous failed; WorkersFailed: a rank failed (names it and its log).
     """
-    from trainer.parallel.dist_env import check_run_emulation
+    from trainer.parallel.backend import check_run_emulation
     from trainer.parallel.launch import launch_workers
     from trainer.parallel.trainer import validate_parallel_config
     from trainer.train.loop import check_trainable
