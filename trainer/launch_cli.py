@@ -29,6 +29,7 @@ from trainer.cli import (
     add_train_arguments,
     check_before_start,
     default_run_dir,
+    opening_line,
     positive_int,
     resolve_config,
     scene_path_of,
@@ -118,9 +119,9 @@ def launch_command(args: argparse.Namespace, train_argv: list[str]) -> int:
     if out is None:
         out = default_run_dir(scene_path_of(cfg))
         argv += ["--out", str(out)]
-    if not cfg.training.quiet:
-        print(f"{args.nproc_per_node * args.nnodes} ranks; their progress goes to {RunDir(out).logs_dir}/rank<R>.log",
-              flush=True)  # stdout: stderr is for errors (one line each)
+    if not cfg.training.quiet:  # stdout: stderr is for errors (one line each)
+        print(opening_line(cfg, args, args.nproc_per_node * args.nnodes), flush=True)
+        print(f"the ranks' logs: {RunDir(out).logs_dir}/rank<R>.log; rank 0's progress follows", flush=True)
     try:
         launch_workers(
             ["-m", "trainer", *argv],

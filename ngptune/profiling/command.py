@@ -114,10 +114,14 @@ def _check_args(args: argparse.Namespace) -> None:
 def _run_config(args: argparse.Namespace) -> TrainConfig:
     """The profiled run's config (``--config``, ``--set``, ``--scene``, ``--emulate-interconnect``);
     validates them before anything is written."""
+    from trainer.cli import default_config_path
     from trainer.config import apply_overrides, load_config, parse_override
 
-    cfg = load_config(args.config)
     overrides = dict(parse_override(item) for item in args.overrides)
+    path = default_config_path(args.config, overrides.get("training.device"))  # as the trainer chooses
+    if path is not None and args.config is None:
+        print(f"profile: no --config on a CPU: the profiled run uses the CPU preset {path}", flush=True)
+    cfg = load_config(path)
     if args.scene is not None:
         overrides["data.scene"] = str(args.scene)
     if args.emulate_interconnect is not None:
