@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -36,6 +37,7 @@ from trainer.cli import (
     train_command,
 )
 from trainer.errors import ConfigError, NgptuneError
+from trainer.parallel.net_env import check_socket_ifnames
 from trainer.rundir import RunDir
 from trainer.runstatus import COMPLETED, STATE_KEY, WARNING_PREFIX, plain_warning_format, print_error
 
@@ -112,6 +114,7 @@ def launch_command(args: argparse.Namespace, train_argv: list[str]) -> int:
     validate_parallel_config(cfg, args.nproc_per_node * args.nnodes)  # before any worker starts
     check_trainable(cfg)
     check_run_emulation(cfg)
+    check_socket_ifnames(os.environ)  # the ranks inherit this environment
     if args.node_rank == 0:  # other nodes' agents join a run whose folder node 0 has made
         check_before_start(cfg, args.out, args.resume)
     argv = worker_argv(train_argv)

@@ -53,10 +53,12 @@ from trainer.parallel.backend import (  # the backend rule, importable without t
     planned_backend,
     visible_cuda_devices,
 )
+from trainer.parallel.net_env import check_same_comm_env, check_socket_ifnames, comm_env
 
 __all__ = [
     "EMULATED_INTERCONNECT_ENV",
     "DistEnv",
+    "check_ranks_agree_on_comm_env",
     "check_run_emulation",
     "choose_backend",
     "interconnect_env",
@@ -557,6 +559,7 @@ def init_distributed(env: DistEnv, timeout_s: float) -> None:
         os.environ.update(interconnect_env(env.emulate_interconnect, env.backend))
         torch.cuda.set_device(env.device)
         device_id = env.device
+    check_socket_ifnames(os.environ)  # this host's interfaces: before a rendezvous that would fail on them
     try:
         dist.init_process_group(
             backend=env.backend,
@@ -578,6 +581,21 @@ def init_distributed(env: DistEnv, timeout_s: float) -> None:
             f"at {env.master_addr}:{env.master_port} within {timeout_s:g} s "
             f"(distributed.timeout_s): {type(exc).__name__}: {first}{hint}"
         ) from exc
+    check_ranks_agree_on_comm_env()
+
+
+def check_ranks_agree_on_comm_env() -> None:
+    """Gather every rank's ``NCCL_*`` / ``GLOO_*`` variables (over gloo, not through NCCL, whose
+    collectives are what a mismatch can hang) and refuse the job on a difference, before the
+    training's first collective.
+
+    Raises:
+        LaunchError: naming the variable and the ranks (:func:`~trainer.parallel.net_env.check_same_comm_env`).
+    """
+    group = dist.new_group(backend="gloo") if dist.get_backend() != "gloo" else None
+    gathered: list[dict[str, str] | None] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, comm_env(os.environ), group=group)
+    check_same_comm_env([g or {} for g in gathered])
 
 
 def restart_count() -> int:
