@@ -40,14 +40,17 @@ def eval_seconds_estimate(pixels: int, spp: int, last: dict[str, Any] | None) ->
 
 
 def measure_eval_seconds(trainer: Any, frames: list, spp: int, probe_rays: int = PROBE_RAYS, seed: int = 0) -> float:
-    """Seconds the evaluation of ``frames`` (scene frames) at ``spp`` renders per pixel will take,
-    from the time of rendering ``probe_rays`` rays drawn uniformly over all their pixels.
+    """Seconds the evaluation of ``frames`` (scene frames) at ``spp`` renders per pixel will take.
+
+    Rays drawn uniformly over all their pixels are rendered three times after a warm-up: 1/8 of
+    ``probe_rays`` and ``probe_rays`` rays, fitting ``time = per_call + per_ray × rays`` (a render
+    call's fixed cost counts once per view, the per-ray cost for every pixel).
 
     Args:
         trainer: a single-process :class:`~trainer.train.loop.Trainer` (field, occupancy grid, device).
         frames: the views to be evaluated (each with ``intrinsics.width`` × ``height`` pixels).
         spp: renders per pixel (``training.eval_spp``).
-        probe_rays: rays rendered for the measurement (>= 1).
+        probe_rays: the larger probe's rays (>= 8).
 
     Returns:
         Estimated seconds (wall clock) for all pixels × ``spp``.
@@ -69,17 +72,28 @@ def measure_eval_seconds(trainer: Any, frames: list, spp: int, probe_rays: int =
         idx = (picks[which == k] - starts[k]).to(o.device)
         origins.append(o[idx])
         directions.append(d[idx])
-    rays_o, rays_d = torch.cat(origins), torch.cat(directions)
+    perm = torch.randperm(len(picks), generator=gen).to(trainer.device)
+    rays_o, rays_d = torch.cat(origins)[perm], torch.cat(directions)[perm]
     background = torch.zeros(3, device=trainer.device)
+
+    def timed(n: int) -> float:
+        t0 = time.perf_counter()
+        render_rays(trainer, rays_o[:n], rays_d[:n], background, spp=1)
+        if trainer.device.type == "cuda":
+            torch.cuda.synchronize(trainer.device)
+        return time.perf_counter() - t0
+
     was_training = trainer.field.training
     trainer.field.eval()
     try:
-        t0 = time.perf_counter()
         with torch.no_grad(), trainer.inference_weights():
-            render_rays(trainer, rays_o, rays_d, background, spp=1)
-        if trainer.device.type == "cuda":
-            torch.cuda.synchronize(trainer.device)
-        took = time.perf_counter() - t0
+            small = max(1, len(picks) // 8)
+            timed(small)  # warm-up: first-call costs are no part of the evaluation's rate
+            t_small, t_big = timed(small), timed(len(picks))
     finally:
         trainer.field.train(was_training)
-    return took * total * spp / len(picks)
+    per_ray = (t_big - t_small) / max(len(picks) - small, 1)
+    if per_ray <= 0:  # noise on a loaded machine: the larger probe's mean cost per ray
+        return t_big * total * spp / len(picks)
+    per_call = max(0.0, t_small - small * per_ray)
+    return (len(frames) * per_call + total * per_ray) * spp
