@@ -124,7 +124,7 @@ def launch_command(args: argparse.Namespace, train_argv: list[str]) -> int:
         argv += ["--out", str(out)]
     if not cfg.training.quiet:  # stdout: stderr is for errors (one line each)
         print(opening_line(cfg, args, args.nproc_per_node * args.nnodes), flush=True)
-        print(f"the ranks' logs: {RunDir(out).logs_dir}/rank<R>.log; rank 0's progress follows", flush=True)
+        print(f"the ranks' progress goes to {RunDir(out).logs_dir}/rank<R>.log", flush=True)
     try:
         launch_workers(
             ["-m", "trainer", *argv],
