@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from trainer.config import TrainConfig
 from trainer.errors import ConfigError, LaunchError
-from trainer.parallel.dist_env import EMULATED_INTERCONNECT_ENV, choose_backend, visible_cuda_devices
+from trainer.parallel.backend import EMULATED_INTERCONNECT_ENV, choose_backend, visible_cuda_devices
 from trainer.rundir import RunDir, atomic_write_text, prepare_output_file
 
 if TYPE_CHECKING:  # pandas and torch load on first use: `ngptune --help` imports every command module

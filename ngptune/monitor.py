@@ -18,16 +18,18 @@ import csv
 import signal
 import threading
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from ngptune.profiling.nvml import GpuReader
 from ngptune.profiling.tables import GPU_TIMELINE_TABLE
 from trainer.errors import ConfigError
 from trainer.rundir import prepare_output_file
+
+if TYPE_CHECKING:
+    from ngptune.profiling.nvml import GpuReader
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -155,6 +157,8 @@ def monitor_command(args: argparse.Namespace) -> int:
         raise ConfigError(f"--count: expected an integer >= 1, got {args.count}")
     if args.csv is not None:
         prepare_output_file(args.csv, "--csv")
+    from ngptune.profiling.nvml import GpuReader  # loads pandas: not for --help
+
     reader = GpuReader(args.gpus)
     try:
         run_monitor(reader, interval_s=args.interval, csv_path=args.csv, count=args.count)

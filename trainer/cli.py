@@ -106,13 +106,58 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="plain log lines, no progress bar")
 
 
+CPU_PRESET = Path(__file__).resolve().parents[1] / "configs" / "small.json"
+"""The config a run without ``--config`` takes on a CPU (:func:`default_config_path`)."""
+
+
+def default_config_path(config: Path | None, device: str | None) -> Path | None:
+    """The config file a run reads: ``config`` as given when there is one; without it, on a CPU
+    (``device``: ``--device`` / ``training.device`` as given, None for the default ``auto``)
+    :data:`CPU_PRESET` when it exists (the built-in defaults are sized for a GPU: one step of them
+    takes seconds there), else None (the built-in defaults)."""
+    if config is not None or not CPU_PRESET.is_file():
+        return config
+    from trainer.train.loop import resolve_device
+
+    try:
+        on_cpu = resolve_device(device or "auto").type == "cpu"
+    except (ConfigError, RuntimeError):
+        return None  # the bad device is reported where the config is validated
+    return CPU_PRESET if on_cpu else None
+
+
+def config_source(args: argparse.Namespace) -> str:
+    """How the opening line names the run's config: the ``--config`` path, the CPU preset (chosen
+    because none was given on a CPU), or the built-in defaults."""
+    if args.config is not None:
+        return str(args.config)
+    if getattr(args, "config_chosen", None) is not None:
+        return f"{args.config_chosen} (the CPU preset: no --config on a CPU)"
+    return "built-in defaults"
+
+
+def opening_line(cfg: TrainConfig, args: argparse.Namespace, ranks: int) -> str:
+    """The first line of a run: scene, device, ranks, config and the stopping rule."""
+    from trainer.train.loop import resolve_device
+
+    stop = f"{cfg.training.n_steps} steps"
+    if cfg.training.time_budget_s is not None:
+        stop += f" or {cfg.training.time_budget_s:g} s"
+    return (f"training {scene_path_of(cfg)} on {resolve_device(cfg.training.device)}, "
+            f"{ranks} rank{'s' if ranks != 1 else ''}, config {config_source(args)}, up to {stop}")
+
+
 def resolve_config(args: argparse.Namespace) -> TrainConfig:
-    """Config file + ``--set`` overrides + dedicated flags, validated."""
-    cfg = load_config(args.config)
+    """Config file (``--config``; without it the CPU preset on a CPU, :func:`default_config_path`)
+    + ``--set`` overrides + dedicated flags, validated. Sets ``args.config_chosen`` to the preset
+    path when it was chosen."""
     overrides: dict[str, Any] = {}
     for item in args.overrides:
         key, value = parse_override(item)
         overrides[key] = value
+    path = default_config_path(args.config, args.device or overrides.get("training.device"))
+    args.config_chosen = path if args.config is None else None
+    cfg = load_config(path)
     flag_map = {
         "training.n_steps": args.n_steps,
         "training.time_budget_s": args.time_budget_s,
@@ -147,12 +192,38 @@ def scene_path_of(cfg: TrainConfig) -> Path:
     return demo_scene_path()
 
 
-class _Progress:
-    """Rich progress bar on a TTY, plain lines otherwise (or with --quiet)."""
+PLAIN_PROGRESS_EVERY_S = 10.0
+"""Off a TTY (or with --quiet), a plain progress line at most this often (s), besides the log lines."""
 
-    def __init__(self, total: int | None, quiet: bool) -> None:
+
+def eta_seconds(step: int, train_time_s: float, n_steps: int, time_budget_s: float | None) -> float | None:
+    """Seconds of training left: the steps to ``n_steps`` at the mean step time so far
+    (``train_time_s / step``; a resumed run's ``train_time_s`` includes its earlier training), or
+    the rest of ``time_budget_s`` when that comes first; None before the first step."""
+    if step <= 0 or train_time_s <= 0:
+        return None
+    left = (n_steps - step) * train_time_s / step
+    if time_budget_s is not None:
+        left = min(left, time_budget_s - train_time_s)
+    return max(0.0, left)
+
+
+def _clock(seconds: float | None) -> str:
+    if seconds is None:
+        return "-:--"
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}" if seconds >= 3600 else f"{seconds // 60}:{seconds % 60:02d}"
+
+
+class _Progress:
+    """Rich progress bar on a TTY (advanced every step, with the ETA), plain lines otherwise (or with
+    --quiet): each log record, and a progress line every :data:`PLAIN_PROGRESS_EVERY_S` s."""
+
+    def __init__(self, total: int | None, quiet: bool, time_budget_s: float | None = None) -> None:
         self.plain = quiet or not sys.stdout.isatty()
         self.total = total
+        self.time_budget_s = time_budget_s
+        self._last_plain = time.perf_counter()
         self._bar = None
         if not self.plain:
             from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -161,10 +232,11 @@ class _Progress:
                 TextColumn("[bold]train"),
                 BarColumn(),
                 TextColumn("step {task.completed}/{task.total}"),
+                TextColumn("eta {task.fields[eta]}"),
                 TextColumn("{task.fields[info]}"),
                 TimeElapsedColumn(),
             )
-            self._task = self._bar.add_task("train", total=total, info="")
+            self._task = self._bar.add_task("train", total=total, info="", eta="-:--")
             self._bar.start()
 
     @staticmethod
@@ -181,8 +253,21 @@ class _Progress:
     def log(self, record: dict[str, Any]) -> None:
         if self.plain:
             print(f"step {record['step']}  {self.describe(record)}  t={record['wall_time_s']:.1f}s", flush=True)
+            self._last_plain = time.perf_counter()
         else:
             self._bar.update(self._task, completed=record["step"], info=self.describe(record))
+
+    def step(self, step: int, train_time_s: float) -> None:
+        """After every training step: advance the bar (plain: a line when the interval has passed)."""
+        eta = eta_seconds(step, train_time_s, self.total or step, self.time_budget_s)
+        if not self.plain:
+            self._bar.update(self._task, completed=step, eta=_clock(eta))
+            return
+        now = time.perf_counter()
+        if now - self._last_plain >= PLAIN_PROGRESS_EVERY_S:
+            self._last_plain = now
+            print(f"progress: step {step}/{self.total} ({100 * step / max(self.total or 1, 1):.0f} %), "
+                  f"{train_time_s:.0f} s trained, eta {_clock(eta)}", flush=True)
 
     def message(self, text: str) -> None:
         if self._bar is not None:
@@ -242,7 +327,7 @@ def run_distributed_training(cfg: TrainConfig, args: argparse.Namespace, env) ->
     scene_path = scene_path_of(cfg)
     run_dir = RunDir(args.out or default_run_dir(scene_path)).create()
     status: dict[str, Any] = {STATE_KEY: RUNNING, "scene": str(scene_path), "world_size": env.world_size}
-    progress = _Progress(cfg.training.n_steps, cfg.training.quiet or not env.is_main)
+    progress = _Progress(cfg.training.n_steps, cfg.training.quiet or not env.is_main, cfg.training.time_budget_s)
     trainer = None
     if env.is_main:
         if args.resume is not None or restart_count() > 0:
@@ -340,6 +425,7 @@ def _train_with_progress(trainer: Any, cfg: TrainConfig, progress: _Progress) ->
         on_eval=on_eval,
         snapshot_every=cfg.training.snapshot_every,
         eval_every=cfg.training.eval_every,
+        on_step=progress.step,
     )
     progress.close()
     return last
@@ -388,34 +474,15 @@ def _finish_status(
             trainer.eval_progress = None
         status.update({"eval_psnr_db": result["mean_psnr_db"], "eval_ssim": result["mean_ssim"], "eval_split": result["split"]})
         n_images = len(result["images"])
+        status["eval_time_s"] = time.perf_counter() - started
         progress.message(
-            f"evaluation on {n_images} {result['split']} image{'s' if n_images != 1 else ''}: "
-            f"PSNR {result['mean_psnr_db']:.2f} dB, SSIM {result['mean_ssim']:.4f}"
+            f"evaluation on {n_images} {result['split']} image{'s' if n_images != 1 else ''} "
+            f"in {status['eval_time_s']:.1f} s: PSNR {result['mean_psnr_db']:.2f} dB, SSIM {result['mean_ssim']:.4f}"
         )
     status["wall_s"] = time.perf_counter() - t0
 
 
 CPU_FRIENDLY_SAMPLES_PER_STEP = 2**14
-
-
-# Rendering a sample costs about a third of training on it (no backward pass, no optimiser step).
-EVAL_SPEEDUP_OVER_TRAINING = 3.0
-
-
-def eval_seconds_estimate(pixels: int, spp: int, last: dict[str, Any] | None) -> float | None:
-    """Rough seconds to render ``pixels`` × ``spp`` rays at the samples per ray and the throughput of
-    the last training interval (``last``: a metrics record), or None without one.
-
-    Evaluation marches the same occupancy grid, so a ray costs about as many samples as in training
-    (more where training compacted them), each at ~:data:`EVAL_SPEEDUP_OVER_TRAINING`× the training
-    rate. An order of magnitude, to decide whether to wait; not a measurement.
-    """
-    if not last:
-        return None
-    rays, samples, rate = (last.get(k) for k in ("rays_per_step", "samples_per_step", "throughput_samples_per_s"))
-    if not all(isinstance(v, (int, float)) and v > 0 for v in (rays, samples, rate)):
-        return None
-    return pixels * spp * (samples / rays) / (rate * EVAL_SPEEDUP_OVER_TRAINING)
 
 
 def _keep_final_model(trainer: Any, args: argparse.Namespace, status: dict[str, Any]) -> None:
@@ -443,24 +510,34 @@ def _model_kept_text(trainer: Any, status: dict[str, Any]) -> str:
 
 
 def _evaluation_notice(trainer: Any, last: dict[str, Any] | None = None) -> str:
-    """The line printed before the final evaluation: which views, how many pixels, a rough time
-    from the training's own rate (:func:`eval_seconds_estimate`), and on a CPU how to shorten it (it
+    """The line printed before the final evaluation: which views, how many pixels, an estimated
+    time (single process: measured by rendering a sample of their rays with the trained field and
+    occupancy grid, :func:`~trainer.train.eval_estimate.measure_eval_seconds`; distributed: from
+    the training's own rate), and on a CPU the cap of views in effect and how to change it (it
     renders every pixel of every view and is not in the time budget)."""
+    from trainer.train.eval_estimate import eval_seconds_estimate, measure_eval_seconds
     from trainer.train.evaluate import eval_split_name, evaluation_frames
 
     split = eval_split_name(trainer)
-    chosen = evaluation_frames(trainer.scene.frames(split), trainer.cfg.training.eval_max_images)
+    views = trainer.scene.frames(split)
+    cap = trainer.cfg.training.eval_max_images
+    chosen = evaluation_frames(views, cap)
     pixels = sum(f.intrinsics.width * f.intrinsics.height for _, f in chosen)
     spp = trainer.cfg.training.eval_spp
     amount = f"{pixels / 1e6:.2f} M pixels" if pixels >= 10_000 else f"{pixels} pixels"
     line = (f"evaluating {len(chosen)} {split} view{'s' if len(chosen) != 1 else ''} "
             f"({amount}, {spp} render(s) each)")
-    estimate = eval_seconds_estimate(pixels, spp, last)
-    if estimate is not None and estimate >= 60:
-        line += f", roughly {estimate / 60:.0f} min at this run's training rate"
+    if getattr(trainer, "world_size", 1) == 1:
+        estimate, how = measure_eval_seconds(trainer, [f for _, f in chosen], spp), "measured on a sample of its rays"
+    else:
+        estimate, how = eval_seconds_estimate(pixels, spp, last), "at this run's training rate"
+    if estimate is not None:
+        took = f"{estimate:.0f} s" if estimate < 90 else f"{estimate / 60:.1f} min"
+        line += f", estimated {took} ({how})"
     if trainer.device.type == "cpu":
-        line += ("; on a CPU this can take minutes (not counted in --time-budget): --no-eval skips it, "
-                 "--eval-max-images N shortens it")
+        if cap is not None and cap < len(views):
+            line += f"; on a CPU at most {cap} of the {len(views)} views (training.eval_max_images; --eval-max-images N)"
+        line += "; not counted in --time-budget, --no-eval skips it"
     return line
 
 
@@ -502,11 +579,19 @@ def check_before_start(cfg: TrainConfig, out: Path | None, resume: Path | None) 
     snapshot = run_dir.latest_snapshot()
     if snapshot is not None:
         how = f"choose a new folder, or continue that run with --resume {snapshot}"
-    elif any(run_dir.checkpoints_dir.glob("*")):
+    elif _has_checkpoint(run_dir):
         how = f"choose a new folder, or continue that run with --resume {out}"
     else:
         how = "choose a new folder (it has no snapshot or checkpoint to resume from)"
     raise ConfigError(f"--out {out}: already holds a run ({reason}); {how}")
+
+
+def _has_checkpoint(run_dir: RunDir) -> bool:
+    """Whether the run directory holds a complete checkpoint (half-written ``.partial`` folders
+    of killed writes do not count)."""
+    from trainer.parallel.checkpoint import list_checkpoints
+
+    return bool(list_checkpoints(run_dir.checkpoints_dir))
 
 
 def run_training(cfg: TrainConfig, args: argparse.Namespace) -> dict[str, Any]:
@@ -534,7 +619,8 @@ def run_training(cfg: TrainConfig, args: argparse.Namespace) -> dict[str, Any]:
     if args.resume is not None:
         run_dir.archive_eval()  # the folder's eval.json is of an earlier step
     run_dir.write_json(run_dir.config_path, config_to_dict(cfg))
-    progress = _Progress(cfg.training.n_steps, cfg.training.quiet)
+    progress = _Progress(cfg.training.n_steps, cfg.training.quiet, cfg.training.time_budget_s)
+    progress.message(opening_line(cfg, args, 1))
     warning = cpu_config_warning(cfg)
     if warning:
         progress.message(warning)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -29,12 +30,14 @@ from trainer.cli import (
     add_train_arguments,
     check_before_start,
     default_run_dir,
+    opening_line,
     positive_int,
     resolve_config,
     scene_path_of,
     train_command,
 )
 from trainer.errors import ConfigError, NgptuneError
+from trainer.parallel.net_env import check_socket_ifnames
 from trainer.rundir import RunDir
 from trainer.runstatus import COMPLETED, STATE_KEY, WARNING_PREFIX, plain_warning_format, print_error
 
@@ -100,7 +103,7 @@ def launch_command(args: argparse.Namespace, train_argv: list[str]) -> int:
         SceneError: the scene does not exist (node 0).
         LaunchError: the rendezvous failed; WorkersFailed: a rank failed (names it and its log).
     """
-    from trainer.parallel.dist_env import check_run_emulation
+    from trainer.parallel.backend import check_run_emulation
     from trainer.parallel.launch import launch_workers
     from trainer.parallel.trainer import validate_parallel_config
     from trainer.train.loop import check_trainable
@@ -111,6 +114,7 @@ def launch_command(args: argparse.Namespace, train_argv: list[str]) -> int:
     validate_parallel_config(cfg, args.nproc_per_node * args.nnodes)  # before any worker starts
     check_trainable(cfg)
     check_run_emulation(cfg)
+    check_socket_ifnames(os.environ)  # the ranks inherit this environment
     if args.node_rank == 0:  # other nodes' agents join a run whose folder node 0 has made
         check_before_start(cfg, args.out, args.resume)
     argv = worker_argv(train_argv)
@@ -118,9 +122,9 @@ def launch_command(args: argparse.Namespace, train_argv: list[str]) -> int:
     if out is None:
         out = default_run_dir(scene_path_of(cfg))
         argv += ["--out", str(out)]
-    if not cfg.training.quiet:
-        print(f"{args.nproc_per_node * args.nnodes} ranks; their progress goes to {RunDir(out).logs_dir}/rank<R>.log",
-              flush=True)  # stdout: stderr is for errors (one line each)
+    if not cfg.training.quiet:  # stdout: stderr is for errors (one line each)
+        print(opening_line(cfg, args, args.nproc_per_node * args.nnodes), flush=True)
+        print(f"the ranks' progress goes to {RunDir(out).logs_dir}/rank<R>.log", flush=True)
     try:
         launch_workers(
             ["-m", "trainer", *argv],

@@ -30,17 +30,18 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ngptune.profiling import SourceStatus
 from ngptune.profiling import nsight
-from ngptune.profiling.collect import ProfileDir, RunOutcome, collect, write_failure, write_tables
-from ngptune.profiling.link import measure_link_busbw, parse_link_busbw, read_link_busbw
-from ngptune.profiling.nvml import NvmlSampler
 from trainer.cli import add_scene_format_arguments, scene_format_overrides
-from trainer.config import TrainConfig
 from trainer.errors import ConfigError
-from trainer.parallel.dist_env import check_run_emulation
+from trainer.parallel.backend import check_run_emulation
 from trainer.runstatus import REASON_KEY, error_or_last_line, last_error_message, print_error
+
+if TYPE_CHECKING:  # collect, link and nvml load pandas and torch: imported where used, not for --help
+    from ngptune.profiling.collect import ProfileDir, RunOutcome
+    from trainer.config import TrainConfig
 
 DEFAULT_STEPS = 30
 STOP_GRACE_S = 30  # seconds a stopped trainer gets before the next, harder signal
@@ -99,6 +100,8 @@ def parse_trace_window(text: str) -> tuple[int, int]:
 
 
 def _check_args(args: argparse.Namespace) -> None:
+    from ngptune.profiling.link import parse_link_busbw
+
     if args.steps < 1:
         raise ConfigError(f"--steps: expected an integer >= 1, got {args.steps}")
     if args.nproc_per_node is not None and args.nproc_per_node < 1:
@@ -113,10 +116,14 @@ def _check_args(args: argparse.Namespace) -> None:
 def _run_config(args: argparse.Namespace) -> TrainConfig:
     """The profiled run's config (``--config``, ``--set``, ``--scene``, ``--emulate-interconnect``);
     validates them before anything is written."""
+    from trainer.cli import default_config_path
     from trainer.config import apply_overrides, load_config, parse_override
 
-    cfg = load_config(args.config)
     overrides = dict(parse_override(item) for item in args.overrides)
+    path = default_config_path(args.config, overrides.get("training.device"))  # as the trainer chooses
+    if path is not None and args.config is None:
+        print(f"profile: no --config on a CPU: the profiled run uses the CPU preset {path}", flush=True)
+    cfg = load_config(path)
     if args.scene is not None:
         overrides["data.scene"] = str(args.scene)
     if args.emulate_interconnect is not None:
@@ -187,6 +194,8 @@ def _run_logged(argv: list[str], log_path: Path) -> int:
 def run_outcome(exit_code: int, profile: ProfileDir) -> RunOutcome:
     """How the trainer command ended: the reason from its ``error:`` line (the launcher names the
     failed rank and its log there), else ``status.json``'s reason, else the last line of its output."""
+    from ngptune.profiling.collect import RunOutcome
+
     if exit_code == 0:
         return RunOutcome(True, 0)
     log_text = profile.trainer_log_path.read_text(encoding="utf-8", errors="replace") if profile.trainer_log_path.is_file() else ""
@@ -226,13 +235,18 @@ def _link_busbw(mode: str | float, cfg: TrainConfig, ranks: int, profile: Profil
         return mode, SourceStatus("ok", f"given: --link-busbw {mode:g} GB/s")
     if ranks < 2:
         return None, SourceStatus("missing", "one rank: no gradient all-reduce, so no link to measure")
+    from ngptune.profiling.link import measure_link_busbw
+
     print(f"profile: measuring the link (all-reduce on {ranks} ranks) before training", flush=True)
     return measure_link_busbw(cfg, ranks, profile.bench_comm_dir, profile.bench_comm_csv_path)
 
 
 def profile_command(args: argparse.Namespace) -> int:
     """Run the profile (module docstring); returns the exit status."""
+    from ngptune.profiling.collect import ProfileDir, collect, write_failure, write_tables
     from ngptune.profiling.diagnose import ProfileInputs, assess, diagnoses_table
+    from ngptune.profiling.link import parse_link_busbw, read_link_busbw
+    from ngptune.profiling.nvml import NvmlSampler
 
     _check_args(args)
     window = parse_trace_window(args.trace_steps) if args.trace_steps else default_trace_window(args.steps)

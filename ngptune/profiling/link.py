@@ -36,7 +36,7 @@ from ngptune.profiling import SourceStatus
 from ngptune.profiling.collect import read_csv_table
 from trainer.config import TrainConfig
 from trainer.errors import ConfigError, NgptuneError
-from trainer.parallel.dist_env import EMULATED_INTERCONNECT_ENV, choose_backend, visible_cuda_devices
+from trainer.parallel.backend import EMULATED_INTERCONNECT_ENV, choose_backend, visible_cuda_devices
 
 __all__ = [
     "LINK_BENCH_SIZE_BYTES",

@@ -10,11 +10,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ngptune.tuning.study import MAX_TRIALS, REPO_ROOT, STUDY_NAME_RULE, is_study_name
 from trainer.cli import add_scene_format_arguments, positive_int, scene_format_overrides
 
 __all__ = ["DEFAULT_STUDY", "register"]
 
+REPO_ROOT = Path(__file__).resolve().parents[2]  # as ngptune.tuning.study.REPO_ROOT (not imported: it loads pandas)
 DEFAULT_STUDY = REPO_ROOT / "studies" / "demo.toml"
 
 
@@ -29,6 +29,8 @@ def _positive_seconds(text: str) -> float:
 
 
 def _trials(text: str) -> int:
+    from ngptune.tuning.study import MAX_TRIALS  # the study module loads pandas: not for --help
+
     value = positive_int(text)
     if value > MAX_TRIALS:
         raise argparse.ArgumentTypeError(f"expected at most {MAX_TRIALS} trials, got {value}")
@@ -36,6 +38,8 @@ def _trials(text: str) -> int:
 
 
 def _study_name(text: str) -> str:
+    from ngptune.tuning.study import STUDY_NAME_RULE, is_study_name
+
     if not is_study_name(text):
         raise argparse.ArgumentTypeError(f"expected {STUDY_NAME_RULE}, got {text!r}")
     return text

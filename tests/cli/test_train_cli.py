@@ -140,7 +140,7 @@ def test_an_interrupted_final_evaluation_keeps_the_trained_model(demo_scene, tmp
 
 
 def test_eval_time_estimate_follows_the_training_rate():
-    from trainer.cli import eval_seconds_estimate
+    from trainer.train.eval_estimate import eval_seconds_estimate
 
     last = {"rays_per_step": 1000.0, "samples_per_step": 50000.0, "throughput_samples_per_s": 1e6}
     # 518 400 pixels × 50 samples per ray at 3 × 1e6 samples/s

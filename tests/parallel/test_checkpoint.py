@@ -325,3 +325,26 @@ def test_resuming_a_checkpoint_with_fewer_steps_than_it_holds_is_refused(two_ran
     newest = run_dir / "checkpoints" / f"step_{SAVE_AT:07d}"
     assert proc.stderr.strip().endswith(f"error: training.n_steps: 2 is below step {SAVE_AT} of the checkpoint "
                                         f"{newest}; give --n-steps {SAVE_AT} or more"), proc.stderr
+
+
+def test_partial_folders_of_killed_writes_are_not_checkpoints_and_go_once_a_newer_one_is_complete(tmp_path):
+    from trainer.cli import check_before_start
+    from trainer.config import TrainConfig, apply_overrides
+    from trainer.errors import ConfigError
+
+    run = RunDir(tmp_path)
+    (tmp_path / "status.json").write_text('{"state": "interrupted"}')
+    killed = run.checkpoints_dir / "step_0000004.partial"  # killed during the DCP save: no marker
+    killed.mkdir(parents=True)
+    (killed / "__0_0.distcp").write_bytes(b"half")
+    assert ckpt.list_checkpoints(run.checkpoints_dir) == []
+    assert ckpt.latest_checkpoint(tmp_path) is None
+    cfg = apply_overrides(TrainConfig(), {"data.scene": str(tmp_path)})
+    with pytest.raises(ConfigError, match=r"it has no snapshot or checkpoint to resume from"):
+        check_before_start(cfg, tmp_path, None)  # the partial folder is no checkpoint to --resume
+    ckpt.save_checkpoint(ckpt.checkpoint_dir(run, 2), {"w": torch.zeros(2)}, {}, {"step": 2}, rank=0)
+    assert ckpt.prune_checkpoints(run.checkpoints_dir, keep=3) == []  # step 4's write is newer: kept
+    ckpt.save_checkpoint(ckpt.checkpoint_dir(run, 6), {"w": torch.ones(2)}, {}, {"step": 6}, rank=0)
+    assert [s for s, _ in ckpt.list_checkpoints(run.checkpoints_dir)] == [2, 6]
+    assert ckpt.prune_checkpoints(run.checkpoints_dir, keep=3) == [killed]
+    assert sorted(p.name for p in run.checkpoints_dir.iterdir()) == ["step_0000002", "step_0000006"]

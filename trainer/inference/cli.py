@@ -64,14 +64,12 @@ def _add_export_common(p: argparse.ArgumentParser) -> None:
 
 
 def add_export_arguments(p: argparse.ArgumentParser) -> None:
-    from trainer.inference.mesh import DEFAULT_THRESHOLD
-
     kinds = p.add_subparsers(dest="kind", required=True)
     mesh = kinds.add_parser("mesh", help="marching-cubes mesh with vertex colours, in the capture's world frame")
     _add_export_common(mesh)
     mesh.add_argument("--resolution", type=int, default=256, help="lattice points per axis (default 256)")
-    mesh.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
-                      help=f"density σ of the surface (default {DEFAULT_THRESHOLD:g}, instant-ngp's)")
+    mesh.add_argument("--threshold", type=float, default=None,  # mesh.py (torch) is not imported for --help
+                      help="density σ of the surface (default: trainer.inference.mesh.DEFAULT_THRESHOLD, instant-ngp's)")
     mesh.add_argument("--aabb", type=float, nargs=6, default=None, metavar=("X0", "Y0", "Z0", "X1", "Y1", "Z1"),
                       help="box to mesh in scene units (default: the occupied part of the occupancy grid)")
     mesh.add_argument("--out", type=Path, default=None, help="FILE.ply | .obj | .glb (default: MODEL's folder/mesh.ply)")
@@ -292,8 +290,10 @@ def export_command(args: argparse.Namespace) -> int:
 
     folder = _model_folder(args.model)
     if args.kind == "mesh":
-        from trainer.inference.mesh import check_mesh_request, extract_mesh, write_mesh
+        from trainer.inference.mesh import DEFAULT_THRESHOLD, check_mesh_request, extract_mesh, write_mesh
 
+        if args.threshold is None:
+            args.threshold = DEFAULT_THRESHOLD
         out = args.out or folder / "mesh.ply"
         check_mesh_request(args.resolution, out, args.aabb)
         model = load_model(args.model, args.scene, args.device)

@@ -45,9 +45,25 @@ import torch.distributed as dist
 
 from trainer.config import TrainConfig
 from trainer.errors import ConfigError, LaunchError
+from trainer.parallel.backend import (  # the backend rule, importable without torch
+    EMULATED_INTERCONNECT_ENV,
+    check_run_emulation,
+    choose_backend,
+    interconnect_env,
+    planned_backend,
+    visible_cuda_devices,
+)
+from trainer.parallel.net_env import check_same_comm_env, check_socket_ifnames, comm_env
 
 __all__ = [
+    "EMULATED_INTERCONNECT_ENV",
     "DistEnv",
+    "check_ranks_agree_on_comm_env",
+    "check_run_emulation",
+    "choose_backend",
+    "interconnect_env",
+    "planned_backend",
+    "visible_cuda_devices",
     "check_port_free",
     "detect_dist_env",
     "expand_hostlist",
@@ -70,66 +86,6 @@ SLURM_PORT_SPAN = 15000
 
 # Environment variable NCCL reads at communicator creation; NVLink SHARP multicast stays off.
 _NCCL_DEFAULTS = {"NCCL_NVLS_ENABLE": "0"}
-
-# ``distributed.emulate_interconnect`` → NCCL variables that make one NVLink host's ranks talk
-# like another link (DESIGN.md §5; measured ~26 GB/s and ~3.6 GB/s busbw in ANCHORS.md).
-EMULATED_INTERCONNECT_ENV: dict[str, dict[str, str]] = {
-    "none": {},
-    "nvlink": {},
-    "pcie": {"NCCL_P2P_DISABLE": "1"},
-    "sockets": {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1"},
-}
-
-
-def interconnect_env(name: str, backend: str) -> dict[str, str]:
-    """The NCCL variables that emulate interconnect ``name`` (see :data:`EMULATED_INTERCONNECT_ENV`).
-
-    Raises:
-        ConfigError: for an unknown name, or any emulation but ``"none"`` on a backend other than NCCL.
-    """
-    if name not in EMULATED_INTERCONNECT_ENV:
-        raise ConfigError(
-            f"distributed.emulate_interconnect: expected one of {', '.join(EMULATED_INTERCONNECT_ENV)}, got {name!r}"
-        )
-    if name != "none" and backend != "nccl":
-        raise ConfigError(
-            f"distributed.emulate_interconnect: {name!r} works through NCCL variables, but this run uses "
-            f"the {backend} backend (CPU); use 'none' or train on GPUs"
-        )
-    return dict(EMULATED_INTERCONNECT_ENV[name])
-
-
-def choose_backend(backend: str, on_cuda: bool) -> str:
-    """The process-group backend for ``distributed.backend`` (or ``bench-comm --backend``)
-    ``backend``: ``auto`` → ``"nccl"`` when the ranks hold CUDA tensors (``on_cuda``), else
-    ``"gloo"`` (DESIGN.md §3); an explicit name as given (the caller checks it can work)."""
-    if backend == "auto":
-        return "nccl" if on_cuda else "gloo"
-    return backend
-
-
-def visible_cuda_devices() -> int:
-    """CUDA devices this process sees (0 without CUDA)."""
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
-
-
-def planned_backend(cfg: TrainConfig, cuda_device_count: int | None = None) -> str:
-    """The backend the ranks of a training run will choose (:func:`detect_dist_env`), known
-    before any of them starts: on CUDA when ``training.device`` is not ``cpu`` and this host
-    shows a CUDA device (``cuda_device_count``, default :func:`visible_cuda_devices`)."""
-    count = visible_cuda_devices() if cuda_device_count is None else cuda_device_count
-    return choose_backend(cfg.distributed.backend, on_cuda=cfg.training.device != "cpu" and count > 0)
-
-
-def check_run_emulation(cfg: TrainConfig) -> None:
-    """Refuse ``distributed.emulate_interconnect`` for a training run whose ranks will use gloo
-    (:func:`planned_backend`), before any of them starts (they would each fail with the same error).
-
-    Raises:
-        ConfigError: naming ``distributed.emulate_interconnect`` (:func:`interconnect_env`).
-    """
-    interconnect_env(cfg.distributed.emulate_interconnect, planned_backend(cfg))
-
 
 @dataclasses.dataclass(frozen=True)
 class DistEnv:
@@ -603,6 +559,7 @@ def init_distributed(env: DistEnv, timeout_s: float) -> None:
         os.environ.update(interconnect_env(env.emulate_interconnect, env.backend))
         torch.cuda.set_device(env.device)
         device_id = env.device
+    check_socket_ifnames(os.environ)  # this host's interfaces: before a rendezvous that would fail on them
     try:
         dist.init_process_group(
             backend=env.backend,
@@ -624,6 +581,21 @@ def init_distributed(env: DistEnv, timeout_s: float) -> None:
             f"at {env.master_addr}:{env.master_port} within {timeout_s:g} s "
             f"(distributed.timeout_s): {type(exc).__name__}: {first}{hint}"
         ) from exc
+    check_ranks_agree_on_comm_env()
+
+
+def check_ranks_agree_on_comm_env() -> None:
+    """Gather every rank's ``NCCL_*`` / ``GLOO_*`` variables (over gloo, not through NCCL, whose
+    collectives are what a mismatch can hang) and refuse the job on a difference, before the
+    training's first collective.
+
+    Raises:
+        LaunchError: naming the variable and the ranks (:func:`~trainer.parallel.net_env.check_same_comm_env`).
+    """
+    group = dist.new_group(backend="gloo") if dist.get_backend() != "gloo" else None
+    gathered: list[dict[str, str] | None] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, comm_env(os.environ), group=group)
+    check_same_comm_env([g or {} for g in gathered])
 
 
 def restart_count() -> int:

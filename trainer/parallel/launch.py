@@ -173,9 +173,11 @@ def tail_lines(path: Path, n: int = LOG_TAIL_LINES, max_bytes: int = 64 * 1024) 
     return "\n".join(lines[-n:])
 
 
-def _shorten(text: str, limit: int = 240) -> str:
-    line = " ".join(text.strip().split())
-    return line if len(line) <= limit else line[: limit - 3] + "..."
+def _shorten(text: str) -> str:
+    """The first non-empty line of ``text``, whole (an interface or file name at its end must
+    survive into the failure message and a trial's recorded reason), blanks collapsed."""
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return " ".join(lines[0].split()) if lines else ""
 
 
 def _error_from_log(tail: str) -> str | None:

@@ -741,9 +741,11 @@ class Trainer:
         on_eval: Callable[[dict[str, Any]], None] | None = None,
         snapshot_every: int = 0,
         eval_every: int = 0,
+        on_step: Callable[[int, float], None] | None = None,
     ) -> dict[str, Any]:
         """Train until ``n_steps`` steps are done (counted from step 0, so a resumed run
         finishes at the same step) or ``time_budget_s`` seconds of training have passed.
+        ``on_step(step, train_time_s)`` is called after every step (a progress display).
 
         Returns the last metrics record.
         """
@@ -805,6 +807,8 @@ class Trainer:
                     self.train_time_s += time.perf_counter() - t_step
                 if self.run_dir and snapshot_every and self.step % snapshot_every == 0:
                     self._periodic_save()
+                if on_step:
+                    on_step(self.step, self.train_time_s)
             if interval["steps"] > 0:  # stopped by the time budget between two records
                 self._synchronize()
                 last_record = flush()

@@ -1,0 +1,63 @@
+"""On a CPU a run without --config takes the CPU preset and says so in its opening line; an
+explicit --config is taken as given; off a TTY the run prints progress lines; the evaluation's
+estimate is within 2x of its measured time."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.cli.test_train_cli import _tiny_config_file
+from tests.train.conftest import demo_scene  # noqa: F401  (fixture)
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _train(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "trainer", "--device", "cpu", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_no_config_on_a_cpu_takes_the_preset_and_says_so(demo_scene, tmp_path):
+    out = _train("--scene", str(demo_scene), "--n-steps", "2", "--no-eval", "--out", str(tmp_path / "a"), cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    first = out.stdout.splitlines()[0]
+    assert re.match(rf"training {re.escape(str(demo_scene))} on cpu, 1 rank, config .*configs/small\.json "
+                    r"\(the CPU preset: no --config on a CPU\), up to 2 steps$", first), first
+    preset = json.loads((tmp_path / "a" / "config.json").read_text())
+    assert preset["training"]["target_samples_per_step"] == 4096
+
+
+def test_an_explicit_config_is_taken_as_given(demo_scene, tmp_path):
+    config = _tiny_config_file(tmp_path)
+    out = _train("--scene", str(demo_scene), "--config", str(config), "--n-steps", "2", "--no-eval",
+                 "--out", str(tmp_path / "b"), cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[0].endswith(f"config {config}, up to 2 steps")
+    given = json.loads((tmp_path / "b" / "config.json").read_text())
+    assert given["training"]["target_samples_per_step"] == json.loads(config.read_text().split("\n", 1)[1])["training"]["target_samples_per_step"]
+
+
+def test_eta_counts_the_steps_and_the_time_budget():
+    from trainer.cli import eta_seconds
+
+    assert eta_seconds(0, 0.0, 100, None) is None
+    assert eta_seconds(10, 5.0, 100, None) == 45.0
+    assert eta_seconds(10, 5.0, 100, 20.0) == 15.0  # the budget ends first
+
+
+def test_the_evaluation_estimate_is_within_twice_its_time(tmp_path):
+    from trainer.data.demo import write_demo_scene
+
+    scene = write_demo_scene(tmp_path / "scene", resolution=64, n_train=8, n_val=1, n_test=3)
+    config = _tiny_config_file(tmp_path)
+    out = _train("--scene", str(scene), "--config", str(config), "--n-steps", "5", "--quiet",
+                 "--out", str(tmp_path / "c"), cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    estimate = re.search(r"^evaluating .*, estimated (\d+) s \(measured on a sample of its rays\)", out.stdout, re.M)
+    took = json.loads(out.stdout.strip().splitlines()[-1])["eval_time_s"]
+    assert estimate, out.stdout
+    assert took / 2 <= max(float(estimate.group(1)), 0.5) <= took * 2, (estimate.group(0), took)
