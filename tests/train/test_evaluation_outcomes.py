@@ -91,3 +91,45 @@ def test_a_perfect_view_counts_at_the_cap_and_both_means_are_named():
     scene = Scene(format="blender", root=Path("."), splits={"train": []}, aabb_scale=1)
     assert "not a test" in split_origin(scene, "train")
     assert split_origin(scene, "test") == "the scene's own test split"
+
+
+def test_a_model_rendering_only_the_background_is_warned_about_and_a_trained_one_is_not(
+        demo_scene, tmp_path, monkeypatch):
+    import warnings
+
+    import trainer.train.evaluate as evaluation
+
+    (tmp_path / "healthy").mkdir()
+    (tmp_path / "collapsed").mkdir()
+    with warnings.catch_warnings(record=True) as healthy_warnings:
+        warnings.simplefilter("always")
+        code, run = _train(demo_scene, tmp_path / "healthy", "--n-steps", "20")  # past the 16 warm-up steps
+    healthy = json.loads((run / "eval.json").read_text())
+    assert code == 0 and healthy["background_collapse"] is None
+    assert healthy["mean_psnr_db"] - healthy["background_psnr_db"] > 0.1
+    assert not [w for w in healthy_warnings if "renders only the background" in str(w.message)]
+
+    def background_only(trainer, rays_o, rays_d, background, *args, **kwargs):
+        return background.expand(rays_o.shape[0], 3).clone()
+
+    monkeypatch.setattr(evaluation, "render_rays", background_only)
+    with pytest.warns(UserWarning, match="the model renders only the background") as collapsed_warnings:
+        code, run = _train(demo_scene, tmp_path / "collapsed", "--n-steps", "20")
+    collapsed = json.loads((run / "eval.json").read_text())
+    assert code == 0
+    assert collapsed["mean_psnr_db"] == pytest.approx(collapsed["background_psnr_db"], abs=1e-3)
+    assert [im["background_psnr_db"] for im in collapsed["images"]] == [
+        im["background_psnr_db"] for im in healthy["images"]]
+    warning = [str(w.message) for w in collapsed_warnings if "renders only the background" in str(w.message)]
+    assert warning == [collapsed["background_collapse"]]
+    assert "training.background=random" in warning[0] and "centre-crop warm-up" in warning[0]
+    assert "optimizer.learning_rate" in warning[0]
+
+
+def test_a_blank_render_within_the_occupancy_warm_up_is_no_collapse():
+    from trainer.train.collapse import collapse_message
+
+    assert collapse_message(12.0, 12.05, step=16, occupancy_warmup_steps=16) is None
+    assert collapse_message(12.0, 12.05, step=17, occupancy_warmup_steps=16) is not None
+    assert collapse_message(12.0, 12.2, step=17, occupancy_warmup_steps=16) is None
+    assert collapse_message(float("nan"), 12.0, step=17, occupancy_warmup_steps=16) is None

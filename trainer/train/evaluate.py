@@ -6,6 +6,7 @@ benchmarks use white (NeRF-synthetic), black otherwise.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Callable, Protocol
 
 import numpy as np
@@ -19,6 +20,7 @@ from trainer.metrics_image import SSIM_WINDOW, mse_to_psnr, psnr, ssim
 from trainer.render.volrend import RenderedRays, composite
 from trainer.render.march import PackedSamples
 from trainer.rundir import RunDir
+from trainer.train.collapse import collapse_message
 from trainer.train.precision import autocast
 
 
@@ -43,7 +45,8 @@ METRICS_NOTE = (
     "mean_psnr_db: mean over views of each view's PSNR capped at psnr_cap_db; "
     "psnr_of_mean_mse_db: PSNR of the mean over views of the per-view MSE; "
     "mean_ssim: mean over the views SSIM is available for (views of at least "
-    f"{SSIM_WINDOW}x{SSIM_WINDOW} pixels; smaller views have ssim null)"
+    f"{SSIM_WINDOW}x{SSIM_WINDOW} pixels; smaller views have ssim null); "
+    "background_psnr_db: mean_psnr_db of a prediction of the background colour at every pixel"
 )
 
 
@@ -62,10 +65,12 @@ def summary_metrics(images: list[dict[str, Any]]) -> dict[str, Any]:
         ``mean_psnr_db`` (mean of per-view PSNRs, each capped at :data:`PSNR_CAP_DB`; a perfect
         view counts as the cap, never NaN, never dropped), ``psnr_cap_db``, ``psnr_of_mean_mse_db``
         (PSNR of the mean MSE; inf when every view is perfect), ``mean_ssim`` (over the views that
-        have one; NaN when none has), ``ssim_views`` and ``metrics_note`` saying which is which.
-        NaN means for no views.
+        have one; NaN when none has), ``ssim_views``, ``background_psnr_db`` (the mean of the
+        views' ``background_psnr_db``, capped likewise; NaN when a record lacks it) and
+        ``metrics_note`` saying which is which. NaN means for no views.
     """
     capped = [min(im["psnr_db"], PSNR_CAP_DB) for im in images]
+    background = [min(im.get("background_psnr_db", float("nan")), PSNR_CAP_DB) for im in images]
     ssims = [im["ssim"] for im in images if im["ssim"] is not None]
     mean_mse = float(np.mean([im["mse"] for im in images])) if images else float("nan")
     return {
@@ -74,6 +79,7 @@ def summary_metrics(images: list[dict[str, Any]]) -> dict[str, Any]:
         "psnr_of_mean_mse_db": float(mse_to_psnr(mean_mse)) if images else float("nan"),
         "mean_ssim": float(np.mean(ssims)) if ssims else float("nan"),
         "ssim_views": len(ssims),
+        "background_psnr_db": float(np.mean(background)) if background else float("nan"),
         "metrics_note": METRICS_NOTE,
     }
 
@@ -245,8 +251,12 @@ def evaluate(
         ValueError: ``spp`` outside [1, 64].
 
     Returns:
-        ``{"split", "step", "background", "mean_psnr_db", "mean_ssim", "images": [{"index", "name",
-        "psnr_db", "ssim"}]}``, also written to ``eval.json`` when the trainer has a run directory.
+        ``{"split", "step", "background", "mean_psnr_db", "mean_ssim", "background_psnr_db",
+        "occupancy_warmup_steps", "background_collapse", "images": [{"index", "name", "psnr_db",
+        "ssim", "background_psnr_db"}]}`` (the keys of :func:`summary_metrics` too), also written
+        to ``eval.json`` when the trainer has a run directory. ``background_collapse`` is the
+        warning of :func:`trainer.train.collapse.collapse_message` (also issued as a
+        ``UserWarning``) or None.
     """
     import cv2
 
@@ -281,8 +291,10 @@ def evaluate(
             pred_img = rgb.reshape(h, w, 3).clamp(0.0, 1.0)
             gt_img = gt.reshape(h, w, 3)
             mse = float(torch.mean((pred_img.double() - gt_img.double()) ** 2))
+            background_mse = float(torch.mean((background.double() - gt_img.double()) ** 2))
             images.append({"index": index, "name": frame.name, "mse": mse, "psnr_db": psnr(pred_img, gt_img),
-                           "ssim": view_ssim(pred_img, gt_img)})
+                           "ssim": view_ssim(pred_img, gt_img),
+                           "background_psnr_db": float(mse_to_psnr(background_mse))})
             if trainer.eval_progress is not None:
                 trainer.eval_progress(position + 1, len(chosen), images[-1])
             if save_renders and trainer.run_dir is not None:
@@ -300,8 +312,14 @@ def evaluate(
         "step": trainer.step,
         "background": "white" if white else "black",
         **summary_metrics(images),
+        "occupancy_warmup_steps": trainer.cfg.training.occupancy_warmup_steps,
         "images": images,
     }
+    collapse = collapse_message(result["mean_psnr_db"], result["background_psnr_db"], trainer.step,
+                                trainer.cfg.training.occupancy_warmup_steps)
+    result["background_collapse"] = collapse
+    if collapse is not None:
+        warnings.warn(collapse, stacklevel=2)
     if trainer.run_dir is not None:
         trainer.run_dir.write_json(trainer.run_dir.eval_path, result)
     return result
