@@ -64,6 +64,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--steps", type=int, default=DEFAULT_STEPS, help=f"training steps (default {DEFAULT_STEPS})")
     p.add_argument("--trace-steps", default=None, metavar="A:B",
                    help="torch.profiler records steps A..B-1 (default: 5 steps after warm-up, within --steps)")
+    p.add_argument("--eval-images", type=int, default=0, metavar="N",
+                   help="score the trained model on N test views after the profiled steps (default 0: no "
+                        "evaluation); the background_collapse diagnosis needs it")
     p.add_argument("--nsys", action="store_true", help="run under Nsight Systems when nsys is on PATH")
     p.add_argument("--ncu", action="store_true", help="profile the hash-grid kernels with Nsight Compute (separate short run)")
     p.add_argument("--nvml-interval-ms", type=float, default=100.0, help="NVML sampling interval (default 100 ms)")
@@ -104,6 +107,8 @@ def _check_args(args: argparse.Namespace) -> None:
 
     if args.steps < 1:
         raise ConfigError(f"--steps: expected an integer >= 1, got {args.steps}")
+    if args.eval_images < 0:
+        raise ConfigError(f"--eval-images: expected an integer >= 0, got {args.eval_images}")
     if args.nproc_per_node is not None and args.nproc_per_node < 1:
         raise ConfigError(f"--nproc-per-node: expected an integer >= 1, got {args.nproc_per_node}")
     if not args.nvml_interval_ms > 0:
@@ -149,8 +154,9 @@ def trainer_command(args: argparse.Namespace, run_dir: Path, window: tuple[int, 
     argv = [sys.executable, "-m", "trainer"]
     if args.nproc_per_node is not None:
         argv += ["--nproc-per-node", str(args.nproc_per_node)]
-    argv += ["--n-steps", str(args.steps), "--out", str(run_dir), "--quiet", "--no-eval",
-             "--trace-steps", f"{window[0]}:{window[1]}", "--set", "training.log_every=1"]
+    argv += ["--n-steps", str(args.steps), "--out", str(run_dir), "--quiet"]
+    argv += ["--eval-max-images", str(args.eval_images)] if args.eval_images > 0 else ["--no-eval"]
+    argv += ["--trace-steps", f"{window[0]}:{window[1]}", "--set", "training.log_every=1"]
     if cuda_profiler_range:
         argv += ["--set", "profile.cuda_profiler_range=true"]
     if args.scene is not None:
@@ -244,7 +250,7 @@ def _link_busbw(mode: str | float, cfg: TrainConfig, ranks: int, profile: Profil
 def profile_command(args: argparse.Namespace) -> int:
     """Run the profile (module docstring); returns the exit status."""
     from ngptune.profiling.collect import ProfileDir, collect, write_failure, write_tables
-    from ngptune.profiling.diagnose import ProfileInputs, assess, diagnoses_table
+    from ngptune.profiling.diagnose import ProfileInputs, assess, diagnoses_table, evaluation_of_run
     from ngptune.profiling.link import parse_link_busbw, read_link_busbw
     from ngptune.profiling.nvml import NvmlSampler
 
@@ -309,6 +315,7 @@ def profile_command(args: argparse.Namespace) -> int:
         kernels=collected.kernels,
         link_busbw_gb_per_s=link_busbw,
         overlap=collected.overlap,
+        evaluation=evaluation_of_run(profile.run.root) if outcome.completed else None,
     )
     checks = assess(inputs)
     write_tables(profile, collected, diagnoses_table(checks))

@@ -1,4 +1,4 @@
-"""Bottleneck diagnoses of a training run (DESIGN.md §4): which of seven bottlenecks holds it back,
+"""Bottleneck diagnoses of a training run (DESIGN.md §4): which of eight bottlenecks holds it back,
 the numbers that show it, and the tuner knob to try.
 
 =====================  ==================================================  ==============================
@@ -16,6 +16,8 @@ wasted_samples         occupied fraction of the occupancy grid at the      value
                        run's end; samples per ray, the fraction's fall
 occupancy_update       share of the step in the "occupancy_update" phase   value > 0.25
                        (worst rank)
+background_collapse    test PSNR minus the PSNR of painting every pixel    |value| < 0.1 dB past the
+                       the background colour, dB (``eval.json``)          occupancy warm-up (always high)
 =====================  ==================================================  ==============================
 
 Every diagnosis that fires carries a severity from how far the value is past its threshold,
@@ -41,8 +43,11 @@ into the rows of ``diagnoses.csv``.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -50,6 +55,7 @@ from ngptune.profiling.runs import drop_warmup
 from ngptune.profiling.tables import COMPUTE_PHASES, DIAGNOSES_TABLE, PHASES_TABLE, WAIT_PHASES
 from trainer.errors import NgptuneError
 from trainer.schema import PHASES
+from trainer.train.collapse import COLLAPSE_CURES, COLLAPSE_MARGIN_DB, collapse_gap_db, past_occupancy_warmup
 
 __all__ = [
     "BOTTLENECKS",
@@ -62,6 +68,7 @@ __all__ = [
     "diagnose",
     "diagnose_run",
     "diagnoses_table",
+    "evaluation_of_run",
     "inputs_from_run",
     "rank_phase_means",
 ]
@@ -74,6 +81,7 @@ BOTTLENECKS: tuple[str, ...] = (
     "load_imbalance",
     "wasted_samples",
     "occupancy_update",
+    "background_collapse",
 )
 SEVERITIES: tuple[str, ...] = ("high", "medium", "low")
 
@@ -128,6 +136,8 @@ GPU_TIMELINE_REQUIRED: tuple[str, ...] = ("t_s", "gpu", "util_pct")
 KERNELS_REQUIRED: tuple[str, ...] = ("rank", "name", "total_ms", "category")
 OVERLAP_REQUIRED: tuple[str, ...] = ("rank", "compute_ms", "exposed_comm_ms", "idle_ms")
 OCCUPANCY_REQUIRED: tuple[str, ...] = ("step", "occupancy_fraction", "rays_per_step", "samples_per_step")
+# eval.json keys the background_collapse check reads (trainer.train.evaluate.evaluate writes them).
+EVALUATION_REQUIRED: tuple[str, ...] = ("step", "mean_psnr_db", "background_psnr_db", "occupancy_warmup_steps")
 
 _ALL_PHASES: tuple[str, ...] = (*PHASES, "other")
 
@@ -149,6 +159,7 @@ KNOBS: dict[str, str] = {
     "occupancy_update": (
         "training.occupancy_update_every (higher: rarer updates) or a smaller training.occupancy_resolution"
     ),
+    "background_collapse": COLLAPSE_CURES,
 }
 _COMM_KNOB_LINK_UNDERUSED = (
     "NCCL_ALGO=Tree or Ring and a larger parallel.bucket_mib (the link is not the limit); "
@@ -238,6 +249,9 @@ class ProfileInputs:
             ``exposed_comm_ms``, ``idle_ms`` (``window_ms`` when present); or None.
         occupancy: rank 0's records in step order, at least ``step``, ``occupancy_fraction``
             (occupied share of the grid's cells), ``rays_per_step`` and ``samples_per_step``; or None.
+        evaluation: the run's ``eval.json`` (a mapping with at least :data:`EVALUATION_REQUIRED`
+            for the background_collapse check; an older file without them leaves it not
+            evaluated), or None when the run was not evaluated.
 
     Raises:
         DiagnosisError: a frame lacks a required column, ``phases`` has an unknown phase or a
@@ -252,6 +266,7 @@ class ProfileInputs:
     link_busbw_gb_per_s: float | None = None
     overlap: pd.DataFrame | None = None
     occupancy: pd.DataFrame | None = None
+    evaluation: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         _require_columns(self.phases, PHASES_TABLE, "phases")
@@ -532,6 +547,34 @@ def _check_occupancy_update(means: pd.DataFrame | None) -> Check:
     return _verdict(name, value, threshold, 0.0, evidence, KNOBS[name], fires=value > threshold)
 
 
+def _check_background_collapse(evaluation: Mapping[str, Any] | None) -> Check:
+    """Fires (severity high: the run trained nothing) when the test PSNR lies within
+    :data:`trainer.train.collapse.COLLAPSE_MARGIN_DB` of the background-only prediction's, past the
+    occupancy warm-up (:func:`trainer.train.collapse.collapse_message` is the trainer's warning)."""
+    name, threshold = "background_collapse", COLLAPSE_MARGIN_DB
+    if evaluation is None:
+        return _not_evaluated(name, threshold, "needs the run's eval.json (the run was not evaluated)")
+    missing = [k for k in EVALUATION_REQUIRED if evaluation.get(k) is None]
+    if missing:
+        return _not_evaluated(name, threshold, f"eval.json lacks {', '.join(missing)}")
+    step, warmup = int(evaluation["step"]), int(evaluation["occupancy_warmup_steps"])
+    mean_db, background_db = float(evaluation["mean_psnr_db"]), float(evaluation["background_psnr_db"])
+    if not past_occupancy_warmup(step, warmup):
+        return _not_evaluated(name, threshold, f"the evaluation at step {step} lies within the occupancy "
+                                               f"warm-up ({warmup} steps), where a blank render is expected")
+    value = collapse_gap_db(mean_db, background_db)
+    if math.isnan(value):
+        return _not_evaluated(name, threshold, f"eval.json's PSNRs are not finite ({mean_db}, {background_db} dB)")
+    evidence = (f"test PSNR {mean_db:.2f} dB at step {step} vs {background_db:.2f} dB for painting every pixel "
+                f"the background colour ({value:+.2f} dB); threshold ±{threshold:g} dB")
+    if abs(value) >= threshold:
+        return Check(name, "clear", value, threshold, evidence)
+    evidence += (f": the model renders only the background (its density collapsed after the occupancy "
+                 f"warm-up of {warmup} steps)")
+    return Check(name, "fired", value, threshold, evidence,
+                 Diagnosis(name, "high", value, threshold, evidence, KNOBS[name]))
+
+
 def assess(inputs: ProfileInputs) -> list[Check]:
     """Run every bottleneck check.
 
@@ -548,6 +591,7 @@ def assess(inputs: ProfileInputs) -> list[Check]:
         "load_imbalance": _check_imbalance(means, inputs.summary, world_size),
         "wasted_samples": _check_wasted_samples(inputs.occupancy),
         "occupancy_update": _check_occupancy_update(means),
+        "background_collapse": _check_background_collapse(inputs.evaluation),
     }
     return [checks[b] for b in BOTTLENECKS]
 
@@ -582,8 +626,9 @@ def diagnoses_table(checks: list[Check]) -> pd.DataFrame:
 
 # ------------------------------------------------------------------------- from a run directory
 def inputs_from_run(run_dir: Path) -> ProfileInputs:
-    """:class:`ProfileInputs` from a run directory's metrics files alone (all ranks). The GPU
-    timeline, kernels, overlap and link bandwidth are absent: those parts are not evaluated.
+    """:class:`ProfileInputs` from a run directory's metrics files (all ranks) and its
+    ``eval.json`` when there is one (:func:`evaluation_of_run`). The GPU timeline, kernels,
+    overlap and link bandwidth are absent: those parts are not evaluated.
 
     Raises:
         DiagnosisError: a rank of the run's world size wrote no metrics file.
@@ -600,7 +645,27 @@ def inputs_from_run(run_dir: Path) -> ProfileInputs:
         paths = ", ".join(str(RunDir(run_dir).metrics_path(r)) for r in missing)
         raise DiagnosisError(f"{run_dir}: world size {world_size} but ranks {missing} wrote no metrics ({paths})")
     return ProfileInputs(phases=phases_table(metrics), summary=summary_table(metrics),
-                         occupancy=_occupancy_records(metrics))
+                         occupancy=_occupancy_records(metrics), evaluation=evaluation_of_run(run_dir))
+
+
+def evaluation_of_run(run_dir: Path) -> dict[str, Any] | None:
+    """The run directory's ``eval.json`` as a dict, or None when the run was not evaluated.
+
+    Raises:
+        DiagnosisError: the file is not a JSON object (naming it).
+    """
+    from trainer.rundir import RunDir
+
+    path = RunDir(run_dir).eval_path
+    if not path.is_file():
+        return None
+    try:
+        evaluation = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise DiagnosisError(f"{path}: not readable as JSON ({exc})") from exc
+    if not isinstance(evaluation, dict):
+        raise DiagnosisError(f"{path}: expected a JSON object, got {type(evaluation).__name__}")
+    return evaluation
 
 
 def _occupancy_records(metrics: pd.DataFrame) -> pd.DataFrame | None:

@@ -216,6 +216,7 @@ def test_missing_sources_are_not_evaluated_never_guessed() -> None:
         "load_imbalance": "not_evaluated",
         "wasted_samples": "not_evaluated",  # no occupancy records
         "occupancy_update": "clear",
+        "background_collapse": "not_evaluated",  # no eval.json
     }
     assert "one" in checks[3].detail and "NVML" in checks[0].detail
 
@@ -224,7 +225,8 @@ def test_phase_timers_off_leave_the_phase_diagnoses_unevaluated() -> None:
     off = {**{p: 0.0 for p in PHASES}, "other": 100.0}
     checks = assess(inputs({0: off, 1: off}, gpu_timeline=gpu_timeline(30.0)))
     assert {c.status for c in checks} == {"not_evaluated"}
-    assert all("phase timers" in c.detail or "kernel" in c.detail or "occupancy fraction" in c.detail for c in checks)
+    assert all("phase timers" in c.detail or "kernel" in c.detail or "occupancy fraction" in c.detail
+               or "eval.json" in c.detail for c in checks)
 
 
 def test_diagnoses_table_has_the_schema_columns_and_one_row_per_bottleneck() -> None:
@@ -299,3 +301,39 @@ def test_occupancy_update_dominating_the_step_fires() -> None:
     assert c.status == "fired" and c.value == pytest.approx(60.0 / 160.0)
     assert "updating the occupancy grid" in c.detail and "occupancy_update_every (higher" in c.diagnosis.knob
     assert check(inputs({0: healthy(occupancy_update=5.0)}), "occupancy_update").status == "clear"
+
+
+# ------------------------------------------------------------------------ background collapse
+def evaluation(mean_db: float, background_db: float, step: int = 300, warmup: int = 256) -> dict:
+    return {"step": step, "mean_psnr_db": mean_db, "background_psnr_db": background_db,
+            "occupancy_warmup_steps": warmup}
+
+
+@pytest.mark.parametrize("mean_db, status", [(11.05, "fired"), (10.95, "fired"), (11.2, "clear"), (25.0, "clear")])
+def test_background_collapse_threshold_edge(mean_db: float, status: str) -> None:
+    c = check(inputs({0: healthy()}, evaluation=evaluation(mean_db, 11.0)), "background_collapse")
+    assert c.status == status and c.value == pytest.approx(mean_db - 11.0)
+    if status == "fired":
+        assert c.diagnosis.severity == "high" and "renders only the background" in c.detail
+        assert "training.background=random" in c.diagnosis.knob and "optimizer.learning_rate" in c.diagnosis.knob
+        assert "centre-crop warm-up" in c.diagnosis.knob
+
+
+def test_background_collapse_within_the_warm_up_or_without_the_keys_is_not_evaluated() -> None:
+    early = check(inputs({0: healthy()}, evaluation=evaluation(11.0, 11.0, step=200)), "background_collapse")
+    assert early.status == "not_evaluated" and "warm-up (256 steps)" in early.detail
+    old = check(inputs({0: healthy()}, evaluation={"step": 300, "mean_psnr_db": 11.0}), "background_collapse")
+    assert old.status == "not_evaluated" and "background_psnr_db" in old.detail
+
+
+def test_a_run_directory_with_a_collapsed_eval_json_is_diagnosed(tmp_path) -> None:
+    import json
+
+    bad = tmp_path / "eval.json"
+    bad.write_text("[1, 2]")
+    with pytest.raises(DiagnosisError, match="eval.json: expected a JSON object"):
+        dg.evaluation_of_run(tmp_path)
+    bad.write_text(json.dumps(evaluation(9.98, 9.98)))
+    c = check(inputs({0: healthy()}, evaluation=dg.evaluation_of_run(tmp_path)), "background_collapse")
+    assert c.status == "fired"
+    assert dg.evaluation_of_run(tmp_path / "missing") is None

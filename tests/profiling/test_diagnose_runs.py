@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -78,6 +79,9 @@ def test_healthy_run_triggers_no_diagnosis(healthy_run: Path) -> None:
         "hash_grid_contention": "not_evaluated",
         "communication": "clear",
         "load_imbalance": "clear",
+        "wasted_samples": "clear",
+        "occupancy_update": "clear",
+        "background_collapse": "not_evaluated",  # trained with --no-eval
     }
 
 
@@ -87,3 +91,13 @@ def test_a_rank_without_metrics_is_an_error_naming_the_file(healthy_run: Path, t
     RunDir(run).metrics_path(1).unlink()
     with pytest.raises(DiagnosisError, match=r"world size 2 but ranks \[1\] wrote no metrics .*metrics\.rank1\.jsonl"):
         diagnose_run(run)
+
+
+def test_a_run_whose_eval_json_shows_a_collapse_to_the_background_is_diagnosed(healthy_run: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(healthy_run, run, ignore=shutil.ignore_patterns("checkpoints"))
+    evaluation = {"step": 20, "mean_psnr_db": 9.93, "background_psnr_db": 9.98, "occupancy_warmup_steps": 16}
+    RunDir(run).eval_path.write_text(json.dumps(evaluation))
+    fired = {d.bottleneck: d for d in diagnose_run(run)}
+    assert set(fired) == {"background_collapse"} and fired["background_collapse"].severity == "high"
+    assert "9.93 dB at step 20 vs 9.98 dB" in fired["background_collapse"].evidence

@@ -88,13 +88,16 @@ def test_profile_takes_the_link_from_a_bench_comm_table(tmp_path: Path, demo_sce
                      "67108864,16777216,all_reduce,37282.0,1.8,3.6,default,none,nccl,2\n"
                      "67108864,16777216,all_gather,37282.0,1.8,0.9,default,none,nccl,2\n")
     out = tmp_path / "prof"
-    proc = _profile(out, demo_scene, "--steps", "3", "--bench-comm-csv", str(table),
-                    "--set", "training.target_samples_per_step=1024", "--set", "training.max_march_steps=128")
+    proc = _profile(out, demo_scene, "--steps", "3", "--bench-comm-csv", str(table), "--eval-images", "1",
+                    "--set", "training.target_samples_per_step=1024", "--set", "training.max_march_steps=128",
+                    "--set", "training.occupancy_warmup_steps=1")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     detail = f"all_reduce of 64 MiB on 2 nccl ranks: busbw 3.6 GB/s, from {table} (measured on 2 ranks, this run has 1)"
     assert json.loads((out / "sources.json").read_text())["link_busbw"] == {"status": "ok", "detail": detail}
     assert pd.read_csv(out / "summary.csv")["link_busbw_gb_per_s"].tolist() == [3.6]
     assert not (out / "bench_comm.csv").exists()  # read, not measured
+    collapse = pd.read_csv(out / "diagnoses.csv").set_index("bottleneck").loc["background_collapse"]
+    assert "painting every pixel the background colour" in collapse["evidence"]  # evaluated from eval.json
     report = (out / "report.html").read_text()
     assert f"One rank: no gradient all-reduce to compare with the link. link_busbw: ok — {detail}" in report
 
