@@ -4,8 +4,10 @@ The report reads an Optuna study whose trials carry the user attributes the swee
 (listed in :mod:`ngptune.tuning.sweep`'s docstring): ``outcome``, ``reason``, ``log_path``, ``run_dir``, ``duration_s``,
 ``is_default``, ``settings``, ``nccl_env``, ``nccl_applied``, ``emulated_interconnect``, ``objectives``,
 ``phase_ms``, ``quality``, ``diagnoses`` and ``diagnoses_note``, and the study's user attributes
-``confirmation`` (the re-runs of best and default, :mod:`ngptune.tuning.confirm`) and
-``objective_warning`` (a throughput-only study). Nothing else is needed; the run directory of a trial is read only for the
+``confirmation`` (the re-runs of best and default, :mod:`ngptune.tuning.confirm`),
+``objective_warning`` (a throughput-only study) and the sampler, pruner and worker records of
+:mod:`ngptune.tuning.provenance` (stated in the overview with whether parallel workers make the
+sampler non-reproducible). Nothing else is needed; the run directory of a trial is read only for the
 best-vs-default run metrics (median ``throughput_samples_per_s`` and last ``eval_psnr_db`` of its rank-0
 ``metrics.jsonl``).
 
@@ -38,7 +40,7 @@ from optuna.trial import FrozenTrial
 from ngptune.reporting.html import Section, figure_html, render_page, table_html, text_html
 from ngptune.reporting.study_data import (
     FLOAT_FORMAT, QUALITY_COLUMNS, StudyReportError, quality_values, StudyView, best_trials, cell_text, default_trial, is_completed, objective_names,
-    outcome_of, trials_frame, write_text,
+    outcome_of, sampling_facts, trials_frame, write_text,
 )
 from ngptune.reporting.study_plots import Comparison, absent, optuna_figure, per_objective
 from ngptune.reporting.study_summary import print_summary, write_trials_csv
@@ -300,6 +302,7 @@ def _overview_section(view: StudyView, nccl_active: bool) -> Section:
     if view.best:
         word = "Pareto front" if view.multi_objective else "Best"
         parts.append(text_html(f"{word}: " + ", ".join(f"trial #{t.number}" for t in view.best) + "."))
+    parts.extend(text_html(line) for line in sampling_facts(view.study).sentences())
     parts.append(text_html("NCCL parameters active (nccl backend)." if nccl_active
                            else "NCCL parameters inactive (gloo backend)."))
     shared = max((t.user_attrs.get("trials_per_gpu", 1) for t in view.trials), default=1)

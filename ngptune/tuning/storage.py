@@ -198,6 +198,12 @@ def study_progress(study) -> tuple[int, int]:
     return waiting, counted
 
 
+def session_seed(study_seed: int, trials_before: int) -> int:
+    """The seed of the sampler of a worker that loads an existing study holding ``trials_before``
+    trials (the creating worker uses ``study_seed`` itself)."""
+    return (study_seed + trials_before) % 2**32
+
+
 def open_study(storage, name: str, spec: StudySpec, fingerprint: str, attrs: dict[str, Any], study_dir: StudyDir,
                 base_cfg: TrainConfig, is_rdb: bool):
     """Create the study (enqueue the default trial) or load it and check it is the same study."""
@@ -221,7 +227,7 @@ def open_study(storage, name: str, spec: StudySpec, fingerprint: str, attrs: dic
             ) from None
         # A sampler seeded as when the study began would draw the same start-up parameters again;
         # offset by the trials so far: reproducible, and new points for this session (or worker).
-        reseeded = dataclasses.replace(spec.sampler, seed=(spec.sampler.seed + len(study.trials)) % 2**32)
+        reseeded = dataclasses.replace(spec.sampler, seed=session_seed(spec.sampler.seed, len(study.trials)))
         study = optuna.load_study(study_name=name, storage=storage, sampler=build_sampler(reseeded), pruner=pruner)
         return study, False
     if study_dir.trials_dir.is_dir() and any(study_dir.trials_dir.iterdir()):

@@ -36,7 +36,8 @@ runs, and records the user attributes the report reads (``outcome``, ``reason``,
 ``run_dir``, ``config_path``, ``duration_s``, ``is_default``, ``settings``, ``nccl_env``,
 ``nccl_applied``, ``nccl_active``, ``emulated_interconnect``, ``objectives``, ``phase_ms``,
 ``quality``, ``diagnoses``, ``diagnoses_note``, ``gpus``, ``gpus_held_unix_s``,
-``trials_per_gpu``). Every trial runs the final evaluation on the
+``trials_per_gpu``); the worker records the sampler, the pruner and itself as study attributes
+(:mod:`ngptune.tuning.provenance`). Every trial runs the final evaluation on the
 held-out views, so every completed trial has a PSNR (``quality``:
 :func:`ngptune.tuning.objectives.trial_quality`) whatever the objectives. One bad trial never
 stops the study.
@@ -61,6 +62,7 @@ from ngptune.errors import TrialFailed
 
 from ngptune.tuning import nccl
 from ngptune.tuning.concurrency import TrialSlots, plan_trial_slots
+from ngptune.tuning.provenance import record_worker
 from ngptune.tuning.layout import StudyDir
 from ngptune.tuning.confirm import (
     CONFIRMATION_ATTR, DEFAULT_REPEATS_CPU, DEFAULT_REPEATS_GPU, Verdict, confirm_study, primary_objective, unconfirmed,
@@ -73,7 +75,8 @@ from ngptune.tuning.outputs import representative_trial, write_best_config, writ
 from ngptune.tuning.rerun import RerunLauncher
 from ngptune.tuning.space import check_combination, default_params, sample, split_values, trial_config
 from ngptune.tuning.storage import (
-    UNTUNED_ATTR, SweepError, masked_url, open_storage, open_study, recover_trials, setup_lock, study_progress, worker_id,
+    UNTUNED_ATTR, SweepError, masked_url, open_storage, open_study, recover_trials, session_seed, setup_lock, study_progress,
+    worker_id,
 )
 from ngptune.tuning.study import DEMO_SCENE, STUDY_NAME_RULE, StudySpec, is_study_name, load_study
 from ngptune.tuning.trial import TrialLaunch, run_trial, trial_argv
@@ -526,6 +529,8 @@ def _run(options: SweepOptions, spec: StudySpec, nproc: int, base_cfg: TrainConf
 
     with setup_lock(study_dir, enabled=not is_rdb):
         study, created = open_study(storage, name, spec, fingerprint, attrs, study_dir, base_cfg, is_rdb)
+        seed = spec.sampler.seed if created else session_seed(spec.sampler.seed, len(study.trials))
+        record_worker(study, spec, worker_id(), concurrent_trials=slots.concurrent, sampler_seed=seed)
         retried = recover_trials(study, check_workers=not is_rdb, retry_interrupted=True)
     backend = "NCCL" if nccl_active else "gloo, NCCL parameters inactive"
     _, counted = study_progress(study)

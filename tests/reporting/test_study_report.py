@@ -59,6 +59,7 @@ def _run_trial(
     metrics: list[tuple[float, float | None]] | None = None,
     record_objectives: bool = True,
     quality: dict[str, float] | None = None,
+    worker: str | None = None,
 ) -> int:
     """One trial as the sweep records it; ``metrics`` = (throughput, eval PSNR or None) records for its run."""
     study.enqueue_trial(params)
@@ -84,6 +85,8 @@ def _run_trial(
         "diagnoses": diagnoses or [],
         "quality": quality or {},
     }
+    if worker is not None:
+        attrs["worker"] = worker
     if record_objectives and values is not None:
         attrs["objectives"] = dict(zip(study.metric_names or [], values))
     for key, value in attrs.items():
@@ -425,3 +428,54 @@ def test_trials_csv_has_every_trials_quality(tmp_path: Path) -> None:
     _run_trial(study, tmp_path, {"parallel.mode": "data"}, values=[5.6e4], quality=quality)
     row = pd.read_csv(write_trials_csv(study, tmp_path / "trials.csv")).iloc[0]
     assert {k: row[k] for k in quality} == pytest.approx(quality)
+
+
+def _study_of_workers(tmp_path: Path, concurrent: dict[str, int]) -> optuna.Study:
+    """A study whose sweep workers (id -> concurrent trials) each recorded themselves and ran two trials."""
+    from types import SimpleNamespace
+
+    from ngptune.tuning.provenance import record_worker
+    from ngptune.tuning.specs import PrunerSpec, SamplerSpec
+
+    spec = SimpleNamespace(sampler=SamplerSpec(type="tpe", seed=42, n_startup_trials=5),
+                           pruner=PrunerSpec(type="median", n_startup_trials=3))
+    study = optuna.create_study(study_name="workers", direction="maximize")
+    study.set_metric_names(["throughput_samples_per_s"])
+    for i, (worker, n_jobs) in enumerate(concurrent.items()):
+        record_worker(study, spec, worker, concurrent_trials=n_jobs, sampler_seed=42 + 2 * i)
+        for j in range(2):
+            _run_trial(study, tmp_path, {"parallel.mode": "data", "training.lr": 0.01 * (1 + 2 * i + j)},
+                       values=[1000.0 + 10 * (2 * i + j)], worker=worker)
+    return study
+
+
+def test_report_states_sampler_seed_pruner_workers_and_the_parallel_caveat(tmp_path: Path) -> None:
+    from ngptune.reporting.study_data import sampling_facts
+
+    one = sampling_facts(_study_of_workers(tmp_path / "one", {"hostA:11:7": 1}))
+    assert one.reproducible and one.seed == 42 and one.workers == [("hostA:11:7", 1, 42)]
+    assert one.sentences() == ["Sampler: tpe (n_startup_trials=5), seed 42. Pruner: median (n_startup_trials=3, "
+                               "n_warmup_steps=0, interval_steps=1, min_resource=1, max_resource=auto, "
+                               "reduction_factor=3).",
+                               "Workers: 1 sweep process: hostA:11:7 (1 trial at once, sampler seed 42)."]
+    assert not sampling_facts(_study_of_workers(tmp_path / "jobs", {"hostA:11:7": 2})).reproducible
+
+    study = _study_of_workers(tmp_path / "two", {"hostA:11:7": 1, "hostB:22:9": 2})
+    facts = sampling_facts(study)
+    assert not facts.reproducible and facts.workers == [("hostA:11:7", 1, 42), ("hostB:22:9", 2, 44)]
+    html = write_study_report(study, tmp_path / "report", title="t", nccl_active=False).read_text()
+    assert "Sampler: tpe (n_startup_trials=5), seed 42. Pruner: median" in html
+    assert "Workers: 2 sweep processes: hostA:11:7 (1 trial at once, sampler seed 42); hostB:22:9 (2 trials at once" in html
+    assert "Not reproducible: several workers or concurrent trials interleave the trials." in html
+    single_html = write_study_report(_study_of_workers(tmp_path / "solo", {"hostA:11:7": 1}), tmp_path / "r1",
+                                     title="t", nccl_active=False).read_text()
+    assert "Workers: 1 sweep process" in single_html and "Not reproducible" not in single_html
+
+
+def test_a_study_without_sampling_records_says_so(single_study: optuna.Study) -> None:
+    from ngptune.reporting.study_data import sampling_facts
+
+    facts = sampling_facts(single_study)
+    assert facts.sampler == "not recorded" and facts.seed is None and facts.workers == [] and facts.reproducible
+    assert facts.sentences() == ["Sampler: not recorded, seed not recorded. Pruner: not recorded.",
+                                 "Workers: not recorded."]

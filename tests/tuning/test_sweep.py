@@ -205,6 +205,18 @@ def test_concurrent_workers_share_the_journal_file(tmp_path, tiny_study):
     assert all(t.state == TrialState.COMPLETE for t in trials)
     assert sum(t.user_attrs["is_default"] for t in trials) == 1
     assert len({t.user_attrs["run_dir"] for t in trials}) == len(trials)
+    from ngptune.reporting.study_data import sampling_facts, worker_records
+
+    study = _load(out)
+    records = worker_records(study.user_attrs)
+    assert len(records) == 3 and {r["concurrent_trials"] for r in records.values()} == {1}
+    assert {t.user_attrs["worker"] for t in trials} <= set(records)
+    seed = study.user_attrs["sampler"]["seed"]
+    assert sum(r["sampler_seed"] == seed for r in records.values()) >= 1  # the creator's; later ones offset
+    facts = sampling_facts(study)
+    assert facts.reproducible == (len(facts.workers) == 1)
+    report = (out / "report.html").read_text()
+    assert f"seed {seed}. Pruner: " in report and f"Workers: {len(facts.workers)} sweep process" in report
 
 
 def _postgres_url() -> str:
