@@ -354,7 +354,7 @@ def _diagnoses(run_dir: Path) -> tuple[list[dict[str, Any]], str]:
     clear = [c.bottleneck for c in checks if c.status == "clear"]
     skipped = [c.bottleneck for c in checks if c.status == "not_evaluated"]
     note = (f"checked from metrics: {len(found)} fired, clear: {', '.join(clear) or 'none'}; "
-            f"not evaluated (needs a profile or several ranks): {', '.join(skipped) or 'none'}")
+            f"not evaluated (needs a profile, several ranks or an evaluation past the occupancy warm-up): {', '.join(skipped) or 'none'}")
     return [{"bottleneck": d.bottleneck, "severity": d.severity, "evidence": d.evidence, "knob": d.knob}
             for d in found], note
 
