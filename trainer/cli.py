@@ -29,6 +29,7 @@ from trainer.errors import ConfigError, LaunchError, NgptuneError, SceneError, T
 from trainer.rundir import RunDir, prepare_output_file
 from trainer.runstatus import (
     COMPLETED,
+    RESTART_COUNT_KEY,
     RUN_DIR_KEY,
     RUNNING,
     STATE_KEY,
@@ -326,7 +327,8 @@ def run_distributed_training(cfg: TrainConfig, args: argparse.Namespace, env) ->
         cfg = apply_overrides(cfg, {"training.device": str(env.device)})
     scene_path = scene_path_of(cfg)
     run_dir = RunDir(args.out or default_run_dir(scene_path)).create()
-    status: dict[str, Any] = {STATE_KEY: RUNNING, "scene": str(scene_path), "world_size": env.world_size}
+    status: dict[str, Any] = {STATE_KEY: RUNNING, "scene": str(scene_path), "world_size": env.world_size,
+                              RESTART_COUNT_KEY: restart_count()}
     progress = _Progress(cfg.training.n_steps, cfg.training.quiet or not env.is_main, cfg.training.time_budget_s)
     trainer = None
     if env.is_main:
@@ -345,6 +347,10 @@ def run_distributed_training(cfg: TrainConfig, args: argparse.Namespace, env) ->
             status["resumed_from"] = str(trainer.load_checkpoint(Path(resume)))
             status["resumed_from_step"] = trainer.step
             check_n_steps_reach(cfg, trainer.step, f"checkpoint {status['resumed_from']}")
+            after = f" after restart {status[RESTART_COUNT_KEY]}" if status[RESTART_COUNT_KEY] else ""
+            progress.message(f"resumed from checkpoint {status['resumed_from']} at step {trainer.step}{after}")
+        elif status[RESTART_COUNT_KEY]:
+            progress.message(f"restart {status[RESTART_COUNT_KEY]}: no complete checkpoint yet; training from step 0")
         status[TRAIN_START_KEY] = time.time()
         t0 = time.perf_counter()
         last = _train_with_progress(trainer, cfg, progress)

@@ -10,7 +10,8 @@ the group from its newest checkpoint.
 
 The launching process checks the config before any rank starts (parallel settings for the world
 size, trainability, interconnect emulation, and on node 0 the scene and the ``--out`` folder),
-tells where the ranks' logs go, and after the job repeats rank 0's ``warning:`` lines on stderr,
+tells where the ranks' logs go, repeats rank 0's progress lines and restarts on stdout while the
+ranks run (:mod:`trainer.parallel.rank_log`), and after the job repeats rank 0's ``warning:`` lines on stderr,
 prints one summary line from ``status.json`` and, last, one JSON line
 ``{"state": "completed", "run_dir": ..., "nproc_per_node": N}``. Bad input or a failed rank is one
 ``error: `` line on stderr and exit status 2 (:mod:`trainer.runstatus`); Ctrl-C stops the ranks,
@@ -39,7 +40,7 @@ from trainer.cli import (
 from trainer.errors import ConfigError, NgptuneError
 from trainer.parallel.net_env import check_socket_ifnames
 from trainer.rundir import RunDir
-from trainer.runstatus import COMPLETED, STATE_KEY, WARNING_PREFIX, plain_warning_format, print_error
+from trainer.runstatus import COMPLETED, RESTART_COUNT_KEY, STATE_KEY, WARNING_PREFIX, plain_warning_format, print_error
 
 __all__ = ["LAUNCH_FLAGS", "add_arguments", "build_parser", "launch_command", "main", "run_command", "worker_argv"]
 
@@ -124,19 +125,21 @@ def launch_command(args: argparse.Namespace, train_argv: list[str]) -> int:
         argv += ["--out", str(out)]
     if not cfg.training.quiet:  # stdout: stderr is for errors (one line each)
         print(opening_line(cfg, args, args.nproc_per_node * args.nnodes), flush=True)
-        print(f"the ranks' progress goes to {RunDir(out).logs_dir}/rank<R>.log", flush=True)
+        print(f"each rank's log: {RunDir(out).logs_dir}/rank<R>.log; rank 0's progress follows here", flush=True)
+    follower = _rank0_follower(cfg, args, Path(out))
     try:
-        launch_workers(
-            ["-m", "trainer", *argv],
-            args.nproc_per_node,
-            nnodes=args.nnodes,
-            node_rank=args.node_rank,
-            rdzv_endpoint=args.rdzv_endpoint or _config_endpoint(cfg, args.nnodes),
-            max_restarts=args.max_restarts,
-            master_port=cfg.distributed.master_port,
-            timeout_s=cfg.distributed.timeout_s,
-            run_dir=Path(out),
-        )
+        with follower:
+            launch_workers(
+                ["-m", "trainer", *argv],
+                args.nproc_per_node,
+                nnodes=args.nnodes,
+                node_rank=args.node_rank,
+                rdzv_endpoint=args.rdzv_endpoint or _config_endpoint(cfg, args.nnodes),
+                max_restarts=args.max_restarts,
+                master_port=cfg.distributed.master_port,
+                timeout_s=cfg.distributed.timeout_s,
+                run_dir=Path(out),
+            )
     except KeyboardInterrupt:
         from trainer.parallel.checkpoint import latest_checkpoint
 
@@ -151,6 +154,23 @@ def launch_command(args: argparse.Namespace, train_argv: list[str]) -> int:
             print(summary, flush=True)  # before the JSON line, which stays last
     print(json.dumps({STATE_KEY: COMPLETED, "run_dir": str(out), "nproc_per_node": args.nproc_per_node}))
     return 0
+
+
+def _rank0_follower(cfg: Any, args: argparse.Namespace, out: Path) -> Any:
+    """On node 0, a :class:`~trainer.parallel.rank_log.RankLogFollower` of rank 0's log (emptied
+    first: rank 0 starts it afresh, and an earlier run's lines must not be repeated); elsewhere a
+    context that does nothing."""
+    import contextlib
+
+    from trainer.parallel.rank_log import RankLogFollower
+
+    if args.node_rank != 0:
+        return contextlib.nullcontext()
+    log_path = RunDir(out).log_path(0)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log_path.write_text("", encoding="utf-8")
+    return RankLogFollower(log_path, cfg.training.n_steps, args.max_restarts,
+                           plain=cfg.training.quiet or not sys.stdout.isatty())
 
 
 def _echo_warnings(log_path: Path, limit: int = 5) -> None:
@@ -172,6 +192,12 @@ def _run_summary(status: dict[str, Any]) -> str:
         took = status.get("train_time_s")
         parts.append(f"trained to step {status['step']}"
                      + (f" in {took:.1f} s" if isinstance(took, (int, float)) else ""))
+    restarts = status.get(RESTART_COUNT_KEY)
+    if isinstance(restarts, int) and restarts > 0:
+        resumed = status.get("resumed_from")
+        at = f" at step {status['resumed_from_step']}" if isinstance(status.get("resumed_from_step"), int) else ""
+        parts.append(f"after {restarts} restart{'s' if restarts != 1 else ''}"
+                     + (f" (resumed from {resumed}{at})" if resumed else " (from the start: no checkpoint)"))
     if isinstance(status.get("throughput_samples_per_s"), (int, float)):
         parts.append(f"{status['throughput_samples_per_s']:.3g} samples/s")
     if isinstance(status.get("eval_psnr_db"), (int, float)):

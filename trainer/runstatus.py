@@ -15,6 +15,9 @@ atomically at the start and at the end of a run::
     train_start_unix_s    wall clock (``time.time()``, s) at which the training loop started
                           (TRAIN_START_KEY; the profile's GPU timeline counts from it)
     failed_rank, failed_log   a failed distributed job: the root-cause rank and its log (launcher)
+    restart_count         a distributed run: times the elastic agent restarted the worker group
+                          before this attempt (``--max-restarts``; RESTART_COUNT_KEY); with
+                          resumed_from / resumed_from_step naming the checkpoint it resumed from
 
 A process of the trainer, the launcher or ``ngptune`` that refuses its input or fails prints ONE
 line ``error: <message>`` on stderr (:func:`print_error`) and exits with status 2 (1 for a failed
@@ -39,6 +42,7 @@ REASON_KEY = "reason"
 RUN_DIR_KEY = "run_dir"
 FAILED_RANK_KEY = "failed_rank"
 FAILED_LOG_KEY = "failed_log"
+RESTART_COUNT_KEY = "restart_count"
 TRAIN_START_KEY = "train_start_unix_s"
 """``status.json`` key: wall clock (``time.time()``, s) at which the training loop started; the
 profile's GPU timeline counts from it."""

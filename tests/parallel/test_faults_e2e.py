@@ -18,6 +18,7 @@ import pytest
 from tests.parallel.test_dp_training import tiny_flags
 from tests.train.conftest import demo_scene  # noqa: F401  (fixture)
 from trainer.parallel.checkpoint import COMPLETE_MARKER
+from trainer.parallel.rank_log import restart_line
 from trainer.rundir import RunDir
 from trainer.schema import read_metrics
 
@@ -71,6 +72,12 @@ def test_sigkilled_rank_restarts_and_resumes_from_the_newest_checkpoint(demo_sce
     status = run.read_status()
     assert status["state"] == "completed" and status["step"] == n_steps and status["world_size"] == 2
     assert status["resumed_from"] == str(run.checkpoints_dir / "step_0000010")
+    assert status["restart_count"] == 1 and status["resumed_from_step"] == 10
+    lines = out.splitlines()  # the console names the restart and the checkpoint, in that order
+    restart = lines.index(restart_line(1, 1))
+    assert lines[restart + 1] == (f"rank 0: resumed from checkpoint {run.checkpoints_dir / 'step_0000010'} "
+                                  "at step 10 after restart 1"), out
+    assert f"after 1 restart (resumed from {run.checkpoints_dir / 'step_0000010'} at step 10)" in out
     for rank in range(2):
         log = run.log_path(rank).read_text()
         assert f"=== rank {rank}/2 local rank {rank} attempt 0 pid" in log

@@ -1,0 +1,70 @@
+"""Rank 0's progress on the launcher's console: :class:`trainer.parallel.rank_log.RankLogFollower`
+on a log written here, and ``ngptune train --nproc-per-node 2`` (gloo, CPU) printing rank 0's
+step lines live, before the run's summary."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.parallel.test_dp_training import tiny_flags
+from tests.train.conftest import demo_scene  # noqa: F401  (fixture)
+from trainer.parallel.rank_log import RankLogFollower, reported_step, restart_line
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _append(path: Path, text: str) -> None:
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(text)
+
+
+def test_follower_repeats_progress_and_reports_a_restart(tmp_path):
+    log = tmp_path / "rank0.log"
+    out = io.StringIO()
+    follower = RankLogFollower(log, 20, 1, plain=True, out=out)
+    follower.poll()  # no log yet: nothing, no error
+    _append(log, "=== rank 0/2 local rank 0 attempt 0 pid 11: -m trainer\n"
+                 "[rank0]: step 5  loss 0.01000  psnr 20.00 dB  rays/s 1e+03  samples/s 1e+04  t=1.0s\n"
+                 "warning: repeated after the job\nprogress: step 7/20 (35 %), 2 s trained, eta 0:04\nstep 10  lo")
+    follower.poll()
+    assert out.getvalue().splitlines() == [
+        "rank 0: step 5  loss 0.01000  psnr 20.00 dB  rays/s 1e+03  samples/s 1e+04  t=1.0s",
+        "rank 0: progress: step 7/20 (35 %), 2 s trained, eta 0:04",
+    ]  # the unfinished line waits for its end
+    _append(log, "ss 0.02\nTraceback (most recent call last):\n  File \"x.py\", line 1\nRuntimeError: boom\n"
+                 "=== rank 0/2 local rank 0 attempt 1 pid 12: -m trainer\n"
+                 "resumed from checkpoint runs/x/checkpoints/step_0000010 at step 10 after restart 1\n")
+    follower.poll()
+    assert out.getvalue().splitlines()[2:] == [
+        "rank 0: step 10  loss 0.02",
+        restart_line(1, 1),
+        "rank 0: resumed from checkpoint runs/x/checkpoints/step_0000010 at step 10 after restart 1",
+    ]
+    assert follower.restarts_seen == 1
+    log.write_text("step 1  loss 0.5\n")  # truncated (a new run): read from its start
+    follower.poll()
+    assert out.getvalue().splitlines()[-1] == "rank 0: step 1  loss 0.5"
+    assert reported_step("progress: step 7/20 (35 %)") == 7 and reported_step("stepping") is None
+
+
+@pytest.mark.timeout(120)
+def test_two_rank_launch_prints_rank0_progress_before_the_summary(demo_scene, tmp_path):
+    run = tmp_path / "run"
+    argv = ["train", "--nproc-per-node", "2", "--scene", str(demo_scene), "--out", str(run), *tiny_flags(),
+            "--n-steps", "10", "--no-eval", "--set", "distributed.timeout_s=30"]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    proc = subprocess.run([sys.executable, "-m", "ngptune", *argv], cwd=REPO, env=env, text=True,
+                          capture_output=True, timeout=110)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    step_lines = [i for i, line in enumerate(lines) if line.startswith("rank 0: step ")]
+    assert [lines[i].split()[3] for i in step_lines] == ["5", "10"], proc.stdout
+    summary = next(i for i, line in enumerate(lines) if line.startswith("trained to step 10"))
+    assert step_lines[-1] < summary
+    assert not any(line.startswith("restart ") for line in lines)

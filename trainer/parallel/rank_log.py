@@ -1,0 +1,155 @@
+"""Live progress of a distributed run on the launcher's console: following rank 0's log.
+
+The ranks' output goes to ``RUN_DIR/logs/rank<R>.log`` (:mod:`trainer.parallel.launch`). Rank 0
+writes there what a single-process run prints off a TTY: a ``step N  loss ...`` line per
+``training.log_every`` steps, a ``progress: step N/T ..., eta M:SS`` line every
+:data:`trainer.cli.PLAIN_PROGRESS_EVERY_S` seconds, the resume and evaluation messages.
+:class:`RankLogFollower` reads that log while the ranks run (a thread polling the file every
+``poll_s``) and repeats those lines on the launcher's stdout as ``rank 0: <line>``: plain lines off
+a TTY (rank 0's own cadence), a rich progress bar on a TTY (advanced to each step rank 0 reports,
+the other lines printed above it).
+
+Each new attempt's header line (``=== rank 0/W ... attempt A pid P: ...``, written by the worker
+entry point) becomes ``restart A of K: ...`` when ``A`` > 0: the elastic agent restarted the group
+(``--max-restarts``). Left out: that header, ``warning:`` lines (the launcher repeats them after
+the job), ``error:`` lines and tracebacks (the launcher reports the failed rank itself).
+
+Stdlib (and rich, on a TTY) only.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import threading
+from pathlib import Path
+from typing import TextIO
+
+from trainer.runstatus import ERROR_PREFIX, WARNING_PREFIX, strip_rank_prefix
+
+__all__ = ["ATTEMPT_HEADER", "RankLogFollower", "reported_step", "restart_line"]
+
+ATTEMPT_HEADER = re.compile(r"^=== rank (\d+)/(\d+) local rank \d+ attempt (\d+) pid \d+:")
+"""The first line of each attempt in a rank's log: groups rank, world size, attempt."""
+
+_STEP_LINE = re.compile(r"^(?:progress: )?step (\d+)\b")
+
+
+def reported_step(line: str) -> int | None:
+    """The step a rank's progress line reports (``step 40  loss ...`` or ``progress: step 40/200
+    ...``), else None."""
+    m = _STEP_LINE.match(line)
+    return int(m.group(1)) if m else None
+
+
+def restart_line(attempt: int, max_restarts: int) -> str:
+    """What the console says when attempt ``attempt`` (>= 1) of the worker group starts."""
+    return (f"restart {attempt} of {max_restarts}: a rank failed; the launcher started the ranks again "
+            f"(--max-restarts {max_restarts}); they resume from the newest complete checkpoint")
+
+
+class RankLogFollower:
+    """Repeat a rank's progress lines from its log file on the console while the ranks run.
+
+    Use as a context manager around the launch; on exit the rest of the log is read once more
+    (the lines written just before the job ended), then the thread stops.
+
+    Args:
+        log_path: the rank's log (``RunDir.log_path(0)``); it may not exist yet.
+        total_steps: ``training.n_steps`` (the bar's total).
+        max_restarts: ``--max-restarts`` (named in the restart line).
+        plain: plain lines (True: off a TTY or ``--quiet``); else a rich progress bar.
+        poll_s: seconds between reads of the file.
+        out: where plain lines go (default ``sys.stdout``).
+    """
+
+    def __init__(self, log_path: Path, total_steps: int | None, max_restarts: int, *, plain: bool,
+                 poll_s: float = 0.25, out: TextIO | None = None) -> None:
+        self.log_path = Path(log_path)
+        self.total_steps = total_steps
+        self.max_restarts = max_restarts
+        self.plain = plain
+        self.poll_s = poll_s
+        self.out = out if out is not None else sys.stdout
+        self.restarts_seen = 0
+        self._offset = 0
+        self._partial = ""
+        self._in_traceback = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._bar = None
+        self._task = None
+
+    def __enter__(self) -> "RankLogFollower":
+        if not self.plain:
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._bar = Progress(TextColumn("[bold]train (rank 0)"), BarColumn(),
+                                 TextColumn("step {task.completed}/{task.total}"), TimeElapsedColumn())
+            self._task = self._bar.add_task("train", total=self.total_steps)
+            self._bar.start()
+        self._thread = threading.Thread(target=self._run, name="rank0-log-follower", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self.poll()  # what the rank wrote just before the end
+        if self._partial:
+            self._line(self._partial)
+            self._partial = ""
+        if self._bar is not None:
+            self._bar.stop()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.poll_s):
+            self.poll()
+
+    def poll(self) -> None:
+        """Read what the log gained since the last read and emit its lines (a log that shrank,
+        i.e. was truncated, is read from its start)."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(0, 2)
+                size = f.tell()
+                if size < self._offset:
+                    self._offset, self._partial = 0, ""
+                f.seek(self._offset)
+                data = f.read()
+        except OSError:
+            return
+        self._offset += len(data)
+        text = self._partial + data.decode("utf-8", errors="replace")
+        *lines, self._partial = text.split("\n")
+        for line in lines:
+            self._line(line.rstrip("\r"))
+
+    def _line(self, raw: str) -> None:
+        line = strip_rank_prefix(raw).rstrip()
+        header = ATTEMPT_HEADER.match(line)
+        if header:
+            self._in_traceback = False
+            attempt = int(header.group(3))
+            if attempt > 0:
+                self.restarts_seen = max(self.restarts_seen, attempt)
+                self._emit(restart_line(attempt, self.max_restarts))
+            return
+        if line.startswith("Traceback (most recent call last)"):
+            self._in_traceback = True
+        if self._in_traceback or not line.strip() or line.startswith((WARNING_PREFIX, ERROR_PREFIX)):
+            return
+        step = reported_step(line)
+        if step is not None and self._bar is not None:
+            self._bar.update(self._task, completed=step)
+            if line.startswith("progress: "):
+                return  # the bar shows it
+        self._emit(f"rank 0: {line}")
+
+    def _emit(self, text: str) -> None:
+        if self._bar is not None:
+            self._bar.console.print(text, markup=False, highlight=False)
+        else:
+            print(text, file=self.out, flush=True)
+
