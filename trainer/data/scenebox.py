@@ -12,7 +12,12 @@ The box is found in the normalised ("NeRF") world of :func:`trainer.data.convent
 :func:`place_capture` then puts the capture into instant-ngp's unit-cube world: content that fits
 the unit cube is mapped onto it (centre at 0.5, longest side × :data:`BOX_MARGIN` = 1, the way a
 ``transforms.json`` ``aabb`` key does) with ``aabb_scale`` 1; larger content keeps instant-ngp's
-scale and gets the smallest power-of-two ``aabb_scale`` holding it. Forward-facing captures
+scale and gets the smallest power-of-two ``aabb_scale`` holding it. A box that leaves more than
+:data:`MAX_MISSED_RAY_FRACTION` of the cameras' pixel rays outside it (:func:`missed_ray_fraction`:
+sparse points only on the central object, a background around it) is not mapped onto the unit
+cube, since those rays would have no sample and could only show the background colour: instant-ngp's
+scale and the smallest power-of-two cube holding the box and the cameras, so that every ray
+starts inside the box. Forward-facing captures
 (:func:`forward_facing_spread_deg`) are boxed the same way: the content between the near and far
 bounds, not a cube of fixed size around the cameras.
 """
@@ -145,6 +150,43 @@ def describe_box(box: SceneBox, scale: float, forward_spread_deg: float) -> str:
     return f"scene box from the data: {box.how}; size {size} (normalised world), scale {scale:.4g}; {kind}"
 
 
+#: A content box missed by more than this fraction of the cameras' pixel rays is not the unit cube.
+MAX_MISSED_RAY_FRACTION = 0.05
+#: Pixel rays per image side tested by :func:`missed_ray_fraction`.
+MISSED_RAY_GRID = 16
+
+
+def pixel_grid_rays(c2w: np.ndarray, intrinsics: list[Intrinsics], n_side: int = MISSED_RAY_GRID) -> tuple[np.ndarray, np.ndarray]:
+    """``(origins, directions)`` [n · n_side², 3] of an ``n_side`` × ``n_side`` grid of pixel centres
+    of every pinhole camera (distortion ignored), OpenGL camera axes, world of ``c2w`` [n, 4, 4]."""
+    origins, directions = [], []
+    for cam, intr in zip(np.asarray(c2w, dtype=np.float64), intrinsics):
+        u, v = np.meshgrid((np.arange(n_side) + 0.5) * intr.width / n_side, (np.arange(n_side) + 0.5) * intr.height / n_side)
+        rays = np.stack([(u - intr.cx) / intr.fx, -(v - intr.cy) / intr.fy, -np.ones_like(u)], axis=-1).reshape(-1, 3)
+        directions.append(rays @ cam[:3, :3].T)
+        origins.append(np.broadcast_to(cam[:3, 3], directions[-1].shape))
+    return np.concatenate(origins), np.concatenate(directions)
+
+
+def missed_ray_fraction(c2w: np.ndarray, intrinsics: list[Intrinsics], box: SceneBox) -> float:
+    """Fraction of the cameras' pixel rays (:func:`pixel_grid_rays`) that miss ``box`` (slab test,
+    Kay & Kajiya 1986; only the part in front of the camera counts).
+
+    Args:
+        c2w: [n, 4, 4] camera-to-world, OpenGL axes, the box's world.
+        intrinsics: n pinhole cameras.
+        box: the box.
+    """
+    origins, directions = pixel_grid_rays(c2w, intrinsics)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        inverse = 1.0 / directions
+        t_lo = (box.lo - origins) * inverse
+        t_hi = (box.hi - origins) * inverse
+    t_enter = np.nanmax(np.minimum(t_lo, t_hi), axis=1).clip(min=0.0)
+    t_exit = np.nanmin(np.maximum(t_lo, t_hi), axis=1)
+    return float(np.mean(~(t_enter < t_exit)))
+
+
 #: ``aabb_scale`` of a capture whose box cannot be derived (colmap2nerf's default).
 FALLBACK_AABB_SCALE = 16
 
@@ -183,7 +225,13 @@ def smallest_power_of_two_cube(box: SceneBox, scale: float, offset: np.ndarray) 
     return aabb_scale
 
 
-def place_capture(c2w_normalised: np.ndarray, box: SceneBox | None, aabb_scale: int | None, fmt: str) -> Placement:
+def place_capture(
+    c2w_normalised: np.ndarray,
+    box: SceneBox | None,
+    aabb_scale: int | None,
+    fmt: str,
+    intrinsics: list[Intrinsics] | None = None,
+) -> Placement:
     """Map a normalised capture into the unit-cube world and choose its ``aabb_scale``.
 
     * Content that fits instant-ngp's unit cube at its default scale (longest side × margin × 0.33 ≤ 1,
@@ -193,6 +241,9 @@ def place_capture(c2w_normalised: np.ndarray, box: SceneBox | None, aabb_scale: 
       (scale 0.33, the centre of attention at 0.5) and the smallest power-of-two ``aabb_scale`` whose
       cube holds the box (:func:`smallest_power_of_two_cube`); the occupancy cascades and cone
       stepping cover the background at coarser steps.
+    * Content that would fit but whose box misses more than :data:`MAX_MISSED_RAY_FRACTION` of the
+      pixel rays of ``intrinsics`` (checked when they are given): instant-ngp's mapping and the
+      smallest power-of-two cube holding the box and the camera positions.
     * No box (no usable points or bounds): instant-ngp's mapping and ``aabb_scale``
       :data:`FALLBACK_AABB_SCALE`.
 
@@ -201,6 +252,7 @@ def place_capture(c2w_normalised: np.ndarray, box: SceneBox | None, aabb_scale: 
         box: the derived content box, or None when none could be derived.
         aabb_scale: ``--aabb-scale`` (replaces the derived ``aabb_scale``, mapping unchanged), or None.
         fmt: format name for the note.
+        intrinsics: the n cameras, for the ray-coverage check (None: no check).
     """
     from trainer.data.convention import NERF_OFFSET, NERF_SCALE, nerf_to_unit_cube
 
@@ -214,7 +266,18 @@ def place_capture(c2w_normalised: np.ndarray, box: SceneBox | None, aabb_scale: 
         return Placement(nerf_to_unit_cube(c2w_normalised), chosen, "override" if aabb_scale else "file", note,
                          float(NERF_SCALE), tuple(float(v) for v in NERF_OFFSET))
     spread = forward_facing_spread_deg(c2w_normalised)
-    if float(np.max(box.size)) * BOX_MARGIN * NERF_SCALE <= 1.0:
+    missed = 0.0 if intrinsics is None else missed_ray_fraction(c2w_normalised, intrinsics, box)
+    fits = float(np.max(box.size)) * BOX_MARGIN * NERF_SCALE <= 1.0
+    if fits and missed > MAX_MISSED_RAY_FRACTION:
+        scale, offset = NERF_SCALE, np.asarray(NERF_OFFSET, dtype=np.float64)
+        positions = np.asarray(c2w_normalised)[:, :3, 3]
+        with_cameras = SceneBox(np.minimum(box.lo, positions.min(axis=0)), np.maximum(box.hi, positions.max(axis=0)), box.how)
+        derived = smallest_power_of_two_cube(with_cameras, scale, offset)
+        how = (
+            f"the box misses {missed:.0%} of the pixel rays (more than {MAX_MISSED_RAY_FRACTION:.0%}: content "
+            "outside the sparse points): scale 0.33, smallest power-of-two cube holding it and the cameras"
+        )
+    elif fits:
         scale, offset = unit_cube_mapping(box)
         derived = 1
         how = "content box mapped onto the unit cube"

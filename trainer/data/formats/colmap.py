@@ -283,13 +283,21 @@ def load(path: Path, opts: SceneOptions) -> Scene:
     c2w_source = opencv_to_opengl_c2w(c2w)
     layout_notes = warn_about_layout(c2w_source, str(folder), None)
     c2w, normalization = normalize_poses(c2w_source)
-    placement = place_capture(c2w, _sparse_points_box(model, normalization), opts.aabb_scale, "colmap")
+    full_intrinsics = [
+        camera_intrinsics(
+            camera.model.name, camera.width, camera.height, camera.params,
+            f"{folder}: image {image.name} (camera {image.camera_id})",
+        )
+        for image, camera in zip(images, cameras)
+    ]
+    placement = place_capture(
+        c2w, _sparse_points_box(model, normalization), opts.aabb_scale, "colmap", full_intrinsics
+    )
 
     frames = []
     n_resized = 0
-    for image, camera, cam in zip(images, cameras, placement.c2w):
+    for image, full, cam in zip(images, full_intrinsics, placement.c2w):
         where = f"{folder}: image {image.name} (camera {image.camera_id})"
-        full = camera_intrinsics(camera.model.name, camera.width, camera.height, camera.params, where)
         image_path = (images_dir / image.name).absolute()
         fitted = fit_intrinsics_to_file(full, image_path, where)
         n_resized += fitted is not full and source.decode_downscale == source.factor
