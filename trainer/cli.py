@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -105,6 +104,8 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                         help="NCCL only: make one NVLink host's ranks talk like PCIe or sockets (distributed.emulate_interconnect)")
     parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
     parser.add_argument("--quiet", action="store_true", help="plain log lines, no progress bar")
+    parser.add_argument("--cpu-threads", dest="cpu_threads", type=int, default=None, metavar="N",
+                        help="intra-op threads of each rank on a CPU; 0: cores // ranks on the host (training.cpu_threads)")
 
 
 CPU_PRESET = Path(__file__).resolve().parents[1] / "configs" / "small.json"
@@ -137,15 +138,21 @@ def config_source(args: argparse.Namespace) -> str:
     return "built-in defaults"
 
 
-def opening_line(cfg: TrainConfig, args: argparse.Namespace, ranks: int) -> str:
-    """The first line of a run: scene, device, ranks, config and the stopping rule."""
+def opening_line(cfg: TrainConfig, args: argparse.Namespace, ranks: int, local_ranks: int | None = None) -> str:
+    """The first line of a run: scene, device, ranks (on a CPU: threads per rank, for
+    ``local_ranks`` ranks on this host, default ``ranks``), config and the stopping rule."""
+    from trainer.cpu_threads import describe_cpu_threads
     from trainer.train.loop import resolve_device
 
     stop = f"{cfg.training.n_steps} steps"
     if cfg.training.time_budget_s is not None:
         stop += f" or {cfg.training.time_budget_s:g} s"
-    return (f"training {scene_path_of(cfg)} on {resolve_device(cfg.training.device)}, "
-            f"{ranks} rank{'s' if ranks != 1 else ''}, config {config_source(args)}, up to {stop}")
+    device = resolve_device(cfg.training.device)
+    threads = ""
+    if device.type == "cpu":
+        threads = f" ({describe_cpu_threads(cfg.training.cpu_threads, local_ranks or ranks)})"
+    return (f"training {scene_path_of(cfg)} on {device}, "
+            f"{ranks} rank{'s' if ranks != 1 else ''}{threads}, config {config_source(args)}, up to {stop}")
 
 
 def resolve_config(args: argparse.Namespace) -> TrainConfig:
@@ -166,6 +173,7 @@ def resolve_config(args: argparse.Namespace) -> TrainConfig:
         "training.precision": args.precision,
         "training.eval_every": args.eval_every,
         "training.eval_max_images": args.eval_max_images,
+        "training.cpu_threads": getattr(args, "cpu_threads", None),
         "training.snapshot_every": args.snapshot_every,
         "data.downscale": args.downscale,
         "profile.trace_steps": getattr(args, "trace_steps", None),
@@ -313,16 +321,15 @@ def run_distributed_training(cfg: TrainConfig, args: argparse.Namespace, env) ->
         LaunchError: the process group could not be formed within ``distributed.timeout_s``.
     """
 
-    import torch
-
+    from trainer.cpu_threads import apply_cpu_threads
     from trainer.data import load_scene
     from trainer.parallel.dist_env import init_distributed, restart_count, shutdown_distributed, wait_for_peers
     from trainer.parallel.build import build_distributed_trainer
 
     if env.is_distributed and args.out is None:
         raise ConfigError("--out: required with several ranks (they share one run directory)")
-    if env.device.type == "cpu" and env.local_world_size > 1:
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // env.local_world_size))
+    if env.device.type == "cpu":
+        apply_cpu_threads(cfg.training.cpu_threads, env.local_world_size)
     if cfg.training.device != str(env.device):
         cfg = apply_overrides(cfg, {"training.device": str(env.device)})
     scene_path = scene_path_of(cfg)
@@ -603,7 +610,8 @@ def _has_checkpoint(run_dir: RunDir) -> bool:
 def run_training(cfg: TrainConfig, args: argparse.Namespace) -> dict[str, Any]:
     """Train one process as configured; returns a summary dict (also in ``status.json``).
     Hands over to :func:`run_distributed_training` for a distributed job."""
-    from trainer.train.loop import train_from_config
+    from trainer.cpu_threads import apply_cpu_threads
+    from trainer.train.loop import resolve_device, train_from_config
 
     if args.save_snapshot:
         prepare_output_file(args.save_snapshot, "--save-snapshot")
@@ -626,6 +634,8 @@ def run_training(cfg: TrainConfig, args: argparse.Namespace) -> dict[str, Any]:
         run_dir.archive_eval()  # the folder's eval.json is of an earlier step
     run_dir.write_json(run_dir.config_path, config_to_dict(cfg))
     progress = _Progress(cfg.training.n_steps, cfg.training.quiet, cfg.training.time_budget_s)
+    if resolve_device(cfg.training.device).type == "cpu":
+        apply_cpu_threads(cfg.training.cpu_threads, 1)
     progress.message(opening_line(cfg, args, 1))
     warning = cpu_config_warning(cfg)
     if warning:

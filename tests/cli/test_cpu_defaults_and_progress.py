@@ -25,7 +25,7 @@ def test_no_config_on_a_cpu_takes_the_preset_and_says_so(demo_scene, tmp_path):
     out = _train("--scene", str(demo_scene), "--n-steps", "2", "--no-eval", "--out", str(tmp_path / "a"), cwd=REPO)
     assert out.returncode == 0, out.stderr
     first = out.stdout.splitlines()[0]
-    assert re.match(rf"training {re.escape(str(demo_scene))} on cpu, 1 rank, config .*configs/small\.json "
+    assert re.match(rf"training {re.escape(str(demo_scene))} on cpu, 1 rank \(1 CPU thread per rank \(training\.cpu_threads\)\), config .*configs/small\.json "
                     r"\(the CPU preset: no --config on a CPU\), up to 2 steps$", first), first
     preset = json.loads((tmp_path / "a" / "config.json").read_text())
     assert preset["training"]["target_samples_per_step"] == 4096

@@ -284,6 +284,8 @@ class TrainingConfig(Block):
             ``target_samples_per_step`` (>= 1); rays whose samples do not fit are left out and
             counted in the ``samples_clipped`` metric.
         quiet: no progress output on the console.
+        cpu_threads: intra-op threads of each rank on a CPU (>= 1), or 0 for the rule
+            ``cores // ranks on the host`` (:mod:`trainer.cpu_threads`).
     """
 
     _PATH: ClassVar[str] = "training"
@@ -320,6 +322,7 @@ class TrainingConfig(Block):
     cuda_graphs: str = rule_field("auto", OneOf("auto", "on", "off"))
     capacity_headroom: float = rule_field(4.0, FloatRule(1))
     quiet: bool = rule_field(False, BoolRule())
+    cpu_threads: int = rule_field(0, IntRule(0))
 
     def _check_relations(self) -> None:
         if self.max_rays_per_step < self.initial_rays_per_step:
