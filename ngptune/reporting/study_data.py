@@ -30,6 +30,7 @@ __all__ = [
     "StudyReportError",
     "StudyView",
     "best_trials",
+    "category_text",
     "cell_text",
     "default_trial",
     "is_completed",
@@ -324,7 +325,19 @@ def phase_order(phase_dicts: list[Mapping[str, float]]) -> list[str]:
 
 
 def cell_text(value: Any) -> str:
-    return "" if value is None else str(value)
+    """A table cell: empty for a missing value, else :func:`category_text`."""
+    return "" if value is None else category_text(value)
+
+
+def category_text(value: Any) -> str:
+    """One spelling of a parameter value wherever a report shows it, as study files and configs
+    write it: ``none`` (Python's ``None``, a config's ``null``, the string ``"None"``), ``true`` /
+    ``false``; numbers and other strings as ``str`` gives them."""
+    if value is None or (isinstance(value, str) and value.lower() == "none"):
+        return "none"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
 
 
 def worker_records(user_attrs: Mapping[str, Any]) -> dict[str, dict[str, Any]]:

@@ -39,7 +39,7 @@ from optuna.trial import FrozenTrial
 
 from ngptune.reporting.html import Section, figure_html, render_page, table_html, text_html
 from ngptune.reporting.study_data import (
-    FLOAT_FORMAT, QUALITY_COLUMNS, StudyReportError, quality_values, StudyView, best_trials, cell_text, default_trial, is_completed, objective_names,
+    FLOAT_FORMAT, QUALITY_COLUMNS, StudyReportError, quality_values, StudyView, best_trials, category_text, cell_text, default_trial, is_completed, objective_names,
     outcome_of, sampling_facts, trials_frame, write_text,
 )
 from ngptune.reporting.study_plots import Comparison, absent, optuna_figure, per_objective
@@ -196,13 +196,19 @@ def _settings_of(trial: FrozenTrial) -> dict[str, Any]:
     return settings
 
 
+def _differs(value: Any, default: Any) -> bool:
+    """Whether a setting differs from the default's; spellings of one category (``None`` and
+    ``"none"``) do not."""
+    return value != default and category_text(value) != category_text(default)
+
+
 def _settings_diff_html(view: StudyView, trials: list[FrozenTrial]) -> str:
     if view.default is None or len(trials) < 2:
         return ""
     settings = {t.number: _settings_of(t) for t in trials}
     base = settings[view.default.number]
     keys = list(dict.fromkeys(k for t in trials for k in settings[t.number]))
-    differing = [k for k in keys if any(settings[t.number].get(k) != base.get(k) for t in trials[1:])]
+    differing = [k for k in keys if any(_differs(settings[t.number].get(k), base.get(k)) for t in trials[1:])]
     head = "<h3>Settings that differ from the default</h3>"
     if not differing:
         return head + text_html("None: the best trial ran the default settings.")
@@ -227,7 +233,7 @@ def _trials_section(view: StudyView) -> Section:
     by_number = {t.number: t for t in view.trials}
     df.insert(1, "role", [view.role(by_number[n]) for n in df["number"]])
     df.insert(df.columns.get_loc("log_path"), "params",
-              ["; ".join(f"{c.removeprefix('param_')}={v}" for c, v in row.items() if not pd.isna(v))
+              ["; ".join(f"{c.removeprefix('param_')}={category_text(v)}" for c, v in row.items() if not pd.isna(v))
                for _, row in df[param_cols].iterrows()])
     df.insert(df.columns.get_loc("log_path"), "main_diagnosis", [_main_diagnosis(by_number[n]) for n in df["number"]])
     interconnects = [by_number[n].user_attrs.get("emulated_interconnect", "") for n in df["number"]]
