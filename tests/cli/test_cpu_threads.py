@@ -55,3 +55,19 @@ def test_the_threads_are_applied_to_the_process(tmp_path):
                          env={"PATH": "", "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"})
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "3"
+
+
+def test_the_launchers_opening_line_divides_the_cores_among_the_hosts_ranks(tmp_path):
+    import argparse
+
+    from trainer.cli import opening_line
+    from trainer.config import apply_overrides, load_config
+
+    cfg = apply_overrides(load_config(None), {"training.device": "cpu", "data.scene": str(tmp_path)})
+    args = argparse.Namespace(config=tmp_path / "c.json")
+    cores = available_cores()
+    line = opening_line(cfg, args, 4, 2)  # 2 nodes of 2 ranks
+    per_rank = max(1, cores // 2)
+    assert f"on cpu, 4 ranks ({per_rank} CPU thread{'s' if per_rank != 1 else ''} per rank ({cores} cores // 2 ranks)), " in line, line
+    given = opening_line(apply_overrides(cfg, {"training.cpu_threads": 1}), args, 4, 2)
+    assert "4 ranks (1 CPU thread per rank (training.cpu_threads)), " in given, given
