@@ -60,7 +60,8 @@ def test_two_rank_profile_writes_every_table_and_the_report(tmp_path: Path, demo
     assert "gloo:all_reduce" in set(kernels[kernels["category"] == "comm"]["name"])
     diagnoses = pd.read_csv(out / "diagnoses.csv")
     assert diagnoses["bottleneck"].tolist() == ["compute_underused", "data_loading", "hash_grid_contention",
-                                                "communication", "load_imbalance", "wasted_samples", "occupancy_update"]
+                                                "communication", "load_imbalance", "wasted_samples", "occupancy_update",
+                                                "background_collapse"]
     assert (out / "run" / "logs" / "rank1.log").is_file()
 
     # --link-busbw auto (the default): one all-reduce of 64 MiB on the run's 2 gloo ranks before training

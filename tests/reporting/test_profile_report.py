@@ -122,7 +122,8 @@ def test_full_gpu_profile_renders_every_section_and_plot(gpu_profile: ProfileDir
     # the synthetic run is communication bound (40 of 120 ms), with hash-grid backward 5x forward
     assert diagnoses["fired"].to_dict() == {"compute_underused": False, "data_loading": False,
                                             "hash_grid_contention": True, "communication": True,
-                                            "load_imbalance": False}
+                                            "load_imbalance": False, "wasted_samples": False,
+                                            "occupancy_update": False, "background_collapse": False}
     path = write_profile_report(gpu_profile.root)
     assert path == gpu_profile.report_path
     view = view_in_browser(path, screenshot=tmp_path / "gpu_profile.png")
@@ -170,7 +171,8 @@ def test_cpu_only_profile_says_no_gpu_and_is_otherwise_complete(tmp_path: Path) 
         assert title in view.text, title
     assert f"No GPU timeline: gpu_timeline.csv is empty (header only); nvml: missing — {sources['nvml']['detail']}" in view.text
     assert "no GPU" in sources["nvml"]["detail"]
-    assert "Not evaluated (inputs missing): compute_underused, communication, load_imbalance." in view.text
+    assert ("Not evaluated (inputs missing): compute_underused, communication, load_imbalance, wasted_samples, "
+            "background_collapse.") in view.text
     assert "One rank: nothing to balance." in view.text
     assert (f"One rank: no gradient all-reduce to compare with the link. link_busbw: missing — "
             f"{sources['link_busbw']['detail']}") in view.text
