@@ -256,7 +256,8 @@ def test_fox_scene_two_gloo_ranks_six_trials(tmp_path):
     params = ('[params."parallel.compression"]\ntype = "categorical"\nchoices = ["none", "bf16"]\n'
               '[params."parallel.bucket_mib"]\ntype = "categorical"\nchoices = [1.0, 25.0]\n')
     path = write_study(tmp_path / "fox.toml", scene=FOX, params=params, trials=6, name="fox",
-                       settings={"data.downscale": 8, "data.cache_dir": str(tmp_path / "cache")})
+                       settings={"data.downscale": 8, "data.cache_dir": str(tmp_path / "cache"),
+                                 "training.eval_max_images": 1})  # one held-out view scores each trial
     out = tmp_path / "out"
     result = _run(SWEEP + ["--study", path, "--out", out, "--nproc-per-node", "2", "--no-confirm"], timeout_s=600)
     assert result.returncode == 0, result.stdout + result.stderr
