@@ -369,16 +369,20 @@ _SINGLE_RANK = "needs more than one rank (this run has one)"
 
 
 # ---------------------------------------------------------------------------------- checks
-def _check_data(means: pd.DataFrame | None) -> Check:
-    name, threshold = "data_loading", DATA_SHARE_THRESHOLD
+def _phase_share_check(means: pd.DataFrame | None, name: str, threshold: float, phase: str, doing: str) -> Check:
+    """Fires when the rank with the largest share of its step in ``phase`` exceeds ``threshold``."""
     if not _timed(means):
         return _not_evaluated(name, threshold, _NO_PHASES)
-    rank, value = _rank_share(means, "data", largest=True)
+    rank, value = _rank_share(means, phase, largest=True)
     evidence = (
-        f"rank {rank} spends {means.at[rank, 'data']:.3g} ms of its {means.at[rank, 'step_time_ms']:.3g} ms step "
-        f"({value:.1%}) drawing the next batch (data phase); threshold {threshold:.0%}"
+        f"rank {rank} spends {means.at[rank, phase]:.3g} ms of its {means.at[rank, 'step_time_ms']:.3g} ms step "
+        f"({value:.1%}) {doing}; threshold {threshold:.0%}"
     )
     return _verdict(name, value, threshold, 0.0, evidence, KNOBS[name], fires=value > threshold)
+
+
+def _check_data(means: pd.DataFrame | None) -> Check:
+    return _phase_share_check(means, "data_loading", DATA_SHARE_THRESHOLD, "data", "drawing the next batch (data phase)")
 
 
 def _summary_column(summary: pd.DataFrame, column: str) -> pd.Series | None:
@@ -536,15 +540,8 @@ def _check_wasted_samples(occupancy: pd.DataFrame | None) -> Check:
 
 
 def _check_occupancy_update(means: pd.DataFrame | None) -> Check:
-    name, threshold = "occupancy_update", OCCUPANCY_UPDATE_SHARE_THRESHOLD
-    if not _timed(means):
-        return _not_evaluated(name, threshold, _NO_PHASES)
-    rank, value = _rank_share(means, "occupancy_update", largest=True)
-    evidence = (
-        f"rank {rank} spends {means.at[rank, 'occupancy_update']:.3g} ms of its {means.at[rank, 'step_time_ms']:.3g} ms "
-        f"step ({value:.1%}) updating the occupancy grid; threshold {threshold:.0%}"
-    )
-    return _verdict(name, value, threshold, 0.0, evidence, KNOBS[name], fires=value > threshold)
+    return _phase_share_check(means, "occupancy_update", OCCUPANCY_UPDATE_SHARE_THRESHOLD, "occupancy_update",
+                              "updating the occupancy grid")
 
 
 def _check_background_collapse(evaluation: Mapping[str, Any] | None) -> Check:
