@@ -39,13 +39,13 @@ from trainer.data.camera_checks import warn_about_layout
 from trainer.data.convention import (
     decoded_intrinsics,
     fit_intrinsics_to_file,
-    holdout_splits,
     normalize_poses,
     opencv_to_opengl_c2w,
     w2c_to_c2w,
 )
 from trainer.data.formats.llff import image_files
 from trainer.data.formats.ngp import natural_sort_key
+from trainer.data.formats.capture import capture_scene
 from trainer.data.options import SceneOptions
 from trainer.data.resolution import choose_image_source
 from trainer.data.scenebox import place_capture, points_box
@@ -315,16 +315,4 @@ def load(path: Path, opts: SceneOptions) -> Scene:
         notes.append(
             f"colmap: {n_resized} image(s) differ in size from their camera; intrinsics scaled to the files"
         )
-    return Scene(
-        format="colmap",
-        root=root,
-        splits=holdout_splits(frames, opts.holdout_every),
-        aabb_scale=placement.aabb_scale,
-        notes=notes,
-        downscale=source.decode_downscale,
-        box_source=placement.box_source,
-        world_scale=placement.world_scale,
-        world_offset=placement.world_offset,
-        pose_normalization=normalization,
-        held_out_every=opts.holdout_every,
-    )
+    return capture_scene("colmap", root, frames, opts, source, placement, normalization, notes)

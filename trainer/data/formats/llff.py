@@ -27,10 +27,10 @@ from trainer.data.convention import (
     check_rotation,
     decoded_intrinsics,
     fit_intrinsics_to_file,
-    holdout_splits,
     llff_to_opengl,
     normalize_poses,
 )
+from trainer.data.formats.capture import capture_scene
 from trainer.data.options import SceneOptions
 from trainer.data.resolution import choose_image_source
 from trainer.data.scenebox import frusta_box, place_capture
@@ -157,16 +157,4 @@ def load(path: Path, opts: SceneOptions) -> Scene:
         for i, (image_path, cam, fitted) in enumerate(zip(files, placement.c2w, fitted_intrinsics))
     ]
     notes = [source.note, "llff: " + normalization.describe(), placement.note, *layout_notes]
-    return Scene(
-        format="llff",
-        root=root,
-        splits=holdout_splits(frames, opts.holdout_every),
-        aabb_scale=placement.aabb_scale,
-        notes=notes,
-        downscale=source.decode_downscale,
-        box_source=placement.box_source,
-        world_scale=placement.world_scale,
-        world_offset=placement.world_offset,
-        pose_normalization=normalization,
-        held_out_every=opts.holdout_every,
-    )
+    return capture_scene("llff", root, frames, opts, source, placement, normalization, notes)
