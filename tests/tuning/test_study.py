@@ -15,7 +15,7 @@ from trainer.errors import ConfigError
 STUDIES = REPO_ROOT / "studies"
 
 
-@pytest.mark.parametrize("name", ["demo", "nccl", "parallel", "quality_time", "comm_bound"])
+@pytest.mark.parametrize("name", ["demo", "nccl", "parallel", "quality_time", "psnr_budget", "comm_bound"])
 def test_shipped_studies_load(name):
     spec = load_study(STUDIES / f"{name}.toml")
     assert spec.name == name
@@ -36,6 +36,13 @@ def test_quality_time_has_two_objectives_and_no_pruner():
     spec = load_study(STUDIES / "quality_time.toml")
     assert spec.objective_names == ["psnr_at_budget_db", "time_to_psnr_s"]
     assert spec.directions == ["maximize", "minimize"] and spec.objectives[1].target_db == 33.0
+    assert spec.pruner.type == "none" and spec.needs_eval
+
+
+def test_psnr_budget_is_one_quality_objective_scored_on_every_trial():
+    spec = load_study(STUDIES / "psnr_budget.toml")
+    assert spec.objective_names == ["psnr_at_budget_db"] and spec.directions == ["maximize"]
+    assert spec.budget.seconds == 30 and spec.trials >= 16
     assert spec.pruner.type == "none" and spec.needs_eval
 
 
