@@ -10,7 +10,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from trainer.config import EncodingConfig
 from trainer.data import load_scene
+from trainer.data.footprint import footprint_resolution
 
 
 FORMATS_WITH_SPLITS = ("blender",)
@@ -26,7 +28,9 @@ def describe_scene(
     any frame is distorted), ``aabb_scale``, ``aabb`` ([[min], [max]]), ``skipped`` (list of
     ``{frame, reason}``), ``notes``, ``pixel_memory_bytes`` (decoded table of all splits),
     ``ignored_formats`` (other formats found in the folder and not loaded), ``box_source`` (``file``,
-    ``data`` or ``override``) and, with ``timing``, ``timing`` (``first_load_s``, ``second_load_s``
+    ``data`` or ``override``), ``finest_resolution`` (``{footprint, default}``: the training views'
+pixel-footprint resolution and the finest hash-grid resolution the default encoding derives
+from it) and, with ``timing``, ``timing`` (``first_load_s``, ``second_load_s``
     of the training images). ``downscale`` None applies the automatic rule; ``scene_options`` are
     further :class:`trainer.data.SceneOptions` fields (``format``, ``camera_convention``, ``aabb_scale``).
 
@@ -82,6 +86,14 @@ def describe_scene(
             warnings.simplefilter("ignore")
             held = load_scene(path, downscale=downscale, holdout_every=every, **scene_options)
         info["training_holdout"] = {"every": every, "splits": held.split_counts}
+        training_frames = held.frames("train")
+    else:
+        training_frames = scene.frames("train")
+    footprint = footprint_resolution(training_frames, scene.aabb)
+    info["finest_resolution"] = {
+        "footprint": None if footprint is None else round(footprint, 1),
+        "default": EncodingConfig().finest_resolution(scene.aabb_scale, footprint),
+    }
     if timing:
         train = scene.frames("train")
         cache_dir = Path(tempfile.mkdtemp(prefix="ngptune-inspect-cache-"))
@@ -137,6 +149,10 @@ def format_description(info: dict[str, Any]) -> None:
     table.add_row("aabb_scale", f"{info['aabb_scale']} ({box_how})")
     table.add_row("downscale (at decode)", str(info["downscale"]))
     table.add_row("scene box (unit-cube world)", f"{info['aabb'][0]} → {info['aabb'][1]}")
+    finest = info["finest_resolution"]
+    how = ("instant-ngp's 2048 · aabb_scale: no view to measure" if finest["footprint"] is None else
+           f"views' pixels span cells at {finest['footprint']:g}, rounded up to a power of two")
+    table.add_row("finest hash-grid level", f"{finest['default']} ({how}; encoding.max_resolution overrides)")
     table.add_row("pixel memory", f"{info['pixel_memory_bytes'] / 2**20:.1f} MiB (all splits, at the chosen resolution)")
     table.add_row("skipped frames", str(len(info["skipped"])))
     for note in info["notes"]:

@@ -99,3 +99,18 @@ def test_nerfstudio_fixture() -> None:
         intr = scene.frames(split)[0].intrinsics
         assert (intr.width, intr.height) == (50, 50)
         assert intr.fx == pytest.approx(0.5 * 50 / math.tan(0.5 * 0.6911112070083618))
+
+
+def test_the_default_finest_level_resolves_the_views_pixels(lego, fox) -> None:
+    from trainer.config import EncodingConfig
+    from trainer.data.footprint import footprint_resolution
+
+    # lego_400: 400-pixel views, f = 555.6 px, cameras 4.03 · 0.33 from the centre of the unit cube
+    footprint = footprint_resolution(lego.frames("train"), lego.aabb)
+    assert footprint == pytest.approx(555.6 / (4.031 * 0.33), rel=0.01)
+    # 512: the best N_max of 256/512/1024/2048 on lego_400's test views (configs/nerf_synthetic_400.json)
+    assert EncodingConfig().finest_resolution(lego.aabb_scale, footprint) == 512
+    fox_scene, _ = fox
+    fox_footprint = footprint_resolution(fox_scene.frames("train"), fox_scene.aabb)
+    assert EncodingConfig().finest_resolution(fox_scene.aabb_scale, fox_footprint) == 4096  # instant-ngp: 2048·4
+

@@ -524,6 +524,20 @@ def test_finest_resolution_and_per_level_scale() -> None:
     assert growth(EncodingConfig(n_levels=1), 1) == 1.0
 
 
+def test_finest_resolution_from_the_views_pixel_footprint() -> None:
+    enc = EncodingConfig()  # N_min = 16
+    # the smallest power of two at or above the footprint resolution...
+    assert enc.finest_resolution(1, 417.6) == 512 and enc.finest_resolution(1, 512.0) == 512
+    assert enc.finest_resolution(4, 3279.8) == 4096 and enc.finest_resolution(4, 4097.0) == 8192
+    # ...never above instant-ngp's 2048·aabb_scale, never below 2·N_min
+    assert enc.finest_resolution(1, 3000.0) == 2048 and enc.finest_resolution(2, 3000.0) == 4096
+    assert enc.finest_resolution(1, 5.0) == 32 and enc.finest_resolution(1, 0.3) == 32
+    # an explicit N_max or a growth factor wins over the views
+    assert EncodingConfig(max_resolution=1024).finest_resolution(1, 417.6) == 1024
+    assert EncodingConfig(per_level_scale=1.5).finest_resolution(1, 417.6) is None
+    assert level_resolutions(hash_grid_config(enc, 1, 417.6))[-1] == 512
+
+
 def test_resolved_cone_angle() -> None:
     training = TrainingConfig()
     assert training.resolved_cone_angle(1) == 0.0

@@ -2,14 +2,16 @@
 :mod:`trainer.config` for the file layout): frozen dataclasses whose fields carry their
 :mod:`~trainer.config.rules` rule and are checked at construction.
 
-Derived values are computed here from the config and the scene's ``aabb_scale`` and never written
-back: the finest hash-grid resolution (:meth:`EncodingConfig.finest_resolution`) and the cone
-angle (:meth:`TrainingConfig.resolved_cone_angle`).
+Derived values are computed here from the config and the scene (its ``aabb_scale``, its views'
+pixel footprint) and never written back: the finest hash-grid resolution
+(:meth:`EncodingConfig.finest_resolution`) and the cone angle
+(:meth:`TrainingConfig.resolved_cone_angle`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, ClassVar
 
 from trainer.config.rules import (
@@ -55,7 +57,8 @@ class EncodingConfig(Block):
         log2_hashmap_size: log2 of T, the table size per level ([10, 24]).
         base_resolution: N_min, resolution of the coarsest level (>= 2).
         per_level_scale: b, growth factor between levels (> 1), or null.
-        max_resolution: N_max, resolution of the finest level, or null. At most one of
+        max_resolution: N_max, resolution of the finest level, or null (derived from the scene's
+            views). At most one of
             ``per_level_scale`` and ``max_resolution`` may be set; see
             :meth:`finest_resolution`.
         backend: ``"auto"``, ``"torch"`` (reference), ``"triton"`` or ``"tcnn"``.
@@ -87,24 +90,34 @@ class EncodingConfig(Block):
                 f"({self.base_resolution}), got {self.max_resolution}"
             )
 
-    def finest_resolution(self, aabb_scale: int) -> int | None:
+    def finest_resolution(self, aabb_scale: int, footprint_resolution: float | None = None) -> int | None:
         """N_max, the resolution of the finest level for a scene of this ``aabb_scale``; None when
         ``per_level_scale`` is set (then b, not N_max, is given).
 
-        ``max_resolution`` if set, else 2048 · aabb_scale (instant-ngp ``src/testbed.cu``,
-        ``reset_network``: the unit cube's 2048 grows with the scene box). The hash grid derives
-        b = exp(ln(N_max / N_min) / (L − 1)) from it (Müller et al. 2022, eq. 2–3;
-        :attr:`trainer.encoding.hashgrid.HashGridConfig.growth_factor`).
+        The rule: ``max_resolution`` if set. Otherwise, for a scene whose training views were
+        measured (``footprint_resolution``, :func:`trainer.data.footprint.footprint_resolution`:
+        the resolution across the box at which a cell spans one pixel), the smallest power of two
+        at or above it, kept within [2 · N_min, 2048 · aabb_scale]: the finest level resolves the
+        views' pixels and no more. Without a measurement, instant-ngp's 2048 · aabb_scale
+        (``src/testbed.cu``, ``reset_network``: the unit cube's 2048 grows with the scene box).
+        The hash grid derives b = exp(ln(N_max / N_min) / (L − 1)) from it (Müller et al. 2022,
+        eq. 2–3; :attr:`trainer.encoding.hashgrid.HashGridConfig.growth_factor`).
 
         Args:
             aabb_scale: the scene's AABB scale, a power of two in 1..128.
+            footprint_resolution: the scene's pixel-footprint resolution (> 0), or None.
         """
         assert is_int(aabb_scale) and aabb_scale >= 1, aabb_scale
         if self.per_level_scale is not None:
             return None
         if self.max_resolution is not None:
             return self.max_resolution
-        return NGP_DESIRED_RESOLUTION * aabb_scale
+        ngp = NGP_DESIRED_RESOLUTION * aabb_scale
+        if footprint_resolution is None:
+            return ngp
+        assert footprint_resolution > 0, footprint_resolution
+        pixels = 2 ** max(0, math.ceil(math.log2(footprint_resolution)))
+        return int(min(max(pixels, 2 * self.base_resolution), ngp))
 
 
 @dataclasses.dataclass(frozen=True)

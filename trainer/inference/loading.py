@@ -162,9 +162,10 @@ def load_model(path: Path, scene_path: Path | None = None, device: str | None = 
         payload = load_snapshot(source)
         cfg = _read_run_config(run_config) if run_config else _config_from(payload.get("config"), source)
         cfg = _inference_config(cfg, device)
-        from trainer.train.loop import Trainer
+        from trainer.train.loop import Trainer, check_finest_resolution
 
         trainer = Trainer(cfg, _load_scene(cfg, scene_path), None)
+        check_finest_resolution(source, payload.get("trainer_state"), trainer.finest_resolution)
         load_state_checked(trainer.field, payload["model"], "model", source)
         load_state_checked(trainer.grid, payload["occupancy"], "occupancy grid", source)
         trainer.step = int(payload["step"])

@@ -103,7 +103,7 @@ class SubgridTrainer(DistributedTrainerBase):
         cfg = self.cfg
         return SubgridModel(
             boxes, owners, self.rank,
-            lambda domain: build_field(cfg, domain, self.aabb_scale, self.device),
+            lambda domain: build_field(cfg, domain, self.aabb_scale, self.device, self.footprint_resolution),
             self.aabb.cpu(), overlap=cfg.parallel.overlap, device=self.device, seed=cfg.training.seed,
         )
 

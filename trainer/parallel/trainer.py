@@ -56,7 +56,7 @@ from trainer.parallel.balance import LoadBalancer, imbalance, shares_from_capabi
 from trainer.parallel.grad_sync import GradientSynchronizer, allreduce_bandwidth_gb_per_s, collective_device
 from trainer.schema import truncate_metrics_after
 from trainer.train.hostcopy import HostCopy
-from trainer.train.loop import StepStats, Trainer, warn_config_differences
+from trainer.train.loop import StepStats, Trainer, check_finest_resolution, warn_config_differences
 from trainer.train.loss import drop_rays, photometric_loss
 from trainer.train.precision import autocast
 from trainer.train.timing import DeviceClock
@@ -253,6 +253,7 @@ class DistributedTrainerBase(Trainer, metaclass=abc.ABCMeta):
                 "n_rays": self.n_rays,
                 "samples_per_ray_ema": self.samples_per_ray_ema,
                 "train_time_s": self.train_time_s,
+                "finest_resolution": self.finest_resolution,
             },
         }
 
@@ -337,6 +338,7 @@ class DistributedTrainerBase(Trainer, metaclass=abc.ABCMeta):
                 f"{folder}: checkpoint of parallel.mode {meta['mode']!r}, this run uses {self.mode!r}"
             )
         self._check_meta(folder, meta)
+        check_finest_resolution(folder, meta.get("trainer_state"), self.finest_resolution)
         stored = ckpt.checkpoint_keys(folder)
         for name, p in self.named_parameters_for_optimizer().items():
             if f"optimizer.{name}.step" in stored and p not in self.optimizer.state:

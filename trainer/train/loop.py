@@ -26,6 +26,7 @@ import torch
 from trainer.config import EncodingConfig, TrainConfig, config_differences, config_to_dict
 from trainer.data import Scene, load_scene
 from trainer.data.images import PixelTable, load_pixel_table, pixel_table_nbytes
+from trainer.data.footprint import footprint_resolution
 from trainer.data.sampler import RaySampler, choose_placement
 from trainer.encoding.hashgrid import HashGridConfig
 from trainer.errors import ConfigError, SnapshotError, TrainingError
@@ -85,25 +86,56 @@ def use_triton_kernels(key: str, backend: str, device: torch.device) -> bool:
     return usable and (backend == "triton" or device.type == "cuda")
 
 
-def hash_grid_config(enc: EncodingConfig, aabb_scale: int) -> HashGridConfig:
-    """The encoding block as a :class:`HashGridConfig` for a scene of this ``aabb_scale`` (its
-    finest resolution from :meth:`~trainer.config.EncodingConfig.finest_resolution`)."""
+def hash_grid_config(enc: EncodingConfig, aabb_scale: int, footprint_resolution: float | None = None) -> HashGridConfig:
+    """The encoding block as a :class:`HashGridConfig` for a scene of this ``aabb_scale`` whose
+    training views have this pixel-footprint resolution (None: not measured); the finest resolution
+    from :meth:`~trainer.config.EncodingConfig.finest_resolution`."""
     return HashGridConfig(
         n_levels=enc.n_levels,
         n_features_per_level=enc.n_features_per_level,
         log2_hashmap_size=enc.log2_hashmap_size,
         base_resolution=enc.base_resolution,
         per_level_scale=enc.per_level_scale,
-        max_resolution=enc.finest_resolution(aabb_scale),
+        max_resolution=enc.finest_resolution(aabb_scale, footprint_resolution),
     )
 
 
-def build_field(cfg: TrainConfig, aabb: torch.Tensor, aabb_scale: int, device: torch.device) -> NGPField:
-    """The NGP field described by ``cfg`` on ``device``."""
+def check_finest_resolution(path: Path, trainer_state: Any, finest_resolution: int | None) -> None:
+    """Refuse a snapshot or checkpoint whose hash grid was built with another finest resolution.
+
+    The resolution is derived from the scene's views unless ``encoding.max_resolution`` is set
+    (:meth:`~trainer.config.EncodingConfig.finest_resolution`), and it changes every level's
+    resolution without changing any tensor's shape, so the shapes alone cannot catch it.
+
+    Args:
+        path: the snapshot or checkpoint folder (named in the error).
+        trainer_state: its ``trainer_state`` entry (``finest_resolution`` absent in older ones:
+            not checked).
+        finest_resolution: this trainer's N_max (None with ``encoding.per_level_scale``).
+
+    Raises:
+        SnapshotError: the two differ; the message names both and the override.
+    """
+    stored = trainer_state.get("finest_resolution") if isinstance(trainer_state, dict) else None
+    if stored is None or finest_resolution is None or int(stored) == finest_resolution:
+        return
+    raise SnapshotError(
+        f"{path}: its hash grid was trained with a finest resolution of {int(stored)}, this config and "
+        f"scene give {finest_resolution} (encoding.max_resolution, else derived from the training views); "
+        f"load it with --set encoding.max_resolution={int(stored)}"
+    )
+
+
+def build_field(
+    cfg: TrainConfig, aabb: torch.Tensor, aabb_scale: int, device: torch.device,
+    footprint_resolution: float | None = None,
+) -> NGPField:
+    """The NGP field described by ``cfg`` on ``device`` over ``aabb`` ([2, 3] float32), its hash
+    grid as :func:`hash_grid_config` gives it."""
     table_dtype = torch.float16 if cfg.encoding.table_dtype == "float16" else torch.float32
     field = NGPField(
         aabb=aabb,
-        grid_cfg=hash_grid_config(cfg.encoding, aabb_scale),
+        grid_cfg=hash_grid_config(cfg.encoding, aabb_scale, footprint_resolution),
         density_net=MLPConfig(
             n_neurons=cfg.network.n_neurons,
             n_hidden_layers=cfg.network.n_hidden_layers,
@@ -223,6 +255,8 @@ class Trainer:
             )
         self.aabb_scale = scene.aabb_scale
         self.aabb = torch.tensor(scene.aabb, dtype=torch.float32, device=self.device)
+        self.footprint_resolution = footprint_resolution(self.train_frames, scene.aabb)
+        self.finest_resolution = cfg.encoding.finest_resolution(self.aabb_scale, self.footprint_resolution)
         check_trainable(cfg)
         self.field = self._build_model()
         self.grid = OccupancyGrid(
@@ -311,7 +345,7 @@ class Trainer:
 
     def _build_model(self) -> torch.nn.Module:
         """The trained model (one :class:`NGPField`; the subgrid trainer builds its boxes)."""
-        return build_field(self.cfg, self.aabb, self.aabb_scale, self.device)
+        return build_field(self.cfg, self.aabb, self.aabb_scale, self.device, self.footprint_resolution)
 
     def _build_optimizer(self) -> torch.optim.Optimizer:
         """Adam over the field: hash-grid entries without weight decay, MLP weights with
@@ -662,6 +696,7 @@ class Trainer:
                 "samples_per_ray_ema": -1.0 if self.samples_per_ray_ema is None else self.samples_per_ray_ema,
                 "train_time_s": self.train_time_s,
                 "kept_pending": kept_pending,
+                "finest_resolution": self.finest_resolution,
                 **({"fixed_step": self.fixed_step.state_dict()} if self.fixed_step is not None else {}),
             },
         }
@@ -678,6 +713,7 @@ class Trainer:
         """
         payload = load_snapshot(path)
         warn_config_differences(path, payload.get("config"), self.cfg)
+        check_finest_resolution(path, payload.get("trainer_state"), self.finest_resolution)
         if self.fixed_step is not None:
             self.fixed_step.forget_graph()  # the optimiser's tensors are about to be replaced
         load_state_checked(self.field, payload["model"], "model", path)
@@ -715,6 +751,7 @@ class Trainer:
         """
         payload = load_snapshot(path)
         warn_config_differences(path, payload.get("config"), self.cfg)
+        check_finest_resolution(path, payload.get("trainer_state"), self.finest_resolution)
         if self.fixed_step is not None:
             self.fixed_step.forget_graph()
         load_state_checked(self.field, payload["model"], "model", path)
