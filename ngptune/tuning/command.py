@@ -8,6 +8,7 @@ gloo ranks on a machine without one, and writes ``reports/demo/`` (report, ``tri
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from trainer.cli import add_scene_format_arguments, positive_int, scene_format_overrides
@@ -54,8 +55,23 @@ def _concurrent(text: str) -> int | str:
         raise argparse.ArgumentTypeError(f"expected an integer >= 1 or auto, got {text!r}") from None
 
 
+def _confirm_runs(text: str) -> int:
+    from ngptune.tuning.confirm import MAX_REPEATS, MIN_REPEATS
+
+    value = positive_int(text)
+    if not MIN_REPEATS <= value <= MAX_REPEATS:
+        raise argparse.ArgumentTypeError(
+            f"expected {MIN_REPEATS} to {MAX_REPEATS} re-runs each, got {value}"
+            + (" (one re-run each gives no estimate of the noise)" if value < MIN_REPEATS else ""))
+    return value
+
+
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from ngptune.tuning.sweep import SweepOptions, run_sweep
+
+    if not args.confirm and args.confirm_runs is not None:
+        print(f"error: --no-confirm and --confirm-runs {args.confirm_runs}: give one of them", file=sys.stderr)
+        return 2
 
     options = SweepOptions(
         study_path=args.study,
@@ -118,6 +134,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-confirm", dest="confirm", action="store_false",
                    help="recommend the best trial without re-running it against the default "
                         "(best_config.confirmation.json then says unconfirmed)")
-    p.add_argument("--confirm-runs", type=positive_int, default=None, metavar="K",
-                   help="re-runs of the best and of the default before recommending (default 3 on a GPU, 2 on a CPU)")
+    p.add_argument("--confirm-runs", type=_confirm_runs, default=None, metavar="K",
+                   help="re-runs of the best and of the default before recommending, 2 or more "
+                        "(default 3 on a GPU, 2 on a CPU)")
     p.set_defaults(func=_cmd_sweep)

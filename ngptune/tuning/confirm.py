@@ -17,9 +17,15 @@ standard error of the re-runs. Otherwise the study recommends the default. A bes
 fails (crash, out of memory, target not reached) is not confirmed either. When a default re-run
 fails while the best's succeed, the evidence is missing: the best is kept but *unconfirmed*.
 
+K is at least 2 (:data:`MIN_REPEATS`): one re-run each gives no estimate of the noise, and with
+``se = 0`` any gain would pass.
+
 Every re-run is recorded in the study's user attribute ``confirmation`` as soon as it ends
-(:data:`CONFIRMATION_ATTR`): a sweep started again resumes the confirmation where it stopped,
-as long as best, default, K and objective are the same (otherwise it starts over).
+(:data:`CONFIRMATION_ATTR`), under its trial number and index: re-run ``i`` of a trial is the
+same training whichever trial it is compared with (seed ``base + 1000 + i``). A sweep started
+again resumes the confirmation where it stopped, reuses the re-runs it already has when K grows
+or a new best is compared with the same default, and runs only what is missing. A re-run stopped
+by Ctrl-C or a kill is not recorded and runs again from the start.
 """
 
 from __future__ import annotations
@@ -34,29 +40,38 @@ __all__ = [
     "CONFIRMATION_ATTR",
     "DEFAULT_REPEATS_CPU",
     "DEFAULT_REPEATS_GPU",
+    "MAX_REPEATS",
+    "MIN_REPEATS",
     "ConfirmRun",
     "Verdict",
     "confirm_study",
+    "best_is_default",
     "decide",
+    "pending",
     "primary_objective",
     "run_order",
     "unconfirmed",
+    "verdict_runs",
 ]
 
 CONFIRMATION_ATTR = "confirmation"
 DEFAULT_REPEATS_GPU = 3
 DEFAULT_REPEATS_CPU = 2
+MIN_REPEATS = 2
+MAX_REPEATS = 100  # --confirm-runs: more is a typo, not a confirmation
 #: Seeds of the confirmation runs: the base config's ``training.seed`` plus this plus the pair index.
 SEED_OFFSET = 1000
 
 
 @dataclasses.dataclass(frozen=True)
 class ConfirmRun:
-    """One re-run: which configuration (``"best"`` or ``"default"``), its index in 0..K-1, its seed,
-    the objective's value (None when the run gave none), what every trial is scored on
-    (:func:`ngptune.tuning.objectives.trial_quality`), its outcome and the reason of a failure."""
+    """One re-run: which configuration (``"best"`` or ``"default"``) and trial, its index in
+    0..K-1, its seed, the objective's value (None when the run gave none), what every trial is
+    scored on (:func:`ngptune.tuning.objectives.trial_quality`), its outcome and the reason of a
+    failure."""
 
     label: str
+    trial: int
     index: int
     seed: int
     value: float | None
@@ -72,8 +87,9 @@ class Verdict:
     Attributes:
         status: ``confirmed`` (the best beats the default), ``not_confirmed`` (it does not: the
             default is recommended), ``best_is_default`` (no trial beat the default), ``unconfirmed``
-            (skipped or without evidence: the best is recommended without it).
-        recommend: ``"best"`` or ``"default"``.
+            (skipped or without evidence: the best is recommended without it), ``pending`` (other
+            workers' trials still run: the last worker to finish confirms and recommends).
+        recommend: ``"best"``, ``"default"`` or ``""`` (pending: nothing yet).
         objective, direction: the objective judged and Optuna's direction word.
         best_values, default_values: the re-runs' values (None for a failed run).
         best_trial, default_trial: trial numbers (None when absent).
@@ -172,27 +188,49 @@ def unconfirmed(objective: str, direction: str, why: str, *, best_trial: int | N
                    sentence=f"unconfirmed: {why}; the best (trial {best_trial}) was not re-run against the default")
 
 
+def best_is_default(objective: str, direction: str, default_trial: int) -> Verdict:
+    """The verdict of a study whose best trial is the default: nothing to re-run."""
+    return Verdict("best_is_default", "default", objective, direction, best_trial=default_trial,
+                   default_trial=default_trial,
+                   sentence=f"no trial beat the default (trial {default_trial}): the default is recommended")
+
+
+def pending(objective: str, direction: str, running: Sequence[int]) -> Verdict:
+    """No verdict yet: trials of other workers still run (their numbers in ``running``)."""
+    shown = ", ".join(map(str, running))
+    return Verdict("pending", "", objective, direction, sentence=(
+        f"trial{'s' if len(running) != 1 else ''} {shown} of other workers still running: the last worker to "
+        "finish confirms the best and writes best_config.json"))
+
+
 #: ``launch(label, trial, index, seed) -> ConfirmRun``: trains one re-run of ``trial``'s configuration.
 Launch = Callable[[str, Any, int, int], ConfirmRun]
 
 
-def _recorded_runs(record: Mapping[str, Any] | None, key: Mapping[str, Any]) -> dict[tuple[str, int], dict[str, Any]]:
-    if not isinstance(record, Mapping) or any(record.get(k) != v for k, v in key.items()):
+def _recorded_runs(record: Mapping[str, Any] | None, objective: str) -> dict[tuple[int, int], dict[str, Any]]:
+    """``(trial number, index) -> run`` of the finished re-runs recorded for ``objective`` (a record
+    of another objective holds none; runs without a trial number name it by their label)."""
+    if not isinstance(record, Mapping) or record.get("objective") != objective:
         return {}
-    return {(r["label"], int(r["index"])): dict(r) for r in record.get("runs", []) if r.get("outcome") != "interrupted"}
+    runs = {}
+    for r in record.get("runs", []):
+        trial = r.get("trial", record.get(f"{r.get('label')}_trial"))
+        if r.get("outcome") != "interrupted" and trial is not None:
+            runs[(int(trial), int(r["index"]))] = {**r, "trial": int(trial)}
+    return runs
 
 
 def confirm_study(study, *, best, default, repeats: int, objective: str, direction: str, unit: str, base_seed: int,
                   launch: Launch, on_run: Callable[[ConfirmRun], None] | None = None) -> Verdict:
     """Re-run ``best`` and ``default`` (Optuna trials) ``repeats`` times each and decide (module docstring).
 
-    Runs recorded in ``study.user_attrs["confirmation"]`` for the same best, default, repeats and
-    objective are not run again; each new run is recorded as soon as it ends.
+    Re-runs recorded in ``study.user_attrs["confirmation"]`` for the same objective (by trial
+    number and index) are not run again; each new run is recorded as soon as it ends.
 
     Args:
         study: the Optuna study (its user attributes hold the record).
         best, default: the trials to re-run; the same trial for both gives ``best_is_default``.
-        repeats: K >= 1.
+        repeats: K >= :data:`MIN_REPEATS`.
         objective, direction, unit: the objective judged (:func:`primary_objective`), Optuna's
             direction word for it and its unit.
         base_seed: the base config's ``training.seed``; run ``i`` of both uses ``base_seed + 1000 + i``.
@@ -203,22 +241,40 @@ def confirm_study(study, *, best, default, repeats: int, objective: str, directi
         KeyboardInterrupt: from ``launch``; the runs finished before it stay recorded.
     """
     if best.number == default.number:
-        return Verdict("best_is_default", "default", objective, direction, best_trial=best.number,
-                       default_trial=default.number,
-                       sentence=f"no trial beat the default (trial {default.number}): the default is recommended")
-    key = {"best_trial": best.number, "default_trial": default.number, "repeats": repeats, "objective": objective}
-    runs = _recorded_runs(study.user_attrs.get(CONFIRMATION_ATTR), key)
+        return best_is_default(objective, direction, default.number)
+    record = study.user_attrs.get(CONFIRMATION_ATTR)
+    runs = _recorded_runs(record, objective)
     trials = {"best": best, "default": default}
+
+    def save(verdict: Verdict | None = None) -> None:
+        state: dict[str, Any] = {"objective": objective, "best_trial": best.number, "default_trial": default.number,
+                                 "repeats": repeats, "runs": list(runs.values())}
+        study.set_user_attr(CONFIRMATION_ATTR, state if verdict is None else {**state, "verdict": verdict.to_dict()})
+
     for label, i in run_order(repeats):
-        if (label, i) in runs:
+        trial = trials[label]
+        if (trial.number, i) in runs:
             continue
-        run = launch(label, trials[label], i, (base_seed + SEED_OFFSET + i) % 2**32)
-        runs[(label, i)] = dataclasses.asdict(run)
-        study.set_user_attr(CONFIRMATION_ATTR, {**key, "runs": list(runs.values())})
+        run = launch(label, trial, i, (base_seed + SEED_OFFSET + i) % 2**32)
+        runs[(trial.number, i)] = dataclasses.asdict(run)
+        save()
         if on_run is not None:
             on_run(run)
-    values = {label: [runs[(label, i)]["value"] for i in range(repeats)] for label in trials}
+    values = {label: [runs[(trials[label].number, i)]["value"] for i in range(repeats)] for label in trials}
     verdict = decide(objective, direction, values["best"], values["default"], unit=unit,
                      best_trial=best.number, default_trial=default.number)
-    study.set_user_attr(CONFIRMATION_ATTR, {**key, "runs": list(runs.values()), "verdict": verdict.to_dict()})
+    save(verdict)
     return verdict
+
+
+def verdict_runs(record: Mapping[str, Any] | None, verdict: Verdict) -> list[dict[str, Any]]:
+    """The recorded re-runs a verdict was taken on (best's then default's, by index), each with the
+    ``label`` it had in this comparison; none for a verdict without re-runs."""
+    if verdict.best_trial is None or verdict.default_trial is None or not verdict.best_values:
+        return []
+    runs = _recorded_runs(record, verdict.objective)
+    chosen = []
+    for label, trial, n in (("best", verdict.best_trial, len(verdict.best_values)),
+                            ("default", verdict.default_trial, len(verdict.default_values))):
+        chosen += [{**runs[(trial, i)], "label": label} for i in range(n) if (trial, i) in runs]
+    return chosen

@@ -67,15 +67,20 @@ class StudyDir:
     def confirm_dir(self) -> Path:
         return self.root / "confirm"
 
-    def confirm_run_dir(self, label: str, index: int) -> Path:
-        """Run directory of re-run ``index`` of the ``best`` or ``default`` configuration."""
-        return self.confirm_dir / f"{label}-{index}"
+    def confirm_run_dir(self, trial: int, index: int) -> Path:
+        """Re-run ``index`` of trial ``trial``'s configuration (:mod:`ngptune.tuning.confirm`)."""
+        return self.confirm_dir / f"trial{trial}-run{index}"
 
-    def confirm_config_path(self, label: str, index: int) -> Path:
-        return self.confirm_dir / f"{label}-{index}.config.json"
+    def confirm_config_path(self, trial: int, index: int) -> Path:
+        return self.confirm_dir / f"trial{trial}-run{index}.config.json"
 
-    def confirm_log_path(self, label: str, index: int) -> Path:
-        return self.confirm_dir / f"{label}-{index}.launch.log"
+    def confirm_log_path(self, trial: int, index: int) -> Path:
+        return self.confirm_dir / f"trial{trial}-run{index}.launch.log"
+
+    @property
+    def confirm_lock_path(self) -> Path:
+        """Held by the worker that confirms (one at a time per study folder)."""
+        return self.root / ".confirm.lock"
 
     @property
     def best_env_path(self) -> Path:

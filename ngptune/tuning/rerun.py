@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,8 @@ class RerunLauncher:
 
     Attributes:
         spec: the study; objective: the objective judged; study_dir: where re-runs are written
-            (``confirm/<label>-<index>/`` with its config and launch log beside it);
+            (``confirm/trial<N>-run<index>/`` with its config and launch log beside it; a folder
+            left there by a re-run that was stopped is cleared first: it is not recorded);
         nproc_per_node, nccl_active, poll_s: as for the trials.
     """
 
@@ -39,8 +41,10 @@ class RerunLauncher:
 
     def __call__(self, label: str, trial: Any, index: int, seed: int) -> ConfirmRun:
         cfg = apply_overrides(load_config(Path(trial.user_attrs["config_path"])), {"training.seed": seed})
-        config_path = self.study_dir.confirm_config_path(label, index)
-        run_dir = self.study_dir.confirm_run_dir(label, index)
+        config_path = self.study_dir.confirm_config_path(trial.number, index)
+        run_dir = self.study_dir.confirm_run_dir(trial.number, index)
+        if run_dir.exists():  # a re-run that was stopped: the confirmation record does not hold it
+            shutil.rmtree(run_dir)
         config_path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(config_path, dump_config(cfg) + "\n")
         nccl_env = dict(trial.user_attrs.get("nccl_env") or nccl.FORCED)
@@ -48,7 +52,7 @@ class RerunLauncher:
             argv=trial_argv(config_path, run_dir, self.nproc_per_node, evaluate=True),
             env=nccl.trial_env(os.environ, nccl_env, nccl_active=self.nccl_active),
             run_dir=run_dir,
-            log_path=self.study_dir.confirm_log_path(label, index),
+            log_path=self.study_dir.confirm_log_path(trial.number, index),
             world_size=self.nproc_per_node,
             timeout_s=self.spec.budget.trial_timeout_s,
             poll_s=self.poll_s,
@@ -63,4 +67,4 @@ class RerunLauncher:
                 value = objective_value(self.objective, run.records, run.status or {}, target_db=target)
             except TargetNotReached as exc:
                 reason = str(exc)
-        return ConfirmRun(label, index, seed, value, quality, run.outcome, reason)
+        return ConfirmRun(label, trial.number, index, seed, value, quality, run.outcome, reason)

@@ -12,6 +12,7 @@ import socket
 import time
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from ngptune.tuning.layout import StudyDir
@@ -30,6 +31,7 @@ __all__ = [
     "open_study",
     "recover_trials",
     "setup_lock",
+    "study_lock",
     "study_progress",
     "worker_id",
 ]
@@ -105,8 +107,16 @@ def setup_lock(study_dir: StudyDir, enabled: bool) -> Iterator[None]:
     if not enabled:
         yield
         return
-    study_dir.root.mkdir(parents=True, exist_ok=True)
-    with open(study_dir.setup_lock_path, "a") as f:
+    with study_lock(study_dir.setup_lock_path):
+        yield
+
+
+@contextlib.contextmanager
+def study_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``path`` (created with its folder): one worker of a study
+    folder at a time; released when the holder exits, also when it is killed."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield

@@ -65,7 +65,8 @@ from ngptune.tuning.concurrency import TrialSlots, plan_trial_slots
 from ngptune.tuning.provenance import record_worker
 from ngptune.tuning.layout import StudyDir
 from ngptune.tuning.confirm import (
-    CONFIRMATION_ATTR, DEFAULT_REPEATS_CPU, DEFAULT_REPEATS_GPU, Verdict, confirm_study, primary_objective, unconfirmed,
+    CONFIRMATION_ATTR, DEFAULT_REPEATS_CPU, DEFAULT_REPEATS_GPU, Verdict, best_is_default, confirm_study, pending,
+    primary_objective, unconfirmed, verdict_runs,
 )
 from ngptune.tuning.objectives import (
     OBJECTIVES, TargetNotReached, intermediate_values, mean_phase_ms, objective_value, throughput_only_warning,
@@ -75,7 +76,7 @@ from ngptune.tuning.outputs import representative_trial, write_best_config, writ
 from ngptune.tuning.rerun import RerunLauncher
 from ngptune.tuning.space import check_combination, default_params, sample, split_values, trial_config
 from ngptune.tuning.storage import (
-    UNTUNED_ATTR, SweepError, masked_url, open_storage, open_study, recover_trials, session_seed, setup_lock, study_progress,
+    UNTUNED_ATTR, SweepError, masked_url, open_storage, open_study, recover_trials, session_seed, setup_lock, study_lock, study_progress,
     worker_id,
 )
 from ngptune.tuning.study import DEMO_SCENE, STUDY_NAME_RULE, StudySpec, is_study_name, load_study
@@ -565,7 +566,8 @@ def _run(options: SweepOptions, spec: StudySpec, nproc: int, base_cfg: TrainConf
                                n_jobs=slots.concurrent)
             finally:
                 slots.stop.set()
-        verdict = _confirm(options, study, spec, study_dir, nproc, nccl_active, console)
+        with study_lock(study_dir.confirm_lock_path):  # one worker confirms at a time; the next reuses its runs
+            verdict = _confirm(options, study, spec, study_dir, nproc, nccl_active, console)
     return _write_outputs(study, spec, name, study_dir, nccl_active, console, verdict)
 
 
@@ -585,22 +587,32 @@ def _confirm(options: SweepOptions, study, spec: StudySpec, study_dir: StudyDir,
     if default is None or default.state.name != "COMPLETE":
         return unconfirmed(name, direction, "the default trial did not complete", best_trial=best.number,
                            default_trial=None if default is None else default.number)
+    if best.number == default.number:
+        return best_is_default(name, direction, default.number)
+    from optuna.trial import TrialState
+
+    running = [t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))]
+    if running:  # another worker's trial may still become the best
+        return pending(name, direction, running)
     if not options.confirm:
         return unconfirmed(name, direction, "confirmation skipped (--no-confirm)", best_trial=best.number,
                            default_trial=default.number)
     repeats = options.confirm_repeats or (DEFAULT_REPEATS_GPU if torch.cuda.is_available() else DEFAULT_REPEATS_CPU)
-    if best.number != default.number:
-        console.print(f"[bold]confirmation[/bold]: best trial {best.number} and default trial {default.number}, "
-                      f"{repeats} re-runs each of {spec.budget.describe()} with new seeds, alternating")
+    console.print(f"[bold]confirmation[/bold]: best trial {best.number} and default trial {default.number}, "
+                  f"{repeats} re-runs each of {spec.budget.describe()} with new seeds, alternating "
+                  "(re-runs already recorded are reused)")
     launcher = RerunLauncher(spec=spec, objective=name, study_dir=study_dir, nproc_per_node=nproc,
                              nccl_active=nccl_active, poll_s=options.poll_s)
 
     def shown(run) -> None:
         psnr_db = run.quality.get("psnr_db")
-        value = "no value" if run.value is None else f"{name} = {run.value:.4g}"
-        console.print(f"  re-run {run.label} {run.index} (seed {run.seed}): {run.outcome}, {value}"
-                      + (f", PSNR {psnr_db:.2f} dB" if psnr_db is not None else "")
-                      + (f" — {run.reason}" if run.reason else ""))
+        value = f"{name} = {run.value:.4g}" if run.value is not None else "no value"
+        if name == "psnr_at_budget_db" and run.value is not None:
+            value = f"PSNR {run.value:.2f} dB"
+        elif psnr_db is not None:
+            value += f", PSNR {psnr_db:.2f} dB"
+        console.print(f"  re-run {run.label} {run.index} (trial {run.trial}'s settings, seed {run.seed}): "
+                      f"{run.outcome}, {value}" + (f" — {run.reason}" if run.reason else ""))
 
     return confirm_study(study, best=best, default=default, repeats=repeats, objective=name, direction=direction,
                          unit=OBJECTIVES[name].unit, base_seed=spec.base_config().training.seed,
@@ -616,10 +628,12 @@ def _write_outputs(study, spec: StudySpec, name: str, study_dir: StudyDir, nccl_
     if verdict is not None and verdict.recommend == "default":
         best = default_trial(study)
     best_config = None
-    if best is not None:
+    if verdict is not None and verdict.status == "pending":
+        best = None
+    elif best is not None:
         best_config = write_best_config(best, spec, study_dir, verdict=verdict)
-        record = study.user_attrs.get(CONFIRMATION_ATTR) or {}
-        write_confirmation(verdict, best, study_dir, record.get("runs", []))
+        runs = [] if verdict is None else verdict_runs(study.user_attrs.get(CONFIRMATION_ATTR), verdict)
+        write_confirmation(verdict, best, study_dir, runs)
         write_best_env(best, name, study_dir)
     write_trials_csv(study, study_dir.trials_csv_path)
     report = write_study_report(study, study_dir.root, title=f"ngptune sweep: {name}", nccl_active=nccl_active)
@@ -632,6 +646,8 @@ def _write_outputs(study, spec: StudySpec, name: str, study_dir: StudyDir, nccl_
             which = "recommended (the default)" if verdict.recommend == "default" else \
                 f"recommended ({which}, {'confirmed' if verdict.confirmed else 'unconfirmed'})"
         console.print(f"{which}: trial {best.number} → {best_config}, {study_dir.best_env_path}")
+    elif verdict is not None and verdict.status == "pending":
+        console.print(f"[yellow]{verdict.sentence}[/yellow]")
     else:
         console.print("[red]no trial completed: no best_config.json[/red]")
     console.print(f"report: {report}; trials: {study_dir.trials_csv_path}")

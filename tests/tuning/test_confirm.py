@@ -5,7 +5,7 @@ from __future__ import annotations
 import optuna
 import pytest
 
-from ngptune.tuning.confirm import CONFIRMATION_ATTR, ConfirmRun, confirm_study, decide, run_order
+from ngptune.tuning.confirm import CONFIRMATION_ATTR, ConfirmRun, confirm_study, decide, run_order, verdict_runs
 
 
 def _study(best_value: float, default_value: float) -> optuna.Study:
@@ -20,7 +20,8 @@ def _fake_launch(values: dict[str, list[float | None]], calls: list):
     def launch(label, trial, index, seed) -> ConfirmRun:
         calls.append((label, index, seed))
         value = values[label][index]
-        return ConfirmRun(label, index, seed, value, {"psnr_db": value}, "completed" if value is not None else "failed")
+        return ConfirmRun(label, trial.number, index, seed, value, {"psnr_db": value},
+                          "completed" if value is not None else "failed")
     return launch
 
 
@@ -88,3 +89,35 @@ def test_the_default_as_best_needs_no_re_run() -> None:
                             objective="psnr_at_budget_db", direction="maximize", unit="dB", base_seed=1,
                             launch=_fake_launch({}, calls))
     assert verdict.status == "best_is_default" and verdict.recommend == "default" and calls == []
+
+
+def test_more_re_runs_or_a_new_best_reuse_the_recorded_runs() -> None:
+    study = _study(best_value=26.0, default_value=25.0)
+    study.add_trial(optuna.trial.create_trial(value=27.0, params={}, distributions={}))  # trial 2
+    first: list = []
+    _confirm(study, {"best": [26.1, 25.9, 26.0], "default": [25.0, 25.2, 25.1]}, first)
+    assert len(first) == 4
+    grown: list = []
+    verdict = _confirm(study, {"best": [26.1, 25.9, 26.0], "default": [25.0, 25.2, 25.1]}, grown, repeats=3)
+    assert [(label, i) for label, i, _ in grown] == [("best", 2), ("default", 2)]  # only index 2 is new
+    assert verdict.status == "confirmed" and len(verdict.best_values) == 3
+    # a later best (trial 2) is compared with the default's recorded re-runs: only its own run
+    newer: list = []
+    values = {"best": [27.1, 26.9, 27.0], "default": [25.0, 25.2, 25.1]}
+    verdict = confirm_study(study, best=study.trials[2], default=study.trials[0], repeats=3,
+                            objective="psnr_at_budget_db", direction="maximize", unit="dB", base_seed=1337,
+                            launch=_fake_launch(values, newer))
+    assert [label for label, *_ in newer] == ["best"] * 3 and verdict.best_trial == 2 and verdict.confirmed
+    shown = verdict_runs(study.user_attrs[CONFIRMATION_ATTR], verdict)
+    assert [(r["label"], r["trial"], r["index"]) for r in shown] == (
+        [("best", 2, i) for i in range(3)] + [("default", 0, i) for i in range(3)])
+
+
+def test_a_record_of_another_objective_is_not_reused() -> None:
+    study = _study(best_value=26.0, default_value=25.0)
+    _confirm(study, {"best": [26.1, 25.9], "default": [25.0, 25.2]}, [])
+    calls: list = []
+    confirm_study(study, best=study.trials[1], default=study.trials[0], repeats=2, objective="time_to_psnr_s",
+                  direction="minimize", unit="s", base_seed=1337,
+                  launch=_fake_launch({"best": [5.0, 5.1], "default": [9.0, 9.2]}, calls))
+    assert len(calls) == 4

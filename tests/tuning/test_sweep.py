@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -304,26 +305,60 @@ def test_several_objectives_from_evaluations(tmp_path, demo_scene):
 
 
 def test_confirmation_re_runs_best_and_default_and_records_them(tmp_path, tiny_study):
+    from ngptune.tuning.confirm import CONFIRMATION_ATTR, confirm_study
+    from ngptune.tuning.rerun import RerunLauncher
+    from ngptune.tuning.study import load_study
+
     out = tmp_path / "out"
-    result = _run(SWEEP + ["--study", tiny_study, "--out", out, "--nproc-per-node", "1", "--trials", "2",
-                           "--confirm-runs", "1"])
+    result = _run(SWEEP + ["--study", tiny_study, "--out", out, "--nproc-per-node", "1", "--trials", "2", "--no-confirm"])
     assert result.returncode == 0, result.stdout + result.stderr
-    evidence = json.loads(StudyDir(out).confirmation_path.read_text())
     study = _load(out)
-    verdict = evidence["verdict"]
-    assert verdict["status"] in ("confirmed", "not_confirmed", "best_is_default")
-    assert verdict["sentence"] in " ".join(result.stdout.split())
-    if verdict["status"] == "best_is_default":
-        assert evidence["runs"] == [] and evidence["recommended_trial"] == 0
-        return
-    assert [(r["label"], r["index"]) for r in evidence["runs"]] == [("best", 0), ("default", 0)]
-    assert study.user_attrs["confirmation"]["runs"] == evidence["runs"]
-    assert all(r["outcome"] == "completed" and r["value"] > 0 and r["seed"] == 1337 + 1000 for r in evidence["runs"])
-    assert StudyDir(out).confirm_run_dir("best", 0).is_dir()
-    assert evidence["recommended_trial"] == (study.best_trial.number if verdict["confirmed"] else 0)
+    default, other = _trials(study)
+    spec = load_study(tiny_study)
+    launcher = RerunLauncher(spec=spec, objective="throughput_samples_per_s", study_dir=StudyDir(out),
+                             nproc_per_node=1, nccl_active=False)
+    launched: list = []
+
+    def confirm(repeats: int):
+        # trial 1 stands for the best whatever its value: the re-runs, their folders and record are checked
+        return confirm_study(study, best=other, default=default, repeats=repeats, objective="throughput_samples_per_s",
+                             direction="maximize", unit="samples/s", base_seed=1337, launch=launcher,
+                             on_run=lambda run: launched.append((run.label, run.index)))
+
+    verdict = confirm(2)
+    runs = study.user_attrs[CONFIRMATION_ATTR]["runs"]
+    assert sorted((r["label"], r["trial"], r["index"], r["seed"]) for r in runs) == [
+        ("best", 1, 0, 2337), ("best", 1, 1, 2338), ("default", 0, 0, 2337), ("default", 0, 1, 2338)]
+    assert all(r["outcome"] == "completed" and r["value"] > 0 for r in runs), runs
+    assert verdict.status in ("confirmed", "not_confirmed") and len(verdict.best_values) == 2
+    assert StudyDir(out).confirm_run_dir(1, 1).is_dir() and StudyDir(out).confirm_run_dir(0, 1).is_dir()
+    # a re-run stopped by a kill leaves its folder behind, unrecorded: it runs again from the start
+    stale = StudyDir(out).confirm_run_dir(1, 2)
+    stale.mkdir(parents=True)
+    (stale / "status.json").write_text(json.dumps({"state": "interrupted"}))
+    launched.clear()
+    verdict = confirm(3)
+    assert sorted(launched) == [("best", 2), ("default", 2)]  # only the third pair is new
+    assert len(study.user_attrs[CONFIRMATION_ATTR]["runs"]) == 6 and len(verdict.default_values) == 3
+    assert all(r["outcome"] == "completed" for r in study.user_attrs[CONFIRMATION_ATTR]["runs"])
+    # the sweep resumed with the same K reuses what is recorded (or needs none: the default won)
     again = _run(SWEEP + ["--study", tiny_study, "--out", out, "--nproc-per-node", "1", "--trials", "2",
-                          "--confirm-runs", "1"])
-    assert again.returncode == 0 and "re-run best" not in again.stdout  # resumed: nothing re-run
+                          "--confirm-runs", "3"])
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "re-run best" not in again.stdout and "re-run default" not in again.stdout
+    evidence = json.loads(StudyDir(out).confirmation_path.read_text())
+    assert evidence["verdict"]["sentence"] in " ".join(again.stdout.split())
+    if evidence["verdict"]["status"] != "best_is_default":
+        assert len(evidence["runs"]) == 6
+
+
+def test_contradictory_or_useless_confirmation_flags_are_refused(tmp_path, tiny_study):
+    for flags, message in ((["--no-confirm", "--confirm-runs", "2"], "--no-confirm and --confirm-runs 2: give one"),
+                           (["--confirm-runs", "1"], "expected 2 to 100 re-runs each, got 1 (one re-run each"),
+                           (["--confirm-runs", "1000000000000"], "expected 2 to 100 re-runs each")):
+        result = _run(SWEEP + ["--study", tiny_study, "--out", tmp_path / "o", *flags])
+        assert result.returncode == 2 and message in result.stderr, result.stderr
+        assert not (tmp_path / "o").exists()
 
 
 def test_a_reopened_study_draws_new_points(tmp_path, tiny_study):
