@@ -250,7 +250,10 @@ def _link_busbw(mode: str | float, cfg: TrainConfig, ranks: int, profile: Profil
 def profile_command(args: argparse.Namespace) -> int:
     """Run the profile (module docstring); returns the exit status."""
     from ngptune.profiling.collect import ProfileDir, collect, write_failure, write_tables
-    from ngptune.profiling.diagnose import ProfileInputs, assess, diagnoses_table, evaluation_of_run
+    from ngptune.profiling.diagnose import (
+        ProfileInputs, assess, config_of_run, diagnoses_table, evaluation_of_run, occupancy_records,
+    )
+    from ngptune.profiling.runs import metrics_frame
     from ngptune.profiling.link import parse_link_busbw, read_link_busbw
     from ngptune.profiling.nvml import NvmlSampler
 
@@ -315,7 +318,9 @@ def profile_command(args: argparse.Namespace) -> int:
         kernels=collected.kernels,
         link_busbw_gb_per_s=link_busbw,
         overlap=collected.overlap,
+        occupancy=occupancy_records(metrics_frame(profile.run.root)) if outcome.completed else None,
         evaluation=evaluation_of_run(profile.run.root) if outcome.completed else None,
+        config=config_of_run(profile.run.root),
     )
     checks = assess(inputs)
     write_tables(profile, collected, diagnoses_table(checks))

@@ -12,10 +12,10 @@ communication          exposed comm share of the step (least-waiting       value
                        rank), achieved busbw vs the link
 load_imbalance         max / mean per-rank compute time, ratio; waits in   value > 1.15
                        collectives
-wasted_samples         occupied fraction of the occupancy grid at the      value > 0.30
-                       run's end; samples per ray, the fraction's fall
-occupancy_update       share of the step in the "occupancy_update" phase   value > 0.25
-                       (worst rank)
+wasted_samples         occupied fraction of the occupancy grid at the      value > 0.30 (records past
+                       run's end; samples per ray, the fraction's fall     the occupancy warm-up)
+occupancy_update       share of the step in the "occupancy_update" phase   value > 0.25 (intervals past
+                       (worst rank)                                        the occupancy warm-up)
 background_collapse    test PSNR minus the PSNR of painting every pixel    |value| < 0.1 dB past the
                        the background colour, dB (``eval.json``)          occupancy warm-up (always high)
 =====================  ==================================================  ==============================
@@ -36,6 +36,12 @@ Per-rank compute time is the sum of ``ngptune.profiling.tables.COMPUTE_PHASES``,
 it waits for no other rank (the data phase is judged on its own); time in
 ``ngptune.profiling.tables.WAIT_PHASES`` (collectives) is where a faster rank waits for the slowest.
 
+During the occupancy warm-up (``training.occupancy_warmup_steps``) every cell of the grid is
+updated every step and the grid is not yet carved, so the two occupancy checks judge only what
+follows it, from the run's config (:attr:`ProfileInputs.config`); a run that never leaves the
+warm-up leaves them not evaluated, naming the ``--steps`` that would. The same config takes out
+of each diagnosis's suggestions (:class:`Suggestion`) the values the run already has.
+
 The result of every check, fired or not, is a :class:`Check`; :func:`diagnoses_table` turns them
 into the rows of ``diagnoses.csv``.
 """
@@ -53,6 +59,7 @@ import pandas as pd
 
 from ngptune.profiling.runs import drop_warmup
 from ngptune.profiling.tables import COMPUTE_PHASES, DIAGNOSES_TABLE, PHASES_TABLE, WAIT_PHASES
+from trainer.config import TrainConfig, load_config
 from trainer.errors import NgptuneError
 from trainer.schema import PHASES
 from trainer.train.collapse import COLLAPSE_CURES, COLLAPSE_MARGIN_DB, collapse_gap_db, past_occupancy_warmup
@@ -60,17 +67,23 @@ from trainer.train.collapse import COLLAPSE_CURES, COLLAPSE_MARGIN_DB, collapse_
 __all__ = [
     "BOTTLENECKS",
     "Check",
+    "Suggestion",
     "Diagnosis",
     "DiagnosisError",
     "ProfileInputs",
     "assess",
     "assess_run",
+    "config_of_run",
     "diagnose",
     "diagnose_run",
     "diagnoses_table",
     "evaluation_of_run",
     "inputs_from_run",
+    "knob_text",
+    "occupancy_records",
+    "past_warmup_phases",
     "rank_phase_means",
+    "steps_past_occupancy_warmup",
 ]
 
 BOTTLENECKS: tuple[str, ...] = (
@@ -141,37 +154,108 @@ EVALUATION_REQUIRED: tuple[str, ...] = ("step", "mean_psnr_db", "background_psnr
 
 _ALL_PHASES: tuple[str, ...] = (*PHASES, "other")
 
-KNOBS: dict[str, str] = {
-    "compute_underused": "training.target_samples_per_step: raise it (e.g. 2x) so each kernel launch does more work",
-    "data_loading": "data.placement=device (pixel table on the GPU), or more data.decode_threads",
+@dataclasses.dataclass(frozen=True)
+class Suggestion:
+    """One setting a diagnosis suggests.
+
+    Attributes:
+        key: dotted trainer key (``parallel.mode``) or NCCL variable (``NCCL_ALGO``).
+        value: the value to set, or None when ``how`` gives a direction (``higher``) instead.
+        how: why or how, shown after the setting; may be empty.
+    """
+
+    key: str
+    value: Any = None
+    how: str = ""
+
+    def text(self) -> str:
+        setting = self.key if self.value is None else f"{self.key}={_value_text(self.value)}"
+        return f"{setting} ({self.how})" if self.how else setting
+
+
+def _value_text(value: Any) -> str:
+    """A config value as a study file or ``--set`` writes it (``true``, ``none``, ``bf16``)."""
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _config_value(config: TrainConfig, key: str) -> tuple[bool, Any]:
+    """``(found, value)`` of a dotted trainer key in ``config``; NCCL variables are not in it."""
+    block, _, name = key.partition(".")
+    section = getattr(config, block, None) if name else None
+    if section is None or not hasattr(section, name):
+        return False, None
+    return True, getattr(section, name)
+
+
+def knob_text(suggestions: tuple[Suggestion | str, ...], config: TrainConfig | None) -> str:
+    """The ``knob`` text of a diagnosis: its suggestions joined by ``", or "``, without those whose
+    value the run already uses (``config``; every suggestion when it is None). Free-text cures
+    (``str``) are kept. When some are left out the text ends with what the run already has; when
+    none is left it says that nothing is left to suggest.
+    """
+    kept: list[str] = []
+    already: list[str] = []
+    for s in suggestions:
+        if isinstance(s, Suggestion) and s.value is not None and config is not None:
+            found, current = _config_value(config, s.key)
+            if found and _value_text(current).lower() == _value_text(s.value).lower():
+                already.append(f"{s.key}={_value_text(s.value)}")
+                continue
+        kept.append(s if isinstance(s, str) else s.text())
+    if not kept:
+        return "nothing left to suggest: the run already uses " + ", ".join(already)
+    return ", or ".join(kept) + (f" (the run already uses {', '.join(already)})" if already else "")
+
+
+KNOBS: dict[str, tuple[Suggestion | str, ...]] = {
+    "compute_underused": (
+        Suggestion("training.target_samples_per_step", how="raise it, e.g. 2x, so each kernel launch does more work"),
+    ),
+    "data_loading": (
+        Suggestion("data.placement", "device", "pixel table on the GPU"),
+        Suggestion("data.decode_threads", how="more"),
+    ),
     "hash_grid_contention": (
-        "encoding.backend=triton (fused kernels), a smaller encoding.log2_hashmap_size, "
-        "or training.precision=fp32/bf16 instead of fp16 gradients"
+        Suggestion("encoding.backend", "triton", "fused kernels"),
+        Suggestion("encoding.log2_hashmap_size", how="smaller"),
+        Suggestion("training.precision", "fp32", "instead of fp16 gradients"),
+        Suggestion("training.precision", "bf16", "instead of fp16 gradients"),
     ),
     "load_imbalance": (
-        "parallel.balance_every (e.g. 10: move ray shares toward equal finish times), or "
-        "distributed.gpu_capabilities[].compute_power for static shares"
+        Suggestion("parallel.balance_every", how="e.g. 10: move ray shares toward equal finish times"),
+        Suggestion("distributed.gpu_capabilities[].compute_power", how="static shares"),
     ),
     "wasted_samples": (
-        "training.occupancy_update_every (lower, so the grid tracks the density), "
-        "training.occupancy_decay (lower) or training.occupancy_threshold (higher)"
+        Suggestion("training.occupancy_update_every", how="lower, so the grid tracks the density"),
+        Suggestion("training.occupancy_decay", how="lower"),
+        Suggestion("training.occupancy_threshold", how="higher"),
     ),
     "occupancy_update": (
-        "training.occupancy_update_every (higher: rarer updates) or a smaller training.occupancy_resolution"
+        Suggestion("training.occupancy_update_every", how="higher: rarer updates"),
+        Suggestion("training.occupancy_resolution", how="smaller"),
     ),
-    "background_collapse": COLLAPSE_CURES,
+    "background_collapse": (COLLAPSE_CURES,),
 }
 _COMM_KNOB_LINK_UNDERUSED = (
-    "NCCL_ALGO=Tree or Ring and a larger parallel.bucket_mib (the link is not the limit); "
-    "keep parallel.overlap_comm=true"
+    Suggestion("NCCL_ALGO", how="Tree or Ring; the link is not the limit"),
+    Suggestion("parallel.bucket_mib", how="larger"),
+    Suggestion("parallel.overlap_comm", True),
 )
 _COMM_KNOB_LINK_BUSY = (
-    "parallel.compression=bf16 (half the bytes), parallel.overlap_comm=true, "
-    "or parallel.mode=subgrid (exchanges per-ray colours instead of gradients)"
+    Suggestion("parallel.compression", "bf16", "half the bytes"),
+    Suggestion("parallel.overlap_comm", True),
+    Suggestion("parallel.mode", "subgrid", "exchanges per-ray colours instead of gradients"),
 )
 _COMM_KNOB_LINK_UNKNOWN = (
-    "parallel.overlap_comm=true, parallel.bucket_mib, parallel.compression=bf16, NCCL_ALGO, "
-    "or parallel.mode=subgrid"
+    Suggestion("parallel.overlap_comm", True),
+    Suggestion("parallel.bucket_mib"),
+    Suggestion("parallel.compression", "bf16"),
+    Suggestion("NCCL_ALGO"),
+    Suggestion("parallel.mode", "subgrid"),
 )
 
 
@@ -252,6 +336,10 @@ class ProfileInputs:
         evaluation: the run's ``eval.json`` (a mapping with at least :data:`EVALUATION_REQUIRED`
             for the background_collapse check; an older file without them leaves it not
             evaluated), or None when the run was not evaluated.
+        config: the run's resolved trainer config (``config.json`` of the run directory), or
+            None when unknown. The occupancy checks judge only steps after
+            ``training.occupancy_warmup_steps`` with it; every suggested setting the run already
+            has is left out of a diagnosis's ``knob`` (:func:`knob_text`).
 
     Raises:
         DiagnosisError: a frame lacks a required column, ``phases`` has an unknown phase or a
@@ -267,6 +355,7 @@ class ProfileInputs:
     overlap: pd.DataFrame | None = None
     occupancy: pd.DataFrame | None = None
     evaluation: Mapping[str, Any] | None = None
+    config: TrainConfig | None = None
 
     def __post_init__(self) -> None:
         _require_columns(self.phases, PHASES_TABLE, "phases")
@@ -352,11 +441,13 @@ def _severity(value: float, threshold: float, ideal: float) -> str:
 
 
 def _verdict(
-    bottleneck: str, value: float, threshold: float, ideal: float, evidence: str, knob: str, *, fires: bool
+    bottleneck: str, value: float, threshold: float, ideal: float, evidence: str,
+    suggestions: tuple[Suggestion | str, ...], config: TrainConfig | None, *, fires: bool
 ) -> Check:
     if not fires:
         return Check(bottleneck, "clear", value, threshold, evidence)
-    diagnosis = Diagnosis(bottleneck, _severity(value, threshold, ideal), value, threshold, evidence, knob)
+    diagnosis = Diagnosis(bottleneck, _severity(value, threshold, ideal), value, threshold, evidence,
+                          knob_text(suggestions, config))
     return Check(bottleneck, "fired", value, threshold, evidence, diagnosis)
 
 
@@ -369,7 +460,8 @@ _SINGLE_RANK = "needs more than one rank (this run has one)"
 
 
 # ---------------------------------------------------------------------------------- checks
-def _phase_share_check(means: pd.DataFrame | None, name: str, threshold: float, phase: str, doing: str) -> Check:
+def _phase_share_check(means: pd.DataFrame | None, name: str, threshold: float, phase: str, doing: str,
+                       config: TrainConfig | None) -> Check:
     """Fires when the rank with the largest share of its step in ``phase`` exceeds ``threshold``."""
     if not _timed(means):
         return _not_evaluated(name, threshold, _NO_PHASES)
@@ -378,11 +470,12 @@ def _phase_share_check(means: pd.DataFrame | None, name: str, threshold: float, 
         f"rank {rank} spends {means.at[rank, phase]:.3g} ms of its {means.at[rank, 'step_time_ms']:.3g} ms step "
         f"({value:.1%}) {doing}; threshold {threshold:.0%}"
     )
-    return _verdict(name, value, threshold, 0.0, evidence, KNOBS[name], fires=value > threshold)
+    return _verdict(name, value, threshold, 0.0, evidence, KNOBS[name], config, fires=value > threshold)
 
 
-def _check_data(means: pd.DataFrame | None) -> Check:
-    return _phase_share_check(means, "data_loading", DATA_SHARE_THRESHOLD, "data", "drawing the next batch (data phase)")
+def _check_data(means: pd.DataFrame | None, config: TrainConfig | None) -> Check:
+    return _phase_share_check(means, "data_loading", DATA_SHARE_THRESHOLD, "data", "drawing the next batch (data phase)",
+                              config)
 
 
 def _summary_column(summary: pd.DataFrame, column: str) -> pd.Series | None:
@@ -392,7 +485,8 @@ def _summary_column(summary: pd.DataFrame, column: str) -> pd.Series | None:
     return values if len(values) else None
 
 
-def _check_imbalance(means: pd.DataFrame | None, summary: pd.DataFrame, world_size: int) -> Check:
+def _check_imbalance(means: pd.DataFrame | None, summary: pd.DataFrame, world_size: int,
+                     config: TrainConfig | None) -> Check:
     name, threshold = "load_imbalance", IMBALANCE_THRESHOLD
     if world_size < 2:
         return _not_evaluated(name, threshold, _SINGLE_RANK if world_size == 1 else _NO_PHASES)
@@ -419,11 +513,12 @@ def _check_imbalance(means: pd.DataFrame | None, summary: pd.DataFrame, world_si
         f"compute ms per step ({source}): {per_rank}; max/mean = {value:.3g} (rank {int(compute.idxmax())} "
         f"slowest), threshold {threshold:.3g}{waits}"
     )
-    return _verdict(name, value, threshold, 1.0, evidence, KNOBS[name], fires=value > threshold)
+    return _verdict(name, value, threshold, 1.0, evidence, KNOBS[name], config, fires=value > threshold)
 
 
 def _check_communication(
-    means: pd.DataFrame | None, summary: pd.DataFrame, world_size: int, link_busbw_gb_per_s: float | None
+    means: pd.DataFrame | None, summary: pd.DataFrame, world_size: int, link_busbw_gb_per_s: float | None,
+    config: TrainConfig | None,
 ) -> Check:
     name, threshold = "communication", COMM_EXPOSED_SHARE_THRESHOLD
     if world_size < 2:
@@ -447,7 +542,7 @@ def _check_communication(
             knob = _COMM_KNOB_LINK_UNDERUSED if fraction < LINK_UNDERUSED_FRACTION else _COMM_KNOB_LINK_BUSY
         else:
             evidence += " (link bandwidth unknown)"
-    return _verdict(name, value, threshold, 0.0, evidence, knob, fires=value > threshold)
+    return _verdict(name, value, threshold, 0.0, evidence, knob, config, fires=value > threshold)
 
 
 def _active_util(gpu_timeline: pd.DataFrame) -> pd.Series:
@@ -495,10 +590,10 @@ def _check_compute(inputs: ProfileInputs, means: pd.DataFrame | None) -> Check:
     if value < threshold and explained:
         evidence += ", which explain the low utilisation (see those diagnoses)"
     fires = value < threshold and not explained
-    return _verdict(name, value, threshold, 100.0, evidence, KNOBS[name], fires=fires)
+    return _verdict(name, value, threshold, 100.0, evidence, KNOBS[name], inputs.config, fires=fires)
 
 
-def _check_contention(kernels: pd.DataFrame | None) -> Check:
+def _check_contention(kernels: pd.DataFrame | None, config: TrainConfig | None) -> Check:
     name, threshold = "hash_grid_contention", HASH_GRID_BWD_FWD_THRESHOLD
     if kernels is None or len(kernels) == 0:
         return _not_evaluated(name, threshold, "needs the kernel table of a trace window (torch.profiler); none was collected")
@@ -517,14 +612,66 @@ def _check_contention(kernels: pd.DataFrame | None) -> Check:
         f"hash-grid backward kernels take {bwd:.3g} ms vs forward {fwd:.3g} ms in the trace window "
         f"({value:.3g}x), threshold {threshold:.3g}x"
     )
-    return _verdict(name, value, threshold, 1.0, evidence, KNOBS[name], fires=value > threshold)
+    return _verdict(name, value, threshold, 1.0, evidence, KNOBS[name], config, fires=value > threshold)
 
 
-def _check_wasted_samples(occupancy: pd.DataFrame | None) -> Check:
+def _warmup_sentence(config: TrainConfig, last_step: int | None) -> str:
+    """Why an occupancy check is not evaluated on a run that never left the occupancy warm-up,
+    with the ``--steps`` that would leave it (:func:`steps_past_occupancy_warmup`)."""
+    t = config.training
+    ended = "" if last_step is None else f", the last record is at step {last_step}"
+    return (f"the profile's steps are all inside the occupancy warm-up (training.occupancy_warmup_steps = "
+            f"{t.occupancy_warmup_steps}{ended}), where every cell is updated every step; judging it needs "
+            f"--steps {steps_past_occupancy_warmup(config)} or more")
+
+
+def steps_past_occupancy_warmup(config: TrainConfig) -> int:
+    """The fewest training steps whose records hold one whole logged interval after the occupancy
+    warm-up and one occupancy-update period after it: with warm-up ``w``, ``log_every`` ``L``
+    and ``occupancy_update_every`` ``U``, ``max(ceil(w / L)·L + L, ceil((w + U) / L)·L)``.
+
+    >>> from trainer.config import apply_overrides, TrainConfig
+    >>> steps_past_occupancy_warmup(apply_overrides(TrainConfig(), {"training.occupancy_warmup_steps": 64,
+    ...     "training.log_every": 1, "training.occupancy_update_every": 16}))
+    80
+    """
+    t = config.training
+    w, log_every, every = t.occupancy_warmup_steps, t.log_every, t.occupancy_update_every
+    first_whole = -(-w // log_every) * log_every + log_every
+    return max(first_whole, -(-(w + every) // log_every) * log_every)
+
+
+def past_warmup_phases(phases: pd.DataFrame, config: TrainConfig) -> pd.DataFrame:
+    """The rows of ``phases`` whose logged interval lies wholly after the occupancy warm-up.
+
+    The record at step ``s`` covers the steps ``((s - 1) // L)·L .. s - 1`` (0-based step indices,
+    ``L`` = ``training.log_every``); the grid updates every cell at the step indices below
+    ``training.occupancy_warmup_steps`` (:meth:`trainer.render.occupancy.OccupancyGrid.update`).
+    """
+    log_every = config.training.log_every
+    first = (phases["step"].astype(int) - 1) // log_every * log_every
+    return phases[first >= config.training.occupancy_warmup_steps]
+
+
+def _check_wasted_samples(occupancy: pd.DataFrame | None, config: TrainConfig | None) -> Check:
     name, threshold = "wasted_samples", OCCUPIED_FRACTION_THRESHOLD
-    rows = None if occupancy is None else occupancy.dropna(subset=["occupancy_fraction"])
-    if rows is None or rows.empty:
-        return _not_evaluated(name, threshold, "needs the occupancy fraction of rank 0's metrics records")
+    if occupancy is None:
+        return _not_evaluated(name, threshold, "needs the occupancy fraction of rank 0's metrics records, "
+                                               "which were not read for this check")
+    if occupancy.empty:
+        return _not_evaluated(name, threshold, "needs the occupancy fraction of rank 0's metrics records; "
+                                               "there are none")
+    rows = occupancy.dropna(subset=["occupancy_fraction"])
+    if rows.empty:
+        return _not_evaluated(name, threshold, "rank 0's metrics records carry no occupancy_fraction (the "
+                                               "occupancy grid is off, or the trainer did not log it)")
+    if config is not None:
+        warmup = config.training.occupancy_warmup_steps
+        past = rows[[past_occupancy_warmup(int(s), warmup) for s in rows["step"]]]
+        if past.empty:
+            return _not_evaluated(name, threshold, "the occupancy fraction is judged after the warm-up, and "
+                                  + _warmup_sentence(config, int(rows["step"].iloc[-1])))
+        rows = past
     first, last = rows.iloc[0], rows.iloc[-1]
     value = float(last["occupancy_fraction"])
     rays, samples = float(last["rays_per_step"]), float(last["samples_per_step"])
@@ -536,12 +683,21 @@ def _check_wasted_samples(occupancy: pd.DataFrame | None) -> Check:
     )
     if value > threshold:
         evidence += ": samples marched in empty space raise samples/s, not quality"
-    return _verdict(name, value, threshold, 0.0, evidence, KNOBS[name], fires=value > threshold)
+    return _verdict(name, value, threshold, 0.0, evidence, KNOBS[name], config, fires=value > threshold)
 
 
-def _check_occupancy_update(means: pd.DataFrame | None) -> Check:
-    return _phase_share_check(means, "occupancy_update", OCCUPANCY_UPDATE_SHARE_THRESHOLD, "occupancy_update",
-                              "updating the occupancy grid")
+def _check_occupancy_update(phases: pd.DataFrame, means: pd.DataFrame | None, config: TrainConfig | None) -> Check:
+    """The share of the step in the occupancy update, on the intervals after the occupancy warm-up
+    (:func:`past_warmup_phases`; all steady intervals when the config is unknown)."""
+    name, threshold, doing = "occupancy_update", OCCUPANCY_UPDATE_SHARE_THRESHOLD, "updating the occupancy grid"
+    if config is None or not _timed(means):
+        return _phase_share_check(means, name, threshold, "occupancy_update", doing, config)
+    past = past_warmup_phases(phases, config)
+    if past.empty:
+        last = int(phases["step"].max())
+        return _not_evaluated(name, threshold, _warmup_sentence(config, last))
+    doing += f" after the occupancy warm-up ({config.training.occupancy_warmup_steps} steps)"
+    return _phase_share_check(rank_phase_means(past), name, threshold, "occupancy_update", doing, config)
 
 
 def _check_background_collapse(evaluation: Mapping[str, Any] | None) -> Check:
@@ -569,7 +725,7 @@ def _check_background_collapse(evaluation: Mapping[str, Any] | None) -> Check:
     evidence += (f": the model renders only the background (its density collapsed after the occupancy "
                  f"warm-up of {warmup} steps)")
     return Check(name, "fired", value, threshold, evidence,
-                 Diagnosis(name, "high", value, threshold, evidence, KNOBS[name]))
+                 Diagnosis(name, "high", value, threshold, evidence, knob_text(KNOBS[name], None)))
 
 
 def assess(inputs: ProfileInputs) -> list[Check]:
@@ -579,15 +735,15 @@ def assess(inputs: ProfileInputs) -> list[Check]:
         One :class:`Check` per bottleneck, in :data:`BOTTLENECKS` order.
     """
     means = rank_phase_means(inputs.phases) if len(inputs.phases) else None
-    world_size = inputs.world_size
+    world_size, config = inputs.world_size, inputs.config
     checks = {
         "compute_underused": _check_compute(inputs, means),
-        "data_loading": _check_data(means),
-        "hash_grid_contention": _check_contention(inputs.kernels),
-        "communication": _check_communication(means, inputs.summary, world_size, inputs.link_busbw_gb_per_s),
-        "load_imbalance": _check_imbalance(means, inputs.summary, world_size),
-        "wasted_samples": _check_wasted_samples(inputs.occupancy),
-        "occupancy_update": _check_occupancy_update(means),
+        "data_loading": _check_data(means, config),
+        "hash_grid_contention": _check_contention(inputs.kernels, config),
+        "communication": _check_communication(means, inputs.summary, world_size, inputs.link_busbw_gb_per_s, config),
+        "load_imbalance": _check_imbalance(means, inputs.summary, world_size, config),
+        "wasted_samples": _check_wasted_samples(inputs.occupancy, config),
+        "occupancy_update": _check_occupancy_update(inputs.phases, means, config),
         "background_collapse": _check_background_collapse(inputs.evaluation),
     }
     return [checks[b] for b in BOTTLENECKS]
@@ -623,12 +779,13 @@ def diagnoses_table(checks: list[Check]) -> pd.DataFrame:
 
 # ------------------------------------------------------------------------- from a run directory
 def inputs_from_run(run_dir: Path) -> ProfileInputs:
-    """:class:`ProfileInputs` from a run directory's metrics files (all ranks) and its
-    ``eval.json`` when there is one (:func:`evaluation_of_run`). The GPU timeline, kernels,
+    """:class:`ProfileInputs` from a run directory's metrics files (all ranks), its ``config.json``
+    (:func:`config_of_run`) and its ``eval.json`` when there is one (:func:`evaluation_of_run`). The GPU timeline, kernels,
     overlap and link bandwidth are absent: those parts are not evaluated.
 
     Raises:
         DiagnosisError: a rank of the run's world size wrote no metrics file.
+        ConfigError: the run's config.json is invalid (naming it).
         ngptune.profiling.runs.ProfileError, trainer.schema.MetricsError: no or corrupt metrics
             (naming the file).
     """
@@ -642,7 +799,8 @@ def inputs_from_run(run_dir: Path) -> ProfileInputs:
         paths = ", ".join(str(RunDir(run_dir).metrics_path(r)) for r in missing)
         raise DiagnosisError(f"{run_dir}: world size {world_size} but ranks {missing} wrote no metrics ({paths})")
     return ProfileInputs(phases=phases_table(metrics), summary=summary_table(metrics),
-                         occupancy=_occupancy_records(metrics), evaluation=evaluation_of_run(run_dir))
+                         occupancy=occupancy_records(metrics), evaluation=evaluation_of_run(run_dir),
+                         config=config_of_run(run_dir))
 
 
 def evaluation_of_run(run_dir: Path) -> dict[str, Any] | None:
@@ -665,13 +823,23 @@ def evaluation_of_run(run_dir: Path) -> dict[str, Any] | None:
     return evaluation
 
 
-def _occupancy_records(metrics: pd.DataFrame) -> pd.DataFrame | None:
-    """Rank 0's records (step order) with the :data:`OCCUPANCY_REQUIRED` columns, or None when a
-    column is absent (runs of older trainers, occupancy grid off)."""
-    if any(c not in metrics.columns for c in OCCUPANCY_REQUIRED):
-        return None
+def occupancy_records(metrics: pd.DataFrame) -> pd.DataFrame:
+    """Rank 0's records of a run's metrics frame (:func:`ngptune.profiling.runs.metrics_frame`), in
+    step order, with the :data:`OCCUPANCY_REQUIRED` columns (NaN where the trainer logged none)."""
     rank0 = metrics[metrics["rank"] == 0].sort_values("step")
-    return rank0[list(OCCUPANCY_REQUIRED)].reset_index(drop=True)
+    return rank0.reindex(columns=list(OCCUPANCY_REQUIRED)).reset_index(drop=True)
+
+
+def config_of_run(run_dir: Path) -> TrainConfig | None:
+    """The run directory's resolved ``config.json``, or None when it has none.
+
+    Raises:
+        ConfigError: the file is not a valid trainer config (naming it).
+    """
+    from trainer.rundir import RunDir
+
+    path = RunDir(run_dir).config_path
+    return load_config(path) if path.is_file() else None
 
 
 def diagnose_run(run_dir: Path) -> list[Diagnosis]:

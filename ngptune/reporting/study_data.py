@@ -16,6 +16,7 @@ import pandas as pd
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
+from trainer.config import config_to_dict, load_config
 from trainer.errors import NgptuneError
 from trainer.rundir import RunDir, atomic_write_text
 from trainer.schema import PHASES, MetricsError, read_metrics
@@ -23,22 +24,28 @@ from trainer.schema import PHASES, MetricsError, read_metrics
 __all__ = [
     "FLOAT_FORMAT",
     "OUTCOMES",
+    "CONFIRMATION_ATTR",
     "PRUNER_ATTR",
+    "SETUP_ATTR",
     "SAMPLER_ATTR",
     "SamplingFacts",
     "WORKER_ATTR_PREFIX",
     "StudyReportError",
     "StudyView",
     "best_trials",
+    "Recommendation",
     "category_text",
+    "change_text",
     "cell_text",
     "default_trial",
     "is_completed",
     "objective_names",
+    "objective_unit",
     "objective_values",
     "outcome_of",
     "phase_order",
     "read_run_metrics",
+    "recommendation",
     "sampling_facts",
     "trial_duration_s",
     "trials_frame",
@@ -69,6 +76,8 @@ FLOAT_FORMAT = "{:.6g}"
 SAMPLER_ATTR = "sampler"  #: {"type", "seed", ...} of the study file's sampler
 PRUNER_ATTR = "pruner"  #: {"type", ...} of the study file's pruner
 WORKER_ATTR_PREFIX = "worker:"  #: + worker id: {"host", "pid", "concurrent_trials", "sampler_seed", ...}
+SETUP_ATTR = "setup"  #: {"base_config" (path or None), "settings", "nccl_settings"} of the study file
+CONFIRMATION_ATTR = "confirmation"  #: the confirmation's re-runs and verdict (ngptune.tuning.confirm)
 
 
 class StudyReportError(NgptuneError):
@@ -256,20 +265,23 @@ class StudyView:
     default: FrozenTrial | None
     best: list[FrozenTrial]
     frame: pd.DataFrame
+    default_config: dict[str, dict[str, Any]] | None = None  #: the default trial's config file, by block
 
     @classmethod
     def of(cls, study: optuna.Study) -> "StudyView":
         frame = trials_frame(study)  # validates the attributes first
         trials = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
+        default = default_trial(study)
         return cls(
             study=study,
             names=objective_names(study),
             directions=list(study.directions),
             trials=trials,
             completed=[t for t in trials if is_completed(t)],
-            default=default_trial(study),
+            default=default,
             best=best_trials(study),
             frame=frame,
+            default_config=None if default is None else trial_config_dict(default),
         )
 
     @property
@@ -291,6 +303,29 @@ class StudyView:
         if any(b.number == trial.number for b in self.best):
             roles.append("Pareto front" if self.multi_objective else "best")
         return ", ".join(roles)
+
+    def default_setting(self, key: str) -> tuple[bool, Any]:
+        """``(found, value)`` of a dotted trainer key in the default trial's config (the base config
+        with the study's fixed settings); ``(False, None)`` for an NCCL variable or an unknown config."""
+        block, _, name = key.partition(".")
+        section = (self.default_config or {}).get(block) if name else None
+        if not isinstance(section, dict) or name not in section:
+            return False, None
+        return True, section[name]
+
+    def default_params(self) -> dict[str, Any]:
+        """The default trial's parameters, with the base config's value (:meth:`default_setting`)
+        for each parameter it was not given (the base value lies outside the parameter's range)
+        that every other completed trial has (a conditional parameter stays absent)."""
+        if self.default is None:
+            return {}
+        params = dict(self.default.params)
+        others = [t for t in self.completed if t.number != self.default.number]
+        for name in dict.fromkeys(p for t in others for p in t.params):
+            found, value = self.default_setting(name)
+            if name not in params and found and all(name in t.params for t in others):
+                params[name] = value
+        return params
 
     def compared(self) -> list[FrozenTrial]:
         """Default first, then the best trials (the default once, even when it is also best)."""
@@ -349,6 +384,8 @@ def worker_records(user_attrs: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
 def _spec_text(record: Any) -> str:
     if not isinstance(record, dict) or "type" not in record:
         return "not recorded"
+    if record["type"] == "none":  # no pruner: its options mean nothing
+        return "none"
     extra = ", ".join(f"{k}={v}" for k, v in record.items() if k not in ("type", "seed") and v is not None)
     return f"{record['type']}" + (f" ({extra})" if extra else "")
 
@@ -415,3 +452,106 @@ def sampling_facts(study: optuna.Study) -> SamplingFacts:
     parallel = len(workers) > 1 or any((c or 1) > 1 for _, c, _ in workers)
     return SamplingFacts(sampler=_spec_text(sampler), seed=None if seed is None else int(seed),
                          pruner=_spec_text(attrs.get(PRUNER_ATTR)), workers=workers, reproducible=not parallel)
+
+
+def trial_config_dict(trial: FrozenTrial) -> dict[str, dict[str, Any]] | None:
+    """The trainer config the trial ran (user attribute ``config_path``) as plain data by block, or
+    None when the trial records none or the file is missing or invalid (the report then shows only
+    the sampled values)."""
+    path = trial.user_attrs.get("config_path")
+    if not path or not Path(path).is_file():
+        return None
+    try:
+        return config_to_dict(load_config(Path(path)))
+    except NgptuneError:
+        return None
+
+
+def objective_unit(name: str) -> str:
+    """The unit a quantity's name ends with (``_db`` → ``dB``, ``_ms`` → ``ms``, ``_per_s`` → ``/s``,
+    ``_s`` → ``s``); ``""`` when it names none. A trailing `` (max)`` or `` (dB)`` is read too."""
+    base = name.split(" (")[0]
+    if name.endswith("(dB)") or base.endswith("_db"):
+        return "dB"
+    if base.endswith("_per_s"):
+        return "/s"
+    if base.endswith("_ms"):
+        return "ms"
+    if base.endswith("_s"):
+        return "s"
+    return ""
+
+
+def change_text(name: str, value: float, default: float) -> str:
+    """A change against the default, in the quantity's own terms: a PSNR (dB) or a time (s, ms) as
+    a difference (``+0.8 dB``, ``-1.2 s``), anything else (throughput, counts) in percent of the
+    default; ``""`` when either value is missing."""
+    if not (math.isfinite(value) and math.isfinite(default)):
+        return ""
+    unit = objective_unit(name)
+    if unit in ("dB", "s", "ms"):
+        return f"{value - default:+.3g} {unit}"
+    if default == 0:
+        return ""
+    return f"{(value - default) / abs(default) * 100.0:+.1f} %"
+
+
+@dataclasses.dataclass(frozen=True)
+class Recommendation:
+    """What the study recommends, from its confirmation record (study attribute ``confirmation``).
+
+    Attributes:
+        trial: the recommended trial's number, or None when no trial completed.
+        is_default: whether the recommended trial is the default.
+        confirmed: whether re-runs upheld the best against the default (or the best is the default).
+        sentence: one sentence saying what is recommended and why.
+    """
+
+    trial: int | None
+    is_default: bool
+    confirmed: bool
+    sentence: str
+
+
+def _why_not_confirmed(verdict: Mapping[str, Any], repeats: Any) -> str:
+    objective = str(verdict.get("objective", "the objective"))
+    gain, se = verdict.get("gain"), verdict.get("se")
+    if isinstance(gain, (int, float)) and isinstance(se, (int, float)):
+        unit = objective_unit(objective)
+        unit = "" if unit == "/s" else f" {unit}"
+        runs = f"in {repeats} re-runs each with new seeds" if repeats else "in its re-runs"
+        return (f"{runs} the best's {objective} was {gain:+.3g}{unit} against the default's, not more than the "
+                f"re-runs' noise (standard error {se:.2g}{unit})")
+    return str(verdict.get("sentence") or "its re-runs did not uphold it").split(": the default is recommended")[0]
+
+
+def recommendation(view: StudyView) -> Recommendation:
+    """The study's :class:`Recommendation`: the verdict's ``recommend`` (``best`` or ``default``)
+    when a confirmation finished; without one the best, unconfirmed (or the default when it is the best)."""
+    if not view.best:
+        return Recommendation(None, False, False, "No trial completed: nothing is recommended.")
+    best = view.best[0]
+    default_number = None if view.default is None else view.default.number
+    record = view.study.user_attrs.get(CONFIRMATION_ATTR)
+    verdict = record.get("verdict") if isinstance(record, dict) else None
+    if not isinstance(verdict, dict):
+        if best.number == default_number:
+            return Recommendation(best.number, True, True, f"The default (trial #{best.number}) is recommended: "
+                                  "no trial beat it.")
+        return Recommendation(best.number, False, False, f"Best trial #{best.number} is recommended unconfirmed: no "
+                              "re-runs of best and default are recorded (--no-confirm, or the default trial did "
+                              "not complete).")
+    best_number = verdict.get("best_trial", best.number)
+    if verdict.get("recommend") == "default":
+        number = verdict.get("default_trial", default_number)
+        why = _why_not_confirmed(verdict, record.get("repeats"))
+        return Recommendation(number, True, False, f"The default (trial #{number}) is recommended, not best trial "
+                              f"#{best_number}, which was not confirmed: {why}.")
+    if verdict.get("status") == "best_is_default":
+        return Recommendation(best_number, True, True, f"The default (trial #{best_number}) is recommended: "
+                              "no trial beat it.")
+    if verdict.get("confirmed"):
+        return Recommendation(best_number, False, True, f"Best trial #{best_number} is recommended: "
+                              f"{verdict.get('sentence', 'confirmed')}.")
+    return Recommendation(best_number, False, False, f"Best trial #{best_number} is recommended unconfirmed: "
+                          f"{verdict.get('sentence', 'no confirmation')}.")

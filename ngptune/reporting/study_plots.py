@@ -8,18 +8,22 @@ import html
 import math
 import warnings
 from collections.abc import Callable
+from typing import Any
 
 import optuna
 import pandas as pd
 import plotly.graph_objects as go
+from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial
 from plotly.subplots import make_subplots
 
 from ngptune.reporting.html import figure_html, text_html
-from ngptune.reporting.study_data import FLOAT_FORMAT, StudyView, objective_values, phase_order, read_run_metrics
+from ngptune.reporting.study_data import (
+    FLOAT_FORMAT, StudyView, change_text, objective_values, phase_order, read_run_metrics,
+)
 
-__all__ = ["Comparison", "absent", "optuna_figure", "per_objective"]
+__all__ = ["Comparison", "absent", "optuna_figure", "per_objective", "plotted_study"]
 
 # PED-ANOVA warns that it ranks for *low* targets whenever a target is given; maximised objectives are
 # negated before they reach it, so the warning is expected and not shown in the report.
@@ -48,13 +52,61 @@ def optuna_figure(make: Callable[[], go.Figure]) -> str:
     return figure_html(fig) + "".join(text_html(f"Optuna warned: {m}") for m in notes)
 
 
+def _widened(distribution: BaseDistribution, value: Any) -> BaseDistribution | None:
+    """``distribution`` grown to hold ``value`` (a base-config value outside the sampled range), or
+    None when it cannot (a value of another type, off an int step)."""
+    if isinstance(distribution, CategoricalDistribution):
+        return distribution if value in distribution.choices else CategoricalDistribution([*distribution.choices, value])
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if isinstance(distribution, IntDistribution):
+        if value != int(value) or (int(value) - distribution.low) % distribution.step:
+            return None
+        return IntDistribution(min(distribution.low, int(value)), max(distribution.high, int(value)),
+                               log=distribution.log and value >= 1, step=distribution.step)
+    if isinstance(distribution, FloatDistribution) and distribution.step is None:
+        return FloatDistribution(min(distribution.low, float(value)), max(distribution.high, float(value)),
+                                 log=distribution.log and value > 0)
+    return None
+
+
+def plotted_study(view: StudyView) -> optuna.Study:
+    """The study the plots draw: ``view.study`` itself, or, when the default trial lacks parameters
+    that the base config sets (:meth:`StudyView.default_params`), an in-memory copy whose default
+    trial holds them (each parameter's distribution widened to the base value)."""
+    filled = view.default_params()
+    if view.default is None or filled == view.default.params:
+        return view.study
+    distributions = {}
+    for t in view.completed:
+        for name, dist in t.distributions.items():
+            distributions.setdefault(name, dist)
+    copy = optuna.create_study(study_name=view.study.study_name, directions=view.directions)
+    if view.study.metric_names is not None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            copy.set_metric_names(list(view.study.metric_names))
+    for t in view.trials:
+        if t.number == view.default.number:
+            params, dists = dict(t.params), dict(t.distributions)
+            for name, value in filled.items():
+                widened = _widened(distributions[name], value) if name in distributions else None
+                if name not in params and widened is not None:
+                    params[name], dists[name] = value, widened
+            t = optuna.trial.create_trial(state=t.state, values=t.values, params=params, distributions=dists,
+                                          user_attrs=t.user_attrs, intermediate_values=t.intermediate_values)
+        copy.add_trial(t)
+    return copy
+
+
 def per_objective(view: StudyView, plot: Callable[..., go.Figure], *, lower_is_better: bool = False) -> str:
     """One Optuna plot for a single-objective study, or one per objective (``target=values[i]``).
 
     With ``lower_is_better`` maximised objectives are negated (PED-ANOVA ranks low targets as good).
     """
+    study = plotted_study(view)
     if not view.multi_objective:  # no target: Optuna uses the study's direction
-        return optuna_figure(lambda: plot(view.study, target_name=view.names[0]))
+        return optuna_figure(lambda: plot(study, target_name=view.names[0]))
     parts = []
     for i, name in enumerate(view.names):
         sign = -1.0 if lower_is_better and view.directions[i] == StudyDirection.MAXIMIZE else 1.0
@@ -63,7 +115,7 @@ def per_objective(view: StudyView, plot: Callable[..., go.Figure], *, lower_is_b
         parts.append(
             optuna_figure(
                 lambda i=i, sign=sign, title=title: plot(
-                    view.study, target=lambda t: sign * t.values[i], target_name=title
+                    study, target=lambda t: sign * t.values[i], target_name=title
                 )
             )
         )
@@ -128,12 +180,13 @@ class Comparison:
         return fig
 
     def table(self, with_change: bool) -> pd.DataFrame:
-        """Quantities × trials; with ``with_change`` also each best's change against the default in percent."""
+        """Quantities × trials; with ``with_change`` also each best's change against the default
+        (:func:`~ngptune.reporting.study_data.change_text`: dB and times as differences, the rest in percent)."""
         rows = {**self.objectives, **{f"run {m}": v for m, v in self.run_metrics.items()},
                 **{f"{name}_ms": v for name, v in self.phases_ms.items()}}
         table = pd.DataFrame.from_dict(rows, orient="index", columns=self.labels)
         if with_change:
             base = table[self.labels[0]]
             for label in self.labels[1:]:
-                table[f"{label} vs default (%)"] = (table[label] - base) / base.abs() * 100.0
+                table[f"{label} vs default"] = [change_text(q, v, d) for q, v, d in zip(table.index, table[label], base)]
         return table.rename_axis("quantity").reset_index()

@@ -39,10 +39,11 @@ from optuna.trial import FrozenTrial
 
 from ngptune.reporting.html import Section, figure_html, render_page, table_html, text_html
 from ngptune.reporting.study_data import (
-    FLOAT_FORMAT, QUALITY_COLUMNS, StudyReportError, quality_values, StudyView, best_trials, category_text, cell_text, default_trial, is_completed, objective_names,
-    outcome_of, sampling_facts, trials_frame, write_text,
+    FLOAT_FORMAT, QUALITY_COLUMNS, SETUP_ATTR, Recommendation, StudyReportError, quality_values, StudyView, best_trials,
+    category_text, cell_text, change_text, default_trial, is_completed, objective_names, outcome_of, recommendation,
+    sampling_facts, trials_frame, write_text,
 )
-from ngptune.reporting.study_plots import Comparison, absent, optuna_figure, per_objective
+from ngptune.reporting.study_plots import Comparison, absent, optuna_figure, per_objective, plotted_study
 from ngptune.reporting.study_summary import print_summary, write_trials_csv
 
 __all__ = [
@@ -80,7 +81,8 @@ def _history_section(view: StudyView) -> Section:
 
 
 def _importance_section(view: StudyView) -> Section:
-    varying = _varying_params(view.completed)
+    # the default trial with its base-config values (StudyView.default_params), as the plots draw it
+    varying = _varying_params([t for t in plotted_study(view).get_trials(deepcopy=False) if is_completed(t)])
     needed = max(IMPORTANCE_MIN_TRIALS, IMPORTANCE_TRIALS_PER_PARAM * len(varying))
     if len(view.completed) < 2:
         body = absent(f"parameter importances need at least 2 completed trials; this study has {len(view.completed)}.")
@@ -123,6 +125,15 @@ def _parallel_section(view: StudyView) -> Section:
     return Section("Parallel coordinates", body)
 
 
+def _best_heading(view: StudyView, what: str) -> str:
+    """A best-vs-default heading; it says so when the best was not confirmed."""
+    default_number = None if view.default is None else view.default.number
+    if not view.best or view.best[0].number == default_number or recommendation(view).confirmed:
+        return what
+    end = what.lower().index("best") + len("best")
+    return what[:end] + " (not confirmed)" + what[end:]
+
+
 def _best_vs_default_section(view: StudyView) -> Section:
     parts: list[str] = []
     if view.default is None:
@@ -150,7 +161,7 @@ def _best_vs_default_section(view: StudyView) -> Section:
     parts.extend(text_html(note, "missing") for note in comparison.notes)
     parts.append(table_html(comparison.table(with_change=view.default is not None), float_format=FLOAT_FORMAT))
     parts.append(_settings_diff_html(view, comparison.trials))
-    return Section("Best vs default", "".join(parts))
+    return Section(_best_heading(view, "Best vs default"), "".join(parts))
 
 
 def _confirmation_html(view: StudyView) -> str:
@@ -183,11 +194,17 @@ def _quality_section(view: StudyView) -> Section:
     else:
         table = pd.DataFrame({view.label(t): quality_values(t) for t in trials})
         table.index = [f"{c} (dB)" if c == "psnr_db" else c for c in QUALITY_COLUMNS]
+        if view.default is not None:
+            base = table[view.label(view.default)]
+            for t in trials[1:]:
+                label = view.label(t)
+                table[f"{label} vs default"] = [change_text(q, v, d) for q, v, d in zip(table.index, table[label], base)]
         parts.append(text_html("PSNR of the final evaluation (the same evenly spaced held-out views for every "
-                               "trial) after each trial's training time, then throughput."))
+                               "trial) after each trial's training time, then throughput; changes against the "
+                               "default: PSNR in dB, times in seconds, the rest in percent."))
         parts.append(table_html(table.rename_axis("quantity").reset_index(), float_format=FLOAT_FORMAT))
     parts.append(_confirmation_html(view))
-    return Section("Quality and time: best vs default", "".join(parts))
+    return Section(_best_heading(view, "Quality and time: best vs default"), "".join(parts))
 
 
 def _settings_of(trial: FrozenTrial) -> dict[str, Any]:
@@ -206,8 +223,12 @@ def _settings_diff_html(view: StudyView, trials: list[FrozenTrial]) -> str:
     if view.default is None or len(trials) < 2:
         return ""
     settings = {t.number: _settings_of(t) for t in trials}
-    base = settings[view.default.number]
     keys = list(dict.fromkeys(k for t in trials for k in settings[t.number]))
+    base = settings[view.default.number]
+    for key in keys:  # what the default ran: its base config's value of a setting it did not sample
+        found, value = view.default_setting(key)
+        if key not in base and found:
+            base[key] = value
     differing = [k for k in keys if any(_differs(settings[t.number].get(k), base.get(k)) for t in trials[1:])]
     head = "<h3>Settings that differ from the default</h3>"
     if not differing:
@@ -232,9 +253,8 @@ def _trials_section(view: StudyView) -> Section:
     param_cols = [c for c in df.columns if c.startswith("param_")]
     by_number = {t.number: t for t in view.trials}
     df.insert(1, "role", [view.role(by_number[n]) for n in df["number"]])
-    df.insert(df.columns.get_loc("log_path"), "params",
-              ["; ".join(f"{c.removeprefix('param_')}={category_text(v)}" for c, v in row.items() if not pd.isna(v))
-               for _, row in df[param_cols].iterrows()])
+    df.insert(df.columns.get_loc("log_path"), "params",  # from the trial: an int stays an int
+              ["; ".join(f"{name}={category_text(v)}" for name, v in by_number[n].params.items()) for n in df["number"]])
     df.insert(df.columns.get_loc("log_path"), "main_diagnosis", [_main_diagnosis(by_number[n]) for n in df["number"]])
     interconnects = [by_number[n].user_attrs.get("emulated_interconnect", "") for n in df["number"]]
     if any(i not in ("", "none") for i in interconnects):
@@ -298,16 +318,40 @@ def _interconnect_label(view: StudyView) -> str | None:
             + " — bandwidths are those of one host with NCCL paths disabled, not of a real cluster.")
 
 
+def _recommendation_section(rec: Recommendation) -> Section:
+    """The page's first lines: what the study recommends and why, before any best-vs-default table."""
+    return Section("Recommendation", text_html(rec.sentence, "note" if rec.confirmed else "missing"))
+
+
+def _setup_html(view: StudyView) -> str:
+    """Scene, base config and fixed settings of the study (study attributes ``scene`` and ``setup``)."""
+    attrs = view.study.user_attrs
+    setup = attrs.get(SETUP_ATTR) if isinstance(attrs.get(SETUP_ATTR), dict) else {}
+    rows = [{"": "study file", "value": attrs.get("study_file", "not recorded")},
+            {"": "scene", "value": attrs.get("scene", setup.get("scene", "not recorded"))},
+            {"": "base config", "value": setup.get("base_config") or ("the trainer's defaults" if setup else "not recorded")}]
+    fixed = {**(setup.get("settings") or {}), **(setup.get("nccl_settings") or {})}
+    for key, value in fixed.items():
+        rows.append({"": f"fixed setting {key}", "value": cell_text(value)})
+    note = ("Fixed settings were chosen for this scene and may not suit another; best_config.json lists them in its "
+            "comments." if fixed else ("No fixed settings." if setup else "Fixed settings: not recorded."))
+    return table_html(pd.DataFrame(rows)) + text_html(note)
+
+
 def _overview_section(view: StudyView, nccl_active: bool) -> Section:
     objectives = ", ".join(f"{n} ({view.direction_word(i)})" for i, n in enumerate(view.names))
-    parts = [text_html(f"Study {view.study.study_name!r}: {len(view.trials)} trials; objectives: {objectives}.")]
+    parts = [text_html(f"Study {view.study.study_name!r}: {len(view.trials)} trials; objectives: {objectives}."),
+             _setup_html(view)]
     counts = view.frame["outcome"].value_counts()
     parts.append(table_html(pd.DataFrame({"outcome": counts.index, "trials": counts.values})))
     if view.default is not None:
         parts.append(text_html(f"Default: trial #{view.default.number} ({outcome_of(view.default)})."))
     if view.best:
         word = "Pareto front" if view.multi_objective else "Best"
-        parts.append(text_html(f"{word}: " + ", ".join(f"trial #{t.number}" for t in view.best) + "."))
+        rec = recommendation(view)
+        unconfirmed = "" if rec.confirmed else (" (not confirmed; the default is recommended)" if rec.is_default
+                                                 else " (not confirmed)")
+        parts.append(text_html(f"{word}: " + ", ".join(f"trial #{t.number}" for t in view.best) + unconfirmed + "."))
     parts.extend(text_html(line) for line in sampling_facts(view.study).sentences())
     parts.append(text_html("NCCL parameters active (nccl backend)." if nccl_active
                            else "NCCL parameters inactive (gloo backend)."))
@@ -321,7 +365,8 @@ def _overview_section(view: StudyView, nccl_active: bool) -> Section:
 def write_study_report(study: optuna.Study, out_dir: Path, *, title: str, nccl_active: bool) -> Path:
     """Write ``out_dir/report.html`` (self-contained, offline) for a sweep study; returns its path.
 
-    Sections: study overview, optimisation history, parameter importances, Pareto front (several
+    Sections: the recommendation (from the confirmation: the default when the best was not
+    confirmed, and why), study overview (scene, base config, fixed settings), optimisation history, parameter importances, Pareto front (several
     objectives), parallel coordinates, best vs default (objectives, run throughput/PSNR, step-time
     breakdown, differing settings), per-trial outcomes, bottlenecks per trial, NCCL set vs applied
     (or "NCCL parameters inactive (gloo backend)" when ``nccl_active`` is False).
@@ -332,6 +377,7 @@ def write_study_report(study: optuna.Study, out_dir: Path, *, title: str, nccl_a
     view = StudyView.of(study)
     interconnect = _interconnect_label(view)
     sections = [
+        _recommendation_section(recommendation(view)),
         _overview_section(view, nccl_active),
         _quality_section(view),
         _history_section(view),

@@ -11,6 +11,7 @@ import pytest
 from ngptune.profiling import diagnose as dg
 from ngptune.profiling.diagnose import BOTTLENECKS, DiagnosisError, ProfileInputs, assess, diagnose, diagnoses_table
 from ngptune.profiling.tables import DIAGNOSES_TABLE, GPU_TIMELINE_TABLE, KERNELS_TABLE, OVERLAP_TABLE, PHASES_TABLE
+from trainer.config import TrainConfig, apply_overrides
 from trainer.schema import PHASES
 
 STEPS = (10, 20, 30)  # 10 is the warm-up interval
@@ -337,3 +338,64 @@ def test_a_run_directory_with_a_collapsed_eval_json_is_diagnosed(tmp_path) -> No
     c = check(inputs({0: healthy()}, evaluation=dg.evaluation_of_run(tmp_path)), "background_collapse")
     assert c.status == "fired"
     assert dg.evaluation_of_run(tmp_path / "missing") is None
+
+
+# ------------------------------------------------------------------- the run's config
+def config(**training: object) -> TrainConfig:
+    sets = {f"training.{k}": v for k, v in training.items() if k != "mode"}
+    if "mode" in training:
+        sets.update({"parallel.mode": training["mode"], "parallel.num_subgrids": 2})
+    return apply_overrides(TrainConfig(), sets)
+
+
+def test_occupancy_update_is_judged_after_the_occupancy_warm_up_only() -> None:
+    # log_every 10: the record at step 10 covers steps 0..9 (warm-up of 10 steps), 20 and 30 after it
+    cfg = config(occupancy_warmup_steps=10, log_every=10)
+    during, after = healthy(occupancy_update=300.0), healthy(occupancy_update=5.0)
+    c = check(inputs({0: after}, warmup=during, config=cfg), "occupancy_update")
+    assert c.status == "clear" and "after the occupancy warm-up (10 steps)" in c.detail
+    assert check(inputs({0: after}, warmup=during), "occupancy_update").status == "clear"  # (steady intervals alone)
+    fired = check(inputs({0: healthy(occupancy_update=60.0)}, config=cfg), "occupancy_update")
+    assert fired.status == "fired"
+
+
+def test_a_profile_inside_the_occupancy_warm_up_leaves_both_occupancy_checks_unevaluated() -> None:
+    cfg = config(occupancy_warmup_steps=64, log_every=1, occupancy_update_every=16)
+    c = check(inputs({0: healthy(occupancy_update=150.0)}, config=cfg,
+                     occupancy=occupancy([0.9, 0.8, 0.7], 200.0)), "occupancy_update")  # steps 10..30
+    assert c.status == "not_evaluated" and c.diagnosis is None
+    row = diagnoses_table([c]).iloc[0]
+    assert row["evidence"].startswith("not evaluated: the profile's steps are all inside the occupancy warm-up "
+                                      "(training.occupancy_warmup_steps = 64")
+    assert "--steps 80 or more" in row["evidence"]  # 64 + one update period of 16
+    wasted = check(inputs({0: healthy()}, config=cfg, occupancy=occupancy([0.9, 0.8, 0.7], 200.0)), "wasted_samples")
+    assert wasted.status == "not_evaluated" and "judged after the warm-up" in wasted.detail
+    assert "--steps 80 or more" in wasted.detail
+
+
+def test_wasted_samples_says_why_the_occupancy_fraction_is_missing() -> None:
+    not_read = check(inputs({0: healthy()}), "wasted_samples")
+    assert "were not read" in not_read.detail
+    logged_none = occupancy([0.5, 0.5, 0.5], 100.0).assign(occupancy_fraction=float("nan"))
+    c = check(inputs({0: healthy()}, occupancy=logged_none), "wasted_samples")
+    assert c.status == "not_evaluated" and "carry no occupancy_fraction" in c.detail
+    # past the warm-up, the records after it decide
+    cfg = config(occupancy_warmup_steps=15, log_every=10)
+    past = check(inputs({0: healthy()}, config=cfg, occupancy=occupancy([0.9, 0.2, 0.1], 100.0)), "wasted_samples")
+    assert past.status == "clear" and "at step 20)" in past.detail
+
+
+def test_suggestions_leave_out_the_values_the_run_already_has() -> None:
+    summary = pd.DataFrame({"rank": [0, 1], "comm_busbw_gb_per_s": [10.0, 20.0]})
+    busy = dict(summary=summary, link_busbw_gb_per_s=26.0)
+    per_rank = {0: healthy(comm=40.0), 1: healthy(comm=40.0)}
+    knob = check(inputs(per_rank, **busy, config=config(mode="subgrid")), "communication").diagnosis.knob
+    assert "parallel.mode=subgrid" not in knob.split(" (the run already uses")[0]
+    assert knob.startswith("parallel.compression=bf16 (half the bytes)")
+    assert knob.endswith("(the run already uses parallel.mode=subgrid)")
+    unknown = check(inputs(per_rank, **busy), "communication").diagnosis.knob
+    assert "parallel.mode=subgrid" in unknown  # no config: every suggestion
+    everything = apply_overrides(config(mode="subgrid"), {"parallel.compression": "bf16", "parallel.overlap_comm": True})
+    nothing = check(inputs(per_rank, **busy, config=everything), "communication").diagnosis.knob
+    assert nothing == ("nothing left to suggest: the run already uses parallel.compression=bf16, "
+                       "parallel.overlap_comm=true, parallel.mode=subgrid")

@@ -42,7 +42,8 @@ def _train(out: Path, *sets: str, nproc: int = 1) -> Path:
 
 @pytest.fixture(scope="module")
 def healthy_run(tmp_path_factory) -> Path:
-    return _train(tmp_path_factory.mktemp("healthy") / "run", nproc=2)
+    # an occupancy warm-up of 5 steps: the occupancy checks judge the 15 steps after it
+    return _train(tmp_path_factory.mktemp("healthy") / "run", "training.occupancy_warmup_steps=5", nproc=2)
 
 
 def test_slow_data_path_is_diagnosed_as_data_loading(tmp_path: Path) -> None:
@@ -83,6 +84,19 @@ def test_healthy_run_triggers_no_diagnosis(healthy_run: Path) -> None:
         "occupancy_update": "clear",
         "background_collapse": "not_evaluated",  # trained with --no-eval
     }
+    detail = {c.bottleneck: c.detail for c in checks}
+    assert "after the occupancy warm-up (5 steps)" in detail["occupancy_update"]
+    assert "at step 20 (" in detail["wasted_samples"] and "at step 5 (" not in detail["wasted_samples"]
+
+
+def test_a_run_inside_the_occupancy_warm_up_leaves_the_occupancy_checks_unevaluated(tmp_path: Path) -> None:
+    run = _train(tmp_path / "run")  # configs/small.json: warm-up of 64 steps, 20 trained
+    checks = {c.bottleneck: c for c in assess(inputs_from_run(run))}
+    sentence = ("the profile's steps are all inside the occupancy warm-up (training.occupancy_warmup_steps = 64, "
+                "the last record is at step 20)")
+    assert checks["occupancy_update"].status == "not_evaluated" and sentence in checks["occupancy_update"].detail
+    assert checks["wasted_samples"].status == "not_evaluated" and sentence in checks["wasted_samples"].detail
+    assert "--steps 80 or more" in checks["occupancy_update"].detail  # 64 + 16 (occupancy_update_every), log_every 5
 
 
 def test_a_rank_without_metrics_is_an_error_naming_the_file(healthy_run: Path, tmp_path: Path) -> None:

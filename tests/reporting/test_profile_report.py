@@ -171,8 +171,13 @@ def test_cpu_only_profile_says_no_gpu_and_is_otherwise_complete(tmp_path: Path) 
         assert title in view.text, title
     assert f"No GPU timeline: gpu_timeline.csv is empty (header only); nvml: missing — {sources['nvml']['detail']}" in view.text
     assert "no GPU" in sources["nvml"]["detail"]
+    # 12 steps lie inside configs/small.json's occupancy warm-up of 64: the occupancy checks wait for it
     assert ("Not evaluated (inputs missing): compute_underused, communication, load_imbalance, wasted_samples, "
-            "background_collapse.") in view.text
+            "occupancy_update, background_collapse.") in view.text
+    diagnoses = pd.read_csv(tmp_path / "cpu" / "diagnoses.csv").set_index("bottleneck")
+    assert diagnoses.at["occupancy_update", "evidence"].startswith(
+        "not evaluated: the profile's steps are all inside the occupancy warm-up (training.occupancy_warmup_steps = 64")
+    assert "--steps 80 or more" in diagnoses.at["occupancy_update", "evidence"]
     assert "One rank: nothing to balance." in view.text
     assert (f"One rank: no gradient all-reduce to compare with the link. link_busbw: missing — "
             f"{sources['link_busbw']['detail']}") in view.text

@@ -39,6 +39,7 @@ SPACE = {
     "parallel.mode": CategoricalDistribution(["data", "subgrid"]),
     "parallel.num_subgrids": IntDistribution(2, 8),
     "training.lr": FloatDistribution(1e-3, 1e-1, log=True),
+    "encoding.log2_hashmap_size": IntDistribution(11, 13),
 }
 
 
@@ -280,9 +281,11 @@ def test_report_single_objective(single_study: optuna.Study, tmp_path: Path) -> 
     # history, importances, parallel coordinates, objectives, run metrics, step-time breakdown
     assert view.plots_total == 6
     text = view.text
-    for heading in ("Optimisation history", "Parameter importances", "Parallel coordinates", "Best vs default",
-                    "Trials", "Bottlenecks per trial", "NCCL"):
+    for heading in ("Optimisation history", "Parameter importances", "Parallel coordinates",
+                    "Best (not confirmed) vs default", "Trials", "Bottlenecks per trial", "NCCL"):
         assert heading in text
+    assert text.startswith("Sweep single\n\nWritten ") and ("Recommendation\n\nBest trial #1 is recommended "
+                                                           "unconfirmed: no re-runs of best and default are recorded") in text
     assert "Pareto front" not in text
     assert "Plot absent" not in text
     assert "Best = trial #1 (study.best_trial)." in text
@@ -290,9 +293,10 @@ def test_report_single_objective(single_study: optuna.Study, tmp_path: Path) -> 
     assert "Run metrics (rank 0 metrics.jsonl" in text
     assert "Run metrics absent: trial #1" not in text
     # run metrics: median throughput (950, 1500), last PSNR (21.5, 22.25)
-    assert "run throughput_samples_per_s\t950\t1500\t57.8947" in text
-    assert "run eval_psnr_db\t21.5\t22.25\t3.48837" in text
-    assert "comm_ms\t30\t8\t-73.3333" in text
+    assert "run throughput_samples_per_s\t950\t1500\t+57.9 %" in text
+    assert "run eval_psnr_db\t21.5\t22.25\t+0.75 dB" in text  # a PSNR gain in dB, never in percent
+    assert "comm_ms\t30\t8\t-22 ms" in text
+    assert "parallel.mode=subgrid; parallel.num_subgrids=4; training.lr=0.02" in text  # an int stays an int
     # settings that differ: mode, num_subgrids (absent in the default), lr; n_steps is equal
     assert "parallel.mode\tdata\tsubgrid" in text
     assert "training.lr\t0.01\t0.02" in text
@@ -438,7 +442,9 @@ def _study_of_workers(tmp_path: Path, concurrent: dict[str, int]) -> optuna.Stud
     from ngptune.tuning.specs import PrunerSpec, SamplerSpec
 
     spec = SimpleNamespace(sampler=SamplerSpec(type="tpe", seed=42, n_startup_trials=5),
-                           pruner=PrunerSpec(type="median", n_startup_trials=3))
+                           pruner=PrunerSpec(type="median", n_startup_trials=3), scene="demo",
+                           base_config_path=Path("configs/small.json"),
+                           settings={"encoding.n_levels": 6, "training.log_every": 5}, nccl_settings={})
     study = optuna.create_study(study_name="workers", direction="maximize")
     study.set_metric_names(["throughput_samples_per_s"])
     for i, (worker, n_jobs) in enumerate(concurrent.items()):
@@ -479,3 +485,74 @@ def test_a_study_without_sampling_records_says_so(single_study: optuna.Study) ->
     assert facts.sampler == "not recorded" and facts.seed is None and facts.workers == [] and facts.reproducible
     assert facts.sentences() == ["Sampler: not recorded, seed not recorded. Pruner: not recorded.",
                                  "Workers: not recorded."]
+
+
+def test_a_pruner_of_type_none_is_shown_without_options(single_study: optuna.Study) -> None:
+    from ngptune.reporting.study_data import sampling_facts
+    from ngptune.tuning.specs import PrunerSpec
+    import dataclasses
+
+    single_study.set_user_attr("pruner", dataclasses.asdict(PrunerSpec(type="none", n_startup_trials=2)))
+    assert "Pruner: none." in sampling_facts(single_study).sentences()[0]
+
+
+def test_the_study_section_names_scene_base_config_and_fixed_settings(tmp_path: Path) -> None:
+    study = _study_of_workers(tmp_path, {"hostA:11:7": 1})
+    study.set_user_attr("scene", "/data/fox")
+    text = view_in_browser(write_study_report(study, tmp_path / "r", title="t", nccl_active=False)).text
+    study_part = text.split("Study 'workers'")[1].split("Quality and time")[0]
+    assert "scene\t/data/fox" in study_part and "base config\tconfigs/small.json" in study_part
+    assert "fixed setting encoding.n_levels\t6" in study_part and "fixed setting training.log_every\t5" in study_part
+    assert ("Fixed settings were chosen for this scene and may not suit another; best_config.json lists them in "
+            "its comments.") in study_part
+
+
+def _not_confirmed_study(tmp_path: Path) -> optuna.Study:
+    study = optuna.create_study(study_name="psnr", direction="maximize")
+    study.set_metric_names(["psnr_at_budget_db"])
+    _run_trial(study, tmp_path, {"parallel.mode": "data"}, values=[24.0],
+               quality={"psnr_db": 24.0, "train_time_s": 30.0, "samples_per_s": 1.0e6})
+    _run_trial(study, tmp_path, {"parallel.mode": "subgrid"}, values=[24.8],
+               quality={"psnr_db": 24.8, "train_time_s": 29.5, "samples_per_s": 1.2e6})
+    runs = [{"label": label, "index": i, "seed": 7 + i, "outcome": "completed", "value": value, "quality": {}}
+            for label, value in (("best", 24.1), ("default", 24.0)) for i in range(3)]
+    verdict = {"status": "not_confirmed", "recommend": "default", "objective": "psnr_at_budget_db",
+               "direction": "maximize", "best_trial": 1, "default_trial": 0, "gain": 0.12, "se": 0.3,
+               "confirmed": False, "sentence": "not confirmed: ...; the default is recommended; ..."}
+    study.set_user_attr("confirmation", {"best_trial": 1, "default_trial": 0, "repeats": 3,
+                                         "objective": "psnr_at_budget_db", "runs": runs, "verdict": verdict})
+    return study
+
+
+def test_a_best_that_was_not_confirmed_leads_with_the_default_recommended(tmp_path: Path) -> None:
+    text = view_in_browser(write_study_report(_not_confirmed_study(tmp_path), tmp_path / "r", title="t",
+                                              nccl_active=False)).text
+    sentence = ("The default (trial #0) is recommended, not best trial #1, which was not confirmed: in 3 re-runs "
+                "each with new seeds the best's psnr_at_budget_db was +0.12 dB against the default's, not more "
+                "than the re-runs' noise (standard error 0.3 dB).")
+    assert sentence in text
+    assert text.index(sentence) < text.index("Best: trial #1") < text.index("psnr_db (dB)")
+    assert "Best: trial #1 (not confirmed; the default is recommended)." in text
+    assert "Quality and time: best (not confirmed) vs default" in text
+    assert "Best (not confirmed) vs default" in text
+    changes = ["psnr_db (dB)\t24\t24.8\t+0.8 dB", "train_time_s\t30\t29.5\t-0.5 s",
+               "samples_per_s\t1e+06\t1.2e+06\t+20.0 %", "psnr_at_budget_db (max)\t24\t24.8\t+0.8 dB"]
+    assert [row for row in changes if row not in text] == []
+
+
+def test_the_default_trial_is_shown_with_its_base_config_values(tmp_path: Path) -> None:
+    from trainer.config import TrainConfig, apply_overrides, dump_config
+
+    study = optuna.create_study(study_name="hash", direction="maximize")
+    study.set_metric_names(["throughput_samples_per_s"])
+    _run_trial(study, tmp_path, {}, values=[1000.0])  # 15 lies outside 11..13: the default samples nothing
+    config_path = Path(study.trials[0].user_attrs["config_path"])
+    config_path.parent.mkdir(parents=True)
+    config_path.write_text(dump_config(apply_overrides(TrainConfig(), {"encoding.log2_hashmap_size": 15})))
+    _run_trial(study, tmp_path, {"encoding.log2_hashmap_size": 11}, values=[1300.0])
+    _run_trial(study, tmp_path, {"encoding.log2_hashmap_size": 11}, values=[1290.0])
+    text = view_in_browser(write_study_report(study, tmp_path / "r", title="t", nccl_active=False)).text
+    assert "no parameter takes more than one value" not in text
+    assert "1 varying parameters" in text  # the marginal plot of encoding.log2_hashmap_size: 15 and 11
+    assert "encoding.log2_hashmap_size\t15\t11" in text.split("Settings that differ from the default")[1]
+    assert "encoding.log2_hashmap_size=11\t" in text and "=11.0" not in text
