@@ -25,6 +25,7 @@ __all__ = [
     "FLOAT_FORMAT",
     "OUTCOMES",
     "CONFIRMATION_ATTR",
+    "best_heading",
     "PRUNER_ATTR",
     "SETUP_ATTR",
     "SAMPLER_ATTR",
@@ -555,3 +556,12 @@ def recommendation(view: StudyView) -> Recommendation:
                               f"{verdict.get('sentence', 'confirmed')}.")
     return Recommendation(best_number, False, False, f"Best trial #{best_number} is recommended unconfirmed: "
                           f"{verdict.get('sentence', 'no confirmation')}.")
+
+
+def best_heading(view: StudyView, what: str) -> str:
+    """A best-vs-default heading; it says so when the best was not confirmed."""
+    default_number = None if view.default is None else view.default.number
+    if not view.best or view.best[0].number == default_number or recommendation(view).confirmed:
+        return what
+    end = what.lower().index("best") + len("best")
+    return what[:end] + " (not confirmed)" + what[end:]

@@ -40,7 +40,7 @@ from optuna.trial import FrozenTrial
 from ngptune.reporting.html import Section, figure_html, render_page, table_html, text_html
 from ngptune.reporting.study_data import (
     FLOAT_FORMAT, QUALITY_COLUMNS, SETUP_ATTR, Recommendation, StudyReportError, quality_values, StudyView, best_trials,
-    category_text, cell_text, change_text, default_trial, is_completed, objective_names, outcome_of, recommendation,
+    best_heading, category_text, cell_text, change_text, default_trial, is_completed, objective_names, outcome_of, recommendation,
     sampling_facts, trials_frame, write_text,
 )
 from ngptune.reporting.study_plots import Comparison, absent, optuna_figure, per_objective, plotted_study
@@ -125,15 +125,6 @@ def _parallel_section(view: StudyView) -> Section:
     return Section("Parallel coordinates", body)
 
 
-def _best_heading(view: StudyView, what: str) -> str:
-    """A best-vs-default heading; it says so when the best was not confirmed."""
-    default_number = None if view.default is None else view.default.number
-    if not view.best or view.best[0].number == default_number or recommendation(view).confirmed:
-        return what
-    end = what.lower().index("best") + len("best")
-    return what[:end] + " (not confirmed)" + what[end:]
-
-
 def _best_vs_default_section(view: StudyView) -> Section:
     parts: list[str] = []
     if view.default is None:
@@ -161,7 +152,7 @@ def _best_vs_default_section(view: StudyView) -> Section:
     parts.extend(text_html(note, "missing") for note in comparison.notes)
     parts.append(table_html(comparison.table(with_change=view.default is not None), float_format=FLOAT_FORMAT))
     parts.append(_settings_diff_html(view, comparison.trials))
-    return Section(_best_heading(view, "Best vs default"), "".join(parts))
+    return Section(best_heading(view, "Best vs default"), "".join(parts))
 
 
 def _confirmation_html(view: StudyView) -> str:
@@ -204,7 +195,7 @@ def _quality_section(view: StudyView) -> Section:
                                "default: PSNR in dB, times in seconds, the rest in percent."))
         parts.append(table_html(table.rename_axis("quantity").reset_index(), float_format=FLOAT_FORMAT))
     parts.append(_confirmation_html(view))
-    return Section(_best_heading(view, "Quality and time: best vs default"), "".join(parts))
+    return Section(best_heading(view, "Quality and time: best vs default"), "".join(parts))
 
 
 def _settings_of(trial: FrozenTrial) -> dict[str, Any]:

@@ -11,7 +11,8 @@ from rich.console import Console
 
 from ngptune.console import make_console
 from ngptune.reporting.study_data import (
-    FLOAT_FORMAT, QUALITY_COLUMNS, StudyView, cell_text, objective_values, quality_values, trials_frame, write_text,
+    FLOAT_FORMAT, QUALITY_COLUMNS, StudyView, best_heading, cell_text, change_text, objective_values, quality_values,
+    recommendation, trials_frame, write_text,
 )
 from rich.table import Table
 
@@ -31,12 +32,16 @@ def _fmt(value: float) -> str:
     return "" if value is None or not math.isfinite(value) else FLOAT_FORMAT.format(value)
 
 
-def print_summary(study: optuna.Study, console: Console | None = None) -> None:
+def print_summary(study: optuna.Study, console: Console | None = None, show_recommendation: bool = True) -> None:
     """Print rich tables: trials by outcome, best vs default on PSNR, time and throughput, best vs
     default for each objective, the best settings.
 
-    For several objectives the "best" value of an objective is the best among the Pareto-front trials.
-    A change is ``(best - default) / |default| * 100`` percent.
+    The recommendation (:func:`~ngptune.reporting.study_data.recommendation`; left out with
+    ``show_recommendation`` False, while other workers' trials still run) comes first, and the
+    tables say "best (not confirmed)" when re-runs did not uphold the best. For several objectives
+    the "best" value of an objective is the best among the Pareto-front trials. A change is
+    :func:`~ngptune.reporting.study_data.change_text`: a difference for PSNR and times, a percentage
+    of the default otherwise.
 
     Raises:
         StudyReportError: bad trial attributes.
@@ -54,7 +59,10 @@ def print_summary(study: optuna.Study, console: Console | None = None) -> None:
     if not view.best:
         console.print("No trial completed: no best trial, no best settings.")
         return
-    quality = Table(title="Quality and time: best vs default (final evaluation PSNR, then throughput)")
+    if show_recommendation:
+        rec = recommendation(view)
+        console.print(rec.sentence, style="bold" if rec.confirmed else "bold yellow")
+    quality = Table(title=best_heading(view, "Quality and time: best vs default (final evaluation PSNR, then throughput)"))
     quality.add_column("quantity")
     compared = view.compared()
     for t in compared:
@@ -64,7 +72,7 @@ def print_summary(study: optuna.Study, console: Console | None = None) -> None:
         quality.add_row(f"{column} (dB)" if column == "psnr_db" else column, *(_fmt(r[column]) for r in rows))
     console.print(quality)
     default_values = objective_values(view.default, view.names) if view.default is not None else None
-    versus = Table(title="Best vs default")
+    versus = Table(title=best_heading(view, "Best vs default"))
     for col in ("objective", "default", "best", "best trial", "change"):
         versus.add_column(col, justify="left" if col == "objective" else "right")
     for i, name in enumerate(view.names):
@@ -72,12 +80,14 @@ def print_summary(study: optuna.Study, console: Console | None = None) -> None:
         best = pick(view.best, key=lambda t: t.values[i])
         default = default_values[i] if default_values is not None else math.nan
         change = ""
-        if math.isfinite(default) and default != 0:
-            pct = (best.values[i] - default) / abs(default) * 100.0
-            better = (pct > 0) == (view.directions[i] == StudyDirection.MAXIMIZE)
-            change = f"{pct:+.1f} % ({'better' if better else 'worse'})" if pct != 0 else "0.0 %"
+        shown = change_text(name, best.values[i], default)
+        if shown and best.values[i] != default:
+            better = (best.values[i] > default) == (view.directions[i] == StudyDirection.MAXIMIZE)
+            change = f"{shown} ({'better' if better else 'worse'})"
             if view.default is not None and best.number != view.default.number and best.params == view.default.params:
-                change = f"{pct:+.1f} % (same settings as the default: run-to-run noise)"
+                change = f"{shown} (same settings as the default: run-to-run noise)"
+        elif shown:
+            change = shown
         versus.add_row(f"{name} ({view.direction_word(i)})", _fmt(default), _fmt(best.values[i]), f"#{best.number}", change)
     console.print(versus)
 

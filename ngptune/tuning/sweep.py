@@ -637,7 +637,7 @@ def _write_outputs(study, spec: StudySpec, name: str, study_dir: StudyDir, nccl_
         write_best_env(best, name, study_dir)
     write_trials_csv(study, study_dir.trials_csv_path)
     report = write_study_report(study, study_dir.root, title=f"ngptune sweep: {name}", nccl_active=nccl_active)
-    print_summary(study, console)
+    print_summary(study, console, show_recommendation=verdict is None or verdict.status != "pending")
     if best is not None:
         which = "representative of the Pareto front" if len(spec.objectives) > 1 else "best"
         if verdict is not None:

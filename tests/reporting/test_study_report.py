@@ -397,7 +397,7 @@ def test_summary_shows_the_default_once_when_it_is_the_best(tmp_path: Path) -> N
 
 def test_summary_two_objectives_and_failed(pareto_study: optuna.Study, failed_study: optuna.Study) -> None:
     lines = _summary(pareto_study)
-    assert "psnr_at_budget_db (max) 20 24 #1 +20.0 % (better)" in lines
+    assert "psnr_at_budget_db (max) 20 24 #1 +4 dB (better)" in lines  # a PSNR change is a difference in dB
     assert "throughput_samples_per_s (max) 1000 1400 #2 +40.0 % (better)" in lines
     assert "parameter default #0 Pareto #1 Pareto #2" in lines
     assert "parallel.mode data data subgrid" in lines
@@ -556,3 +556,12 @@ def test_the_default_trial_is_shown_with_its_base_config_values(tmp_path: Path) 
     assert "1 varying parameters" in text  # the marginal plot of encoding.log2_hashmap_size: 15 and 11
     assert "encoding.log2_hashmap_size\t15\t11" in text.split("Settings that differ from the default")[1]
     assert "encoding.log2_hashmap_size=11\t" in text and "=11.0" not in text
+
+
+def test_the_terminal_summary_leads_with_a_recommendation_that_was_not_confirmed(tmp_path: Path) -> None:
+    lines = _summary(_not_confirmed_study(tmp_path))
+    first_table = next(i for i, line in enumerate(lines) if "best (not confirmed) vs" in line)
+    recommended = next(i for i, line in enumerate(lines) if line.startswith("The default (trial #0) is recommended"))
+    assert recommended < first_table
+    assert "Best (not confirmed) vs default" in lines
+    assert "psnr_at_budget_db (max) 24 24.8 #1 +0.8 dB (better)" in lines

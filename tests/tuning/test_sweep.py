@@ -273,12 +273,12 @@ def test_fox_scene_two_gloo_ranks_six_trials(tmp_path):
 
 def test_several_objectives_from_evaluations(tmp_path, demo_scene):
     objectives = ('[[objectives]]\nname = "psnr_at_budget_db"\n'
-                  '[[objectives]]\nname = "time_to_psnr_s"\ntarget_db = 5.0\neval_every_steps = 10\n'
+                  '[[objectives]]\nname = "time_to_psnr_s"\ntarget_db = 5.0\neval_every_steps = 4\n'
                   '[[objectives]]\nname = "throughput_samples_per_s"\n')
     params = '[params."parallel.bucket_mib"]\ntype = "categorical"\nchoices = [1.0, 25.0]\n'
     path = write_study(tmp_path / "q.toml", scene=demo_scene, objectives=objectives, params=params, trials=2,
-                       budget="seconds = 3\ntrial_timeout_s = 120", sampler='type = "tpe"\nseed = 2',
-                       settings={"training.eval_max_images": 1})
+                       budget="seconds = 5\ntrial_timeout_s = 120", sampler='type = "tpe"\nseed = 2',
+                       settings={"training.eval_max_images": 1})  # 5 s: a loaded 2-core machine still makes 4 steps
     out = tmp_path / "out"
     result = _run(SWEEP + ["--study", path, "--out", out, "--nproc-per-node", "1", "--no-confirm"])
     assert result.returncode == 0, result.stdout + result.stderr
@@ -290,16 +290,16 @@ def test_several_objectives_from_evaluations(tmp_path, demo_scene):
         status = json.loads(run_dir.status_path.read_text())
         records = [json.loads(line) for line in run_dir.metrics_path(0).read_text().splitlines()]
         evaluated = [r for r in records if r.get("eval_psnr_db") is not None]
-        assert evaluated and evaluated[0]["step"] == 10  # training.eval_every from eval_every_steps
+        assert evaluated and evaluated[0]["step"] == 4  # training.eval_every from eval_every_steps
         first_reached = next(r for r in evaluated if r["eval_psnr_db"] >= 5.0)
         psnr, time_to, throughput = trial.values
         assert psnr == status["eval_psnr_db"]  # the final evaluation after the 3 s budget
         assert time_to == first_reached["wall_time_s"]
-        assert throughput > 0 and trial.user_attrs["settings"]["training.time_budget_s"] == 3.0
+        assert throughput > 0 and trial.user_attrs["settings"]["training.time_budget_s"] == 5.0
     best = [t.number for t in study.best_trials]
     assert "representative of the Pareto front, unconfirmed): trial" in " ".join(result.stdout.split())
     chosen = load_config(StudyDir(out).best_config_path)
-    assert chosen.training.time_budget_s is None  # the trials' 3 s budget is not carried over
+    assert chosen.training.time_budget_s is None  # the trials' 5 s budget is not carried over
     restore = {"training.n_steps": chosen.training.n_steps, "training.time_budget_s": None, "data.scene": None}
     assert any(apply_overrides(load_config(_trials(study)[n].user_attrs["config_path"]), restore) == chosen for n in best)
 
