@@ -42,6 +42,30 @@ def test_a_truncated_snapshot_is_named(trained_run, tmp_path, capsys):
     assert not (tmp_path / "m.ply").exists()
 
 
+@pytest.mark.parametrize("command", [["render"], ["export", "mesh"], ["export", "pointcloud"]])
+def test_a_missing_model_path_is_named_and_no_folder_is_made_for_it(tmp_path, capsys, command):
+    missing = tmp_path / "nonexist.pt"
+    _fails([*command, missing, "--quiet"], capsys, r"nonexist\.pt: no such file or folder \(expected a run folder")
+    assert not missing.exists()
+
+
+def test_a_run_trained_on_cuda_names_device_on_a_machine_without_cuda(trained_run, tmp_path, capsys, monkeypatch):
+    import json
+
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    run = tmp_path / "run"
+    shutil.copytree(trained_run["run"], run)
+    config = json.loads((run / "config.json").read_text())
+    config["training"]["device"] = "cuda"
+    (run / "config.json").write_text(json.dumps(config))
+    _fails(["render", run, "--out", tmp_path / "f", "--quiet"], capsys,
+           r"training\.device: the run's 'cuda' needs a CUDA device .*; give --device cpu")
+    _fails(["render", run, "--device", "cuda", "--out", tmp_path / "f", "--quiet"], capsys,
+           r"--device cuda: no CUDA device is available on this machine; use --device cpu")
+
+
 def test_a_run_folder_without_snapshots(trained_run, tmp_path, capsys):
     run = tmp_path / "empty_run"
     run.mkdir()
@@ -55,6 +79,10 @@ def test_a_run_folder_without_snapshots(trained_run, tmp_path, capsys):
     (["--screenshot-spp", "-2"], r"--spp -2: expected an integer >= 1"),
     (["--width", "0"], r"--width 0: expected an integer >= 1"),
     (["--video", "{tmp}/clip.xyz"], r"--video .*clip\.xyz: unknown video extension '\.xyz'"),
+    (["--video", "{tmp}/clip.webm"], r"--video .*clip\.webm: WebM holds only VP8, VP9 or AV1 video, .*H\.264 .*; "
+                                     r"use \.mp4, \.mov, \.mkv, \.avi$"),
+    (["--device", "gpu"], r"--device gpu: expected cpu, cuda or cuda:N"),
+    (["--device", "cuda:99"], r"--device cuda:99: (no CUDA device is available|this machine has \d+ CUDA device)"),
     (["--out", "{tmp}/file/frames"], r"--out .*file/frames: cannot create the folder"),
     (["--background", "pink"], r"--background 'pink': expected white, black or #RRGGBB"),
     (["--cameras", "{tmp}/missing.json"], r"--cameras .*missing\.json: camera-path file not found"),
@@ -64,7 +92,7 @@ def test_bad_render_flags_are_refused_before_loading(trained_run, tmp_path, caps
     (tmp_path / "file").write_text("a file where a folder is expected")
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
     _fails(["render", trained_run["run"], *argv, "--quiet"], capsys, pattern)
-    assert not list(tmp_path.rglob("*.png")) and not list(tmp_path.rglob("*.xyz"))
+    assert not list(tmp_path.rglob("*.png")) and not list(tmp_path.rglob("*.xyz")) and not list(tmp_path.rglob("*.webm"))
 
 
 def test_a_bad_camera_path_file_is_named_with_its_keyframe(trained_run, tmp_path, capsys):
@@ -73,6 +101,19 @@ def test_a_bad_camera_path_file_is_named_with_its_keyframe(trained_run, tmp_path
     _fails(["render", trained_run["run"], "--cameras", path, "--out", tmp_path / "f", "--quiet"], capsys,
            r"base_cam\.json: path\[0\]: missing key 'fov'")
     assert not list((tmp_path / "f").glob("*.png"))
+
+
+def test_help_shows_default_values_not_names(capsys):
+    from trainer.inference.cli import build_parser
+
+    for argv in (["render"], ["export", "mesh"], ["export", "pointcloud"]):
+        with pytest.raises(SystemExit):
+            build_parser("ngptune").parse_args([*argv, "--help"])
+        text = " ".join(capsys.readouterr().out.split())
+        # no module path, no constant's name where a default is given
+        assert not re.search(r"trainer\.inference|\(default[^)]*\b[A-Z]+_[A-Z_]+\b", text), text
+        if argv[-1] == "mesh":
+            assert "(default 2.5, instant-ngp's)" in text
 
 
 def test_ngptune_registers_render_and_export(trained_run, tmp_path, capsys):

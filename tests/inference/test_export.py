@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import numpy as np
@@ -11,6 +12,7 @@ import trimesh
 
 from tests.inference.conftest import run_cli
 from trainer.data.demo import surface_distance
+from trainer.inference.defaults import MAX_RAYS_PER_POINT
 from trainer.inference.loading import load_model
 from trainer.inference.mesh import extract_mesh
 
@@ -81,13 +83,52 @@ def test_mesh_of_a_scene_with_other_scale_and_offset_is_in_that_scene_s_frame(tr
 
 def test_pointcloud_points_lie_on_the_surface(trained_run, tmp_path, capsys):
     out = tmp_path / "cloud.ply"
-    code, stdout, _ = run_cli(["export", "pointcloud", trained_run["run"], "--n-points", "3000", "--out", out,
+    code, stdout, _ = run_cli(["export", "pointcloud", trained_run["run"], "--n-points", "1500", "--out", out,
                                "--quiet"], capsys)
-    assert code == 0 and "points of 3000 rays" in stdout
+    rays = int(re.search(r"point cloud: 1500 points from (\d+) rays", stdout).group(1))
+    assert code == 0 and 1500 < rays <= MAX_RAYS_PER_POINT * 1500
     cloud = trimesh.load(str(out))
     points = np.asarray(cloud.vertices)
-    assert len(points) > 500
+    assert len(points) == 1500
     assert np.median(surface_distance(points)) < MAX_POINT_MEDIAN_DISTANCE
+
+
+def test_pointcloud_stops_at_the_ray_cap_and_says_so(trained_run, tmp_path, capsys):
+    """10^12 points: every training pixel (16 views of 32x32) is cast once, what reaches the
+    opacity is written, one warning line says the cloud fell short."""
+    out = tmp_path / "cloud.ply"
+    code, stdout, err = run_cli(["export", "pointcloud", trained_run["run"], "--n-points", 10**12, "--out", out,
+                                 "--quiet"], capsys)
+    assert code == 0 and err.count("\n") == 1, err
+    found = re.search(r"^warning: --n-points 1000000000000: only (\d+) rays of 16384 cast reached opacity 0\.5 before "
+                      r"the ray cap \(every pixel of the training images\); the cloud has \1 points$", err.strip())
+    assert found, err
+    assert f"point cloud: {found.group(1)} points from 16384 rays" in stdout
+    assert len(trimesh.load(str(out)).vertices) == int(found.group(1)) < 16384
+
+
+def test_a_threshold_below_every_density_of_the_box_is_named(trained_run, tmp_path, capsys):
+    """A box inside the demo sphere (radius 0.55 at the origin): σ > 0 at every lattice point."""
+    out = tmp_path / "mesh.ply"
+    code, _, err = run_cli(["export", "mesh", trained_run["run"], "--resolution", "8", "--aabb", "-0.1", "-0.1", "-0.1",
+                            "0.1", "0.1", "0.1", "--threshold", "0", "--out", out, "--quiet"], capsys)
+    assert code == 2 and err.count("\n") == 1, err
+    assert re.search(r"^error: --threshold 0: every cell of the box is denser than it \(lowest σ [0-9.e+-]+\); raise it",
+                     err), err
+    assert not out.exists()
+
+
+def test_ctrl_c_during_an_export_leaves_no_file_and_one_line(trained_run, tmp_path, capsys, monkeypatch):
+    from trainer.inference import mesh
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(mesh, "density_grid", interrupted)
+    out = tmp_path / "mesh.ply"
+    code, _, err = run_cli(["export", "mesh", trained_run["run"], "--resolution", "8", "--out", out, "--quiet"], capsys)
+    assert code == 130 and err == f"interrupted: export mesh stopped; {out} was not written\n"
+    assert not list(tmp_path.iterdir())
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -97,13 +138,14 @@ def test_pointcloud_points_lie_on_the_surface(trained_run, tmp_path, capsys):
     (["--out", "{tmp}/mesh.stl"], r"--out .*mesh.stl: unknown mesh extension '.stl'"),
     (["--out", "{tmp}/file/mesh.ply"], r"--out .*mesh.ply: cannot create its folder"),
     (["--aabb", "1", "0", "0", "0", "1", "1"], "--aabb 1 0 0 0 1 1: expected x0 y0 z0 x1 y1 z1"),
+    (["--threshold", "nan"], r"--threshold nan: expected a finite density σ >= 0 \(default 2\.5\)"),
+    (["--threshold", "inf"], r"--threshold inf: expected a finite density σ >= 0"),
+    (["--threshold", "-1"], r"--threshold -1: expected a finite density σ >= 0"),
 ])
 def test_bad_mesh_requests_are_refused_before_any_work(trained_run, tmp_path, capsys, argv, message):
     (tmp_path / "file").write_text("a file where a folder is expected")
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
     code, _, err = run_cli(["export", "mesh", trained_run["run"], *argv, "--quiet"], capsys)
     assert code == 2 and err.count("\n") == 1
-    import re
-
     assert re.search(message, err), err
     assert not list(tmp_path.glob("*.ply")) and not (trained_run["run"] / "mesh.ply").exists()

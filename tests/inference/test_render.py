@@ -141,3 +141,42 @@ def test_two_ranks_render_the_frames_of_one_process(trained_run, tmp_path, capsy
         a = cv2.imread(str(one / f"{i:05d}.png"))
         b = cv2.imread(str(two / f"{i:05d}.png"))
         assert a is not None and np.array_equal(a, b)
+
+
+def test_ctrl_c_during_a_render_keeps_the_finished_frames_and_writes_no_video(trained_run, tmp_path, capsys,
+                                                                               monkeypatch):
+    from trainer.inference import render_views
+
+    calls = []
+    real = render_views.render_camera
+
+    def interrupted_on_the_third(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(render_views, "render_camera", interrupted_on_the_third)
+    frames, video = tmp_path / "frames", tmp_path / "orbit.mp4"
+    code, stdout, err = run_cli(["render", trained_run["run"], "--cameras", "orbit", "--frames", "5", "--width", "16",
+                                 "--height", "16", "--video", video, "--out", frames, "--quiet"], capsys)
+    assert code == 130 and stdout == ""
+    assert err == (f"interrupted: render stopped after 2 of 5 frames; no video written; PNG 2 frames 00000.png to "
+                   f"00001.png kept in {frames}\n")
+    assert sorted(p.name for p in frames.iterdir()) == ["00000.png", "00001.png"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["frames"]  # no video, no temporary file
+
+
+def test_a_video_the_encoder_left_unplayable_is_removed_and_named(tmp_path):
+    """ffmpeg cannot put H.264 into WebM: it leaves a header-only file; the check before the
+    rename refuses it and removes the temporary file."""
+    from trainer.errors import ConfigError
+    from trainer.inference.outputs import VideoFile
+
+    video = VideoFile(tmp_path / "clip.webm", 30.0)
+    for shade in (0, 128):
+        video.append(np.full((16, 16, 3), shade, dtype=np.uint8))
+    with pytest.raises(ConfigError, match=r"^--video .*clip\.webm: the encoder left no playable video \(OpenCV reads 0 "
+                                          r"frame\(s\), first frame unreadable\); nothing was written$"):
+        video.close()
+    assert not list(tmp_path.iterdir())

@@ -2,7 +2,8 @@
 registers the same parsers through :func:`register`).
 
 Every flag is checked before the model is loaded; bad input ends with one ``error:`` line naming
-the flag, file or key, and nothing is written.
+the flag, file or key, exit status 2, and nothing is written. Ctrl-C ends with one
+``interrupted:`` line (how far it got, what was kept), exit status 130.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from trainer.errors import ConfigError, NgptuneError
+from trainer.inference.defaults import DEFAULT_MESH_THRESHOLD, MAX_RAYS_PER_POINT
+from trainer.inference.outputs import VIDEO_EXTENSIONS
 from trainer.runstatus import print_error
 
 __all__ = ["build_parser", "export_command", "main", "register", "render_command"]
@@ -24,6 +27,7 @@ __all__ = ["build_parser", "export_command", "main", "register", "render_command
 DEFAULT_FPS = 30.0
 DEFAULT_SECONDS = 4.0
 RENDER_GROUP_TIMEOUT_S = 6 * 3600.0  # ranks that finish early wait this long at the final barrier
+INTERRUPTED_EXIT = 130  # 128 + SIGINT, as a shell reports Ctrl-C
 
 
 def add_render_arguments(p: argparse.ArgumentParser) -> None:
@@ -44,7 +48,8 @@ def add_render_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--elevation", type=float, default=None, help="orbit elevation in degrees (default: the training cameras' mean)")
     p.add_argument("--radius", type=float, default=None, help="orbit radius in scene units (default: the training cameras' mean distance)")
     p.add_argument("--fov", type=float, default=None, help="orbit vertical field of view in degrees (default: the first training camera's)")
-    p.add_argument("--video", type=Path, default=None, help="write a video (.mp4, .mkv, .mov, .avi, .webm)")
+    p.add_argument("--video", type=Path, default=None,
+                   help=f"write a video, H.264 (else MPEG-4 part 2): {', '.join(VIDEO_EXTENSIONS)}")
     p.add_argument("--out", type=Path, default=None,
                    help="folder for PNG frames (default without --video: MODEL's folder/render-<cameras>)")
     p.add_argument("--depth", action="store_true", help="also write 16-bit depth PNGs and colourised previews")
@@ -68,14 +73,17 @@ def add_export_arguments(p: argparse.ArgumentParser) -> None:
     mesh = kinds.add_parser("mesh", help="marching-cubes mesh with vertex colours, in the capture's world frame")
     _add_export_common(mesh)
     mesh.add_argument("--resolution", type=int, default=256, help="lattice points per axis (default 256)")
-    mesh.add_argument("--threshold", type=float, default=None,  # mesh.py (torch) is not imported for --help
-                      help="density σ of the surface (default: trainer.inference.mesh.DEFAULT_THRESHOLD, instant-ngp's)")
+    mesh.add_argument("--threshold", type=float, default=DEFAULT_MESH_THRESHOLD,
+                      help=f"density σ of the surface, a finite number >= 0 (default {DEFAULT_MESH_THRESHOLD:g}, "
+                           "instant-ngp's)")
     mesh.add_argument("--aabb", type=float, nargs=6, default=None, metavar=("X0", "Y0", "Z0", "X1", "Y1", "Z1"),
                       help="box to mesh in scene units (default: the occupied part of the occupancy grid)")
     mesh.add_argument("--out", type=Path, default=None, help="FILE.ply | .obj | .glb (default: MODEL's folder/mesh.ply)")
     cloud = kinds.add_parser("pointcloud", help="coloured points at the expected depth of training rays (PLY)")
     _add_export_common(cloud)
-    cloud.add_argument("--n-points", type=int, default=200_000, help="training rays cast (default 200000)")
+    cloud.add_argument("--n-points", type=int, default=200_000,
+                       help=f"points to write, one per training ray that reaches --min-opacity (default 200000); "
+                            f"at most {MAX_RAYS_PER_POINT}·N rays are cast, then the points found are written")
     cloud.add_argument("--min-opacity", type=float, default=0.5, help="keep rays at least this opaque (default 0.5)")
     cloud.add_argument("--seed", type=int, default=0, help="seed of the ray choice (default 0)")
     cloud.add_argument("--out", type=Path, default=None, help="FILE.ply (default: MODEL's folder/pointcloud.ply)")
@@ -101,6 +109,35 @@ def _model_folder(model: Path) -> Path:
     return model.parent if model.is_file() else model
 
 
+def check_device_flag(device: str | None) -> None:
+    """Refuse a ``--device`` that is no torch device, or CUDA where there is none.
+
+    Raises:
+        ConfigError: one line naming ``--device``.
+    """
+    if device is None or device == "auto":
+        return
+    import torch
+
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise ConfigError(f"--device {device}: expected cpu, cuda or cuda:N") from None
+    if parsed.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ConfigError(f"--device {device}: no CUDA device is available on this machine; use --device cpu")
+        if parsed.index is not None and parsed.index >= count:
+            raise ConfigError(f"--device {device}: this machine has {count} CUDA device(s) (cuda:0 to cuda:{count - 1})")
+    elif parsed.type != "cpu":
+        raise ConfigError(f"--device {device}: expected cpu, cuda or cuda:N")
+
+
+def _interrupted(what: str) -> int:
+    print(f"interrupted: {what}", file=sys.stderr, flush=True)
+    return INTERRUPTED_EXIT
+
+
 def _camera_label(cameras: str) -> str:
     return Path(cameras).stem if cameras.endswith(".json") else cameras
 
@@ -114,8 +151,11 @@ def check_render_flags(args: argparse.Namespace) -> None:
     Raises:
         ConfigError: one line naming the flag.
     """
+    from trainer.inference.loading import check_model_path
     from trainer.inference.outputs import check_video_path, parse_background, prepare_output_dir
 
+    check_model_path(args.model)
+    check_device_flag(args.device)
     for flag, value, minimum in (("--spp", args.spp, 1), ("--width", args.width, 1), ("--height", args.height, 1),
                                  ("--downscale", args.downscale, 1), ("--frames", args.frames, 1),
                                  ("--nproc-per-node", args.nproc_per_node, 1)):
@@ -199,7 +239,20 @@ def _summary_line(summary: dict[str, Any], job: Any) -> str:
 
 
 def render_command(args: argparse.Namespace) -> int:
-    """``render``: one process, or ``--nproc-per-node N`` ranks through the elastic launcher."""
+    """``render``: one process, or ``--nproc-per-node N`` ranks through the elastic launcher.
+    Returns the exit status (130 after Ctrl-C, with one line saying how far it got)."""
+    from trainer.inference.render_views import RenderInterrupted
+
+    try:
+        return _render(args)
+    except RenderInterrupted as exc:
+        return _interrupted(str(exc))
+    except KeyboardInterrupt:
+        video = "; no video written" if args.video is not None else ""
+        return _interrupted(f"render stopped before the first frame was rendered{video}")
+
+
+def _render(args: argparse.Namespace) -> int:
     from trainer.inference.loading import load_model
     from trainer.inference.render_views import render_job
 
@@ -243,6 +296,12 @@ def _launch_render(args: argparse.Namespace) -> int:
                        timeout_s=300, env_extra={"NGPTUNE_RENDER_SUMMARY": str(logs / "summary.json")})
     except NgptuneError as exc:
         raise type(exc)(f"{exc} (rank logs in {logs}/logs)") from None
+    except KeyboardInterrupt:
+        from trainer.inference.render_views import RenderInterrupted
+
+        kept = f"; the PNG frames written so far are in {args.out}" if args.out is not None else ""
+        video = "; no video written" if args.video is not None else ""
+        raise RenderInterrupted(f"render stopped, the ranks were stopped{video}{kept} (rank logs in {logs}/logs)") from None
     summary = json.loads((logs / "summary.json").read_text(encoding="utf-8"))
     shutil.rmtree(logs, ignore_errors=True)
     for note in summary["notes"]:
@@ -285,39 +344,57 @@ def _render_worker(args: argparse.Namespace) -> int:
 
 
 def export_command(args: argparse.Namespace) -> int:
-    """``export mesh|pointcloud``."""
+    """``export mesh|pointcloud``. Returns the exit status (130 after Ctrl-C: nothing is written,
+    the files appear only when complete)."""
+    from trainer.inference.loading import check_model_path
+
+    check_model_path(args.model)
+    check_device_flag(args.device)
+    out = args.out or _model_folder(args.model) / ("mesh.ply" if args.kind == "mesh" else "pointcloud.ply")
+    try:
+        return _export_mesh(args, out) if args.kind == "mesh" else _export_pointcloud(args, out)
+    except KeyboardInterrupt:
+        return _interrupted(f"export {args.kind} stopped; {out} was not written")
+
+
+def _from_model(args: argparse.Namespace, extract: Any) -> Any:
+    """``extract(model)`` with the model of ``args`` loaded, closed afterwards."""
     from trainer.inference.loading import load_model
 
-    folder = _model_folder(args.model)
-    if args.kind == "mesh":
-        from trainer.inference.mesh import DEFAULT_THRESHOLD, check_mesh_request, extract_mesh, write_mesh
-
-        if args.threshold is None:
-            args.threshold = DEFAULT_THRESHOLD
-        out = args.out or folder / "mesh.ply"
-        check_mesh_request(args.resolution, out, args.aabb)
-        model = load_model(args.model, args.scene, args.device)
-        try:
-            mesh = extract_mesh(model, args.resolution, args.threshold, args.aabb, quiet=args.quiet)
-        finally:
-            model.close()
-        write_mesh(mesh, out)
-        print(f"mesh: {len(mesh['vertices'])} vertices, {len(mesh['faces'])} triangles at {args.resolution}^3, "
-              f"threshold {args.threshold:g} (density {mesh['density_s']:.2f} s, marching cubes {mesh['marching_s']:.2f} s) "
-              f"-> {out}", flush=True)
-        return 0
-    from trainer.inference.pointcloud import check_pointcloud_request, extract_pointcloud, write_pointcloud
-
-    out = args.out or folder / "pointcloud.ply"
-    check_pointcloud_request(args.n_points, args.min_opacity, out)
     model = load_model(args.model, args.scene, args.device)
     try:
-        cloud = extract_pointcloud(model, args.n_points, args.min_opacity, args.seed, quiet=args.quiet)
+        return extract(model)
     finally:
         model.close()
+
+
+def _export_mesh(args: argparse.Namespace, out: Path) -> int:
+    from trainer.inference.mesh import check_mesh_request, extract_mesh, write_mesh
+
+    check_mesh_request(args.resolution, out, args.aabb, args.threshold)
+    mesh = _from_model(args, lambda model: extract_mesh(model, args.resolution, args.threshold, args.aabb,
+                                                        quiet=args.quiet))
+    write_mesh(mesh, out)
+    print(f"mesh: {len(mesh['vertices'])} vertices, {len(mesh['faces'])} triangles at {args.resolution}^3, "
+          f"threshold {args.threshold:g} (density {mesh['density_s']:.2f} s, marching cubes {mesh['marching_s']:.2f} s) "
+          f"-> {out}", flush=True)
+    return 0
+
+
+def _export_pointcloud(args: argparse.Namespace, out: Path) -> int:
+    from trainer.inference.pointcloud import (
+        check_pointcloud_request, extract_pointcloud, shortfall_note, write_pointcloud,
+    )
+
+    check_pointcloud_request(args.n_points, args.min_opacity, out)
+    cloud = _from_model(args, lambda model: extract_pointcloud(model, args.n_points, args.min_opacity, args.seed,
+                                                               quiet=args.quiet))
     write_pointcloud(cloud, out)
-    print(f"point cloud: {len(cloud['points'])} points of {cloud['rays']} rays (opacity >= {args.min_opacity:g}) -> {out}",
-          flush=True)
+    note = shortfall_note(cloud, args.n_points, args.min_opacity)
+    if note is not None:
+        print(f"warning: {note}", file=sys.stderr)
+    print(f"point cloud: {len(cloud['points'])} points from {cloud['rays']} rays (opacity >= {args.min_opacity:g}) "
+          f"-> {out}", flush=True)
     return 0
 
 

@@ -30,7 +30,7 @@ from trainer.config import TrainConfig, apply_overrides, config_from_dict
 from trainer.errors import ConfigError, SceneError, SnapshotError
 from trainer.rundir import RunDir
 
-__all__ = ["LoadedModel", "find_model_source", "load_model", "precision_autocast"]
+__all__ = ["LoadedModel", "check_model_path", "find_model_source", "load_model", "precision_autocast"]
 
 
 @dataclasses.dataclass
@@ -61,6 +61,18 @@ class LoadedModel:
         self.trainer.close()
 
 
+def check_model_path(path: Path) -> None:
+    """Refuse a model path that does not exist (the command line calls this before it makes any
+    output folder beside the model).
+
+    Raises:
+        SnapshotError: one line naming the path.
+    """
+    if not Path(path).exists():
+        raise SnapshotError(f"{path}: no such file or folder (expected a run folder, a snapshot file or a "
+                            "checkpoint folder)")
+
+
 def find_model_source(path: Path) -> tuple[str, Path, Path | None]:
     """``(kind, source, run_config)``: ``kind`` is ``"snapshot"`` or ``"checkpoint"``, ``source``
     the file or folder to load, ``run_config`` the run's ``config.json`` when ``path`` is a run
@@ -73,8 +85,7 @@ def find_model_source(path: Path) -> tuple[str, Path, Path | None]:
     from trainer.parallel.checkpoint import latest_checkpoint
 
     path = Path(path)
-    if not path.exists():
-        raise SnapshotError(f"{path}: not found (expected a run folder, a snapshot file or a checkpoint folder)")
+    check_model_path(path)
     if path.is_file():
         return "snapshot", path, None
     run = RunDir(path)
@@ -125,6 +136,9 @@ def _inference_config(cfg: TrainConfig, device: str | None) -> TrainConfig:
     }
     if device is not None:
         overrides["training.device"] = device
+    elif cfg.training.device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"training.device: the run's {cfg.training.device!r} needs a CUDA device and this machine "
+                          "has none; give --device cpu")
     return apply_overrides(cfg, overrides)
 
 
@@ -154,6 +168,7 @@ def load_model(path: Path, scene_path: Path | None = None, device: str | None = 
         SnapshotError: no model found, a truncated or corrupt file, a snapshot of another config
             (names the entry and both shapes).
         SceneError: the scene cannot be loaded.
+        ConfigError: the run trained on CUDA, ``device`` is None and this machine has no CUDA.
     """
     from trainer.train.snapshot import load_snapshot, load_state_checked
 

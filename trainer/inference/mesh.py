@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from trainer.errors import ConfigError
+from trainer.inference.defaults import DEFAULT_MESH_THRESHOLD
 from trainer.inference.loading import LoadedModel, precision_autocast
 from trainer.inference.progress import Progress
 from trainer.inference.worldframe import cube_to_world, world_to_cube
@@ -40,7 +41,7 @@ __all__ = [
     "write_mesh",
 ]
 
-DEFAULT_THRESHOLD = 2.5  # σ, instant-ngp's marching-cubes default
+DEFAULT_THRESHOLD = DEFAULT_MESH_THRESHOLD  # σ, instant-ngp's marching-cubes default
 MESH_EXTENSIONS = (".ply", ".obj", ".glb")
 CHUNK_POINTS = 2**18
 # Bytes per lattice point while meshing: the float32 grid, scikit-image's float64 working copy and
@@ -68,14 +69,18 @@ def _gib(n: float) -> str:
     return f"{n / 2**30:.3g} GiB"
 
 
-def check_mesh_request(resolution: int, out: Path, aabb: list[float] | None = None) -> None:
+def check_mesh_request(resolution: int, out: Path, aabb: list[float] | None = None,
+                       threshold: float = DEFAULT_THRESHOLD) -> None:
     """Refuse a mesh request before any work: resolution below 2, a lattice that would not fit in
     memory (with the estimate), an unknown extension, an output folder that cannot be made, an
-    empty ``--aabb``.
+    empty ``--aabb``, a threshold that is not a finite σ >= 0 (the field's density is never
+    negative, so a negative level lies below every cell).
 
     Raises:
         ConfigError: one line naming the flag.
     """
+    if not (np.isfinite(threshold) and threshold >= 0):
+        raise ConfigError(f"--threshold {threshold:g}: expected a finite density σ >= 0 (default {DEFAULT_THRESHOLD:g})")
     if resolution < 2:
         raise ConfigError(f"--resolution {resolution}: expected an integer >= 2 (lattice points per axis)")
     need, have = mesh_memory_bytes(resolution), available_memory_bytes()
@@ -184,8 +189,8 @@ def extract_mesh(model: LoadedModel, resolution: int = 256, threshold: float = D
         "box_cube": [2, 3] the unit-cube box meshed, "density_s", "marching_s"}``.
 
     Raises:
-        ConfigError: nothing in the box reaches ``threshold`` (names ``--threshold``), or an
-            ``--aabb`` outside the scene box.
+        ConfigError: nothing in the box reaches ``threshold``, or every lattice point exceeds
+            it (both name ``--threshold``), or an ``--aabb`` outside the scene box.
     """
     import time
 
@@ -208,6 +213,10 @@ def extract_mesh(model: LoadedModel, resolution: int = 256, threshold: float = D
     if not peak > threshold:
         raise ConfigError(f"--threshold {threshold:g}: no density in the box reaches it (highest σ {peak:.3g}); "
                           "lower it or train longer")
+    lowest = float(sigma.min())
+    if threshold < lowest:  # scikit-image needs the level within the lattice's range
+        raise ConfigError(f"--threshold {threshold:g}: every cell of the box is denser than it (lowest σ "
+                          f"{lowest:.3g}); raise it or widen --aabb")
     spacing = tuple(float((box[1, a] - box[0, a]) / (resolution - 1)) for a in range(3))
     t1 = time.perf_counter()
     verts, faces, normals, _ = measure.marching_cubes(sigma, level=threshold, spacing=spacing,

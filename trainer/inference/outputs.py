@@ -7,9 +7,13 @@ video (``.<stem>.partial<ext>`` while frames go in) after the encoder has closed
 Videos go through imageio with imageio-ffmpeg's bundled ffmpeg binary: H.264 (``libx264``,
 ``yuv420p`` for even sizes, ``yuv444p`` otherwise) where that encoder is present, else MPEG-4
 part 2 with a warning. Without imageio-ffmpeg, OpenCV's ``VideoWriter`` writes it (H.264 ``avc1``
-where OpenCV's build has it, else MPEG-4 ``mp4v``; ``.mp4``/``.mov``/``.avi``/``.mkv``). Only when
-neither can open the file is :class:`VideoUnavailable` raised, before the first frame, and the
-caller writes PNG frames instead.
+where OpenCV's build has it, else MPEG-4 ``mp4v``). Only when neither can open the file is
+:class:`VideoUnavailable` raised, before the first frame, and the caller writes PNG frames instead.
+Both writers put H.264 and MPEG-4 part 2 into ``.mp4``, ``.mov``, ``.mkv`` and ``.avi``
+(:data:`VIDEO_EXTENSIONS`); WebM holds only VP8, VP9 or AV1, so ``.webm`` is refused up front.
+Before the rename, the finished temporary file is opened with OpenCV's ``VideoCapture``: it must
+report at least one frame and decode the first; otherwise it is removed and
+:class:`~trainer.errors.ConfigError` names ``--video``.
 
 Depth PNGs (``<name>_depth.png``, uint16): ``value · depth_scale`` is the expected ray-termination
 distance in the scene's source units (0: no surface along the ray); ``depth_scale`` is written
@@ -36,6 +40,7 @@ __all__ = [
     "VIDEO_EXTENSIONS",
     "VideoFile",
     "VideoUnavailable",
+    "check_video_file",
     "check_video_path",
     "parse_background",
     "prepare_output_dir",
@@ -44,7 +49,9 @@ __all__ = [
     "write_depth_scale",
 ]
 
-VIDEO_EXTENSIONS = (".mp4", ".mkv", ".mov", ".avi", ".webm")
+VIDEO_EXTENSIONS = (".mp4", ".mov", ".mkv", ".avi")  # containers both writers fill with H.264 / MPEG-4
+# Containers whose codecs neither writer encodes: the reason, for the error line.
+UNSUPPORTED_VIDEO_CONTAINERS = {".webm": "WebM holds only VP8, VP9 or AV1 video"}
 _NAMED_BACKGROUNDS = {"white": (1.0, 1.0, 1.0), "black": (0.0, 0.0, 0.0)}
 DEPTH_MAX_COUNT = 65535
 
@@ -88,14 +95,41 @@ def check_video_path(path: Path) -> Path:
     can be made.
 
     Raises:
-        ConfigError: an unknown extension (lists the known ones) or an unusable folder.
+        ConfigError: an unknown or unsupported extension (lists the supported ones) or an
+            unusable folder.
     """
     path = Path(path)
+    reason = UNSUPPORTED_VIDEO_CONTAINERS.get(path.suffix.lower())
+    if reason is not None:
+        raise ConfigError(f"--video {path}: {reason}, and the video writer encodes H.264 or MPEG-4 part 2; "
+                          f"use {', '.join(VIDEO_EXTENSIONS)}")
     if path.suffix.lower() not in VIDEO_EXTENSIONS:
         raise ConfigError(f"--video {path}: unknown video extension {path.suffix or '(none)'!r} "
                           f"(known: {', '.join(VIDEO_EXTENSIONS)})")
     prepare_output_dir(path.parent if str(path.parent) else Path("."), "--video")
     return path
+
+
+def check_video_file(path: Path, flag_path: Path) -> int:
+    """Open a finished video with OpenCV's ``VideoCapture``: it must report at least one frame
+    and decode the first. Returns the frame count it reports.
+
+    Raises:
+        ConfigError: it does not (names ``--video flag_path``; the caller removes the file).
+    """
+    import cv2
+
+    capture = cv2.VideoCapture(str(path))
+    try:
+        count = int(capture.get(cv2.CAP_PROP_FRAME_COUNT)) if capture.isOpened() else 0
+        decoded = capture.isOpened() and capture.read()[0]
+    finally:
+        capture.release()
+    if count < 1 or not decoded:
+        raise ConfigError(f"--video {flag_path}: the encoder left no playable video (OpenCV reads "
+                          f"{max(count, 0)} frame(s), first frame {'decoded' if decoded else 'unreadable'}); "
+                          "nothing was written")
+    return count
 
 
 def _temp_name(path: Path) -> Path:
@@ -243,15 +277,32 @@ class VideoFile:
         self.n_frames += 1
 
     def close(self) -> Path:
-        """Finish the file and rename it into place; returns its path."""
+        """Finish the file, check it (:func:`check_video_file`) and rename it into place;
+        returns its path.
+
+        Raises:
+            ConfigError: no frames were appended, the encoder failed, or the finished file holds
+                no playable video (the temporary file is removed).
+        """
         if self._writer is None and self._cv_writer is None:
             raise ConfigError(f"--video {self.path}: no frames were rendered")
-        if self._cv_writer is not None:
-            self._cv_writer.release()
-            self._cv_writer = None
-        else:
-            self._writer.close()
-            self._writer = None
+        try:
+            if self._cv_writer is not None:
+                self._cv_writer.release()
+                self._cv_writer = None
+            else:
+                writer, self._writer = self._writer, None
+                writer.close()
+            check_video_file(self.temp, self.path)
+        except ConfigError:
+            self.abort()
+            raise
+        except OSError as exc:  # imageio reports a failed ffmpeg process as an OSError
+            self.abort()
+            raise ConfigError(f"--video {self.path}: the encoder failed ({exc}); nothing was written") from None
+        except BaseException:
+            self.abort()
+            raise
         os.replace(self.temp, self.path)
         return self.path
 

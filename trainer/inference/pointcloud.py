@@ -1,29 +1,45 @@
 """A coloured point cloud from a trained model: points at the expected depth of training rays.
 
-``n_points`` rays are drawn uniformly over the pixels of every training image (a seeded
-generator), rendered with the evaluation renderer (:func:`trainer.train.evaluate.render_ray_buffers`,
-black background), and those whose accumulated opacity reaches ``min_opacity`` give a point at
-``o + d · Σ w_i t_i / Σ w_i`` coloured ``Σ w_i c_i / Σ w_i`` (the colour without background).
+``n_points`` is the number of points written (nerfstudio's ``ns-export pointcloud
+--num-points`` counts the same way). Training rays are drawn without replacement, uniformly over
+the pixels of every training image (a seeded generator), and cast in batches with the evaluation
+renderer (:func:`trainer.train.evaluate.render_ray_buffers`, black background); a ray whose
+accumulated opacity reaches ``min_opacity`` gives a point at ``o + d · Σ w_i t_i / Σ w_i``
+coloured ``Σ w_i c_i / Σ w_i`` (the colour without background). Batches go on until
+``n_points`` points are collected or the ray cap is reached: ``MAX_RAYS_PER_POINT · n_points``
+rays (:mod:`trainer.inference.defaults`), and never more than the training images have pixels;
+then the points found so far are written and the result says it fell short.
+
+Memory: the ray order is ``8 B`` per ray of the cap, the points ``36 B`` each (at most one per
+ray), and one batch of at most :data:`MAX_RAY_BATCH` rays is rendered at a time; so
+``--n-points 10**12`` costs what casting every training pixel once costs.
+
 Points are written in the capture's world frame (:mod:`trainer.inference.worldframe`) as a PLY
 file through trimesh, to a temporary name renamed at the end.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from trainer.data.rays import camera_rays_for_image
+from trainer.data.rays import IntrinsicsTensors, generate_rays
 from trainer.errors import ConfigError
+from trainer.inference.defaults import MAX_RAYS_PER_POINT
 from trainer.inference.loading import LoadedModel
 from trainer.inference.progress import Progress
 from trainer.inference.worldframe import cube_to_world
 from trainer.rundir import atomic_write, prepare_output_file
 
-__all__ = ["check_pointcloud_request", "extract_pointcloud", "write_pointcloud"]
+__all__ = ["MAX_RAYS_PER_POINT", "check_pointcloud_request", "extract_pointcloud", "shortfall_note", "write_pointcloud"]
+
+MIN_RAY_BATCH = 2**10  # rays of the smallest batch
+MAX_RAY_BATCH = 2**18  # rays of the largest batch (its rays, buffers and render)
+BATCH_MARGIN = 1.2  # a batch after the first casts this much more than the hit rate so far asks for
 
 
 def check_pointcloud_request(n_points: int, min_opacity: float, out: Path) -> None:
@@ -42,46 +58,83 @@ def check_pointcloud_request(n_points: int, min_opacity: float, out: Path) -> No
     prepare_output_file(Path(out), "--out")
 
 
+def _next_batch(n_points: int, have: int, cast: int, max_rays: int) -> int:
+    """Rays of the next batch: ``n_points`` at first, then what the hit rate so far needs for the
+    rest (with :data:`BATCH_MARGIN`, assuming at worst one hit per ``MAX_RAYS_PER_POINT`` rays),
+    within [:data:`MIN_RAY_BATCH`, :data:`MAX_RAY_BATCH`] and the rays left under the cap."""
+    if cast == 0:
+        want = n_points
+    else:
+        rate = max(have / cast, 1.0 / MAX_RAYS_PER_POINT)
+        want = math.ceil((n_points - have) / rate * BATCH_MARGIN)
+    return int(min(max(want, MIN_RAY_BATCH), MAX_RAY_BATCH, max_rays - cast))
+
+
 @torch.no_grad()
 def extract_pointcloud(model: LoadedModel, n_points: int = 200_000, min_opacity: float = 0.5,
                        seed: int = 0, quiet: bool = True) -> dict[str, Any]:
     """Points and colours (module docstring).
 
     Returns:
-        ``{"points": [P, 3] float64 source world, "colours": [P, 3] float32, "rays": rays cast}``.
+        ``{"points": [P, 3] float64 source world, "colours": [P, 3] float32, "rays": rays cast,
+        "max_rays": the ray cap, "pixels": training pixels in all}``; ``P == n_points`` unless
+        the cap was reached first (then ``rays == max_rays``).
     """
     from trainer.inference.render_views import subgrid_sample_renderer
     from trainer.train.evaluate import render_ray_buffers
 
     trainer = model.trainer
+    device = trainer.device
     frames = trainer.scene.frames("train")
-    pixels = np.array([f.intrinsics.width * f.intrinsics.height for f in frames], dtype=np.int64)
-    rng = np.random.default_rng(seed)
-    picks = np.sort(rng.choice(int(pixels.sum()), size=min(n_points, int(pixels.sum())), replace=False))
-    starts = np.concatenate([[0], np.cumsum(pixels)])
-    background = torch.zeros(3, device=trainer.device)
+    widths = np.array([f.intrinsics.width for f in frames], dtype=np.int64)
+    pixels = widths * np.array([f.intrinsics.height for f in frames], dtype=np.int64)
+    starts = np.cumsum(pixels) - pixels
+    total = int(pixels.sum())
+    max_rays = int(min(MAX_RAYS_PER_POINT * n_points, total))
+    order = np.random.default_rng(seed).choice(total, size=max_rays, replace=False)  # distinct, random order
+    c2w = torch.as_tensor(np.stack([np.asarray(f.c2w, dtype=np.float32)[:3, :4] for f in frames]), device=device)
+    cameras = IntrinsicsTensors.from_intrinsics([f.intrinsics for f in frames], device)
+    background = torch.zeros(3, device=device)
     renderer = subgrid_sample_renderer(trainer, True) if model.mode == "subgrid" else None
     points, colours = [], []
-    progress = Progress("rays", len(frames), quiet=quiet)
+    have = cast = 0
+    progress = Progress("points", n_points, quiet=quiet, rate_name="rays")
     try:
-        for i, frame in enumerate(frames):
-            mine = picks[(picks >= starts[i]) & (picks < starts[i + 1])] - starts[i]
-            if mine.size:
-                rays_o, rays_d = camera_rays_for_image(frame, trainer.device)
-                index = torch.as_tensor(mine, device=trainer.device)
-                o, d = rays_o[index], rays_d[index]
-                with trainer.inference_weights():
-                    out = render_ray_buffers(trainer, o, d, background, render_samples=renderer)
-                keep = out.opacity >= max(min_opacity, 1e-6)
-                opacity = out.opacity[keep].unsqueeze(-1)
-                points.append((o[keep] + d[keep] * (out.depth[keep].unsqueeze(-1) / opacity)).cpu().numpy())
-                colours.append((out.rgb[keep] / opacity).clamp(0, 1).cpu().numpy())
-            progress.advance(1, int(mine.size))
+        while have < n_points and cast < max_rays:
+            batch = order[cast : cast + _next_batch(n_points, have, cast, max_rays)]
+            cast += batch.size
+            frame_ids = np.searchsorted(starts, batch, side="right") - 1
+            local = batch - starts[frame_ids]
+            rows = torch.as_tensor(frame_ids, device=device)
+            u = torch.as_tensor(local % widths[frame_ids], device=device)
+            v = torch.as_tensor(local // widths[frame_ids], device=device)
+            o, d = generate_rays(c2w[rows], cameras[rows], u, v)
+            with trainer.inference_weights():
+                out = render_ray_buffers(trainer, o, d, background, render_samples=renderer)
+            keep = (out.opacity >= max(min_opacity, 1e-6)).nonzero().squeeze(-1)[: n_points - have]
+            opacity = out.opacity[keep].unsqueeze(-1)
+            points.append((o[keep] + d[keep] * (out.depth[keep].unsqueeze(-1) / opacity)).cpu().numpy())
+            colours.append((out.rgb[keep] / opacity).clamp(0, 1).cpu().numpy())
+            have += int(keep.numel())
+            progress.advance(int(keep.numel()), int(batch.size))
     finally:
         progress.close()
     cube = np.concatenate(points) if points else np.zeros((0, 3))
-    return {"points": cube_to_world(cube, model.scene), "colours": np.concatenate(colours) if colours else np.zeros((0, 3)),
-            "rays": int(picks.size)}
+    return {"points": cube_to_world(cube, model.scene),
+            "colours": np.concatenate(colours) if colours else np.zeros((0, 3), dtype=np.float32),
+            "rays": cast, "max_rays": max_rays, "pixels": total}
+
+
+def shortfall_note(cloud: dict[str, Any], n_points: int, min_opacity: float) -> str | None:
+    """One line when ``cloud`` holds fewer than ``n_points`` points (the ray cap was reached),
+    else None."""
+    found = len(cloud["points"])
+    if found >= n_points:
+        return None
+    cap = ("every pixel of the training images" if cloud["max_rays"] == cloud["pixels"]
+           else f"{MAX_RAYS_PER_POINT} rays per point asked for")
+    return (f"--n-points {n_points}: only {found} rays of {cloud['rays']} cast reached opacity {min_opacity:g} "
+            f"before the ray cap ({cap}); the cloud has {found} points")
 
 
 def write_pointcloud(cloud: dict[str, Any], out: Path) -> Path:

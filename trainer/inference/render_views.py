@@ -32,9 +32,29 @@ from trainer.inference.worldframe import units_per_cube_unit
 from trainer.render.volrend import RenderedRays, composite_segment
 from trainer.train.evaluate import render_ray_buffers
 
-__all__ = ["RenderJob", "RenderedView", "render_camera", "render_job", "subgrid_sample_renderer"]
+__all__ = ["RenderInterrupted", "RenderJob", "RenderedView", "render_camera", "render_job", "subgrid_sample_renderer"]
 
 MIN_DEPTH_OPACITY = 0.01  # pixels less opaque than this have no depth (0 in the PNG)
+
+
+class RenderInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a render; the message says after how many frames, that no video was written
+    (its temporary file is removed) and which PNG frames were kept."""
+
+
+def interrupted_message(done: list[int], n_frames: int, frames_dir: Path | None, video: Path | None) -> str:
+    """``render stopped after N of M frames; ...`` for :class:`RenderInterrupted` (``done``: the
+    indices of the frames whose files were written)."""
+    parts = [f"render stopped after {len(done)} of {n_frames} frames"]
+    if video is not None:
+        parts.append("no video written")
+    if frames_dir is not None and done:
+        first, last = _frame_name(min(done)), _frame_name(max(done))
+        names = f"{first}.png" if len(done) == 1 else f"{len(done)} frames {first}.png to {last}.png"
+        parts.append(f"PNG {names} kept in {frames_dir}")
+    elif frames_dir is not None:
+        parts.append(f"no PNG frame was written to {frames_dir}")
+    return "; ".join(parts)
 
 
 @dataclasses.dataclass
@@ -164,6 +184,10 @@ def render_job(model: LoadedModel, job: RenderJob, rank: int = 0, world_size: in
     Returns:
         ``{"frames", "rendered_here", "seconds", "frames_per_s", "rays_per_s", "out_dir",
         "video", "video_codec", "notes"}`` (``video`` None when none was written).
+
+    Raises:
+        RenderInterrupted: Ctrl-C; the video's temporary file is removed, finished PNGs stay.
+        ConfigError: the finished video holds no playable frames (removed; names ``--video``).
     """
     device = model.device
     background = torch.tensor(job.background, dtype=torch.float32, device=device)
@@ -188,6 +212,7 @@ def render_job(model: LoadedModel, job: RenderJob, rank: int = 0, world_size: in
     depth_scale = depth_scale_for(model, job.cameras)
     progress = Progress("render", len(mine), quiet=job.quiet or rank != 0)
     t0 = time.perf_counter()
+    done: list[int] = []
     try:
         for index in mine:
             camera = job.cameras[index]
@@ -203,6 +228,7 @@ def render_job(model: LoadedModel, job: RenderJob, rank: int = 0, world_size: in
                     write_depth_pngs(frames_dir, _frame_name(index), view.depth, depth_scale)
             if video is not None:
                 video.append(rgb8)
+            done.append(index)
             progress.advance(1, camera.intrinsics.width * camera.intrinsics.height * job.spp)
         seconds = time.perf_counter() - t0
         if barrier is not None:
@@ -210,6 +236,11 @@ def render_job(model: LoadedModel, job: RenderJob, rank: int = 0, world_size: in
         if job.video is not None and world_size > 1 and rank == 0:
             video = _encode_from_pngs(frames_dir, len(job.cameras), job.video, job.fps, notes)
         written = video.close() if video is not None else None
+    except KeyboardInterrupt:
+        if video is not None:
+            video.abort()
+        kept = None if staging is not None else frames_dir  # staged frames are the ranks' hand-over
+        raise RenderInterrupted(interrupted_message(done, len(mine), kept, job.video)) from None
     except BaseException:
         if video is not None:
             video.abort()
