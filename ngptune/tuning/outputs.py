@@ -31,10 +31,10 @@ from pathlib import Path
 
 from ngptune.tuning import nccl
 from ngptune.tuning.layout import StudyDir
-from trainer.config import TrainConfig, apply_overrides, config_to_dict, dump_config, load_config
+from trainer.config import RUN_CONTROL_KEYS, TrainConfig, apply_overrides, config_to_dict, dump_config, load_config
 from trainer.rundir import atomic_write_text
 
-__all__ = ["best_config", "comment_text", "representative_trial", "write_best_config", "write_best_env",
+__all__ = ["best_config", "comment_safe", "comment_text", "representative_trial", "write_best_config", "write_best_env",
            "write_confirmation"]
 
 _SHELL_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -72,7 +72,9 @@ def representative_trial(study):
 
 def best_config(trial, spec) -> TrainConfig:
     """The trial's launch config with the budget keys of ``spec.budget`` (a
-    :class:`~ngptune.tuning.study.StudySpec`) and ``data.scene`` set back to the study's base config.
+    :class:`~ngptune.tuning.study.StudySpec`), ``data.scene`` and the study's fixed settings that
+    only steer a run (:data:`trainer.config.RUN_CONTROL_KEYS`: logging, evaluation views, device)
+    set back to the study's base config.
 
     Raises:
         ConfigError: the trial's config file or the base config is missing or invalid (names it).
@@ -80,7 +82,8 @@ def best_config(trial, spec) -> TrainConfig:
     cfg = load_config(Path(trial.user_attrs["config_path"]))
     base = config_to_dict(load_config(spec.base_config_path))
     restore = {"data.scene": base["data"]["scene"]}
-    for key in spec.budget.trainer_overrides():
+    run_control = [k for k in spec.settings if k in RUN_CONTROL_KEYS or k.split(".", 1)[0] in RUN_CONTROL_KEYS]
+    for key in [*spec.budget.trainer_overrides(), *run_control]:
         block, name = key.split(".", 1)
         restore[key] = base[block][name]
     return apply_overrides(cfg, restore)
@@ -97,7 +100,15 @@ def _header(trial, spec, verdict) -> list[str]:
     if scene_specific:
         lines.append("Fixed by the study for its scene (may not suit another): "
                      + ", ".join(f"{k}={v}" for k, v in scene_specific.items()) + ".")
-    return ["// " + line for line in lines]
+    return ["// " + comment_safe(line) for line in lines]
+
+
+def comment_safe(text: str) -> str:
+    """``text`` for one ``//`` comment line of a JSON5 file: line breaks (also U+2028/U+2029, line
+    terminators in JSON5), other control characters, quotes and backslashes escaped as in a JSON
+    string, so nothing it holds can end the comment."""
+    escaped = json.dumps(str(text), ensure_ascii=False)[1:-1]
+    return escaped.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
 
 
 def write_best_config(trial, spec, study_dir: StudyDir, *, verdict=None) -> Path:
@@ -149,7 +160,8 @@ def write_best_env(trial, study_name: str, study_dir: StudyDir) -> Path:
     lines = [
         f"# NCCL variables of trial {int(trial.number)} of study {comment_text(study_name)} "
         "(source before ngptune train).",
-        "# Site variables (NCCL_SOCKET_IFNAME, NCCL_IB_HCA, ...) are not included: keep your own.",
+        "# Site variables (NCCL_SOCKET_IFNAME, NCCL_IB_HCA, ...) are not included: keep your own; "
+        "NCCL_NVLS_ENABLE=0 is set in every trial (NVLink SHARP multicast stays off).",
     ]
     if not active:
         lines.append("# NCCL was inactive in this sweep (gloo backend): no NCCL variable was tuned.")

@@ -73,3 +73,25 @@ def test_best_env_refuses_a_variable_name_that_is_not_an_identifier(tmp_path):
     trial = SimpleNamespace(number=1, user_attrs={"nccl_env": {"NCCL_X=1; touch PWNED; Y": "1"}})
     with pytest.raises(ValueError, match="is not a shell variable name"):
         write_best_env(trial, "s", StudyDir(tmp_path))
+
+
+def test_hostile_setting_values_keep_best_config_loadable(tmp_path, demo_scene):
+    from tests.tuning.conftest import write_study
+    from trainer.config import dump_config, load_config
+    from ngptune.tuning.outputs import write_best_config
+
+    value = "/tmp/c\n\"training\": {\"n_steps\": 1}, // \u2028 </script>'$(touch PWNED)'"
+    spec = load_study(write_study(tmp_path / "h.toml", scene=demo_scene,
+                                  settings={"data.cache_dir": value, "training.eval_max_images": 1}))
+    config = tmp_path / "trial.config.json"
+    config.write_text(dump_config(spec.base_config()) + "\n")
+    trial = SimpleNamespace(number=1, user_attrs={"config_path": str(config), "is_default": False})
+    path = write_best_config(trial, spec, StudyDir(tmp_path))
+    lines = path.read_text(encoding="utf-8").splitlines()
+    comments = [line for line in lines if line.startswith("//")]
+    assert len(comments) == 4 and "\u2028" not in path.read_text(encoding="utf-8")  # one line each
+    cfg = load_config(path)
+    assert cfg.data.cache_dir == value and cfg.training.n_steps != 1
+    assert cfg.training.eval_max_images == load_config(spec.base_config_path).training.eval_max_images  # run control
+    assert cfg.training.log_every == load_config(spec.base_config_path).training.log_every
+    assert _no_pwned(tmp_path) == []
