@@ -462,7 +462,7 @@ def _finish_status(
         )
     _keep_final_model(trainer, args, status)
     if not args.no_eval:
-        progress.message(_evaluation_notice(trainer, last))
+        progress.message(evaluation_notice(trainer, last))
         started = last_line = time.perf_counter()
 
         def view_done(done: int, total: int, image: dict[str, Any]) -> None:  # a line per 10 s at most
@@ -522,7 +522,11 @@ def _model_kept_text(trainer: Any, status: dict[str, Any]) -> str:
             f"{trainer.step} to evaluate later")
 
 
-def _evaluation_notice(trainer: Any, last: dict[str, Any] | None = None) -> str:
+LONG_EVALUATION_S = 600.0
+"""An estimated final evaluation longer than this (s) gets a hint on how to shorten it."""
+
+
+def evaluation_notice(trainer: Any, last: dict[str, Any] | None = None) -> str:
     """The line printed before the final evaluation: which views, how many pixels, an estimated
     time (single process: measured by rendering a sample of their rays with the trained field and
     occupancy grid, :func:`~trainer.train.eval_estimate.measure_eval_seconds`; distributed: from
@@ -551,6 +555,9 @@ def _evaluation_notice(trainer: Any, last: dict[str, Any] | None = None) -> str:
         if cap is not None and cap < len(views):
             line += f"; on a CPU at most {cap} of the {len(views)} views (training.eval_max_images; --eval-max-images N)"
         line += "; not counted in --time-budget, --no-eval skips it"
+    if estimate is not None and estimate > LONG_EVALUATION_S:
+        line += ("; that is long: Ctrl-C keeps the trained model, and fewer views (--eval-max-images 1) or "
+                 "smaller images (--downscale N) shorten it")
     return line
 
 
@@ -707,6 +714,7 @@ def train_command(args: argparse.Namespace) -> int:
     try:
         cfg = resolve_config(args)
         if args.print_config:
+            print(f"config: {config_source(args)}", file=sys.stderr)  # stdout stays a loadable config
             print(dump_config(cfg))
             return 0
         status = run_training(cfg, args)

@@ -61,3 +61,21 @@ def test_the_evaluation_estimate_is_within_twice_its_time(tmp_path):
     took = json.loads(out.stdout.strip().splitlines()[-1])["eval_time_s"]
     assert estimate, out.stdout
     assert took / 2 <= max(float(estimate.group(1)), 0.5) <= took * 2, (estimate.group(0), took)
+
+
+def test_a_long_evaluation_says_how_to_shorten_it(demo_scene, monkeypatch):
+    import trainer.train.eval_estimate as eval_estimate
+    from tests.train.conftest import tiny_config
+    from trainer.cli import LONG_EVALUATION_S, evaluation_notice
+    from trainer.data import load_scene
+    from trainer.train.loop import Trainer
+
+    trainer = Trainer(tiny_config(), load_scene(demo_scene))
+    monkeypatch.setattr(eval_estimate, "measure_eval_seconds", lambda *args: LONG_EVALUATION_S * 8.7)
+    line = evaluation_notice(trainer)
+    assert "estimated 87.0 min (measured on a sample of its rays)" in line
+    assert line.endswith("that is long: Ctrl-C keeps the trained model, and fewer views (--eval-max-images 1) or "
+                         "smaller images (--downscale N) shorten it")
+    monkeypatch.setattr(eval_estimate, "measure_eval_seconds", lambda *args: 12.0)
+    assert "that is long" not in evaluation_notice(trainer)
+    trainer.close()

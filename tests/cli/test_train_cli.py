@@ -48,6 +48,7 @@ def test_instant_ngp_flags_train_save_and_resume(demo_scene, tmp_path):
 def test_print_config_and_bad_override_are_one_line(tmp_path):
     ok = _run("--print-config", "--set", "training.precision=bf16", cwd=REPO)
     assert ok.returncode == 0 and json.loads(ok.stdout)["training"]["precision"] == "bf16"
+    assert ok.stderr.strip().splitlines()[-1].endswith("configs/small.json (the CPU preset: no --config on a CPU)")
     bad = _run("--print-config", "--set", "encoding.log2_hashmap_size=32", cwd=REPO)
     assert bad.returncode == 2
     assert bad.stderr.strip().splitlines() == [
