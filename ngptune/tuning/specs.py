@@ -184,9 +184,9 @@ class StudySpec:
         """The base trainer config with :meth:`fixed_overrides` applied (the untuned default)."""
         return apply_overrides(load_config(self.base_config_path), self.fixed_overrides())
 
-    def fingerprint(self, scene_path: str, nproc_per_node: int) -> str:
-        """SHA-256 of what defines a trial (base config with fixed settings, scene, world size,
-        NCCL settings, space, objectives): a study resumed with another of these is refused."""
+    def definition(self, scene_path: str, nproc_per_node: int) -> dict[str, Any]:
+        """What defines a trial, as JSON-ready data: the base config with the fixed settings and
+        the budget, the scene, the world size, the NCCL settings, the space and the objectives."""
         payload = {
             "config": config_to_dict(self.base_config()),
             "scene": scene_path,
@@ -195,4 +195,9 @@ class StudySpec:
             "params": [dataclasses.asdict(p) for p in self.params],
             "objectives": [dataclasses.asdict(o) for o in self.objectives],
         }
+        return json.loads(json.dumps(payload, sort_keys=True, default=str))
+
+    def fingerprint(self, scene_path: str, nproc_per_node: int) -> str:
+        """SHA-256 of :meth:`definition`: a study resumed with another definition is refused."""
+        payload = self.definition(scene_path, nproc_per_node)
         return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fcntl
+import json
 import os
 import socket
 import time
@@ -24,10 +25,12 @@ from trainer.config import TrainConfig
 from trainer.errors import NgptuneError
 
 __all__ = [
+    "DEFINITION_ATTR",
     "SweepError",
     "UNTUNED_ATTR",
     "masked_url",
     "open_storage",
+    "definition_differences",
     "open_study",
     "recover_trials",
     "setup_lock",
@@ -47,6 +50,7 @@ MAX_RETRIES = 2  # a trial whose worker died is retried at most this many times
 SCHEMA_ATTEMPTS = 8  # RDB storage: tries to open it while another worker creates its tables
 READY_WAIT_S = 60.0  # a worker that loads a study waits this long for its creator to finish setting it up
 _READY_ATTR = "fingerprint"  # study user attribute written last by the creating worker
+DEFINITION_ATTR = "definition"  # the definition the fingerprint was taken of (StudySpec.definition)
 # Trial user attribute of the enqueued untuned default (and of its retries, which copy it);
 # ``is_default`` is true only on the one of them that ran to its end, so the report finds one.
 UNTUNED_ATTR = "untuned"
@@ -214,9 +218,28 @@ def session_seed(study_seed: int, trials_before: int) -> int:
     return (study_seed + trials_before) % 2**32
 
 
+def definition_differences(stored: Any, current: dict[str, Any], limit: int = 4) -> list[str]:
+    """``"key: stored → current"`` for the leaves in which two study definitions differ (dotted
+    keys, e.g. ``config.training.time_budget_s: 2.0 → 3.0``), at most ``limit`` of them."""
+    def leaves(value: Any, prefix: str) -> dict[str, Any]:
+        if isinstance(value, dict):
+            out: dict[str, Any] = {}
+            for key, item in value.items():
+                out.update(leaves(item, f"{prefix}.{key}" if prefix else str(key)))
+            return out
+        return {prefix: value}
+
+    old, new = leaves(stored if isinstance(stored, dict) else {}, ""), leaves(current, "")
+    missing = object()
+    lines = [f"{key}: {json.dumps(old.get(key))} → {json.dumps(new.get(key))}"
+             for key in sorted(set(old) | set(new)) if old.get(key, missing) != new.get(key, missing)]
+    return lines[:limit] + ([f"and {len(lines) - limit} more"] if len(lines) > limit else [])
+
+
 def open_study(storage, name: str, spec: StudySpec, fingerprint: str, attrs: dict[str, Any], study_dir: StudyDir,
-                base_cfg: TrainConfig, is_rdb: bool):
-    """Create the study (enqueue the default trial) or load it and check it is the same study."""
+               base_cfg: TrainConfig, is_rdb: bool, definition: dict[str, Any] | None = None):
+    """Create the study (enqueue the default trial) or load it and check it is the same study
+    (the same ``fingerprint``; a refusal names what differs from the stored ``definition``)."""
     import optuna
 
     sampler, pruner = build_sampler(spec.sampler), build_pruner(spec.pruner)
@@ -230,11 +253,15 @@ def open_study(storage, name: str, spec: StudySpec, fingerprint: str, attrs: dic
             time.sleep(0.5)  # the creating worker is still setting the study up
         found = study.user_attrs.get(_READY_ATTR)
         if found != fingerprint:
-            why = "was not set up completely" if found is None else "was made from another definition"
-            raise SweepError(
-                f"study {name!r} in {attrs['storage']} {why} (base config, settings, scene, search space, "
-                f"objectives or --nproc-per-node differ); use another --study-name or --out"
-            ) from None
+            changed = definition_differences(study.user_attrs.get(DEFINITION_ATTR), definition or {})
+            if found is None:
+                why = "was not set up completely"
+            elif changed and DEFINITION_ATTR in study.user_attrs:
+                why = "was made from another definition: " + "; ".join(changed)
+            else:
+                why = ("was made from another definition (base config, settings, budget, scene, search space, "
+                       "objectives or --nproc-per-node differ)")
+            raise SweepError(f"study {name!r} in {attrs['storage']} {why}; use another --study-name or --out") from None
         # A sampler seeded as when the study began would draw the same start-up parameters again;
         # offset by the trials so far: reproducible, and new points for this session (or worker).
         reseeded = dataclasses.replace(spec.sampler, seed=session_seed(spec.sampler.seed, len(study.trials)))
@@ -252,5 +279,7 @@ def open_study(storage, name: str, spec: StudySpec, fingerprint: str, attrs: dic
     for key, value in attrs.items():
         study.set_user_attr(key, value)
     study.enqueue_trial(default_params(spec, base_cfg), user_attrs={UNTUNED_ATTR: True})
+    if definition is not None:
+        study.set_user_attr(DEFINITION_ATTR, definition)
     study.set_user_attr(_READY_ATTR, fingerprint)  # last: the study is ready for other workers
     return study, True

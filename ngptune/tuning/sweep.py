@@ -524,12 +524,14 @@ def _run(options: SweepOptions, spec: StudySpec, nproc: int, base_cfg: TrainConf
     storage = open_storage(options.storage, study_dir)
     is_rdb = options.storage is not None
     storage_text = masked_url(options.storage) if is_rdb else str(study_dir.journal_path)
+    definition = spec.definition(scene, nproc)
     fingerprint = spec.fingerprint(scene, nproc)
     attrs = {"study_file": str(spec.path), "scene": scene, "nproc_per_node": nproc, "nccl_active": nccl_active,
              "storage": storage_text}
 
     with setup_lock(study_dir, enabled=not is_rdb):
-        study, created = open_study(storage, name, spec, fingerprint, attrs, study_dir, base_cfg, is_rdb)
+        study, created = open_study(storage, name, spec, fingerprint, attrs, study_dir, base_cfg, is_rdb,
+                                    definition=definition)
         seed = spec.sampler.seed if created else session_seed(spec.sampler.seed, len(study.trials))
         record_worker(study, spec, worker_id(), concurrent_trials=slots.concurrent, sampler_seed=seed)
         retried = recover_trials(study, check_workers=not is_rdb, retry_interrupted=True)

@@ -239,3 +239,14 @@ def test_a_parameter_value_no_trial_could_run_is_refused_at_load(tmp_path, demo_
     unset["encoding.base_resolution"] = None
     path = write_study(tmp_path / "c.toml", scene=demo_scene, params=params, settings=unset)
     assert [p.name for p in load_study(path).params] == ["encoding.max_resolution", "encoding.base_resolution"]
+
+
+def test_definition_differences_name_the_changed_keys():
+    from ngptune.tuning.storage import definition_differences
+
+    old = {"config": {"training": {"time_budget_s": 2.0, "log_every": 5}}, "scene": "a"}
+    new = {"config": {"training": {"time_budget_s": 3.0, "log_every": 5}}, "scene": "a", "x": 1}
+    assert definition_differences(old, new) == ["config.training.time_budget_s: 2.0 → 3.0", "x: null → 1"]
+    assert definition_differences(old, old) == []
+    many = definition_differences({}, {f"k{i}": i for i in range(6)})
+    assert len(many) == 5 and many[-1] == "and 2 more"

@@ -113,7 +113,9 @@ def test_invalid_combinations_are_pruned_without_launch(tmp_path, demo_scene):
     path.write_text(path.read_text().replace('"training.log_every" = 5', '"training.log_every" = 10'))
     again = _run(SWEEP + ["--study", path, "--out", out, "--nproc-per-node", "2", "--trials", "3"], timeout_s=200)
     assert again.returncode == 2
-    assert again.stderr.startswith(f"error: study 't' in {StudyDir(out).journal_path} was made from another definition")
+    assert again.stderr.strip().splitlines() == [
+        f"error: study 't' in {StudyDir(out).journal_path} was made from another definition: "
+        "config.training.log_every: 5 → 10; use another --study-name or --out"]  # names what changed
     assert len(_load(out).trials) == 2
 
 
