@@ -48,6 +48,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import math
 import os
 import signal
 import threading
@@ -540,7 +541,8 @@ def _run(options: SweepOptions, spec: StudySpec, nproc: int, base_cfg: TrainConf
     console.print(
         f"[bold]study {name}[/bold] ({spec.path}): {trials_target} trials of {spec.budget.describe()} on "
         f"{nproc} rank{'s' if nproc > 1 else ''} ({backend}); scene {scene}; storage {storage_text}"
-        + ("" if created else f"; resuming with {counted} of {trials_target} trials done or running")
+        + ("" if created else f"; resuming with {counted} of {trials_target} trials done or running"
+           if counted < trials_target else f"; resuming: {counted} trials done, no more to run (--trials N for more)")
         + (f"; {slots.concurrent} trials at once" if slots.concurrent > 1 else "")
         + (f"; retrying trial{'s' if len(retried) > 1 else ''} {', '.join(map(str, retried))}" if retried else "")
     )
@@ -621,6 +623,21 @@ def _confirm(options: SweepOptions, study, spec: StudySpec, study_dir: StudyDir,
                          launch=launcher, on_run=shown)
 
 
+def _target_missed_hint(study, spec: StudySpec) -> str | None:
+    """For a study whose trials all missed their ``time_to_psnr_s`` target: the target, the best
+    PSNR any trial reached and what to change; None otherwise."""
+    targets = [o.target_db for o in spec.objectives if o.name == "time_to_psnr_s" and o.target_db is not None]
+    trials = study.get_trials(deepcopy=False)
+    missed = [t for t in trials if str(t.user_attrs.get("reason", "")).startswith("PSNR target")]
+    if not targets or not missed:
+        return None
+    seen = [(t.user_attrs.get("quality", {}).get("psnr_db"), t.number) for t in missed]
+    seen = [(p, n) for p, n in seen if isinstance(p, (int, float)) and math.isfinite(p)]
+    best = f"the best PSNR reached was {max(seen)[0]:.2f} dB (trial {max(seen)[1]})" if seen else "no PSNR was reached"
+    return (f"{len(missed)} of {len(trials)} trials missed the time_to_psnr_s target of {targets[0]:g} dB; {best}: "
+            "lower target_db or give the trials a longer budget")
+
+
 def _write_outputs(study, spec: StudySpec, name: str, study_dir: StudyDir, nccl_active: bool,
                    console: Console, verdict: Verdict | None) -> SweepResult:
     from ngptune.reporting.study_data import default_trial
@@ -652,6 +669,9 @@ def _write_outputs(study, spec: StudySpec, name: str, study_dir: StudyDir, nccl_
         console.print(f"[yellow]{verdict.sentence}[/yellow]")
     else:
         console.print("[red]no trial completed: no best_config.json[/red]")
+        missed = _target_missed_hint(study, spec)
+        if missed:
+            console.print(f"[yellow]{missed}[/yellow]")
     console.print(f"report: {report}; trials: {study_dir.trials_csv_path}")
     return SweepResult(
         study_name=name,

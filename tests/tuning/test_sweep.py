@@ -393,3 +393,15 @@ def test_a_reopened_study_draws_new_points(tmp_path, tiny_study):
     again, created = open_study(storage, "t", spec, "fp", {"storage": "journal"}, study_dir, spec.base_config(), False)
     assert not created
     assert not set(draws(again, 2)) & set(first_draws[1:])
+
+
+def test_a_target_no_trial_reaches_ends_with_the_best_psnr_seen(tmp_path, demo_scene):
+    objectives = '[[objectives]]\nname = "time_to_psnr_s"\ntarget_db = 99.0\neval_every_steps = 10\n'
+    params = '[params."parallel.bucket_mib"]\ntype = "categorical"\nchoices = [1.0, 25.0]\n'
+    path = write_study(tmp_path / "t.toml", scene=demo_scene, objectives=objectives, params=params, trials=1,
+                       settings={"training.eval_max_images": 1})
+    result = _run(SWEEP + ["--study", path, "--out", tmp_path / "out", "--nproc-per-node", "1", "--no-confirm"])
+    assert result.returncode == 1, result.stdout + result.stderr
+    text = " ".join(result.stdout.split())
+    assert re.search(r"1 of 1 trials missed the time_to_psnr_s target of 99 dB; the best PSNR reached was "
+                     r"\d+\.\d\d dB \(trial 0\): lower target_db or give the trials a longer budget", text), text
