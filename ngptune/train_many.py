@@ -85,7 +85,7 @@ class Job:
 @dataclasses.dataclass
 class JobResult:
     """A job's row of ``summary.csv``: scene, gpus, steps, train_time_s, psnr_db, status, log
-    path, and the run folder, the snapshot it started from and why it failed."""
+    path, and the run folder, the snapshot it started from and why it failed or was skipped."""
 
     scene: str
     gpus: str
@@ -202,6 +202,7 @@ def _run_job(job: Job, options: TrainManyOptions, pool: SlotPool, warm_from: Pat
 def _finished_result(job: Job) -> JobResult:
     found = json.loads(job.job_path.read_text())
     found["status"] = "skipped"
+    found["reason"] = f"finished by an earlier run (step {found.get('steps', '?')}); remove {job.job_path} to train it again"
     return JobResult(**{k: found.get(k, "") for k in JobResult.__dataclass_fields__})
 
 
