@@ -48,6 +48,12 @@ def print_summary(study: optuna.Study, console: Console | None = None, show_reco
     """
     console = console or make_console()
     view = StudyView.of(study)
+    if show_recommendation:
+        rec = recommendation(view)
+        console.print(rec.sentence, style="bold" if rec.confirmed else "bold yellow")
+
+    def heading(what: str) -> str:
+        return best_heading(view, what) if show_recommendation else what
 
     outcomes = Table(title=f"Study {study.study_name}: {len(view.trials)} trials by outcome")
     outcomes.add_column("outcome")
@@ -59,10 +65,7 @@ def print_summary(study: optuna.Study, console: Console | None = None, show_reco
     if not view.best:
         console.print("No trial completed: no best trial, no best settings.")
         return
-    if show_recommendation:
-        rec = recommendation(view)
-        console.print(rec.sentence, style="bold" if rec.confirmed else "bold yellow")
-    quality = Table(title=best_heading(view, "Quality and time: best vs default (final evaluation PSNR, then throughput)"))
+    quality = Table(title=heading("Quality and time: best vs default (final evaluation PSNR, then throughput)"))
     quality.add_column("quantity")
     compared = view.compared()
     for t in compared:
@@ -72,7 +75,7 @@ def print_summary(study: optuna.Study, console: Console | None = None, show_reco
         quality.add_row(f"{column} (dB)" if column == "psnr_db" else column, *(_fmt(r[column]) for r in rows))
     console.print(quality)
     default_values = objective_values(view.default, view.names) if view.default is not None else None
-    versus = Table(title=best_heading(view, "Best vs default"))
+    versus = Table(title=heading("Best vs default"))
     for col in ("objective", "default", "best", "best trial", "change"):
         versus.add_column(col, justify="left" if col == "objective" else "right")
     for i, name in enumerate(view.names):

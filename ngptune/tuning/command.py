@@ -58,7 +58,10 @@ def _concurrent(text: str) -> int | str:
 def _confirm_runs(text: str) -> int:
     from ngptune.tuning.confirm import MAX_REPEATS, MIN_REPEATS
 
-    value = positive_int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {MIN_REPEATS} to {MAX_REPEATS} re-runs each, got {text!r}") from None
     if not MIN_REPEATS <= value <= MAX_REPEATS:
         raise argparse.ArgumentTypeError(
             f"expected {MIN_REPEATS} to {MAX_REPEATS} re-runs each, got {value}"
@@ -95,7 +98,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("sweep interrupted: the running trial was stopped; run the same command again to resume")
         return 130
-    return 0 if result.best_number is not None else 1
+    pending = result.verdict is not None and result.verdict.status == "pending"  # another worker recommends
+    return 0 if result.best_number is not None or pending else 1
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

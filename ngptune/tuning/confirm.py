@@ -23,9 +23,10 @@ K is at least 2 (:data:`MIN_REPEATS`): one re-run each gives no estimate of the 
 Every re-run is recorded in the study's user attribute ``confirmation`` as soon as it ends
 (:data:`CONFIRMATION_ATTR`), under its trial number and index: re-run ``i`` of a trial is the
 same training whichever trial it is compared with (seed ``base + 1000 + i``). A sweep started
-again resumes the confirmation where it stopped, reuses the re-runs it already has when K grows
-or a new best is compared with the same default, and runs only what is missing. A re-run stopped
-by Ctrl-C or a kill is not recorded and runs again from the start.
+again resumes the confirmation where it stopped, reuses the completed re-runs it already has when
+K grows or a new best is compared with the same default, and runs only what is missing. A
+re-run stopped by Ctrl-C or a kill is not recorded and runs again from the start; a failed one
+counts against its configuration in the sweep it failed in, and runs again in the next.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ __all__ = [
     "decide",
     "pending",
     "primary_objective",
+    "recorded_repeats",
     "run_order",
     "unconfirmed",
     "verdict_runs",
@@ -208,14 +210,16 @@ Launch = Callable[[str, Any, int, int], ConfirmRun]
 
 
 def _recorded_runs(record: Mapping[str, Any] | None, objective: str) -> dict[tuple[int, int], dict[str, Any]]:
-    """``(trial number, index) -> run`` of the finished re-runs recorded for ``objective`` (a record
-    of another objective holds none; runs without a trial number name it by their label)."""
+    """``(trial number, index) -> run`` of the completed re-runs recorded for ``objective`` (a
+    record of another objective holds none; runs without a trial number name it by their label).
+    A failed re-run is not reused: the next sweep runs it again (a rank killed from outside, e.g.
+    by the kernel's OOM killer, is not evidence about the configuration)."""
     if not isinstance(record, Mapping) or record.get("objective") != objective:
         return {}
     runs = {}
     for r in record.get("runs", []):
         trial = r.get("trial", record.get(f"{r.get('label')}_trial"))
-        if r.get("outcome") != "interrupted" and trial is not None:
+        if r.get("outcome") == "completed" and trial is not None:
             runs[(int(trial), int(r["index"]))] = {**r, "trial": int(trial)}
     return runs
 
@@ -265,6 +269,15 @@ def confirm_study(study, *, best, default, repeats: int, objective: str, directi
                      best_trial=best.number, default_trial=default.number)
     save(verdict)
     return verdict
+
+
+def recorded_repeats(record: Mapping[str, Any] | None, objective: str, best: int, default: int) -> int:
+    """The largest K whose re-runs ``0..K-1`` of both ``best`` and ``default`` are recorded (0: none)."""
+    runs = _recorded_runs(record, objective)
+    k = 0
+    while (best, k) in runs and (default, k) in runs:
+        k += 1
+    return k
 
 
 def verdict_runs(record: Mapping[str, Any] | None, verdict: Verdict) -> list[dict[str, Any]]:

@@ -34,7 +34,7 @@ from ngptune.tuning.layout import StudyDir
 from trainer.config import RUN_CONTROL_KEYS, TrainConfig, apply_overrides, config_to_dict, dump_config, load_config
 from trainer.rundir import atomic_write_text
 
-__all__ = ["best_config", "comment_safe", "comment_text", "representative_trial", "write_best_config", "write_best_env",
+__all__ = ["best_config", "comment_safe", "comment_text", "run_control_settings", "representative_trial", "write_best_config", "write_best_env",
            "write_confirmation"]
 
 _SHELL_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -82,11 +82,16 @@ def best_config(trial, spec) -> TrainConfig:
     cfg = load_config(Path(trial.user_attrs["config_path"]))
     base = config_to_dict(load_config(spec.base_config_path))
     restore = {"data.scene": base["data"]["scene"]}
-    run_control = [k for k in spec.settings if k in RUN_CONTROL_KEYS or k.split(".", 1)[0] in RUN_CONTROL_KEYS]
-    for key in [*spec.budget.trainer_overrides(), *run_control]:
+    for key in [*spec.budget.trainer_overrides(), *run_control_settings(spec)]:
         block, name = key.split(".", 1)
         restore[key] = base[block][name]
     return apply_overrides(cfg, restore)
+
+
+def run_control_settings(spec) -> list[str]:
+    """The study's fixed settings that only steer a run (:data:`trainer.config.RUN_CONTROL_KEYS`:
+    logging, evaluation views, device): they stay behind in ``best_config.json``."""
+    return [k for k in spec.settings if k in RUN_CONTROL_KEYS or k.split(".", 1)[0] in RUN_CONTROL_KEYS]
 
 
 def _header(trial, spec, verdict) -> list[str]:
@@ -96,7 +101,8 @@ def _header(trial, spec, verdict) -> list[str]:
              + (" (the untuned default)" if trial.user_attrs.get("is_default") else "") + ".",
              f"Tuned on scene {spec.scene}; data.scene is left as in the base config: pass --scene.",
              f"Confirmation: {status}."]
-    scene_specific = {k: v for k, v in spec.settings.items() if not k.startswith("training.log")}
+    left_behind = set(run_control_settings(spec))
+    scene_specific = {k: v for k, v in spec.settings.items() if k not in left_behind}
     if scene_specific:
         lines.append("Fixed by the study for its scene (may not suit another): "
                      + ", ".join(f"{k}={v}" for k, v in scene_specific.items()) + ".")

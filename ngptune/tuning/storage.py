@@ -51,6 +51,8 @@ SCHEMA_ATTEMPTS = 8  # RDB storage: tries to open it while another worker create
 READY_WAIT_S = 60.0  # a worker that loads a study waits this long for its creator to finish setting it up
 _READY_ATTR = "fingerprint"  # study user attribute written last by the creating worker
 DEFINITION_ATTR = "definition"  # the definition the fingerprint was taken of (StudySpec.definition)
+# definition keys that a study file's [budget] sets: a refusal names the study-file key too
+BUDGET_KEYS = {"config.training.time_budget_s": "budget.seconds", "config.training.n_steps": "budget.steps"}
 # Trial user attribute of the enqueued untuned default (and of its retries, which copy it);
 # ``is_default`` is true only on the one of them that ran to its end, so the report finds one.
 UNTUNED_ATTR = "untuned"
@@ -231,7 +233,8 @@ def definition_differences(stored: Any, current: dict[str, Any], limit: int = 4)
 
     old, new = leaves(stored if isinstance(stored, dict) else {}, ""), leaves(current, "")
     missing = object()
-    lines = [f"{key}: {json.dumps(old.get(key))} → {json.dumps(new.get(key))}"
+    lines = [f"{BUDGET_KEYS[key] + ' (' + key + ')' if key in BUDGET_KEYS else key}: "
+             f"{json.dumps(old.get(key))} → {json.dumps(new.get(key))}"
              for key in sorted(set(old) | set(new)) if old.get(key, missing) != new.get(key, missing)]
     return lines[:limit] + ([f"and {len(lines) - limit} more"] if len(lines) > limit else [])
 

@@ -67,7 +67,7 @@ from ngptune.tuning.provenance import record_worker
 from ngptune.tuning.layout import StudyDir
 from ngptune.tuning.confirm import (
     CONFIRMATION_ATTR, DEFAULT_REPEATS_CPU, DEFAULT_REPEATS_GPU, Verdict, best_is_default, confirm_study, pending,
-    primary_objective, unconfirmed, verdict_runs,
+    primary_objective, recorded_repeats, unconfirmed, verdict_runs,
 )
 from ngptune.tuning.objectives import (
     OBJECTIVES, TargetNotReached, intermediate_values, mean_phase_ms, objective_value, throughput_only_warning,
@@ -601,7 +601,9 @@ def _confirm(options: SweepOptions, study, spec: StudySpec, study_dir: StudyDir,
     if not options.confirm:
         return unconfirmed(name, direction, "confirmation skipped (--no-confirm)", best_trial=best.number,
                            default_trial=default.number)
-    repeats = options.confirm_repeats or (DEFAULT_REPEATS_GPU if torch.cuda.is_available() else DEFAULT_REPEATS_CPU)
+    repeats = options.confirm_repeats or max(  # without --confirm-runs, every recorded pair counts
+        DEFAULT_REPEATS_GPU if torch.cuda.is_available() else DEFAULT_REPEATS_CPU,
+        recorded_repeats(study.user_attrs.get(CONFIRMATION_ATTR), name, best.number, default.number))
     console.print(f"[bold]confirmation[/bold]: best trial {best.number} and default trial {default.number}, "
                   f"{repeats} re-runs each of {spec.budget.describe()} with new seeds, alternating "
                   "(re-runs already recorded are reused)")

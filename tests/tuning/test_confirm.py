@@ -121,3 +121,18 @@ def test_a_record_of_another_objective_is_not_reused() -> None:
                   direction="minimize", unit="s", base_seed=1337,
                   launch=_fake_launch({"best": [5.0, 5.1], "default": [9.0, 9.2]}, calls))
     assert len(calls) == 4
+
+
+def test_a_failed_re_run_counts_once_and_runs_again_in_the_next_sweep() -> None:
+    from ngptune.tuning.confirm import recorded_repeats
+
+    study = _study(best_value=26.0, default_value=25.0)
+    first: list = []
+    verdict = _confirm(study, {"best": [26.1, 25.9], "default": [25.0, None]}, first)  # a rank killed from outside
+    assert verdict.status == "unconfirmed" and len(first) == 4
+    assert recorded_repeats(study.user_attrs[CONFIRMATION_ATTR], "psnr_at_budget_db", 1, 0) == 1
+    again: list = []
+    verdict = _confirm(study, {"best": [26.1, 25.9], "default": [25.0, 25.2]}, again)
+    assert [(label, i) for label, i, _ in again] == [("default", 1)]  # only the failed one
+    assert verdict.status == "confirmed"
+    assert recorded_repeats(study.user_attrs[CONFIRMATION_ATTR], "psnr_at_budget_db", 1, 0) == 2

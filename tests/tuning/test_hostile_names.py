@@ -90,6 +90,7 @@ def test_hostile_setting_values_keep_best_config_loadable(tmp_path, demo_scene):
     lines = path.read_text(encoding="utf-8").splitlines()
     comments = [line for line in lines if line.startswith("//")]
     assert len(comments) == 4 and "\u2028" not in path.read_text(encoding="utf-8")  # one line each
+    assert "training.eval_max_images" not in comments[3]  # left behind: not listed as a setting it holds
     cfg = load_config(path)
     assert cfg.data.cache_dir == value and cfg.training.n_steps != 1
     assert cfg.training.eval_max_images == load_config(spec.base_config_path).training.eval_max_images  # run control

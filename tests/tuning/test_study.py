@@ -246,7 +246,8 @@ def test_definition_differences_name_the_changed_keys():
 
     old = {"config": {"training": {"time_budget_s": 2.0, "log_every": 5}}, "scene": "a"}
     new = {"config": {"training": {"time_budget_s": 3.0, "log_every": 5}}, "scene": "a", "x": 1}
-    assert definition_differences(old, new) == ["config.training.time_budget_s: 2.0 → 3.0", "x: null → 1"]
+    assert definition_differences(old, new) == [  # a [budget] key is named as the study file spells it
+        "budget.seconds (config.training.time_budget_s): 2.0 → 3.0", "x: null → 1"]
     assert definition_differences(old, old) == []
     many = definition_differences({}, {f"k{i}": i for i in range(6)})
     assert len(many) == 5 and many[-1] == "and 2 more"

@@ -363,6 +363,7 @@ def test_confirmation_re_runs_best_and_default_and_records_them(tmp_path, tiny_s
 def test_contradictory_or_useless_confirmation_flags_are_refused(tmp_path, tiny_study):
     for flags, message in ((["--no-confirm", "--confirm-runs", "2"], "--no-confirm and --confirm-runs 2: give one"),
                            (["--confirm-runs", "1"], "expected 2 to 100 re-runs each, got 1 (one re-run each"),
+                           (["--confirm-runs", "0"], "expected 2 to 100 re-runs each, got 0"),
                            (["--confirm-runs", "1000000000000"], "expected 2 to 100 re-runs each")):
         result = _run(SWEEP + ["--study", tiny_study, "--out", tmp_path / "o", *flags])
         assert result.returncode == 2 and message in result.stderr, result.stderr
