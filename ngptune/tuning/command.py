@@ -96,7 +96,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     try:
         result = run_sweep(options)
     except KeyboardInterrupt:
-        print("sweep interrupted: the running trial was stopped; run the same command again to resume")
+        print("sweep interrupted: the running trial or confirmation re-run was stopped; run the same command again to resume")
         return 130
     pending = result.verdict is not None and result.verdict.status == "pending"  # another worker recommends
     return 0 if result.best_number is not None or pending else 1
