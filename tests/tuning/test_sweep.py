@@ -185,8 +185,11 @@ def test_resume_after_kill_keeps_completed_trials_and_retries_the_running_one(tm
                                                 "training.device": TrainConfig().training.device})
     header = study_dir.best_config_path.read_text().splitlines()[:3]
     assert header[0].startswith(f"// Recommended by study t ({tiny_study}): trial {best.number}")
-    assert "unconfirmed: confirmation skipped (--no-confirm)" in header[2]
-    assert json.loads(study_dir.confirmation_path.read_text())["verdict"]["confirmed"] is False
+    if best.number == 0:  # nothing to confirm: the default is the best
+        assert "no trial beat the default (trial 0): the default is recommended" in header[2]
+    else:
+        assert "unconfirmed: confirmation skipped (--no-confirm)" in header[2]
+    assert json.loads(study_dir.confirmation_path.read_text())["verdict"]["confirmed"] is (best.number == 0)
     assert "export NCCL_NVLS_ENABLE=0" in study_dir.best_env_path.read_text().splitlines()
     train = _run([sys.executable, "-m", "ngptune", "train", "--config", study_dir.best_config_path, "--n-steps", "3",
                   "--no-eval", "--quiet", "--out", tmp_path / "best_run", "--scene", launched.data.scene], timeout_s=200)
