@@ -305,7 +305,9 @@ def test_several_objectives_from_evaluations(tmp_path, demo_scene):
         assert time_to == first_reached["wall_time_s"]
         assert throughput > 0 and trial.user_attrs["settings"]["training.time_budget_s"] == 5.0
     best = [t.number for t in study.best_trials]
-    assert "representative of the Pareto front, unconfirmed): trial" in " ".join(result.stdout.split())
+    text = " ".join(result.stdout.split())
+    assert ("representative of the Pareto front, unconfirmed): trial" in text  # the front's knee is recommended,
+            or "no trial beat the default (trial 0): the default is recommended" in text)  # or is the default
     chosen = load_config(StudyDir(out).best_config_path)
     assert chosen.training.time_budget_s is None  # the trials' 5 s budget is not carried over
     restore = {"training.n_steps": chosen.training.n_steps, "training.time_budget_s": None, "data.scene": None,
