@@ -4,7 +4,7 @@ Sub-commands: ``inspect`` (describe a scene), ``demo-scene`` (write the built-in
 ``train`` (the trainer's own command line, ``python -m trainer``: one process, or ``--nproc-per-node
 N`` ranks through the elastic launcher), ``demo`` (a short single-process training run on the
 built-in demo scene), and the commands of :data:`COMMAND_MODULES` (``profile``, ``monitor``,
-``sweep``, ``bench-comm``, and ``render``/``export`` from :mod:`trainer.inference.cli`).
+``sweep``, ``bench-comm``, ``prepare``, and ``render``/``export`` from :mod:`trainer.inference.cli`).
 """
 
 from __future__ import annotations
@@ -74,6 +74,7 @@ COMMAND_MODULES = (
     "ngptune.tuning.command",  # ngptune sweep
     "ngptune.train_many_command",  # ngptune train-many
     "ngptune.commbench",  # ngptune bench-comm
+    "ngptune.prepare.command",  # ngptune prepare
     "trainer.inference.cli",  # ngptune render, ngptune export
 )
 
