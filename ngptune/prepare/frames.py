@@ -44,7 +44,7 @@ MIN_IMAGES = 3
 #: JPEG quality of written video frames and of photos turned upright by their EXIF orientation.
 JPEG_QUALITY = 95
 
-_EXIF_MAKE, _EXIF_MODEL = 0x010F, 0x0110
+_EXIF_MAKE, _EXIF_MODEL, _EXIF_ORIENTATION = 0x010F, 0x0110, 0x0112
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,11 +126,12 @@ def collect_photos(folder: Path, out: Path, advance: Callable[[int], None] = lam
         try:
             with Image.open(path) as opened:
                 device = _device_of(opened)
+                turned = opened.getexif().get(_EXIF_ORIENTATION, 1) not in (1, None)
                 upright = ImageOps.exif_transpose(opened)
                 upright.load()
         except (OSError, ValueError, SyntaxError) as exc:  # Pillow's decoders raise all three
             raise PrepareError(f"{path}: cannot decode the photo ({exc})") from None
-        if upright is opened:
+        if not turned:
             shutil.copy2(path, out / path.name)
         else:
             options = {"quality": JPEG_QUALITY} if path.suffix.lower() in (".jpg", ".jpeg") else {}

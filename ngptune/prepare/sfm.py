@@ -224,8 +224,9 @@ def map_images(database: Path, images: CaptureImages, models_dir: Path, progress
         )
     if not models:
         raise PrepareError(
-            f"mapping: no model could be built from the {total} images (too few matches between them: "
-            "more overlap between views, more texture, or less motion blur helps)"
+            f"mapping: fewer than {MIN_IMAGES} of the {total} images could be registered together, so no model "
+            "was built (too few matches between them: more overlap between views, more texture, or less "
+            "motion blur helps)"
         )
     largest = max(models.values(), key=lambda model: model.num_reg_images())
     registered = largest.num_reg_images()
@@ -243,7 +244,7 @@ def run_sfm(images: CaptureImages, work: Path, options: SfmOptions, progress: St
         PrepareError: pycolmap missing, a stage failing (named), or too few images registered.
     """
     pycolmap = pycolmap_module()
-    pycolmap.logging.minloglevel = 0 if options.verbose else 2  # 2: errors only
+    pycolmap.logging.minloglevel = 0 if options.verbose else 3  # 3: fatal only; failures are raised as PrepareError
     work.mkdir(parents=True, exist_ok=True)
     database = work / "database.db"
     extract_features(database, images, options, progress)
