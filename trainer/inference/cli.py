@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from trainer.errors import ConfigError, NgptuneError
-from trainer.inference.defaults import DEFAULT_MESH_THRESHOLD, MAX_RAYS_PER_POINT
+from trainer.inference.defaults import DEFAULT_MESH_THRESHOLD, DEFAULT_MIN_VIEWS, MAX_RAYS_PER_POINT
 from trainer.inference.outputs import VIDEO_EXTENSIONS
 from trainer.runstatus import print_error
 
@@ -68,6 +68,12 @@ def _add_export_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress display")
 
 
+def _add_min_views(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--min-views", type=int, default=DEFAULT_MIN_VIEWS,
+                   help=f"keep only {what} on the rendered surface of at least N training views, leaving out floaters, "
+                        f"haze and hidden or unseen density (default {DEFAULT_MIN_VIEWS}; 0 keeps everything)")
+
+
 def add_export_arguments(p: argparse.ArgumentParser) -> None:
     kinds = p.add_subparsers(dest="kind", required=True)
     mesh = kinds.add_parser("mesh", help="marching-cubes mesh with vertex colours, in the capture's world frame")
@@ -79,6 +85,7 @@ def add_export_arguments(p: argparse.ArgumentParser) -> None:
     mesh.add_argument("--aabb", type=float, nargs=6, default=None, metavar=("X0", "Y0", "Z0", "X1", "Y1", "Z1"),
                       help="box to mesh in scene units (default: the occupied part of the occupancy grid)")
     mesh.add_argument("--out", type=Path, default=None, help="FILE.ply | .obj | .glb (default: MODEL's folder/mesh.ply)")
+    _add_min_views(mesh, "triangles")
     cloud = kinds.add_parser("pointcloud", help="coloured points at the expected depth of training rays (PLY)")
     _add_export_common(cloud)
     cloud.add_argument("--n-points", type=int, default=200_000,
@@ -87,6 +94,7 @@ def add_export_arguments(p: argparse.ArgumentParser) -> None:
     cloud.add_argument("--min-opacity", type=float, default=0.5, help="keep rays at least this opaque (default 0.5)")
     cloud.add_argument("--seed", type=int, default=0, help="seed of the ray choice (default 0)")
     cloud.add_argument("--out", type=Path, default=None, help="FILE.ply (default: MODEL's folder/pointcloud.ply)")
+    _add_min_views(cloud, "points")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -371,11 +379,13 @@ def _from_model(args: argparse.Namespace, extract: Any) -> Any:
 def _export_mesh(args: argparse.Namespace, out: Path) -> int:
     from trainer.inference.mesh import check_mesh_request, extract_mesh, write_mesh
 
-    check_mesh_request(args.resolution, out, args.aabb, args.threshold)
+    check_mesh_request(args.resolution, out, args.aabb, args.threshold, args.min_views)
     mesh = _from_model(args, lambda model: extract_mesh(model, args.resolution, args.threshold, args.aabb,
-                                                        quiet=args.quiet))
+                                                        quiet=args.quiet, min_views=args.min_views))
     write_mesh(mesh, out)
-    print(f"mesh: {len(mesh['vertices'])} vertices, {len(mesh['faces'])} triangles at {args.resolution}^3, "
+    left_out = (f", {mesh['faces_unsupported']} left out (on the surface of fewer than {args.min_views} training "
+                f"views; support {mesh['support_s']:.2f} s)" if args.min_views > 0 else "")
+    print(f"mesh: {len(mesh['vertices'])} vertices, {len(mesh['faces'])} triangles at {args.resolution}^3{left_out}, "
           f"threshold {args.threshold:g} (density {mesh['density_s']:.2f} s, marching cubes {mesh['marching_s']:.2f} s) "
           f"-> {out}", flush=True)
     return 0
@@ -386,15 +396,17 @@ def _export_pointcloud(args: argparse.Namespace, out: Path) -> int:
         check_pointcloud_request, extract_pointcloud, shortfall_note, write_pointcloud,
     )
 
-    check_pointcloud_request(args.n_points, args.min_opacity, out)
+    check_pointcloud_request(args.n_points, args.min_opacity, out, args.min_views)
     cloud = _from_model(args, lambda model: extract_pointcloud(model, args.n_points, args.min_opacity, args.seed,
-                                                               quiet=args.quiet))
+                                                               quiet=args.quiet, min_views=args.min_views))
     write_pointcloud(cloud, out)
     note = shortfall_note(cloud, args.n_points, args.min_opacity)
     if note is not None:
         print(f"warning: {note}", file=sys.stderr)
-    print(f"point cloud: {len(cloud['points'])} points from {cloud['rays']} rays (opacity >= {args.min_opacity:g}) "
-          f"-> {out}", flush=True)
+    left_out = (f", {cloud['unsupported']} left out (on the surface of fewer than {args.min_views} training views)"
+                if args.min_views > 0 else "")
+    print(f"point cloud: {len(cloud['points'])} points from {cloud['rays']} rays (opacity >= {args.min_opacity:g}"
+          f"{left_out}) -> {out}", flush=True)
     return 0
 
 
