@@ -206,6 +206,17 @@ recipe_sweep() {
   copy_run "/tmp/sweep_$study" "sweep_$study" report.html trials.csv best_config.json best_env.sh
 }
 
+#: mesh-support [SECONDS [FLAGS]]: train SECONDS (default 60) with FLAGS (default the 400-pixel config),
+# then meshes (256³) and point clouds with --min-views 0, 1, 3, 5: kept, left out, bounding box
+recipe_mesh-support() {
+  local seconds=${1:-60}; shift || true
+  local flags=("$@")
+  [ ${#flags[@]} -gt 0 ] || flags=(--config configs/nerf_synthetic_400.json)
+  run mesh_support.txt python3 -m trainer --scene "$S" "${flags[@]}" --time-budget "$seconds" --no-eval \
+    --out /tmp/mesh_support_run --quiet | tail -3
+  run mesh_support.txt python3 bench/mesh_support.py --run /tmp/mesh_support_run | tail -14
+}
+
 #: help: this list
 recipe_help() { awk '/^#: /{on=1; sub(/^#: /, "  "); print; next} on && /^# /{sub(/^# /, "      "); print; next} {on=0}' "$0"; }
 
