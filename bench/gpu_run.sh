@@ -217,6 +217,22 @@ recipe_mesh-support() {
   run mesh_support.txt python3 bench/mesh_support.py --run /tmp/mesh_support_run | tail -14
 }
 
+#: appearance [SCENE [SECONDS]]: training.appearance off and affine, SECONDS (default 60) each on SCENE
+# (default .scenes/fox, every 8th view held out): held-out PSNR, affine-fitted PSNR, SSIM, steps
+recipe_appearance() {
+  local scene=${1:-.scenes/fox} seconds=${2:-60} mode
+  for mode in off affine; do
+    run appearance.txt python3 -m trainer --scene "$scene" --time-budget "$seconds" --quiet \
+      --set training.appearance=$mode --out "/tmp/appearance_$mode" | tail -2
+    python3 - "$mode" <<'PY' | tee -a "$keep/appearance.txt"
+import json, sys
+e = json.load(open(f"/tmp/appearance_{sys.argv[1]}/eval.json"))
+print(f"appearance {sys.argv[1]}: step {e['step']}, held-out PSNR {e['mean_psnr_db']:.2f} dB, "
+      f"affine-fitted {e['mean_psnr_affine_db']:.2f} dB, SSIM {e['mean_ssim']:.3f} ({len(e['images'])} views)")
+PY
+  done
+}
+
 #: help: this list
 recipe_help() { awk '/^#: /{on=1; sub(/^#: /, "  "); print; next} on && /^# /{sub(/^# /, "      "); print; next} {on=0}' "$0"; }
 
