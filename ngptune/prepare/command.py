@@ -19,6 +19,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from ngptune.errors import PrepareError
 from ngptune.prepare.frames import IMAGES_DIR, PHOTO_SUFFIXES
@@ -130,24 +131,18 @@ def prepare_scene(source: Path, out: Path, *, n_frames: int | None = None, fps: 
     return PrepareResult(scene=out, transforms_path=out / TRANSFORMS_NAME, report=report)
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
-    return value
+def _positive(kind: type) -> Any:
+    """argparse type: a finite ``kind`` (int or float) > 0."""
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or not 0 < value < float("inf"):
+            raise argparse.ArgumentTypeError(f"expected a {'whole ' if kind is int else ''}number > 0, got {text!r}")
+        return value
 
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-    if not value > 0.0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return value
+    return parse
 
 
 def prepare_command(args: argparse.Namespace) -> int:
@@ -179,9 +174,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("input", type=Path, help="a folder of photos (.jpg, .jpeg, .png; one size) or a video file")
     p.add_argument("--out", type=Path, required=True, help="the scene folder to write (must not exist, unless --force)")
     frames = p.add_mutually_exclusive_group()
-    frames.add_argument("--frames", type=_positive_int, default=None, metavar="N",
+    frames.add_argument("--frames", type=_positive(int), default=None, metavar="N",
                         help=f"a video: keep N frames, the sharpest of each of N equal segments (default {DEFAULT_VIDEO_FRAMES})")
-    frames.add_argument("--fps", type=_positive_float, default=None,
+    frames.add_argument("--fps", type=_positive(float), default=None,
                         help="a video: keep this many frames per second of video (the sharpest of each 1/FPS s)")
     p.add_argument("--matcher", choices=("auto",) + MATCHERS, default="auto",
                    help="image pairs to match: auto (sequential for a video, exhaustive for photos; default)")
