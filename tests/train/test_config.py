@@ -107,7 +107,7 @@ def test_defaults_are_instant_ngp_values() -> None:
     assert cfg.optimizer == OptimizerConfig(1e-2, 0.9, 0.99, 1e-15, 1e-6, 20000, 10000, 0.33, None, False)
     assert (cfg.loss.otype, cfg.loss.huber_delta) == ("L2", 0.1)
     tr = cfg.training
-    assert (tr.n_steps, tr.seed, tr.precision, tr.device) == (35000, 1337, "fp32", "auto")
+    assert (tr.n_steps, tr.seed, tr.precision, tr.device) == (35000, 1337, "tf32", "auto")
     assert (tr.target_samples_per_step, tr.initial_rays_per_step) == (2**18, 4096)
     assert (tr.occupancy_resolution, tr.occupancy_update_every, tr.occupancy_warmup_steps) == (
         128,
@@ -410,7 +410,7 @@ def test_apply_overrides() -> None:
     new = apply_overrides(cfg, {"training.precision": "bf16", "encoding.log2_hashmap_size": 15})
     assert new.training.precision == "bf16"
     assert new.encoding.log2_hashmap_size == 15
-    assert cfg.training.precision == "fp32"  # unchanged
+    assert cfg.training.precision == "tf32"  # unchanged
     assert dataclasses.replace(new, training=cfg.training, encoding=cfg.encoding) == cfg
 
     caps = [{"rank": 1, "type": "H200", "compute_power": 2}, {"rank": 0, "compute_power": 1}]

@@ -234,8 +234,10 @@ class TrainingConfig(Block):
         n_steps: optimiser steps (>= 1); 35k is instant-ngp's default.
         time_budget_s: stop after this many seconds of training (> 0), or null.
         seed: RNG seed in [0, 2^32 − 1].
-        precision: ``"fp32"``, ``"tf32"``, ``"bf16"`` (autocast) or ``"fp16"`` (autocast +
-            gradient scaling).
+        precision: ``"fp32"``, ``"tf32"`` (the default: TF32 tensor-core products in CUDA
+            matmuls and the fused MLP kernels, float32 everywhere else; the same as ``"fp32"`` on a
+            CPU), ``"bf16"`` (autocast; bfloat16 products in the fused MLP kernels) or ``"fp16"``
+            (autocast + gradient scaling).
         device: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
         target_samples_per_step: samples per step the adaptive ray batch aims at (>= 256; 2^18 in
             instant-ngp).
@@ -309,7 +311,7 @@ class TrainingConfig(Block):
     n_steps: int = rule_field(35000, IntRule(1))
     time_budget_s: float | None = rule_field(None, OptionalRule(FloatRule(0, lo_open=True)))
     seed: int = rule_field(1337, IntRule(0, 2**32 - 1))
-    precision: str = rule_field("fp32", OneOf("fp32", "tf32", "bf16", "fp16"))
+    precision: str = rule_field("tf32", OneOf("fp32", "tf32", "bf16", "fp16"))
     device: str = rule_field("auto", DeviceRule())
     # at most 2^31: sample and ray indices of the kernels are int32, and no device holds more
     target_samples_per_step: int = rule_field(262144, IntRule(256, 2**31))

@@ -50,9 +50,9 @@ WARMUP_STEPS = 3
 def capture_blockers(trainer: Any) -> list[str]:
     """Why this trainer's step cannot be captured (empty: it can)."""
     cfg, t = trainer.cfg, trainer.cfg.training
-    reasons = []
     if trainer.device.type != "cuda":
-        reasons.append(f"training.device is {trainer.device} (capture needs CUDA)")
+        return [f"training.device is {trainer.device} (capture needs CUDA)"]
+    reasons = []
     if trainer.march_backend != "triton":
         reasons.append("training.march_backend is not the Triton marcher")
     if not trainer.triton_render:
