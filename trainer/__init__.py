@@ -2,8 +2,8 @@
 
 Layering (bottom-up): ``errors`` → ``data`` / ``encoding`` / ``render`` → ``model`` → ``train``.
 ``trainer`` never imports ``ngptune``; the contract with the driver is the run directory
-(:mod:`trainer.rundir`), the outcome of a run (:mod:`trainer.runstatus`), the metrics schema
-(:mod:`trainer.schema`) and the command line ``python -m trainer`` (:mod:`trainer.launch_cli`).
+(:mod:`trainer.contract.rundir`), the outcome of a run (:mod:`trainer.contract.runstatus`), the metrics schema
+(:mod:`trainer.contract.metrics`) and the command line ``python -m trainer`` (:mod:`trainer.launch_cli`).
 """
 
 __version__ = "0.1.0"

@@ -16,17 +16,18 @@ Flags instant-ngp users know are accepted as aliases: ``--scene``, ``--network``
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import json
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from trainer.config import TrainConfig, apply_overrides, config_to_dict, dump_config, load_config, parse_override
-from trainer.errors import ConfigError, LaunchError, NgptuneError, SceneError, TrainingError
-from trainer.rundir import RunDir, prepare_output_file
-from trainer.runstatus import (
+from trainer.contract.commandline import add_train_arguments, scene_format_overrides
+from trainer.contract.defaults import cpu_config_warning, default_config_path, default_run_dir, runs_on_cpu
+from trainer.contract.config import TrainConfig, apply_overrides, config_to_dict, dump_config, load_config, parse_override
+from trainer.contract.errors import ConfigError, LaunchError, TrainerError, SceneError, TrainingError
+from trainer.contract.rundir import RunDir, prepare_output_file
+from trainer.contract.runstatus import (
     COMPLETED,
     RESTART_COUNT_KEY,
     RUN_DIR_KEY,
@@ -39,93 +40,12 @@ from trainer.runstatus import (
     print_error,
 )
 
-PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
+def on_cpu(device: str | None) -> bool:
+    """Whether ``training.device`` ``device`` (None: ``auto``) trains on this host's CPU
+    (:func:`trainer.contract.defaults.runs_on_cpu` with the CUDA devices torch sees)."""
+    from trainer.parallel.dist_env import visible_cuda_devices
 
-
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1 (ArgumentTypeError otherwise)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
-    return value
-
-
-def add_scene_format_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--format``, ``--camera-convention`` and ``--aabb-scale`` (config keys ``data.format``,
-    ``data.camera_convention``, ``data.aabb_scale``)."""
-    parser.add_argument("--format", dest="scene_format", choices=("colmap", "llff", "blender", "ngp"), default=None,
-                        help="read this format from a folder holding several (default: most camera information: "
-                             "colmap > llff > blender > ngp; data.format)")
-    parser.add_argument("--camera-convention", choices=("opengl", "opencv"), default=None,
-                        help="camera axes of transforms*.json poses (default opengl; data.camera_convention)")
-    parser.add_argument("--aabb-scale", type=int, default=None,
-                        help="scene box: this power of two (1..128) instead of the scene's or the derived one (data.aabb_scale)")
-
-
-def scene_format_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    """The ``data.*`` overrides that :func:`add_scene_format_arguments`' flags set."""
-    flags = {"data.format": getattr(args, "scene_format", None),
-             "data.camera_convention": getattr(args, "camera_convention", None),
-             "data.aabb_scale": getattr(args, "aabb_scale", None)}
-    return {k: v for k, v in flags.items() if v is not None}
-
-
-def add_train_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the training flags of one process to ``parser`` (:func:`trainer.launch_cli.add_arguments`
-    adds the launch flags)."""
-    parser.add_argument("--scene", type=Path, default=None, help="scene folder or file (default: the built-in demo scene)")
-    parser.add_argument("--config", "--network", dest="config", type=Path, default=None, help="trainer config (JSON with comments)")
-    parser.add_argument("--n-steps", "--n_steps", dest="n_steps", type=int, default=None, help="training steps")
-    parser.add_argument("--time-budget", dest="time_budget_s", type=float, default=None, help="training seconds (excludes evaluation)")
-    parser.add_argument("--device", default=None, help="cpu, cuda, cuda:N or auto")
-    parser.add_argument("--precision", choices=PRECISIONS, default=None)
-    parser.add_argument("--downscale", type=int, default=None,
-                        help="shrink images by this integer factor (default: LLFF/COLMAP longest side to <= 1600 px)")
-    add_scene_format_arguments(parser)
-    parser.add_argument("--save-snapshot", "--save_snapshot", dest="save_snapshot", type=Path, default=None, help="write a snapshot here at the end")
-    parser.add_argument("--resume", "--load_snapshot", dest="resume", type=Path, default=None, help="continue from this snapshot")
-    parser.add_argument("--warm-start", dest="warm_start", type=Path, default=None, metavar="SNAPSHOT",
-                        help="start from this snapshot's model and occupancy grid, with a fresh optimiser and step 0 "
-                             "(e.g. the previous time step of a sequence; one process)")
-    parser.add_argument("--snapshot-every", "--checkpoint-every", dest="snapshot_every", type=int, default=None,
-                        help="write a snapshot (distributed: a sharded checkpoint) into the run directory every N steps")
-    parser.add_argument("--keep-checkpoints", type=positive_int, default=3, help="distributed: keep the newest N checkpoints (default 3)")
-    parser.add_argument("--eval-every", type=int, default=None, help="evaluate every N steps (0: only at the end)")
-    parser.add_argument("--eval-max-images", type=int, default=None, help="evaluate at most this many images")
-    parser.add_argument("--no-eval", action="store_true", help="skip the final evaluation")
-    parser.add_argument("--out", type=Path, default=None, help="run directory (default: runs/<time>-<scene>)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override a config key, e.g. --set training.log_every=10")
-    parser.add_argument("--trace-steps", default=None, metavar="A:B",
-                        help="record steps A..B-1 with torch.profiler; Chrome traces go to RUN/traces/ (profile.trace_steps)")
-    parser.add_argument("--emulate-interconnect", choices=("none", "nvlink", "pcie", "sockets"), default=None,
-                        help="NCCL only: make one NVLink host's ranks talk like PCIe or sockets (distributed.emulate_interconnect)")
-    parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
-    parser.add_argument("--quiet", action="store_true", help="plain log lines, no progress bar")
-    parser.add_argument("--cpu-threads", dest="cpu_threads", type=int, default=None, metavar="N",
-                        help="intra-op threads of each rank on a CPU; 0: cores // ranks on the host (training.cpu_threads)")
-
-
-CPU_PRESET = Path(__file__).resolve().parents[1] / "configs" / "small.json"
-"""The config a run without ``--config`` takes on a CPU (:func:`default_config_path`)."""
-
-
-def default_config_path(config: Path | None, device: str | None) -> Path | None:
-    """The config file a run reads: ``config`` as given when there is one; without it, on a CPU
-    (``device``: ``--device`` / ``training.device`` as given, None for the default ``auto``)
-    :data:`CPU_PRESET` when it exists (the built-in defaults are sized for a GPU: one step of them
-    takes seconds there), else None (the built-in defaults)."""
-    if config is not None or not CPU_PRESET.is_file():
-        return config
-    from trainer.train.loop import resolve_device
-
-    try:
-        on_cpu = resolve_device(device or "auto").type == "cpu"
-    except (ConfigError, RuntimeError):
-        return None  # the bad device is reported where the config is validated
-    return CPU_PRESET if on_cpu else None
+    return runs_on_cpu(device, visible_cuda_devices())
 
 
 def config_source(args: argparse.Namespace) -> str:
@@ -163,7 +83,7 @@ def resolve_config(args: argparse.Namespace) -> TrainConfig:
     for item in args.overrides:
         key, value = parse_override(item)
         overrides[key] = value
-    path = default_config_path(args.config, args.device or overrides.get("training.device"))
+    path = default_config_path(args.config, on_cpu(args.device or overrides.get("training.device")))
     args.config_chosen = path if args.config is None else None
     cfg = load_config(path)
     flag_map = {
@@ -186,11 +106,6 @@ def resolve_config(args: argparse.Namespace) -> TrainConfig:
     if args.quiet:
         overrides["training.quiet"] = True
     return apply_overrides(cfg, overrides) if overrides else cfg
-
-
-def default_run_dir(scene_path: Path) -> Path:
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return Path("runs") / f"{stamp}-{scene_path.name or 'scene'}"
 
 
 def scene_path_of(cfg: TrainConfig) -> Path:
@@ -495,9 +410,6 @@ def _finish_status(
     status["wall_s"] = time.perf_counter() - t0
 
 
-CPU_FRIENDLY_SAMPLES_PER_STEP = 2**14
-
-
 def _keep_final_model(trainer: Any, args: argparse.Namespace, status: dict[str, Any]) -> None:
     """Write the trained model before anything else runs after training (evaluation may fail or
     be interrupted): ``--save-snapshot``'s file, else, for a single-process run, a snapshot of the
@@ -559,22 +471,6 @@ def evaluation_notice(trainer: Any, last: dict[str, Any] | None = None) -> str:
         line += ("; that is long: Ctrl-C keeps the trained model, and fewer views (--eval-max-images 1) or "
                  "smaller images (--downscale N) shorten it")
     return line
-
-
-def cpu_config_warning(cfg: TrainConfig) -> str | None:
-    """A one-line hint when a GPU-sized config is about to train on the CPU (each step of the
-    default 2^18-sample config takes seconds there), else None."""
-    from trainer.train.loop import resolve_device
-
-    if resolve_device(cfg.training.device).type != "cpu":
-        return None
-    if cfg.training.target_samples_per_step <= CPU_FRIENDLY_SAMPLES_PER_STEP:
-        return None
-    return (
-        f"note: training on the CPU with {cfg.training.target_samples_per_step} samples per step, "
-        "a GPU-sized config (seconds per step); for a quick CPU run use --config configs/small.json "
-        "(fewer samples, a smaller grid and fewer march steps)"
-    )
 
 
 def check_before_start(cfg: TrainConfig, out: Path | None, resume: Path | None) -> None:
@@ -644,7 +540,7 @@ def run_training(cfg: TrainConfig, args: argparse.Namespace) -> dict[str, Any]:
     if resolve_device(cfg.training.device).type == "cpu":
         apply_cpu_threads(cfg.training.cpu_threads, 1)
     progress.message(opening_line(cfg, args, 1))
-    warning = cpu_config_warning(cfg)
+    warning = cpu_config_warning(cfg, on_cpu(cfg.training.device))
     if warning:
         progress.message(warning)
     status: dict[str, Any] = {STATE_KEY: RUNNING, "scene": str(scene_path)}
@@ -718,7 +614,7 @@ def train_command(args: argparse.Namespace) -> int:
             print(dump_config(cfg))
             return 0
         status = run_training(cfg, args)
-    except NgptuneError as exc:
+    except TrainerError as exc:
         print_error(exc)
         return 2
     except KeyboardInterrupt:

@@ -26,7 +26,7 @@ utilisation): ``excess = (value − ideal) / (threshold − ideal)``; high from 
 low below. A diagnosis whose inputs are missing is *not evaluated* (:class:`Check`), never guessed.
 
 Inputs (:class:`ProfileInputs`) are pandas DataFrames. Phase times come from the trainer's phase
-timers (``metrics.jsonl`` of every rank, :mod:`trainer.schema`): one row per rank, logged step and
+timers (``metrics.jsonl`` of every rank, :mod:`trainer.contract.metrics`): one row per rank, logged step and
 phase with the mean ms per step of the interval ending at that step. Each rank's warm-up intervals
 (one-off costs: lazy initialisation, the first occupancy update, allocator growth) are left out when
 the rank has later ones, by the rule the summary table and the sweep objectives share
@@ -57,12 +57,18 @@ from typing import Any
 
 import pandas as pd
 
+from ngptune.errors import NgptuneError
 from ngptune.profiling.runs import drop_warmup
 from ngptune.profiling.tables import COMPUTE_PHASES, DIAGNOSES_TABLE, PHASES_TABLE, WAIT_PHASES
-from trainer.config import TrainConfig, load_config
-from trainer.errors import NgptuneError
-from trainer.schema import PHASES
-from trainer.train.collapse import COLLAPSE_CURES, COLLAPSE_MARGIN_DB, collapse_gap_db, past_occupancy_warmup
+from trainer.contract import (
+    COLLAPSE_CURES,
+    COLLAPSE_MARGIN_DB,
+    PHASES,
+    TrainConfig,
+    collapse_gap_db,
+    load_config,
+    past_occupancy_warmup,
+)
 
 __all__ = [
     "BOTTLENECKS",
@@ -319,7 +325,7 @@ class ProfileInputs:
 
     Attributes:
         phases: ``ngptune.profiling.tables.PHASES_TABLE`` columns: ``rank`` (int), ``step`` (int), ``phase``
-            (one of ``trainer.schema.PHASES`` or ``"other"``), ``time_ms`` (float, mean ms per step
+            (one of ``trainer.contract.metrics.PHASES`` or ``"other"``), ``time_ms`` (float, mean ms per step
             of the logged interval ending at ``step``); one row per (rank, step, phase); may be empty.
         summary: one row per rank, at least ``rank``; ``compute_ms`` (used when ``phases`` has no
             phase times) and ``comm_busbw_gb_per_s`` are read when present
@@ -630,7 +636,7 @@ def steps_past_occupancy_warmup(config: TrainConfig) -> int:
     warm-up and one occupancy-update period after it: with warm-up ``w``, ``log_every`` ``L``
     and ``occupancy_update_every`` ``U``, ``max(ceil(w / L)·L + L, ceil((w + U) / L)·L)``.
 
-    >>> from trainer.config import apply_overrides, TrainConfig
+    >>> from trainer.contract import apply_overrides, TrainConfig
     >>> steps_past_occupancy_warmup(apply_overrides(TrainConfig(), {"training.occupancy_warmup_steps": 64,
     ...     "training.log_every": 1, "training.occupancy_update_every": 16}))
     80
@@ -702,8 +708,8 @@ def _check_occupancy_update(phases: pd.DataFrame, means: pd.DataFrame | None, co
 
 def _check_background_collapse(evaluation: Mapping[str, Any] | None) -> Check:
     """Fires (severity high: the run trained nothing) when the test PSNR lies within
-    :data:`trainer.train.collapse.COLLAPSE_MARGIN_DB` of the background-only prediction's, past the
-    occupancy warm-up (:func:`trainer.train.collapse.collapse_message` is the trainer's warning)."""
+    :data:`trainer.contract.evaluation.COLLAPSE_MARGIN_DB` of the background-only prediction's, past the
+    occupancy warm-up (:func:`trainer.contract.evaluation.collapse_message` is the trainer's warning)."""
     name, threshold = "background_collapse", COLLAPSE_MARGIN_DB
     if evaluation is None:
         return _not_evaluated(name, threshold, "needs the run's eval.json (the run was not evaluated)")
@@ -786,11 +792,11 @@ def inputs_from_run(run_dir: Path) -> ProfileInputs:
     Raises:
         DiagnosisError: a rank of the run's world size wrote no metrics file.
         ConfigError: the run's config.json is invalid (naming it).
-        ngptune.profiling.runs.ProfileError, trainer.schema.MetricsError: no or corrupt metrics
+        ngptune.profiling.runs.ProfileError, trainer.contract.metrics.MetricsError: no or corrupt metrics
             (naming the file).
     """
     from ngptune.profiling.runs import metrics_frame, phases_table, summary_table
-    from trainer.rundir import RunDir
+    from trainer.contract import RunDir
 
     metrics = metrics_frame(run_dir)
     world_size = int(metrics["world_size"].max())
@@ -809,7 +815,7 @@ def evaluation_of_run(run_dir: Path) -> dict[str, Any] | None:
     Raises:
         DiagnosisError: the file is not a JSON object (naming it).
     """
-    from trainer.rundir import RunDir
+    from trainer.contract import RunDir
 
     path = RunDir(run_dir).eval_path
     if not path.is_file():
@@ -836,7 +842,7 @@ def config_of_run(run_dir: Path) -> TrainConfig | None:
     Raises:
         ConfigError: the file is not a valid trainer config (naming it).
     """
-    from trainer.rundir import RunDir
+    from trainer.contract import RunDir
 
     path = RunDir(run_dir).config_path
     return load_config(path) if path.is_file() else None

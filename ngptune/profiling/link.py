@@ -31,12 +31,17 @@ from pathlib import Path
 
 import pandas as pd
 
+from ngptune.errors import NgptuneError, USER_ERRORS
 from ngptune.commbench import COLUMNS, CommBenchConfig, run_comm_bench, write_table_csv
 from ngptune.profiling import SourceStatus
 from ngptune.profiling.collect import read_csv_table
-from trainer.config import TrainConfig
-from trainer.errors import ConfigError, NgptuneError
-from trainer.parallel.backend import EMULATED_INTERCONNECT_ENV, choose_backend, visible_cuda_devices
+from trainer.contract import (
+    EMULATED_INTERCONNECT_ENV,
+    ConfigError,
+    TrainConfig,
+    choose_backend,
+    visible_cuda_devices,
+)
 
 __all__ = [
     "LINK_BENCH_SIZE_BYTES",
@@ -209,7 +214,7 @@ def measure_link_busbw(
         table = run_comm_bench(bench, out_dir)
         write_table_csv(table, csv_path, "the link's table")
         row = link_busbw_of_table(table, str(csv_path))
-    except (NgptuneError, OSError, ValueError) as exc:
+    except (*USER_ERRORS, OSError, ValueError) as exc:
         return None, SourceStatus("failed", f"the link measurement (bench-comm) failed: {exc}")
     detail = f"{_describe(row)}, measured before training ({csv_path.name}; rank logs in {out_dir})"
     return float(row["busbw_gb_per_s"]), SourceStatus("ok", detail)

@@ -16,10 +16,16 @@ import pandas as pd
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
-from trainer.config import config_to_dict, load_config
-from trainer.errors import NgptuneError
-from trainer.rundir import RunDir, atomic_write_text
-from trainer.schema import PHASES, MetricsError, read_metrics
+from ngptune.errors import NgptuneError, USER_ERRORS
+from trainer.contract import (
+    PHASES,
+    MetricsError,
+    RunDir,
+    atomic_write_text,
+    config_to_dict,
+    load_config,
+    read_metrics,
+)
 
 __all__ = [
     "FLOAT_FORMAT",
@@ -464,7 +470,7 @@ def trial_config_dict(trial: FrozenTrial) -> dict[str, dict[str, Any]] | None:
         return None
     try:
         return config_to_dict(load_config(Path(path)))
-    except NgptuneError:
+    except USER_ERRORS:
         return None
 
 

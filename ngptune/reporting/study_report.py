@@ -299,7 +299,7 @@ def _interconnect_label(view: StudyView) -> str | None:
     names = sorted({t.user_attrs.get("emulated_interconnect", "") for t in view.trials} - {"", "none"})
     if not names:
         return None
-    from trainer.parallel.backend import EMULATED_INTERCONNECT_ENV
+    from trainer.contract import EMULATED_INTERCONNECT_ENV
 
     described = [
         f"{n} ({' '.join(f'{k}={v}' for k, v in EMULATED_INTERCONNECT_ENV.get(n, {}).items()) or 'no NCCL variables'})"

@@ -15,7 +15,7 @@ import threading
 
 from ngptune.scheduling.slots import SlotPool, slots_per_node, visible_gpus
 from ngptune.tuning.study import StudySpec
-from trainer.errors import ConfigError
+from trainer.contract import ConfigError
 
 __all__ = ["THROUGHPUT_OBJECTIVES", "TrialSlots", "plan_trial_slots"]
 

@@ -38,7 +38,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ngptune.profiling.runs import steady_records
-from trainer.schema import PHASES, phase_column
+from trainer.contract import PHASES, phase_column
 
 __all__ = [
     "OBJECTIVES",
@@ -176,7 +176,7 @@ def objective_value(
 
     Args:
         name: a key of :data:`OBJECTIVES`.
-        records: rank 0's metrics records (``trainer.schema.read_metrics``), in step order.
+        records: rank 0's metrics records (``trainer.contract.metrics.read_metrics``), in step order.
         status: the run's ``status.json``.
         target_db: the PSNR target of ``time_to_psnr_s``.
 

@@ -49,8 +49,8 @@ A study file is TOML (``studies/*.toml``; read with :mod:`tomllib`)::
 Relative paths (``scene``, ``config``) are looked up next to the study file first, then in the
 repository root (where ``configs/`` and ``studies/`` live). Every value is checked when the file
 is loaded: trainer settings and parameter values through the trainer's own config rules
-(:func:`trainer.config.apply_overrides`), NCCL ones against the allow-list. Errors are
-:class:`~trainer.errors.ConfigError` with one line naming the study file and the dotted key, e.g.
+(:func:`trainer.contract.config.apply_overrides`), NCCL ones against the allow-list. Errors are
+:class:`~trainer.contract.errors.ConfigError` with one line naming the study file and the dotted key, e.g.
 ``studies/x.toml: params.NCCL_PROTO.choices[2]: NCCL_PROTO=LL128 is never forced ...``.
 
 Checks between a parameter and other values (``parallel.num_subgrids`` below the world size, a
@@ -75,10 +75,16 @@ from ngptune.tuning.objectives import OBJECTIVES
 from ngptune.tuning.specs import (
     BUDGET_STEPS_CAP, BudgetSpec, ObjectiveSpec, ParamSpec, PrunerSpec, SamplerSpec, StudySpec,
 )
-from trainer.config import (
-    TrainConfig, apply_overrides, field_rule, is_int, is_number, load_config, show_value,
+from trainer.contract import (
+    ConfigError,
+    TrainConfig,
+    apply_overrides,
+    field_rule,
+    is_int,
+    is_number,
+    load_config,
+    show_value,
 )
-from trainer.errors import ConfigError
 
 __all__ = [
     "BUDGET_STEPS_CAP",
@@ -187,7 +193,7 @@ def _flatten(table: Mapping, prefix: str = "") -> dict[str, Any]:
 def _config_problem(cfg: TrainConfig, key: str, value: object) -> str | None:
     """The trainer's complaint about ``key`` taking ``value`` (None if accepted).
 
-    Only the key's own rule counts (:func:`trainer.config.field_rule`); checks between keys depend
+    Only the key's own rule counts (:func:`trainer.contract.config.field_rule`); checks between keys depend
     on the combination and are made per trial. Unknown keys get the trainer's message with its
     did-you-mean suggestion.
     """

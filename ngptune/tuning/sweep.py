@@ -59,7 +59,8 @@ from typing import Any
 
 from rich.console import Console
 from ngptune.console import make_console
-from ngptune.errors import TrialFailed
+from ngptune.errors import USER_ERRORS, TrialFailed
+from ngptune.processes import cuda_device_count
 
 from ngptune.tuning import nccl
 from ngptune.tuning.concurrency import TrialSlots, plan_trial_slots
@@ -82,9 +83,7 @@ from ngptune.tuning.storage import (
 )
 from ngptune.tuning.study import DEMO_SCENE, STUDY_NAME_RULE, StudySpec, is_study_name, load_study
 from ngptune.tuning.trial import TrialLaunch, run_trial, trial_argv
-from trainer.config import TrainConfig, dump_config
-from trainer.errors import ConfigError, NgptuneError
-from trainer.rundir import RunDir, atomic_write_text
+from trainer.contract import ConfigError, RunDir, TrainConfig, atomic_write_text, choose_backend, dump_config
 
 __all__ = ["SweepError", "SweepOptions", "SweepResult", "default_nproc_per_node", "nccl_is_active", "run_sweep"]
 # SweepError lives with the storage (ngptune.tuning.storage), which raises it too.
@@ -147,18 +146,14 @@ class SweepResult:
 
 def default_nproc_per_node() -> int:
     """Every visible GPU, or 2 ranks (gloo) on a machine without one."""
-    import torch
-
-    return torch.cuda.device_count() if torch.cuda.is_available() else 2
+    return cuda_device_count() or 2
 
 
 def nccl_is_active(cfg: TrainConfig, nproc_per_node: int) -> bool:
     """Whether the trials' ranks talk through NCCL: several ranks on CUDA tensors (a CUDA device
     present and ``training.device`` not ``cpu``), and the backend they choose from
-    ``distributed.backend`` (:func:`trainer.parallel.dist_env.choose_backend`) is NCCL."""
-    from trainer.parallel.dist_env import choose_backend, visible_cuda_devices
-
-    on_cuda = cfg.training.device != "cpu" and visible_cuda_devices() > 0
+    ``distributed.backend`` (:func:`trainer.contract.choose_backend`) is NCCL."""
+    on_cuda = cfg.training.device != "cpu" and cuda_device_count() > 0
     return nproc_per_node >= 2 and on_cuda and choose_backend(cfg.distributed.backend, on_cuda) == "nccl"
 
 
@@ -350,7 +345,7 @@ def _diagnoses(run_dir: Path) -> tuple[list[dict[str, Any]], str]:
 
     try:
         checks = assess_run(run_dir)
-    except NgptuneError as exc:
+    except USER_ERRORS as exc:
         return [], f"not diagnosed: {exc}"
     found = [c.diagnosis for c in checks if c.diagnosis is not None]
     clear = [c.bottleneck for c in checks if c.status == "clear"]
@@ -409,7 +404,7 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 def _scene_path(spec: StudySpec) -> str:
     if spec.scene != DEMO_SCENE:
         return spec.scene
-    from trainer.data.demo import demo_scene_path
+    from ngptune.processes import demo_scene_path
 
     return str(demo_scene_path())
 

@@ -81,7 +81,7 @@ def test_ctrl_c_after_a_checkpoint_says_how_to_continue(tmp_path, monkeypatch, c
 
     import trainer.parallel.launch
     from trainer.parallel import checkpoint as ckpt
-    from trainer.rundir import RunDir
+    from trainer.contract.rundir import RunDir
 
     out = tmp_path / "run"
 

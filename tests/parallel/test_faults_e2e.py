@@ -19,8 +19,8 @@ from tests.parallel.test_dp_training import tiny_flags
 from tests.train.conftest import demo_scene  # noqa: F401  (fixture)
 from trainer.parallel.checkpoint import COMPLETE_MARKER
 from trainer.parallel.rank_log import restart_line
-from trainer.rundir import RunDir
-from trainer.schema import read_metrics
+from trainer.contract.rundir import RunDir
+from trainer.contract.metrics import read_metrics
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -117,7 +117,7 @@ def test_simulated_oom_names_the_rank_and_the_oom(demo_scene, tmp_path, capfd):
         (["--set", "distributed.world_size=3"],
          "error: distributed.world_size: config says 3 but 2 processes were started"),
         (["--set", "faults.ranks=[5]"],
-         "error: faults.ranks: expected ranks < world size (2), got [5]"),
+         "error: faults.ranks[0]: expected a rank < world size (2), got 5"),
         (["--set", "encoding.table_dtype=float16"],
          "error: encoding.table_dtype: training needs 'float32' tables, got 'float16' (float16 tables are for the "
          "encoding kernels and bench/encoding.py: Adam's moments and its epsilon underflow in float16 and the loss "

@@ -11,8 +11,8 @@ import pytest
 from ngptune.profiling import diagnose as dg
 from ngptune.profiling.diagnose import BOTTLENECKS, DiagnosisError, ProfileInputs, assess, diagnose, diagnoses_table
 from ngptune.profiling.tables import DIAGNOSES_TABLE, GPU_TIMELINE_TABLE, KERNELS_TABLE, OVERLAP_TABLE, PHASES_TABLE
-from trainer.config import TrainConfig, apply_overrides
-from trainer.schema import PHASES
+from trainer.contract.config import TrainConfig, apply_overrides
+from trainer.contract.metrics import PHASES
 
 STEPS = (10, 20, 30)  # 10 is the warm-up interval
 

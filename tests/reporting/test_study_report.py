@@ -29,8 +29,8 @@ from ngptune.reporting.study_report import (
     write_trials_csv,
 )
 from tests.browser_check import view_in_browser
-from trainer.rundir import RunDir
-from trainer.schema import MetricsWriter
+from trainer.contract.rundir import RunDir
+from trainer.contract.metrics import MetricsWriter
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")  # set_metric_names
@@ -541,7 +541,7 @@ def test_a_best_that_was_not_confirmed_leads_with_the_default_recommended(tmp_pa
 
 
 def test_the_default_trial_is_shown_with_its_base_config_values(tmp_path: Path) -> None:
-    from trainer.config import TrainConfig, apply_overrides, dump_config
+    from trainer.contract.config import TrainConfig, apply_overrides, dump_config
 
     study = optuna.create_study(study_name="hash", direction="maximize")
     study.set_metric_names(["throughput_samples_per_s"])

@@ -13,9 +13,9 @@ import torch
 
 from tests.train.conftest import tiny_config
 from trainer.cli import run_training
-from trainer.config import dump_config
+from trainer.contract.config import dump_config
 from trainer.data import load_scene
-from trainer.errors import ConfigError, SnapshotError
+from trainer.contract.errors import ConfigError, SnapshotError
 from trainer.train.loop import Trainer
 
 

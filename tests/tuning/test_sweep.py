@@ -23,8 +23,8 @@ from optuna.trial import TrialState
 from ngptune.tuning.command import register
 from ngptune.tuning.layout import StudyDir
 from tests.tuning.conftest import REPO_ROOT, processes_mentioning, write_study
-from trainer.config import TrainConfig, apply_overrides, load_config
-from trainer.rundir import RunDir
+from trainer.contract.config import TrainConfig, apply_overrides, load_config
+from trainer.contract.rundir import RunDir
 
 SWEEP = [sys.executable, "-m", "ngptune", "sweep"]
 FOX = REPO_ROOT.parent / "shared" / "data" / "fox"

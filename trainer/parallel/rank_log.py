@@ -25,7 +25,7 @@ import threading
 from pathlib import Path
 from typing import TextIO
 
-from trainer.runstatus import ERROR_PREFIX, WARNING_PREFIX, strip_rank_prefix
+from trainer.contract.runstatus import ERROR_PREFIX, WARNING_PREFIX, strip_rank_prefix
 
 __all__ = ["ATTEMPT_HEADER", "RankLogFollower", "reported_step", "restart_line"]
 

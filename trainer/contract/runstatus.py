@@ -4,7 +4,7 @@
 The trainer (:mod:`trainer.cli`) and its launcher (:mod:`trainer.parallel.launch`) write them;
 ``ngptune profile`` and the sweep's trials read them. Nothing else spells these keys.
 
-``status.json`` (:attr:`trainer.rundir.RunDir.status_path`) is one JSON object, rewritten
+``status.json`` (:attr:`trainer.contract.rundir.RunDir.status_path`) is one JSON object, rewritten
 atomically at the start and at the end of a run::
 
     state                 running | completed | failed | interrupted   (STATE_KEY, STATES)
@@ -58,7 +58,7 @@ ERROR_PREFIX = "error: "
 """Start of the one line a failing process prints on stderr."""
 
 WARNING_PREFIX = "warning: "
-"""Start of the line each of ngptune's own warnings prints (:func:`plain_warning_format`)."""
+"""Start of the line each of the trainer's (and the driver's) own warnings prints (:func:`plain_warning_format`)."""
 
 # torch.distributed's prefix on lines a rank prints after joining a group.
 _RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s?")
@@ -124,22 +124,22 @@ def error_or_last_line(text: str) -> str:
     return lines[-1] if lines else ""
 
 
-_PACKAGE_ROOT = Path(__file__).resolve().parents[1]
+TRAINER_ROOT = Path(__file__).resolve().parents[1]
+"""The folder of the ``trainer`` package (whose UserWarnings :func:`plain_warning_format` shortens)."""
 
 
-def plain_warning_format() -> None:
-    """Print ngptune's own UserWarnings as ``warning: <message>`` (no source file and line, which
-    mean nothing to a user); other warnings keep Python's format. Only the printed format
-    changes (``warnings.formatwarning``), so recording warnings (tests) is unaffected."""
-    original = warnings.formatwarning
-    if getattr(original, "ngptune_plain", False):
-        return
+def plain_warning_format(*roots: Path) -> None:
+    """Print the UserWarnings raised by code under :data:`TRAINER_ROOT` (and under each of
+    ``roots``: the driver adds its own package) as ``warning: <message>`` (no source file and
+    line, which mean nothing to a user); other warnings keep Python's format. Only the printed
+    format changes (``warnings.formatwarning``), so recording warnings (tests) is unaffected."""
+    original = getattr(warnings.formatwarning, "python_format", warnings.formatwarning)
+    prefixes = tuple(str(Path(root)) for root in (TRAINER_ROOT, *roots))
 
     def formatwarning(message, category, filename, lineno, line=None):  # type: ignore[no-untyped-def]
-        ours = str(filename).startswith((str(_PACKAGE_ROOT / "trainer"), str(_PACKAGE_ROOT / "ngptune")))
-        if ours and issubclass(category, UserWarning):
+        if str(filename).startswith(prefixes) and issubclass(category, UserWarning):
             return f"{WARNING_PREFIX}{message}\n"
         return original(message, category, filename, lineno, line)
 
-    formatwarning.ngptune_plain = True  # type: ignore[attr-defined]
+    formatwarning.python_format = original  # type: ignore[attr-defined]
     warnings.formatwarning = formatwarning

@@ -17,7 +17,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from trainer.errors import ConfigError
+from trainer.contract.errors import ConfigError
 
 __all__ = [
     "Block",

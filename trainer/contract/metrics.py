@@ -15,7 +15,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from trainer.errors import NgptuneError
+from trainer.contract.errors import TrainerError
 
 SCHEMA_VERSION = 1
 
@@ -89,7 +89,7 @@ METRICS_COLUMNS: tuple[Column, ...] = (
 COLUMNS_BY_NAME: dict[str, Column] = {c.name: c for c in METRICS_COLUMNS}
 
 
-class MetricsError(NgptuneError):
+class MetricsError(TrainerError):
     """A metrics file is missing, corrupt, or breaks the schema; names the file and line."""
 
 
@@ -188,7 +188,7 @@ def truncate_metrics_after(path: Path, step: int) -> int:
     Used when a run resumes from a snapshot into the same run directory, so the file keeps one
     record per step interval. Returns the number of lines removed; a missing file is left alone.
     """
-    from trainer.rundir import atomic_write_text
+    from trainer.contract.rundir import atomic_write_text
 
     path = Path(path)
     if not path.is_file():

@@ -1,4 +1,4 @@
-"""Config I/O: a :class:`~trainer.config.blocks.TrainConfig` from plain data or a JSON5 file,
+"""Config I/O: a :class:`~trainer.contract.config.blocks.TrainConfig` from plain data or a JSON5 file,
 and back to plain data or JSON text."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from typing import Any
 
 import json5
 
-from trainer.config.blocks import BLOCKS, TrainConfig
-from trainer.config.ngp import IGNORED_NGP_BLOCKS, block_reader
-from trainer.config.rules import block_to_dict, expect_object, unknown_key
-from trainer.errors import ConfigError
+from trainer.contract.config.blocks import BLOCKS, TrainConfig
+from trainer.contract.config.ngp import IGNORED_NGP_BLOCKS, block_reader
+from trainer.contract.config.rules import block_to_dict, expect_object, unknown_key
+from trainer.contract.errors import ConfigError
 
 __all__ = ["config_from_dict", "config_to_dict", "dump_config", "load_config"]
 

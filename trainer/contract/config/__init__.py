@@ -7,9 +7,9 @@ construction::
     encoding  network  rgb_network  dir_encoding  optimizer  loss     (instant-ngp layout)
     training  data     parallel     distributed  profile  faults      (ngptune's blocks)
 
-Missing blocks and keys take the defaults of :mod:`trainer.config.blocks` (instant-ngp's NeRF
+Missing blocks and keys take the defaults of :mod:`trainer.contract.config.blocks` (instant-ngp's NeRF
 defaults, DESIGN.md §2).
-Unknown keys and bad values raise :class:`~trainer.errors.ConfigError` with a one-line message
+Unknown keys and bad values raise :class:`~trainer.contract.errors.ConfigError` with a one-line message
 that names the source, the dotted key and the value, e.g.
 ``configs/x.json: encoding.log2_hashmap_size: expected an integer in [10, 24], got 32``.
 Types are strict: ``true`` is not an integer, ``16.0`` is not an integer, but an integer is
@@ -45,13 +45,13 @@ The package, one concern per module (everything public is re-exported here)::
     resume.py     the settings a resumed run changes (config_differences)
 """
 
-from trainer.config import blocks, io, overrides, resume
-from trainer.config.blocks import *  # noqa: F403  (the names of each module's __all__)
-from trainer.config.io import *  # noqa: F403
-from trainer.config.ngp import IGNORED_NGP_BLOCKS
-from trainer.config.overrides import *  # noqa: F403
-from trainer.config.resume import *  # noqa: F403
-from trainer.config.rules import Rule, is_int, is_number, parse_step_window, show_value
+from trainer.contract.config import blocks, io, overrides, resume
+from trainer.contract.config.blocks import *  # noqa: F403  (the names of each module's __all__)
+from trainer.contract.config.io import *  # noqa: F403
+from trainer.contract.config.ngp import IGNORED_NGP_BLOCKS
+from trainer.contract.config.overrides import *  # noqa: F403
+from trainer.contract.config.resume import *  # noqa: F403
+from trainer.contract.config.rules import Rule, is_int, is_number, parse_step_window, show_value
 
 __all__ = [
     *blocks.__all__,

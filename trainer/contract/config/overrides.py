@@ -7,10 +7,10 @@ from collections.abc import Mapping
 
 import json5
 
-from trainer.config.blocks import BLOCKS, TrainConfig
-from trainer.config.io import config_from_dict, config_to_dict
-from trainer.config.rules import unknown_key
-from trainer.errors import ConfigError
+from trainer.contract.config.blocks import BLOCKS, TrainConfig
+from trainer.contract.config.io import config_from_dict, config_to_dict
+from trainer.contract.config.rules import unknown_key
+from trainer.contract.errors import ConfigError
 
 __all__ = ["apply_overrides", "parse_override"]
 

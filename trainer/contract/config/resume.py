@@ -7,8 +7,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from trainer.config.blocks import TrainConfig
-from trainer.config.io import config_to_dict
+from trainer.contract.config.blocks import TrainConfig
+from trainer.contract.config.io import config_to_dict
 
 __all__ = ["RUN_CONTROL_KEYS", "config_differences"]
 

@@ -1,4 +1,4 @@
-"""Reading the instant-ngp / tiny-cuda-nn forms of the config blocks (see :mod:`trainer.config`):
+"""Reading the instant-ngp / tiny-cuda-nn forms of the config blocks (see :mod:`trainer.contract.config`):
 the nested ``Ema → ExponentialDecay → Adam`` optimizer, the ``Composite`` direction encoding and
 the top-level blocks of features this trainer does not have."""
 
@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainer.config.blocks import BLOCKS, DirEncodingConfig, OptimizerConfig
-from trainer.config.rules import block_from_dict, expect_object, is_int, rule_of, show_value, unknown_key
-from trainer.errors import ConfigError
+from trainer.contract.config.blocks import BLOCKS, DirEncodingConfig, OptimizerConfig
+from trainer.contract.config.rules import block_from_dict, expect_object, is_int, rule_of, show_value, unknown_key
+from trainer.contract.errors import ConfigError
 
 __all__ = ["IGNORED_NGP_BLOCKS", "block_reader", "dir_encoding_from_dict", "optimizer_from_dict"]
 

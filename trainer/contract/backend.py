@@ -1,20 +1,22 @@
-"""The process-group backend rule and the emulated interconnects, without importing torch.
+"""The process-group backend rule and the emulated interconnects.
 
 ``distributed.backend`` ``auto`` → NCCL for ranks on CUDA devices, gloo otherwise (DESIGN.md §3;
 :func:`choose_backend`, the one place that rule lives; :func:`planned_backend` predicts it for a
-launcher before any rank starts). ``distributed.emulate_interconnect`` maps to NCCL variables
-(:data:`EMULATED_INTERCONNECT_ENV`). Kept apart from :mod:`trainer.parallel.dist_env` (which
-imports torch) so that the command-line parsers that read them load quickly.
+launcher or the driver before any rank starts, from the number of CUDA devices the caller counted).
+``distributed.emulate_interconnect`` maps to NCCL variables (:data:`EMULATED_INTERCONNECT_ENV`).
+
+Stdlib only: the ranks count their devices with torch (:func:`trainer.parallel.dist_env.visible_cuda_devices`),
+the driver asks a trainer process (``python -m trainer.tools.devices``).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from trainer.errors import ConfigError
+from trainer.contract.errors import ConfigError
 
 if TYPE_CHECKING:
-    from trainer.config import TrainConfig
+    from trainer.contract.config import TrainConfig
 
 __all__ = [
     "EMULATED_INTERCONNECT_ENV",
@@ -22,7 +24,6 @@ __all__ = [
     "choose_backend",
     "interconnect_env",
     "planned_backend",
-    "visible_cuda_devices",
 ]
 
 # ``distributed.emulate_interconnect`` → NCCL variables that make one NVLink host's ranks talk
@@ -62,26 +63,18 @@ def choose_backend(backend: str, on_cuda: bool) -> str:
     return backend
 
 
-def visible_cuda_devices() -> int:
-    """CUDA devices this process sees (0 without CUDA)."""
-    import torch  # only here: the rest of this module stays importable without torch (--help)
-
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
-
-
-def planned_backend(cfg: TrainConfig, cuda_device_count: int | None = None) -> str:
-    """The backend the ranks of a training run will choose (:func:`detect_dist_env`), known
-    before any of them starts: on CUDA when ``training.device`` is not ``cpu`` and this host
-    shows a CUDA device (``cuda_device_count``, default :func:`visible_cuda_devices`)."""
-    count = visible_cuda_devices() if cuda_device_count is None else cuda_device_count
-    return choose_backend(cfg.distributed.backend, on_cuda=cfg.training.device != "cpu" and count > 0)
+def planned_backend(cfg: TrainConfig, cuda_device_count: int) -> str:
+    """The backend the ranks of a training run will choose (:func:`trainer.parallel.dist_env.detect_dist_env`),
+    known before any of them starts: on CUDA when ``training.device`` is not ``cpu`` and this host
+    shows a CUDA device (``cuda_device_count``)."""
+    return choose_backend(cfg.distributed.backend, on_cuda=cfg.training.device != "cpu" and cuda_device_count > 0)
 
 
-def check_run_emulation(cfg: TrainConfig) -> None:
+def check_run_emulation(cfg: TrainConfig, cuda_device_count: int) -> None:
     """Refuse ``distributed.emulate_interconnect`` for a training run whose ranks will use gloo
     (:func:`planned_backend`), before any of them starts (they would each fail with the same error).
 
     Raises:
         ConfigError: naming ``distributed.emulate_interconnect`` (:func:`interconnect_env`).
     """
-    interconnect_env(cfg.distributed.emulate_interconnect, planned_backend(cfg))
+    interconnect_env(cfg.distributed.emulate_interconnect, planned_backend(cfg, cuda_device_count))

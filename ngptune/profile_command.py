@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import json
 import re
 import subprocess
 import sys
@@ -34,14 +35,24 @@ from typing import TYPE_CHECKING
 
 from ngptune.profiling import SourceStatus
 from ngptune.profiling import nsight
-from trainer.cli import add_scene_format_arguments, scene_format_overrides
-from trainer.errors import ConfigError
-from trainer.parallel.backend import check_run_emulation
-from trainer.runstatus import REASON_KEY, error_or_last_line, last_error_message, print_error
+from trainer.contract import (
+    REASON_KEY,
+    ConfigError,
+    add_scene_format_arguments,
+    check_run_emulation,
+    command_stopping_with_parent,
+    cpu_config_warning,
+    error_or_last_line,
+    last_error_message,
+    print_error,
+    runs_on_cpu,
+    scene_format_overrides,
+    trainer_argv,
+)
 
-if TYPE_CHECKING:  # collect, link and nvml load pandas and torch: imported where used, not for --help
+if TYPE_CHECKING:  # collect, link and nvml load pandas: imported where used, not for --help
     from ngptune.profiling.collect import ProfileDir, RunOutcome
-    from trainer.config import TrainConfig
+    from trainer.contract import TrainConfig
 
 DEFAULT_STEPS = 30
 STOP_GRACE_S = 30  # seconds a stopped trainer gets before the next, harder signal
@@ -121,11 +132,12 @@ def _check_args(args: argparse.Namespace) -> None:
 def _run_config(args: argparse.Namespace) -> TrainConfig:
     """The profiled run's config (``--config``, ``--set``, ``--scene``, ``--emulate-interconnect``);
     validates them before anything is written."""
-    from trainer.cli import default_config_path
-    from trainer.config import apply_overrides, load_config, parse_override
+    from ngptune.processes import cuda_device_count
+    from trainer.contract import apply_overrides, default_config_path, load_config, parse_override, runs_on_cpu
 
     overrides = dict(parse_override(item) for item in args.overrides)
-    path = default_config_path(args.config, overrides.get("training.device"))  # as the trainer chooses
+    on_cpu = runs_on_cpu(overrides.get("training.device"), cuda_device_count())
+    path = default_config_path(args.config, on_cpu)  # as the trainer chooses
     if path is not None and args.config is None:
         print(f"profile: no --config on a CPU: the profiled run uses the CPU preset {path}", flush=True)
     cfg = load_config(path)
@@ -138,10 +150,10 @@ def _run_config(args: argparse.Namespace) -> TrainConfig:
 
 
 def _scene_name(cfg: TrainConfig) -> str:
-    """The scene's name for the default folder."""
-    from trainer.cli import scene_path_of
+    """The scene's name for the default folder (without a scene: the demo scene's, as the trainer's)."""
+    from ngptune.processes import demo_scene_path
 
-    return scene_path_of(cfg).name or "scene"
+    return (Path(cfg.data.scene) if cfg.data.scene else demo_scene_path()).name or "scene"
 
 
 def default_profile_dir(scene_name: str) -> Path:
@@ -150,26 +162,14 @@ def default_profile_dir(scene_name: str) -> Path:
 
 
 def trainer_command(args: argparse.Namespace, run_dir: Path, window: tuple[int, int], *, cuda_profiler_range: bool) -> list[str]:
-    """The ``python -m trainer`` command line of the profiled run."""
-    argv = [sys.executable, "-m", "trainer"]
-    if args.nproc_per_node is not None:
-        argv += ["--nproc-per-node", str(args.nproc_per_node)]
-    argv += ["--n-steps", str(args.steps), "--out", str(run_dir), "--quiet"]
-    argv += ["--eval-max-images", str(args.eval_images)] if args.eval_images > 0 else ["--no-eval"]
-    argv += ["--trace-steps", f"{window[0]}:{window[1]}", "--set", "training.log_every=1"]
-    if cuda_profiler_range:
-        argv += ["--set", "profile.cuda_profiler_range=true"]
-    if args.scene is not None:
-        argv += ["--scene", str(args.scene)]
-    if args.config is not None:
-        argv += ["--config", str(args.config)]
-    if args.emulate_interconnect is not None:
-        argv += ["--emulate-interconnect", args.emulate_interconnect]
-    for item in args.overrides:
-        argv += ["--set", item]
-    for key, value in scene_format_overrides(args).items():
-        argv += ["--set", f"{key}={value}"]
-    return argv
+    """The ``python -m trainer`` command line of the profiled run (:func:`trainer.contract.trainer_argv`):
+    one metrics record per step (``training.log_every=1``, before ``--set`` so the user's wins)."""
+    overrides = ["training.log_every=1", *(["profile.cuda_profiler_range=true"] if cuda_profiler_range else []),
+                 *args.overrides, *(f"{key}={json.dumps(value)}" for key, value in scene_format_overrides(args).items())]
+    return trainer_argv(nproc_per_node=args.nproc_per_node, n_steps=args.steps, out=run_dir, quiet=True,
+                        evaluate=args.eval_images > 0, eval_max_images=args.eval_images or None, trace_steps=window,
+                        scene=args.scene, config=args.config, emulate_interconnect=args.emulate_interconnect,
+                        overrides=overrides)
 
 
 def _run_logged(argv: list[str], log_path: Path) -> int:
@@ -177,10 +177,8 @@ def _run_logged(argv: list[str], log_path: Path) -> int:
 
     On Ctrl-C (which a terminal sends to the child as well) the child gets
     :data:`STOP_GRACE_S` seconds to write its status, then SIGTERM (the trainer records it as
-    interrupted), then SIGKILL. The child starts through :mod:`trainer.lifeline`'s wrapper, so it
+    interrupted), then SIGKILL. The child starts through :mod:`trainer.contract.lifeline`'s wrapper, so it
     gets SIGTERM (and stops its ranks) when the profile itself is killed."""
-    from trainer.lifeline import command_stopping_with_parent
-
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(command_stopping_with_parent(argv), stdout=log, stderr=subprocess.STDOUT)
@@ -253,6 +251,7 @@ def profile_command(args: argparse.Namespace) -> int:
     from ngptune.profiling.diagnose import (
         ProfileInputs, assess, config_of_run, diagnoses_table, evaluation_of_run, occupancy_records,
     )
+    from ngptune.processes import cuda_device_count
     from ngptune.profiling.runs import metrics_frame
     from ngptune.profiling.link import parse_link_busbw, read_link_busbw
     from ngptune.profiling.nvml import NvmlSampler
@@ -260,7 +259,7 @@ def profile_command(args: argparse.Namespace) -> int:
     _check_args(args)
     window = parse_trace_window(args.trace_steps) if args.trace_steps else default_trace_window(args.steps)
     cfg = _run_config(args)
-    check_run_emulation(cfg)  # the trainer would refuse it after the profile folder was made
+    check_run_emulation(cfg, cuda_device_count())  # the trainer would refuse it after the profile folder was made
     ranks = args.nproc_per_node or 1
     link_from_csv = None
     if args.bench_comm_csv is not None:
@@ -274,9 +273,8 @@ def profile_command(args: argparse.Namespace) -> int:
         found = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
         raise ConfigError(f"--out {profile.root}: is not empty (holds {found}); a profile needs its own folder")
     profile.root.mkdir(parents=True, exist_ok=True)
-    from trainer.cli import cpu_config_warning  # (after every check that can refuse the run)
-
-    heavy = cpu_config_warning(cfg)
+    # (after every check that can refuse the run)
+    heavy = cpu_config_warning(cfg, runs_on_cpu(cfg.training.device, cuda_device_count()))
     if heavy is not None:
         print(heavy, file=sys.stderr, flush=True)
 

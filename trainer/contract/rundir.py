@@ -4,7 +4,7 @@
 
     RUN_DIR/
       config.json            resolved trainer config
-      metrics.jsonl          rank 0 (single process: the only) metrics, schema in trainer.schema
+      metrics.jsonl          rank 0 (single process: the only) metrics, schema in trainer.contract.metrics
       metrics.rank<R>.jsonl  metrics of rank R > 0
       eval.json              per-image and mean PSNR/SSIM of the last evaluation
       eval.step_<NNNNNNN>.json  an earlier run's evaluation, kept when a resumed run continues here
@@ -13,7 +13,7 @@
       checkpoints/step_<NNNNNNN>/   sharded distributed checkpoints
       logs/rank<R>.log       text log of each rank
       traces/rank<R>.pt.trace.json  torch.profiler Chrome trace of rank R (profile.trace_steps)
-      status.json            final state of the run (completed / failed + reason; keys in trainer.runstatus)
+      status.json            final state of the run (completed / failed + reason; keys in trainer.contract.runstatus)
 
 Stdlib only: both the trainer and the ngptune driver import it.
 """
@@ -28,8 +28,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, BinaryIO, Callable
 
-from trainer.errors import ConfigError
-from trainer.runstatus import STATE_KEY
+from trainer.contract.errors import ConfigError
+from trainer.contract.runstatus import STATE_KEY
 
 _SNAPSHOT_RE = re.compile(r"^step_(\d{7,})\.pt$")
 

@@ -1,6 +1,6 @@
 """The twelve blocks of the trainer config and the whole :class:`TrainConfig` (see
-:mod:`trainer.config` for the file layout): frozen dataclasses whose fields carry their
-:mod:`~trainer.config.rules` rule and are checked at construction.
+:mod:`trainer.contract.config` for the file layout): frozen dataclasses whose fields carry their
+:mod:`~trainer.contract.config.rules` rule and are checked at construction.
 
 Derived values are computed here from the config and the scene (its ``aabb_scale``, its views'
 pixel footprint) and never written back: the finest hash-grid resolution
@@ -14,11 +14,14 @@ import dataclasses
 import math
 from typing import Any, ClassVar
 
-from trainer.config.rules import (
+from trainer.contract.config.rules import (
     REQUIRED, Block, BoolRule, DeviceRule, EntriesRule, FloatRule, IntListRule, IntRule, OneOf, OptionalRule, Rule,
     StepWindowRule, StrRule, is_int, parse_step_window, rule_field, rule_of,
 )
-from trainer.errors import ConfigError
+from trainer.contract.backend import EMULATED_INTERCONNECT_ENV
+from trainer.contract.errors import ConfigError
+from trainer.contract.formats import FORMAT_CHOICES
+from trainer.contract.world import check_boxes_per_rank, check_rank_entries
 
 __all__ = [
     "BLOCKS",
@@ -370,7 +373,8 @@ class DataConfig(Block):
         holdout_every: every n-th frame goes to ``test`` for formats without splits; 0 = none.
         aabb_scale: override of the scene's aabb_scale (power of two 1..128), or null.
         format: ``"auto"`` (most camera information: COLMAP, LLFF, Blender, instant-ngp) or the
-            format to read from a folder holding several: ``"colmap"``, ``"llff"``, ``"blender"``, ``"ngp"``.
+            format to read from a folder holding several (a ``--format`` value of
+            :data:`~trainer.contract.formats.SCENE_FORMATS`: ``"colmap"``, ``"llff"``, ``"blender"``, ``"ngp"``).
         camera_convention: camera axes of ``transforms*.json`` poses: ``"opengl"`` or ``"opencv"``.
         placement: ``"auto"``, ``"device"``, ``"pinned"`` or ``"stream"``.
         memory_budget_gib: memory the pixel table may use when choosing ``auto`` placement
@@ -385,7 +389,7 @@ class DataConfig(Block):
     downscale: int | None = rule_field(None, OptionalRule(IntRule(1)))
     holdout_every: int = rule_field(8, IntRule(0))
     aabb_scale: int | None = rule_field(None, OptionalRule(IntRule(1, 128, power_of_two=True)))
-    format: str = rule_field("auto", OneOf("auto", "colmap", "llff", "blender", "ngp"))
+    format: str = rule_field("auto", OneOf("auto", *FORMAT_CHOICES))
     camera_convention: str = rule_field("opengl", OneOf("opengl", "opencv"))
     placement: str = rule_field("auto", OneOf("auto", "device", "pinned", "stream"))
     memory_budget_gib: float | None = rule_field(None, OptionalRule(FloatRule(0, lo_open=True)))
@@ -480,7 +484,7 @@ class DistributedConfig(Block):
     backend: str = rule_field("auto", OneOf("auto", "nccl", "gloo"))
     timeout_s: float = rule_field(300.0, FloatRule(0, MAX_TIMEOUT_S, lo_open=True))
     gpu_capabilities: tuple[GpuCapability, ...] = rule_field((), EntriesRule(GpuCapability))
-    emulate_interconnect: str = rule_field("none", OneOf("none", "nvlink", "pcie", "sockets"))
+    emulate_interconnect: str = rule_field("none", OneOf(*EMULATED_INTERCONNECT_ENV))
 
     def _check_relations(self) -> None:
         first_index: dict[int, int] = {}
@@ -492,11 +496,9 @@ class DistributedConfig(Block):
                     f"(also in distributed.gpu_capabilities[{first_index[entry.rank]}])"
                 )
             first_index[entry.rank] = i
-            if self.world_size is not None and entry.rank >= self.world_size:
-                raise ConfigError(
-                    f"{key}: expected a rank < distributed.world_size ({self.world_size}), "
-                    f"got {entry.rank}"
-                )
+        if self.world_size is not None:
+            check_rank_entries("distributed.gpu_capabilities[{i}].rank",
+                               (entry.rank for entry in self.gpu_capabilities), self.world_size)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -553,11 +555,6 @@ class FaultsConfig(Block):
     def applies_to(self, rank: int) -> bool:
         return not self.ranks or rank in self.ranks
 
-    def check_ranks(self, world_size: int) -> None:
-        """Raises ConfigError (naming ``faults.ranks``) when an entry is not a rank of ``world_size``."""
-        if any(r >= world_size for r in self.ranks):
-            raise ConfigError(f"faults.ranks: expected ranks < world size ({world_size}), got {list(self.ranks)}")
-
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
@@ -588,16 +585,8 @@ class TrainConfig:
     def __post_init__(self) -> None:
         for name, cls in BLOCKS.items():
             assert type(getattr(self, name)) is cls, f"TrainConfig.{name} must be a {cls.__name__}"
-        world_size = self.distributed.world_size
-        if (
-            self.parallel.mode == "subgrid"
-            and world_size is not None
-            and self.parallel.num_subgrids < world_size
-        ):
-            raise ConfigError(
-                f"parallel.num_subgrids: expected an integer >= distributed.world_size "
-                f"({world_size}) in subgrid mode, got {self.parallel.num_subgrids}"
-            )
+        if self.parallel.mode == "subgrid" and self.distributed.world_size is not None:
+            check_boxes_per_rank(self.parallel.num_subgrids, self.distributed.world_size)
 
 
 BLOCKS: dict[str, type] = {
@@ -622,9 +611,9 @@ def field_rule(key: str) -> Rule | None:
     ``key`` names no field of a block.
 
     The rule tells what the field accepts: ``rule.accepts(value)``, ``rule.description`` (as in
-    the error line), ``rule.value_type`` and ``rule.choices`` (see :class:`~trainer.config.rules.Rule`);
-    ``rule.from_json(key, value)`` raises the field's own :class:`~trainer.errors.ConfigError`.
-    Checks between fields are not the rule's: :func:`~trainer.config.apply_overrides` makes them.
+    the error line), ``rule.value_type`` and ``rule.choices`` (see :class:`~trainer.contract.config.rules.Rule`);
+    ``rule.from_json(key, value)`` raises the field's own :class:`~trainer.contract.errors.ConfigError`.
+    Checks between fields are not the rule's: :func:`~trainer.contract.config.apply_overrides` makes them.
     """
     block, _, name = key.partition(".")
     cls = BLOCKS.get(block)

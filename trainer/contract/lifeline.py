@@ -11,8 +11,8 @@ milliseconds, without importing torch):
   it was armed, then, if the process still runs :data:`STOP_GRACE_S` seconds later (stuck in a
   collective, say), ends it with ``os._exit``. The SIGTERM goes through the process's own
   handler (the trainer records ``status.json`` as interrupted); checkpoints are written
-  atomically (:func:`trainer.rundir.atomic_write`), so the last complete one survives either way.
-* ``python -m trainer.lifeline --parent-pid PID -- PROGRAM ARGS...`` (:func:`command_stopping_with_parent`
+  atomically (:func:`trainer.contract.rundir.atomic_write`), so the last complete one survives either way.
+* ``python -m trainer.contract.lifeline --parent-pid PID -- PROGRAM ARGS...`` (:func:`command_stopping_with_parent`
   builds it): arms the same death signal, which survives ``exec``, and replaces itself with
   ``PROGRAM``; it exits with status 1 without starting ``PROGRAM`` when ``PID`` is already gone.
   ``ngptune sweep`` starts its trials and ``ngptune profile`` its trainer command this way; a
@@ -73,12 +73,12 @@ def stop_with_parent(parent_pid: int | None = None, *, poll_s: float = POLL_S,
 def command_stopping_with_parent(argv: list[str]) -> list[str]:
     """``argv`` run through this module's wrapper, so that it gets SIGTERM when the calling
     process dies (module docstring)."""
-    return [sys.executable, "-m", "trainer.lifeline", "--parent-pid", str(os.getpid()), "--", *map(str, argv)]
+    return [sys.executable, "-m", "trainer.contract.lifeline", "--parent-pid", str(os.getpid()), "--", *map(str, argv)]
 
 
 def main(args: list[str]) -> int:
     if len(args) < 4 or args[0] != "--parent-pid" or not args[1].isdigit() or args[2] != "--":
-        print("usage: python -m trainer.lifeline --parent-pid PID -- PROGRAM ARGS...", file=sys.stderr)
+        print("usage: python -m trainer.contract.lifeline --parent-pid PID -- PROGRAM ARGS...", file=sys.stderr)
         return 2
     set_parent_death_signal(signal.SIGTERM)
     if os.getppid() != int(args[1]):
