@@ -13,7 +13,7 @@ of this process reads every GPU (:class:`~ngptune.profiling.nvml.NvmlSampler`). 
 more than one rank, the link's all-reduce bus bandwidth is measured once (``--link-busbw auto``,
 :mod:`ngptune.profiling.link`: one ``bench-comm`` launch with the run's ranks, backend and emulated
 interconnect), read from ``--bench-comm-csv``, or given as a number. Afterwards the tables are
-collected (:mod:`ngptune.profiling.collect`), diagnosed (:func:`ngptune.profiling.diagnose.assess`,
+collected (:mod:`ngptune.profiling.collect`), diagnosed (:func:`ngptune.profiling.diagnoses.assess`,
 with the link's busbw) and rendered (:func:`ngptune.reporting.profile_report.write_profile_report`).
 
 Exit status: 0 when the run completed and every requested source was collected; 1 when the run
@@ -133,20 +133,19 @@ def _run_config(args: argparse.Namespace) -> TrainConfig:
     """The profiled run's config (``--config``, ``--set``, ``--scene``, ``--emulate-interconnect``);
     validates them before anything is written."""
     from ngptune.processes import cuda_device_count
-    from trainer.contract import apply_overrides, default_config_path, load_config, parse_override, runs_on_cpu
+    from trainer.contract import default_config_path, load_config, parse_override, runs_on_cpu
 
     overrides = dict(parse_override(item) for item in args.overrides)
     on_cpu = runs_on_cpu(overrides.get("training.device"), cuda_device_count())
     path = default_config_path(args.config, on_cpu)  # as the trainer chooses
     if path is not None and args.config is None:
         print(f"profile: no --config on a CPU: the profiled run uses the CPU preset {path}", flush=True)
-    cfg = load_config(path)
     if args.scene is not None:
         overrides["data.scene"] = str(args.scene)
     if args.emulate_interconnect is not None:
         overrides["distributed.emulate_interconnect"] = args.emulate_interconnect
     overrides.update(scene_format_overrides(args))
-    return apply_overrides(cfg, overrides) if overrides else cfg
+    return load_config(path, overrides)
 
 
 def _scene_name(cfg: TrainConfig) -> str:
@@ -248,7 +247,7 @@ def _link_busbw(mode: str | float, cfg: TrainConfig, ranks: int, profile: Profil
 def profile_command(args: argparse.Namespace) -> int:
     """Run the profile (module docstring); returns the exit status."""
     from ngptune.profiling.collect import ProfileDir, collect, write_failure, write_tables
-    from ngptune.profiling.diagnose import (
+    from ngptune.profiling.diagnoses import (
         ProfileInputs, assess, config_of_run, diagnoses_table, evaluation_of_run, occupancy_records,
     )
     from ngptune.processes import cuda_device_count

@@ -85,7 +85,6 @@ def resolve_config(args: argparse.Namespace) -> TrainConfig:
         overrides[key] = value
     path = default_config_path(args.config, on_cpu(args.device or overrides.get("training.device")))
     args.config_chosen = path if args.config is None else None
-    cfg = load_config(path)
     flag_map = {
         "training.n_steps": args.n_steps,
         "training.time_budget_s": args.time_budget_s,
@@ -105,7 +104,7 @@ def resolve_config(args: argparse.Namespace) -> TrainConfig:
         overrides["data.scene"] = str(args.scene)
     if args.quiet:
         overrides["training.quiet"] = True
-    return apply_overrides(cfg, overrides) if overrides else cfg
+    return load_config(path, overrides)  # file and flags checked together, once
 
 
 def scene_path_of(cfg: TrainConfig) -> Path:

@@ -35,13 +35,7 @@ from ngptune.errors import NgptuneError, USER_ERRORS
 from ngptune.commbench import COLUMNS, CommBenchConfig, run_comm_bench, write_table_csv
 from ngptune.profiling import SourceStatus
 from ngptune.profiling.collect import read_csv_table
-from trainer.contract import (
-    EMULATED_INTERCONNECT_ENV,
-    ConfigError,
-    TrainConfig,
-    choose_backend,
-    visible_cuda_devices,
-)
+from trainer.contract import EMULATED_INTERCONNECT_ENV, ConfigError, TrainConfig, choose_backend
 
 __all__ = [
     "LINK_BENCH_SIZE_BYTES",
@@ -188,7 +182,9 @@ def link_bench_config(cfg: TrainConfig, nproc_per_node: int) -> CommBenchConfig:
     Raises:
         ConfigError: the combination cannot be measured (e.g. an emulated interconnect on gloo).
     """
-    on_cuda = cfg.training.device != "cpu" and visible_cuda_devices() >= nproc_per_node
+    from ngptune.processes import cuda_device_count
+
+    on_cuda = cfg.training.device != "cpu" and cuda_device_count() >= nproc_per_node
     return CommBenchConfig(
         nproc_per_node=nproc_per_node,
         sizes_bytes=(LINK_BENCH_SIZE_BYTES,),

@@ -31,7 +31,7 @@ from plotly.subplots import make_subplots
 
 from ngptune.errors import NgptuneError
 from ngptune.profiling.collect import ProfileDir, read_csv_table
-from ngptune.profiling.diagnose import LINK_UNDERUSED_FRACTION, SEVERITIES, rank_phase_means
+from ngptune.profiling.diagnoses import LINK_UNDERUSED_FRACTION, SEVERITIES, rank_phase_means
 from ngptune.reporting.html import Section, figure_html, render_page, table_html, text_html
 from ngptune.profiling.tables import (
     COMPUTE_PHASES,

@@ -415,8 +415,8 @@ def _read_objectives(reader: _Reader, data: Mapping, budget: BudgetSpec) -> tupl
             raise reader.error(f"{where}.name", f"expected one of {', '.join(OBJECTIVES)}, got {show_value(name)}")
         if name in (o.name for o in objectives):
             raise reader.error(f"{where}.name", f"objective {name} listed twice")
+        reader.only(entry, where, ["name", *OBJECTIVES[name].keys])
         if name == "time_to_psnr_s":
-            reader.only(entry, where, ["name", "target_db", "eval_every_steps"])
             if "target_db" not in entry:
                 raise reader.error(where, "missing key 'target_db' (the PSNR to reach, dB)")
             target = reader.value(entry, where, "target_db", lambda v: is_number(v) and v > 0, "a number > 0 (dB)")
@@ -424,9 +424,8 @@ def _read_objectives(reader: _Reader, data: Mapping, budget: BudgetSpec) -> tupl
                                  "an integer >= 1", default=DEFAULT_EVAL_EVERY_STEPS)
             objectives.append(ObjectiveSpec(name, target_db=float(target), eval_every_steps=every))
             continue
-        reader.only(entry, where, ["name"])
-        if name == "psnr_at_budget_db" and budget.seconds is None:
-            raise reader.error(f"{where}.name", "psnr_at_budget_db needs a time budget: set budget.seconds")
+        if OBJECTIVES[name].budget == "seconds" and budget.seconds is None:
+            raise reader.error(f"{where}.name", f"{name} needs a time budget: set budget.seconds")
         objectives.append(ObjectiveSpec(name))
     return tuple(objectives)
 

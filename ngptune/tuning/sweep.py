@@ -339,9 +339,9 @@ class _Objective:
 
 def _diagnoses(run_dir: Path) -> tuple[list[dict[str, Any]], str]:
     """The bottleneck diagnoses of a completed trial, from its metrics files
-    (:func:`ngptune.profiling.diagnose.assess_run`), and a note saying what was checked (or why
+    (:func:`ngptune.profiling.diagnoses.assess_run`), and a note saying what was checked (or why
     nothing could be)."""
-    from ngptune.profiling.diagnose import assess_run
+    from ngptune.profiling.diagnoses import assess_run
 
     try:
         checks = assess_run(run_dir)

@@ -20,89 +20,64 @@ and nothing else of the trainer's)::
     errors       TrainerError → SceneError, ConfigError, SnapshotError, TrainingError, LaunchError
 
 Inside the trainer these modules are its lowest layer; the driver imports this face only
-(``from trainer.contract import ...``), never another module of ``trainer``.
+(``from trainer.contract import ...``), never another module of ``trainer``. The face loads a
+module when one of its names is first asked for (:data:`FACE` says which module holds which
+names), so ``python -m trainer.contract.lifeline`` and the parsers of ``--help`` start quickly.
 """
 
-from trainer.contract import config
-from trainer.contract.backend import EMULATED_INTERCONNECT_ENV, check_run_emulation, choose_backend, interconnect_env, planned_backend
-from trainer.contract.commandline import (
-    BENCH_COMM_OPS,
-    BENCH_COMM_RESULT_FILE,
-    EXPORT_HELP,
-    LAUNCH_FLAGS,
-    RENDER_HELP,
-    TOOLS,
-    add_demo_scene_arguments,
-    add_export_arguments,
-    add_inspect_arguments,
-    add_render_arguments,
-    add_scene_format_arguments,
-    add_trainer_arguments,
-    bench_comm_argv,
-    inference_argv,
-    positive_int,
-    scene_format_overrides,
-    tool_argv,
-    trainer_argv,
-    worker_argv,
-)
-from trainer.contract.config import *  # noqa: F403  (the config package's __all__)
-from trainer.contract.defaults import CPU_PRESET, cpu_config_warning, default_config_path, default_run_dir, runs_on_cpu
-from trainer.contract.errors import ConfigError, LaunchError, SceneError, SnapshotError, TrainerError, TrainingError
-from trainer.contract.evaluation import (
-    COLLAPSE_CURES,
-    COLLAPSE_MARGIN_DB,
-    EVALUATION_KEYS,
-    EvaluationError,
-    collapse_gap_db,
-    collapse_message,
-    past_occupancy_warmup,
-    read_evaluation,
-)
-from trainer.contract.formats import FORMAT_CHOICES, SCENE_FORMATS, SPLITS, SceneFormat, format_named
-from trainer.contract.lifeline import command_stopping_with_parent, set_parent_death_signal
-from trainer.contract.metrics import METRICS_COLUMNS, PHASES, Column, MetricsError, phase_column, read_metrics
-from trainer.contract.rundir import RunDir, atomic_write_text, prepare_output_file
-from trainer.contract.runstatus import (
-    COMPLETED,
-    FAILED,
-    INTERRUPTED,
-    REASON_KEY,
-    RUN_DIR_KEY,
-    RUNNING,
-    STATE_KEY,
-    TRAIN_START_KEY,
-    WARNING_PREFIX,
-    error_or_last_line,
-    is_completed,
-    last_error_message,
-    plain_warning_format,
-    print_error,
-    state_of,
-)
-from trainer.contract.world import check_boxes_per_rank, check_world_size
+from __future__ import annotations
 
-__all__ = [
-    # command lines
-    "BENCH_COMM_OPS", "BENCH_COMM_RESULT_FILE", "EXPORT_HELP", "LAUNCH_FLAGS", "RENDER_HELP", "TOOLS",
-    "add_demo_scene_arguments", "add_export_arguments", "add_inspect_arguments",
-    "add_render_arguments", "add_scene_format_arguments", "add_trainer_arguments", "bench_comm_argv",
-    "inference_argv", "positive_int", "scene_format_overrides", "tool_argv", "trainer_argv", "worker_argv",
-    "command_stopping_with_parent", "set_parent_death_signal",
-    # run directory, status, metrics, evaluation
-    "RunDir", "atomic_write_text", "prepare_output_file",
-    "COMPLETED", "FAILED", "INTERRUPTED", "REASON_KEY", "RUN_DIR_KEY", "RUNNING", "STATE_KEY", "TRAIN_START_KEY",
-    "WARNING_PREFIX", "error_or_last_line", "is_completed", "last_error_message", "plain_warning_format",
-    "print_error", "state_of",
-    "METRICS_COLUMNS", "PHASES", "Column", "MetricsError", "phase_column", "read_metrics",
-    "COLLAPSE_CURES", "COLLAPSE_MARGIN_DB", "EVALUATION_KEYS", "EvaluationError", "collapse_gap_db",
-    "collapse_message", "past_occupancy_warmup", "read_evaluation",
-    # config and its rules
-    "config", *config.__all__,
-    "check_boxes_per_rank", "check_world_size",
-    "CPU_PRESET", "cpu_config_warning", "default_config_path", "default_run_dir", "runs_on_cpu",
-    "EMULATED_INTERCONNECT_ENV", "check_run_emulation", "choose_backend", "interconnect_env", "planned_backend",
-    "FORMAT_CHOICES", "SCENE_FORMATS", "SPLITS", "SceneFormat", "format_named",
-    # errors
-    "ConfigError", "LaunchError", "SceneError", "SnapshotError", "TrainerError", "TrainingError",
-]
+import importlib
+from typing import Any
+
+FACE: dict[str, tuple[str, ...]] = {
+    "commandline": (
+        "BENCH_COMM_OPS", "BENCH_COMM_RESULT_FILE", "EXPORT_HELP", "LAUNCH_FLAGS", "RENDER_HELP", "TOOLS",
+        "add_demo_scene_arguments", "add_export_arguments", "add_inspect_arguments", "add_render_arguments",
+        "add_scene_format_arguments", "add_trainer_arguments", "bench_comm_argv", "inference_argv",
+        "positive_int", "scene_format_overrides", "tool_argv", "trainer_argv", "worker_argv",
+    ),
+    "lifeline": ("command_stopping_with_parent", "set_parent_death_signal"),
+    "rundir": ("RunDir", "atomic_write_text", "prepare_output_file"),
+    "runstatus": (
+        "COMPLETED", "FAILED", "INTERRUPTED", "REASON_KEY", "RUN_DIR_KEY", "RUNNING", "STATE_KEY", "TRAIN_START_KEY",
+        "WARNING_PREFIX", "error_or_last_line", "is_completed", "last_error_message", "plain_warning_format",
+        "print_error", "state_of",
+    ),
+    "metrics": ("METRICS_COLUMNS", "PHASES", "Column", "MetricsError", "phase_column", "read_metrics"),
+    "evaluation": (
+        "COLLAPSE_CURES", "COLLAPSE_MARGIN_DB", "EVALUATION_KEYS", "EvaluationError", "collapse_gap_db",
+        "collapse_message", "past_occupancy_warmup", "read_evaluation",
+    ),
+    "config": (
+        "BLOCKS", "DataConfig", "DirEncodingConfig", "DistributedConfig", "EncodingConfig", "FaultsConfig",
+        "GpuCapability", "IGNORED_NGP_BLOCKS", "LossConfig", "MAX_TIMEOUT_S", "NGP_DESIRED_RESOLUTION",
+        "NetworkConfig", "OptimizerConfig", "ParallelConfig", "ProfileConfig", "RGBNetworkConfig",
+        "RUN_CONTROL_KEYS", "Rule", "TrainConfig", "TrainingConfig", "apply_overrides", "config_differences",
+        "config_from_dict", "config_to_dict", "dump_config", "field_rule", "is_int", "is_number", "load_config",
+        "parse_override", "parse_step_window", "show_value",
+    ),
+    "defaults": ("CPU_PRESET", "cpu_config_warning", "default_config_path", "default_run_dir", "runs_on_cpu"),
+    "world": ("check_boxes_per_rank", "check_world_size"),
+    "backend": ("EMULATED_INTERCONNECT_ENV", "check_run_emulation", "choose_backend", "interconnect_env", "planned_backend"),
+    "formats": ("FORMAT_CHOICES", "SCENE_FORMATS", "SPLITS", "SceneFormat", "format_named"),
+    "errors": ("ConfigError", "LaunchError", "SceneError", "SnapshotError", "TrainerError", "TrainingError"),
+}
+"""Module of the contract → the names the face gives of it."""
+
+_MODULE_OF = {name: module for module, names in FACE.items() for name in names}
+
+__all__ = sorted(_MODULE_OF)
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'trainer.contract' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"trainer.contract.{module}"), name)
+    globals()[name] = value  # asked once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

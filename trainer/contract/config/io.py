@@ -3,6 +3,7 @@ and back to plain data or JSON text."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Mapping
@@ -88,11 +89,17 @@ def _parse_json5(text: str, source: str) -> object:
         raise ConfigError(f"{source}: invalid JSON5: {_one_line(message)}") from None
 
 
-def load_config(path: str | Path | None) -> TrainConfig:
-    """Read a trainer config file (JSON5: JSON with comments and trailing commas).
+def load_config(path: str | Path | None, overrides: Mapping[str, object] | None = None) -> TrainConfig:
+    """Read a trainer config file (JSON5: JSON with comments and trailing commas), with dotted-key
+    ``overrides`` (as :func:`~trainer.contract.config.apply_overrides`) applied.
+
+    The file's values and the overrides are checked together, once (a process that starts a run
+    validates its config once); an error is named as :func:`apply_overrides` of the file's
+    config would name it.
 
     Args:
         path: the config file, or None for the defaults.
+        overrides: dotted key → value in JSON terms, or None.
 
     Returns:
         The validated config. Paths inside it (``data.scene``, ``data.cache_dir``) are kept as
@@ -101,11 +108,42 @@ def load_config(path: str | Path | None) -> TrainConfig:
     Raises:
         ConfigError: if the file is missing or unreadable (naming the path), has a syntax error
             (``"<path>:<line>:<column>: invalid JSON5: ..."``) or holds a bad key or value
-            (see :func:`config_from_dict`).
+            (see :func:`config_from_dict`); an override as :func:`apply_overrides` says.
     """
-    if path is None:
-        return TrainConfig()
-    p = Path(path)
+    data, source = ({}, "<config>") if path is None else (_read_file(Path(path)), str(path))
+    if not overrides:
+        return TrainConfig() if path is None else config_from_dict(data, source=source)
+    merged = _with_overrides(data, overrides)
+    if merged is not None:
+        try:
+            return config_from_dict(merged, source=source)
+        except ConfigError:
+            pass  # named below as the file's config and then the overrides would name it
+    from trainer.contract.config.overrides import apply_overrides
+
+    return apply_overrides(config_from_dict(data, source=source), overrides)
+
+
+def _with_overrides(data: object, overrides: Mapping[str, object]) -> dict[str, Any] | None:
+    """``data`` (a parsed config file) with ``overrides`` written into its blocks, or None when
+    they cannot be written into its form (an unknown key, a block in an instant-ngp nested form)."""
+    if not isinstance(data, Mapping):
+        return None
+    merged = {name: dict(value) if isinstance(value, Mapping) else value for name, value in data.items()}
+    fields = {name: {f.name for f in dataclasses.fields(cls)} for name, cls in BLOCKS.items()}
+    for dotted, value in overrides.items():
+        block, _, name = str(dotted).partition(".")
+        if name not in fields.get(block, ()):
+            return None
+        target = merged.setdefault(block, {})
+        if not isinstance(target, dict) or "otype" in target or "nested" in target:
+            return None
+        target[name] = value
+    return merged
+
+
+def _read_file(p: Path) -> object:
+    """The parsed JSON5 of the config file ``p``."""
     try:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -114,5 +152,5 @@ def load_config(path: str | Path | None) -> TrainConfig:
         raise ConfigError(f"{p}: config file is not UTF-8 text (byte {exc.start})") from None
     except OSError as exc:
         raise ConfigError(f"{p}: cannot read config file ({exc.strerror or exc})") from None
-    return config_from_dict(_parse_json5(text, str(p)), source=str(p))
+    return _parse_json5(text, str(p))
 
