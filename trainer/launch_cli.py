@@ -27,7 +27,9 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from trainer.cli import check_before_start, opening_line, resolve_config, scene_path_of, train_command
+from trainer.cli import train_command
+from trainer.run.checks import check_before_start
+from trainer.run.settings import opening_line, resolve_config, scene_path_of
 from trainer.contract.commandline import add_trainer_arguments, worker_argv
 from trainer.contract.defaults import default_run_dir
 from trainer.contract.errors import ConfigError, TrainerError

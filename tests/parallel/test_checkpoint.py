@@ -328,7 +328,7 @@ def test_resuming_a_checkpoint_with_fewer_steps_than_it_holds_is_refused(two_ran
 
 
 def test_partial_folders_of_killed_writes_are_not_checkpoints_and_go_once_a_newer_one_is_complete(tmp_path):
-    from trainer.cli import check_before_start
+    from trainer.run.checks import check_before_start
     from trainer.contract.config import TrainConfig, apply_overrides
     from trainer.contract.errors import ConfigError
 
