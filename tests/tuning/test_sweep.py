@@ -214,7 +214,7 @@ def test_concurrent_workers_share_the_journal_file(tmp_path, tiny_study):
     assert all(t.state == TrialState.COMPLETE for t in trials)
     assert sum(t.user_attrs["is_default"] for t in trials) == 1
     assert len({t.user_attrs["run_dir"] for t in trials}) == len(trials)
-    from ngptune.reporting.study_data import sampling_facts, worker_records
+    from ngptune.reporting.study_sampling import sampling_facts, worker_records
 
     study = _load(out)
     records = worker_records(study.user_attrs)
