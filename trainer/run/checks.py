@@ -10,6 +10,7 @@ from pathlib import Path
 from trainer.contract.config import TrainConfig
 from trainer.contract.errors import ConfigError, SceneError
 from trainer.contract.rundir import RunDir
+from trainer.run.settings import scene_path_of
 
 __all__ = ["check_before_start", "check_n_steps_reach", "distributed_env", "has_checkpoint", "resume_path",
            "resume_source"]
@@ -25,8 +26,6 @@ def check_before_start(cfg: TrainConfig, out: Path | None, resume: Path | None) 
         SceneError: the scene path does not exist.
         ConfigError: ``--out`` holds a run (names the folder and what is in it).
     """
-    from trainer.run.settings import scene_path_of
-
     scene_path = scene_path_of(cfg)
     if not scene_path.exists():
         raise SceneError(f"--scene {scene_path}: scene path does not exist")
