@@ -1,4 +1,4 @@
-"""Tests of the typed trainer config (trainer/config/): defaults, instant-ngp forms, errors,
+"""Tests of the typed trainer config (trainer/contract/config/): defaults, instant-ngp forms, errors,
 overrides and the dict/JSON round trip."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from trainer.config import (
+from trainer.contract.config import (
     BLOCKS,
     DirEncodingConfig,
     DistributedConfig,
@@ -27,7 +27,7 @@ from trainer.config import (
     load_config,
     parse_override,
 )
-from trainer.errors import ConfigError
+from trainer.contract.errors import ConfigError
 from trainer.encoding.hashgrid import level_resolutions
 from trainer.train.loop import hash_grid_config
 
@@ -341,7 +341,7 @@ NESTED_BAD_LR = {
         ),
         (
             {"parallel": {"mode": "subgrid", "num_subgrids": 2}, "distributed": {"world_size": 4}},
-            "parallel.num_subgrids: expected an integer >= distributed.world_size (4) in subgrid "
+            "parallel.num_subgrids: expected at least one box per rank (>= world size 4) in subgrid "
             "mode, got 2",
         ),
         (

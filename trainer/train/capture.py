@@ -39,7 +39,7 @@ from typing import Any, Callable
 
 import torch
 
-from trainer.errors import ConfigError
+from trainer.contract.errors import ConfigError
 from trainer.train.fixed_step import FixedCapacityStep
 
 __all__ = ["CapturedStep", "StepChoice", "WARMUP_STEPS", "capture_blockers", "resolve_fixed_step"]

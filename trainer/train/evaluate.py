@@ -12,15 +12,15 @@ from typing import Any, Callable, Protocol
 import numpy as np
 import torch
 
-from trainer.config import TrainConfig
+from trainer.contract.config import TrainConfig
 from trainer.data import Scene
 from trainer.data.images import PixelTable, load_pixel_table
 from trainer.data.rays import camera_rays_for_image, composite_background
 from trainer.metrics_image import SSIM_WINDOW, mse_to_psnr, psnr, ssim
 from trainer.render.volrend import EARLY_STOP_TRANSMITTANCE, RenderedRays, composite
 from trainer.render.march import PackedSamples
-from trainer.rundir import RunDir
-from trainer.train.collapse import collapse_message
+from trainer.contract.rundir import RunDir
+from trainer.contract.evaluation import collapse_message
 from trainer.train.precision import autocast
 
 
@@ -263,7 +263,7 @@ def evaluate(
         "occupancy_warmup_steps", "background_collapse", "images": [{"index", "name", "psnr_db",
         "ssim", "background_psnr_db"}]}`` (the keys of :func:`summary_metrics` too), also written
         to ``eval.json`` when the trainer has a run directory. ``background_collapse`` is the
-        warning of :func:`trainer.train.collapse.collapse_message` (also issued as a
+        warning of :func:`trainer.contract.evaluation.collapse_message` (also issued as a
         ``UserWarning``) or None.
     """
     import cv2
