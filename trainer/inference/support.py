@@ -7,7 +7,7 @@ density that no training image shows as a surface: outside every view, hidden be
 every view (under its base, inside closed parts), haze too thin to stop a training ray, or a
 floater that only one or two views see (the usual explanation of a reflection or a blur in a few
 images). Two views fix a point by triangulation and a third checks it, hence the default of 3
-(:data:`trainer.inference.defaults.DEFAULT_MIN_VIEWS`); 0 turns the rule off.
+(:data:`trainer.contract.commandline.DEFAULT_MIN_VIEWS`); 0 turns the rule off.
 
 How it is computed, once per export:
 
