@@ -23,6 +23,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import REPO, machine_description, print_table  # noqa: E402
+from tests.prepare.conftest import write_blurred_video  # noqa: E402  (the tests' video, one writer)
 
 FOX = REPO.parent / "shared" / "data" / "fox"
 
@@ -45,24 +46,6 @@ def write_photos(images: list[tuple[str, np.ndarray]], folder: Path) -> dict[str
     for name, image in images:
         cv2.imwrite(str(folder / name), image, [cv2.IMWRITE_JPEG_QUALITY, 95])
     return {name: name for name, _ in images}
-
-
-def write_video(images: list[tuple[str, np.ndarray]], path: Path) -> dict[str, str]:
-    """Each image as frames [sharp, blurred, blurred] rotated so sharp frames stay apart; returns the
-    name of the sharp frame → fox image name."""
-    import cv2
-
-    height, width = images[0][1].shape[:2]
-    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), 10.0, (width, height))
-    positions = [0, 1, 2, 1]
-    names = {}
-    for k, (name, image) in enumerate(images):
-        blurred = cv2.GaussianBlur(image, (0, 0), 2.5)
-        for j in range(3):
-            writer.write(image if j == positions[k % 4] else blurred)
-        names[f"frame_{3 * k + positions[k % 4]:06d}.jpg"] = name
-    writer.release()
-    return names
 
 
 def nerf_c2w(transforms: Path) -> dict[str, np.ndarray]:
@@ -112,7 +95,7 @@ def main() -> None:
                 row = measure(work / "photos", work / "scene", names, None)
             elif kind == "video":
                 work.mkdir()
-                names = write_video(images, work / "fox.mp4")
+                names = write_blurred_video(images, work / "fox.mp4")
                 row = measure(work / "fox.mp4", work / "scene", names, len(images))
             else:
                 raise SystemExit(f"--inputs: expected photos or video, got {kind!r}")

@@ -61,3 +61,23 @@ def loaded_c2w(scene_dir: Path) -> dict[str, np.ndarray]:
     scene = load_scene(scene_dir, holdout_every=0)
     assert scene.format == "instant-ngp" and not scene.ignored_formats, (scene.format, scene.ignored_formats)
     return {frame.image_path.name: frame.c2w for frames in scene.splits.values() for frame in frames}
+
+
+def write_blurred_video(images: list[tuple[str, np.ndarray]], path: Path) -> dict[str, str]:
+    """An mp4v video of ``images`` (``(name, [h, w, 3] uint8 BGR)``, one size), each as three frames:
+    itself and two blurred copies, the sharp one first, second, third, second, ... so that no two
+    sharp frames are closer than half a segment of three. Returns the name ``prepare`` gives each
+    sharp frame → the image's name. (``bench/prepare.py`` writes its video with it too.)"""
+    import cv2
+
+    height, width = images[0][1].shape[:2]
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), 10.0, (width, height))
+    sharp_position = [0, 1, 2, 1]
+    names = {}
+    for k, (name, image) in enumerate(images):
+        blurred = cv2.GaussianBlur(image, (0, 0), 2.5)
+        for j in range(3):
+            writer.write(image if j == sharp_position[k % 4] else blurred)
+        names[f"frame_{3 * k + sharp_position[k % 4]:06d}.jpg"] = name
+    writer.release()
+    return names

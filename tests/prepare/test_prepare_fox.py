@@ -28,6 +28,7 @@ from tests.prepare.conftest import (
     loaded_c2w,
     needs_fox,
     small_fox_images,
+    write_blurred_video,
 )
 
 pytestmark = [needs_fox, pytest.mark.slow]
@@ -77,18 +78,8 @@ def test_fox_photos_give_fox_cameras(fox_photos: Path, tmp_path: Path) -> None:
 
 def test_a_video_of_fox_images_gives_the_sharp_frames_and_fox_cameras(tmp_path: Path) -> None:
     """Each fox image is 3 video frames, two of them blurred; --frames 20 keeps the sharp ones."""
-    import cv2
-
     images = small_fox_images()
-    sharp_position = [0, 1, 2, 1]  # never two sharp frames closer than half a segment
-    writer = cv2.VideoWriter(str(tmp_path / "fox.mp4"), cv2.VideoWriter_fourcc(*"mp4v"), 10.0, (SMALL_WIDTH, SMALL_HEIGHT))
-    expected = {}
-    for k, (name, image) in enumerate(images):
-        blurred = cv2.GaussianBlur(image, (0, 0), 2.5)
-        for j in range(3):
-            writer.write(image if j == sharp_position[k % 4] else blurred)
-        expected[f"frame_{3 * k + sharp_position[k % 4]:06d}.jpg"] = name
-    writer.release()
+    expected = write_blurred_video(images, tmp_path / "fox.mp4")
 
     result = prepare_scene(tmp_path / "fox.mp4", tmp_path / "scene", n_frames=len(images), quiet=True)
     assert sorted(p.name for p in (tmp_path / "scene" / "images").iterdir()) == sorted(expected)
