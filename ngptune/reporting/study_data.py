@@ -26,6 +26,11 @@ __all__ = [
     "OUTCOMES",
     "CONFIRMATION_ATTR",
     "best_heading",
+    "CONFIRMATION_QUANTITIES",
+    "ConfirmationSummary",
+    "Spread",
+    "confirmation_summary",
+    "spread_text",
     "PRUNER_ATTR",
     "SETUP_ATTR",
     "SAMPLER_ATTR",
@@ -195,8 +200,8 @@ def param_column(values: list[Any]) -> pd.Series:
 
 #: Columns every trial is scored on (the sweep's ``quality`` attribute,
 #: :func:`ngptune.tuning.objectives.trial_quality`), in ``trials.csv`` order.
-QUALITY_COLUMNS: tuple[str, ...] = ("psnr_db", "train_time_s", "steps", "rays_per_s", "samples_per_s",
-                                    "samples_per_ray", "occupancy_fraction")
+QUALITY_COLUMNS: tuple[str, ...] = ("psnr_db", "train_time_s", "steps", "steps_per_s", "rays_per_s", "samples_per_s",
+                                    "samples_per_ray", "occupancy_fraction", "startup_s")
 
 
 def quality_values(trial: FrozenTrial) -> dict[str, float]:
@@ -504,7 +509,7 @@ class Recommendation:
     Attributes:
         trial: the recommended trial's number, or None when no trial completed.
         is_default: whether the recommended trial is the default.
-        confirmed: whether re-runs upheld the best against the default (or the best is the default).
+        confirmed: whether re-runs (recorded, of both configurations) uphold the recommendation.
         sentence: one sentence saying what is recommended and why.
     """
 
@@ -514,54 +519,124 @@ class Recommendation:
     sentence: str
 
 
-def _why_not_confirmed(verdict: Mapping[str, Any], repeats: Any) -> str:
-    objective = str(verdict.get("objective", "the objective"))
-    gain, se = verdict.get("gain"), verdict.get("se")
-    if isinstance(gain, (int, float)) and isinstance(se, (int, float)):
-        unit = objective_unit(objective)
-        unit = "" if unit == "/s" else f" {unit}"
-        runs = f"in {repeats} re-runs each with new seeds" if repeats else "in its re-runs"
-        return (f"{runs} the best's {objective} was {gain:+.3g}{unit} against the default's, not more than the "
-                f"re-runs' noise (standard error {se:.2g}{unit})")
-    return str(verdict.get("sentence") or "its re-runs did not uphold it").split(": the default is recommended")[0]
+def _verdict_of(record: Any) -> dict[str, Any] | None:
+    verdict = record.get("verdict") if isinstance(record, Mapping) else None
+    return verdict if isinstance(verdict, dict) else None
 
 
 def recommendation(view: StudyView) -> Recommendation:
-    """The study's :class:`Recommendation`: the verdict's ``recommend`` (``best`` or ``default``)
-    when a confirmation finished; without one the best, unconfirmed (or the default when it is the best)."""
+    """The study's :class:`Recommendation`: the verdict's ``recommend`` (the candidate re-run, or
+    the default) when a confirmation finished; without one the best single run, unconfirmed.
+    ``confirmed`` needs the verdict to say so and its re-runs to be recorded."""
     if not view.best:
         return Recommendation(None, False, False, "No trial completed: nothing is recommended.")
     best = view.best[0]
     default_number = None if view.default is None else view.default.number
     record = view.study.user_attrs.get(CONFIRMATION_ATTR)
-    verdict = record.get("verdict") if isinstance(record, dict) else None
-    if not isinstance(verdict, dict):
+    verdict = _verdict_of(record)
+    if verdict is None:
         if best.number == default_number:
-            return Recommendation(best.number, True, True, f"The default (trial #{best.number}) is recommended: "
-                                  "no trial beat it.")
+            return Recommendation(best.number, True, False, f"The default (trial #{best.number}) is recommended "
+                                  "unconfirmed: it won its single run and no re-runs are recorded.")
         return Recommendation(best.number, False, False, f"Best trial #{best.number} is recommended unconfirmed: no "
-                              "re-runs of best and default are recorded (--no-confirm, or the default trial did "
+                              "re-runs of it and the default are recorded (--no-confirm, or the default trial did "
                               "not complete).")
-    best_number = verdict.get("best_trial", best.number)
-    if verdict.get("recommend") == "default":
-        number = verdict.get("default_trial", default_number)
-        why = _why_not_confirmed(verdict, record.get("repeats"))
-        return Recommendation(number, True, False, f"The default (trial #{number}) is recommended, not best trial "
-                              f"#{best_number}, which was not confirmed: {why}.")
-    if verdict.get("status") == "best_is_default":
-        return Recommendation(best_number, True, True, f"The default (trial #{best_number}) is recommended: "
-                              "no trial beat it.")
-    if verdict.get("confirmed"):
-        return Recommendation(best_number, False, True, f"Best trial #{best_number} is recommended: "
-                              f"{verdict.get('sentence', 'confirmed')}.")
-    return Recommendation(best_number, False, False, f"Best trial #{best_number} is recommended unconfirmed: "
-                          f"{verdict.get('sentence', 'no confirmation')}.")
+    is_default = verdict.get("recommend") == "default" or verdict.get("status") == "best_is_default"
+    number = verdict.get("default_trial", default_number) if is_default else verdict.get("best_trial", best.number)
+    summary = confirmation_summary(view.study)
+    confirmed = bool(verdict.get("confirmed")) and summary is not None and summary.complete
+    lead = f"The default (trial #{number})" if is_default else f"Trial #{number}"
+    sentence = str(verdict.get("sentence") or "no verdict sentence recorded").rstrip(".")
+    return Recommendation(number, is_default, confirmed,
+                          f"{lead} is recommended{'' if confirmed else ' (not confirmed by re-runs)'}: {sentence}.")
+
+
+#: Quantities of the confirmation's headline, after the objective: (key of a run's quality, label).
+CONFIRMATION_QUANTITIES: tuple[tuple[str, str], ...] = (
+    ("psnr_db", "psnr_db (dB)"), ("steps", "steps"), ("steps_per_s", "steps_per_s"), ("train_time_s", "train_time_s"))
+
+
+@dataclasses.dataclass(frozen=True)
+class Spread:
+    """Mean, sample standard deviation and count of a quantity over re-runs (NaN when n is 0)."""
+
+    mean: float
+    sd: float
+    n: int
+
+    @classmethod
+    def of(cls, values: list[Any]) -> "Spread":
+        finite = [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)
+                  and math.isfinite(v)]
+        if not finite:
+            return cls(math.nan, math.nan, 0)
+        return cls(statistics.fmean(finite), statistics.stdev(finite) if len(finite) > 1 else 0.0, len(finite))
+
+
+@dataclasses.dataclass(frozen=True)
+class ConfirmationSummary:
+    """The confirmation runs of a study, as the headline shows them.
+
+    Attributes:
+        objective: the objective judged.
+        candidate, default: the trial numbers re-run (candidate: the best non-default trial).
+        repeats: re-runs asked of each.
+        rows: quantity label → (default's :class:`Spread`, candidate's :class:`Spread`); the
+            objective first, then :data:`CONFIRMATION_QUANTITIES`.
+        verdict: the recorded verdict, or None when the confirmation did not finish.
+    """
+
+    objective: str
+    candidate: int
+    default: int
+    repeats: int
+    rows: dict[str, tuple[Spread, Spread]]
+    verdict: dict[str, Any] | None
+
+    @property
+    def complete(self) -> bool:
+        """Whether both configurations have at least two re-runs with an objective value."""
+        default, candidate = next(iter(self.rows.values()))
+        return default.n >= 2 and candidate.n >= 2
+
+
+def confirmation_summary(study: optuna.Study) -> ConfirmationSummary | None:
+    """The :class:`ConfirmationSummary` of the study's confirmation record (completed re-runs of
+    the candidate and the default, indices below ``repeats``); None without a record or runs."""
+    record = study.user_attrs.get(CONFIRMATION_ATTR)
+    if not isinstance(record, Mapping) or not record.get("runs"):
+        return None
+    try:
+        candidate, default, repeats = int(record["best_trial"]), int(record["default_trial"]), int(record["repeats"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    by_trial: dict[int, list[dict[str, Any]]] = {candidate: [], default: []}
+    for run in record["runs"]:
+        trial = run.get("trial", record.get(f"{run.get('label')}_trial"))
+        if trial in by_trial and run.get("outcome") == "completed" and int(run.get("index", repeats)) < repeats:
+            by_trial[int(trial)].append(run)
+    if not by_trial[candidate] and not by_trial[default]:
+        return None
+    objective = str(record.get("objective", "objective"))
+    unit = objective_unit(objective)
+    rows = {f"{objective} ({unit})" if unit and unit != "/s" else objective:
+            (Spread.of([r.get("value") for r in by_trial[default]]),
+             Spread.of([r.get("value") for r in by_trial[candidate]]))}
+    for key, label in CONFIRMATION_QUANTITIES:
+        if key == "psnr_db" and objective == "psnr_at_budget_db":
+            continue  # the objective's row
+        rows[label] = (Spread.of([(r.get("quality") or {}).get(key) for r in by_trial[default]]),
+                       Spread.of([(r.get("quality") or {}).get(key) for r in by_trial[candidate]]))
+    return ConfirmationSummary(objective, candidate, default, repeats, rows, _verdict_of(record))
+
+
+def spread_text(spread: Spread) -> str:
+    """``mean ± sd (n=K)``, or ``no run`` when n is 0."""
+    if spread.n == 0:
+        return "no run"
+    return f"{spread.mean:.4g} ± {spread.sd:.2g} (n={spread.n})"
 
 
 def best_heading(view: StudyView, what: str) -> str:
-    """A best-vs-default heading; it says so when the best was not confirmed."""
-    default_number = None if view.default is None else view.default.number
-    if not view.best or view.best[0].number == default_number or recommendation(view).confirmed:
-        return what
-    end = what.lower().index("best") + len("best")
-    return what[:end] + " (not confirmed)" + what[end:]
+    """A heading of single-run numbers: it says they are single runs."""
+    return f"{what} (single runs)"

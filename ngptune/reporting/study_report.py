@@ -40,10 +40,10 @@ from optuna.trial import FrozenTrial
 from ngptune.reporting.html import Section, figure_html, render_page, table_html, text_html
 from ngptune.reporting.study_data import (
     FLOAT_FORMAT, QUALITY_COLUMNS, SETUP_ATTR, Recommendation, StudyReportError, quality_values, StudyView, best_trials,
-    best_heading, category_text, cell_text, change_text, default_trial, is_completed, objective_names, outcome_of, recommendation,
+    best_heading, category_text, cell_text, change_text, confirmation_summary, default_trial, spread_text, is_completed, objective_names, outcome_of, recommendation,
     sampling_facts, trials_frame, write_text,
 )
-from ngptune.reporting.study_plots import Comparison, absent, optuna_figure, per_objective, plotted_study
+from ngptune.reporting.study_plots import Comparison, absent, confirmation_bars, optuna_figure, per_objective, plotted_study
 from ngptune.reporting.study_summary import print_summary, write_trials_csv
 
 __all__ = [
@@ -143,10 +143,11 @@ def _best_vs_default_section(view: StudyView) -> Section:
         parts.append(text_html(f"Best = trial #{view.best[0].number} (study.best_trial)"
                                + (": the default itself; no trial beat it." if is_default else ".")))
     comparison = Comparison.of(view)
-    parts.append(figure_html(comparison.bars(comparison.objectives, "Objectives")))
+    parts.append(figure_html(comparison.bars(comparison.objectives, "Objectives (single runs)")))
     if comparison.run_metrics:
         parts.append(figure_html(comparison.bars(
-            comparison.run_metrics, "Run metrics (rank 0 metrics.jsonl: median throughput, last evaluation PSNR)")))
+            comparison.run_metrics,
+            "Run metrics, single runs (rank 0 metrics.jsonl: median throughput, last evaluation PSNR)")))
     if comparison.phases_ms:
         parts.append(figure_html(comparison.stacked_phases()))
     parts.extend(text_html(note, "missing") for note in comparison.notes)
@@ -155,22 +156,45 @@ def _best_vs_default_section(view: StudyView) -> Section:
     return Section(best_heading(view, "Best vs default"), "".join(parts))
 
 
-def _confirmation_html(view: StudyView) -> str:
+def _confirmation_runs_html(record: dict[str, Any]) -> str:
+    """Every recorded re-run, one row each."""
+    rows = [{"configuration": r["label"], "trial": r.get("trial", ""), "re-run": r["index"], "seed": r["seed"],
+             "outcome": r["outcome"], record["objective"]: r["value"],
+             **{c: (r.get("quality") or {}).get(c) for c in QUALITY_COLUMNS[:4]},
+             "reason": r.get("reason", "")}
+            for r in sorted(record["runs"], key=lambda r: (r["label"], r.get("trial", -1), r["index"]))]
+    return "<h3>Every re-run</h3>" + table_html(pd.DataFrame(rows), float_format=FLOAT_FORMAT)
+
+
+def _confirmation_section(view: StudyView) -> Section:
+    """The first comparison: the confirmation re-runs of the candidate and the default (mean ±
+    sd, n), the verdict and its test, a bar chart of the means with their standard deviations."""
+    summary = confirmation_summary(view.study)
     record = view.study.user_attrs.get("confirmation")
-    if not isinstance(record, dict) or not record.get("runs"):
-        return text_html("Confirmation: no re-runs of best and default are recorded (skipped with --no-confirm, "
-                         "no default trial, or the default is the best): the recommendation is "
-                         + ("the default." if view.best and view.default is not None
-                            and view.best[0].number == view.default.number else "unconfirmed."), "missing")
-    rows = [{"configuration": r["label"], "re-run": r["index"], "seed": r["seed"], "outcome": r["outcome"],
-             record["objective"]: r["value"], **{c: (r.get("quality") or {}).get(c) for c in QUALITY_COLUMNS[:4]},
-             "reason": r.get("reason", "")} for r in sorted(record["runs"], key=lambda r: (r["label"], r["index"]))]
-    verdict = record.get("verdict") or {}
+    if summary is None:
+        note = ("No confirmation re-runs are recorded (--no-confirm, the default trial did not complete, or only the "
+                "default completed): every comparison below is of single runs, which are no evidence of a difference."
+                if view.best else "No trial completed: nothing was re-run.")
+        return Section("Confirmation re-runs", text_html(note, "missing"))
+    verdict = summary.verdict or {}
     sentence = verdict.get("sentence") or "the confirmation did not finish (a re-run of the sweep resumes it)."
-    return (text_html(f"Confirmation of best trial #{record['best_trial']} against default trial "
-                      f"#{record['default_trial']}, {record['repeats']} re-runs each (new seeds, alternating order): "
-                      + sentence, "note" if verdict.get("confirmed") else "missing")
-            + table_html(pd.DataFrame(rows), float_format=FLOAT_FORMAT))
+    test = verdict.get("test") or "no test ran"
+    default_label, candidate_label = f"default #{summary.default}", f"trial #{summary.candidate}"
+    rows = []
+    for label, (default, candidate) in summary.rows.items():
+        diff = change_text(label, candidate.mean, default.mean) if default.n and candidate.n else ""
+        rows.append({"quantity": label, default_label: spread_text(default), candidate_label: spread_text(candidate),
+                     "difference of means": diff})
+    parts = [
+        text_html(f"Trial #{summary.candidate} (the best non-default trial) and the default trial #{summary.default} "
+                  f"re-trained {summary.repeats} times each with new seeds, in alternating order; mean ± sample "
+                  f"standard deviation over n re-runs. Test: {test}."),
+        table_html(pd.DataFrame(rows)),
+        text_html("Verdict: " + sentence, "note" if recommendation(view).confirmed else "missing"),
+        figure_html(confirmation_bars(summary)),
+        _confirmation_runs_html(record),
+    ]
+    return Section("Confirmation re-runs", "".join(parts))
 
 
 def _quality_section(view: StudyView) -> Section:
@@ -183,18 +207,19 @@ def _quality_section(view: StudyView) -> Section:
     if not trials:
         parts.append(text_html("No default and no completed trial: nothing to compare.", "missing"))
     else:
-        table = pd.DataFrame({view.label(t): quality_values(t) for t in trials})
+        table = pd.DataFrame({f"{view.label(t)}, single run": quality_values(t) for t in trials})
         table.index = [f"{c} (dB)" if c == "psnr_db" else c for c in QUALITY_COLUMNS]
         if view.default is not None:
-            base = table[view.label(view.default)]
+            base = table[f"{view.label(view.default)}, single run"]
             for t in trials[1:]:
                 label = view.label(t)
-                table[f"{label} vs default"] = [change_text(q, v, d) for q, v, d in zip(table.index, table[label], base)]
-        parts.append(text_html("PSNR of the final evaluation (the same evenly spaced held-out views for every "
-                               "trial) after each trial's training time, then throughput; changes against the "
-                               "default: PSNR in dB, times in seconds, the rest in percent."))
+                table[f"{label} vs default"] = [change_text(q, v, d) for q, v, d in
+                                                zip(table.index, table[f"{label}, single run"], base)]
+        parts.append(text_html("Single runs: one trial each, no evidence of a difference on their own (the "
+                               "confirmation re-runs above are). PSNR of the final evaluation (the same evenly "
+                               "spaced held-out views for every trial) after each trial's budget, then speed; "
+                               "changes against the default: PSNR in dB, times in seconds, the rest in percent."))
         parts.append(table_html(table.rename_axis("quantity").reset_index(), float_format=FLOAT_FORMAT))
-    parts.append(_confirmation_html(view))
     return Section(best_heading(view, "Quality and time: best vs default"), "".join(parts))
 
 
@@ -338,11 +363,12 @@ def _overview_section(view: StudyView, nccl_active: bool) -> Section:
     if view.default is not None:
         parts.append(text_html(f"Default: trial #{view.default.number} ({outcome_of(view.default)})."))
     if view.best:
-        word = "Pareto front" if view.multi_objective else "Best"
+        word = "Pareto front (single runs)" if view.multi_objective else "Best single run"
         rec = recommendation(view)
-        unconfirmed = "" if rec.confirmed else (" (not confirmed; the default is recommended)" if rec.is_default
-                                                 else " (not confirmed)")
-        parts.append(text_html(f"{word}: " + ", ".join(f"trial #{t.number}" for t in view.best) + unconfirmed + "."))
+        parts.append(text_html(f"{word}: " + ", ".join(f"trial #{t.number}" for t in view.best)
+                               + f". Recommended: trial #{rec.trial}"
+                               + (" (the default)" if rec.is_default else "")
+                               + (", confirmed by re-runs." if rec.confirmed else ", not confirmed by re-runs.")))
     parts.extend(text_html(line) for line in sampling_facts(view.study).sentences())
     parts.append(text_html("NCCL parameters active (nccl backend)." if nccl_active
                            else "NCCL parameters inactive (gloo backend)."))
@@ -369,6 +395,7 @@ def write_study_report(study: optuna.Study, out_dir: Path, *, title: str, nccl_a
     interconnect = _interconnect_label(view)
     sections = [
         _recommendation_section(recommendation(view)),
+        _confirmation_section(view),
         _overview_section(view, nccl_active),
         _quality_section(view),
         _history_section(view),

@@ -10,7 +10,11 @@ Objectives (names as in the study file, the trials' ``objectives`` attribute and
 * ``samples_per_s`` (maximise): the same measurement as ``throughput_samples_per_s``.
 * ``rays_per_s`` (maximise): the mean of rank 0's ``rays_per_s`` after the warm-up, as above.
 * ``psnr_at_budget_db`` (maximise): the trainer's final evaluation (``eval_psnr_db`` in
-  ``status.json``) after a fixed training-time budget (``budget.seconds``).
+  ``status.json``) after the study's budget: ``budget.seconds`` of training, or ``budget.steps``
+  steps. A step budget measures quality per step, which the load of the machine and neighbours on
+  a shared GPU cannot change; its speed is ``steps_per_s``, recorded beside it for every trial and
+  combined with it only by a study that names both objectives.
+* ``steps_per_s`` (maximise): the mean of rank 0's ``steps_per_s`` after the warm-up.
 * ``time_to_psnr_s`` (minimise): training seconds (``wall_time_s``, evaluation excluded) at the
   first evaluation whose ``eval_psnr_db`` reaches the target, from the periodic evaluations in
   ``metrics.jsonl`` (every ``eval_every_steps`` steps) and then the final one. Resolution: one
@@ -25,8 +29,11 @@ trains worse. A study whose objectives are all throughputs gets :func:`throughpu
 
 Intermediate values (for the pruner, single-objective studies only) are reported at the
 trainer's step of each metrics record: the running throughput for ``throughput_samples_per_s``,
-the training-batch PSNR (``train_psnr_db``) for ``psnr_at_budget_db`` (the evaluation runs only at
-the end); ``time_to_psnr_s`` reports none.
+for ``psnr_at_budget_db`` the PSNR of the periodic evaluations (``eval_psnr_db`` of the records at
+the study's evaluation marks, ``pruner.eval_every_steps``: the same few held-out views each time)
+or, in a study without marks, the training-batch PSNR (``train_psnr_db``); ``time_to_psnr_s``
+reports none. The start-up before the first step (``startup_s``, reported by the trainer) is
+recorded for every trial and counted by no objective.
 """
 
 from __future__ import annotations
@@ -48,6 +55,7 @@ __all__ = [
     "THROUGHPUT_OBJECTIVES",
     "intermediate_values",
     "mean_phase_ms",
+    "startup_s",
     "objective_value",
     "throughput_samples_per_s",
     "time_to_psnr_s",
@@ -73,14 +81,18 @@ OBJECTIVES: dict[str, ObjectiveDef] = {
     "rays_per_s": ObjectiveDef("rays_per_s", "maximize", "rays/s", False, True),
     "psnr_at_budget_db": ObjectiveDef("psnr_at_budget_db", "maximize", "dB", True, True),
     "time_to_psnr_s": ObjectiveDef("time_to_psnr_s", "minimize", "s", True, False),
+    "steps_per_s": ObjectiveDef("steps_per_s", "maximize", "steps/s", False, True),
 }
 
 #: Objectives that measure work done per second, not the quality it buys.
-THROUGHPUT_OBJECTIVES: frozenset[str] = frozenset({"throughput_samples_per_s", "samples_per_s", "rays_per_s"})
+THROUGHPUT_OBJECTIVES: frozenset[str] = frozenset({"throughput_samples_per_s", "samples_per_s", "rays_per_s",
+                                                   "steps_per_s"})
 #: Objectives that measure the quality reached (held-out PSNR).
 QUALITY_OBJECTIVES: frozenset[str] = frozenset({"psnr_at_budget_db", "time_to_psnr_s"})
 _COLUMN = {"throughput_samples_per_s": "throughput_samples_per_s", "samples_per_s": "throughput_samples_per_s",
-           "rays_per_s": "rays_per_s"}
+           "rays_per_s": "rays_per_s", "steps_per_s": "steps_per_s"}
+#: ``status.json`` key and first-metrics-record key of the trainer's start-up time (s).
+STARTUP_KEY = "startup_s"
 
 
 def throughput_only_warning(names: Sequence[str]) -> str | None:
@@ -124,9 +136,10 @@ def trial_quality(records: Sequence[Mapping[str, Any]], status: Mapping[str, Any
 
     Returns:
         ``psnr_db`` (dB, the final evaluation's mean over the held-out views, ``eval_psnr_db`` of
-        ``status.json``), ``train_time_s`` (s, training only), ``steps``, ``rays_per_s`` (rays/s) and
-        ``samples_per_s`` (samples/s) after the warm-up, ``samples_per_ray`` (total samples / total
-        rays after the warm-up) and ``occupancy_fraction`` (of the last record).
+        ``status.json``), ``train_time_s`` (s, training only), ``steps``, ``steps_per_s``,
+        ``rays_per_s`` (rays/s) and ``samples_per_s`` (samples/s) after the warm-up,
+        ``samples_per_ray`` (total samples / total rays after the warm-up), ``occupancy_fraction``
+        (of the last record) and ``startup_s`` (s before the first step, :func:`startup_s`).
     """
     steady = steady_records(records)
     rays = sum(r["rays_per_step"] for r in steady if _finite(r.get("rays_per_step")))
@@ -141,11 +154,22 @@ def trial_quality(records: Sequence[Mapping[str, Any]], status: Mapping[str, Any
         "psnr_db": number(status.get("eval_psnr_db")),
         "train_time_s": number(status.get("train_time_s")),
         "steps": int(steps) if _finite(steps) else None,
+        "steps_per_s": steady_mean(records, "steps_per_s"),
+        "startup_s": startup_s(records, status),
         "rays_per_s": steady_mean(records, "rays_per_s"),
         "samples_per_s": throughput_samples_per_s(records),
         "samples_per_ray": samples / rays if rays > 0 else None,
         "occupancy_fraction": occupancy[-1] if occupancy else None,
     }
+
+
+def startup_s(records: Sequence[Mapping[str, Any]], status: Mapping[str, Any]) -> float | None:
+    """Seconds the trainer spent before its first training step (``startup_s`` of ``status.json``,
+    else of the first metrics record), or None when the trainer does not report it."""
+    for value in (status.get(STARTUP_KEY), records[0].get(STARTUP_KEY) if records else None):
+        if _finite(value):
+            return float(value)
+    return None
 
 
 def time_to_psnr_s(records: Sequence[Mapping[str, Any]], status: Mapping[str, Any], target_db: float) -> float:
@@ -198,12 +222,14 @@ def objective_value(
     raise KeyError(name)
 
 
-def intermediate_values(name: str, records: Sequence[Mapping[str, Any]]) -> list[tuple[int, float]]:
+def intermediate_values(name: str, records: Sequence[Mapping[str, Any]], *,
+                        evaluations: bool = False) -> list[tuple[int, float]]:
     """``(step, value)`` pairs to report to the pruner, one per metrics record that has one.
 
-    ``throughput_samples_per_s``: at record i, :func:`throughput_samples_per_s` of records 0..i
-    (records 1..i after the one warm-up record; record 0 alone at i = 0); ``psnr_at_budget_db``: ``train_psnr_db``;
-    ``time_to_psnr_s``: none.
+    ``throughput_samples_per_s`` (and the other rates): at record i, the steady mean of records
+    0..i (records 1..i after the one warm-up record; record 0 alone at i = 0);
+    ``psnr_at_budget_db``: with ``evaluations`` (the study evaluates at marks) the periodic
+    evaluations' ``eval_psnr_db``, else the training-batch ``train_psnr_db``; ``time_to_psnr_s``: none.
     """
     out: list[tuple[int, float]] = []
     if name in _COLUMN:
@@ -212,7 +238,8 @@ def intermediate_values(name: str, records: Sequence[Mapping[str, Any]]) -> list
             if value is not None:
                 out.append((int(record["step"]), value))
     elif name == "psnr_at_budget_db":
-        out = [(int(r["step"]), float(r["train_psnr_db"])) for r in records if _finite(r.get("train_psnr_db"))]
+        column = "eval_psnr_db" if evaluations else "train_psnr_db"
+        out = [(int(r["step"]), float(r[column])) for r in records if _finite(r.get(column))]
     return out
 
 

@@ -66,14 +66,16 @@ from ngptune.tuning.concurrency import TrialSlots, plan_trial_slots
 from ngptune.tuning.provenance import record_worker
 from ngptune.tuning.layout import StudyDir
 from ngptune.tuning.confirm import (
-    CONFIRMATION_ATTR, DEFAULT_REPEATS_CPU, DEFAULT_REPEATS_GPU, Verdict, best_is_default, confirm_study, pending,
+    CONFIRMATION_ATTR, DEFAULT_REPEATS_CPU, DEFAULT_REPEATS_GPU, Verdict, confirm_study, no_candidate, pending,
     primary_objective, recorded_repeats, unconfirmed, verdict_runs,
 )
 from ngptune.tuning.objectives import (
     OBJECTIVES, TargetNotReached, intermediate_values, mean_phase_ms, objective_value, throughput_only_warning,
     trial_quality,
 )
-from ngptune.tuning.outputs import representative_trial, write_best_config, write_best_env, write_confirmation
+from ngptune.tuning.outputs import (
+    candidate_trial, representative_trial, write_best_config, write_best_env, write_confirmation,
+)
 from ngptune.tuning.rerun import RerunLauncher
 from ngptune.tuning.space import check_combination, default_params, sample, split_values, trial_config
 from ngptune.tuning.storage import (
@@ -82,6 +84,7 @@ from ngptune.tuning.storage import (
 )
 from ngptune.tuning.study import DEMO_SCENE, STUDY_NAME_RULE, StudySpec, is_study_name, load_study
 from ngptune.tuning.trial import TrialLaunch, run_trial, trial_argv
+from ngptune.tuning.warmup import needs_warm_up, warm_kernel_cache, warmup_config
 from trainer.config import TrainConfig, dump_config
 from trainer.errors import ConfigError, NgptuneError
 from trainer.rundir import RunDir, atomic_write_text
@@ -126,7 +129,7 @@ class SweepOptions:
     data_settings: dict[str, Any] = dataclasses.field(default_factory=dict)
     gpus_per_trial: int | None = None
     concurrent_trials: int | str | None = None
-    trials_per_gpu: int = 1
+    trials_per_gpu: int | None = None
     allow_shared_gpu: bool = False
     confirm: bool = True
     confirm_repeats: int | None = None
@@ -206,17 +209,19 @@ class _Objective:
         if len(self.spec.objectives) != 1 or not OBJECTIVES[self.spec.objectives[0].name].has_intermediate:
             return None
         name = self.spec.objectives[0].name
+        marks = self.spec.pruner.eval_every_steps is not None
         reported: set[int] = set()
 
         def on_progress(records: list[dict[str, Any]]) -> str | None:
-            for step, value in intermediate_values(name, records):
+            for step, value in intermediate_values(name, records, evaluations=marks):
                 if step in reported:
                     continue
                 trial.report(value, step)
                 reported.add(step)
                 if trial.should_prune():
                     pruner = type(trial.study.pruner).__name__
-                    return f"pruned by {pruner} at step {step} ({name} = {value:.4g})"
+                    what = "PSNR of the mark's evaluation" if marks else f"{name}"
+                    return f"pruned by {pruner} at step {step} ({what} = {value:.4g})"
             return None
 
         return on_progress
@@ -563,6 +568,12 @@ def _run(options: SweepOptions, spec: StudySpec, nproc: int, base_cfg: TrainConf
             study.stop()
 
     with _sigterm_as_interrupt():
+        if not enough() and needs_warm_up(spec, study, _uses_cuda(base_cfg)):
+            console.print("warming the kernel cache: one short launch of the default configuration before trial 0 "
+                          f"(the trainer does not report its start-up yet); log {study_dir.warmup_log_path}")
+            cfg = warmup_config(base_cfg, default_params(spec, base_cfg), scene)
+            warm_kernel_cache(study, cfg=cfg, study_dir=study_dir, nproc_per_node=nproc, nccl_active=nccl_active,
+                              slots=slots, poll_s=options.poll_s)
         if not enough():
             try:
                 study.optimize(objective, n_trials=None, timeout=timeout_s, callbacks=[after_trial],
@@ -577,7 +588,7 @@ def _run(options: SweepOptions, spec: StudySpec, nproc: int, base_cfg: TrainConf
 
 def _confirm(options: SweepOptions, study, spec: StudySpec, study_dir: StudyDir, nproc: int, nccl_active: bool,
              console: Console) -> Verdict | None:
-    """Re-run best and default (:mod:`ngptune.tuning.confirm`); None when no trial completed."""
+    """Re-run the candidate and the default (:mod:`ngptune.tuning.confirm`); None when no trial completed."""
     import torch
 
     from ngptune.reporting.study_data import default_trial
@@ -591,21 +602,24 @@ def _confirm(options: SweepOptions, study, spec: StudySpec, study_dir: StudyDir,
     if default is None or default.state.name != "COMPLETE":
         return unconfirmed(name, direction, "the default trial did not complete", best_trial=best.number,
                            default_trial=None if default is None else default.number)
-    if best.number == default.number:
-        return best_is_default(name, direction, default.number)
     from optuna.trial import TrialState
 
     running = [t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))]
     if running:  # another worker's trial may still become the best
         return pending(name, direction, running)
+    candidate = candidate_trial(study, default, spec.objective_names.index(name))
+    if candidate is None:
+        return no_candidate(name, direction, default.number)
+    won = best.number == default.number  # the default won its single run: re-run the runner-up against it
     if not options.confirm:
-        return unconfirmed(name, direction, "confirmation skipped (--no-confirm)", best_trial=best.number,
-                           default_trial=default.number)
+        return unconfirmed(name, direction, "confirmation skipped (--no-confirm)", best_trial=candidate.number,
+                           default_trial=default.number, recommend="default" if won else "best")
     repeats = options.confirm_repeats or max(  # without --confirm-runs, every recorded pair counts
         DEFAULT_REPEATS_GPU if torch.cuda.is_available() else DEFAULT_REPEATS_CPU,
-        recorded_repeats(study.user_attrs.get(CONFIRMATION_ATTR), name, best.number, default.number))
-    console.print(f"[bold]confirmation[/bold]: best trial {best.number} and default trial {default.number}, "
-                  f"{repeats} re-runs each of {spec.budget.describe()} with new seeds, alternating "
+        recorded_repeats(study.user_attrs.get(CONFIRMATION_ATTR), name, candidate.number, default.number))
+    console.print(f"[bold]confirmation[/bold]: trial {candidate.number} "
+                  + ("(the runner-up: the default won its single run) " if won else "(the best) ")
+                  + f"and default trial {default.number}, {repeats} re-runs each of {spec.budget.describe()} with new seeds, alternating "
                   "(re-runs already recorded are reused)")
     launcher = RerunLauncher(spec=spec, objective=name, study_dir=study_dir, nproc_per_node=nproc,
                              nccl_active=nccl_active, poll_s=options.poll_s)
@@ -620,9 +634,9 @@ def _confirm(options: SweepOptions, study, spec: StudySpec, study_dir: StudyDir,
         console.print(f"  re-run {run.label} {run.index} (trial {run.trial}'s settings, seed {run.seed}): "
                       f"{run.outcome}, {value}" + (f" — {run.reason}" if run.reason else ""))
 
-    return confirm_study(study, best=best, default=default, repeats=repeats, objective=name, direction=direction,
-                         unit=OBJECTIVES[name].unit, base_seed=spec.base_config().training.seed,
-                         launch=launcher, on_run=shown)
+    return confirm_study(study, best=candidate, default=default, repeats=repeats, objective=name,
+                         direction=direction, unit=OBJECTIVES[name].unit, base_seed=spec.base_config().training.seed,
+                         launch=launcher, on_run=shown, default_won_single_run=won)
 
 
 def _target_missed_hint(study, spec: StudySpec) -> str | None:
@@ -640,18 +654,27 @@ def _target_missed_hint(study, spec: StudySpec) -> str | None:
             "lower target_db or give the trials a longer budget")
 
 
+def _recommended_trial(study, verdict: Verdict | None):
+    """The trial ``best_config.json`` holds: the verdict's recommendation (the candidate re-run, or
+    the default); the representative best without a verdict; None while other workers' trials run."""
+    from ngptune.reporting.study_data import default_trial
+
+    if verdict is None:
+        return representative_trial(study)
+    if verdict.status == "pending":
+        return None
+    if verdict.recommend == "default":
+        return default_trial(study)
+    return next((t for t in study.get_trials(deepcopy=False) if t.number == verdict.best_trial), None)
+
+
 def _write_outputs(study, spec: StudySpec, name: str, study_dir: StudyDir, nccl_active: bool,
                    console: Console, verdict: Verdict | None) -> SweepResult:
-    from ngptune.reporting.study_data import default_trial
     from ngptune.reporting.study_report import print_summary, write_study_report, write_trials_csv
 
-    best = representative_trial(study)
-    if verdict is not None and verdict.recommend == "default":
-        best = default_trial(study)
+    best = _recommended_trial(study, verdict)
     best_config = None
-    if verdict is not None and verdict.status == "pending":
-        best = None
-    elif best is not None:
+    if best is not None:
         best_config = write_best_config(best, spec, study_dir, verdict=verdict)
         runs = [] if verdict is None else verdict_runs(study.user_attrs.get(CONFIRMATION_ATTR), verdict)
         write_confirmation(verdict, best, study_dir, runs)
@@ -662,10 +685,8 @@ def _write_outputs(study, spec: StudySpec, name: str, study_dir: StudyDir, nccl_
     if best is not None:
         which = "representative of the Pareto front" if len(spec.objectives) > 1 else "best"
         if verdict is not None:
-            colour = "green" if verdict.confirmed else "yellow"
-            console.print(f"[{colour}]{verdict.sentence}[/{colour}]")
-            which = "recommended (the default)" if verdict.recommend == "default" else \
-                f"recommended ({which}, {'confirmed' if verdict.confirmed else 'unconfirmed'})"
+            which = (f"recommended ({'the default' if verdict.recommend == 'default' else which}, "
+                     f"{'confirmed by re-runs' if verdict.confirmed else 'not confirmed'})")
         console.print(f"{which}: trial {best.number} → {best_config}, {study_dir.best_env_path}")
     elif verdict is not None and verdict.status == "pending":
         console.print(f"[yellow]{verdict.sentence}[/yellow]")

@@ -243,6 +243,9 @@ class TrainingConfig(Block):
         log_every: steps between metric records (>= 1).
         eval_every: steps between test-view evaluations; 0 = only at the end.
         eval_max_images: evaluate at most this many test images, or null for all.
+        eval_every_max_images: views of the periodic evaluations (``eval_every``), evenly spaced
+            over the split (the same views each time), or null for ``eval_max_images``; the final
+            evaluation always takes ``eval_max_images``.
         eval_spp: renders averaged per test view, in [1, 64]: with more than one, every render
             marches with a random offset of the first sample along each ray (drawn from a generator
             seeded with ``seed``, so evaluations are repeatable and leave training's draws alone),
@@ -315,6 +318,7 @@ class TrainingConfig(Block):
     log_every: int = rule_field(100, IntRule(1))
     eval_every: int = rule_field(0, IntRule(0))
     eval_max_images: int | None = rule_field(None, OptionalRule(IntRule(1)))
+    eval_every_max_images: int | None = rule_field(None, OptionalRule(IntRule(1)))
     eval_spp: int = rule_field(1, IntRule(1, 64))
     snapshot_every: int = rule_field(0, IntRule(0))
     background: str = rule_field("random", OneOf("random", "white", "black"))

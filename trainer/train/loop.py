@@ -835,7 +835,7 @@ class Trainer:
                     result = None
                     if eval_now:  # its PSNR goes into this step's record; its time is not training
                         t_eval = time.perf_counter()
-                        result = self.evaluate()
+                        result = self.evaluate(max_images=t.eval_every_max_images)
                         interval["t0"] += time.perf_counter() - t_eval
                         if on_eval:
                             on_eval(result)
