@@ -222,14 +222,18 @@ def objective_value(
     raise KeyError(name)
 
 
-def intermediate_values(name: str, records: Sequence[Mapping[str, Any]], *,
-                        evaluations: bool = False) -> list[tuple[int, float]]:
-    """``(step, value)`` pairs to report to the pruner, one per metrics record that has one.
+def intermediate_values(name: str, records: Sequence[Mapping[str, Any]], *, evaluations: bool = False,
+                        per_second: bool = False) -> list[tuple[int, float]]:
+    """``(resource, value)`` pairs to report to the pruner.
 
-    ``throughput_samples_per_s`` (and the other rates): at record i, the steady mean of records
-    0..i (records 1..i after the one warm-up record; record 0 alone at i = 0);
-    ``psnr_at_budget_db``: with ``evaluations`` (the study evaluates at marks) the periodic
-    evaluations' ``eval_psnr_db``, else the training-batch ``train_psnr_db``; ``time_to_psnr_s``: none.
+    ``throughput_samples_per_s`` (and the other rates): at record i (resource: its step), the
+    steady mean of records 0..i (records 1..i after the one warm-up record; record 0 alone at
+    i = 0). ``psnr_at_budget_db``: with ``evaluations`` (the study evaluates at marks) the periodic
+    evaluations' ``eval_psnr_db`` at their step, or with ``per_second`` (a seconds budget) at every
+    whole second of training between the first and the last evaluation, linearly interpolated in
+    ``wall_time_s`` between the evaluations around it (so every trial is judged at the same
+    seconds); without ``evaluations`` the training-batch ``train_psnr_db`` at each record's step.
+    ``time_to_psnr_s``: none.
     """
     out: list[tuple[int, float]] = []
     if name in _COLUMN:
@@ -237,9 +241,29 @@ def intermediate_values(name: str, records: Sequence[Mapping[str, Any]], *,
             value = steady_mean(records[: i + 1], _COLUMN[name])
             if value is not None:
                 out.append((int(record["step"]), value))
+    elif name == "psnr_at_budget_db" and not evaluations:
+        out = [(int(r["step"]), float(r["train_psnr_db"])) for r in records if _finite(r.get("train_psnr_db"))]
+    elif name == "psnr_at_budget_db" and not per_second:
+        out = [(int(r["step"]), float(r["eval_psnr_db"])) for r in records if _finite(r.get("eval_psnr_db"))]
     elif name == "psnr_at_budget_db":
-        column = "eval_psnr_db" if evaluations else "train_psnr_db"
-        out = [(int(r["step"]), float(r[column])) for r in records if _finite(r.get(column))]
+        marks = [(float(r["wall_time_s"]), float(r["eval_psnr_db"])) for r in records
+                 if _finite(r.get("eval_psnr_db")) and _finite(r.get("wall_time_s"))]
+        out = _per_second(marks)
+    return out
+
+
+def _per_second(marks: Sequence[tuple[float, float]]) -> list[tuple[int, float]]:
+    """``(second, value)`` at each whole second from the first mark's time to the last one's,
+    linearly interpolated between the ``(time_s, value)`` marks around it (in time order)."""
+    out: list[tuple[int, float]] = []
+    for (t0, v0), (t1, v1) in zip(marks, marks[1:]):
+        second = math.ceil(t0) if not out else out[-1][0] + 1
+        while second <= t1:
+            if t1 > t0:
+                out.append((second, v0 + (v1 - v0) * (second - t0) / (t1 - t0)))
+            second += 1
+    if len(marks) == 1 and float(marks[0][0]).is_integer():
+        out.append((int(marks[0][0]), marks[0][1]))
     return out
 
 

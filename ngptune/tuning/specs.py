@@ -120,13 +120,15 @@ class PrunerSpec:
 
     Attributes:
         eval_every_steps: the marks: every trial evaluates ``eval_images`` fixed held-out views
-            every this many steps (``training.eval_every``) and reports their PSNR to the pruner;
-            None: the pruner reads the training-batch PSNR of each metrics record.
+            every this many steps (``training.eval_every``) and reports their PSNR to the pruner
+            at each mark's step (step budget) or at each whole second of training, interpolated
+            between marks (seconds budget); None: the pruner reads the training-batch PSNR of
+            each metrics record.
         eval_images: views of each mark's evaluation (``training.eval_every_max_images``; None:
             ``training.eval_max_images``).
         min_resource, max_resource, reduction_factor, min_early_stopping_rate: Optuna's
-            successive-halving / Hyperband options, in steps (``max_resource`` "auto": the
-            study's ``budget.steps`` when it has one).
+            successive-halving / Hyperband options, in the budget's unit: steps, or with a seconds
+            budget and marks whole seconds of training (``max_resource`` "auto": the budget).
     """
 
     type: str = "none"

@@ -505,8 +505,12 @@ def _read_pruner(reader: _Reader, data: Mapping, objectives: tuple[ObjectiveSpec
         if budget.steps is not None and values["eval_every_steps"] >= budget.steps:
             raise reader.error("pruner.eval_every_steps", f"expected fewer than budget.steps ({budget.steps}) so a "
                                f"mark falls inside the budget, got {values['eval_every_steps']}")
-    if kind == "hyperband" and values["max_resource"] == "auto" and budget.steps is not None:
-        values["max_resource"] = int(budget.steps)  # the budget is the largest resource a trial gets
+        if kind == "median" and budget.seconds is not None:
+            raise reader.error("pruner.type", "median compares trials at equal resource, which evaluation marks "
+                               "under a seconds budget rarely share; use successive_halving or hyperband")
+    if kind == "hyperband" and values["max_resource"] == "auto" and values["eval_every_steps"] is not None:
+        # the budget is the largest resource a trial gets (steps, or whole seconds of training)
+        values["max_resource"] = int(budget.steps if budget.steps is not None else math.floor(budget.seconds))
     return dataclasses.replace(spec, **values)
 
 

@@ -210,18 +210,21 @@ class _Objective:
             return None
         name = self.spec.objectives[0].name
         marks = self.spec.pruner.eval_every_steps is not None
+        per_second = marks and self.spec.budget.seconds is not None  # the pruner's resource: the budget's unit
+        unit = "s of training" if per_second else "step"
         reported: set[int] = set()
 
         def on_progress(records: list[dict[str, Any]]) -> str | None:
-            for step, value in intermediate_values(name, records, evaluations=marks):
+            for step, value in intermediate_values(name, records, evaluations=marks, per_second=per_second):
                 if step in reported:
                     continue
                 trial.report(value, step)
                 reported.add(step)
                 if trial.should_prune():
                     pruner = type(trial.study.pruner).__name__
-                    what = "PSNR of the mark's evaluation" if marks else f"{name}"
-                    return f"pruned by {pruner} at step {step} ({what} = {value:.4g})"
+                    what = "PSNR of the evaluation marks" if marks else f"{name}"
+                    where = f"{step} {unit}" if per_second else f"step {step}"
+                    return f"pruned by {pruner} at {where} ({what} = {value:.4g})"
             return None
 
         return on_progress

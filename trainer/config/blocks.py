@@ -61,6 +61,9 @@ class EncodingConfig(Block):
             views). At most one of
             ``per_level_scale`` and ``max_resolution`` may be set; see
             :meth:`finest_resolution`.
+        max_resolution_factor: factor (> 0, at most 16) on the derived N_max (1: as derived; 0.5
+            a level coarser, 2 a level finer); only without ``max_resolution`` and
+            ``per_level_scale``.
         backend: ``"auto"``, ``"torch"`` (reference), ``"triton"`` or ``"tcnn"``.
         table_dtype: storage of the hash tables, ``"float32"`` or ``"float16"`` (the encoding
             kernels and benchmarks only: training refuses float16, see ``Trainer``).
@@ -75,6 +78,7 @@ class EncodingConfig(Block):
     base_resolution: int = rule_field(16, IntRule(2))
     per_level_scale: float | None = rule_field(None, OptionalRule(FloatRule(1, lo_open=True)))
     max_resolution: int | None = rule_field(None, OptionalRule(IntRule(2)))
+    max_resolution_factor: float = rule_field(1.0, FloatRule(0, 16, lo_open=True))
     backend: str = rule_field("auto", OneOf("auto", "torch", "triton", "tcnn"))
     table_dtype: str = rule_field("float32", OneOf("float32", "float16"))
 
@@ -83,6 +87,12 @@ class EncodingConfig(Block):
             raise ConfigError(
                 f"encoding.max_resolution: set either it or encoding.per_level_scale, not both "
                 f"(got {self.max_resolution} and {self.per_level_scale})"
+            )
+        if self.max_resolution_factor != 1.0 and (self.max_resolution is not None or self.per_level_scale is not None):
+            given = "max_resolution" if self.max_resolution is not None else "per_level_scale"
+            raise ConfigError(
+                f"encoding.max_resolution_factor: scales the derived finest resolution; with encoding.{given} "
+                f"set there is none to scale (got factor {self.max_resolution_factor:g}); leave it at 1"
             )
         if self.max_resolution is not None and self.max_resolution <= self.base_resolution:
             raise ConfigError(
@@ -100,6 +110,7 @@ class EncodingConfig(Block):
         at or above it, kept within [2 · N_min, 2048 · aabb_scale]: the finest level resolves the
         views' pixels and no more. Without a measurement, instant-ngp's 2048 · aabb_scale
         (``src/testbed.cu``, ``reset_network``: the unit cube's 2048 grows with the scene box).
+        A derived N_max is multiplied by ``max_resolution_factor`` (rounded, at least 2 · N_min).
         The hash grid derives b = exp(ln(N_max / N_min) / (L − 1)) from it (Müller et al. 2022,
         eq. 2–3; :attr:`trainer.encoding.hashgrid.HashGridConfig.growth_factor`).
 
@@ -113,11 +124,12 @@ class EncodingConfig(Block):
         if self.max_resolution is not None:
             return self.max_resolution
         ngp = NGP_DESIRED_RESOLUTION * aabb_scale
-        if footprint_resolution is None:
-            return ngp
-        assert footprint_resolution > 0, footprint_resolution
-        pixels = 2 ** max(0, math.ceil(math.log2(footprint_resolution)))
-        return int(min(max(pixels, 2 * self.base_resolution), ngp))
+        derived = ngp
+        if footprint_resolution is not None:
+            assert footprint_resolution > 0, footprint_resolution
+            pixels = 2 ** max(0, math.ceil(math.log2(footprint_resolution)))
+            derived = int(min(max(pixels, 2 * self.base_resolution), ngp))
+        return max(int(round(derived * self.max_resolution_factor)), 2 * self.base_resolution)
 
 
 @dataclasses.dataclass(frozen=True)
