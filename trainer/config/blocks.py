@@ -276,6 +276,9 @@ class TrainingConfig(Block):
         max_march_steps: ray-marching steps per unit length across the unit cube (>= 1;
             instant-ngp's 1024 gives Δt = √3/1024).
         cone_angle: step growth with distance (>= 0), or null; see :meth:`resolved_cone_angle`.
+        near_distance: rays start this far from their camera (>= 0, unit-cube units): samples
+            closer are never marched, in training, evaluation and rendering (floaters in front of
+            a capture's cameras); 0 marches from the camera (or the box entry).
         subpixel_jitter: training rays pass through a random point of their pixel rather than its
             centre (cameras with lens distortion always use pixel centres). Off by default:
             evaluation renders one ray through each pixel centre (the NeRF protocol), and training
@@ -341,6 +344,7 @@ class TrainingConfig(Block):
     occupancy_threshold: float = rule_field(0.01, FloatRule(0, lo_open=True))
     max_march_steps: int = rule_field(1024, IntRule(1))
     cone_angle: float | None = rule_field(None, OptionalRule(FloatRule(0)))
+    near_distance: float = rule_field(0.0, FloatRule(0))
     subpixel_jitter: bool = rule_field(False, BoolRule())
     prefetch_march: bool = rule_field(True, BoolRule())
     march_backend: str = rule_field("auto", OneOf("auto", "triton", "torch"))

@@ -393,6 +393,7 @@ class Trainer:
             max_step_size=self.max_step_size,
             jitter=jitter,
             generator=(generator or self.generator) if jitter else None,
+            near=self.cfg.training.near_distance,
             backend=self.march_backend,
         )
 
