@@ -15,7 +15,7 @@ from trainer.errors import ConfigError
 STUDIES = REPO_ROOT / "studies"
 
 
-@pytest.mark.parametrize("name", ["demo", "nccl", "parallel", "quality_time", "psnr_budget", "comm_bound"])
+@pytest.mark.parametrize("name", ["demo", "nccl", "parallel", "quality_time", "psnr_budget", "comm_bound", "psnr_steps", "capture"])
 def test_shipped_studies_load(name):
     spec = load_study(STUDIES / f"{name}.toml")
     assert spec.name == name
@@ -23,13 +23,40 @@ def test_shipped_studies_load(name):
     spec.base_config()  # the base config with the fixed settings and the budget is valid
 
 
-def test_demo_study_is_cpu_sized():
+def test_demo_study_is_cpu_sized_with_a_step_budget():
     spec = load_study(STUDIES / "demo.toml")
     assert spec.scene == "demo"
-    assert spec.budget.seconds is not None and spec.budget.seconds * spec.trials <= 60
+    assert spec.budget.seconds is None and spec.budget.steps is not None and spec.budget.steps * spec.trials <= 600
     assert spec.objective_names == ["psnr_at_budget_db"] and spec.pruner.type == "none"
     cfg = spec.base_config()
-    assert cfg.training.time_budget_s == spec.budget.seconds and cfg.training.n_steps == BUDGET_STEPS_CAP
+    assert cfg.training.time_budget_s is None and cfg.training.n_steps == spec.budget.steps
+    assert BUDGET_STEPS_CAP > spec.budget.steps
+
+
+def test_studies_that_share_a_gpu_or_run_on_a_cpu_use_step_budgets_and_gpu_studies_prune():
+    from ngptune.tuning.concurrency import default_trials_per_gpu
+
+    for name in ("demo", "psnr_steps"):  # the CPU demo and the study that packs trials on a GPU
+        spec = load_study(STUDIES / f"{name}.toml")
+        assert spec.budget.steps is not None and default_trials_per_gpu(spec, 0) == 1
+    for name in ("psnr_budget", "psnr_steps", "capture"):
+        spec = load_study(STUDIES / f"{name}.toml")
+        assert spec.pruner.type in ("hyperband", "successive_halving") and spec.pruner.eval_every_steps
+        overrides = spec.fixed_overrides()
+        assert overrides["training.eval_every"] == spec.pruner.eval_every_steps
+        assert overrides["training.eval_every_max_images"] == spec.pruner.eval_images == 2
+        unit = spec.budget.steps if spec.budget.steps is not None else int(spec.budget.seconds)
+        assert spec.pruner.max_resource == unit and spec.pruner.min_resource < unit
+    capture = load_study(STUDIES / "capture.toml")
+    assert capture.budget.seconds == 60 and capture.trials >= 24
+    assert {"data.aabb_scale", "encoding.max_resolution_factor", "training.cone_angle", "training.occupancy_threshold",
+            "training.occupancy_decay", "training.near_distance", "training.target_samples_per_step",
+            "optimizer.learning_rate"} == {p.name for p in capture.params}
+    from ngptune.tuning.space import default_params
+
+    derived = default_params(capture, capture.base_config())  # the trainer derives box and cone angle
+    assert "data.aabb_scale" not in derived and "training.cone_angle" not in derived
+    assert derived["encoding.max_resolution_factor"] == 1.0 and derived["training.near_distance"] == 0.0
 
 
 def test_quality_time_has_two_objectives_and_no_pruner():
@@ -43,7 +70,7 @@ def test_psnr_budget_is_one_quality_objective_scored_on_every_trial():
     spec = load_study(STUDIES / "psnr_budget.toml")
     assert spec.objective_names == ["psnr_at_budget_db"] and spec.directions == ["maximize"]
     assert spec.budget.seconds == 30 and spec.trials >= 16
-    assert spec.pruner.type == "none" and spec.needs_eval
+    assert spec.pruner.type == "hyperband" and spec.needs_eval
 
 
 def test_nccl_study_sweeps_the_allow_list():
