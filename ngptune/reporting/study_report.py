@@ -58,10 +58,9 @@ __all__ = [
 ]
 
 SEVERITY_ORDER: dict[str, int] = {"high": 0, "medium": 1, "low": 2}
-#: Importance bars need this many completed trials per varying parameter (and at least
-#: IMPORTANCE_MIN_TRIALS): with fewer, an evaluator fitted to the trials ranks noise.
-IMPORTANCE_TRIALS_PER_PARAM = 4
-IMPORTANCE_MIN_TRIALS = 10
+#: Parameter importances (fANOVA) need this many completed trials; below it each parameter's
+#: marginal plot is shown instead (an evaluator fitted to fewer trials ranks noise).
+IMPORTANCE_MIN_TRIALS = 24
 
 
 def _varying_params(trials: list[FrozenTrial]) -> list[str]:
@@ -83,24 +82,46 @@ def _history_section(view: StudyView) -> Section:
 def _importance_section(view: StudyView) -> Section:
     # the default trial with its base-config values (StudyView.default_params), as the plots draw it
     varying = _varying_params([t for t in plotted_study(view).get_trials(deepcopy=False) if is_completed(t)])
-    needed = max(IMPORTANCE_MIN_TRIALS, IMPORTANCE_TRIALS_PER_PARAM * len(varying))
     if len(view.completed) < 2:
         body = absent(f"parameter importances need at least 2 completed trials; this study has {len(view.completed)}.")
     elif not varying:
         body = absent("no parameter takes more than one value among the completed trials, so none can explain a difference.")
-    elif len(view.completed) < needed:
+    elif len(view.completed) < IMPORTANCE_MIN_TRIALS:
         body = text_html(
-            f"Importances are not shown: {len(view.completed)} completed trials for {len(varying)} varying parameters; "
-            f"the rule is at least {IMPORTANCE_TRIALS_PER_PARAM} per parameter and at least {IMPORTANCE_MIN_TRIALS} "
-            f"(here {needed}), below which an importance evaluator ranks noise. Instead, each parameter's marginal "
-            "plot: the objective by the parameter's value, one point per completed trial."
+            f"Importances are not shown: {len(view.completed)} completed trials, fewer than the "
+            f"{IMPORTANCE_MIN_TRIALS} below which an importance evaluator ranks noise. Instead, each parameter's "
+            "marginal plot: the objective by the parameter's value, one point per completed trial "
+            f"({len(varying)} varying parameters)."
         ) + per_objective(view, lambda study, **kw: optuna.visualization.plot_slice(study, params=varying, **kw))
-        return Section("Parameter importances", body)
     else:
+        evaluator = optuna.importance.FanovaImportanceEvaluator(seed=0)
         body = text_html(
-            "Optuna's default evaluator (PED-ANOVA) over the completed trials; parameters: " + ", ".join(varying) + "."
-        ) + per_objective(view, optuna.visualization.plot_param_importances, lower_is_better=True)
+            f"fANOVA (Hutter et al. 2014; Optuna's FanovaImportanceEvaluator, a random forest of 64 trees, seed 0) "
+            f"over the {len(view.completed)} completed trials: the share of the objective's variance each parameter "
+            "explains on its own. Parameters: " + ", ".join(varying) + "."
+        ) + per_objective(view, lambda study, **kw: optuna.visualization.plot_param_importances(
+            study, evaluator=evaluator, **kw))
     return Section("Parameter importances", body)
+
+
+def _pruning_section(view: StudyView) -> Section | None:
+    """The intermediate values the pruner judged (one line per trial) and the trials it stopped;
+    None when no trial reported any."""
+    reported = [t for t in view.trials if t.intermediate_values]
+    if not reported:
+        return None
+    pruned = [t for t in view.trials if outcome_of(t) == "pruned" and t.intermediate_values]
+    rows = [{"trial": t.number, "stopped at": max(t.intermediate_values),
+             "last intermediate value": t.intermediate_values[max(t.intermediate_values)],
+             "reason": t.user_attrs.get("reason", "")} for t in pruned]
+    parts = [text_html(f"{len(pruned)} of {len(reported)} trials that reported intermediate values were pruned "
+                       "(stopped early by the study's pruner). Each line is one trial's intermediate values "
+                       "(the PSNR of the evaluation marks, or the training PSNR without marks) by step, or by "
+                       "second of training under a seconds budget."),
+             optuna_figure(lambda: optuna.visualization.plot_intermediate_values(view.study))]
+    if rows:
+        parts.append(table_html(pd.DataFrame(rows), float_format=FLOAT_FORMAT))
+    return Section("Pruned trials and intermediate values", "".join(parts))
 
 
 def _pareto_section(view: StudyView) -> Section:
@@ -374,8 +395,9 @@ def _overview_section(view: StudyView, nccl_active: bool) -> Section:
                            else "NCCL parameters inactive (gloo backend)."))
     shared = max((t.user_attrs.get("trials_per_gpu", 1) for t in view.trials), default=1)
     if shared > 1:
-        parts.append(text_html(f"Up to {shared} trials shared one GPU: throughput and time objectives depend on "
-                               "the neighbours and are not comparable between trials."))
+        parts.append(text_html(f"Up to {shared} trials shared one GPU: a step budget's PSNR does not depend on the "
+                               "neighbours; steps/s, throughput, times and a seconds budget's steps do, and are not "
+                               "comparable between trials."))
     return Section("Study", "".join(parts))
 
 
@@ -400,6 +422,7 @@ def write_study_report(study: optuna.Study, out_dir: Path, *, title: str, nccl_a
         _quality_section(view),
         _history_section(view),
         _importance_section(view),
+        *([section] if (section := _pruning_section(view)) is not None else []),
         *([_pareto_section(view)] if view.multi_objective else []),
         _parallel_section(view),
         _best_vs_default_section(view),

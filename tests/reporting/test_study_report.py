@@ -356,6 +356,44 @@ def test_report_importances_need_two_varying_trials(tmp_path: Path) -> None:
     assert "Plot absent: no parameter takes more than one value among the completed trials" in text
 
 
+def test_importances_are_fanova_from_24_completed_trials_marginal_plots_below(tmp_path: Path) -> None:
+    study = optuna.create_study(study_name="many", direction="maximize", sampler=optuna.samplers.RandomSampler(seed=1))
+    study.set_metric_names(["psnr_at_budget_db"])
+    space = {"training.lr": FloatDistribution(1e-3, 1e-1, log=True), "encoding.log2_hashmap_size": IntDistribution(11, 13)}
+    for i in range(24):
+        trial = study.ask(space)
+        trial.set_user_attr("is_default", i == 0)
+        # the PSNR follows the learning rate; the table size is noise
+        study.tell(trial, 20.0 + 5.0 * math.log10(trial.params["training.lr"] / 1e-3) + 0.01 * (i % 3))
+        if i == 22:
+            below = write_study_report(study, tmp_path / "below", title="t", nccl_active=False).read_text()
+    assert "Importances are not shown: 23 completed trials, fewer than the 24" in below
+    text = view_in_browser(write_study_report(study, tmp_path / "at", title="t", nccl_active=False)).text
+    assert "fANOVA (Hutter et al. 2014; Optuna's FanovaImportanceEvaluator" in text
+    assert "over the 24 completed trials" in text and "Importances are not shown" not in text
+    importances = optuna.importance.get_param_importances(
+        study, evaluator=optuna.importance.FanovaImportanceEvaluator(seed=0))
+    assert list(importances)[0] == "training.lr" and importances["training.lr"] > 0.9
+
+
+def test_pruned_trials_show_as_pruned_with_their_intermediate_values(tmp_path: Path) -> None:
+    study = optuna.create_study(study_name="pruned", direction="maximize")
+    study.set_metric_names(["psnr_at_budget_db"])
+    for number, marks, state in ((0, [18.0, 22.0, 25.0], TrialState.COMPLETE), (1, [12.0], TrialState.PRUNED)):
+        trial = study.ask({"training.lr": FloatDistribution(1e-3, 1e-1, log=True)})
+        for k, value in enumerate(marks):
+            trial.report(value, 20 * (k + 1))
+        trial.set_user_attr("is_default", number == 0)
+        reason = "" if state == TrialState.COMPLETE else "pruned by HyperbandPruner at step 20 (PSNR of the evaluation marks = 12)"
+        trial.set_user_attr("outcome", "completed" if state == TrialState.COMPLETE else "pruned")
+        trial.set_user_attr("reason", reason)
+        study.tell(trial, marks[-1] if state == TrialState.COMPLETE else None, state=state)
+    text = view_in_browser(write_study_report(study, tmp_path, title="t", nccl_active=False)).text
+    part = text.split("Pruned trials and intermediate values")[1]
+    assert "1 of 2 trials that reported intermediate values were pruned" in part
+    assert "1\t20\t12\tpruned by HyperbandPruner at step 20" in part
+
+
 # ----------------------------------------------------------------------------------------------
 # Terminal summary
 # ----------------------------------------------------------------------------------------------
