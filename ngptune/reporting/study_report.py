@@ -30,6 +30,7 @@ here).
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +94,8 @@ def _importance_section(view: StudyView) -> Section:
             "marginal plot: the objective by the parameter's value, one point per completed trial "
             f"({len(varying)} varying parameters)."
         ) + per_objective(view, lambda study, **kw: optuna.visualization.plot_slice(study, params=varying, **kw))
+    elif importlib.util.find_spec("sklearn") is None:
+        body = absent("fANOVA importances need scikit-learn (a dependency of ngptune: pip install scikit-learn).")
     else:
         evaluator = optuna.importance.FanovaImportanceEvaluator(seed=0)
         body = text_html(
