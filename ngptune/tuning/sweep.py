@@ -336,9 +336,12 @@ class _Objective:
         for key, value in attrs.items():
             trial.set_user_attr(key, value)
         shown = ", ".join(f"{k} = {v:.4g}" for k, v in attrs["objectives"].items() if v is not None)
-        psnr_db = attrs.get("quality", {}).get("psnr_db")
+        quality = attrs.get("quality", {})
+        psnr_db = quality.get("psnr_db")
         if psnr_db is not None and "psnr_at_budget_db" not in attrs["objectives"]:
             shown += f", PSNR {psnr_db:.2f} dB"
+        if quality.get("steps") is not None and quality.get("steps_per_s") is not None:
+            shown += f" ({quality['steps']} steps, {quality['steps_per_s']:.3g} steps/s)"
         colour = {"completed": "green", "pruned": "yellow", "failed": "red"}[outcome]
         self.console.print(f"trial {trial.number}: [{colour}]{outcome}[/{colour}] in {attrs['duration_s']:.1f} s"
                            + (f": {shown}" if shown and outcome == "completed" else "")
