@@ -141,6 +141,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="recommend the best trial without re-running it against the default "
                         "(best_config.confirmation.json then says unconfirmed)")
     p.add_argument("--confirm-runs", type=_confirm_runs, default=None, metavar="K",
-                   help="re-runs of the best and of the default before recommending, 2 or more "
-                        "(default 3 on a GPU, 2 on a CPU)")
+                   help="re-runs of the best non-default trial and of the default before recommending, 2 or more "
+                        "(default 3; Welch's t-test on the two sets decides)")
     p.set_defaults(func=_cmd_sweep)

@@ -114,7 +114,7 @@ class SweepOptions:
         gpus_per_trial, concurrent_trials, trials_per_gpu, allow_shared_gpu: trials side by side
             (:mod:`ngptune.tuning.concurrency`).
         confirm: re-run best and default before recommending (``--no-confirm``: False).
-        confirm_repeats: re-runs of each (None: 3 on a GPU, 2 on a CPU).
+        confirm_repeats: re-runs of each (None: 3, or the pairs already recorded if more).
     """
 
     study_path: Path
