@@ -637,7 +637,8 @@ def _confirm(options: SweepOptions, study, spec: StudySpec, study_dir: StudyDir,
             value = f"PSNR {run.value:.2f} dB"
         elif psnr_db is not None:
             value += f", PSNR {psnr_db:.2f} dB"
-        console.print(f"  re-run {run.label} {run.index} (trial {run.trial}'s settings, seed {run.seed}): "
+        which = "the default" if run.label == "default" else "the candidate"
+        console.print(f"  re-run {run.index} of trial {run.trial} ({which}, seed {run.seed}): "
                       f"{run.outcome}, {value}" + (f" — {run.reason}" if run.reason else ""))
 
     return confirm_study(study, best=candidate, default=default, repeats=repeats, objective=name,
