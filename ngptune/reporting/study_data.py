@@ -300,6 +300,8 @@ class StudyView:
     def label(self, trial: FrozenTrial) -> str:
         if self.default is not None and trial.number == self.default.number:
             return f"default #{trial.number}"
+        if not any(b.number == trial.number for b in self.best):
+            return f"runner-up #{trial.number}"
         return f"{'Pareto' if self.multi_objective else 'best'} #{trial.number}"
 
     def role(self, trial: FrozenTrial) -> str:
@@ -334,9 +336,16 @@ class StudyView:
         return params
 
     def compared(self) -> list[FrozenTrial]:
-        """Default first, then the best trials (the default once, even when it is also best)."""
+        """Default first, then the best trials (the default once, even when it is also best), then
+        the trial the confirmation re-ran against the default when it is none of them (the
+        runner-up of a default that won its single run)."""
         head = [self.default] if self.default is not None else []
-        return head + [b for b in self.best if not head or b.number != head[0].number]
+        trials = head + [b for b in self.best if not head or b.number != head[0].number]
+        record = self.study.user_attrs.get(CONFIRMATION_ATTR)
+        candidate = record.get("best_trial") if isinstance(record, Mapping) else None
+        if candidate not in {t.number for t in trials}:
+            trials += [t for t in self.trials if t.number == candidate]
+        return trials
 
 
 def read_run_metrics(trial: FrozenTrial) -> tuple[dict[str, float], str | None]:
@@ -545,10 +554,17 @@ def recommendation(view: StudyView) -> Recommendation:
     number = verdict.get("default_trial", default_number) if is_default else verdict.get("best_trial", best.number)
     summary = confirmation_summary(view.study)
     confirmed = bool(verdict.get("confirmed")) and summary is not None and summary.complete
+    tested = summary is not None and summary.complete and verdict.get("status") in RE_RUN_VERDICTS
     lead = f"The default (trial #{number})" if is_default else f"Trial #{number}"
     sentence = str(verdict.get("sentence") or "no verdict sentence recorded").rstrip(".")
+    sentence = sentence.replace("; the default is recommended;", ";").replace(" and is recommended;", ";")
     return Recommendation(number, is_default, confirmed,
-                          f"{lead} is recommended{'' if confirmed else ' (not confirmed by re-runs)'}: {sentence}.")
+                          f"{lead} is recommended{'' if tested else ' (not confirmed by re-runs)'}: {sentence}.")
+
+
+#: Verdicts taken by the test on complete re-runs (``ngptune.tuning.confirm``): their
+#: recommendation follows the evidence, whichever configuration it keeps.
+RE_RUN_VERDICTS = ("confirmed", "default_better", "no_significant_difference")
 
 
 #: Quantities of the confirmation's headline, after the objective: (key of a run's quality, label).

@@ -692,8 +692,10 @@ def _write_outputs(study, spec: StudySpec, name: str, study_dir: StudyDir, nccl_
     if best is not None:
         which = "representative of the Pareto front" if len(spec.objectives) > 1 else "best"
         if verdict is not None:
+            evidence = {"confirmed": "confirmed by re-runs", "default_better": "confirmed by re-runs",
+                        "no_significant_difference": "no significant difference in re-runs"}
             which = (f"recommended ({'the default' if verdict.recommend == 'default' else which}, "
-                     f"{'confirmed by re-runs' if verdict.confirmed else 'not confirmed'})")
+                     f"{evidence.get(verdict.status, 'not confirmed')})")
         console.print(f"{which}: trial {best.number} → {best_config}, {study_dir.best_env_path}")
     elif verdict is not None and verdict.status == "pending":
         console.print(f"[yellow]{verdict.sentence}[/yellow]")

@@ -579,9 +579,9 @@ def _not_confirmed_study(tmp_path: Path) -> optuna.Study:
 def test_a_best_that_was_not_confirmed_leads_with_the_default_recommended(tmp_path: Path) -> None:
     text = view_in_browser(write_study_report(_not_confirmed_study(tmp_path), tmp_path / "r", title="t",
                                               nccl_active=False)).text
-    sentence = ("The default (trial #0) is recommended (not confirmed by re-runs): no significant difference between "
-                "trial 1 and the default (gain +0.1 dB); the default is recommended; psnr_at_budget_db: trial 1 "
-                "24.1 ± 0.2 dB vs default 24 ± 0.2 dB, 3 re-runs each (mean ± sd); Welch's t-test p = 0.57 >= 0.05.")
+    sentence = ("The default (trial #0) is recommended: no significant difference between trial 1 and the default "
+                "(gain +0.1 dB); psnr_at_budget_db: trial 1 24.1 ± 0.2 dB vs default 24 ± 0.2 dB, 3 re-runs each "
+                "(mean ± sd); Welch's t-test p = 0.57 >= 0.05.")
     assert sentence in text
     assert text.index(sentence) < text.index("Confirmation re-runs") < text.index("Best single run: trial #1")
     assert "Best single run: trial #1. Recommended: trial #0 (the default), not confirmed by re-runs." in text
@@ -591,6 +591,14 @@ def test_a_best_that_was_not_confirmed_leads_with_the_default_recommended(tmp_pa
                "samples_per_s\t1e+06\t1.2e+06\t+20.0 %", "psnr_at_budget_db (max)\t24\t24.8\t+0.8 dB"]
     assert [row for row in changes if row not in text] == []
     assert "better" not in text.split("Quality and time")[1].split("Trials")[0]
+
+
+def test_a_default_that_won_its_single_run_is_shown_beside_the_runner_up(tmp_path: Path) -> None:
+    study = _confirmed_study(tmp_path, [24.6, 24.8, 24.7], [24.0, 24.1, 23.9], single=(25.0, 24.0))
+    lines = _summary(study)
+    assert lines[0].startswith("Trial #1 is recommended: confirmed: trial 1 beats the default")
+    assert "quantity default #0, single run runner-up #1, single run" in lines
+    assert "psnr_db (dB) 25 24" in lines
 
 
 class _Tables(html.parser.HTMLParser):
