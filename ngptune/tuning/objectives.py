@@ -45,7 +45,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ngptune.profiling.runs import steady_records
-from trainer.schema import PHASES, phase_column
+from trainer.schema import METRICS_COLUMNS, PHASES, phase_column
 
 __all__ = [
     "OBJECTIVES",
@@ -56,6 +56,8 @@ __all__ = [
     "intermediate_values",
     "mean_phase_ms",
     "startup_s",
+    "STARTUP_KEY",
+    "TRAINER_REPORTS_STARTUP",
     "objective_value",
     "throughput_samples_per_s",
     "time_to_psnr_s",
@@ -93,6 +95,9 @@ _COLUMN = {"throughput_samples_per_s": "throughput_samples_per_s", "samples_per_
            "rays_per_s": "rays_per_s", "steps_per_s": "steps_per_s"}
 #: ``status.json`` key and first-metrics-record key of the trainer's start-up time (s).
 STARTUP_KEY = "startup_s"
+#: Whether the trainer's metrics schema declares ``startup_s`` (its training clock then starts
+#: after the start-up; :mod:`ngptune.tuning.warmup` is needed only without it).
+TRAINER_REPORTS_STARTUP = any(column.name == STARTUP_KEY for column in METRICS_COLUMNS)
 
 
 def throughput_only_warning(names: Sequence[str]) -> str | None:

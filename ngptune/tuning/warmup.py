@@ -4,8 +4,8 @@ The first training process on a fresh host compiles its kernels (Triton, CUDA gr
 first steps. A trial with a seconds budget pays that compilation from its budget: on a fresh H200
 the default trial (trial 0, the first to run) made 53 steps in its 6 s against 347–377 in its own
 re-runs. The trainer reports its start-up (``startup_s`` in ``status.json`` and the first metrics
-record) and excludes it from the training clock; until a run of the study shows that report, the
-sweep launches the default configuration once for a few steps (:data:`WARMUP_STEPS` past the
+record; ``startup_s`` is a column of its metrics schema) and excludes it from the training clock;
+with a trainer that does not, until a run of the study shows that report, the sweep launches the default configuration once for a few steps (:data:`WARMUP_STEPS` past the
 occupancy warm-up, no evaluation) before trial 0, in ``OUT/warmup/``, on the GPUs of the first
 trial slot. The kernel cache is on disk, shared by every device of the host, so one launch serves
 every slot.
@@ -26,7 +26,7 @@ from typing import Any
 from ngptune.tuning import nccl
 from ngptune.tuning.concurrency import TrialSlots
 from ngptune.tuning.layout import StudyDir
-from ngptune.tuning.objectives import startup_s
+from ngptune.tuning.objectives import TRAINER_REPORTS_STARTUP, startup_s
 from ngptune.tuning.specs import StudySpec
 from ngptune.tuning.trial import TrialLaunch, TrialRun, run_trial, trial_argv
 from trainer.config import TrainConfig, apply_overrides, dump_config
@@ -42,12 +42,13 @@ WARMUP_STEPS = 8
 WARMUP_TIMEOUT_S = 600.0
 
 
-def needs_warm_up(spec: StudySpec, study, uses_cuda: bool) -> bool:
+def needs_warm_up(spec: StudySpec, study, uses_cuda: bool, *,
+                  trainer_reports_startup: bool = TRAINER_REPORTS_STARTUP) -> bool:
     """Whether the sweep warms the kernel cache before trial 0 (see the module docstring): trials
-    on CUDA, a seconds budget or a time objective, the default trial not yet completed, and no run
-    of the study has reported ``startup_s``."""
+    on CUDA, a seconds budget or a time objective, the default trial not yet completed, a trainer
+    whose metrics schema does not declare ``startup_s`` and no run of the study that reported it."""
     clocked = spec.budget.seconds is not None or any(o.name == "time_to_psnr_s" for o in spec.objectives)
-    if not (uses_cuda and clocked) or study.user_attrs.get(STARTUP_REPORTED_ATTR) is True:
+    if trainer_reports_startup or not (uses_cuda and clocked) or study.user_attrs.get(STARTUP_REPORTED_ATTR) is True:
         return False
     trials = study.get_trials(deepcopy=False)
     if any((t.user_attrs.get("quality") or {}).get("startup_s") is not None for t in trials):

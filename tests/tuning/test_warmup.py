@@ -29,14 +29,19 @@ def test_the_warm_up_runs_only_where_a_clock_decides_and_start_up_is_not_reporte
     seconds = load_study(write_study(tmp_path / "s.toml", scene=demo_scene, objectives=PSNR,
                                      budget="seconds = 5\ntrial_timeout_s = 100"))
     steps = load_study(write_study(tmp_path / "n.toml", scene=demo_scene, objectives=PSNR))
-    assert needs_warm_up(seconds, _study(), uses_cuda=True)
-    assert not needs_warm_up(seconds, _study(), uses_cuda=False)  # a CPU compiles no kernel
-    assert not needs_warm_up(steps, _study(), uses_cuda=True)  # N steps' PSNR does not depend on the first step's time
-    assert not needs_warm_up(seconds, _study({"is_default": True}), uses_cuda=True)  # trial 0 already ran
-    assert not needs_warm_up(seconds, _study({"is_default": False, "quality": {"startup_s": 4.2}}), uses_cuda=True)
+    from ngptune.tuning.objectives import TRAINER_REPORTS_STARTUP
+
+    assert TRAINER_REPORTS_STARTUP  # this trainer starts its clock after start-up: no sweep warms up for it
+    assert not needs_warm_up(seconds, _study(), uses_cuda=True)
+    old = dict(uses_cuda=True, trainer_reports_startup=False)  # a trainer without the report
+    assert needs_warm_up(seconds, _study(), **old)
+    assert not needs_warm_up(seconds, _study(), uses_cuda=False, trainer_reports_startup=False)  # no kernel on a CPU
+    assert not needs_warm_up(steps, _study(), **old)  # N steps' PSNR does not depend on the first step's time
+    assert not needs_warm_up(seconds, _study({"is_default": True}), **old)  # trial 0 already ran
+    assert not needs_warm_up(seconds, _study({"is_default": False, "quality": {"startup_s": 4.2}}), **old)
     reported = _study()
     reported.set_user_attr(STARTUP_REPORTED_ATTR, True)
-    assert not needs_warm_up(seconds, reported, uses_cuda=True)
+    assert not needs_warm_up(seconds, reported, **old)
 
 
 @pytest.mark.slow
