@@ -25,7 +25,6 @@ from trainer.rundir import RunDir
 from trainer.schema import read_metrics
 
 PSNR = '[[objectives]]\nname = "psnr_at_budget_db"\n'
-ONE_THREAD = {"training.cpu_threads": 1}  # a loaded machine's cores are not spun on by two OpenMP threads
 
 
 def _sweep(args: list, env: dict | None = None, timeout_s: float = 500) -> subprocess.CompletedProcess:
@@ -43,7 +42,7 @@ def _trials(out, name: str = "t") -> list:
 def test_a_deliberately_bad_configuration_is_pruned_early(tmp_path, demo_scene):
     # trial 0 trains at the base learning rate; trial 1 can only take 1e-7, which learns nothing
     budget_steps = 200
-    path = write_study(tmp_path / "bad.toml", scene=demo_scene, objectives=PSNR, trials=2, settings=ONE_THREAD,
+    path = write_study(tmp_path / "bad.toml", scene=demo_scene, objectives=PSNR, trials=2,
                        budget=f"steps = {budget_steps}\ntrial_timeout_s = 400",
                        pruner='type = "successive_halving"\nmin_resource = 10\nreduction_factor = 2\n'
                               'eval_every_steps = 10\neval_images = 1',
@@ -69,7 +68,7 @@ def test_a_deliberately_bad_configuration_is_pruned_early(tmp_path, demo_scene):
 @pytest.mark.slow
 def test_two_step_budget_trials_sharing_a_device_train_the_same_steps(tmp_path, demo_scene):
     budget_steps = 30
-    path = write_study(tmp_path / "packed.toml", scene=demo_scene, objectives=PSNR, trials=2, settings=ONE_THREAD,
+    path = write_study(tmp_path / "packed.toml", scene=demo_scene, objectives=PSNR, trials=2,
                        budget=f"steps = {budget_steps}\ntrial_timeout_s = 300",
                        params='[params."parallel.bucket_mib"]\ntype = "categorical"\nchoices = [1.0, 25.0]\n')
     out = tmp_path / "out"

@@ -47,7 +47,7 @@ def test_the_warm_up_runs_only_where_a_clock_decides_and_start_up_is_not_reporte
 @pytest.mark.slow
 def test_the_warm_up_launch_trains_the_default_briefly_without_evaluation(tmp_path, demo_scene):
     spec = load_study(write_study(tmp_path / "s.toml", scene=demo_scene, objectives=PSNR,
-                                  settings={"training.cpu_threads": 1}, budget="seconds = 5\ntrial_timeout_s = 100"))
+                                  budget="seconds = 5\ntrial_timeout_s = 100"))
     base = spec.base_config()
     cfg = warmup_config(base, {}, str(demo_scene))
     assert cfg.training.n_steps == base.training.occupancy_warmup_steps + WARMUP_STEPS
