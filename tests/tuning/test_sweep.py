@@ -361,7 +361,8 @@ def test_confirmation_re_runs_best_and_default_and_records_them(tmp_path, tiny_s
     assert again.returncode == 0, again.stdout + again.stderr
     assert "  re-run " not in again.stdout  # every re-run is recorded: none launched again
     evidence = json.loads(StudyDir(out).confirmation_path.read_text())
-    assert evidence["verdict"]["sentence"] in " ".join(again.stdout.split())
+    sentence, text = evidence["verdict"]["sentence"], " ".join(again.stdout.split())
+    assert sentence.split(" (gain")[0] in text and sentence.split("; ")[-1] in text  # the verdict and its test
     assert len(evidence["runs"]) == 6  # the runs behind the verdict, whichever trial won its single run
 
 
