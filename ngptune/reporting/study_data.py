@@ -16,46 +16,35 @@ import pandas as pd
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
-from trainer.config import config_to_dict, load_config
-from trainer.errors import NgptuneError
-from trainer.rundir import RunDir, atomic_write_text
-from trainer.schema import PHASES, MetricsError, read_metrics
+from ngptune.errors import NgptuneError, USER_ERRORS
+from trainer.contract import (
+    PHASES,
+    MetricsError,
+    RunDir,
+    atomic_write_text,
+    config_to_dict,
+    load_config,
+    read_metrics,
+)
 
 __all__ = [
     "FLOAT_FORMAT",
     "OUTCOMES",
     "CONFIRMATION_ATTR",
-    "best_heading",
-    "CONFIRMATION_QUANTITIES",
-    "ConfirmationSummary",
-    "Spread",
-    "confirmation_summary",
-    "spread_text",
-    "PRUNER_ATTR",
-    "SETUP_ATTR",
-    "SAMPLER_ATTR",
-    "SamplingFacts",
-    "WORKER_ATTR_PREFIX",
     "StudyReportError",
     "StudyView",
     "best_trials",
-    "Recommendation",
     "category_text",
-    "change_text",
     "cell_text",
     "default_trial",
     "is_completed",
     "objective_names",
-    "objective_unit",
     "objective_values",
     "outcome_of",
     "phase_order",
     "read_run_metrics",
-    "recommendation",
-    "sampling_facts",
     "trial_duration_s",
     "trials_frame",
-    "worker_records",
     "write_text",
 ]
 
@@ -79,10 +68,6 @@ DICT_ATTRS = ("settings", "nccl_env", "nccl_applied", "objectives", "phase_ms")
 FLOAT_FORMAT = "{:.6g}"
 
 # Study user attributes a sweep worker sets when it starts (ngptune.tuning.provenance writes them).
-SAMPLER_ATTR = "sampler"  #: {"type", "seed", ...} of the study file's sampler
-PRUNER_ATTR = "pruner"  #: {"type", ...} of the study file's pruner
-WORKER_ATTR_PREFIX = "worker:"  #: + worker id: {"host", "pid", "concurrent_trials", "sampler_seed", ...}
-SETUP_ATTR = "setup"  #: {"base_config" (path or None), "settings", "nccl_settings"} of the study file
 CONFIRMATION_ATTR = "confirmation"  #: the confirmation's re-runs and verdict (ngptune.tuning.confirm)
 
 
@@ -390,85 +375,6 @@ def category_text(value: Any) -> str:
     return str(value)
 
 
-def worker_records(user_attrs: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """The worker records of a study's user attributes, by worker id (``host:pid:start``)."""
-    return {key[len(WORKER_ATTR_PREFIX):]: value for key, value in user_attrs.items()
-            if key.startswith(WORKER_ATTR_PREFIX) and isinstance(value, dict)}
-
-
-def _spec_text(record: Any) -> str:
-    if not isinstance(record, dict) or "type" not in record:
-        return "not recorded"
-    if record["type"] == "none":  # no pruner: its options mean nothing
-        return "none"
-    extra = ", ".join(f"{k}={v}" for k, v in record.items() if k not in ("type", "seed") and v is not None)
-    return f"{record['type']}" + (f" ({extra})" if extra else "")
-
-
-@dataclasses.dataclass(frozen=True)
-class SamplingFacts:
-    """What decides which settings a study's trials drew.
-
-    Attributes:
-        sampler: the sampler's type and options ("not recorded" for a study without the attribute).
-        seed: the study file's sampler seed, or None when not recorded.
-        pruner: the pruner's type and options, or "not recorded".
-        workers: per worker that ran trials (or, when no trial names its worker, per recorded
-            worker): ``(worker id, concurrent trials or None when not recorded, sampler seed or None)``.
-        reproducible: False when several workers ran trials or one ran several at once (Optuna
-            seeds each process's sampler on its own and the trials interleave in the order they
-            finish), so the same seed need not draw the same settings again.
-    """
-
-    sampler: str
-    seed: int | None
-    pruner: str
-    workers: list[tuple[str, int | None, int | None]]
-    reproducible: bool
-
-    def sentences(self) -> list[str]:
-        """The report's lines: sampler and seed, pruner, workers, and the caveat when not reproducible."""
-        seed = "not recorded" if self.seed is None else str(self.seed)
-        lines = [f"Sampler: {self.sampler}, seed {seed}. Pruner: {self.pruner}."]
-        described = []
-        for worker, concurrent, worker_seed in self.workers:
-            at_once = "concurrent trials not recorded" if concurrent is None else f"{concurrent} trial{'s' if concurrent != 1 else ''} at once"
-            seeded = "" if worker_seed is None else f", sampler seed {worker_seed}"
-            described.append(f"{worker} ({at_once}{seeded})")
-        if described:
-            lines.append(f"Workers: {len(self.workers)} sweep process{'es' if len(self.workers) != 1 else ''}: "
-                         + "; ".join(described) + ".")
-        else:
-            lines.append("Workers: not recorded.")
-        if not self.reproducible:
-            lines.append("Not reproducible: several workers or concurrent trials interleave the trials. Optuna seeds "
-                         "each process's sampler on its own and each draw depends on the trials finished when it is "
-                         "made, so re-running this study with the same seed need not draw the same settings.")
-        return lines
-
-
-def sampling_facts(study: optuna.Study) -> SamplingFacts:
-    """The :class:`SamplingFacts` of a study from its user attributes (:data:`SAMPLER_ATTR`,
-    :data:`PRUNER_ATTR`, the worker records) and its trials' ``worker`` attribute."""
-    attrs = study.user_attrs
-    records = worker_records(attrs)
-    ran = []
-    for trial in sorted(study.get_trials(deepcopy=False), key=lambda t: t.number):
-        worker = trial.user_attrs.get("worker")
-        if isinstance(worker, str) and worker not in ran:
-            ran.append(worker)
-    workers = []
-    for worker in ran or list(records):
-        record = records.get(worker, {})
-        concurrent, seed = record.get("concurrent_trials"), record.get("sampler_seed")
-        workers.append((worker, None if concurrent is None else int(concurrent), None if seed is None else int(seed)))
-    sampler = attrs.get(SAMPLER_ATTR)
-    seed = sampler.get("seed") if isinstance(sampler, dict) else None
-    parallel = len(workers) > 1 or any((c or 1) > 1 for _, c, _ in workers)
-    return SamplingFacts(sampler=_spec_text(sampler), seed=None if seed is None else int(seed),
-                         pruner=_spec_text(attrs.get(PRUNER_ATTR)), workers=workers, reproducible=not parallel)
-
-
 def trial_config_dict(trial: FrozenTrial) -> dict[str, dict[str, Any]] | None:
     """The trainer config the trial ran (user attribute ``config_path``) as plain data by block, or
     None when the trial records none or the file is missing or invalid (the report then shows only
@@ -478,181 +384,7 @@ def trial_config_dict(trial: FrozenTrial) -> dict[str, dict[str, Any]] | None:
         return None
     try:
         return config_to_dict(load_config(Path(path)))
-    except NgptuneError:
+    except USER_ERRORS:
         return None
 
 
-def objective_unit(name: str) -> str:
-    """The unit a quantity's name ends with (``_db`` → ``dB``, ``_ms`` → ``ms``, ``_per_s`` → ``/s``,
-    ``_s`` → ``s``); ``""`` when it names none. A trailing `` (max)`` or `` (dB)`` is read too."""
-    base = name.split(" (")[0]
-    if name.endswith("(dB)") or base.endswith("_db"):
-        return "dB"
-    if base.endswith("_per_s"):
-        return "/s"
-    if base.endswith("_ms"):
-        return "ms"
-    if base.endswith("_s"):
-        return "s"
-    return ""
-
-
-def change_text(name: str, value: float, default: float) -> str:
-    """A change against the default, in the quantity's own terms: a PSNR (dB) or a time (s, ms) as
-    a difference (``+0.8 dB``, ``-1.2 s``), anything else (throughput, counts) in percent of the
-    default; ``""`` when either value is missing."""
-    if not (math.isfinite(value) and math.isfinite(default)):
-        return ""
-    unit = objective_unit(name)
-    if unit in ("dB", "s", "ms"):
-        return f"{value - default:+.3g} {unit}"
-    if default == 0:
-        return ""
-    return f"{(value - default) / abs(default) * 100.0:+.1f} %"
-
-
-@dataclasses.dataclass(frozen=True)
-class Recommendation:
-    """What the study recommends, from its confirmation record (study attribute ``confirmation``).
-
-    Attributes:
-        trial: the recommended trial's number, or None when no trial completed.
-        is_default: whether the recommended trial is the default.
-        confirmed: whether re-runs (recorded, of both configurations) uphold the recommendation.
-        sentence: one sentence saying what is recommended and why.
-    """
-
-    trial: int | None
-    is_default: bool
-    confirmed: bool
-    sentence: str
-
-
-def _verdict_of(record: Any) -> dict[str, Any] | None:
-    verdict = record.get("verdict") if isinstance(record, Mapping) else None
-    return verdict if isinstance(verdict, dict) else None
-
-
-def recommendation(view: StudyView) -> Recommendation:
-    """The study's :class:`Recommendation`: the verdict's ``recommend`` (the candidate re-run, or
-    the default) when a confirmation finished; without one the best single run, unconfirmed.
-    ``confirmed`` needs the verdict to say so and its re-runs to be recorded."""
-    if not view.best:
-        return Recommendation(None, False, False, "No trial completed: nothing is recommended.")
-    best = view.best[0]
-    default_number = None if view.default is None else view.default.number
-    record = view.study.user_attrs.get(CONFIRMATION_ATTR)
-    verdict = _verdict_of(record)
-    if verdict is None:
-        if best.number == default_number:
-            return Recommendation(best.number, True, False, f"The default (trial #{best.number}) is recommended "
-                                  "unconfirmed: it won its single run and no re-runs are recorded.")
-        return Recommendation(best.number, False, False, f"Best trial #{best.number} is recommended unconfirmed: no "
-                              "re-runs of it and the default are recorded (--no-confirm, or the default trial did "
-                              "not complete).")
-    is_default = verdict.get("recommend") == "default" or verdict.get("status") == "best_is_default"
-    number = verdict.get("default_trial", default_number) if is_default else verdict.get("best_trial", best.number)
-    summary = confirmation_summary(view.study)
-    confirmed = bool(verdict.get("confirmed")) and summary is not None and summary.complete
-    tested = summary is not None and summary.complete and verdict.get("status") in RE_RUN_VERDICTS
-    lead = f"The default (trial #{number})" if is_default else f"Trial #{number}"
-    sentence = str(verdict.get("sentence") or "no verdict sentence recorded").rstrip(".")
-    sentence = sentence.replace("; the default is recommended;", ";").replace(" and is recommended;", ";")
-    return Recommendation(number, is_default, confirmed,
-                          f"{lead} is recommended{'' if tested else ' (not confirmed by re-runs)'}: {sentence}.")
-
-
-#: Verdicts taken by the test on complete re-runs (``ngptune.tuning.confirm``): their
-#: recommendation follows the evidence, whichever configuration it keeps.
-RE_RUN_VERDICTS = ("confirmed", "default_better", "no_significant_difference")
-
-
-#: Quantities of the confirmation's headline, after the objective: (key of a run's quality, label).
-CONFIRMATION_QUANTITIES: tuple[tuple[str, str], ...] = (
-    ("psnr_db", "psnr_db (dB)"), ("steps", "steps"), ("steps_per_s", "steps_per_s"), ("train_time_s", "train_time_s"))
-
-
-@dataclasses.dataclass(frozen=True)
-class Spread:
-    """Mean, sample standard deviation and count of a quantity over re-runs (NaN when n is 0)."""
-
-    mean: float
-    sd: float
-    n: int
-
-    @classmethod
-    def of(cls, values: list[Any]) -> "Spread":
-        finite = [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)
-                  and math.isfinite(v)]
-        if not finite:
-            return cls(math.nan, math.nan, 0)
-        return cls(statistics.fmean(finite), statistics.stdev(finite) if len(finite) > 1 else 0.0, len(finite))
-
-
-@dataclasses.dataclass(frozen=True)
-class ConfirmationSummary:
-    """The confirmation runs of a study, as the headline shows them.
-
-    Attributes:
-        objective: the objective judged.
-        candidate, default: the trial numbers re-run (candidate: the best non-default trial).
-        repeats: re-runs asked of each.
-        rows: quantity label → (default's :class:`Spread`, candidate's :class:`Spread`); the
-            objective first, then :data:`CONFIRMATION_QUANTITIES`.
-        verdict: the recorded verdict, or None when the confirmation did not finish.
-    """
-
-    objective: str
-    candidate: int
-    default: int
-    repeats: int
-    rows: dict[str, tuple[Spread, Spread]]
-    verdict: dict[str, Any] | None
-
-    @property
-    def complete(self) -> bool:
-        """Whether both configurations have at least two re-runs with an objective value."""
-        default, candidate = next(iter(self.rows.values()))
-        return default.n >= 2 and candidate.n >= 2
-
-
-def confirmation_summary(study: optuna.Study) -> ConfirmationSummary | None:
-    """The :class:`ConfirmationSummary` of the study's confirmation record (completed re-runs of
-    the candidate and the default, indices below ``repeats``); None without a record or runs."""
-    record = study.user_attrs.get(CONFIRMATION_ATTR)
-    if not isinstance(record, Mapping) or not record.get("runs"):
-        return None
-    try:
-        candidate, default, repeats = int(record["best_trial"]), int(record["default_trial"]), int(record["repeats"])
-    except (KeyError, TypeError, ValueError):
-        return None
-    by_trial: dict[int, list[dict[str, Any]]] = {candidate: [], default: []}
-    for run in record["runs"]:
-        trial = run.get("trial", record.get(f"{run.get('label')}_trial"))
-        if trial in by_trial and run.get("outcome") == "completed" and int(run.get("index", repeats)) < repeats:
-            by_trial[int(trial)].append(run)
-    if not by_trial[candidate] and not by_trial[default]:
-        return None
-    objective = str(record.get("objective", "objective"))
-    unit = objective_unit(objective)
-    rows = {f"{objective} ({unit})" if unit and unit != "/s" else objective:
-            (Spread.of([r.get("value") for r in by_trial[default]]),
-             Spread.of([r.get("value") for r in by_trial[candidate]]))}
-    for key, label in CONFIRMATION_QUANTITIES:
-        if key == "psnr_db" and objective == "psnr_at_budget_db":
-            continue  # the objective's row
-        rows[label] = (Spread.of([(r.get("quality") or {}).get(key) for r in by_trial[default]]),
-                       Spread.of([(r.get("quality") or {}).get(key) for r in by_trial[candidate]]))
-    return ConfirmationSummary(objective, candidate, default, repeats, rows, _verdict_of(record))
-
-
-def spread_text(spread: Spread) -> str:
-    """``mean ± sd (n=K)``, or ``no run`` when n is 0."""
-    if spread.n == 0:
-        return "no run"
-    return f"{spread.mean:.4g} ± {spread.sd:.2g} (n={spread.n})"
-
-
-def best_heading(view: StudyView, what: str) -> str:
-    """A heading of single-run numbers: it says they are single runs."""
-    return f"{what} (single runs)"

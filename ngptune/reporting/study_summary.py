@@ -11,9 +11,17 @@ from rich.console import Console
 
 from ngptune.console import make_console
 from ngptune.reporting.study_data import (
-    FLOAT_FORMAT, QUALITY_COLUMNS, StudyView, best_heading, cell_text, change_text, confirmation_summary,
-    objective_values, quality_values, recommendation, spread_text, trials_frame, write_text,
+    FLOAT_FORMAT,
+    QUALITY_COLUMNS,
+    StudyView,
+    cell_text,
+    objective_values,
+    quality_values,
+    trials_frame,
+    write_text,
 )
+from ngptune.reporting.study_confirmation import confirmation_summary, spread_text
+from ngptune.reporting.study_recommendation import best_heading, change_text, recommendation
 from rich.table import Table
 
 __all__ = ["print_summary", "write_trials_csv"]
@@ -51,13 +59,14 @@ def _confirmation_table(view: StudyView) -> Table | None:
 def print_summary(study: optuna.Study, console: Console | None = None, show_recommendation: bool = True) -> None:
     """Print the recommendation, then the evidence, then the single runs: rich tables.
 
-    The first lines are the recommendation (:func:`~ngptune.reporting.study_data.recommendation`;
-    left out with ``show_recommendation`` False, while other workers' trials still run) and the
-    confirmation re-runs of the candidate and the default (mean ± sd, n; the verdict's test). Then
-    trials by outcome, and the single runs — quality and time of default and best, each objective's
-    best against the default (a change is :func:`~ngptune.reporting.study_data.change_text`, never
-    called better: one run is no evidence), the best settings. For several objectives the "best"
-    value of an objective is the best among the Pareto-front trials.
+    The first lines are the recommendation
+    (:func:`~ngptune.reporting.study_recommendation.recommendation`; left out with
+    ``show_recommendation`` False, while other workers' trials still run) and the confirmation
+    re-runs of the candidate and the default (mean ± sd, n; the verdict's test). Then trials by
+    outcome, and the single runs — quality and time of default and best, each objective's best
+    against the default (a change is :func:`~ngptune.reporting.study_recommendation.change_text`,
+    never called better: one run is no evidence), the best settings. For several objectives the
+    "best" value of an objective is the best among the Pareto-front trials.
 
     Raises:
         StudyReportError: bad trial attributes.

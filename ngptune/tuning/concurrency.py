@@ -18,16 +18,14 @@ import os
 import threading
 
 from ngptune.scheduling.slots import SlotPool, slots_per_node, visible_gpus
+from ngptune.tuning.objectives import OBJECTIVES
 from ngptune.tuning.study import StudySpec
-from trainer.errors import ConfigError
+from trainer.contract import ConfigError
 
-__all__ = ["STEP_BUDGET_TRIALS_PER_GPU", "THROUGHPUT_OBJECTIVES", "TrialSlots", "default_trials_per_gpu",
-           "plan_trial_slots"]
+__all__ = ["STEP_BUDGET_TRIALS_PER_GPU", "TrialSlots", "default_trials_per_gpu", "plan_trial_slots"]
 
-#: Objectives measured in time or rate, which a neighbour on the same GPU slows down.
-THROUGHPUT_OBJECTIVES = ("throughput_samples_per_s", "samples_per_s", "rays_per_s", "steps_per_s", "time_to_psnr_s")
 #: Trials per GPU of a step-budget study on a GPU host when ``--trials-per-gpu`` is not given: the K
-#: of the most trials per hour on one GPU (``bench/trials_per_gpu.py``, docs/benchmarks.md); an
+#: of the most trials per hour on one GPU (``bench/sweep_fidelity.py packing``, docs/benchmarks.md); an
 #: environment variable of this name overrides it.
 STEP_BUDGET_TRIALS_PER_GPU = 1
 STEP_BUDGET_TRIALS_PER_GPU_ENV = "NGPTUNE_STEP_BUDGET_TRIALS_PER_GPU"
@@ -52,9 +50,10 @@ def default_trials_per_gpu(spec: StudySpec, n_gpus: int) -> int:
 
 
 def _shared_distorts(spec: StudySpec) -> list[str]:
-    """What a neighbour on the same GPU distorts: the study's throughput or time objectives and a
+    """What a neighbour on the same GPU distorts: the study's objectives that depend on how fast a
+    trial trains (:attr:`~ngptune.tuning.objectives.ObjectiveDef.timing_sensitive`) and a
     ``budget.seconds`` (the steps a trial makes in its seconds)."""
-    distorted = [o.name for o in spec.objectives if o.name in THROUGHPUT_OBJECTIVES]
+    distorted = [o.name for o in spec.objectives if OBJECTIVES[o.name].timing_sensitive]
     if spec.budget.seconds is not None:
         distorted.append(f"budget.seconds = {spec.budget.seconds:g}")
     return distorted

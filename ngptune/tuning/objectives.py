@@ -41,11 +41,11 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ngptune.profiling.runs import steady_records
-from trainer.schema import METRICS_COLUMNS, PHASES, phase_column
+from trainer.contract import METRICS_COLUMNS, PHASES, phase_column
 
 __all__ = [
     "OBJECTIVES",
@@ -66,33 +66,6 @@ __all__ = [
 ]
 
 
-@dataclasses.dataclass(frozen=True)
-class ObjectiveDef:
-    """One objective: its direction, unit, whether it needs an evaluation, and intermediate values."""
-
-    name: str
-    direction: str  # "maximize" | "minimize" (Optuna's words)
-    unit: str
-    needs_eval: bool
-    has_intermediate: bool
-
-
-OBJECTIVES: dict[str, ObjectiveDef] = {
-    "throughput_samples_per_s": ObjectiveDef("throughput_samples_per_s", "maximize", "samples/s", False, True),
-    "samples_per_s": ObjectiveDef("samples_per_s", "maximize", "samples/s", False, True),
-    "rays_per_s": ObjectiveDef("rays_per_s", "maximize", "rays/s", False, True),
-    "psnr_at_budget_db": ObjectiveDef("psnr_at_budget_db", "maximize", "dB", True, True),
-    "time_to_psnr_s": ObjectiveDef("time_to_psnr_s", "minimize", "s", True, False),
-    "steps_per_s": ObjectiveDef("steps_per_s", "maximize", "steps/s", False, True),
-}
-
-#: Objectives that measure work done per second, not the quality it buys.
-THROUGHPUT_OBJECTIVES: frozenset[str] = frozenset({"throughput_samples_per_s", "samples_per_s", "rays_per_s",
-                                                   "steps_per_s"})
-#: Objectives that measure the quality reached (held-out PSNR).
-QUALITY_OBJECTIVES: frozenset[str] = frozenset({"psnr_at_budget_db", "time_to_psnr_s"})
-_COLUMN = {"throughput_samples_per_s": "throughput_samples_per_s", "samples_per_s": "throughput_samples_per_s",
-           "rays_per_s": "rays_per_s", "steps_per_s": "steps_per_s"}
 #: ``status.json`` key and first-metrics-record key of the trainer's start-up time (s).
 STARTUP_KEY = "startup_s"
 #: Whether the trainer's metrics schema declares ``startup_s`` (its training clock then starts
@@ -106,7 +79,7 @@ def throughput_only_warning(names: Sequence[str]) -> str | None:
         return None
     return (f"objective {', '.join(names)} measures throughput only: it rewards marching empty space "
             "(a grid that keeps empty cells occupied wins on samples/s and trains worse); "
-            "use psnr_at_budget_db or time_to_psnr_s — every trial's PSNR is still recorded (psnr_db)")
+            f"use {' or '.join(QUALITY_OBJECTIVES)} — every trial's PSNR is still recorded (psnr_db)")
 
 
 class TargetNotReached(Exception):
@@ -194,6 +167,106 @@ def time_to_psnr_s(records: Sequence[Mapping[str, Any]], status: Mapping[str, An
     raise TargetNotReached(target_db, max((p for _, p in points), default=None))
 
 
+def mean_phase_ms(records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """Mean time per step of each phase and ``other`` (ms) over the records after the warm-up
+    (:func:`ngptune.profiling.runs.steady_records`); phases no record reports are left out."""
+    steady = steady_records(records)
+    out: dict[str, float] = {}
+    for phase in (*PHASES, "other"):
+        column = phase_column(phase)
+        values = [r[column] for r in steady if _finite(r.get(column))]
+        if values:
+            out[phase] = statistics.fmean(values)
+    return out
+
+
+def _steady(column: str) -> Callable[[Sequence[Mapping[str, Any]], Mapping[str, Any], Any], float | None]:
+    def value(records: Sequence[Mapping[str, Any]], status: Mapping[str, Any], target_db: Any) -> float | None:
+        return steady_mean(records, column)
+    return value
+
+
+def _running(column: str) -> Callable[[Sequence[Mapping[str, Any]]], list[tuple[int, float]]]:
+    def values(records: Sequence[Mapping[str, Any]]) -> list[tuple[int, float]]:
+        out = []
+        for i, record in enumerate(records):
+            value = steady_mean(records[: i + 1], column)
+            if value is not None:
+                out.append((int(record["step"]), value))
+        return out
+    return values
+
+
+def _final_psnr_db(records: Sequence[Mapping[str, Any]], status: Mapping[str, Any], target_db: Any) -> float | None:
+    value = status.get("eval_psnr_db")
+    return float(value) if _finite(value) else None
+
+
+def _train_psnr_db(records: Sequence[Mapping[str, Any]]) -> list[tuple[int, float]]:
+    return [(int(r["step"]), float(r["train_psnr_db"])) for r in records if _finite(r.get("train_psnr_db"))]
+
+
+def _time_to_target_s(records: Sequence[Mapping[str, Any]], status: Mapping[str, Any], target_db: Any) -> float:
+    assert target_db is not None, "time_to_psnr_s needs target_db"
+    return time_to_psnr_s(records, status, target_db)
+
+
+@dataclasses.dataclass(frozen=True)
+class ObjectiveDef:
+    """One objective of a study.
+
+    Attributes:
+        name: as in the study file, the trials' ``objectives`` attribute and ``trials.csv``.
+        direction: ``"maximize"`` or ``"minimize"`` (Optuna's words).
+        unit: the unit of its values (``"samples/s"``, ``"dB"``, ``"s"``).
+        quality: it measures the quality reached (held-out PSNR), not work per second.
+        needs_eval: its trials need the trainer's final evaluation.
+        budget: the ``[budget]`` key it needs (``"seconds"``), or None when any budget does.
+        timing_sensitive: its value depends on how fast a trial trains, so trials sharing a GPU
+            distort it (``--trials-per-gpu`` > 1 needs ``--allow-shared-gpu``).
+        keys: the further keys of its ``[[objectives]]`` table.
+        value: ``(records, status, target_db) -> value`` of a finished trial (None: the run holds no
+            such measurement); may raise :class:`TargetNotReached`.
+        intermediate: ``records -> [(step, value)]`` reported to the pruner, or None for none.
+    """
+
+    name: str
+    direction: str
+    unit: str
+    quality: bool
+    needs_eval: bool
+    budget: str | None
+    timing_sensitive: bool
+    value: Callable[[Sequence[Mapping[str, Any]], Mapping[str, Any], Any], float | None]
+    intermediate: Callable[[Sequence[Mapping[str, Any]]], list[tuple[int, float]]] | None = None
+    keys: tuple[str, ...] = ()
+
+    @property
+    def has_intermediate(self) -> bool:
+        return self.intermediate is not None
+
+
+OBJECTIVES: dict[str, ObjectiveDef] = {o.name: o for o in (
+    ObjectiveDef("throughput_samples_per_s", "maximize", "samples/s", False, False, None, True,
+                 _steady("throughput_samples_per_s"), _running("throughput_samples_per_s")),
+    ObjectiveDef("samples_per_s", "maximize", "samples/s", False, False, None, True,
+                 _steady("throughput_samples_per_s"), _running("throughput_samples_per_s")),
+    ObjectiveDef("rays_per_s", "maximize", "rays/s", False, False, None, True, _steady("rays_per_s"), _running("rays_per_s")),
+    ObjectiveDef("psnr_at_budget_db", "maximize", "dB", True, True, None, False, _final_psnr_db, _train_psnr_db),
+    ObjectiveDef("time_to_psnr_s", "minimize", "s", True, True, None, True, _time_to_target_s,
+                 keys=("target_db", "eval_every_steps")),
+    ObjectiveDef("steps_per_s", "maximize", "steps/s", False, False, None, True, _steady("steps_per_s"),
+                 _running("steps_per_s")),
+)}
+"""Every objective; the study files, the pruner, the shared-GPU guard, confirmation and the reports
+read this table. Adding one: its measurement in this module, one line here, a test."""
+
+THROUGHPUT_OBJECTIVES: tuple[str, ...] = tuple(n for n, o in OBJECTIVES.items() if not o.quality)
+"""Objectives that measure work done per second, not the quality it buys."""
+QUALITY_OBJECTIVES: tuple[str, ...] = tuple(n for n, o in OBJECTIVES.items() if o.quality)
+"""Objectives that measure the quality reached (held-out PSNR), in the order confirmation prefers them."""
+
+
 def objective_value(
     name: str,
     records: Sequence[Mapping[str, Any]],
@@ -201,11 +274,11 @@ def objective_value(
     *,
     target_db: float | None = None,
 ) -> float | None:
-    """The value of objective ``name`` for a finished trial.
+    """The value of objective ``name`` for a finished trial (:attr:`ObjectiveDef.value`).
 
     Args:
         name: a key of :data:`OBJECTIVES`.
-        records: rank 0's metrics records (``trainer.schema.read_metrics``), in step order.
+        records: rank 0's metrics records (``trainer.contract.read_metrics``), in step order.
         status: the run's ``status.json``.
         target_db: the PSNR target of ``time_to_psnr_s``.
 
@@ -216,45 +289,28 @@ def objective_value(
         TargetNotReached: ``time_to_psnr_s`` whose target no evaluation reached.
         KeyError: unknown objective name (a programming error: study files are validated).
     """
-    if name in _COLUMN:
-        return steady_mean(records, _COLUMN[name])
-    if name == "psnr_at_budget_db":
-        value = status.get("eval_psnr_db")
-        return float(value) if _finite(value) else None
-    if name == "time_to_psnr_s":
-        assert target_db is not None, "time_to_psnr_s needs target_db"
-        return time_to_psnr_s(records, status, target_db)
-    raise KeyError(name)
+    return OBJECTIVES[name].value(records, status, target_db)
 
 
 def intermediate_values(name: str, records: Sequence[Mapping[str, Any]], *, evaluations: bool = False,
                         per_second: bool = False) -> list[tuple[int, float]]:
     """``(resource, value)`` pairs to report to the pruner.
 
-    ``throughput_samples_per_s`` (and the other rates): at record i (resource: its step), the
-    steady mean of records 0..i (records 1..i after the one warm-up record; record 0 alone at
-    i = 0). ``psnr_at_budget_db``: with ``evaluations`` (the study evaluates at marks) the periodic
-    evaluations' ``eval_psnr_db`` at their step, or with ``per_second`` (a seconds budget) at every
-    whole second of training between the first and the last evaluation, linearly interpolated in
-    ``wall_time_s`` between the evaluations around it (so every trial is judged at the same
-    seconds); without ``evaluations`` the training-batch ``train_psnr_db`` at each record's step.
-    ``time_to_psnr_s``: none.
+    Throughputs: at record i (resource: its step), the steady mean of records 0..i (records 1..i
+    after the one warm-up record; record 0 alone at i = 0). ``psnr_at_budget_db``: with
+    ``evaluations`` (the study evaluates at marks) the periodic evaluations' ``eval_psnr_db`` at
+    their step, or with ``per_second`` (a seconds budget) at every whole second of training between
+    the first and the last evaluation, linearly interpolated in ``wall_time_s`` between the
+    evaluations around it (so every trial is judged at the same seconds); without ``evaluations``
+    the training-batch ``train_psnr_db`` at each record's step. ``time_to_psnr_s``: none.
     """
-    out: list[tuple[int, float]] = []
-    if name in _COLUMN:
-        for i, record in enumerate(records):
-            value = steady_mean(records[: i + 1], _COLUMN[name])
-            if value is not None:
-                out.append((int(record["step"]), value))
-    elif name == "psnr_at_budget_db" and not evaluations:
-        out = [(int(r["step"]), float(r["train_psnr_db"])) for r in records if _finite(r.get("train_psnr_db"))]
-    elif name == "psnr_at_budget_db" and not per_second:
-        out = [(int(r["step"]), float(r["eval_psnr_db"])) for r in records if _finite(r.get("eval_psnr_db"))]
-    elif name == "psnr_at_budget_db":
-        marks = [(float(r["wall_time_s"]), float(r["eval_psnr_db"])) for r in records
-                 if _finite(r.get("eval_psnr_db")) and _finite(r.get("wall_time_s"))]
-        out = _per_second(marks)
-    return out
+    if name == "psnr_at_budget_db" and evaluations and not per_second:
+        return [(int(r["step"]), float(r["eval_psnr_db"])) for r in records if _finite(r.get("eval_psnr_db"))]
+    if name == "psnr_at_budget_db" and evaluations:
+        return _per_second([(float(r["wall_time_s"]), float(r["eval_psnr_db"])) for r in records
+                            if _finite(r.get("eval_psnr_db")) and _finite(r.get("wall_time_s"))])
+    measure = OBJECTIVES[name].intermediate
+    return [] if measure is None else measure(records)
 
 
 def _per_second(marks: Sequence[tuple[float, float]]) -> list[tuple[int, float]]:
@@ -269,17 +325,4 @@ def _per_second(marks: Sequence[tuple[float, float]]) -> list[tuple[int, float]]
             second += 1
     if len(marks) == 1 and float(marks[0][0]).is_integer():
         out.append((int(marks[0][0]), marks[0][1]))
-    return out
-
-
-def mean_phase_ms(records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
-    """Mean time per step of each phase and ``other`` (ms) over the records after the warm-up
-    (:func:`ngptune.profiling.runs.steady_records`); phases no record reports are left out."""
-    steady = steady_records(records)
-    out: dict[str, float] = {}
-    for phase in (*PHASES, "other"):
-        column = phase_column(phase)
-        values = [r[column] for r in steady if _finite(r.get(column))]
-        if values:
-            out[phase] = statistics.fmean(values)
     return out

@@ -29,8 +29,7 @@ from ngptune.tuning.layout import StudyDir
 from ngptune.tuning.objectives import TRAINER_REPORTS_STARTUP, startup_s
 from ngptune.tuning.specs import StudySpec
 from ngptune.tuning.trial import TrialLaunch, TrialRun, run_trial, trial_argv
-from trainer.config import TrainConfig, apply_overrides, dump_config
-from trainer.rundir import atomic_write_text
+from trainer.contract import TrainConfig, apply_overrides, atomic_write_text, dump_config
 
 __all__ = ["STARTUP_REPORTED_ATTR", "WARMUP_STEPS", "needs_warm_up", "warm_kernel_cache", "warmup_config"]
 

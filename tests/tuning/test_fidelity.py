@@ -20,9 +20,7 @@ from ngptune.tuning.layout import StudyDir
 from ngptune.tuning.objectives import intermediate_values
 from ngptune.tuning.study import load_study
 from tests.tuning.conftest import REPO_ROOT, write_study
-from trainer.errors import ConfigError
-from trainer.rundir import RunDir
-from trainer.schema import read_metrics
+from trainer.contract import ConfigError, RunDir, read_metrics
 
 PSNR = '[[objectives]]\nname = "psnr_at_budget_db"\n'
 
