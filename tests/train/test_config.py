@@ -539,7 +539,7 @@ def test_finest_resolution_from_the_views_pixel_footprint() -> None:
 
 
 def test_a_factor_scales_the_derived_finest_resolution() -> None:
-    from trainer.config import apply_overrides
+    from trainer.contract.config import apply_overrides
 
     assert EncodingConfig(max_resolution_factor=0.5).finest_resolution(1, 417.6) == 256
     assert EncodingConfig(max_resolution_factor=2.0).finest_resolution(1, 417.6) == 1024
