@@ -934,7 +934,7 @@ class Trainer:
             "wall_time_s": self.train_time_s,
             "loss": float(loss_sum) / trained if trained else None,
             "train_psnr_db": -10.0 * math.log10(mean_mse) if mean_mse > 0 else None,
-            "lr": self.optimizer.param_groups[0]["lr"],
+            "lr": float(self.optimizer.param_groups[0]["lr"]),  # (a device tensor in a captured step)
             "rays_per_step": interval["rays"] / steps,
             "samples_per_step": interval["samples"] / steps,
             "rays_per_s": interval["rays"] / steps * timed / elapsed_s,
