@@ -11,9 +11,6 @@ module that builds paths inside it.
                                  config.json, metrics.jsonl, logs/rank<R>.log, status.json, ...)
       trials/<n>.config.json     the trainer config trial n was launched with (--config)
       trials/<n>.launch.log      stdout and stderr of trial n's launcher (python -m trainer)
-      warmup/                    the throw-away launch that fills the kernel cache before trial 0
-                                 (ngptune.tuning.warmup), with warmup.config.json and
-                                 warmup.launch.log beside it
       best_config.json           the best trial's config (``ngptune train --config`` takes it as is)
       best_env.sh                the best trial's NCCL variables (export lines)
       report.html, trials.csv    written by ngptune.reporting.study_report
@@ -56,19 +53,6 @@ class StudyDir:
 
     def launch_log_path(self, number: int) -> Path:
         return self.trials_dir / f"{number}.launch.log"
-
-    @property
-    def warmup_dir(self) -> Path:
-        """The run directory of the kernel-cache warm-up (:mod:`ngptune.tuning.warmup`)."""
-        return self.root / "warmup"
-
-    @property
-    def warmup_config_path(self) -> Path:
-        return self.root / "warmup.config.json"
-
-    @property
-    def warmup_log_path(self) -> Path:
-        return self.root / "warmup.launch.log"
 
     @property
     def best_config_path(self) -> Path:

@@ -79,8 +79,6 @@ from ngptune.tuning.storage import (
 )
 from ngptune.tuning.study import DEMO_SCENE, STUDY_NAME_RULE, StudySpec, is_study_name, load_study
 from ngptune.tuning.trial_objective import TrialObjective
-from ngptune.tuning.space import default_params
-from ngptune.tuning.warmup import needs_warm_up, warm_kernel_cache, warmup_config
 from trainer.contract import ConfigError, RunDir, TrainConfig, choose_backend
 
 __all__ = ["SweepError", "SweepOptions", "SweepResult", "default_nproc_per_node", "nccl_is_active", "run_sweep"]
@@ -357,12 +355,6 @@ def _run(options: SweepOptions, spec: StudySpec, nproc: int, base_cfg: TrainConf
             study.stop()
 
     with _sigterm_as_interrupt():
-        if not enough() and needs_warm_up(spec, study, _uses_cuda(base_cfg)):
-            console.print("warming the kernel cache: one short launch of the default configuration before trial 0 "
-                          f"(the trainer does not report its start-up yet); log {study_dir.warmup_log_path}")
-            cfg = warmup_config(base_cfg, default_params(spec, base_cfg), scene)
-            warm_kernel_cache(study, cfg=cfg, study_dir=study_dir, nproc_per_node=nproc, nccl_active=nccl_active,
-                              slots=slots, poll_s=options.poll_s)
         if not enough():
             try:
                 study.optimize(objective, n_trials=None, timeout=timeout_s, callbacks=[after_trial],
