@@ -255,6 +255,24 @@ PY
   done
 }
 
+#: sweep-packing [K ...]: trials per hour on one GPU with K trials packed on it (default 1 2 4),
+# studies/psnr_steps.toml without its pruner, 150 s of starting trials per K (bench/sweep_fidelity.py)
+recipe_sweep-packing() {
+  local ks=("$@"); [ ${#ks[@]} -gt 0 ] || ks=(1 2 4)
+  run sweep_packing.txt python3 bench/sweep_fidelity.py packing --study studies/psnr_steps.toml --scene "$S" \
+    --k "${ks[@]}" --wall-s "${WALL_S:-150}" --out /tmp/sweep_fidelity | tail -8
+  cp /tmp/sweep_fidelity/packing_*.json "$keep/" 2>/dev/null
+}
+
+#: sweep-pruning [pruned|unpruned ...]: studies/psnr_budget.toml with its Hyperband pruner against none
+# at equal wall time (WALL_S, default 240 s of starting trials), then 3 confirmation re-runs each
+recipe_sweep-pruning() {
+  local arms=("$@"); [ ${#arms[@]} -gt 0 ] || arms=(pruned unpruned)
+  run sweep_pruning.txt python3 bench/sweep_fidelity.py pruning --study studies/psnr_budget.toml --scene "$S" \
+    --arms "${arms[@]}" --wall-s "${WALL_S:-240}" --confirm-runs "${CONFIRM_RUNS:-3}" --out /tmp/sweep_fidelity | tail -8
+  cp /tmp/sweep_fidelity/pruning_*.json "$keep/" 2>/dev/null
+}
+
 #: help: this list
 recipe_help() { awk '/^#: /{on=1; sub(/^#: /, "  "); print; next} on && /^# /{sub(/^# /, "      "); print; next} {on=0}' "$0"; }
 

@@ -410,6 +410,7 @@ class Trainer:
             max_step_size=self.max_step_size,
             jitter=jitter,
             generator=(generator or self.generator) if jitter else None,
+            near=self.cfg.training.near_distance,
             backend=self.march_backend,
         )
 
@@ -882,7 +883,7 @@ class Trainer:
                     result = None
                     if eval_now:  # its PSNR goes into this step's record; its time is not training
                         t_eval = time.perf_counter()
-                        result = self.evaluate()
+                        result = self.evaluate(max_images=t.eval_every_max_images)
                         interval["t0"] += time.perf_counter() - t_eval
                         if on_eval:
                             on_eval(result)
