@@ -228,6 +228,33 @@ recipe_sweep() {
   copy_run "/tmp/sweep_$study" "sweep_$study" report.html trials.csv best_config.json best_env.sh
 }
 
+#: mesh-support [SECONDS [FLAGS]]: train SECONDS (default 60) with FLAGS (default the 400-pixel config),
+# then meshes (256³) and point clouds with --min-views 0, 1, 3, 5: kept, left out, bounding box
+recipe_mesh-support() {
+  local seconds=${1:-60}; shift || true
+  local flags=("$@")
+  [ ${#flags[@]} -gt 0 ] || flags=(--config configs/nerf_synthetic_400.json)
+  run mesh_support.txt python3 -m trainer --scene "$S" "${flags[@]}" --time-budget "$seconds" --no-eval \
+    --out /tmp/mesh_support_run --quiet | tail -3
+  run mesh_support.txt python3 bench/mesh_support.py --run /tmp/mesh_support_run | tail -14
+}
+
+#: appearance [SCENE [SECONDS]]: training.appearance off and affine, SECONDS (default 60) each on SCENE
+# (default .scenes/fox, every 8th view held out): held-out PSNR, affine-fitted PSNR, SSIM, steps
+recipe_appearance() {
+  local scene=${1:-.scenes/fox} seconds=${2:-60} mode
+  for mode in off affine; do
+    run appearance.txt python3 -m trainer --scene "$scene" --time-budget "$seconds" --quiet \
+      --set training.appearance=$mode --out "/tmp/appearance_$mode" | tail -2
+    python3 - "$mode" <<'PY' | tee -a "$keep/appearance.txt"
+import json, sys
+e = json.load(open(f"/tmp/appearance_{sys.argv[1]}/eval.json"))
+print(f"appearance {sys.argv[1]}: step {e['step']}, held-out PSNR {e['mean_psnr_db']:.2f} dB, "
+      f"affine-fitted {e['mean_psnr_affine_db']:.2f} dB, SSIM {e['mean_ssim']:.3f} ({len(e['images'])} views)")
+PY
+  done
+}
+
 #: sweep-packing [K ...]: trials per hour on one GPU with K trials packed on it (default 1 2 4),
 # studies/psnr_steps.toml without its pruner, 150 s of starting trials per K (bench/sweep_fidelity.py)
 recipe_sweep-packing() {

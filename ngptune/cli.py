@@ -6,7 +6,7 @@ and command lines from :mod:`trainer.contract`): ``inspect`` (describe a scene),
 ``--nproc-per-node N`` ranks through the elastic launcher), ``demo`` (a short single-process
 training run on the built-in demo scene), ``render`` and ``export`` (``python -m
 trainer.inference``); and the commands of :data:`COMMAND_MODULES` (``profile``, ``monitor``,
-``sweep``, ``train-many``, ``bench-comm``).
+``sweep``, ``train-many``, ``bench-comm``, ``prepare``).
 """
 
 from __future__ import annotations
@@ -86,6 +86,7 @@ COMMAND_MODULES = (
     "ngptune.tuning.command",  # ngptune sweep
     "ngptune.train_many_command",  # ngptune train-many
     "ngptune.commbench",  # ngptune bench-comm
+    "ngptune.prepare.command",  # ngptune prepare
 )
 
 

@@ -348,6 +348,15 @@ NESTED_BAD_LR = {
             {"training": {"occupancy_resolution": 63}},
             "training.occupancy_resolution: expected an even integer in [2, 1024], got 63",
         ),
+        (
+            {"training": {"appearance": "latent"}},
+            "training.appearance: expected one of off, affine, got 'latent'",
+        ),
+        (
+            {"training": {"appearance": "affine"}, "parallel": {"mode": "subgrid"}},
+            "training.appearance: expected 'off' in subgrid mode (a ray's colour is composited across "
+            "ranks), got 'affine'",
+        ),
         ({"training": 3}, "training: expected an object, got 3"),
     ],
 )

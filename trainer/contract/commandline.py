@@ -38,6 +38,7 @@ __all__ = [
     "BENCH_COMM_RESULT_FILE",
     "DEFAULT_FPS",
     "DEFAULT_MESH_THRESHOLD",
+    "DEFAULT_MIN_VIEWS",
     "DEFAULT_SECONDS",
     "LAUNCH_FLAGS",
     "MAX_RAYS_PER_POINT",
@@ -78,6 +79,10 @@ DEFAULT_MESH_THRESHOLD = 2.5
 MAX_RAYS_PER_POINT = 20
 """``export pointcloud --n-points N`` casts at most this many training rays per point asked for
 (and never more than the training images have pixels) before it writes what it has."""
+DEFAULT_MIN_VIEWS = 3
+"""``export mesh|pointcloud --min-views N``: keep only what lies on the rendered surface of at least N
+training views (:mod:`trainer.inference.support`); two views triangulate a point, a third checks it.
+0 keeps everything."""
 
 
 def positive_int(text: str) -> int:
@@ -276,6 +281,12 @@ def _add_export_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress display")
 
 
+def _add_min_views(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--min-views", type=int, default=DEFAULT_MIN_VIEWS,
+                   help=f"keep only {what} on the rendered surface of at least N training views, leaving out floaters, "
+                        f"haze and hidden or unseen density (default {DEFAULT_MIN_VIEWS}; 0 keeps everything)")
+
+
 def add_export_arguments(p: argparse.ArgumentParser) -> None:
     """The kinds and flags of ``export`` (``python -m trainer.inference export``, ``ngptune export``)."""
     kinds = p.add_subparsers(dest="kind", required=True)
@@ -288,6 +299,7 @@ def add_export_arguments(p: argparse.ArgumentParser) -> None:
     mesh.add_argument("--aabb", type=float, nargs=6, default=None, metavar=("X0", "Y0", "Z0", "X1", "Y1", "Z1"),
                       help="box to mesh in scene units (default: the occupied part of the occupancy grid)")
     mesh.add_argument("--out", type=Path, default=None, help="FILE.ply | .obj | .glb (default: MODEL's folder/mesh.ply)")
+    _add_min_views(mesh, "triangles")
     cloud = kinds.add_parser("pointcloud", help="coloured points at the expected depth of training rays (PLY)")
     _add_export_common(cloud)
     cloud.add_argument("--n-points", type=int, default=200_000,
@@ -296,6 +308,7 @@ def add_export_arguments(p: argparse.ArgumentParser) -> None:
     cloud.add_argument("--min-opacity", type=float, default=0.5, help="keep rays at least this opaque (default 0.5)")
     cloud.add_argument("--seed", type=int, default=0, help="seed of the ray choice (default 0)")
     cloud.add_argument("--out", type=Path, default=None, help="FILE.ply (default: MODEL's folder/pointcloud.ply)")
+    _add_min_views(cloud, "points")
 
 
 RENDER_HELP = "render views, orbits and camera paths of a trained model (PNG, video, depth)"

@@ -10,9 +10,11 @@ final evaluation (and by periodic ones) of rank 0::
                              the ssim_views large enough for its window); psnr_of_mean_mse_db;
                              metrics_note says which is which
     background_psnr_db       the mean PSNR of painting every pixel the background colour
+    mean_psnr_affine_db      the mean PSNR after each view's least-squares affine colour map (the
+                             held-out score of a model with training.appearance)
     occupancy_warmup_steps   training.occupancy_warmup_steps of the run
     background_collapse      the warning of :func:`collapse_message`, or null
-    images                   per view: index, name, mse, psnr_db, ssim, background_psnr_db
+    images                   per view: index, name, mse, psnr_db, psnr_affine_db, ssim, background_psnr_db
 
 :func:`read_evaluation` reads it back (the driver's diagnoses and the reports).
 
@@ -49,7 +51,7 @@ __all__ = [
 
 EVALUATION_KEYS: tuple[str, ...] = (
     "split", "split_origin", "step", "background", "mean_psnr_db", "psnr_cap_db", "psnr_of_mean_mse_db",
-    "mean_ssim", "ssim_views", "background_psnr_db", "metrics_note", "occupancy_warmup_steps",
+    "mean_ssim", "ssim_views", "background_psnr_db", "mean_psnr_affine_db", "metrics_note", "occupancy_warmup_steps",
     "background_collapse", "images",
 )
 """The keys of ``eval.json`` (module docstring)."""

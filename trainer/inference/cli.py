@@ -313,11 +313,13 @@ def _from_model(args: argparse.Namespace, extract: Any) -> Any:
 def _export_mesh(args: argparse.Namespace, out: Path) -> int:
     from trainer.inference.mesh import check_mesh_request, extract_mesh, write_mesh
 
-    check_mesh_request(args.resolution, out, args.aabb, args.threshold)
+    check_mesh_request(args.resolution, out, args.aabb, args.threshold, args.min_views)
     mesh = _from_model(args, lambda model: extract_mesh(model, args.resolution, args.threshold, args.aabb,
-                                                        quiet=args.quiet))
+                                                        quiet=args.quiet, min_views=args.min_views))
     write_mesh(mesh, out)
-    print(f"mesh: {len(mesh['vertices'])} vertices, {len(mesh['faces'])} triangles at {args.resolution}^3, "
+    left_out = (f", {mesh['faces_unsupported']} left out (on the surface of fewer than {args.min_views} training "
+                f"views; support {mesh['support_s']:.2f} s)" if args.min_views > 0 else "")
+    print(f"mesh: {len(mesh['vertices'])} vertices, {len(mesh['faces'])} triangles at {args.resolution}^3{left_out}, "
           f"threshold {args.threshold:g} (density {mesh['density_s']:.2f} s, marching cubes {mesh['marching_s']:.2f} s) "
           f"-> {out}", flush=True)
     return 0
@@ -328,15 +330,17 @@ def _export_pointcloud(args: argparse.Namespace, out: Path) -> int:
         check_pointcloud_request, extract_pointcloud, shortfall_note, write_pointcloud,
     )
 
-    check_pointcloud_request(args.n_points, args.min_opacity, out)
+    check_pointcloud_request(args.n_points, args.min_opacity, out, args.min_views)
     cloud = _from_model(args, lambda model: extract_pointcloud(model, args.n_points, args.min_opacity, args.seed,
-                                                               quiet=args.quiet))
+                                                               quiet=args.quiet, min_views=args.min_views))
     write_pointcloud(cloud, out)
     note = shortfall_note(cloud, args.n_points, args.min_opacity)
     if note is not None:
         print(f"warning: {note}", file=sys.stderr)
-    print(f"point cloud: {len(cloud['points'])} points from {cloud['rays']} rays (opacity >= {args.min_opacity:g}) "
-          f"-> {out}", flush=True)
+    left_out = (f", {cloud['unsupported']} left out (on the surface of fewer than {args.min_views} training views)"
+                if args.min_views > 0 else "")
+    print(f"point cloud: {len(cloud['points'])} points from {cloud['rays']} rays (opacity >= {args.min_opacity:g}"
+          f"{left_out}) -> {out}", flush=True)
     return 0
 
 

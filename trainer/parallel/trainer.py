@@ -446,6 +446,7 @@ class DataParallelTrainer(DistributedTrainerBase):
                 sigmas, rgbs = self.field(samples.positions, samples.directions)
             with timer.phase("render"):
                 rgb = self._render_rgb(sigmas.float(), rgbs.float(), samples, step_input.background)
+                rgb = self._appearance_rgb(rgb, step_input.batch.image_index)
                 rgb = drop_rays(rgb, ray_fits, step_input.target)
                 loss_sum = photometric_loss(rgb, step_input.target, self.cfg.loss)
                 sq_err_sum = ((rgb.detach() - step_input.target) ** 2).sum()

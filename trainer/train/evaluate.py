@@ -16,7 +16,7 @@ from trainer.contract.config import TrainConfig
 from trainer.data import Scene
 from trainer.data.images import PixelTable, load_pixel_table
 from trainer.data.rays import camera_rays_for_image, composite_background
-from trainer.metrics_image import SSIM_WINDOW, mse_to_psnr, psnr, ssim
+from trainer.metrics_image import SSIM_WINDOW, affine_colour_psnr, mse_to_psnr, psnr, ssim
 from trainer.render.volrend import EARLY_STOP_TRANSMITTANCE, RenderedRays, composite
 from trainer.render.march import PackedSamples
 from trainer.contract.rundir import RunDir
@@ -46,7 +46,10 @@ METRICS_NOTE = (
     "psnr_of_mean_mse_db: PSNR of the mean over views of the per-view MSE; "
     "mean_ssim: mean over the views SSIM is available for (views of at least "
     f"{SSIM_WINDOW}x{SSIM_WINDOW} pixels; smaller views have ssim null); "
-    "background_psnr_db: mean_psnr_db of a prediction of the background colour at every pixel"
+    "background_psnr_db: mean_psnr_db of a prediction of the background colour at every pixel; "
+    "mean_psnr_affine_db: mean over views of the PSNR after each view's least-squares affine colour "
+    "map (3x3 matrix and offset fitted on the view's pixels), the held-out score of a model with a "
+    "per-image appearance (training.appearance)"
 )
 
 
@@ -66,10 +69,12 @@ def summary_metrics(images: list[dict[str, Any]]) -> dict[str, Any]:
         view counts as the cap, never NaN, never dropped), ``psnr_cap_db``, ``psnr_of_mean_mse_db``
         (PSNR of the mean MSE; inf when every view is perfect), ``mean_ssim`` (over the views that
         have one; NaN when none has), ``ssim_views``, ``background_psnr_db`` (the mean of the
-        views' ``background_psnr_db``, capped likewise; NaN when a record lacks it) and
+        views' ``background_psnr_db``, capped likewise; NaN when a record lacks it),
+        ``mean_psnr_affine_db`` (the mean of the views' ``psnr_affine_db``, likewise) and
         ``metrics_note`` saying which is which. NaN means for no views.
     """
     capped = [min(im["psnr_db"], PSNR_CAP_DB) for im in images]
+    affine = [min(im.get("psnr_affine_db", float("nan")), PSNR_CAP_DB) for im in images]
     background = [min(im.get("background_psnr_db", float("nan")), PSNR_CAP_DB) for im in images]
     ssims = [im["ssim"] for im in images if im["ssim"] is not None]
     mean_mse = float(np.mean([im["mse"] for im in images])) if images else float("nan")
@@ -80,6 +85,7 @@ def summary_metrics(images: list[dict[str, Any]]) -> dict[str, Any]:
         "mean_ssim": float(np.mean(ssims)) if ssims else float("nan"),
         "ssim_views": len(ssims),
         "background_psnr_db": float(np.mean(background)) if background else float("nan"),
+        "mean_psnr_affine_db": float(np.mean(affine)) if affine else float("nan"),
         "metrics_note": METRICS_NOTE,
     }
 
@@ -259,9 +265,9 @@ def evaluate(
         ValueError: ``spp`` outside [1, 64].
 
     Returns:
-        ``{"split", "step", "background", "mean_psnr_db", "mean_ssim", "background_psnr_db",
-        "occupancy_warmup_steps", "background_collapse", "images": [{"index", "name", "psnr_db",
-        "ssim", "background_psnr_db"}]}`` (the keys of :func:`summary_metrics` too), also written
+        ``{"split", "step", "background", "mean_psnr_db", "mean_psnr_affine_db", "mean_ssim",
+        "background_psnr_db", "occupancy_warmup_steps", "background_collapse", "images": [{"index",
+        "name", "psnr_db", "psnr_affine_db", "ssim", "background_psnr_db"}]}`` (the keys of :func:`summary_metrics` too), also written
         to ``eval.json`` when the trainer has a run directory. ``background_collapse`` is the
         warning of :func:`trainer.contract.evaluation.collapse_message` (also issued as a
         ``UserWarning``) or None.
@@ -301,6 +307,7 @@ def evaluate(
             mse = float(torch.mean((pred_img.double() - gt_img.double()) ** 2))
             background_mse = float(torch.mean((background.double() - gt_img.double()) ** 2))
             images.append({"index": index, "name": frame.name, "mse": mse, "psnr_db": psnr(pred_img, gt_img),
+                           "psnr_affine_db": affine_colour_psnr(pred_img, gt_img),
                            "ssim": view_ssim(pred_img, gt_img),
                            "background_psnr_db": float(mse_to_psnr(background_mse))})
             if trainer.eval_progress is not None:

@@ -146,6 +146,7 @@ class FixedCapacityStep:
             sigmas, rgbs = tr.field_outputs(samples)
         with timer.phase("render"):
             rgb = tr._render_rgb(sigmas.float(), rgbs.float(), samples, background)
+            rgb = tr._appearance_rgb(rgb, batch.image_index)
             rgb = torch.where(ray_ok[:, None], rgb, target)
             loss, mse_all = tr._loss_and_mse(rgb, target, self.n_live)
             mse = mse_all * (self.ray_capacity / self.n_live)  # rays past n_live predict exactly

@@ -132,10 +132,11 @@ def check_finest_resolution(path: Path, trainer_state: Any, finest_resolution: i
 
 def build_field(
     cfg: TrainConfig, aabb: torch.Tensor, aabb_scale: int, device: torch.device,
-    footprint_resolution: float | None = None,
+    footprint_resolution: float | None = None, n_train_images: int = 0,
 ) -> NGPField:
     """The NGP field described by ``cfg`` on ``device`` over ``aabb`` ([2, 3] float32), its hash
-    grid as :func:`hash_grid_config` gives it."""
+    grid as :func:`hash_grid_config` gives it; with ``training.appearance`` "affine", a colour map
+    for each of the ``n_train_images`` training images."""
     table_dtype = torch.float16 if cfg.encoding.table_dtype == "float16" else torch.float32
     field = NGPField(
         aabb=aabb,
@@ -157,6 +158,7 @@ def build_field(
         sh_degree=cfg.dir_encoding.degree,
         fused_mlp=use_triton_kernels("mlp_backend", cfg.training.mlp_backend, device),
         mlp_precision=MLP_PRECISION[cfg.training.precision],
+        n_appearance_images=n_train_images if cfg.training.appearance == "affine" else 0,
     )
     if cfg.training.mlp_backend == "triton":
         if not field.fused_mlp:
@@ -355,12 +357,17 @@ class Trainer:
 
     def _build_model(self) -> torch.nn.Module:
         """The trained model (one :class:`NGPField`; the subgrid trainer builds its boxes)."""
-        return build_field(self.cfg, self.aabb, self.aabb_scale, self.device, self.footprint_resolution)
+        return build_field(self.cfg, self.aabb, self.aabb_scale, self.device, self.footprint_resolution,
+                           len(self.train_frames))
 
     def _build_optimizer(self) -> torch.optim.Optimizer:
         """Adam over the field: hash-grid entries without weight decay, MLP weights with
-        ``optimizer.l2_reg`` (group order: encoding, MLP)."""
-        return self._adam(list(self.field.encoding_parameters()), list(self.field.mlp_weight_parameters()))
+        ``optimizer.l2_reg`` (group order: encoding, MLP), and the per-image colour maps without
+        weight decay when ``training.appearance`` is on (a third group)."""
+        adam = self._adam(list(self.field.encoding_parameters()), list(self.field.mlp_weight_parameters()))
+        if self.field.appearance_parameters():
+            adam.add_param_group({"params": self.field.appearance_parameters(), "weight_decay": 0.0, "lazy": False})
+        return adam
 
     def _adam(self, encoding_params: list, mlp_params: list) -> torch.optim.Optimizer:
         """Adam with the config's hyper-parameters over two groups: ``encoding_params`` without
@@ -465,6 +472,7 @@ class Trainer:
             sigmas, rgbs = self.field_outputs(samples)
         with timer.phase("render"):
             rgb = self._render_rgb(sigmas.float(), rgbs.float(), samples, step_input.background)
+            rgb = self._appearance_rgb(rgb, step_input.batch.image_index)
             rgb = drop_rays(rgb, ray_fits, step_input.target)
             loss, mse = self._loss_and_mse(rgb, step_input.target, n_rays)
         self._backward(loss)
@@ -604,6 +612,12 @@ class Trainer:
             return composite_rgb_triton(sigmas, rgbs, samples.dt, samples.packed_info, background,
                                         EARLY_STOP_TRANSMITTANCE)
         return composite(sigmas, rgbs, samples.dt, samples.ray_indices, samples.n_rays, background).rgb
+
+    def _appearance_rgb(self, rgb: torch.Tensor, image_index: torch.Tensor) -> torch.Tensor:
+        """Ray colours [n_rays, 3] as their training images record them (``training.appearance``;
+        unchanged when it is off)."""
+        appearance = self.field.appearance
+        return rgb if appearance is None else appearance(rgb, image_index)
 
     def _loss_and_mse(self, rgb: torch.Tensor, target: torch.Tensor, n_rays: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The loss of rendered colours ``rgb`` [n_rays, 3] against ``target`` (normalised per

@@ -322,6 +322,12 @@ class TrainingConfig(Block):
             ``target_samples_per_step`` (>= 1); rays whose samples do not fit are left out and
             counted in the ``samples_clipped`` metric, and the capacity grows when the batch
             sizing needs more (:mod:`trainer.train.fixed_step`).
+        appearance: ``"off"`` or ``"affine"``: a learnt affine colour map per training image
+            (exposure, white balance; :mod:`trainer.model.appearance`) between the rendered ray
+            colour and its pixel in the loss. Renders and held-out views use the shared appearance;
+            ``eval.json`` gives ``mean_psnr_affine_db`` (PSNR after each held-out view's best affine
+            colour map) beside ``mean_psnr_db``. Off until measured on real captures; "off" in
+            subgrid mode.
         quiet: no progress output on the console.
         cpu_threads: intra-op threads of each rank on a CPU (>= 1), or 0 for the rule
             ``cores // ranks on the host`` (:mod:`trainer.cpu_threads`).
@@ -345,6 +351,7 @@ class TrainingConfig(Block):
     eval_spp: int = rule_field(1, IntRule(1, 64))
     snapshot_every: int = rule_field(0, IntRule(0))
     background: str = rule_field("random", OneOf("random", "white", "black"))
+    appearance: str = rule_field("off", OneOf("off", "affine"))
     occupancy_resolution: int = rule_field(128, IntRule(2, 1024, multiple_of=2))
     occupancy_update_every: int = rule_field(16, IntRule(1))
     occupancy_warmup_steps: int = rule_field(256, IntRule(0))
@@ -591,7 +598,8 @@ class TrainConfig:
 
     Raises:
         ConfigError: for settings that contradict each other across blocks
-            (``parallel.num_subgrids`` below ``distributed.world_size`` in subgrid mode).
+            (``parallel.num_subgrids`` below ``distributed.world_size`` in subgrid mode,
+            ``training.appearance`` other than "off" in subgrid mode).
     """
 
     encoding: EncodingConfig = dataclasses.field(default_factory=EncodingConfig)
@@ -612,6 +620,11 @@ class TrainConfig:
             assert type(getattr(self, name)) is cls, f"TrainConfig.{name} must be a {cls.__name__}"
         if self.parallel.mode == "subgrid" and self.distributed.world_size is not None:
             check_boxes_per_rank(self.parallel.num_subgrids, self.distributed.world_size)
+        if self.parallel.mode == "subgrid" and self.training.appearance != "off":
+            raise ConfigError(
+                f"training.appearance: expected 'off' in subgrid mode (a ray's colour is composited "
+                f"across ranks), got {self.training.appearance!r}"
+            )
 
 
 BLOCKS: dict[str, type] = {
