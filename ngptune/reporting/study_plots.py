@@ -26,9 +26,10 @@ from ngptune.reporting.study_data import (
     phase_order,
     read_run_metrics,
 )
+from ngptune.reporting.study_confirmation import ConfirmationSummary
 from ngptune.reporting.study_recommendation import change_text
 
-__all__ = ["Comparison", "absent", "optuna_figure", "per_objective", "plotted_study"]
+__all__ = ["Comparison", "absent", "confirmation_bars", "optuna_figure", "per_objective", "plotted_study"]
 
 # PED-ANOVA warns that it ranks for *low* targets whenever a target is given; maximised objectives are
 # negated before they reach it, so the warning is expected and not shown in the report.
@@ -125,6 +126,20 @@ def per_objective(view: StudyView, plot: Callable[..., go.Figure], *, lower_is_b
             )
         )
     return "".join(parts)
+
+
+def confirmation_bars(summary: ConfirmationSummary) -> go.Figure:
+    """The confirmation re-runs' means with ± one standard deviation, default (grey) and candidate
+    (blue), one subplot per quantity."""
+    labels = [f"default #{summary.default}", f"trial #{summary.candidate}"]
+    fig = make_subplots(rows=1, cols=len(summary.rows), subplot_titles=list(summary.rows))
+    for col, spreads in enumerate(summary.rows.values(), start=1):
+        text = [f"{s.mean:.4g} (n={s.n})" if s.n else "" for s in spreads]
+        fig.add_trace(go.Bar(x=labels, y=[s.mean for s in spreads], marker_color=["#9e9e9e", "#1f77b4"],
+                             error_y={"type": "data", "array": [s.sd for s in spreads]}, showlegend=False,
+                             text=text, textposition="auto"), row=1, col=col)
+    fig.update_layout(title="Confirmation re-runs: mean ± sd", height=380)
+    return fig
 
 
 @dataclasses.dataclass(frozen=True)

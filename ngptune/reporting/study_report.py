@@ -30,6 +30,7 @@ here).
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +57,8 @@ from ngptune.reporting.study_data import (
 )
 from ngptune.reporting.study_recommendation import Recommendation, best_heading, change_text, recommendation
 from ngptune.reporting.study_sampling import SETUP_ATTR, sampling_facts
-from ngptune.reporting.study_plots import Comparison, absent, optuna_figure, per_objective, plotted_study
+from ngptune.reporting.study_confirmation import confirmation_summary, spread_text
+from ngptune.reporting.study_plots import Comparison, absent, confirmation_bars, optuna_figure, per_objective, plotted_study
 from ngptune.reporting.study_summary import print_summary, write_trials_csv
 
 __all__ = [
@@ -71,10 +73,9 @@ __all__ = [
 ]
 
 SEVERITY_ORDER: dict[str, int] = {"high": 0, "medium": 1, "low": 2}
-#: Importance bars need this many completed trials per varying parameter (and at least
-#: IMPORTANCE_MIN_TRIALS): with fewer, an evaluator fitted to the trials ranks noise.
-IMPORTANCE_TRIALS_PER_PARAM = 4
-IMPORTANCE_MIN_TRIALS = 10
+#: Parameter importances (fANOVA) need this many completed trials; below it each parameter's
+#: marginal plot is shown instead (an evaluator fitted to fewer trials ranks noise).
+IMPORTANCE_MIN_TRIALS = 24
 
 
 def _varying_params(trials: list[FrozenTrial]) -> list[str]:
@@ -96,24 +97,48 @@ def _history_section(view: StudyView) -> Section:
 def _importance_section(view: StudyView) -> Section:
     # the default trial with its base-config values (StudyView.default_params), as the plots draw it
     varying = _varying_params([t for t in plotted_study(view).get_trials(deepcopy=False) if is_completed(t)])
-    needed = max(IMPORTANCE_MIN_TRIALS, IMPORTANCE_TRIALS_PER_PARAM * len(varying))
     if len(view.completed) < 2:
         body = absent(f"parameter importances need at least 2 completed trials; this study has {len(view.completed)}.")
     elif not varying:
         body = absent("no parameter takes more than one value among the completed trials, so none can explain a difference.")
-    elif len(view.completed) < needed:
+    elif len(view.completed) < IMPORTANCE_MIN_TRIALS:
         body = text_html(
-            f"Importances are not shown: {len(view.completed)} completed trials for {len(varying)} varying parameters; "
-            f"the rule is at least {IMPORTANCE_TRIALS_PER_PARAM} per parameter and at least {IMPORTANCE_MIN_TRIALS} "
-            f"(here {needed}), below which an importance evaluator ranks noise. Instead, each parameter's marginal "
-            "plot: the objective by the parameter's value, one point per completed trial."
+            f"Importances are not shown: {len(view.completed)} completed trials, fewer than the "
+            f"{IMPORTANCE_MIN_TRIALS} below which an importance evaluator ranks noise. Instead, each parameter's "
+            "marginal plot: the objective by the parameter's value, one point per completed trial "
+            f"({len(varying)} varying parameters)."
         ) + per_objective(view, lambda study, **kw: optuna.visualization.plot_slice(study, params=varying, **kw))
-        return Section("Parameter importances", body)
+    elif importlib.util.find_spec("sklearn") is None:
+        body = absent("fANOVA importances need scikit-learn (a dependency of ngptune: pip install scikit-learn).")
     else:
+        evaluator = optuna.importance.FanovaImportanceEvaluator(seed=0)
         body = text_html(
-            "Optuna's default evaluator (PED-ANOVA) over the completed trials; parameters: " + ", ".join(varying) + "."
-        ) + per_objective(view, optuna.visualization.plot_param_importances, lower_is_better=True)
+            f"fANOVA (Hutter et al. 2014; Optuna's FanovaImportanceEvaluator, a random forest of 64 trees, seed 0) "
+            f"over the {len(view.completed)} completed trials: the share of the objective's variance each parameter "
+            "explains on its own. Parameters: " + ", ".join(varying) + "."
+        ) + per_objective(view, lambda study, **kw: optuna.visualization.plot_param_importances(
+            study, evaluator=evaluator, **kw))
     return Section("Parameter importances", body)
+
+
+def _pruning_section(view: StudyView) -> Section | None:
+    """The intermediate values the pruner judged (one line per trial) and the trials it stopped;
+    None when no trial reported any."""
+    reported = [t for t in view.trials if t.intermediate_values]
+    if not reported:
+        return None
+    pruned = [t for t in view.trials if outcome_of(t) == "pruned" and t.intermediate_values]
+    rows = [{"trial": t.number, "stopped at": max(t.intermediate_values),
+             "last intermediate value": t.intermediate_values[max(t.intermediate_values)],
+             "reason": t.user_attrs.get("reason", "")} for t in pruned]
+    parts = [text_html(f"{len(pruned)} of {len(reported)} trials that reported intermediate values were pruned "
+                       "(stopped early by the study's pruner). Each line is one trial's intermediate values "
+                       "(the PSNR of the evaluation marks, or the training PSNR without marks) by step, or by "
+                       "second of training under a seconds budget."),
+             optuna_figure(lambda: optuna.visualization.plot_intermediate_values(view.study))]
+    if rows:
+        parts.append(table_html(pd.DataFrame(rows), float_format=FLOAT_FORMAT))
+    return Section("Pruned trials and intermediate values", "".join(parts))
 
 
 def _pareto_section(view: StudyView) -> Section:
@@ -156,10 +181,11 @@ def _best_vs_default_section(view: StudyView) -> Section:
         parts.append(text_html(f"Best = trial #{view.best[0].number} (study.best_trial)"
                                + (": the default itself; no trial beat it." if is_default else ".")))
     comparison = Comparison.of(view)
-    parts.append(figure_html(comparison.bars(comparison.objectives, "Objectives")))
+    parts.append(figure_html(comparison.bars(comparison.objectives, "Objectives (single runs)")))
     if comparison.run_metrics:
         parts.append(figure_html(comparison.bars(
-            comparison.run_metrics, "Run metrics (rank 0 metrics.jsonl: median throughput, last evaluation PSNR)")))
+            comparison.run_metrics,
+            "Run metrics, single runs (rank 0 metrics.jsonl: median throughput, last evaluation PSNR)")))
     if comparison.phases_ms:
         parts.append(figure_html(comparison.stacked_phases()))
     parts.extend(text_html(note, "missing") for note in comparison.notes)
@@ -168,22 +194,45 @@ def _best_vs_default_section(view: StudyView) -> Section:
     return Section(best_heading(view, "Best vs default"), "".join(parts))
 
 
-def _confirmation_html(view: StudyView) -> str:
+def _confirmation_runs_html(record: dict[str, Any]) -> str:
+    """Every recorded re-run, one row each."""
+    rows = [{"configuration": r["label"], "trial": r.get("trial", ""), "re-run": r["index"], "seed": r["seed"],
+             "outcome": r["outcome"], record["objective"]: r["value"],
+             **{c: (r.get("quality") or {}).get(c) for c in QUALITY_COLUMNS[:4]},
+             "reason": r.get("reason", "")}
+            for r in sorted(record["runs"], key=lambda r: (r["label"], r.get("trial", -1), r["index"]))]
+    return "<h3>Every re-run</h3>" + table_html(pd.DataFrame(rows), float_format=FLOAT_FORMAT)
+
+
+def _confirmation_section(view: StudyView) -> Section:
+    """The first comparison: the confirmation re-runs of the candidate and the default (mean ±
+    sd, n), the verdict and its test, a bar chart of the means with their standard deviations."""
+    summary = confirmation_summary(view.study)
     record = view.study.user_attrs.get("confirmation")
-    if not isinstance(record, dict) or not record.get("runs"):
-        return text_html("Confirmation: no re-runs of best and default are recorded (skipped with --no-confirm, "
-                         "no default trial, or the default is the best): the recommendation is "
-                         + ("the default." if view.best and view.default is not None
-                            and view.best[0].number == view.default.number else "unconfirmed."), "missing")
-    rows = [{"configuration": r["label"], "re-run": r["index"], "seed": r["seed"], "outcome": r["outcome"],
-             record["objective"]: r["value"], **{c: (r.get("quality") or {}).get(c) for c in QUALITY_COLUMNS[:4]},
-             "reason": r.get("reason", "")} for r in sorted(record["runs"], key=lambda r: (r["label"], r["index"]))]
-    verdict = record.get("verdict") or {}
+    if summary is None:
+        note = ("No confirmation re-runs are recorded (--no-confirm, the default trial did not complete, or only the "
+                "default completed): every comparison below is of single runs, which are no evidence of a difference."
+                if view.best else "No trial completed: nothing was re-run.")
+        return Section("Confirmation re-runs", text_html(note, "missing"))
+    verdict = summary.verdict or {}
     sentence = verdict.get("sentence") or "the confirmation did not finish (a re-run of the sweep resumes it)."
-    return (text_html(f"Confirmation of best trial #{record['best_trial']} against default trial "
-                      f"#{record['default_trial']}, {record['repeats']} re-runs each (new seeds, alternating order): "
-                      + sentence, "note" if verdict.get("confirmed") else "missing")
-            + table_html(pd.DataFrame(rows), float_format=FLOAT_FORMAT))
+    test = verdict.get("test") or "no test ran"
+    default_label, candidate_label = f"default #{summary.default}", f"trial #{summary.candidate}"
+    rows = []
+    for label, (default, candidate) in summary.rows.items():
+        diff = change_text(label, candidate.mean, default.mean) if default.n and candidate.n else ""
+        rows.append({"quantity": label, default_label: spread_text(default), candidate_label: spread_text(candidate),
+                     "difference of means": diff})
+    parts = [
+        text_html(f"Trial #{summary.candidate} (the best non-default trial) and the default trial #{summary.default} "
+                  f"re-trained {summary.repeats} times each with new seeds, in alternating order; mean ± sample "
+                  f"standard deviation over n re-runs. Test: {test}."),
+        table_html(pd.DataFrame(rows)),
+        text_html("Verdict: " + sentence, "note" if recommendation(view).confirmed else "missing"),
+        figure_html(confirmation_bars(summary)),
+        _confirmation_runs_html(record),
+    ]
+    return Section("Confirmation re-runs", "".join(parts))
 
 
 def _quality_section(view: StudyView) -> Section:
@@ -196,18 +245,19 @@ def _quality_section(view: StudyView) -> Section:
     if not trials:
         parts.append(text_html("No default and no completed trial: nothing to compare.", "missing"))
     else:
-        table = pd.DataFrame({view.label(t): quality_values(t) for t in trials})
+        table = pd.DataFrame({f"{view.label(t)}, single run": quality_values(t) for t in trials})
         table.index = [f"{c} (dB)" if c == "psnr_db" else c for c in QUALITY_COLUMNS]
         if view.default is not None:
-            base = table[view.label(view.default)]
+            base = table[f"{view.label(view.default)}, single run"]
             for t in trials[1:]:
                 label = view.label(t)
-                table[f"{label} vs default"] = [change_text(q, v, d) for q, v, d in zip(table.index, table[label], base)]
-        parts.append(text_html("PSNR of the final evaluation (the same evenly spaced held-out views for every "
-                               "trial) after each trial's training time, then throughput; changes against the "
-                               "default: PSNR in dB, times in seconds, the rest in percent."))
+                table[f"{label} vs default"] = [change_text(q, v, d) for q, v, d in
+                                                zip(table.index, table[f"{label}, single run"], base)]
+        parts.append(text_html("Single runs: one trial each, no evidence of a difference on their own (the "
+                               "confirmation re-runs above are). PSNR of the final evaluation (the same evenly "
+                               "spaced held-out views for every trial) after each trial's budget, then speed; "
+                               "changes against the default: PSNR in dB, times in seconds, the rest in percent."))
         parts.append(table_html(table.rename_axis("quantity").reset_index(), float_format=FLOAT_FORMAT))
-    parts.append(_confirmation_html(view))
     return Section(best_heading(view, "Quality and time: best vs default"), "".join(parts))
 
 
@@ -351,18 +401,20 @@ def _overview_section(view: StudyView, nccl_active: bool) -> Section:
     if view.default is not None:
         parts.append(text_html(f"Default: trial #{view.default.number} ({outcome_of(view.default)})."))
     if view.best:
-        word = "Pareto front" if view.multi_objective else "Best"
+        word = "Pareto front (single runs)" if view.multi_objective else "Best single run"
         rec = recommendation(view)
-        unconfirmed = "" if rec.confirmed else (" (not confirmed; the default is recommended)" if rec.is_default
-                                                 else " (not confirmed)")
-        parts.append(text_html(f"{word}: " + ", ".join(f"trial #{t.number}" for t in view.best) + unconfirmed + "."))
+        parts.append(text_html(f"{word}: " + ", ".join(f"trial #{t.number}" for t in view.best)
+                               + f". Recommended: trial #{rec.trial}"
+                               + (" (the default)" if rec.is_default else "")
+                               + (", confirmed by re-runs." if rec.confirmed else ", not confirmed by re-runs.")))
     parts.extend(text_html(line) for line in sampling_facts(view.study).sentences())
     parts.append(text_html("NCCL parameters active (nccl backend)." if nccl_active
                            else "NCCL parameters inactive (gloo backend)."))
     shared = max((t.user_attrs.get("trials_per_gpu", 1) for t in view.trials), default=1)
     if shared > 1:
-        parts.append(text_html(f"Up to {shared} trials shared one GPU: throughput and time objectives depend on "
-                               "the neighbours and are not comparable between trials."))
+        parts.append(text_html(f"Up to {shared} trials shared one GPU: a step budget's PSNR does not depend on the "
+                               "neighbours; steps/s, throughput, times and a seconds budget's steps do, and are not "
+                               "comparable between trials."))
     return Section("Study", "".join(parts))
 
 
@@ -382,10 +434,12 @@ def write_study_report(study: optuna.Study, out_dir: Path, *, title: str, nccl_a
     interconnect = _interconnect_label(view)
     sections = [
         _recommendation_section(recommendation(view)),
+        _confirmation_section(view),
         _overview_section(view, nccl_active),
         _quality_section(view),
         _history_section(view),
         _importance_section(view),
+        *([section] if (section := _pruning_section(view)) is not None else []),
         *([_pareto_section(view)] if view.multi_objective else []),
         _parallel_section(view),
         _best_vs_default_section(view),

@@ -2,16 +2,19 @@
 
 ``--gpus-per-trial G`` (default: every visible GPU) and ``--concurrent-trials N|auto`` (auto:
 visible GPUs × K // G; default 1) give each running trial a disjoint set of G GPUs through
-``CUDA_VISIBLE_DEVICES``. ``--trials-per-gpu K`` (default 1) lets K trials share one GPU; the
-throughput of such trials depends on their neighbours, so a study with an objective that depends on
-how fast a trial trains (:attr:`~ngptune.tuning.objectives.ObjectiveDef.timing_sensitive`) refuses
-it unless ``--allow-shared-gpu`` is given, and the report says so. On a host without GPUs a
-slot is a set of processes and the default stays one trial at a time.
+``CUDA_VISIBLE_DEVICES``. ``--trials-per-gpu K`` lets K trials share one GPU. A trial with a step
+budget trains its N steps whatever its neighbours do, so sharing is fair for it: a study with
+``budget.steps`` on a GPU host packs :data:`STEP_BUDGET_TRIALS_PER_GPU` trials per GPU by default
+(with as many at once as fit). The seconds, throughput and time of shared trials depend on their
+neighbours, so a study with a ``budget.seconds`` or a throughput or time objective refuses K > 1
+unless ``--allow-shared-gpu`` is given, and the report says so. On a host without GPUs a slot is a
+set of processes and the default stays one trial at a time.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
 
 from ngptune.scheduling.slots import SlotPool, slots_per_node, visible_gpus
@@ -19,7 +22,41 @@ from ngptune.tuning.objectives import OBJECTIVES
 from ngptune.tuning.study import StudySpec
 from trainer.contract import ConfigError
 
-__all__ = ["TrialSlots", "plan_trial_slots"]
+__all__ = ["STEP_BUDGET_TRIALS_PER_GPU", "TrialSlots", "default_trials_per_gpu", "plan_trial_slots"]
+
+#: Trials per GPU of a step-budget study on a GPU host when ``--trials-per-gpu`` is not given: the K
+#: of the most trials per hour on one GPU (``bench/sweep_fidelity.py packing``, docs/benchmarks.md); an
+#: environment variable of this name overrides it.
+STEP_BUDGET_TRIALS_PER_GPU = 1
+STEP_BUDGET_TRIALS_PER_GPU_ENV = "NGPTUNE_STEP_BUDGET_TRIALS_PER_GPU"
+
+
+def default_trials_per_gpu(spec: StudySpec, n_gpus: int) -> int:
+    """Trials per GPU without ``--trials-per-gpu``: :data:`STEP_BUDGET_TRIALS_PER_GPU` (or
+    ``$NGPTUNE_STEP_BUDGET_TRIALS_PER_GPU``) for a step-budget study with no throughput or time
+    objective on a host with GPUs, else 1.
+
+    Raises:
+        ConfigError: the environment variable is not an integer >= 1.
+    """
+    if not n_gpus or spec.budget.steps is None or _shared_distorts(spec):
+        return 1
+    text = os.environ.get(STEP_BUDGET_TRIALS_PER_GPU_ENV)
+    if text is None:
+        return STEP_BUDGET_TRIALS_PER_GPU
+    if not text.strip().isdigit() or int(text) < 1:
+        raise ConfigError(f"{STEP_BUDGET_TRIALS_PER_GPU_ENV}: expected an integer >= 1, got {text!r}")
+    return int(text)
+
+
+def _shared_distorts(spec: StudySpec) -> list[str]:
+    """What a neighbour on the same GPU distorts: the study's objectives that depend on how fast a
+    trial trains (:attr:`~ngptune.tuning.objectives.ObjectiveDef.timing_sensitive`) and a
+    ``budget.seconds`` (the steps a trial makes in its seconds)."""
+    distorted = [o.name for o in spec.objectives if OBJECTIVES[o.name].timing_sensitive]
+    if spec.budget.seconds is not None:
+        distorted.append(f"budget.seconds = {spec.budget.seconds:g}")
+    return distorted
 
 
 @dataclasses.dataclass
@@ -40,7 +77,7 @@ class TrialSlots:
 
 
 def plan_trial_slots(spec: StudySpec, *, nproc: int, uses_cuda: bool, gpus_per_trial: int | None,
-                     concurrent_trials: int | str | None, trials_per_gpu: int = 1,
+                     concurrent_trials: int | str | None, trials_per_gpu: int | None = 1,
                      allow_shared_gpu: bool = False) -> TrialSlots:
     """Check the concurrency flags against the visible GPUs and the study; build the pool.
 
@@ -48,14 +85,19 @@ def plan_trial_slots(spec: StudySpec, *, nproc: int, uses_cuda: bool, gpus_per_t
         spec: the study (its objectives decide whether GPUs may be shared).
         nproc: ranks per trial; with CUDA each rank needs a GPU of the trial's set.
         uses_cuda: whether the trials' ranks run on CUDA.
-        gpus_per_trial, concurrent_trials, trials_per_gpu, allow_shared_gpu: the flags.
+        gpus_per_trial, concurrent_trials, trials_per_gpu, allow_shared_gpu: the flags
+            (``trials_per_gpu`` None: :func:`default_trials_per_gpu`, with as many trials at once
+            as fit when ``concurrent_trials`` is None too).
 
     Raises:
         ConfigError: one line naming the flag: ``--gpus-per-trial`` 0 or more than the visible GPUs,
             ``--concurrent-trials`` needing more GPUs than exist, ranks that do not fit the trial's
-            GPUs, or ``--trials-per-gpu`` > 1 with a timing-sensitive objective.
+            GPUs, or ``--trials-per-gpu`` > 1 with a seconds budget or a throughput objective.
     """
     gpus = visible_gpus()
+    packed_by_default = trials_per_gpu is None and default_trials_per_gpu(spec, len(gpus)) > 1
+    if trials_per_gpu is None:
+        trials_per_gpu = default_trials_per_gpu(spec, len(gpus))
     if trials_per_gpu < 1:
         raise ConfigError(f"--trials-per-gpu: expected an integer >= 1, got {trials_per_gpu}")
     if gpus_per_trial is not None and gpus_per_trial < 1:
@@ -67,13 +109,14 @@ def plan_trial_slots(spec: StudySpec, *, nproc: int, uses_cuda: bool, gpus_per_t
     if uses_cuda and gpus and nproc > per_trial:
         raise ConfigError(f"--gpus-per-trial {per_trial}: each trial runs {nproc} CUDA ranks (--nproc-per-node), "
                           f"one GPU each; give --gpus-per-trial {nproc} or fewer ranks")
-    shared_objectives = [o.name for o in spec.objectives if OBJECTIVES[o.name].timing_sensitive]
+    shared_objectives = _shared_distorts(spec)
     if trials_per_gpu > 1 and shared_objectives and not allow_shared_gpu:
-        raise ConfigError(f"--trials-per-gpu {trials_per_gpu}: {spec.path} optimises {', '.join(shared_objectives)}, "
-                          "which trials sharing a GPU distort; add --allow-shared-gpu to accept that")
+        raise ConfigError(f"--trials-per-gpu {trials_per_gpu}: {spec.path} has {', '.join(shared_objectives)}, "
+                          "which trials sharing a GPU distort (a step budget does not); add --allow-shared-gpu "
+                          "to accept that")
     fit = slots_per_node(len(gpus), max(per_trial, 1), trials_per_gpu)
     if concurrent_trials is None:
-        concurrent = 1
+        concurrent = fit if packed_by_default else 1
     elif concurrent_trials == "auto":
         concurrent = fit
     else:

@@ -65,11 +65,13 @@ from ngptune.tuning.concurrency import TrialSlots, plan_trial_slots
 from ngptune.tuning.provenance import record_worker
 from ngptune.tuning.layout import StudyDir
 from ngptune.tuning.confirm import (
-    CONFIRMATION_ATTR, DEFAULT_REPEATS_CPU, DEFAULT_REPEATS_GPU, Verdict, best_is_default, confirm_study, pending,
+    CONFIRMATION_ATTR, DEFAULT_REPEATS_CPU, DEFAULT_REPEATS_GPU, Verdict, confirm_study, no_candidate, pending,
     primary_objective, recorded_repeats, unconfirmed, verdict_runs,
 )
 from ngptune.tuning.objectives import OBJECTIVES, throughput_only_warning
-from ngptune.tuning.outputs import representative_trial, write_best_config, write_best_env, write_confirmation
+from ngptune.tuning.outputs import (
+    candidate_trial, representative_trial, write_best_config, write_best_env, write_confirmation,
+)
 from ngptune.tuning.rerun import RerunLauncher
 from ngptune.tuning.storage import (
     SweepError, masked_url, open_storage, open_study, recover_trials, session_seed, setup_lock, study_lock, study_progress,
@@ -104,7 +106,7 @@ class SweepOptions:
         gpus_per_trial, concurrent_trials, trials_per_gpu, allow_shared_gpu: trials side by side
             (:mod:`ngptune.tuning.concurrency`).
         confirm: re-run best and default before recommending (``--no-confirm``: False).
-        confirm_repeats: re-runs of each (None: 3 on a GPU, 2 on a CPU).
+        confirm_repeats: re-runs of each (None: 3, or the pairs already recorded if more).
     """
 
     study_path: Path
@@ -119,7 +121,7 @@ class SweepOptions:
     data_settings: dict[str, Any] = dataclasses.field(default_factory=dict)
     gpus_per_trial: int | None = None
     concurrent_trials: int | str | None = None
-    trials_per_gpu: int = 1
+    trials_per_gpu: int | None = None
     allow_shared_gpu: bool = False
     confirm: bool = True
     confirm_repeats: int | None = None
@@ -367,7 +369,7 @@ def _run(options: SweepOptions, spec: StudySpec, nproc: int, base_cfg: TrainConf
 
 def _confirm(options: SweepOptions, study, spec: StudySpec, study_dir: StudyDir, nproc: int, nccl_active: bool,
              console: Console) -> Verdict | None:
-    """Re-run best and default (:mod:`ngptune.tuning.confirm`); None when no trial completed."""
+    """Re-run the candidate and the default (:mod:`ngptune.tuning.confirm`); None when no trial completed."""
     import torch
 
     from ngptune.reporting.study_data import default_trial
@@ -381,21 +383,24 @@ def _confirm(options: SweepOptions, study, spec: StudySpec, study_dir: StudyDir,
     if default is None or default.state.name != "COMPLETE":
         return unconfirmed(name, direction, "the default trial did not complete", best_trial=best.number,
                            default_trial=None if default is None else default.number)
-    if best.number == default.number:
-        return best_is_default(name, direction, default.number)
     from optuna.trial import TrialState
 
     running = [t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))]
     if running:  # another worker's trial may still become the best
         return pending(name, direction, running)
+    candidate = candidate_trial(study, default, spec.objective_names.index(name))
+    if candidate is None:
+        return no_candidate(name, direction, default.number)
+    won = best.number == default.number  # the default won its single run: re-run the runner-up against it
     if not options.confirm:
-        return unconfirmed(name, direction, "confirmation skipped (--no-confirm)", best_trial=best.number,
-                           default_trial=default.number)
+        return unconfirmed(name, direction, "confirmation skipped (--no-confirm)", best_trial=candidate.number,
+                           default_trial=default.number, recommend="default" if won else "best")
     repeats = options.confirm_repeats or max(  # without --confirm-runs, every recorded pair counts
         DEFAULT_REPEATS_GPU if torch.cuda.is_available() else DEFAULT_REPEATS_CPU,
-        recorded_repeats(study.user_attrs.get(CONFIRMATION_ATTR), name, best.number, default.number))
-    console.print(f"[bold]confirmation[/bold]: best trial {best.number} and default trial {default.number}, "
-                  f"{repeats} re-runs each of {spec.budget.describe()} with new seeds, alternating "
+        recorded_repeats(study.user_attrs.get(CONFIRMATION_ATTR), name, candidate.number, default.number))
+    console.print(f"[bold]confirmation[/bold]: trial {candidate.number} "
+                  + ("(the runner-up: the default won its single run) " if won else "(the best) ")
+                  + f"and default trial {default.number}, {repeats} re-runs each of {spec.budget.describe()} with new seeds, alternating "
                   "(re-runs already recorded are reused)")
     launcher = RerunLauncher(spec=spec, objective=name, study_dir=study_dir, nproc_per_node=nproc,
                              nccl_active=nccl_active, poll_s=options.poll_s)
@@ -407,12 +412,13 @@ def _confirm(options: SweepOptions, study, spec: StudySpec, study_dir: StudyDir,
             value = f"PSNR {run.value:.2f} dB"
         elif psnr_db is not None:
             value += f", PSNR {psnr_db:.2f} dB"
-        console.print(f"  re-run {run.label} {run.index} (trial {run.trial}'s settings, seed {run.seed}): "
+        which = "the default" if run.label == "default" else "the candidate"
+        console.print(f"  re-run {run.index} of trial {run.trial} ({which}, seed {run.seed}): "
                       f"{run.outcome}, {value}" + (f" — {run.reason}" if run.reason else ""))
 
-    return confirm_study(study, best=best, default=default, repeats=repeats, objective=name, direction=direction,
-                         unit=OBJECTIVES[name].unit, base_seed=spec.base_config().training.seed,
-                         launch=launcher, on_run=shown)
+    return confirm_study(study, best=candidate, default=default, repeats=repeats, objective=name,
+                         direction=direction, unit=OBJECTIVES[name].unit, base_seed=spec.base_config().training.seed,
+                         launch=launcher, on_run=shown, default_won_single_run=won)
 
 
 def _target_missed_hint(study, spec: StudySpec) -> str | None:
@@ -430,18 +436,27 @@ def _target_missed_hint(study, spec: StudySpec) -> str | None:
             "lower target_db or give the trials a longer budget")
 
 
+def _recommended_trial(study, verdict: Verdict | None):
+    """The trial ``best_config.json`` holds: the verdict's recommendation (the candidate re-run, or
+    the default); the representative best without a verdict; None while other workers' trials run."""
+    from ngptune.reporting.study_data import default_trial
+
+    if verdict is None:
+        return representative_trial(study)
+    if verdict.status == "pending":
+        return None
+    if verdict.recommend == "default":
+        return default_trial(study)
+    return next((t for t in study.get_trials(deepcopy=False) if t.number == verdict.best_trial), None)
+
+
 def _write_outputs(study, spec: StudySpec, name: str, study_dir: StudyDir, nccl_active: bool,
                    console: Console, verdict: Verdict | None) -> SweepResult:
-    from ngptune.reporting.study_data import default_trial
     from ngptune.reporting.study_report import print_summary, write_study_report, write_trials_csv
 
-    best = representative_trial(study)
-    if verdict is not None and verdict.recommend == "default":
-        best = default_trial(study)
+    best = _recommended_trial(study, verdict)
     best_config = None
-    if verdict is not None and verdict.status == "pending":
-        best = None
-    elif best is not None:
+    if best is not None:
         best_config = write_best_config(best, spec, study_dir, verdict=verdict)
         runs = [] if verdict is None else verdict_runs(study.user_attrs.get(CONFIRMATION_ATTR), verdict)
         write_confirmation(verdict, best, study_dir, runs)
@@ -452,10 +467,10 @@ def _write_outputs(study, spec: StudySpec, name: str, study_dir: StudyDir, nccl_
     if best is not None:
         which = "representative of the Pareto front" if len(spec.objectives) > 1 else "best"
         if verdict is not None:
-            colour = "green" if verdict.confirmed else "yellow"
-            console.print(f"[{colour}]{verdict.sentence}[/{colour}]")
-            which = "recommended (the default)" if verdict.recommend == "default" else \
-                f"recommended ({which}, {'confirmed' if verdict.confirmed else 'unconfirmed'})"
+            evidence = {"confirmed": "confirmed by re-runs", "default_better": "confirmed by re-runs",
+                        "no_significant_difference": "no significant difference in re-runs"}
+            which = (f"recommended ({'the default' if verdict.recommend == 'default' else which}, "
+                     f"{evidence.get(verdict.status, 'not confirmed')})")
         console.print(f"{which}: trial {best.number} → {best_config}, {study_dir.best_env_path}")
     elif verdict is not None and verdict.status == "pending":
         console.print(f"[yellow]{verdict.sentence}[/yellow]")

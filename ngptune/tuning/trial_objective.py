@@ -69,17 +69,22 @@ class TrialObjective:
         if len(self.spec.objectives) != 1 or not OBJECTIVES[self.spec.objectives[0].name].has_intermediate:
             return None
         name = self.spec.objectives[0].name
+        marks = self.spec.pruner.eval_every_steps is not None
+        per_second = marks and self.spec.budget.seconds is not None  # the pruner's resource: the budget's unit
+        unit = "s of training" if per_second else "step"
         reported: set[int] = set()
 
         def on_progress(records: list[dict[str, Any]]) -> str | None:
-            for step, value in intermediate_values(name, records):
+            for step, value in intermediate_values(name, records, evaluations=marks, per_second=per_second):
                 if step in reported:
                     continue
                 trial.report(value, step)
                 reported.add(step)
                 if trial.should_prune():
                     pruner = type(trial.study.pruner).__name__
-                    return f"pruned by {pruner} at step {step} ({name} = {value:.4g})"
+                    what = "PSNR of the evaluation marks" if marks else f"{name}"
+                    where = f"{step} {unit}" if per_second else f"step {step}"
+                    return f"pruned by {pruner} at {where} ({what} = {value:.4g})"
             return None
 
         return on_progress
@@ -191,9 +196,12 @@ class TrialObjective:
         for key, value in attrs.items():
             trial.set_user_attr(key, value)
         shown = ", ".join(f"{k} = {v:.4g}" for k, v in attrs["objectives"].items() if v is not None)
-        psnr_db = attrs.get("quality", {}).get("psnr_db")
+        quality = attrs.get("quality", {})
+        psnr_db = quality.get("psnr_db")
         if psnr_db is not None and "psnr_at_budget_db" not in attrs["objectives"]:
             shown += f", PSNR {psnr_db:.2f} dB"
+        if quality.get("steps") is not None and quality.get("steps_per_s") is not None:
+            shown += f" ({quality['steps']} steps, {quality['steps_per_s']:.3g} steps/s)"
         colour = {"completed": "green", "pruned": "yellow", "failed": "red"}[outcome]
         self.console.print(f"trial {trial.number}: [{colour}]{outcome}[/{colour}] in {attrs['duration_s']:.1f} s"
                            + (f": {shown}" if shown and outcome == "completed" else "")

@@ -403,6 +403,7 @@ class Trainer:
             max_step_size=self.max_step_size,
             jitter=jitter,
             generator=(generator or self.generator) if jitter else None,
+            near=self.cfg.training.near_distance,
             backend=self.march_backend,
         )
 
@@ -868,7 +869,7 @@ class Trainer:
                     result = None
                     if eval_now:  # its PSNR goes into this step's record; its time is not training
                         t_eval = time.perf_counter()
-                        result = self.evaluate()
+                        result = self.evaluate(max_images=t.eval_every_max_images)
                         interval["t0"] += time.perf_counter() - t_eval
                         if on_eval:
                             on_eval(result)
@@ -933,7 +934,7 @@ class Trainer:
             "wall_time_s": self.train_time_s,
             "loss": float(loss_sum) / trained if trained else None,
             "train_psnr_db": -10.0 * math.log10(mean_mse) if mean_mse > 0 else None,
-            "lr": self.optimizer.param_groups[0]["lr"],
+            "lr": float(self.optimizer.param_groups[0]["lr"]),  # (a device tensor in a captured step)
             "rays_per_step": interval["rays"] / steps,
             "samples_per_step": interval["samples"] / steps,
             "rays_per_s": interval["rays"] / steps * timed / elapsed_s,
