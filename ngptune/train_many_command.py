@@ -37,7 +37,8 @@ def _cmd_train_many(args: argparse.Namespace) -> int:
     results = run_train_many(
         options,
         on_start=lambda job: console.print(f"{job.name}: started"),
-        on_done=lambda job, r: console.print(f"{job.name}: {r.status}" + (f" — {r.reason}" if r.reason else "")),
+        on_done=lambda job, r: console.print(f"{job.name}: " + (r.reason if r.skipped_at else r.status
+                                                                 + (f" — {r.reason}" if r.reason else ""))),
     )
     csv_path = write_summary_csv(results, args.out / "summary.csv")
     html_path = write_summary_html(results, args.out / "summary.html", title=f"ngptune train-many: {args.source}")

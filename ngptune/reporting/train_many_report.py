@@ -19,9 +19,11 @@ from trainer.rundir import RunDir
 
 __all__ = ["SUMMARY_COLUMNS", "print_summary_table", "summary_frame", "write_summary_csv", "write_summary_html"]
 
-#: ``summary.csv`` columns (units in the names; ``status``: completed | failed | skipped).
+#: ``summary.csv`` columns (units in the names; ``status``: completed | failed; ``model``: the trained
+#: snapshot or checkpoint folder; ``finished_at``: when the job completed; ``skipped_at``: when a
+#: later run found it finished and skipped it, empty when this run trained it).
 SUMMARY_COLUMNS = ("scene", "gpus", "steps", "train_time_s", "psnr_db", "status", "log_path", "run_dir",
-                   "warm_started_from", "reason")
+                   "warm_started_from", "reason", "model", "finished_at", "skipped_at")
 
 
 def summary_frame(results: Sequence) -> pd.DataFrame:
@@ -72,9 +74,10 @@ def print_summary_table(results: Sequence, console: Console) -> None:
     for col in ("scene", "gpus", "steps", "train_time_s", "psnr_db", "status", "warm start"):
         table.add_column(col, justify="left" if col in ("scene", "status", "warm start") else "right")
     for r in results:
-        colour = {"completed": "green", "skipped": "cyan", "failed": "red"}.get(r.status, "white")
+        colour = {"completed": "green", "failed": "red"}.get(r.status, "white")
+        status = f"[{colour}]{r.status}[/{colour}]" + (" (earlier run; skipped)" if r.skipped_at else "")
         table.add_row(Path(r.scene).name, r.gpus, _cell(r.steps), _cell(r.train_time_s), _cell(r.psnr_db),
-                      f"[{colour}]{r.status}[/{colour}]", "yes" if r.warm_started_from else "")
+                      status, "yes" if r.warm_started_from else "")
     console.print(table)
     for r in results:
         if r.status == "failed":

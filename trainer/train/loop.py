@@ -312,6 +312,7 @@ class Trainer:
         self.samples_per_ray_ema: float | None = None
         # called after each scored view of an evaluation: (views done, views in all, image record)
         self.eval_progress: Callable[[int, int, dict[str, Any]], None] | None = None
+        self.eval_rays_progress: Callable[[int, int], None] | None = None
         self.train_time_s = 0.0
         faults = phase_faults(cfg.faults, self.rank, self.world_size)
         self.timer = PhaseTimer(self.device, enabled=cfg.profile.phase_timers, faults=faults)
