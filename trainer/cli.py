@@ -25,6 +25,7 @@ from typing import Any
 
 from trainer.config import TrainConfig, apply_overrides, config_to_dict, dump_config, load_config, parse_override
 from trainer.errors import ConfigError, LaunchError, NgptuneError, SceneError, TrainingError
+from trainer.progress import RunProgress
 from trainer.rundir import RunDir, prepare_output_file
 from trainer.runstatus import (
     COMPLETED,
@@ -37,6 +38,7 @@ from trainer.runstatus import (
     interrupted_fields,
     is_completed,
     print_error,
+    summary_line,
 )
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
@@ -201,94 +203,6 @@ def scene_path_of(cfg: TrainConfig) -> Path:
     return demo_scene_path()
 
 
-PLAIN_PROGRESS_EVERY_S = 10.0
-"""Off a TTY (or with --quiet), a plain progress line at most this often (s), besides the log lines."""
-
-
-def eta_seconds(step: int, train_time_s: float, n_steps: int, time_budget_s: float | None) -> float | None:
-    """Seconds of training left: the steps to ``n_steps`` at the mean step time so far
-    (``train_time_s / step``; a resumed run's ``train_time_s`` includes its earlier training), or
-    the rest of ``time_budget_s`` when that comes first; None before the first step."""
-    if step <= 0 or train_time_s <= 0:
-        return None
-    left = (n_steps - step) * train_time_s / step
-    if time_budget_s is not None:
-        left = min(left, time_budget_s - train_time_s)
-    return max(0.0, left)
-
-
-def _clock(seconds: float | None) -> str:
-    if seconds is None:
-        return "-:--"
-    seconds = int(round(seconds))
-    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}" if seconds >= 3600 else f"{seconds // 60}:{seconds % 60:02d}"
-
-
-class _Progress:
-    """Rich progress bar on a TTY (advanced every step, with the ETA), plain lines otherwise (or with
-    --quiet): each log record, and a progress line every :data:`PLAIN_PROGRESS_EVERY_S` s."""
-
-    def __init__(self, total: int | None, quiet: bool, time_budget_s: float | None = None) -> None:
-        self.plain = quiet or not sys.stdout.isatty()
-        self.total = total
-        self.time_budget_s = time_budget_s
-        self._last_plain = time.perf_counter()
-        self._bar = None
-        if not self.plain:
-            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-            self._bar = Progress(
-                TextColumn("[bold]train"),
-                BarColumn(),
-                TextColumn("step {task.completed}/{task.total}"),
-                TextColumn("eta {task.fields[eta]}"),
-                TextColumn("{task.fields[info]}"),
-                TimeElapsedColumn(),
-            )
-            self._task = self._bar.add_task("train", total=total, info="", eta="-:--")
-            self._bar.start()
-
-    @staticmethod
-    def describe(record: dict[str, Any]) -> str:
-        psnr = record.get("train_psnr_db")
-        psnr_txt = f"{psnr:.2f} dB" if isinstance(psnr, (int, float)) else "-"
-        loss = record.get("loss")
-        loss_txt = f"{loss:.5f}" if isinstance(loss, (int, float)) else "- (no samples yet)"
-        return (
-            f"loss {loss_txt}  psnr {psnr_txt}  "
-            f"rays/s {record['rays_per_s']:.3g}  samples/s {record['throughput_samples_per_s']:.3g}"
-        )
-
-    def log(self, record: dict[str, Any]) -> None:
-        if self.plain:
-            print(f"step {record['step']}  {self.describe(record)}  t={record['wall_time_s']:.1f}s", flush=True)
-            self._last_plain = time.perf_counter()
-        else:
-            self._bar.update(self._task, completed=record["step"], info=self.describe(record))
-
-    def step(self, step: int, train_time_s: float) -> None:
-        """After every training step: advance the bar (plain: a line when the interval has passed)."""
-        eta = eta_seconds(step, train_time_s, self.total or step, self.time_budget_s)
-        if not self.plain:
-            self._bar.update(self._task, completed=step, eta=_clock(eta))
-            return
-        now = time.perf_counter()
-        if now - self._last_plain >= PLAIN_PROGRESS_EVERY_S:
-            self._last_plain = now
-            print(f"progress: step {step}/{self.total} ({100 * step / max(self.total or 1, 1):.0f} %), "
-                  f"{train_time_s:.0f} s trained, eta {_clock(eta)}", flush=True)
-
-    def message(self, text: str) -> None:
-        if self._bar is not None:
-            self._bar.console.print(text)
-        else:
-            print(text, flush=True)
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.stop()
-
-
 def _is_distributed_run(cfg: TrainConfig, args: argparse.Namespace):
     """The :class:`DistEnv` when this process should run the distributed trainer, else None."""
     from trainer.parallel.dist_env import detect_dist_env
@@ -336,7 +250,7 @@ def run_distributed_training(cfg: TrainConfig, args: argparse.Namespace, env) ->
     run_dir = RunDir(args.out or default_run_dir(scene_path)).create()
     status: dict[str, Any] = {STATE_KEY: RUNNING, "scene": str(scene_path), "world_size": env.world_size,
                               RESTART_COUNT_KEY: restart_count()}
-    progress = _Progress(cfg.training.n_steps, cfg.training.quiet or not env.is_main, cfg.training.time_budget_s)
+    progress = RunProgress(cfg.training.n_steps, cfg.training.quiet or not env.is_main, cfg.training.time_budget_s)
     trainer = None
     if env.is_main:
         if args.resume is not None or restart_count() > 0:
@@ -426,26 +340,24 @@ def _resume_source(resume: Path | None, run_dir: RunDir) -> Path | None:
     return resume
 
 
-def _train_with_progress(trainer: Any, cfg: TrainConfig, progress: _Progress) -> dict[str, Any]:
+def _train_with_progress(trainer: Any, cfg: TrainConfig, progress: RunProgress) -> dict[str, Any]:
     """Run ``trainer.train`` with the config's snapshot/eval cadence, reporting through
-    ``progress`` (closed afterwards); returns the last metrics record."""
+    ``progress``; returns the last metrics record."""
 
     def on_eval(result: dict[str, Any]) -> None:
         progress.message(f"eval step {result['step']}: {result['mean_psnr_db']:.2f} dB on {result['split']}")
 
-    last = trainer.train(
+    return trainer.train(
         on_log=progress.log,
         on_eval=on_eval,
         snapshot_every=cfg.training.snapshot_every,
         eval_every=cfg.training.eval_every,
         on_step=progress.step,
     )
-    progress.close()
-    return last
 
 
 def _finish_status(
-    trainer: Any, args: argparse.Namespace, status: dict[str, Any], progress: _Progress,
+    trainer: Any, args: argparse.Namespace, status: dict[str, Any], progress: RunProgress,
     last: dict[str, Any], t0: float,
 ) -> None:
     """After training: throughput of the ``last`` record, ``--save-snapshot`` (the path the
@@ -462,18 +374,18 @@ def _finish_status(
         )
     _keep_final_model(trainer, args, status)
     if not args.no_eval:
-        progress.message(evaluation_notice(trainer, last))
-        started = last_line = time.perf_counter()
+        notice, estimate = evaluation_notice(trainer, last, with_estimate=True)
+        progress.message(notice)
+        started = time.perf_counter()
 
-        def view_done(done: int, total: int, image: dict[str, Any]) -> None:  # a line per 10 s at most
-            nonlocal last_line
-            now = time.perf_counter()
-            if now - last_line >= 10.0 and done < total:
-                last_line = now
-                progress.message(f"  evaluated {done}/{total} views in {now - started:.0f} s "
+        def view_done(done: int, total: int, image: dict[str, Any]) -> None:
+            if total > 1:
+                progress.message(f"  evaluated {done}/{total} views in {time.perf_counter() - started:.0f} s "
                                  f"(last: {image['name']}, PSNR {image['psnr_db']:.2f} dB)")
 
         trainer.eval_progress = view_done
+        trainer.eval_rays_progress = progress.evaluation_rays
+        progress.start_evaluation()
         try:
             result = trainer.evaluate()
         except (KeyboardInterrupt, Terminated):
@@ -485,13 +397,18 @@ def _finish_status(
                                 f"({_model_kept_text(trainer, status)})") from exc
         finally:
             trainer.eval_progress = None
+            trainer.eval_rays_progress = None
         status.update({"eval_psnr_db": result["mean_psnr_db"], "eval_ssim": result["mean_ssim"], "eval_split": result["split"]})
         n_images = len(result["images"])
         status["eval_time_s"] = time.perf_counter() - started
+        if estimate is not None:
+            status["eval_estimate_s"] = estimate
+        took = (f" (estimated {estimate:.1f} s)" if estimate is not None else "")
         progress.message(
             f"evaluation on {n_images} {result['split']} image{'s' if n_images != 1 else ''} "
-            f"in {status['eval_time_s']:.1f} s: PSNR {result['mean_psnr_db']:.2f} dB, SSIM {result['mean_ssim']:.4f}"
+            f"in {status['eval_time_s']:.1f} s{took}: PSNR {result['mean_psnr_db']:.2f} dB, SSIM {result['mean_ssim']:.3f}"
         )
+    progress.close()
     status["wall_s"] = time.perf_counter() - t0
 
 
@@ -526,12 +443,13 @@ LONG_EVALUATION_S = 600.0
 """An estimated final evaluation longer than this (s) gets a hint on how to shorten it."""
 
 
-def evaluation_notice(trainer: Any, last: dict[str, Any] | None = None) -> str:
+def evaluation_notice(trainer: Any, last: dict[str, Any] | None = None, with_estimate: bool = False) -> Any:
     """The line printed before the final evaluation: which views, how many pixels, an estimated
     time (single process: measured by rendering a sample of their rays with the trained field and
     occupancy grid, :func:`~trainer.train.eval_estimate.measure_eval_seconds`; distributed: from
     the training's own rate), and on a CPU the cap of views in effect and how to change it (it
-    renders every pixel of every view and is not in the time budget)."""
+    renders every pixel of every view and is not in the time budget). With ``with_estimate``:
+    ``(line, estimated seconds or None)``."""
     from trainer.train.eval_estimate import eval_seconds_estimate, measure_eval_seconds
     from trainer.train.evaluate import eval_split_name, evaluation_frames
 
@@ -558,7 +476,7 @@ def evaluation_notice(trainer: Any, last: dict[str, Any] | None = None) -> str:
     if estimate is not None and estimate > LONG_EVALUATION_S:
         line += ("; that is long: Ctrl-C keeps the trained model, and fewer views (--eval-max-images 1) or "
                  "smaller images (--downscale N) shorten it")
-    return line
+    return (line, estimate) if with_estimate else line
 
 
 def cpu_config_warning(cfg: TrainConfig) -> str | None:
@@ -640,7 +558,7 @@ def run_training(cfg: TrainConfig, args: argparse.Namespace) -> dict[str, Any]:
     if args.resume is not None:
         run_dir.archive_eval()  # the folder's eval.json is of an earlier step
     run_dir.write_json(run_dir.config_path, config_to_dict(cfg))
-    progress = _Progress(cfg.training.n_steps, cfg.training.quiet, cfg.training.time_budget_s)
+    progress = RunProgress(cfg.training.n_steps, cfg.training.quiet, cfg.training.time_budget_s)
     if resolve_device(cfg.training.device).type == "cpu":
         apply_cpu_threads(cfg.training.cpu_threads, 1)
     progress.message(opening_line(cfg, args, 1))
@@ -727,5 +645,8 @@ def train_command(args: argparse.Namespace) -> int:
     except Terminated:
         print("terminated", file=sys.stderr)
         return 143
+    summary = summary_line(status)
+    if summary:
+        print(summary, flush=True)  # readable, before the JSON line that stays last
     print(json.dumps({k: v for k, v in status.items() if k != "scene"}, default=str))
     return 0

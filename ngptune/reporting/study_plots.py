@@ -20,8 +20,9 @@ from plotly.subplots import make_subplots
 
 from ngptune.reporting.html import figure_html, text_html
 from ngptune.reporting.study_data import (
-    FLOAT_FORMAT, StudyView, change_text, objective_values, phase_order, read_run_metrics,
+    StudyView, change_text, objective_values, phase_order, read_run_metrics,
 )
+from trainer.schema import quantity_text
 
 __all__ = ["Comparison", "absent", "optuna_figure", "per_objective", "plotted_study"]
 
@@ -99,6 +100,25 @@ def plotted_study(view: StudyView) -> optuna.Study:
     return copy
 
 
+def readable_axis_labels(fig: go.Figure) -> go.Figure:
+    """A parallel-coordinates figure whose axis labels are read whole: each label tilted and
+    broken at its dots (``encoding.<br>log2_hashmap_size``), with room above the axes for them."""
+    longest = 0
+    for trace in fig.data:
+        if trace.type != "parcoords":
+            continue
+        for dimension in trace.dimensions:
+            label = str(dimension.label or "")
+            lines = label.replace(".", ".<br>").split("<br>")
+            longest = max(longest, max(len(line) for line in lines), 0)
+            dimension.label = "<br>".join(lines)
+        trace.labelangle = -25
+        trace.labelside = "top"
+    if longest:
+        fig.update_layout(margin={"t": 60 + 7 * longest, "l": 90, "r": 90})
+    return fig
+
+
 def per_objective(view: StudyView, plot: Callable[..., go.Figure], *, lower_is_better: bool = False) -> str:
     """One Optuna plot for a single-objective study, or one per objective (``target=values[i]``).
 
@@ -165,8 +185,8 @@ class Comparison:
     def bars(self, values: dict[str, list[float]], title: str) -> go.Figure:
         """One subplot per quantity, one bar per trial."""
         fig = make_subplots(rows=1, cols=len(values), subplot_titles=list(values))
-        for col, column in enumerate(values.values(), start=1):
-            text = [FLOAT_FORMAT.format(v) if math.isfinite(v) else "" for v in column]
+        for col, (name, column) in enumerate(values.items(), start=1):
+            text = [quantity_text(name, v) if math.isfinite(v) else "" for v in column]
             fig.add_trace(go.Bar(x=self.labels, y=column, marker_color=self.colors, showlegend=False,
                                  text=text, textposition="auto"), row=1, col=col)
         fig.update_layout(title=title, height=380)

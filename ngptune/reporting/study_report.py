@@ -39,11 +39,13 @@ from optuna.trial import FrozenTrial
 
 from ngptune.reporting.html import Section, figure_html, render_page, table_html, text_html
 from ngptune.reporting.study_data import (
-    FLOAT_FORMAT, QUALITY_COLUMNS, SETUP_ATTR, Recommendation, StudyReportError, quality_values, StudyView, best_trials,
+    QUALITY_COLUMNS, SETUP_ATTR, Recommendation, StudyReportError, quality_values, StudyView, best_trials,
     best_heading, category_text, cell_text, change_text, default_trial, is_completed, objective_names, outcome_of, recommendation,
     sampling_facts, trials_frame, write_text,
 )
-from ngptune.reporting.study_plots import Comparison, absent, optuna_figure, per_objective, plotted_study
+from ngptune.reporting.study_plots import (
+    Comparison, absent, optuna_figure, per_objective, plotted_study, readable_axis_labels,
+)
 from ngptune.reporting.study_summary import print_summary, write_trials_csv
 
 __all__ = [
@@ -121,7 +123,8 @@ def _parallel_section(view: StudyView) -> Section:
     elif not any(t.params for t in view.completed):
         body = absent("the completed trials have no sampled parameters.")
     else:
-        body = per_objective(view, optuna.visualization.plot_parallel_coordinate)
+        body = per_objective(view, lambda study, **kw: readable_axis_labels(
+            optuna.visualization.plot_parallel_coordinate(study, **kw)))
     return Section("Parallel coordinates", body)
 
 
@@ -143,14 +146,17 @@ def _best_vs_default_section(view: StudyView) -> Section:
         parts.append(text_html(f"Best = trial #{view.best[0].number} (study.best_trial)"
                                + (": the default itself; no trial beat it." if is_default else ".")))
     comparison = Comparison.of(view)
-    parts.append(figure_html(comparison.bars(comparison.objectives, "Objectives")))
-    if comparison.run_metrics:
-        parts.append(figure_html(comparison.bars(
-            comparison.run_metrics, "Run metrics (rank 0 metrics.jsonl: median throughput, last evaluation PSNR)")))
-    if comparison.phases_ms:
-        parts.append(figure_html(comparison.stacked_phases()))
+    if len(comparison.trials) > 1:  # bars side by side; the default alone has nothing to stand beside
+        parts.append(figure_html(comparison.bars(comparison.objectives, "Objectives")))
+        if comparison.run_metrics:
+            parts.append(figure_html(comparison.bars(
+                comparison.run_metrics, "Run metrics (rank 0 metrics.jsonl: median throughput, last evaluation PSNR)")))
+        if comparison.phases_ms:
+            parts.append(figure_html(comparison.stacked_phases()))
+    else:
+        parts.append(text_html("The best is the default trial: no chart, its values are in the table below."))
     parts.extend(text_html(note, "missing") for note in comparison.notes)
-    parts.append(table_html(comparison.table(with_change=view.default is not None), float_format=FLOAT_FORMAT))
+    parts.append(table_html(comparison.table(with_change=view.default is not None), quantity_column="quantity"))
     parts.append(_settings_diff_html(view, comparison.trials))
     return Section(best_heading(view, "Best vs default"), "".join(parts))
 
@@ -170,7 +176,7 @@ def _confirmation_html(view: StudyView) -> str:
     return (text_html(f"Confirmation of best trial #{record['best_trial']} against default trial "
                       f"#{record['default_trial']}, {record['repeats']} re-runs each (new seeds, alternating order): "
                       + sentence, "note" if verdict.get("confirmed") else "missing")
-            + table_html(pd.DataFrame(rows), float_format=FLOAT_FORMAT))
+            + table_html(pd.DataFrame(rows)))
 
 
 def _quality_section(view: StudyView) -> Section:
@@ -193,7 +199,7 @@ def _quality_section(view: StudyView) -> Section:
         parts.append(text_html("PSNR of the final evaluation (the same evenly spaced held-out views for every "
                                "trial) after each trial's training time, then throughput; changes against the "
                                "default: PSNR in dB, times in seconds, the rest in percent."))
-        parts.append(table_html(table.rename_axis("quantity").reset_index(), float_format=FLOAT_FORMAT))
+        parts.append(table_html(table.rename_axis("quantity").reset_index(), quantity_column="quantity"))
     parts.append(_confirmation_html(view))
     return Section(best_heading(view, "Quality and time: best vs default"), "".join(parts))
 
@@ -239,21 +245,35 @@ def _main_diagnosis(trial: FrozenTrial) -> str:
     return f"{top['bottleneck']} ({top.get('severity', '?')})"
 
 
+TRIALS_TABLE_LEFT_OUT = ("state", "rays_per_s", "samples_per_ray", "gpus")
+"""trials.csv columns the page's trials table leaves out to fit the page (the CSV has them)."""
+
+
 def _trials_section(view: StudyView) -> Section:
     df = view.frame.copy()
     param_cols = [c for c in df.columns if c.startswith("param_")]
     by_number = {t.number: t for t in view.trials}
     df.insert(1, "role", [view.role(by_number[n]) for n in df["number"]])
-    df.insert(df.columns.get_loc("log_path"), "params",  # from the trial: an int stays an int
-              ["; ".join(f"{name}={category_text(v)}" for name, v in by_number[n].params.items()) for n in df["number"]])
+    df.insert(df.columns.get_loc("log_path"), "params",  # from the trial: an int stays an int; one a line
+              ["\n".join(f"{name}={category_text(v)}" for name, v in by_number[n].params.items()) for n in df["number"]])
     df.insert(df.columns.get_loc("log_path"), "main_diagnosis", [_main_diagnosis(by_number[n]) for n in df["number"]])
     interconnects = [by_number[n].user_attrs.get("emulated_interconnect", "") for n in df["number"]]
     if any(i not in ("", "none") for i in interconnects):
         df.insert(df.columns.get_loc("log_path"), "emulated_interconnect", interconnects)
-    df = df.drop(columns=param_cols)
+    left_out = [c for c in TRIALS_TABLE_LEFT_OUT if c in df.columns and (c != "gpus" or not df[c].astype(bool).any())]
+    df = df.drop(columns=param_cols + left_out)
+    df["log_path"] = [_short_path(p) for p in df["log_path"]]
+    df = df.rename(columns={"log_path": "log"})
     counts = ", ".join(f"{o}: {n}" for o, n in df["outcome"].value_counts().items())
-    table = f'<div style="overflow-x:auto">{table_html(df, float_format=FLOAT_FORMAT)}</div>'  # wide: scrolls
-    return Section("Trials", text_html(f"{len(df)} trials ({counts or 'none'}).") + table)
+    note = text_html(f"{len(df)} trials ({counts or 'none'}). Logs are named by their last two folders; "
+                     "trials.csv has every column and the full paths.")
+    return Section("Trials", note + f'<div class="wide">{table_html(df)}</div>')
+
+
+def _short_path(path: Any) -> str:
+    """A log path by its file and the two folders above it (the trial's), for the trials table."""
+    parts = Path(str(path)).parts
+    return str(Path(*parts[-3:])) if len(parts) > 3 else str(path)
 
 
 def _diagnoses_section(view: StudyView) -> Section:

@@ -214,6 +214,8 @@ class FixedCapacityStep:
             "samples_per_step": sums["samples"] / steps,
             "rays_per_s": sums["rays"] / elapsed_s,
             "throughput_samples_per_s": sums["samples"] / elapsed_s,
+            "rank_rays_per_s": sums["rays"] / elapsed_s,
+            "rank_throughput_samples_per_s": sums["samples"] / elapsed_s,
             "skipped_steps": int(sums["skipped"]),
             "samples_clipped": sums["samples_clipped"],
         }
