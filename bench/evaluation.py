@@ -8,6 +8,10 @@ with the same batching), the time taken, the estimate's error and the field's sa
 
     python bench/evaluation.py --run runs/fox90 --views 1 --threads 1
     python bench/evaluation.py --run runs/lego --views 4 --batch-samples 0 65536 262144
+    python bench/evaluation.py --run runs/fox90 --threads 1 --field-only --batch-samples 16384 65536 262144 1048576
+
+``--field-only`` times the field alone (2^20 random points in the scene box, forward without
+gradients) at each batch size instead: the per-sample rate the renderer gets from its batches.
 """
 
 from __future__ import annotations
@@ -35,12 +39,16 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     parser.add_argument("--batch-samples", type=int, nargs="+", default=[0, 2**16],
                         help="samples per field evaluation; 0: a whole chunk of rays at once")
+    parser.add_argument("--field-only", action="store_true", help="time the field alone at each batch size")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
 
     model = load_model(args.run, args.scene, args.device)
     trainer = model.trainer
+    if args.field_only:
+        field_rates(model, [b for b in args.batch_samples if b > 0])
+        return
     split = eval_split_name(trainer)
     frames = [f for _, f in evaluation_frames(trainer.scene.frames(split), args.views)]
     pixels = sum(f.intrinsics.width * f.intrinsics.height for f in frames)
@@ -64,6 +72,31 @@ def main() -> None:
                 f"{torch.get_num_threads()} thread(s) ({machine_description()})",
                 ["samples per field call", "estimate s", "took s", "estimate / took", "probe s", "rays/s", "PSNR dB"],
                 rows)
+
+
+def field_rates(model, batches: list[int], points: int = 2**20) -> None:
+    """Print the field's forward rate (samples/s, best of two passes) at each batch size."""
+    trainer = model.trainer
+    generator = torch.Generator().manual_seed(0)
+    low, high = trainer.aabb[0].cpu(), trainer.aabb[1].cpu()
+    positions = (torch.rand(points, 3, generator=generator) * (high - low) + low).to(model.device)
+    directions = torch.nn.functional.normalize(torch.randn(points, 3, generator=generator), dim=-1).to(model.device)
+    rows = []
+    trainer.field.eval()
+    with torch.no_grad():
+        for batch in batches:
+            best = float("inf")
+            for _ in range(2):
+                t0 = time.perf_counter()
+                for start in range(0, points, batch):
+                    trainer.field(positions[start:start + batch], directions[start:start + batch])
+                if model.device.type == "cuda":
+                    torch.cuda.synchronize(model.device)
+                best = min(best, time.perf_counter() - t0)
+            rows.append([str(batch), f"{points / best:.3g}"])
+    model.close()
+    print_table(f"Field forward, {points} random points, {torch.get_num_threads()} thread(s) ({machine_description()})",
+                ["samples per call", "samples/s"], rows)
 
 
 if __name__ == "__main__":

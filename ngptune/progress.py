@@ -19,6 +19,8 @@ from trainer.schema import MetricsError, read_metrics, si_number
 __all__ = ["PLAIN_EVERY_S", "RunsProgress", "last_record"]
 
 PLAIN_EVERY_S = 10.0
+NAME_WIDTH = 16  # a row: name, bar, "step N/T", "eta M:SS", "6.10 M samples/s": under 80 columns
+BAR_WIDTH = 12
 
 
 def last_record(metrics_path: Path) -> dict[str, Any] | None:
@@ -72,8 +74,9 @@ class RunsProgress:
         with self._lock:
             rows = list(self.rows.items())
         for name, row in rows:
-            bar = ProgressBar(total=max(row["total"] or 1, 1), completed=row["step"], width=20)
-            table.add_row(name[:24], bar, f"step {row['step']}/{row['total'] or '?'}", f"eta {_clock(row['eta_s'])}",
+            bar = ProgressBar(total=max(row["total"] or 1, 1), completed=row["step"], width=BAR_WIDTH)
+            shown = name if len(name) <= NAME_WIDTH else name[: NAME_WIDTH - 1] + "…"
+            table.add_row(shown, bar, f"step {row['step']}/{row['total'] or '?'}", f"eta {_clock(row['eta_s'])}",
                           row["state"] if row["state"] != "running" else row["rate"])
         return table
 
@@ -86,8 +89,9 @@ class RunsProgress:
     def update(self, name: str, record: dict[str, Any] | None, total: int | None = None) -> None:
         """The run's newest metrics record (None: none yet) and its step count when known now."""
         with self._lock:
-            row = self.rows.setdefault(name, {"total": total, "step": 0, "eta_s": None, "rate": "", "state": "running",
+            row = self.rows.setdefault(name, {"total": total, "step": 0, "eta_s": None, "rate": "", "state": "new",
                                               "t0": None})
+            began = row["state"] != "running" and record is not None  # its first record: said at once
             row["state"] = "running"
             if total is not None:
                 row["total"] = total
@@ -100,7 +104,7 @@ class RunsProgress:
                     row["eta_s"] = max(0.0, (row["total"] - step) * wall / step)
                 rate = record.get("throughput_samples_per_s")
                 row["rate"] = f"{si_number(rate)} samples/s" if isinstance(rate, (int, float)) else ""
-        self._plain(name)
+        self._plain(name, force=began)
 
     def finish(self, name: str, state: str) -> None:
         """The run ended: ``state`` (completed, failed, ...) replaces its rate."""

@@ -202,7 +202,8 @@ def trained_model(run_dir: Path, status: dict[str, Any] | None = None) -> Path |
     return run.model_snapshot()
 
 
-def _run_job(job: Job, options: TrainManyOptions, pool: SlotPool, warm_from: Path | None, on_start=None) -> JobResult:
+def _run_job(job: Job, options: TrainManyOptions, pool: SlotPool, warm_from: Path | None, on_start=None,
+             on_progress=None) -> JobResult:
     _move_aside(job)
     slot = pool.claim()
     if on_start is not None:
@@ -213,7 +214,11 @@ def _run_job(job: Job, options: TrainManyOptions, pool: SlotPool, warm_from: Pat
         launch = TrialLaunch(argv=job_argv(job, options, len(slot.gpus), warm_from), env=slot.env(os.environ),
                              run_dir=job.run_dir, log_path=job.log_path, world_size=n_gpus if len(slot.gpus) > 1 else 1,
                              timeout_s=float("inf"))
-        run = run_trial(launch)
+        watch = None
+        if on_progress is not None:
+            def watch(records: list[dict[str, Any]]) -> None:
+                on_progress(job, records[-1] if records else None)
+        run = run_trial(launch, on_progress=watch)
         leftover = run.leftover_pids
     finally:
         pool.release(slot, leftover)
@@ -247,10 +252,11 @@ def _warm_start_snapshot(previous: Job) -> Path | None:
     return model if model is not None and model.is_file() else None
 
 
-def run_train_many(options: TrainManyOptions, *, on_start=None, on_done=None) -> list[JobResult]:
+def run_train_many(options: TrainManyOptions, *, on_start=None, on_done=None, on_progress=None) -> list[JobResult]:
     """Train every scene of ``options.source`` (see the module docstring); returns a result per
     scene, in sequence order (``on_start(job)`` / ``on_done(job, result)`` are called as jobs start
-    and end, from worker threads).
+    and end, ``on_progress(job, record)`` with the job's newest metrics record (None before its
+    first) while it trains; all from worker threads).
 
     Raises:
         ConfigError: bad source (:func:`discover_scenes`), ``--gpus-per-job`` 0 or above the
@@ -285,7 +291,7 @@ def run_train_many(options: TrainManyOptions, *, on_start=None, on_done=None) ->
                     done[job.index - 1].wait()
                     previous = jobs[job.index - 1]
                     warm_from = _warm_start_snapshot(previous) if _is_finished(previous) else None
-                result = _run_job(job, options, pool, warm_from, on_start)
+                result = _run_job(job, options, pool, warm_from, on_start, on_progress)
             results[job.index] = result
             if on_done is not None:
                 on_done(job, result)

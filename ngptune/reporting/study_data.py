@@ -22,7 +22,6 @@ from trainer.rundir import RunDir, atomic_write_text
 from trainer.schema import PHASES, MetricsError, read_metrics
 
 __all__ = [
-    "FLOAT_FORMAT",
     "OUTCOMES",
     "CONFIRMATION_ATTR",
     "best_heading",
@@ -71,7 +70,6 @@ STATE_OUTCOME: dict[TrialState, str] = {
 DICT_ATTRS = ("settings", "nccl_env", "nccl_applied", "objectives", "phase_ms")
 
 
-FLOAT_FORMAT = "{:.6g}"
 
 # Study user attributes a sweep worker sets when it starts (ngptune.tuning.provenance writes them).
 SAMPLER_ATTR = "sampler"  #: {"type", "seed", ...} of the study file's sampler

@@ -71,6 +71,7 @@ def test_train_many_warm_starts_fails_one_and_resumes(tmp_path):
     assert "scene path does not exist" in rows["missing"]["reason"]
     assert rows["0000"]["steps"] == "4" and float(rows["0000"]["psnr_db"]) > 0
     assert rows["0001"]["warm_started_from"] == ""  # its predecessor failed: a cold start
+    assert {"0000: completed", "missing: failed", "0001: completed"} <= set(first.stdout.splitlines()), first.stdout
     assert "data:image/png;base64," in (out / "summary.html").read_text()
     # one layout for every run: the final model in snapshots/, which render finds
     assert Path(rows["0000"]["model"]).parent == out / "0000" / "snapshots" and rows["0000"]["finished_at"]

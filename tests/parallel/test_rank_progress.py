@@ -57,13 +57,24 @@ def test_follower_repeats_progress_and_reports_a_restart(tmp_path):
     assert reported_step("progress: step 7/20 (35 %)") == 7 and reported_step("stepping") is None
 
 
-@pytest.mark.timeout(120)
-def test_two_rank_launch_prints_rank0_progress_before_the_summary(demo_scene, tmp_path):
+def _capture_with_a_missing_image(demo_scene: Path, scene: Path) -> Path:
+    """The demo scene's training views as an instant-ngp capture (transforms.json with
+    sharpness, as colmap2nerf writes it) naming one image that is not there: the loader skips that
+    frame with a warning."""
+    import json
     import shutil
 
-    scene = tmp_path / "scene"
-    shutil.copytree(demo_scene, scene)
-    (scene / "train" / "r_3.png").unlink()  # a frame whose image is missing: a warning of the scene loader
+    shutil.copytree(demo_scene / "train", scene / "train")
+    train = json.loads((demo_scene / "transforms_train.json").read_text())
+    frames = [dict(f, file_path=f["file_path"] + ".png", sharpness=100.0) for f in train["frames"]]
+    frames.append(dict(frames[0], file_path="./train/r_missing.png"))
+    (scene / "transforms.json").write_text(json.dumps({"camera_angle_x": train["camera_angle_x"], "frames": frames}))
+    return scene
+
+
+@pytest.mark.timeout(120)
+def test_two_rank_launch_prints_rank0_progress_before_the_summary(demo_scene, tmp_path):
+    scene = _capture_with_a_missing_image(demo_scene, tmp_path / "scene")
     run = tmp_path / "run"
     argv = ["train", "--nproc-per-node", "2", "--scene", str(scene), "--out", str(run), *tiny_flags(),
             "--n-steps", "10", "--no-eval", "--set", "distributed.timeout_s=30"]
@@ -76,7 +87,7 @@ def test_two_rank_launch_prints_rank0_progress_before_the_summary(demo_scene, tm
     step_lines = [i for i, line in enumerate(lines) if line.startswith("rank 0: step ")]
     assert [lines[i].split()[3] for i in step_lines] == ["5", "10"], proc.stdout
     summary = next(i for i, line in enumerate(lines) if line.startswith("trained to step 10"))
-    warning = [i for i, line in enumerate(lines) if line.startswith("warning: ") and "r_3.png" in line]
+    warning = [i for i, line in enumerate(lines) if line.startswith("warning: ") and "r_missing.png" in line]
     assert len(warning) == 1 and warning[0] < step_lines[0], proc.stdout  # said once, before training
     assert step_lines[-1] < summary == len(lines) - 2 and lines[-1].startswith('{"state": "completed"')
     assert not any(line.startswith(("restart ", "rank 0: {", "rank 0: trained")) for line in lines)

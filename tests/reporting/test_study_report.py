@@ -565,3 +565,65 @@ def test_the_terminal_summary_leads_with_a_recommendation_that_was_not_confirmed
     assert recommended == 0 < first_table  # before the outcome table too
     assert "Best (not confirmed) vs default" in lines
     assert "psnr_at_budget_db (max) 24 24.8 #1 +0.8 dB (better)" in lines
+
+
+LAYOUT_PROBE = """() => {
+  const section = document.querySelector('section#trials');
+  const table = section.querySelector('table');
+  const rows = [...table.querySelectorAll('tbody tr')].map(r => r.getBoundingClientRect().height);
+  const cellAlign = (tableEl, header) => {
+    const heads = [...tableEl.querySelectorAll('thead th')].map(h => h.textContent);
+    const i = heads.indexOf(header);
+    return [...tableEl.querySelectorAll('tbody tr')].map(r => getComputedStyle(r.children[i]).textAlign);
+  };
+  const bottlenecks = document.querySelector('section#bottlenecks-per-trial table');
+  const labels = [];
+  for (const plot of document.querySelectorAll('section#parallel-coordinates div.plotly-graph-div')) {
+    const svg = plot.querySelector('svg.main-svg').getBoundingClientRect();
+    for (const t of plot.querySelectorAll('text.axis-title')) {
+      const box = t.getBoundingClientRect();
+      labels.push({text: t.textContent, inside: box.left >= svg.left - 1 && box.right <= svg.right + 1
+                   && box.top >= svg.top - 1 && box.bottom <= svg.bottom + 1, left: box.left, right: box.right,
+                   top: box.top, bottom: box.bottom});
+    }
+  }
+  return {tableWidth: table.getBoundingClientRect().width, sectionWidth: section.getBoundingClientRect().width,
+          tallestRow: Math.max(...rows), evidence: cellAlign(bottlenecks, 'evidence'),
+          numbers: cellAlign(table, 'duration_s'), labels: labels};
+}"""
+
+
+def test_the_report_reads_as_a_person_reads_it(single_study: optuna.Study, tmp_path: Path) -> None:
+    """Units and precision in the tables, a trials table that fits the page with short rows,
+    left-aligned text, whole parallel-coordinate labels."""
+    path = write_study_report(single_study, tmp_path / "report", title="Sweep single", nccl_active=False)
+    view = view_in_browser(path, probe=LAYOUT_PROBE)
+    assert view.errors == [] and view.plots_rendered == view.plots_total
+    text, layout = view.text, view.probe
+    assert "run throughput_samples_per_s\t950 samples/s\t1.50 k samples/s\t+57.9 %" in text
+    assert "run eval_psnr_db\t21.50 dB\t22.25 dB\t+0.75 dB" in text
+    assert "12.5 s" in text.split("Trials\n")[-1]  # a trial's duration
+    assert layout["tableWidth"] <= layout["sectionWidth"] + 1, layout  # no sideways scrolling
+    assert layout["tallestRow"] < 120, layout
+    assert set(layout["evidence"]) == {"left"} and set(layout["numbers"]) == {"right"}, layout
+    labels = layout["labels"]
+    assert any("log2_hashmap_size" in label["text"] or "training.lr" in label["text"].replace(" ", "")
+               or "lr" in label["text"] for label in labels), labels
+    assert all(label["inside"] for label in labels), labels  # no label cut at the figure's edge
+    ordered = sorted(labels, key=lambda label: label["left"])
+    for a, b in zip(ordered, ordered[1:]):  # neighbours do not overlap
+        assert a["right"] <= b["left"] + 1 or a["bottom"] <= b["top"] + 1 or b["bottom"] <= a["top"] + 1, (a, b)
+
+
+def test_no_one_bar_chart_when_the_best_is_the_default(tmp_path: Path) -> None:
+    study = optuna.create_study(study_name="default-best", direction="maximize")
+    study.set_metric_names(["psnr_at_budget_db"])
+    _run_trial(study, tmp_path, {"parallel.mode": "data", "training.lr": 0.01}, values=[24.0],
+               phase_ms=PHASES_DEFAULT, metrics=[(900.0, None), (1000.0, 21.5)])
+    _run_trial(study, tmp_path, {"parallel.mode": "data", "training.lr": 0.03}, values=[22.0])
+    path = write_study_report(study, tmp_path / "report", title="Default best", nccl_active=False)
+    view = view_in_browser(path)
+    section = view.text.split("vs default\n")[-1].split("Trials\n")[0]
+    assert "The best is the default trial: no chart, its values are in the table below." in section
+    assert "Objectives" not in section and "Step-time breakdown" not in section
+    assert "psnr_at_budget_db (max)\t24.00 dB" in section
