@@ -109,10 +109,10 @@ class RunsProgress:
     def finish(self, name: str, state: str) -> None:
         """The run ended: ``state`` (completed, failed, ...) replaces its rate."""
         with self._lock:
-            row = self.rows.get(name)
-            if row is not None:
-                row["state"] = state
-                row["eta_s"] = 0.0 if state == "completed" else row["eta_s"]
+            row = self.rows.setdefault(name, {"total": None, "step": 0, "eta_s": None, "rate": "", "state": state,
+                                              "t0": None})
+            row["state"] = state
+            row["eta_s"] = 0.0 if state == "completed" else row["eta_s"]
         self._plain(name, force=True)
 
     def _plain(self, name: str, force: bool = False) -> None:

@@ -22,8 +22,10 @@ def test_plain_lines_name_the_run_its_step_eta_and_throughput():
     board.finish("0000", "completed")
     board.add("0001", None)
     board.finish("0001", "failed")
+    board.finish("0002", "skipped: done before")  # a job an earlier run finished: no start, no record
     assert out.getvalue().splitlines() == ["0000: waiting", "0000: step 40/100, eta 0:30, 1.23 k samples/s",
-                                           "0000: completed", "0001: waiting", "0001: failed"]
+                                           "0000: completed", "0001: waiting", "0001: failed",
+                                           "0002: skipped: done before"]
 
 
 def test_the_table_of_two_runs_fits_80_columns():

@@ -46,7 +46,8 @@ def _phases() -> pd.DataFrame:
 def _summary() -> pd.DataFrame:
     return pd.DataFrame(
         {"rank": [0, 1], "steps": [40, 40], "step_time_ms": [120.0, 127.0], "compute_ms": [75.0, 82.5],
-         "wait_ms": [41.0, 41.0], "throughput_samples_per_s": [2.1e6, 1.0e6], "imbalance": [1.05, 1.05],
+         "wait_ms": [41.0, 41.0], "throughput_samples_per_s": [2.1e6, 2.1e6], "rays_per_s": [3.0e4, 3.0e4],
+         "rank_throughput_samples_per_s": [1.1e6, 1.0e6], "rank_rays_per_s": [1.55e4, 1.45e4], "imbalance": [1.05, 1.05],
          "comm_ms": [40.0, 40.0], "comm_busbw_gb_per_s": [3.1, 3.0], "link_busbw_gb_per_s": [26.0, 26.0],
          "phase_coverage": [0.975, 0.976]},
         columns=list(SUMMARY_TABLE),
