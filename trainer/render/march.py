@@ -105,9 +105,8 @@ def ray_batches(samples: PackedSamples, max_samples: int) -> list[tuple[int, int
     """Consecutive ray ranges ``(first, end)`` covering every ray of ``samples``, each holding at
     most ``max_samples`` samples, or one ray's samples when that ray alone holds more (a ray is
     never split, so compositing a range is compositing its rays). Rendering in such batches bounds
-    the temporary memory of one field evaluation; on a CPU it also keeps the hash-grid gathers in
-    cache (a field call on 2^20 samples runs at about half the per-sample rate of one on 2^16,
-    docs/benchmarks.md, "Evaluation").
+    the temporary memory of one field evaluation and makes its cost per sample the same whatever
+    the rays' lengths (docs/benchmarks.md, "Evaluation on a CPU").
 
     Raises:
         ValueError: ``max_samples`` below 1.

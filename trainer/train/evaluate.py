@@ -162,7 +162,7 @@ def render_ray_buffers(
         raise ValueError(f"render_rays: spp must be >= 1 and needs a generator when > 1, got spp={spp}")
     render_samples = render_samples or field_sample_renderer(trainer)
     if chunk_rays is None:
-        chunk_rays = 2**14 if trainer.device.type == "cuda" else 2**11
+        chunk_rays = eval_chunk_rays(trainer.device)
     batch_samples = batch_samples or eval_batch_samples(trainer.device)
     n_all, device = rays_o.shape[0], rays_o.device
     out = RenderedRays(torch.empty(n_all, 3, device=device), torch.empty(n_all, device=device),
@@ -190,10 +190,16 @@ def render_ray_buffers(
 
 
 EVAL_BATCH_SAMPLES = {"cpu": 2**16, "cuda": 2**22}
-"""Samples per field evaluation when rendering (:func:`render_ray_buffers`): on a CPU the hash
-grid's gathers of 2^16 samples stay in cache (2.3× the per-sample rate of 2^20 on the 2-core
-development machine, docs/benchmarks.md, "Evaluation"); on a GPU, large enough for a whole chunk
-of 2^14 rays of 256 samples."""
+"""Samples per field evaluation when rendering (:func:`render_ray_buffers`): on a CPU small enough
+that the estimate's probe evaluates the field as the evaluation does (a whole chunk of 2^11 rays
+of 512 samples, 2^20, made the fox CPU line's estimate 3× too low and the evaluation slower:
+docs/benchmarks.md, "Evaluation on a CPU"); on a GPU, large enough for a whole chunk of 2^14 rays
+of 256 samples."""
+
+
+def eval_chunk_rays(device: torch.device) -> int:
+    """Rays marched at once when rendering (:func:`render_ray_buffers`): 2^14 on CUDA, 2^11 elsewhere."""
+    return 2**14 if device.type == "cuda" else 2**11
 
 
 def eval_batch_samples(device: torch.device) -> int:
