@@ -36,7 +36,8 @@ table.report { border-collapse: collapse; font-size: 0.9rem; margin: 0.5rem 0; }
 table.report th, table.report td { border: 1px solid #ccc; padding: 0.25rem 0.5rem; vertical-align: top; }
 table.report th { background: #f4f4f4; text-align: left; }
 table.report td.num { text-align: right; white-space: nowrap; }
-table.report td.text { text-align: left; max-width: 28rem; overflow-wrap: anywhere; white-space: pre-line; }
+table.report td.text { text-align: left; white-space: pre-line; }
+table.report td.long { text-align: left; min-width: 14rem; max-width: 28rem; overflow-wrap: anywhere; white-space: pre-line; }
 div.wide { overflow-x: auto; }
 .note { color: #555; font-size: 0.9rem; } .badge { display: inline-block; padding: 0.1rem 0.5rem; border-radius: 0.3rem; background: #fde8c8; }
 .missing { color: #a33; }
@@ -88,25 +89,32 @@ def table_html(df: pd.DataFrame, *, index: bool = False, quantity_column: str | 
         return '<p class="note">(no rows)</p>'
     if index:
         df = df.reset_index()
-    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in df.columns)
+    # a long column name may break after its underscores and dots (<wbr>), not widen the table
+    head = "".join(f"<th>{html.escape(str(c)).replace('_', '_<wbr>').replace('.', '.<wbr>')}</th>" for c in df.columns)
+    long = {c for c in df.columns if df[c].map(lambda v: isinstance(v, str) and max(map(len, v.splitlines() or [""])) > LONG_TEXT).any()}
     rows = []
     for _, row in df.iterrows():
         cells = []
         for column, value in row.items():
             name = str(row[quantity_column]) if quantity_column is not None and column != quantity_column else str(column)
-            cells.append(_cell_html(name, value))
+            cells.append(_cell_html(name, value, column in long))
         rows.append(f"<tr>{''.join(cells)}</tr>")
     return f'<table class="report"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
 
 
-def _cell_html(name: str, value: Any) -> str:
+LONG_TEXT = 32
+"""A text column holding a line longer than this many characters wraps (``long`` cells, at least
+14rem wide); shorter text stays on its lines."""
+
+
+def _cell_html(name: str, value: Any, long: bool = False) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA:
         return '<td class="num"></td>'
     if isinstance(value, (bool, np.bool_)):
         return f'<td class="text">{"true" if value else "false"}</td>'
     if isinstance(value, (int, float, np.integer, np.floating)):
         return f'<td class="num">{html.escape(quantity_text(name, value.item() if hasattr(value, "item") else value))}</td>'
-    return f'<td class="text">{html.escape(str(value))}</td>'
+    return f'<td class="{"long" if long else "text"}">{html.escape(str(value))}</td>'
 
 
 def text_html(text: str, css_class: str = "note") -> str:

@@ -100,22 +100,22 @@ def plotted_study(view: StudyView) -> optuna.Study:
     return copy
 
 
-def readable_axis_labels(fig: go.Figure) -> go.Figure:
-    """A parallel-coordinates figure whose axis labels are read whole: each label tilted and
-    broken at its dots (``encoding.<br>log2_hashmap_size``), with room above the axes for them."""
-    longest = 0
-    for trace in fig.data:
-        if trace.type != "parcoords":
-            continue
-        for dimension in trace.dimensions:
-            label = str(dimension.label or "")
-            lines = label.replace(".", ".<br>").split("<br>")
-            longest = max(longest, max(len(line) for line in lines), 0)
-            dimension.label = "<br>".join(lines)
-        trace.labelangle = -25
-        trace.labelside = "top"
-    if longest:
-        fig.update_layout(margin={"t": 60 + 7 * longest, "l": 90, "r": 90})
+def readable_axis_labels(fig: go.Figure, names: list[str]) -> go.Figure:
+    """Optuna's parallel-coordinate figure with its axis labels whole: Optuna cuts a name of 20
+    characters or more to 17 and ``...`` (``parallel.num_subg...``); each label is replaced by the
+    one of ``names`` (the objectives and parameters) it was cut from, broken after its dots
+    (``parallel.<br>num_subgrids``), with room below the axes for the extra lines."""
+    ticks = list(fig.layout.xaxis.ticktext or [])
+    if not ticks:
+        return fig
+    whole = []
+    for tick in ticks:
+        cut = tick.endswith("...")
+        found = next((n for n in names if n == tick or (cut and n.startswith(tick[:-3]))), tick)
+        whole.append(found.replace(".", ".<br>"))
+    lines = max(label.count("<br>") + 1 for label in whole)
+    fig.update_xaxes(ticktext=whole)
+    fig.update_layout(margin={"b": 40 + 18 * lines})
     return fig
 
 

@@ -123,8 +123,9 @@ def _parallel_section(view: StudyView) -> Section:
     elif not any(t.params for t in view.completed):
         body = absent("the completed trials have no sampled parameters.")
     else:
+        names = [*view.names, *dict.fromkeys(p for t in view.trials for p in t.params)]
         body = per_objective(view, lambda study, **kw: readable_axis_labels(
-            optuna.visualization.plot_parallel_coordinate(study, **kw)))
+            optuna.visualization.plot_parallel_coordinate(study, **kw), names))
     return Section("Parallel coordinates", body)
 
 
@@ -245,7 +246,7 @@ def _main_diagnosis(trial: FrozenTrial) -> str:
     return f"{top['bottleneck']} ({top.get('severity', '?')})"
 
 
-TRIALS_TABLE_LEFT_OUT = ("state", "rays_per_s", "samples_per_ray", "gpus")
+TRIALS_TABLE_LEFT_OUT = ("state", "rays_per_s", "samples_per_ray", "occupancy_fraction", "gpus")
 """trials.csv columns the page's trials table leaves out to fit the page (the CSV has them)."""
 
 
@@ -253,7 +254,10 @@ def _trials_section(view: StudyView) -> Section:
     df = view.frame.copy()
     param_cols = [c for c in df.columns if c.startswith("param_")]
     by_number = {t.number: t for t in view.trials}
-    df.insert(1, "role", [view.role(by_number[n]) for n in df["number"]])
+    df.insert(1, "trial", [f"#{n} {view.role(by_number[n])}".rstrip() for n in df["number"]])
+    # the outcome with its reason and, for a trial that did not complete, where its log is
+    df["outcome"] = [o if not r and o == "completed" else f"{o}: {r}" + (f"\nlog: {_short_path(log)}" if log else "")
+                     for o, r, log in zip(df["outcome"], df["reason"], df["log_path"])]
     df.insert(df.columns.get_loc("log_path"), "params",  # from the trial: an int stays an int; one a line
               ["\n".join(f"{name}={category_text(v)}" for name, v in by_number[n].params.items()) for n in df["number"]])
     df.insert(df.columns.get_loc("log_path"), "main_diagnosis", [_main_diagnosis(by_number[n]) for n in df["number"]])
@@ -261,12 +265,9 @@ def _trials_section(view: StudyView) -> Section:
     if any(i not in ("", "none") for i in interconnects):
         df.insert(df.columns.get_loc("log_path"), "emulated_interconnect", interconnects)
     left_out = [c for c in TRIALS_TABLE_LEFT_OUT if c in df.columns and (c != "gpus" or not df[c].astype(bool).any())]
-    df = df.drop(columns=param_cols + left_out)
-    df["log_path"] = [_short_path(p) for p in df["log_path"]]
-    df = df.rename(columns={"log_path": "log"})
-    counts = ", ".join(f"{o}: {n}" for o, n in df["outcome"].value_counts().items())
-    note = text_html(f"{len(df)} trials ({counts or 'none'}). Logs are named by their last two folders; "
-                     "trials.csv has every column and the full paths.")
+    counts = ", ".join(f"{o}: {n}" for o, n in view.frame["outcome"].value_counts().items())
+    df = df.drop(columns=param_cols + left_out + ["number", "reason", "log_path"])
+    note = text_html(f"{len(df)} trials ({counts or 'none'}). trials.csv has every column, and each log's full path.")
     return Section("Trials", note + f'<div class="wide">{table_html(df)}</div>')
 
 

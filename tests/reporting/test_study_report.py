@@ -293,10 +293,10 @@ def test_report_single_objective(single_study: optuna.Study, tmp_path: Path) -> 
     assert "Run metrics (rank 0 metrics.jsonl" in text
     assert "Run metrics absent: trial #1" not in text
     # run metrics: median throughput (950, 1500), last PSNR (21.5, 22.25)
-    assert "run throughput_samples_per_s\t950\t1500\t+57.9 %" in text
-    assert "run eval_psnr_db\t21.5\t22.25\t+0.75 dB" in text  # a PSNR gain in dB, never in percent
-    assert "comm_ms\t30\t8\t-22 ms" in text
-    assert "parallel.mode=subgrid; parallel.num_subgrids=4; training.lr=0.02" in text  # an int stays an int
+    assert "run throughput_samples_per_s\t950 samples/s\t1.50 k samples/s\t+57.9 %" in text
+    assert "run eval_psnr_db\t21.50 dB\t22.25 dB\t+0.75 dB" in text  # a PSNR gain in dB, never in percent
+    assert "comm_ms\t30.0 ms\t8.0 ms\t-22 ms" in text
+    assert "parallel.mode=subgrid\nparallel.num_subgrids=4\ntraining.lr=0.02" in text  # an int stays an int
     # settings that differ: mode, num_subgrids (absent in the default), lr; n_steps is equal
     assert "parallel.mode\tdata\tsubgrid" in text
     assert "training.lr\t0.01\t0.02" in text
@@ -369,7 +369,7 @@ def _summary(study: optuna.Study) -> list[str]:
 def test_summary_single_objective(single_study: optuna.Study) -> None:
     lines = _summary(single_study)
     assert "completed 3" in lines and "pruned 1" in lines and "failed 1" in lines
-    assert "throughput_samples_per_s (max) 1000 1500 #1 +50.0 % (better)" in lines
+    assert "throughput_samples_per_s (max) 1.00 k samples/s 1.50 k samples/s #1 +50.0 % (better)" in lines
     assert "parallel.mode data subgrid" in lines
     assert "parallel.num_subgrids 4" in lines
     assert "training.lr 0.01 0.02" in lines
@@ -386,7 +386,7 @@ def _default_then_one(tmp_path: Path, default: float, mode: str, value: float) -
 
 def test_summary_calls_a_gain_between_identical_settings_noise(tmp_path: Path) -> None:
     lines = _default_then_one(tmp_path, 1000.0, "data", 1162.0)
-    assert "throughput_samples_per_s (max) 1000 1162 #1 +16.2 % (same settings as the default: run-to-run noise)" in lines
+    assert "throughput_samples_per_s (max) 1.00 k samples/s 1.16 k samples/s #1 +16.2 % (same settings as the default: run-to-run noise)" in lines
 
 
 def test_summary_shows_the_default_once_when_it_is_the_best(tmp_path: Path) -> None:
@@ -397,8 +397,8 @@ def test_summary_shows_the_default_once_when_it_is_the_best(tmp_path: Path) -> N
 
 def test_summary_two_objectives_and_failed(pareto_study: optuna.Study, failed_study: optuna.Study) -> None:
     lines = _summary(pareto_study)
-    assert "psnr_at_budget_db (max) 20 24 #1 +4 dB (better)" in lines  # a PSNR change is a difference in dB
-    assert "throughput_samples_per_s (max) 1000 1400 #2 +40.0 % (better)" in lines
+    assert "psnr_at_budget_db (max) 20.00 dB 24.00 dB #1 +4 dB (better)" in lines  # a PSNR change is a difference in dB
+    assert "throughput_samples_per_s (max) 1.00 k samples/s 1.40 k samples/s #2 +40.0 % (better)" in lines
     assert "parameter default #0 Pareto #1 Pareto #2" in lines
     assert "parallel.mode data data subgrid" in lines
     assert "training.lr 0.01 0.03 0.02" in lines
@@ -535,8 +535,9 @@ def test_a_best_that_was_not_confirmed_leads_with_the_default_recommended(tmp_pa
     assert "Best: trial #1 (not confirmed; the default is recommended)." in text
     assert "Quality and time: best (not confirmed) vs default" in text
     assert "Best (not confirmed) vs default" in text
-    changes = ["psnr_db (dB)\t24\t24.8\t+0.8 dB", "train_time_s\t30\t29.5\t-0.5 s",
-               "samples_per_s\t1e+06\t1.2e+06\t+20.0 %", "psnr_at_budget_db (max)\t24\t24.8\t+0.8 dB"]
+    changes = ["psnr_db (dB)\t24.00 dB\t24.80 dB\t+0.8 dB", "train_time_s\t30.0 s\t29.5 s\t-0.5 s",
+               "samples_per_s\t1.00 M samples/s\t1.20 M samples/s\t+20.0 %",
+               "psnr_at_budget_db (max)\t24.00 dB\t24.80 dB\t+0.8 dB"]
     assert [row for row in changes if row not in text] == []
 
 
@@ -564,7 +565,7 @@ def test_the_terminal_summary_leads_with_a_recommendation_that_was_not_confirmed
     recommended = next(i for i, line in enumerate(lines) if line.startswith("The default (trial #0) is recommended"))
     assert recommended == 0 < first_table  # before the outcome table too
     assert "Best (not confirmed) vs default" in lines
-    assert "psnr_at_budget_db (max) 24 24.8 #1 +0.8 dB (better)" in lines
+    assert "psnr_at_budget_db (max) 24.00 dB 24.80 dB #1 +0.8 dB (better)" in lines
 
 
 LAYOUT_PROBE = """() => {
@@ -580,7 +581,7 @@ LAYOUT_PROBE = """() => {
   const labels = [];
   for (const plot of document.querySelectorAll('section#parallel-coordinates div.plotly-graph-div')) {
     const svg = plot.querySelector('svg.main-svg').getBoundingClientRect();
-    for (const t of plot.querySelectorAll('text.axis-title')) {
+    for (const t of plot.querySelectorAll('g.xtick text')) {
       const box = t.getBoundingClientRect();
       labels.push({text: t.textContent, inside: box.left >= svg.left - 1 && box.right <= svg.right + 1
                    && box.top >= svg.top - 1 && box.bottom <= svg.bottom + 1, left: box.left, right: box.right,
@@ -607,8 +608,8 @@ def test_the_report_reads_as_a_person_reads_it(single_study: optuna.Study, tmp_p
     assert layout["tallestRow"] < 120, layout
     assert set(layout["evidence"]) == {"left"} and set(layout["numbers"]) == {"right"}, layout
     labels = layout["labels"]
-    assert any("log2_hashmap_size" in label["text"] or "training.lr" in label["text"].replace(" ", "")
-               or "lr" in label["text"] for label in labels), labels
+    assert {label["text"] for label in labels} == {"throughput_samples_per_s", "parallel.mode",
+                                                   "parallel.num_subgrids", "training.lr"}, labels  # whole names
     assert all(label["inside"] for label in labels), labels  # no label cut at the figure's edge
     ordered = sorted(labels, key=lambda label: label["left"])
     for a, b in zip(ordered, ordered[1:]):  # neighbours do not overlap
