@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from trainer.schema import MetricsError, read_metrics, si_number
+from trainer.contract import MetricsError, read_metrics, si_number
 
 __all__ = ["PLAIN_EVERY_S", "RunsProgress", "last_record"]
 

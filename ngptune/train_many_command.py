@@ -9,8 +9,7 @@ import argparse
 import json
 from pathlib import Path
 
-from trainer.cli import positive_int
-from trainer.rundir import RunDir
+from trainer.contract import RunDir, positive_int
 
 __all__ = ["register"]
 

@@ -3,7 +3,7 @@
 Pages are rendered with a Jinja2 template; plotly figures become ``<div>`` elements and plotly.js is
 embedded once per page (``plotly.offline.get_plotlyjs()``), so a report works offline. Tables are
 pandas DataFrames (:func:`table_html`): each number is shown with the unit its column (or row)
-name ends with, at the precision it is read at (:func:`trainer.schema.quantity_text`: ``34.22 dB``,
+name ends with, at the precision it is read at (:func:`trainer.contract.metrics.quantity_text`: ``34.22 dB``,
 ``30.0 s``, ``6.10 M samples/s``), right-aligned; text is left-aligned and wraps.
 """
 
@@ -19,7 +19,7 @@ import jinja2
 import numpy as np
 import pandas as pd
 
-from trainer.schema import quantity_text
+from trainer.contract import quantity_text
 
 _TEMPLATE = jinja2.Template(
     """<!DOCTYPE html>
@@ -81,7 +81,7 @@ def figure_html(fig: Any) -> str:
 
 
 def table_html(df: pd.DataFrame, *, index: bool = False, quantity_column: str | None = None) -> str:
-    """A DataFrame as an HTML table: cells escaped; numbers as :func:`trainer.schema.quantity_text`
+    """A DataFrame as an HTML table: cells escaped; numbers as :func:`trainer.contract.metrics.quantity_text`
     of their column's name (or, with ``quantity_column``, of the name that column holds on their
     row: a table of quantities by trial) in right-aligned ``num`` cells, text in left-aligned
     ``text`` cells that wrap."""

@@ -42,7 +42,7 @@ def test_an_explicit_config_is_taken_as_given(demo_scene, tmp_path):
 
 
 def test_eta_counts_the_steps_and_the_time_budget():
-    from trainer.progress import eta_seconds
+    from trainer.run.progress import eta_seconds
 
     assert eta_seconds(0, 0.0, 100, None) is None
     assert eta_seconds(10, 5.0, 100, None) == 45.0
@@ -70,7 +70,7 @@ def test_the_evaluation_estimate_is_within_twice_its_time(tmp_path):
 def test_a_long_evaluation_says_how_to_shorten_it(demo_scene, monkeypatch):
     import trainer.train.eval_estimate as eval_estimate
     from tests.train.conftest import tiny_config
-    from trainer.cli import LONG_EVALUATION_S, evaluation_notice
+    from trainer.run.finish import LONG_EVALUATION_S, evaluation_notice
     from trainer.data import load_scene
     from trainer.train.loop import Trainer
 
@@ -91,9 +91,9 @@ def _record(step: int) -> dict:
 
 
 def test_the_progress_line_fits_80_columns_keeping_step_and_eta():
-    from trainer.progress import RunProgress, fit_progress_line
+    from trainer.run.progress import TrainProgress, fit_progress_line
 
-    figures = RunProgress.figures(_record(101))
+    figures = TrainProgress.figures(_record(101))
     line = fit_progress_line(80, "train", 101 / 2000, ["step 101/2000", "eta 12:34", "0:01:02"], figures)
     assert len(line) <= 80 and "step 101/2000 eta 12:34 0:01:02" in line
     assert "samples/s 6.10 M" in line and "loss" not in line and "psnr" not in line  # loss and PSNR drop first
@@ -108,10 +108,10 @@ def test_the_live_progress_on_an_80_column_terminal_shows_step_and_eta():
 
     from rich.console import Console
 
-    from trainer.progress import RunProgress
+    from trainer.run.progress import TrainProgress
 
     screen = io.StringIO()
-    progress = RunProgress(2000, quiet=False, console=Console(file=screen, width=80, force_terminal=True,
+    progress = TrainProgress(2000, quiet=False, console=Console(file=screen, width=80, force_terminal=True,
                                                               color_system=None))
     progress.log(_record(100))
     progress.step(101, 60.0)

@@ -338,7 +338,7 @@ def scores_summary(scores: list[dict[str, Any]], meta: dict[str, Any]) -> dict[s
 
 def write_scores(frames_dir: Path, summary: dict[str, Any]) -> Path:
     """Write ``scores.json`` into ``frames_dir`` (atomically); returns its path."""
-    from trainer.rundir import atomic_write_text
+    from trainer.contract.rundir import atomic_write_text
 
     path = Path(frames_dir) / SCORES_FILE
     atomic_write_text(path, json.dumps(summary, indent=2) + "\n")
@@ -350,7 +350,7 @@ def _rank_scores_path(frames_dir: Path, rank: int) -> Path:
 
 
 def _write_rank_scores(frames_dir: Path, rank: int, scores: list[dict[str, Any]]) -> None:
-    from trainer.rundir import atomic_write_text
+    from trainer.contract.rundir import atomic_write_text
 
     atomic_write_text(_rank_scores_path(frames_dir, rank), json.dumps(scores))
 

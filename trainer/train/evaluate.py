@@ -12,15 +12,15 @@ from typing import Any, Callable, Protocol
 import numpy as np
 import torch
 
-from trainer.config import TrainConfig
+from trainer.contract.config import TrainConfig
 from trainer.data import Scene
 from trainer.data.images import PixelTable, load_pixel_table
 from trainer.data.rays import camera_rays_for_image, composite_background
 from trainer.metrics_image import SSIM_WINDOW, mse_to_psnr, psnr, ssim
-from trainer.render.volrend import RenderedRays, composite
+from trainer.render.volrend import EARLY_STOP_TRANSMITTANCE, RenderedRays, composite
 from trainer.render.march import PackedSamples, ray_batches
-from trainer.rundir import RunDir
-from trainer.train.collapse import collapse_message
+from trainer.contract.rundir import RunDir
+from trainer.contract.evaluation import collapse_message
 from trainer.train.precision import autocast
 
 
@@ -108,11 +108,19 @@ SampleRenderer = Callable[[PackedSamples, torch.Tensor, int], RenderedRays]
 
 def field_sample_renderer(trainer: Evaluated) -> SampleRenderer:
     """``render(samples, background [3], n_rays) -> RenderedRays``: the trainer's field at the
-    samples, composited with :func:`trainer.render.volrend.composite` (depth included)."""
+    samples, composited with :func:`trainer.render.volrend.composite` (depth included), or its
+    one-launch twin :func:`trainer.render.triton_volrend.composite_buffers_triton` where the
+    trainer composites with Triton (``training.render_backend``)."""
+    fast = bool(getattr(trainer, "triton_render", False))
 
     def render(samples: PackedSamples, background: torch.Tensor, n_rays: int) -> RenderedRays:
         with autocast(trainer.device, trainer.cfg.training.precision):
             sigmas, rgbs = trainer.field(samples.positions, samples.directions)
+        if fast:
+            from trainer.render.triton_volrend import composite_buffers_triton
+
+            return RenderedRays(*composite_buffers_triton(sigmas.float(), rgbs.float(), samples.dt, samples.t,
+                                                          samples.packed_info, background, EARLY_STOP_TRANSMITTANCE))
         return composite(sigmas.float(), rgbs.float(), samples.dt, samples.ray_indices, n_rays, background,
                          t=samples.t)
 
@@ -140,7 +148,7 @@ def render_ray_buffers(
     Args:
         rays_o, rays_d: [n, 3] float32 on the trainer's device (``rays_d`` unit length).
         background: [3] float32 colour composited behind the rays.
-        chunk_rays: rays per chunk (default 2^14 on CUDA, 2^11 on CPU).
+        chunk_rays: rays per chunk (default 2^18 on CUDA, 2^11 on CPU).
         batch_samples: samples per field evaluation (default :func:`eval_batch_samples`).
         on_rays: called with the number of rays (× ``spp``) each finished chunk rendered (progress).
         spp: renders averaged per ray (>= 1); with more than one, each marches with random
@@ -189,17 +197,17 @@ def render_ray_buffers(
     return out
 
 
-EVAL_BATCH_SAMPLES = {"cpu": 2**16, "cuda": 2**22}
+EVAL_BATCH_SAMPLES = {"cpu": 2**16, "cuda": 2**62}
 """Samples per field evaluation when rendering (:func:`render_ray_buffers`): on a CPU small enough
 that the estimate's probe evaluates the field as the evaluation does (a whole chunk of 2^11 rays
 of 512 samples, 2^20, made the fox CPU line's estimate 3× too low and the evaluation slower:
-docs/benchmarks.md, "Evaluation on a CPU"); on a GPU, large enough for a whole chunk of 2^14 rays
-of 256 samples."""
+docs/benchmarks.md, "Evaluation on a CPU"); on a GPU no limit: a chunk of 2^18 rays is composited
+in one launch."""
 
 
 def eval_chunk_rays(device: torch.device) -> int:
-    """Rays marched at once when rendering (:func:`render_ray_buffers`): 2^14 on CUDA, 2^11 elsewhere."""
-    return 2**14 if device.type == "cuda" else 2**11
+    """Rays marched at once when rendering (:func:`render_ray_buffers`): 2^18 on CUDA, 2^11 elsewhere."""
+    return 2**18 if device.type == "cuda" else 2**11
 
 
 def eval_batch_samples(device: torch.device) -> int:
@@ -290,7 +298,7 @@ def evaluate(
         "occupancy_warmup_steps", "background_collapse", "images": [{"index", "name", "psnr_db",
         "ssim", "background_psnr_db"}]}`` (the keys of :func:`summary_metrics` too), also written
         to ``eval.json`` when the trainer has a run directory. ``background_collapse`` is the
-        warning of :func:`trainer.train.collapse.collapse_message` (also issued as a
+        warning of :func:`trainer.contract.evaluation.collapse_message` (also issued as a
         ``UserWarning``) or None.
     """
     import cv2
