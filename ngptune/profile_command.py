@@ -410,7 +410,7 @@ def summary_lines(summary: "pd.DataFrame", checks: list, evaluation: dict | None
     the named phases cover, the job's throughput (and each rank's own, with several), the
     evaluation's PSNR when there was one, and each fired diagnosis with its evidence and knob (or
     that none fired and how many checks ran)."""
-    from trainer.schema import quantity_text as q
+    from trainer.contract import quantity_text as q
 
     lines: list[str] = []
     if summary is not None and len(summary):

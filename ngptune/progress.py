@@ -1,5 +1,5 @@
 """Progress of trainer runs the driver started (``ngptune profile``, ``ngptune train-many``), read
-from what the runs write: rank 0's ``metrics.jsonl`` records (:mod:`trainer.schema`).
+from what the runs write: rank 0's ``metrics.jsonl`` records (:mod:`trainer.contract.metrics`).
 
 :class:`RunsProgress` shows one row per run: on a terminal a rich table redrawn in place (name,
 bar, ``step N/T``, ETA, samples/s; four short columns, so it fits 80 columns), off a terminal one
