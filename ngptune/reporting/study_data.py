@@ -28,7 +28,6 @@ from trainer.contract import (
 )
 
 __all__ = [
-    "FLOAT_FORMAT",
     "OUTCOMES",
     "CONFIRMATION_ATTR",
     "StudyReportError",
@@ -65,7 +64,6 @@ STATE_OUTCOME: dict[TrialState, str] = {
 DICT_ATTRS = ("settings", "nccl_env", "nccl_applied", "objectives", "phase_ms")
 
 
-FLOAT_FORMAT = "{:.6g}"
 
 # Study user attributes a sweep worker sets when it starts (ngptune.tuning.provenance writes them).
 CONFIRMATION_ATTR = "confirmation"  #: the confirmation's re-runs and verdict (ngptune.tuning.confirm)

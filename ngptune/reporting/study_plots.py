@@ -20,7 +20,6 @@ from plotly.subplots import make_subplots
 
 from ngptune.reporting.html import figure_html, text_html
 from ngptune.reporting.study_data import (
-    FLOAT_FORMAT,
     StudyView,
     objective_values,
     phase_order,
@@ -28,6 +27,7 @@ from ngptune.reporting.study_data import (
 )
 from ngptune.reporting.study_confirmation import ConfirmationSummary
 from ngptune.reporting.study_recommendation import change_text
+from trainer.contract import quantity_text
 
 __all__ = ["Comparison", "absent", "confirmation_bars", "optuna_figure", "per_objective", "plotted_study"]
 
@@ -103,6 +103,25 @@ def plotted_study(view: StudyView) -> optuna.Study:
                                           user_attrs=t.user_attrs, intermediate_values=t.intermediate_values)
         copy.add_trial(t)
     return copy
+
+
+def readable_axis_labels(fig: go.Figure, names: list[str]) -> go.Figure:
+    """Optuna's parallel-coordinate figure with its axis labels whole: Optuna cuts a name of 20
+    characters or more to 17 and ``...`` (``parallel.num_subg...``); each label is replaced by the
+    one of ``names`` (the objectives and parameters) it was cut from, broken after its dots
+    (``parallel.<br>num_subgrids``), with room below the axes for the extra lines."""
+    ticks = list(fig.layout.xaxis.ticktext or [])
+    if not ticks:
+        return fig
+    whole = []
+    for tick in ticks:
+        cut = tick.endswith("...")
+        found = next((n for n in names if n == tick or (cut and n.startswith(tick[:-3]))), tick)
+        whole.append(found.replace(".", ".<br>"))
+    lines = max(label.count("<br>") + 1 for label in whole)
+    fig.update_xaxes(ticktext=whole)
+    fig.update_layout(margin={"b": 40 + 18 * lines})
+    return fig
 
 
 def per_objective(view: StudyView, plot: Callable[..., go.Figure], *, lower_is_better: bool = False) -> str:
@@ -185,8 +204,8 @@ class Comparison:
     def bars(self, values: dict[str, list[float]], title: str) -> go.Figure:
         """One subplot per quantity, one bar per trial."""
         fig = make_subplots(rows=1, cols=len(values), subplot_titles=list(values))
-        for col, column in enumerate(values.values(), start=1):
-            text = [FLOAT_FORMAT.format(v) if math.isfinite(v) else "" for v in column]
+        for col, (name, column) in enumerate(values.items(), start=1):
+            text = [quantity_text(name, v) if math.isfinite(v) else "" for v in column]
             fig.add_trace(go.Bar(x=self.labels, y=column, marker_color=self.colors, showlegend=False,
                                  text=text, textposition="auto"), row=1, col=col)
         fig.update_layout(title=title, height=380)

@@ -40,7 +40,6 @@ from optuna.trial import FrozenTrial
 
 from ngptune.reporting.html import Section, figure_html, render_page, table_html, text_html
 from ngptune.reporting.study_data import (
-    FLOAT_FORMAT,
     QUALITY_COLUMNS,
     StudyReportError,
     quality_values,
@@ -58,7 +57,9 @@ from ngptune.reporting.study_data import (
 from ngptune.reporting.study_recommendation import Recommendation, best_heading, change_text, recommendation
 from ngptune.reporting.study_sampling import SETUP_ATTR, sampling_facts
 from ngptune.reporting.study_confirmation import confirmation_summary, spread_text
-from ngptune.reporting.study_plots import Comparison, absent, confirmation_bars, optuna_figure, per_objective, plotted_study
+from ngptune.reporting.study_plots import (
+    Comparison, absent, confirmation_bars, optuna_figure, per_objective, plotted_study, readable_axis_labels,
+)
 from ngptune.reporting.study_summary import print_summary, write_trials_csv
 
 __all__ = [
@@ -137,7 +138,7 @@ def _pruning_section(view: StudyView) -> Section | None:
                        "second of training under a seconds budget."),
              optuna_figure(lambda: optuna.visualization.plot_intermediate_values(view.study))]
     if rows:
-        parts.append(table_html(pd.DataFrame(rows), float_format=FLOAT_FORMAT))
+        parts.append(table_html(pd.DataFrame(rows)))
     return Section("Pruned trials and intermediate values", "".join(parts))
 
 
@@ -159,7 +160,9 @@ def _parallel_section(view: StudyView) -> Section:
     elif not any(t.params for t in view.completed):
         body = absent("the completed trials have no sampled parameters.")
     else:
-        body = per_objective(view, optuna.visualization.plot_parallel_coordinate)
+        names = [*view.names, *dict.fromkeys(p for t in view.trials for p in t.params)]
+        body = per_objective(view, lambda study, **kw: readable_axis_labels(
+            optuna.visualization.plot_parallel_coordinate(study, **kw), names))
     return Section("Parallel coordinates", body)
 
 
@@ -181,15 +184,18 @@ def _best_vs_default_section(view: StudyView) -> Section:
         parts.append(text_html(f"Best = trial #{view.best[0].number} (study.best_trial)"
                                + (": the default itself; no trial beat it." if is_default else ".")))
     comparison = Comparison.of(view)
-    parts.append(figure_html(comparison.bars(comparison.objectives, "Objectives (single runs)")))
-    if comparison.run_metrics:
-        parts.append(figure_html(comparison.bars(
-            comparison.run_metrics,
-            "Run metrics, single runs (rank 0 metrics.jsonl: median throughput, last evaluation PSNR)")))
-    if comparison.phases_ms:
-        parts.append(figure_html(comparison.stacked_phases()))
+    if len(comparison.trials) > 1:  # bars side by side; the default alone has nothing to stand beside
+        parts.append(figure_html(comparison.bars(comparison.objectives, "Objectives (single runs)")))
+        if comparison.run_metrics:
+            parts.append(figure_html(comparison.bars(
+                comparison.run_metrics,
+                "Run metrics, single runs (rank 0 metrics.jsonl: median throughput, last evaluation PSNR)")))
+        if comparison.phases_ms:
+            parts.append(figure_html(comparison.stacked_phases()))
+    else:
+        parts.append(text_html("The best is the default trial: no chart, its values are in the table below."))
     parts.extend(text_html(note, "missing") for note in comparison.notes)
-    parts.append(table_html(comparison.table(with_change=view.default is not None), float_format=FLOAT_FORMAT))
+    parts.append(table_html(comparison.table(with_change=view.default is not None), quantity_column="quantity"))
     parts.append(_settings_diff_html(view, comparison.trials))
     return Section(best_heading(view, "Best vs default"), "".join(parts))
 
@@ -201,7 +207,7 @@ def _confirmation_runs_html(record: dict[str, Any]) -> str:
              **{c: (r.get("quality") or {}).get(c) for c in QUALITY_COLUMNS[:4]},
              "reason": r.get("reason", "")}
             for r in sorted(record["runs"], key=lambda r: (r["label"], r.get("trial", -1), r["index"]))]
-    return "<h3>Every re-run</h3>" + table_html(pd.DataFrame(rows), float_format=FLOAT_FORMAT)
+    return "<h3>Every re-run</h3>" + table_html(pd.DataFrame(rows))
 
 
 def _confirmation_section(view: StudyView) -> Section:
@@ -257,7 +263,7 @@ def _quality_section(view: StudyView) -> Section:
                                "confirmation re-runs above are). PSNR of the final evaluation (the same evenly "
                                "spaced held-out views for every trial) after each trial's budget, then speed; "
                                "changes against the default: PSNR in dB, times in seconds, the rest in percent."))
-        parts.append(table_html(table.rename_axis("quantity").reset_index(), float_format=FLOAT_FORMAT))
+        parts.append(table_html(table.rename_axis("quantity").reset_index(), quantity_column="quantity"))
     return Section(best_heading(view, "Quality and time: best vs default"), "".join(parts))
 
 
@@ -302,21 +308,36 @@ def _main_diagnosis(trial: FrozenTrial) -> str:
     return f"{top['bottleneck']} ({top.get('severity', '?')})"
 
 
+TRIALS_TABLE_LEFT_OUT = ("state", "rays_per_s", "samples_per_s", "samples_per_ray", "occupancy_fraction", "startup_s",
+                         "gpus")
+"""trials.csv columns the page's trials table leaves out to fit the page (the CSV has them)."""
+
+
 def _trials_section(view: StudyView) -> Section:
     df = view.frame.copy()
     param_cols = [c for c in df.columns if c.startswith("param_")]
     by_number = {t.number: t for t in view.trials}
-    df.insert(1, "role", [view.role(by_number[n]) for n in df["number"]])
-    df.insert(df.columns.get_loc("log_path"), "params",  # from the trial: an int stays an int
-              ["; ".join(f"{name}={category_text(v)}" for name, v in by_number[n].params.items()) for n in df["number"]])
+    df.insert(1, "trial", [f"#{n} {view.role(by_number[n])}".rstrip() for n in df["number"]])
+    # the outcome with its reason and, for a trial that did not complete, where its log is
+    df["outcome"] = [o if not r and o == "completed" else f"{o}: {r}" + (f"\nlog: {_short_path(log)}" if log else "")
+                     for o, r, log in zip(df["outcome"], df["reason"], df["log_path"])]
+    df.insert(df.columns.get_loc("log_path"), "params",  # from the trial: an int stays an int; one a line
+              ["\n".join(f"{name}={category_text(v)}" for name, v in by_number[n].params.items()) for n in df["number"]])
     df.insert(df.columns.get_loc("log_path"), "main_diagnosis", [_main_diagnosis(by_number[n]) for n in df["number"]])
     interconnects = [by_number[n].user_attrs.get("emulated_interconnect", "") for n in df["number"]]
     if any(i not in ("", "none") for i in interconnects):
         df.insert(df.columns.get_loc("log_path"), "emulated_interconnect", interconnects)
-    df = df.drop(columns=param_cols)
-    counts = ", ".join(f"{o}: {n}" for o, n in df["outcome"].value_counts().items())
-    table = f'<div style="overflow-x:auto">{table_html(df, float_format=FLOAT_FORMAT)}</div>'  # wide: scrolls
-    return Section("Trials", text_html(f"{len(df)} trials ({counts or 'none'}).") + table)
+    left_out = [c for c in TRIALS_TABLE_LEFT_OUT if c in df.columns and (c != "gpus" or not df[c].astype(bool).any())]
+    counts = ", ".join(f"{o}: {n}" for o, n in view.frame["outcome"].value_counts().items())
+    df = df.drop(columns=param_cols + left_out + ["number", "reason", "log_path"])
+    note = text_html(f"{len(df)} trials ({counts or 'none'}). trials.csv has every column, and each log's full path.")
+    return Section("Trials", note + f'<div class="wide">{table_html(df)}</div>')
+
+
+def _short_path(path: Any) -> str:
+    """A log path by its file and the two folders above it (the trial's), for the trials table."""
+    parts = Path(str(path)).parts
+    return str(Path(*parts[-3:])) if len(parts) > 3 else str(path)
 
 
 def _diagnoses_section(view: StudyView) -> Section:

@@ -11,7 +11,6 @@ from rich.console import Console
 
 from ngptune.console import make_console
 from ngptune.reporting.study_data import (
-    FLOAT_FORMAT,
     QUALITY_COLUMNS,
     StudyView,
     cell_text,
@@ -23,6 +22,8 @@ from ngptune.reporting.study_data import (
 from ngptune.reporting.study_confirmation import confirmation_summary, spread_text
 from ngptune.reporting.study_recommendation import best_heading, change_text, recommendation
 from rich.table import Table
+
+from trainer.contract import quantity_text
 
 __all__ = ["print_summary", "write_trials_csv"]
 
@@ -36,8 +37,9 @@ def write_trials_csv(study: optuna.Study, path: Path) -> Path:
     return write_text(Path(path), trials_frame(study).to_csv(index=False), "the trials CSV")
 
 
-def _fmt(value: float) -> str:
-    return "" if value is None or not math.isfinite(value) else FLOAT_FORMAT.format(value)
+def _fmt(name: str, value: float) -> str:
+    """``value`` of the quantity ``name`` with its unit and readable precision (``34.22 dB``)."""
+    return "" if value is None or not math.isfinite(value) else quantity_text(name, value)
 
 
 def _confirmation_table(view: StudyView) -> Table | None:
@@ -99,7 +101,7 @@ def print_summary(study: optuna.Study, console: Console | None = None, show_reco
         quality.add_column(f"{view.label(t)}, single run", justify="right")
     rows = [quality_values(t) for t in compared]
     for column in QUALITY_COLUMNS:
-        quality.add_row(f"{column} (dB)" if column == "psnr_db" else column, *(_fmt(r[column]) for r in rows))
+        quality.add_row(column, *(_fmt(column, r[column]) for r in rows))
     console.print(quality)
     default_values = objective_values(view.default, view.names) if view.default is not None else None
     versus = Table(title=best_heading(view, "Best vs default"))
@@ -113,7 +115,8 @@ def print_summary(study: optuna.Study, console: Console | None = None, show_reco
         if change and view.default is not None and best.number != view.default.number \
                 and best.params == view.default.params:
             change = f"{change} (same settings as the default: run-to-run noise)"
-        versus.add_row(f"{name} ({view.direction_word(i)})", _fmt(default), _fmt(best.values[i]), f"#{best.number}", change)
+        versus.add_row(f"{name} ({view.direction_word(i)})", _fmt(name, default),
+                       _fmt(name, best.values[i]), f"#{best.number}", change)
     console.print(versus)
 
     settings = Table(title="Best settings" + (" (Pareto front)" if view.multi_objective else ""))

@@ -295,10 +295,10 @@ def test_report_single_objective(single_study: optuna.Study, tmp_path: Path) -> 
     assert "Run metrics, single runs (rank 0 metrics.jsonl" in text
     assert "Run metrics absent: trial #1" not in text
     # run metrics: median throughput (950, 1500), last PSNR (21.5, 22.25)
-    assert "run throughput_samples_per_s\t950\t1500\t+57.9 %" in text
-    assert "run eval_psnr_db\t21.5\t22.25\t+0.75 dB" in text  # a PSNR gain in dB, never in percent
-    assert "comm_ms\t30\t8\t-22 ms" in text
-    assert "parallel.mode=subgrid; parallel.num_subgrids=4; training.lr=0.02" in text  # an int stays an int
+    assert "run throughput_samples_per_s\t950 samples/s\t1.50 k samples/s\t+57.9 %" in text
+    assert "run eval_psnr_db\t21.50 dB\t22.25 dB\t+0.75 dB" in text  # a PSNR gain in dB, never in percent
+    assert "comm_ms\t30.0 ms\t8.0 ms\t-22 ms" in text
+    assert "parallel.mode=subgrid\nparallel.num_subgrids=4\ntraining.lr=0.02" in text  # an int stays an int
     # settings that differ: mode, num_subgrids (absent in the default), lr; n_steps is equal
     assert "parallel.mode\tdata\tsubgrid" in text
     assert "training.lr\t0.01\t0.02" in text
@@ -409,7 +409,7 @@ def _summary(study: optuna.Study) -> list[str]:
 def test_summary_single_objective(single_study: optuna.Study) -> None:
     lines = _summary(single_study)
     assert "completed 3" in lines and "pruned 1" in lines and "failed 1" in lines
-    assert "throughput_samples_per_s (max) 1000 1500 #1 +50.0 %" in lines  # a single run is never called better
+    assert "throughput_samples_per_s (max) 1.00 k samples/s 1.50 k samples/s #1 +50.0 %" in lines  # never "better"
     assert "No confirmation re-runs are recorded: every number below is a single run." in lines
     assert "parallel.mode data subgrid" in lines
     assert "parallel.num_subgrids 4" in lines
@@ -427,7 +427,7 @@ def _default_then_one(tmp_path: Path, default: float, mode: str, value: float) -
 
 def test_summary_calls_a_gain_between_identical_settings_noise(tmp_path: Path) -> None:
     lines = _default_then_one(tmp_path, 1000.0, "data", 1162.0)
-    assert "throughput_samples_per_s (max) 1000 1162 #1 +16.2 % (same settings as the default: run-to-run noise)" in lines
+    assert "throughput_samples_per_s (max) 1.00 k samples/s 1.16 k samples/s #1 +16.2 % (same settings as the default: run-to-run noise)" in lines
 
 
 def test_summary_shows_the_default_once_when_it_is_the_best(tmp_path: Path) -> None:
@@ -438,8 +438,8 @@ def test_summary_shows_the_default_once_when_it_is_the_best(tmp_path: Path) -> N
 
 def test_summary_two_objectives_and_failed(pareto_study: optuna.Study, failed_study: optuna.Study) -> None:
     lines = _summary(pareto_study)
-    assert "psnr_at_budget_db (max) 20 24 #1 +4 dB" in lines  # a PSNR change is a difference in dB
-    assert "throughput_samples_per_s (max) 1000 1400 #2 +40.0 %" in lines
+    assert "psnr_at_budget_db (max) 20.00 dB 24.00 dB #1 +4 dB" in lines  # a PSNR change is a difference in dB
+    assert "throughput_samples_per_s (max) 1.00 k samples/s 1.40 k samples/s #2 +40.0 %" in lines
     assert "parameter default #0 Pareto #1 Pareto #2" in lines
     assert "parallel.mode data data subgrid" in lines
     assert "training.lr 0.01 0.03 0.02" in lines
@@ -587,8 +587,9 @@ def test_a_best_that_was_not_confirmed_leads_with_the_default_recommended(tmp_pa
     assert "Best single run: trial #1. Recommended: trial #0 (the default), not confirmed by re-runs." in text
     assert "Quality and time: best vs default (single runs)" in text
     assert "Best vs default (single runs)" in text
-    changes = ["psnr_db (dB)\t24\t24.8\t+0.8 dB", "train_time_s\t30\t29.5\t-0.5 s",
-               "samples_per_s\t1e+06\t1.2e+06\t+20.0 %", "psnr_at_budget_db (max)\t24\t24.8\t+0.8 dB"]
+    changes = ["psnr_db (dB)\t24.00 dB\t24.80 dB\t+0.8 dB", "train_time_s\t30.0 s\t29.5 s\t-0.5 s",
+               "samples_per_s\t1.00 M samples/s\t1.20 M samples/s\t+20.0 %",
+               "psnr_at_budget_db (max)\t24.00 dB\t24.80 dB\t+0.8 dB"]
     assert [row for row in changes if row not in text] == []
     assert "better" not in text.split("Quality and time")[1].split("Trials")[0]
 
@@ -598,7 +599,7 @@ def test_a_default_that_won_its_single_run_is_shown_beside_the_runner_up(tmp_pat
     lines = _summary(study)
     assert lines[0].startswith("Trial #1 is recommended: confirmed: trial 1 beats the default")
     assert "quantity default #0, single run runner-up #1, single run" in lines
-    assert "psnr_db (dB) 25 24" in lines
+    assert "psnr_db 25.00 dB 24.00 dB" in lines
 
 
 class _Tables(html.parser.HTMLParser):
@@ -680,4 +681,66 @@ def test_the_terminal_summary_leads_with_a_recommendation_that_was_not_confirmed
     recommended = next(i for i, line in enumerate(lines) if line.startswith("The default (trial #0) is recommended"))
     assert recommended == 0 < first_table  # before the outcome table too
     assert "Best vs default (single runs)" in lines
-    assert "psnr_at_budget_db (max) 24 24.8 #1 +0.8 dB" in lines
+    assert "psnr_at_budget_db (max) 24.00 dB 24.80 dB #1 +0.8 dB" in lines
+
+
+LAYOUT_PROBE = """() => {
+  const section = document.querySelector('section#trials');
+  const table = section.querySelector('table');
+  const rows = [...table.querySelectorAll('tbody tr')].map(r => r.getBoundingClientRect().height);
+  const cellAlign = (tableEl, header) => {
+    const heads = [...tableEl.querySelectorAll('thead th')].map(h => h.textContent);
+    const i = heads.indexOf(header);
+    return [...tableEl.querySelectorAll('tbody tr')].map(r => getComputedStyle(r.children[i]).textAlign);
+  };
+  const bottlenecks = document.querySelector('section#bottlenecks-per-trial table');
+  const labels = [];
+  for (const plot of document.querySelectorAll('section#parallel-coordinates div.plotly-graph-div')) {
+    const svg = plot.querySelector('svg.main-svg').getBoundingClientRect();
+    for (const t of plot.querySelectorAll('g.xtick text')) {
+      const box = t.getBoundingClientRect();
+      labels.push({text: t.textContent, inside: box.left >= svg.left - 1 && box.right <= svg.right + 1
+                   && box.top >= svg.top - 1 && box.bottom <= svg.bottom + 1, left: box.left, right: box.right,
+                   top: box.top, bottom: box.bottom});
+    }
+  }
+  return {tableWidth: table.getBoundingClientRect().width, sectionWidth: section.getBoundingClientRect().width,
+          tallestRow: Math.max(...rows), evidence: cellAlign(bottlenecks, 'evidence'),
+          numbers: cellAlign(table, 'duration_s'), labels: labels};
+}"""
+
+
+def test_the_report_reads_as_a_person_reads_it(single_study: optuna.Study, tmp_path: Path) -> None:
+    """Units and precision in the tables, a trials table that fits the page with short rows,
+    left-aligned text, whole parallel-coordinate labels."""
+    path = write_study_report(single_study, tmp_path / "report", title="Sweep single", nccl_active=False)
+    view = view_in_browser(path, probe=LAYOUT_PROBE)
+    assert view.errors == [] and view.plots_rendered == view.plots_total
+    text, layout = view.text, view.probe
+    assert "run throughput_samples_per_s\t950 samples/s\t1.50 k samples/s\t+57.9 %" in text
+    assert "run eval_psnr_db\t21.50 dB\t22.25 dB\t+0.75 dB" in text
+    assert "12.5 s" in text.split("Trials\n")[-1]  # a trial's duration
+    assert layout["tableWidth"] <= layout["sectionWidth"] + 1, layout  # no sideways scrolling
+    assert layout["tallestRow"] < 120, layout
+    assert set(layout["evidence"]) == {"left"} and set(layout["numbers"]) == {"right"}, layout
+    labels = layout["labels"]
+    assert {label["text"] for label in labels} == {"throughput_samples_per_s", "parallel.mode",
+                                                   "parallel.num_subgrids", "training.lr"}, labels  # whole names
+    assert all(label["inside"] for label in labels), labels  # no label cut at the figure's edge
+    ordered = sorted(labels, key=lambda label: label["left"])
+    for a, b in zip(ordered, ordered[1:]):  # neighbours do not overlap
+        assert a["right"] <= b["left"] + 1 or a["bottom"] <= b["top"] + 1 or b["bottom"] <= a["top"] + 1, (a, b)
+
+
+def test_no_one_bar_chart_when_the_best_is_the_default(tmp_path: Path) -> None:
+    study = optuna.create_study(study_name="default-best", direction="maximize")
+    study.set_metric_names(["psnr_at_budget_db"])
+    _run_trial(study, tmp_path, {"parallel.mode": "data", "training.lr": 0.01}, values=[24.0],
+               phase_ms=PHASES_DEFAULT, metrics=[(900.0, None), (1000.0, 21.5)])
+    _run_trial(study, tmp_path, {"parallel.mode": "data", "training.lr": 0.03}, values=[22.0])
+    path = write_study_report(study, tmp_path / "report", title="Default best", nccl_active=False)
+    view = view_in_browser(path)
+    section = view.text.split("vs default\n")[-1].split("Trials\n")[0]
+    assert "The best is the default trial: no chart, its values are in the table below." in section
+    assert "Objectives" not in section and "Step-time breakdown" not in section
+    assert "psnr_at_budget_db (max)\t24.00 dB" in section

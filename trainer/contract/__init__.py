@@ -42,9 +42,10 @@ FACE: dict[str, tuple[str, ...]] = {
     "runstatus": (
         "COMPLETED", "FAILED", "INTERRUPTED", "REASON_KEY", "RUN_DIR_KEY", "RUNNING", "STATE_KEY", "TRAIN_START_KEY",
         "WARNING_PREFIX", "error_or_last_line", "is_completed", "last_error_message", "plain_warning_format",
-        "print_error", "state_of",
+        "print_error", "state_of", "summary_line", "SUMMARY_PREFIX",
     ),
-    "metrics": ("METRICS_COLUMNS", "PHASES", "Column", "MetricsError", "phase_column", "read_metrics"),
+    "metrics": ("METRICS_COLUMNS", "PHASES", "Column", "MetricsError", "number_text", "phase_column", "quantity_text",
+                "read_metrics", "si_number", "unit_of"),
     "evaluation": (
         "COLLAPSE_CURES", "COLLAPSE_MARGIN_DB", "EVALUATION_KEYS", "EvaluationError", "collapse_gap_db",
         "collapse_message", "past_occupancy_warmup", "read_evaluation",

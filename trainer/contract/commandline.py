@@ -270,7 +270,15 @@ def add_render_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nproc-per-node", type=int, default=None, help="split the frames across N ranks (gloo)")
     p.add_argument("--scene", type=Path, default=None, help="the scene, when it moved since training (default: the run's)")
     p.add_argument("--device", default=None, help="cpu | cuda | cuda:N (default: the run's training.device)")
+    p.add_argument("--compare", action="store_true",
+                   help="test/train/val views: also write <view>_compare.png, the render beside the ground truth")
     p.add_argument("--seed", type=int, default=1337, help="seed of the jitter of --spp > 1 (default 1337)")
+    _add_threads_and_quiet(p)
+
+
+def _add_threads_and_quiet(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cpu-threads", type=int, default=None, metavar="N",
+                   help="intra-op threads of each rank on a CPU (default: the run's training.cpu_threads; 0: cores // ranks)")
     p.add_argument("--quiet", action="store_true", help="no progress display")
 
 
@@ -278,7 +286,7 @@ def _add_export_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", type=Path, help="run folder, snapshot file or checkpoint folder")
     p.add_argument("--scene", type=Path, default=None, help="the scene, when it moved since training (default: the run's)")
     p.add_argument("--device", default=None, help="cpu | cuda | cuda:N (default: the run's training.device)")
-    p.add_argument("--quiet", action="store_true", help="no progress display")
+    _add_threads_and_quiet(p)
 
 
 def _add_min_views(p: argparse.ArgumentParser, what: str) -> None:

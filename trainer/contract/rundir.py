@@ -9,7 +9,10 @@
       eval.json              per-image and mean PSNR/SSIM of the last evaluation
       eval.step_<NNNNNNN>.json  an earlier run's evaluation, kept when a resumed run continues here
       renders/<split>_<NNN>.png
-      snapshots/step_<NNNNNNN>.pt   single-process snapshots (newest = highest step)
+      snapshots/step_<NNNNNNN>.pt   single-process snapshots (newest = highest step); a finished
+                             run keeps its final model here
+      final.pt               a snapshot in the root (``--save-snapshot RUN/final.pt``, as train-many
+                             wrote it): found when the run has no snapshots/ and no checkpoints/
       checkpoints/step_<NNNNNNN>/   sharded distributed checkpoints
       logs/rank<R>.log       text log of each rank
       traces/rank<R>.pt.trace.json  torch.profiler Chrome trace of rank R (profile.trace_steps)
@@ -82,6 +85,12 @@ def prepare_output_file(path: Path, what: str) -> Path:
 def atomic_write_text(path: Path, text: str) -> None:
     """Write ``text`` (UTF-8) to ``path`` atomically (see :func:`atomic_write`)."""
     atomic_write(path, lambda f: f.write(text.encode("utf-8")))
+
+
+def view_name(split: str, index: int) -> str:
+    """The file stem of view ``index`` (its position in the split) of ``split``: ``test_007``. The
+    evaluation's renders and ``render --cameras test`` name their PNGs so."""
+    return f"{split}_{index:03d}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,7 +187,7 @@ class RunDir:
         return self.root / "renders"
 
     def render_path(self, split: str, index: int) -> Path:
-        return self.renders_dir / f"{split}_{index:03d}.png"
+        return self.renders_dir / f"{view_name(split, index)}.png"
 
     @property
     def snapshots_dir(self) -> Path:
@@ -201,6 +210,20 @@ class RunDir:
     def latest_snapshot(self) -> Path | None:
         snaps = self.snapshots()
         return snaps[-1][1] if snaps else None
+
+    @property
+    def root_snapshot_path(self) -> Path:
+        """``final.pt`` in the run's root: a snapshot that ``--save-snapshot RUN/final.pt`` put
+        there (train-many's runs of earlier versions); read only when :meth:`snapshots` is empty."""
+        return self.root / "final.pt"
+
+    def model_snapshot(self) -> Path | None:
+        """The snapshot holding the run's newest single-process model: the newest of
+        ``snapshots/``, else ``final.pt`` in the root, else None."""
+        newest = self.latest_snapshot()
+        if newest is None and self.root_snapshot_path.is_file():
+            return self.root_snapshot_path
+        return newest
 
     @property
     def checkpoints_dir(self) -> Path:

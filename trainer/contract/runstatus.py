@@ -39,6 +39,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from trainer.contract.metrics import quantity_text
+
 STATE_KEY = "state"
 REASON_KEY = "reason"
 RUN_DIR_KEY = "run_dir"
@@ -64,6 +66,40 @@ WARNING_PREFIX = "warning: "
 
 # torch.distributed's prefix on lines a rank prints after joining a group.
 _RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s?")
+
+
+SUMMARY_PREFIX = "trained to step "
+"""Start of :func:`summary_line` for a run that trained (the launcher's follower leaves rank 0's
+copy of it out: the launcher prints its own)."""
+
+
+def summary_line(status: Mapping[str, Any]) -> str:
+    """One readable line from a finished run's ``status.json``: steps and training time, what
+    stopped it early, restarts, throughput, the evaluation; ``""`` when there is nothing to say.
+    Printed before the JSON line that ends a run's output."""
+    parts = []
+    if isinstance(status.get("step"), int):
+        took = status.get("train_time_s")
+        parts.append(f"{SUMMARY_PREFIX}{status['step']}" + (f" in {took:.1f} s" if isinstance(took, (int, float)) else ""))
+        if status.get("stopped_by") == "time_budget":
+            parts[-1] += " (the time budget)"
+    restarts = status.get(RESTART_COUNT_KEY)
+    if isinstance(restarts, int) and restarts > 0:
+        resumed = status.get("resumed_from")
+        at = f" at step {status['resumed_from_step']}" if isinstance(status.get("resumed_from_step"), int) else ""
+        parts.append(f"after {restarts} restart{'s' if restarts != 1 else ''}"
+                     + (f" (resumed from {resumed}{at})" if resumed else " (from the start: no checkpoint)"))
+    if isinstance(status.get("throughput_samples_per_s"), (int, float)):
+        parts.append(quantity_text("throughput_samples_per_s", status["throughput_samples_per_s"]))
+    if isinstance(status.get("eval_psnr_db"), (int, float)):
+        took = status.get("eval_time_s")
+        parts.append(f"evaluation on {status.get('eval_split', 'test')}: PSNR {status['eval_psnr_db']:.2f} dB"
+                     + (f", SSIM {status['eval_ssim']:.3f}" if isinstance(status.get("eval_ssim"), (int, float)) else "")
+                     + (f" ({took:.1f} s)" if isinstance(took, (int, float)) else ""))
+    model = status.get("snapshot") or status.get("checkpoint")
+    if parts and isinstance(model, str):
+        parts.append(f"model: {model}")
+    return ", ".join(parts)
 
 
 def failed_fields(reason: str, *, failed_rank: int | None = None, failed_log: str | None = None) -> dict[str, Any]:

@@ -2,8 +2,9 @@
 
 What is accepted, and which config builds the model:
 
-* a run folder (``RUN_DIR``): its newest single-process snapshot (``snapshots/step_N.pt``) or its
-  newest complete distributed checkpoint (``checkpoints/step_N/``), whichever has the higher step;
+* a run folder (``RUN_DIR``): its newest single-process snapshot (``snapshots/step_N.pt``, else a
+  ``final.pt`` in its root: :meth:`~trainer.rundir.RunDir.model_snapshot`) or its newest complete
+  distributed checkpoint (``checkpoints/step_N/``), whichever has the higher step;
   the model is built from the run's ``config.json`` (so a snapshot copied in from another run is
   refused, naming the entry whose shape differs);
 * a snapshot file: the config stored in it;
@@ -30,7 +31,7 @@ from trainer.contract.config import TrainConfig, apply_overrides, config_from_di
 from trainer.contract.errors import ConfigError, SceneError, SnapshotError
 from trainer.contract.rundir import RunDir
 
-__all__ = ["LoadedModel", "check_model_path", "find_model_source", "load_model", "precision_autocast"]
+__all__ = ["LoadedModel", "check_model_path", "find_model_source", "load_model", "model_config", "precision_autocast"]
 
 
 @dataclasses.dataclass
@@ -90,17 +91,27 @@ def find_model_source(path: Path) -> tuple[str, Path, Path | None]:
         return "snapshot", path, None
     run = RunDir(path)
     checkpoint = latest_checkpoint(path)
-    snapshots = run.snapshots()
+    snapshot = run.model_snapshot()
     config = run.config_path if run.config_path.is_file() else None
-    if checkpoint is None and not snapshots:
+    if checkpoint is None and snapshot is None:
         raise SnapshotError(
-            f"{path}: no snapshot (snapshots/step_N.pt) and no complete checkpoint (checkpoints/step_N/) in this "
-            "folder; train with --snapshot-every N or --save-snapshot FILE to keep the model"
+            f"{path}: no snapshot (snapshots/step_N.pt or final.pt) and no complete checkpoint (checkpoints/step_N/) "
+            "in this folder; a run that finishes keeps its model there, and --snapshot-every N keeps one along the way"
         )
-    if checkpoint is not None and (not snapshots or _checkpoint_step(checkpoint) >= snapshots[-1][0]):
+    if checkpoint is not None and (snapshot is None or _checkpoint_step(checkpoint) >= _snapshot_step(run, snapshot)):
         in_run = config if checkpoint.parent.parent == path else None
         return "checkpoint", checkpoint, in_run
-    return "snapshot", snapshots[-1][1], config
+    return "snapshot", snapshot, config
+
+
+def _snapshot_step(run: RunDir, snapshot: Path) -> int:
+    """The step of a run's snapshot: from its name in ``snapshots/``, else from the file."""
+    for step, path in run.snapshots():
+        if path == snapshot:
+            return step
+    from trainer.train.snapshot import load_snapshot
+
+    return int(load_snapshot(snapshot)["step"])
 
 
 def _checkpoint_step(folder: Path) -> int:
@@ -154,6 +165,25 @@ def _load_scene(cfg: TrainConfig, scene_path: Path | None) -> Any:
                           aabb_scale=cfg.data.aabb_scale)
     except SceneError as exc:
         raise SceneError(f"{exc} (the run's scene, data.scene; give another place with --scene)") from None
+
+
+def model_config(path: Path) -> TrainConfig:
+    """The config the model at ``path`` (as :func:`load_model` takes it) was trained with, without
+    building the model (a launcher's opening line: device, threads).
+
+    Raises:
+        SnapshotError: as :func:`find_model_source`, or no readable config.
+    """
+    kind, source, run_config = find_model_source(Path(path))
+    if run_config is not None:
+        return _read_run_config(run_config)
+    if kind == "snapshot":
+        from trainer.train.snapshot import load_snapshot
+
+        return _config_from(load_snapshot(source).get("config"), source)
+    from trainer.parallel.checkpoint import load_meta
+
+    return _config_from(load_meta(source).get("config"), source / "meta.json")
 
 
 def load_model(path: Path, scene_path: Path | None = None, device: str | None = None) -> LoadedModel:

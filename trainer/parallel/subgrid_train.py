@@ -250,9 +250,8 @@ class SubgridTrainer(DistributedTrainerBase):
     def _interval_record(self, interval: dict, loss_sum: torch.Tensor, mse_sum: torch.Tensor) -> dict[str, Any]:
         # every rank sees the same rays and samples: the job's throughput is one rank's
         record = super()._interval_record(interval, loss_sum, mse_sum)
-        if self.rank == 0:
-            for key in ("rays_per_step", "samples_per_step", "rays_per_s", "throughput_samples_per_s"):
-                record[key] /= self.world_size
+        for key in ("rays_per_step", "samples_per_step", "rays_per_s", "throughput_samples_per_s"):
+            record[key] /= self.world_size
         return record
 
     # ------------------------------------------------------------------ evaluation

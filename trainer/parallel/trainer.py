@@ -138,14 +138,15 @@ class DistributedTrainerBase(Trainer, metaclass=abc.ABCMeta):
             dist.barrier()
 
     def _time_budget_spent(self, time_budget_s: float) -> bool:
-        """All ranks stop together: the slowest rank's training time decides. Checked every
+        """All ranks stop together: the slowest rank's projected training time decides
+        (:meth:`~trainer.train.loop.Trainer.projected_train_time_s`). Checked every
         :data:`BUDGET_CHECK_EVERY` steps; over NCCL the decision uses the value agreed at the
         previous check (up to that many steps late), so the check never waits for the GPU."""
         if not self.distributed:
             return super()._time_budget_spent(time_budget_s)
         if self.step % BUDGET_CHECK_EVERY:
             return False
-        spent = torch.tensor([self.train_time_s], dtype=torch.float64, device=self._comm_device())
+        spent = torch.tensor([self.projected_train_time_s()], dtype=torch.float64, device=self._comm_device())
         agreed = HostCopy(self._all_reduce_(spent, dist.ReduceOp.MAX))
         if spent.device.type != "cuda":
             return float(agreed.value()) >= time_budget_s
@@ -189,14 +190,15 @@ class DistributedTrainerBase(Trainer, metaclass=abc.ABCMeta):
         acc, self._acc = self._acc, self._new_accumulators()
         steps = max(acc["steps"], 1.0)
         record.update(rank=self.rank, world_size=self.world_size, imbalance=acc["imbalance"] / steps)
-        if self.rank == 0:  # metrics.jsonl: the job's throughput (rates over the timed steps)
-            timed = max(interval["steps"] - interval.get("untimed", 0), 1) / max(interval["steps"], 1)
-            record.update(
-                rays_per_step=acc["global_rays"] / steps,
-                samples_per_step=acc["global_samples"] / steps,
-                rays_per_s=acc["global_rays"] * timed / elapsed_s,
-                throughput_samples_per_s=acc["global_samples"] * timed / elapsed_s,
-            )
+        # every rank records the job's throughput (from the gathered rows, rates over the timed
+        # steps) beside its own (rank_*)
+        timed = max(interval["steps"] - interval.get("untimed", 0), 1) / max(interval["steps"], 1)
+        record.update(
+            rays_per_step=acc["global_rays"] / steps,
+            samples_per_step=acc["global_samples"] / steps,
+            rays_per_s=acc["global_rays"] * timed / elapsed_s,
+            throughput_samples_per_s=acc["global_samples"] * timed / elapsed_s,
+        )
         return record
 
     def _broadcast_result(self, result: dict[str, Any] | None) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from trainer.data.images import PixelTable, load_pixel_table
 from trainer.data.rays import camera_rays_for_image, composite_background
 from trainer.metrics_image import SSIM_WINDOW, affine_colour_psnr, mse_to_psnr, psnr, ssim
 from trainer.render.volrend import EARLY_STOP_TRANSMITTANCE, RenderedRays, composite
-from trainer.render.march import PackedSamples
+from trainer.render.march import PackedSamples, ray_batches
 from trainer.contract.rundir import RunDir
 from trainer.contract.evaluation import collapse_message
 from trainer.train.precision import autocast
@@ -35,6 +35,7 @@ class Evaluated(Protocol):
     run_dir: RunDir | None
     step: int
     eval_progress: Callable[[int, int, dict[str, Any]], None] | None
+    eval_rays_progress: Callable[[int, int], None] | None
 
     def march(self, rays_o: torch.Tensor, rays_d: torch.Tensor, jitter: bool,
               generator: torch.Generator | None = None) -> PackedSamples: ...
@@ -142,13 +143,20 @@ def render_ray_buffers(
     spp: int = 1,
     generator: torch.Generator | None = None,
     render_samples: SampleRenderer | None = None,
+    batch_samples: int | None = None,
+    on_rays: Callable[[int], None] | None = None,
 ) -> RenderedRays:
     """Render rays with the current field and occupancy grid, in chunks: colour, opacity and depth.
+
+    Each chunk of rays is marched at once; its samples go through the field in batches of whole
+    rays of at most ``batch_samples`` samples (:func:`trainer.render.march.ray_batches`).
 
     Args:
         rays_o, rays_d: [n, 3] float32 on the trainer's device (``rays_d`` unit length).
         background: [3] float32 colour composited behind the rays.
         chunk_rays: rays per chunk (default 2^18 on CUDA, 2^11 on CPU).
+        batch_samples: samples per field evaluation (default :func:`eval_batch_samples`).
+        on_rays: called with the number of rays (× ``spp``) each finished chunk rendered (progress).
         spp: renders averaged per ray (>= 1); with more than one, each marches with random
             first-sample offsets drawn from ``generator`` (instant-ngp's test-view ``spp``).
         generator: where the offsets come from (on the trainer's device); required when spp > 1.
@@ -168,7 +176,8 @@ def render_ray_buffers(
         raise ValueError(f"render_rays: spp must be >= 1 and needs a generator when > 1, got spp={spp}")
     render_samples = render_samples or field_sample_renderer(trainer)
     if chunk_rays is None:
-        chunk_rays = 2**18 if trainer.device.type == "cuda" else 2**11
+        chunk_rays = eval_chunk_rays(trainer.device)
+    batch_samples = batch_samples or eval_batch_samples(trainer.device)
     n_all, device = rays_o.shape[0], rays_o.device
     out = RenderedRays(torch.empty(n_all, 3, device=device), torch.empty(n_all, device=device),
                        torch.empty(n_all, device=device), torch.empty(n_all, device=device))
@@ -183,11 +192,34 @@ def render_ray_buffers(
                 total[0] += background
                 total[3] += 1.0
                 continue
-            for acc, value in zip(total, render_samples(samples, background, n)):
-                acc += value.float()
+            for first, end in ray_batches(samples, batch_samples):
+                rendered = render_samples(samples.rays(first, end), background, end - first)
+                for acc, value in zip(total, rendered):
+                    acc[first:end] += value.float()
         for buffer, acc in zip(out, total):
             buffer[start : start + n] = acc / spp
+        if on_rays is not None:
+            on_rays(n * spp)
     return out
+
+
+EVAL_BATCH_SAMPLES = {"cpu": 2**16, "cuda": 2**62}
+"""Samples per field evaluation when rendering (:func:`render_ray_buffers`): on a CPU small enough
+that the estimate's probe evaluates the field as the evaluation does (a whole chunk of 2^11 rays
+of 512 samples, 2^20, made the fox CPU line's estimate 3× too low and the evaluation slower:
+docs/benchmarks.md, "Evaluation on a CPU"); on a GPU no limit: a chunk of 2^18 rays is composited
+in one launch."""
+
+
+def eval_chunk_rays(device: torch.device) -> int:
+    """Rays marched at once when rendering (:func:`render_ray_buffers`): 2^18 on CUDA, 2^11 elsewhere."""
+    return 2**18 if device.type == "cuda" else 2**11
+
+
+def eval_batch_samples(device: torch.device) -> int:
+    """Samples per field evaluation on ``device`` (:data:`EVAL_BATCH_SAMPLES`; other device
+    types take the GPU's)."""
+    return EVAL_BATCH_SAMPLES.get(device.type, EVAL_BATCH_SAMPLES["cuda"])
 
 
 def render_rays(
@@ -198,13 +230,14 @@ def render_rays(
     chunk_rays: int | None = None,
     spp: int = 1,
     generator: torch.Generator | None = None,
+    on_rays: Callable[[int], None] | None = None,
 ) -> torch.Tensor:
     """The colour of :func:`render_ray_buffers` (same arguments): rgb [n, 3] float32 in [0, 1].
 
     Raises:
         ValueError: for ``spp < 1``, or ``spp > 1`` without a generator.
     """
-    return render_ray_buffers(trainer, rays_o, rays_d, background, chunk_rays, spp, generator).rgb
+    return render_ray_buffers(trainer, rays_o, rays_d, background, chunk_rays, spp, generator, on_rays=on_rays).rgb
 
 
 def ground_truth(table: PixelTable, position: int, background: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -259,7 +292,9 @@ def evaluate(
             ignored when ``render`` is given.
 
     After each scored view, ``trainer.eval_progress(done, total, image_record)`` is called when
-    it is set (the CLI prints progress lines with it).
+    it is set (the CLI prints progress lines with it); with the default renderer,
+    ``trainer.eval_rays_progress(rays_done, rays_total)`` after each chunk of rays too (rays × spp
+    of all chosen views).
 
     Raises:
         ValueError: ``spp`` outside [1, 64].
@@ -288,8 +323,18 @@ def evaluate(
             generator = torch.Generator(device=trainer.device)
             generator.manual_seed(trainer.cfg.training.seed)
 
+        rays_total = spp * sum(f.intrinsics.width * f.intrinsics.height for _, f in chosen)
+        rays_done = 0
+
+        def rays_rendered(n: int) -> None:
+            nonlocal rays_done
+            rays_done += n
+            report = getattr(trainer, "eval_rays_progress", None)
+            if report is not None:
+                report(rays_done, rays_total)
+
         def render(o: torch.Tensor, d: torch.Tensor, bg: torch.Tensor) -> torch.Tensor:
-            return render_rays(trainer, o, d, bg, spp=spp, generator=generator)
+            return render_rays(trainer, o, d, bg, spp=spp, generator=generator, on_rays=rays_rendered)
 
     images = []
     was_training = trainer.field.training

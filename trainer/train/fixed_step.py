@@ -249,6 +249,8 @@ class FixedCapacityStep:
             "samples_per_step": sums["samples"] / steps,
             "rays_per_s": sums["rays"] * per_s,
             "throughput_samples_per_s": sums["samples"] * per_s,
+            "rank_rays_per_s": sums["rays"] * per_s,
+            "rank_throughput_samples_per_s": sums["samples"] * per_s,
             "skipped_steps": int(sums["skipped"]),
             "samples_clipped": sums["samples_clipped"],
             "ray_capacity": self.ray_capacity,

@@ -322,6 +322,8 @@ class Trainer:
         self.samples_per_ray_ema: float | None = None
         # called after each scored view of an evaluation: (views done, views in all, image record)
         self.eval_progress: Callable[[int, int, dict[str, Any]], None] | None = None
+        self._step_s_by_kind: dict[bool, float] = {}  # occupancy-update step or not -> its last duration (s)
+        self.eval_rays_progress: Callable[[int, int], None] | None = None
         self.train_time_s = 0.0
         faults = phase_faults(cfg.faults, self.rank)
         self.timer = PhaseTimer(self.device, enabled=cfg.profile.phase_timers, faults=faults)
@@ -387,8 +389,23 @@ class Trainer:
         )
 
     def _time_budget_spent(self, time_budget_s: float) -> bool:
-        """Whether training time has reached the budget (distributed trainers agree across ranks)."""
-        return self.train_time_s >= time_budget_s
+        """Whether the next step would end past the budget: :meth:`projected_train_time_s` above
+        ``time_budget_s`` (distributed trainers agree across ranks). A run so stops within one step
+        of its budget, and never starts a step it expects to overrun it (the first step always runs)."""
+        return self.projected_train_time_s() > time_budget_s
+
+    def _is_occupancy_step(self, step: int) -> bool:
+        return step % self.cfg.training.occupancy_update_every == 0
+
+    def projected_train_time_s(self) -> float:
+        """Training time after the next step: ``train_time_s`` plus the last duration of a step
+        of its kind (one that updates the occupancy grid, or one that does not: on a CPU an update
+        step can take many times as long), or of the other kind before one of its own was timed."""
+        durations = self._step_s_by_kind
+        expected = durations.get(self._is_occupancy_step(self.step))
+        if expected is None:
+            expected = next((d for d in durations.values() if d is not None), 0.0)
+        return self.train_time_s + expected
 
     def _periodic_save(self) -> None:
         """The snapshot written every ``snapshot_every`` steps."""
@@ -856,6 +873,7 @@ class Trainer:
                 inject_step_faults(self.cfg.faults, self.rank, self.step)
                 self._trace_window_edge()
                 t_step = time.perf_counter()
+                occupancy_step = self._is_occupancy_step(self.step)
                 stats, loss, mse = self.train_step()
                 if stats.trained and not stats.skipped:  # an fp16 overflow step's loss is not data
                     loss_sum += loss
@@ -866,6 +884,7 @@ class Trainer:
                 interval["samples"] += stats.n_samples
                 interval["skipped"] += int(stats.skipped)
                 done = self.step >= n_steps
+                timed_step = startup_until is None
                 if startup_until is not None:  # a start-up step: its seconds are not training
                     if self.step >= startup_until or done:
                         self._synchronize()
@@ -879,7 +898,8 @@ class Trainer:
                 eval_now = bool(eval_every) and self.step % eval_every == 0 and not done
                 if self.step % t.log_every == 0 or done or eval_now:
                     self._synchronize()
-                    self.train_time_s += time.perf_counter() - t_step
+                    step_s = time.perf_counter() - t_step
+                    self.train_time_s += step_s
                     result = None
                     if eval_now:  # its PSNR goes into this step's record; its time is not training
                         t_eval = time.perf_counter()
@@ -889,7 +909,10 @@ class Trainer:
                             on_eval(result)
                     last_record = flush(result)
                 else:
-                    self.train_time_s += time.perf_counter() - t_step
+                    step_s = time.perf_counter() - t_step
+                    self.train_time_s += step_s
+                if timed_step:
+                    self._step_s_by_kind[occupancy_step] = step_s
                 if self.run_dir and snapshot_every and self.step % snapshot_every == 0:
                     self._periodic_save()
                 if on_step:
@@ -953,6 +976,8 @@ class Trainer:
             "samples_per_step": interval["samples"] / steps,
             "rays_per_s": interval["rays"] / steps * timed / elapsed_s,
             "throughput_samples_per_s": interval["samples"] / steps * timed / elapsed_s,
+            "rank_rays_per_s": interval["rays"] / steps * timed / elapsed_s,
+            "rank_throughput_samples_per_s": interval["samples"] / steps * timed / elapsed_s,
             "steps_per_s": timed / elapsed_s,
             "step_time_ms": step_time_ms,
             "occupancy_fraction": self.grid.occupancy_fraction(),
