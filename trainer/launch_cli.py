@@ -90,8 +90,9 @@ def launch_command(args: argparse.Namespace, train_argv: list[str]) -> int:
     if out is None:
         out = default_run_dir(scene_path_of(cfg))
         argv += ["--out", str(out)]
-    if not cfg.training.quiet:  # stdout: stderr is for errors (one line each)
-        print(opening_line(cfg, args, args.nproc_per_node * args.nnodes, args.nproc_per_node), flush=True)
+    # stdout: stderr is for errors (one line each); the opening line even when quiet (a profile reads it)
+    print(opening_line(cfg, args, args.nproc_per_node * args.nnodes, args.nproc_per_node), flush=True)
+    if not cfg.training.quiet:
         print(f"each rank's log: {RunDir(out).logs_dir}/rank<R>.log; rank 0's progress follows here", flush=True)
     follower = _rank0_follower(cfg, args, Path(out))
     try:
