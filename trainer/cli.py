@@ -33,6 +33,7 @@ from trainer.runstatus import (
     RUNNING,
     STATE_KEY,
     TRAIN_START_KEY,
+    diverged_fields,
     failed_fields,
     interrupted_fields,
     is_completed,
@@ -372,8 +373,11 @@ def run_distributed_training(cfg: TrainConfig, args: argparse.Namespace, env) ->
         return status
     except BaseException as exc:
         progress.close()
-        status.update(failure_status(exc))
-        raise
+        from trainer.parallel.checkpoint import latest_checkpoint
+
+        error = keeping_finite_model(exc, status, latest_checkpoint(run_dir.root))
+        status.update(failure_status(error))
+        raise error from exc.__cause__
     finally:
         if trainer is not None:
             trainer.close()
@@ -671,8 +675,9 @@ def run_training(cfg: TrainConfig, args: argparse.Namespace) -> dict[str, Any]:
         return status
     except BaseException as exc:
         progress.close()
-        status.update(failure_status(exc))
-        raise
+        error = keeping_finite_model(exc, status, run_dir.latest_snapshot())
+        status.update(failure_status(error))
+        raise error from exc.__cause__
     finally:
         if trainer is not None:
             trainer.close()
@@ -695,10 +700,28 @@ def _raise_terminated(signum: int, frame: Any) -> None:
     raise Terminated(f"terminated by signal {signum}")
 
 
+def keeping_finite_model(exc: BaseException, status: dict[str, Any], model_path: Path | None) -> BaseException:
+    """``exc``, or for a diverged run the same error naming its last finite model, ``model_path``
+    (the newest snapshot or checkpoint, all written before the divergence was found), which
+    ``status`` records as the run's ``snapshot`` / ``checkpoint``."""
+    from trainer.train.divergence import DivergedError
+
+    if not isinstance(exc, DivergedError):
+        return exc
+    if model_path is not None:
+        status["checkpoint" if Path(model_path).is_dir() else "snapshot"] = str(model_path)
+    return exc.keeping(model_path)
+
+
 def failure_status(exc: BaseException) -> dict[str, Any]:
-    """``status.json`` fields of a run that ended by ``exc``: interrupted (Ctrl-C, SIGTERM) or failed."""
+    """``status.json`` fields of a run that ended by ``exc``: interrupted (Ctrl-C, SIGTERM),
+    diverged (:class:`~trainer.train.divergence.DivergedError`) or failed."""
+    from trainer.train.divergence import DivergedError
+
     if isinstance(exc, (KeyboardInterrupt, Terminated)):
         return interrupted_fields(str(exc) or type(exc).__name__)
+    if isinstance(exc, DivergedError):
+        return diverged_fields(str(exc), exc.step, exc.tensor)
     return failed_fields(f"{type(exc).__name__}: {exc}")
 
 

@@ -17,11 +17,12 @@ outlives its trial.
 Outcomes (:func:`classify_exit` for a trial that ended by itself):
 
 * completed: exit status 0 and ``status.json`` says completed;
-* pruned: by the pruner (the caller's ``on_progress``), or out of memory ("out of memory" in the
-  launcher's error or a rank's log) — the configuration does not fit, which is a property of
-  the point, not a fault;
-* failed: a crash (exit status and the launcher's one-line error naming the rank), an NCCL error,
-  or no exit within the trial timeout (a hang; the trial is killed).
+* pruned: by the pruner (the caller's ``on_progress``);
+* failed: diverged (``status.json`` says ``diverged``: a NaN or infinite loss or parameter, with the
+  step and the tensor), out of memory ("out of memory" in the launcher's error or a rank's log:
+  the point did not run, so it has no value to compare, and the pruner must not read it as a
+  poor one), a crash (exit status and the launcher's one-line error naming the rank), an NCCL
+  error, or no exit within the trial timeout (a hang; the trial is killed).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from typing import Any
 
 from trainer.lifeline import command_stopping_with_parent
 from trainer.rundir import RunDir
-from trainer.runstatus import error_or_last_line, is_completed, state_of
+from trainer.runstatus import REASON_KEY, error_or_last_line, is_completed, is_diverged, state_of
 from trainer.schema import MetricsError, read_metrics
 
 __all__ = [
@@ -311,18 +312,20 @@ def classify_exit(
         world_size: the trial's ranks.
 
     Returns:
-        ``("completed", "")``, ``("pruned", "out of memory: ...")``, ``("failed", "NCCL error:
-        ...")`` or ``("failed", "crash (exit status N): ...")``.
+        ``("completed", "")``, ``("failed", "diverged: ...")``, ``("failed", "out of memory: ...")``,
+        ``("failed", "NCCL error: ...")`` or ``("failed", "crash (exit status N): ...")``.
     """
     if returncode == 0 and is_completed(status):
         return "completed", ""
+    if is_diverged(status):
+        return "failed", f"diverged: {status.get(REASON_KEY) or 'a NaN or infinite loss or parameter'}; log: {log_path}"
     launcher_text = _tail(log_path)
     message = error_or_last_line(launcher_text) or "no output"
     rank_texts = [_tail(run_dir.log_path(rank)) for rank in range(world_size)]
     if returncode == 0:
         return "failed", f"the launcher exited 0 but status.json says {state_of(status)!r}; log: {log_path}"
     if _OOM.search(message) or any(_OOM.search(t) for t in rank_texts):
-        return "pruned", f"out of memory: {message}"
+        return "failed", f"out of memory: {message}"
     if _NCCL_ERROR.search(message) or any(_NCCL_ERROR.search(t) for t in rank_texts):
         return "failed", f"NCCL error: {message}"
     return "failed", f"crash (exit status {returncode}): {message}"

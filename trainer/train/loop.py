@@ -38,6 +38,7 @@ from trainer.render.volrend import EARLY_STOP_TRANSMITTANCE, composite
 from trainer.rundir import RunDir
 from trainer.schema import PHASES, MetricsWriter, truncate_metrics_after
 from trainer.train.capture import resolve_fixed_step
+from trainer.train.divergence import check_interval, diverged_instead
 from trainer.train.ema import WeightEMA
 from trainer.train.evaluate import evaluate
 from trainer.train.faults import inject_step_faults, phase_faults
@@ -806,6 +807,7 @@ class Trainer:
                 writer.write(record)
             if on_log:
                 on_log(record)
+            check_interval(record, self.field, self.step)  # a NaN loss or parameter stops the run here
             interval = {"steps": 0, "trained": 0, "rays": 0, "samples": 0, "skipped": 0, "t0": time.perf_counter()}
             loss_sum = torch.zeros((), device=self.device)
             mse_sum = torch.zeros((), device=self.device)
@@ -849,6 +851,8 @@ class Trainer:
             if interval["steps"] > 0:  # stopped by the time budget between two records
                 self._synchronize()
                 last_record = flush()
+        except TrainingError as exc:  # an empty occupancy grid may be a diverged model's doing
+            raise diverged_instead(exc, self.field, self.step) or exc
         finally:
             if writer:
                 writer.close()
