@@ -62,8 +62,10 @@ from ngptune.console import make_console
 from ngptune.errors import TrialFailed
 
 from ngptune.tuning import nccl
-from ngptune.tuning.concurrency import TrialSlots, plan_trial_slots
+from ngptune.tuning.concurrency import TrialSlots, host_cores, plan_trial_slots
+from ngptune.tuning.preflight import check_host
 from ngptune.tuning.provenance import record_worker
+from ngptune.tuning.retries import INFRASTRUCTURE_ATTR, MAX_INFRA_RETRIES, TrialRetries, default_not_completed
 from ngptune.tuning.layout import StudyDir
 from ngptune.tuning.confirm import (
     CONFIRMATION_ATTR, DEFAULT_REPEATS_CPU, DEFAULT_REPEATS_GPU, Verdict, best_is_default, confirm_study, pending,
@@ -146,10 +148,10 @@ class SweepResult:
 
 
 def default_nproc_per_node() -> int:
-    """Every visible GPU, or 2 ranks (gloo) on a machine without one."""
+    """Every visible GPU, or 2 ranks (gloo) on a machine without one (1 on a single core)."""
     import torch
 
-    return torch.cuda.device_count() if torch.cuda.is_available() else 2
+    return torch.cuda.device_count() if torch.cuda.is_available() else min(2, host_cores())
 
 
 def nccl_is_active(cfg: TrainConfig, nproc_per_node: int) -> bool:
@@ -262,6 +264,7 @@ class _Objective:
             "duration_s": 0.0,
             "gpus": [],
             "trials_per_gpu": self.slots.trials_per_gpu,
+            INFRASTRUCTURE_ATTR: False,
         }
         self.console.print(f"[bold]trial {number}[/bold]{' (default)' if is_default else ''}: "
                            + (", ".join(f"{k}={v}" for k, v in values.items()) or "base settings"))
@@ -290,6 +293,7 @@ class _Objective:
         if self.nccl_active:
             attrs["nccl_applied"] = nccl.parse_applied(rundir.log_path(r) for r in range(self.nproc))
         attrs["objectives"], missed = self._objective_values(run)
+        attrs[INFRASTRUCTURE_ATTR] = run.infrastructure
         if run.leftover_pids:
             attrs["leftover_pids"] = run.leftover_pids
             self.console.print(f"[red]trial {number}: processes {run.leftover_pids} survived SIGKILL[/red]")
@@ -314,7 +318,8 @@ class _Objective:
         claimed = time.time()
         leftover: list[int] = []
         try:
-            run = run_trial(dataclasses.replace(launch, env=slot.env(launch.env)), self._pruning_hook(trial))
+            hook = None if attrs["is_default"] else self._pruning_hook(trial)  # the default always runs to its end
+            run = run_trial(dataclasses.replace(launch, env=slot.env(launch.env)), hook)
             leftover = run.leftover_pids
             return run
         finally:
@@ -446,6 +451,8 @@ def run_sweep(options: SweepOptions, console: Console | None = None) -> SweepRes
     slots = plan_trial_slots(spec, nproc=nproc, uses_cuda=_uses_cuda(base_cfg), gpus_per_trial=options.gpus_per_trial,
                              concurrent_trials=options.concurrent_trials, trials_per_gpu=options.trials_per_gpu,
                              allow_shared_gpu=options.allow_shared_gpu)
+    check_host(dump_config(trial_config(base_cfg, {}, _scene_path(spec))),  # once, before any trial
+               nccl.trial_env(os.environ, {}, nccl_active=nccl_active))
     with _quiet_optuna():
         return _run(options, spec, nproc, base_cfg, nccl_active, name, study_dir, console, slots)
 
@@ -536,16 +543,21 @@ def _run(options: SweepOptions, spec: StudySpec, nproc: int, base_cfg: TrainConf
         seed = spec.sampler.seed if created else session_seed(spec.sampler.seed, len(study.trials))
         record_worker(study, spec, worker_id(), concurrent_trials=slots.concurrent, sampler_seed=seed)
         retried = recover_trials(study, check_workers=not is_rdb, retry_interrupted=True)
+        retries = TrialRetries()  # failures of the host's making, and a default that did not complete
+        retried += retries.after_trials(study) + [n for n in [retries.default_again(study)] if n is not None]
     backend = "NCCL" if nccl_active else "gloo, NCCL parameters inactive"
     _, counted = study_progress(study)
+    at_once = slots.at_once(trials_target - counted)  # never more trials at once than the study still needs
     console.print(
         f"[bold]study {name}[/bold] ({spec.path}): {trials_target} trials of {spec.budget.describe()} on "
         f"{nproc} rank{'s' if nproc > 1 else ''} ({backend}); scene {scene}; storage {storage_text}"
         + ("" if created else f"; resuming with {counted} of {trials_target} trials done or running"
            if counted < trials_target else f"; resuming: {counted} trials done, no more to run (--trials N for more)")
-        + (f"; {slots.concurrent} trials at once" if slots.concurrent > 1 else "")
+        + (f"; {at_once} trials at once" if at_once > 1 else "")
         + (f"; retrying trial{'s' if len(retried) > 1 else ''} {', '.join(map(str, retried))}" if retried else "")
     )
+    if slots.note:
+        console.print(f"note: {slots.note}")
     warning = throughput_only_warning(spec.objective_names)
     if warning is not None:
         console.print(f"[yellow]warning: {warning}[/yellow]")
@@ -559,6 +571,11 @@ def _run(options: SweepOptions, spec: StudySpec, nproc: int, base_cfg: TrainConf
 
     def after_trial(study_, frozen) -> None:
         recover_trials(study, check_workers=not is_rdb, retry_interrupted=False)
+        with setup_lock(study_dir, enabled=not is_rdb):
+            again = retries.after_trials(study)
+        if again:
+            console.print(f"trial{'s' if len(again) > 1 else ''} {', '.join(map(str, again))} will run again "
+                          f"(at most {MAX_INFRA_RETRIES} retries each)")
         if enough():
             study.stop()
 
@@ -567,7 +584,7 @@ def _run(options: SweepOptions, spec: StudySpec, nproc: int, base_cfg: TrainConf
             try:
                 study.optimize(objective, n_trials=None, timeout=timeout_s, callbacks=[after_trial],
                                catch=(TrialFailed,), gc_after_trial=False, show_progress_bar=False,
-                               n_jobs=slots.concurrent)
+                               n_jobs=at_once)
             finally:
                 slots.stop.set()
         with study_lock(study_dir.confirm_lock_path):  # one worker confirms at a time; the next reuses its runs
@@ -589,7 +606,7 @@ def _confirm(options: SweepOptions, study, spec: StudySpec, study_dir: StudyDir,
     direction = OBJECTIVES[name].direction
     default = default_trial(study)
     if default is None or default.state.name != "COMPLETE":
-        return unconfirmed(name, direction, "the default trial did not complete", best_trial=best.number,
+        return unconfirmed(name, direction, default_not_completed(study), best_trial=best.number,
                            default_trial=None if default is None else default.number)
     if best.number == default.number:
         return best_is_default(name, direction, default.number)

@@ -50,6 +50,7 @@ __all__ = [
     "TrialLaunch",
     "TrialRun",
     "classify_exit",
+    "infrastructure_cause",
     "proc_stat",
     "run_trial",
     "trial_argv",
@@ -212,6 +213,7 @@ class TrialRun:
         records: rank 0's metrics records.
         status: the run's ``status.json``, or None.
         leftover_pids: trial processes still alive after the stop (should be empty).
+        infrastructure: a failure for the host's reasons, not the settings' (:func:`infrastructure_cause`).
     """
 
     outcome: str
@@ -221,6 +223,7 @@ class TrialRun:
     records: list[dict[str, Any]]
     status: dict[str, Any] | None
     leftover_pids: list[int]
+    infrastructure: bool = False
 
 
 def _read_records(run_dir: RunDir) -> list[dict[str, Any]]:
@@ -271,8 +274,12 @@ def run_trial(launch: TrialLaunch, on_progress: Callable[[list[dict[str, Any]]],
         leftover = tree.stop(popen)
     records = _read_records(run_dir)
     status = run_dir.read_status()
+    infrastructure = False
     if outcome is None:
         outcome, reason = classify_exit(popen.returncode, launch.log_path, run_dir, status, launch.world_size)
+        cause = infrastructure_cause(popen.returncode, reason) if outcome == "failed" else None
+        if cause is not None:
+            infrastructure, reason = True, f"{reason} [{cause}]"
     return TrialRun(
         outcome=outcome,
         reason=reason or "",
@@ -281,6 +288,7 @@ def run_trial(launch: TrialLaunch, on_progress: Callable[[list[dict[str, Any]]],
         records=records,
         status=status,
         leftover_pids=leftover,
+        infrastructure=infrastructure,
     )
 
 
@@ -297,6 +305,30 @@ def _tail(path: Path) -> str:
             return f.read().decode("utf-8", errors="replace")
     except OSError:
         return ""
+
+
+#: Launcher messages of failures that come from the host, not from a trial's settings: a rank
+#: killed by a signal from outside (an operator, the OOM killer, a scheduler's preemption), the
+#: launcher itself signalled, a group that never formed, a port taken by another process.
+_INFRASTRUCTURE = re.compile(
+    r"was killed by SIG(?:KILL|TERM|HUP|INT|QUIT)\b|the launcher received SIG|rendezvous at \S+ failed"
+    r"|cannot open a TCP socket|address already in use", re.IGNORECASE)
+
+
+def infrastructure_cause(returncode: int | None, reason: str) -> str | None:
+    """Why a failed trial (its launcher's exit status and recorded reason) failed for the host's
+    reasons and should run again, or None when the failure may be its settings' (a crash, an NCCL
+    error, out of memory, divergence, a hang).
+
+    Returns:
+        A few words for the trial's reason: "killed from outside" or "launch error".
+    """
+    if returncode is not None and returncode < 0:
+        return "killed from outside"  # the launcher itself; the sweep's own stops never get here
+    found = _INFRASTRUCTURE.search(reason)
+    if found is None:
+        return None
+    return "killed from outside" if "SIG" in found.group(0).upper() else "launch error"
 
 
 def classify_exit(
