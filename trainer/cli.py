@@ -348,6 +348,7 @@ def run_distributed_training(cfg: TrainConfig, args: argparse.Namespace, env) ->
         if env.is_main:
             run_dir.write_json(run_dir.config_path, config_to_dict(cfg))
         scene = load_scene(scene_path, **cfg.data.scene_options())
+        progress.message(scene.size_rule)  # which size rule won, and why (rank 0)
         trainer = build_distributed_trainer(cfg, scene, run_dir)
         trainer.keep_checkpoints = args.keep_checkpoints
         resume = _resume_source(args.resume, run_dir)
@@ -656,6 +657,7 @@ def run_training(cfg: TrainConfig, args: argparse.Namespace) -> dict[str, Any]:
     trainer = None
     try:
         trainer = train_from_config(cfg, scene_path, run_dir, resume=args.resume)
+        progress.message(trainer.scene.size_rule)  # which size rule won, and why
         if args.resume is not None:
             status["resumed_from"] = str(args.resume)
             status["resumed_from_step"] = trainer.step
