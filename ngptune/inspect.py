@@ -15,9 +15,6 @@ from trainer.data import load_scene
 from trainer.data.footprint import footprint_resolution
 
 
-FORMATS_WITH_SPLITS = ("blender",)
-
-
 def describe_scene(
     path: Path, downscale: int | None = None, timing: bool = False, holdout_every: int = 0, **scene_options: Any
 ) -> dict[str, Any]:
@@ -34,10 +31,11 @@ from it) and, with ``timing``, ``timing`` (``first_load_s``, ``second_load_s``
     of the training images). ``downscale`` None applies the automatic rule; ``scene_options`` are
     further :class:`trainer.data.SceneOptions` fields (``format``, ``camera_convention``, ``aabb_scale``).
 
-    ``splits`` describes the scene as stored: formats without splits of their own (instant-ngp,
-    LLFF, COLMAP) list every usable image under ``train`` unless ``holdout_every`` > 0. For those,
-    ``training_holdout`` tells how ``ngptune train`` splits them by default (every 8th frame held
-    out for evaluation).
+    ``splits`` describes the scene as stored: scenes without splits of their own (instant-ngp,
+    LLFF, COLMAP, a Blender scene with only ``transforms_train.json``) list every usable image under
+    ``train`` unless ``holdout_every`` > 0. For those, ``training_holdout`` tells how ``ngptune
+    train`` splits them by default (every 8th frame held out for evaluation). ``size_rule`` says
+    the size the images are loaded at and which rule chose it.
 
     Raises:
         SceneError: for an unreadable scene.
@@ -76,19 +74,20 @@ from it) and, with ``timing``, ``timing`` (``first_load_s``, ``second_load_s``
         "downscale": scene.downscale,
         "skipped": [{"frame": s.frame, "reason": s.reason} for s in scene.skipped],
         "notes": list(scene.notes),
+        "size_rule": scene.size_rule,
         "pixel_memory_bytes": int(pixel_table_nbytes(all_frames, downscale=scene.downscale)),
     }
-    if scene.format not in FORMATS_WITH_SPLITS:
+    training_frames = scene.frames("train")
+    if not holdout_every:  # how training splits a scene without held-out frames of its own
         from trainer.data.options import SceneOptions
 
         every = SceneOptions().holdout_every
         with warnings.catch_warnings():  # the skipped frames were reported by the first load
             warnings.simplefilter("ignore")
             held = load_scene(path, downscale=downscale, holdout_every=every, **scene_options)
-        info["training_holdout"] = {"every": every, "splits": held.split_counts}
-        training_frames = held.frames("train")
-    else:
-        training_frames = scene.frames("train")
+        if held.held_out_every:  # no split of its own (a train-only Blender scene too)
+            info["training_holdout"] = {"every": every, "splits": held.split_counts}
+            training_frames = held.frames("train")
     footprint = footprint_resolution(training_frames, scene.aabb)
     info["finest_resolution"] = {
         "footprint": None if footprint is None else round(footprint, 1),
@@ -148,6 +147,7 @@ def format_description(info: dict[str, Any]) -> None:
                "override": "--aabb-scale"}[info["box_source"]]
     table.add_row("aabb_scale", f"{info['aabb_scale']} ({box_how})")
     table.add_row("downscale (at decode)", str(info["downscale"]))
+    table.add_row("size rule", info["size_rule"])
     table.add_row("scene box (unit-cube world)", f"{info['aabb'][0]} → {info['aabb'][1]}")
     finest = info["finest_resolution"]
     how = ("instant-ngp's 2048 · aabb_scale: no view to measure" if finest["footprint"] is None else
