@@ -25,7 +25,7 @@ from typing import Any
 
 from trainer.config import TrainConfig, apply_overrides, config_to_dict, dump_config, load_config, parse_override
 from trainer.errors import ConfigError, LaunchError, NgptuneError, SceneError, TrainingError
-from trainer.rundir import RunDir, prepare_output_file
+from trainer.rundir import NULL_REASONS_KEY, RunDir, prepare_output_file
 from trainer.runstatus import (
     COMPLETED,
     RESTART_COUNT_KEY,
@@ -491,6 +491,11 @@ def _finish_status(
         finally:
             trainer.eval_progress = None
         status.update({"eval_psnr_db": result["mean_psnr_db"], "eval_ssim": result["mean_ssim"], "eval_split": result["split"]})
+        why = result.get(NULL_REASONS_KEY, {})  # a NaN mean is written as null with its reason
+        nulls = {key: why[mean] for key, mean in (("eval_psnr_db", "mean_psnr_db"), ("eval_ssim", "mean_ssim"))
+                 if mean in why}
+        if nulls:
+            status[NULL_REASONS_KEY] = nulls
         n_images = len(result["images"])
         status["eval_time_s"] = time.perf_counter() - started
         progress.message(

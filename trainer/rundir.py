@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import re
 import tempfile
@@ -82,6 +83,49 @@ def prepare_output_file(path: Path, what: str) -> Path:
 def atomic_write_text(path: Path, text: str) -> None:
     """Write ``text`` (UTF-8) to ``path`` atomically (see :func:`atomic_write`)."""
     atomic_write(path, lambda f: f.write(text.encode("utf-8")))
+
+
+NULL_REASONS_KEY = "null_reasons"
+"""Key of a run's JSON files (``eval.json``, ``status.json``) mapping the dotted path of each value
+written as ``null`` (a NaN or an infinity: not JSON) to why it has no number."""
+
+
+def _null_reason(path: str, value: float) -> str:
+    if math.isnan(value):
+        return "not a number (NaN): the value is undefined for this run"
+    if path.rsplit(".", 1)[-1].endswith("_db") and value > 0:
+        return "+inf: an exact match (zero error), which has no finite PSNR"
+    return f"{'+' if value > 0 else '-'}inf: no finite value"
+
+
+def json_ready(payload: Any) -> Any:
+    """``payload`` as strict JSON can hold it: each NaN or infinite float (which ``json.dumps``
+    would write as the bare ``NaN`` / ``Infinity`` that strict parsers reject) becomes ``None``,
+    and a top-level dict gets :data:`NULL_REASONS_KEY` saying why (reasons already there are kept).
+
+    Args:
+        payload: dicts, lists, tuples, strings, numbers, booleans, None.
+
+    Returns:
+        The cleaned copy.
+    """
+    reasons: dict[str, str] = {}
+
+    def clean(value: Any, path: str) -> Any:
+        if isinstance(value, float) and not math.isfinite(value):
+            reasons[path] = _null_reason(path, value)
+            return None
+        if isinstance(value, dict):
+            return {k: clean(v, f"{path}.{k}" if path else str(k)) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [clean(v, f"{path}[{i}]") for i, v in enumerate(value)]
+        return value
+
+    cleaned = clean(payload, "")
+    if reasons and isinstance(cleaned, dict):
+        given = cleaned.get(NULL_REASONS_KEY)
+        cleaned[NULL_REASONS_KEY] = {**reasons, **(given if isinstance(given, dict) else {})}
+    return cleaned
 
 
 @dataclasses.dataclass(frozen=True)
@@ -222,5 +266,6 @@ class RunDir:
         return self.traces_dir / f"rank{rank}.pt.trace.json"
 
     def write_json(self, path: Path, payload: Any) -> None:
-        """Write JSON atomically to one of this run's paths."""
-        atomic_write_text(path, json.dumps(payload, indent=2, sort_keys=False) + "\n")
+        """Write strict JSON atomically to one of this run's paths (a NaN or an infinity is
+        written as ``null`` with its reason, :func:`json_ready`)."""
+        atomic_write_text(path, json.dumps(json_ready(payload), indent=2, sort_keys=False, allow_nan=False) + "\n")

@@ -77,6 +77,31 @@ def test_small_views_of_a_train_only_scene_are_scored_on_held_out_frames_without
     assert math.isfinite(evaluation["mean_psnr_db"])
 
 
+def _strict_json(path: Path) -> dict:
+    """``path`` read by a strict JSON parser (bare NaN / Infinity refused)."""
+    return json.loads(path.read_text(), parse_constant=lambda name: pytest.fail(f"{path.name} holds a bare {name}"))
+
+
+def test_means_without_a_value_are_null_with_a_reason_in_strict_json(tmp_path):
+    from trainer.data.demo import write_demo_scene
+    from trainer.rundir import RunDir, json_ready
+
+    scene = write_demo_scene(tmp_path / "scene", resolution=8, n_train=8, n_val=1, n_test=1)
+    code, run = _train(scene, tmp_path)  # 8 x 8 views: no SSIM
+    assert code == 0
+    evaluation, status = _strict_json(run / "eval.json"), _strict_json(run / "status.json")
+    reason = "no view of at least 11x11 pixels, SSIM's window"
+    assert evaluation["mean_ssim"] is None and evaluation["null_reasons"]["mean_ssim"] == reason
+    assert status["eval_ssim"] is None and status["null_reasons"] == {"eval_ssim": reason}
+    # any other non-finite value of a run's JSON file: null and a reason by its dotted path
+    RunDir(run).write_json(run / "x.json", {"a": {"psnr_db": math.inf}, "b": [1.0, math.nan]})
+    assert _strict_json(run / "x.json") == {
+        "a": {"psnr_db": None}, "b": [1.0, None],
+        "null_reasons": {"a.psnr_db": "+inf: an exact match (zero error), which has no finite PSNR",
+                         "b[1]": "not a number (NaN): the value is undefined for this run"}}
+    assert json_ready([math.inf]) == [None]
+
+
 def test_a_perfect_view_counts_at_the_cap_and_both_means_are_named():
     from trainer.train.evaluate import PSNR_CAP_DB, split_origin, summary_metrics
     from trainer.data.scene import Scene

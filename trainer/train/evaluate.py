@@ -19,7 +19,7 @@ from trainer.data.rays import camera_rays_for_image, composite_background
 from trainer.metrics_image import SSIM_WINDOW, mse_to_psnr, psnr, ssim
 from trainer.render.volrend import RenderedRays, composite
 from trainer.render.march import PackedSamples
-from trainer.rundir import RunDir
+from trainer.rundir import NULL_REASONS_KEY, RunDir
 from trainer.train.collapse import collapse_message
 from trainer.train.precision import autocast
 
@@ -67,13 +67,15 @@ def summary_metrics(images: list[dict[str, Any]]) -> dict[str, Any]:
         (PSNR of the mean MSE; inf when every view is perfect), ``mean_ssim`` (over the views that
         have one; NaN when none has), ``ssim_views``, ``background_psnr_db`` (the mean of the
         views' ``background_psnr_db``, capped likewise; NaN when a record lacks it) and
-        ``metrics_note`` saying which is which. NaN means for no views.
+        ``metrics_note`` saying which is which. NaN means for no views. ``null_reasons``
+        (:data:`trainer.rundir.NULL_REASONS_KEY`) says why a mean is NaN (``eval.json`` writes
+        ``null``).
     """
     capped = [min(im["psnr_db"], PSNR_CAP_DB) for im in images]
     background = [min(im.get("background_psnr_db", float("nan")), PSNR_CAP_DB) for im in images]
     ssims = [im["ssim"] for im in images if im["ssim"] is not None]
     mean_mse = float(np.mean([im["mse"] for im in images])) if images else float("nan")
-    return {
+    summary = {
         "mean_psnr_db": float(np.mean(capped)) if capped else float("nan"),
         "psnr_cap_db": PSNR_CAP_DB,
         "psnr_of_mean_mse_db": float(mse_to_psnr(mean_mse)) if images else float("nan"),
@@ -82,6 +84,15 @@ def summary_metrics(images: list[dict[str, Any]]) -> dict[str, Any]:
         "background_psnr_db": float(np.mean(background)) if background else float("nan"),
         "metrics_note": METRICS_NOTE,
     }
+    reasons = {}  # why a mean has no number (eval.json writes it as null with this reason)
+    if not images:
+        reasons.update(dict.fromkeys(("mean_psnr_db", "psnr_of_mean_mse_db", "background_psnr_db"), "no view was scored"))
+    if not ssims:
+        reasons["mean_ssim"] = (f"no view of at least {SSIM_WINDOW}x{SSIM_WINDOW} pixels, SSIM's window"
+                                if images else "no view was scored")
+    if reasons:
+        summary[NULL_REASONS_KEY] = reasons
+    return summary
 
 
 def split_origin(scene: Scene, split: str) -> str:
