@@ -63,10 +63,12 @@ def _umask() -> int:
 
 
 def prepare_output_file(path: Path, what: str) -> Path:
-    """Check before a long run that ``path`` can be written as a file (creating its folder).
+    """Check before a long run that ``path`` can be written as a file (creating its folder, and
+    writing and removing a temporary file there).
 
     Raises:
-        ConfigError: naming ``what`` and the path when it is a folder or its folder cannot be made.
+        ConfigError: naming ``what`` and the path when it is a folder, its folder cannot be made,
+            or no file can be written in it.
     """
     path = Path(path)
     if path.is_dir():
@@ -75,8 +77,11 @@ def prepare_output_file(path: Path, what: str) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"{what} {path}: cannot create its folder ({exc.strerror or exc})") from None
-    if not os.access(path.parent, os.W_OK):
-        raise ConfigError(f"{what} {path}: folder is not writable")
+    try:  # a real write: access() says yes to root on read-only and pseudo file systems (/proc)
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"{what} {path}: cannot write a file in {path.parent} ({exc.strerror or exc})") from None
     return path
 
 
