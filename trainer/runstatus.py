@@ -105,9 +105,15 @@ def is_completed(status: Mapping[str, Any] | None) -> bool:
     return state_of(status) == COMPLETED
 
 
+def one_line(text: object) -> str:
+    """``text`` on one line: line breaks (a file name or a value holding one) written as the
+    escapes ``\\n`` / ``\\r``, so one message never reads as several."""
+    return str(text).replace("\r", "\\r").replace("\n", "\\n")
+
+
 def error_line(message: object) -> str:
-    """``error: <message>``: the one line a failing process prints on stderr."""
-    return f"{ERROR_PREFIX}{message}"
+    """``error: <message>``: the one line a failing process prints on stderr (:func:`one_line`)."""
+    return f"{ERROR_PREFIX}{one_line(message)}"
 
 
 def print_error(message: object) -> None:
