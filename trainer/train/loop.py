@@ -27,7 +27,7 @@ from trainer.config import EncodingConfig, TrainConfig, config_differences, conf
 from trainer.data import Scene, load_scene
 from trainer.data.images import PixelTable, load_pixel_table, pixel_table_nbytes
 from trainer.data.footprint import footprint_resolution
-from trainer.data.sampler import RaySampler, choose_placement
+from trainer.data.sampler import RaySampler, choose_placement, placement_note
 from trainer.encoding.hashgrid import HashGridConfig
 from trainer.errors import ConfigError, SnapshotError, TrainingError
 from trainer.model.field import MLPConfig, NGPField
@@ -286,6 +286,9 @@ class Trainer:
         if placement == "auto":
             nbytes = pixel_table_nbytes(self.train_frames, downscale=scene.downscale)
             placement = choose_placement(nbytes, self.device, budget)
+            note = placement_note(placement, nbytes, self.device, budget, scene.downscale)
+            if note:
+                warnings.warn(note, stacklevel=2)
         if pixel_table is None and placement != "stream":
             pixel_table = load_pixel_table(
                 self.train_frames,
