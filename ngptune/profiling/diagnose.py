@@ -725,7 +725,8 @@ def _check_background_collapse(evaluation: Mapping[str, Any] | None) -> Check:
     evidence += (f": the model renders only the background (its density collapsed after the occupancy "
                  f"warm-up of {warmup} steps)")
     return Check(name, "fired", value, threshold, evidence,
-                 Diagnosis(name, "high", value, threshold, evidence, knob_text(KNOBS[name], None)))
+                 Diagnosis(name, "high", value, threshold, evidence,
+                           evaluation.get("collapse_cures") or knob_text(KNOBS[name], None)))  # the capture's own
 
 
 def assess(inputs: ProfileInputs) -> list[Check]:

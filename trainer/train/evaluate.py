@@ -20,7 +20,7 @@ from trainer.metrics_image import SSIM_WINDOW, mse_to_psnr, psnr, ssim
 from trainer.render.volrend import RenderedRays, composite
 from trainer.render.march import PackedSamples
 from trainer.rundir import NULL_REASONS_KEY, RunDir
-from trainer.train.collapse import collapse_message
+from trainer.train.collapse import collapse_cures, collapse_message
 from trainer.train.precision import autocast
 
 
@@ -93,6 +93,28 @@ def summary_metrics(images: list[dict[str, Any]]) -> dict[str, Any]:
     if reasons:
         summary[NULL_REASONS_KEY] = reasons
     return summary
+
+
+BACKDROP_TOLERANCE = 8 / 255  # border pixels within this of white (black) make a white (black) backdrop
+
+
+def uniform_backdrop(table: PixelTable) -> str | None:
+    """``"white"`` or ``"black"`` when every border pixel (first and last row and column) of every
+    image of ``table`` lies within :data:`BACKDROP_TOLERANCE` of that colour in each channel (a
+    studio backdrop), else None."""
+    borders = []
+    for index in range(table.n_images):
+        image = table.image(index)[..., :3].float()
+        image = image / 255.0 if table.pixels.dtype == torch.uint8 else image
+        borders += [image[0], image[-1], image[:, 0], image[:, -1]]
+    if not borders:
+        return None
+    edge = torch.cat(borders)
+    if bool((edge >= 1.0 - BACKDROP_TOLERANCE).all()):
+        return "white"
+    if bool((edge <= BACKDROP_TOLERANCE).all()):
+        return "black"
+    return None
 
 
 def split_origin(scene: Scene, split: str) -> str:
@@ -263,11 +285,13 @@ def evaluate(
 
     Returns:
         ``{"split", "step", "background", "mean_psnr_db", "mean_ssim", "background_psnr_db",
-        "occupancy_warmup_steps", "background_collapse", "images": [{"index", "name", "psnr_db",
-        "ssim", "background_psnr_db"}]}`` (the keys of :func:`summary_metrics` too), also written
-        to ``eval.json`` when the trainer has a run directory. ``background_collapse`` is the
-        warning of :func:`trainer.train.collapse.collapse_message` (also issued as a
-        ``UserWarning``) or None.
+        "occupancy_warmup_steps", "background_collapse", "collapse_cures", "images": [{"index",
+        "name", "psnr_db", "ssim", "background_psnr_db"}]}`` (the keys of :func:`summary_metrics`
+        too), also written to ``eval.json`` when the trainer has a run directory.
+        ``background_collapse`` is the warning of :func:`trainer.train.collapse.collapse_message`
+        (also issued as a ``UserWarning``) or None; ``collapse_cures`` the cures that apply to
+        this capture and run (:func:`trainer.train.collapse.collapse_cures`: whether its images
+        have alpha, :func:`uniform_backdrop`, ``training.background``).
     """
     import cv2
 
@@ -326,9 +350,12 @@ def evaluate(
         "occupancy_warmup_steps": trainer.cfg.training.occupancy_warmup_steps,
         "images": images,
     }
+    cures = collapse_cures(has_alpha=table.has_alpha, background=trainer.cfg.training.background,
+                           backdrop=None if table.has_alpha else uniform_backdrop(table))
     collapse = collapse_message(result["mean_psnr_db"], result["background_psnr_db"], trainer.step,
-                                trainer.cfg.training.occupancy_warmup_steps)
+                                trainer.cfg.training.occupancy_warmup_steps, cures)
     result["background_collapse"] = collapse
+    result["collapse_cures"] = cures
     if collapse is not None:
         warnings.warn(collapse, stacklevel=2)
     if trainer.run_dir is not None:
