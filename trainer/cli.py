@@ -438,8 +438,13 @@ def _train_with_progress(trainer: Any, cfg: TrainConfig, progress: _Progress) ->
     def on_eval(result: dict[str, Any]) -> None:
         progress.message(f"eval step {result['step']}: {result['mean_psnr_db']:.2f} dB on {result['split']}")
 
+    def on_log(record: dict[str, Any]) -> None:
+        if "startup_s" in record and trainer.startup is not None:  # the first record after start-up
+            progress.message(trainer.startup.line())
+        progress.log(record)
+
     last = trainer.train(
-        on_log=progress.log,
+        on_log=on_log,
         on_eval=on_eval,
         snapshot_every=cfg.training.snapshot_every,
         eval_every=cfg.training.eval_every,
@@ -458,6 +463,9 @@ def _finish_status(
     into ``status``."""
     if last:
         status["throughput_samples_per_s"] = last.get("throughput_samples_per_s")
+    if trainer.startup is not None:
+        status.update(startup_s=trainer.startup.startup_s, kernels_compiled=trainer.startup.kernels_compiled,
+                      step_kind=trainer.startup.step_kind)
     t = trainer.cfg.training
     if trainer.step < t.n_steps and t.time_budget_s is not None:
         status["stopped_by"] = "time_budget"
