@@ -103,6 +103,9 @@ def plan_trial_slots(spec: StudySpec, *, nproc: int, uses_cuda: bool, gpus_per_t
             cpu_threads = spec.base_config().training.cpu_threads
         return _cpu_slots(nproc, concurrent_trials, trials_per_gpu, cpu_threads)
     per_trial = gpus_per_trial or len(gpus)
+    if uses_cuda and nproc > len(gpus):
+        raise ConfigError(f"--nproc-per-node {nproc}: this host has {len(gpus)} GPU{'s' if len(gpus) != 1 else ''}; "
+                          f"each CUDA rank needs one of its own (give --nproc-per-node {len(gpus)} or fewer)")
     if uses_cuda and nproc > per_trial:
         raise ConfigError(f"--gpus-per-trial {per_trial}: each trial runs {nproc} CUDA ranks (--nproc-per-node), "
                           f"one GPU each; give --gpus-per-trial {nproc} or fewer ranks")

@@ -31,6 +31,8 @@ def _spec(tmp_path, demo_scene, **kwargs):
     (dict(gpus_per_trial=5), "--gpus-per-trial 5: only 4 GPUs visible"),
     (dict(gpus_per_trial=2, concurrent_trials=3), "--concurrent-trials 3: trials of 2 GPUs need 6 GPUs, 4 visible"),
     (dict(gpus_per_trial=1, nproc=2, uses_cuda=True), "--gpus-per-trial 1: each trial runs 2 CUDA ranks"),
+    (dict(nproc=64, uses_cuda=True), "--nproc-per-node 64: this host has 4 GPUs; each CUDA rank needs one of its own "
+                                     "(give --nproc-per-node 4 or fewer)"),
     (dict(trials_per_gpu=2), "--trials-per-gpu 2: {path} optimises throughput_samples_per_s, which trials sharing "
                              "a GPU distort; add --allow-shared-gpu to accept that"),
 ])
