@@ -1,6 +1,8 @@
 """The sweep: an Optuna study whose trials are launches of the distributed trainer (DESIGN.md §5).
 
-One worker (``ngptune sweep``) runs this loop; several workers may share a study:
+One worker (``ngptune sweep``) runs this loop; several workers may share a study. Before it, the
+trials' concurrency is bounded by the host (:mod:`ngptune.tuning.concurrency`) and the host is
+checked once (:mod:`ngptune.tuning.preflight`).
 
 1. Open the storage (:mod:`ngptune.tuning.storage`, which also does steps 2 and 3): by default an Optuna journal file in the study folder
    (:class:`optuna.storages.JournalStorage` with a ``JournalFileBackend``; several workers on one
@@ -15,9 +17,10 @@ One worker (``ngptune sweep``) runs this loop; several workers may share a study
    that ran to its end). A worker that loads it refuses a study made from a different definition.
 3. Recover trials of dead workers: on the journal file (no heartbeats) a RUNNING trial whose
    worker process (same host) is gone is marked failed and retried; a trial failed because its
-   sweep was interrupted (Ctrl-C, SIGTERM) is retried once at the next start. Retries are new
-   trials with the same parameters (``system_attrs["retry_history"]``); the failed original no
-   longer counts towards the trial target.
+   sweep was interrupted (Ctrl-C, SIGTERM) is retried once at the next start; so are trials that
+   failed for the host's reasons and a default that did not complete (:mod:`ngptune.tuning.retries`,
+   also after each trial). Retries are new trials with the same parameters
+   (``system_attrs["retry_history"]``); the failed original no longer counts towards the trial target.
 4. Run trials until the study holds ``trials`` finished ones (completed, pruned or failed; not
    counting retried ones) and no waiting one, or until ``--timeout``. Several workers may
    overshoot the target by at most one trial each.
