@@ -12,8 +12,8 @@ Bounded by the host and by the study, never by the flags alone:
   bound runs the bound, and says so (:attr:`TrialSlots.note`).
 * Never more trials at once than the study still has to run (:meth:`TrialSlots.at_once`).
 
-A timing-sensitive objective (:data:`TIMED_OBJECTIVES`: the throughputs, time to a PSNR target,
-and PSNR at a budget of seconds) measures how fast a trial runs, which a neighbour
+A timing-sensitive objective (:attr:`~ngptune.tuning.objectives.ObjectiveDef.timing_sensitive`: the
+throughputs, time to a PSNR target, PSNR at a budget of seconds) measures how fast a trial runs, which a neighbour
 on the same GPU slows down: such a study refuses ``--trials-per-gpu`` > 1 unless
 ``--allow-shared-gpu`` is given, and the report says so. On a CPU host trials never share cores.
 """
@@ -25,20 +25,16 @@ import os
 import threading
 
 from ngptune.scheduling.slots import SlotPool, slots_per_node, visible_gpus
+from ngptune.tuning.objectives import OBJECTIVES
 from ngptune.tuning.study import StudySpec
-from trainer.errors import ConfigError
+from trainer.contract import ConfigError
 
-__all__ = ["TIMED_OBJECTIVES", "TrialSlots", "host_cores", "plan_trial_slots", "timing_sensitive_objectives"]
-
-#: Objectives whose values depend on how fast a trial runs, which a neighbour on the same GPU or
-#: cores slows down: the throughputs, the time to a PSNR target, and the PSNR after a budget of
-#: seconds (a slowed trial trains fewer steps in them).
-TIMED_OBJECTIVES = ("throughput_samples_per_s", "samples_per_s", "rays_per_s", "time_to_psnr_s", "psnr_at_budget_db")
-
+__all__ = ["TrialSlots", "host_cores", "plan_trial_slots", "timing_sensitive_objectives"]
 
 def timing_sensitive_objectives(spec: StudySpec) -> list[str]:
-    """The study's objectives among :data:`TIMED_OBJECTIVES`."""
-    return [o.name for o in spec.objectives if o.name in TIMED_OBJECTIVES]
+    """The study's objectives whose values depend on how fast a trial trains
+    (:attr:`~ngptune.tuning.objectives.ObjectiveDef.timing_sensitive`)."""
+    return [o.name for o in spec.objectives if OBJECTIVES[o.name].timing_sensitive]
 
 
 def host_cores() -> int:

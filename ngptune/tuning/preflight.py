@@ -13,13 +13,12 @@ launch, :func:`ngptune.tuning.space.check_combination`).
 from __future__ import annotations
 
 import subprocess
-import sys
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
 from ngptune.tuning.storage import SweepError
-from trainer.runstatus import error_or_last_line
+from trainer.contract import error_or_last_line, trainer_argv
 
 __all__ = ["PREFLIGHT_TIMEOUT_S", "check_host"]
 
@@ -40,7 +39,7 @@ def check_host(config_text: str, env: Mapping[str, str]) -> None:
     with tempfile.TemporaryDirectory(prefix="ngptune-preflight-") as folder:
         config = Path(folder) / "default.config.json"
         config.write_text(config_text, encoding="utf-8")
-        argv = [sys.executable, "-m", "trainer", "--config", str(config), "--check-host", "--quiet"]
+        argv = trainer_argv(config=config, quiet=True, check_host=True)
         try:
             done = subprocess.run(argv, env=dict(env), stdin=subprocess.DEVNULL, capture_output=True, text=True,
                                   timeout=PREFLIGHT_TIMEOUT_S)

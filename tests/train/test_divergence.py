@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from tests.train.conftest import TINY
-from trainer.config import apply_overrides, config_to_dict, load_config
+from trainer.contract.config import apply_overrides, config_to_dict, load_config
 from trainer.train.divergence import DivergedError, check_interval, first_nonfinite
 
 HUGE_LR = "optimizer.learning_rate=1e30"

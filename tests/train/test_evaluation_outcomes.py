@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.train.conftest import TINY
-from trainer.config import apply_overrides, config_to_dict, load_config
+from trainer.contract.config import apply_overrides, config_to_dict, load_config
 
 
 def _config_file(tmp_path: Path) -> Path:
@@ -84,7 +84,7 @@ def _strict_json(path: Path) -> dict:
 
 def test_means_without_a_value_are_null_with_a_reason_in_strict_json(tmp_path):
     from trainer.data.demo import write_demo_scene
-    from trainer.rundir import RunDir, json_ready
+    from trainer.contract.rundir import RunDir, json_ready
 
     scene = write_demo_scene(tmp_path / "scene", resolution=8, n_train=8, n_val=1, n_test=1)
     code, run = _train(scene, tmp_path)  # 8 x 8 views: no SSIM
@@ -184,7 +184,7 @@ def test_an_rgb_capture_on_white_is_offered_cures_that_apply_to_it(tmp_path, mon
 
 
 def test_collapse_cures_follow_the_capture_and_the_run():
-    from trainer.train.collapse import collapse_cures
+    from trainer.contract.evaluation import collapse_cures
 
     alpha = collapse_cures(has_alpha=True, background="white", backdrop=None)
     assert alpha.startswith("train with a random background (training.background=random)")
@@ -197,7 +197,7 @@ def test_collapse_cures_follow_the_capture_and_the_run():
 
 
 def test_a_blank_render_within_the_occupancy_warm_up_is_no_collapse():
-    from trainer.train.collapse import collapse_message
+    from trainer.contract.evaluation import collapse_message
 
     assert collapse_message(12.0, 12.05, step=16, occupancy_warmup_steps=16) is None
     assert collapse_message(12.0, 12.05, step=17, occupancy_warmup_steps=16) is not None

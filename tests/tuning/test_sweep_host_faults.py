@@ -20,7 +20,7 @@ from ngptune.tuning.concurrency import host_cores
 from ngptune.tuning.layout import StudyDir
 from tests.tuning.conftest import REPO_ROOT, processes_mentioning, write_study
 from tests.tuning.test_sweep import SWEEP, _run
-from trainer.rundir import RunDir
+from trainer.contract import RunDir
 
 
 def _trials(out: Path) -> list:

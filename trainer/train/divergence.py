@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from trainer.errors import TrainingError
+from trainer.contract.errors import TrainingError
 
 __all__ = ["DivergedError", "check_interval", "check_state_dict", "diverged_instead", "first_nonfinite"]
 
