@@ -6,7 +6,8 @@ process, or one rank of a job that torchrun, srun or this launcher started). Wit
 (:func:`trainer.parallel.launch.launch_workers`), each running ``python -m trainer`` with the same
 training flags less the launch flags (:func:`worker_argv`) and one shared run directory; several
 nodes add ``--nnodes``, ``--node-rank`` and ``--rdzv-endpoint``, and ``--max-restarts K`` restarts
-the group from its newest checkpoint.
+the group from its newest checkpoint. ``--check-host`` only checks what does not depend on the
+settings (the scene exists, the socket interfaces the environment names exist) and starts nothing.
 
 The launching process checks the config before any rank starts (parallel settings for the world
 size, trainability, interconnect emulation, and on node 0 the scene and the ``--out`` folder),
@@ -56,6 +57,12 @@ def run_command(args: argparse.Namespace, train_argv: list[str]) -> int:
     Raises:
         TrainerError: the launch was refused or failed (:func:`launch_command`).
     """
+    if args.check_host:
+        cfg = resolve_config(args)
+        check_socket_ifnames(os.environ)
+        check_before_start(cfg, None, None)
+        print(f"host checked: scene {scene_path_of(cfg)}, socket interfaces", flush=True)
+        return 0
     if args.nproc_per_node is None:
         return train_command(args)
     return launch_command(args, train_argv)

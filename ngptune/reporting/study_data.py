@@ -140,8 +140,10 @@ def objective_names(study: optuna.Study) -> list[str]:
 
 
 def default_trial(study: optuna.Study) -> FrozenTrial | None:
-    """The untuned default trial (user attribute ``is_default`` true; the lowest number if several), or None."""
-    return next((t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("is_default") is True), None)
+    """The untuned default trial (user attribute ``is_default`` true): the first completed one, else
+    the last attempt (a default that failed and was retried has several), or None."""
+    defaults = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("is_default") is True]
+    return next((t for t in defaults if t.state == TrialState.COMPLETE), defaults[-1] if defaults else None)
 
 
 def best_trials(study: optuna.Study) -> list[FrozenTrial]:

@@ -38,14 +38,6 @@ def _trials(text: str) -> int:
     return value
 
 
-def _study_name(text: str) -> str:
-    from ngptune.tuning.study import STUDY_NAME_RULE, is_study_name
-
-    if not is_study_name(text):
-        raise argparse.ArgumentTypeError(f"expected {STUDY_NAME_RULE}, got {text!r}")
-    return text
-
-
 def _concurrent(text: str) -> int | str:
     if text == "auto":
         return text
@@ -123,7 +115,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--storage", default=None, metavar="URL",
                    help="RDB storage shared by several workers, e.g. postgresql+psycopg2://user:pw@host/db "
                         "(default: a journal file in the study folder)")
-    p.add_argument("--study-name", type=_study_name, default=None, help="Optuna study name (default: the study file's name)")
+    p.add_argument("--study-name", default=None,  # checked by the sweep: one error line, as for the file's name
+                   help="Optuna study name (default: the study file's name)")
     p.add_argument("--nproc-per-node", type=positive_int, default=None,
                    help="ranks per trial (default: every GPU, or 2 gloo ranks without a GPU)")
     p.add_argument("--out", type=Path, default=None, help="study folder (default: reports/<study-name>)")

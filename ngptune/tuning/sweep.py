@@ -1,6 +1,8 @@
 """The sweep: an Optuna study whose trials are launches of the distributed trainer (DESIGN.md §5).
 
-One worker (``ngptune sweep``) runs this loop; several workers may share a study:
+One worker (``ngptune sweep``) runs this loop; several workers may share a study. Before it, the
+trials' concurrency is bounded by the host (:mod:`ngptune.tuning.concurrency`) and the host is
+checked once (:mod:`ngptune.tuning.preflight`).
 
 1. Open the storage (:mod:`ngptune.tuning.storage`, which also does steps 2 and 3): by default an Optuna journal file in the study folder
    (:class:`optuna.storages.JournalStorage` with a ``JournalFileBackend``; several workers on one
@@ -15,9 +17,10 @@ One worker (``ngptune sweep``) runs this loop; several workers may share a study
    that ran to its end). A worker that loads it refuses a study made from a different definition.
 3. Recover trials of dead workers: on the journal file (no heartbeats) a RUNNING trial whose
    worker process (same host) is gone is marked failed and retried; a trial failed because its
-   sweep was interrupted (Ctrl-C, SIGTERM) is retried once at the next start. Retries are new
-   trials with the same parameters (``system_attrs["retry_history"]``); the failed original no
-   longer counts towards the trial target.
+   sweep was interrupted (Ctrl-C, SIGTERM) is retried once at the next start; so are trials that
+   failed for the host's reasons and a default that did not complete (:mod:`ngptune.tuning.retries`,
+   also after each trial). Retries are new trials with the same parameters
+   (``system_attrs["retry_history"]``); the failed original no longer counts towards the trial target.
 4. Run trials until the study holds ``trials`` finished ones (completed, pruned or failed; not
    counting retried ones) and no waiting one, or until ``--timeout``. Several workers may
    overshoot the target by at most one trial each.
@@ -49,6 +52,7 @@ import contextlib
 import dataclasses
 import logging
 import math
+import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -61,8 +65,10 @@ from ngptune.errors import TrialFailed
 from ngptune.processes import cuda_device_count
 
 from ngptune.tuning import nccl
-from ngptune.tuning.concurrency import TrialSlots, plan_trial_slots
+from ngptune.tuning.concurrency import TrialSlots, host_cores, plan_trial_slots
+from ngptune.tuning.preflight import check_host
 from ngptune.tuning.provenance import record_worker
+from ngptune.tuning.retries import MAX_INFRA_RETRIES, TrialRetries, default_not_completed
 from ngptune.tuning.layout import StudyDir
 from ngptune.tuning.confirm import (
     CONFIRMATION_ATTR, DEFAULT_REPEATS_CPU, DEFAULT_REPEATS_GPU, Verdict, confirm_study, no_candidate, pending,
@@ -79,7 +85,8 @@ from ngptune.tuning.storage import (
 )
 from ngptune.tuning.study import DEMO_SCENE, STUDY_NAME_RULE, StudySpec, is_study_name, load_study
 from ngptune.tuning.trial_objective import TrialObjective
-from trainer.contract import ConfigError, RunDir, TrainConfig, choose_backend
+from ngptune.tuning.space import trial_config
+from trainer.contract import ConfigError, RunDir, TrainConfig, choose_backend, dump_config
 
 __all__ = ["SweepError", "SweepOptions", "SweepResult", "default_nproc_per_node", "nccl_is_active", "run_sweep"]
 # SweepError lives with the storage (ngptune.tuning.storage), which raises it too.
@@ -141,8 +148,8 @@ class SweepResult:
 
 
 def default_nproc_per_node() -> int:
-    """Every visible GPU, or 2 ranks (gloo) on a machine without one."""
-    return cuda_device_count() or 2
+    """Every visible GPU, or 2 ranks (gloo) on a machine without one (1 on a single core)."""
+    return cuda_device_count() or min(2, host_cores())
 
 
 def nccl_is_active(cfg: TrainConfig, nproc_per_node: int) -> bool:
@@ -238,6 +245,8 @@ def run_sweep(options: SweepOptions, console: Console | None = None) -> SweepRes
     slots = plan_trial_slots(spec, nproc=nproc, uses_cuda=_uses_cuda(base_cfg), gpus_per_trial=options.gpus_per_trial,
                              concurrent_trials=options.concurrent_trials, trials_per_gpu=options.trials_per_gpu,
                              allow_shared_gpu=options.allow_shared_gpu)
+    check_host(dump_config(trial_config(base_cfg, {}, _scene_path(spec))),  # once, before any trial
+               nccl.trial_env(os.environ, {}, nccl_active=nccl_active))
     with _quiet_optuna():
         return _run(options, spec, nproc, base_cfg, nccl_active, name, study_dir, console, slots)
 
@@ -328,16 +337,21 @@ def _run(options: SweepOptions, spec: StudySpec, nproc: int, base_cfg: TrainConf
         seed = spec.sampler.seed if created else session_seed(spec.sampler.seed, len(study.trials))
         record_worker(study, spec, worker_id(), concurrent_trials=slots.concurrent, sampler_seed=seed)
         retried = recover_trials(study, check_workers=not is_rdb, retry_interrupted=True)
+        retries = TrialRetries()  # failures of the host's making, and a default that did not complete
+        retried += retries.after_trials(study) + [n for n in [retries.default_again(study)] if n is not None]
     backend = "NCCL" if nccl_active else "gloo, NCCL parameters inactive"
     _, counted = study_progress(study)
+    at_once = slots.at_once(trials_target - counted)  # never more trials at once than the study still needs
     console.print(
         f"[bold]study {name}[/bold] ({spec.path}): {trials_target} trials of {spec.budget.describe()} on "
         f"{nproc} rank{'s' if nproc > 1 else ''} ({backend}); scene {scene}; storage {storage_text}"
         + ("" if created else f"; resuming with {counted} of {trials_target} trials done or running"
            if counted < trials_target else f"; resuming: {counted} trials done, no more to run (--trials N for more)")
-        + (f"; {slots.concurrent} trials at once" if slots.concurrent > 1 else "")
+        + (f"; {at_once} trials at once" if at_once > 1 else "")
         + (f"; retrying trial{'s' if len(retried) > 1 else ''} {', '.join(map(str, retried))}" if retried else "")
     )
+    if slots.note:
+        console.print(f"note: {slots.note}")
     warning = throughput_only_warning(spec.objective_names)
     if warning is not None:
         console.print(f"[yellow]warning: {warning}[/yellow]")
@@ -351,6 +365,11 @@ def _run(options: SweepOptions, spec: StudySpec, nproc: int, base_cfg: TrainConf
 
     def after_trial(study_, frozen) -> None:
         recover_trials(study, check_workers=not is_rdb, retry_interrupted=False)
+        with setup_lock(study_dir, enabled=not is_rdb):
+            again = retries.after_trials(study)
+        if again:
+            console.print(f"trial{'s' if len(again) > 1 else ''} {', '.join(map(str, again))} will run again "
+                          f"(at most {MAX_INFRA_RETRIES} retries each)")
         if enough():
             study.stop()
 
@@ -359,7 +378,7 @@ def _run(options: SweepOptions, spec: StudySpec, nproc: int, base_cfg: TrainConf
             try:
                 study.optimize(objective, n_trials=None, timeout=timeout_s, callbacks=[after_trial],
                                catch=(TrialFailed,), gc_after_trial=False, show_progress_bar=False,
-                               n_jobs=slots.concurrent)
+                               n_jobs=at_once)
             finally:
                 slots.stop.set()
         with study_lock(study_dir.confirm_lock_path):  # one worker confirms at a time; the next reuses its runs
@@ -381,7 +400,7 @@ def _confirm(options: SweepOptions, study, spec: StudySpec, study_dir: StudyDir,
     direction = OBJECTIVES[name].direction
     default = default_trial(study)
     if default is None or default.state.name != "COMPLETE":
-        return unconfirmed(name, direction, "the default trial did not complete", best_trial=best.number,
+        return unconfirmed(name, direction, default_not_completed(study), best_trial=best.number,
                            default_trial=None if default is None else default.number)
     from optuna.trial import TrialState
 

@@ -18,6 +18,7 @@ from ngptune.errors import USER_ERRORS, TrialFailed
 from ngptune.tuning import nccl
 from ngptune.tuning.concurrency import TrialSlots
 from ngptune.tuning.layout import StudyDir
+from ngptune.tuning.retries import INFRASTRUCTURE_ATTR
 from ngptune.tuning.objectives import (
     OBJECTIVES, TargetNotReached, intermediate_values, mean_phase_ms, objective_value, trial_quality,
 )
@@ -130,6 +131,7 @@ class TrialObjective:
             "duration_s": 0.0,
             "gpus": [],
             "trials_per_gpu": self.slots.trials_per_gpu,
+            INFRASTRUCTURE_ATTR: False,
         }
         self.console.print(f"[bold]trial {number}[/bold]{' (default)' if is_default else ''}: "
                            + (", ".join(f"{k}={v}" for k, v in values.items()) or "base settings"))
@@ -158,6 +160,7 @@ class TrialObjective:
         if self.nccl_active:
             attrs["nccl_applied"] = nccl.parse_applied(rundir.log_path(r) for r in range(self.nproc))
         attrs["objectives"], missed = self._objective_values(run)
+        attrs[INFRASTRUCTURE_ATTR] = run.infrastructure
         if run.leftover_pids:
             attrs["leftover_pids"] = run.leftover_pids
             self.console.print(f"[red]trial {number}: processes {run.leftover_pids} survived SIGKILL[/red]")
@@ -182,7 +185,8 @@ class TrialObjective:
         claimed = time.time()
         leftover: list[int] = []
         try:
-            run = run_trial(dataclasses.replace(launch, env=slot.env(launch.env)), self._pruning_hook(trial))
+            hook = None if attrs["is_default"] else self._pruning_hook(trial)  # the default always runs to its end
+            run = run_trial(dataclasses.replace(launch, env=slot.env(launch.env)), hook)
             leftover = run.leftover_pids
             return run
         finally:

@@ -40,15 +40,15 @@ FACE: dict[str, tuple[str, ...]] = {
     "lifeline": ("command_stopping_with_parent", "set_parent_death_signal"),
     "rundir": ("RunDir", "atomic_write_text", "prepare_output_file"),
     "runstatus": (
-        "COMPLETED", "FAILED", "INTERRUPTED", "REASON_KEY", "RUN_DIR_KEY", "RUNNING", "STATE_KEY", "TRAIN_START_KEY",
-        "WARNING_PREFIX", "error_or_last_line", "is_completed", "last_error_message", "plain_warning_format",
-        "print_error", "state_of", "summary_line", "SUMMARY_PREFIX",
+        "COMPLETED", "DIVERGED", "FAILED", "INTERRUPTED", "REASON_KEY", "RUN_DIR_KEY", "RUNNING", "STATE_KEY",
+        "TRAIN_START_KEY", "WARNING_PREFIX", "error_or_last_line", "is_completed", "is_diverged", "last_error_message",
+        "plain_warning_format", "print_error", "state_of", "summary_line", "SUMMARY_PREFIX",
     ),
     "metrics": ("METRICS_COLUMNS", "PHASES", "Column", "MetricsError", "number_text", "phase_column", "quantity_text",
                 "read_metrics", "si_number", "unit_of"),
     "evaluation": (
-        "COLLAPSE_CURES", "COLLAPSE_MARGIN_DB", "EVALUATION_KEYS", "EvaluationError", "collapse_gap_db",
-        "collapse_message", "past_occupancy_warmup", "read_evaluation",
+        "COLLAPSE_CURES", "COLLAPSE_MARGIN_DB", "EVALUATION_KEYS", "EvaluationError", "collapse_cures",
+        "collapse_gap_db", "collapse_message", "past_occupancy_warmup", "read_evaluation",
     ),
     "config": (
         "BLOCKS", "DataConfig", "DirEncodingConfig", "DistributedConfig", "EncodingConfig", "FaultsConfig",

@@ -164,6 +164,9 @@ def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
                              "distributed.master_addr:master_port when the port is set)")
     parser.add_argument("--max-restarts", type=int, default=0,
                         help="restart the worker group up to K times; workers resume from the newest checkpoint")
+    parser.add_argument("--check-host", action="store_true",
+                        help="only check this host for the run (the scene exists; the interfaces named in "
+                             "NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME exist), then exit 0; nothing is started or written")
 
 
 def add_trainer_arguments(parser: argparse.ArgumentParser) -> None:
@@ -209,6 +212,7 @@ def trainer_argv(
     trace_steps: tuple[int, int] | None = None,
     emulate_interconnect: str | None = None,
     quiet: bool = False,
+    check_host: bool = False,
     overrides: Mapping[str, Any] | Sequence[str] = (),
     extra: Sequence[str] = (),
 ) -> list[str]:
@@ -216,8 +220,9 @@ def trainer_argv(
 
     Each keyword is the flag of the same name (:func:`add_trainer_arguments`); None and the
     defaults add nothing. ``evaluate=False`` is ``--no-eval``; ``trace_steps`` ``(A, B)`` is
-    ``--trace-steps A:B``; ``overrides`` are ``--set`` items (``"KEY=VALUE"`` texts, or a mapping
-    of dotted keys to values); ``extra``: further flags as the user gave them, last.
+    ``--trace-steps A:B``; ``check_host`` is ``--check-host`` (the host's checks only, nothing
+    started); ``overrides`` are ``--set`` items (``"KEY=VALUE"`` texts, or a mapping of dotted keys
+    to values); ``extra``: further flags as the user gave them, last.
     """
     argv = [sys.executable, "-m", "trainer"]
     if nproc_per_node is not None:
@@ -232,6 +237,8 @@ def trainer_argv(
         argv += ["--trace-steps", f"{trace_steps[0]}:{trace_steps[1]}"]
     if quiet:
         argv.append("--quiet")
+    if check_host:
+        argv.append("--check-host")
     if not evaluate:
         argv.append("--no-eval")
     for item in _override_items(overrides):

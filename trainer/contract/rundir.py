@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import re
 import tempfile
@@ -65,10 +66,12 @@ def _umask() -> int:
 
 
 def prepare_output_file(path: Path, what: str) -> Path:
-    """Check before a long run that ``path`` can be written as a file (creating its folder).
+    """Check before a long run that ``path`` can be written as a file (creating its folder, and
+    writing and removing a temporary file there).
 
     Raises:
-        ConfigError: naming ``what`` and the path when it is a folder or its folder cannot be made.
+        ConfigError: naming ``what`` and the path when it is a folder, its folder cannot be made,
+            or no file can be written in it.
     """
     path = Path(path)
     if path.is_dir():
@@ -77,8 +80,11 @@ def prepare_output_file(path: Path, what: str) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"{what} {path}: cannot create its folder ({exc.strerror or exc})") from None
-    if not os.access(path.parent, os.W_OK):
-        raise ConfigError(f"{what} {path}: folder is not writable")
+    try:  # a real write: access() says yes to root on read-only and pseudo file systems (/proc)
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"{what} {path}: cannot write a file in {path.parent} ({exc.strerror or exc})") from None
     return path
 
 
@@ -91,6 +97,49 @@ def view_name(split: str, index: int) -> str:
     """The file stem of view ``index`` (its position in the split) of ``split``: ``test_007``. The
     evaluation's renders and ``render --cameras test`` name their PNGs so."""
     return f"{split}_{index:03d}"
+
+
+NULL_REASONS_KEY = "null_reasons"
+"""Key of a run's JSON files (``eval.json``, ``status.json``) mapping the dotted path of each value
+written as ``null`` (a NaN or an infinity: not JSON) to why it has no number."""
+
+
+def _null_reason(path: str, value: float) -> str:
+    if math.isnan(value):
+        return "not a number (NaN): the value is undefined for this run"
+    if path.rsplit(".", 1)[-1].endswith("_db") and value > 0:
+        return "+inf: an exact match (zero error), which has no finite PSNR"
+    return f"{'+' if value > 0 else '-'}inf: no finite value"
+
+
+def json_ready(payload: Any) -> Any:
+    """``payload`` as strict JSON can hold it: each NaN or infinite float (which ``json.dumps``
+    would write as the bare ``NaN`` / ``Infinity`` that strict parsers reject) becomes ``None``,
+    and a top-level dict gets :data:`NULL_REASONS_KEY` saying why (reasons already there are kept).
+
+    Args:
+        payload: dicts, lists, tuples, strings, numbers, booleans, None.
+
+    Returns:
+        The cleaned copy.
+    """
+    reasons: dict[str, str] = {}
+
+    def clean(value: Any, path: str) -> Any:
+        if isinstance(value, float) and not math.isfinite(value):
+            reasons[path] = _null_reason(path, value)
+            return None
+        if isinstance(value, dict):
+            return {k: clean(v, f"{path}.{k}" if path else str(k)) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [clean(v, f"{path}[{i}]") for i, v in enumerate(value)]
+        return value
+
+    cleaned = clean(payload, "")
+    if reasons and isinstance(cleaned, dict):
+        given = cleaned.get(NULL_REASONS_KEY)
+        cleaned[NULL_REASONS_KEY] = {**reasons, **(given if isinstance(given, dict) else {})}
+    return cleaned
 
 
 @dataclasses.dataclass(frozen=True)
@@ -245,5 +294,6 @@ class RunDir:
         return self.traces_dir / f"rank{rank}.pt.trace.json"
 
     def write_json(self, path: Path, payload: Any) -> None:
-        """Write JSON atomically to one of this run's paths."""
-        atomic_write_text(path, json.dumps(payload, indent=2, sort_keys=False) + "\n")
+        """Write strict JSON atomically to one of this run's paths (a NaN or an infinity is
+        written as ``null`` with its reason, :func:`json_ready`)."""
+        atomic_write_text(path, json.dumps(json_ready(payload), indent=2, sort_keys=False, allow_nan=False) + "\n")

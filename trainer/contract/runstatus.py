@@ -7,9 +7,12 @@ The trainer (:mod:`trainer.cli`) and its launcher (:mod:`trainer.parallel.launch
 ``status.json`` (:attr:`trainer.contract.rundir.RunDir.status_path`) is one JSON object, rewritten
 atomically at the start and at the end of a run::
 
-    state                 running | completed | failed | interrupted   (STATE_KEY, STATES)
-    reason                failed / interrupted: one line ("ExcType: message", or the launcher's
-                          message naming the failed rank)                (REASON_KEY)
+    state                 running | completed | failed | interrupted | diverged   (STATE_KEY, STATES)
+    reason                failed / interrupted / diverged: one line ("ExcType: message", or the
+                          launcher's message naming the failed rank)    (REASON_KEY)
+    diverged_step, nonfinite_tensor   a diverged run: the step at which a NaN or infinite loss or
+                          parameter was found, and the first such tensor ("loss" or a parameter
+                          name); its ``snapshot`` (if any) is the last finite one
     run_dir, scene, world_size, step, train_time_s, wall_s, checkpoint, snapshot, resumed_from,
     resumed_from_step, throughput_samples_per_s, eval_psnr_db, eval_ssim, eval_split, stopped_by
     startup_s, kernels_compiled, step_kind   start-up before the training clock (trainer.train.startup):
@@ -47,6 +50,8 @@ RUN_DIR_KEY = "run_dir"
 FAILED_RANK_KEY = "failed_rank"
 FAILED_LOG_KEY = "failed_log"
 RESTART_COUNT_KEY = "restart_count"
+DIVERGED_STEP_KEY = "diverged_step"
+NONFINITE_TENSOR_KEY = "nonfinite_tensor"
 TRAIN_START_KEY = "train_start_unix_s"
 """``status.json`` key: wall clock (``time.time()``, s) at which the training loop started; the
 profile's GPU timeline counts from it."""
@@ -55,7 +60,8 @@ RUNNING = "running"
 COMPLETED = "completed"
 FAILED = "failed"
 INTERRUPTED = "interrupted"
-STATES = (RUNNING, COMPLETED, FAILED, INTERRUPTED)
+DIVERGED = "diverged"
+STATES = (RUNNING, COMPLETED, FAILED, INTERRUPTED, DIVERGED)
 """Values of ``status.json``'s ``state``."""
 
 ERROR_PREFIX = "error: "
@@ -112,6 +118,16 @@ def failed_fields(reason: str, *, failed_rank: int | None = None, failed_log: st
     return fields
 
 
+def diverged_fields(reason: str, step: int, tensor: str) -> dict[str, Any]:
+    """``status.json`` fields of a run stopped because its loss or a parameter became NaN or infinite."""
+    return {STATE_KEY: DIVERGED, REASON_KEY: reason, DIVERGED_STEP_KEY: step, NONFINITE_TENSOR_KEY: tensor}
+
+
+def is_diverged(status: Mapping[str, Any] | None) -> bool:
+    """Whether a read ``status.json`` says the run diverged."""
+    return state_of(status) == DIVERGED
+
+
 def interrupted_fields(reason: str) -> dict[str, Any]:
     """``status.json`` fields of a run stopped by Ctrl-C or SIGTERM."""
     return {STATE_KEY: INTERRUPTED, REASON_KEY: reason}
@@ -127,9 +143,15 @@ def is_completed(status: Mapping[str, Any] | None) -> bool:
     return state_of(status) == COMPLETED
 
 
+def one_line(text: object) -> str:
+    """``text`` on one line: line breaks (a file name or a value holding one) written as the
+    escapes ``\\n`` / ``\\r``, so one message never reads as several."""
+    return str(text).replace("\r", "\\r").replace("\n", "\\n")
+
+
 def error_line(message: object) -> str:
-    """``error: <message>``: the one line a failing process prints on stderr."""
-    return f"{ERROR_PREFIX}{message}"
+    """``error: <message>``: the one line a failing process prints on stderr (:func:`one_line`)."""
+    return f"{ERROR_PREFIX}{one_line(message)}"
 
 
 def print_error(message: object) -> None:

@@ -15,11 +15,16 @@ when it is longer than :data:`LONG_RENDER_S`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import math
 import os
 import shutil
+import signal
 import sys
 import tempfile
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -41,6 +46,9 @@ LONG_RENDER_S = 600.0  # an estimated render longer than this gets a warning on 
 SPLITS = ("test", "train", "val")
 RENDER_GROUP_TIMEOUT_S = 6 * 3600.0  # ranks that finish early wait this long at the final barrier
 INTERRUPTED_EXIT = 130  # 128 + SIGINT, as a shell reports Ctrl-C
+TERMINATED_EXIT = 143  # 128 + SIGTERM
+MAX_SIDE_PX = 16384  # --width / --height: larger frames do not fit a device's memory or a video encoder
+MAX_FRAMES = 100_000  # frames of one render (about 55 min at 30 fps)
 
 
 def build_parser(prog: str = "python -m trainer.inference") -> argparse.ArgumentParser:
@@ -142,11 +150,21 @@ def check_render_flags(args: argparse.Namespace) -> None:
                                  ("--nproc-per-node", args.nproc_per_node, 1)):
         if value is not None and value < minimum:
             raise ConfigError(f"{flag} {value}: expected an integer >= {minimum}")
+    for flag, value in (("--width", args.width), ("--height", args.height)):
+        if value is not None and value > MAX_SIDE_PX:
+            raise ConfigError(f"{flag} {value}: expected at most {MAX_SIDE_PX} pixels")
     for flag, value in (("--fps", args.fps), ("--seconds", args.seconds), ("--radius", args.radius)):
-        if value is not None and not value > 0:
-            raise ConfigError(f"{flag} {value:g}: expected a positive number")
+        if value is not None and not (value > 0 and math.isfinite(value)):
+            raise ConfigError(f"{flag} {value:g}: expected a finite number > 0")
+    if args.elevation is not None and not -90 <= args.elevation <= 90:
+        raise ConfigError(f"--elevation {args.elevation:g}: expected degrees in [-90, 90]")
     if args.fov is not None and not 0 < args.fov < 180:
         raise ConfigError(f"--fov {args.fov:g}: expected degrees in (0, 180)")
+    asked = args.frames if args.frames is not None else (args.fps or DEFAULT_FPS) * (args.seconds or DEFAULT_SECONDS)
+    if asked > MAX_FRAMES:
+        how = f"--frames {args.frames}" if args.frames is not None else \
+            f"--seconds {args.seconds or DEFAULT_SECONDS:g} at {args.fps or DEFAULT_FPS:g} fps: {asked:.3g} frames"
+        raise ConfigError(f"{how}: expected at most {MAX_FRAMES} frames")
     if args.cameras not in ("test", "train", "val", "orbit") and not args.cameras.endswith(".json"):
         raise ConfigError(f"--cameras {args.cameras}: expected test, train, val, orbit or a camera-path .json file")
     if args.cameras.endswith(".json") and not Path(args.cameras).is_file():
@@ -300,18 +318,51 @@ def _record_scores(summary: dict[str, Any], args: argparse.Namespace, model: Any
         summary["scores_path"] = str(write_scores(Path(summary["out_dir"]), scores))
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM during a render: unwinds like Ctrl-C (the video's temporary file is removed)."""
+
+
+@contextlib.contextmanager
+def _sigterm_unwinds() -> Iterator[list[bool]]:
+    """SIGTERM raises :class:`_Terminated` in the main thread while the block runs; the yielded
+    list holds True once it arrived."""
+    seen: list[bool] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield seen
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        seen.append(True)
+        raise _Terminated(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield seen
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def render_command(args: argparse.Namespace) -> int:
     """``render``: one process, or ``--nproc-per-node N`` ranks through the elastic launcher.
-    Returns the exit status (130 after Ctrl-C, with one line saying how far it got)."""
+    Returns the exit status (130 after Ctrl-C, 143 after SIGTERM, with one line saying how far it
+    got; an unfinished video's temporary file is removed)."""
     from trainer.inference.render_views import RenderInterrupted
 
-    try:
-        return _render(args)
-    except RenderInterrupted as exc:
-        return _interrupted(str(exc))
-    except KeyboardInterrupt:
-        video = "; no video written" if args.video is not None else ""
-        return _interrupted(f"render stopped before the first frame was rendered{video}")
+    with _sigterm_unwinds() as terminated:
+        try:
+            return _render(args)
+        except RenderInterrupted as exc:
+            return _stopped(str(exc), terminated)
+        except KeyboardInterrupt:
+            video = "; no video written" if args.video is not None else ""
+            return _stopped(f"render stopped before the first frame was rendered{video}", terminated)
+
+
+def _stopped(what: str, terminated: list[bool]) -> int:
+    if not terminated:
+        return _interrupted(what)
+    print(f"terminated (SIGTERM): {what}", file=sys.stderr, flush=True)
+    return TERMINATED_EXIT
 
 
 def _render(args: argparse.Namespace) -> int:

@@ -161,8 +161,8 @@ def _load_scene(cfg: TrainConfig, scene_path: Path | None) -> Any:
 
         scene_path = Path(cfg.data.scene) if cfg.data.scene else demo_scene_path()
     try:
-        return load_scene(Path(scene_path), downscale=cfg.data.downscale, holdout_every=cfg.data.holdout_every,
-                          aabb_scale=cfg.data.aabb_scale)
+        return load_scene(Path(scene_path), downscale=cfg.data.downscale, min_downscale=cfg.data.min_downscale,
+                          holdout_every=cfg.data.holdout_every, aabb_scale=cfg.data.aabb_scale)
     except SceneError as exc:
         raise SceneError(f"{exc} (the run's scene, data.scene; give another place with --scene)") from None
 

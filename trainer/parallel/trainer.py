@@ -55,6 +55,7 @@ from trainer.parallel import checkpoint as ckpt
 from trainer.parallel.balance import LoadBalancer, imbalance
 from trainer.parallel.grad_sync import GradientSynchronizer, allreduce_bandwidth_gb_per_s, collective_device
 from trainer.contract.metrics import truncate_metrics_after
+from trainer.train.divergence import check_state_dict
 from trainer.train.hostcopy import HostCopy
 from trainer.train.loop import StepStats, Trainer, check_finest_resolution, warn_config_differences
 from trainer.train.loss import drop_rays, photometric_loss
@@ -261,7 +262,10 @@ class DistributedTrainerBase(Trainer, metaclass=abc.ABCMeta):
 
         Raises:
             SnapshotError: with neither ``folder`` nor a run directory.
+            DivergedError: this rank's model holds a NaN or infinite tensor (nothing is written:
+                the newest checkpoint stays the run's model).
         """
+        check_state_dict(self.named_model_tensors(), self.step)
         self._settle_previous_step()  # batch size and balancer state as of this step
         if folder is None:
             if self.run_dir is None:

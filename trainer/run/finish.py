@@ -10,6 +10,7 @@ from typing import Any
 
 from trainer.contract.config import TrainConfig
 from trainer.contract.errors import TrainingError
+from trainer.contract.rundir import NULL_REASONS_KEY
 from trainer.run.progress import TrainProgress
 from trainer.run.status import Terminated
 
@@ -85,6 +86,11 @@ def finish_status(
             trainer.eval_progress = None
             trainer.eval_rays_progress = None
         status.update({"eval_psnr_db": result["mean_psnr_db"], "eval_ssim": result["mean_ssim"], "eval_split": result["split"]})
+        why = result.get(NULL_REASONS_KEY, {})  # a NaN mean is written as null with its reason
+        nulls = {key: why[mean] for key, mean in (("eval_psnr_db", "mean_psnr_db"), ("eval_ssim", "mean_ssim"))
+                 if mean in why}
+        if nulls:
+            status[NULL_REASONS_KEY] = nulls
         n_images = len(result["images"])
         status["eval_time_s"] = time.perf_counter() - started
         if estimate is not None:

@@ -19,8 +19,8 @@ from trainer.data.rays import camera_rays_for_image, composite_background
 from trainer.metrics_image import SSIM_WINDOW, affine_colour_psnr, mse_to_psnr, psnr, ssim
 from trainer.render.volrend import EARLY_STOP_TRANSMITTANCE, RenderedRays, composite
 from trainer.render.march import PackedSamples, ray_batches
-from trainer.contract.rundir import RunDir
-from trainer.contract.evaluation import collapse_message
+from trainer.contract.rundir import NULL_REASONS_KEY, RunDir
+from trainer.contract.evaluation import collapse_cures, collapse_message
 from trainer.train.precision import autocast
 
 
@@ -72,14 +72,16 @@ def summary_metrics(images: list[dict[str, Any]]) -> dict[str, Any]:
         have one; NaN when none has), ``ssim_views``, ``background_psnr_db`` (the mean of the
         views' ``background_psnr_db``, capped likewise; NaN when a record lacks it),
         ``mean_psnr_affine_db`` (the mean of the views' ``psnr_affine_db``, likewise) and
-        ``metrics_note`` saying which is which. NaN means for no views.
+        ``metrics_note`` saying which is which. NaN means for no views. ``null_reasons``
+        (:data:`trainer.contract.rundir.NULL_REASONS_KEY`) says why a mean is NaN (``eval.json``
+        writes ``null``).
     """
     capped = [min(im["psnr_db"], PSNR_CAP_DB) for im in images]
     affine = [min(im.get("psnr_affine_db", float("nan")), PSNR_CAP_DB) for im in images]
     background = [min(im.get("background_psnr_db", float("nan")), PSNR_CAP_DB) for im in images]
     ssims = [im["ssim"] for im in images if im["ssim"] is not None]
     mean_mse = float(np.mean([im["mse"] for im in images])) if images else float("nan")
-    return {
+    summary = {
         "mean_psnr_db": float(np.mean(capped)) if capped else float("nan"),
         "psnr_cap_db": PSNR_CAP_DB,
         "psnr_of_mean_mse_db": float(mse_to_psnr(mean_mse)) if images else float("nan"),
@@ -89,6 +91,37 @@ def summary_metrics(images: list[dict[str, Any]]) -> dict[str, Any]:
         "mean_psnr_affine_db": float(np.mean(affine)) if affine else float("nan"),
         "metrics_note": METRICS_NOTE,
     }
+    reasons = {}  # why a mean has no number (eval.json writes it as null with this reason)
+    if not images:
+        reasons.update(dict.fromkeys(("mean_psnr_db", "psnr_of_mean_mse_db", "background_psnr_db"), "no view was scored"))
+    if not ssims:
+        reasons["mean_ssim"] = (f"no view of at least {SSIM_WINDOW}x{SSIM_WINDOW} pixels, SSIM's window"
+                                if images else "no view was scored")
+    if reasons:
+        summary[NULL_REASONS_KEY] = reasons
+    return summary
+
+
+BACKDROP_TOLERANCE = 8 / 255  # border pixels within this of white (black) make a white (black) backdrop
+
+
+def uniform_backdrop(table: PixelTable) -> str | None:
+    """``"white"`` or ``"black"`` when every border pixel (first and last row and column) of every
+    image of ``table`` lies within :data:`BACKDROP_TOLERANCE` of that colour in each channel (a
+    studio backdrop), else None."""
+    borders = []
+    for index in range(table.n_images):
+        image = table.image(index)[..., :3].float()
+        image = image / 255.0 if table.pixels.dtype == torch.uint8 else image
+        borders += [image[0], image[-1], image[:, 0], image[:, -1]]
+    if not borders:
+        return None
+    edge = torch.cat(borders)
+    if bool((edge >= 1.0 - BACKDROP_TOLERANCE).all()):
+        return "white"
+    if bool((edge <= BACKDROP_TOLERANCE).all()):
+        return "black"
+    return None
 
 
 def split_origin(scene: Scene, split: str) -> str:
@@ -301,11 +334,14 @@ def evaluate(
 
     Returns:
         ``{"split", "step", "background", "mean_psnr_db", "mean_psnr_affine_db", "mean_ssim",
-        "background_psnr_db", "occupancy_warmup_steps", "background_collapse", "images": [{"index",
-        "name", "psnr_db", "psnr_affine_db", "ssim", "background_psnr_db"}]}`` (the keys of :func:`summary_metrics` too), also written
-        to ``eval.json`` when the trainer has a run directory. ``background_collapse`` is the
-        warning of :func:`trainer.contract.evaluation.collapse_message` (also issued as a
-        ``UserWarning``) or None.
+        "background_psnr_db", "occupancy_warmup_steps", "background_collapse", "collapse_cures",
+        "images": [{"index", "name", "psnr_db", "psnr_affine_db", "ssim", "background_psnr_db"}]}``
+        (the keys of :func:`summary_metrics` too), also written to ``eval.json`` when the trainer
+        has a run directory. ``background_collapse`` is the warning of
+        :func:`trainer.contract.evaluation.collapse_message` (also issued as a ``UserWarning``) or
+        None; ``collapse_cures`` the cures that apply to this capture and run
+        (:func:`trainer.contract.evaluation.collapse_cures`: whether its images have alpha,
+        :func:`uniform_backdrop`, ``training.background``).
     """
     import cv2
 
@@ -375,9 +411,12 @@ def evaluate(
         "occupancy_warmup_steps": trainer.cfg.training.occupancy_warmup_steps,
         "images": images,
     }
+    cures = collapse_cures(has_alpha=table.has_alpha, background=trainer.cfg.training.background,
+                           backdrop=None if table.has_alpha else uniform_backdrop(table))
     collapse = collapse_message(result["mean_psnr_db"], result["background_psnr_db"], trainer.step,
-                                trainer.cfg.training.occupancy_warmup_steps)
+                                trainer.cfg.training.occupancy_warmup_steps, cures)
     result["background_collapse"] = collapse
+    result["collapse_cures"] = cures
     if collapse is not None:
         warnings.warn(collapse, stacklevel=2)
     if trainer.run_dir is not None:

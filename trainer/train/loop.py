@@ -27,7 +27,7 @@ from trainer.contract.config import EncodingConfig, TrainConfig, config_differen
 from trainer.data import Scene, load_scene
 from trainer.data.images import PixelTable, load_pixel_table, pixel_table_nbytes
 from trainer.data.footprint import footprint_resolution
-from trainer.data.sampler import RaySampler, choose_placement
+from trainer.data.sampler import RaySampler, choose_placement, placement_note
 from trainer.encoding.hashgrid import HashGridConfig
 from trainer.contract.errors import ConfigError, SnapshotError, TrainingError
 from trainer.model.field import MLPConfig, NGPField
@@ -39,6 +39,7 @@ from trainer.contract.rundir import RunDir
 from trainer.contract.world import check_world_size
 from trainer.contract.metrics import PHASES, MetricsWriter, truncate_metrics_after
 from trainer.train.capture import WARMUP_STEPS, resolve_fixed_step
+from trainer.train.divergence import check_interval, diverged_instead
 from trainer.train.ema import WeightEMA
 from trainer.train.evaluate import evaluate
 from trainer.train.faults import inject_step_faults, phase_faults
@@ -295,6 +296,9 @@ class Trainer:
         if placement == "auto":
             nbytes = pixel_table_nbytes(self.train_frames, downscale=scene.downscale)
             placement = choose_placement(nbytes, self.device, budget)
+            note = placement_note(placement, nbytes, self.device, budget, scene.downscale)
+            if note:
+                warnings.warn(note, stacklevel=2)
         if pixel_table is None and placement != "stream":
             pixel_table = load_pixel_table(
                 self.train_frames,
@@ -858,6 +862,7 @@ class Trainer:
                 writer.write(record)
             if on_log:
                 on_log(record)
+            check_interval(record, self.field, self.step)  # a NaN loss or parameter stops the run here
             interval = {"steps": 0, "trained": 0, "rays": 0, "samples": 0, "skipped": 0, "t0": time.perf_counter()}
             loss_sum = torch.zeros((), device=self.device)
             mse_sum = torch.zeros((), device=self.device)
@@ -920,6 +925,8 @@ class Trainer:
             if interval["steps"] > 0:  # stopped by the time budget between two records
                 self._synchronize()
                 last_record = flush()
+        except TrainingError as exc:  # an empty occupancy grid may be a diverged model's doing
+            raise diverged_instead(exc, self.field, self.step) or exc
         finally:
             if writer:
                 writer.close()

@@ -402,6 +402,10 @@ class DataConfig(Block):
         scene: path of the scene folder or file, or null (then the caller supplies one).
         downscale: integer image shrink factor (>= 1), or null for the automatic rule (LLFF and
             COLMAP: longest side to <= 1600 px; instant-ngp and Blender: full size; docs/loading.md).
+            An explicit factor wins over the automatic rule.
+        min_downscale: a floor on the automatic rule's factor (>= 1): the factor is the larger of
+            the two, so it never trains at more pixels than the automatic rule (the CPU preset's 2:
+            half-size images). Ignored when ``downscale`` is set.
         holdout_every: every n-th frame goes to ``test`` for formats without splits; 0 = none.
         aabb_scale: override of the scene's aabb_scale (power of two 1..128), or null.
         format: ``"auto"`` (most camera information: COLMAP, LLFF, Blender, instant-ngp) or the
@@ -419,6 +423,7 @@ class DataConfig(Block):
 
     scene: str | None = rule_field(None, OptionalRule(StrRule()))
     downscale: int | None = rule_field(None, OptionalRule(IntRule(1)))
+    min_downscale: int = rule_field(1, IntRule(1))
     holdout_every: int = rule_field(8, IntRule(0))
     aabb_scale: int | None = rule_field(None, OptionalRule(IntRule(1, 128, power_of_two=True)))
     format: str = rule_field("auto", OneOf("auto", *FORMAT_CHOICES))
@@ -432,6 +437,7 @@ class DataConfig(Block):
         """Keyword arguments of ``trainer.data.load_scene`` (``SceneOptions``) from this block."""
         return {
             "downscale": self.downscale,
+            "min_downscale": self.min_downscale,
             "holdout_every": self.holdout_every,
             "aabb_scale": self.aabb_scale,
             "format": None if self.format == "auto" else self.format,
