@@ -65,8 +65,9 @@ class TrialObjective:
             trial.set_user_attr("reason", "interrupted: the sweep was stopped during this trial (it is retried on the next run)")
             raise
 
-    def _pruning_hook(self, trial):
-        """Report intermediate values of a single objective; a reason when the pruner says stop."""
+    def _pruning_hook(self, trial, prunable: bool = True):
+        """Report intermediate values of a single objective; a reason when the pruner says stop
+        (never for a trial that is not ``prunable``: the default)."""
         if len(self.spec.objectives) != 1 or not OBJECTIVES[self.spec.objectives[0].name].has_intermediate:
             return None
         name = self.spec.objectives[0].name
@@ -81,7 +82,8 @@ class TrialObjective:
                     continue
                 trial.report(value, step)
                 reported.add(step)
-                if trial.should_prune():
+                # asked for the default too: the pruner records its rungs then, and compares the others with them
+                if trial.should_prune() and prunable:
                     pruner = type(trial.study.pruner).__name__
                     what = "PSNR of the evaluation marks" if marks else f"{name}"
                     where = f"{step} {unit}" if per_second else f"step {step}"
@@ -185,7 +187,9 @@ class TrialObjective:
         claimed = time.time()
         leftover: list[int] = []
         try:
-            hook = None if attrs["is_default"] else self._pruning_hook(trial)  # the default always runs to its end
+            # the default reports its intermediate values (the pruner compares the others with them) and
+            # always runs to its end
+            hook = self._pruning_hook(trial, prunable=not attrs["is_default"])
             run = run_trial(dataclasses.replace(launch, env=slot.env(launch.env)), hook)
             leftover = run.leftover_pids
             return run

@@ -127,6 +127,7 @@ def test_trials_sharing_a_gpu_under_a_timed_objective_are_refused(tmp_path, demo
     plan = dict(nproc=1, uses_cuda=False, gpus_per_trial=1, concurrent_trials="auto", trials_per_gpu=2)
     with pytest.raises(ConfigError) as err:
         plan_trial_slots(spec, **plan)
-    assert str(err.value) == (f"--trials-per-gpu 2: {spec.path} optimises {objective}, which trials sharing a GPU "
-                              "distort; add --allow-shared-gpu to accept that")
+    distorted = "budget.seconds = 5" if budget.startswith("seconds") else objective
+    assert str(err.value) == (f"--trials-per-gpu 2: {spec.path} has {distorted}, which trials sharing a GPU "
+                              "distort (a step budget does not); add --allow-shared-gpu to accept that")
     assert plan_trial_slots(spec, allow_shared_gpu=True, **plan).concurrent == 4

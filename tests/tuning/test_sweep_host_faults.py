@@ -107,4 +107,4 @@ def test_a_default_killed_from_outside_runs_again_and_is_never_skipped(tmp_path,
     assert "no more to run" not in text and "retrying trial 2" in text
     after = _trials(out)
     assert after[3].state == TrialState.COMPLETE and after[3].user_attrs["is_default"] is True
-    assert "no trial beat the default (trial 3): the default is recommended" in text
+    assert "The default (trial #3) is recommended" in text
