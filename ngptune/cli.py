@@ -4,7 +4,8 @@ Sub-commands: ``inspect`` (describe a scene), ``demo-scene`` (write the built-in
 ``train`` (the trainer's own command line, ``python -m trainer``: one process, or ``--nproc-per-node
 N`` ranks through the elastic launcher), ``demo`` (a short single-process training run on the
 built-in demo scene), and the commands of :data:`COMMAND_MODULES` (``profile``, ``monitor``,
-``sweep``, ``bench-comm``, and ``render``/``export`` from :mod:`trainer.inference.cli`).
+``sweep``, ``bench-comm``, ``render``/``export`` from :mod:`trainer.inference.cli`, ``view`` and
+``dashboard``).
 """
 
 from __future__ import annotations
@@ -75,6 +76,8 @@ COMMAND_MODULES = (
     "ngptune.train_many_command",  # ngptune train-many
     "ngptune.commbench",  # ngptune bench-comm
     "trainer.inference.cli",  # ngptune render, ngptune export
+    "ngptune.view",  # ngptune view (python -m trainer.viewer)
+    "ngptune.dashboard",  # ngptune dashboard (optuna-dashboard)
 )
 
 

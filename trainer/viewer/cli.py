@@ -1,0 +1,145 @@
+"""``python -m trainer.viewer MODEL`` (``ngptune view MODEL``): a web viewer of a trained model.
+
+Every flag is checked before the model loads; bad input ends with one ``error:`` line naming the
+flag, file or key, exit status 2. The first line on stdout gives the address. Ctrl-C stops the
+server with one line, exit status 130.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+from pathlib import Path
+from typing import Sequence
+
+from trainer.errors import ConfigError, NgptuneError
+from trainer.runstatus import print_error
+
+__all__ = ["PROG_ENV", "build_parser", "main"]
+
+PROG_ENV = "NGPTUNE_VIEW_PROG"  # the command name a launcher shows in --help and usage lines
+INTERRUPTED_EXIT = 130
+DEFAULT_MAX_RESOLUTION = 1920
+STOP_WAIT_S = 10.0  # Ctrl-C waits this long for the band being rendered
+
+
+def build_parser(prog: str = "python -m trainer.viewer") -> argparse.ArgumentParser:
+    from trainer.viewer.frames import RENDER_MODES
+
+    p = argparse.ArgumentParser(
+        prog=prog, description="Serve a web viewer (viser) of a trained model: rendered from the browser's camera, "
+                               "the training cameras, the scene box and the occupancy grid.")
+    p.add_argument("model", type=Path, help="run folder, snapshot file or checkpoint folder")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1, this machine only; 0.0.0.0 for every interface)")
+    p.add_argument("--port", type=int, default=0, help="port to listen on (default: a free port, printed)")
+    p.add_argument("--max-resolution", type=int, default=DEFAULT_MAX_RESOLUTION,
+                   help=f"longest side of a resting frame in pixels (default {DEFAULT_MAX_RESOLUTION}; the page can "
+                        "lower it)")
+    p.add_argument("--spp", type=int, default=1, help="jittered renders averaged per pixel of a resting frame (default 1)")
+    p.add_argument("--mode", choices=RENDER_MODES, default="rgb", help="what the frames show first (default rgb)")
+    p.add_argument("--background", default=None, help="white | black | #RRGGBB (default: the scene's evaluation background)")
+    p.add_argument("--device", default=None,
+                   help="cpu | cuda | cuda:N (default: the run's training.device; the CPU, with a note, when that "
+                        "is CUDA and this machine has none)")
+    p.add_argument("--scene", type=Path, default=None, help="the scene, when it moved since training (default: the run's)")
+    return p
+
+
+def check_flags(args: argparse.Namespace) -> None:
+    """Everything about the flags that can be refused before loading the model.
+
+    Raises:
+        ConfigError: one line naming the flag (a port in use included).
+        SnapshotError: the model path does not exist.
+    """
+    from trainer.inference.cli import check_device_flag
+    from trainer.inference.loading import check_model_path
+    from trainer.inference.outputs import parse_background
+    from trainer.viewer.server import check_port_free
+
+    check_model_path(args.model)
+    if args.max_resolution < 16:
+        raise ConfigError(f"--max-resolution {args.max_resolution}: expected an integer >= 16 (pixels)")
+    if not 1 <= args.spp <= 64:
+        raise ConfigError(f"--spp {args.spp}: expected an integer in 1..64")
+    if args.background is not None:
+        parse_background(args.background)
+    check_device_flag(args.device)
+    check_port_free(args.host, args.port)
+
+
+def require_viser(flag: str) -> None:
+    """Raises ConfigError naming ``flag`` when the viser package is not installed."""
+    try:
+        import viser  # noqa: F401
+    except ImportError:
+        raise ConfigError(f"{flag}: the web viewer needs the viser package; install it with "
+                          "pip install 'ngptune[view]'") from None
+
+
+def serve(args: argparse.Namespace) -> int:
+    """Load the model, serve it until Ctrl-C. Returns the exit status."""
+    from trainer.inference.loading import load_model
+    from trainer.inference.outputs import parse_background
+    from trainer.viewer.server import Viewer, ViewerSettings
+
+    require_viser("view")
+    check_flags(args)
+    model = load_model(args.model, args.scene, args.device, cpu_fallback=True)
+    viewer = renderer = None
+    stop = threading.Event()
+    try:
+        for note in model.notes:
+            print(f"note: {note}", file=sys.stderr, flush=True)
+        background = args.background or ("white" if model.scene.white_background else "black")
+        settings = ViewerSettings(mode=args.mode, background=parse_background(background), spp=args.spp,
+                                  max_resolution=args.max_resolution)
+        title = (f"**{model.scene.root.name}** · step {model.step} · {model.device}  \n"
+                 f"`{model.source}`")
+        folder = args.model.parent if args.model.is_file() else args.model
+        viewer = Viewer(model, settings, args.host, args.port, log=lambda line: print(line, flush=True), title=title,
+                        save_dir=folder, save_hint=str(args.model))
+        print(f"viewer: {viewer.url} — {model.scene.root.name}, step {model.step} from {model.source}, "
+              f"on {model.device}; Ctrl-C stops it", flush=True)
+        renderer = threading.Thread(target=viewer.serve_forever, args=(stop,), name="viewer-render", daemon=True)
+        renderer.start()
+        while renderer.is_alive():
+            renderer.join(0.5)
+        return 1  # the render thread ended by itself: its traceback is above
+    except KeyboardInterrupt:
+        import signal
+
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the shutdown short
+        stop.set()
+        if viewer is not None:
+            viewer.wake()
+            viewer.close()
+        if renderer is not None:
+            renderer.join(STOP_WAIT_S)  # the band being rendered; torch must not be mid-kernel at exit
+        print("viewer stopped", file=sys.stderr, flush=True)
+        if renderer is not None and renderer.is_alive():
+            os._exit(INTERRUPTED_EXIT)  # a band slower than STOP_WAIT_S: leave without waiting for it
+        return INTERRUPTED_EXIT
+    finally:
+        model.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from trainer.lifeline import stop_with_parent
+    from trainer.runstatus import plain_warning_format
+
+    plain_warning_format()
+    args = build_parser(os.environ.get(PROG_ENV, "python -m trainer.viewer")).parse_args(argv)
+    if os.environ.get(PROG_ENV):
+        stop_with_parent()  # started by ngptune view: no viewer outlives it
+    try:
+        return serve(args)
+    except NgptuneError as exc:
+        print_error(exc)
+        return 2
+    except KeyboardInterrupt:  # before the server started
+        print("viewer stopped", file=sys.stderr, flush=True)
+        return INTERRUPTED_EXIT
