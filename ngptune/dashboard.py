@@ -10,6 +10,7 @@ printed) until Ctrl-C, which stops it with one line.
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 from pathlib import Path
 from typing import Any
@@ -78,7 +79,7 @@ def dashboard_command(args: argparse.Namespace) -> int:
     try:
         server = make_server(args.host, args.port, optuna_dashboard.wsgi(storage), handler_class=_quiet_handler())
     except OSError as exc:
-        if exc.errno in (98, 48):  # EADDRINUSE on Linux, macOS
+        if exc.errno == errno.EADDRINUSE:
             raise ServeError(f"--port {args.port}: already in use on {args.host}; choose another port, or leave "
                               "--port out for a free one") from None
         raise ServeError(f"--host {args.host}: cannot listen there ({exc.strerror or exc})") from None

@@ -38,6 +38,8 @@ from trainer.runstatus import (
     is_completed,
     print_error,
 )
+from trainer.viewer.flags import add_live_view_arguments
+from trainer.viewer.live import start_live_view
 
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 
@@ -106,6 +108,7 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="plain log lines, no progress bar")
     parser.add_argument("--cpu-threads", dest="cpu_threads", type=int, default=None, metavar="N",
                         help="intra-op threads of each rank on a CPU; 0: cores // ranks on the host (training.cpu_threads)")
+    add_live_view_arguments(parser)
 
 
 CPU_PRESET = Path(__file__).resolve().parents[1] / "configs" / "small.json"
@@ -358,9 +361,10 @@ def run_distributed_training(cfg: TrainConfig, args: argparse.Namespace, env) ->
             progress.message(f"resumed from checkpoint {status['resumed_from']} at step {trainer.step}{after}")
         elif status[RESTART_COUNT_KEY]:
             progress.message(f"restart {status[RESTART_COUNT_KEY]}: no complete checkpoint yet; training from step 0")
+        live = start_live_view(args, trainer, run_dir, progress.message, is_main=env.is_main)
         status[TRAIN_START_KEY] = time.time()
         t0 = time.perf_counter()
-        last = _train_with_progress(trainer, cfg, progress)
+        last = _train_with_progress(trainer, cfg, progress, live)
         # decided from the trainer's own record: every rank must agree without reading the disk
         if trainer.last_checkpoint is not None and trainer.last_checkpoint[0] == trainer.step:
             newest = trainer.last_checkpoint[1]
@@ -426,20 +430,28 @@ def _resume_source(resume: Path | None, run_dir: RunDir) -> Path | None:
     return resume
 
 
-def _train_with_progress(trainer: Any, cfg: TrainConfig, progress: _Progress) -> dict[str, Any]:
+def _train_with_progress(trainer: Any, cfg: TrainConfig, progress: _Progress, live: Any = None) -> dict[str, Any]:
     """Run ``trainer.train`` with the config's snapshot/eval cadence, reporting through
-    ``progress`` (closed afterwards); returns the last metrics record."""
+    ``progress`` (closed afterwards) and ``live`` (``--view``'s viewer or None, closed when the
+    training ends); returns the last metrics record."""
 
     def on_eval(result: dict[str, Any]) -> None:
         progress.message(f"eval step {result['step']}: {result['mean_psnr_db']:.2f} dB on {result['split']}")
 
-    last = trainer.train(
-        on_log=progress.log,
-        on_eval=on_eval,
-        snapshot_every=cfg.training.snapshot_every,
-        eval_every=cfg.training.eval_every,
-        on_step=progress.step,
-    )
+    on_log, on_step = progress.log, progress.step
+    if live is not None:
+        on_log, on_step = live.hooks(on_log, on_step)
+    try:
+        last = trainer.train(
+            on_log=on_log,
+            on_eval=on_eval,
+            snapshot_every=cfg.training.snapshot_every,
+            eval_every=cfg.training.eval_every,
+            on_step=on_step,
+        )
+    finally:
+        if live is not None:
+            live.close()
     progress.close()
     return last
 
@@ -663,9 +675,10 @@ def run_training(cfg: TrainConfig, args: argparse.Namespace) -> dict[str, Any]:
             status["warm_started_from_step"] = trainer.warm_start(Path(warm_start))
             progress.message(f"warm start from {warm_start} (its step {status['warm_started_from_step']}); "
                              "optimiser and step counter start afresh")
+        live = start_live_view(args, trainer, run_dir, progress.message)
         status[TRAIN_START_KEY] = time.time()
         t0 = time.perf_counter()
-        last = _train_with_progress(trainer, cfg, progress)
+        last = _train_with_progress(trainer, cfg, progress, live)
         status.update({STATE_KEY: COMPLETED, "step": trainer.step, "train_time_s": trainer.train_time_s})
         _finish_status(trainer, args, status, progress, last, t0)
         return status

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import io
 import itertools
 import math
@@ -39,7 +40,7 @@ from trainer.viewer.camera import ViewCamera, frame_size, view_camera_of_frame
 from trainer.viewer.frames import RENDER_MODES, BandedFrame, FrameRequest
 from trainer.viewer.overlays import SceneOverlays
 
-__all__ = ["REST_S", "Viewer", "ViewerSettings", "check_port_free"]
+__all__ = ["REST_S", "Viewer", "ViewerSettings", "check_port_free", "port_in_use_message"]
 
 REST_S = 0.25  # a camera unchanged this long is at rest: its full frame is rendered
 COARSE_FRAME_S = 0.06  # a moving camera's frame is sized to render in about this long
@@ -51,29 +52,38 @@ JPEG_QUALITY = 90
 MODE_LABELS = {"rgb": "RGB", "depth": "Depth", "opacity": "Opacity"}
 
 
-def check_port_free(host: str, port: int) -> None:
-    """Refuse a ``--port`` that another program listens on (viser would move to the next free port
-    without a word), or a ``--host`` this machine cannot listen on. Port 0 (a free port) passes.
+def port_in_use_message(port: int, host: str, flags: tuple[str, str] = ("--host", "--port")) -> str:
+    """The error line of a port another program listens on (``flags``: the host and port flags)."""
+    return (f"{flags[1]} {port}: already in use on {host}; choose another port, or leave {flags[1]} out for a "
+            "free one")
+
+
+def check_port_free(host: str, port: int, flags: tuple[str, str] = ("--host", "--port")) -> None:
+    """Refuse a port that another program listens on (viser would move to the next free port
+    without a word), or a host this machine cannot listen on. Port 0 (a free port) passes.
+
+    Args:
+        flags: the names of the host and port flags, for the message.
 
     Raises:
-        ConfigError: one line naming ``--port`` or ``--host`` and the problem.
+        ConfigError: one line naming the port or host flag and the problem.
     """
+    host_flag, port_flag = flags
     if not 0 <= port <= 65535:
-        raise ConfigError(f"--port {port}: expected a port number in 0..65535 (0: a free port)")
+        raise ConfigError(f"{port_flag} {port}: expected a port number in 0..65535 (0: a free port)")
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except socket.gaierror as exc:
-        raise ConfigError(f"--host {host}: not an address of this machine ({exc.strerror})") from None
+        raise ConfigError(f"{host_flag} {host}: not an address of this machine ({exc.strerror})") from None
     family, _, _, _, address = infos[0]
     with socket.socket(family, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds
         try:
             probe.bind(address)
         except OSError as exc:
-            if exc.errno in (98, 48):  # EADDRINUSE on Linux, macOS
-                raise ConfigError(f"--port {port}: already in use on {host}; choose another port, or leave "
-                                  "--port out for a free one") from None
-            raise ConfigError(f"--host {host}: cannot listen there ({exc.strerror or exc})") from None
+            if exc.errno == errno.EADDRINUSE:
+                raise ConfigError(port_in_use_message(port, host, flags)) from None
+            raise ConfigError(f"{host_flag} {host}: cannot listen there ({exc.strerror or exc})") from None
 
 
 @dataclasses.dataclass
@@ -133,6 +143,7 @@ class Viewer:
         title: the first line of the page's panel (Markdown).
         save_dir: where "Save camera" writes camera paths (None: the button is disabled).
         save_hint: the model as ``ngptune render`` should be given it, in the saved-camera line.
+        flags: the host and port flags, for messages.
 
     Raises:
         ConfigError: the port is in use or the host cannot be listened on (names the flag).
@@ -140,10 +151,11 @@ class Viewer:
 
     def __init__(self, model: Any, settings: ViewerSettings, host: str = "127.0.0.1", port: int = 0,
                  log: Callable[[str], None] = print, live: bool = False, title: str = "",
-                 save_dir: Path | None = None, save_hint: str = "MODEL") -> None:
+                 save_dir: Path | None = None, save_hint: str = "MODEL",
+                 flags: tuple[str, str] = ("--host", "--port")) -> None:
         import viser
 
-        check_port_free(host, port)
+        check_port_free(host, port, flags)
         self.model = model
         self.settings = settings
         self.live = live
@@ -162,8 +174,7 @@ class Viewer:
         self.port = self.server.get_port()
         if port and self.port != port:  # taken between the check and the bind
             self.close()
-            raise ConfigError(f"--port {port}: already in use on {host}; choose another port, or leave --port out "
-                              "for a free one")
+            raise ConfigError(port_in_use_message(port, host, flags))
         self._train_frames = model.scene.frames("train")
         self._build_scene(title)
         self.server.on_client_connect(self._connected)
@@ -270,15 +281,15 @@ class Viewer:
         import json
 
         from trainer.inference.cameras import nerfstudio_camera_path
-        from trainer.rundir import atomic_write_text
+        from trainer.rundir import RunDir, atomic_write_text
 
         browser = self._browser_of(client)
         if browser is None or browser.camera is None or self.save_dir is None:
             return
         camera = browser.camera
         frame = camera.frame(*frame_size(camera.width, camera.height, max_side=self.settings.max_resolution))
-        number = next(n for n in itertools.count(1) if not (self.save_dir / f"view_{n:03d}.json").exists())
-        path = self.save_dir / f"view_{number:03d}.json"
+        folder = RunDir(self.save_dir)
+        path = next(p for p in map(folder.view_camera_path, itertools.count(1)) if not p.exists())
         try:
             atomic_write_text(path, json.dumps(nerfstudio_camera_path([frame], self.model.scene), indent=2) + "\n")
         except OSError as exc:
