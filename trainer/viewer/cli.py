@@ -11,41 +11,17 @@ import argparse
 import os
 import sys
 import threading
-from pathlib import Path
 from typing import Sequence
 
 from trainer.errors import ConfigError, NgptuneError
 from trainer.runstatus import print_error
+from trainer.viewer.flags import build_parser
 
-__all__ = ["PROG_ENV", "build_parser", "main"]
+__all__ = ["PROG_ENV", "main"]
 
 PROG_ENV = "NGPTUNE_VIEW_PROG"  # the command name a launcher shows in --help and usage lines
 INTERRUPTED_EXIT = 130
-DEFAULT_MAX_RESOLUTION = 1920
 STOP_WAIT_S = 10.0  # Ctrl-C waits this long for the band being rendered
-
-
-def build_parser(prog: str = "python -m trainer.viewer") -> argparse.ArgumentParser:
-    from trainer.viewer.frames import RENDER_MODES
-
-    p = argparse.ArgumentParser(
-        prog=prog, description="Serve a web viewer (viser) of a trained model: rendered from the browser's camera, "
-                               "the training cameras, the scene box and the occupancy grid.")
-    p.add_argument("model", type=Path, help="run folder, snapshot file or checkpoint folder")
-    p.add_argument("--host", default="127.0.0.1",
-                   help="address to listen on (default 127.0.0.1, this machine only; 0.0.0.0 for every interface)")
-    p.add_argument("--port", type=int, default=0, help="port to listen on (default: a free port, printed)")
-    p.add_argument("--max-resolution", type=int, default=DEFAULT_MAX_RESOLUTION,
-                   help=f"longest side of a resting frame in pixels (default {DEFAULT_MAX_RESOLUTION}; the page can "
-                        "lower it)")
-    p.add_argument("--spp", type=int, default=1, help="jittered renders averaged per pixel of a resting frame (default 1)")
-    p.add_argument("--mode", choices=RENDER_MODES, default="rgb", help="what the frames show first (default rgb)")
-    p.add_argument("--background", default=None, help="white | black | #RRGGBB (default: the scene's evaluation background)")
-    p.add_argument("--device", default=None,
-                   help="cpu | cuda | cuda:N (default: the run's training.device; the CPU, with a note, when that "
-                        "is CUDA and this machine has none)")
-    p.add_argument("--scene", type=Path, default=None, help="the scene, when it moved since training (default: the run's)")
-    return p
 
 
 def check_flags(args: argparse.Namespace) -> None:

@@ -6,7 +6,7 @@ the loop's per-step hook), with the trainer's current field and occupancy grid: 
 the model, no lock around the training step. A browser only records what it wants and sets a
 flag; a step with no browser waiting and no frame due reads that flag and one clock and returns,
 so an idle viewer costs nothing measurable per step. When a frame is due, rendering stops after
-about :data:`LIVE_SLICE_S` (a band at least) and goes on after the next step. Rendering time is
+about :data:`LIVE_BAND_S` (one band) and goes on after the next step. Rendering time is
 not training time (``train_time_s``, ``--time-budget``), but it is wall time: the interval's
 steps/s drops while a browser's camera moves.
 
@@ -23,9 +23,10 @@ from typing import Any, Callable
 
 from trainer.errors import ConfigError
 
-__all__ = ["LIVE_SLICE_S", "LiveView", "start_live_view"]
+__all__ = ["LIVE_BAND_S", "LiveView", "start_live_view"]
 
-LIVE_SLICE_S = 0.05  # rendering between two steps stops after about this long (one band at least)
+LIVE_BAND_S = 0.05  # one band of rows between two steps: about this long (full frames' bands are sized so)
+
 
 
 class LiveView:
@@ -47,7 +48,7 @@ class LiveView:
         if not self.viewer.woken and time.monotonic() < self._due_at:
             return
         self.viewer.clear_wake()
-        self._due_at = time.monotonic() + self.viewer.serve(LIVE_SLICE_S)
+        self._due_at = time.monotonic() + self.viewer.serve(LIVE_BAND_S)
 
     def on_log(self, record: dict[str, Any]) -> None:
         """After every metrics record: the page's status line (step, loss, PSNR, steps/s)."""
@@ -113,6 +114,6 @@ def start_live_view(args: Any, trainer: Any, run_dir: Any, message: Callable[[st
     title = f"**{trainer.scene.root.name}** · training on {trainer.device}  \n`{run_dir.root}`"
     viewer = Viewer(model, ViewerSettings(background=background), args.view_host, args.view_port, log=message,
                     live=True, title=title, save_dir=run_dir.root, save_hint=str(run_dir.root),
-                    flags=("--view-host", "--view-port"))
+                    flags=("--view-host", "--view-port"), band_s=LIVE_BAND_S)
     message(f"viewer: {viewer.url} — the model as it trains (frames rendered between steps)")
     return LiveView(viewer, message)

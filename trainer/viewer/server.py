@@ -5,8 +5,9 @@ Each connected browser has its own camera. Its frames are rendered progressively
 * while the camera moves, a coarse frame sized to render in about :data:`COARSE_FRAME_S` (from the
   rays per second measured so far, spp 1), sent as soon as it is done;
 * once the camera has rested for :data:`REST_S`, the full frame: the canvas size with its longest
-  side at most ``max_resolution``, at the chosen spp, rendered in bands so that a camera that moves
-  again stops it between two bands.
+  side at most ``max_resolution``, at the chosen spp, rendered in bands (of about
+  :data:`FULL_BAND_S`; shorter in a live view) so that a camera that moves again stops it between
+  two bands.
 
 Rendering happens only in :meth:`Viewer.serve`, called by whoever owns the model: a render thread
 for a saved model (:meth:`Viewer.serve_forever`), the training loop between two steps for a live
@@ -37,7 +38,8 @@ import numpy as np
 
 from trainer.errors import ConfigError
 from trainer.viewer.camera import ViewCamera, frame_size, view_camera_of_frame
-from trainer.viewer.frames import RENDER_MODES, BandedFrame, FrameRequest
+from trainer.viewer.flags import RENDER_MODES
+from trainer.viewer.frames import BandedFrame, FrameRequest
 from trainer.viewer.overlays import SceneOverlays
 
 __all__ = ["REST_S", "Viewer", "ViewerSettings", "check_port_free", "port_in_use_message"]
@@ -45,7 +47,7 @@ __all__ = ["REST_S", "Viewer", "ViewerSettings", "check_port_free", "port_in_use
 REST_S = 0.25  # a camera unchanged this long is at rest: its full frame is rendered
 COARSE_FRAME_S = 0.06  # a moving camera's frame is sized to render in about this long
 MIN_COARSE_PIXELS = 48 * 27  # but never smaller than this
-FULL_BAND_S = 0.15  # a full frame's bands are sized to render in about this long each
+FULL_BAND_S = 0.15  # a full frame's bands are sized to render in about this long each (by default)
 LIVE_REFRESH_SHARE = 0.02  # live view: re-rendering resting cameras for a newer model takes at most this share
 MIN_REFRESH_S = 1.0  # ... and happens at most this often
 JPEG_QUALITY = 90
@@ -91,7 +93,7 @@ class ViewerSettings:
     """What every browser's frames show (the controls of the page).
 
     Attributes:
-        mode: one of :data:`~trainer.viewer.frames.RENDER_MODES`.
+        mode: one of :data:`~trainer.viewer.flags.RENDER_MODES`.
         background: RGB in [0, 1].
         spp: jittered renders averaged per pixel of a full frame (>= 1).
         max_resolution: longest side of a full frame in pixels (>= 16).
@@ -144,6 +146,7 @@ class Viewer:
         save_dir: where "Save camera" writes camera paths (None: the button is disabled).
         save_hint: the model as ``ngptune render`` should be given it, in the saved-camera line.
         flags: the host and port flags, for messages.
+        band_s: a full frame's bands are sized to render in about this long.
 
     Raises:
         ConfigError: the port is in use or the host cannot be listened on (names the flag).
@@ -152,13 +155,14 @@ class Viewer:
     def __init__(self, model: Any, settings: ViewerSettings, host: str = "127.0.0.1", port: int = 0,
                  log: Callable[[str], None] = print, live: bool = False, title: str = "",
                  save_dir: Path | None = None, save_hint: str = "MODEL",
-                 flags: tuple[str, str] = ("--host", "--port")) -> None:
+                 flags: tuple[str, str] = ("--host", "--port"), band_s: float = FULL_BAND_S) -> None:
         import viser
 
         check_port_free(host, port, flags)
         self.model = model
         self.settings = settings
         self.live = live
+        self.band_s = band_s
         self.save_dir = save_dir
         self.save_hint = save_hint
         self.host = host
@@ -312,8 +316,9 @@ class Viewer:
         client.camera.on_update(lambda camera: self._camera_moved(client.client_id, camera))
         self._log(f"viewer: browser {browser.number} connected ({count} connected)")
         if self._train_frames:
-            self._move_to(client, 0)
-        self._camera_moved(client.client_id, client.camera)
+            self._move_to(client, 0)  # its first frame follows when the browser reports that camera
+        else:
+            self._camera_moved(client.client_id, client.camera)
 
     def _disconnected(self, client: Any) -> None:
         with self._lock:
@@ -356,9 +361,8 @@ class Viewer:
     def _plan(self, browser: _Browser, now: float) -> tuple[bool, float]:
         """``(full, delay)``: whether a frame is due for ``browser`` now and whether it is a full
         one; else the seconds until one is due (inf: none)."""
-        at_rest = now - browser.moved_at >= REST_S
         if browser.version != browser.shown_version:
-            return at_rest, 0.0
+            return False, 0.0  # a coarse frame first (full when it is as large)
         if not browser.shown_full:
             return True, max(0.0, browser.moved_at + REST_S - now)
         if self.live and self.model.trainer.step != browser.shown_step:
@@ -400,7 +404,7 @@ class Viewer:
                     delay = min(delay, wait)
                     continue
                 request, full = self._request(browser, full)
-                band_s = FULL_BAND_S if full else COARSE_FRAME_S * 4
+                band_s = self.band_s if full else COARSE_FRAME_S * 4
                 browser.job = BandedFrame(self.model, request, band_rays=max(1, int(self._rays_per_s * band_s)))
                 browser.job_version, browser.job_full = browser.version, full
                 self._turn = (self._turn + i + 1) % len(browsers)
