@@ -45,10 +45,11 @@ def main() -> None:
     elapsed = time.perf_counter() - t0
     rows = [[args.steps, args.steps / elapsed, record["throughput_samples_per_s"], record["samples_per_step"],
              record["rays_per_step"], record["step_time_ms"], record.get("samples_clipped", 0),
-             record.get("mem_allocated_mib", 0.0)]]
+             record.get("mem_allocated_mib", 0.0), trainer.step_choice.kind,
+             f"{record.get('ray_capacity', '-')}/{record.get('sample_capacity', '-')}/{record.get('recaptures', '-')}"]]
     print_table(f"training step on {args.scene.name}, {cfg.training.precision}, cuda_graphs {cfg.training.cuda_graphs}, backend {trainer.field.encoding.backend_name if hasattr(trainer.field, 'encoding') else '?'}, {machine_description()}",
                 ["steps", "steps_per_s", "samples_per_s", "samples_per_step", "rays_per_step", "step_time_ms",
-                 "samples_clipped", "peak_mem_mib"], rows)
+                 "samples_clipped", "peak_mem_mib", "step", "rays/samples capacity, recaptures"], rows)
     print_table("phases (mean ms per step)", ["phase", "ms"],
                 [[p, record[f"{p}_ms"]] for p in PHASES if record.get(f"{p}_ms")] + [["other", record["other_ms"]]])
     trainer.close()

@@ -438,7 +438,12 @@ def _train_with_progress(trainer: Any, cfg: TrainConfig, progress: _Progress, li
     def on_eval(result: dict[str, Any]) -> None:
         progress.message(f"eval step {result['step']}: {result['mean_psnr_db']:.2f} dB on {result['split']}")
 
-    on_log, on_step = progress.log, progress.step
+    def log(record: dict[str, Any]) -> None:
+        if "startup_s" in record and trainer.startup is not None:  # the first record after start-up
+            progress.message(trainer.startup.line())
+        progress.log(record)
+
+    on_log, on_step = log, progress.step
     if live is not None:
         on_log, on_step = live.hooks(on_log, on_step)
     try:
@@ -465,6 +470,9 @@ def _finish_status(
     into ``status``."""
     if last:
         status["throughput_samples_per_s"] = last.get("throughput_samples_per_s")
+    if trainer.startup is not None:
+        status.update(startup_s=trainer.startup.startup_s, kernels_compiled=trainer.startup.kernels_compiled,
+                      step_kind=trainer.startup.step_kind)
     t = trainer.cfg.training
     if trainer.step < t.n_steps and t.time_budget_s is not None:
         status["stopped_by"] = "time_budget"

@@ -12,6 +12,8 @@ atomically at the start and at the end of a run::
                           message naming the failed rank)                (REASON_KEY)
     run_dir, scene, world_size, step, train_time_s, wall_s, checkpoint, snapshot, resumed_from,
     resumed_from_step, throughput_samples_per_s, eval_psnr_db, eval_ssim, eval_split, stopped_by
+    startup_s, kernels_compiled, step_kind   start-up before the training clock (trainer.train.startup):
+                          seconds, Triton kernels compiled (0: all from the cache), the training step
     train_start_unix_s    wall clock (``time.time()``, s) at which the training loop started
                           (TRAIN_START_KEY; the profile's GPU timeline counts from it)
     failed_rank, failed_log   a failed distributed job: the root-cause rank and its log (launcher)

@@ -53,6 +53,8 @@ def phase_column(phase: str) -> str:
     return f"{phase}_ms"
 
 
+TEXT_COLUMNS = frozenset({"emulated_interconnect", "step_kind"})  # string values; every other column is a number
+
 METRICS_COLUMNS: tuple[Column, ...] = (
     Column("schema_version", "", "metrics schema version", required=True),
     Column("rank", "", "rank that wrote the record (0 in single-process runs)", required=True),
@@ -73,6 +75,13 @@ METRICS_COLUMNS: tuple[Column, ...] = (
     Column("occupancy_fraction", "", "fraction of occupancy-grid cells marked occupied"),
     Column("skipped_steps", "steps", "steps skipped over the interval (fp16 overflow, no samples)"),
     Column("samples_clipped", "samples", "marched samples left out by the fixed sample capacity over the interval (whole rays)"),
+    Column("ray_capacity", "rays", "rays a fixed-capacity step draws (its buffers' size) at the end of the interval"),
+    Column("sample_capacity", "samples", "marched samples a fixed-capacity step holds at the end of the interval"),
+    Column("startup_s", "s", "seconds of start-up before the training clock (set-up, kernel compilation, first occupancy pass, graph capture; first record after it only)"),
+    Column("startup_steps", "steps", "optimiser steps run during start-up (first record after it only)"),
+    Column("kernels_compiled", "", "Triton kernels compiled during start-up; 0 = every kernel came from the cache (first record after it only)"),
+    Column("step_kind", "", "the training step: captured, fixed or dynamic (first record after start-up only)"),
+    Column("recaptures", "", "times the fixed-capacity step's buffers grew (and its CUDA graph was captured again) since the start"),
     Column("grad_scale", "", "fp16 gradient scaler's scale (1 when unused)"),
     Column("mem_allocated_mib", "MiB", "peak device memory allocated by tensors over the interval"),
     Column("mem_reserved_mib", "MiB", "device memory reserved by the caching allocator"),
@@ -105,7 +114,7 @@ def validate_record(record: dict[str, Any], where: str = "record") -> None:
     for key, value in record.items():
         if key not in COLUMNS_BY_NAME:
             raise MetricsError(f"{where}: unknown column '{key}'")
-        if key == "emulated_interconnect":
+        if key in TEXT_COLUMNS:
             if not isinstance(value, str):
                 raise MetricsError(f"{where}: column '{key}' must be a string, got {value!r}")
             continue

@@ -2,12 +2,16 @@
 
 A field with ``fused_mlp=True`` and its twin with the same parameters take the same samples and
 upstream gradients; σ, rgb, ``density()`` without gradient (its own kernel) and the gradients of
-every parameter (hash table included, through the features' gradient) must agree to float32 rounding (the kernels sum products in another order).
-Cases: odd sample counts (tails of a tile and of a backward program, and zero samples), every SH
-degree, hidden widths 16 and 64, 8 and 32 hash-grid features, gradients into σ only. In Triton's
-interpreter (a fresh subprocess, see tests/triton_worker.py) at small sizes, and on CUDA at 2^18
-samples; fresh random draws each run (``NGPTUNE_TEST_SEED`` replays one). Samples whose hidden
-pre-activations lie within ``KINK_BAND`` of a ReLU kink are redrawn: there either side is float32-correct.
+every parameter (hash table included, through the features' gradient) must agree to float32 rounding (the kernels sum products in another order)
+for IEEE products, and within the input rounding for TF32 (10-bit mantissa) and bfloat16 (7-bit)
+products (``REL_TOL``). ``density(positions, count)`` must match on the first ``count`` rows and
+be 0 after them. Cases: odd sample counts (tails of a tile and of a persistent program, and zero
+samples), every SH degree, hidden widths 16 and 64, 8 and 32 hash-grid features, gradients into σ
+only, each product precision. In Triton's interpreter (a fresh subprocess, see
+tests/triton_worker.py) at small sizes — the interpreter multiplies TF32 inputs exactly and has no
+bfloat16 products, so bfloat16 runs on CUDA only — and on CUDA at 2^18 samples; fresh random
+draws each run (``NGPTUNE_TEST_SEED`` replays one). Samples whose hidden pre-activations lie within
+``KINK_BAND`` of a ReLU kink are redrawn: there either side is correct at the precision's rounding.
 """
 
 from __future__ import annotations
@@ -24,20 +28,25 @@ from trainer.model.field import NGPField
 from trainer.model.mlp import MLPConfig
 
 AABB = torch.tensor([[-1.0, -2.0, 0.0], [1.0, 2.0, 4.0]])
-# (samples, SH degree, hidden width, hash-grid levels (2 features each), σ-only gradient)
-SMALL_CASES = ((0, 4, 64, 4, False), (1, 4, 64, 16, False), (33, 1, 16, 4, False), (77, 2, 64, 16, True),
-               (300, 3, 16, 4, False), (513, 4, 64, 16, False))
-CUDA_CASES = ((2**18 + 5, 4, 64, 16, False), (4099, 2, 64, 16, True))
-REL_TOL = 2e-5  # of each tensor's largest magnitude: float32 sums in another order
-KINK_BAND = 1e-4  # of a layer's largest pre-activation: samples this close to a ReLU kink are not drawn
+# (samples, SH degree, hidden width, hash-grid levels (2 features each), σ-only gradient, precision)
+SMALL_CASES = ((0, 4, 64, 4, False, "ieee"), (1, 4, 64, 16, False, "ieee"), (33, 1, 16, 4, False, "ieee"),
+               (77, 2, 64, 16, True, "ieee"), (300, 3, 16, 4, False, "ieee"), (513, 4, 64, 16, False, "ieee"),
+               (130, 4, 64, 4, False, "tf32"))
+CUDA_CASES = ((2**18 + 5, 4, 64, 16, False, "ieee"), (4099, 2, 64, 16, True, "ieee"),
+              (2**18 + 5, 4, 64, 16, False, "tf32"), (2**18 + 5, 4, 64, 16, False, "bf16"))
+# of each tensor's largest magnitude: float32 sums in another order; TF32 / bfloat16 input rounding
+REL_TOL = {"ieee": 2e-5, "tf32": 1e-2, "bf16": 4e-2}
+# of a layer's largest pre-activation: samples this close to a ReLU kink are not drawn
+KINK_BAND = {"ieee": 1e-4, "tf32": 1e-2, "bf16": 4e-2}
 
 
-def _pair(degree: int, width: int, levels: int, device: str, generator: torch.Generator):
+def _pair(degree: int, width: int, levels: int, device: str, generator: torch.Generator, precision: str):
     grid = HashGridConfig(n_levels=levels, n_features_per_level=2, log2_hashmap_size=12, base_resolution=4,
                           per_level_scale=1.5)
     nets = (MLPConfig(n_neurons=width, n_hidden_layers=1), MLPConfig(n_neurons=width, n_hidden_layers=2))
     ref = NGPField(AABB.to(device), grid, *nets, backend="torch", sh_degree=degree)
-    fused = NGPField(AABB.to(device), grid, *nets, backend="torch", sh_degree=degree, fused_mlp=True)
+    fused = NGPField(AABB.to(device), grid, *nets, backend="torch", sh_degree=degree, fused_mlp=True,
+                     mlp_precision=precision)
     with torch.no_grad():
         for p in ref.parameters():  # weights of visible size, so every layer matters
             p.copy_((torch.rand(p.shape, generator=generator) * 2 - 1).to(device) * (0.5 if p.ndim == 2 else 1.0))
@@ -61,15 +70,16 @@ def _hidden_pre_activations(field: NGPField, positions: torch.Tensor, directions
     return torch.stack([(v / v.max().clamp_min(1e-30)).amin(dim=1) for v in seen]).amin(dim=0)
 
 
-def _draw_samples(ref: NGPField, n: int, device: str, generator: torch.Generator):
+def _draw_samples(ref: NGPField, n: int, device: str, generator: torch.Generator, band: float):
     """n positions in the AABB and unit directions, none with a hidden pre-activation within
-    KINK_BAND of zero: there float32 sums in another order may land on either side of the ReLU
-    and flip one sample's whole gradient path (seen once in 10^5 values, seed 917018)."""
+    ``band`` of zero: there float32 sums in another order (or rounded inputs) may land on either
+    side of the ReLU and flip one sample's whole gradient path (seen once in 10^5 values at
+    float32, seed 917018)."""
     kept_positions, kept_directions, count = [], [], 0
     while True:
         positions = (AABB[0] + torch.rand(2 * n + 8, 3, generator=generator) * (AABB[1] - AABB[0])).to(device)
         directions = torch.nn.functional.normalize(torch.randn(2 * n + 8, 3, generator=generator), dim=1).to(device)
-        keep = _hidden_pre_activations(ref, positions, directions) > KINK_BAND
+        keep = _hidden_pre_activations(ref, positions, directions) > band
         kept_positions.append(positions[keep])
         kept_directions.append(directions[keep])
         count += int(keep.sum())
@@ -80,9 +90,10 @@ def _draw_samples(ref: NGPField, n: int, device: str, generator: torch.Generator
 def observe(device: str, seed: int) -> list[dict]:
     generator = torch.Generator().manual_seed(seed)
     seen = []
-    for n, degree, width, levels, sigma_only in (CUDA_CASES if device == "cuda" else SMALL_CASES):
-        ref, fused = _pair(degree, width, levels, device, generator)
-        positions, directions = _draw_samples(ref, n, device, generator)
+    for n, degree, width, levels, sigma_only, precision in (CUDA_CASES if device == "cuda" else SMALL_CASES):
+        ref, fused = _pair(degree, width, levels, device, generator, precision)
+        positions, directions = _draw_samples(ref, n, device, generator, KINK_BAND[precision])
+        count = n // 3
         g_sigma = torch.randn(n, generator=generator).to(device)
         g_rgb = torch.randn(n, 3, generator=generator).to(device)
         results = {}
@@ -91,28 +102,36 @@ def observe(device: str, seed: int) -> list[dict]:
             loss = (sigma * g_sigma).sum() + (0 if sigma_only else (rgb * g_rgb).sum())
             loss.backward()
             grads = {k: (p.grad if p.grad is not None else torch.zeros_like(p)) for k, p in field.named_parameters()}
-            with torch.no_grad():  # the density-only kernel (compaction, occupancy update)
+            with torch.no_grad():  # the density-only kernel (compaction, occupancy update), with a live count
                 density = field.density(positions)
-            results[name] = {"sigma": sigma.detach(), "rgb": rgb.detach(), "density": density, **grads}
+                counted = field.density(positions, torch.tensor(count, device=device))
+            results[name] = {"sigma": sigma.detach(), "rgb": rgb.detach(), "density": density,
+                             "density_counted": counted[:count], **grads}
+            if name == "fused":
+                tail = counted[count:]
+                tail_zero = bool((tail == 0).all())
         errors = {}
         for key, ref_value in results["ref"].items():
             scale = float(ref_value.abs().max()) if ref_value.numel() else 0.0
             diff = float((results["fused"][key] - ref_value).abs().max()) if ref_value.numel() else 0.0
             errors[key] = {"diff": diff, "scale": scale, "finite": bool(torch.isfinite(results["fused"][key]).all())}
-        seen.append({"n": n, "degree": degree, "width": width, "seed": seed, "fused": fused.fused_mlp,
-                     "errors": errors})
+        seen.append({"n": n, "degree": degree, "width": width, "precision": precision, "seed": seed,
+                     "fused": fused.fused_mlp, "errors": errors, "tail_zero": tail_zero})
     return seen
 
 
 def _check(seen: list[dict], cases) -> None:
-    assert [(r["n"], r["degree"], r["width"]) for r in seen] == [c[:3] for c in cases]
+    assert [(r["n"], r["degree"], r["width"], r["precision"]) for r in seen] == [c[:3] + c[5:] for c in cases]
     for r in seen:
-        case = f"n={r['n']} degree {r['degree']} width {r['width']} seed {r['seed']}"
+        case = f"n={r['n']} degree {r['degree']} width {r['width']} {r['precision']} seed {r['seed']}"
         assert r["fused"], f"{case}: the field did not take the fused path"
-        assert len(r["errors"]) == 3 + 6, case  # σ, rgb, density(), table, 2 density and 3 colour weights
+        # σ, rgb, density(), density(count), table, 2 density and 3 colour weights
+        assert len(r["errors"]) == 4 + 6, case
+        assert r["tail_zero"], f"{case}: density past the live count is not 0"
+        tol = REL_TOL[r["precision"]]
         for key, e in r["errors"].items():
             assert e["finite"], f"{case}: {key} has NaN/Inf (an element left unwritten?)"
-            assert e["diff"] <= REL_TOL * max(e["scale"], 1e-6), f"{case}: {key} differs by {e['diff']} (scale {e['scale']})"
+            assert e["diff"] <= tol * max(e["scale"], 1e-6), f"{case}: {key} differs by {e['diff']} (scale {e['scale']})"
 
 
 def test_fused_mlp_matches_the_reference_in_the_interpreter():

@@ -131,12 +131,14 @@ def test_later_update_draws_a_quarter_of_the_cells_plus_the_occupied_ones():
 
     grid.update(300, recording_fn, generator=torch.Generator().manual_seed(4), chunk=1000)
     points = torch.cat(seen)
-    assert points.shape[0] == 16**3 // 4 + n_occupied
+    # fixed shapes: a quarter drawn uniformly plus a quarter of slots for the occupied cells
+    assert points.shape[0] == 2 * (16**3 // 4)
     assert len(seen) == math.ceil(points.shape[0] / 1000)
     _, cells, _ = grid.locate(points)
     visited = torch.zeros(16**3, dtype=torch.bool)
-    visited[cells] = True
-    assert visited[occupied_before].all()
+    visited[cells[16**3 // 4:][: n_occupied]] = True
+    assert visited[occupied_before].all()  # every occupied cell once, in the first slots
+    assert int(visited.sum()) == n_occupied
 
 
 def test_ema_decays_when_the_density_vanishes():
@@ -240,3 +242,37 @@ def test_state_dict_round_trip_keeps_the_occupancy():
     copy.load_state_dict(grid.state_dict())
     points = torch.rand(500, 3, generator=torch.Generator().manual_seed(1)) * 2 - 0.5
     assert torch.equal(copy.occupied(points), grid.occupied(points))
+
+
+def test_later_update_with_more_occupied_cells_than_slots_draws_occupied_cells_only():
+    grid = OccupancyGrid(aabb_scale=2, resolution=8)  # 2 cascades of 512 cells, 2·128 slots
+    grid.update(0, lambda p: torch.full((p.shape[0],), 100.0), generator=torch.Generator().manual_seed(1))
+    assert int(grid.occupancy_mask().sum()) == 2 * 8**3  # every cell occupied: more than the slots
+    seen = []
+
+    def recording_fn(points):
+        seen.append(points.clone())
+        return torch.full((points.shape[0],), 100.0)
+
+    grid.update(300, recording_fn, generator=torch.Generator().manual_seed(2))
+    points = torch.cat(seen)
+    assert points.shape[0] == 2 * (2 * 8**3 // 4)
+    cascade, _, inside = grid.locate(points[2 * 8**3 // 4:])
+    assert inside.all()
+    assert set(cascade.tolist()) == {0, 1}  # drawn from both cascades' occupied cells
+
+
+def test_update_reads_nothing_on_the_host():
+    grid = OccupancyGrid(aabb_scale=1, resolution=8)
+    density_fn = sphere_density((0.5, 0.5, 0.5), 0.2, 100.0)
+    grid.update(0, density_fn)
+    original_item, original_bool = torch.Tensor.item, torch.Tensor.__bool__
+
+    def refuse(*args):
+        raise AssertionError("the update read a device value on the host")
+
+    torch.Tensor.item, torch.Tensor.__bool__ = refuse, refuse
+    try:
+        grid.update(300, density_fn)
+    finally:
+        torch.Tensor.item, torch.Tensor.__bool__ = original_item, original_bool

@@ -32,3 +32,23 @@ def test_captured_and_eager_steps_train_alike_over_200_steps(demo_scene):
     for a, b in zip(captured, eager):
         assert abs(a - b) <= 0.1 * max(a, b), (captured, eager)
     assert captured[-1] < 0.85 * captured[0] and eager[-1] < 0.85 * eager[0]
+
+
+def test_the_default_on_cuda_is_the_captured_step_and_its_steady_state_never_waits_for_the_device(demo_scene):
+    cfg = tiny_config(training__device="cuda", encoding__backend="triton", training__n_steps=10**6,
+                      training__log_every=10**6, training__occupancy_warmup_steps=16)
+    trainer = Trainer(cfg, load_scene(demo_scene), None)
+    assert trainer.step_choice.kind == "captured", trainer.step_choice
+    trainer.train(n_steps=40)  # start-up, the warm-up occupancy updates, a steady-state update
+    assert trainer.startup is not None and trainer.startup.step_kind == "captured"
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(40):  # holds occupancy updates (every 16 steps) and graph replays
+            trainer.train_step()
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    torch.cuda.synchronize()
+    assert trainer.fixed_step.graph.graph is not None
+    trainer.close()
+

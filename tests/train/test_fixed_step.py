@@ -68,3 +68,53 @@ def test_fixed_capacity_resume_is_bit_identical(demo_scene, tmp_path):
     for p, q in zip(straight.field.parameters(), resumed.field.parameters()):
         assert torch.equal(p, q)
     assert int(straight.fixed_step.n_live) == int(resumed.fixed_step.n_live)
+
+
+def test_capacities_that_fall_short_grow_at_the_interval_read(demo_scene):
+    # room for one marched sample per target sample: compaction keeps fewer than it marches
+    cfg = tiny_config(training__cuda_graphs="off", training__capacity_headroom=1.0, training__n_steps=40,
+                      training__log_every=10)
+    trainer = Trainer(cfg, load_scene(demo_scene), None)
+    step = trainer.fixed_step
+    start = (step.ray_capacity, step.march_capacity)
+    assert start == (1024, 4096)  # min(max rays 2048, target 4096 / 4 kept per ray); 4096 · 1.0
+    records: list[dict] = []
+    trainer.train(on_log=records.append)
+    grown = (step.ray_capacity, step.march_capacity)
+    assert records[-1]["recaptures"] >= 1 and grown != start, (start, grown, records[-1])
+    assert grown[0] >= start[0] and grown[1] >= start[1]
+    assert grown[0] <= 2048  # never past training.max_rays_per_step
+    assert records[-1]["ray_capacity"] == grown[0] and records[-1]["sample_capacity"] == grown[1]
+    assert step.buffers.capacity == grown[1] and step.ray_slot.numel() == grown[0]
+    trainer.close()
+
+
+def test_start_up_steps_are_outside_the_training_clock(demo_scene, monkeypatch):
+    """A first step slowed as kernel compilation slows it still leaves the whole time budget to
+    training: the sleep is start-up, reported as such, and later steps fill the budget."""
+    import time as time_module
+
+    cfg = tiny_config(training__n_steps=10**6, training__time_budget_s=1.0, training__log_every=5)
+    trainer = Trainer(cfg, load_scene(demo_scene), None)
+    original = trainer.train_step
+    calls = []
+
+    def first_step_compiles():
+        calls.append(1)
+        if len(calls) == 1:
+            time_module.sleep(4.0)  # "compilation"
+        return original()
+
+    monkeypatch.setattr(trainer, "train_step", first_step_compiles)
+    records: list[dict] = []
+    trainer.train(on_log=records.append)
+    assert trainer.startup is not None and trainer.startup.startup_s >= 4.0
+    assert trainer.startup.startup_steps == 1 and trainer.startup.step_kind == "dynamic"
+    # the whole budget trained after start-up: not cut short by the 4 s, which are not counted
+    assert 1.0 <= trainer.train_time_s < 3.5
+    assert trainer.step >= 2
+    first = records[0]
+    assert first["startup_s"] >= 4.0 and first["step_kind"] == "dynamic" and first["startup_steps"] == 1
+    assert all("startup_s" not in r for r in records[1:])
+    assert first["wall_time_s"] < 3.5  # training time of the first interval excludes the start-up
+    trainer.close()

@@ -291,14 +291,17 @@ class TrainingConfig(Block):
             step are sized on the kept count. False trains on every marched sample and sizes rays
             on the marched count. The subgrid mode always trains on every marched sample (a box's
             segment cannot know the transmittance in front of it).
-        cuda_graphs: ``"auto"``, ``"on"`` or ``"off"``: the fixed-capacity step
-            (:mod:`trainer.train.fixed_step`: buffers sized once, counts on the device, no host
-            read inside a step) captured in a CUDA graph and replayed (``on``,
-            :mod:`trainer.train.capture`), or run eagerly (``off``, the twin; one process). ``auto`` keeps the
-            dynamically sized step of :meth:`trainer.train.loop.Trainer.train_step`.
-        capacity_headroom: marched samples a fixed-capacity step holds, as a multiple of
+        cuda_graphs: ``"auto"``, ``"on"``, ``"off"`` or ``"dynamic"``: the fixed-capacity step
+            (:mod:`trainer.train.fixed_step`: buffers sized on the device's needs, counts on the
+            device, no host read inside a step) captured in a CUDA graph and replayed (``on``,
+            :mod:`trainer.train.capture`), or run eagerly (``off``, the twin; one process), or the
+            dynamically sized step of :meth:`trainer.train.loop.Trainer.train_step` (``dynamic``).
+            ``auto`` captures where nothing blocks it (one CUDA process with the Triton kernels,
+            fp32/tf32/bf16, no weight EMA) and runs the dynamic step elsewhere, saying why.
+        capacity_headroom: marched samples a fixed-capacity step holds at first, as a multiple of
             ``target_samples_per_step`` (>= 1); rays whose samples do not fit are left out and
-            counted in the ``samples_clipped`` metric.
+            counted in the ``samples_clipped`` metric, and the capacity grows when the batch
+            sizing needs more (:mod:`trainer.train.fixed_step`).
         quiet: no progress output on the console.
         cpu_threads: intra-op threads of each rank on a CPU (>= 1), or 0 for the rule
             ``cores // ranks on the host`` (:mod:`trainer.cpu_threads`).
@@ -336,7 +339,7 @@ class TrainingConfig(Block):
     rays_backend: str = rule_field("auto", OneOf("auto", "triton", "torch"))
     mlp_backend: str = rule_field("auto", OneOf("auto", "triton", "torch"))
     compact_samples: bool = rule_field(True, BoolRule())
-    cuda_graphs: str = rule_field("auto", OneOf("auto", "on", "off"))
+    cuda_graphs: str = rule_field("auto", OneOf("auto", "on", "off", "dynamic"))
     capacity_headroom: float = rule_field(4.0, FloatRule(1))
     quiet: bool = rule_field(False, BoolRule())
     cpu_threads: int = rule_field(0, IntRule(0))

@@ -113,6 +113,9 @@ class NGPField(nn.Module):
             fused Triton kernels of :mod:`trainer.model.triton_mlp` where they apply (float32
             without autocast, instant-ngp's MLP shapes; the caller checks that Triton can run on
             the device); elsewhere the PyTorch path, their twin.
+        mlp_precision: the fused kernels' product precision, ``"ieee"`` (float32), ``"tf32"`` or
+            ``"bf16"`` (:data:`trainer.model.triton_mlp.DOT_PRECISIONS`); with ``"bf16"`` the fused
+            path also runs under bfloat16 autocast (it casts the products' inputs itself).
 
     Each MLP's ``output_activation`` (default "None") is applied before the fixed ``trunc_exp``
     (density) and sigmoid (colour).
@@ -132,6 +135,7 @@ class NGPField(nn.Module):
         table_dtype: torch.dtype = torch.float32,
         sh_degree: int = SH_MAX_DEGREE,
         fused_mlp: bool = False,
+        mlp_precision: str = "ieee",
     ) -> None:
         super().__init__()
         aabb = _check_aabb(aabb)
@@ -150,6 +154,7 @@ class NGPField(nn.Module):
         self.rgb_mlp = MLP(DENSITY_OUTPUT_DIM - 1 + n_sh, 3, rgb_net, device)
         activations = (density_net.activation, density_net.output_activation, rgb_net.activation,
                        rgb_net.output_activation)
+        self.mlp_precision = mlp_precision
         self.fused_mlp = (
             fused_mlp
             and _triton_mlp() is not None
@@ -168,11 +173,14 @@ class NGPField(nn.Module):
         sigma = trunc_exp(h[:, 0].float())
         return sigma, h[:, 1:]
 
-    def density(self, positions: torch.Tensor) -> torch.Tensor:
-        """Density at world positions (what the occupancy-grid update queries).
+    def density(self, positions: torch.Tensor, count: torch.Tensor | None = None) -> torch.Tensor:
+        """Density at world positions (what the occupancy-grid update and compaction query).
 
         Args:
             positions: [S, 3] floating, world units.
+            count: optional [] integer device tensor: only the first ``count`` positions are
+                samples; the fused kernel skips the MLP for the rest and gives them density 0
+                (other paths compute every row; callers ignore rows past the count).
 
         Returns:
             sigma: [S] float32 >= 0, in 1/world units.
@@ -180,12 +188,15 @@ class NGPField(nn.Module):
         assert positions.ndim == 2 and positions.shape[1] == 3, tuple(positions.shape)
         features = self.encoding(self.normalise_positions(positions))
         if self._fused_applies(features) and not torch.is_grad_enabled():
-            return _triton_mlp().fused_density(features, self.density_mlp.weights())
+            return _triton_mlp().fused_density(features, self.density_mlp.weights(), self.mlp_precision, count)
         return self._density_head(features)[0]
 
     def _fused_applies(self, features: torch.Tensor) -> bool:
-        """Whether the fused MLP kernels take these hash-grid features: chosen, float32 and no autocast."""
-        return self.fused_mlp and features.dtype == torch.float32 and not torch.is_autocast_enabled(features.device.type)
+        """Whether the fused MLP kernels take these hash-grid features: chosen, float32, and no
+        autocast unless the kernels' own precision is bfloat16."""
+        autocast_on = torch.is_autocast_enabled(features.device.type)
+        return (self.fused_mlp and features.dtype == torch.float32
+                and (not autocast_on or self.mlp_precision == "bf16"))
 
     def forward(
         self, positions: torch.Tensor, directions: torch.Tensor
@@ -206,7 +217,8 @@ class NGPField(nn.Module):
         if self._fused_applies(features):
             # the kernels read the leading degree² columns of the SH; directions need no gradient
             sh = _encode_directions(directions.detach().float(), SH_MAX_DEGREE)
-            return _triton_mlp().fused_field_head(features, sh, self.density_mlp.weights(), self.rgb_mlp.weights())
+            return _triton_mlp().fused_field_head(features, sh, self.density_mlp.weights(), self.rgb_mlp.weights(),
+                                                  self.mlp_precision)
         sigma, geometry = self._density_head(features)
         sh = _encode_directions(directions.float(), self.sh_degree).to(geometry.dtype)
         rgb = torch.sigmoid(self.rgb_mlp(torch.cat([geometry, sh], dim=1)).float())

@@ -15,9 +15,19 @@ registers through all five layers; nothing between layers goes to memory. Backwa
 activations (cheaper than storing five [S, 64] tensors), and each program sums its samples' weight
 gradients in registers and writes one partial row; the rows are summed by one ``torch.sum``.
 
-Products use ``tl.dot`` with IEEE float32 inputs (``input_precision="ieee"``), as the reference
-runs with float32 matmul precision "highest"; results agree to float32 rounding, not bitwise (the
-summation order differs). Only float32 without autocast; the caller falls back otherwise.
+Products use ``tl.dot`` in one of three input precisions (:data:`DOT_PRECISIONS`), chosen by the
+field from ``training.precision``: ``"ieee"`` (float32 inputs, no tensor cores; the reference runs
+with float32 matmul precision "highest" and results agree to float32 rounding, not bitwise),
+``"tf32"`` (tensor-core TF32 inputs, 10-bit mantissa, float32 sums; what ``torch.backends.cuda.
+matmul.allow_tf32`` gives the PyTorch path) and ``"bf16"`` (bfloat16 inputs, float32 sums; the
+reference under bf16 autocast). Activations and sums stay float32 in every case.
+
+Programs are persistent: a grid of at most ``programs_per_sm`` programs per SM (:data:`KERNEL_SETTINGS`),
+each loading the five weight matrices once and walking tiles of samples;
+the backward's weight-gradient partial sums are one row per program. :func:`fused_density` takes an
+optional device count of live rows (the march buffers' valid slots): tiles past it are written as
+zero density without running the MLP, so a fixed-capacity step pays for the samples it marched,
+not for its capacity.
 """
 
 from __future__ import annotations
@@ -28,11 +38,15 @@ import torch
 import triton
 import triton.language as tl
 
-__all__ = ["FUSED_ROWS", "fused_density", "fused_field_head", "fused_head_supported"]
+__all__ = ["DOT_PRECISIONS", "KERNEL_SETTINGS", "fused_density", "fused_field_head", "fused_head_supported"]
 
-FUSED_ROWS = 32  # samples per tile (tl.dot needs >= 16 rows)
-BACKWARD_TILES = 8  # tiles per backward program: weight gradients are summed over 256 samples in registers
-# (8 warps: the six weight-gradient accumulators alone are ~10k floats per program at width 64)
+DOT_PRECISIONS = {"ieee": 0, "tf32": 1, "bf16": 2}  # tl.dot input precision → the kernels' DOT constant
+# Launch settings (tile rows, warps, persistent programs per SM); bench/mlp.py times alternatives.
+# tl.dot needs >= 16 rows; the backward keeps six weight-gradient accumulators (~10k floats at
+# width 64) in registers beside a tile's activations, hence its smaller tile and 8 warps.
+KERNEL_SETTINGS = {"forward_rows": 64, "forward_warps": 4, "backward_rows": 32, "backward_warps": 8,
+                   "density_rows": 64, "density_warps": 4, "programs_per_sm": 4}
+INTERPRETER_PROGRAMS = 4  # persistent programs when there is no GPU (Triton's CPU interpreter)
 GEOMETRY_DIM = 16  # the density MLP's output: the density logit h₀ and 15 geometry features
 SH_PAD = 16  # SH coefficients, padded to the degree-4 count
 OUT_PAD = 16  # colour outputs (3), padded to tl.dot's minimum
@@ -75,6 +89,17 @@ def fused_head_supported(density_weights: list[torch.Tensor], rgb_weights: list[
 
 
 @triton.jit
+def _mm(a, b, DOT: tl.constexpr):
+    """a @ b with float32 sums and the DOT input precision (0 IEEE float32, 1 TF32, 2 bfloat16)."""
+    if DOT == 2:
+        return tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16), out_dtype=tl.float32)
+    elif DOT == 1:
+        return tl.dot(a, b, input_precision="tf32")
+    else:
+        return tl.dot(a, b, input_precision="ieee")
+
+
+@triton.jit
 def _load_t(w_ptr, row_stride, col0, K: tl.constexpr, N: tl.constexpr, k_lo, k_hi, n_hi):
     """A [K, N] tile of Wᵀ for W [out, in] (row stride ``row_stride``): tile[k, j] = W[j, col0 + k − k_lo]
     for k_lo <= k < k_hi and j < n_hi, else 0."""
@@ -87,17 +112,17 @@ def _load_t(w_ptr, row_stride, col0, K: tl.constexpr, N: tl.constexpr, k_lo, k_h
 @triton.jit
 def _forward_tile(x_ptr, sh_ptr, rows, rmask, n_in, n_sh, sh_stride,
                   wd1t, wd2t, wgt, wst, wc2t, wc3t,
-                  IN: tl.constexpr, W: tl.constexpr, G: tl.constexpr, SHP: tl.constexpr):
+                  IN: tl.constexpr, W: tl.constexpr, G: tl.constexpr, SHP: tl.constexpr, DOT: tl.constexpr):
     """Activations of one tile of samples: x, h1, h, sh, c1, c2, o (pre-sigmoid colour)."""
     cin = tl.arange(0, IN)[None, :]
     x = tl.load(x_ptr + rows[:, None] * n_in + cin, mask=rmask[:, None] & (cin < n_in), other=0.0)
-    h1 = tl.maximum(tl.dot(x, wd1t, input_precision="ieee"), 0.0)
-    h = tl.dot(h1, wd2t, input_precision="ieee")
+    h1 = tl.maximum(_mm(x, wd1t, DOT), 0.0)
+    h = _mm(h1, wd2t, DOT)
     csh = tl.arange(0, SHP)[None, :]
     sh = tl.load(sh_ptr + rows[:, None] * sh_stride + csh, mask=rmask[:, None] & (csh < n_sh), other=0.0)
-    c1 = tl.maximum(tl.dot(h, wgt, input_precision="ieee") + tl.dot(sh, wst, input_precision="ieee"), 0.0)
-    c2 = tl.maximum(tl.dot(c1, wc2t, input_precision="ieee"), 0.0)
-    o = tl.dot(c2, wc3t, input_precision="ieee")
+    c1 = tl.maximum(_mm(h, wgt, DOT) + _mm(sh, wst, DOT), 0.0)
+    c2 = tl.maximum(_mm(c1, wc2t, DOT), 0.0)
+    o = _mm(c2, wc3t, DOT)
     return x, h1, h, sh, c1, c2, o
 
 
@@ -120,32 +145,42 @@ def _weights(wd1_ptr, wd2_ptr, wc1_ptr, wc2_ptr, wc3_ptr, n_in, n_sh,
 def _head_forward_kernel(x_ptr, sh_ptr, wd1_ptr, wd2_ptr, wc1_ptr, wc2_ptr, wc3_ptr, sigma_ptr, rgb_ptr,
                          n, n_in, n_sh, sh_stride,
                          ROWS: tl.constexpr, IN: tl.constexpr, W: tl.constexpr, G: tl.constexpr,
-                         SHP: tl.constexpr, OUTP: tl.constexpr):
-    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
-    rmask = rows < n
+                         SHP: tl.constexpr, OUTP: tl.constexpr, DOT: tl.constexpr):
     wd1t, wd2t, wgt, wst, wc2t, wc3t = _weights(wd1_ptr, wd2_ptr, wc1_ptr, wc2_ptr, wc3_ptr, n_in, n_sh,
                                                 IN, W, G, SHP, OUTP)
-    x, h1, h, sh, c1, c2, o = _forward_tile(x_ptr, sh_ptr, rows, rmask, n_in, n_sh, sh_stride,
-                                            wd1t, wd2t, wgt, wst, wc2t, wc3t, IN, W, G, SHP)
     cg = tl.arange(0, G)[None, :]
-    h0 = tl.sum(tl.where(cg == 0, h, 0.0), axis=1)
-    tl.store(sigma_ptr + rows, tl.exp(h0), mask=rmask)
     co = tl.arange(0, OUTP)[None, :]
-    tl.store(rgb_ptr + rows[:, None] * 3 + co, tl.sigmoid(o), mask=rmask[:, None] & (co < 3))
+    for tile in range(tl.program_id(0), tl.cdiv(n, ROWS), tl.num_programs(0)):
+        rows = (tile * ROWS + tl.arange(0, ROWS)).to(tl.int64)
+        rmask = rows < n
+        x, h1, h, sh, c1, c2, o = _forward_tile(x_ptr, sh_ptr, rows, rmask, n_in, n_sh, sh_stride,
+                                                wd1t, wd2t, wgt, wst, wc2t, wc3t, IN, W, G, SHP, DOT)
+        h0 = tl.sum(tl.where(cg == 0, h, 0.0), axis=1)
+        tl.store(sigma_ptr + rows, tl.exp(h0), mask=rmask)
+        tl.store(rgb_ptr + rows[:, None] * 3 + co, tl.sigmoid(o), mask=rmask[:, None] & (co < 3))
 
 
 @triton.jit
-def _density_kernel(x_ptr, wd1_ptr, wd2_ptr, sigma_ptr, n, n_in,
-                    ROWS: tl.constexpr, IN: tl.constexpr, W: tl.constexpr, G: tl.constexpr):
-    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
-    rmask = rows < n
-    cin = tl.arange(0, IN)[None, :]
-    x = tl.load(x_ptr + rows[:, None] * n_in + cin, mask=rmask[:, None] & (cin < n_in), other=0.0)
-    h1 = tl.maximum(tl.dot(x, _load_t(wd1_ptr, n_in, 0, IN, W, 0, n_in, W), input_precision="ieee"), 0.0)
+def _density_kernel(x_ptr, wd1_ptr, wd2_ptr, sigma_ptr, count_ptr, n, n_in,
+                    ROWS: tl.constexpr, IN: tl.constexpr, W: tl.constexpr, G: tl.constexpr,
+                    HAS_COUNT: tl.constexpr, DOT: tl.constexpr):
+    n_live = n
+    if HAS_COUNT:  # rows from the device count on are not samples: density 0, no MLP
+        n_live = tl.minimum(tl.load(count_ptr).to(tl.int64), n)
+    wd1t = _load_t(wd1_ptr, n_in, 0, IN, W, 0, n_in, W)
     # only the density logit's column of the second layer: h₀ = relu(W_d1 · x) · W_d2[0]
     w0 = tl.load(wd2_ptr + tl.arange(0, W))
-    h0 = tl.sum(h1 * w0[None, :], axis=1)
-    tl.store(sigma_ptr + rows, tl.exp(h0), mask=rmask)
+    cin = tl.arange(0, IN)[None, :]
+    for tile in range(tl.program_id(0), tl.cdiv(n, ROWS), tl.num_programs(0)):
+        rows = (tile * ROWS + tl.arange(0, ROWS)).to(tl.int64)
+        if tile * ROWS < n_live:
+            rmask = rows < n_live
+            x = tl.load(x_ptr + rows[:, None] * n_in + cin, mask=rmask[:, None] & (cin < n_in), other=0.0)
+            h1 = tl.maximum(_mm(x, wd1t, DOT), 0.0)
+            h0 = tl.sum(h1 * w0[None, :], axis=1)
+            tl.store(sigma_ptr + rows, tl.where(rmask, tl.exp(h0), 0.0), mask=rows < n)
+        else:
+            tl.store(sigma_ptr + rows, tl.zeros((ROWS,), dtype=tl.float32), mask=rows < n)
 
 
 @triton.jit
@@ -161,8 +196,9 @@ def _store_partial(ptr, tile_t, row_stride, col0, K: tl.constexpr, N: tl.constex
 def _head_backward_kernel(x_ptr, sh_ptr, wd1_ptr, wd2_ptr, wc1_ptr, wc2_ptr, wc3_ptr,
                           g_sigma_ptr, g_rgb_ptr, g_x_ptr, partial_ptr,
                           n, n_in, n_sh, sh_stride, partial_stride, off_d2, off_c1, off_c2, off_c3,
-                          ROWS: tl.constexpr, TILES: tl.constexpr, IN: tl.constexpr, W: tl.constexpr,
-                          G: tl.constexpr, SHP: tl.constexpr, OUTP: tl.constexpr, EXP_MAX: tl.constexpr):
+                          ROWS: tl.constexpr, IN: tl.constexpr, W: tl.constexpr,
+                          G: tl.constexpr, SHP: tl.constexpr, OUTP: tl.constexpr, EXP_MAX: tl.constexpr,
+                          DOT: tl.constexpr):
     pid = tl.program_id(0).to(tl.int64)
     wd1t, wd2t, wgt, wst, wc2t, wc3t = _weights(wd1_ptr, wd2_ptr, wc1_ptr, wc2_ptr, wc3_ptr, n_in, n_sh,
                                                 IN, W, G, SHP, OUTP)
@@ -175,29 +211,29 @@ def _head_backward_kernel(x_ptr, sh_ptr, wd1_ptr, wd2_ptr, wc1_ptr, wc2_ptr, wc3
     cg = tl.arange(0, G)[None, :]
     co = tl.arange(0, OUTP)[None, :]
     cin = tl.arange(0, IN)[None, :]
-    for t in range(TILES):
-        rows = (pid * TILES + t) * ROWS + tl.arange(0, ROWS)
+    for tile in range(tl.program_id(0), tl.cdiv(n, ROWS), tl.num_programs(0)):
+        rows = (tile * ROWS + tl.arange(0, ROWS)).to(tl.int64)
         rmask = rows < n
         x, h1, h, sh, c1, c2, o = _forward_tile(x_ptr, sh_ptr, rows, rmask, n_in, n_sh, sh_stride,
-                                                wd1t, wd2t, wgt, wst, wc2t, wc3t, IN, W, G, SHP)
+                                                wd1t, wd2t, wgt, wst, wc2t, wc3t, IN, W, G, SHP, DOT)
         rgb = tl.sigmoid(o)
         g_rgb = tl.load(g_rgb_ptr + rows[:, None] * 3 + co, mask=rmask[:, None] & (co < 3), other=0.0)
         d_o = g_rgb * rgb * (1.0 - rgb)
-        acc_c3 += tl.dot(tl.trans(c2), d_o, input_precision="ieee")
-        d_c2 = tl.where(c2 > 0.0, tl.dot(d_o, tl.trans(wc3t), input_precision="ieee"), 0.0)
-        acc_c2 += tl.dot(tl.trans(c1), d_c2, input_precision="ieee")
-        d_c1 = tl.where(c1 > 0.0, tl.dot(d_c2, tl.trans(wc2t), input_precision="ieee"), 0.0)
-        acc_g += tl.dot(tl.trans(h), d_c1, input_precision="ieee")
-        acc_s += tl.dot(tl.trans(sh), d_c1, input_precision="ieee")
-        d_h = tl.dot(d_c1, tl.trans(wgt), input_precision="ieee")  # column 0 is 0 (wgt's row 0 is)
+        acc_c3 += _mm(tl.trans(c2), d_o, DOT)
+        d_c2 = tl.where(c2 > 0.0, _mm(d_o, tl.trans(wc3t), DOT), 0.0)
+        acc_c2 += _mm(tl.trans(c1), d_c2, DOT)
+        d_c1 = tl.where(c1 > 0.0, _mm(d_c2, tl.trans(wc2t), DOT), 0.0)
+        acc_g += _mm(tl.trans(h), d_c1, DOT)
+        acc_s += _mm(tl.trans(sh), d_c1, DOT)
+        d_h = _mm(d_c1, tl.trans(wgt), DOT)  # column 0 is 0 (wgt's row 0 is)
         h0 = tl.sum(tl.where(cg == 0, h, 0.0), axis=1)
         g_sigma = tl.load(g_sigma_ptr + rows, mask=rmask, other=0.0)
         d_h0 = g_sigma * tl.exp(tl.minimum(h0, EXP_MAX))
         d_h = tl.where(cg == 0, d_h0[:, None], d_h)
-        acc_d2 += tl.dot(tl.trans(h1), d_h, input_precision="ieee")
-        d_h1 = tl.where(h1 > 0.0, tl.dot(d_h, tl.trans(wd2t), input_precision="ieee"), 0.0)
-        acc_d1 += tl.dot(tl.trans(x), d_h1, input_precision="ieee")
-        d_x = tl.dot(d_h1, tl.trans(wd1t), input_precision="ieee")
+        acc_d2 += _mm(tl.trans(h1), d_h, DOT)
+        d_h1 = tl.where(h1 > 0.0, _mm(d_h, tl.trans(wd2t), DOT), 0.0)
+        acc_d1 += _mm(tl.trans(x), d_h1, DOT)
+        d_x = _mm(d_h1, tl.trans(wd1t), DOT)
         tl.store(g_x_ptr + rows[:, None] * n_in + cin, d_x, mask=rmask[:, None] & (cin < n_in))
     base = partial_ptr + pid * partial_stride
     n_c1 = G - 1 + n_sh
@@ -219,21 +255,46 @@ def _device(t: torch.Tensor):
     return torch.cuda.device(t.device) if t.is_cuda else contextlib.nullcontext()
 
 
+_SM_COUNTS: dict[int, int] = {}
+
+
+def _programs(t: torch.Tensor, n: int, rows: int) -> int:
+    """Persistent programs for ``n`` rows in tiles of ``rows``: one per tile, at most
+    ``programs_per_sm`` per SM (a fixed small number on the CPU interpreter)."""
+    if t.is_cuda:
+        index = t.device.index if t.device.index is not None else torch.cuda.current_device()
+        if index not in _SM_COUNTS:
+            _SM_COUNTS[index] = torch.cuda.get_device_properties(index).multi_processor_count
+        limit = _SM_COUNTS[index] * KERNEL_SETTINGS["programs_per_sm"]
+    else:
+        limit = INTERPRETER_PROGRAMS
+    return max(1, min(triton.cdiv(n, rows), limit))
+
+
+def _dot(precision: str) -> int:
+    try:
+        return DOT_PRECISIONS[precision]
+    except KeyError:
+        raise ValueError(f"fused MLP: precision must be one of {sorted(DOT_PRECISIONS)}, got {precision!r}") from None
+
+
 class _FusedHead(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, sh, wd1, wd2, wc1, wc2, wc3):  # type: ignore[override]
+    def forward(ctx, x, sh, dot, wd1, wd2, wc1, wc2, wc3):  # type: ignore[override]
         weights = (wd1, wd2, wc1, wc2, wc3)
         meta = _meta(x, weights, sh)
         n = x.shape[0]
         sigma = torch.empty(n, dtype=torch.float32, device=x.device)
         rgb = torch.empty(n, 3, dtype=torch.float32, device=x.device)
         if n:
+            rows = KERNEL_SETTINGS["forward_rows"]
             with _device(x):
-                _head_forward_kernel[(triton.cdiv(n, FUSED_ROWS),)](
+                _head_forward_kernel[(_programs(x, n, rows),)](
                     x, sh, *weights, sigma, rgb, n, meta["n_in"], meta["n_sh"], meta["sh_stride"],
-                    ROWS=FUSED_ROWS, IN=meta["IN"], W=meta["W"], G=meta["G"], SHP=meta["SHP"], OUTP=meta["OUTP"],
-                    num_warps=4,
+                    ROWS=rows, IN=meta["IN"], W=meta["W"], G=meta["G"], SHP=meta["SHP"], OUTP=meta["OUTP"],
+                    DOT=dot, num_warps=KERNEL_SETTINGS["forward_warps"],
                 )
+        ctx.dot = dot
         ctx.save_for_backward(x, sh, *weights)
         return sigma, rgb
 
@@ -246,8 +307,8 @@ class _FusedHead(torch.autograd.Function):
         g_rgb = torch.zeros(n, 3, device=x.device) if g_rgb is None else g_rgb.float().contiguous()
         sizes = [w.numel() for w in weights]
         offsets = [sum(sizes[:i]) for i in range(len(sizes))]
-        per_program = FUSED_ROWS * BACKWARD_TILES
-        n_programs = max(1, triton.cdiv(n, per_program))
+        rows = KERNEL_SETTINGS["backward_rows"]
+        n_programs = _programs(x, n, rows)
         # every element of a program's row is written (the stores' masks cover each weight); with no
         # samples there is no program, and the gradients are zeros
         alloc = torch.empty if n else torch.zeros
@@ -258,17 +319,17 @@ class _FusedHead(torch.autograd.Function):
                 _head_backward_kernel[(n_programs,)](
                     x, sh, *weights, g_sigma, g_rgb, g_x, partial, n, meta["n_in"], meta["n_sh"],
                     meta["sh_stride"], partial.stride(0), offsets[1], offsets[2], offsets[3], offsets[4],
-                    ROWS=FUSED_ROWS, TILES=BACKWARD_TILES, IN=meta["IN"], W=meta["W"], G=meta["G"],
-                    SHP=meta["SHP"], OUTP=meta["OUTP"], EXP_MAX=_TRUNC_EXP_GRAD_MAX, num_warps=8,
+                    ROWS=rows, IN=meta["IN"], W=meta["W"], G=meta["G"], SHP=meta["SHP"], OUTP=meta["OUTP"],
+                    EXP_MAX=_TRUNC_EXP_GRAD_MAX, DOT=ctx.dot, num_warps=KERNEL_SETTINGS["backward_warps"],
                 )
         total = partial.sum(dim=0)
         grads = [total[o:o + s].view_as(w) for o, s, w in zip(offsets, sizes, weights)]
         needs = ctx.needs_input_grad
-        return (g_x if needs[0] else None, None, *[g if need else None for g, need in zip(grads, needs[2:])])
+        return (g_x if needs[0] else None, None, None, *[g if need else None for g, need in zip(grads, needs[3:])])
 
 
 def fused_field_head(features: torch.Tensor, sh: torch.Tensor, density_weights: list[torch.Tensor],
-                     rgb_weights: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+                     rgb_weights: list[torch.Tensor], precision: str = "ieee") -> tuple[torch.Tensor, torch.Tensor]:
     """Density and colour of samples from their hash-grid features and SH of their directions.
 
     Args:
@@ -277,14 +338,17 @@ def fused_field_head(features: torch.Tensor, sh: torch.Tensor, density_weights: 
             ``n_sh`` = the colour MLP's inputs − 15 (degree² of the SH encoding). No gradient.
         density_weights: the density MLP's two ``[out, in]`` float32 weight matrices.
         rgb_weights: the colour MLP's three weight matrices (first ``[W, 15 + n_sh]``).
+        precision: the products' input precision, a key of :data:`DOT_PRECISIONS`.
 
     Returns:
         sigma [S] float32 (``exp`` of the density logit; 1/world units) and rgb [S, 3] float32 in
         (0, 1), differentiable in ``features`` and every weight.
 
     Raises:
-        ValueError: shapes or dtypes the kernels do not implement (see :func:`fused_head_supported`).
+        ValueError: shapes or dtypes the kernels do not implement (see :func:`fused_head_supported`),
+            or an unknown ``precision``.
     """
+    dot = _dot(precision)
     if not fused_head_supported(density_weights, rgb_weights, ("ReLU", "None", "ReLU", "None")):
         raise ValueError("fused_field_head: MLP shapes or dtypes outside what the kernels implement "
                          "(see fused_head_supported)")
@@ -296,10 +360,11 @@ def fused_field_head(features: torch.Tensor, sh: torch.Tensor, density_weights: 
             or sh.stride(1) != 1:
         raise ValueError(f"fused_field_head: sh must be [{features.shape[0]}, >= {n_sh}] float32 with unit "
                          f"column stride, got {tuple(sh.shape)} {sh.dtype}")
-    return _FusedHead.apply(features.contiguous(), sh.detach(), *density_weights, *rgb_weights)
+    return _FusedHead.apply(features.contiguous(), sh.detach(), dot, *density_weights, *rgb_weights)
 
 
-def fused_density(features: torch.Tensor, density_weights: list[torch.Tensor]) -> torch.Tensor:
+def fused_density(features: torch.Tensor, density_weights: list[torch.Tensor], precision: str = "ieee",
+                  count: torch.Tensor | None = None) -> torch.Tensor:
     """Density of samples from their hash-grid features, in one launch, without gradient (what
     compaction's density pass and the occupancy-grid update need).
 
@@ -307,13 +372,17 @@ def fused_density(features: torch.Tensor, density_weights: list[torch.Tensor]) -
         features: [S, L·F] float32 (the hash grid's output).
         density_weights: the density MLP's two ``[out, in]`` float32 weight matrices (shapes as
             :func:`fused_head_supported` requires).
+        precision: the products' input precision, a key of :data:`DOT_PRECISIONS`.
+        count: optional [] integer tensor on the device: only the first ``count`` rows are samples
+            (read by the kernel, never on the host); the rest get density 0.
 
     Returns:
         sigma [S] float32, ``exp`` of the density logit (1/world units); no autograd history.
 
     Raises:
-        ValueError: a features tensor that is not [S, L·F] float32.
+        ValueError: a features tensor that is not [S, L·F] float32, or an unknown ``precision``.
     """
+    dot = _dot(precision)
     wd1, wd2 = density_weights
     if features.dtype != torch.float32 or features.ndim != 2 or features.shape[1] != wd1.shape[1]:
         raise ValueError(f"fused_density: features must be [S, {wd1.shape[1]}] float32, "
@@ -322,9 +391,11 @@ def fused_density(features: torch.Tensor, density_weights: list[torch.Tensor]) -
     n = features.shape[0]
     sigma = torch.empty(n, dtype=torch.float32, device=features.device)
     if n:
+        rows = KERNEL_SETTINGS["density_rows"]
         with _device(features):
-            _density_kernel[(triton.cdiv(n, FUSED_ROWS),)](
-                features, wd1.detach(), wd2.detach(), sigma, n, features.shape[1],
-                ROWS=FUSED_ROWS, IN=_next_pow2(features.shape[1]), W=wd1.shape[0], G=GEOMETRY_DIM, num_warps=4,
+            _density_kernel[(_programs(features, n, rows),)](
+                features, wd1.detach(), wd2.detach(), sigma, count if count is not None else sigma, n,
+                features.shape[1], ROWS=rows, IN=_next_pow2(features.shape[1]), W=wd1.shape[0], G=GEOMETRY_DIM,
+                HAS_COUNT=count is not None, DOT=dot, num_warps=KERNEL_SETTINGS["density_warps"],
             )
     return sigma

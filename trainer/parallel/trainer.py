@@ -215,12 +215,13 @@ class DistributedTrainerBase(Trainer, metaclass=abc.ABCMeta):
         acc, self._acc = self._acc, self._new_accumulators()
         steps = max(acc["steps"], 1.0)
         record.update(rank=self.rank, world_size=self.world_size, imbalance=acc["imbalance"] / steps)
-        if self.rank == 0:  # metrics.jsonl: the job's throughput
+        if self.rank == 0:  # metrics.jsonl: the job's throughput (rates over the timed steps)
+            timed = max(interval["steps"] - interval.get("untimed", 0), 1) / max(interval["steps"], 1)
             record.update(
                 rays_per_step=acc["global_rays"] / steps,
                 samples_per_step=acc["global_samples"] / steps,
-                rays_per_s=acc["global_rays"] / elapsed_s,
-                throughput_samples_per_s=acc["global_samples"] / elapsed_s,
+                rays_per_s=acc["global_rays"] * timed / elapsed_s,
+                throughput_samples_per_s=acc["global_samples"] * timed / elapsed_s,
             )
         return record
 

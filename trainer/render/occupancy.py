@@ -208,15 +208,21 @@ class OccupancyGrid(nn.Module):
         """One EMA update of the density grid followed by a new bitfield.
 
         1. Choose cells: while ``step < warmup_steps`` every cell of every cascade; afterwards,
-           per cascade, R³/4 cells drawn uniformly (with replacement), plus the occupied cells —
-           all of them when there are at most C·R³/4, otherwise C·R³/4 drawn from them with
-           replacement (instant-ngp draws R³/4 uniform and R³/4 occupied cells per cascade).
-           Cells marked unseen (density < 0) are left out.
+           per cascade, R³/4 cells drawn uniformly (with replacement), plus C·R³/4 slots for
+           occupied cells — all of them when there are at most C·R³/4 (the spare slots are left
+           out), otherwise C·R³/4 drawn from them with replacement (instant-ngp draws R³/4
+           uniform and R³/4 occupied cells per cascade). Cells marked unseen (density < 0) are
+           left out.
         2. Evaluate ``σ = density_fn(p)`` at one uniformly random point ``p`` inside each chosen
            cell, in chunks of ``chunk`` points, and take ``new = σ·Δt_c`` (the maximum when a cell
            is drawn twice; 0 for cells not drawn).
         3. EMA: ``density ← max(density·decay, new)`` for every seen cell (unseen cells keep −1).
         4. Bitfield: occupied ⇔ ``density > min(threshold, mean_density)``.
+
+        Every shape is fixed by the grid (the occupied cells are found by a prefix sum over the
+        bitfield and a sorted search, cells left out are masked rather than removed) and nothing
+        is read on the host, so the update queues on the device without waiting for it and can
+        be captured in a CUDA graph.
 
         Args:
             step: the training step (decides warm-up).
@@ -235,18 +241,17 @@ class OccupancyGrid(nn.Module):
         flat_density = self.density.reshape(-1)
         if step < warmup_steps:
             chosen = torch.arange(n_total, device=device)
+            keep = flat_density >= 0
         else:
             quarter = max(1, n_cells // 4)
             uniform = torch.randint(
                 0, n_cells, (self.cascades, quarter), device=device, generator=generator
             ) + n_cells * torch.arange(self.cascades, device=device).unsqueeze(-1)
-            occupied = self.occupancy_mask().reshape(-1).nonzero().squeeze(-1)
             budget = self.cascades * quarter
-            if occupied.numel() > budget:
-                pick = torch.randint(0, occupied.numel(), (budget,), device=device, generator=generator)
-                occupied = occupied[pick]
+            occupied, occupied_ok = self._occupied_draw(budget, generator)
             chosen = torch.cat((uniform.reshape(-1), occupied))
-        chosen = chosen[flat_density[chosen] >= 0]
+            keep = torch.cat((torch.ones(budget, dtype=torch.bool, device=device), occupied_ok))
+            keep &= flat_density[chosen] >= 0
 
         step_sizes = self.step_sizes()
         new = torch.zeros(n_total, device=device, dtype=torch.float32)
@@ -262,14 +267,30 @@ class OccupancyGrid(nn.Module):
                     f"got shape {tuple(sigmas.shape)}"
                 )
             thickness = sigmas.reshape(-1).float().clamp_min(0) * step_sizes[cascade]
+            thickness = torch.where(keep[begin : begin + chunk], thickness, 0.0)  # 0 never wins the max
             new.scatter_reduce_(0, index, thickness, reduce="amax", include_self=True)
 
         decayed = torch.maximum(flat_density * self.decay, new)
         flat_density.copy_(torch.where(flat_density < 0, flat_density, decayed))
         self._refresh_bitfield()
 
+    def _occupied_draw(self, budget: int, generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
+        """``budget`` occupied cells (flat indices) and which slots hold one: every occupied cell
+        once when there are at most ``budget``, else ``budget`` drawn uniformly with replacement.
+        Shapes are fixed; the count stays on the device."""
+        device = self.density.device
+        rank_end = self.occupancy_mask().reshape(-1).cumsum(0)  # [C·R³]: occupied cells up to each one
+        n_occupied = rank_end[-1]
+        slot = torch.arange(budget, device=device)
+        drawn = (torch.rand(budget, device=device, generator=generator) * n_occupied).long()
+        rank = torch.where(n_occupied > budget, drawn.clamp(max=n_occupied - 1), slot)
+        ok = (slot < n_occupied) | (n_occupied > budget)
+        index = torch.searchsorted(rank_end, rank, right=True).clamp(max=rank_end.numel() - 1)
+        return index, ok
+
     def _refresh_bitfield(self) -> None:
-        threshold = min(self.threshold, self.mean_density)
+        mean = self.density[0].clamp_min(0).mean()
+        threshold = torch.clamp(mean, max=self.threshold)  # min(threshold, mean), on the device
         self.bitfield.copy_(pack_bits(self.density > threshold))
 
     # ---------------------------------------------------------------- visibility

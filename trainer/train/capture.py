@@ -28,11 +28,13 @@ How (:class:`CapturedStep`):
   :meth:`CapturedStep.reset`; the next step captures again.
 
 :func:`capture_blockers` lists what the captured step does not cover; ``on`` is then a
-ConfigError naming them. ``auto`` keeps the dynamic step for now.
+ConfigError naming them, and ``auto`` (the default) runs the dynamic step and says why
+(:attr:`StepChoice.reason`). ``dynamic`` asks for the dynamic step outright.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable
 
 import torch
@@ -40,7 +42,7 @@ import torch
 from trainer.errors import ConfigError
 from trainer.train.fixed_step import FixedCapacityStep
 
-__all__ = ["CapturedStep", "WARMUP_STEPS", "capture_blockers", "resolve_fixed_step"]
+__all__ = ["CapturedStep", "StepChoice", "WARMUP_STEPS", "capture_blockers", "resolve_fixed_step"]
 
 WARMUP_STEPS = 3
 
@@ -66,27 +68,46 @@ def capture_blockers(trainer: Any) -> list[str]:
     return reasons
 
 
-def resolve_fixed_step(trainer: Any) -> FixedCapacityStep | None:
-    """The step of ``training.cuda_graphs``: a captured :class:`FixedCapacityStep` (``on``), an
-    eager one (``off``), or None (``auto``: the dynamic step, until the captured step's
-    measurements make it the CUDA default).
+@dataclasses.dataclass(frozen=True)
+class StepChoice:
+    """Which training step a trainer runs and why.
+
+    Attributes:
+        kind: ``"captured"`` (fixed capacity, CUDA graph replays), ``"fixed"`` (fixed capacity,
+            eager) or ``"dynamic"`` (:meth:`trainer.train.loop.Trainer.train_step`).
+        reason: why not the captured step (empty when it is).
+    """
+
+    kind: str
+    reason: str = ""
+
+
+def resolve_fixed_step(trainer: Any) -> tuple[FixedCapacityStep | None, StepChoice]:
+    """The step of ``training.cuda_graphs``: a captured :class:`FixedCapacityStep` (``on``, and
+    ``auto`` where nothing blocks capture), an eager one (``off``), or None for the dynamic step
+    (``dynamic``; ``auto`` with blockers or several ranks), with the choice and its reason.
 
     Raises:
         ConfigError: ``on`` with blockers, or ``on``/``off`` in a distributed trainer.
     """
     mode = trainer.cfg.training.cuda_graphs
-    if mode != "auto" and trainer.world_size > 1:
-        raise ConfigError(f"training.cuda_graphs: {mode!r} runs one process; distributed trainers take 'auto'")
-    if mode == "auto":  # the dynamic step until the captured one is the measured default
-        return None
-    if mode == "on":
-        blockers = capture_blockers(trainer)
-        if blockers:
-            raise ConfigError("training.cuda_graphs: 'on' cannot capture this step: " + "; ".join(blockers))
+    if mode == "dynamic":
+        return None, StepChoice("dynamic", "training.cuda_graphs is 'dynamic'")
+    if trainer.world_size > 1:
+        if mode != "auto":
+            raise ConfigError(f"training.cuda_graphs: {mode!r} runs one process; distributed trainers take "
+                              "'auto' or 'dynamic'")
+        return None, StepChoice("dynamic", f"{trainer.world_size} ranks (the distributed steps are not captured)")
+    blockers = capture_blockers(trainer)
+    if mode == "on" and blockers:
+        raise ConfigError("training.cuda_graphs: 'on' cannot capture this step: " + "; ".join(blockers))
+    if mode == "auto" and blockers:
+        return None, StepChoice("dynamic", "; ".join(blockers))
     step = FixedCapacityStep(trainer)
-    if mode == "on":
-        step.graph = CapturedStep(step.run, trainer)
-    return step
+    if mode == "off":
+        return step, StepChoice("fixed", "training.cuda_graphs is 'off'")
+    step.graph = CapturedStep(step.run, trainer)
+    return step, StepChoice("captured")
 
 
 class CapturedStep:

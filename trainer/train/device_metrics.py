@@ -28,6 +28,13 @@ class DeviceIntervalMetrics:
         self.sums = torch.zeros(len(INTERVAL_FIELDS), dtype=torch.float64, device=device)
         self.skip_run = torch.zeros((), dtype=torch.float64, device=device)
         self.skip_run_max = torch.zeros((), dtype=torch.float64, device=device)
+        # the largest batch the sizing wanted, and the marched samples it needs (capacity fitting)
+        self.need_max = torch.zeros(2, dtype=torch.float64, device=device)
+
+    def note_need(self, rays_wanted: torch.Tensor, march_needed: torch.Tensor) -> None:
+        """Keep the interval's maxima of the rays the batch sizing wanted and the marched samples
+        those rays need (0-dim each)."""
+        torch.maximum(self.need_max, torch.stack([rays_wanted.double(), march_needed.double()]), out=self.need_max)
 
     def add(self, loss: torch.Tensor, mse: torch.Tensor, rays: torch.Tensor, samples: torch.Tensor,
             skipped: torch.Tensor, samples_clipped: torch.Tensor) -> None:
@@ -42,8 +49,12 @@ class DeviceIntervalMetrics:
         torch.maximum(self.skip_run_max, self.skip_run, out=self.skip_run_max)
 
     def read(self) -> dict[str, float]:
-        """The interval's sums by name (and ``skip_run_max``), then zeroed (one host read)."""
-        values = torch.cat([self.sums, self.skip_run_max[None]]).tolist()
+        """The interval's sums by name, ``skip_run_max``, ``rays_wanted_max`` and
+        ``march_needed_max``, then zeroed (one host read)."""
+        values = torch.cat([self.sums, self.skip_run_max[None], self.need_max]).tolist()
         self.sums.zero_()
         self.skip_run_max.copy_(self.skip_run)
-        return {**dict(zip(INTERVAL_FIELDS, values[:-1])), "skip_run_max": values[-1]}
+        self.need_max.zero_()
+        n = len(INTERVAL_FIELDS)
+        return {**dict(zip(INTERVAL_FIELDS, values[:n])), "skip_run_max": values[n],
+                "rays_wanted_max": values[n + 1], "march_needed_max": values[n + 2]}

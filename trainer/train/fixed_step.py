@@ -4,12 +4,19 @@ The dynamic step (:meth:`trainer.train.loop.Trainer.train_step`) draws as many r
 sizing asks for, reads the march's sample count on the host and sizes every tensor after it.
 :class:`FixedCapacityStep` runs the same phases on shapes fixed once:
 
-* ``ray_capacity`` rays are drawn every step (``min(max_rays_per_step, march_capacity)``, a
-  multiple of 64); the first ``n_live`` (a device scalar) are the step's rays, the rest get NaN
-  origins (a miss for every march) and leave the loss;
-* the march writes into ``march_capacity = ⌈target_samples_per_step · capacity_headroom⌉₂₅₆``
-  slots allocated once (:mod:`trainer.render.fixed_march`); rays that do not fit whole are left
-  out and their samples counted in the ``samples_clipped`` metric;
+* ``ray_capacity`` rays are drawn every step; the first ``n_live`` (a device scalar) are the
+  step's rays, the rest get NaN origins (a miss for every march) and leave the loss. It starts at
+  ``⌈min(max_rays_per_step, target_samples_per_step / 4)⌉₆₄`` (room for 4 kept samples per ray);
+* the march writes into ``march_capacity`` slots, starting at ``⌈target_samples_per_step ·
+  capacity_headroom⌉₂₅₆`` (:mod:`trainer.render.fixed_march`); rays that do not fit whole are
+  left out and their samples counted in the ``samples_clipped`` metric;
+* capacities that fit: each step also notes, on the device, the rays the batch sizing wants
+  (``target / kept`` per ray) and the marched samples those rays would need; when the interval's
+  read (below) finds either above its capacity, the buffers grow to 1.25× the need (rays at most
+  ``max_rays_per_step``, samples at most :data:`MAX_HEADROOM` × the target), the captured graph is
+  dropped and captured again at the next step, and ``recaptures`` counts it in the metrics;
+* the density pass of compaction runs the MLP on the marched samples only (the march's device
+  count; :func:`trainer.model.triton_mlp.fused_density`), not on the whole capacity;
 * with ``training.compact_samples`` the samples in front of each ray's early stop fill a batch of
   ``⌈target_samples_per_step⌉₂₅₆`` samples (:func:`~trainer.render.compact.compact_samples`),
   else the march buffers are the batch;
@@ -46,10 +53,13 @@ from trainer.render.volrend import EARLY_STOP_TRANSMITTANCE
 from trainer.schema import PHASES
 from trainer.train.device_metrics import DeviceIntervalMetrics
 
-__all__ = ["FixedCapacityStep", "fixed_capacities"]
+__all__ = ["FixedCapacityStep", "MAX_HEADROOM", "fixed_capacities"]
 
 RAY_GRANULARITY = 64
 SAMPLE_GRANULARITY = 256
+START_KEPT_PER_RAY = 4  # the first ray capacity leaves room for this many kept samples per ray
+MAX_HEADROOM = 16.0  # march capacity grows to at most this multiple of target_samples_per_step
+GROWTH = 1.25  # a capacity that grows takes this multiple of the need seen
 
 
 def _round_up(value: float, granularity: int) -> int:
@@ -57,10 +67,12 @@ def _round_up(value: float, granularity: int) -> int:
 
 
 def fixed_capacities(target_samples: int, headroom: float, max_rays: int) -> tuple[int, int, int]:
-    """``(ray_capacity, march_capacity, train_capacity)`` of a fixed-capacity step (module docstring)."""
+    """``(ray_capacity, march_capacity, train_capacity)`` a fixed-capacity step starts with
+    (module docstring)."""
     march_capacity = _round_up(target_samples * headroom, SAMPLE_GRANULARITY)
     train_capacity = _round_up(target_samples, SAMPLE_GRANULARITY)
-    ray_capacity = max(RAY_GRANULARITY, _round_up(min(max_rays, march_capacity), RAY_GRANULARITY))
+    rays = min(max_rays, march_capacity, target_samples / START_KEPT_PER_RAY)
+    ray_capacity = max(RAY_GRANULARITY, _round_up(rays, RAY_GRANULARITY))
     return ray_capacity, march_capacity, train_capacity
 
 
@@ -78,9 +90,12 @@ class FixedCapacityStep:
         device = trainer.device
         self.ray_capacity, self.march_capacity, self.train_capacity = fixed_capacities(
             t.target_samples_per_step, t.capacity_headroom, t.max_rays_per_step)
+        self.max_rays = max(RAY_GRANULARITY, _round_up(t.max_rays_per_step, RAY_GRANULARITY))
+        self.max_march = max(self.march_capacity, _round_up(t.target_samples_per_step * MAX_HEADROOM,
+                                                            SAMPLE_GRANULARITY))
         self.target = float(t.target_samples_per_step)
-        self.buffers = MarchBuffers(self.march_capacity, device)
-        self.ray_slot = torch.arange(self.ray_capacity, device=device)
+        self.recaptures = 0
+        self._allocate(self.ray_capacity, self.march_capacity)
         initial = min(self.ray_capacity, _round_up(t.initial_rays_per_step, RAY_GRANULARITY))
         self.n_live = torch.tensor(initial, dtype=torch.int64, device=device)
         self.kept_per_ray = torch.zeros((), device=device)
@@ -93,6 +108,13 @@ class FixedCapacityStep:
 
             self.rule = march_rule_tensor(MIN_STEP_SIZE, trainer.cone_angle, trainer.max_step_size, device)
         self.graph: Any = None  # a trainer.train.capture.CapturedStep when the step is captured
+
+    def _allocate(self, ray_capacity: int, march_capacity: int) -> None:
+        """The buffers of these capacities (the captured graph, if any, must be dropped first)."""
+        device = self.trainer.device
+        self.ray_capacity, self.march_capacity = int(ray_capacity), int(march_capacity)
+        self.buffers = MarchBuffers(self.march_capacity, device)
+        self.ray_slot = torch.arange(self.ray_capacity, device=device)
 
     def advance(self, sample_phases: bool = False) -> None:
         """One step: :meth:`run` eagerly, or the captured graph's replay (``sample_phases``: an
@@ -129,7 +151,7 @@ class FixedCapacityStep:
             mse = mse_all * (self.ray_capacity / self.n_live)  # rays past n_live predict exactly
         tr._backward(loss)
         skipped = self._optimizer_step(marched.n_valid)
-        self._size_batch(live & marched.ray_fits, n_kept, marched.n_valid)
+        self._size_batch(live & marched.ray_fits, n_kept, marched.n_valid, marched.n_clipped)
         self.metrics.add(loss, mse, self.n_live, n_trained, skipped, marched.n_clipped)
 
     def _training_samples(self, marched: Any, live: torch.Tensor) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -142,7 +164,7 @@ class FixedCapacityStep:
         with tr.timer.phase("compact"):
             with torch.no_grad():
                 samples = marched.samples
-                sigmas = tr._density_for_grid(samples.positions)
+                sigmas = tr.compaction_density(samples.positions, marched.n_valid)
                 if tr.triton_render:
                     from trainer.render.triton_volrend import kept_counts_triton
 
@@ -174,8 +196,10 @@ class FixedCapacityStep:
                 tr.weight_ema.update(list(tr.field.parameters()))
         return skipped
 
-    def _size_batch(self, marched_rays: torch.Tensor, n_kept: torch.Tensor, n_valid: torch.Tensor) -> None:
-        """The next step's ``n_live`` from this step's kept and marched samples per ray (device)."""
+    def _size_batch(self, marched_rays: torch.Tensor, n_kept: torch.Tensor, n_valid: torch.Tensor,
+                    n_clipped: torch.Tensor) -> None:
+        """The next step's ``n_live`` from this step's kept and marched samples per ray, and the
+        capacities it needs (device)."""
         rays = marched_rays.sum().clamp(min=1).float()
         seen = n_kept > 0
         blend = torch.where(self.has_average, 0.9, 0.0)
@@ -184,14 +208,22 @@ class FixedCapacityStep:
         self.kept_per_ray.copy_(torch.where(seen, kept, self.kept_per_ray))
         self.marched_per_ray.copy_(torch.where(seen, marched, self.marched_per_ray))
         self.has_average.logical_or_(seen)
-        wanted = torch.minimum(self.target / self.kept_per_ray.clamp(min=1e-3),
-                               self.march_capacity / self.marched_per_ray.clamp(min=1e-3))
+        rays_wanted = self.target / self.kept_per_ray.clamp(min=1e-3)
+        wanted = torch.minimum(rays_wanted, self.march_capacity / self.marched_per_ray.clamp(min=1e-3))
         n_live = (torch.ceil(wanted / RAY_GRANULARITY) * RAY_GRANULARITY).clamp(RAY_GRANULARITY, self.ray_capacity)
         self.n_live.copy_(torch.where(self.has_average, n_live.long(), self.n_live))
+        # the marched samples the wanted rays need (at least a ray granule's), or this step's
+        # rays did (marched plus clipped)
+        rays_needed = (torch.ceil(rays_wanted / RAY_GRANULARITY) * RAY_GRANULARITY).clamp(min=RAY_GRANULARITY)
+        march_needed = torch.maximum(rays_needed * self.marched_per_ray, (n_valid + n_clipped).float())
+        zero = torch.zeros((), device=rays_wanted.device)
+        self.metrics.note_need(torch.where(self.has_average, rays_wanted, zero),
+                               torch.where(self.has_average, march_needed, zero))
 
     # ------------------------------------------------------------------ host side
-    def interval_values(self, steps: int, elapsed_s: float) -> dict[str, Any]:
-        """The metrics columns of an interval of ``steps`` steps from the device sums (one read).
+    def interval_values(self, steps: int, elapsed_s: float, timed_steps: int | None = None) -> dict[str, Any]:
+        """The metrics columns of an interval of ``steps`` steps from the device sums (one read);
+        rates per second over its ``timed_steps`` (default: all) in ``elapsed_s``.
 
         Raises:
             TrainingError: ``MAX_CONSECUTIVE_OVERFLOWS`` skipped steps in a row.
@@ -201,22 +233,46 @@ class FixedCapacityStep:
         sums = self.metrics.read()
         trained = sums["trained"]
         steps = max(steps, 1)
+        per_s = max(timed_steps if timed_steps is not None else steps, 1) / steps / elapsed_s
         mse = sums["mse"] / trained if trained else 0.0
         if sums["skip_run_max"] >= self.trainer.max_consecutive_overflows:
             raise TrainingError(
                 f"{int(sums['skip_run_max'])} consecutive steps were skipped (fp16 overflow or no sample) before step "
                 f"{self.trainer.step}: with fp16 the model does not fit fp16's range (use training.precision bf16 or "
                 "fp32); without, no ray sample hit an occupied cell")
+        self.fit_capacity(sums["rays_wanted_max"], sums["march_needed_max"])
         return {
             "loss": sums["loss"] / trained if trained else None,
             "train_psnr_db": -10.0 * math.log10(mse) if mse > 0 else None,
             "rays_per_step": sums["rays"] / steps,
             "samples_per_step": sums["samples"] / steps,
-            "rays_per_s": sums["rays"] / elapsed_s,
-            "throughput_samples_per_s": sums["samples"] / elapsed_s,
+            "rays_per_s": sums["rays"] * per_s,
+            "throughput_samples_per_s": sums["samples"] * per_s,
             "skipped_steps": int(sums["skipped"]),
             "samples_clipped": sums["samples_clipped"],
+            "ray_capacity": self.ray_capacity,
+            "sample_capacity": self.march_capacity,
+            "recaptures": self.recaptures,
         }
+
+    def fit_capacity(self, rays_wanted: float, march_needed: float) -> bool:
+        """Grow the buffers when the rays the batch sizing wanted (``rays_wanted``, the interval's
+        maximum) or the marched samples they need exceed the capacities (module docstring);
+        returns whether they grew. The captured graph is dropped; the next step captures again."""
+        grow_rays = rays_wanted > self.ray_capacity and self.ray_capacity < self.max_rays
+        grow_march = march_needed > self.march_capacity and self.march_capacity < self.max_march
+        if not (grow_rays or grow_march):
+            return False
+        rays, march = self.ray_capacity, self.march_capacity
+        if grow_rays:
+            rays = min(self.max_rays, _round_up(rays_wanted * GROWTH, RAY_GRANULARITY))
+        if grow_march:
+            march = min(self.max_march, _round_up(march_needed * GROWTH, SAMPLE_GRANULARITY))
+        self.forget_graph()
+        self._allocate(rays, march)
+        self.n_live.clamp_(max=self.ray_capacity)
+        self.recaptures += 1
+        return True
 
     def forget_graph(self) -> None:
         """Drop a captured graph (before the tensors it reads are replaced, e.g. a snapshot load)."""
@@ -240,12 +296,23 @@ class FixedCapacityStep:
         return out
 
     def state_dict(self) -> dict[str, Any]:
-        """The batch-sizing state (device scalars as numbers) for snapshots."""
+        """The batch-sizing state (device scalars as numbers) and the capacities for snapshots."""
         return {"n_live": int(self.n_live), "kept_per_ray": float(self.kept_per_ray),
-                "marched_per_ray": float(self.marched_per_ray), "has_average": bool(self.has_average)}
+                "marched_per_ray": float(self.marched_per_ray), "has_average": bool(self.has_average),
+                "ray_capacity": self.ray_capacity, "march_capacity": self.march_capacity,
+                "recaptures": self.recaptures, "need_max": self.metrics.need_max.tolist()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` (in place: a captured graph keeps reading the same tensors)."""
+        """Restore :meth:`state_dict` (in place where the capacities agree: a captured graph keeps
+        reading the same tensors; other capacities are allocated and the graph dropped)."""
+        rays = int(state.get("ray_capacity", self.ray_capacity))  # (absent in older snapshots)
+        march = int(state.get("march_capacity", self.march_capacity))
+        if (rays, march) != (self.ray_capacity, self.march_capacity):
+            self.forget_graph()
+            self._allocate(rays, march)
+        self.recaptures = int(state.get("recaptures", self.recaptures))
+        if "need_max" in state:  # the interval's maxima so far decide the next growth
+            self.metrics.need_max.copy_(torch.tensor(state["need_max"], dtype=torch.float64))
         self.n_live.fill_(int(state["n_live"]))
         self.kept_per_ray.fill_(float(state["kept_per_ray"]))
         self.marched_per_ray.fill_(float(state["marched_per_ray"]))

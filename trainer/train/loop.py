@@ -38,7 +38,7 @@ from trainer.render.volrend import EARLY_STOP_TRANSMITTANCE, composite
 from trainer.rundir import RunDir
 from trainer.metrics_tensorboard import open_scalars
 from trainer.schema import PHASES, MetricsWriter, truncate_metrics_after
-from trainer.train.capture import resolve_fixed_step
+from trainer.train.capture import WARMUP_STEPS, resolve_fixed_step
 from trainer.train.ema import WeightEMA
 from trainer.train.evaluate import evaluate
 from trainer.train.faults import inject_step_faults, phase_faults
@@ -48,10 +48,13 @@ from trainer.train.loss import drop_rays, photometric_loss
 from trainer.train.precision import autocast, set_matmul_precision
 from trainer.train.prefetch import InputPrefetcher, StepInput
 from trainer.train.snapshot import load_snapshot, load_state_checked, save_snapshot
+from trainer.train.startup import StartupReport, startup_steps, triton_cache_entries
 from trainer.train.timing import PhaseTimer
 from trainer.train.tracing import TraceWindow
 
 MIN_STEP_SIZE = math.sqrt(3.0) / 1024.0  # instant-ngp MIN_CONE_STEPSIZE()
+# training.precision → the fused MLP kernels' product precision (fp16 steps run the PyTorch MLPs)
+MLP_PRECISION = {"fp32": "ieee", "tf32": "tf32", "bf16": "bf16", "fp16": "ieee"}
 MAX_CONSECUTIVE_OVERFLOWS = 50  # fp16 steps the scaler may skip in a row before training stops
 RAY_GRANULARITY = 64  # rays per step are a multiple of this (instant-ngp uses 256 on GPUs)
 CAPACITY_GRANULARITY = 256  # a compacted batch holds a multiple of this many samples
@@ -153,15 +156,16 @@ def build_field(
         table_dtype=table_dtype,
         sh_degree=cfg.dir_encoding.degree,
         fused_mlp=use_triton_kernels("mlp_backend", cfg.training.mlp_backend, device),
+        mlp_precision=MLP_PRECISION[cfg.training.precision],
     )
     if cfg.training.mlp_backend == "triton":
         if not field.fused_mlp:
             warnings.warn("training.mlp_backend: 'triton' does not apply to these MLPs (the fused kernels take a "
                           "density MLP with 1 hidden layer and a colour MLP with 2, one width of 16-128, ReLU, no "
                           "output activation); the PyTorch path runs them", stacklevel=2)
-        elif cfg.training.precision in ("fp16", "bf16"):
-            warnings.warn(f"training.mlp_backend: 'triton' runs float32 steps only; with training.precision "
-                          f"{cfg.training.precision!r} the PyTorch path runs the MLPs", stacklevel=2)
+        elif cfg.training.precision == "fp16":
+            warnings.warn("training.mlp_backend: 'triton' runs fp32, tf32 and bf16 steps; with training.precision "
+                          "'fp16' the PyTorch path runs the MLPs", stacklevel=2)
     return field.to(device)
 
 
@@ -238,6 +242,8 @@ class Trainer:
         run_dir: RunDir | None = None,
         pixel_table: PixelTable | None = None,
     ) -> None:
+        self.created_s = time.perf_counter()
+        self.triton_cache_before = triton_cache_entries()
         self._init_process(cfg)
         self.cfg = cfg
         self.scene = scene
@@ -324,9 +330,11 @@ class Trainer:
         decay = cfg.optimizer.ema_decay
         self.weight_ema = WeightEMA(decay) if decay is not None else None
         # training.cuda_graphs: the fixed-capacity step (captured or eager), None for the dynamic one
-        self.fixed_step = resolve_fixed_step(self)
+        self.fixed_step, self.step_choice = resolve_fixed_step(self)
         if self.fixed_step is not None:
             self.prefetcher = None  # the fixed step never waits for the host: nothing to prepare ahead
+        self.startup: StartupReport | None = None  # set when the start-up steps are done (startup.py)
+        self._startup_recorded = False
         self._after_init()
 
     # ------------------------------------------------------------------ construction hooks
@@ -406,6 +414,12 @@ class Trainer:
     def _density_for_grid(self, positions: torch.Tensor) -> torch.Tensor:
         with torch.no_grad(), autocast(self.device, self.cfg.training.precision):
             return self.field.density(positions).float()
+
+    def compaction_density(self, positions: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+        """Density without gradient at the first ``count`` (device scalar) of ``positions`` [C, 3]
+        (compaction's pass over the march buffers; rows past the count are not read)."""
+        with torch.no_grad(), autocast(self.device, self.cfg.training.precision):
+            return self.field.density(positions, count).float()
 
     def train_step(self) -> tuple[StepStats, torch.Tensor, torch.Tensor]:
         """Run one optimiser step. Returns host stats, the loss and the MSE (device scalars).
@@ -785,6 +799,10 @@ class Trainer:
         finishes at the same step) or ``time_budget_s`` seconds of training have passed.
         ``on_step(step, train_time_s)`` is called after every step (a progress display).
 
+        The first call starts with the start-up steps (:mod:`trainer.train.startup`): their seconds
+        are not training time; when they are done, :attr:`startup` holds the report and a metrics
+        record carrying it is written.
+
         Returns the last metrics record.
         """
         t = self.cfg.training
@@ -813,6 +831,9 @@ class Trainer:
             mse_sum = torch.zeros((), device=self.device)
             return record
 
+        startup_until = None
+        if self.startup is None:
+            startup_until = self.step + startup_steps(self.step_choice.kind, WARMUP_STEPS)
         try:
             while self.step < n_steps:
                 if time_budget_s is not None and self._time_budget_spent(time_budget_s):
@@ -830,6 +851,16 @@ class Trainer:
                 interval["samples"] += stats.n_samples
                 interval["skipped"] += int(stats.skipped)
                 done = self.step >= n_steps
+                if startup_until is not None:  # a start-up step: its seconds are not training
+                    if self.step >= startup_until or done:
+                        self._synchronize()
+                        self.startup = self._startup_report(self.step - startup_until + startup_steps(
+                            self.step_choice.kind, WARMUP_STEPS))
+                        startup_until = None
+                        self.timer.collect()  # start-up phase times are not the interval's
+                        interval["t0"] = time.perf_counter()
+                        interval["untimed"] = interval["steps"]
+                    t_step = time.perf_counter()
                 eval_now = bool(eval_every) and self.step % eval_every == 0 and not done
                 if self.step % t.log_every == 0 or done or eval_now:
                     self._synchronize()
@@ -859,6 +890,16 @@ class Trainer:
                 self._trace = None
         return last_record
 
+    def _startup_report(self, steps: int) -> StartupReport:
+        """The start-up's report once its ``steps`` steps are done (the device is idle)."""
+        return StartupReport(
+            startup_s=time.perf_counter() - self.created_s,
+            startup_steps=steps,
+            kernels_compiled=max(0, triton_cache_entries() - self.triton_cache_before),
+            step_kind=self.step_choice.kind,
+            step_reason=self.step_choice.reason,
+        )
+
     def _trace_window_edge(self) -> None:
         """Open or close the ``profile.trace_steps`` / cudaProfiler window at its first and end step."""
         window = self.cfg.profile.window()
@@ -876,10 +917,13 @@ class Trainer:
             self._trace = None
 
     def _interval_record(self, interval: dict, loss_sum: torch.Tensor, mse_sum: torch.Tensor) -> dict[str, Any]:
+        """The interval's metrics record. Counts cover every step of the interval; times and rates
+        only its timed steps (an interval that held start-up steps: ``interval["untimed"]``)."""
         steps = max(interval["steps"], 1)
+        timed = max(steps - interval.get("untimed", 0), 1)
         elapsed_s = max(time.perf_counter() - interval["t0"], 1e-9)
         phases = self.timer.collect()
-        step_time_ms = elapsed_s * 1e3 / steps
+        step_time_ms = elapsed_s * 1e3 / timed
         trained = interval.get("trained", steps)
         mean_mse = float(mse_sum) / trained if trained else 0.0
         record: dict[str, Any] = {
@@ -892,9 +936,9 @@ class Trainer:
             "lr": self.optimizer.param_groups[0]["lr"],
             "rays_per_step": interval["rays"] / steps,
             "samples_per_step": interval["samples"] / steps,
-            "rays_per_s": interval["rays"] / elapsed_s,
-            "throughput_samples_per_s": interval["samples"] / elapsed_s,
-            "steps_per_s": interval["steps"] / elapsed_s,
+            "rays_per_s": interval["rays"] / steps * timed / elapsed_s,
+            "throughput_samples_per_s": interval["samples"] / steps * timed / elapsed_s,
+            "steps_per_s": timed / elapsed_s,
             "step_time_ms": step_time_ms,
             "occupancy_fraction": self.grid.occupancy_fraction(),
             "skipped_steps": interval["skipped"],
@@ -904,15 +948,18 @@ class Trainer:
         }
         named_ms = 0.0
         for phase in PHASES:
-            ms = phases.get(phase, 0.0) / steps
+            ms = phases.get(phase, 0.0) / timed
             record[f"{phase}_ms"] = ms
             named_ms += ms
         record["other_ms"] = max(step_time_ms - named_ms, 0.0)
         if self.fixed_step is not None:  # its sums live on the device (read here, once)
-            record.update(self.fixed_step.interval_values(interval["steps"], elapsed_s))
-            record.update(self.fixed_step.sampled_phase_ms(record, steps, step_time_ms))
+            record.update(self.fixed_step.interval_values(interval["steps"], elapsed_s, timed))
+            record.update(self.fixed_step.sampled_phase_ms(record, timed, step_time_ms))
             self._sample_phases = self.cfg.profile.phase_timers
         record.update(self._memory_record())
+        if self.startup is not None and not self._startup_recorded:
+            record.update(self.startup.record())
+            self._startup_recorded = True
         return record
 
     def evaluate(self, split: str | None = None, max_images: int | None = None, save_renders: bool = True,
