@@ -1,10 +1,10 @@
 """The web viewer's speed: frames per second at rest, and what ``--view`` costs a training run.
 
 ``frames``: a resting browser's full frame (spp 1) of a trained model at each ``--sizes`` canvas,
-rendered as the viewer renders it (:class:`trainer.viewer.frames.BandedFrame`, one band: a GPU
-renders a resting frame's rays in one go) from the first training camera, then JPEG-encoded at
-the viewer's quality as viser sends it. Frames per second of the render alone and with the
-encoding, ``--frames`` frames after two warm-up frames.
+rendered as the viewer renders it (:class:`trainer.viewer.frames.BandedFrame`, in bands of about
+:data:`trainer.viewer.server.FULL_BAND_S` at the rays/s of the two warm-up frames) from the first
+training camera, then JPEG-encoded at the viewer's quality as viser sends it. Frames per second of
+the render alone and with the encoding, ``--frames`` frames after the warm-up.
 
 ``training``: the same training run (``python -m trainer``, ``--n-steps`` steps, no evaluation)
 without ``--view``, with ``--view`` and no browser (the viewer idle), and, with ``--browser``, with
@@ -47,7 +47,7 @@ def bench_frames(args: argparse.Namespace) -> None:
     from trainer.inference.loading import load_model
     from trainer.viewer.camera import ViewCamera, view_camera_of_frame
     from trainer.viewer.frames import BandedFrame, FrameRequest
-    from trainer.viewer.server import JPEG_QUALITY
+    from trainer.viewer.server import FULL_BAND_S, JPEG_QUALITY
 
     model = load_model(args.run, args.scene, args.device)
     background = (1.0, 1.0, 1.0) if model.scene.white_background else (0.0, 0.0, 0.0)
@@ -57,12 +57,17 @@ def bench_frames(args: argparse.Namespace) -> None:
         view = ViewCamera(wxyz=tuple(wxyz), position=tuple(position), fov_y=fov_y, width=width, height=height)
         request = FrameRequest(frame=view.frame(), background=background, spp=1)
         render_s, encode_s = [], []
+        band_rays = request.rays
         for i in range(args.frames + 2):
             if model.device.type == "cuda":
                 torch.cuda.synchronize(model.device)
             t0 = time.perf_counter()
-            image = BandedFrame(model, request, band_rays=request.rays).render_all()
+            image = BandedFrame(model, request, band_rays=band_rays).render_all()
+            if model.device.type == "cuda":
+                torch.cuda.synchronize(model.device)
             t1 = time.perf_counter()
+            if i == 1:  # the viewer's band size from the rate of the second warm-up frame
+                band_rays = max(1, int(request.rays / (t1 - t0) * FULL_BAND_S))
             ok, _ = cv2.imencode(".jpg", image[..., ::-1], [cv2.IMWRITE_JPEG_QUALITY, JPEG_QUALITY])
             t2 = time.perf_counter()
             assert ok
