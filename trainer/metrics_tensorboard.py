@@ -104,11 +104,14 @@ class TensorBoardScalars:
             return {}
         import torch
 
-        try:
-            return {"gpu/utilization_percent": float(torch.cuda.utilization(self._cuda_index)),
-                    "gpu/memory_used_mib": float(torch.cuda.device_memory_used(self._cuda_index)) / 2**20}
-        except Exception:  # noqa: BLE001 — NVML missing or refusing: the record has the allocator's memory
-            return {}
+        readings = {}
+        for tag, name, scale in (("gpu/utilization_percent", "utilization", 1.0),
+                                 ("gpu/memory_used_mib", "device_memory_used", 2.0**-20)):
+            try:
+                readings[tag] = float(getattr(torch.cuda, name)(self._cuda_index)) * scale
+            except Exception:  # noqa: BLE001 — NVML missing or refusing, an older torch: the record has the allocator's memory
+                continue
+        return readings
 
     def write_evaluation(self, result: dict[str, Any]) -> None:
         """The means of one evaluation (``eval.json``'s ``mean_psnr_db``, ``mean_ssim``,
