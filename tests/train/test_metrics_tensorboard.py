@@ -61,3 +61,14 @@ def test_training_tensorboard_false_writes_no_events(demo_scene, tmp_path):  # n
     run, _ = _train(demo_scene, tmp_path / "run", training__tensorboard=False)
     assert run.metrics_path().is_file()
     assert list(run.root.glob("events.out.tfevents.*")) == []
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs CUDA: NVML's readings are CUDA's")
+def test_a_cuda_run_adds_nvml_utilisation_and_memory(demo_scene, tmp_path):  # noqa: F811
+    run, _ = _train(demo_scene, tmp_path / "run", training__device="cuda")
+    scalars = _scalars(run.tensorboard_dir)
+    assert [step for step, _ in scalars["gpu/utilization_percent"]] == [3, 6]
+    assert all(0.0 <= value <= 100.0 for _, value in scalars["gpu/utilization_percent"])
+    assert all(value > 0.0 for _, value in scalars["gpu/memory_used_mib"])
+    assert all(value > 0.0 for _, value in scalars["memory/device_allocated_mib"])
