@@ -53,6 +53,7 @@ def _tiny_sets() -> list[str]:
     return [arg for key, value in TINY.items() if key != "training.n_steps" for arg in ("--set", f"{key}={value}")]
 
 
+@pytest.mark.slow
 def test_train_view_serves_the_page_while_it_trains(demo_scene, tmp_path):  # noqa: F811
     out = tmp_path / "run"
     argv = ["trainer", "--scene", demo_scene, "--n-steps", 30, "--no-eval", "--quiet", "--view", "--out", out,
@@ -80,3 +81,30 @@ def test_train_view_port_in_use_is_one_clear_error_before_training(demo_scene, t
         "for a free one")
     status = json.loads((tmp_path / "run" / "status.json").read_text())
     assert status["state"] == "failed" and "step" not in status
+
+
+def test_a_subgrid_run_of_several_ranks_is_refused_with_the_way_out(tmp_path):
+    from trainer.errors import ConfigError
+    from trainer.rundir import RunDir
+    from trainer.viewer.live import start_live_view
+
+    args = types.SimpleNamespace(view=True, view_host="127.0.0.1", view_port=0)
+    trainer = types.SimpleNamespace(mode="subgrid", world_size=2)
+    with pytest.raises(ConfigError, match=r"^--view: rank 0 of a subgrid run holds only its own boxes and cannot "
+                                          r"render the scene; view the run's checkpoints with ngptune view RUN$"):
+        start_live_view(args, trainer, RunDir(tmp_path), print)
+
+
+@pytest.mark.slow
+def test_rank_0_of_a_data_parallel_run_serves_the_page(demo_scene, tmp_path):  # noqa: F811
+    out = tmp_path / "run"
+    argv = ["trainer", "--nproc-per-node", 2, "--scene", demo_scene, "--n-steps", 60, "--no-eval", "--quiet",
+            "--view", "--out", out, *_tiny_sets()]
+    with Served(argv) as served:
+        url = served.wait_for(r"rank 0: viewer: (http://\S+) — the model as it trains").group(1)
+        with urllib.request.urlopen(url, timeout=60) as response:
+            assert response.status == 200
+        assert served.finish(timeout=600) == 0
+    assert f"rank 0: viewer: stopped with the training; ngptune view {out} shows the saved model" in served.lines
+    assert sum("viewer: http" in line for line in served.lines) == 1  # rank 1 serves nothing
+    assert len(list(out.glob("events.out.tfevents.*"))) == 1  # rank 0's TensorBoard events
