@@ -15,11 +15,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ngptune.errors import ServeError
+from ngptune.errors import NgptuneError
 
-__all__ = ["dashboard_command", "open_study_storage", "register"]
+__all__ = ["DashboardError", "dashboard_command", "open_study_storage", "register"]
 
 INTERRUPTED_EXIT = 130
+
+
+class DashboardError(NgptuneError):
+    """The dashboard cannot start: no study in the folder, a port in use; names the folder or flag."""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -37,7 +41,7 @@ def open_study_storage(study_dir: Path, url: str | None) -> Any:
     """The Optuna storage of a study folder: ``url``'s RDB, else the folder's journal file.
 
     Raises:
-        ServeError: the folder does not exist, or holds no ``study.journal`` and no ``--storage``
+        DashboardError: the folder does not exist, or holds no ``study.journal`` and no ``--storage``
             was given (names both ways out).
         SweepError: the RDB cannot be opened (names the URL without its password).
     """
@@ -46,9 +50,9 @@ def open_study_storage(study_dir: Path, url: str | None) -> Any:
 
     study_dir = StudyDir(Path(study_dir))
     if not study_dir.root.is_dir():
-        raise ServeError(f"{study_dir.root}: no such folder (expected a sweep's --out folder)")
+        raise DashboardError(f"{study_dir.root}: no such folder (expected a sweep's --out folder)")
     if url is None and not study_dir.journal_path.is_file():
-        raise ServeError(f"{study_dir.root}: no study.journal in this folder; give the sweep's --out folder, or "
+        raise DashboardError(f"{study_dir.root}: no study.journal in this folder; give the sweep's --out folder, or "
                           "--storage URL for a study kept in a database")
     return open_storage(url, study_dir)
 
@@ -70,19 +74,19 @@ def dashboard_command(args: argparse.Namespace) -> int:
     try:
         import optuna_dashboard
     except ImportError:
-        raise ServeError("dashboard: needs the optuna-dashboard package; install it with "
+        raise DashboardError("dashboard: needs the optuna-dashboard package; install it with "
                           "pip install 'ngptune[dashboard]'") from None
     if not 0 <= args.port <= 65535:
-        raise ServeError(f"--port {args.port}: expected a port number in 0..65535 (0: a free port)")
+        raise DashboardError(f"--port {args.port}: expected a port number in 0..65535 (0: a free port)")
     storage = open_study_storage(args.study_dir, args.storage)
     names = [s.study_name for s in storage.get_all_studies()]
     try:
         server = make_server(args.host, args.port, optuna_dashboard.wsgi(storage), handler_class=_quiet_handler())
     except OSError as exc:
         if exc.errno == errno.EADDRINUSE:
-            raise ServeError(f"--port {args.port}: already in use on {args.host}; choose another port, or leave "
+            raise DashboardError(f"--port {args.port}: already in use on {args.host}; choose another port, or leave "
                               "--port out for a free one") from None
-        raise ServeError(f"--host {args.host}: cannot listen there ({exc.strerror or exc})") from None
+        raise DashboardError(f"--host {args.host}: cannot listen there ({exc.strerror or exc})") from None
     host = f"[{args.host}]" if ":" in args.host else args.host
     studies = ", ".join(names) if names else "no study yet"
     print(f"dashboard: http://{host}:{server.server_port} — {args.study_dir} ({studies}); Ctrl-C stops it", flush=True)

@@ -1,9 +1,9 @@
 """Metric records and evaluations as TensorBoard scalars (``tensorboard --logdir runs/``).
 
-The :class:`~trainer.schema.MetricsWriter` of rank 0 hands each record it writes to
+The :class:`~trainer.contract.metrics.MetricsWriter` of rank 0 hands each record it writes to
 :class:`TensorBoardScalars` (``training.tensorboard``, on when the ``tensorboard`` package is
 installed), so the scalars are written at the logging interval, never per step. Events go into the
-run folder (:attr:`trainer.rundir.RunDir.tensorboard_dir`) through ``torch.utils.tensorboard``'s
+run folder (:attr:`trainer.contract.rundir.RunDir.tensorboard_dir`) through ``torch.utils.tensorboard``'s
 ``SummaryWriter``, flushed after every record, so a killed run keeps what it logged; sweep trials
 are runs in the study folder, so ``tensorboard --logdir <study>/trials`` compares them.
 
@@ -22,7 +22,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from trainer.schema import PHASES
+from trainer.contract.metrics import PHASES
 
 __all__ = ["TAGS", "TensorBoardScalars", "open_scalars", "tensorboard_available", "write_evaluation"]
 
@@ -130,7 +130,7 @@ def open_scalars(cfg: Any, run_dir: Any, rank: int, device: Any = None, start_st
     installed, there is a run directory and this is rank 0; else None.
 
     Args:
-        cfg: the run's config; run_dir: its :class:`~trainer.rundir.RunDir` or None; rank: this
+        cfg: the run's config; run_dir: its :class:`~trainer.contract.rundir.RunDir` or None; rank: this
             process's rank; device: the training device; start_step: the step training starts at
             (a resumed run's), passed as ``purge_step``.
     """

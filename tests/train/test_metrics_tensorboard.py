@@ -18,7 +18,7 @@ STEPS = 6
 
 def _train(scene: Path, run_root: Path, **overrides: object):
     from trainer.data import load_scene
-    from trainer.rundir import RunDir
+    from trainer.contract.rundir import RunDir
     from trainer.train.loop import Trainer
 
     run = RunDir(run_root).create()

@@ -21,7 +21,7 @@ pytest.importorskip("viser")
 
 def test_an_idle_live_view_renders_nothing_between_steps(demo_scene, tmp_path):  # noqa: F811
     from trainer.data import load_scene
-    from trainer.rundir import RunDir
+    from trainer.contract.rundir import RunDir
     from trainer.train.loop import Trainer
     from trainer.viewer.live import start_live_view
 
@@ -84,8 +84,8 @@ def test_train_view_port_in_use_is_one_clear_error_before_training(demo_scene, t
 
 
 def test_a_subgrid_run_of_several_ranks_is_refused_with_the_way_out(tmp_path):
-    from trainer.errors import ConfigError
-    from trainer.rundir import RunDir
+    from trainer.contract.errors import ConfigError
+    from trainer.contract.rundir import RunDir
     from trainer.viewer.live import start_live_view
 
     args = types.SimpleNamespace(view=True, view_host="127.0.0.1", view_port=0)

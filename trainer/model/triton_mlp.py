@@ -44,8 +44,8 @@ DOT_PRECISIONS = {"ieee": 0, "tf32": 1, "bf16": 2}  # tl.dot input precision →
 # Launch settings (tile rows, warps, persistent programs per SM); bench/mlp.py times alternatives.
 # tl.dot needs >= 16 rows; the backward keeps six weight-gradient accumulators (~10k floats at
 # width 64) in registers beside a tile's activations, hence its smaller tile and 8 warps.
-KERNEL_SETTINGS = {"forward_rows": 64, "forward_warps": 4, "backward_rows": 32, "backward_warps": 8,
-                   "density_rows": 64, "density_warps": 4, "programs_per_sm": 4}
+KERNEL_SETTINGS = {"forward_rows": 128, "forward_warps": 4, "backward_rows": 32, "backward_warps": 8,
+                   "density_rows": 128, "density_warps": 4, "programs_per_sm": 4}
 INTERPRETER_PROGRAMS = 4  # persistent programs when there is no GPU (Triton's CPU interpreter)
 GEOMETRY_DIM = 16  # the density MLP's output: the density logit h₀ and 15 geometry features
 SH_PAD = 16  # SH coefficients, padded to the degree-4 count

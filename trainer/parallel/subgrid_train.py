@@ -50,7 +50,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from trainer.errors import SnapshotError, TrainingError
+from trainer.contract.errors import SnapshotError, TrainingError
 from trainer.parallel.balance import BoxBalancer, shares_from_capabilities
 from trainer.parallel.partition import Box, assign_boxes, occupancy_weights, split_boxes
 from trainer.parallel.subgrid import (

@@ -48,13 +48,13 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from trainer.config import TrainConfig, config_to_dict
+from trainer.contract.config import TrainConfig, config_to_dict
 from trainer.data.sampler import RayBatch
-from trainer.errors import ConfigError, SnapshotError, TrainingError
+from trainer.contract.errors import SnapshotError, TrainingError
 from trainer.parallel import checkpoint as ckpt
-from trainer.parallel.balance import LoadBalancer, imbalance, shares_from_capabilities
+from trainer.parallel.balance import LoadBalancer, imbalance
 from trainer.parallel.grad_sync import GradientSynchronizer, allreduce_bandwidth_gb_per_s, collective_device
-from trainer.schema import truncate_metrics_after
+from trainer.contract.metrics import truncate_metrics_after
 from trainer.train.hostcopy import HostCopy
 from trainer.train.loop import StepStats, Trainer, check_finest_resolution, warn_config_differences
 from trainer.train.loss import drop_rays, photometric_loss
@@ -66,7 +66,6 @@ __all__ = [
     "DataParallelTrainer",
     "DistributedTrainerBase",
     "GRID_SEED_OFFSET",
-    "validate_parallel_config",
 ]
 
 CHECKPOINT_FORMAT = "ngptune-dist-checkpoint"
@@ -84,30 +83,6 @@ def _rank_and_world() -> tuple[int, int]:
     return 0, 1
 
 
-def validate_parallel_config(cfg: TrainConfig, world_size: int) -> None:
-    """Check the ``parallel``/``distributed`` blocks against the actual world size.
-
-    Raises:
-        ConfigError: ``distributed.world_size`` differs from ``world_size``;
-            ``parallel.num_subgrids`` < ``world_size`` in subgrid mode;
-            ``distributed.gpu_capabilities[i].rank`` or a ``faults.ranks`` entry >= ``world_size``
-            (each names key and value).
-    """
-    configured = cfg.distributed.world_size
-    if configured is not None and configured != world_size:
-        raise ConfigError(
-            f"distributed.world_size: config says {configured} but {world_size} process"
-            f"{'es' if world_size != 1 else ''} were started"
-        )
-    if cfg.parallel.mode == "subgrid" and cfg.parallel.num_subgrids < world_size:
-        raise ConfigError(
-            f"parallel.num_subgrids: expected at least one box per rank (>= world size "
-            f"{world_size}) in subgrid mode, got {cfg.parallel.num_subgrids}"
-        )
-    shares_from_capabilities(cfg.distributed.gpu_capabilities, world_size)
-    cfg.faults.check_ranks(world_size)
-
-
 COMPLETE_MARKER_HINT = f"checkpoints/step_N/{ckpt.COMPLETE_MARKER} in it or below it"
 
 
@@ -120,14 +95,13 @@ class DistributedTrainerBase(Trainer, metaclass=abc.ABCMeta):
     (:func:`trainer.parallel.dist_env.init_distributed`) when there are several ranks.
 
     Raises:
-        ConfigError: as :func:`validate_parallel_config`, and as the base trainer.
+        ConfigError: as the base trainer (the world-size rules, :func:`trainer.contract.world.check_world_size`).
     """
 
     mode = ""
 
     def _init_process(self, cfg: TrainConfig) -> None:
         self.rank, self.world_size = _rank_and_world()
-        validate_parallel_config(cfg, self.world_size)
 
     def _after_init(self) -> None:
         self.grid_generator = torch.Generator(device=self.device)

@@ -50,7 +50,7 @@ from trainer.render.compact import compact_samples, kept_counts
 from trainer.render.fixed_march import MarchBuffers, march_fixed
 from trainer.render.occupancy import MIN_STEP_SIZE
 from trainer.render.volrend import EARLY_STOP_TRANSMITTANCE
-from trainer.schema import PHASES
+from trainer.contract.metrics import PHASES
 from trainer.train.device_metrics import DeviceIntervalMetrics
 
 __all__ = ["FixedCapacityStep", "MAX_HEADROOM", "fixed_capacities"]
@@ -228,7 +228,7 @@ class FixedCapacityStep:
         Raises:
             TrainingError: ``MAX_CONSECUTIVE_OVERFLOWS`` skipped steps in a row.
         """
-        from trainer.errors import TrainingError
+        from trainer.contract.errors import TrainingError
 
         sums = self.metrics.read()
         trained = sums["trained"]

@@ -23,21 +23,22 @@ from typing import Any, Callable
 
 import torch
 
-from trainer.config import EncodingConfig, TrainConfig, config_differences, config_to_dict
+from trainer.contract.config import EncodingConfig, TrainConfig, config_differences, config_to_dict
 from trainer.data import Scene, load_scene
 from trainer.data.images import PixelTable, load_pixel_table, pixel_table_nbytes
 from trainer.data.footprint import footprint_resolution
 from trainer.data.sampler import RaySampler, choose_placement
 from trainer.encoding.hashgrid import HashGridConfig
-from trainer.errors import ConfigError, SnapshotError, TrainingError
+from trainer.contract.errors import ConfigError, SnapshotError, TrainingError
 from trainer.model.field import MLPConfig, NGPField
 from trainer.render.compact import compact_samples, kept_counts
 from trainer.render.march import PackedSamples, march_rays, triton_march_available
 from trainer.render.occupancy import OccupancyGrid
 from trainer.render.volrend import EARLY_STOP_TRANSMITTANCE, composite
-from trainer.rundir import RunDir
+from trainer.contract.rundir import RunDir
+from trainer.contract.world import check_world_size
+from trainer.contract.metrics import PHASES, MetricsWriter, truncate_metrics_after
 from trainer.metrics_tensorboard import open_scalars
-from trainer.schema import PHASES, MetricsWriter, truncate_metrics_after
 from trainer.train.capture import WARMUP_STEPS, resolve_fixed_step
 from trainer.train.ema import WeightEMA
 from trainer.train.evaluate import evaluate
@@ -93,7 +94,7 @@ def use_triton_kernels(key: str, backend: str, device: torch.device) -> bool:
 def hash_grid_config(enc: EncodingConfig, aabb_scale: int, footprint_resolution: float | None = None) -> HashGridConfig:
     """The encoding block as a :class:`HashGridConfig` for a scene of this ``aabb_scale`` whose
     training views have this pixel-footprint resolution (None: not measured); the finest resolution
-    from :meth:`~trainer.config.EncodingConfig.finest_resolution`."""
+    from :meth:`~trainer.contract.config.EncodingConfig.finest_resolution`."""
     return HashGridConfig(
         n_levels=enc.n_levels,
         n_features_per_level=enc.n_features_per_level,
@@ -108,7 +109,7 @@ def check_finest_resolution(path: Path, trainer_state: Any, finest_resolution: i
     """Refuse a snapshot or checkpoint whose hash grid was built with another finest resolution.
 
     The resolution is derived from the scene's views unless ``encoding.max_resolution`` is set
-    (:meth:`~trainer.config.EncodingConfig.finest_resolution`), and it changes every level's
+    (:meth:`~trainer.contract.config.EncodingConfig.finest_resolution`), and it changes every level's
     resolution without changing any tensor's shape, so the shapes alone cannot catch it.
 
     Args:
@@ -171,7 +172,7 @@ def build_field(
 
 def warn_config_differences(path: Path, saved: Any, cfg: TrainConfig) -> None:
     """Warn (one line) when a run resumes ``path`` with training settings other than the ones it
-    was written with (:func:`trainer.config.config_differences`): legal, but usually a forgotten
+    was written with (:func:`trainer.contract.config.config_differences`): legal, but usually a forgotten
     ``--config``."""
     if not isinstance(saved, dict):
         return
@@ -245,6 +246,7 @@ class Trainer:
         self.created_s = time.perf_counter()
         self.triton_cache_before = triton_cache_entries()
         self._init_process(cfg)
+        check_world_size(cfg, self.world_size)  # the process's one check of the world-size rules
         self.cfg = cfg
         self.scene = scene
         self.run_dir = run_dir
@@ -254,7 +256,7 @@ class Trainer:
         seed_everything(t.seed)
         self.train_frames = scene.frames("train")
         if not self.train_frames:
-            from trainer.errors import SceneError
+            from trainer.contract.errors import SceneError
 
             raise SceneError(
                 f"{scene.root}: the scene has no training frames (splits: {scene.split_counts}; "
@@ -320,7 +322,7 @@ class Trainer:
         # called after each scored view of an evaluation: (views done, views in all, image record)
         self.eval_progress: Callable[[int, int, dict[str, Any]], None] | None = None
         self.train_time_s = 0.0
-        faults = phase_faults(cfg.faults, self.rank, self.world_size)
+        faults = phase_faults(cfg.faults, self.rank)
         self.timer = PhaseTimer(self.device, enabled=cfg.profile.phase_timers, faults=faults)
         self._trace: TraceWindow | None = None
         self._overflow_run = 0

@@ -1,8 +1,9 @@
 """``python -m trainer.viewer MODEL`` (``ngptune view MODEL``): a web viewer of a trained model.
 
-Every flag is checked before the model loads; bad input ends with one ``error:`` line naming the
-flag, file or key, exit status 2. The first line on stdout gives the address. Ctrl-C stops the
-server with one line, exit status 130.
+The flags are the contract's (:func:`trainer.contract.commandline.add_view_arguments`). Every flag
+is checked before the model loads; bad input ends with one ``error:`` line naming the flag, file or
+key, exit status 2. The first line on stdout gives the address. Ctrl-C stops the server with one
+line, exit status 130.
 """
 
 from __future__ import annotations
@@ -13,15 +14,23 @@ import sys
 import threading
 from typing import Sequence
 
-from trainer.errors import ConfigError, NgptuneError
-from trainer.runstatus import print_error
-from trainer.viewer.flags import build_parser
+from trainer.contract.commandline import add_view_arguments
+from trainer.contract.errors import ConfigError, TrainerError
+from trainer.contract.runstatus import print_error
 
-__all__ = ["PROG_ENV", "main"]
+__all__ = ["build_parser", "main"]
 
-PROG_ENV = "NGPTUNE_VIEW_PROG"  # the command name a launcher shows in --help and usage lines
 INTERRUPTED_EXIT = 130
 STOP_WAIT_S = 10.0  # Ctrl-C waits this long for the band being rendered
+
+
+def build_parser(prog: str = "python -m trainer.viewer") -> argparse.ArgumentParser:
+    """The viewer's parser."""
+    p = argparse.ArgumentParser(
+        prog=prog, description="Serve a web viewer (viser) of a trained model: rendered from the browser's camera, "
+                               "the training cameras, the scene box and the occupancy grid.")
+    add_view_arguments(p)
+    return p
 
 
 def check_flags(args: argparse.Namespace) -> None:
@@ -104,16 +113,13 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from trainer.lifeline import stop_with_parent
-    from trainer.runstatus import plain_warning_format
+    from trainer.contract.runstatus import plain_warning_format
 
     plain_warning_format()
-    args = build_parser(os.environ.get(PROG_ENV, "python -m trainer.viewer")).parse_args(argv)
-    if os.environ.get(PROG_ENV):
-        stop_with_parent()  # started by ngptune view: no viewer outlives it
+    args = build_parser().parse_args(argv)
     try:
         return serve(args)
-    except NgptuneError as exc:
+    except TrainerError as exc:
         print_error(exc)
         return 2
     except KeyboardInterrupt:  # before the server started

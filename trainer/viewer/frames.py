@@ -20,7 +20,7 @@ import torch
 from trainer.data.scene import Frame
 from trainer.inference.outputs import depth_preview, to_uint8
 from trainer.inference.render_views import render_camera
-from trainer.viewer.flags import RENDER_MODES
+from trainer.contract.commandline import RENDER_MODES
 
 __all__ = ["BandedFrame", "FrameRequest", "band_frame"]
 
@@ -32,7 +32,7 @@ class FrameRequest:
 
     Attributes:
         frame: the camera, at the frame's own size (``frame.intrinsics`` width × height).
-        mode: one of :data:`~trainer.viewer.flags.RENDER_MODES`.
+        mode: one of :data:`~trainer.contract.commandline.RENDER_MODES`.
         background: RGB in [0, 1] behind the rays.
         spp: jittered renders averaged per pixel (>= 1).
         seed: the jitter's seed (spp > 1).

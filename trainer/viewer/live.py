@@ -21,7 +21,7 @@ import math
 import time
 from typing import Any, Callable
 
-from trainer.errors import ConfigError
+from trainer.contract.errors import ConfigError
 
 __all__ = ["LIVE_BAND_S", "LiveView", "start_live_view"]
 
@@ -90,7 +90,7 @@ def start_live_view(args: Any, trainer: Any, run_dir: Any, message: Callable[[st
     Args:
         args: the training flags (``view``, ``view_host``, ``view_port``).
         trainer: the run's trainer, built (and resumed) but not yet trained.
-        run_dir: the run's :class:`~trainer.rundir.RunDir` ("Save camera" writes there).
+        run_dir: the run's :class:`~trainer.contract.rundir.RunDir` ("Save camera" writes there).
         message: where lines go.
         is_main: whether this process is rank 0.
 

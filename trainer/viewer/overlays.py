@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from trainer.data.scene import Frame, Scene
-from trainer.errors import SceneError
+from trainer.contract.errors import SceneError
 from trainer.viewer.camera import view_camera_of_frame
 
 __all__ = ["MAX_FRUSTA", "MAX_GRID_POINTS", "SceneOverlays", "camera_thumbnail", "occupied_cell_centres"]

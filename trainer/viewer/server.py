@@ -36,9 +36,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from trainer.errors import ConfigError
+from trainer.contract.errors import ConfigError
 from trainer.viewer.camera import ViewCamera, frame_size, view_camera_of_frame
-from trainer.viewer.flags import RENDER_MODES
+from trainer.contract.commandline import RENDER_MODES
 from trainer.viewer.frames import BandedFrame, FrameRequest
 from trainer.viewer.overlays import SceneOverlays
 
@@ -93,7 +93,7 @@ class ViewerSettings:
     """What every browser's frames show (the controls of the page).
 
     Attributes:
-        mode: one of :data:`~trainer.viewer.flags.RENDER_MODES`.
+        mode: one of :data:`~trainer.contract.commandline.RENDER_MODES`.
         background: RGB in [0, 1].
         spp: jittered renders averaged per pixel of a full frame (>= 1).
         max_resolution: longest side of a full frame in pixels (>= 16).
@@ -285,7 +285,7 @@ class Viewer:
         import json
 
         from trainer.inference.cameras import nerfstudio_camera_path
-        from trainer.rundir import RunDir, atomic_write_text
+        from trainer.contract.rundir import RunDir, atomic_write_text
 
         browser = self._browser_of(client)
         if browser is None or browser.camera is None or self.save_dir is None:
