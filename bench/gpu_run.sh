@@ -273,6 +273,21 @@ recipe_sweep-pruning() {
   cp /tmp/sweep_fidelity/pruning_*.json "$keep/" 2>/dev/null
 }
 
+#: viewer [RUN]: the web viewer's frames/s at rest (spp 1) at 1280x720 and 1920x1080 of a lego_400 model
+# (RUN, default: 3000 steps trained here into /tmp/viewer_lego), and training steps/s with and without
+# --view (idle; and one headless Chromium page at rest when chromium is on PATH), 2 alternating rounds.
+# Needs viser (with its dependencies) among the wheels in .whl/.
+recipe_viewer() {
+  local run=${1:-/tmp/viewer_lego} browser=()
+  command -v chromium >/dev/null 2>&1 && browser=(--browser)
+  [ -d "$run/snapshots" ] || run viewer.txt python3 -m trainer --scene "$S" --config configs/nerf_synthetic_400.json \
+    --n-steps 3000 --no-eval --quiet --out "$run" | tail -1 | cut -c1-300
+  run viewer.txt python3 bench/viewer.py frames --run "$run" | tail -5
+  run viewer.txt python3 bench/viewer.py training --scene "$S" --config configs/nerf_synthetic_400.json \
+    --n-steps 3000 --rounds 2 ${browser[@]+"${browser[@]}"} | tail -6
+  pack; elapsed viewer
+}
+
 #: help: this list
 recipe_help() { awk '/^#: /{on=1; sub(/^#: /, "  "); print; next} on && /^# /{sub(/^# /, "      "); print; next} {on=0}' "$0"; }
 

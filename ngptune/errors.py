@@ -8,7 +8,7 @@ of the trainer's (:class:`trainer.contract.TrainerError`), as one ``error: `` li
     ├── PrepareError       ngptune prepare could not make a scene of its input
     ├── NcclValueError     an NCCL variable or value outside the tuner's allow-list (also a ValueError)
     └── the errors of a driver module: SweepError, ProfileError, DiagnosisError, TraceError,
-        LinkBandwidthError, NvmlUnavailable, ProfileReportError, StudyReportError, ...
+        LinkBandwidthError, NvmlUnavailable, ProfileReportError, StudyReportError, DashboardError, ...
 """
 
 from __future__ import annotations

@@ -413,10 +413,22 @@ def _setup_html(view: StudyView) -> str:
     return table_html(pd.DataFrame(rows)) + text_html(note)
 
 
-def _overview_section(view: StudyView, nccl_active: bool) -> Section:
+def _watch_html(view: StudyView, out_dir: Path) -> str:
+    """How to watch the study live: optuna-dashboard (``ngptune dashboard``) and every trial's
+    training curves in TensorBoard (trials are runs in the study folder)."""
+    storage = view.study.user_attrs.get("storage")
+    command = f"ngptune dashboard {out_dir}"
+    if isinstance(storage, str) and "://" in storage:
+        command += f" --storage {storage}"
+        command += " (with the password the sweep was given)" if "***" in storage else ""
+    return text_html(f"Watch it: {command} opens this study in optuna-dashboard; tensorboard --logdir "
+                     f"{Path(out_dir) / 'trials'} shows every trial's training curves.")
+
+
+def _overview_section(view: StudyView, nccl_active: bool, out_dir: Path) -> Section:
     objectives = ", ".join(f"{n} ({view.direction_word(i)})" for i, n in enumerate(view.names))
     parts = [text_html(f"Study {view.study.study_name!r}: {len(view.trials)} trials; objectives: {objectives}."),
-             _setup_html(view)]
+             _watch_html(view, out_dir), _setup_html(view)]
     counts = view.frame["outcome"].value_counts()
     parts.append(table_html(pd.DataFrame({"outcome": counts.index, "trials": counts.values})))
     if view.default is not None:
@@ -456,7 +468,7 @@ def write_study_report(study: optuna.Study, out_dir: Path, *, title: str, nccl_a
     sections = [
         _recommendation_section(recommendation(view)),
         _confirmation_section(view),
-        _overview_section(view, nccl_active),
+        _overview_section(view, nccl_active, Path(out_dir)),
         _quality_section(view),
         _history_section(view),
         _importance_section(view),

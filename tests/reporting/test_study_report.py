@@ -290,6 +290,8 @@ def test_report_single_objective(single_study: optuna.Study, tmp_path: Path) -> 
     assert "No confirmation re-runs are recorded" in text
     assert "Pareto front" not in text
     assert "Plot absent" not in text
+    assert (f"Watch it: ngptune dashboard {tmp_path / 'report'} opens this study in optuna-dashboard; "
+            f"tensorboard --logdir {tmp_path / 'report' / 'trials'} shows every trial's training curves.") in text
     assert "Best = trial #1 (study.best_trial)." in text
     assert "Step-time breakdown (mean ms per step, from phase_ms)" in text
     assert "Run metrics, single runs (rank 0 metrics.jsonl" in text

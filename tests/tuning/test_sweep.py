@@ -279,6 +279,14 @@ def test_fox_scene_two_gloo_ranks_six_trials(tmp_path):
         assert trial.user_attrs["quality"]["psnr_db"] > 0  # every trial is scored on PSNR
 
 
+def _last_tensorboard_psnr(run_dir: RunDir) -> float:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run_dir.tensorboard_dir))
+    events.Reload()
+    return events.Scalars("eval/psnr_db")[-1].value
+
+
 def test_several_objectives_from_evaluations(tmp_path, demo_scene):
     objectives = ('[[objectives]]\nname = "psnr_at_budget_db"\n'
                   '[[objectives]]\nname = "time_to_psnr_s"\ntarget_db = 5.0\neval_every_steps = 4\n'
@@ -303,6 +311,8 @@ def test_several_objectives_from_evaluations(tmp_path, demo_scene):
         psnr, time_to, throughput = trial.values
         assert psnr == status["eval_psnr_db"]  # the final evaluation after the 3 s budget
         assert time_to == first_reached["wall_time_s"]
+        assert run_dir.root.parent == StudyDir(out).trials_dir  # a trial is a run in the study folder: its
+        assert _last_tensorboard_psnr(run_dir) == pytest.approx(psnr, rel=1e-6)  # TensorBoard events too
         assert throughput > 0 and trial.user_attrs["settings"]["training.time_budget_s"] == 5.0
     best = [t.number for t in study.best_trials]
     text = " ".join(result.stdout.split())

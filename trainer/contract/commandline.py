@@ -4,14 +4,16 @@ Entry points (each prints ``error: <message>`` and exits 2 on bad input, :mod:`t
 
     python -m trainer [launch flags] [training flags]     train (one process, or --nproc-per-node N ranks)
     python -m trainer.inference render|export ...          use a trained model
+    python -m trainer.viewer MODEL ...                      a web viewer of a trained model
     python -m trainer.tools.<tool> ...                      devices, inspect, demo_scene, bench_comm
 
 The flags are defined here once (:func:`add_trainer_arguments`, :func:`add_render_arguments`,
-:func:`add_export_arguments`, :func:`add_inspect_arguments`, :func:`add_demo_scene_arguments`):
+:func:`add_export_arguments`, :func:`add_view_arguments`, :func:`add_inspect_arguments`,
+:func:`add_demo_scene_arguments`):
 the trainer's parsers and the driver's sub-commands of the same name add the same flags, so
 ``ngptune train --help`` and ``python -m trainer --help`` agree and a bad flag is refused with
 the same words before any process starts. Every command line the driver starts is built here
-(:func:`trainer_argv`, :func:`inference_argv`, :func:`tool_argv`).
+(:func:`trainer_argv`, :func:`inference_argv`, :func:`viewer_argv`, :func:`tool_argv`).
 
 Flag choices are read from the tables they name: ``--format`` from
 :data:`trainer.contract.formats.SCENE_FORMATS`, ``--precision`` from the ``training.precision``
@@ -37,13 +39,16 @@ __all__ = [
     "BENCH_COMM_OPS",
     "BENCH_COMM_RESULT_FILE",
     "DEFAULT_FPS",
+    "DEFAULT_MAX_RESOLUTION",
     "DEFAULT_MESH_THRESHOLD",
     "DEFAULT_MIN_VIEWS",
     "DEFAULT_SECONDS",
     "LAUNCH_FLAGS",
     "MAX_RAYS_PER_POINT",
+    "RENDER_MODES",
     "TOOLS",
     "VIDEO_EXTENSIONS",
+    "VIEW_HELP",
     "add_bench_comm_arguments",
     "add_demo_scene_arguments",
     "add_export_arguments",
@@ -53,12 +58,14 @@ __all__ = [
     "add_scene_format_arguments",
     "add_train_arguments",
     "add_trainer_arguments",
+    "add_view_arguments",
     "bench_comm_argv",
     "inference_argv",
     "positive_int",
     "scene_format_overrides",
     "tool_argv",
     "trainer_argv",
+    "viewer_argv",
     "worker_argv",
 ]
 
@@ -152,6 +159,12 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="plain log lines, no progress bar")
     parser.add_argument("--cpu-threads", dest="cpu_threads", type=int, default=None, metavar="N",
                         help="intra-op threads of each rank on a CPU; 0: cores // ranks on the host (training.cpu_threads)")
+    parser.add_argument("--view", action="store_true",
+                        help="serve a web viewer of the model as it trains (one process, or rank 0); the first lines "
+                             "give its address")
+    parser.add_argument("--view-host", default="127.0.0.1",
+                        help="--view: address to listen on (default 127.0.0.1, this machine only)")
+    parser.add_argument("--view-port", type=int, default=0, help="--view: port to listen on (default: a free port)")
 
 
 def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
@@ -333,6 +346,40 @@ EXPORT_HELP = "export a trained model as a mesh or a point cloud"
 def inference_argv(argv: Sequence[str]) -> list[str]:
     """``[python, "-m", "trainer.inference", *argv]`` (``argv`` starts with ``render`` or ``export``)."""
     return [sys.executable, "-m", "trainer.inference", *argv]
+
+
+# ---------------------------------------------------------------------------- python -m trainer.viewer
+
+
+RENDER_MODES = ("rgb", "depth", "opacity")
+"""What the viewer's frames show: the colour, the expected depth (turbo colours, near red, far blue),
+or the accumulated opacity (white = opaque)."""
+DEFAULT_MAX_RESOLUTION = 1920
+"""The viewer's longest side of a resting frame, pixels."""
+VIEW_HELP = "a web viewer of a trained model (viser): rendered from the browser's camera"
+
+
+def add_view_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of the viewer (``python -m trainer.viewer``, ``ngptune view``)."""
+    p.add_argument("model", type=Path, help="run folder, snapshot file or checkpoint folder")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1, this machine only; 0.0.0.0 for every interface)")
+    p.add_argument("--port", type=int, default=0, help="port to listen on (default: a free port, printed)")
+    p.add_argument("--max-resolution", type=int, default=DEFAULT_MAX_RESOLUTION,
+                   help=f"longest side of a resting frame in pixels (default {DEFAULT_MAX_RESOLUTION}; the page can "
+                        "lower it)")
+    p.add_argument("--spp", type=int, default=1, help="jittered renders averaged per pixel of a resting frame (default 1)")
+    p.add_argument("--mode", choices=RENDER_MODES, default="rgb", help="what the frames show first (default rgb)")
+    p.add_argument("--background", default=None, help="white | black | #RRGGBB (default: the scene's evaluation background)")
+    p.add_argument("--device", default=None,
+                   help="cpu | cuda | cuda:N (default: the run's training.device; the CPU, with a note, when that "
+                        "is CUDA and this machine has none)")
+    p.add_argument("--scene", type=Path, default=None, help="the scene, when it moved since training (default: the run's)")
+
+
+def viewer_argv(argv: Sequence[str]) -> list[str]:
+    """``[python, "-m", "trainer.viewer", *argv]`` (``argv``: the flags of :func:`add_view_arguments`)."""
+    return [sys.executable, "-m", "trainer.viewer", *argv]
 
 
 # ---------------------------------------------------------------------------- python -m trainer.tools.<tool>

@@ -234,22 +234,34 @@ def _json_safe(value: Any) -> Any:
 
 
 class MetricsWriter:
-    """Appends schema-checked records to a ``metrics.jsonl`` file, one flushed line per record."""
+    """Appends schema-checked records to a ``metrics.jsonl`` file, one flushed line per record.
 
-    def __init__(self, path: Path) -> None:
+    Args:
+        path: the metrics file (appended to; its folder is created).
+        mirror: an object with ``write(record)`` and ``close()`` that gets every record after it
+            is written (the run's TensorBoard scalars, :mod:`trainer.metrics_tensorboard`), or None.
+    """
+
+    def __init__(self, path: Path, mirror: Any = None) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(self.path, "a", encoding="utf-8")
+        self._mirror = mirror
 
     def write(self, record: dict[str, Any]) -> None:
         record = {"schema_version": SCHEMA_VERSION, **record}
         validate_record(record, where=str(self.path))
         self._file.write(json.dumps({k: _json_safe(v) for k, v in record.items()}) + "\n")
         self._file.flush()
+        if self._mirror is not None:
+            self._mirror.write(record)
 
     def close(self) -> None:
         if not self._file.closed:
             self._file.close()
+        if self._mirror is not None:
+            self._mirror.close()
+            self._mirror = None
 
     def __enter__(self) -> "MetricsWriter":
         return self

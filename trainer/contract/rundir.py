@@ -17,6 +17,8 @@
       logs/rank<R>.log       text log of each rank
       traces/rank<R>.pt.trace.json  torch.profiler Chrome trace of rank R (profile.trace_steps)
       status.json            final state of the run (completed / failed + reason; keys in trainer.contract.runstatus)
+      events.out.tfevents.*  rank 0's metrics and evaluations as TensorBoard scalars (training.tensorboard)
+      view_<NNN>.json        cameras saved from the viewer (nerfstudio camera paths)
 
 Stdlib only: both the trainer and the ngptune driver import it.
 """
@@ -230,6 +232,16 @@ class RunDir:
     @property
     def status_path(self) -> Path:
         return self.root / "status.json"
+
+    def view_camera_path(self, number: int) -> Path:
+        """A camera saved from the viewer: ``view_<NNN>.json``."""
+        return self.root / f"view_{number:03d}.json"
+
+    @property
+    def tensorboard_dir(self) -> Path:
+        """Where rank 0's TensorBoard event files go: the run folder itself, so that
+        ``tensorboard --logdir runs/`` lists each run under its own name."""
+        return self.root
 
     @property
     def renders_dir(self) -> Path:

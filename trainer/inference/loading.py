@@ -43,12 +43,14 @@ class LoadedModel:
         source: the snapshot file or checkpoint folder the weights came from.
         step: the training step of those weights.
         mode: ``"single"``, ``"data"`` or ``"subgrid"``.
+        notes: what the loading chose for the user to know (a CUDA-trained model on the CPU).
     """
 
     trainer: Any
     source: Path
     step: int
     mode: str
+    notes: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def scene(self) -> Any:
@@ -137,9 +139,10 @@ def _read_run_config(path: Path) -> TrainConfig:
     return _config_from(saved, path)
 
 
-def _inference_config(cfg: TrainConfig, device: str | None) -> TrainConfig:
+def _inference_config(cfg: TrainConfig, device: str | None, cpu_fallback: bool, notes: list[str]) -> TrainConfig:
     """The run's config as one rendering process: no training images decoded, one rank, no
-    injected faults."""
+    injected faults; a CUDA run on a machine without CUDA renders on the CPU when
+    ``cpu_fallback`` (a line in ``notes`` says so)."""
     overrides: dict[str, Any] = {
         "data.placement": "stream", "distributed.world_size": None, "faults.ranks": [],
         "faults.data_delay_ms": 0.0, "faults.compute_slowdown": 1.0, "faults.oom_at_step": None,
@@ -148,8 +151,12 @@ def _inference_config(cfg: TrainConfig, device: str | None) -> TrainConfig:
     if device is not None:
         overrides["training.device"] = device
     elif cfg.training.device.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"training.device: the run's {cfg.training.device!r} needs a CUDA device and this machine "
-                          "has none; give --device cpu")
+        if not cpu_fallback:
+            raise ConfigError(f"training.device: the run's {cfg.training.device!r} needs a CUDA device and this "
+                              "machine has none; give --device cpu")
+        overrides["training.device"] = "cpu"
+        notes.append(f"the model trained on {cfg.training.device} and this machine has no CUDA device: rendering on "
+                     "the CPU, much more slowly")
     return apply_overrides(cfg, overrides)
 
 
@@ -186,27 +193,32 @@ def model_config(path: Path) -> TrainConfig:
     return _config_from(load_meta(source).get("config"), source / "meta.json")
 
 
-def load_model(path: Path, scene_path: Path | None = None, device: str | None = None) -> LoadedModel:
+def load_model(path: Path, scene_path: Path | None = None, device: str | None = None,
+               cpu_fallback: bool = False) -> LoadedModel:
     """Load a trained model for rendering (module docstring).
 
     Args:
         path: a run folder, a snapshot file or a checkpoint folder.
         scene_path: the scene (default: the run's ``data.scene``, or the demo scene).
         device: ``"cpu"``, ``"cuda"``, ... (default: the run's ``training.device``).
+        cpu_fallback: with ``device`` None, a model trained on CUDA loads on the CPU of a machine
+            without CUDA (``LoadedModel.notes`` says so) instead of raising.
 
     Raises:
         SnapshotError: no model found, a truncated or corrupt file, a snapshot of another config
             (names the entry and both shapes).
         SceneError: the scene cannot be loaded.
-        ConfigError: the run trained on CUDA, ``device`` is None and this machine has no CUDA.
+        ConfigError: the run trained on CUDA, ``device`` is None, this machine has no CUDA and
+            ``cpu_fallback`` is False.
     """
     from trainer.train.snapshot import load_snapshot, load_state_checked
 
     kind, source, run_config = find_model_source(Path(path))
+    notes: list[str] = []
     if kind == "snapshot":
         payload = load_snapshot(source)
         cfg = _read_run_config(run_config) if run_config else _config_from(payload.get("config"), source)
-        cfg = _inference_config(cfg, device)
+        cfg = _inference_config(cfg, device, cpu_fallback, notes)
         from trainer.train.loop import Trainer, check_finest_resolution
 
         trainer = Trainer(cfg, _load_scene(cfg, scene_path), None)
@@ -221,14 +233,14 @@ def load_model(path: Path, scene_path: Path | None = None, device: str | None = 
 
         meta = load_meta(source)
         cfg = _read_run_config(run_config) if run_config else _config_from(meta.get("config"), source / "meta.json")
-        cfg = _inference_config(cfg, device)
+        cfg = _inference_config(cfg, device, cpu_fallback, notes)
         trainer = build_distributed_trainer(cfg, _load_scene(cfg, scene_path), None)
         with warnings.catch_warnings():  # the placement and world size differ on purpose
             warnings.filterwarnings("ignore", message=".*resuming with settings other than")
             trainer.load_checkpoint(source)
         mode = trainer.mode
     trainer.field.eval()
-    return LoadedModel(trainer=trainer, source=source, step=int(trainer.step), mode=mode)
+    return LoadedModel(trainer=trainer, source=source, step=int(trainer.step), mode=mode, notes=notes)
 
 
 def precision_autocast(trainer: Any) -> Any:

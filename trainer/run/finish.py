@@ -18,25 +18,34 @@ __all__ = ["LONG_EVALUATION_S", "evaluation_notice", "finish_status", "keep_fina
            "train_with_progress"]
 
 
-def train_with_progress(trainer: Any, cfg: TrainConfig, progress: TrainProgress) -> dict[str, Any]:
+def train_with_progress(trainer: Any, cfg: TrainConfig, progress: TrainProgress, live: Any = None) -> dict[str, Any]:
     """Run ``trainer.train`` with the config's snapshot/eval cadence, reporting through
-    ``progress`` (closed after the evaluation, :func:`finish_status`); returns the last metrics record."""
+    ``progress`` (closed after the evaluation, :func:`finish_status`) and ``live`` (``--view``'s
+    :class:`~trainer.viewer.live.LiveView` or None, closed when the training ends); returns the last
+    metrics record."""
 
     def on_eval(result: dict[str, Any]) -> None:
         progress.message(f"eval step {result['step']}: {result['mean_psnr_db']:.2f} dB on {result['split']}")
 
-    def on_log(record: dict[str, Any]) -> None:
+    def log(record: dict[str, Any]) -> None:
         if "startup_s" in record and trainer.startup is not None:  # the first record after start-up
             progress.message(trainer.startup.line())
         progress.log(record)
 
-    last = trainer.train(
-        on_log=on_log,
-        on_eval=on_eval,
-        snapshot_every=cfg.training.snapshot_every,
-        eval_every=cfg.training.eval_every,
-        on_step=progress.step,
-    )
+    on_log, on_step = log, progress.step
+    if live is not None:
+        on_log, on_step = live.hooks(on_log, on_step)
+    try:
+        last = trainer.train(
+            on_log=on_log,
+            on_eval=on_eval,
+            snapshot_every=cfg.training.snapshot_every,
+            eval_every=cfg.training.eval_every,
+            on_step=on_step,
+        )
+    finally:
+        if live is not None:
+            live.close()
     return last
 
 

@@ -11,7 +11,8 @@ how:
 3. build — the trainer (one process: from a snapshot when resuming, warm-started when asked; a
    rank: the process group joined, the data-parallel or subgrid trainer built, resumed from the
    newest checkpoint — after a restart by the elastic agent its own);
-4. train, with progress lines, until ``training.n_steps`` or the time budget;
+4. train, with progress lines (and ``--view``'s viewer, :mod:`trainer.viewer.live`), until
+   ``training.n_steps`` or the time budget;
 5. keep the trained model (a rank: its final checkpoint; one process: a snapshot), evaluate
    (:mod:`trainer.run.finish`);
 6. end — ``status.json`` completed, failed or interrupted (a rank first waits for its peers).
@@ -34,6 +35,7 @@ from trainer.run.finish import finish_status, train_with_progress
 from trainer.run.progress import TrainProgress
 from trainer.run.settings import on_cpu, opening_line, scene_path_of
 from trainer.run.status import RunStatus, keeping_finite_model
+from trainer.viewer.live import start_live_view
 
 __all__ = ["Job", "OneProcess", "Rank", "run_training"]
 
@@ -233,9 +235,10 @@ def run_training(cfg: TrainConfig, args: argparse.Namespace) -> dict[str, Any]:
     trainer = None
     try:
         trainer = job.build(status, progress)
+        live = start_live_view(args, trainer, job.run_dir, progress.message, is_main=job.is_main)  # --view
         status[TRAIN_START_KEY] = time.time()
         t0 = time.perf_counter()
-        last = train_with_progress(trainer, job.cfg, progress)
+        last = train_with_progress(trainer, job.cfg, progress, live)
         status.update({STATE_KEY: COMPLETED, "step": trainer.step, "train_time_s": trainer.train_time_s})
         job.keep_model(trainer, status)
         finish_status(trainer, args, status, progress, last, t0)

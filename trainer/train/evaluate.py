@@ -17,6 +17,7 @@ from trainer.data import Scene
 from trainer.data.images import PixelTable, load_pixel_table
 from trainer.data.rays import camera_rays_for_image, composite_background
 from trainer.metrics_image import SSIM_WINDOW, affine_colour_psnr, mse_to_psnr, psnr, ssim
+from trainer.metrics_tensorboard import write_evaluation
 from trainer.render.volrend import EARLY_STOP_TRANSMITTANCE, RenderedRays, composite
 from trainer.render.march import PackedSamples, ray_batches
 from trainer.contract.rundir import NULL_REASONS_KEY, RunDir
@@ -421,4 +422,5 @@ def evaluate(
         warnings.warn(collapse, stacklevel=2)
     if trainer.run_dir is not None:
         trainer.run_dir.write_json(trainer.run_dir.eval_path, result)
+        write_evaluation(trainer.cfg, trainer.run_dir, result)
     return result

@@ -38,6 +38,7 @@ from trainer.render.volrend import EARLY_STOP_TRANSMITTANCE, composite
 from trainer.contract.rundir import RunDir
 from trainer.contract.world import check_world_size
 from trainer.contract.metrics import PHASES, MetricsWriter, truncate_metrics_after
+from trainer.metrics_tensorboard import open_scalars
 from trainer.train.capture import WARMUP_STEPS, resolve_fixed_step
 from trainer.train.divergence import check_interval, diverged_instead
 from trainer.train.ema import WeightEMA
@@ -845,7 +846,8 @@ class Trainer:
         t = self.cfg.training
         n_steps = t.n_steps if n_steps is None else n_steps
         time_budget_s = t.time_budget_s if time_budget_s is None else time_budget_s
-        writer = MetricsWriter(self.run_dir.metrics_path(self.rank)) if self.run_dir else None
+        writer = MetricsWriter(self.run_dir.metrics_path(self.rank),
+                               open_scalars(self.cfg, self.run_dir, self.rank, self.device, self.step)) if self.run_dir else None
         last_record: dict[str, Any] = {}
         interval = {"steps": 0, "trained": 0, "rays": 0, "samples": 0, "skipped": 0, "t0": time.perf_counter()}
         loss_sum = torch.zeros((), device=self.device)

@@ -258,6 +258,9 @@ class TrainingConfig(Block):
             instant-ngp).
         initial_rays_per_step, max_rays_per_step: first and largest ray batch.
         log_every: steps between metric records (>= 1).
+        tensorboard: also write each metric record and each evaluation as TensorBoard scalars in
+            the run folder (rank 0; :mod:`trainer.metrics_tensorboard`), when the ``tensorboard``
+            package is installed.
         eval_every: steps between test-view evaluations; 0 = only at the end.
         eval_max_images: evaluate at most this many test images, or null for all.
         eval_every_max_images: views of the periodic evaluations (``eval_every``), evenly spaced
@@ -345,6 +348,7 @@ class TrainingConfig(Block):
     initial_rays_per_step: int = rule_field(4096, IntRule(1, 2**31))
     max_rays_per_step: int = rule_field(1048576, IntRule(1, 2**31))
     log_every: int = rule_field(100, IntRule(1))
+    tensorboard: bool = rule_field(True, BoolRule())
     eval_every: int = rule_field(0, IntRule(0))
     eval_max_images: int | None = rule_field(None, OptionalRule(IntRule(1)))
     eval_every_max_images: int | None = rule_field(None, OptionalRule(IntRule(1)))
