@@ -32,8 +32,9 @@ def _one_error(proc: subprocess.CompletedProcess) -> str:
 
 def test_a_folder_without_a_model_is_one_clear_error(tmp_path):
     assert _one_error(_view(tmp_path)) == (
-        f"error: {tmp_path}: no snapshot (snapshots/step_N.pt) and no complete checkpoint (checkpoints/step_N/) in "
-        "this folder; train with --snapshot-every N or --save-snapshot FILE to keep the model")
+        f"error: {tmp_path}: no snapshot (snapshots/step_N.pt or final.pt) and no complete checkpoint "
+        "(checkpoints/step_N/) in this folder; a run that finishes keeps its model there, and --snapshot-every N "
+        "keeps one along the way")
     assert _one_error(_view(tmp_path / "missing")) == (
         f"error: {tmp_path / 'missing'}: no such file or folder (expected a run folder, a snapshot file or a "
         "checkpoint folder)")
