@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+from tests.support.paths import REPO
+
+BENCH = REPO / "bench"
 
 
 @pytest.fixture(scope="module")

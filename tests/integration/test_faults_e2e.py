@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.parallel.test_dp_training import tiny_flags
-from tests.train.conftest import demo_scene  # noqa: F401  (fixture)
+from tests.support.paths import REPO
+from tests.support.processes import wait_for_job
+from tests.support.scenes import tiny_flags
 from trainer.parallel.checkpoint import COMPLETE_MARKER
 from trainer.parallel.rank_log import restart_line
 from trainer.contract.rundir import RunDir
 from trainer.contract.metrics import read_metrics
 
-REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.timeout(150)
 
@@ -30,16 +30,6 @@ pytestmark = pytest.mark.timeout(150)
 def _train_argv(scene: Path, run: Path, *extra: str) -> list[str]:
     return ["train", "--nproc-per-node", "2", "--scene", str(scene), "--out", str(run), *tiny_flags(), "--quiet",
             "--no-eval", "--set", "distributed.timeout_s=30", *extra]
-
-
-def _wait_for(predicate, timeout_s: float, what: str, proc: subprocess.Popen) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if proc.poll() is not None:
-            raise AssertionError(f"the job ended (rc {proc.returncode}) before {what}:\n{proc.communicate()[1][-3000:]}")
-        if time.monotonic() > deadline:
-            raise AssertionError(f"no {what} within {timeout_s} s")
-        time.sleep(0.05)
 
 
 def test_sigkilled_rank_restarts_and_resumes_from_the_newest_checkpoint(demo_scene, tmp_path):
@@ -57,7 +47,7 @@ def test_sigkilled_rank_restarts_and_resumes_from_the_newest_checkpoint(demo_sce
             path = run.metrics_path(1)
             return checkpoint.is_file() and path.is_file() and '"step": 15' in path.read_text()
 
-        _wait_for(logged_step_15, 90, "rank 1's record of step 15", proc)
+        wait_for_job(logged_step_15, 90, "rank 1's record of step 15", proc)
         header = run.log_path(1).read_text().splitlines()[0]
         pid = int(re.search(r" pid (\d+):", header).group(1))
         os.kill(pid, signal.SIGKILL)

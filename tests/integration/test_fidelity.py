@@ -19,7 +19,8 @@ from ngptune.tuning.concurrency import STEP_BUDGET_TRIALS_PER_GPU_ENV, plan_tria
 from ngptune.tuning.layout import StudyDir
 from ngptune.tuning.objectives import intermediate_values
 from ngptune.tuning.study import load_study
-from tests.tuning.conftest import REPO_ROOT, write_study
+from tests.support.paths import REPO
+from tests.support.studies import write_study
 from trainer.contract import ConfigError, RunDir, read_metrics
 
 PSNR = '[[objectives]]\nname = "psnr_at_budget_db"\n'
@@ -27,8 +28,8 @@ PSNR = '[[objectives]]\nname = "psnr_at_budget_db"\n'
 
 def _sweep(args: list, env: dict | None = None, timeout_s: float = 500) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "ngptune", "sweep", *map(str, args)]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=REPO_ROOT,
-                          env={**os.environ, "PYTHONPATH": str(REPO_ROOT), **(env or {})})
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})})
 
 
 def _trials(out, name: str = "t") -> list:

@@ -14,11 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.parallel.test_dp_training import tiny_flags
-from tests.parallel.test_faults_e2e import _wait_for
+from tests.support.paths import REPO
+from tests.support.processes import wait_for_job
+from tests.support.scenes import tiny_flags
 from trainer.contract.errors import LaunchError
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 # ------------------------------------------------------------------------------- process helpers
@@ -87,7 +86,7 @@ def test_sigkilled_train_launcher_leaves_no_ranks_and_its_last_complete_checkpoi
                    "--quiet", "--no-eval", "--checkpoint-every", "5", "--set", "distributed.timeout_s=30"])
     try:
         # both ranks run, as children of the launcher, and have written a complete checkpoint
-        _wait_for(lambda: len(_ranks_of(run)) == 2 and latest_checkpoint(run) is not None, 120,
+        wait_for_job(lambda: len(_ranks_of(run)) == 2 and latest_checkpoint(run) is not None, 120,
                   "two ranks and a complete checkpoint", proc)
         ranks = _ranks_of(run)
         launchers = {_stat(p)[1] for p in ranks}  # `ngptune train` runs the trainer's launcher as its child
@@ -113,7 +112,7 @@ def test_sigkilled_profile_stops_its_trainer_and_ranks(tmp_path):
     proc = _start(["profile", "--nproc-per-node", "2", "--steps", "100000", "--link-busbw", "off", "--out", str(out),
                    *tiny_flags()])
     try:
-        _wait_for(lambda: len(_ranks_of(run)) == 2, 150, "the profiled run's two ranks", proc)
+        wait_for_job(lambda: len(_ranks_of(run)) == 2, 150, "the profiled run's two ranks", proc)
         ranks = _ranks_of(run)
         launchers = sorted({_stat(p)[1] for p in ranks})  # the `ngptune train` child of the profile
         assert proc.pid not in launchers and len(launchers) == 1

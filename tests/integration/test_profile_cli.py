@@ -13,11 +13,10 @@ import pandas as pd
 import pytest
 
 from ngptune.profile_command import default_trace_window, parse_trace_window, register
-from tests.train.conftest import demo_scene  # noqa: F401  (fixture)
+from tests.support.paths import REPO
 from trainer.contract.errors import ConfigError
 from ngptune.profiling.tables import DIAGNOSES_TABLE, GPU_TIMELINE_TABLE, KERNELS_TABLE, OVERLAP_TABLE, PHASES_TABLE
 
-REPO = Path(__file__).resolve().parents[2]
 SMALL = REPO / "configs" / "small.json"
 TABLES = {"phases": PHASES_TABLE, "gpu_timeline": GPU_TIMELINE_TABLE, "kernels": KERNELS_TABLE,
           "overlap": OVERLAP_TABLE, "diagnoses": DIAGNOSES_TABLE}

@@ -22,12 +22,14 @@ from optuna.trial import TrialState
 
 from ngptune.tuning.command import register
 from ngptune.tuning.layout import StudyDir
-from tests.tuning.conftest import REPO_ROOT, processes_mentioning, write_study
+from tests.support.cli import SWEEP, run_command
+from tests.support.paths import REPO
+from tests.support.processes import processes_mentioning
+from tests.support.studies import write_study
 from trainer.contract.config import TrainConfig, apply_overrides, load_config
 from trainer.contract.rundir import RunDir
 
-SWEEP = [sys.executable, "-m", "ngptune", "sweep"]
-FOX = REPO_ROOT.parent / "shared" / "data" / "fox"
+FOX = REPO.parent / "shared" / "data" / "fox"
 
 
 def _load(out: Path, name: str = "t") -> optuna.Study:
@@ -47,10 +49,6 @@ def _wait_for(condition, timeout_s: float, what: str) -> None:
         time.sleep(0.2)
 
 
-def _run(cmd: list, timeout_s: float = 400) -> subprocess.CompletedProcess:
-    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=timeout_s, cwd=REPO_ROOT)
-
-
 def test_command_line():
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers(dest="command"))
@@ -58,7 +56,7 @@ def test_command_line():
                               "--storage", "sqlite:///x.db", "--study-name", "s", "--out", "o", "--scene", "sc"])
     assert (args.trials, args.nproc_per_node, args.timeout, args.storage, args.study_name) == (4, 2, 90.0, "sqlite:///x.db", "s")
     assert args.out == Path("o") and args.scene == Path("sc")
-    assert parser.parse_args(["sweep"]).study == REPO_ROOT / "studies" / "demo.toml"
+    assert parser.parse_args(["sweep"]).study == REPO / "studies" / "demo.toml"
     with pytest.raises(SystemExit):
         parser.parse_args(["sweep", "--trials", "0"])
 
@@ -66,7 +64,7 @@ def test_command_line():
 def test_bad_study_is_one_error_line_before_any_launch(tmp_path, demo_scene):
     path = write_study(tmp_path / "bad.toml", scene=demo_scene,
                        params='[params.NCCL_PROTO]\ntype = "categorical"\nchoices = ["LL128"]\n')
-    result = _run(SWEEP + ["--study", path, "--out", tmp_path / "out"], timeout_s=120)
+    result = run_command(SWEEP + ["--study", path, "--out", tmp_path / "out"], timeout_s=120)
     assert result.returncode == 2
     assert result.stderr.strip() == (f"error: {path}: params.NCCL_PROTO.choices[0]: "
                                       "NCCL_PROTO=LL128 is never forced (NCCL enables it only where it is safe)")
@@ -76,7 +74,7 @@ def test_bad_study_is_one_error_line_before_any_launch(tmp_path, demo_scene):
 def test_folders_of_other_commands_and_other_studies_are_refused_without_a_trace(tmp_path, tiny_study):
     run = tmp_path / "run"
     RunDir(run).create().write_json(RunDir(run).status_path, {"state": "completed"})
-    result = _run(SWEEP + ["--study", tiny_study, "--out", run], timeout_s=120)
+    result = run_command(SWEEP + ["--study", tiny_study, "--out", run], timeout_s=120)
     assert result.returncode == 2
     assert result.stderr.strip() == (f"error: --out {run}: holds a training run: its status.json says 'completed'; "
                                       "a sweep needs its own folder")
@@ -85,7 +83,7 @@ def test_folders_of_other_commands_and_other_studies_are_refused_without_a_trace
     out = tmp_path / "out"
     (StudyDir(out).trials_dir / "0").mkdir(parents=True)  # trials of a study this journal does not hold
     for _ in range(2):  # the refusal leaves no half-made study behind: the second try says the same
-        again = _run(SWEEP + ["--study", tiny_study, "--out", out], timeout_s=120)
+        again = run_command(SWEEP + ["--study", tiny_study, "--out", out], timeout_s=120)
         assert again.returncode == 2
         assert again.stderr.strip() == (f"error: {StudyDir(out).trials_dir}: holds trials of another study (not 't' "
                                          f"of {StudyDir(out).journal_path}); use another --out or remove that folder")
@@ -96,7 +94,7 @@ def test_invalid_combinations_are_pruned_without_launch(tmp_path, demo_scene):
     path = write_study(tmp_path / "inv.toml", scene=demo_scene, settings={"parallel.mode": "subgrid"},
                        params='[params."parallel.num_subgrids"]\ntype = "categorical"\nchoices = [1]\n')
     out = tmp_path / "out"
-    result = _run(SWEEP + ["--study", path, "--out", out, "--nproc-per-node", "2", "--trials", "2"], timeout_s=200)
+    result = run_command(SWEEP + ["--study", path, "--out", out, "--nproc-per-node", "2", "--trials", "2"], timeout_s=200)
     assert result.returncode == 1, result.stdout + result.stderr  # no trial completed
     trials = _trials(_load(out))
     assert [t.state for t in trials] == [TrialState.PRUNED, TrialState.PRUNED]
@@ -111,7 +109,7 @@ def test_invalid_combinations_are_pruned_without_launch(tmp_path, demo_scene):
 
     # the same study name and folder with another definition is refused, not mixed in
     path.write_text(path.read_text().replace('"training.log_every" = 5', '"training.log_every" = 10'))
-    again = _run(SWEEP + ["--study", path, "--out", out, "--nproc-per-node", "2", "--trials", "3"], timeout_s=200)
+    again = run_command(SWEEP + ["--study", path, "--out", out, "--nproc-per-node", "2", "--trials", "3"], timeout_s=200)
     assert again.returncode == 2
     assert again.stderr.strip().splitlines() == [
         f"error: study 't' in {StudyDir(out).journal_path} was made from another definition: "
@@ -121,7 +119,7 @@ def test_invalid_combinations_are_pruned_without_launch(tmp_path, demo_scene):
 
 def test_unreachable_storage_is_one_error_line(tmp_path, tiny_study):
     url = "postgresql+psycopg2://someone:secret@127.0.0.1:1/nodb"
-    result = _run(SWEEP + ["--study", tiny_study, "--storage", url, "--out", tmp_path / "out"], timeout_s=120)
+    result = run_command(SWEEP + ["--study", tiny_study, "--storage", url, "--out", tmp_path / "out"], timeout_s=120)
     assert result.returncode == 2
     assert result.stderr.startswith("error: --storage postgresql+psycopg2://someone:***@127.0.0.1:1/nodb: "
                                      "cannot open the study storage (OperationalError: ")
@@ -133,7 +131,7 @@ def test_resume_after_kill_keeps_completed_trials_and_retries_the_running_one(tm
     cmd = [str(c) for c in SWEEP + ["--study", tiny_study, "--out", out, "--nproc-per-node", "1", "--trials", "3",
                                     "--no-confirm"]]
     with open(tmp_path / "first.log", "wb") as log:
-        first = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT, start_new_session=True)
+        first = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)
     try:
         # trial 0 completed and trial 1 is training: kill the sweep mid-trial, without warning
         _wait_for(lambda: RunDir(StudyDir(out).run_dir(1)).metrics_path(0).is_file(), 240, "trial 1 to train")
@@ -145,7 +143,7 @@ def test_resume_after_kill_keeps_completed_trials_and_retries_the_running_one(tm
     before = _trials(_load(out))
     assert [t.state for t in before] == [TrialState.COMPLETE, TrialState.RUNNING]
 
-    second = _run(cmd)
+    second = run_command(cmd)
     assert second.returncode == 0, second.stdout + second.stderr
     assert "resuming with 1 of 3 trials done or running; retrying trial 1" in " ".join(second.stdout.split())
     after = _trials(_load(out))
@@ -191,7 +189,7 @@ def test_resume_after_kill_keeps_completed_trials_and_retries_the_running_one(tm
     evidence = json.loads(study_dir.confirmation_path.read_text())
     assert evidence["verdict"]["confirmed"] is False and evidence["runs"] == []  # no runs, never confirmed
     assert "export NCCL_NVLS_ENABLE=0" in study_dir.best_env_path.read_text().splitlines()
-    train = _run([sys.executable, "-m", "ngptune", "train", "--config", study_dir.best_config_path, "--n-steps", "3",
+    train = run_command([sys.executable, "-m", "ngptune", "train", "--config", study_dir.best_config_path, "--n-steps", "3",
                   "--no-eval", "--quiet", "--out", tmp_path / "best_run", "--scene", launched.data.scene], timeout_s=200)
     assert train.returncode == 0, train.stdout + train.stderr
     status = json.loads((tmp_path / "best_run" / "status.json").read_text())
@@ -202,7 +200,7 @@ def test_concurrent_workers_share_the_journal_file(tmp_path, tiny_study):
     out = tmp_path / "out"
     cmd = [str(c) for c in SWEEP + ["--study", tiny_study, "--out", out, "--nproc-per-node", "1", "--trials", "3",
                                     "--no-confirm"]]
-    workers = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO_ROOT)
+    workers = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO)
                for _ in range(3)]
     outputs = [w.communicate(timeout=400)[0] for w in workers]
     for worker, output in zip(workers, outputs):
@@ -242,7 +240,7 @@ def test_two_workers_share_a_postgresql_study(tmp_path, tiny_study):
     name = f"t-{uuid.uuid4().hex[:12]}"
     cmds = [[str(c) for c in SWEEP + ["--study", tiny_study, "--out", tmp_path / f"worker{i}", "--nproc-per-node", "1",
                                       "--trials", "3", "--storage", url, "--study-name", name]] for i in range(2)]
-    workers = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO_ROOT)
+    workers = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO)
                for cmd in cmds]
     outputs = [w.communicate(timeout=400)[0] for w in workers]
     try:
@@ -268,7 +266,7 @@ def test_fox_scene_two_gloo_ranks_six_trials(tmp_path):
                        settings={"data.downscale": 8, "data.cache_dir": str(tmp_path / "cache"),
                                  "training.eval_max_images": 1})  # one held-out view scores each trial
     out = tmp_path / "out"
-    result = _run(SWEEP + ["--study", path, "--out", out, "--nproc-per-node", "2", "--no-confirm"], timeout_s=600)
+    result = run_command(SWEEP + ["--study", path, "--out", out, "--nproc-per-node", "2", "--no-confirm"], timeout_s=600)
     assert result.returncode == 0, result.stdout + result.stderr
     trials = _trials(_load(out, "fox"))
     completed = [t for t in trials if t.state == TrialState.COMPLETE]
@@ -296,7 +294,7 @@ def test_several_objectives_from_evaluations(tmp_path, demo_scene):
                        budget="seconds = 5\ntrial_timeout_s = 120", sampler='type = "tpe"\nseed = 2',
                        settings={"training.eval_max_images": 1})  # 5 s: a loaded 2-core machine still makes 4 steps
     out = tmp_path / "out"
-    result = _run(SWEEP + ["--study", path, "--out", out, "--nproc-per-node", "1", "--no-confirm"])
+    result = run_command(SWEEP + ["--study", path, "--out", out, "--nproc-per-node", "1", "--no-confirm"])
     assert result.returncode == 0, result.stdout + result.stderr
     study = _load(out)
     assert study.metric_names == ["psnr_at_budget_db", "time_to_psnr_s", "throughput_samples_per_s"]
@@ -333,7 +331,7 @@ def test_confirmation_re_runs_best_and_default_and_records_them(tmp_path, tiny_s
     from ngptune.tuning.study import load_study
 
     out = tmp_path / "out"
-    result = _run(SWEEP + ["--study", tiny_study, "--out", out, "--nproc-per-node", "1", "--trials", "2", "--no-confirm"])
+    result = run_command(SWEEP + ["--study", tiny_study, "--out", out, "--nproc-per-node", "1", "--trials", "2", "--no-confirm"])
     assert result.returncode == 0, result.stdout + result.stderr
     study = _load(out)
     default, other = _trials(study)
@@ -366,7 +364,7 @@ def test_confirmation_re_runs_best_and_default_and_records_them(tmp_path, tiny_s
     assert len(study.user_attrs[CONFIRMATION_ATTR]["runs"]) == 6 and len(verdict.default_values) == 3
     assert all(r["outcome"] == "completed" for r in study.user_attrs[CONFIRMATION_ATTR]["runs"])
     # the sweep resumed with the same K reuses what is recorded (or needs none: the default won)
-    again = _run(SWEEP + ["--study", tiny_study, "--out", out, "--nproc-per-node", "1", "--trials", "2",
+    again = run_command(SWEEP + ["--study", tiny_study, "--out", out, "--nproc-per-node", "1", "--trials", "2",
                           "--confirm-runs", "3"])
     assert again.returncode == 0, again.stdout + again.stderr
     assert "  re-run " not in again.stdout  # every re-run is recorded: none launched again
@@ -381,7 +379,7 @@ def test_contradictory_or_useless_confirmation_flags_are_refused(tmp_path, tiny_
                            (["--confirm-runs", "1"], "expected 2 to 100 re-runs each, got 1 (one re-run each"),
                            (["--confirm-runs", "0"], "expected 2 to 100 re-runs each, got 0"),
                            (["--confirm-runs", "1000000000000"], "expected 2 to 100 re-runs each")):
-        result = _run(SWEEP + ["--study", tiny_study, "--out", tmp_path / "o", *flags])
+        result = run_command(SWEEP + ["--study", tiny_study, "--out", tmp_path / "o", *flags])
         assert result.returncode == 2 and message in result.stderr, result.stderr
         assert not (tmp_path / "o").exists()
 
@@ -417,7 +415,7 @@ def test_a_target_no_trial_reaches_ends_with_the_best_psnr_seen(tmp_path, demo_s
     params = '[params."parallel.bucket_mib"]\ntype = "categorical"\nchoices = [1.0, 25.0]\n'
     path = write_study(tmp_path / "t.toml", scene=demo_scene, objectives=objectives, params=params, trials=1,
                        settings={"training.eval_max_images": 1})
-    result = _run(SWEEP + ["--study", path, "--out", tmp_path / "out", "--nproc-per-node", "1", "--no-confirm"])
+    result = run_command(SWEEP + ["--study", path, "--out", tmp_path / "out", "--nproc-per-node", "1", "--no-confirm"])
     assert result.returncode == 1, result.stdout + result.stderr
     text = " ".join(result.stdout.split())
     assert re.search(r"1 of 1 trials missed the time_to_psnr_s target of 99 dB; the best PSNR reached was "

@@ -18,8 +18,10 @@ from optuna.trial import TrialState
 
 from ngptune.tuning.concurrency import host_cores
 from ngptune.tuning.layout import StudyDir
-from tests.tuning.conftest import REPO_ROOT, processes_mentioning, write_study
-from tests.tuning.test_sweep import SWEEP, _run
+from tests.support.cli import SWEEP, run_command
+from tests.support.paths import REPO
+from tests.support.processes import processes_mentioning
+from tests.support.studies import write_study
 from trainer.contract import RunDir
 
 
@@ -31,7 +33,7 @@ def _trials(out: Path) -> list:
 def test_more_ranks_than_cores_are_refused_before_anything_starts(tmp_path, tiny_study):
     cores = host_cores()
     out = tmp_path / "out"
-    result = _run(SWEEP + ["--study", tiny_study, "--out", out, "--nproc-per-node", 64 * cores], timeout_s=120)
+    result = run_command(SWEEP + ["--study", tiny_study, "--out", out, "--nproc-per-node", 64 * cores], timeout_s=120)
     assert result.returncode == 2
     assert result.stderr.strip() == (f"error: --nproc-per-node {64 * cores}: this host has {cores} CPU "
                                       f"core{'s' if cores != 1 else ''} and no GPU; each gloo rank needs a core of its "
@@ -43,7 +45,7 @@ def test_a_bad_socket_interface_fails_once_before_the_first_trial(tmp_path, tiny
     out = tmp_path / "out"
     env = {**os.environ, "GLOO_SOCKET_IFNAME": "no-such-nic0"}
     result = subprocess.run([str(c) for c in SWEEP + ["--study", tiny_study, "--out", out]], capture_output=True,
-                            text=True, timeout=120, cwd=REPO_ROOT, env=env)
+                            text=True, timeout=120, cwd=REPO, env=env)
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(
@@ -55,7 +57,7 @@ def test_a_bad_socket_interface_fails_once_before_the_first_trial(tmp_path, tiny
 
 def test_a_million_concurrent_trials_of_a_one_trial_study_run_one(tmp_path, tiny_study):
     out = tmp_path / "out"
-    result = _run(SWEEP + ["--study", tiny_study, "--out", out, "--nproc-per-node", "1", "--trials", "1",
+    result = run_command(SWEEP + ["--study", tiny_study, "--out", out, "--nproc-per-node", "1", "--trials", "1",
                            "--concurrent-trials", "1000000", "--no-confirm"], timeout_s=300)
     assert result.returncode == 0, result.stdout + result.stderr
     text = " ".join(result.stdout.split())
@@ -85,7 +87,7 @@ def test_a_default_killed_from_outside_runs_again_and_is_never_skipped(tmp_path,
     killer = threading.Thread(target=_kill_ranks_of, args=(out, [0, 1, 2], stop, killed), daemon=True)
     killer.start()
     try:
-        first = _run(cmd, timeout_s=400)
+        first = run_command(cmd, timeout_s=400)
     finally:
         stop.set()
         killer.join()
@@ -101,7 +103,7 @@ def test_a_default_killed_from_outside_runs_again_and_is_never_skipped(tmp_path,
     assert "will run again (at most 2 retries each)" in first.stdout
 
     # the same command again: the default is missing, so it runs, not "no more to run"
-    second = _run(cmd, timeout_s=400)
+    second = run_command(cmd, timeout_s=400)
     assert second.returncode == 0, second.stdout + second.stderr
     text = " ".join(second.stdout.split())
     assert "no more to run" not in text and "retrying trial 2" in text

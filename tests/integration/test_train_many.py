@@ -13,12 +13,11 @@ from pathlib import Path
 import pytest
 
 from ngptune.train_many import TrainManyOptions, discover_scenes, job_names, run_train_many
-from tests.train.conftest import tiny_config
+from tests.support.paths import REPO
+from tests.support.scenes import tiny_config
 from trainer.contract.config import dump_config
 from trainer.data.demo import write_demo_sequence
 from trainer.contract.errors import ConfigError
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_scenes_in_natural_order_and_from_a_list(tmp_path):
@@ -63,7 +62,7 @@ def test_train_many_warm_starts_fails_one_and_resumes(tmp_path):
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "ngptune", "train-many", str(listing), "--out", str(out), "--config", str(config),
            "--n-steps", "4", "--eval-max-images", "1", "--warm-start", "previous"]
-    first = subprocess.run(cmd, capture_output=True, text=True, timeout=400, cwd=REPO_ROOT)
+    first = subprocess.run(cmd, capture_output=True, text=True, timeout=400, cwd=REPO)
     assert first.returncode == 1, first.stdout + first.stderr  # one scene failed
     with open(out / "summary.csv", newline="") as f:
         rows = {Path(r["scene"]).name: r for r in csv.DictReader(f)}
@@ -77,12 +76,12 @@ def test_train_many_warm_starts_fails_one_and_resumes(tmp_path):
     assert Path(rows["0000"]["model"]).parent == out / "0000" / "snapshots" and rows["0000"]["finished_at"]
     assert not (out / "0000" / "final.pt").exists()
     rendered = subprocess.run([sys.executable, "-m", "ngptune", "render", str(out / "0000"), "--frames", "1",
-                               "--quiet"], capture_output=True, text=True, timeout=300, cwd=REPO_ROOT)
+                               "--quiet"], capture_output=True, text=True, timeout=300, cwd=REPO)
     assert rendered.returncode == 0, rendered.stderr
     assert len(list((out / "0000" / "render-test").glob("*.png"))) == 1
 
     (out / "0001" / "job.json").unlink()  # as if killed after training: not finished
-    second = subprocess.run(cmd, capture_output=True, text=True, timeout=400, cwd=REPO_ROOT)
+    second = subprocess.run(cmd, capture_output=True, text=True, timeout=400, cwd=REPO)
     with open(out / "summary.csv", newline="") as f:
         rows = {Path(r["scene"]).name: r for r in csv.DictReader(f)}
     # a finished job keeps its outcome; the row says when the re-run skipped it

@@ -14,11 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.train.conftest import TINY
+from tests.support.paths import REPO
+from tests.support.scenes import TINY
 
 pytestmark = pytest.mark.timeout(180)
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def _run(*argv: str) -> subprocess.CompletedProcess:

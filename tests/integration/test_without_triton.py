@@ -6,11 +6,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
-from tests.train.conftest import TINY
+from tests.support.paths import REPO
+from tests.support.scenes import TINY
 
-REPO = Path(__file__).resolve().parents[2]
 # ``sys.modules["triton"] = None`` makes every ``import triton`` raise ImportError, as on a machine
 # where the package is not installed.
 NO_TRITON = "import sys; sys.modules['triton'] = None; sys.modules['triton.language'] = None; "

@@ -18,11 +18,10 @@ import pytest
 from ngptune.cli import main
 from ngptune import commbench
 from ngptune.commbench import COLUMNS, CommBenchConfig, parse_sizes, show_table
+from tests.support.paths import REPO
 from trainer.contract.errors import ConfigError
 
 pytestmark = pytest.mark.timeout(120)
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def _bench_comm(tmp_path: Path, *flags: str) -> int:

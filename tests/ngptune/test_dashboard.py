@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ngptune.cli import main
-from tests.served import Served
+from tests.support.served import Served
 
 pytest.importorskip("optuna_dashboard")
 

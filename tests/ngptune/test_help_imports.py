@@ -7,11 +7,10 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
-
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.paths import REPO
+
 HEAVY = ("torch", "optuna", "plotly", "pandas")
 
 # Runs one --help in a fresh interpreter and prints which heavy modules it had loaded.

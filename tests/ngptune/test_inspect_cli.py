@@ -1,14 +1,13 @@
 """`ngptune inspect` on the real scenes (the issue's done-when) and on the demo scene."""
 
 import json
-from pathlib import Path
 
 import pytest
 
 from ngptune.cli import main
+from tests.support.paths import SHARED_DATA
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
-needs_shared = pytest.mark.skipif(not SHARED.exists(), reason=f"{SHARED} not present")
+needs_shared = pytest.mark.skipif(not SHARED_DATA.exists(), reason=f"{SHARED_DATA} not present")
 
 
 def _inspect_json(capfd, *args):
@@ -18,7 +17,7 @@ def _inspect_json(capfd, *args):
 
 @needs_shared
 def test_fox(capfd):
-    info = _inspect_json(capfd, str(SHARED / "fox"))
+    info = _inspect_json(capfd, str(SHARED_DATA / "fox"))
     assert info["format"] == "instant-ngp"
     assert info["splits"]["train"] == 50
     assert (info["width"], info["height"]) == (1080, 1920)
@@ -34,7 +33,7 @@ def test_fox_table_reports_skipped_frames_once_and_labels_intrinsics(capfd):
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        assert main(["inspect", str(SHARED / "fox")]) == 0
+        assert main(["inspect", str(SHARED_DATA / "fox")]) == 0
     out = capfd.readouterr().out
     assert [str(w.message) for w in caught] == []  # the table lists them; no raw warning as well
     assert "skipped frames" in out and "images/0005.jpg" in out
@@ -43,7 +42,7 @@ def test_fox_table_reports_skipped_frames_once_and_labels_intrinsics(capfd):
 
 @needs_shared
 def test_lego_400(capfd):
-    info = _inspect_json(capfd, str(SHARED / "nerf_synthetic_lego_400"))
+    info = _inspect_json(capfd, str(SHARED_DATA / "nerf_synthetic_lego_400"))
     assert info["format"] == "blender"
     assert info["splits"] == {"train": 100, "val": 100, "test": 200}
     assert (info["width"], info["height"]) == (400, 400)
@@ -62,7 +61,7 @@ def test_demo_scene_and_timing(capfd, tmp_path):
 
 
 def test_folder_with_two_formats_lists_the_ignored_one_and_the_box(capfd, tmp_path):
-    from tests.data.conftest import ring_c2w, write_colmap_scene, write_llff
+    from tests.support.scene_formats import ring_c2w, write_colmap_scene, write_llff
 
     ring = ring_c2w()
     write_colmap_scene(tmp_path, ring)

@@ -17,9 +17,8 @@ from rich.console import Console
 from ngptune.monitor import parse_gpus, run_monitor
 from ngptune.profiling.nvml import GpuReader, NvmlUnavailable, import_nvml
 from ngptune.profiling.tables import GPU_TIMELINE_TABLE
-from tests.profiling.fake_nvml import FakeGpu, make_fake_nvml
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.fake_nvml import FakeGpu, make_fake_nvml
+from tests.support.paths import REPO
 
 
 def _has_gpu() -> bool:
@@ -61,7 +60,7 @@ def test_count_refreshes_write_complete_csv_rows_and_append(tmp_path: Path) -> N
 _SCRIPT = textwrap.dedent(
     """
     import sys
-    from tests.profiling.fake_nvml import FakeGpu, make_fake_nvml
+    from tests.support.fake_nvml import FakeGpu, make_fake_nvml
     sys.modules["pynvml"] = make_fake_nvml([FakeGpu(power_mw=250_500), FakeGpu(temp_c=71)])
     from ngptune.cli import main
     sys.exit(main(["monitor", "--interval", "0.02", "--csv", sys.argv[1], "--gpus", "1,0"]))

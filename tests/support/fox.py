@@ -1,4 +1,5 @@
-"""fox's images shrunk for ``ngptune prepare`` tests, and fox's own cameras to compare with."""
+"""fox's images shrunk for ``ngptune prepare`` tests, and fox's own cameras to compare with (the
+``fox_photos`` fixture is in tests/ngptune/prepare/conftest.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+from tests.support.paths import SHARED_DATA
+
 FOX = SHARED_DATA / "fox"
 #: fox's 1080×1920 images shrunk by 4.
 SMALL_WIDTH, SMALL_HEIGHT = 270, 480
@@ -31,17 +33,6 @@ def small_fox_images() -> list[tuple[str, np.ndarray]]:
         image = cv2.imread(str(path), cv2.IMREAD_COLOR)
         out.append((path.name, cv2.resize(image, (SMALL_WIDTH, SMALL_HEIGHT), interpolation=cv2.INTER_AREA)))
     return out
-
-
-@pytest.fixture(scope="session")
-def fox_photos(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A folder of the shrunk fox photos (JPEG quality 95, fox's file names)."""
-    import cv2
-
-    folder = tmp_path_factory.mktemp("fox_photos")
-    for name, image in small_fox_images():
-        cv2.imwrite(str(folder / name), image, [cv2.IMWRITE_JPEG_QUALITY, 95])
-    return folder
 
 
 def fox_reference_c2w() -> dict[str, np.ndarray]:

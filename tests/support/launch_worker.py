@@ -1,4 +1,4 @@
-"""A tiny distributed worker for tests/parallel/test_launch.py (run by launch_workers).
+"""A tiny distributed worker for tests/trainer/parallel/test_launch.py and test_dist_env.py (run by launch_workers).
 
 Each step s every rank all-reduces ``[rank + 1, s]`` (float64, sum); the result must be
 ``[W (W + 1) / 2, s · W]``. After each step the rank writes its progress (the last finished

@@ -1,4 +1,5 @@
-"""Helpers that write small synthetic scenes in each on-disk format.
+"""Small synthetic scenes written in each on-disk format (the ``ring`` fixture of tests/conftest.py
+gives their cameras).
 
 All four writers take the same cameras: camera-to-world matrices with OpenGL axes in a NeRF world,
 and one pinhole camera (principal point at the centre, as LLFF and Blender require), so that a test
@@ -12,10 +13,7 @@ import math
 from pathlib import Path
 
 import numpy as np
-import pytest
 from PIL import Image
-
-SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 
 RING_WIDTH, RING_HEIGHT, RING_FOCAL = 40, 30, 50.0
 
@@ -171,8 +169,3 @@ def write_colmap_scene(folder: Path, c2w: np.ndarray, model_name: str = "0", bin
         reconstruction.write_binary(model)
         assert (model / "images.bin").is_file() and not (model / "images.txt").exists()
     return folder
-
-
-@pytest.fixture
-def ring() -> np.ndarray:
-    return ring_c2w()

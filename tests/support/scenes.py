@@ -1,12 +1,11 @@
-"""Fixtures for trainer tests: a tiny demo scene and a tiny CPU config."""
+"""The tiny CPU config and the tiny demo scene most tests train on, and their command-line forms."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
-import pytest
-
-from trainer.contract.config import TrainConfig, apply_overrides, load_config
+from trainer.contract.config import TrainConfig, apply_overrides, config_to_dict, load_config
 
 TINY = {
     "encoding.n_levels": 4,
@@ -36,8 +35,26 @@ def tiny_config(**overrides: object) -> TrainConfig:
     return apply_overrides(load_config(None), values)
 
 
-@pytest.fixture(scope="session")
-def demo_scene(tmp_path_factory) -> Path:
+def write_tiny_demo_scene(folder: Path) -> Path:
+    """The demo scene at 32×32 pixels with 16 train, 2 val and 4 test views, written to ``folder``
+    (the ``demo_scene`` fixture of tests/conftest.py)."""
     from trainer.data.demo import write_demo_scene
 
-    return write_demo_scene(tmp_path_factory.mktemp("demo") / "scene", resolution=32, n_train=16, n_val=2, n_test=4)
+    return write_demo_scene(folder, resolution=32, n_train=16, n_val=2, n_test=4)
+
+
+def tiny_config_file(tmp_path: Path) -> Path:
+    """The tiny config (logging every 5 steps) as a JSON file with a ``//`` comment line: ``tmp_path/tiny.json``."""
+    cfg = apply_overrides(load_config(None), dict(TINY, **{"training.log_every": 5}))
+    text = "// tiny CPU config written by the test\n" + json.dumps(config_to_dict(cfg), indent=1)
+    path = tmp_path / "tiny.json"
+    path.write_text(text)
+    return path
+
+
+def tiny_flags() -> list[str]:
+    """The tiny test config as ``--set KEY=VALUE`` flags for the command line."""
+    flags = []
+    for key, value in TINY.items():
+        flags += ["--set", f"{key}={json.dumps(value) if not isinstance(value, str) else value}"]
+    return flags

@@ -12,9 +12,9 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.support.paths import REPO
+
 URL_PATTERN = r"(http://[\w.\-\[\]:]+:\d+)"
 
 

@@ -1,16 +1,12 @@
-"""Helpers for the sweep tests: tiny study files on the tiny demo scene, process checks."""
+"""Study files for the sweep tests: the tiny CPU settings and the given sections (the ``tiny_study``
+fixture is in tests/integration/conftest.py)."""
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
-import pytest
-
-from tests.train.conftest import TINY, demo_scene  # noqa: F401  (the shared tiny demo scene fixture)
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from tests.support.scenes import TINY
 
 # The tiny CPU trainer settings of the trainer tests; the budget sets training.n_steps.
 TINY_SETTINGS = {**{k: v for k, v in TINY.items() if k != "training.n_steps"},
@@ -52,28 +48,3 @@ def study_text(
 def write_study(path: Path, **kwargs) -> Path:
     path.write_text(study_text(**kwargs), encoding="utf-8")
     return path
-
-
-def processes_mentioning(text: str) -> list[tuple[int, str]]:
-    """Live processes (not zombies) whose command line contains ``text``: [(pid, cmdline)]."""
-    found = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            cmdline = Path(f"/proc/{entry.name}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            state = Path(f"/proc/{entry.name}/stat").read_text().rpartition(")")[2].split()[0]
-        except OSError:
-            continue
-        if text in cmdline and state not in ("Z", "X"):
-            found.append((int(entry.name), cmdline))
-    return found
-
-
-@pytest.fixture
-def tiny_study(tmp_path, demo_scene) -> Path:
-    """A 3-trial random-sampler study of 20 steps on the tiny demo scene. Its parameter costs
-    nothing on one rank (the gradient bucket size), and its trainer default (25 MiB) is one of its
-    choices, so the default trial takes it."""
-    params = '[params."parallel.bucket_mib"]\ntype = "categorical"\nchoices = [1.0, 25.0]\n'
-    return write_study(tmp_path / "tiny.toml", scene=demo_scene, params=params)

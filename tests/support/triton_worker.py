@@ -12,10 +12,9 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.support.paths import REPO
 
 
 def random_seed() -> int:

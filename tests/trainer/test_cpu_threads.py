@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.test_train_cli import _tiny_config_file
+from tests.support.paths import REPO
+from tests.support.scenes import tiny_config_file
 from trainer.cpu_threads import available_cores, cpu_threads_per_rank
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def test_the_rule_divides_the_cores_among_the_ranks():
@@ -30,7 +29,7 @@ def _opening_line(tmp_path: Path, name: str, *extra: str) -> str:
     from trainer.data.demo import write_demo_scene
 
     scene = write_demo_scene(tmp_path / "scene", resolution=32, n_train=4, n_val=1, n_test=1)
-    config = _tiny_config_file(tmp_path)
+    config = tiny_config_file(tmp_path)
     out = subprocess.run([sys.executable, "-m", "trainer", "--device", "cpu", "--scene", str(scene), "--config",
                           str(config), "--n-steps", "1", "--no-eval", "--quiet", "--out", str(tmp_path / name), *extra],
                          cwd=REPO, capture_output=True, text=True, timeout=300)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.train.conftest import demo_scene, tiny_config  # noqa: F401  (demo_scene: fixture)
+from tests.support.scenes import tiny_config
 
 pytest.importorskip("tensorboard")
 

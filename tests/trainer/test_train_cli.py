@@ -4,24 +4,13 @@ that no camera ray crosses."""
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tests.train.conftest import TINY
-from trainer.contract.config import apply_overrides, config_to_dict, load_config
+from tests.support.paths import REPO
+from tests.support.scenes import tiny_config_file
 from trainer.contract.errors import TrainingError
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def _tiny_config_file(tmp_path: Path) -> Path:
-    cfg = apply_overrides(load_config(None), dict(TINY, **{"training.log_every": 5}))
-    text = "// tiny CPU config written by the test\n" + json.dumps(config_to_dict(cfg), indent=1)
-    path = tmp_path / "tiny.json"
-    path.write_text(text)
-    return path
 
 
 def _run(*args, cwd):
@@ -29,7 +18,7 @@ def _run(*args, cwd):
 
 
 def test_instant_ngp_flags_train_save_and_resume(demo_scene, tmp_path):
-    config = _tiny_config_file(tmp_path)
+    config = tiny_config_file(tmp_path)
     first = _run("--scene", str(demo_scene), "--network", str(config), "--n_steps", "10",
                  "--save_snapshot", str(tmp_path / "s.pt"), "--out", str(tmp_path / "run1"), "--no-eval", cwd=REPO)
     assert first.returncode == 0, first.stderr
@@ -57,7 +46,7 @@ def test_print_config_and_bad_override_are_one_line(tmp_path):
 
 
 def test_a_box_no_camera_ray_crosses_is_a_clear_error(tmp_path):
-    from tests.train.conftest import tiny_config
+    from tests.support.scenes import tiny_config
     from trainer.data import load_scene
     from trainer.train.loop import Trainer
 
@@ -79,7 +68,7 @@ def test_a_box_no_camera_ray_crosses_is_a_clear_error(tmp_path):
 
 
 def test_a_used_out_folder_is_refused_unless_resumed_and_a_missing_scene_writes_nothing(demo_scene, tmp_path):
-    config = _tiny_config_file(tmp_path)
+    config = tiny_config_file(tmp_path)
     out = tmp_path / "run"
     common = ("--scene", str(demo_scene), "--config", str(config), "--no-eval", "--quiet", "--out", str(out))
     first = _run(*common, "--n-steps", "5", "--snapshot-every", "5", cwd=REPO)
@@ -107,7 +96,7 @@ def test_a_used_out_folder_is_refused_unless_resumed_and_a_missing_scene_writes_
 
 
 def test_a_run_stopped_by_its_time_budget_says_so(demo_scene, tmp_path):
-    config = _tiny_config_file(tmp_path)
+    config = tiny_config_file(tmp_path)
     out = tmp_path / "run"
     result = _run("--scene", str(demo_scene), "--config", str(config), "--n-steps", "100000", "--time-budget", "1",
                   "--no-eval", "--quiet", "--out", str(out), cwd=REPO)
@@ -128,7 +117,7 @@ def test_an_interrupted_final_evaluation_keeps_the_trained_model(demo_scene, tmp
 
     monkeypatch.setattr(Trainer, "evaluate", interrupted)
     run = tmp_path / "run"
-    args = build_parser().parse_args(["--scene", str(demo_scene), "--config", str(_tiny_config_file(tmp_path)),
+    args = build_parser().parse_args(["--scene", str(demo_scene), "--config", str(tiny_config_file(tmp_path)),
                                       "--n-steps", "6", "--out", str(run), "--quiet"])
     assert train_command(args) == 130
     status = json.loads((run / "status.json").read_text())
@@ -152,7 +141,7 @@ def test_eval_time_estimate_follows_the_training_rate():
 
 
 def test_resume_names_changed_settings_and_refuses_fewer_steps(demo_scene, tmp_path):
-    config = _tiny_config_file(tmp_path)
+    config = tiny_config_file(tmp_path)
     first = _run("--scene", str(demo_scene), "--config", str(config), "--n-steps", "6", "--save-snapshot",
                  str(tmp_path / "s.pt"), "--out", str(tmp_path / "run1"), "--no-eval", cwd=REPO)
     assert first.returncode == 0, first.stderr
@@ -172,7 +161,7 @@ def test_resume_names_changed_settings_and_refuses_fewer_steps(demo_scene, tmp_p
 
 
 def test_resume_of_a_single_process_run_folder_takes_its_newest_snapshot(demo_scene, tmp_path):
-    config = _tiny_config_file(tmp_path)
+    config = tiny_config_file(tmp_path)
     first = _run("--scene", str(demo_scene), "--config", str(config), "--n-steps", "6", "--snapshot-every", "3",
                  "--out", str(tmp_path / "run1"), "--no-eval", cwd=REPO)
     assert first.returncode == 0, first.stderr
@@ -184,7 +173,7 @@ def test_resume_of_a_single_process_run_folder_takes_its_newest_snapshot(demo_sc
 
 
 def test_a_run_resumed_in_its_own_folder_keeps_the_earlier_evaluation_aside(demo_scene, tmp_path):
-    config = _tiny_config_file(tmp_path)
+    config = tiny_config_file(tmp_path)
     run = tmp_path / "run"
     first = _run("--scene", str(demo_scene), "--config", str(config), "--n-steps", "6", "--snapshot-every", "6",
                  "--out", str(run), "--eval-max-images", "1", cwd=REPO)

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from ngptune.prepare import pose_errors, prepare_scene
-from tests.prepare.conftest import (
+from tests.support.fox import (
     N_FOX_IMAGES,
     SMALL_HEIGHT,
     SMALL_WIDTH,

@@ -26,14 +26,13 @@ from ngptune.profiling.collect import (
 from ngptune.profiling.nvml import NvmlSampler, timeline_frame
 from ngptune.profiling.runs import ProfileError
 from ngptune.profiling.traces import TraceError
-from tests.profiling.fake_nvml import FakeGpu, make_fake_nvml
-from tests.train.conftest import demo_scene  # noqa: F401  (fixture)
+from tests.support.fake_nvml import FakeGpu, make_fake_nvml
+from tests.support.paths import REPO
 from trainer.contract.rundir import RunDir
 from trainer.contract.runstatus import TRAIN_START_KEY
 from ngptune.profiling.tables import DIAGNOSES_TABLE, KERNELS_TABLE, OVERLAP_TABLE
 from trainer.contract.metrics import PHASES, MetricsError, read_metrics
 
-REPO = Path(__file__).resolve().parents[2]
 SMALL = REPO / "configs" / "small.json"
 STEPS = 10
 WINDOW = (3, 5)

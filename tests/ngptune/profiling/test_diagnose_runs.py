@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from ngptune.profiling.diagnoses import DiagnosisError, assess, diagnose_run, inputs_from_run, rank_phase_means
+from tests.support.paths import REPO
 from trainer.contract.rundir import RunDir
 
 pytestmark = pytest.mark.timeout(240)
 
-REPO = Path(__file__).resolve().parents[2]
 SMALL = REPO / "configs" / "small.json"
 # 20 steps logged every 5 (the first interval is warm-up); small batches keep a step near 100 ms
 # on an idle CI machine (several times that on a loaded one)

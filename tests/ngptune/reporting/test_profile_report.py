@@ -15,13 +15,13 @@ import pytest
 from ngptune.profiling.collect import ProfileDir
 from ngptune.profiling.diagnoses import ProfileInputs, assess, diagnoses_table
 from ngptune.reporting.profile_report import ProfileReportError, write_profile_report
-from tests.browser_check import view_in_browser
+from tests.support.browser import view_in_browser
 from ngptune.profiling.tables import GPU_TIMELINE_TABLE, KERNELS_TABLE, OVERLAP_TABLE, PHASES_TABLE, SUMMARY_TABLE
+from tests.support.paths import REPO
 from trainer.contract.metrics import PHASES, MetricsWriter
 
 pytestmark = pytest.mark.timeout(240)
 
-REPO = Path(__file__).resolve().parents[2]
 SECTIONS = (
     "Diagnoses",
     "Summary per rank",

@@ -29,7 +29,7 @@ from ngptune.reporting.study_report import (
     write_study_report,
     write_trials_csv,
 )
-from tests.browser_check import view_in_browser
+from tests.support.browser import view_in_browser
 from trainer.contract.rundir import RunDir
 from trainer.contract.metrics import MetricsWriter
 

@@ -12,8 +12,9 @@ import pytest
 from ngptune.tuning.objectives import objective_value, throughput_only_warning, trial_quality
 from ngptune.tuning.outputs import representative_trial
 from ngptune.tuning.study import load_study
+from tests.support.paths import REPO
 
-STUDIES = sorted((Path(__file__).resolve().parents[2] / "studies").glob("*.toml"))
+STUDIES = sorted((REPO / "studies").glob("*.toml"))
 
 
 def _run(samples_per_ray: float, occupancy: float, psnr_curve: list[float]) -> tuple[list[dict], dict]:

@@ -18,7 +18,7 @@ from ngptune.tuning.objectives import (
 from ngptune.tuning.outputs import representative_trial
 from ngptune.tuning.space import check_combination, default_params, sample, split_values, trial_config
 from ngptune.tuning.study import load_study
-from tests.tuning.conftest import write_study
+from tests.support.studies import write_study
 from trainer.contract.errors import ConfigError
 
 SPACE = (

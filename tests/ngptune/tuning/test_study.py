@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 
 from ngptune.tuning.study import BUDGET_STEPS_CAP, load_study
-from tests.tuning.conftest import REPO_ROOT, THROUGHPUT, study_text, write_study
+from tests.support.paths import REPO
+from tests.support.studies import THROUGHPUT, study_text, write_study
 from trainer.contract.errors import ConfigError
 
-STUDIES = REPO_ROOT / "studies"
+STUDIES = REPO / "studies"
 
 
 @pytest.mark.parametrize("name", ["demo", "nccl", "parallel", "quality_time", "psnr_budget", "comm_bound", "psnr_steps", "capture"])
@@ -193,7 +194,7 @@ def test_relative_paths_from_study_folder_then_repo_root(tmp_path, demo_scene):
     path.write_text(text.replace("[study]\n", '[study]\nconfig = "local.json"\n'))
     assert load_study(path).base_config().training.log_every == 7
     path.write_text(text.replace("[study]\n", '[study]\nconfig = "configs/small.json"\n'))
-    assert load_study(path).base_config_path == REPO_ROOT / "configs" / "small.json"
+    assert load_study(path).base_config_path == REPO / "configs" / "small.json"
 
 
 # ------------------------------------------------------------------------------------ NCCL allow-list

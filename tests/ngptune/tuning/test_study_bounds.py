@@ -13,7 +13,7 @@ from rich.console import Console
 from ngptune.tuning.command import register
 from ngptune.tuning.study import MAX_TRIALS, load_study
 from ngptune.tuning.sweep import SweepOptions, run_sweep
-from tests.tuning.conftest import write_study
+from tests.support.studies import write_study
 from trainer.contract.errors import ConfigError
 
 

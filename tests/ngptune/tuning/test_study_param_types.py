@@ -7,8 +7,7 @@ import re
 
 import pytest
 
-from tests.train.conftest import demo_scene  # noqa: F401  (fixture)
-from tests.tuning.conftest import write_study
+from tests.support.studies import write_study
 from trainer.contract.errors import ConfigError
 
 

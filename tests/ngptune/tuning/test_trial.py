@@ -7,8 +7,8 @@ from pathlib import Path
 
 from ngptune.tuning import nccl
 from ngptune.tuning.trial import TrialLaunch, run_trial, trial_argv
-from tests.train.conftest import tiny_config
-from tests.tuning.conftest import processes_mentioning
+from tests.support.processes import processes_mentioning
+from tests.support.scenes import tiny_config
 from trainer.contract.config import dump_config
 from trainer.contract.rundir import RunDir
 

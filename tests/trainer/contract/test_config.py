@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.paths import REPO
 from trainer.contract.config import (
     BLOCKS,
     DirEncodingConfig,
@@ -31,7 +32,6 @@ from trainer.contract.errors import ConfigError
 from trainer.encoding.hashgrid import level_resolutions
 from trainer.train.loop import hash_grid_config
 
-REPO = Path(__file__).resolve().parents[2]
 
 # instant-ngp's NeRF config as users paste it from articles: comments, trailing commas, the
 # nested tiny-cuda-nn optimizer, the Composite direction encoding and the instant-ngp-only

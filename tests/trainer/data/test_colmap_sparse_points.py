@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.data.conftest import RING_HEIGHT, RING_WIDTH, ring_c2w, write_colmap_text, write_image
+from tests.support.scene_formats import RING_HEIGHT, RING_WIDTH, ring_c2w, write_colmap_text, write_image
 from trainer.data import load_scene
 from trainer.data.scenebox import SceneBox, missed_ray_fraction
 from trainer.inference.worldframe import world_to_cube

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from tests.data.conftest import (
+from tests.support.scene_formats import (
     RING_FOCAL,
     RING_HEIGHT,
     RING_WIDTH,

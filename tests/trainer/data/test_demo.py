@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from tests.support.paths import REPO
 from trainer.data.demo import (
     CAMERA_ANGLE_X,
     DEMO_SCENE_VERSION,
@@ -19,7 +20,6 @@ from trainer.data.demo import (
 )
 from trainer.contract.errors import ConfigError, SceneError
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 SPLIT_COUNTS = {"train": 32, "val": 4, "test": 8}
 FOCAL_64 = 0.5 * 64 / math.tan(0.5 * CAMERA_ANGLE_X)
 
@@ -186,7 +186,7 @@ def test_bad_arguments_raise_config_error(tmp_path: Path, kwargs: dict, message:
     assert not any(tmp_path.iterdir())  # nothing written
 
 
-_BLENDER_LOADER = REPO_ROOT / "trainer" / "data" / "formats" / "blender.py"
+_BLENDER_LOADER = REPO / "trainer" / "data" / "formats" / "blender.py"
 
 
 @pytest.mark.skipif(not _BLENDER_LOADER.exists(), reason="Blender loader not written yet")

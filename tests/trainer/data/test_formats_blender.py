@@ -9,7 +9,7 @@ import re
 import numpy as np
 import pytest
 
-from tests.data.conftest import RING_FOCAL, RING_HEIGHT, RING_WIDTH, ring_c2w, write_blender, write_image
+from tests.support.scene_formats import RING_FOCAL, RING_HEIGHT, RING_WIDTH, ring_c2w, write_blender, write_image
 from trainer.data import SceneError, detect_format, load_scene
 from trainer.data.formats import blender
 from trainer.data.options import SceneOptions

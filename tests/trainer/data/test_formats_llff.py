@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pytest
 
-from tests.data.conftest import RING_FOCAL, RING_HEIGHT, RING_WIDTH, ring_c2w, write_image, write_llff
+from tests.support.scene_formats import RING_FOCAL, RING_HEIGHT, RING_WIDTH, ring_c2w, write_image, write_llff
 from trainer.data import SceneError, load_scene
 from trainer.data.formats import llff
 from trainer.data.options import SceneOptions

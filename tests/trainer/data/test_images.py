@@ -12,6 +12,7 @@ import pytest
 import torch
 from PIL import Image
 
+from tests.support.paths import SHARED_DATA
 from trainer.data.images import (
     apply_exif_orientation,
     decode_image,
@@ -21,7 +22,6 @@ from trainer.data.images import (
 from trainer.data.scene import Frame, Intrinsics
 from trainer.contract.errors import SceneError
 
-SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 FOX = SHARED_DATA / "fox"
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.data.conftest import (
+from tests.support.scene_formats import (
     RING_FOCAL,
     RING_HEIGHT,
     RING_WIDTH,

@@ -8,7 +8,7 @@ import warnings
 import numpy as np
 import pytest
 
-from tests.data.conftest import SHARED_DATA
+from tests.support.paths import SHARED_DATA
 from trainer.data import Scene, load_scene
 
 pytestmark = pytest.mark.skipif(not SHARED_DATA.exists(), reason=f"{SHARED_DATA} not present")

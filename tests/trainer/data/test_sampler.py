@@ -253,7 +253,7 @@ def test_a_memory_budget_too_small_for_the_pixels_says_so_and_names_a_downscale_
     import json
     import warnings
 
-    from tests.train.conftest import tiny_config
+    from tests.support.scenes import tiny_config
     from trainer.data import load_scene
     from trainer.train.loop import Trainer
 

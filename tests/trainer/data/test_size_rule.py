@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tests.data.conftest import ring_c2w, write_image, write_llff
+from tests.support.scene_formats import ring_c2w, write_image, write_llff
 from trainer.data import load_scene
 
 PHONE_4032 = ("llff: trained at 1008x756 (downscale 4: the automatic rule: longest side 4032 px → 1008 px ≤ 1600 px; "

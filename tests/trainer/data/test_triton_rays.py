@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.triton_worker import observe_in_interpreter, random_seed
+from tests.support.triton_worker import observe_in_interpreter, random_seed
 
 SIZES = (1, 255, 257, 1000)
 DIRECTION_TOL = 2e-6

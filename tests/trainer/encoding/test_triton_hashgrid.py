@@ -24,9 +24,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.support.paths import REPO
 from trainer.encoding.hashgrid import HashGridConfig
 
-REPO = Path(__file__).resolve().parents[2]
 
 # Forward/backward parity bound (max |triton − reference| / max |reference|) for float32 sums.
 REL_TOL = 1e-5
@@ -288,7 +288,7 @@ def observations(tmp_path_factory) -> dict:
     for i, case_names in enumerate((names[0::2], names[1::2])):
         out_path = tmp / f"worker{i}.json"
         code = (
-            "from tests.encoding.test_triton_hashgrid import worker_main; "
+            "from tests.trainer.encoding.test_triton_hashgrid import worker_main; "
             f"worker_main({str(out_path)!r}, {seed}, {case_names!r})"
         )
         process = subprocess.Popen(

@@ -14,7 +14,7 @@ import sys
 import pytest
 import torch
 
-from tests.triton_worker import observe_in_interpreter, random_seed
+from tests.support.triton_worker import observe_in_interpreter, random_seed
 
 SIZES = (0, 1, 255, 257, 1000)
 

@@ -7,12 +7,12 @@ import shutil
 
 import pytest
 
-from tests.inference.conftest import run_cli
-from tests.train.conftest import tiny_config
+from tests.support.cli import run_inference_cli
+from tests.support.scenes import tiny_config
 
 
 def _fails(argv, capsys, pattern):
-    code, out, err = run_cli(argv, capsys)
+    code, out, err = run_inference_cli(argv, capsys)
     assert code == 2 and err.startswith("error: ") and err.count("\n") == 1, err
     assert re.search(pattern, err), err
     return err

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import trimesh
 
-from tests.inference.conftest import run_cli
+from tests.support.cli import run_inference_cli
 from trainer.data.demo import surface_distance
 from trainer.contract.commandline import MAX_RAYS_PER_POINT
 from trainer.inference.loading import load_model
@@ -45,7 +45,7 @@ def _chamfer_halves(vertices: np.ndarray) -> tuple[float, float]:
 
 def test_mesh_lies_on_the_analytic_surface(trained_run, tmp_path, capsys):
     out = tmp_path / "mesh.ply"
-    code, stdout, _ = run_cli(["export", "mesh", trained_run["run"], "--resolution", "64", "--out", out, "--quiet"], capsys)
+    code, stdout, _ = run_inference_cli(["export", "mesh", trained_run["run"], "--resolution", "64", "--out", out, "--quiet"], capsys)
     assert code == 0 and "triangles at 64^3" in stdout
     mesh = trimesh.load(str(out), process=False)
     assert len(mesh.faces) > 1000 and mesh.visual.vertex_colors.shape == (len(mesh.vertices), 4)
@@ -86,7 +86,7 @@ def test_mesh_of_a_scene_with_other_scale_and_offset_is_in_that_scene_s_frame(tr
 
 def test_pointcloud_points_lie_on_the_surface(trained_run, tmp_path, capsys):
     out = tmp_path / "cloud.ply"
-    code, stdout, _ = run_cli(["export", "pointcloud", trained_run["run"], "--n-points", "1500", "--out", out,
+    code, stdout, _ = run_inference_cli(["export", "pointcloud", trained_run["run"], "--n-points", "1500", "--out", out,
                                "--quiet"], capsys)
     rays = int(re.search(r"point cloud: 1500 points from (\d+) rays", stdout).group(1))
     assert code == 0 and 1500 < rays <= MAX_RAYS_PER_POINT * 1500
@@ -100,7 +100,7 @@ def test_pointcloud_stops_at_the_ray_cap_and_says_so(trained_run, tmp_path, caps
     """10^12 points: every training pixel (16 views of 32x32) is cast once, what reaches the
     opacity is written, one warning line says the cloud fell short."""
     out = tmp_path / "cloud.ply"
-    code, stdout, err = run_cli(["export", "pointcloud", trained_run["run"], "--n-points", 10**12, "--out", out,
+    code, stdout, err = run_inference_cli(["export", "pointcloud", trained_run["run"], "--n-points", 10**12, "--out", out,
                                  "--quiet"], capsys)
     assert code == 0 and err.count("\n") == 1, err
     found = re.search(r"^warning: --n-points 1000000000000: only (\d+) rays of 16384 cast reached opacity 0\.5"
@@ -114,7 +114,7 @@ def test_pointcloud_stops_at_the_ray_cap_and_says_so(trained_run, tmp_path, caps
 def test_a_threshold_below_every_density_of_the_box_is_named(trained_run, tmp_path, capsys):
     """A box inside the demo sphere (radius 0.55 at the origin): σ > 0 at every lattice point."""
     out = tmp_path / "mesh.ply"
-    code, _, err = run_cli(["export", "mesh", trained_run["run"], "--resolution", "8", "--aabb", "-0.1", "-0.1", "-0.1",
+    code, _, err = run_inference_cli(["export", "mesh", trained_run["run"], "--resolution", "8", "--aabb", "-0.1", "-0.1", "-0.1",
                             "0.1", "0.1", "0.1", "--threshold", "0", "--out", out, "--quiet"], capsys)
     assert code == 2 and err.count("\n") == 1, err
     assert re.search(r"^error: --threshold 0: every cell of the box is denser than it \(lowest σ [0-9.e+-]+\); raise it",
@@ -130,7 +130,7 @@ def test_ctrl_c_during_an_export_leaves_no_file_and_one_line(trained_run, tmp_pa
 
     monkeypatch.setattr(mesh, "density_grid", interrupted)
     out = tmp_path / "mesh.ply"
-    code, _, err = run_cli(["export", "mesh", trained_run["run"], "--resolution", "8", "--out", out, "--quiet"], capsys)
+    code, _, err = run_inference_cli(["export", "mesh", trained_run["run"], "--resolution", "8", "--out", out, "--quiet"], capsys)
     assert code == 130 and err == f"interrupted: export mesh stopped; {out} was not written\n"
     assert not list(tmp_path.iterdir())
 
@@ -149,7 +149,7 @@ def test_ctrl_c_during_an_export_leaves_no_file_and_one_line(trained_run, tmp_pa
 def test_bad_mesh_requests_are_refused_before_any_work(trained_run, tmp_path, capsys, argv, message):
     (tmp_path / "file").write_text("a file where a folder is expected")
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
-    code, _, err = run_cli(["export", "mesh", trained_run["run"], *argv, "--quiet"], capsys)
+    code, _, err = run_inference_cli(["export", "mesh", trained_run["run"], *argv, "--quiet"], capsys)
     assert code == 2 and err.count("\n") == 1
     assert re.search(message, err), err
     assert not list(tmp_path.glob("*.ply")) and not (trained_run["run"] / "mesh.ply").exists()

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from tests.inference.conftest import run_cli
-from tests.train.conftest import tiny_config
+from tests.support.cli import run_inference_cli
+from tests.support.scenes import tiny_config
 from trainer.data import load_scene
 from trainer.data.images import load_pixel_table
 from trainer.inference.loading import load_model
@@ -38,7 +38,7 @@ def test_a_test_camera_renders_what_evaluate_scored(trained_run):
 
 def test_cli_writes_frames_and_depth_in_source_units(trained_run, tmp_path, capsys):
     out = tmp_path / "frames"
-    code, stdout, _ = run_cli(["render", trained_run["run"], "--cameras", "test", "--frames", "2", "--depth",
+    code, stdout, _ = run_inference_cli(["render", trained_run["run"], "--cameras", "test", "--frames", "2", "--depth",
                                "--out", out, "--quiet"], capsys)
     assert code == 0 and "rendered 2 frame(s) of 32x32" in stdout
     import cv2
@@ -62,7 +62,7 @@ def test_orbit_video_opens_with_the_requested_frames_and_size(trained_run, tmp_p
     import imageio.v2 as imageio
 
     video = tmp_path / "orbit.mp4"
-    code, stdout, _ = run_cli(["render", trained_run["run"], "--cameras", "orbit", "--frames", "5", "--width", "24",
+    code, stdout, _ = run_inference_cli(["render", trained_run["run"], "--cameras", "orbit", "--frames", "5", "--width", "24",
                                "--height", "16", "--video", video, "--quiet"], capsys)
     assert code == 0 and str(video) in stdout
     reader = imageio.get_reader(str(video), format="FFMPEG")
@@ -85,7 +85,7 @@ def test_without_imageio_ffmpeg_opencv_writes_the_video(trained_run, tmp_path, c
 
     monkeypatch.setattr(outputs, "_ffmpeg_exe", no_ffmpeg)
     video = tmp_path / "orbit.mp4"
-    code, stdout, _ = run_cli(["render", trained_run["run"], "--cameras", "orbit", "--frames", "4", "--width", "24",
+    code, stdout, _ = run_inference_cli(["render", trained_run["run"], "--cameras", "orbit", "--frames", "4", "--width", "24",
                                "--height", "16", "--video", video, "--quiet"], capsys)
     assert code == 0 and str(video) in stdout
     capture = cv2.VideoCapture(str(video))
@@ -132,8 +132,8 @@ def test_two_ranks_render_the_frames_of_one_process(trained_run, tmp_path, capsy
     one, two = tmp_path / "one", tmp_path / "two"
     common = ["render", trained_run["run"], "--cameras", "orbit", "--frames", "3", "--width", "16", "--height", "16",
               "--spp", "2", "--device", "cpu", "--quiet"]
-    assert run_cli(common + ["--out", one], capsys)[0] == 0
-    code, stdout, _ = run_cli(common + ["--out", two, "--nproc-per-node", "2"], capsys)
+    assert run_inference_cli(common + ["--out", one], capsys)[0] == 0
+    code, stdout, _ = run_inference_cli(common + ["--out", two, "--nproc-per-node", "2"], capsys)
     assert code == 0 and "(2 ranks)" in stdout
     import cv2
 
@@ -166,7 +166,7 @@ def test_ctrl_c_during_a_render_keeps_the_finished_frames_and_writes_no_video(tr
 
     _on_the_third_frame(monkeypatch, interrupt)
     frames, video = tmp_path / "frames", tmp_path / "orbit.mp4"
-    code, stdout, err = run_cli(["render", trained_run["run"], "--cameras", "orbit", "--frames", "5", "--width", "16",
+    code, stdout, err = run_inference_cli(["render", trained_run["run"], "--cameras", "orbit", "--frames", "5", "--width", "16",
                                  "--height", "16", "--video", video, "--out", frames, "--quiet"], capsys)
     assert code == 130 and stdout.startswith("rendering ") and len(stdout.splitlines()) == 1  # the first line only
     assert err == (f"interrupted: render stopped after 2 of 5 frames; no video written; PNG 2 frames 00000.png to "
@@ -202,7 +202,7 @@ def test_sigterm_during_a_video_render_says_so_and_leaves_no_temporary_file(trai
     video = tmp_path / "orbit.mp4"
     before = signal.signal(signal.SIGTERM, unhandled)
     try:
-        code, stdout, err = run_cli(["render", trained_run["run"], "--cameras", "orbit", "--frames", "5", "--width",
+        code, stdout, err = run_inference_cli(["render", trained_run["run"], "--cameras", "orbit", "--frames", "5", "--width",
                                      "16", "--height", "16", "--video", video, "--quiet"], capsys)
         assert signal.getsignal(signal.SIGTERM) is unhandled  # the render put the caller's handler back
     finally:

@@ -11,7 +11,7 @@ import cv2
 import pytest
 import torch
 
-from tests.inference.conftest import run_cli
+from tests.support.cli import run_inference_cli
 from trainer.cpu_threads import available_cores
 from trainer.inference.loading import load_model
 
@@ -26,7 +26,7 @@ def restore_threads():
 
 def test_render_takes_the_runs_thread_rule_and_says_so(trained_run, tmp_path, capsys, restore_threads):
     assert trained_run["config"].training.cpu_threads == 0  # the rule: cores // ranks
-    code, stdout, _ = run_cli(["render", trained_run["run"], "--cameras", "orbit", "--frames", "1", "--width", "8",
+    code, stdout, _ = run_inference_cli(["render", trained_run["run"], "--cameras", "orbit", "--frames", "1", "--width", "8",
                                "--height", "8", "--out", tmp_path / "a", "--quiet"], capsys)
     assert code == 0
     cores = available_cores()
@@ -37,18 +37,18 @@ def test_render_takes_the_runs_thread_rule_and_says_so(trained_run, tmp_path, ca
 
 
 def test_cpu_threads_flag_sets_the_threads_of_render_and_export(trained_run, tmp_path, capsys, restore_threads):
-    code, stdout, _ = run_cli(["render", trained_run["run"], "--cameras", "orbit", "--frames", "1", "--width", "8",
+    code, stdout, _ = run_inference_cli(["render", trained_run["run"], "--cameras", "orbit", "--frames", "1", "--width", "8",
                                "--height", "8", "--out", tmp_path / "a", "--cpu-threads", "1", "--quiet"], capsys)
     assert code == 0 and "on cpu (1 CPU thread per rank (--cpu-threads)): " in stdout.splitlines()[0]
     assert torch.get_num_threads() == 1
     torch.set_num_threads(3)
-    code, stdout, _ = run_cli(["export", "mesh", trained_run["run"], "--resolution", "16", "--cpu-threads", "2",
+    code, stdout, _ = run_inference_cli(["export", "mesh", trained_run["run"], "--resolution", "16", "--cpu-threads", "2",
                                "--out", tmp_path / "m.ply", "--quiet"], capsys)
     assert code == 0, stdout
     assert stdout.splitlines()[0] == (f"exporting a 16^3 mesh of {trained_run['run']}/snapshots/step_0000080.pt "
                                       "(step 80) on cpu (2 CPU threads per rank (--cpu-threads))")
     assert torch.get_num_threads() == 2
-    code, _, err = run_cli(["export", "pointcloud", trained_run["run"], "--cpu-threads", "-1"], capsys)
+    code, _, err = run_inference_cli(["export", "pointcloud", trained_run["run"], "--cpu-threads", "-1"], capsys)
     assert code == 2 and err == "error: --cpu-threads -1: expected an integer >= 0 (0: cores // ranks)\n"
 
 
@@ -62,14 +62,14 @@ def test_a_run_folder_with_final_pt_in_its_root_still_loads(trained_run, tmp_pat
         assert model.source == run / "final.pt" and model.step == 80
     finally:
         model.close()
-    code, stdout, err = run_cli(["render", run, "--frames", "1", "--quiet"], capsys)
+    code, stdout, err = run_inference_cli(["render", run, "--frames", "1", "--quiet"], capsys)
     assert code == 0, err
     assert (run / "render-test" / "test_000.png").is_file()
 
 
 def test_test_views_are_named_after_the_views_and_scored_against_the_ground_truth(trained_run, tmp_path, capsys):
     out = tmp_path / "views"
-    code, stdout, _ = run_cli(["render", trained_run["run"], "--cameras", "test", "--compare", "--out", out, "--quiet"],
+    code, stdout, _ = run_inference_cli(["render", trained_run["run"], "--cameras", "test", "--compare", "--out", out, "--quiet"],
                               capsys)
     assert code == 0
     evaluated = trained_run["eval"]["images"]  # the evaluation's own scores of the same views
@@ -89,10 +89,10 @@ def test_test_views_are_named_after_the_views_and_scored_against_the_ground_trut
 
 
 def test_compare_needs_the_views_of_a_split_at_their_own_size(trained_run, tmp_path, capsys):
-    code, _, err = run_cli(["render", trained_run["run"], "--cameras", "orbit", "--compare", "--out", tmp_path / "o"],
+    code, _, err = run_inference_cli(["render", trained_run["run"], "--cameras", "orbit", "--compare", "--out", tmp_path / "o"],
                            capsys)
     assert code == 2 and err.startswith("error: --compare: needs the views of a split at their own size")
-    code, _, err = run_cli(["render", trained_run["run"], "--cameras", "test", "--width", "16", "--compare",
+    code, _, err = run_inference_cli(["render", trained_run["run"], "--cameras", "test", "--width", "16", "--compare",
                             "--out", tmp_path / "o"], capsys)
     assert code == 2 and err.rstrip().endswith("got --cameras test with a new size")
 
@@ -103,7 +103,7 @@ def test_a_long_render_is_estimated_and_announced_before_it_starts(trained_run, 
 
     monkeypatch.setattr(inference_cli, "ESTIMATE_MIN_RAYS", 1)
     monkeypatch.setattr(eval_estimate, "measure_eval_seconds", lambda trainer, frames, spp: 7200.0)
-    code, stdout, err = run_cli(["render", trained_run["run"], "--cameras", "test", "--frames", "1", "--spp", "2",
+    code, stdout, err = run_inference_cli(["render", trained_run["run"], "--cameras", "test", "--frames", "1", "--spp", "2",
                                  "--out", tmp_path / "v", "--quiet"], capsys)
     assert code == 0
     assert stdout.splitlines()[0].endswith("1 test view of 32x32, spp 2, estimated 2.0 h (measured on a sample of its rays)")

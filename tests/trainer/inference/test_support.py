@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.inference.conftest import run_cli
+from tests.support.cli import run_inference_cli
 from trainer.data.demo import surface_distance
 from trainer.inference.loading import load_model
 from trainer.inference.mesh import extract_mesh
@@ -68,7 +68,7 @@ def test_a_support_grid_looks_points_up_in_their_cell() -> None:
 
 def test_a_negative_min_views_is_refused_before_any_work(trained_run, tmp_path, capsys) -> None:
     for kind in ("mesh", "pointcloud"):
-        code, _, err = run_cli(["export", kind, trained_run["run"], "--min-views", "-1", "--out",
+        code, _, err = run_inference_cli(["export", kind, trained_run["run"], "--min-views", "-1", "--out",
                                 tmp_path / "x.ply", "--quiet"], capsys)
         assert code == 2 and err.startswith("error: --min-views -1: expected an integer >= 0"), err
     assert not list(tmp_path.iterdir())

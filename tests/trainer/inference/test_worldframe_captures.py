@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.data.conftest import ring_c2w, write_colmap_scene, write_llff
+from tests.support.scene_formats import ring_c2w, write_colmap_scene, write_llff
 from trainer.data import load_scene
 from trainer.inference.worldframe import cube_to_world, world_to_cube
 

@@ -74,7 +74,7 @@ def test_sh_degree_1_makes_colour_view_independent():
 
 
 def test_build_field_takes_the_degree_from_the_config():
-    from tests.train.conftest import tiny_config
+    from tests.support.scenes import tiny_config
     from trainer.train.loop import build_field
 
     field = build_field(tiny_config(dir_encoding__degree=3), AABB, 1, torch.device("cpu"))

@@ -8,7 +8,7 @@ products (``REL_TOL``). ``density(positions, count)`` must match on the first ``
 be 0 after them. Cases: odd sample counts (tails of a tile and of a persistent program, and zero
 samples), every SH degree, hidden widths 16 and 64, 8 and 32 hash-grid features, gradients into σ
 only, each product precision. In Triton's interpreter (a fresh subprocess, see
-tests/triton_worker.py) at small sizes — the interpreter multiplies TF32 inputs exactly and has no
+tests/support/triton_worker.py) at small sizes — the interpreter multiplies TF32 inputs exactly and has no
 bfloat16 products, so bfloat16 runs on CUDA only — and on CUDA at 2^18 samples; fresh random
 draws each run (``NGPTUNE_TEST_SEED`` replays one). Samples whose hidden pre-activations lie within
 ``KINK_BAND`` of a ReLU kink are redrawn: there either side is correct at the precision's rounding.
@@ -22,7 +22,7 @@ import sys
 import pytest
 import torch
 
-from tests.triton_worker import observe_in_interpreter, random_seed
+from tests.support.triton_worker import observe_in_interpreter, random_seed
 from trainer.encoding.hashgrid import HashGridConfig
 from trainer.model.field import NGPField
 from trainer.model.mlp import MLPConfig

@@ -1,16 +1,16 @@
-"""Fixtures shared by several test modules of tests/parallel (session-scoped: multi-process runs
+"""Fixtures shared by several test modules of tests/trainer/parallel (session-scoped: multi-process runs
 are the slow part of the suite, so each is made once)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.train.conftest import demo_scene, tiny_config  # noqa: F401  (demo_scene: fixture)
+from tests.support.scenes import tiny_config
 
 
 @pytest.fixture(scope="session")
 def balanced_run(demo_scene, tmp_path_factory) -> dict:
-    """Subgrid K=4 on 2 ranks with rank 1 four times slower (test_subgrid_training.BALANCED): boxes
+    """Subgrid K=4 on 2 ranks with rank 1 four times slower (tests.support.rank_runs.BALANCED): boxes
     re-cut by occupancy at step 4, moved from step 5 on, 12 steps, a checkpoint at the end; and the
     same config in one process (owning every box, moving none), continued for 2 more steps.
 
@@ -19,8 +19,8 @@ def balanced_run(demo_scene, tmp_path_factory) -> dict:
         ``single`` (the one-process run: ``boxes``, ``volume_boxes`` (equal-volume cut), ``n_rays``
         at step 12, ``next_losses`` of steps 13-14).
     """
-    from tests.parallel.ranks import run_ranks
-    from tests.parallel.test_subgrid_training import BALANCED, balance_rank
+    from tests.support.ranks import run_ranks
+    from tests.support.rank_runs import BALANCED, balance_rank
     from trainer.data import load_scene
     from trainer.parallel.partition import split_boxes
     from trainer.parallel.subgrid_train import SubgridTrainer

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.parallel.ranks import run_ranks
-from tests.parallel.test_subgrid_training import resume_subgrid_on_three
-from tests.train.conftest import demo_scene, tiny_config  # noqa: F401  (demo_scene: fixture)
+from tests.support.paths import REPO
+from tests.support.rank_runs import resume_subgrid_on_three
+from tests.support.ranks import run_ranks
+from tests.support.scenes import tiny_config
 from trainer.data import load_scene
 from trainer.contract.errors import SnapshotError
 from trainer.parallel import checkpoint as ckpt
@@ -319,7 +320,7 @@ def test_resuming_a_checkpoint_with_fewer_steps_than_it_holds_is_refused(two_ran
     proc = subprocess.run(
         [sys.executable, "-m", "trainer", "--config", str(config), "--scene", str(demo_scene), "--resume", str(run_dir),
          "--n-steps", "2", "--no-eval", "--out", str(tmp_path / "more")],
-        capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[2],
+        capture_output=True, text=True, timeout=120, cwd=REPO,
     )
     assert proc.returncode == 2, proc.stderr
     newest = run_dir / "checkpoints" / f"step_{SAVE_AT:07d}"

@@ -15,6 +15,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from tests.support.paths import REPO
 from trainer.contract.config import config_from_dict
 from trainer.contract.errors import ConfigError, LaunchError
 from trainer.parallel.dist_env import (
@@ -30,7 +31,7 @@ from trainer.parallel.dist_env import (
     slurm_job_port,
 )
 
-WORKER = str(Path(__file__).resolve().parent / "launch_worker.py")
+WORKER = str(REPO / "tests" / "support" / "launch_worker.py")
 CPU = torch.device("cpu")
 
 

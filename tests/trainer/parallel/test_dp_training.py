@@ -1,6 +1,6 @@
 """Data-parallel training (trainer/parallel/trainer.py) on gloo/CPU with 2 real processes.
 
-Ranks run through ``tests.parallel.ranks.run_ranks`` (W spawned processes in one gloo group).
+Ranks run through ``tests.support.ranks.run_ranks`` (W spawned processes in one gloo group).
 """
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.parallel.ranks import run_ranks
-from tests.train.conftest import demo_scene, tiny_config  # noqa: F401  (demo_scene: fixture)
+from tests.support.rank_runs import assert_parity, parity_rank, parity_reference
+from tests.support.ranks import run_ranks
+from tests.support.scenes import tiny_config, tiny_flags
 from trainer.data import load_scene
 from trainer.contract.errors import ConfigError
 from trainer.parallel.trainer import DataParallelTrainer
@@ -20,74 +21,9 @@ from trainer.contract.metrics import read_metrics
 
 pytestmark = pytest.mark.timeout(120)
 
-# Adam's first update is lr·g/(|g| + ε), a sign function of g for the default ε = 1e-15; gradients
-# that differ only by summation order would flip the sign of near-zero entries. A larger ε makes
-# the update continuous in g, so parameters can be compared with a float tolerance.
-PARITY = dict(training__background="white", training__subpixel_jitter=False, optimizer__epsilon=1e-4)
-
-
-def _no_jitter(trainer) -> None:
-    march = trainer.march
-    trainer.march = lambda o, d, jitter: march(o, d, jitter=False)
-
-
-def _parity_rank(rank: int, world_size: int, scene: str, batches: list) -> dict:
-    trainer = DataParallelTrainer(tiny_config(**PARITY), load_scene(Path(scene)))
-    _no_jitter(trainer)
-    trainer.draw_batch = lambda n: batches[rank]
-    stats, loss, _ = trainer.train_step()
-    out = {
-        "params": {k: p.detach().clone() for k, p in trainer.field.named_parameters()},
-        "grads": {k: p.grad.clone() for k, p in trainer.field.named_parameters() if p.grad is not None},
-        "loss": float(loss),
-        "n_rays": stats.n_rays,
-        "grid": trainer.grid.density.clone(),
-    }
-    trainer.close()
-    return out
-
-
-def parity_reference(scene: Path, world_size: int, n_rays: int = 64):
-    """One data-parallel step in one process on ``n_rays`` rays (the first step's global rays),
-    and those rays cut into ``world_size`` equal consecutive parts for the ranks.
-
-    Returns:
-        (reference trainer after its step, its loss, its parameters before the step, the parts).
-    """
-    ref = DataParallelTrainer(tiny_config(**PARITY), load_scene(scene))
-    _no_jitter(ref)
-    batch = ref.sampler.sample(n_rays)
-    size = n_rays // world_size
-    parts = [type(batch)(*(getattr(batch, f)[r * size : (r + 1) * size]
-                           for f in ("rays_o", "rays_d", "rgb", "alpha", "image_index")))
-             for r in range(world_size)]
-    ref.draw_batch = lambda n: batch
-    initial = {k: p.detach().clone() for k, p in ref.field.named_parameters()}
-    _, ref_loss, _ = ref.train_step()
-    return ref, float(ref_loss), initial, parts
-
-
-def assert_parity(results: list[dict], ref, ref_loss: float, initial: dict) -> None:
-    """Every rank ends with the same parameters and gradients, equal (to float tolerance) to the
-    single process that saw the union of their rays, and the same global loss."""
-    size = ref.cfg.training.initial_rays_per_step // len(results)
-    assert [r["n_rays"] for r in results] == [size] * len(results)
-    for name, p in ref.field.named_parameters():
-        for other in results[1:]:
-            assert torch.equal(results[0]["params"][name], other["params"][name]), name
-            assert torch.equal(results[0]["grads"][name], other["grads"][name]), name
-        torch.testing.assert_close(results[0]["grads"][name], p.grad, rtol=1e-4, atol=1e-9)
-        torch.testing.assert_close(results[0]["params"][name], p.detach(), rtol=1e-5, atol=1e-6)
-        assert not torch.equal(p.detach(), initial[name]), f"{name} did not change"
-    for r in results:
-        assert torch.equal(r["grid"], ref.grid.density)
-        assert r["loss"] == results[0]["loss"]
-    assert results[0]["loss"] == pytest.approx(ref_loss, rel=1e-5)
-
-
 def test_one_step_on_two_ranks_equals_one_process_on_both_ray_sets(demo_scene, tmp_path):
     ref, ref_loss, initial, halves = parity_reference(demo_scene, 2)
-    results = run_ranks(_parity_rank, 2, tmp_path, str(demo_scene), halves)
+    results = run_ranks(parity_rank, 2, tmp_path, str(demo_scene), halves)
     assert_parity(results, ref, ref_loss, initial)
     ref.close()
 
@@ -122,16 +58,6 @@ def test_the_trainer_checks_the_world_size_rules_before_building_anything(demo_s
     # one process: rank 1 does not exist
     with pytest.raises(ConfigError, match=r"gpu_capabilities\[0\]\.rank"):
         DataParallelTrainer(tiny_config(distributed__gpu_capabilities=[{"rank": 1, "compute_power": 1.0}]), load_scene(demo_scene))
-
-
-def tiny_flags() -> list[str]:
-    """The tiny test config as ``--set KEY=VALUE`` flags for the command line."""
-    from tests.train.conftest import TINY
-
-    flags = []
-    for key, value in TINY.items():
-        flags += ["--set", f"{key}={json.dumps(value) if not isinstance(value, str) else value}"]
-    return flags
 
 
 def test_ngptune_train_with_two_ranks_through_the_launcher(demo_scene, tmp_path):
@@ -180,7 +106,7 @@ def test_metrics_count_trained_samples_and_the_batch_is_sized_on_kept_ones(demo_
     the trained batch (as the single-process trainer reports them), the ray count follows the
     kept samples (fewer than trained here: the first batches hold every marched sample)."""
     trainer = DataParallelTrainer(tiny_config(training__prefetch_march=False), load_scene(demo_scene))
-    with torch.no_grad():  # dense enough everywhere that rays stop early (as tests/train/test_compaction.py)
+    with torch.no_grad():  # dense enough everywhere that rays stop early (as tests/trainer/train/test_compaction.py)
         trainer.field.encoding.table.fill_(0.5)
         trainer.field.density_mlp.linears[0].weight.abs_()
         trainer.field.density_mlp.linears[1].weight[0].fill_(0.35)

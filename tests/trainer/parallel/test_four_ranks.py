@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.parallel.ranks import run_ranks
-from tests.parallel.test_dp_training import _parity_rank, assert_parity, parity_reference
-from tests.train.conftest import demo_scene, tiny_config  # noqa: F401  (demo_scene: fixture)
+from tests.support.rank_runs import assert_parity, parity_rank, parity_reference
+from tests.support.ranks import run_ranks
+from tests.support.scenes import tiny_config
 from trainer.data import load_scene
 from trainer.parallel.subgrid_train import SubgridTrainer
 
@@ -28,7 +28,7 @@ def _subgrid_losses(trainer: SubgridTrainer) -> list[float]:
 
 
 def _four_ranks(rank: int, world_size: int, scene: str, parts: list) -> dict:
-    data = _parity_rank(rank, world_size, scene, parts)
+    data = parity_rank(rank, world_size, scene, parts)
     trainer = SubgridTrainer(tiny_config(**SUBGRID), load_scene(Path(scene)))
     initial = list(trainer.field.owners)
     losses = _subgrid_losses(trainer)

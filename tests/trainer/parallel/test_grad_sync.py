@@ -1,6 +1,6 @@
 """GradientSynchronizer: 2 gloo ranks vs one process on the union of their samples.
 
-One ``run_ranks`` (tests/parallel/ranks.py, module-scoped fixture) runs every scenario on both ranks; the
+One ``run_ranks`` (tests/support/ranks.py, module-scoped fixture) runs every scenario on both ranks; the
 reference is computed in the test process. Each scenario builds the same seeded model (a tiny
 ``NGPField`` plus a float64 colour scale, so there are two gradient dtypes, plus one parameter that
 no loss uses), lets rank 0 and rank 1 train on different sample sets, sums the gradients with the
@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from tests.parallel.ranks import run_ranks
+from tests.support.ranks import run_ranks
 from trainer.encoding.hashgrid import HashGridConfig
 from trainer.contract.errors import ConfigError, LaunchError
 from trainer.model.field import MLPConfig, NGPField

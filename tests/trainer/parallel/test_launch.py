@@ -1,6 +1,6 @@
 """Tests of trainer/parallel/launch.py: real multi-process jobs (gloo, CPU) through torch elastic.
 
-The worker is tests/parallel/launch_worker.py: each step every rank all-reduces
+The worker is tests/support/launch_worker.py: each step every rank all-reduces
 ``[rank + 1, step]``, so the sums must be ``[W (W + 1) / 2, step · W]``; it can raise, SIGKILL
 itself or hang at a chosen rank and step.
 """
@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.paths import REPO
 from trainer.contract.errors import LaunchError
 from trainer.parallel.launch import (
     RankFailure,
@@ -26,7 +27,7 @@ from trainer.parallel.launch import (
     tail_lines,
 )
 
-WORKER = str(Path(__file__).resolve().parent / "launch_worker.py")
+WORKER = str(REPO / "tests" / "support" / "launch_worker.py")
 
 pytestmark = pytest.mark.timeout(90)
 

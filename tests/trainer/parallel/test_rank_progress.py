@@ -12,11 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.parallel.test_dp_training import tiny_flags
-from tests.train.conftest import demo_scene  # noqa: F401  (fixture)
+from tests.support.paths import REPO
+from tests.support.scenes import tiny_flags
 from trainer.parallel.rank_log import RankLogFollower, reported_step, restart_line
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def _append(path: Path, text: str) -> None:

@@ -1,7 +1,7 @@
 """Subgrid model parallelism: exact compositing of boxes, the distributed gather and box moves.
 
 The distributed tests run two gloo ranks on CPU once per module (``two_rank_results``, through
-``tests.parallel.ranks.run_ranks``) and compare everything they computed with the same boxes
+``tests.support.ranks.run_ranks``) and compare everything they computed with the same boxes
 evaluated in this one process.
 """
 
@@ -12,7 +12,7 @@ import copy
 import pytest
 import torch
 
-from tests.parallel.ranks import run_ranks
+from tests.support.ranks import run_ranks
 from trainer.encoding.hashgrid import HashGridConfig
 from trainer.model.field import MLPConfig, NGPField
 from trainer.parallel.partition import assign_boxes, ray_box_segments, split_boxes

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.parallel.ranks import run_ranks
-from tests.train.conftest import demo_scene, tiny_config  # noqa: F401  (demo_scene: fixture)
+from tests.support.ranks import run_ranks
+from tests.support.scenes import tiny_config
 from trainer.data import load_scene
 from trainer.parallel.subgrid_train import SubgridTrainer
 from trainer.contract.rundir import RunDir
@@ -102,42 +102,6 @@ def test_recut_puts_the_cut_where_the_occupied_cells_are(demo_scene):
 
 # ---------------------------------------------------------------------------- box moves (K=4 on 2 ranks)
 
-BALANCED = dict(parallel__mode="subgrid", parallel__num_subgrids=4, parallel__balance_every=2,
-                training__occupancy_warmup_steps=4, training__occupancy_update_every=2, training__n_steps=12,
-                training__log_every=1)
-SLOW_RANK_1 = dict(faults__compute_slowdown=4.0, faults__ranks=[1])
-
-
-def balance_rank(rank: int, world_size: int, scene: str, run_dir: str) -> dict:
-    trainer = SubgridTrainer(tiny_config(**BALANCED, **SLOW_RANK_1), load_scene(Path(scene)), RunDir(run_dir))
-    initial = list(trainer.field.owners)
-    trainer.train()
-    trainer.save_checkpoint()
-    out = {"initial_owners": initial, "owners": list(trainer.field.owners), "boxes": trainer.field.boxes,
-           "local": trainer.field.local_box_ids, "moves": trainer.box_balancer.moves_made, "step": trainer.step,
-           "optimised": sorted(trainer.named_parameters_for_optimizer())}
-    trainer.close()
-    out["data"] = data_balance_rank(rank, world_size, scene)  # same spawn: processes are the slow part
-    return out
-
-
-DATA_BALANCED = dict(parallel__balance_every=5, training__n_steps=50)
-SLOW_TWICE = dict(faults__compute_slowdown=2.0, faults__ranks=[1])
-
-
-def data_balance_rank(rank: int, world_size: int, scene: str) -> dict:
-    """Data parallel, rank 1 twice as slow: 50 steps with a balancing round every 5."""
-    from trainer.parallel.trainer import DataParallelTrainer
-
-    trainer = DataParallelTrainer(tiny_config(**DATA_BALANCED, **SLOW_TWICE), load_scene(Path(scene)))
-    rays = [trainer.train_step()[0].n_rays for _ in range(50)]
-    trainer._settle_previous_step()
-    out = {"shares": trainer.balancer.shares, "rounds": trainer.balancer.rounds, "rays": rays,
-           "last_imbalance": trainer.balancer.last_imbalance, "param0": next(trainer.field.parameters()).detach().clone()}
-    trainer.close()
-    return out
-
-
 def test_a_slow_rank_hands_boxes_over_and_training_stays_exact(balanced_run):
     run, results, single = balanced_run["run"], balanced_run["ranks"], balanced_run["single"]
     assert [r["initial_owners"] for r in results] == [[0, 0, 1, 1]] * 2
@@ -162,18 +126,3 @@ def test_a_slow_rank_hands_boxes_over_and_training_stays_exact(balanced_run):
         assert mine["imbalance"] >= 1.0 and mine["world_size"] == 2
     meta = json.loads((run / "checkpoints" / "step_0000012" / "meta.json").read_text())
     assert meta["owners"] == owners and meta["box_balancer"]["moves_made"] == results[0]["moves"]
-
-
-def resume_subgrid_on_three(rank: int, world_size: int, scene: str, run_dir: str) -> dict:
-    """On 3 ranks: resume the 2-rank balanced run's last checkpoint and train 2 steps (used by
-    test_checkpoint.py's 2 → 3 test, which resumes data and subgrid runs in one spawn)."""
-    trainer = SubgridTrainer(tiny_config(**BALANCED), load_scene(Path(scene)))
-    trainer.load_checkpoint(Path(run_dir))
-    out = {"start": trainer.step, "n_rays": trainer.n_rays, "boxes": trainer.field.boxes,
-           "owners": list(trainer.field.owners), "local": trainer.field.local_box_ids, "losses": []}
-    for _ in range(2):
-        _, loss, _ = trainer.train_step()
-        out["losses"].append(float(loss))
-    out["step"] = trainer.step
-    trainer.close()
-    return out

@@ -8,28 +8,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.triton_worker import random_seed
+from tests.support.packed_samples import packed_samples
+from tests.support.triton_worker import random_seed
 from trainer.render.compact import compact_samples, kept_counts
-from trainer.render.march import PackedSamples
 from trainer.render.volrend import EARLY_STOP_TRANSMITTANCE, composite, composite_reference
-
-
-def _packed(counts: torch.Tensor, generator: torch.Generator, sigma_scale: float = 60.0):
-    n_rays = counts.shape[0]
-    n_samples = int(counts.sum())
-    ray_indices = torch.repeat_interleave(torch.arange(n_rays), counts)
-    packed_info = torch.stack((torch.cumsum(counts, 0) - counts, counts), dim=-1)
-    samples = PackedSamples(
-        positions=torch.rand(n_samples, 3, generator=generator),
-        directions=torch.rand(n_samples, 3, generator=generator),
-        t=torch.rand(n_samples, generator=generator),
-        dt=torch.rand(n_samples, generator=generator) * 0.05,
-        ray_indices=ray_indices,
-        packed_info=packed_info,
-        n_rays=n_rays,
-    )
-    sigmas = torch.rand(n_samples, generator=generator) * sigma_scale
-    return samples, sigmas
 
 
 def _random_rays(n_rays: int, most: int):
@@ -37,7 +19,7 @@ def _random_rays(n_rays: int, most: int):
     seed = random_seed()
     g = torch.Generator().manual_seed(seed)
     counts = torch.randint(0, most, (n_rays,), generator=g)
-    samples, sigmas = _packed(counts, g)
+    samples, sigmas = packed_samples(counts, g)
     return seed, samples, sigmas, counts, kept_counts(sigmas, samples.dt, samples, EARLY_STOP_TRANSMITTANCE)
 
 
@@ -64,7 +46,7 @@ def test_compacted_batch_composites_like_every_sample_with_early_stop(capacity_f
     counts = torch.randint(0, 30, (37,), generator=g)
     counts[0] = 0  # a ray without samples first
     counts[-1] = 25
-    samples, sigmas = _packed(counts, g)
+    samples, sigmas = packed_samples(counts, g)
     rgbs = torch.rand(samples.n_samples, 3, generator=g)
     background = torch.rand(37, 3, generator=g)
     grad_out = torch.randn(37, 3, generator=g)
@@ -152,7 +134,7 @@ def test_padding_does_not_pile_onto_one_ray_or_one_position():
 ])
 def test_edge_cases_keep_a_valid_layout(counts, kept, capacity, fits):
     g = torch.Generator().manual_seed(0)
-    samples, _ = _packed(torch.tensor(counts), g)
+    samples, _ = packed_samples(torch.tensor(counts), g)
     out = compact_samples(samples, torch.tensor(kept), capacity)
     c = out.samples
     assert out.ray_fits.tolist() == fits and int(out.n_kept) == sum(kept)
@@ -169,12 +151,12 @@ def test_edge_cases_keep_a_valid_layout(counts, kept, capacity, fits):
 
 def test_bad_arguments_are_refused():
     g = torch.Generator().manual_seed(0)
-    samples, sigmas = _packed(torch.tensor([3, 2]), g)
+    samples, sigmas = packed_samples(torch.tensor([3, 2]), g)
     kept = kept_counts(sigmas, samples.dt, samples, EARLY_STOP_TRANSMITTANCE)
     with pytest.raises(ValueError, match="capacity must be >= 1"):
         compact_samples(samples, kept, 0)
     with pytest.raises(ValueError, match=r"kept must be \[2\]"):
         compact_samples(samples, kept[:1], 4)
-    empty, _ = _packed(torch.tensor([0, 0]), g)
+    empty, _ = packed_samples(torch.tensor([0, 0]), g)
     with pytest.raises(ValueError, match="at least one ray and one sample"):
         compact_samples(empty, torch.zeros(2, dtype=torch.long), 4)

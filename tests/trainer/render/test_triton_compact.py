@@ -14,13 +14,13 @@ import sys
 import pytest
 import torch
 
-from tests.triton_worker import observe_in_interpreter, random_seed
+from tests.support.triton_worker import observe_in_interpreter, random_seed
 
 CASES = ((1, 5, 1.0), (1, 5, 0.01), (7, 3, 2.0), (300, 40, 1.0), (300, 40, 0.6), (513, 25, 0.05), (1000, 12, 1.3))
 
 
 def observe(device: str, seed: int) -> list[dict]:
-    from tests.render.test_compact import _packed
+    from tests.support.packed_samples import packed_samples
     from trainer.render.compact import compact_samples, kept_counts
     from trainer.render.volrend import EARLY_STOP_TRANSMITTANCE
 
@@ -29,7 +29,7 @@ def observe(device: str, seed: int) -> list[dict]:
     for n_rays, most, fraction in CASES:
         counts = torch.randint(0, most, (n_rays,), generator=generator)
         counts[0] = max(int(counts[0]), 1)  # at least one sample
-        samples, sigmas = _packed(counts, generator)
+        samples, sigmas = packed_samples(counts, generator)
         kept = kept_counts(sigmas, samples.dt, samples, EARLY_STOP_TRANSMITTANCE)
         capacity = max(1, int(fraction * int(kept.sum())))
         samples = type(samples)(**{k: (v.to(device) if torch.is_tensor(v) else v) for k, v in vars(samples).items()})

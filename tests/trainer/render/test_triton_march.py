@@ -2,7 +2,7 @@
 
 On a CPU-only machine the kernels run in Triton's interpreter, which must be on before
 :mod:`trainer.render.triton_march` is first imported, so the cases run in a fresh subprocess
-(``python tests/render/test_triton_march.py SEED``) that prints its observations as JSON; the tests
+(``python tests/trainer/render/test_triton_march.py SEED``) that prints its observations as JSON; the tests
 assert on them. The interpreter computes float32 in IEEE arithmetic as PyTorch's CPU kernels do,
 so there the samples must be identical. With CUDA the same cases run in-process at full size; a
 sample whose midpoint lies within rounding of a cell face may be decided differently there (the
@@ -20,7 +20,7 @@ import sys
 import pytest
 import torch
 
-from tests.triton_worker import observe_in_interpreter, random_seed
+from tests.support.triton_worker import observe_in_interpreter, random_seed
 
 
 # (name, aabb_scale, cone_angle, grid: "random" | "empty" | None, n_rays (CPU), n_rays (CUDA), max_steps)

@@ -17,7 +17,7 @@ import sys
 import pytest
 import torch
 
-from tests.triton_worker import observe_in_interpreter, random_seed
+from tests.support.triton_worker import observe_in_interpreter, random_seed
 
 
 # (name, n_rays (CPU), n_rays (CUDA), most samples per ray, background: "per_ray" | "constant")

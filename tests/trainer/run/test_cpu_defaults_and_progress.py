@@ -10,10 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.cli.test_train_cli import _tiny_config_file
-from tests.train.conftest import demo_scene  # noqa: F401  (fixture)
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.support.paths import REPO
+from tests.support.scenes import tiny_config_file
 
 
 def _train(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -32,7 +30,7 @@ def test_no_config_on_a_cpu_takes_the_preset_and_says_so(demo_scene, tmp_path):
 
 
 def test_an_explicit_config_is_taken_as_given(demo_scene, tmp_path):
-    config = _tiny_config_file(tmp_path)
+    config = tiny_config_file(tmp_path)
     out = _train("--scene", str(demo_scene), "--config", str(config), "--n-steps", "2", "--no-eval",
                  "--out", str(tmp_path / "b"), cwd=REPO)
     assert out.returncode == 0, out.stderr
@@ -53,7 +51,7 @@ def test_the_evaluation_estimate_is_within_twice_its_time(tmp_path):
     from trainer.data.demo import write_demo_scene
 
     scene = write_demo_scene(tmp_path / "scene", resolution=64, n_train=8, n_val=1, n_test=3)
-    config = _tiny_config_file(tmp_path)
+    config = tiny_config_file(tmp_path)
     out = _train("--scene", str(scene), "--config", str(config), "--n-steps", "5", "--quiet",
                  "--out", str(tmp_path / "c"), cwd=REPO)
     assert out.returncode == 0, out.stderr
@@ -69,7 +67,7 @@ def test_the_evaluation_estimate_is_within_twice_its_time(tmp_path):
 
 def test_a_long_evaluation_says_how_to_shorten_it(demo_scene, monkeypatch):
     import trainer.train.eval_estimate as eval_estimate
-    from tests.train.conftest import tiny_config
+    from tests.support.scenes import tiny_config
     from trainer.run.finish import LONG_EVALUATION_S, evaluation_notice
     from trainer.data import load_scene
     from trainer.train.loop import Trainer

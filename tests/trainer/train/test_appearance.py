@@ -11,7 +11,7 @@ import torch
 import pytest
 from PIL import Image
 
-from tests.train.conftest import tiny_config
+from tests.support.scenes import tiny_config
 
 #: Exposure of training image i: EXPOSURES[i % 3] (test views keep exposure 1).
 EXPOSURES = (0.5, 0.75, 1.0)

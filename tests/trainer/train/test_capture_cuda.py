@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.train.conftest import tiny_config
+from tests.support.scenes import tiny_config
 from trainer.data import load_scene
 from trainer.train.loop import Trainer
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.train.conftest import TINY
+from tests.support.scenes import TINY
 from trainer.contract.config import apply_overrides, config_to_dict, load_config
 from trainer.train.divergence import DivergedError, check_interval, first_nonfinite
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.train.conftest import TINY
+from tests.support.scenes import TINY
 from trainer.contract.config import apply_overrides, config_to_dict, load_config
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.paths import REPO
 from trainer.contract.config import TrainConfig, apply_overrides
 from trainer.contract.errors import ConfigError
 from trainer.contract.backend import interconnect_env
@@ -16,7 +17,6 @@ from trainer.parallel.dist_env import detect_dist_env
 from trainer.contract.metrics import read_metrics
 from trainer.train.timing import PhaseFaults, PhaseTimer
 
-REPO = Path(__file__).resolve().parents[2]
 SMALL = REPO / "configs" / "small.json"
 
 
@@ -112,7 +112,7 @@ def test_emulate_flag_on_cpu_is_one_clear_error(tmp_path: Path) -> None:
 
 
 def test_fault_ranks_beyond_one_process_are_refused(demo_scene):
-    from tests.train.conftest import tiny_config
+    from tests.support.scenes import tiny_config
     from trainer.data import load_scene
     from trainer.train.loop import Trainer
 

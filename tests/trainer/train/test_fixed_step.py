@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from tests.train.conftest import tiny_config
+from tests.support.scenes import tiny_config
 from trainer.data import load_scene
 from trainer.render.fixed_march import MarchBuffers, march_fixed
 from trainer.render.march import march_rays

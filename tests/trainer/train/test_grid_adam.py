@@ -17,7 +17,7 @@ import sys
 import pytest
 import torch
 
-from tests.triton_worker import observe_in_interpreter, random_seed
+from tests.support.triton_worker import observe_in_interpreter, random_seed
 from trainer.train.grid_adam import GridAdam, lazy_adam_torch
 from trainer.train.triton_grid_adam import lazy_adam_triton
 from trainer.triton_support import INTERPRET

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.train.conftest import tiny_config
+from tests.support.scenes import tiny_config
 from trainer.data import load_scene
 from trainer.contract.errors import ConfigError
 from trainer.render import march

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from tests.train.conftest import tiny_config
+from tests.support.scenes import tiny_config
 from trainer.data import load_scene
 from trainer.contract.errors import SnapshotError, TrainingError
 from trainer.contract.rundir import RunDir

@@ -5,7 +5,7 @@ import zipfile
 import pytest
 import torch
 
-from tests.train.conftest import tiny_config
+from tests.support.scenes import tiny_config
 from trainer.data import load_scene
 from trainer.contract.errors import ConfigError, SnapshotError
 from trainer.contract.rundir import RunDir, prepare_output_file

@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 
-from tests.train.conftest import tiny_config
+from tests.support.scenes import tiny_config
 from trainer.run.lifecycle import run_training
 from trainer.contract.config import dump_config
 from trainer.data import load_scene

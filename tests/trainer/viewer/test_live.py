@@ -13,8 +13,9 @@ import urllib.request
 
 import pytest
 
-from tests.served import REPO, Served
-from tests.train.conftest import TINY, demo_scene, tiny_config  # noqa: F401  (demo_scene: fixture)
+from tests.support.paths import REPO
+from tests.support.scenes import TINY, tiny_config
+from tests.support.served import Served
 
 pytest.importorskip("viser")
 

@@ -13,7 +13,8 @@ import sys
 import pytest
 import torch
 
-from tests.served import REPO, Served
+from tests.support.paths import REPO
+from tests.support.served import Served
 
 pytest.importorskip("viser")
 

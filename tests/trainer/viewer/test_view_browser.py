@@ -12,8 +12,8 @@ import cv2
 import numpy as np
 import pytest
 
-from tests.browser_check import CHROMIUM_ARGS, chromium_path
-from tests.served import Served
+from tests.support.browser import CHROMIUM_ARGS, chromium_path
+from tests.support.served import Served
 
 pytest.importorskip("viser")
 
