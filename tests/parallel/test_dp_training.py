@@ -34,7 +34,7 @@ def _no_jitter(trainer) -> None:
 def _parity_rank(rank: int, world_size: int, scene: str, batches: list) -> dict:
     trainer = DataParallelTrainer(tiny_config(**PARITY), load_scene(Path(scene)))
     _no_jitter(trainer)
-    trainer.draw_batch = lambda n: batches[rank]
+    trainer.inputs.draw_batch = lambda n: batches[rank]
     stats, loss, _ = trainer.train_step()
     out = {
         "params": {k: p.detach().clone() for k, p in trainer.field.named_parameters()},
@@ -61,7 +61,7 @@ def parity_reference(scene: Path, world_size: int, n_rays: int = 64):
     parts = [type(batch)(*(getattr(batch, f)[r * size : (r + 1) * size]
                            for f in ("rays_o", "rays_d", "rgb", "alpha", "image_index")))
              for r in range(world_size)]
-    ref.draw_batch = lambda n: batch
+    ref.inputs.draw_batch = lambda n: batch
     initial = {k: p.detach().clone() for k, p in ref.field.named_parameters()}
     _, ref_loss, _ = ref.train_step()
     return ref, float(ref_loss), initial, parts
@@ -193,8 +193,8 @@ def test_metrics_count_trained_samples_and_the_batch_is_sized_on_kept_ones(demo_
         trainer.field.density_mlp.linears[0].weight.abs_()
         trainer.field.density_mlp.linears[1].weight[0].fill_(0.35)
     stats = [trainer.train_step()[0] for _ in range(2)]
-    trainer._settle_previous_step()
+    trainer.stepper.settle()
     trained = sum(s.n_samples for s in stats)
-    assert trainer._acc["global_samples"] == trained
+    assert trainer.stepper.counts["global_samples"] == trained
     assert trainer.samples_per_ray_ema * sum(s.n_rays for s in stats) < 0.7 * trained
     trainer.close()

@@ -139,7 +139,7 @@ def data_balance_rank(rank: int, world_size: int, scene: str) -> dict:
 
     trainer = DataParallelTrainer(tiny_config(**DATA_BALANCED, **SLOW_TWICE), load_scene(Path(scene)))
     rays = [trainer.train_step()[0].n_rays for _ in range(50)]
-    trainer._settle_previous_step()
+    trainer.stepper.settle()
     out = {"shares": trainer.balancer.shares, "rounds": trainer.balancer.rounds, "rays": rays,
            "last_imbalance": trainer.balancer.last_imbalance, "param0": next(trainer.field.parameters()).detach().clone()}
     trainer.close()

@@ -29,7 +29,7 @@ from trainer.config import (
 )
 from trainer.errors import ConfigError
 from trainer.encoding.hashgrid import level_resolutions
-from trainer.train.loop import hash_grid_config
+from trainer.train.build import hash_grid_config
 
 REPO = Path(__file__).resolve().parents[2]
 

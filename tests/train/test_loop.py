@@ -12,7 +12,8 @@ from trainer.data import load_scene
 from trainer.errors import SnapshotError, TrainingError
 from trainer.rundir import RunDir
 from trainer.schema import read_metrics
-from trainer.train.loop import Trainer, lr_factor
+from trainer.train.loop import Trainer
+from trainer.train.optimization import lr_factor
 
 
 def _trainer(scene_path, run_dir=None, **overrides):
@@ -195,7 +196,7 @@ def test_resume_into_the_same_run_keeps_one_record_per_interval(demo_scene, tmp_
 
 
 def test_warmup_steps_without_samples_log_no_loss(demo_scene, tmp_path):
-    from trainer.train.loop import StepStats
+    from trainer.train.step import StepStats
 
     run = RunDir(tmp_path / "run").create()
     trainer = _trainer(demo_scene, run)
@@ -240,9 +241,9 @@ def test_an_fp16_overflow_step_leaves_the_logged_loss_finite(demo_scene):
 
 
 def test_persistent_fp16_overflow_stops_with_advice(demo_scene, monkeypatch):
-    import trainer.train.loop as loop
+    import trainer.train.optimization as optimization
 
-    monkeypatch.setattr(loop, "MAX_CONSECUTIVE_OVERFLOWS", 3)
+    monkeypatch.setattr(optimization, "MAX_CONSECUTIVE_OVERFLOWS", 3)
     trainer = _trainer(demo_scene, training__precision="fp16")
     trainer.train(n_steps=2)
     with torch.no_grad():
