@@ -84,6 +84,6 @@ def test_an_explicit_triton_mlp_that_cannot_apply_is_warned(demo_scene, monkeypa
     with pytest.warns(UserWarning, match=r"training.mlp_backend: 'triton' does not apply to these MLPs"):
         field = build.build_field(odd_shape, aabb, scene.aabb_scale, torch.device("cpu"))
     assert not field.fused_mlp
-    half = tiny_config(training__mlp_backend="triton", training__precision="bf16")
-    with pytest.warns(UserWarning, match=r"'triton' runs float32 steps only; with training.precision 'bf16'"):
+    half = tiny_config(training__mlp_backend="triton", training__precision="fp16")
+    with pytest.warns(UserWarning, match=r"'triton' runs fp32, tf32 and bf16 steps; with training.precision 'fp16'"):
         build.build_field(half, aabb, scene.aabb_scale, torch.device("cpu"))
