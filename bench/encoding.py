@@ -33,7 +33,7 @@ from _common import machine_description, print_table
 
 from trainer.encoding.backends import get_backend
 from trainer.encoding.hashgrid import HashGridConfig, level_offsets
-from trainer.errors import ConfigError
+from trainer.contract.errors import ConfigError
 
 SAMPLES_PER_RAY = 128
 # instant-ngp's smallest ray-marching step, sqrt(3) / NERF_STEPS with NERF_STEPS = 1024

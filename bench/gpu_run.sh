@@ -46,7 +46,7 @@ recipe_info() {
 #: tests [PYTEST PATHS]: the CUDA cases of the kernel tests (default: every Triton kernel, the
 # kernel-backend training comparison and compaction); failures listed one per line
 recipe_tests() {
-  local paths=("$@")
+  local paths=("$@")  # (pytest options such as -k may follow the paths)
   [ ${#paths[@]} -gt 0 ] || paths=(tests/*/test_triton_*.py tests/train/test_kernel_backends.py
                                    tests/render/test_compact.py tests/train/test_compaction.py)
   run gpu_tests.txt python3 -m pytest -q -p no:cacheprovider -rf --tb=line "${paths[@]}" | tail -20 | cut -c1-400
@@ -93,6 +93,28 @@ recipe_capture() {
     run "capture_launch_count_$mode.txt" python3 bench/launch_count.py --scene "$S" "${cfg[@]}" \
       --set "training.cuda_graphs=$mode" --steps 5 --top 12 "$@" | sed -n 1,40p
   done
+}
+
+#: step-targets: the training step's figures in one call: the CUDA tests of the step's kernels and
+# of the captured default (sync-free steady state), bench/train_step.py for the default, the
+# dynamic step (tf32 and fp32) and bf16 alternated on one host, launches and device time per
+# kernel, 180 s of time to PSNR with the defaults (model kept), and render/mesh speed of that model
+recipe_step-targets() {
+  local v
+  recipe_tests tests/model/test_triton_mlp.py tests/train/test_capture_cuda.py tests/render/test_triton_volrend.py \
+    tests/train/test_kernel_backends.py -k "cuda or captured"
+  for v in "" "--set training.cuda_graphs=dynamic" "--set training.cuda_graphs=dynamic --set training.precision=fp32" \
+           "--set training.precision=bf16" ""; do
+    echo "== ${v:-defaults}" | tee -a "$keep/step_targets.txt"
+    # shellcheck disable=SC2086  # the flags are words on purpose
+    run step_targets.txt python3 bench/train_step.py --scene "$S" --warmup 1000 --steps 500 $v | sed -n 4p
+  done
+  run launch_count_default.txt python3 bench/launch_count.py --scene "$S" --set training.log_every=100 \
+    --set profile.phase_timers=false --warmup 1000 --steps 15 --top 14 | tail -22
+  run time_to_psnr_default.txt python3 bench/time_to_psnr.py --scene "$S" --budget-s 180 --eval-every-s 10 \
+    --out /tmp/ttp_default --save-snapshot | tail -14
+  run render_default.txt python3 bench/render.py --run /tmp/ttp_default --scene "$S" --spp 1 --test-views 8 \
+    --orbit-width 1920 --orbit-height 1080 --orbit-frames 16 --no-video --mesh-resolutions 512 | tail -7
 }
 
 #: step-variants: candidate fast paths of the step timed side by side in one process

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from _common import machine_description, print_table
 
-from trainer.config import apply_overrides, load_config, parse_override
+from trainer.contract.config import apply_overrides, load_config, parse_override
 from trainer.data import load_scene
 from trainer.train.loop import Trainer
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from _common import machine_description, print_table
 
-from trainer.config import apply_overrides, load_config, parse_override
+from trainer.contract.config import apply_overrides, load_config, parse_override
 from trainer.data import load_scene
 from trainer.data.images import load_pixel_table
 from trainer.train.loop import Trainer

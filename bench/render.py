@@ -44,6 +44,7 @@ def main() -> None:
     parser.add_argument("--orbit-width", type=int, default=None, help="default: the training cameras' size")
     parser.add_argument("--orbit-height", type=int, default=None)
     parser.add_argument("--video-seconds", type=float, default=1.0)
+    parser.add_argument("--no-video", action="store_true", help="no video row (no encoder needed)")
     parser.add_argument("--fps", type=float, default=30.0)
     parser.add_argument("--mesh-resolutions", type=int, nargs="*", default=[256, 512])
     args = parser.parse_args()
@@ -69,15 +70,17 @@ def main() -> None:
         summary = render_job(model, RenderJob(cameras=frames, background=background, quiet=True))
         rows.append([f"orbit {k.width}x{k.height}, spp 1", len(frames), f"{summary['frames_per_s']:.3g}",
                      f"{summary['rays_per_s']:.3g}", f"{summary['seconds']:.2f}", "-"])
-        n_video = max(1, round(args.video_seconds * args.fps))
-        t0 = time.perf_counter()
-        video = Path(tmp) / "orbit.mp4"
-        summary = render_job(model, RenderJob(cameras=orbit_cameras(orbit, n_video, first.intrinsics), background=background,
-                                              video=video, fps=args.fps, quiet=True))
-        wall_s = time.perf_counter() - t0
-        rows.append([f"video {args.video_seconds:g} s at {args.fps:g} fps, {k.width}x{k.height} ({summary['video_codec']})",
-                     n_video, f"{n_video / wall_s:.3g}", f"{summary['rays_per_s']:.3g}", f"{wall_s:.2f}",
-                     f"{video.stat().st_size / 2**20:.2f} MiB"])
+        n_video = 0 if args.no_video else max(1, round(args.video_seconds * args.fps))
+    with tempfile.TemporaryDirectory() as tmp:
+        if n_video:
+            t0 = time.perf_counter()
+            video = Path(tmp) / "orbit.mp4"
+            summary = render_job(model, RenderJob(cameras=orbit_cameras(orbit, n_video, first.intrinsics), background=background,
+                                                  video=video, fps=args.fps, quiet=True))
+            wall_s = time.perf_counter() - t0
+            rows.append([f"video {args.video_seconds:g} s at {args.fps:g} fps, {k.width}x{k.height} ({summary['video_codec']})",
+                         n_video, f"{n_video / wall_s:.3g}", f"{summary['rays_per_s']:.3g}", f"{wall_s:.2f}",
+                         f"{video.stat().st_size / 2**20:.2f} MiB"])
     for resolution in args.mesh_resolutions:
         _sync(device)
         t0 = time.perf_counter()

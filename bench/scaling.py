@@ -1,7 +1,7 @@
 """Scaling of distributed training over GPU counts, parallel modes and weak/strong scaling (prints a table).
 
 For each scaling kind, mode and GPU count it launches ``ngptune train --nproc-per-node N`` for the
-same training time (``--time-budget``), then reads the run's metrics (``trainer.schema``) and, with
+same training time (``--time-budget``), then reads the run's metrics (``trainer.contract.metrics``) and, with
 ``--psnr``, its evaluation (PSNR at equal wall time):
 
 * weak scaling: the samples each GPU works on per step stay fixed (``--samples-per-step`` S), so
@@ -48,8 +48,8 @@ from pathlib import Path
 from _common import REPO, machine_description, print_table
 
 from ngptune.tuning import objectives
-from trainer.rundir import RunDir
-from trainer.schema import read_metrics
+from trainer.contract.rundir import RunDir
+from trainer.contract.metrics import read_metrics
 
 KINDS = ("weak", "strong")
 MODES = ("data", "subgrid")

@@ -17,7 +17,7 @@ import torch
 from _common import machine_description, print_table
 
 import trainer.train.phases as phases
-from trainer.config import apply_overrides, load_config, parse_override
+from trainer.contract.config import apply_overrides, load_config, parse_override
 from trainer.data import load_scene
 from trainer.render.volrend import composite
 from trainer.train.loop import Trainer

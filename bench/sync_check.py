@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 from _common import machine_description, print_table
 
-from trainer.config import apply_overrides, load_config, parse_override
+from trainer.contract.config import apply_overrides, load_config, parse_override
 from trainer.data import load_scene
 from trainer.parallel.dist_env import detect_dist_env, init_distributed, shutdown_distributed
 from trainer.parallel.build import build_distributed_trainer

@@ -16,9 +16,9 @@ from pathlib import Path
 
 from _common import machine_description, print_table
 
-from trainer.config import apply_overrides, load_config, parse_override
+from trainer.contract.config import apply_overrides, load_config, parse_override
 from trainer.data import load_scene
-from trainer.rundir import RunDir
+from trainer.contract.rundir import RunDir
 from trainer.train.loop import Trainer
 
 
@@ -34,6 +34,7 @@ def main() -> None:
     parser.add_argument("--thresholds", default="25,30,33,35")
     parser.add_argument("--downscale", type=int, default=None, help="shrink images by this factor (default: the automatic rule, docs/loading.md)")
     parser.add_argument("--out", type=Path, default=Path("runs/time_to_psnr"))
+    parser.add_argument("--save-snapshot", action="store_true", help="keep the model in OUT/snapshots/ (for bench/render.py)")
     args = parser.parse_args()
 
     cfg = load_config(args.config)
@@ -83,6 +84,10 @@ def main() -> None:
                 [[trainer.train_time_s, trainer.step, steps_per_s, len(final["images"]), final["mean_psnr_db"], final["mean_ssim"], final_eval_s]])
     (run_dir.root / "time_to_psnr.json").write_text(json.dumps({"curve": curve, "final": {k: v for k, v in final.items() if k != "images"},
                                                                 "machine": machine_description()}, indent=2))
+    if trainer.startup is not None:
+        print(trainer.startup.line())
+    if args.save_snapshot:
+        trainer.save(run_dir.snapshot_path(trainer.step))
     trainer.close()
 
 

@@ -15,9 +15,9 @@ from pathlib import Path
 import torch
 from _common import machine_description, print_table
 
-from trainer.config import apply_overrides, load_config, parse_override
+from trainer.contract.config import apply_overrides, load_config, parse_override
 from trainer.data import load_scene
-from trainer.schema import PHASES
+from trainer.contract.metrics import PHASES
 from trainer.train.loop import Trainer
 
 

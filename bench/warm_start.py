@@ -17,7 +17,7 @@ from pathlib import Path
 import _common  # noqa: F401  (puts the repository on sys.path)
 from _common import machine_description, print_table
 
-from trainer.config import apply_overrides, load_config, parse_override
+from trainer.contract.config import apply_overrides, load_config, parse_override
 from trainer.data import load_scene
 from trainer.data.demo import write_demo_sequence
 from trainer.train.loop import Trainer

@@ -4,12 +4,12 @@
         [--sizes 1M,16M,64M] [--ops all_reduce,all_gather] [--iters N] [--warmup N]
         [--nccl-settings "NCCL_ALGO=Ring;NCCL_ALGO=Tree" ...] [--csv FILE] [--backend auto|nccl|gloo]
 
-For each NCCL setting (one by default) N worker ranks are started through the elastic launcher
-(:func:`trainer.parallel.launch.launch_workers`, the same path as ``python -m trainer
+For each NCCL setting (one by default) the trainer's tool ``python -m trainer.tools.bench_comm``
+starts N ranks through the trainer's elastic launcher (the same path as ``python -m trainer
 --nproc-per-node``); each rank times ``--iters`` back-to-back calls of every collective at every
 size after ``--warmup`` untimed ones (CUDA events on GPUs, ``time.perf_counter`` on the CPU), and
-the slowest rank's mean time per collective is reported, as nccl-tests does. Bandwidths
-(:func:`trainer.parallel.grad_sync.collective_bandwidth_gb_per_s`, nccl-tests ``PERFORMANCE.md``)::
+the slowest rank's mean time per collective is reported, as nccl-tests does. Bandwidths (as
+training reports them, nccl-tests ``PERFORMANCE.md``)::
 
     algbw = size_bytes / time          busbw = algbw · 2(n−1)/n   (all_reduce)
                                        busbw = algbw · (n−1)/n    (all_gather, size = whole output)
@@ -21,7 +21,7 @@ stopped midway (Ctrl-C, SIGKILL) writes none, and its ranks stop with it.
 
 ``--nccl-settings``: ``;`` separates settings, ``,`` the variables of one setting; the flag may be
 repeated. ``--emulate-interconnect`` sets ``NCCL_P2P_DISABLE`` / ``NCCL_SHM_DISABLE`` on every rank
-(:data:`trainer.parallel.dist_env.EMULATED_INTERCONNECT_ENV`); both are NCCL-only and rejected on
+(:data:`trainer.contract.EMULATED_INTERCONNECT_ENV`); both are NCCL-only and rejected on
 the gloo backend. The result table (:data:`COLUMNS`) is shown with rich and written as CSV with
 ``--csv``; :func:`run_comm_bench` returns it as a DataFrame for other code (the profile report
 compares the gradient all-reduce's achieved busbw with it).
@@ -33,20 +33,30 @@ import argparse
 import dataclasses
 import json
 import math
+import os
 import re
 import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from trainer.config import TrainConfig
-from trainer.errors import ConfigError, LaunchError
-from trainer.parallel.backend import EMULATED_INTERCONNECT_ENV, choose_backend, visible_cuda_devices
-from trainer.rundir import RunDir, atomic_write_text, prepare_output_file
+from trainer.contract import (
+    BENCH_COMM_OPS,
+    BENCH_COMM_RESULT_FILE,
+    EMULATED_INTERCONNECT_ENV,
+    ConfigError,
+    LaunchError,
+    RunDir,
+    TrainConfig,
+    atomic_write_text,
+    choose_backend,
+    last_error_message,
+    prepare_output_file,
+    bench_comm_argv,
+)
 
-if TYPE_CHECKING:  # pandas and torch load on first use: `ngptune --help` imports every command module
+if TYPE_CHECKING:  # pandas loads on first use: `ngptune --help` imports every command module
     import pandas as pd
 
 __all__ = [
@@ -54,7 +64,7 @@ __all__ = [
     "register", "run_comm_bench", "write_table_csv",
 ]
 
-OPS = ("all_reduce", "all_gather")
+OPS = BENCH_COMM_OPS
 """Collectives ``--ops`` accepts."""
 
 COLUMNS = (
@@ -66,7 +76,6 @@ NCCL variables set, ``default`` for none)."""
 
 DEFAULT_SIZES = "1M,16M,64M"
 DEFAULT_LABEL = "default"
-RESULT_FILE = "bench_comm.json"  # written by rank 0 of each launch into its folder
 _BYTES_PER_ELEMENT = 4  # float32 buffers
 _SIZE = re.compile(r"^(\d+)\s*([KMG]?)(?:I?B)?$", re.IGNORECASE)
 _SUFFIX = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
@@ -198,12 +207,14 @@ def settings_label(setting: dict[str, str]) -> str:
 
 def resolve_backend(backend: str, nproc_per_node: int) -> str:
     """``auto`` → NCCL when this host shows at least ``nproc_per_node`` CUDA devices, else gloo
-    (:func:`trainer.parallel.dist_env.choose_backend`).
+    (:func:`trainer.contract.choose_backend`).
 
     Raises:
         ConfigError: ``nccl`` without enough CUDA devices, or an unknown name (naming ``--backend``).
     """
-    gpus = visible_cuda_devices()
+    from ngptune.processes import cuda_device_count
+
+    gpus = cuda_device_count()
     chosen = choose_backend(backend, on_cuda=gpus >= nproc_per_node)
     if chosen == "nccl" and gpus < nproc_per_node:
         raise ConfigError(f"--backend: nccl needs {nproc_per_node} CUDA devices (one per rank), this host shows {gpus}")
@@ -213,80 +224,41 @@ def resolve_backend(backend: str, nproc_per_node: int) -> str:
 
 
 def run_comm_bench(config: CommBenchConfig, out_dir: Path) -> pd.DataFrame:
-    """Measure every (setting, op, size) of ``config``; one launch of ``nproc_per_node`` ranks per
-    NCCL setting, logs in ``out_dir/setting<i>/logs/rank<R>.log``.
+    """Measure every (setting, op, size) of ``config``: one ``python -m trainer.tools.bench_comm``
+    launch of ``nproc_per_node`` ranks per NCCL setting, logs in ``out_dir/setting<i>/logs/rank<R>.log``.
 
     Returns:
         One row per setting, op and size, columns :data:`COLUMNS`.
 
     Raises:
-        WorkersFailed: a rank failed (names it and its log); LaunchError: the rendezvous failed.
+        LaunchError: a rank or the rendezvous failed (the tool's message: names the rank and its log).
+        KeyboardInterrupt: Ctrl-C or SIGTERM reached the ranks (they were stopped).
     """
     import pandas as pd
 
-    from trainer.parallel.launch import launch_workers
+    from ngptune.processes import run_foreground
 
     frames = []
     for index, setting in enumerate(config.nccl_settings):
         folder = RunDir(Path(out_dir) / f"setting{index}").create()
-        argv = ["-m", "ngptune.commbench", "--worker", "--out", str(folder.root), "--backend", config.backend,
-                "--sizes", ",".join(map(str, config.sizes_bytes)), "--ops", ",".join(config.ops),
-                "--iters", str(config.iters), "--warmup", str(config.warmup),
-                "--emulate-interconnect", config.emulate_interconnect, "--timeout-s", str(config.timeout_s)]
-        launch_workers(argv, config.nproc_per_node, timeout_s=config.timeout_s, run_dir=folder.root,
-                       env_extra=dict(setting))
-        rows = json.loads((folder.root / RESULT_FILE).read_text(encoding="utf-8"))
+        argv = bench_comm_argv(nproc_per_node=config.nproc_per_node, out=folder.root, backend=config.backend,
+                               sizes_bytes=config.sizes_bytes, ops=config.ops, iters=config.iters,
+                               warmup=config.warmup, emulate_interconnect=config.emulate_interconnect,
+                               timeout_s=config.timeout_s)
+        result = run_foreground(argv, env={**os.environ, **setting}, capture_stderr=True)
+        if result.interrupted or result.returncode == 130:
+            raise KeyboardInterrupt
+        message = last_error_message(result.stderr)
+        for line in result.stderr.splitlines():  # the tool's other lines, as it printed them
+            if message is None or message not in line:
+                print(line, file=sys.stderr, flush=True)
+        if result.returncode != 0:
+            raise LaunchError(message or f"bench-comm ranks exited with status {result.returncode}")
+        rows = json.loads((folder.root / BENCH_COMM_RESULT_FILE).read_text(encoding="utf-8"))
         frame = pd.DataFrame(rows)
         frame["settings"] = settings_label(setting)
         frames.append(frame)
     return pd.concat(frames, ignore_index=True)[list(COLUMNS)]
-
-
-# ------------------------------------------------------------------------------------- worker side
-
-
-def _time_collective_ms(op: str, size_bytes: int, iters: int, warmup: int, device) -> tuple[float, int, int]:
-    """Mean milliseconds per collective on this rank, the bytes it stands for (whole output for
-    all-gather) and the float32 element count. Collective: every rank calls it alike."""
-    import torch
-    import torch.distributed as dist
-
-    n = dist.get_world_size()
-    if op == "all_reduce":
-        count = size_bytes // _BYTES_PER_ELEMENT
-        buffer = torch.zeros(count, dtype=torch.float32, device=device)
-
-        def call() -> None:
-            dist.all_reduce(buffer)
-    else:
-        per_rank = size_bytes // (_BYTES_PER_ELEMENT * n)
-        count = per_rank * n
-        local = torch.zeros(per_rank, dtype=torch.float32, device=device)
-        output = torch.empty(count, dtype=torch.float32, device=device)
-
-        def call() -> None:
-            dist.all_gather_into_tensor(output, local)
-
-    for _ in range(warmup):
-        call()
-    cuda = device.type == "cuda"
-    if cuda:
-        torch.cuda.synchronize(device)
-    dist.barrier()
-    if cuda:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(iters):
-            call()
-        end.record()
-        end.synchronize()
-        elapsed_ms = start.elapsed_time(end)
-    else:
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            call()
-        elapsed_ms = (time.perf_counter() - t0) * 1e3
-    return elapsed_ms / iters, count * _BYTES_PER_ELEMENT, count
 
 
 def write_table_csv(frame: pd.DataFrame, path: Path, what: str) -> None:
@@ -307,57 +279,6 @@ def write_table_csv(frame: pd.DataFrame, path: Path, what: str) -> None:
             atomic_write_text(path, text)
     except OSError as exc:
         raise ConfigError(f"{what} {path}: cannot write the table ({exc.strerror or exc})") from None
-
-
-def _worker(argv: list[str]) -> int:
-    """One rank (started by :func:`run_comm_bench` through the launcher); rank 0 writes the rows."""
-    import torch
-    import torch.distributed as dist
-
-    from trainer.config import config_from_dict
-    from trainer.parallel.dist_env import detect_dist_env, init_distributed, shutdown_distributed
-    from trainer.parallel.grad_sync import collective_bandwidth_gb_per_s, collective_device
-
-    p = argparse.ArgumentParser(prog="python -m ngptune.commbench --worker")
-    p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--backend", choices=("nccl", "gloo"), required=True)
-    p.add_argument("--sizes", required=True)
-    p.add_argument("--ops", required=True)
-    p.add_argument("--iters", type=int, required=True)
-    p.add_argument("--warmup", type=int, required=True)
-    p.add_argument("--emulate-interconnect", required=True)
-    p.add_argument("--timeout-s", type=float, required=True)
-    args = p.parse_args(argv)
-    torch.set_num_threads(1)
-    cfg = config_from_dict({
-        "training": {"device": "cuda" if args.backend == "nccl" else "cpu"},
-        "distributed": {"backend": args.backend, "timeout_s": args.timeout_s,
-                        "emulate_interconnect": args.emulate_interconnect},
-    }, source="bench-comm")
-    env = detect_dist_env(cfg)
-    init_distributed(env, args.timeout_s)
-    completed = False
-    try:
-        rows = []
-        for op in args.ops.split(","):
-            for size in parse_sizes(args.sizes):
-                time_ms, size_bytes, count = _time_collective_ms(op, size, args.iters, args.warmup, env.device)
-                slowest = torch.tensor([time_ms], dtype=torch.float64, device=collective_device())
-                dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-                time_ms = float(slowest.item())
-                algbw, busbw = collective_bandwidth_gb_per_s(op, size_bytes, time_ms, env.world_size)
-                rows.append({"size_bytes": size_bytes, "count": count, "op": op, "time_us": time_ms * 1e3,
-                             "algbw_gb_per_s": algbw, "busbw_gb_per_s": busbw,
-                             "emulated_interconnect": args.emulate_interconnect, "backend": env.backend,
-                             "world_size": env.world_size})
-                if env.is_main:
-                    print(f"{op} {size_bytes} B: {time_ms * 1e3:.1f} us, busbw {busbw:.3g} GB/s", flush=True)
-        if env.is_main:
-            atomic_write_text(args.out / RESULT_FILE, json.dumps(rows, indent=1) + "\n")
-        completed = True
-    finally:
-        shutdown_distributed(barrier=completed)
-    return 0
 
 
 # ------------------------------------------------------------------------------------- command
@@ -389,11 +310,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _config_from_args(args: argparse.Namespace) -> CommBenchConfig:
-    import torch
+    from ngptune.processes import cuda_device_count
 
     nproc = args.nproc_per_node
     if nproc is None:
-        nproc = max(2, torch.cuda.device_count()) if torch.cuda.is_available() else 2
+        nproc = max(2, cuda_device_count())
     return CommBenchConfig(
         nproc_per_node=nproc,
         sizes_bytes=parse_sizes(args.sizes),
@@ -457,9 +378,3 @@ def bench_comm_command(args: argparse.Namespace) -> int:
         write_table_csv(frame, args.csv, "--csv")
     return 0
 
-
-if __name__ == "__main__":
-    if sys.argv[1:2] != ["--worker"]:
-        print("usage: ngptune bench-comm ... (this module's own entry is for its worker ranks)", file=sys.stderr)
-        sys.exit(2)
-    sys.exit(_worker(sys.argv[2:]))

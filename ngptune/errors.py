@@ -1,21 +1,28 @@
-"""Errors the ngptune driver raises on its own, in the trainer's tree
-(:class:`trainer.errors.NgptuneError`): an ``except NgptuneError`` catches them, and the CLI
-prints each as one ``error: `` line.
+"""The driver's errors, under their own base :class:`NgptuneError`; the CLI prints each, and each
+of the trainer's (:class:`trainer.contract.TrainerError`), as one ``error: `` line.
 
 ::
 
-    NgptuneError (trainer.errors)
-    ├── SceneError, ConfigError, SnapshotError, TrainingError, LaunchError   (trainer.errors)
-    ├── MetricsError                                                        (trainer.schema)
+    NgptuneError
     ├── TrialFailed        a tuning trial failed
-    └── NcclValueError     an NCCL variable or value outside the tuner's allow-list (also a ValueError)
+    ├── NcclValueError     an NCCL variable or value outside the tuner's allow-list (also a ValueError)
+    └── the errors of a driver module: SweepError, ProfileError, DiagnosisError, TraceError,
+        LinkBandwidthError, NvmlUnavailable, ProfileReportError, StudyReportError, ...
 """
 
 from __future__ import annotations
 
-from trainer.errors import NgptuneError
+from trainer.contract import TrainerError
 
-__all__ = ["NcclValueError", "TrialFailed"]
+__all__ = ["NcclValueError", "NgptuneError", "TrialFailed", "USER_ERRORS"]
+
+
+class NgptuneError(Exception):
+    """Base class of every error the driver raises on purpose for bad input or a failed run."""
+
+
+USER_ERRORS: tuple[type[Exception], ...] = (NgptuneError, TrainerError)
+"""The errors a command reports as one ``error: `` line: the driver's and the trainer's."""
 
 
 class TrialFailed(NgptuneError):

@@ -25,8 +25,7 @@ from rich.live import Live
 from rich.table import Table
 
 from ngptune.profiling.tables import GPU_TIMELINE_TABLE
-from trainer.errors import ConfigError
-from trainer.rundir import prepare_output_file
+from trainer.contract import ConfigError, prepare_output_file
 
 if TYPE_CHECKING:
     from ngptune.profiling.nvml import GpuReader

@@ -25,7 +25,6 @@ import json
 import os
 import re
 import shutil
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -34,9 +33,7 @@ from typing import Any
 
 from ngptune.scheduling.slots import SlotPool, visible_gpus
 from ngptune.tuning.trial import TrialLaunch, run_trial
-from trainer.errors import ConfigError
-from trainer.lifeline import command_stopping_with_parent
-from trainer.rundir import RunDir, atomic_write_text
+from trainer.contract import ConfigError, RunDir, atomic_write_text, command_stopping_with_parent, trainer_argv
 
 __all__ = ["Job", "JobResult", "TrainManyOptions", "discover_scenes", "job_names", "run_train_many"]
 
@@ -158,13 +155,9 @@ def _move_aside(job: Job) -> None:
 def job_argv(job: Job, options: TrainManyOptions, gpus: int, warm_from: Path | None) -> list[str]:
     """The job's command: ``python -m trainer [--nproc-per-node G] --scene S --out RUN --quiet
     --save-snapshot RUN/final.pt [--warm-start PREVIOUS] <training flags>``."""
-    argv = [sys.executable, "-m", "trainer"]
-    if gpus > 1:
-        argv += ["--nproc-per-node", str(gpus)]
-    argv += ["--scene", str(job.scene), "--out", str(job.run_dir), "--quiet", "--save-snapshot", str(job.snapshot_path)]
-    if warm_from is not None:
-        argv += ["--warm-start", str(warm_from)]
-    return command_stopping_with_parent(argv + list(options.train_args))
+    argv = trainer_argv(nproc_per_node=gpus if gpus > 1 else None, scene=job.scene, out=job.run_dir, quiet=True,
+                        save_snapshot=job.snapshot_path, warm_start=warm_from, extra=options.train_args)
+    return command_stopping_with_parent(argv)
 
 
 def _result(job: Job, status: dict[str, Any] | None, outcome: str, reason: str, gpus: list[int],

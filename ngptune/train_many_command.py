@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from trainer.cli import positive_int
+from trainer.contract import positive_int
 
 __all__ = ["register"]
 

@@ -14,7 +14,7 @@ tells where the ranks' logs go, repeats rank 0's progress lines and restarts on 
 ranks run (:mod:`trainer.parallel.rank_log`), and after the job repeats rank 0's ``warning:`` lines on stderr,
 prints one summary line from ``status.json`` and, last, one JSON line
 ``{"state": "completed", "run_dir": ..., "nproc_per_node": N}``. Bad input or a failed rank is one
-``error: `` line on stderr and exit status 2 (:mod:`trainer.runstatus`); Ctrl-C stops the ranks,
+``error: `` line on stderr and exit status 2 (:mod:`trainer.contract.runstatus`); Ctrl-C stops the ranks,
 names the checkpoint to resume from, and exits 130.
 """
 
@@ -27,60 +27,26 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from trainer.cli import (
-    add_train_arguments,
-    check_before_start,
-    default_run_dir,
-    opening_line,
-    positive_int,
-    resolve_config,
-    scene_path_of,
-    train_command,
-)
-from trainer.errors import ConfigError, NgptuneError
+from trainer.cli import train_command
+from trainer.run.checks import check_before_start
+from trainer.run.settings import opening_line, resolve_config, scene_path_of
+from trainer.contract.commandline import add_trainer_arguments, worker_argv
+from trainer.contract.defaults import default_run_dir
+from trainer.contract.errors import ConfigError, TrainerError
 from trainer.parallel.net_env import check_socket_ifnames
-from trainer.rundir import RunDir
-from trainer.runstatus import COMPLETED, RESTART_COUNT_KEY, STATE_KEY, WARNING_PREFIX, plain_warning_format, print_error
+from trainer.contract.rundir import RunDir
+from trainer.contract.runstatus import COMPLETED, RESTART_COUNT_KEY, STATE_KEY, WARNING_PREFIX, plain_warning_format, print_error
 
-__all__ = ["LAUNCH_FLAGS", "add_arguments", "build_parser", "launch_command", "main", "run_command", "worker_argv"]
-
-LAUNCH_FLAGS = ("--nproc-per-node", "--nnodes", "--node-rank", "--rdzv-endpoint", "--max-restarts")
-"""The flags of the launching process, which the ranks' command line leaves out (each takes one value)."""
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add the training flags (:func:`trainer.cli.add_train_arguments`) and :data:`LAUNCH_FLAGS`
-    to ``parser`` (``python -m trainer`` and ``ngptune train``)."""
-    add_train_arguments(parser)
-    parser.add_argument("--nproc-per-node", type=int, default=None, help="start N ranks on this node (elastic launcher)")
-    parser.add_argument("--nnodes", type=positive_int, default=1, help="nodes in the job")
-    parser.add_argument("--node-rank", type=int, default=0, help="this node's index (node 0 hosts the rendezvous)")
-    parser.add_argument("--rdzv-endpoint", default=None,
-                        help="HOST:PORT of node 0's rendezvous store (several nodes; default: the config's "
-                             "distributed.master_addr:master_port when the port is set)")
-    parser.add_argument("--max-restarts", type=int, default=0,
-                        help="restart the worker group up to K times; workers resume from the newest checkpoint")
+__all__ = ["build_parser", "launch_command", "main", "run_command"]
 
 
 def build_parser(prog: str = "python -m trainer") -> argparse.ArgumentParser:
+    """The parser of ``python -m trainer``: training flags and launch flags
+    (:func:`trainer.contract.commandline.add_trainer_arguments`)."""
     parser = argparse.ArgumentParser(
         prog=prog, description="Train an instant-NGP NeRF (one process, or --nproc-per-node ranks).")
-    add_arguments(parser)
+    add_trainer_arguments(parser)
     return parser
-
-
-def worker_argv(train_argv: list[str]) -> list[str]:
-    """The training flags of ``python -m trainer ...`` without :data:`LAUNCH_FLAGS` (each takes
-    one value, as ``--flag V`` or ``--flag=V``), for the ranks' ``python -m trainer``."""
-    out, skip = [], False
-    for item in train_argv:
-        if skip:
-            skip = False
-        elif item in LAUNCH_FLAGS:
-            skip = True
-        elif not item.startswith(tuple(f + "=" for f in LAUNCH_FLAGS)):
-            out.append(item)
-    return out
 
 
 def run_command(args: argparse.Namespace, train_argv: list[str]) -> int:
@@ -88,7 +54,7 @@ def run_command(args: argparse.Namespace, train_argv: list[str]) -> int:
     exit status. ``train_argv``: the command line ``args`` was parsed from.
 
     Raises:
-        NgptuneError: the launch was refused or failed (:func:`launch_command`).
+        TrainerError: the launch was refused or failed (:func:`launch_command`).
     """
     if args.nproc_per_node is None:
         return train_command(args)
@@ -104,17 +70,18 @@ def launch_command(args: argparse.Namespace, train_argv: list[str]) -> int:
         SceneError: the scene does not exist (node 0).
         LaunchError: the rendezvous failed; WorkersFailed: a rank failed (names it and its log).
     """
-    from trainer.parallel.backend import check_run_emulation
+    from trainer.contract.backend import check_run_emulation
+    from trainer.contract.world import check_world_size
+    from trainer.parallel.dist_env import visible_cuda_devices
     from trainer.parallel.launch import launch_workers
-    from trainer.parallel.trainer import validate_parallel_config
-    from trainer.train.loop import check_trainable
+    from trainer.train.build import check_trainable
 
     if args.nproc_per_node < 1:
         raise ConfigError(f"--nproc-per-node: expected an integer >= 1, got {args.nproc_per_node}")
     cfg = resolve_config(args)
-    validate_parallel_config(cfg, args.nproc_per_node * args.nnodes)  # before any worker starts
+    check_world_size(cfg, args.nproc_per_node * args.nnodes)  # before any worker starts
     check_trainable(cfg)
-    check_run_emulation(cfg)
+    check_run_emulation(cfg, visible_cuda_devices())
     check_socket_ifnames(os.environ)  # the ranks inherit this environment
     if args.node_rank == 0:  # other nodes' agents join a run whose folder node 0 has made
         check_before_start(cfg, args.out, args.resume)
@@ -221,6 +188,6 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m trainer") -> 
     args = build_parser(prog).parse_args(raw)
     try:
         return run_command(args, raw)
-    except NgptuneError as exc:
+    except TrainerError as exc:
         print_error(exc)
         return 2

@@ -1,5 +1,6 @@
 """Profiling of training runs (DESIGN.md §4): phase tables from the trainer's metrics, NVML
-sampling, torch.profiler trace analysis, Nsight wrappers and the bottleneck diagnoses."""
+sampling, torch.profiler trace analysis, Nsight wrappers, the link's busbw and the eight bottleneck
+diagnoses (:mod:`ngptune.profiling.diagnoses`). ``ngptune profile`` itself is :mod:`ngptune.profile_command`."""
 
 from __future__ import annotations
 

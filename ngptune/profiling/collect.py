@@ -3,7 +3,7 @@
 The profile folder (:class:`ProfileDir`, the one place its file names are spelled)::
 
     PROFILE/
-      run/               the trainer's run directory (trainer.rundir.RunDir)
+      run/               the trainer's run directory (trainer.contract.rundir.RunDir)
       trainer.log        the trainer command's stdout and stderr
       phases.csv         PHASES_TABLE          summary.csv    SUMMARY_TABLE
       gpu_timeline.csv   GPU_TIMELINE_TABLE    kernels.csv    KERNELS_TABLE
@@ -36,15 +36,12 @@ from typing import Any
 
 import pandas as pd
 
+from ngptune.errors import NgptuneError, USER_ERRORS
 from ngptune.profiling import SourceStatus
 from ngptune.profiling.runs import ProfileError, metrics_frame, phases_table, summary_table
 from ngptune.profiling.traces import HTA_NOT_USED, TraceError, analyze_traces, load_trace
 from ngptune.profiling.tables import GPU_TIMELINE_TABLE, KERNELS_TABLE, OVERLAP_TABLE, PHASES_TABLE, SUMMARY_TABLE
-from trainer.config import load_config
-from trainer.errors import NgptuneError
-from trainer.rundir import RunDir, atomic_write_text
-from trainer.runstatus import TRAIN_START_KEY
-from trainer.schema import PHASES, MetricsError
+from trainer.contract import PHASES, TRAIN_START_KEY, MetricsError, RunDir, atomic_write_text, load_config
 
 SOURCES: tuple[str, ...] = ("phase_timers", "nvml", "torch_profiler", "hta", "nsys", "ncu", "link_busbw")
 
@@ -207,7 +204,7 @@ def collect_phases(
         metrics = metrics_frame(run.root)
         log_every = load_config(run.config_path).training.log_every
         check_metrics_steps(run, metrics, log_every, completed=completed)
-    except NgptuneError as exc:
+    except USER_ERRORS as exc:
         if completed:
             raise
         return _empty(PHASES_TABLE), _empty(SUMMARY_TABLE), SourceStatus("missing", f"the run failed: {exc}")
@@ -314,14 +311,14 @@ def collect(
         phases, summary, sources["phase_timers"] = collect_phases(
             run, trace_window=trace_window, completed=outcome.completed
         )
-    except NgptuneError as exc:
+    except USER_ERRORS as exc:
         phases, summary = _empty(PHASES_TABLE), _empty(SUMMARY_TABLE)
         sources["phase_timers"] = SourceStatus("failed", str(exc))
     try:
         kernels, overlap, sources["torch_profiler"] = collect_traces(
             run, world_size=world_size, trace_window=trace_window, completed=outcome.completed
         )
-    except NgptuneError as exc:
+    except USER_ERRORS as exc:
         kernels, overlap = None, None
         sources["torch_profiler"] = SourceStatus("failed", str(exc))
     sources["hta"] = SourceStatus("missing", HTA_NOT_USED)

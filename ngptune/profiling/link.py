@@ -31,12 +31,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from ngptune.errors import NgptuneError, USER_ERRORS
 from ngptune.commbench import COLUMNS, CommBenchConfig, run_comm_bench, write_table_csv
 from ngptune.profiling import SourceStatus
 from ngptune.profiling.collect import read_csv_table
-from trainer.config import TrainConfig
-from trainer.errors import ConfigError, NgptuneError
-from trainer.parallel.backend import EMULATED_INTERCONNECT_ENV, choose_backend, visible_cuda_devices
+from trainer.contract import EMULATED_INTERCONNECT_ENV, ConfigError, TrainConfig, choose_backend
 
 __all__ = [
     "LINK_BENCH_SIZE_BYTES",
@@ -183,7 +182,9 @@ def link_bench_config(cfg: TrainConfig, nproc_per_node: int) -> CommBenchConfig:
     Raises:
         ConfigError: the combination cannot be measured (e.g. an emulated interconnect on gloo).
     """
-    on_cuda = cfg.training.device != "cpu" and visible_cuda_devices() >= nproc_per_node
+    from ngptune.processes import cuda_device_count
+
+    on_cuda = cfg.training.device != "cpu" and cuda_device_count() >= nproc_per_node
     return CommBenchConfig(
         nproc_per_node=nproc_per_node,
         sizes_bytes=(LINK_BENCH_SIZE_BYTES,),
@@ -209,7 +210,7 @@ def measure_link_busbw(
         table = run_comm_bench(bench, out_dir)
         write_table_csv(table, csv_path, "the link's table")
         row = link_busbw_of_table(table, str(csv_path))
-    except (NgptuneError, OSError, ValueError) as exc:
+    except (*USER_ERRORS, OSError, ValueError) as exc:
         return None, SourceStatus("failed", f"the link measurement (bench-comm) failed: {exc}")
     detail = f"{_describe(row)}, measured before training ({csv_path.name}; rank logs in {out_dir})"
     return float(row["busbw_gb_per_s"]), SourceStatus("ok", detail)

@@ -37,9 +37,10 @@ from typing import Any, Callable, Sequence
 
 import pandas as pd
 
+from ngptune.errors import NgptuneError
 from ngptune.profiling import SourceStatus
 from ngptune.profiling.tables import GPU_TIMELINE_TABLE
-from trainer.errors import ConfigError, NgptuneError
+from trainer.contract import ConfigError
 
 UINT_MAX = 0xFFFFFFFF  # scopeId that sums an NVLink counter over all links (nvml.h)
 

@@ -13,10 +13,9 @@ from typing import TypeVar
 
 import pandas as pd
 
+from ngptune.errors import NgptuneError
 from ngptune.profiling.tables import COMPUTE_PHASES, PHASES_TABLE, SUMMARY_TABLE, WAIT_PHASES
-from trainer.errors import NgptuneError
-from trainer.rundir import RunDir
-from trainer.schema import PHASES, read_metrics
+from trainer.contract import PHASES, RunDir, read_metrics
 
 
 WARMUP_INTERVALS = 1
@@ -67,7 +66,7 @@ def metrics_frame(run_dir: Path) -> pd.DataFrame:
 
     Raises:
         ProfileError: when no rank wrote a metrics file.
-        trainer.schema.MetricsError: for a corrupt metrics file (names file and line).
+        trainer.contract.metrics.MetricsError: for a corrupt metrics file (names file and line).
     """
     rd = RunDir(run_dir)
     ranks = rd.metrics_ranks()

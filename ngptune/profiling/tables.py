@@ -1,6 +1,6 @@
 """The profile tables: the CSV files ``ngptune profile`` writes into a profile folder, which the
 report and the diagnoses read (column names carry their units, like the trainer's metrics in
-:mod:`trainer.schema`), and how the driver groups the trainer's step phases.
+:mod:`trainer.contract.metrics`), and how the driver groups the trainer's step phases.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """torch.profiler Chrome traces → the kernel and overlap tables of a profile (DESIGN.md §4).
 
 The trainer writes one Chrome trace per rank for the ``profile.trace_steps`` window
-(:meth:`trainer.rundir.RunDir.trace_path`). This module reads them with ``json`` + pandas:
+(:meth:`trainer.contract.rundir.RunDir.trace_path`). This module reads them with ``json`` + pandas:
 
 * :func:`load_trace` → :class:`Trace` (the complete ``"X"`` events of one rank as a DataFrame);
 * :func:`kernel_table` → ``kernels.csv`` rows (:data:`ngptune.profiling.tables.KERNELS_TABLE`): GPU kernels,
@@ -36,8 +36,8 @@ from typing import Any, Iterable
 import numpy as np
 import pandas as pd
 
+from ngptune.errors import NgptuneError
 from ngptune.profiling.tables import KERNELS_TABLE, OVERLAP_TABLE
-from trainer.errors import NgptuneError
 
 CATEGORIES: tuple[str, ...] = ("hash_grid_fwd", "hash_grid_bwd", "mlp", "comm", "march", "other")
 

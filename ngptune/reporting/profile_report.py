@@ -29,8 +29,9 @@ import plotly.express as px
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from ngptune.errors import NgptuneError
 from ngptune.profiling.collect import ProfileDir, read_csv_table
-from ngptune.profiling.diagnose import LINK_UNDERUSED_FRACTION, SEVERITIES, rank_phase_means
+from ngptune.profiling.diagnoses import LINK_UNDERUSED_FRACTION, SEVERITIES, rank_phase_means
 from ngptune.reporting.html import Section, figure_html, render_page, table_html, text_html
 from ngptune.profiling.tables import (
     COMPUTE_PHASES,
@@ -42,9 +43,7 @@ from ngptune.profiling.tables import (
     SUMMARY_TABLE,
     WAIT_PHASES,
 )
-from trainer.errors import NgptuneError
-from trainer.rundir import atomic_write_text
-from trainer.schema import PHASES, MetricsError, read_metrics
+from trainer.contract import PHASES, MetricsError, atomic_write_text, read_metrics
 
 __all__ = ["ProfileReportError", "write_profile_report"]
 

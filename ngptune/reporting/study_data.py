@@ -16,41 +16,35 @@ import pandas as pd
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
-from trainer.config import config_to_dict, load_config
-from trainer.errors import NgptuneError
-from trainer.rundir import RunDir, atomic_write_text
-from trainer.schema import PHASES, MetricsError, read_metrics
+from ngptune.errors import NgptuneError, USER_ERRORS
+from trainer.contract import (
+    PHASES,
+    MetricsError,
+    RunDir,
+    atomic_write_text,
+    config_to_dict,
+    load_config,
+    read_metrics,
+)
 
 __all__ = [
     "FLOAT_FORMAT",
     "OUTCOMES",
     "CONFIRMATION_ATTR",
-    "best_heading",
-    "PRUNER_ATTR",
-    "SETUP_ATTR",
-    "SAMPLER_ATTR",
-    "SamplingFacts",
-    "WORKER_ATTR_PREFIX",
     "StudyReportError",
     "StudyView",
     "best_trials",
-    "Recommendation",
     "category_text",
-    "change_text",
     "cell_text",
     "default_trial",
     "is_completed",
     "objective_names",
-    "objective_unit",
     "objective_values",
     "outcome_of",
     "phase_order",
     "read_run_metrics",
-    "recommendation",
-    "sampling_facts",
     "trial_duration_s",
     "trials_frame",
-    "worker_records",
     "write_text",
 ]
 
@@ -74,10 +68,6 @@ DICT_ATTRS = ("settings", "nccl_env", "nccl_applied", "objectives", "phase_ms")
 FLOAT_FORMAT = "{:.6g}"
 
 # Study user attributes a sweep worker sets when it starts (ngptune.tuning.provenance writes them).
-SAMPLER_ATTR = "sampler"  #: {"type", "seed", ...} of the study file's sampler
-PRUNER_ATTR = "pruner"  #: {"type", ...} of the study file's pruner
-WORKER_ATTR_PREFIX = "worker:"  #: + worker id: {"host", "pid", "concurrent_trials", "sampler_seed", ...}
-SETUP_ATTR = "setup"  #: {"base_config" (path or None), "settings", "nccl_settings"} of the study file
 CONFIRMATION_ATTR = "confirmation"  #: the confirmation's re-runs and verdict (ngptune.tuning.confirm)
 
 
@@ -376,85 +366,6 @@ def category_text(value: Any) -> str:
     return str(value)
 
 
-def worker_records(user_attrs: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """The worker records of a study's user attributes, by worker id (``host:pid:start``)."""
-    return {key[len(WORKER_ATTR_PREFIX):]: value for key, value in user_attrs.items()
-            if key.startswith(WORKER_ATTR_PREFIX) and isinstance(value, dict)}
-
-
-def _spec_text(record: Any) -> str:
-    if not isinstance(record, dict) or "type" not in record:
-        return "not recorded"
-    if record["type"] == "none":  # no pruner: its options mean nothing
-        return "none"
-    extra = ", ".join(f"{k}={v}" for k, v in record.items() if k not in ("type", "seed") and v is not None)
-    return f"{record['type']}" + (f" ({extra})" if extra else "")
-
-
-@dataclasses.dataclass(frozen=True)
-class SamplingFacts:
-    """What decides which settings a study's trials drew.
-
-    Attributes:
-        sampler: the sampler's type and options ("not recorded" for a study without the attribute).
-        seed: the study file's sampler seed, or None when not recorded.
-        pruner: the pruner's type and options, or "not recorded".
-        workers: per worker that ran trials (or, when no trial names its worker, per recorded
-            worker): ``(worker id, concurrent trials or None when not recorded, sampler seed or None)``.
-        reproducible: False when several workers ran trials or one ran several at once (Optuna
-            seeds each process's sampler on its own and the trials interleave in the order they
-            finish), so the same seed need not draw the same settings again.
-    """
-
-    sampler: str
-    seed: int | None
-    pruner: str
-    workers: list[tuple[str, int | None, int | None]]
-    reproducible: bool
-
-    def sentences(self) -> list[str]:
-        """The report's lines: sampler and seed, pruner, workers, and the caveat when not reproducible."""
-        seed = "not recorded" if self.seed is None else str(self.seed)
-        lines = [f"Sampler: {self.sampler}, seed {seed}. Pruner: {self.pruner}."]
-        described = []
-        for worker, concurrent, worker_seed in self.workers:
-            at_once = "concurrent trials not recorded" if concurrent is None else f"{concurrent} trial{'s' if concurrent != 1 else ''} at once"
-            seeded = "" if worker_seed is None else f", sampler seed {worker_seed}"
-            described.append(f"{worker} ({at_once}{seeded})")
-        if described:
-            lines.append(f"Workers: {len(self.workers)} sweep process{'es' if len(self.workers) != 1 else ''}: "
-                         + "; ".join(described) + ".")
-        else:
-            lines.append("Workers: not recorded.")
-        if not self.reproducible:
-            lines.append("Not reproducible: several workers or concurrent trials interleave the trials. Optuna seeds "
-                         "each process's sampler on its own and each draw depends on the trials finished when it is "
-                         "made, so re-running this study with the same seed need not draw the same settings.")
-        return lines
-
-
-def sampling_facts(study: optuna.Study) -> SamplingFacts:
-    """The :class:`SamplingFacts` of a study from its user attributes (:data:`SAMPLER_ATTR`,
-    :data:`PRUNER_ATTR`, the worker records) and its trials' ``worker`` attribute."""
-    attrs = study.user_attrs
-    records = worker_records(attrs)
-    ran = []
-    for trial in sorted(study.get_trials(deepcopy=False), key=lambda t: t.number):
-        worker = trial.user_attrs.get("worker")
-        if isinstance(worker, str) and worker not in ran:
-            ran.append(worker)
-    workers = []
-    for worker in ran or list(records):
-        record = records.get(worker, {})
-        concurrent, seed = record.get("concurrent_trials"), record.get("sampler_seed")
-        workers.append((worker, None if concurrent is None else int(concurrent), None if seed is None else int(seed)))
-    sampler = attrs.get(SAMPLER_ATTR)
-    seed = sampler.get("seed") if isinstance(sampler, dict) else None
-    parallel = len(workers) > 1 or any((c or 1) > 1 for _, c, _ in workers)
-    return SamplingFacts(sampler=_spec_text(sampler), seed=None if seed is None else int(seed),
-                         pruner=_spec_text(attrs.get(PRUNER_ATTR)), workers=workers, reproducible=not parallel)
-
-
 def trial_config_dict(trial: FrozenTrial) -> dict[str, dict[str, Any]] | None:
     """The trainer config the trial ran (user attribute ``config_path``) as plain data by block, or
     None when the trial records none or the file is missing or invalid (the report then shows only
@@ -464,104 +375,7 @@ def trial_config_dict(trial: FrozenTrial) -> dict[str, dict[str, Any]] | None:
         return None
     try:
         return config_to_dict(load_config(Path(path)))
-    except NgptuneError:
+    except USER_ERRORS:
         return None
 
 
-def objective_unit(name: str) -> str:
-    """The unit a quantity's name ends with (``_db`` → ``dB``, ``_ms`` → ``ms``, ``_per_s`` → ``/s``,
-    ``_s`` → ``s``); ``""`` when it names none. A trailing `` (max)`` or `` (dB)`` is read too."""
-    base = name.split(" (")[0]
-    if name.endswith("(dB)") or base.endswith("_db"):
-        return "dB"
-    if base.endswith("_per_s"):
-        return "/s"
-    if base.endswith("_ms"):
-        return "ms"
-    if base.endswith("_s"):
-        return "s"
-    return ""
-
-
-def change_text(name: str, value: float, default: float) -> str:
-    """A change against the default, in the quantity's own terms: a PSNR (dB) or a time (s, ms) as
-    a difference (``+0.8 dB``, ``-1.2 s``), anything else (throughput, counts) in percent of the
-    default; ``""`` when either value is missing."""
-    if not (math.isfinite(value) and math.isfinite(default)):
-        return ""
-    unit = objective_unit(name)
-    if unit in ("dB", "s", "ms"):
-        return f"{value - default:+.3g} {unit}"
-    if default == 0:
-        return ""
-    return f"{(value - default) / abs(default) * 100.0:+.1f} %"
-
-
-@dataclasses.dataclass(frozen=True)
-class Recommendation:
-    """What the study recommends, from its confirmation record (study attribute ``confirmation``).
-
-    Attributes:
-        trial: the recommended trial's number, or None when no trial completed.
-        is_default: whether the recommended trial is the default.
-        confirmed: whether re-runs upheld the best against the default (or the best is the default).
-        sentence: one sentence saying what is recommended and why.
-    """
-
-    trial: int | None
-    is_default: bool
-    confirmed: bool
-    sentence: str
-
-
-def _why_not_confirmed(verdict: Mapping[str, Any], repeats: Any) -> str:
-    objective = str(verdict.get("objective", "the objective"))
-    gain, se = verdict.get("gain"), verdict.get("se")
-    if isinstance(gain, (int, float)) and isinstance(se, (int, float)):
-        unit = objective_unit(objective)
-        unit = "" if unit == "/s" else f" {unit}"
-        runs = f"in {repeats} re-runs each with new seeds" if repeats else "in its re-runs"
-        return (f"{runs} the best's {objective} was {gain:+.3g}{unit} against the default's, not more than the "
-                f"re-runs' noise (standard error {se:.2g}{unit})")
-    return str(verdict.get("sentence") or "its re-runs did not uphold it").split(": the default is recommended")[0]
-
-
-def recommendation(view: StudyView) -> Recommendation:
-    """The study's :class:`Recommendation`: the verdict's ``recommend`` (``best`` or ``default``)
-    when a confirmation finished; without one the best, unconfirmed (or the default when it is the best)."""
-    if not view.best:
-        return Recommendation(None, False, False, "No trial completed: nothing is recommended.")
-    best = view.best[0]
-    default_number = None if view.default is None else view.default.number
-    record = view.study.user_attrs.get(CONFIRMATION_ATTR)
-    verdict = record.get("verdict") if isinstance(record, dict) else None
-    if not isinstance(verdict, dict):
-        if best.number == default_number:
-            return Recommendation(best.number, True, True, f"The default (trial #{best.number}) is recommended: "
-                                  "no trial beat it.")
-        return Recommendation(best.number, False, False, f"Best trial #{best.number} is recommended unconfirmed: no "
-                              "re-runs of best and default are recorded (--no-confirm, or the default trial did "
-                              "not complete).")
-    best_number = verdict.get("best_trial", best.number)
-    if verdict.get("recommend") == "default":
-        number = verdict.get("default_trial", default_number)
-        why = _why_not_confirmed(verdict, record.get("repeats"))
-        return Recommendation(number, True, False, f"The default (trial #{number}) is recommended, not best trial "
-                              f"#{best_number}, which was not confirmed: {why}.")
-    if verdict.get("status") == "best_is_default":
-        return Recommendation(best_number, True, True, f"The default (trial #{best_number}) is recommended: "
-                              "no trial beat it.")
-    if verdict.get("confirmed"):
-        return Recommendation(best_number, False, True, f"Best trial #{best_number} is recommended: "
-                              f"{verdict.get('sentence', 'confirmed')}.")
-    return Recommendation(best_number, False, False, f"Best trial #{best_number} is recommended unconfirmed: "
-                          f"{verdict.get('sentence', 'no confirmation')}.")
-
-
-def best_heading(view: StudyView, what: str) -> str:
-    """A best-vs-default heading; it says so when the best was not confirmed."""
-    default_number = None if view.default is None else view.default.number
-    if not view.best or view.best[0].number == default_number or recommendation(view).confirmed:
-        return what
-    end = what.lower().index("best") + len("best")
-    return what[:end] + " (not confirmed)" + what[end:]

@@ -20,8 +20,13 @@ from plotly.subplots import make_subplots
 
 from ngptune.reporting.html import figure_html, text_html
 from ngptune.reporting.study_data import (
-    FLOAT_FORMAT, StudyView, change_text, objective_values, phase_order, read_run_metrics,
+    FLOAT_FORMAT,
+    StudyView,
+    objective_values,
+    phase_order,
+    read_run_metrics,
 )
+from ngptune.reporting.study_recommendation import change_text
 
 __all__ = ["Comparison", "absent", "optuna_figure", "per_objective", "plotted_study"]
 
@@ -181,7 +186,7 @@ class Comparison:
 
     def table(self, with_change: bool) -> pd.DataFrame:
         """Quantities × trials; with ``with_change`` also each best's change against the default
-        (:func:`~ngptune.reporting.study_data.change_text`: dB and times as differences, the rest in percent)."""
+        (:func:`~ngptune.reporting.study_recommendation.change_text`: dB and times as differences, the rest in percent)."""
         rows = {**self.objectives, **{f"run {m}": v for m, v in self.run_metrics.items()},
                 **{f"{name}_ms": v for name, v in self.phases_ms.items()}}
         table = pd.DataFrame.from_dict(rows, orient="index", columns=self.labels)

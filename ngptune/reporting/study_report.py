@@ -39,10 +39,23 @@ from optuna.trial import FrozenTrial
 
 from ngptune.reporting.html import Section, figure_html, render_page, table_html, text_html
 from ngptune.reporting.study_data import (
-    FLOAT_FORMAT, QUALITY_COLUMNS, SETUP_ATTR, Recommendation, StudyReportError, quality_values, StudyView, best_trials,
-    best_heading, category_text, cell_text, change_text, default_trial, is_completed, objective_names, outcome_of, recommendation,
-    sampling_facts, trials_frame, write_text,
+    FLOAT_FORMAT,
+    QUALITY_COLUMNS,
+    StudyReportError,
+    quality_values,
+    StudyView,
+    best_trials,
+    category_text,
+    cell_text,
+    default_trial,
+    is_completed,
+    objective_names,
+    outcome_of,
+    trials_frame,
+    write_text,
 )
+from ngptune.reporting.study_recommendation import Recommendation, best_heading, change_text, recommendation
+from ngptune.reporting.study_sampling import SETUP_ATTR, sampling_facts
 from ngptune.reporting.study_plots import Comparison, absent, optuna_figure, per_objective, plotted_study
 from ngptune.reporting.study_summary import print_summary, write_trials_csv
 
@@ -299,7 +312,7 @@ def _interconnect_label(view: StudyView) -> str | None:
     names = sorted({t.user_attrs.get("emulated_interconnect", "") for t in view.trials} - {"", "none"})
     if not names:
         return None
-    from trainer.parallel.backend import EMULATED_INTERCONNECT_ENV
+    from trainer.contract import EMULATED_INTERCONNECT_ENV
 
     described = [
         f"{n} ({' '.join(f'{k}={v}' for k, v in EMULATED_INTERCONNECT_ENV.get(n, {}).items()) or 'no NCCL variables'})"

@@ -11,9 +11,16 @@ from rich.console import Console
 
 from ngptune.console import make_console
 from ngptune.reporting.study_data import (
-    FLOAT_FORMAT, QUALITY_COLUMNS, StudyView, best_heading, cell_text, change_text, objective_values, quality_values,
-    recommendation, trials_frame, write_text,
+    FLOAT_FORMAT,
+    QUALITY_COLUMNS,
+    StudyView,
+    cell_text,
+    objective_values,
+    quality_values,
+    trials_frame,
+    write_text,
 )
+from ngptune.reporting.study_recommendation import best_heading, change_text, recommendation
 from rich.table import Table
 
 __all__ = ["print_summary", "write_trials_csv"]
@@ -36,11 +43,11 @@ def print_summary(study: optuna.Study, console: Console | None = None, show_reco
     """Print rich tables: trials by outcome, best vs default on PSNR, time and throughput, best vs
     default for each objective, the best settings.
 
-    The recommendation (:func:`~ngptune.reporting.study_data.recommendation`; left out with
+    The recommendation (:func:`~ngptune.reporting.study_recommendation.recommendation`; left out with
     ``show_recommendation`` False, while other workers' trials still run) comes first, and the
     tables say "best (not confirmed)" when re-runs did not uphold the best. For several objectives
     the "best" value of an objective is the best among the Pareto-front trials. A change is
-    :func:`~ngptune.reporting.study_data.change_text`: a difference for PSNR and times, a percentage
+    :func:`~ngptune.reporting.study_recommendation.change_text`: a difference for PSNR and times, a percentage
     of the default otherwise.
 
     Raises:

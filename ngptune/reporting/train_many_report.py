@@ -15,7 +15,7 @@ from rich.table import Table
 
 from ngptune.reporting.html import Section, render_page, table_html, text_html
 from ngptune.reporting.study_data import write_text
-from trainer.rundir import RunDir
+from trainer.contract import RunDir
 
 __all__ = ["SUMMARY_COLUMNS", "print_summary_table", "summary_frame", "write_summary_csv", "write_summary_html"]
 

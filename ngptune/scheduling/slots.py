@@ -30,7 +30,7 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from trainer.errors import ConfigError
+from trainer.contract import ConfigError
 
 __all__ = [
     "CLAIMS_DIR_ENV",

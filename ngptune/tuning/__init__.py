@@ -21,5 +21,5 @@ Layers, bottom-up:
 * :mod:`ngptune.tuning.command`    ``ngptune sweep`` (argparse).
 
 Optuna runs only in the sweep process; trials are separate process trees. This package's
-``__init__`` imports nothing. A trial starts through :mod:`trainer.lifeline`'s wrapper, so it dies with the sweep.
+``__init__`` imports nothing. A trial starts through the contract's parent-death wrapper (:func:`trainer.contract.command_stopping_with_parent`), so it dies with the sweep.
 """

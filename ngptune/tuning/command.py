@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from trainer.cli import add_scene_format_arguments, positive_int, scene_format_overrides
+from trainer.contract import add_scene_format_arguments, positive_int, scene_format_overrides
 
 __all__ = ["DEFAULT_STUDY", "register"]
 

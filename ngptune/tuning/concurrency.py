@@ -3,8 +3,9 @@
 ``--gpus-per-trial G`` (default: every visible GPU) and ``--concurrent-trials N|auto`` (auto:
 visible GPUs × K // G; default 1) give each running trial a disjoint set of G GPUs through
 ``CUDA_VISIBLE_DEVICES``. ``--trials-per-gpu K`` (default 1) lets K trials share one GPU; the
-throughput of such trials depends on their neighbours, so a study with a throughput objective
-refuses it unless ``--allow-shared-gpu`` is given, and the report says so. On a host without GPUs a
+throughput of such trials depends on their neighbours, so a study with an objective that depends on
+how fast a trial trains (:attr:`~ngptune.tuning.objectives.ObjectiveDef.timing_sensitive`) refuses
+it unless ``--allow-shared-gpu`` is given, and the report says so. On a host without GPUs a
 slot is a set of processes and the default stays one trial at a time.
 """
 
@@ -14,13 +15,11 @@ import dataclasses
 import threading
 
 from ngptune.scheduling.slots import SlotPool, slots_per_node, visible_gpus
+from ngptune.tuning.objectives import OBJECTIVES
 from ngptune.tuning.study import StudySpec
-from trainer.errors import ConfigError
+from trainer.contract import ConfigError
 
-__all__ = ["THROUGHPUT_OBJECTIVES", "TrialSlots", "plan_trial_slots"]
-
-#: Objectives measured in time or rate, which a neighbour on the same GPU slows down.
-THROUGHPUT_OBJECTIVES = ("throughput_samples_per_s", "time_to_psnr_s")
+__all__ = ["TrialSlots", "plan_trial_slots"]
 
 
 @dataclasses.dataclass
@@ -54,7 +53,7 @@ def plan_trial_slots(spec: StudySpec, *, nproc: int, uses_cuda: bool, gpus_per_t
     Raises:
         ConfigError: one line naming the flag: ``--gpus-per-trial`` 0 or more than the visible GPUs,
             ``--concurrent-trials`` needing more GPUs than exist, ranks that do not fit the trial's
-            GPUs, or ``--trials-per-gpu`` > 1 with a throughput objective.
+            GPUs, or ``--trials-per-gpu`` > 1 with a timing-sensitive objective.
     """
     gpus = visible_gpus()
     if trials_per_gpu < 1:
@@ -68,7 +67,7 @@ def plan_trial_slots(spec: StudySpec, *, nproc: int, uses_cuda: bool, gpus_per_t
     if uses_cuda and gpus and nproc > per_trial:
         raise ConfigError(f"--gpus-per-trial {per_trial}: each trial runs {nproc} CUDA ranks (--nproc-per-node), "
                           f"one GPU each; give --gpus-per-trial {nproc} or fewer ranks")
-    shared_objectives = [o.name for o in spec.objectives if o.name in THROUGHPUT_OBJECTIVES]
+    shared_objectives = [o.name for o in spec.objectives if OBJECTIVES[o.name].timing_sensitive]
     if trials_per_gpu > 1 and shared_objectives and not allow_shared_gpu:
         raise ConfigError(f"--trials-per-gpu {trials_per_gpu}: {spec.path} optimises {', '.join(shared_objectives)}, "
                           "which trials sharing a GPU distort; add --allow-shared-gpu to accept that")

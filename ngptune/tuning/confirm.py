@@ -37,6 +37,8 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ngptune.tuning.objectives import QUALITY_OBJECTIVES
+
 __all__ = [
     "CONFIRMATION_ATTR",
     "DEFAULT_REPEATS_CPU",
@@ -121,8 +123,10 @@ class Verdict:
 
 
 def primary_objective(names: Sequence[str]) -> str:
-    """The objective a confirmation judges: ``psnr_at_budget_db``, else ``time_to_psnr_s``, else the first."""
-    for name in ("psnr_at_budget_db", "time_to_psnr_s"):
+    """The objective a confirmation judges: the first quality objective of
+    :data:`~ngptune.tuning.objectives.QUALITY_OBJECTIVES` (``psnr_at_budget_db``, else
+    ``time_to_psnr_s``) the study has, else its first."""
+    for name in QUALITY_OBJECTIVES:
         if name in names:
             return name
     return names[0]

@@ -7,7 +7,7 @@ module that builds paths inside it.
       study.journal              Optuna journal storage (file backend; the default storage)
       study.journal.lock         the journal's lock while a worker writes (Optuna's)
       .sweep.lock                held while a worker sets the study up (create/resume pass)
-      trials/<n>/                the trainer's run directory of trial n (trainer.rundir layout:
+      trials/<n>/                the trainer's run directory of trial n (trainer.contract.rundir layout:
                                  config.json, metrics.jsonl, logs/rank<R>.log, status.json, ...)
       trials/<n>.config.json     the trainer config trial n was launched with (--config)
       trials/<n>.launch.log      stdout and stderr of trial n's launcher (python -m trainer)

@@ -34,11 +34,11 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ngptune.profiling.runs import steady_records
-from trainer.schema import PHASES, phase_column
+from trainer.contract import PHASES, phase_column
 
 __all__ = [
     "OBJECTIVES",
@@ -56,40 +56,13 @@ __all__ = [
 ]
 
 
-@dataclasses.dataclass(frozen=True)
-class ObjectiveDef:
-    """One objective: its direction, unit, whether it needs an evaluation, and intermediate values."""
-
-    name: str
-    direction: str  # "maximize" | "minimize" (Optuna's words)
-    unit: str
-    needs_eval: bool
-    has_intermediate: bool
-
-
-OBJECTIVES: dict[str, ObjectiveDef] = {
-    "throughput_samples_per_s": ObjectiveDef("throughput_samples_per_s", "maximize", "samples/s", False, True),
-    "samples_per_s": ObjectiveDef("samples_per_s", "maximize", "samples/s", False, True),
-    "rays_per_s": ObjectiveDef("rays_per_s", "maximize", "rays/s", False, True),
-    "psnr_at_budget_db": ObjectiveDef("psnr_at_budget_db", "maximize", "dB", True, True),
-    "time_to_psnr_s": ObjectiveDef("time_to_psnr_s", "minimize", "s", True, False),
-}
-
-#: Objectives that measure work done per second, not the quality it buys.
-THROUGHPUT_OBJECTIVES: frozenset[str] = frozenset({"throughput_samples_per_s", "samples_per_s", "rays_per_s"})
-#: Objectives that measure the quality reached (held-out PSNR).
-QUALITY_OBJECTIVES: frozenset[str] = frozenset({"psnr_at_budget_db", "time_to_psnr_s"})
-_COLUMN = {"throughput_samples_per_s": "throughput_samples_per_s", "samples_per_s": "throughput_samples_per_s",
-           "rays_per_s": "rays_per_s"}
-
-
 def throughput_only_warning(names: Sequence[str]) -> str | None:
     """The warning for a study whose objectives ``names`` are all throughputs, else None."""
     if not names or not all(n in THROUGHPUT_OBJECTIVES for n in names):
         return None
     return (f"objective {', '.join(names)} measures throughput only: it rewards marching empty space "
             "(a grid that keeps empty cells occupied wins on samples/s and trains worse); "
-            "use psnr_at_budget_db or time_to_psnr_s — every trial's PSNR is still recorded (psnr_db)")
+            f"use {' or '.join(QUALITY_OBJECTIVES)} — every trial's PSNR is still recorded (psnr_db)")
 
 
 class TargetNotReached(Exception):
@@ -165,57 +138,6 @@ def time_to_psnr_s(records: Sequence[Mapping[str, Any]], status: Mapping[str, An
     raise TargetNotReached(target_db, max((p for _, p in points), default=None))
 
 
-def objective_value(
-    name: str,
-    records: Sequence[Mapping[str, Any]],
-    status: Mapping[str, Any],
-    *,
-    target_db: float | None = None,
-) -> float | None:
-    """The value of objective ``name`` for a finished trial.
-
-    Args:
-        name: a key of :data:`OBJECTIVES`.
-        records: rank 0's metrics records (``trainer.schema.read_metrics``), in step order.
-        status: the run's ``status.json``.
-        target_db: the PSNR target of ``time_to_psnr_s``.
-
-    Returns:
-        The value in the objective's unit, or None when the run holds no such measurement.
-
-    Raises:
-        TargetNotReached: ``time_to_psnr_s`` whose target no evaluation reached.
-        KeyError: unknown objective name (a programming error: study files are validated).
-    """
-    if name in _COLUMN:
-        return steady_mean(records, _COLUMN[name])
-    if name == "psnr_at_budget_db":
-        value = status.get("eval_psnr_db")
-        return float(value) if _finite(value) else None
-    if name == "time_to_psnr_s":
-        assert target_db is not None, "time_to_psnr_s needs target_db"
-        return time_to_psnr_s(records, status, target_db)
-    raise KeyError(name)
-
-
-def intermediate_values(name: str, records: Sequence[Mapping[str, Any]]) -> list[tuple[int, float]]:
-    """``(step, value)`` pairs to report to the pruner, one per metrics record that has one.
-
-    ``throughput_samples_per_s``: at record i, :func:`throughput_samples_per_s` of records 0..i
-    (records 1..i after the one warm-up record; record 0 alone at i = 0); ``psnr_at_budget_db``: ``train_psnr_db``;
-    ``time_to_psnr_s``: none.
-    """
-    out: list[tuple[int, float]] = []
-    if name in _COLUMN:
-        for i, record in enumerate(records):
-            value = steady_mean(records[: i + 1], _COLUMN[name])
-            if value is not None:
-                out.append((int(record["step"]), value))
-    elif name == "psnr_at_budget_db":
-        out = [(int(r["step"]), float(r["train_psnr_db"])) for r in records if _finite(r.get("train_psnr_db"))]
-    return out
-
-
 def mean_phase_ms(records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     """Mean time per step of each phase and ``other`` (ms) over the records after the warm-up
     (:func:`ngptune.profiling.runs.steady_records`); phases no record reports are left out."""
@@ -227,3 +149,123 @@ def mean_phase_ms(records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
         if values:
             out[phase] = statistics.fmean(values)
     return out
+
+
+def _steady(column: str) -> Callable[[Sequence[Mapping[str, Any]], Mapping[str, Any], Any], float | None]:
+    def value(records: Sequence[Mapping[str, Any]], status: Mapping[str, Any], target_db: Any) -> float | None:
+        return steady_mean(records, column)
+    return value
+
+
+def _running(column: str) -> Callable[[Sequence[Mapping[str, Any]]], list[tuple[int, float]]]:
+    def values(records: Sequence[Mapping[str, Any]]) -> list[tuple[int, float]]:
+        out = []
+        for i, record in enumerate(records):
+            value = steady_mean(records[: i + 1], column)
+            if value is not None:
+                out.append((int(record["step"]), value))
+        return out
+    return values
+
+
+def _final_psnr_db(records: Sequence[Mapping[str, Any]], status: Mapping[str, Any], target_db: Any) -> float | None:
+    value = status.get("eval_psnr_db")
+    return float(value) if _finite(value) else None
+
+
+def _train_psnr_db(records: Sequence[Mapping[str, Any]]) -> list[tuple[int, float]]:
+    return [(int(r["step"]), float(r["train_psnr_db"])) for r in records if _finite(r.get("train_psnr_db"))]
+
+
+def _time_to_target_s(records: Sequence[Mapping[str, Any]], status: Mapping[str, Any], target_db: Any) -> float:
+    assert target_db is not None, "time_to_psnr_s needs target_db"
+    return time_to_psnr_s(records, status, target_db)
+
+
+@dataclasses.dataclass(frozen=True)
+class ObjectiveDef:
+    """One objective of a study.
+
+    Attributes:
+        name: as in the study file, the trials' ``objectives`` attribute and ``trials.csv``.
+        direction: ``"maximize"`` or ``"minimize"`` (Optuna's words).
+        unit: the unit of its values (``"samples/s"``, ``"dB"``, ``"s"``).
+        quality: it measures the quality reached (held-out PSNR), not work per second.
+        needs_eval: its trials need the trainer's final evaluation.
+        budget: the ``[budget]`` key it needs (``"seconds"``), or None when any budget does.
+        timing_sensitive: its value depends on how fast a trial trains, so trials sharing a GPU
+            distort it (``--trials-per-gpu`` > 1 needs ``--allow-shared-gpu``).
+        keys: the further keys of its ``[[objectives]]`` table.
+        value: ``(records, status, target_db) -> value`` of a finished trial (None: the run holds no
+            such measurement); may raise :class:`TargetNotReached`.
+        intermediate: ``records -> [(step, value)]`` reported to the pruner, or None for none.
+    """
+
+    name: str
+    direction: str
+    unit: str
+    quality: bool
+    needs_eval: bool
+    budget: str | None
+    timing_sensitive: bool
+    value: Callable[[Sequence[Mapping[str, Any]], Mapping[str, Any], Any], float | None]
+    intermediate: Callable[[Sequence[Mapping[str, Any]]], list[tuple[int, float]]] | None = None
+    keys: tuple[str, ...] = ()
+
+    @property
+    def has_intermediate(self) -> bool:
+        return self.intermediate is not None
+
+
+OBJECTIVES: dict[str, ObjectiveDef] = {o.name: o for o in (
+    ObjectiveDef("throughput_samples_per_s", "maximize", "samples/s", False, False, None, True,
+                 _steady("throughput_samples_per_s"), _running("throughput_samples_per_s")),
+    ObjectiveDef("samples_per_s", "maximize", "samples/s", False, False, None, True,
+                 _steady("throughput_samples_per_s"), _running("throughput_samples_per_s")),
+    ObjectiveDef("rays_per_s", "maximize", "rays/s", False, False, None, True, _steady("rays_per_s"), _running("rays_per_s")),
+    ObjectiveDef("psnr_at_budget_db", "maximize", "dB", True, True, "seconds", True, _final_psnr_db, _train_psnr_db),
+    ObjectiveDef("time_to_psnr_s", "minimize", "s", True, True, None, True, _time_to_target_s,
+                 keys=("target_db", "eval_every_steps")),
+)}
+"""Every objective; the study files, the pruner, the shared-GPU guard, confirmation and the reports
+read this table. Adding one: its measurement in this module, one line here, a test."""
+
+THROUGHPUT_OBJECTIVES: tuple[str, ...] = tuple(n for n, o in OBJECTIVES.items() if not o.quality)
+"""Objectives that measure work done per second, not the quality it buys."""
+QUALITY_OBJECTIVES: tuple[str, ...] = tuple(n for n, o in OBJECTIVES.items() if o.quality)
+"""Objectives that measure the quality reached (held-out PSNR), in the order confirmation prefers them."""
+
+
+def objective_value(
+    name: str,
+    records: Sequence[Mapping[str, Any]],
+    status: Mapping[str, Any],
+    *,
+    target_db: float | None = None,
+) -> float | None:
+    """The value of objective ``name`` for a finished trial (:attr:`ObjectiveDef.value`).
+
+    Args:
+        name: a key of :data:`OBJECTIVES`.
+        records: rank 0's metrics records (``trainer.contract.read_metrics``), in step order.
+        status: the run's ``status.json``.
+        target_db: the PSNR target of ``time_to_psnr_s``.
+
+    Returns:
+        The value in the objective's unit, or None when the run holds no such measurement.
+
+    Raises:
+        TargetNotReached: ``time_to_psnr_s`` whose target no evaluation reached.
+        KeyError: unknown objective name (a programming error: study files are validated).
+    """
+    return OBJECTIVES[name].value(records, status, target_db)
+
+
+def intermediate_values(name: str, records: Sequence[Mapping[str, Any]]) -> list[tuple[int, float]]:
+    """``(step, value)`` pairs to report to the pruner, one per metrics record that has one.
+
+    Throughputs: at record i, the steady mean of records 0..i (records 1..i after the one warm-up
+    record; record 0 alone at i = 0); ``psnr_at_budget_db``: ``train_psnr_db``; ``time_to_psnr_s``: none.
+    """
+    measure = OBJECTIVES[name].intermediate
+    return [] if measure is None else measure(records)

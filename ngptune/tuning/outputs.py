@@ -31,8 +31,15 @@ from pathlib import Path
 
 from ngptune.tuning import nccl
 from ngptune.tuning.layout import StudyDir
-from trainer.config import RUN_CONTROL_KEYS, TrainConfig, apply_overrides, config_to_dict, dump_config, load_config
-from trainer.rundir import atomic_write_text
+from trainer.contract import (
+    RUN_CONTROL_KEYS,
+    TrainConfig,
+    apply_overrides,
+    atomic_write_text,
+    config_to_dict,
+    dump_config,
+    load_config,
+)
 
 __all__ = ["best_config", "comment_safe", "comment_text", "run_control_settings", "representative_trial", "write_best_config", "write_best_env",
            "write_confirmation"]
@@ -73,7 +80,7 @@ def representative_trial(study):
 def best_config(trial, spec) -> TrainConfig:
     """The trial's launch config with the budget keys of ``spec.budget`` (a
     :class:`~ngptune.tuning.study.StudySpec`), ``data.scene`` and the study's fixed settings that
-    only steer a run (:data:`trainer.config.RUN_CONTROL_KEYS`: logging, evaluation views, device)
+    only steer a run (:data:`trainer.contract.config.RUN_CONTROL_KEYS`: logging, evaluation views, device)
     set back to the study's base config.
 
     Raises:
@@ -89,7 +96,7 @@ def best_config(trial, spec) -> TrainConfig:
 
 
 def run_control_settings(spec) -> list[str]:
-    """The study's fixed settings that only steer a run (:data:`trainer.config.RUN_CONTROL_KEYS`:
+    """The study's fixed settings that only steer a run (:data:`trainer.contract.config.RUN_CONTROL_KEYS`:
     logging, evaluation views, device): they stay behind in ``best_config.json``."""
     return [k for k in spec.settings if k in RUN_CONTROL_KEYS or k.split(".", 1)[0] in RUN_CONTROL_KEYS]
 

@@ -1,7 +1,7 @@
 """What makes a study's trials repeatable, recorded as study user attributes when a sweep worker
 starts: the sampler and its seed, the pruner, and every worker (sweep process) that ran trials
 with how many trials it ran at once. The study report states them
-(:func:`ngptune.reporting.study_data.sampling_facts`).
+(:func:`ngptune.reporting.study_sampling.sampling_facts`).
 
 Study user attributes::
 
@@ -25,7 +25,7 @@ import socket
 import time
 from typing import Any
 
-from ngptune.reporting.study_data import PRUNER_ATTR, SAMPLER_ATTR, SETUP_ATTR, WORKER_ATTR_PREFIX
+from ngptune.reporting.study_sampling import PRUNER_ATTR, SAMPLER_ATTR, SETUP_ATTR, WORKER_ATTR_PREFIX
 from ngptune.tuning.specs import StudySpec
 
 

@@ -15,8 +15,7 @@ from ngptune.tuning.layout import StudyDir
 from ngptune.tuning.objectives import TargetNotReached, objective_value, trial_quality
 from ngptune.tuning.specs import StudySpec
 from ngptune.tuning.trial import TrialLaunch, run_trial, trial_argv
-from trainer.config import apply_overrides, dump_config, load_config
-from trainer.rundir import atomic_write_text
+from trainer.contract import apply_overrides, atomic_write_text, dump_config, load_config
 
 __all__ = ["RerunLauncher"]
 

@@ -19,8 +19,7 @@ from typing import Any
 
 from ngptune.tuning import nccl
 from ngptune.tuning.specs import ParamSpec, StudySpec
-from trainer.config import TrainConfig, apply_overrides, config_to_dict
-from trainer.errors import ConfigError
+from trainer.contract import ConfigError, TrainConfig, apply_overrides, check_world_size, config_to_dict, interconnect_env
 
 __all__ = [
     "check_combination",
@@ -116,14 +115,11 @@ def check_combination(cfg: TrainConfig, nccl_env: Mapping[str, str], nproc_per_n
 
     Raises:
         ConfigError: naming the key: ``parallel.num_subgrids`` below the world size in subgrid
-            mode (:func:`trainer.parallel.trainer.validate_parallel_config`),
+            mode (:func:`trainer.contract.check_world_size`, the trial's one check of the world-size rules),
             ``distributed.emulate_interconnect`` without NCCL, ``NCCL_MIN_NCHANNELS`` above
             ``NCCL_MAX_NCHANNELS``.
     """
-    from trainer.parallel.dist_env import interconnect_env
-    from trainer.parallel.trainer import validate_parallel_config
-
-    validate_parallel_config(cfg, nproc_per_node)
+    check_world_size(cfg, nproc_per_node)
     interconnect_env(cfg.distributed.emulate_interconnect, "nccl" if nccl_active else "gloo")
     if nccl_active and nccl_env.get("NCCL_ALGO") == "Tree":
         # sweep trials run on one node; NCCL builds its trees between nodes, and forcing Tree

@@ -12,7 +12,7 @@ from typing import Any
 
 from ngptune.tuning import nccl
 from ngptune.tuning.objectives import OBJECTIVES
-from trainer.config import TrainConfig, apply_overrides, config_to_dict, load_config
+from trainer.contract import TrainConfig, apply_overrides, config_to_dict, load_config
 
 __all__ = ["BUDGET_STEPS_CAP", "BudgetSpec", "ObjectiveSpec", "ParamSpec", "PrunerSpec", "SamplerSpec", "StudySpec"]
 

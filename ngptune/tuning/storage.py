@@ -16,13 +16,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ngptune.errors import NgptuneError
 from ngptune.tuning.layout import StudyDir
 from ngptune.tuning.samplers import build_pruner, build_sampler
 from ngptune.tuning.space import default_params
 from ngptune.tuning.specs import StudySpec
 from ngptune.tuning.trial import proc_stat
-from trainer.config import TrainConfig
-from trainer.errors import NgptuneError
+from trainer.contract import TrainConfig
 
 __all__ = [
     "DEFINITION_ATTR",

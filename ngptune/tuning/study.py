@@ -49,8 +49,8 @@ A study file is TOML (``studies/*.toml``; read with :mod:`tomllib`)::
 Relative paths (``scene``, ``config``) are looked up next to the study file first, then in the
 repository root (where ``configs/`` and ``studies/`` live). Every value is checked when the file
 is loaded: trainer settings and parameter values through the trainer's own config rules
-(:func:`trainer.config.apply_overrides`), NCCL ones against the allow-list. Errors are
-:class:`~trainer.errors.ConfigError` with one line naming the study file and the dotted key, e.g.
+(:func:`trainer.contract.config.apply_overrides`), NCCL ones against the allow-list. Errors are
+:class:`~trainer.contract.errors.ConfigError` with one line naming the study file and the dotted key, e.g.
 ``studies/x.toml: params.NCCL_PROTO.choices[2]: NCCL_PROTO=LL128 is never forced ...``.
 
 Checks between a parameter and other values (``parallel.num_subgrids`` below the world size, a
@@ -75,10 +75,16 @@ from ngptune.tuning.objectives import OBJECTIVES
 from ngptune.tuning.specs import (
     BUDGET_STEPS_CAP, BudgetSpec, ObjectiveSpec, ParamSpec, PrunerSpec, SamplerSpec, StudySpec,
 )
-from trainer.config import (
-    TrainConfig, apply_overrides, field_rule, is_int, is_number, load_config, show_value,
+from trainer.contract import (
+    ConfigError,
+    TrainConfig,
+    apply_overrides,
+    field_rule,
+    is_int,
+    is_number,
+    load_config,
+    show_value,
 )
-from trainer.errors import ConfigError
 
 __all__ = [
     "BUDGET_STEPS_CAP",
@@ -187,7 +193,7 @@ def _flatten(table: Mapping, prefix: str = "") -> dict[str, Any]:
 def _config_problem(cfg: TrainConfig, key: str, value: object) -> str | None:
     """The trainer's complaint about ``key`` taking ``value`` (None if accepted).
 
-    Only the key's own rule counts (:func:`trainer.config.field_rule`); checks between keys depend
+    Only the key's own rule counts (:func:`trainer.contract.config.field_rule`); checks between keys depend
     on the combination and are made per trial. Unknown keys get the trainer's message with its
     did-you-mean suggestion.
     """
@@ -409,8 +415,8 @@ def _read_objectives(reader: _Reader, data: Mapping, budget: BudgetSpec) -> tupl
             raise reader.error(f"{where}.name", f"expected one of {', '.join(OBJECTIVES)}, got {show_value(name)}")
         if name in (o.name for o in objectives):
             raise reader.error(f"{where}.name", f"objective {name} listed twice")
+        reader.only(entry, where, ["name", *OBJECTIVES[name].keys])
         if name == "time_to_psnr_s":
-            reader.only(entry, where, ["name", "target_db", "eval_every_steps"])
             if "target_db" not in entry:
                 raise reader.error(where, "missing key 'target_db' (the PSNR to reach, dB)")
             target = reader.value(entry, where, "target_db", lambda v: is_number(v) and v > 0, "a number > 0 (dB)")
@@ -418,9 +424,8 @@ def _read_objectives(reader: _Reader, data: Mapping, budget: BudgetSpec) -> tupl
                                  "an integer >= 1", default=DEFAULT_EVAL_EVERY_STEPS)
             objectives.append(ObjectiveSpec(name, target_db=float(target), eval_every_steps=every))
             continue
-        reader.only(entry, where, ["name"])
-        if name == "psnr_at_budget_db" and budget.seconds is None:
-            raise reader.error(f"{where}.name", "psnr_at_budget_db needs a time budget: set budget.seconds")
+        if OBJECTIVES[name].budget == "seconds" and budget.seconds is None:
+            raise reader.error(f"{where}.name", f"{name} needs a time budget: set budget.seconds")
         objectives.append(ObjectiveSpec(name))
     return tuple(objectives)
 

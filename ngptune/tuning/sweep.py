@@ -28,7 +28,7 @@ One worker (``ngptune sweep``) runs this loop; several workers may share a study
    (:mod:`ngptune.reporting.study_report`), ``trials.csv`` and a terminal summary
    (:mod:`ngptune.reporting.study_summary`).
 
-Each trial (:class:`_Objective`) samples its settings, checks the combination (an invalid one is
+Each trial (:class:`ngptune.tuning.trial_objective.TrialObjective`) samples its settings, checks the combination (an invalid one is
 pruned before launch), writes its config, launches ``python -m trainer --nproc-per-node N`` as its own
 process tree (:mod:`ngptune.tuning.trial`) on a slot of GPUs claimed for it
 (:mod:`ngptune.tuning.concurrency`; ``--concurrent-trials`` trials run side by side), reports intermediate values to the pruner while it
@@ -49,10 +49,8 @@ import contextlib
 import dataclasses
 import logging
 import math
-import os
 import signal
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -60,6 +58,7 @@ from typing import Any
 from rich.console import Console
 from ngptune.console import make_console
 from ngptune.errors import TrialFailed
+from ngptune.processes import cuda_device_count
 
 from ngptune.tuning import nccl
 from ngptune.tuning.concurrency import TrialSlots, plan_trial_slots
@@ -69,22 +68,16 @@ from ngptune.tuning.confirm import (
     CONFIRMATION_ATTR, DEFAULT_REPEATS_CPU, DEFAULT_REPEATS_GPU, Verdict, best_is_default, confirm_study, pending,
     primary_objective, recorded_repeats, unconfirmed, verdict_runs,
 )
-from ngptune.tuning.objectives import (
-    OBJECTIVES, TargetNotReached, intermediate_values, mean_phase_ms, objective_value, throughput_only_warning,
-    trial_quality,
-)
+from ngptune.tuning.objectives import OBJECTIVES, throughput_only_warning
 from ngptune.tuning.outputs import representative_trial, write_best_config, write_best_env, write_confirmation
 from ngptune.tuning.rerun import RerunLauncher
-from ngptune.tuning.space import check_combination, default_params, sample, split_values, trial_config
 from ngptune.tuning.storage import (
-    UNTUNED_ATTR, SweepError, masked_url, open_storage, open_study, recover_trials, session_seed, setup_lock, study_lock, study_progress,
+    SweepError, masked_url, open_storage, open_study, recover_trials, session_seed, setup_lock, study_lock, study_progress,
     worker_id,
 )
 from ngptune.tuning.study import DEMO_SCENE, STUDY_NAME_RULE, StudySpec, is_study_name, load_study
-from ngptune.tuning.trial import TrialLaunch, run_trial, trial_argv
-from trainer.config import TrainConfig, dump_config
-from trainer.errors import ConfigError, NgptuneError
-from trainer.rundir import RunDir, atomic_write_text
+from ngptune.tuning.trial_objective import TrialObjective
+from trainer.contract import ConfigError, RunDir, TrainConfig, choose_backend
 
 __all__ = ["SweepError", "SweepOptions", "SweepResult", "default_nproc_per_node", "nccl_is_active", "run_sweep"]
 # SweepError lives with the storage (ngptune.tuning.storage), which raises it too.
@@ -147,218 +140,15 @@ class SweepResult:
 
 def default_nproc_per_node() -> int:
     """Every visible GPU, or 2 ranks (gloo) on a machine without one."""
-    import torch
-
-    return torch.cuda.device_count() if torch.cuda.is_available() else 2
+    return cuda_device_count() or 2
 
 
 def nccl_is_active(cfg: TrainConfig, nproc_per_node: int) -> bool:
     """Whether the trials' ranks talk through NCCL: several ranks on CUDA tensors (a CUDA device
     present and ``training.device`` not ``cpu``), and the backend they choose from
-    ``distributed.backend`` (:func:`trainer.parallel.dist_env.choose_backend`) is NCCL."""
-    from trainer.parallel.dist_env import choose_backend, visible_cuda_devices
-
-    on_cuda = cfg.training.device != "cpu" and visible_cuda_devices() > 0
+    ``distributed.backend`` (:func:`trainer.contract.choose_backend`) is NCCL."""
+    on_cuda = cfg.training.device != "cpu" and cuda_device_count() > 0
     return nproc_per_node >= 2 and on_cuda and choose_backend(cfg.distributed.backend, on_cuda) == "nccl"
-
-
-# ----------------------------------------------------------------------------------------------
-# One trial
-# ----------------------------------------------------------------------------------------------
-
-
-class _Objective:
-    """The Optuna objective: one trial as a launch of the trainer (see the module docstring)."""
-
-    def __init__(self, *, spec: StudySpec, base_cfg: TrainConfig, scene: str, nproc_per_node: int,
-                 nccl_active: bool, study_dir: StudyDir, console: Console, poll_s: float, slots: TrialSlots) -> None:
-        self.spec = spec
-        self.base_cfg = base_cfg
-        self.scene = scene
-        self.nproc = nproc_per_node
-        self.nccl_active = nccl_active
-        self.study_dir = study_dir
-        self.console = console
-        self.poll_s = poll_s
-        self.slots = slots
-        self.worker = worker_id()
-        self.default_names = set(default_params(spec, base_cfg))
-
-    def __call__(self, trial) -> float | list[float]:
-        trial.set_user_attr("worker", self.worker)
-        # What a killed sweep leaves behind; replaced when the trial ends.
-        trial.set_user_attr("outcome", "failed")
-        trial.set_user_attr("reason", "the sweep stopped before this trial finished")
-        trial.set_user_attr("interrupted", False)  # a retry inherits its original's attributes
-        untuned = trial.user_attrs.get(UNTUNED_ATTR) is True
-        if not untuned:
-            trial.set_user_attr("is_default", False)
-        try:
-            return self._run(trial, untuned)
-        except KeyboardInterrupt:
-            trial.set_user_attr("is_default", False)  # the retry is the default trial
-            trial.set_user_attr("interrupted", True)
-            trial.set_user_attr("reason", "interrupted: the sweep was stopped during this trial (it is retried on the next run)")
-            raise
-
-    def _pruning_hook(self, trial):
-        """Report intermediate values of a single objective; a reason when the pruner says stop."""
-        if len(self.spec.objectives) != 1 or not OBJECTIVES[self.spec.objectives[0].name].has_intermediate:
-            return None
-        name = self.spec.objectives[0].name
-        reported: set[int] = set()
-
-        def on_progress(records: list[dict[str, Any]]) -> str | None:
-            for step, value in intermediate_values(name, records):
-                if step in reported:
-                    continue
-                trial.report(value, step)
-                reported.add(step)
-                if trial.should_prune():
-                    pruner = type(trial.study.pruner).__name__
-                    return f"pruned by {pruner} at step {step} ({name} = {value:.4g})"
-            return None
-
-        return on_progress
-
-    def _objective_values(self, run) -> tuple[dict[str, float | None], str | None]:
-        """Each objective's value (None where the run has none), and why a PSNR target was missed."""
-        values: dict[str, float | None] = {}
-        missed = None
-        for objective in self.spec.objectives:
-            try:
-                values[objective.name] = objective_value(objective.name, run.records, run.status or {},
-                                                         target_db=objective.target_db)
-            except TargetNotReached as exc:
-                values[objective.name], missed = None, str(exc)
-        return values, missed
-
-    def _run(self, trial, is_default: bool) -> float | list[float]:
-        number = trial.number
-        values = sample(trial, self.spec, nccl_active=self.nccl_active, only=self.default_names if is_default else None)
-        trainer_values, nccl_sampled = split_values(values)
-        nccl_env = dict(nccl.FORCED)
-        if self.nccl_active:
-            nccl_env.update({k: str(v) for k, v in self.spec.nccl_settings.items()})
-            nccl_env.update(nccl_sampled)
-        run_dir = self.study_dir.run_dir(number)
-        config_path = self.study_dir.config_path(number)
-        log_path = self.study_dir.launch_log_path(number)
-        attrs: dict[str, Any] = {
-            "is_default": is_default,
-            "run_dir": str(run_dir),
-            "config_path": str(config_path),
-            "log_path": str(log_path),
-            "settings": {**self.spec.fixed_overrides(), **trainer_values},
-            "nccl_env": nccl_env,
-            "nccl_applied": {},
-            "nccl_active": self.nccl_active,
-            "emulated_interconnect": self.base_cfg.distributed.emulate_interconnect,
-            "objectives": {o.name: None for o in self.spec.objectives},
-            "phase_ms": {},
-            "quality": {},
-            "diagnoses": [],
-            "diagnoses_note": "the trial did not complete",
-            "duration_s": 0.0,
-            "gpus": [],
-            "trials_per_gpu": self.slots.trials_per_gpu,
-        }
-        self.console.print(f"[bold]trial {number}[/bold]{' (default)' if is_default else ''}: "
-                           + (", ".join(f"{k}={v}" for k, v in values.items()) or "base settings"))
-        try:
-            cfg = trial_config(self.base_cfg, trainer_values, self.scene)
-            attrs["emulated_interconnect"] = cfg.distributed.emulate_interconnect
-            check_combination(cfg, nccl_env, self.nproc, self.nccl_active)
-        except ConfigError as exc:
-            return self._finish(trial, attrs, "pruned", f"invalid combination: {exc}", None)
-        config_path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(config_path, dump_config(cfg) + "\n")
-        launch = TrialLaunch(
-            argv=trial_argv(config_path, run_dir, self.nproc, evaluate=True),  # every trial is scored on PSNR
-            env=nccl.trial_env(os.environ, nccl_env, nccl_active=self.nccl_active),
-            run_dir=run_dir,
-            log_path=log_path,
-            world_size=self.nproc,
-            timeout_s=self.spec.budget.trial_timeout_s,
-            poll_s=self.poll_s,
-        )
-        run = self._run_on_slot(trial, attrs, launch)
-        rundir = RunDir(run_dir)
-        attrs["duration_s"] = run.duration_s
-        attrs["phase_ms"] = mean_phase_ms(run.records)
-        attrs["quality"] = trial_quality(run.records, run.status or {})
-        if self.nccl_active:
-            attrs["nccl_applied"] = nccl.parse_applied(rundir.log_path(r) for r in range(self.nproc))
-        attrs["objectives"], missed = self._objective_values(run)
-        if run.leftover_pids:
-            attrs["leftover_pids"] = run.leftover_pids
-            self.console.print(f"[red]trial {number}: processes {run.leftover_pids} survived SIGKILL[/red]")
-        outcome, reason = run.outcome, run.reason
-        if outcome == "completed":
-            absent = [name for name, value in attrs["objectives"].items() if value is None]
-            if missed is not None:
-                outcome, reason = "pruned", missed
-            elif absent:
-                outcome, reason = "failed", f"the run completed without a value for {', '.join(absent)}"
-            attrs["diagnoses"], attrs["diagnoses_note"] = _diagnoses(run_dir)
-        return self._finish(trial, attrs, outcome, reason, list(attrs["objectives"].values()))
-
-    def _run_on_slot(self, trial, attrs: dict[str, Any], launch: TrialLaunch):
-        """Claim GPUs, run the trial on them (``CUDA_VISIBLE_DEVICES``), free them at once; GPUs of
-        a trial that left processes behind stay claimed by those processes."""
-        slot = self.slots.pool.claim(stop=self.slots.stop)
-        if slot is None:
-            raise KeyboardInterrupt("the sweep stopped before this trial got its GPUs")
-        attrs["gpus"] = slot.gpus
-        trial.set_user_attr("gpus", slot.gpus)
-        claimed = time.time()
-        leftover: list[int] = []
-        try:
-            run = run_trial(dataclasses.replace(launch, env=slot.env(launch.env)), self._pruning_hook(trial))
-            leftover = run.leftover_pids
-            return run
-        finally:
-            self.slots.pool.release(slot, leftover)
-            attrs["gpus_held_unix_s"] = [claimed, time.time()]
-
-    def _finish(self, trial, attrs: dict[str, Any], outcome: str, reason: str, values: list | None):
-        import optuna
-
-        attrs.update(outcome=outcome, reason=reason)
-        for key, value in attrs.items():
-            trial.set_user_attr(key, value)
-        shown = ", ".join(f"{k} = {v:.4g}" for k, v in attrs["objectives"].items() if v is not None)
-        psnr_db = attrs.get("quality", {}).get("psnr_db")
-        if psnr_db is not None and "psnr_at_budget_db" not in attrs["objectives"]:
-            shown += f", PSNR {psnr_db:.2f} dB"
-        colour = {"completed": "green", "pruned": "yellow", "failed": "red"}[outcome]
-        self.console.print(f"trial {trial.number}: [{colour}]{outcome}[/{colour}] in {attrs['duration_s']:.1f} s"
-                           + (f": {shown}" if shown and outcome == "completed" else "")
-                           + (f" — {reason}" if reason else ""))
-        if outcome == "pruned":
-            raise optuna.TrialPruned(reason)
-        if outcome == "failed":
-            raise TrialFailed(reason)
-        return values[0] if len(values) == 1 else values
-
-
-def _diagnoses(run_dir: Path) -> tuple[list[dict[str, Any]], str]:
-    """The bottleneck diagnoses of a completed trial, from its metrics files
-    (:func:`ngptune.profiling.diagnose.assess_run`), and a note saying what was checked (or why
-    nothing could be)."""
-    from ngptune.profiling.diagnose import assess_run
-
-    try:
-        checks = assess_run(run_dir)
-    except NgptuneError as exc:
-        return [], f"not diagnosed: {exc}"
-    found = [c.diagnosis for c in checks if c.diagnosis is not None]
-    clear = [c.bottleneck for c in checks if c.status == "clear"]
-    skipped = [c.bottleneck for c in checks if c.status == "not_evaluated"]
-    note = (f"checked from metrics: {len(found)} fired, clear: {', '.join(clear) or 'none'}; "
-            f"not evaluated (needs a profile, several ranks or an evaluation past the occupancy warm-up): {', '.join(skipped) or 'none'}")
-    return [{"bottleneck": d.bottleneck, "severity": d.severity, "evidence": d.evidence, "knob": d.knob}
-            for d in found], note
 
 
 # ----------------------------------------------------------------------------------------------
@@ -409,7 +199,7 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 def _scene_path(spec: StudySpec) -> str:
     if spec.scene != DEMO_SCENE:
         return spec.scene
-    from trainer.data.demo import demo_scene_path
+    from ngptune.processes import demo_scene_path
 
     return str(demo_scene_path())
 
@@ -550,7 +340,7 @@ def _run(options: SweepOptions, spec: StudySpec, nproc: int, base_cfg: TrainConf
     if warning is not None:
         console.print(f"[yellow]warning: {warning}[/yellow]")
         study.set_user_attr("objective_warning", warning)
-    objective = _Objective(spec=spec, base_cfg=base_cfg, scene=scene, nproc_per_node=nproc, nccl_active=nccl_active,
+    objective = TrialObjective(spec=spec, base_cfg=base_cfg, scene=scene, nproc_per_node=nproc, nccl_active=nccl_active,
                            study_dir=study_dir, console=console, poll_s=options.poll_s, slots=slots)
 
     def enough() -> bool:

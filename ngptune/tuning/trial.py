@@ -31,17 +31,22 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from trainer.lifeline import command_stopping_with_parent
-from trainer.rundir import RunDir
-from trainer.runstatus import error_or_last_line, is_completed, state_of
-from trainer.schema import MetricsError, read_metrics
+from trainer.contract import (
+    MetricsError,
+    RunDir,
+    command_stopping_with_parent,
+    error_or_last_line,
+    is_completed,
+    read_metrics,
+    state_of,
+    trainer_argv,
+)
 
 __all__ = [
     "ProcessTree",
@@ -167,13 +172,11 @@ class ProcessTree:
 
 
 def trial_argv(config_path: Path, run_dir: Path, nproc_per_node: int, *, evaluate: bool) -> list[str]:
-    """The trial's command: the parent-death wrapper (:func:`trainer.lifeline.command_stopping_with_parent`) around
-    ``python -m trainer --nproc-per-node N --config C --out RUN --quiet [--no-eval]``."""
-    train = [sys.executable, "-m", "trainer", "--nproc-per-node", str(nproc_per_node),
-             "--config", str(config_path), "--out", str(run_dir), "--quiet"]
-    if not evaluate:
-        train.append("--no-eval")
-    return command_stopping_with_parent(train)
+    """The trial's command: the parent-death wrapper (:func:`trainer.contract.command_stopping_with_parent`) around
+    ``python -m trainer --nproc-per-node N --config C --out RUN --quiet [--no-eval]``
+    (:func:`trainer.contract.trainer_argv`)."""
+    return command_stopping_with_parent(trainer_argv(nproc_per_node=nproc_per_node, config=config_path, out=run_dir,
+                                                     quiet=True, evaluate=evaluate))
 
 
 @dataclasses.dataclass(frozen=True)

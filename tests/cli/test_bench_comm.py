@@ -77,7 +77,7 @@ def test_parsers_and_settings_clash_with_emulation():
     assert parse_nccl_settings([]) == ({},)
     assert parse_nccl_settings(["NCCL_ALGO=Ring;NCCL_ALGO=Tree,NCCL_PROTO=LL", "NCCL_BUFFSIZE=4194304"]) == (
         {"NCCL_ALGO": "Ring"}, {"NCCL_ALGO": "Tree", "NCCL_PROTO": "LL"}, {"NCCL_BUFFSIZE": "4194304"})
-    from trainer.errors import ConfigError
+    from trainer.contract.errors import ConfigError
 
     with pytest.raises(ConfigError, match=r"^--nccl-settings: expected NCCL_<NAME>=value items, got 'ALGO=Ring'$"):
         parse_nccl_settings(["ALGO=Ring"])

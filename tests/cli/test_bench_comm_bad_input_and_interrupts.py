@@ -18,7 +18,7 @@ import pytest
 from ngptune.cli import main
 from ngptune import commbench
 from ngptune.commbench import COLUMNS, CommBenchConfig, parse_sizes, show_table
-from trainer.errors import ConfigError
+from trainer.contract.errors import ConfigError
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -77,7 +77,7 @@ def test_a_csv_that_cannot_be_written_is_one_error_after_the_table(tmp_path, cap
 
 
 def test_a_failed_write_keeps_the_previous_table_whole(tmp_path, monkeypatch):
-    import trainer.rundir
+    import trainer.contract.rundir
 
     csv = tmp_path / "comm.csv"
     csv.write_text("size_bytes\n1\n")
@@ -86,7 +86,7 @@ def test_a_failed_write_keeps_the_previous_table_whole(tmp_path, monkeypatch):
     def full(fd):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(trainer.rundir.os, "fsync", full)
+    monkeypatch.setattr(trainer.contract.rundir.os, "fsync", full)
     with pytest.raises(ConfigError, match=rf"^--csv {re.escape(str(csv))}: cannot write the table \(No space left"):
         commbench.write_table_csv(frame, csv, "--csv")
     assert csv.read_text() == "size_bytes\n1\n"

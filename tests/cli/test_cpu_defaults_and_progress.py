@@ -42,7 +42,7 @@ def test_an_explicit_config_is_taken_as_given(demo_scene, tmp_path):
 
 
 def test_eta_counts_the_steps_and_the_time_budget():
-    from trainer.cli import eta_seconds
+    from trainer.run.progress import eta_seconds
 
     assert eta_seconds(0, 0.0, 100, None) is None
     assert eta_seconds(10, 5.0, 100, None) == 45.0
@@ -66,7 +66,7 @@ def test_the_evaluation_estimate_is_within_twice_its_time(tmp_path):
 def test_a_long_evaluation_says_how_to_shorten_it(demo_scene, monkeypatch):
     import trainer.train.eval_estimate as eval_estimate
     from tests.train.conftest import tiny_config
-    from trainer.cli import LONG_EVALUATION_S, evaluation_notice
+    from trainer.run.finish import LONG_EVALUATION_S, evaluation_notice
     from trainer.data import load_scene
     from trainer.train.loop import Trainer
 

@@ -60,8 +60,8 @@ def test_the_threads_are_applied_to_the_process(tmp_path):
 def test_the_launchers_opening_line_divides_the_cores_among_the_hosts_ranks(tmp_path):
     import argparse
 
-    from trainer.cli import opening_line
-    from trainer.config import apply_overrides, load_config
+    from trainer.run.settings import opening_line
+    from trainer.contract.config import apply_overrides, load_config
 
     cfg = apply_overrides(load_config(None), {"training.device": "cpu", "data.scene": str(tmp_path)})
     args = argparse.Namespace(config=tmp_path / "c.json")

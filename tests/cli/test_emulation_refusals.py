@@ -1,6 +1,7 @@
 """Edge cases of ``--emulate-interconnect`` on ``ngptune train`` / ``ngptune profile`` and of
 ``--bench-comm-csv`` tables: emulation on gloo is one error before any rank or folder exists,
-Ctrl-C of a multi-rank train is one line, odd numbers in a bench-comm table are named."""
+Ctrl-C of a multi-rank launch (``python -m trainer``, which ``ngptune train`` runs) is one line,
+odd numbers in a bench-comm table are named."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 from ngptune.cli import main
 from ngptune.commbench import COLUMNS
 from ngptune.profiling.link import LinkBandwidthError, read_link_busbw
+from trainer.launch_cli import main as launcher_main
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -48,9 +50,9 @@ def test_ctrl_c_of_a_multi_rank_train_is_one_line(tmp_path, monkeypatch, capfd):
     monkeypatch.setattr(trainer.parallel.launch, "launch_workers", interrupted)
     out = tmp_path / "run"
     try:
-        code = main(["train", "--nproc-per-node", "2", "--n-steps", "1", "--out", str(out)])
+        code = launcher_main(["--nproc-per-node", "2", "--n-steps", "1", "--out", str(out)])
     except KeyboardInterrupt:
-        pytest.fail("the KeyboardInterrupt left ngptune train as a traceback")
+        pytest.fail("the KeyboardInterrupt left python -m trainer as a traceback")
     assert code == 130
     assert capfd.readouterr().err.strip() == f"interrupted: the ranks were stopped; logs in {out / 'logs'}"
 
@@ -81,7 +83,7 @@ def test_ctrl_c_after_a_checkpoint_says_how_to_continue(tmp_path, monkeypatch, c
 
     import trainer.parallel.launch
     from trainer.parallel import checkpoint as ckpt
-    from trainer.rundir import RunDir
+    from trainer.contract.rundir import RunDir
 
     out = tmp_path / "run"
 
@@ -90,6 +92,6 @@ def test_ctrl_c_after_a_checkpoint_says_how_to_continue(tmp_path, monkeypatch, c
         raise KeyboardInterrupt
 
     monkeypatch.setattr(trainer.parallel.launch, "launch_workers", interrupted_after_a_save)
-    assert main(["train", "--nproc-per-node", "2", "--n-steps", "10", "--out", str(out)]) == 130
+    assert launcher_main(["--nproc-per-node", "2", "--n-steps", "10", "--out", str(out)]) == 130
     assert capfd.readouterr().err.strip() == (f"interrupted: the ranks were stopped; logs in {out / 'logs'}; continue "
                                               f"from {out / 'checkpoints' / 'step_0000005'} with --resume {out}")

@@ -11,14 +11,14 @@ SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 needs_shared = pytest.mark.skipif(not SHARED.exists(), reason=f"{SHARED} not present")
 
 
-def _inspect_json(capsys, *args):
+def _inspect_json(capfd, *args):
     assert main(["inspect", *args, "--json"]) == 0
-    return json.loads(capsys.readouterr().out)
+    return json.loads(capfd.readouterr().out)
 
 
 @needs_shared
-def test_fox(capsys):
-    info = _inspect_json(capsys, str(SHARED / "fox"))
+def test_fox(capfd):
+    info = _inspect_json(capfd, str(SHARED / "fox"))
     assert info["format"] == "instant-ngp"
     assert info["splits"]["train"] == 50
     assert (info["width"], info["height"]) == (1080, 1920)
@@ -29,21 +29,21 @@ def test_fox(capsys):
 
 
 @needs_shared
-def test_fox_table_reports_skipped_frames_once_and_labels_intrinsics(capsys):
+def test_fox_table_reports_skipped_frames_once_and_labels_intrinsics(capfd):
     import warnings
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         assert main(["inspect", str(SHARED / "fox")]) == 0
-    out = capsys.readouterr().out
+    out = capfd.readouterr().out
     assert [str(w.message) for w in caught] == []  # the table lists them; no raw warning as well
     assert "skipped frames" in out and "images/0005.jpg" in out
     assert "1375.52 / 1374.49" in out and "554.558 / 965.268" in out  # one value per key when frames agree
 
 
 @needs_shared
-def test_lego_400(capsys):
-    info = _inspect_json(capsys, str(SHARED / "nerf_synthetic_lego_400"))
+def test_lego_400(capfd):
+    info = _inspect_json(capfd, str(SHARED / "nerf_synthetic_lego_400"))
     assert info["format"] == "blender"
     assert info["splits"] == {"train": 100, "val": 100, "test": 200}
     assert (info["width"], info["height"]) == (400, 400)
@@ -51,29 +51,29 @@ def test_lego_400(capsys):
     assert info["pixel_memory_bytes"] == 400 * 400 * 4 * 400
 
 
-def test_demo_scene_and_timing(capsys, tmp_path):
+def test_demo_scene_and_timing(capfd, tmp_path):
     assert main(["demo-scene", str(tmp_path / "demo")]) == 0
-    capsys.readouterr()
-    info = _inspect_json(capsys, str(tmp_path / "demo"), "--timing")
+    capfd.readouterr()
+    info = _inspect_json(capfd, str(tmp_path / "demo"), "--timing")
     assert info["splits"] == {"train": 32, "val": 4, "test": 8}
     assert info["timing"]["images"] == 32 and info["timing"]["first_load_s"] > 0
     assert main(["inspect", str(tmp_path / "missing")]) == 2
-    assert "scene path does not exist" in capsys.readouterr().err
+    assert "scene path does not exist" in capfd.readouterr().err
 
 
-def test_folder_with_two_formats_lists_the_ignored_one_and_the_box(capsys, tmp_path):
+def test_folder_with_two_formats_lists_the_ignored_one_and_the_box(capfd, tmp_path):
     from tests.data.conftest import ring_c2w, write_colmap_scene, write_llff
 
     ring = ring_c2w()
     write_colmap_scene(tmp_path, ring)
     write_llff(tmp_path / "llff", ring)
     (tmp_path / "poses_bounds.npy").write_bytes((tmp_path / "llff" / "poses_bounds.npy").read_bytes())
-    info = _inspect_json(capsys, str(tmp_path))
+    info = _inspect_json(capfd, str(tmp_path))
     assert (info["format"], info["ignored_formats"]) == ("colmap", ["llff"])
     assert info["box_source"] == "file"  # a model without points: colmap2nerf's placement
-    info = _inspect_json(capsys, str(tmp_path), "--format", "llff", "--aabb-scale", "2")
+    info = _inspect_json(capfd, str(tmp_path), "--format", "llff", "--aabb-scale", "2")
     assert (info["format"], info["ignored_formats"], info["aabb_scale"], info["box_source"]) == (
         "llff", ["colmap"], 2, "override")
     assert main(["inspect", str(tmp_path)]) == 0
-    out = capsys.readouterr().out
+    out = capfd.readouterr().out
     assert "also found, ignored: llff" in out and "pixel memory" in out

@@ -105,7 +105,7 @@ def test_bad_gpu_lists_are_rejected() -> None:
 
 
 def test_unknown_gpu_index_names_the_flag() -> None:
-    from trainer.errors import ConfigError
+    from trainer.contract.errors import ConfigError
 
     with pytest.raises(ConfigError, match="--gpus: GPU 3 not found"):
         GpuReader(gpus=[3], nvml=make_fake_nvml([FakeGpu()]))

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from tests.train.conftest import TINY
-from trainer.config import apply_overrides, config_to_dict, load_config
-from trainer.errors import TrainingError
+from trainer.contract.config import apply_overrides, config_to_dict, load_config
+from trainer.contract.errors import TrainingError
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -13,9 +13,9 @@ import pytest
 
 from ngptune.train_many import TrainManyOptions, discover_scenes, job_names, run_train_many
 from tests.train.conftest import tiny_config
-from trainer.config import dump_config
+from trainer.contract.config import dump_config
 from trainer.data.demo import write_demo_sequence
-from trainer.errors import ConfigError
+from trainer.contract.errors import ConfigError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

@@ -7,10 +7,10 @@ import zlib
 import numpy as np
 import pytest
 
-from trainer.config import load_config, parse_override
+from trainer.contract.config import load_config, parse_override
 from trainer.data import load_scene
 from trainer.data.imageinfo import image_size
-from trainer.errors import ConfigError, SceneError
+from trainer.contract.errors import ConfigError, SceneError
 
 
 def _ngp_scene(folder, frames, **top):

@@ -17,7 +17,7 @@ from trainer.data.demo import (
     render_demo_view,
     write_demo_scene,
 )
-from trainer.errors import ConfigError, SceneError
+from trainer.contract.errors import ConfigError, SceneError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SPLIT_COUNTS = {"train": 32, "val": 4, "test": 8}

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from trainer.data.demo import CAMERA_ANGLE_X, look_at_origin, render_demo_view, write_demo_scene, write_demo_sequence
-from trainer.errors import ConfigError
+from trainer.contract.errors import ConfigError
 
 FOCAL = 0.5 * 32 / np.tan(0.5 * CAMERA_ANGLE_X)
 TOP_VIEW = look_at_origin((0.3, -0.2, 3.98))  # from above: all three primitives are in view

@@ -19,7 +19,7 @@ from trainer.data.images import (
     pixel_table_nbytes,
 )
 from trainer.data.scene import Frame, Intrinsics
-from trainer.errors import SceneError
+from trainer.contract.errors import SceneError
 
 SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 FOX = SHARED_DATA / "fox"

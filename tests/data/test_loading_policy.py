@@ -227,7 +227,8 @@ def test_non_numeric_sharpness_is_ignored_with_one_warning(tmp_path) -> None:
 # --- flags and config keys ------------------------------------------------------------------
 
 def test_flags_set_the_data_keys() -> None:
-    from trainer.cli import add_train_arguments, resolve_config
+    from trainer.contract.commandline import add_train_arguments
+    from trainer.run.settings import resolve_config
 
     parser = argparse.ArgumentParser()
     add_train_arguments(parser)

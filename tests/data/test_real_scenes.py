@@ -102,7 +102,7 @@ def test_nerfstudio_fixture() -> None:
 
 
 def test_the_default_finest_level_resolves_the_views_pixels(lego, fox) -> None:
-    from trainer.config import EncodingConfig
+    from trainer.contract.config import EncodingConfig
     from trainer.data.footprint import footprint_resolution
 
     # lego_400: 400-pixel views, f = 555.6 px, cameras 4.03 · 0.33 from the centre of the unit cube

@@ -16,7 +16,7 @@ from trainer.data.images import load_pixel_table
 from trainer.data.rays import composite_background, distort_normalized
 from trainer.data.sampler import RayBatch, RaySampler, choose_placement
 from trainer.data.scene import Frame, Intrinsics
-from trainer.errors import ConfigError, SceneError
+from trainer.contract.errors import ConfigError, SceneError
 
 PLACEMENTS = ("device", "pinned", "stream")
 MILD_DISTORTION = (-0.1, 0.02, 0.001, -0.002, 0.0, 0.01)  # k1 k2 p1 p2 k3 k4

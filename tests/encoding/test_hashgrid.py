@@ -25,7 +25,7 @@ from trainer.encoding.hashgrid import (
     level_resolutions,
     level_table_sizes,
 )
-from trainer.errors import ConfigError
+from trainer.contract.errors import ConfigError
 
 # Two levels: N = [8, 16]; level 0 has 9³ = 729 ≤ 1024 vertices (dense, 736 rows), level 1 has
 # 17³ = 4913 > 1024 (hashed, 1024 rows).

@@ -357,7 +357,7 @@ def test_backend_availability_in_this_process():
     """In this process the module may be compiled (the usual case) or interpreted."""
     triton_hashgrid = pytest.importorskip("trainer.encoding.triton_hashgrid")
     from trainer.encoding.backends import get_backend, registered_backends
-    from trainer.errors import ConfigError
+    from trainer.contract.errors import ConfigError
 
     backend = triton_hashgrid.TritonBackend()
     assert "triton" in registered_backends()

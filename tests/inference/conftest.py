@@ -14,9 +14,9 @@ TRAIN_STEPS = 80
 
 @pytest.fixture(scope="session")
 def trained_run(demo_scene, tmp_path_factory) -> dict:  # noqa: F811
-    from trainer.config import config_to_dict
+    from trainer.contract.config import config_to_dict
     from trainer.data import load_scene
-    from trainer.rundir import RunDir
+    from trainer.contract.rundir import RunDir
     from trainer.train.loop import Trainer
 
     run = RunDir(tmp_path_factory.mktemp("run") / "run").create()

@@ -116,10 +116,10 @@ def test_help_shows_default_values_not_names(capsys):
             assert "(default 2.5, instant-ngp's)" in text
 
 
-def test_ngptune_registers_render_and_export(trained_run, tmp_path, capsys):
+def test_ngptune_render_and_export_run_the_trainers_program(trained_run, tmp_path, capfd):
     from ngptune.cli import main
 
     assert main(["render", str(trained_run["run"]), "--spp", "0"]) == 2
-    assert "--spp 0" in capsys.readouterr().err
+    assert "--spp 0" in capfd.readouterr().err
     assert main(["export", "pointcloud", str(trained_run["run"]), "--out", str(tmp_path / "c.txt")]) == 2
-    assert "unknown point-cloud extension '.txt'" in capsys.readouterr().err
+    assert "unknown point-cloud extension '.txt'" in capfd.readouterr().err

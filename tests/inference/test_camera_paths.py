@@ -10,7 +10,7 @@ import pytest
 from scipy.spatial.transform import Rotation
 
 from trainer.data import load_scene
-from trainer.errors import SceneError
+from trainer.contract.errors import SceneError
 from trainer.inference.cameras import orbit_cameras, path_cameras, read_camera_path, scene_orbit
 from trainer.inference.worldframe import world_c2w_to_cube
 

@@ -12,7 +12,7 @@ import trimesh
 
 from tests.inference.conftest import run_cli
 from trainer.data.demo import surface_distance
-from trainer.inference.defaults import MAX_RAYS_PER_POINT
+from trainer.contract.commandline import MAX_RAYS_PER_POINT
 from trainer.inference.loading import load_model
 from trainer.inference.mesh import extract_mesh
 

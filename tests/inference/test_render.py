@@ -105,8 +105,8 @@ def test_without_imageio_ffmpeg_opencv_writes_the_video(trained_run, tmp_path, c
 def test_subgrid_checkpoint_renders_through_segment_compositing(demo_scene, tmp_path):
     from trainer.data.rays import camera_rays_for_image
     from trainer.parallel.subgrid_train import SubgridTrainer
-    from trainer.rundir import RunDir
-    from trainer.config import config_to_dict
+    from trainer.contract.rundir import RunDir
+    from trainer.contract.config import config_to_dict
 
     cfg = tiny_config(parallel__mode="subgrid", parallel__num_subgrids=2, data__scene=str(demo_scene))
     run = RunDir(tmp_path / "run").create()
@@ -170,7 +170,7 @@ def test_ctrl_c_during_a_render_keeps_the_finished_frames_and_writes_no_video(tr
 def test_a_video_the_encoder_left_unplayable_is_removed_and_named(tmp_path):
     """ffmpeg cannot put H.264 into WebM: it leaves a header-only file; the check before the
     rename refuses it and removes the temporary file."""
-    from trainer.errors import ConfigError
+    from trainer.contract.errors import ConfigError
     from trainer.inference.outputs import VideoFile
 
     video = VideoFile(tmp_path / "clip.webm", 30.0)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from trainer.encoding.hashgrid import HashGridConfig
-from trainer.errors import ConfigError
+from trainer.contract.errors import ConfigError
 from trainer.model import MLP, MLPConfig, NGPField, trunc_exp
 
 GRID = HashGridConfig(

@@ -24,7 +24,7 @@ def balanced_run(demo_scene, tmp_path_factory) -> dict:
     from trainer.data import load_scene
     from trainer.parallel.partition import split_boxes
     from trainer.parallel.subgrid_train import SubgridTrainer
-    from trainer.rundir import RunDir
+    from trainer.contract.rundir import RunDir
 
     tmp = tmp_path_factory.mktemp("balanced")
     ranks = run_ranks(balance_rank, 2, tmp, str(demo_scene), str(tmp / "run"))

@@ -24,9 +24,9 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from trainer.config import config_from_dict
+from trainer.contract.config import config_from_dict
 from trainer.parallel.dist_env import detect_dist_env, init_distributed, shutdown_distributed
-from trainer.rundir import atomic_write_text
+from trainer.contract.rundir import atomic_write_text
 
 
 def main() -> None:

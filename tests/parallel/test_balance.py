@@ -11,8 +11,8 @@ import torch.distributed as dist
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainer.config import GpuCapability, TrainConfig, apply_overrides
-from trainer.errors import ConfigError, SnapshotError, TrainingError
+from trainer.contract.config import GpuCapability, TrainConfig, apply_overrides
+from trainer.contract.errors import ConfigError, SnapshotError, TrainingError
 from trainer.parallel.balance import (
     BoxBalancer,
     BoxMove,

@@ -13,10 +13,10 @@ from tests.parallel.ranks import run_ranks
 from tests.parallel.test_subgrid_training import resume_subgrid_on_three
 from tests.train.conftest import demo_scene, tiny_config  # noqa: F401  (demo_scene: fixture)
 from trainer.data import load_scene
-from trainer.errors import SnapshotError
+from trainer.contract.errors import SnapshotError
 from trainer.parallel import checkpoint as ckpt
 from trainer.parallel.trainer import DataParallelTrainer
-from trainer.rundir import RunDir
+from trainer.contract.rundir import RunDir
 
 pytestmark = pytest.mark.timeout(150)
 
@@ -328,9 +328,9 @@ def test_resuming_a_checkpoint_with_fewer_steps_than_it_holds_is_refused(two_ran
 
 
 def test_partial_folders_of_killed_writes_are_not_checkpoints_and_go_once_a_newer_one_is_complete(tmp_path):
-    from trainer.cli import check_before_start
-    from trainer.config import TrainConfig, apply_overrides
-    from trainer.errors import ConfigError
+    from trainer.run.checks import check_before_start
+    from trainer.contract.config import TrainConfig, apply_overrides
+    from trainer.contract.errors import ConfigError
 
     run = RunDir(tmp_path)
     (tmp_path / "status.json").write_text('{"state": "interrupted"}')

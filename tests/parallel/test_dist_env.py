@@ -15,8 +15,8 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from trainer.config import config_from_dict
-from trainer.errors import ConfigError, LaunchError
+from trainer.contract.config import config_from_dict
+from trainer.contract.errors import ConfigError, LaunchError
 from trainer.parallel.dist_env import (
     DistEnv,
     check_port_free,

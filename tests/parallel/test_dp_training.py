@@ -14,9 +14,9 @@ import torch
 from tests.parallel.ranks import run_ranks
 from tests.train.conftest import demo_scene, tiny_config  # noqa: F401  (demo_scene: fixture)
 from trainer.data import load_scene
-from trainer.errors import ConfigError
-from trainer.parallel.trainer import DataParallelTrainer, validate_parallel_config
-from trainer.schema import read_metrics
+from trainer.contract.errors import ConfigError
+from trainer.parallel.trainer import DataParallelTrainer
+from trainer.contract.metrics import read_metrics
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -118,16 +118,8 @@ def test_uneven_shares_do_not_deadlock_and_keep_ranks_in_step(demo_scene, tmp_pa
     assert torch.equal(results[0]["param0"], results[1]["param0"])
 
 
-def test_parallel_config_errors_name_the_key(demo_scene):
-    with pytest.raises(ConfigError, match=r"^parallel\.num_subgrids: .*world size 2.*got 1"):
-        validate_parallel_config(tiny_config(parallel__mode="subgrid", parallel__num_subgrids=1), 2)
-    with pytest.raises(ConfigError, match=r"^distributed\.gpu_capabilities\[1\]\.rank: .*\(2\), got 2"):
-        validate_parallel_config(
-            tiny_config(distributed__gpu_capabilities=[{"rank": 0, "compute_power": 1.0}, {"rank": 2, "compute_power": 1.0}]), 2
-        )
-    with pytest.raises(ConfigError, match=r"^distributed\.world_size: config says 3 but 2 processes"):
-        validate_parallel_config(tiny_config(distributed__world_size=3), 2)
-    # the trainer checks before building anything (one process: rank 1 does not exist)
+def test_the_trainer_checks_the_world_size_rules_before_building_anything(demo_scene):
+    # one process: rank 1 does not exist
     with pytest.raises(ConfigError, match=r"gpu_capabilities\[0\]\.rank"):
         DataParallelTrainer(tiny_config(distributed__gpu_capabilities=[{"rank": 1, "compute_power": 1.0}]), load_scene(demo_scene))
 

@@ -19,8 +19,8 @@ from tests.parallel.test_dp_training import tiny_flags
 from tests.train.conftest import demo_scene  # noqa: F401  (fixture)
 from trainer.parallel.checkpoint import COMPLETE_MARKER
 from trainer.parallel.rank_log import restart_line
-from trainer.rundir import RunDir
-from trainer.schema import read_metrics
+from trainer.contract.rundir import RunDir
+from trainer.contract.metrics import read_metrics
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -117,7 +117,7 @@ def test_simulated_oom_names_the_rank_and_the_oom(demo_scene, tmp_path, capfd):
         (["--set", "distributed.world_size=3"],
          "error: distributed.world_size: config says 3 but 2 processes were started"),
         (["--set", "faults.ranks=[5]"],
-         "error: faults.ranks: expected ranks < world size (2), got [5]"),
+         "error: faults.ranks[0]: expected a rank < world size (2), got 5"),
         (["--set", "encoding.table_dtype=float16"],
          "error: encoding.table_dtype: training needs 'float32' tables, got 'float16' (float16 tables are for the "
          "encoding kernels and bench/encoding.py: Adam's moments and its epsilon underflow in float16 and the loss "
@@ -150,20 +150,20 @@ def test_keep_checkpoints_below_one_is_refused_at_once(demo_scene, tmp_path, cap
 def test_resume_source_after_a_restart_is_the_newest_checkpoint(tmp_path, monkeypatch):
     import torch
 
-    from trainer.cli import _resume_source
+    from trainer.run.checks import resume_source
     from trainer.parallel import checkpoint as ckpt
 
     source, own = RunDir(tmp_path / "source"), RunDir(tmp_path / "own")
     for run, step in ((source, 200), (own, 350)):
         ckpt.save_checkpoint(ckpt.checkpoint_dir(run, step), {"w": torch.zeros(1)}, {}, {"step": step}, rank=0)
     monkeypatch.delenv("TORCHELASTIC_RESTART_COUNT", raising=False)
-    assert _resume_source(source.root, own) == source.root  # first attempt: what the user asked for
+    assert resume_source(source.root, own) == source.root  # first attempt: what the user asked for
     monkeypatch.setenv("TORCHELASTIC_RESTART_COUNT", "1")
-    assert _resume_source(source.root, own) == ckpt.checkpoint_dir(own, 350)  # restart: no steps redone
-    assert _resume_source(None, own) == own.root
-    assert _resume_source(source.root, RunDir(tmp_path / "fresh")) == source.root
+    assert resume_source(source.root, own) == ckpt.checkpoint_dir(own, 350)  # restart: no steps redone
+    assert resume_source(None, own) == own.root
+    assert resume_source(source.root, RunDir(tmp_path / "fresh")) == source.root
     ckpt.save_checkpoint(ckpt.checkpoint_dir(source, 400), {"w": torch.zeros(1)}, {}, {"step": 400}, rank=0)
-    assert _resume_source(source.root, own) == source.root  # the source is further on
+    assert resume_source(source.root, own) == source.root  # the source is further on
 
 
 def test_two_nodes_meet_through_ngptune_train(demo_scene, tmp_path):

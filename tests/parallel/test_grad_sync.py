@@ -24,7 +24,7 @@ from torch import nn
 
 from tests.parallel.ranks import run_ranks
 from trainer.encoding.hashgrid import HashGridConfig
-from trainer.errors import ConfigError, LaunchError
+from trainer.contract.errors import ConfigError, LaunchError
 from trainer.model.field import MLPConfig, NGPField
 from trainer.parallel.grad_sync import (
     GradientSynchronizer,

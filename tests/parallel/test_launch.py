@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from trainer.errors import LaunchError
+from trainer.contract.errors import LaunchError
 from trainer.parallel.launch import (
     RankFailure,
     WorkersFailed,

@@ -16,7 +16,7 @@ import pytest
 
 from tests.parallel.test_dp_training import tiny_flags
 from tests.parallel.test_faults_e2e import _wait_for
-from trainer.errors import LaunchError
+from trainer.contract.errors import LaunchError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -130,7 +130,7 @@ def test_stop_with_parent_without_prctl_still_stops_the_orphan(tmp_path):
     pid_file = tmp_path / "child.pid"
     child = (
         "import signal, sys, time\n"
-        "import trainer.lifeline as lifeline\n"
+        "import trainer.contract.lifeline as lifeline\n"
         "lifeline.set_parent_death_signal = lambda sig=None: False\n"
         f"signal.signal(signal.SIGTERM, signal.SIG_IGN if sys.argv[1] == 'ignore' else signal.SIG_DFL)\n"
         "lifeline.stop_with_parent(grace_s=1.0)\n"
@@ -160,16 +160,16 @@ def test_stop_with_parent_without_prctl_still_stops_the_orphan(tmp_path):
 
 
 def test_lifeline_wrapper_refuses_a_parent_that_is_gone_and_a_bad_command_line():
-    from trainer.lifeline import command_stopping_with_parent
+    from trainer.contract.lifeline import command_stopping_with_parent
 
     argv = command_stopping_with_parent([sys.executable, "-c", "print('ran')"])
-    assert argv[:5] == [sys.executable, "-m", "trainer.lifeline", "--parent-pid", str(os.getpid())]
+    assert argv[:5] == [sys.executable, "-m", "trainer.contract.lifeline", "--parent-pid", str(os.getpid())]
     here = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=60)
     assert (here.returncode, here.stdout) == (0, "ran\n")
     gone = subprocess.run([*argv[:4], "1", *argv[5:]], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert (gone.returncode, gone.stdout) == (1, "")  # PID 1 is not its parent: never started
     bad = subprocess.run(argv[:4], cwd=REPO, capture_output=True, text=True, timeout=60)
-    assert bad.returncode == 2 and "usage: python -m trainer.lifeline" in bad.stderr
+    assert bad.returncode == 2 and "usage: python -m trainer.contract.lifeline" in bad.stderr
 
 
 # ------------------------------------------------------------------------- a finite timeout_s only

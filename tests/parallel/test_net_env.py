@@ -8,7 +8,7 @@ import os
 import pytest
 
 from tests.parallel.ranks import run_ranks
-from trainer.errors import ConfigError, LaunchError
+from trainer.contract.errors import ConfigError, LaunchError
 from trainer.parallel.net_env import check_same_comm_env, check_socket_ifnames, comm_env, matching_interfaces
 
 HOST = ["docker0", "eth0", "eth1", "ib0", "lo"]

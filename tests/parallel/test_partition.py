@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from trainer.errors import ConfigError
+from trainer.contract.errors import ConfigError
 from trainer.parallel.partition import (
     Box,
     BoxLocator,
@@ -226,7 +226,7 @@ def test_assign_boxes_longest_processing_time():
 
 
 def test_assign_boxes_errors():
-    with pytest.raises(ConfigError, match=r"parallel\.num_subgrids.*num_subgrids=2 < world_size=3"):
+    with pytest.raises(ConfigError, match=r"^parallel\.num_subgrids: expected at least one box per rank \(>= world size 3\) in subgrid mode, got 2$"):
         assign_boxes(2, 3)
     with pytest.raises(ConfigError, match=r"distributed\.world_size"):
         assign_boxes(2, 0)

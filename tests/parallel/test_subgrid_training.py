@@ -14,10 +14,9 @@ import torch
 from tests.parallel.ranks import run_ranks
 from tests.train.conftest import demo_scene, tiny_config  # noqa: F401  (demo_scene: fixture)
 from trainer.data import load_scene
-from trainer.errors import ConfigError
 from trainer.parallel.subgrid_train import SubgridTrainer
-from trainer.rundir import RunDir
-from trainer.schema import read_metrics
+from trainer.contract.rundir import RunDir
+from trainer.contract.metrics import read_metrics
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -71,13 +70,6 @@ def test_two_boxes_on_two_ranks_train_evaluate_and_resume_on_one(demo_scene, tmp
     stats, loss, _ = single.train_step()
     assert single.step == 7 and torch.isfinite(loss) and stats.n_samples > 0
     single.close()
-
-
-def test_fewer_boxes_than_ranks_is_a_config_error(demo_scene):
-    from trainer.parallel.trainer import validate_parallel_config
-
-    with pytest.raises(ConfigError, match=r"^parallel\.num_subgrids: .*got 2"):
-        validate_parallel_config(tiny_config(parallel__mode="subgrid", parallel__num_subgrids=2), 3)
 
 
 # ---------------------------------------------------------------------------- re-cut by occupancy

@@ -28,10 +28,10 @@ from ngptune.profiling.runs import ProfileError
 from ngptune.profiling.traces import TraceError
 from tests.profiling.fake_nvml import FakeGpu, make_fake_nvml
 from tests.train.conftest import demo_scene  # noqa: F401  (fixture)
-from trainer.rundir import RunDir
-from trainer.runstatus import TRAIN_START_KEY
+from trainer.contract.rundir import RunDir
+from trainer.contract.runstatus import TRAIN_START_KEY
 from ngptune.profiling.tables import DIAGNOSES_TABLE, KERNELS_TABLE, OVERLAP_TABLE
-from trainer.schema import PHASES, MetricsError, read_metrics
+from trainer.contract.metrics import PHASES, MetricsError, read_metrics
 
 REPO = Path(__file__).resolve().parents[2]
 SMALL = REPO / "configs" / "small.json"

@@ -1,4 +1,4 @@
-"""Bottleneck diagnoses (ngptune/profiling/diagnose.py) on hand-built tables: each threshold just
+"""Bottleneck diagnoses (ngptune/profiling/diagnoses/) on hand-built tables: each threshold just
 below and just above, severities, warm-up exclusion, the not-evaluated cases and bad inputs."""
 
 from __future__ import annotations
@@ -8,11 +8,13 @@ import math
 import pandas as pd
 import pytest
 
-from ngptune.profiling import diagnose as dg
-from ngptune.profiling.diagnose import BOTTLENECKS, DiagnosisError, ProfileInputs, assess, diagnose, diagnoses_table
+from ngptune.profiling import diagnoses as dg
+from ngptune.profiling.diagnoses import data as data_loading
+from ngptune.profiling.diagnoses import inputs as diagnosis_inputs
+from ngptune.profiling.diagnoses import BOTTLENECKS, DiagnosisError, ProfileInputs, assess, diagnose, diagnoses_table
 from ngptune.profiling.tables import DIAGNOSES_TABLE, GPU_TIMELINE_TABLE, KERNELS_TABLE, OVERLAP_TABLE, PHASES_TABLE
-from trainer.config import TrainConfig, apply_overrides
-from trainer.schema import PHASES
+from trainer.contract.config import TrainConfig, apply_overrides
+from trainer.contract.metrics import PHASES
 
 STEPS = (10, 20, 30)  # 10 is the warm-up interval
 
@@ -74,7 +76,7 @@ def test_data_loading_threshold_edge(data_ms: float, fires: bool) -> None:
     assert c.status == ("fired" if fires else "clear")
     if fires:
         d = c.diagnosis
-        assert (d.severity, d.threshold) == ("low", dg.DATA_SHARE_THRESHOLD)
+        assert (d.severity, d.threshold) == ("low", data_loading.THRESHOLD)
         assert "10.1%" in d.evidence and "rank 0" in d.evidence and "data.placement=device" in d.knob
 
 
@@ -242,9 +244,9 @@ def test_diagnoses_table_has_the_schema_columns_and_one_row_per_bottleneck() -> 
 
 
 def test_required_columns_are_part_of_the_schema_tables() -> None:
-    assert set(dg.GPU_TIMELINE_REQUIRED) <= set(GPU_TIMELINE_TABLE)
-    assert set(dg.KERNELS_REQUIRED) <= set(KERNELS_TABLE)
-    assert set(dg.OVERLAP_REQUIRED) <= set(OVERLAP_TABLE)
+    assert set(diagnosis_inputs.GPU_TIMELINE_REQUIRED) <= set(GPU_TIMELINE_TABLE)
+    assert set(diagnosis_inputs.KERNELS_REQUIRED) <= set(KERNELS_TABLE)
+    assert set(diagnosis_inputs.OVERLAP_REQUIRED) <= set(OVERLAP_TABLE)
 
 
 # -------------------------------------------------------------------------------- bad inputs
@@ -399,3 +401,17 @@ def test_suggestions_leave_out_the_values_the_run_already_has() -> None:
     nothing = check(inputs(per_rank, **busy, config=everything), "communication").diagnosis.knob
     assert nothing == ("nothing left to suggest: the run already uses parallel.compression=bf16, "
                        "parallel.overlap_comm=true, parallel.mode=subgrid")
+
+
+def test_the_registry_the_modules_and_the_documented_table_agree() -> None:
+    import importlib
+    import re
+
+    from ngptune.profiling.diagnoses import DIAGNOSES
+
+    assert BOTTLENECKS == tuple(d.name for d in DIAGNOSES) and len(set(BOTTLENECKS)) == 8
+    documented = re.findall(r"^([a-z_]+)\s{2,}", dg.__doc__, flags=re.M)
+    assert tuple(documented) == ("bottleneck", *BOTTLENECKS)  # the package docstring's table, row by row
+    for diagnosis in DIAGNOSES:
+        module = importlib.import_module(diagnosis.check.__module__)
+        assert (module.NAME, module.THRESHOLD, module.KNOB) == (diagnosis.name, diagnosis.threshold, diagnosis.knob)

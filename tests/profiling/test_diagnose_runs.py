@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from ngptune.profiling.diagnose import DiagnosisError, assess, diagnose_run, inputs_from_run, rank_phase_means
-from trainer.rundir import RunDir
+from ngptune.profiling.diagnoses import DiagnosisError, assess, diagnose_run, inputs_from_run, rank_phase_means
+from trainer.contract.rundir import RunDir
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -12,7 +12,7 @@ import pytest
 
 from ngptune.commbench import COLUMNS
 from ngptune.profiling.collect import ProfileDir
-from ngptune.profiling.command import _link_busbw
+from ngptune.profile_command import _link_busbw
 from ngptune.profiling.link import (
     LINK_BENCH_SIZE_BYTES,
     LinkBandwidthError,
@@ -21,8 +21,8 @@ from ngptune.profiling.link import (
     parse_link_busbw,
     read_link_busbw,
 )
-from trainer.config import config_from_dict
-from trainer.errors import ConfigError
+from trainer.contract.config import config_from_dict
+from trainer.contract.errors import ConfigError
 
 MIB = 2**20
 
@@ -170,7 +170,7 @@ def test_bench_comm_csv_flag_errors_stop_the_profile_before_it_writes(tmp_path: 
 
 
 def test_register_has_the_link_flags() -> None:
-    from ngptune.profiling.command import register
+    from ngptune.profile_command import register
 
     sub = argparse.ArgumentParser().add_subparsers(dest="command")
     register(sub)

@@ -10,7 +10,7 @@ import pytest
 
 from ngptune.profiling.nvml import GpuReader, NvmlSampler, NvmlUnavailable, decode_throttle_reasons, import_nvml
 from tests.profiling.fake_nvml import FakeGpu, make_fake_nvml
-from trainer.errors import ConfigError
+from trainer.contract.errors import ConfigError
 from ngptune.profiling.tables import GPU_TIMELINE_TABLE
 
 

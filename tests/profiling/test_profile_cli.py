@@ -12,9 +12,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from ngptune.profiling.command import default_trace_window, parse_trace_window, register
+from ngptune.profile_command import default_trace_window, parse_trace_window, register
 from tests.train.conftest import demo_scene  # noqa: F401  (fixture)
-from trainer.errors import ConfigError
+from trainer.contract.errors import ConfigError
 from ngptune.profiling.tables import DIAGNOSES_TABLE, GPU_TIMELINE_TABLE, KERNELS_TABLE, OVERLAP_TABLE, PHASES_TABLE
 
 REPO = Path(__file__).resolve().parents[2]

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from trainer.errors import ConfigError
+from trainer.contract.errors import ConfigError
 from trainer.render.occupancy import MIN_STEP_SIZE, OccupancyGrid, pack_bits
 
 

@@ -39,7 +39,7 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
 def observe(device: str, seed: int) -> list[dict]:
     from trainer.render.compact import kept_counts
     from trainer.render.march import PackedSamples
-    from trainer.render.triton_volrend import composite_rgb_triton, kept_counts_triton
+    from trainer.render.triton_volrend import composite_buffers_triton, composite_rgb_triton, kept_counts_triton
     from trainer.render.volrend import EARLY_STOP_TRANSMITTANCE, composite
 
     generator = torch.Generator().manual_seed(seed)
@@ -74,6 +74,12 @@ def observe(device: str, seed: int) -> list[dict]:
         record = {"case": name, "seed": seed, "n_rays": n_rays, "n_samples": n_samples,
                   "shape": list(fast.shape), "dtype": str(fast.dtype),
                   "forward_abs_err": float((fast - ref).abs().max()) if n_rays else 0.0}
+        # the inference twin: rgb, opacity, depth and transmittance in one launch
+        t = torch.cumsum(dt, 0)
+        ref_all = composite(sigmas, rgbs, dt, ray_indices, n_rays, background, t=t)
+        fast_all = composite_buffers_triton(sigmas, rgbs, dt, t, packed_info, background, EARLY_STOP_TRANSMITTANCE)
+        record["buffers_abs_err"] = max((float((a - b).abs().max()) if n_rays else 0.0)
+                                        for a, b in zip(fast_all, ref_all))
         packed = PackedSamples(positions=torch.zeros(n_samples, 3, device=device), directions=torch.zeros(n_samples, 3, device=device),
                                t=dt, dt=dt, ray_indices=ray_indices, packed_info=packed_info, n_rays=n_rays)
         kept_ref = kept_counts(sigmas, dt, packed, EARLY_STOP_TRANSMITTANCE)
@@ -95,6 +101,7 @@ def _check(seen: list[dict]) -> None:
         where = f"case {r['case']} (seed {r['seed']})"
         assert r["shape"] == [r["n_rays"], 3] and r["dtype"] == "torch.float32", where
         assert r["forward_abs_err"] <= 1e-5, f"{where}: {r}"
+        assert r["buffers_abs_err"] <= 1e-5 * max(1.0, r["n_samples"] * 0.05), f"{where}: {r}"  # depth grows with t
         assert r["kept_mismatches"] == 0 and r["kept_dtype"] == "torch.int64", f"{where}: {r}"
         if r["n_samples"]:
             assert r["grad_sigma_rel_err"] <= 1e-4 and r["grad_rgb_rel_err"] <= 1e-4, f"{where}: {r}"

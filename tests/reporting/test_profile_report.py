@@ -13,11 +13,11 @@ import pandas as pd
 import pytest
 
 from ngptune.profiling.collect import ProfileDir
-from ngptune.profiling.diagnose import ProfileInputs, assess, diagnoses_table
+from ngptune.profiling.diagnoses import ProfileInputs, assess, diagnoses_table
 from ngptune.reporting.profile_report import ProfileReportError, write_profile_report
 from tests.browser_check import view_in_browser
 from ngptune.profiling.tables import GPU_TIMELINE_TABLE, KERNELS_TABLE, OVERLAP_TABLE, PHASES_TABLE, SUMMARY_TABLE
-from trainer.schema import PHASES, MetricsWriter
+from trainer.contract.metrics import PHASES, MetricsWriter
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -29,8 +29,8 @@ from ngptune.reporting.study_report import (
     write_trials_csv,
 )
 from tests.browser_check import view_in_browser
-from trainer.rundir import RunDir
-from trainer.schema import MetricsWriter
+from trainer.contract.rundir import RunDir
+from trainer.contract.metrics import MetricsWriter
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")  # set_metric_names
@@ -456,7 +456,7 @@ def _study_of_workers(tmp_path: Path, concurrent: dict[str, int]) -> optuna.Stud
 
 
 def test_report_states_sampler_seed_pruner_workers_and_the_parallel_caveat(tmp_path: Path) -> None:
-    from ngptune.reporting.study_data import sampling_facts
+    from ngptune.reporting.study_sampling import sampling_facts
 
     one = sampling_facts(_study_of_workers(tmp_path / "one", {"hostA:11:7": 1}))
     assert one.reproducible and one.seed == 42 and one.workers == [("hostA:11:7", 1, 42)]
@@ -479,7 +479,7 @@ def test_report_states_sampler_seed_pruner_workers_and_the_parallel_caveat(tmp_p
 
 
 def test_a_study_without_sampling_records_says_so(single_study: optuna.Study) -> None:
-    from ngptune.reporting.study_data import sampling_facts
+    from ngptune.reporting.study_sampling import sampling_facts
 
     facts = sampling_facts(single_study)
     assert facts.sampler == "not recorded" and facts.seed is None and facts.workers == [] and facts.reproducible
@@ -488,7 +488,7 @@ def test_a_study_without_sampling_records_says_so(single_study: optuna.Study) ->
 
 
 def test_a_pruner_of_type_none_is_shown_without_options(single_study: optuna.Study) -> None:
-    from ngptune.reporting.study_data import sampling_facts
+    from ngptune.reporting.study_sampling import sampling_facts
     from ngptune.tuning.specs import PrunerSpec
     import dataclasses
 
@@ -541,7 +541,7 @@ def test_a_best_that_was_not_confirmed_leads_with_the_default_recommended(tmp_pa
 
 
 def test_the_default_trial_is_shown_with_its_base_config_values(tmp_path: Path) -> None:
-    from trainer.config import TrainConfig, apply_overrides, dump_config
+    from trainer.contract.config import TrainConfig, apply_overrides, dump_config
 
     study = optuna.create_study(study_name="hash", direction="maximize")
     study.set_metric_names(["throughput_samples_per_s"])

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ngptune.scheduling.slots import FAKE_GPUS_ENV, SlotPool, slots_per_node, visible_gpus
-from trainer.errors import ConfigError
+from trainer.contract.errors import ConfigError
 
 
 def test_fake_gpus_are_visible(monkeypatch):

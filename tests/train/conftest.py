@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from trainer.config import TrainConfig, apply_overrides, load_config
+from trainer.contract.config import TrainConfig, apply_overrides, load_config
 
 TINY = {
     "encoding.n_levels": 4,

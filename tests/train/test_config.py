@@ -1,4 +1,4 @@
-"""Tests of the typed trainer config (trainer/config/): defaults, instant-ngp forms, errors,
+"""Tests of the typed trainer config (trainer/contract/config/): defaults, instant-ngp forms, errors,
 overrides and the dict/JSON round trip."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from trainer.config import (
+from trainer.contract.config import (
     BLOCKS,
     DirEncodingConfig,
     DistributedConfig,
@@ -27,7 +27,7 @@ from trainer.config import (
     load_config,
     parse_override,
 )
-from trainer.errors import ConfigError
+from trainer.contract.errors import ConfigError
 from trainer.encoding.hashgrid import level_resolutions
 from trainer.train.build import hash_grid_config
 
@@ -107,7 +107,7 @@ def test_defaults_are_instant_ngp_values() -> None:
     assert cfg.optimizer == OptimizerConfig(1e-2, 0.9, 0.99, 1e-15, 1e-6, 20000, 10000, 0.33, None, False)
     assert (cfg.loss.otype, cfg.loss.huber_delta) == ("L2", 0.1)
     tr = cfg.training
-    assert (tr.n_steps, tr.seed, tr.precision, tr.device) == (35000, 1337, "fp32", "auto")
+    assert (tr.n_steps, tr.seed, tr.precision, tr.device) == (35000, 1337, "tf32", "auto")
     assert (tr.target_samples_per_step, tr.initial_rays_per_step) == (2**18, 4096)
     assert (tr.occupancy_resolution, tr.occupancy_update_every, tr.occupancy_warmup_steps) == (
         128,
@@ -341,7 +341,7 @@ NESTED_BAD_LR = {
         ),
         (
             {"parallel": {"mode": "subgrid", "num_subgrids": 2}, "distributed": {"world_size": 4}},
-            "parallel.num_subgrids: expected an integer >= distributed.world_size (4) in subgrid "
+            "parallel.num_subgrids: expected at least one box per rank (>= world size 4) in subgrid "
             "mode, got 2",
         ),
         (
@@ -410,7 +410,7 @@ def test_apply_overrides() -> None:
     new = apply_overrides(cfg, {"training.precision": "bf16", "encoding.log2_hashmap_size": 15})
     assert new.training.precision == "bf16"
     assert new.encoding.log2_hashmap_size == 15
-    assert cfg.training.precision == "fp32"  # unchanged
+    assert cfg.training.precision == "tf32"  # unchanged
     assert dataclasses.replace(new, training=cfg.training, encoding=cfg.encoding) == cfg
 
     caps = [{"rank": 1, "type": "H200", "compute_power": 2}, {"rank": 0, "compute_power": 1}]

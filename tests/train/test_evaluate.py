@@ -54,7 +54,7 @@ def test_evaluation_with_spp_is_repeatable_and_leaves_training_draws_alone(train
 
 
 def test_bad_spp_is_refused(trained):
-    from trainer.errors import ConfigError
+    from trainer.contract.errors import ConfigError
 
     with pytest.raises(ConfigError, match="training.eval_spp"):
         tiny_config(training__eval_spp=0)

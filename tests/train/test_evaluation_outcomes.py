@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.train.conftest import TINY
-from trainer.config import apply_overrides, config_to_dict, load_config
+from trainer.contract.config import apply_overrides, config_to_dict, load_config
 
 
 def _config_file(tmp_path: Path) -> Path:
@@ -127,7 +127,7 @@ def test_a_model_rendering_only_the_background_is_warned_about_and_a_trained_one
 
 
 def test_a_blank_render_within_the_occupancy_warm_up_is_no_collapse():
-    from trainer.train.collapse import collapse_message
+    from trainer.contract.evaluation import collapse_message
 
     assert collapse_message(12.0, 12.05, step=16, occupancy_warmup_steps=16) is None
     assert collapse_message(12.0, 12.05, step=17, occupancy_warmup_steps=16) is not None

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from trainer.config import TrainConfig, apply_overrides
-from trainer.errors import ConfigError
-from trainer.parallel.dist_env import detect_dist_env, interconnect_env
-from trainer.schema import read_metrics
+from trainer.contract.config import TrainConfig, apply_overrides
+from trainer.contract.errors import ConfigError
+from trainer.contract.backend import interconnect_env
+from trainer.parallel.dist_env import detect_dist_env
+from trainer.contract.metrics import read_metrics
 from trainer.train.timing import PhaseFaults, PhaseTimer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -115,5 +116,5 @@ def test_fault_ranks_beyond_one_process_are_refused(demo_scene):
     from trainer.data import load_scene
     from trainer.train.loop import Trainer
 
-    with pytest.raises(ConfigError, match=r"faults.ranks: expected ranks < world size \(1\), got \[5\]"):
+    with pytest.raises(ConfigError, match=r"faults.ranks\[0\]: expected a rank < world size \(1\), got 5"):
         Trainer(tiny_config(faults__ranks=[5], training__device="cpu"), load_scene(demo_scene))

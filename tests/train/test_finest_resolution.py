@@ -11,7 +11,7 @@ from trainer.data import load_scene
 from trainer.data.footprint import footprint_resolution
 from trainer.data.scene import Frame, Intrinsics
 from trainer.encoding.hashgrid import level_resolutions
-from trainer.errors import SnapshotError
+from trainer.contract.errors import SnapshotError
 from trainer.train.loop import Trainer
 
 UNIT_BOX = np.array([[0.0, 0.0, 0.0], [1.0, 1.0, 1.0]])

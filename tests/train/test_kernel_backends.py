@@ -13,7 +13,7 @@ import torch
 
 from tests.train.conftest import tiny_config
 from trainer.data import load_scene
-from trainer.errors import ConfigError
+from trainer.contract.errors import ConfigError
 from trainer.render import march
 from trainer.train.loop import Trainer
 

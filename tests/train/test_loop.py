@@ -9,9 +9,9 @@ import torch
 
 from tests.train.conftest import tiny_config
 from trainer.data import load_scene
-from trainer.errors import SnapshotError, TrainingError
-from trainer.rundir import RunDir
-from trainer.schema import read_metrics
+from trainer.contract.errors import SnapshotError, TrainingError
+from trainer.contract.metrics import read_metrics
+from trainer.contract.rundir import RunDir
 from trainer.train.loop import Trainer
 from trainer.train.optimization import lr_factor
 
@@ -170,12 +170,13 @@ def test_evaluation_subset_is_spread_over_the_split():
 
 
 def test_cpu_runs_of_gpu_sized_configs_get_a_hint():
-    from trainer.cli import cpu_config_warning
-    from trainer.config import apply_overrides, load_config
+    from trainer.contract.defaults import cpu_config_warning
+    from trainer.contract.config import apply_overrides, load_config
 
     big = apply_overrides(load_config(None), {"training.device": "cpu"})
-    assert "configs/small.json" in cpu_config_warning(big)
-    assert cpu_config_warning(tiny_config()) is None
+    assert "configs/small.json" in cpu_config_warning(big, on_cpu=True)
+    assert cpu_config_warning(tiny_config(), on_cpu=True) is None
+    assert cpu_config_warning(big, on_cpu=False) is None
 
 
 def test_resume_into_the_same_run_keeps_one_record_per_interval(demo_scene, tmp_path):

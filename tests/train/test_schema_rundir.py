@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from trainer.rundir import RunDir, atomic_write_text
-from trainer.schema import (
+from trainer.contract.rundir import RunDir, atomic_write_text
+from trainer.contract.metrics import (
     METRICS_COLUMNS,
     PHASES,
     MetricsError,

@@ -7,8 +7,8 @@ import torch
 
 from tests.train.conftest import tiny_config
 from trainer.data import load_scene
-from trainer.errors import ConfigError, SnapshotError
-from trainer.rundir import RunDir, prepare_output_file
+from trainer.contract.errors import ConfigError, SnapshotError
+from trainer.contract.rundir import RunDir, prepare_output_file
 from trainer.train.loop import Trainer
 from trainer.train.snapshot import load_snapshot, save_snapshot
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from tests.train.conftest import tiny_config
+from trainer.contract.errors import ConfigError
 from trainer.data import load_scene
-from trainer.errors import ConfigError
 from trainer.parallel.data_step import DataParallelStep
 from trainer.parallel.subgrid_step import SubgridStep
 from trainer.parallel.subgrid_train import SubgridTrainer

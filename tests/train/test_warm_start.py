@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from tests.train.conftest import tiny_config
-from trainer.cli import run_training
-from trainer.config import dump_config
+from trainer.run.lifecycle import run_training
+from trainer.contract.config import dump_config
 from trainer.data import load_scene
-from trainer.errors import ConfigError, SnapshotError
+from trainer.contract.errors import ConfigError, SnapshotError
 from trainer.train.loop import Trainer
 
 

@@ -19,7 +19,7 @@ from ngptune.tuning.concurrency import plan_trial_slots
 from ngptune.tuning.layout import StudyDir
 from ngptune.tuning.study import load_study
 from tests.tuning.conftest import REPO_ROOT, write_study
-from trainer.errors import ConfigError
+from trainer.contract.errors import ConfigError
 
 
 def _spec(tmp_path, demo_scene, **kwargs):

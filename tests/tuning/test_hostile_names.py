@@ -17,7 +17,7 @@ import pytest
 from ngptune.tuning.layout import StudyDir
 from ngptune.tuning.outputs import write_best_env
 from ngptune.tuning.study import load_study
-from trainer.errors import ConfigError
+from trainer.contract.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[2]
 HOSTILE = [
@@ -77,7 +77,7 @@ def test_best_env_refuses_a_variable_name_that_is_not_an_identifier(tmp_path):
 
 def test_hostile_setting_values_keep_best_config_loadable(tmp_path, demo_scene):
     from tests.tuning.conftest import write_study
-    from trainer.config import dump_config, load_config
+    from trainer.contract.config import dump_config, load_config
     from ngptune.tuning.outputs import write_best_config
 
     value = "/tmp/c\n\"training\": {\"n_steps\": 1}, // \u2028 </script>'$(touch PWNED)'"

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from ngptune.profiling.diagnose import rank_phase_means
+from ngptune.profiling.diagnoses import rank_phase_means
 from ngptune.profiling.runs import WARMUP_INTERVALS, drop_warmup, phases_table, steady_records, summary_table
 from ngptune.tuning.objectives import intermediate_values, mean_phase_ms, objective_value, throughput_samples_per_s
-from trainer.schema import PHASES
+from trainer.contract.metrics import PHASES
 
 
 def _records(rank: int = 0) -> list[dict]:

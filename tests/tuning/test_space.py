@@ -19,7 +19,7 @@ from ngptune.tuning.outputs import representative_trial
 from ngptune.tuning.space import check_combination, default_params, sample, split_values, trial_config
 from ngptune.tuning.study import load_study
 from tests.tuning.conftest import write_study
-from trainer.errors import ConfigError
+from trainer.contract.errors import ConfigError
 
 SPACE = (
     '[params."parallel.mode"]\ntype = "categorical"\nchoices = ["data", "subgrid"]\n'
@@ -174,8 +174,8 @@ def test_representative_of_a_pareto_front_is_nearest_the_ideal_point():
 def test_tree_is_rejected_before_launch_on_one_node() -> None:
     """Forcing NCCL_ALGO=Tree among the GPUs of one host fails at the first all-reduce
     (ncclInvalidUsage on 2×H200, docs/benchmarks.md); the sweep's one-node trials refuse it early."""
-    from trainer.config import TrainConfig
-    from trainer.errors import ConfigError
+    from trainer.contract.config import TrainConfig
+    from trainer.contract.errors import ConfigError
     from ngptune.tuning.space import check_combination
 
     with pytest.raises(ConfigError, match="NCCL_ALGO: 'Tree' needs more than one node"):

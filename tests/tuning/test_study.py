@@ -10,7 +10,7 @@ import pytest
 
 from ngptune.tuning.study import BUDGET_STEPS_CAP, load_study
 from tests.tuning.conftest import REPO_ROOT, THROUGHPUT, study_text, write_study
-from trainer.errors import ConfigError
+from trainer.contract.errors import ConfigError
 
 STUDIES = REPO_ROOT / "studies"
 

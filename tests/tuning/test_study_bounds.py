@@ -14,7 +14,7 @@ from ngptune.tuning.command import register
 from ngptune.tuning.study import MAX_TRIALS, load_study
 from ngptune.tuning.sweep import SweepOptions, run_sweep
 from tests.tuning.conftest import write_study
-from trainer.errors import ConfigError
+from trainer.contract.errors import ConfigError
 
 
 def test_trials_above_the_bound_are_refused_in_the_file_and_on_the_command_line(tmp_path, capsys):

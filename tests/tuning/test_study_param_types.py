@@ -9,7 +9,7 @@ import pytest
 
 from tests.train.conftest import demo_scene  # noqa: F401  (fixture)
 from tests.tuning.conftest import write_study
-from trainer.errors import ConfigError
+from trainer.contract.errors import ConfigError
 
 
 # ------------------------------------------------ emulated links among a gloo sweep's choices

@@ -23,8 +23,8 @@ from optuna.trial import TrialState
 from ngptune.tuning.command import register
 from ngptune.tuning.layout import StudyDir
 from tests.tuning.conftest import REPO_ROOT, processes_mentioning, write_study
-from trainer.config import TrainConfig, apply_overrides, load_config
-from trainer.rundir import RunDir
+from trainer.contract.config import TrainConfig, apply_overrides, load_config
+from trainer.contract.rundir import RunDir
 
 SWEEP = [sys.executable, "-m", "ngptune", "sweep"]
 FOX = REPO_ROOT.parent / "shared" / "data" / "fox"
@@ -214,7 +214,7 @@ def test_concurrent_workers_share_the_journal_file(tmp_path, tiny_study):
     assert all(t.state == TrialState.COMPLETE for t in trials)
     assert sum(t.user_attrs["is_default"] for t in trials) == 1
     assert len({t.user_attrs["run_dir"] for t in trials}) == len(trials)
-    from ngptune.reporting.study_data import sampling_facts, worker_records
+    from ngptune.reporting.study_sampling import sampling_facts, worker_records
 
     study = _load(out)
     records = worker_records(study.user_attrs)

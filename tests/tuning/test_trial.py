@@ -9,8 +9,8 @@ from ngptune.tuning import nccl
 from ngptune.tuning.trial import TrialLaunch, run_trial, trial_argv
 from tests.train.conftest import tiny_config
 from tests.tuning.conftest import processes_mentioning
-from trainer.config import dump_config
-from trainer.rundir import RunDir
+from trainer.contract.config import dump_config
+from trainer.contract.rundir import RunDir
 
 
 def _launch(tmp_path: Path, scene: Path, nproc: int, timeout_s: float = 120.0, **overrides) -> TrialLaunch:

@@ -5,14 +5,14 @@ Entry point: :func:`load_scene`, which detects the format from the path.
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
-from trainer.data.options import FORMAT_CHOICES, FORMAT_NAMES, SceneOptions
+from trainer.contract.errors import SceneError
+from trainer.contract.formats import SceneFormat, format_by_flag
+from trainer.contract.formats import detect_formats as detect_scene_formats
+from trainer.data.options import SceneOptions
 from trainer.data.scene import SPLITS, Frame, Intrinsics, Scene, SkippedFrame
-from trainer.errors import SceneError
-
-#: ``Scene.format`` → the ``--format`` value naming it.
-FORMAT_FLAG = {"colmap": "colmap", "llff": "llff", "blender": "blender", "instant-ngp": "ngp"}
 
 __all__ = [
     "SPLITS",
@@ -29,42 +29,23 @@ __all__ = [
 
 
 def detect_formats(path: str | Path) -> list[str]:
-    """Every scene format stored at ``path``, most camera information first.
-
-    The order is the loading policy (``docs/loading.md``): ``"colmap"`` (a ``sparse/`` folder or
-    ``cameras``/``images`` model files: per-image intrinsics and distortion), ``"llff"``
-    (``poses_bounds.npy``: one focal length, no distortion), ``"blender"``
-    (``transforms_train.json``), ``"instant-ngp"`` (``transforms.json``). A file names its one format.
+    """The names of every scene format stored at ``path``, most camera information first (the
+    loading policy, ``docs/loading.md``; the table :data:`trainer.contract.formats.SCENE_FORMATS`).
 
     Raises:
         SceneError: if the path does not exist or holds none of these.
     """
-    p = Path(path)
-    if not p.exists():
-        raise SceneError(f"{p}: scene path does not exist")
-    if p.is_file():
-        if p.name == "poses_bounds.npy":
-            return ["llff"]
-        if p.suffix == ".json":
-            if p.name.startswith("transforms_") and p.name[len("transforms_"):-5] in SPLITS:
-                return ["blender"]
-            return ["instant-ngp"]
-        raise SceneError(f"{p}: not a scene file (expected transforms.json or poses_bounds.npy)")
-    found = []
-    if (p / "sparse").is_dir() or any((p / f"cameras{ext}").is_file() for ext in (".bin", ".txt")):
-        found.append("colmap")
-    if (p / "poses_bounds.npy").is_file():
-        found.append("llff")
-    if any((p / f"transforms_{split}.json").is_file() for split in SPLITS):
-        found.append("blender")
-    if (p / "transforms.json").is_file():
-        found.append("instant-ngp")
-    if not found:
-        raise SceneError(
-            f"{p}: no scene found (looked for transforms.json, transforms_train.json, "
-            "poses_bounds.npy, sparse/)"
-        )
-    return found
+    return [fmt.name for fmt in detect_scene_formats(path)]
+
+
+def _chosen_format(path: str | Path, found: list[SceneFormat], requested: str | None) -> SceneFormat:
+    if requested is None:
+        return found[0]
+    wanted = format_by_flag(requested)
+    if wanted not in found:
+        raise SceneError(f"{path}: --format {requested}: no {wanted.name} scene here "
+                         f"(found: {', '.join(f.name for f in found)})")
+    return wanted
 
 
 def detect_format(path: str | Path, requested: str | None = None) -> str:
@@ -73,23 +54,16 @@ def detect_format(path: str | Path, requested: str | None = None) -> str:
 
     Args:
         path: a scene folder or its main file.
-        requested: ``"colmap"``, ``"llff"``, ``"blender"``, ``"ngp"``/``"instant-ngp"``, or None.
+        requested: a ``--format`` value (``"colmap"``, ``"llff"``, ``"blender"``, ``"ngp"``) or a
+            format's name (``"instant-ngp"``), or None.
 
     Returns:
-        One of ``"instant-ngp"``, ``"blender"``, ``"llff"``, ``"colmap"``.
+        A format's name (``"instant-ngp"``, ``"blender"``, ``"llff"``, ``"colmap"``).
 
     Raises:
         SceneError: nothing found, or the requested format is not stored there (naming those that are).
     """
-    found = detect_formats(path)
-    if requested is None:
-        return found[0]
-    wanted = FORMAT_NAMES.get(requested)
-    if wanted is None:
-        raise SceneError(f"--format {requested}: expected one of {', '.join(FORMAT_CHOICES)}")
-    if wanted not in found:
-        raise SceneError(f"{path}: --format {requested}: no {wanted} scene here (found: {', '.join(found)})")
-    return wanted
+    return _chosen_format(path, detect_scene_formats(path), requested).name
 
 
 def load_scene(path: str | Path, **options: object) -> Scene:
@@ -114,30 +88,24 @@ def load_scene(path: str | Path, **options: object) -> Scene:
         opts = SceneOptions(**options)  # type: ignore[arg-type]
     except TypeError as exc:
         raise SceneError(f"load_scene: {exc}") from None
-    found = detect_formats(path)
-    fmt = detect_format(path, opts.format)
-    if fmt == "instant-ngp":
-        from trainer.data.formats import ngp as loader
-    elif fmt == "blender":
-        from trainer.data.formats import blender as loader
-    elif fmt == "llff":
-        from trainer.data.formats import llff as loader
-    else:
-        from trainer.data.formats import colmap as loader
+    found = detect_scene_formats(path)
+    fmt = _chosen_format(path, found, opts.format)
+    loader = importlib.import_module(fmt.loader)
     ignored = [f for f in found if f != fmt]
     try:
         scene = loader.load(Path(path), opts)
     except SceneError as exc:
         if not ignored or opts.format is not None:
             raise
-        flags = " or ".join(f"--format {FORMAT_FLAG[f]}" for f in ignored)
-        raise SceneError(f"{exc} (this folder also holds {', '.join(ignored)}: {flags} loads that instead)") from None
+        flags = " or ".join(f"--format {f.flag}" for f in ignored)
+        raise SceneError(f"{exc} (this folder also holds {', '.join(f.name for f in ignored)}: "
+                         f"{flags} loads that instead)") from None
     if ignored:
-        how = f"--format {FORMAT_FLAG[fmt]}" if opts.format is not None else "most camera information"
-        scene.ignored_formats = ignored
+        how = f"--format {fmt.flag}" if opts.format is not None else "most camera information"
+        scene.ignored_formats = [f.name for f in ignored]
         scene.notes.insert(
             0,
-            f"format: {fmt} chosen ({how}); also found and ignored: {', '.join(ignored)} "
-            f"(--format {' / '.join(FORMAT_FLAG[f] for f in ignored)} picks one)",
+            f"format: {fmt.name} chosen ({how}); also found and ignored: {', '.join(f.name for f in ignored)} "
+            f"(--format {' / '.join(f.flag for f in ignored)} picks one)",
         )
     return scene

@@ -24,7 +24,7 @@ import numpy as np
 
 from trainer.data.imageinfo import exif_orientation, image_size
 from trainer.data.scene import Intrinsics
-from trainer.errors import SceneError
+from trainer.contract.errors import SceneError
 
 #: instant-ngp's default NeRF scale (``NERF_SCALE`` in ``nerf_loader.h``) and offset.
 NERF_SCALE = 0.33

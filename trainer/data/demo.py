@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trainer.errors import ConfigError, SceneError
+from trainer.contract.errors import ConfigError, SceneError
 
 __all__ = [
     "CAMERA_ANGLE_X",

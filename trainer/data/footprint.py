@@ -5,7 +5,7 @@ For a training view with focal length f (pixels) whose camera sits at distance d
 centre, one pixel covers d / f world units at the centre (pinhole model). A grid of resolution N
 across a box of side s has cells of s / N; cells as wide as pixels need ``N = s · f / d``. The scene's
 value is the median over the training views. The finest hash-grid level is set from it
-(:meth:`trainer.config.EncodingConfig.finest_resolution`): levels finer than the views' pixels only
+(:meth:`trainer.contract.config.EncodingConfig.finest_resolution`): levels finer than the views' pixels only
 add hash collisions. On lego_400 (400-pixel views, f = 556 px, d = 1.33 in the unit cube) it gives
 418, rounded up to 512 — the best of 256/512/1024/2048 measured on its test views
 (``configs/nerf_synthetic_400.json``), where instant-ngp's fixed rule gives 2048.

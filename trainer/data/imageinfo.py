@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainer.errors import SceneError
+from trainer.contract.errors import SceneError
 
 # OpenCV refuses to decode larger images (CV_IO_MAX_IMAGE_PIXELS default, 2^30).
 MAX_IMAGE_PIXELS = 1 << 30

@@ -53,7 +53,7 @@ import torch
 
 from trainer.data.imageinfo import exif_orientation, image_size
 from trainer.data.scene import Frame
-from trainer.errors import SceneError
+from trainer.contract.errors import SceneError
 
 # Bump when the decoded result for the same bytes and options changes (invalidates caches).
 PIXEL_CACHE_VERSION = 1

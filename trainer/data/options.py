@@ -4,14 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from trainer.errors import SceneError
+from trainer.contract.errors import SceneError
+from trainer.contract.formats import FORMAT_CHOICES, format_named
 
-#: Format names a caller may ask for (``--format``), in the order :func:`trainer.data.detect_formats`
-#: prefers them when a folder holds several: most camera information first.
-FORMAT_CHOICES = ("colmap", "llff", "blender", "ngp")
-#: ``--format`` name → ``Scene.format``.
-FORMAT_NAMES = {"colmap": "colmap", "llff": "llff", "blender": "blender", "ngp": "instant-ngp",
-                "instant-ngp": "instant-ngp"}
 CAMERA_CONVENTIONS = ("opengl", "opencv")
 
 
@@ -28,7 +23,8 @@ class SceneOptions:
             ``train``; 0 keeps every frame in ``train`` (then ``test`` is empty).
         aabb_scale: override of the scene's ``aabb_scale`` (power of two 1..128), or None.
         format: ``"colmap"``, ``"llff"``, ``"blender"``, ``"ngp"`` (``"instant-ngp"``) to read that
-            format of a folder holding several, or None to pick by :data:`FORMAT_CHOICES` order.
+            format of a folder holding several, or None to pick by the loading policy
+            (:data:`trainer.contract.formats.SCENE_FORMATS` order).
         camera_convention: camera axes of ``transform_matrix`` in ``transforms*.json``:
             ``"opengl"`` (x right, y up, looking down −z; instant-ngp and NeRF) or ``"opencv"``
             (x right, y down, looking down +z).
@@ -53,7 +49,7 @@ class SceneOptions:
             raise SceneError(f"holdout_every: expected an integer >= 0, got {self.holdout_every!r}")
         if self.aabb_scale is not None:
             check_aabb_scale(self.aabb_scale, where="aabb_scale option")
-        if self.format is not None and self.format not in FORMAT_NAMES:
+        if self.format is not None and not _is_format(self.format):
             raise SceneError(f"format: expected one of {', '.join(FORMAT_CHOICES)}, got {self.format!r}")
         if self.camera_convention not in CAMERA_CONVENTIONS:
             raise SceneError(
@@ -76,3 +72,11 @@ def check_aabb_scale(value: object, where: str) -> int:
     if value < 1 or value > 128 or (value & (value - 1)) != 0:
         raise SceneError(f"{where}: aabb_scale must be a power of two in 1..128, got {value!r}")
     return value
+
+
+def _is_format(name: str) -> bool:
+    try:
+        format_named(name)
+    except KeyError:
+        return False
+    return True

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from trainer.errors import SceneError
+from trainer.contract.errors import SceneError
 
 #: Longest image side (pixels) the automatic downscale aims at.
 MAX_AUTO_SIDE_PX = 1600

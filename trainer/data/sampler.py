@@ -46,7 +46,7 @@ import torch
 from trainer.data.images import PixelTable, decode_frame, load_pixel_table, rgba_as
 from trainer.data.rays import IntrinsicsTensors, camera_dirs_to_world, pixel_to_camera_dirs
 from trainer.data.scene import Frame
-from trainer.errors import ConfigError, SceneError, TrainingError
+from trainer.contract.errors import ConfigError, SceneError, TrainingError
 
 PLACEMENTS = ("auto", "device", "pinned", "stream")
 

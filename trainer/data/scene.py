@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-SPLITS = ("train", "val", "test")
+from trainer.contract.formats import SPLITS  # noqa: F401  (the splits a scene may have)
 
 
 @dataclasses.dataclass(frozen=True)

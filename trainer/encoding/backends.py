@@ -33,7 +33,7 @@ from trainer.encoding.hashgrid import (
     hash_grid_encode_reference,
     level_offsets,
 )
-from trainer.errors import ConfigError
+from trainer.contract.errors import ConfigError
 
 __all__ = [
     "BACKEND_NAMES",

@@ -34,8 +34,8 @@ import math
 
 import torch
 
-from trainer.config import NGP_DESIRED_RESOLUTION, is_int
-from trainer.errors import ConfigError
+from trainer.contract.config import NGP_DESIRED_RESOLUTION, is_int
+from trainer.contract.errors import ConfigError
 
 __all__ = [
     "HASH_PRIMES",
@@ -69,7 +69,7 @@ class HashGridConfig:
         per_level_scale: growth factor b >= 1 between levels, or None.
         max_resolution: finest resolution N_max >= base_resolution, or None. At most one of
             ``per_level_scale`` and ``max_resolution`` may be given; with neither, N_max = 2048
-            (instant-ngp's unit cube, :data:`trainer.config.NGP_DESIRED_RESOLUTION`).
+            (instant-ngp's unit cube, :data:`trainer.contract.config.NGP_DESIRED_RESOLUTION`).
             ``b = exp((ln N_max − ln N_min) / (L − 1))`` (paper eq. 3); b = 1 when L = 1.
 
     Raises:

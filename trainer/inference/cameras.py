@@ -38,7 +38,7 @@ import numpy as np
 
 from trainer.data.convention import centre_of_attention
 from trainer.data.scene import Frame, Intrinsics, Scene
-from trainer.errors import ConfigError, SceneError
+from trainer.contract.errors import ConfigError, SceneError
 from trainer.inference.worldframe import world_c2w_to_cube
 
 __all__ = [

@@ -1,5 +1,5 @@
 """``render`` and ``export`` command lines (``python -m trainer.inference``; ``ngptune render|export``
-registers the same parsers through :func:`register`).
+runs this process, with the same flags: :mod:`trainer.contract.commandline`).
 
 Every flag is checked before the model is loaded; bad input ends with one ``error:`` line naming
 the flag, file or key, exit status 2, and nothing is written. Ctrl-C ends with one
@@ -17,91 +17,33 @@ import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
-from trainer.errors import ConfigError, NgptuneError
-from trainer.inference.defaults import DEFAULT_MESH_THRESHOLD, MAX_RAYS_PER_POINT
-from trainer.inference.outputs import VIDEO_EXTENSIONS
-from trainer.runstatus import print_error
+from trainer.contract.commandline import (
+    DEFAULT_FPS,
+    DEFAULT_SECONDS,
+    EXPORT_HELP,
+    RENDER_HELP,
+    add_export_arguments,
+    add_render_arguments,
+)
+from trainer.contract.errors import ConfigError, TrainerError
+from trainer.contract.runstatus import print_error
 
-__all__ = ["build_parser", "export_command", "main", "register", "render_command"]
+__all__ = ["build_parser", "export_command", "main", "render_command"]
 
-DEFAULT_FPS = 30.0
-DEFAULT_SECONDS = 4.0
 RENDER_GROUP_TIMEOUT_S = 6 * 3600.0  # ranks that finish early wait this long at the final barrier
 INTERRUPTED_EXIT = 130  # 128 + SIGINT, as a shell reports Ctrl-C
 
 
-def add_render_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", type=Path, help="run folder, snapshot file or checkpoint folder")
-    p.add_argument("--cameras", default="test",
-                   help="test | train | val | orbit | PATH.json (instant-ngp base_cam.json or nerfstudio "
-                        "camera_path.json) (default test)")
-    p.add_argument("--spp", "--screenshot-spp", dest="spp", type=int, default=1,
-                   help="jittered renders averaged per pixel (default 1)")
-    p.add_argument("--width", type=int, default=None, help="image width in pixels (default: the cameras')")
-    p.add_argument("--height", type=int, default=None, help="image height in pixels (default: the cameras')")
-    p.add_argument("--downscale", type=int, default=None, help="shrink the cameras' images by this factor")
-    p.add_argument("--frames", type=int, default=None,
-                   help="frames of an orbit or path (default fps × seconds); for a split: this many views, evenly spaced")
-    p.add_argument("--fps", type=float, default=None, help=f"frames per second (default: the path file's, else {DEFAULT_FPS:g})")
-    p.add_argument("--seconds", type=float, default=None,
-                   help=f"length of an orbit or path (default: the path file's, else {DEFAULT_SECONDS:g})")
-    p.add_argument("--elevation", type=float, default=None, help="orbit elevation in degrees (default: the training cameras' mean)")
-    p.add_argument("--radius", type=float, default=None, help="orbit radius in scene units (default: the training cameras' mean distance)")
-    p.add_argument("--fov", type=float, default=None, help="orbit vertical field of view in degrees (default: the first training camera's)")
-    p.add_argument("--video", type=Path, default=None,
-                   help=f"write a video, H.264 (else MPEG-4 part 2): {', '.join(VIDEO_EXTENSIONS)}")
-    p.add_argument("--out", type=Path, default=None,
-                   help="folder for PNG frames (default without --video: MODEL's folder/render-<cameras>)")
-    p.add_argument("--depth", action="store_true", help="also write 16-bit depth PNGs and colourised previews")
-    p.add_argument("--background", default=None, help="white | black | #RRGGBB (default: the scene's evaluation background)")
-    p.add_argument("--nproc-per-node", type=int, default=None, help="split the frames across N ranks (gloo)")
-    p.add_argument("--scene", type=Path, default=None, help="the scene, when it moved since training (default: the run's)")
-    p.add_argument("--device", default=None, help="cpu | cuda | cuda:N (default: the run's training.device)")
-    p.add_argument("--seed", type=int, default=1337, help="seed of the jitter of --spp > 1 (default 1337)")
-    p.add_argument("--quiet", action="store_true", help="no progress display")
-
-
-def _add_export_common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", type=Path, help="run folder, snapshot file or checkpoint folder")
-    p.add_argument("--scene", type=Path, default=None, help="the scene, when it moved since training (default: the run's)")
-    p.add_argument("--device", default=None, help="cpu | cuda | cuda:N (default: the run's training.device)")
-    p.add_argument("--quiet", action="store_true", help="no progress display")
-
-
-def add_export_arguments(p: argparse.ArgumentParser) -> None:
-    kinds = p.add_subparsers(dest="kind", required=True)
-    mesh = kinds.add_parser("mesh", help="marching-cubes mesh with vertex colours, in the capture's world frame")
-    _add_export_common(mesh)
-    mesh.add_argument("--resolution", type=int, default=256, help="lattice points per axis (default 256)")
-    mesh.add_argument("--threshold", type=float, default=DEFAULT_MESH_THRESHOLD,
-                      help=f"density σ of the surface, a finite number >= 0 (default {DEFAULT_MESH_THRESHOLD:g}, "
-                           "instant-ngp's)")
-    mesh.add_argument("--aabb", type=float, nargs=6, default=None, metavar=("X0", "Y0", "Z0", "X1", "Y1", "Z1"),
-                      help="box to mesh in scene units (default: the occupied part of the occupancy grid)")
-    mesh.add_argument("--out", type=Path, default=None, help="FILE.ply | .obj | .glb (default: MODEL's folder/mesh.ply)")
-    cloud = kinds.add_parser("pointcloud", help="coloured points at the expected depth of training rays (PLY)")
-    _add_export_common(cloud)
-    cloud.add_argument("--n-points", type=int, default=200_000,
-                       help=f"points to write, one per training ray that reaches --min-opacity (default 200000); "
-                            f"at most {MAX_RAYS_PER_POINT}·N rays are cast, then the points found are written")
-    cloud.add_argument("--min-opacity", type=float, default=0.5, help="keep rays at least this opaque (default 0.5)")
-    cloud.add_argument("--seed", type=int, default=0, help="seed of the ray choice (default 0)")
-    cloud.add_argument("--out", type=Path, default=None, help="FILE.ply (default: MODEL's folder/pointcloud.ply)")
-
-
-def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``render`` and ``export`` to a parent parser's sub-commands."""
-    p = subparsers.add_parser("render", help="render views, orbits and camera paths of a trained model (PNG, video, depth)")
+def build_parser(prog: str = "python -m trainer.inference") -> argparse.ArgumentParser:
+    """``render`` and ``export`` with the flags of :mod:`trainer.contract.commandline`."""
+    parser = argparse.ArgumentParser(prog=prog, description="Render or export a trained instant-NGP model.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    p = commands.add_parser("render", help=RENDER_HELP)
     add_render_arguments(p)
     p.set_defaults(func=render_command)
-    p = subparsers.add_parser("export", help="export a trained model as a mesh or a point cloud")
+    p = commands.add_parser("export", help=EXPORT_HELP)
     add_export_arguments(p)
     p.set_defaults(func=export_command)
-
-
-def build_parser(prog: str = "python -m trainer.inference") -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description="Render or export a trained instant-NGP model.")
-    register(parser.add_subparsers(dest="command", required=True))
     return parser
 
 
@@ -294,7 +236,7 @@ def _launch_render(args: argparse.Namespace) -> int:
     try:
         launch_workers(["-m", "trainer.inference", "render", *argv], args.nproc_per_node, run_dir=logs,
                        timeout_s=300, env_extra={"NGPTUNE_RENDER_SUMMARY": str(logs / "summary.json")})
-    except NgptuneError as exc:
+    except TrainerError as exc:
         raise type(exc)(f"{exc} (rank logs in {logs}/logs)") from None
     except KeyboardInterrupt:
         from trainer.inference.render_views import RenderInterrupted
@@ -315,7 +257,7 @@ def _render_worker(args: argparse.Namespace) -> int:
     for the final barrier (a subgrid checkpoint is loaded as one rank holding every box)."""
     import torch.distributed as dist
 
-    from trainer.config import apply_overrides, load_config
+    from trainer.contract.config import apply_overrides, load_config
     from trainer.inference.loading import load_model
     from trainer.inference.render_views import render_job
     from trainer.parallel.dist_env import detect_dist_env, init_distributed
@@ -399,7 +341,7 @@ def _export_pointcloud(args: argparse.Namespace, out: Path) -> int:
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "python -m trainer.inference") -> int:
-    from trainer.runstatus import plain_warning_format
+    from trainer.contract.runstatus import plain_warning_format
 
     plain_warning_format()
     raw = list(sys.argv[1:] if argv is None else argv)
@@ -408,6 +350,6 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m trainer.infer
         args.render_argv = raw[raw.index("render") + 1 :]
     try:
         return int(args.func(args))
-    except NgptuneError as exc:
+    except TrainerError as exc:
         print_error(exc)
         return 2

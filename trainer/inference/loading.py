@@ -26,9 +26,9 @@ from typing import Any
 
 import torch
 
-from trainer.config import TrainConfig, apply_overrides, config_from_dict
-from trainer.errors import ConfigError, SceneError, SnapshotError
-from trainer.rundir import RunDir
+from trainer.contract.config import TrainConfig, apply_overrides, config_from_dict
+from trainer.contract.errors import ConfigError, SceneError, SnapshotError
+from trainer.contract.rundir import RunDir
 
 __all__ = ["LoadedModel", "check_model_path", "find_model_source", "load_model", "precision_autocast"]
 

@@ -23,12 +23,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from trainer.errors import ConfigError
-from trainer.inference.defaults import DEFAULT_MESH_THRESHOLD
+from trainer.contract.errors import ConfigError
+from trainer.contract.commandline import DEFAULT_MESH_THRESHOLD
 from trainer.inference.loading import LoadedModel, precision_autocast
 from trainer.inference.progress import Progress
 from trainer.inference.worldframe import cube_to_world, world_to_cube
-from trainer.rundir import atomic_write, prepare_output_file
+from trainer.contract.rundir import atomic_write, prepare_output_file
 
 __all__ = [
     "DEFAULT_THRESHOLD",

@@ -13,7 +13,7 @@ Both writers put H.264 and MPEG-4 part 2 into ``.mp4``, ``.mov``, ``.mkv`` and `
 (:data:`VIDEO_EXTENSIONS`); WebM holds only VP8, VP9 or AV1, so ``.webm`` is refused up front.
 Before the rename, the finished temporary file is opened with OpenCV's ``VideoCapture``: it must
 report at least one frame and decode the first; otherwise it is removed and
-:class:`~trainer.errors.ConfigError` names ``--video``.
+:class:`~trainer.contract.errors.ConfigError` names ``--video``.
 
 Depth PNGs (``<name>_depth.png``, uint16): ``value · depth_scale`` is the expected ray-termination
 distance in the scene's source units (0: no surface along the ray); ``depth_scale`` is written
@@ -33,11 +33,11 @@ from typing import Any
 
 import numpy as np
 
-from trainer.errors import ConfigError
-from trainer.rundir import atomic_write, atomic_write_text
+from trainer.contract.commandline import VIDEO_EXTENSIONS
+from trainer.contract.errors import ConfigError
+from trainer.contract.rundir import atomic_write, atomic_write_text
 
 __all__ = [
-    "VIDEO_EXTENSIONS",
     "VideoFile",
     "VideoUnavailable",
     "check_video_file",
@@ -49,7 +49,6 @@ __all__ = [
     "write_depth_scale",
 ]
 
-VIDEO_EXTENSIONS = (".mp4", ".mov", ".mkv", ".avi")  # containers both writers fill with H.264 / MPEG-4
 # Containers whose codecs neither writer encodes: the reason, for the error line.
 UNSUPPORTED_VIDEO_CONTAINERS = {".webm": "WebM holds only VP8, VP9 or AV1 video"}
 _NAMED_BACKGROUNDS = {"white": (1.0, 1.0, 1.0), "black": (0.0, 0.0, 0.0)}
@@ -138,7 +137,7 @@ def _temp_name(path: Path) -> Path:
 
 def write_png(path: Path, image: np.ndarray) -> Path:
     """Write ``image`` ([h, w, 3] RGB uint8/uint16, or [h, w] uint16) as a PNG, atomically
-    (:func:`trainer.rundir.atomic_write`).
+    (:func:`trainer.contract.rundir.atomic_write`).
 
     Raises:
         OSError: the encoder failed.

@@ -7,7 +7,7 @@ renderer (:func:`trainer.train.evaluate.render_ray_buffers`, black background); 
 accumulated opacity reaches ``min_opacity`` gives a point at ``o + d · Σ w_i t_i / Σ w_i``
 coloured ``Σ w_i c_i / Σ w_i`` (the colour without background). Batches go on until
 ``n_points`` points are collected or the ray cap is reached: ``MAX_RAYS_PER_POINT · n_points``
-rays (:mod:`trainer.inference.defaults`), and never more than the training images have pixels;
+rays (:data:`trainer.contract.commandline.MAX_RAYS_PER_POINT`), and never more than the training images have pixels;
 then the points found so far are written and the result says it fell short.
 
 Memory: the ray order is ``8 B`` per ray of the cap, the points ``36 B`` each (at most one per
@@ -28,12 +28,12 @@ import numpy as np
 import torch
 
 from trainer.data.rays import IntrinsicsTensors, generate_rays
-from trainer.errors import ConfigError
-from trainer.inference.defaults import MAX_RAYS_PER_POINT
+from trainer.contract.errors import ConfigError
+from trainer.contract.commandline import MAX_RAYS_PER_POINT
 from trainer.inference.loading import LoadedModel
 from trainer.inference.progress import Progress
 from trainer.inference.worldframe import cube_to_world
-from trainer.rundir import atomic_write, prepare_output_file
+from trainer.contract.rundir import atomic_write, prepare_output_file
 
 __all__ = ["MAX_RAYS_PER_POINT", "check_pointcloud_request", "extract_pointcloud", "shortfall_note", "write_pointcloud"]
 

@@ -18,7 +18,7 @@ from torch import nn
 from trainer.encoding.backends import HashGridEncoding
 from trainer.encoding.hashgrid import HashGridConfig
 from trainer.encoding.sh import SH_MAX_DEGREE, sh_encode, sh_output_dim
-from trainer.errors import ConfigError
+from trainer.contract.errors import ConfigError
 from trainer.model.mlp import MLP, MLPConfig
 
 __all__ = ["DENSITY_OUTPUT_DIM", "MLPConfig", "NGPField", "trunc_exp"]

@@ -14,7 +14,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from trainer.errors import ConfigError
+from trainer.contract.errors import ConfigError
 
 __all__ = ["ACTIVATIONS", "MLP", "MLPConfig"]
 

@@ -44,8 +44,12 @@ DOT_PRECISIONS = {"ieee": 0, "tf32": 1, "bf16": 2}  # tl.dot input precision →
 # Launch settings (tile rows, warps, persistent programs per SM); bench/mlp.py times alternatives.
 # tl.dot needs >= 16 rows; the backward keeps six weight-gradient accumulators (~10k floats at
 # width 64) in registers beside a tile's activations, hence its smaller tile and 8 warps.
-KERNEL_SETTINGS = {"forward_rows": 64, "forward_warps": 4, "backward_rows": 32, "backward_warps": 8,
-                   "density_rows": 64, "density_warps": 4, "programs_per_sm": 4}
+KERNEL_SETTINGS = {"forward_rows": 128, "forward_warps": 4, "backward_rows": 32, "backward_warps": 8,
+                   "density_rows": 128, "density_warps": 4, "programs_per_sm": 4}
+# IEEE products run on the FMA units; their backward keeps the launch it was measured fastest
+# with (1024 programs of 8 fixed tiles at 2^18 samples: a persistent loop of unknown length
+# made it several times slower on an H200, docs/benchmarks.md)
+IEEE_BACKWARD_TILES = 8
 INTERPRETER_PROGRAMS = 4  # persistent programs when there is no GPU (Triton's CPU interpreter)
 GEOMETRY_DIM = 16  # the density MLP's output: the density logit h₀ and 15 geometry features
 SH_PAD = 16  # SH coefficients, padded to the degree-4 count
@@ -193,10 +197,46 @@ def _store_partial(ptr, tile_t, row_stride, col0, K: tl.constexpr, N: tl.constex
 
 
 @triton.jit
+def _backward_tile(x_ptr, sh_ptr, g_sigma_ptr, g_rgb_ptr, g_x_ptr, tile, n, n_in, n_sh, sh_stride,
+                   wd1t, wd2t, wgt, wst, wc2t, wc3t, acc_d1, acc_d2, acc_g, acc_s, acc_c2, acc_c3,
+                   ROWS: tl.constexpr, IN: tl.constexpr, W: tl.constexpr, G: tl.constexpr, SHP: tl.constexpr,
+                   OUTP: tl.constexpr, EXP_MAX: tl.constexpr, DOT: tl.constexpr):
+    """One tile's backward: the features' gradient stored, the weight gradients added to the six
+    accumulators (returned)."""
+    cg = tl.arange(0, G)[None, :]
+    co = tl.arange(0, OUTP)[None, :]
+    cin = tl.arange(0, IN)[None, :]
+    rows = (tile * ROWS + tl.arange(0, ROWS)).to(tl.int64)
+    rmask = rows < n
+    x, h1, h, sh, c1, c2, o = _forward_tile(x_ptr, sh_ptr, rows, rmask, n_in, n_sh, sh_stride,
+                                            wd1t, wd2t, wgt, wst, wc2t, wc3t, IN, W, G, SHP, DOT)
+    rgb = tl.sigmoid(o)
+    g_rgb = tl.load(g_rgb_ptr + rows[:, None] * 3 + co, mask=rmask[:, None] & (co < 3), other=0.0)
+    d_o = g_rgb * rgb * (1.0 - rgb)
+    acc_c3 += _mm(tl.trans(c2), d_o, DOT)
+    d_c2 = tl.where(c2 > 0.0, _mm(d_o, tl.trans(wc3t), DOT), 0.0)
+    acc_c2 += _mm(tl.trans(c1), d_c2, DOT)
+    d_c1 = tl.where(c1 > 0.0, _mm(d_c2, tl.trans(wc2t), DOT), 0.0)
+    acc_g += _mm(tl.trans(h), d_c1, DOT)
+    acc_s += _mm(tl.trans(sh), d_c1, DOT)
+    d_h = _mm(d_c1, tl.trans(wgt), DOT)  # column 0 is 0 (wgt's row 0 is)
+    h0 = tl.sum(tl.where(cg == 0, h, 0.0), axis=1)
+    g_sigma = tl.load(g_sigma_ptr + rows, mask=rmask, other=0.0)
+    d_h0 = g_sigma * tl.exp(tl.minimum(h0, EXP_MAX))
+    d_h = tl.where(cg == 0, d_h0[:, None], d_h)
+    acc_d2 += _mm(tl.trans(h1), d_h, DOT)
+    d_h1 = tl.where(h1 > 0.0, _mm(d_h, tl.trans(wd2t), DOT), 0.0)
+    acc_d1 += _mm(tl.trans(x), d_h1, DOT)
+    d_x = _mm(d_h1, tl.trans(wd1t), DOT)
+    tl.store(g_x_ptr + rows[:, None] * n_in + cin, d_x, mask=rmask[:, None] & (cin < n_in))
+    return acc_d1, acc_d2, acc_g, acc_s, acc_c2, acc_c3
+
+
+@triton.jit
 def _head_backward_kernel(x_ptr, sh_ptr, wd1_ptr, wd2_ptr, wc1_ptr, wc2_ptr, wc3_ptr,
                           g_sigma_ptr, g_rgb_ptr, g_x_ptr, partial_ptr,
                           n, n_in, n_sh, sh_stride, partial_stride, off_d2, off_c1, off_c2, off_c3,
-                          ROWS: tl.constexpr, IN: tl.constexpr, W: tl.constexpr,
+                          ROWS: tl.constexpr, TILES: tl.constexpr, IN: tl.constexpr, W: tl.constexpr,
                           G: tl.constexpr, SHP: tl.constexpr, OUTP: tl.constexpr, EXP_MAX: tl.constexpr,
                           DOT: tl.constexpr):
     pid = tl.program_id(0).to(tl.int64)
@@ -208,33 +248,18 @@ def _head_backward_kernel(x_ptr, sh_ptr, wd1_ptr, wd2_ptr, wc1_ptr, wc2_ptr, wc3
     acc_s = tl.zeros((SHP, W), dtype=tl.float32)
     acc_c2 = tl.zeros((W, W), dtype=tl.float32)
     acc_c3 = tl.zeros((W, OUTP), dtype=tl.float32)
-    cg = tl.arange(0, G)[None, :]
-    co = tl.arange(0, OUTP)[None, :]
-    cin = tl.arange(0, IN)[None, :]
-    for tile in range(tl.program_id(0), tl.cdiv(n, ROWS), tl.num_programs(0)):
-        rows = (tile * ROWS + tl.arange(0, ROWS)).to(tl.int64)
-        rmask = rows < n
-        x, h1, h, sh, c1, c2, o = _forward_tile(x_ptr, sh_ptr, rows, rmask, n_in, n_sh, sh_stride,
-                                                wd1t, wd2t, wgt, wst, wc2t, wc3t, IN, W, G, SHP, DOT)
-        rgb = tl.sigmoid(o)
-        g_rgb = tl.load(g_rgb_ptr + rows[:, None] * 3 + co, mask=rmask[:, None] & (co < 3), other=0.0)
-        d_o = g_rgb * rgb * (1.0 - rgb)
-        acc_c3 += _mm(tl.trans(c2), d_o, DOT)
-        d_c2 = tl.where(c2 > 0.0, _mm(d_o, tl.trans(wc3t), DOT), 0.0)
-        acc_c2 += _mm(tl.trans(c1), d_c2, DOT)
-        d_c1 = tl.where(c1 > 0.0, _mm(d_c2, tl.trans(wc2t), DOT), 0.0)
-        acc_g += _mm(tl.trans(h), d_c1, DOT)
-        acc_s += _mm(tl.trans(sh), d_c1, DOT)
-        d_h = _mm(d_c1, tl.trans(wgt), DOT)  # column 0 is 0 (wgt's row 0 is)
-        h0 = tl.sum(tl.where(cg == 0, h, 0.0), axis=1)
-        g_sigma = tl.load(g_sigma_ptr + rows, mask=rmask, other=0.0)
-        d_h0 = g_sigma * tl.exp(tl.minimum(h0, EXP_MAX))
-        d_h = tl.where(cg == 0, d_h0[:, None], d_h)
-        acc_d2 += _mm(tl.trans(h1), d_h, DOT)
-        d_h1 = tl.where(h1 > 0.0, _mm(d_h, tl.trans(wd2t), DOT), 0.0)
-        acc_d1 += _mm(tl.trans(x), d_h1, DOT)
-        d_x = _mm(d_h1, tl.trans(wd1t), DOT)
-        tl.store(g_x_ptr + rows[:, None] * n_in + cin, d_x, mask=rmask[:, None] & (cin < n_in))
+    if TILES > 0:  # TILES consecutive tiles per program, a loop of known length
+        for t in range(TILES):
+            acc_d1, acc_d2, acc_g, acc_s, acc_c2, acc_c3 = _backward_tile(
+                x_ptr, sh_ptr, g_sigma_ptr, g_rgb_ptr, g_x_ptr, pid * TILES + t, n, n_in, n_sh, sh_stride,
+                wd1t, wd2t, wgt, wst, wc2t, wc3t, acc_d1, acc_d2, acc_g, acc_s, acc_c2, acc_c3,
+                ROWS, IN, W, G, SHP, OUTP, EXP_MAX, DOT)
+    else:  # persistent: every num_programs-th tile
+        for tile in range(tl.program_id(0), tl.cdiv(n, ROWS), tl.num_programs(0)):
+            acc_d1, acc_d2, acc_g, acc_s, acc_c2, acc_c3 = _backward_tile(
+                x_ptr, sh_ptr, g_sigma_ptr, g_rgb_ptr, g_x_ptr, tile, n, n_in, n_sh, sh_stride,
+                wd1t, wd2t, wgt, wst, wc2t, wc3t, acc_d1, acc_d2, acc_g, acc_s, acc_c2, acc_c3,
+                ROWS, IN, W, G, SHP, OUTP, EXP_MAX, DOT)
     base = partial_ptr + pid * partial_stride
     n_c1 = G - 1 + n_sh
     _store_partial(base, acc_d1, n_in, 0, IN, W, 0, n_in, W)
@@ -308,7 +333,8 @@ class _FusedHead(torch.autograd.Function):
         sizes = [w.numel() for w in weights]
         offsets = [sum(sizes[:i]) for i in range(len(sizes))]
         rows = KERNEL_SETTINGS["backward_rows"]
-        n_programs = _programs(x, n, rows)
+        tiles = IEEE_BACKWARD_TILES if ctx.dot == DOT_PRECISIONS["ieee"] else 0
+        n_programs = max(1, triton.cdiv(n, rows * tiles)) if tiles else _programs(x, n, rows)
         # every element of a program's row is written (the stores' masks cover each weight); with no
         # samples there is no program, and the gradients are zeros
         alloc = torch.empty if n else torch.zeros
@@ -319,8 +345,9 @@ class _FusedHead(torch.autograd.Function):
                 _head_backward_kernel[(n_programs,)](
                     x, sh, *weights, g_sigma, g_rgb, g_x, partial, n, meta["n_in"], meta["n_sh"],
                     meta["sh_stride"], partial.stride(0), offsets[1], offsets[2], offsets[3], offsets[4],
-                    ROWS=rows, IN=meta["IN"], W=meta["W"], G=meta["G"], SHP=meta["SHP"], OUTP=meta["OUTP"],
-                    EXP_MAX=_TRUNC_EXP_GRAD_MAX, DOT=ctx.dot, num_warps=KERNEL_SETTINGS["backward_warps"],
+                    ROWS=rows, TILES=tiles, IN=meta["IN"], W=meta["W"], G=meta["G"], SHP=meta["SHP"],
+                    OUTP=meta["OUTP"], EXP_MAX=_TRUNC_EXP_GRAD_MAX, DOT=ctx.dot,
+                    num_warps=KERNEL_SETTINGS["backward_warps"],
                 )
         total = partial.sum(dim=0)
         grads = [total[o:o + s].view_as(w) for o, s, w in zip(offsets, sizes, weights)]

@@ -32,8 +32,9 @@ from typing import Any, NamedTuple
 import torch
 import torch.distributed as dist
 
-from trainer.config import GpuCapability, TrainConfig
-from trainer.errors import ConfigError, SnapshotError, TrainingError
+from trainer.contract.config import GpuCapability, TrainConfig
+from trainer.contract.errors import ConfigError, SnapshotError, TrainingError
+from trainer.contract.world import check_rank_entries
 from trainer.parallel.grad_sync import collective_device
 
 __all__ = [
@@ -77,14 +78,8 @@ def shares_from_capabilities(
             got r`` for a rank that does not exist; ``distributed.world_size`` if it is < 1.
     """
     world_size = _check_world_size(world_size)
-    powers: dict[int, float] = {}
-    for i, entry in enumerate(capabilities):
-        if entry.rank >= world_size:
-            raise ConfigError(
-                f"distributed.gpu_capabilities[{i}].rank: expected a rank < world size "
-                f"({world_size}), got {entry.rank}"
-            )
-        powers[entry.rank] = float(entry.compute_power)
+    check_rank_entries("distributed.gpu_capabilities[{i}].rank", (entry.rank for entry in capabilities), world_size)
+    powers = {entry.rank: float(entry.compute_power) for entry in capabilities}
     default = sum(powers.values()) / len(powers) if powers else 1.0
     raw = [powers.get(rank, default) for rank in range(world_size)]
     total = sum(raw)

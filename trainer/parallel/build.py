@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from trainer.config import TrainConfig
+from trainer.contract.config import TrainConfig
 from trainer.data import Scene
 from trainer.data.images import PixelTable
 from trainer.parallel.subgrid_train import SubgridTrainer
 from trainer.parallel.trainer import DataParallelTrainer, DistributedTrainerBase
-from trainer.rundir import RunDir
+from trainer.contract.rundir import RunDir
 
 __all__ = ["build_distributed_trainer"]
 

@@ -35,8 +35,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from trainer.errors import SnapshotError
-from trainer.rundir import RunDir, atomic_write, atomic_write_text
+from trainer.contract.errors import SnapshotError
+from trainer.contract.rundir import RunDir, atomic_write, atomic_write_text
 from trainer.train.snapshot import OTHER_CONFIG_HINT, short_message
 
 __all__ = [

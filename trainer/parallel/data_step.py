@@ -33,7 +33,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from trainer.errors import TrainingError
+from trainer.contract.errors import TrainingError
 from trainer.parallel.dist_step import DistributedStep
 from trainer.parallel.grad_sync import allreduce_bandwidth_gb_per_s
 from trainer.train.dynamic_step import host_training_samples

@@ -14,12 +14,12 @@
 
 The config's ``distributed`` block (``world_size``, ``master_addr``, ``master_port``,
 ``backend``) fills in what the launcher leaves out; a launcher's world size that contradicts
-``distributed.world_size`` is a :class:`~trainer.errors.ConfigError`.
+``distributed.world_size`` is a :class:`~trainer.contract.errors.ConfigError`.
 
 Device: ``training.device`` ``auto``/``cuda`` → ``cuda:<local_rank>`` (``cuda:0`` when the
 launcher shows each task a single GPU), ``cpu`` → ``cpu``. Backend ``auto`` → NCCL for a CUDA
-device, gloo otherwise (DESIGN.md §3; :func:`choose_backend`, the one place that rule lives;
-:func:`planned_backend` predicts it for a launcher before any rank starts).
+device, gloo otherwise (DESIGN.md §3; :func:`~trainer.contract.backend.choose_backend`, the one place that rule lives;
+:func:`~trainer.contract.backend.planned_backend` predicts it for a launcher before any rank starts).
 
 Every wait in :func:`init_distributed` and in later collectives is bounded by
 ``distributed.timeout_s`` (the ``timeout`` of ``init_process_group``; gloo applies it to every
@@ -43,26 +43,14 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from trainer.config import TrainConfig
-from trainer.errors import ConfigError, LaunchError
-from trainer.parallel.backend import (  # the backend rule, importable without torch
-    EMULATED_INTERCONNECT_ENV,
-    check_run_emulation,
-    choose_backend,
-    interconnect_env,
-    planned_backend,
-    visible_cuda_devices,
-)
+from trainer.contract.config import TrainConfig
+from trainer.contract.errors import ConfigError, LaunchError
+from trainer.contract.backend import choose_backend, interconnect_env
 from trainer.parallel.net_env import check_same_comm_env, check_socket_ifnames, comm_env
 
 __all__ = [
-    "EMULATED_INTERCONNECT_ENV",
     "DistEnv",
     "check_ranks_agree_on_comm_env",
-    "check_run_emulation",
-    "choose_backend",
-    "interconnect_env",
-    "planned_backend",
     "visible_cuda_devices",
     "check_port_free",
     "detect_dist_env",
@@ -77,6 +65,12 @@ __all__ = [
     "wait_for_peers",
     "slurm_job_port",
 ]
+
+
+def visible_cuda_devices() -> int:
+    """CUDA devices this process sees (0 without CUDA)."""
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
 
 # Ports derived from SLURM_JOB_ID lie in [SLURM_PORT_BASE, SLURM_PORT_BASE + SLURM_PORT_SPAN):
 # above the well-known and common service ports, below Linux's ephemeral range (32768-60999)

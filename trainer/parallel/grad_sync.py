@@ -69,7 +69,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from trainer.errors import ConfigError, LaunchError
+from trainer.contract.errors import ConfigError, LaunchError
 from trainer.train.timing import DeviceClock
 
 __all__ = [

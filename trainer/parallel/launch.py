@@ -10,14 +10,14 @@ the whole group up to ``max_restarts`` times when one fails, and otherwise stops
 
 Each worker is ``python -u -m trainer.parallel.launch --run-dir RUN_DIR --parent-pid PID --
 <argv_for_worker>``: this module's own ``__main__`` makes the worker stop when the launcher
-process ``PID`` dies (:func:`trainer.lifeline.stop_with_parent`: a launcher killed with SIGKILL
+process ``PID`` dies (:func:`trainer.contract.lifeline.stop_with_parent`: a launcher killed with SIGKILL
 cannot stop its ranks itself), sends the worker's stdout and stderr to
-``RUN_DIR/logs/rank<R>.log`` (:meth:`trainer.rundir.RunDir.log_path`; truncated on the first
+``RUN_DIR/logs/rank<R>.log`` (:meth:`trainer.contract.rundir.RunDir.log_path`; truncated on the first
 attempt, appended to on restarts), then runs ``<argv_for_worker>`` (``-m MODULE ARGS`` or
 ``SCRIPT ARGS``) in the same interpreter under torch elastic's ``@record``, so an uncaught
 exception reaches the launcher through the worker's error file.
 
-A failed job raises :class:`WorkersFailed` (a :class:`~trainer.errors.LaunchError`) with a
+A failed job raises :class:`WorkersFailed` (a :class:`~trainer.contract.errors.LaunchError`) with a
 one-line message naming the root-cause rank and what happened to it (the exception, the
 signal, or the exit code), e.g. ``rank 1 ran out of memory (OutOfMemoryError: CUDA out of
 memory. Tried to allocate 2.00 GiB); also failed: rank 0 (stopped by the launcher, SIGTERM);
@@ -43,11 +43,11 @@ import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from trainer.errors import LaunchError
-from trainer.lifeline import stop_with_parent
+from trainer.contract.errors import LaunchError
+from trainer.contract.lifeline import stop_with_parent
 from trainer.parallel.dist_env import check_port_free, restart_count as elastic_restart_count
-from trainer.rundir import RunDir
-from trainer.runstatus import error_or_last_line, failed_fields, strip_rank_prefix
+from trainer.contract.rundir import RunDir
+from trainer.contract.runstatus import error_or_last_line, failed_fields, strip_rank_prefix
 
 __all__ = ["RankFailure", "WorkersFailed", "launch_workers", "tail_lines"]
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import socket
 from collections.abc import Mapping, Sequence
 
-from trainer.errors import ConfigError, LaunchError
+from trainer.contract.errors import ConfigError, LaunchError
 
 __all__ = ["COMM_ENV_PREFIXES", "check_same_comm_env", "check_socket_ifnames", "comm_env", "host_interfaces",
            "matching_interfaces"]

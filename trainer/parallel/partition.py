@@ -35,7 +35,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from trainer.errors import ConfigError
+from trainer.contract.errors import ConfigError
+from trainer.contract.world import check_boxes_per_rank
 from trainer.parallel.balance import split_by_shares
 from trainer.render.aabb import ray_aabb_intersect
 from trainer.render.occupancy import OccupancyGrid
@@ -345,11 +346,7 @@ def assign_boxes(
     """
     num_boxes = _check_count(num_boxes, "parallel.num_subgrids")
     world_size = _check_count(world_size, "distributed.world_size")
-    if num_boxes < world_size:
-        raise ConfigError(
-            f"parallel.num_subgrids: expected at least one box per rank, got num_subgrids={num_boxes} "
-            f"< world_size={world_size}"
-        )
+    check_boxes_per_rank(num_boxes, world_size)
     if weights is None:
         if rank_shares is None:
             base, extra = divmod(num_boxes, world_size)

@@ -3,7 +3,7 @@
 The ranks' output goes to ``RUN_DIR/logs/rank<R>.log`` (:mod:`trainer.parallel.launch`). Rank 0
 writes there what a single-process run prints off a TTY: a ``step N  loss ...`` line per
 ``training.log_every`` steps, a ``progress: step N/T ..., eta M:SS`` line every
-:data:`trainer.cli.PLAIN_PROGRESS_EVERY_S` seconds, the resume and evaluation messages.
+:data:`trainer.run.progress.PLAIN_PROGRESS_EVERY_S` seconds, the resume and evaluation messages.
 :class:`RankLogFollower` reads that log while the ranks run (a thread polling the file every
 ``poll_s``) and repeats those lines on the launcher's stdout as ``rank 0: <line>``: plain lines off
 a TTY (rank 0's own cadence), a rich progress bar on a TTY (advanced to each step rank 0 reports,
@@ -25,7 +25,7 @@ import threading
 from pathlib import Path
 from typing import TextIO
 
-from trainer.runstatus import ERROR_PREFIX, WARNING_PREFIX, strip_rank_prefix
+from trainer.contract.runstatus import ERROR_PREFIX, WARNING_PREFIX, strip_rank_prefix
 
 __all__ = ["ATTEMPT_HEADER", "RankLogFollower", "reported_step", "restart_line"]
 

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from trainer.errors import TrainingError
+from trainer.contract.errors import TrainingError
 from trainer.parallel.dist_step import DistributedStep
 from trainer.parallel.subgrid import all_gather_segments, composite_boxes_in_order, segment_order
 from trainer.train.phases import loss_and_mse

@@ -38,16 +38,16 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from trainer.config import TrainConfig
+from trainer.contract.config import TrainConfig
+from trainer.contract.errors import SnapshotError
+from trainer.contract.rundir import RunDir
 from trainer.data import Scene
 from trainer.data.images import PixelTable
-from trainer.errors import SnapshotError
 from trainer.parallel.balance import BoxBalancer, shares_from_capabilities
 from trainer.parallel.partition import Box, assign_boxes, occupancy_weights, split_boxes
 from trainer.parallel.subgrid import SubgridModel, render_subgrid
 from trainer.parallel.subgrid_step import SubgridStep
 from trainer.parallel.trainer import DistributedTrainerBase
-from trainer.rundir import RunDir
 from trainer.train.build import build_field
 from trainer.train.evaluate import evaluate
 from trainer.train.optimization import build_adam

@@ -27,17 +27,17 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from trainer.config import TrainConfig, config_to_dict
+from trainer.contract.config import TrainConfig, config_to_dict
+from trainer.contract.errors import SnapshotError
+from trainer.contract.metrics import truncate_metrics_after
+from trainer.contract.rundir import RunDir
 from trainer.data import Scene
 from trainer.data.images import PixelTable
-from trainer.errors import ConfigError, SnapshotError
 from trainer.parallel import checkpoint as ckpt
-from trainer.parallel.balance import LoadBalancer, shares_from_capabilities
+from trainer.parallel.balance import LoadBalancer
 from trainer.parallel.collectives import RankGroup, rank_and_world
 from trainer.parallel.data_step import DataParallelStep
 from trainer.parallel.grad_sync import GradientSynchronizer
-from trainer.rundir import RunDir
-from trainer.schema import truncate_metrics_after
 from trainer.train.hostcopy import HostCopy
 from trainer.train.loop import Trainer
 from trainer.train.snapshot_state import (
@@ -49,7 +49,6 @@ __all__ = [
     "DataParallelTrainer",
     "DistributedTrainerBase",
     "GRID_SEED_OFFSET",
-    "validate_parallel_config",
 ]
 
 CHECKPOINT_FORMAT = "ngptune-dist-checkpoint"
@@ -58,30 +57,6 @@ GRID_SEED_OFFSET = 0x5EED  # occupancy-grid generator seed = training.seed + thi
 DEFAULT_KEEP_CHECKPOINTS = 3
 _ADAM_KEYS = ("exp_avg", "exp_avg_sq", "step")
 BUDGET_CHECK_EVERY = 10  # steps between the ranks' agreement on the time budget
-
-
-def validate_parallel_config(cfg: TrainConfig, world_size: int) -> None:
-    """Check the ``parallel``/``distributed`` blocks against the actual world size.
-
-    Raises:
-        ConfigError: ``distributed.world_size`` differs from ``world_size``;
-            ``parallel.num_subgrids`` < ``world_size`` in subgrid mode;
-            ``distributed.gpu_capabilities[i].rank`` or a ``faults.ranks`` entry >= ``world_size``
-            (each names key and value).
-    """
-    configured = cfg.distributed.world_size
-    if configured is not None and configured != world_size:
-        raise ConfigError(
-            f"distributed.world_size: config says {configured} but {world_size} process"
-            f"{'es' if world_size != 1 else ''} were started"
-        )
-    if cfg.parallel.mode == "subgrid" and cfg.parallel.num_subgrids < world_size:
-        raise ConfigError(
-            f"parallel.num_subgrids: expected at least one box per rank (>= world size "
-            f"{world_size}) in subgrid mode, got {cfg.parallel.num_subgrids}"
-        )
-    shares_from_capabilities(cfg.distributed.gpu_capabilities, world_size)
-    cfg.faults.check_ranks(world_size)
 
 
 COMPLETE_MARKER_HINT = f"checkpoints/step_N/{ckpt.COMPLETE_MARKER} in it or below it"
@@ -97,7 +72,7 @@ class DistributedTrainerBase(Trainer, metaclass=abc.ABCMeta):
     (:func:`trainer.parallel.dist_env.init_distributed`) when there are several ranks.
 
     Raises:
-        ConfigError: as :func:`validate_parallel_config`, and as the base trainer.
+        ConfigError: as the base trainer (the world-size rules, :func:`trainer.contract.world.check_world_size`).
     """
 
     mode = ""
@@ -105,7 +80,6 @@ class DistributedTrainerBase(Trainer, metaclass=abc.ABCMeta):
     def __init__(self, cfg: TrainConfig, scene: Scene, run_dir: RunDir | None = None,
                  pixel_table: PixelTable | None = None) -> None:
         self.rank, self.world_size = rank_and_world()
-        validate_parallel_config(cfg, self.world_size)
         self.ranks = RankGroup(self.rank, self.world_size)
         super().__init__(cfg, scene, run_dir, pixel_table)
         self.grid_generator = torch.Generator(device=self.device)

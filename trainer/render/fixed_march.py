@@ -8,10 +8,11 @@ number; rays the step does not use carry NaN origins, which every march treats a
 
 * rays are taken in order while their samples fit whole; the others get no sample, are marked in
   ``ray_fits`` and their samples counted in ``n_clipped`` (never read on the host here);
-* the unused slots after the last sample (the tail) are copies of real samples (slot ``j`` copies
-  sample ``j mod n_valid``, distinct positions for the hash-grid kernels) with ``dt = 0``, so they
-  carry zero weight and zero gradient; their ray index is the last ray's (the sorted layout stays
-  valid) and ``packed_info`` leaves them out, so both compositing paths ignore them.
+* the unused slots after the last sample (the tail) hold what earlier steps marched there (finite
+  points: the buffers start at zero and only ever receive marched samples, distinct positions for
+  the hash-grid kernels), with ``dt = 0``, so they carry zero weight and zero gradient; their ray
+  index is the last ray's (the sorted layout stays valid) and ``packed_info`` leaves them out, so
+  both compositing paths ignore them. Nothing is copied per step: the samples are the buffers.
 
 The Triton backend (:func:`trainer.render.triton_march.march_fixed_triton`) does this in two
 launches and no host read. The PyTorch backend (the twin) marches with
@@ -129,11 +130,10 @@ def march_fixed(
     n_clipped = all_counts.sum() - n_valid
     start = torch.cumsum(counts, 0) - counts
     valid = buffers.slot < n_valid
-    source = torch.where(valid, buffers.slot, buffers.slot % n_valid.clamp(min=1))
     samples = PackedSamples(
-        positions=buffers.positions[source],
-        directions=buffers.directions[source],
-        t=buffers.t[source],
+        positions=buffers.positions,
+        directions=buffers.directions,
+        t=buffers.t,
         dt=torch.where(valid, buffers.dt, 0.0),
         ray_indices=torch.where(valid, buffers.ray_indices, n_rays - 1),
         packed_info=torch.stack((start, counts), dim=-1),

@@ -30,7 +30,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-from trainer.errors import ConfigError
+from trainer.contract.errors import ConfigError
 
 #: instant-ngp ``MIN_CONE_STEPSIZE() = √3 / NERF_STEPS()``, NERF_STEPS = 1024: the finest step (world units).
 MIN_STEP_SIZE = math.sqrt(3.0) / 1024.0

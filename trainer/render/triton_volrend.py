@@ -34,7 +34,7 @@ import torch
 import triton
 import triton.language as tl
 
-__all__ = ["COMPOSITE_BLOCK", "composite_rgb_triton", "kept_counts_triton"]
+__all__ = ["COMPOSITE_BLOCK", "composite_buffers_triton", "composite_rgb_triton", "kept_counts_triton"]
 
 COMPOSITE_BLOCK = 64  # rays per program (one lane each)
 
@@ -44,6 +44,7 @@ def _composite_kernel(
     sigma_ptr, rgb_ptr, dt_ptr, start_ptr, count_ptr, bg_ptr, bg_stride, out_ptr, grad_out_ptr,
     grad_sigma_ptr, grad_rgb_ptr, n_rays, early_stop,
     BACKWARD: tl.constexpr, BLOCK: tl.constexpr,
+    t_ptr=None, opacity_ptr=None, depth_ptr=None, transmittance_ptr=None, BUFFERS: tl.constexpr = False,
 ):
     ray = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     valid = ray < n_rays
@@ -62,6 +63,8 @@ def _composite_kernel(
     acc_r = tl.zeros([BLOCK], dtype=tl.float32)
     acc_g = tl.zeros([BLOCK], dtype=tl.float32)
     acc_b = tl.zeros([BLOCK], dtype=tl.float32)
+    acc_w = tl.zeros([BLOCK], dtype=tl.float32)
+    acc_t = tl.zeros([BLOCK], dtype=tl.float32)
     i = 0
     while i < n_steps:  # (a while loop: Triton's interpreter of some versions rejects range(tensor))
         m = valid & (i < count)
@@ -79,6 +82,9 @@ def _composite_kernel(
         acc_r += w * r
         acc_g += w * g
         acc_b += w * b
+        if BUFFERS:
+            acc_w += w
+            acc_t += w * tl.load(t_ptr + s, mask=m, other=0.0)
         if BACKWARD:
             t_next = tl.exp(-(depth + tau)).to(tl.float32)
             d_tau = (g_r * (t_next * r - (total_r - acc_r)) + g_g * (t_next * g - (total_g - acc_g))
@@ -98,6 +104,10 @@ def _composite_kernel(
         tl.store(out_ptr + ray * 3 + 0, acc_r + final * bg_r, mask=valid)
         tl.store(out_ptr + ray * 3 + 1, acc_g + final * bg_g, mask=valid)
         tl.store(out_ptr + ray * 3 + 2, acc_b + final * bg_b, mask=valid)
+        if BUFFERS:
+            tl.store(opacity_ptr + ray, acc_w, mask=valid)
+            tl.store(depth_ptr + ray, acc_t, mask=valid)
+            tl.store(transmittance_ptr + ray, final, mask=valid)
 
 
 def _launch(sigmas, rgbs, dt, start, count, background, out, grad_out, grad_sigmas, grad_rgbs,
@@ -160,26 +170,81 @@ def composite_rgb_triton(
     Raises:
         ValueError: for mismatched shapes or dtypes, or a background that requires a gradient.
     """
+    sigmas, rgbs, dt, start, count, background = _prepared(sigmas, rgbs, dt, packed_info, background,
+                                                            "composite_rgb_triton")
+    return CompositeRGBFunction.apply(sigmas, rgbs, dt, start, count, background, float(early_stop_transmittance),
+                                      block)
+
+
+def _prepared(sigmas: torch.Tensor, rgbs: torch.Tensor, dt: torch.Tensor, packed_info: torch.Tensor,
+              background: torch.Tensor, where: str) -> tuple[torch.Tensor, ...]:
+    """The compositing kernel's inputs checked and laid out: contiguous samples, first sample and
+    count per ray, a [n_rays, 3] background with unit column stride.
+
+    Raises:
+        ValueError: for mismatched shapes or dtypes, or a background that requires a gradient.
+    """
     n_samples = sigmas.shape[0]
     if sigmas.dtype != torch.float32 or rgbs.dtype != torch.float32 or dt.dtype != torch.float32:
-        raise ValueError(f"composite_rgb_triton: float32 inputs expected, got {sigmas.dtype}, {rgbs.dtype}, {dt.dtype}")
+        raise ValueError(f"{where}: float32 inputs expected, got {sigmas.dtype}, {rgbs.dtype}, {dt.dtype}")
     if rgbs.shape != (n_samples, 3) or dt.shape != (n_samples,) or packed_info.ndim != 2 or packed_info.shape[1] != 2:
         raise ValueError(
-            f"composite_rgb_triton: expected sigmas [S], rgbs [S, 3], dt [S], packed_info [n, 2]; got "
+            f"{where}: expected sigmas [S], rgbs [S, 3], dt [S], packed_info [n, 2]; got "
             f"{tuple(sigmas.shape)}, {tuple(rgbs.shape)}, {tuple(dt.shape)}, {tuple(packed_info.shape)}"
         )
     n_rays = packed_info.shape[0]
     if background.requires_grad:
-        raise ValueError("composite_rgb_triton: the background gets no gradient here; use volrend.composite")
+        raise ValueError(f"{where}: the background gets no gradient here; use volrend.composite")
     background = background.to(device=sigmas.device, dtype=torch.float32)
     if background.shape == (3,):
         background = background.reshape(1, 3).expand(n_rays, 3)
     if background.shape != (n_rays, 3) or background.stride(1) != 1:
         background = background.expand(n_rays, 3).contiguous()
-    start = packed_info[:, 0].contiguous()
-    count = packed_info[:, 1].contiguous()
-    return CompositeRGBFunction.apply(sigmas.contiguous(), rgbs.contiguous(), dt.contiguous(), start, count,
-                                      background, float(early_stop_transmittance), block)
+    return (sigmas.contiguous(), rgbs.contiguous(), dt.contiguous(), packed_info[:, 0].contiguous(),
+            packed_info[:, 1].contiguous(), background)
+
+
+def composite_buffers_triton(
+    sigmas: torch.Tensor,
+    rgbs: torch.Tensor,
+    dt: torch.Tensor,
+    t: torch.Tensor,
+    packed_info: torch.Tensor,
+    background: torch.Tensor,
+    early_stop_transmittance: float,
+    block: int = COMPOSITE_BLOCK,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """What rendering a view needs of packed samples, in one launch and without gradients: the
+    values of :func:`trainer.render.volrend.composite` (its fast twin for inference).
+
+    Args:
+        sigmas, rgbs, dt, packed_info, background, early_stop_transmittance, block: as
+            :func:`composite_rgb_triton`.
+        t: [S] float32 sample distances along their rays.
+
+    Returns:
+        rgb [n_rays, 3] (``Σ w_i c_i + T_final·bg``), opacity [n_rays] (``Σ w_i``), depth [n_rays]
+        (``Σ w_i t_i``), transmittance [n_rays] (``T_final``); float32.
+
+    Raises:
+        ValueError: for mismatched shapes or dtypes.
+    """
+    n_samples = sigmas.shape[0]
+    if t.dtype != torch.float32 or t.shape != (n_samples,):
+        raise ValueError(f"composite_buffers_triton: t must be [{n_samples}] float32, got {tuple(t.shape)} {t.dtype}")
+    sigmas, rgbs, dt, start, count, background = _prepared(sigmas.detach(), rgbs.detach(), dt, packed_info,
+                                                            background, "composite_buffers_triton")
+    n_rays = start.shape[0]
+    rgb = torch.empty(n_rays, 3, dtype=torch.float32, device=sigmas.device)
+    opacity, depth, transmittance = (torch.empty(n_rays, dtype=torch.float32, device=sigmas.device) for _ in range(3))
+    if n_rays:
+        with torch.cuda.device(sigmas.device) if sigmas.is_cuda else contextlib.nullcontext():
+            _composite_kernel[(triton.cdiv(n_rays, block),)](
+                sigmas, rgbs, dt, start, count, background, background.stride(0), rgb, rgb, sigmas, rgbs, n_rays,
+                float(early_stop_transmittance), BACKWARD=False, BLOCK=block, t_ptr=t.contiguous(),
+                opacity_ptr=opacity, depth_ptr=depth, transmittance_ptr=transmittance, BUFFERS=True, num_warps=2,
+            )
+    return rgb, opacity, depth, transmittance
 
 
 @triton.jit

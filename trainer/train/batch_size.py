@@ -17,7 +17,7 @@ from typing import Any, Iterable
 
 import torch
 
-from trainer.config import TrainingConfig
+from trainer.contract.config import TrainingConfig
 from trainer.train.hostcopy import HostCopy
 
 __all__ = ["BatchSizer", "CAPACITY_GRANULARITY", "KEPT_READ_LAG", "RAY_GRANULARITY"]

@@ -13,9 +13,9 @@ import warnings
 
 import torch
 
-from trainer.config import EncodingConfig, TrainConfig
+from trainer.contract.config import EncodingConfig, TrainConfig
+from trainer.contract.errors import ConfigError
 from trainer.encoding.hashgrid import HashGridConfig
-from trainer.errors import ConfigError
 from trainer.model.field import MLPConfig, NGPField
 from trainer.render.march import triton_march_available
 
@@ -58,7 +58,7 @@ def use_triton_kernels(key: str, backend: str, device: torch.device) -> bool:
 def hash_grid_config(enc: EncodingConfig, aabb_scale: int, footprint_resolution: float | None = None) -> HashGridConfig:
     """The encoding block as a :class:`HashGridConfig` for a scene of this ``aabb_scale`` whose
     training views have this pixel-footprint resolution (None: not measured); the finest resolution
-    from :meth:`~trainer.config.EncodingConfig.finest_resolution`."""
+    from :meth:`~trainer.contract.config.EncodingConfig.finest_resolution`."""
     return HashGridConfig(
         n_levels=enc.n_levels,
         n_features_per_level=enc.n_features_per_level,

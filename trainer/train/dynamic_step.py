@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from trainer.errors import TrainingError
+from trainer.contract.errors import TrainingError
 from trainer.render.march import PackedSamples
 from trainer.train.batch_size import KEPT_READ_LAG
 from trainer.train.loss import drop_rays

@@ -1,4 +1,4 @@
-"""The deliberate faults of the ``faults`` block (:class:`~trainer.config.FaultsConfig`): the
+"""The deliberate faults of the ``faults`` block (:class:`~trainer.contract.config.FaultsConfig`): the
 phase slow-downs a :class:`~trainer.train.timing.PhaseTimer` applies and the step faults
 (simulated OOM, crash, hang) a trainer raises at their step, on the ranks they apply to."""
 
@@ -8,19 +8,18 @@ import time
 
 import torch
 
-from trainer.config import FaultsConfig
+from trainer.contract.config import FaultsConfig
 from trainer.train.timing import PhaseFaults
 
 __all__ = ["inject_step_faults", "phase_faults"]
 
 
-def phase_faults(faults: FaultsConfig, rank: int, world_size: int) -> PhaseFaults | None:
+def phase_faults(faults: FaultsConfig, rank: int) -> PhaseFaults | None:
     """The phase slow-downs of ``faults`` for ``rank``, or None where they do not apply.
 
-    Raises:
-        ConfigError: ``faults.ranks`` names a rank outside ``world_size``.
+    ``faults.ranks`` was checked against the world size with the other world-size rules
+    (:func:`trainer.contract.world.check_world_size`).
     """
-    faults.check_ranks(world_size)
     if not faults.applies_to(rank):
         return None
     return PhaseFaults(data_delay_ms=faults.data_delay_ms, compute_slowdown=faults.compute_slowdown)

@@ -46,12 +46,12 @@ from typing import Any
 
 import torch
 
-from trainer.errors import TrainingError
+from trainer.contract.errors import TrainingError
+from trainer.contract.metrics import PHASES
 from trainer.render.compact import compact_samples, kept_counts
 from trainer.render.fixed_march import MarchBuffers, march_fixed
 from trainer.render.occupancy import MIN_STEP_SIZE
 from trainer.render.volrend import EARLY_STOP_TRANSMITTANCE
-from trainer.schema import PHASES
 from trainer.train import optimization
 from trainer.train.capture import WARMUP_STEPS
 from trainer.train.device_metrics import DeviceIntervalMetrics

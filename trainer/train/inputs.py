@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import torch
 
-from trainer.config import TrainConfig
+from trainer.contract.config import TrainConfig
 from trainer.data import Frame
 from trainer.data.images import PixelTable, load_pixel_table, pixel_table_nbytes
 from trainer.data.sampler import RayBatch, RaySampler, choose_placement

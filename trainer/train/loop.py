@@ -19,14 +19,15 @@ from typing import Any, Callable
 
 import torch
 
-from trainer.config import TrainConfig
+from trainer.contract.config import TrainConfig
+from trainer.contract.errors import SceneError
+from trainer.contract.rundir import RunDir
+from trainer.contract.world import check_world_size
 from trainer.data import Scene, load_scene
 from trainer.data.footprint import footprint_resolution
 from trainer.data.images import PixelTable
-from trainer.errors import SceneError
 from trainer.render.march import PackedSamples, march_rays
 from trainer.render.occupancy import MIN_STEP_SIZE, OccupancyGrid
-from trainer.rundir import RunDir
 from trainer.train.batch_size import BatchSizer
 from trainer.train.build import build_field, check_trainable, resolve_device, seed_everything, use_triton_kernels
 from trainer.train.evaluate import evaluate
@@ -80,6 +81,7 @@ class Trainer:
     def __init__(self, cfg: TrainConfig, scene: Scene, run_dir: RunDir | None = None,
                  pixel_table: PixelTable | None = None) -> None:
         self.startup_clock = StartupClock()
+        check_world_size(cfg, self.world_size)  # the process's one check of the world-size rules
         self.cfg, self.scene, self.run_dir = cfg, scene, run_dir
         t = cfg.training
         self.device = resolve_device(t.device)
@@ -112,7 +114,7 @@ class Trainer:
         self.sampler = build_sampler(cfg, self.train_frames, scene.downscale, self.device, self.sampler_seed(),
                                      pixel_table)
         self.timer = PhaseTimer(self.device, enabled=cfg.profile.phase_timers,
-                                faults=phase_faults(cfg.faults, self.rank, self.world_size))
+                                faults=phase_faults(cfg.faults, self.rank))
         self.optim = Optimization(cfg, self.build_optimizer(), self.device, self.timer, lambda: self.field.parameters())
         prefetcher = InputPrefetcher(self.device) if t.prefetch_march else None
         self.inputs = StepInputs(self.sampler, self.generator, t.background, self.device, self.timer,

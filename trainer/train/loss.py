@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from trainer.config import LossConfig
+from trainer.contract.config import LossConfig
 
 __all__ = ["drop_rays", "photometric_loss"]
 

@@ -15,8 +15,8 @@ from typing import Callable, Iterable
 
 import torch
 
-from trainer.config import OptimizerConfig, TrainConfig
-from trainer.errors import TrainingError
+from trainer.contract.config import OptimizerConfig, TrainConfig
+from trainer.contract.errors import TrainingError
 from trainer.train.ema import WeightEMA
 from trainer.train.grid_adam import GridAdam
 from trainer.train.timing import PhaseTimer

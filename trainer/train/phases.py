@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import torch
 
-from trainer.config import LossConfig, TrainingConfig
+from trainer.contract.config import LossConfig, TrainingConfig
 from trainer.render.compact import compact_samples, kept_counts
 from trainer.render.march import PackedSamples
 from trainer.render.occupancy import OccupancyGrid

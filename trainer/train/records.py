@@ -1,5 +1,5 @@
 """Interval records: what a run writes to ``metrics[.rank<R>].jsonl`` every ``training.log_every``
-steps (columns in :mod:`trainer.schema`, unit in the name).
+steps (columns in :mod:`trainer.contract.metrics`, unit in the name).
 
 An :class:`Interval` counts the steps since the last record on the host (rays, samples, skips)
 and sums their loss and squared error on the device; :meth:`IntervalRecords.flush` turns it into
@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 import torch
 
-from trainer.schema import PHASES, MetricsWriter
+from trainer.contract.metrics import PHASES, MetricsWriter
 
 __all__ = ["Interval", "IntervalRecords", "memory_record"]
 
@@ -104,7 +104,7 @@ def interval_record(trainer: Any, interval: Interval) -> dict[str, Any]:
         "wall_time_s": trainer.train_time_s,
         "loss": float(interval.loss_sum) / trained if trained else None,
         "train_psnr_db": -10.0 * math.log10(mean_mse) if mean_mse > 0 else None,
-        "lr": trainer.optimizer.param_groups[0]["lr"],
+        "lr": float(trainer.optimizer.param_groups[0]["lr"]),  # (a device tensor in a captured step)
         "rays_per_step": interval.rays / steps,
         "samples_per_step": interval.samples / steps,
         "rays_per_s": interval.rays / steps * timed / elapsed_s,

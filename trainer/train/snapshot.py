@@ -19,8 +19,8 @@ from typing import Any
 
 import torch
 
-from trainer.errors import SnapshotError
-from trainer.rundir import atomic_write
+from trainer.contract.errors import SnapshotError
+from trainer.contract.rundir import atomic_write
 
 # What a shape or key mismatch on resume usually means, and the fix (snapshots and checkpoints).
 OTHER_CONFIG_HINT = "written with another config or scene? resume with the run's config.json as --config, on the same scene"

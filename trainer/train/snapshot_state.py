@@ -17,9 +17,9 @@ from typing import Any, Iterable
 
 import torch
 
-from trainer.config import TrainConfig, config_differences, config_to_dict
-from trainer.errors import SnapshotError
-from trainer.schema import truncate_metrics_after
+from trainer.contract.config import TrainConfig, config_differences, config_to_dict
+from trainer.contract.errors import SnapshotError
+from trainer.contract.metrics import truncate_metrics_after
 from trainer.train.snapshot import load_snapshot, load_state_checked
 
 __all__ = ["check_finest_resolution", "load_snapshot_into", "restore_counters", "rng_state", "set_rng_state",
@@ -30,7 +30,7 @@ def check_finest_resolution(path: Path, trainer_state: Any, finest_resolution: i
     """Refuse a snapshot or checkpoint whose hash grid was built with another finest resolution.
 
     The resolution is derived from the scene's views unless ``encoding.max_resolution`` is set
-    (:meth:`~trainer.config.EncodingConfig.finest_resolution`), and it changes every level's
+    (:meth:`~trainer.contract.config.EncodingConfig.finest_resolution`), and it changes every level's
     resolution without changing any tensor's shape, so the shapes alone cannot catch it.
 
     Args:
@@ -54,7 +54,7 @@ def check_finest_resolution(path: Path, trainer_state: Any, finest_resolution: i
 
 def warn_config_differences(path: Path, saved: Any, cfg: TrainConfig) -> None:
     """Warn (one line) when a run resumes ``path`` with training settings other than the ones it
-    was written with (:func:`trainer.config.config_differences`): legal, but usually a forgotten
+    was written with (:func:`trainer.contract.config.config_differences`): legal, but usually a forgotten
     ``--config``."""
     if not isinstance(saved, dict):
         return

@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 import torch
 
-from trainer.errors import ConfigError
+from trainer.contract.errors import ConfigError
 from trainer.train.capture import CapturedStep
 from trainer.train.dynamic_step import DynamicStep
 from trainer.train.fixed_step import FixedCapacityStep
@@ -31,9 +31,9 @@ __all__ = ["StepChoice", "capture_blockers", "choose_step"]
 def capture_blockers(trainer: Any) -> list[str]:
     """Why this trainer's step cannot be captured (empty: it can)."""
     cfg, t = trainer.cfg, trainer.cfg.training
-    reasons = []
     if trainer.device.type != "cuda":
-        reasons.append(f"training.device is {trainer.device} (capture needs CUDA)")
+        return [f"training.device is {trainer.device} (capture needs CUDA)"]
+    reasons = []
     if trainer.march_backend != "triton":
         reasons.append("training.march_backend is not the Triton marcher")
     if not trainer.triton_render:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import torch
 
-from trainer.config import ProfileConfig
-from trainer.rundir import RunDir
+from trainer.contract.config import ProfileConfig
+from trainer.contract.rundir import RunDir
 from trainer.train.timing import PhaseTimer
 
 __all__ = ["TraceSchedule", "TraceWindow"]
@@ -69,7 +69,7 @@ class TraceSchedule:
     """The ``profile.trace_steps`` / ``profile.cuda_profiler_range`` window of a rank's run.
 
     Args:
-        profile: the ``profile`` block (:meth:`~trainer.config.ProfileConfig.window`).
+        profile: the ``profile`` block (:meth:`~trainer.contract.config.ProfileConfig.window`).
         device: the training device.
         run_dir: where the Chrome trace goes (``traces/``), or None for no trace file.
         rank: this process's rank (names the trace).

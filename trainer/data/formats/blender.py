@@ -32,7 +32,7 @@ from trainer.data.formats.ngp import (
 from trainer.data.convention import holdout_splits
 from trainer.data.options import SceneOptions
 from trainer.data.scene import SPLITS, Frame, Scene
-from trainer.errors import SceneError
+from trainer.contract.errors import SceneError
 
 
 def scene_folder(path: Path) -> Path:

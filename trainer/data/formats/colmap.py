@@ -50,7 +50,7 @@ from trainer.data.options import SceneOptions
 from trainer.data.resolution import choose_image_source
 from trainer.data.scenebox import place_capture, points_box
 from trainer.data.scene import Frame, Intrinsics, Scene
-from trainer.errors import SceneError
+from trainer.contract.errors import SceneError
 
 _MODEL_FILES = ("cameras", "images", "points3D")
 

@@ -35,7 +35,7 @@ from trainer.data.options import SceneOptions
 from trainer.data.resolution import choose_image_source
 from trainer.data.scenebox import frusta_box, place_capture
 from trainer.data.scene import Frame, Intrinsics, Scene
-from trainer.errors import SceneError
+from trainer.contract.errors import SceneError
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 

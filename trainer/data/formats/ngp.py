@@ -50,7 +50,7 @@ from trainer.data.camera_checks import warn_about_layout
 from trainer.data.imageinfo import exif_orientation, image_size
 from trainer.data.options import SceneOptions, check_aabb_scale
 from trainer.data.scene import Frame, Intrinsics, Scene, SkippedFrame
-from trainer.errors import SceneError
+from trainer.contract.errors import SceneError
 
 #: Extensions tried, in order, for a ``file_path`` that does not name an existing file.
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".PNG", ".JPG", ".JPEG")

@@ -1,0 +1,343 @@
+"""``ngptune profile``: run the trainer instrumented and write a profile folder with its report.
+
+    ngptune profile [--scene PATH] [--config FILE] [--nproc-per-node N] [--steps N]
+                    [--trace-steps A:B] [--nsys] [--ncu] [--nvml-interval-ms 100]
+                    [--emulate-interconnect ...] [--link-busbw auto|off|GB_PER_S]
+                    [--bench-comm-csv FILE] [--set KEY=VALUE ...] [--out DIR]
+
+The trainer runs as a subprocess (``python -m trainer``, with ``--nproc-per-node N`` through
+the elastic launcher) into ``<profile>/run`` with one metrics record per step
+(``training.log_every=1``, overridable with ``--set``) and a torch.profiler window
+(``profile.trace_steps``; default :func:`default_trace_window`). Meanwhile an NVML sampler thread
+of this process reads every GPU (:class:`~ngptune.profiling.nvml.NvmlSampler`). Before it, with
+more than one rank, the link's all-reduce bus bandwidth is measured once (``--link-busbw auto``,
+:mod:`ngptune.profiling.link`: one ``bench-comm`` launch with the run's ranks, backend and emulated
+interconnect), read from ``--bench-comm-csv``, or given as a number. Afterwards the tables are
+collected (:mod:`ngptune.profiling.collect`), diagnosed (:func:`ngptune.profiling.diagnoses.assess`,
+with the link's busbw) and rendered (:func:`ngptune.reporting.profile_report.write_profile_report`).
+
+Exit status: 0 when the run completed and every requested source was collected; 1 when the run
+failed (the folder still holds what was collected, ``failure.json`` and the report) or a source
+broke (a failed link measurement included: the profile is complete without the figure); 2 for bad
+arguments or an unusable ``--bench-comm-csv`` (``error: ...`` from the CLI, nothing written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ngptune.profiling import SourceStatus
+from ngptune.profiling import nsight
+from trainer.contract import (
+    REASON_KEY,
+    ConfigError,
+    add_scene_format_arguments,
+    check_run_emulation,
+    command_stopping_with_parent,
+    cpu_config_warning,
+    error_or_last_line,
+    last_error_message,
+    print_error,
+    runs_on_cpu,
+    scene_format_overrides,
+    trainer_argv,
+)
+
+if TYPE_CHECKING:  # collect, link and nvml load pandas: imported where used, not for --help
+    from ngptune.profiling.collect import ProfileDir, RunOutcome
+    from trainer.contract import TrainConfig
+
+DEFAULT_STEPS = 30
+STOP_GRACE_S = 30  # seconds a stopped trainer gets before the next, harder signal
+INTERCONNECTS = ("none", "nvlink", "pcie", "sockets")
+_WINDOW_RE = re.compile(r"([0-9]+):([0-9]+)")
+_LOG_REF_RE = re.compile(r"log: (\S+)\s*$")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``ngptune profile`` to the CLI."""
+    p = subparsers.add_parser(
+        "profile",
+        help="train briefly with phase timers, NVML sampling and torch.profiler; write CSVs and report.html",
+        description="Run the trainer instrumented (phase timers, NVML sampler, torch.profiler window) and write a profile folder: CSV tables, diagnoses and report.html.",
+    )
+    p.add_argument("--scene", type=Path, default=None, help="scene folder or file (default: the built-in demo scene)")
+    add_scene_format_arguments(p)
+    p.add_argument("--config", type=Path, default=None, help="trainer config (JSON with comments)")
+    p.add_argument("--nproc-per-node", type=int, default=None, help="ranks on this node (elastic launcher); default one process")
+    p.add_argument("--steps", type=int, default=DEFAULT_STEPS, help=f"training steps (default {DEFAULT_STEPS})")
+    p.add_argument("--trace-steps", default=None, metavar="A:B",
+                   help="torch.profiler records steps A..B-1 (default: 5 steps after warm-up, within --steps)")
+    p.add_argument("--eval-images", type=int, default=0, metavar="N",
+                   help="score the trained model on N test views after the profiled steps (default 0: no "
+                        "evaluation); the background_collapse diagnosis needs it")
+    p.add_argument("--nsys", action="store_true", help="run under Nsight Systems when nsys is on PATH")
+    p.add_argument("--ncu", action="store_true", help="profile the hash-grid kernels with Nsight Compute (separate short run)")
+    p.add_argument("--nvml-interval-ms", type=float, default=100.0, help="NVML sampling interval (default 100 ms)")
+    p.add_argument("--emulate-interconnect", choices=INTERCONNECTS, default=None,
+                   help="NCCL only: make one NVLink host's ranks talk like PCIe or sockets")
+    p.add_argument("--link-busbw", default="auto", metavar="auto|off|GB_PER_S",
+                   help="the link's all-reduce busbw to compare the gradient all-reduce with: auto (default) "
+                        "measures it with bench-comm before training (more than one rank), or GB/s, or off")
+    p.add_argument("--bench-comm-csv", type=Path, default=None, metavar="FILE",
+                   help="with --link-busbw auto: take the link's busbw from a table `ngptune bench-comm --csv` wrote")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="trainer config override (repeatable)")
+    p.add_argument("--out", type=Path, default=None, help="profile folder (default: reports/<time>-<scene>)")
+    p.set_defaults(func=profile_command)
+
+
+def default_trace_window(steps: int) -> tuple[int, int]:
+    """Five steps after a warm-up of up to five steps, inside ``steps``: 30 → (5, 10), 8 → (4, 8),
+    1 → (0, 1)."""
+    start = min(5, steps // 2)
+    return start, min(start + 5, steps)
+
+
+def parse_trace_window(text: str) -> tuple[int, int]:
+    """``"A:B"`` → (A, B).
+
+    Raises:
+        ConfigError: naming ``--trace-steps`` unless 0 <= A < B.
+    """
+    match = _WINDOW_RE.fullmatch(text.strip())
+    if match is None or int(match.group(1)) >= int(match.group(2)):
+        raise ConfigError(f'--trace-steps: expected "A:B" with 0 <= A < B, got {text!r}')
+    return int(match.group(1)), int(match.group(2))
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    from ngptune.profiling.link import parse_link_busbw
+
+    if args.steps < 1:
+        raise ConfigError(f"--steps: expected an integer >= 1, got {args.steps}")
+    if args.eval_images < 0:
+        raise ConfigError(f"--eval-images: expected an integer >= 0, got {args.eval_images}")
+    if args.nproc_per_node is not None and args.nproc_per_node < 1:
+        raise ConfigError(f"--nproc-per-node: expected an integer >= 1, got {args.nproc_per_node}")
+    if not args.nvml_interval_ms > 0:
+        raise ConfigError(f"--nvml-interval-ms: expected a positive number, got {args.nvml_interval_ms:g}")
+    if parse_link_busbw(args.link_busbw) != "auto" and args.bench_comm_csv is not None:
+        raise ConfigError(f"--bench-comm-csv: gives the link's busbw for --link-busbw auto; "
+                          f"it cannot be combined with --link-busbw {args.link_busbw}")
+
+
+def _run_config(args: argparse.Namespace) -> TrainConfig:
+    """The profiled run's config (``--config``, ``--set``, ``--scene``, ``--emulate-interconnect``);
+    validates them before anything is written."""
+    from ngptune.processes import cuda_device_count
+    from trainer.contract import default_config_path, load_config, parse_override, runs_on_cpu
+
+    overrides = dict(parse_override(item) for item in args.overrides)
+    on_cpu = runs_on_cpu(overrides.get("training.device"), cuda_device_count())
+    path = default_config_path(args.config, on_cpu)  # as the trainer chooses
+    if path is not None and args.config is None:
+        print(f"profile: no --config on a CPU: the profiled run uses the CPU preset {path}", flush=True)
+    if args.scene is not None:
+        overrides["data.scene"] = str(args.scene)
+    if args.emulate_interconnect is not None:
+        overrides["distributed.emulate_interconnect"] = args.emulate_interconnect
+    overrides.update(scene_format_overrides(args))
+    return load_config(path, overrides)
+
+
+def _scene_name(cfg: TrainConfig) -> str:
+    """The scene's name for the default folder (without a scene: the demo scene's, as the trainer's)."""
+    from ngptune.processes import demo_scene_path
+
+    return (Path(cfg.data.scene) if cfg.data.scene else demo_scene_path()).name or "scene"
+
+
+def default_profile_dir(scene_name: str) -> Path:
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path("reports") / f"{stamp}-{scene_name}"
+
+
+def trainer_command(args: argparse.Namespace, run_dir: Path, window: tuple[int, int], *, cuda_profiler_range: bool) -> list[str]:
+    """The ``python -m trainer`` command line of the profiled run (:func:`trainer.contract.trainer_argv`):
+    one metrics record per step (``training.log_every=1``, before ``--set`` so the user's wins)."""
+    overrides = ["training.log_every=1", *(["profile.cuda_profiler_range=true"] if cuda_profiler_range else []),
+                 *args.overrides, *(f"{key}={json.dumps(value)}" for key, value in scene_format_overrides(args).items())]
+    return trainer_argv(nproc_per_node=args.nproc_per_node, n_steps=args.steps, out=run_dir, quiet=True,
+                        evaluate=args.eval_images > 0, eval_max_images=args.eval_images or None, trace_steps=window,
+                        scene=args.scene, config=args.config, emulate_interconnect=args.emulate_interconnect,
+                        overrides=overrides)
+
+
+def _run_logged(argv: list[str], log_path: Path) -> int:
+    """Run ``argv`` with stdout and stderr into ``log_path`` and return its exit status.
+
+    On Ctrl-C (which a terminal sends to the child as well) the child gets
+    :data:`STOP_GRACE_S` seconds to write its status, then SIGTERM (the trainer records it as
+    interrupted), then SIGKILL. The child starts through :mod:`trainer.contract.lifeline`'s wrapper, so it
+    gets SIGTERM (and stops its ranks) when the profile itself is killed."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(command_stopping_with_parent(argv), stdout=log, stderr=subprocess.STDOUT)
+        try:
+            return proc.wait()
+        except KeyboardInterrupt:
+            for stop in (None, proc.terminate, proc.kill):
+                if stop is not None:
+                    stop()
+                try:
+                    return proc.wait(timeout=STOP_GRACE_S)
+                except subprocess.TimeoutExpired:
+                    continue
+            return proc.wait()
+
+
+def run_outcome(exit_code: int, profile: ProfileDir) -> RunOutcome:
+    """How the trainer command ended: the reason from its ``error:`` line (the launcher names the
+    failed rank and its log there), else ``status.json``'s reason, else the last line of its output."""
+    from ngptune.profiling.collect import RunOutcome
+
+    if exit_code == 0:
+        return RunOutcome(True, 0)
+    log_text = profile.trainer_log_path.read_text(encoding="utf-8", errors="replace") if profile.trainer_log_path.is_file() else ""
+    status = profile.run.read_status() or {}
+    reason = last_error_message(log_text)
+    if reason is None:
+        reason = str(status.get(REASON_KEY) or error_or_last_line(log_text)
+                     or f"the trainer exited with status {exit_code}")
+    log_path = profile.trainer_log_path
+    match = _LOG_REF_RE.search(reason)
+    if match:
+        log_path = Path(match.group(1))
+        reason = reason[: match.start()].rstrip("; ")
+    return RunOutcome(False, exit_code, reason, log_path)
+
+
+def _run_ncu(args: argparse.Namespace, profile: ProfileDir, window: tuple[int, int]) -> SourceStatus:
+    """A separate short run under Nsight Compute (kernel replay would distort the measured run)."""
+    ncu = nsight.find_tool("ncu")
+    if ncu is None:
+        return nsight.not_on_path("ncu")
+    short = argparse.Namespace(**{**vars(args), "steps": min(args.steps, window[1])})
+    inner = trainer_command(short, profile.ncu_run.root, window, cuda_profiler_range=False)
+    profile.ncu_report_base.parent.mkdir(parents=True, exist_ok=True)
+    code = _run_logged(nsight.ncu_command(ncu, profile.ncu_report_base, inner), profile.ncu_report_base.parent / "ncu.log")
+    status = nsight.ncu_export(ncu, profile.ncu_report_base.with_suffix(".ncu-rep"), profile.ncu_csv_path)
+    if code != 0 and status.status == "ok":
+        return SourceStatus("failed", f"ncu run exited {code} (see {profile.ncu_report_base.parent / 'ncu.log'}); {status.detail}")
+    return status
+
+
+def _link_busbw(mode: str | float, cfg: TrainConfig, ranks: int, profile: ProfileDir) -> tuple[float | None, SourceStatus]:
+    """The link's busbw (GB/s) for ``--link-busbw`` ``mode`` and its ``link_busbw`` source entry."""
+    if mode == "off":
+        return None, nsight.not_requested("--link-busbw off")
+    if not isinstance(mode, str):
+        return mode, SourceStatus("ok", f"given: --link-busbw {mode:g} GB/s")
+    if ranks < 2:
+        return None, SourceStatus("missing", "one rank: no gradient all-reduce, so no link to measure")
+    from ngptune.profiling.link import measure_link_busbw
+
+    print(f"profile: measuring the link (all-reduce on {ranks} ranks) before training", flush=True)
+    return measure_link_busbw(cfg, ranks, profile.bench_comm_dir, profile.bench_comm_csv_path)
+
+
+def profile_command(args: argparse.Namespace) -> int:
+    """Run the profile (module docstring); returns the exit status."""
+    from ngptune.profiling.collect import ProfileDir, collect, write_failure, write_tables
+    from ngptune.profiling.diagnoses import (
+        ProfileInputs, assess, config_of_run, diagnoses_table, evaluation_of_run, occupancy_records,
+    )
+    from ngptune.processes import cuda_device_count
+    from ngptune.profiling.runs import metrics_frame
+    from ngptune.profiling.link import parse_link_busbw, read_link_busbw
+    from ngptune.profiling.nvml import NvmlSampler
+
+    _check_args(args)
+    window = parse_trace_window(args.trace_steps) if args.trace_steps else default_trace_window(args.steps)
+    cfg = _run_config(args)
+    check_run_emulation(cfg, cuda_device_count())  # the trainer would refuse it after the profile folder was made
+    ranks = args.nproc_per_node or 1
+    link_from_csv = None
+    if args.bench_comm_csv is not None:
+        link_from_csv = read_link_busbw(args.bench_comm_csv, emulated_interconnect=cfg.distributed.emulate_interconnect,
+                                        world_size=ranks)
+    profile = ProfileDir(args.out if args.out is not None else default_profile_dir(_scene_name(cfg)))
+    if profile.run.root.exists():
+        raise ConfigError(f"--out {profile.root}: already holds a profile (its run/ exists); choose a new folder")
+    if profile.root.is_dir() and any(profile.root.iterdir()):
+        names = sorted(p.name for p in profile.root.iterdir())
+        found = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
+        raise ConfigError(f"--out {profile.root}: is not empty (holds {found}); a profile needs its own folder")
+    profile.root.mkdir(parents=True, exist_ok=True)
+    # (after every check that can refuse the run)
+    heavy = cpu_config_warning(cfg, runs_on_cpu(cfg.training.device, cuda_device_count()))
+    if heavy is not None:
+        print(heavy, file=sys.stderr, flush=True)
+
+    sources: dict[str, SourceStatus] = {"nsys": nsight.not_requested("--nsys")}
+    nsys = nsight.find_tool("nsys") if args.nsys else None
+    if args.nsys and nsys is None:
+        sources["nsys"] = nsight.not_on_path("nsys")
+    argv = trainer_command(args, profile.run.root, window, cuda_profiler_range=nsys is not None)
+    if nsys is not None:
+        profile.nsys_report_base.parent.mkdir(parents=True, exist_ok=True)
+        argv = nsight.nsys_command(nsys, profile.nsys_report_base, argv)
+
+    link_busbw, sources["link_busbw"] = link_from_csv or _link_busbw(parse_link_busbw(args.link_busbw), cfg, ranks, profile)
+    print(f"profile: {args.steps} steps on {ranks} rank(s), torch.profiler steps {window[0]}:{window[1]}; "
+          f"trainer output in {profile.trainer_log_path}", flush=True)
+    sampler = NvmlSampler(args.nvml_interval_ms / 1e3).start()
+    try:
+        exit_code = _run_logged(argv, profile.trainer_log_path)
+    finally:
+        sources["nvml"] = sampler.stop()
+    outcome = run_outcome(exit_code, profile)
+
+    if nsys is not None:
+        _, sources["nsys"] = nsight.nsys_stats(nsys, profile.nsys_report_base.with_suffix(".nsys-rep"), profile.nsys_csv_prefix)
+    if not args.ncu:
+        sources["ncu"] = nsight.not_requested("--ncu")
+    elif outcome.completed:
+        sources["ncu"] = _run_ncu(args, profile, window)
+    else:
+        sources["ncu"] = SourceStatus("missing", "not run: the profiled run failed")
+
+    collected = collect(profile, world_size=ranks, trace_window=window, outcome=outcome,
+                        gpu_timeline=sampler.frame(), extra_sources=sources,
+                        gpu_timeline_origin_unix_s=sampler.origin_unix_s, link_busbw_gb_per_s=link_busbw)
+    inputs = ProfileInputs(
+        phases=collected.phases,
+        summary=collected.summary,
+        gpu_timeline=collected.gpu_timeline if len(collected.gpu_timeline) else None,
+        kernels=collected.kernels,
+        link_busbw_gb_per_s=link_busbw,
+        overlap=collected.overlap,
+        occupancy=occupancy_records(metrics_frame(profile.run.root)) if outcome.completed else None,
+        evaluation=evaluation_of_run(profile.run.root) if outcome.completed else None,
+        config=config_of_run(profile.run.root),
+    )
+    checks = assess(inputs)
+    write_tables(profile, collected, diagnoses_table(checks))
+    if not outcome.completed:
+        write_failure(profile, outcome)
+    report = _write_report(profile)
+
+    fired = [c.bottleneck for c in checks if c.diagnosis is not None]
+    if not outcome.completed:
+        print_error(f"training failed: {outcome.reason} (log: {outcome.log_path}); partial profile: {report}")
+        return 1
+    broken = [f"{name}: {s.detail}" for name, s in collected.sources.items() if s.status == "failed"]
+    print(f"profile: {report} (diagnoses: {', '.join(fired) if fired else 'none fired'})")
+    if broken:
+        print_error(f"profile incomplete: {broken[0]}")
+        return 1
+    return 0
+
+
+def _write_report(profile: ProfileDir) -> Path:
+    from ngptune.reporting.profile_report import write_profile_report
+
+    return write_profile_report(profile.root)

@@ -1,0 +1,66 @@
+"""compute_underused: mean GPU utilisation (NVML) below what a kernel-bound step keeps, when data and communication do not explain it."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from ngptune.profiling.diagnoses import communication, data
+from ngptune.profiling.diagnoses.checks import NO_PHASES, Check, Suggestion, not_evaluated, verdict
+from ngptune.profiling.diagnoses.inputs import ProfileInputs, phases_timed, rank_share
+
+NAME = "compute_underused"
+#: compute_underused: mean GPU utilisation (% of time a kernel runs, NVML) below which the GPU is
+#: under-used. An instant-NGP step at a proper batch size keeps kernels queued back to back (> 95 %);
+#: below 80 % more than a fifth of the time no kernel runs — launch gaps or host work between
+#: kernels, which a larger batch (more work per launch) hides.
+THRESHOLD = 80.0
+KNOB: tuple[Suggestion | str, ...] = (
+    Suggestion("training.target_samples_per_step", how="raise it, e.g. 2x, so each kernel launch does more work"),
+)
+
+def active_util(gpu_timeline: pd.DataFrame) -> pd.Series:
+    """Mean ``util_pct`` per GPU over its active window: from its first to its last sample with
+    utilisation > 0 (leaves out process start-up, scene loading and the idle tail)."""
+    out = {}
+    for gpu, group in gpu_timeline.sort_values("t_s").groupby("gpu", sort=True):
+        util = pd.to_numeric(group["util_pct"], errors="coerce").dropna().reset_index(drop=True)
+        busy = util.index[util > 0]
+        out[gpu] = float(util.iloc[busy[0] : busy[-1] + 1].mean()) if len(busy) else 0.0
+    return pd.Series(out, dtype=float)
+
+
+def idle_share(overlap: pd.DataFrame) -> float | None:
+    """Share of the traced window in which no kernel ran, over all ranks (None when unknown)."""
+    if "window_ms" in overlap.columns:
+        window = pd.to_numeric(overlap["window_ms"], errors="coerce")
+    else:
+        window = overlap["compute_ms"] + overlap["exposed_comm_ms"] + overlap["idle_ms"]
+    total = float(window.sum())
+    return float(pd.to_numeric(overlap["idle_ms"], errors="coerce").sum()) / total if total > 0 else None
+
+
+def check(inputs: ProfileInputs, means: pd.DataFrame | None) -> Check:
+    """Evaluated from NVML utilisation only: a trace's idle time is evidence of launch gaps on a
+    GPU, but on a CPU-only trace it is host overhead, not an under-used device."""
+    name, threshold = NAME, THRESHOLD
+    timeline = inputs.gpu_timeline
+    if timeline is None or len(timeline) == 0 or not pd.to_numeric(timeline["util_pct"], errors="coerce").notna().any():
+        return not_evaluated(name, threshold, "needs GPU utilisation samples (NVML); none were collected (no GPU?)")
+    if not phases_timed(means):
+        return not_evaluated(name, threshold, NO_PHASES + "; they rule out waits on data and communication")
+    util = active_util(timeline)
+    value = float(util.mean())
+    per_gpu = ", ".join(f"GPU {g} {u:.0f}%" for g, u in util.items())
+    evidence = f"mean GPU utilisation {value:.0f}% ({per_gpu}), threshold {threshold:.0f}%"
+    if inputs.overlap is not None and len(inputs.overlap):
+        idle = idle_share(inputs.overlap)
+        if idle is not None:
+            evidence += f"; no kernel runs in {idle:.0%} of the traced window (launch gaps)"
+    data_share = rank_share(means, "data", largest=True)[1]
+    comm_share = rank_share(means, "comm", largest=False)[1] if inputs.world_size > 1 else 0.0
+    evidence += f"; data {data_share:.1%} and exposed communication {comm_share:.1%} of the step"
+    explained = data_share > data.THRESHOLD or comm_share > communication.THRESHOLD
+    if value < threshold and explained:
+        evidence += ", which explain the low utilisation (see those diagnoses)"
+    fires = value < threshold and not explained
+    return verdict(name, value, threshold, 100.0, evidence, KNOB, inputs.config, fires=fires)

@@ -1,0 +1,98 @@
+"""How a study's trials were drawn, from its user attributes: the sampler and its seed, the pruner,
+the sweep workers that ran trials and how many at once, and whether the draws can be repeated
+(:class:`SamplingFacts`; the attributes are written by :mod:`ngptune.tuning.provenance`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import optuna
+
+__all__ = ["PRUNER_ATTR", "SAMPLER_ATTR", "SETUP_ATTR", "WORKER_ATTR_PREFIX", "SamplingFacts", "sampling_facts",
+           "spec_text", "worker_records"]
+
+SAMPLER_ATTR = "sampler"  #: {"type", "seed", ...} of the study file's sampler
+PRUNER_ATTR = "pruner"  #: {"type", ...} of the study file's pruner
+WORKER_ATTR_PREFIX = "worker:"  #: + worker id: {"host", "pid", "concurrent_trials", "sampler_seed", ...}
+SETUP_ATTR = "setup"  #: {"base_config" (path or None), "settings", "nccl_settings"} of the study file
+
+
+def worker_records(user_attrs: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The worker records of a study's user attributes, by worker id (``host:pid:start``)."""
+    return {key[len(WORKER_ATTR_PREFIX):]: value for key, value in user_attrs.items()
+            if key.startswith(WORKER_ATTR_PREFIX) and isinstance(value, dict)}
+
+
+def spec_text(record: Any) -> str:
+    if not isinstance(record, dict) or "type" not in record:
+        return "not recorded"
+    if record["type"] == "none":  # no pruner: its options mean nothing
+        return "none"
+    extra = ", ".join(f"{k}={v}" for k, v in record.items() if k not in ("type", "seed") and v is not None)
+    return f"{record['type']}" + (f" ({extra})" if extra else "")
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingFacts:
+    """What decides which settings a study's trials drew.
+
+    Attributes:
+        sampler: the sampler's type and options ("not recorded" for a study without the attribute).
+        seed: the study file's sampler seed, or None when not recorded.
+        pruner: the pruner's type and options, or "not recorded".
+        workers: per worker that ran trials (or, when no trial names its worker, per recorded
+            worker): ``(worker id, concurrent trials or None when not recorded, sampler seed or None)``.
+        reproducible: False when several workers ran trials or one ran several at once (Optuna
+            seeds each process's sampler on its own and the trials interleave in the order they
+            finish), so the same seed need not draw the same settings again.
+    """
+
+    sampler: str
+    seed: int | None
+    pruner: str
+    workers: list[tuple[str, int | None, int | None]]
+    reproducible: bool
+
+    def sentences(self) -> list[str]:
+        """The report's lines: sampler and seed, pruner, workers, and the caveat when not reproducible."""
+        seed = "not recorded" if self.seed is None else str(self.seed)
+        lines = [f"Sampler: {self.sampler}, seed {seed}. Pruner: {self.pruner}."]
+        described = []
+        for worker, concurrent, worker_seed in self.workers:
+            at_once = "concurrent trials not recorded" if concurrent is None else f"{concurrent} trial{'s' if concurrent != 1 else ''} at once"
+            seeded = "" if worker_seed is None else f", sampler seed {worker_seed}"
+            described.append(f"{worker} ({at_once}{seeded})")
+        if described:
+            lines.append(f"Workers: {len(self.workers)} sweep process{'es' if len(self.workers) != 1 else ''}: "
+                         + "; ".join(described) + ".")
+        else:
+            lines.append("Workers: not recorded.")
+        if not self.reproducible:
+            lines.append("Not reproducible: several workers or concurrent trials interleave the trials. Optuna seeds "
+                         "each process's sampler on its own and each draw depends on the trials finished when it is "
+                         "made, so re-running this study with the same seed need not draw the same settings.")
+        return lines
+
+
+def sampling_facts(study: optuna.Study) -> SamplingFacts:
+    """The :class:`SamplingFacts` of a study from its user attributes (:data:`SAMPLER_ATTR`,
+    :data:`PRUNER_ATTR`, the worker records) and its trials' ``worker`` attribute."""
+    attrs = study.user_attrs
+    records = worker_records(attrs)
+    ran = []
+    for trial in sorted(study.get_trials(deepcopy=False), key=lambda t: t.number):
+        worker = trial.user_attrs.get("worker")
+        if isinstance(worker, str) and worker not in ran:
+            ran.append(worker)
+    workers = []
+    for worker in ran or list(records):
+        record = records.get(worker, {})
+        concurrent, seed = record.get("concurrent_trials"), record.get("sampler_seed")
+        workers.append((worker, None if concurrent is None else int(concurrent), None if seed is None else int(seed)))
+    sampler = attrs.get(SAMPLER_ATTR)
+    seed = sampler.get("seed") if isinstance(sampler, dict) else None
+    parallel = len(workers) > 1 or any((c or 1) > 1 for _, c, _ in workers)
+    return SamplingFacts(sampler=spec_text(sampler), seed=None if seed is None else int(seed),
+                         pruner=spec_text(attrs.get(PRUNER_ATTR)), workers=workers, reproducible=not parallel)

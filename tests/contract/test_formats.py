@@ -1,0 +1,46 @@
+"""The scene-format table (trainer.contract.formats): detection in the loading policy's order, and
+the loader each entry names reads that format."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+from trainer.contract import SCENE_FORMATS, SceneError, format_named
+from trainer.contract.formats import detect_formats
+
+
+def test_a_folder_with_several_formats_lists_them_most_camera_information_first(tmp_path):
+    (tmp_path / "transforms.json").write_text("{}")
+    (tmp_path / "transforms_train.json").write_text("{}")
+    (tmp_path / "poses_bounds.npy").write_bytes(b"")
+    (tmp_path / "sparse").mkdir()
+    assert [f.name for f in detect_formats(tmp_path)] == ["colmap", "llff", "blender", "instant-ngp"]
+
+
+def test_a_file_names_its_one_format(tmp_path):
+    for name, expected in (("transforms_val.json", "blender"), ("transforms.json", "instant-ngp"),
+                           ("scene.json", "instant-ngp"), ("poses_bounds.npy", "llff")):
+        (tmp_path / name).write_text("{}")
+        assert [f.name for f in detect_formats(tmp_path / name)] == [expected]
+    (tmp_path / "image.png").write_bytes(b"")
+    with pytest.raises(SceneError, match=r"image\.png: not a scene file \(expected one of poses_bounds\.npy, "):
+        detect_formats(tmp_path / "image.png")
+
+
+def test_nothing_found_names_what_was_looked_for(tmp_path):
+    with pytest.raises(SceneError, match=r": no scene found \(looked for sparse/, poses_bounds\.npy, "
+                                         r"transforms_train\.json, transforms\.json\)$"):
+        detect_formats(tmp_path)
+    with pytest.raises(SceneError, match=r"nowhere: scene path does not exist$"):
+        detect_formats(tmp_path / "nowhere")
+
+
+def test_every_entry_has_a_loader_and_a_unique_name_and_flag():
+    assert len({f.name for f in SCENE_FORMATS}) == len({f.flag for f in SCENE_FORMATS}) == len(SCENE_FORMATS)
+    for fmt in SCENE_FORMATS:
+        assert callable(importlib.import_module(fmt.loader).load)
+        assert format_named(fmt.flag) is format_named(fmt.name) is fmt
+    with pytest.raises(KeyError):
+        format_named("nerfstudio")

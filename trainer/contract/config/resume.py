@@ -1,0 +1,48 @@
+"""What a resumed run changes: the training settings in which a config differs from the one a
+snapshot or checkpoint was written with."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from trainer.contract.config.blocks import TrainConfig
+from trainer.contract.config.io import config_to_dict
+
+__all__ = ["RUN_CONTROL_KEYS", "config_differences"]
+
+
+# Keys that say how long or how visibly a run goes, not what it trains: they may change on resume.
+RUN_CONTROL_KEYS = frozenset({
+    "training.n_steps", "training.time_budget_s", "training.eval_every", "training.eval_max_images",
+    "training.eval_spp", "training.log_every", "training.snapshot_every", "training.quiet", "training.device",
+    "profile", "faults", "distributed", "parallel.balance_every",
+    "data.scene",  # a path, spelled relative to where each run started; a scene change shows in the shapes
+})
+
+
+def config_differences(saved: Mapping[str, Any], current: TrainConfig) -> list[str]:
+    """The training settings in which ``current`` differs from ``saved`` (``config_to_dict`` of the
+    config a snapshot or checkpoint was written with), as ``"key: saved → current"`` lines; keys
+    of :data:`RUN_CONTROL_KEYS` (and the blocks named there) are left out.
+
+    Args:
+        saved: ``{block: {key: value}}`` as stored in a snapshot/checkpoint; unknown blocks or keys
+            are skipped (written by another version).
+        current: the config of the run that resumes.
+    """
+    now = json.loads(json.dumps(config_to_dict(current)))  # tuples → lists, as stored in JSON
+    saved = json.loads(json.dumps(saved, default=list)) if isinstance(saved, Mapping) else {}
+    lines = []
+    for block, values in now.items():
+        theirs = saved.get(block)
+        if block in RUN_CONTROL_KEYS or not isinstance(theirs, Mapping):
+            continue
+        for key, value in values.items():
+            dotted = f"{block}.{key}"
+            if dotted in RUN_CONTROL_KEYS or key not in theirs:
+                continue
+            if theirs[key] != value:
+                lines.append(f"{dotted}: {theirs[key]!r} → {value!r}")
+    return lines

@@ -1,0 +1,129 @@
+"""The scene formats the trainer reads: one table that the loader, the ``--format`` flag, the
+``data.format`` rule, ``inspect`` and the docs read (``docs/loading.md``).
+
+Each :class:`SceneFormat` names its loader module (``load(path, options) -> Scene``, imported only
+when a scene of that format is loaded) and how a folder or a file shows that it holds the format.
+:data:`SCENE_FORMATS` lists them in the loading policy's order: when a folder holds several, the
+first one found is loaded (most camera information first: COLMAP's per-image intrinsics and
+distortion, LLFF's one focal length, then the two ``transforms*.json`` layouts).
+
+Adding a format: its loader module under ``trainer/data/formats/``, one :class:`SceneFormat` line
+in :data:`SCENE_FORMATS`, and a test that writes a tiny scene of it.
+
+Stdlib only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+from trainer.contract.errors import SceneError
+
+__all__ = [
+    "FORMAT_CHOICES",
+    "SCENE_FORMATS",
+    "SPLITS",
+    "SceneFormat",
+    "detect_formats",
+    "format_by_flag",
+    "format_named",
+]
+
+SPLITS = ("train", "val", "test")
+"""The splits a scene may have, in order."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SceneFormat:
+    """One scene format.
+
+    Attributes:
+        name: the name a loaded scene carries (``Scene.format``) and messages use, e.g. ``"instant-ngp"``.
+        flag: the value of ``--format`` and ``data.format`` that picks it, e.g. ``"ngp"``.
+        loader: the module whose ``load(path, options)`` reads it, e.g. ``"trainer.data.formats.ngp"``.
+        has_splits: the scene's own files say which frames are for training and which for testing
+            (otherwise frames are held out by ``data.holdout_every``).
+        markers: paths inside a folder whose presence shows the format (``"sparse/"``: a folder).
+        file_pattern: a regular expression a file's name fully matches when the file alone is a
+            scene of this format, or None.
+    """
+
+    name: str
+    flag: str
+    loader: str
+    has_splits: bool
+    markers: tuple[str, ...]
+    file_pattern: str | None = None
+
+    def in_folder(self, folder: Path) -> bool:
+        """Whether ``folder`` holds a scene of this format (one of :attr:`markers` is there)."""
+        for marker in self.markers:
+            path = folder / marker.rstrip("/")
+            if (path.is_dir() if marker.endswith("/") else path.is_file()):
+                return True
+        return False
+
+    def is_file(self, path: Path) -> bool:
+        """Whether the file ``path`` alone is a scene of this format."""
+        return self.file_pattern is not None and re.fullmatch(self.file_pattern, path.name) is not None
+
+
+SCENE_FORMATS: tuple[SceneFormat, ...] = (
+    SceneFormat("colmap", "colmap", "trainer.data.formats.colmap", False, ("sparse/", "cameras.bin", "cameras.txt")),
+    SceneFormat("llff", "llff", "trainer.data.formats.llff", False, ("poses_bounds.npy",), r"poses_bounds\.npy"),
+    SceneFormat("blender", "blender", "trainer.data.formats.blender", True,
+                tuple(f"transforms_{split}.json" for split in SPLITS), rf"transforms_({'|'.join(SPLITS)})\.json"),
+    SceneFormat("instant-ngp", "ngp", "trainer.data.formats.ngp", False, ("transforms.json",), r".+\.json"),
+)
+"""Every format, in the loading policy's order (most camera information first)."""
+
+FORMAT_CHOICES: tuple[str, ...] = tuple(f.flag for f in SCENE_FORMATS)
+"""The values ``--format`` and ``data.format`` accept (besides ``data.format``'s ``"auto"``)."""
+
+
+def format_named(name: str) -> SceneFormat:
+    """The format whose :attr:`~SceneFormat.name` or :attr:`~SceneFormat.flag` is ``name``.
+
+    Raises:
+        KeyError: no format is called that.
+    """
+    for fmt in SCENE_FORMATS:
+        if name in (fmt.name, fmt.flag):
+            return fmt
+    raise KeyError(name)
+
+
+def format_by_flag(flag: str) -> SceneFormat:
+    """The format ``--format flag`` asks for (its name is accepted too).
+
+    Raises:
+        SceneError: ``--format <flag>: expected one of colmap, llff, blender, ngp``.
+    """
+    try:
+        return format_named(flag)
+    except KeyError:
+        raise SceneError(f"--format {flag}: expected one of {', '.join(FORMAT_CHOICES)}") from None
+
+
+def detect_formats(path: str | Path) -> list[SceneFormat]:
+    """Every scene format stored at ``path``, in :data:`SCENE_FORMATS` order (a file names its one
+    format).
+
+    Raises:
+        SceneError: the path does not exist, or holds none of the formats (naming what was looked for).
+    """
+    p = Path(path)
+    if not p.exists():
+        raise SceneError(f"{p}: scene path does not exist")
+    if p.is_file():
+        for fmt in SCENE_FORMATS:
+            if fmt.is_file(p):
+                return [fmt]
+        files = ", ".join(fmt.markers[0] for fmt in SCENE_FORMATS if fmt.file_pattern is not None)
+        raise SceneError(f"{p}: not a scene file (expected one of {files})")
+    found = [fmt for fmt in SCENE_FORMATS if fmt.in_folder(p)]
+    if not found:
+        raise SceneError(f"{p}: no scene found (looked for {', '.join(fmt.markers[0] for fmt in SCENE_FORMATS)})")
+    return found

@@ -1,0 +1,218 @@
+"""The metrics schema: every column the trainer writes and the driver reads, with its unit.
+
+This is the single owner of metric names. ``metrics.jsonl`` holds one JSON object per logging
+interval whose keys are :data:`METRICS_COLUMNS` names (units are part of the names). The profiler and
+the tuner read these files through the names defined here; nothing else spells them.
+
+Stdlib only: both the trainer and the ngptune driver import it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from trainer.contract.errors import TrainerError
+
+SCHEMA_VERSION = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Column:
+    """One metric: its name (unit suffixed), unit and meaning."""
+
+    name: str
+    unit: str
+    description: str
+    required: bool = False
+
+
+# Phases of one training step, in order. Their times are reported as ``<phase>_ms`` (mean per
+# step over the logging interval). "other" is the step time the named phases do not cover.
+PHASES: tuple[str, ...] = (
+    "data",
+    "march",
+    "compact",
+    "field_forward",
+    "render",
+    "backward",
+    "comm",
+    "optimizer",
+    "occupancy_update",
+    "balance",
+)
+
+
+def phase_column(phase: str) -> str:
+    """Column name of a phase's mean time per step: ``"<phase>_ms"``."""
+    if phase not in PHASES and phase != "other":
+        raise KeyError(f"unknown phase {phase!r}; known: {', '.join(PHASES)}, other")
+    return f"{phase}_ms"
+
+
+TEXT_COLUMNS = frozenset({"emulated_interconnect", "step_kind"})  # string values; every other column is a number
+
+METRICS_COLUMNS: tuple[Column, ...] = (
+    Column("schema_version", "", "metrics schema version", required=True),
+    Column("rank", "", "rank that wrote the record (0 in single-process runs)", required=True),
+    Column("world_size", "", "number of ranks", required=True),
+    Column("step", "", "optimiser steps completed when the record was written", required=True),
+    Column("wall_time_s", "s", "seconds since training started (excludes set-up)", required=True),
+    Column("loss", "", "mean training loss over the interval", required=True),
+    Column("train_psnr_db", "dB", "PSNR of the training batches over the interval (from MSE)"),
+    Column("lr", "", "learning rate at the end of the interval"),
+    Column("rays_per_step", "rays", "mean rays per step over the interval"),
+    Column("samples_per_step", "samples", "mean ray samples per step over the interval"),
+    Column("rays_per_s", "rays/s", "training rays per second over the interval"),
+    Column("throughput_samples_per_s", "samples/s", "training samples per second over the interval", required=True),
+    Column("steps_per_s", "steps/s", "optimiser steps per second over the interval"),
+    Column("step_time_ms", "ms", "mean wall-clock time per step over the interval", required=True),
+    *(Column(f"{p}_ms", "ms", f"mean time per step in phase '{p}'") for p in PHASES),
+    Column("other_ms", "ms", "mean time per step not covered by a named phase"),
+    Column("occupancy_fraction", "", "fraction of occupancy-grid cells marked occupied"),
+    Column("skipped_steps", "steps", "steps skipped over the interval (fp16 overflow, no samples)"),
+    Column("samples_clipped", "samples", "marched samples left out by the fixed sample capacity over the interval (whole rays)"),
+    Column("ray_capacity", "rays", "rays a fixed-capacity step draws (its buffers' size) at the end of the interval"),
+    Column("sample_capacity", "samples", "marched samples a fixed-capacity step holds at the end of the interval"),
+    Column("startup_s", "s", "seconds of start-up before the training clock (set-up, kernel compilation, first occupancy pass, graph capture; first record after it only)"),
+    Column("startup_steps", "steps", "optimiser steps run during start-up (first record after it only)"),
+    Column("kernels_compiled", "", "Triton kernels compiled during start-up; 0 = every kernel came from the cache (first record after it only)"),
+    Column("step_kind", "", "the training step: captured, fixed or dynamic (first record after start-up only)"),
+    Column("recaptures", "", "times the fixed-capacity step's buffers grew (and its CUDA graph was captured again) since the start"),
+    Column("grad_scale", "", "fp16 gradient scaler's scale (1 when unused)"),
+    Column("mem_allocated_mib", "MiB", "peak device memory allocated by tensors over the interval"),
+    Column("mem_reserved_mib", "MiB", "device memory reserved by the caching allocator"),
+    Column("host_rss_mib", "MiB", "resident memory of the process"),
+    Column("imbalance", "", "max/mean per-rank compute time (1 = balanced)"),
+    Column("ray_share", "", "this rank's share of the global rays per step"),
+    Column("comm_bytes_per_step", "B", "bytes all-reduced per rank per step for gradients (data parallel)"),
+    Column("comm_busbw_gb_per_s", "GB/s", "gradient all-reduce bus bandwidth, nccl-tests convention (10^9 B/s; exposed wait only with overlap)"),
+    Column("eval_psnr_db", "dB", "mean PSNR over the evaluation images (records written after an evaluation)"),
+    Column("eval_ssim", "", "mean SSIM over the evaluation images"),
+    Column("emulated_interconnect", "", "interconnect emulated through NCCL variables, or empty"),
+)
+
+COLUMNS_BY_NAME: dict[str, Column] = {c.name: c for c in METRICS_COLUMNS}
+
+
+class MetricsError(TrainerError):
+    """A metrics file is missing, corrupt, or breaks the schema; names the file and line."""
+
+
+def validate_record(record: dict[str, Any], where: str = "record") -> None:
+    """Check one metrics record against the schema.
+
+    Raises:
+        MetricsError: for a missing required column, an unknown column or a non-numeric value.
+    """
+    for column in METRICS_COLUMNS:
+        if column.required and column.name not in record:
+            raise MetricsError(f"{where}: missing required column '{column.name}'")
+    for key, value in record.items():
+        if key not in COLUMNS_BY_NAME:
+            raise MetricsError(f"{where}: unknown column '{key}'")
+        if key in TEXT_COLUMNS:
+            if not isinstance(value, str):
+                raise MetricsError(f"{where}: column '{key}' must be a string, got {value!r}")
+            continue
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise MetricsError(f"{where}: column '{key}' must be a number, got {value!r}")
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+class MetricsWriter:
+    """Appends schema-checked records to a ``metrics.jsonl`` file, one flushed line per record."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(self.path, "a", encoding="utf-8")
+
+    def write(self, record: dict[str, Any]) -> None:
+        record = {"schema_version": SCHEMA_VERSION, **record}
+        validate_record(record, where=str(self.path))
+        self._file.write(json.dumps({k: _json_safe(v) for k, v in record.items()}) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        if not self._file.closed:
+            self._file.close()
+
+    def __enter__(self) -> "MetricsWriter":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def read_metrics(path: Path, *, require_contiguous_steps: bool = False) -> list[dict[str, Any]]:
+    """Read a ``metrics.jsonl`` file into a list of records (stdlib only).
+
+    A truncated last line (a run killed mid-write) is dropped; any other unparsable line is an error.
+
+    Args:
+        path: the metrics file.
+        require_contiguous_steps: when True, steps must increase strictly.
+
+    Raises:
+        MetricsError: naming the file and line for a missing file, bad JSON or schema violations.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise MetricsError(f"{path}: metrics file not found")
+    lines = path.read_text(encoding="utf-8").splitlines()
+    records: list[dict[str, Any]] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            if number == len(lines):
+                break  # last line cut by a kill: everything before it is complete
+            raise MetricsError(f"{path}:{number}: not valid JSON ({exc.msg})") from None
+        if not isinstance(record, dict):
+            raise MetricsError(f"{path}:{number}: expected a JSON object")
+        validate_record(record, where=f"{path}:{number}")
+        records.append(record)
+    if require_contiguous_steps:
+        steps = [r["step"] for r in records]
+        for prev, cur in zip(steps, steps[1:]):
+            if cur <= prev:
+                raise MetricsError(f"{path}: steps do not increase ({prev} then {cur})")
+    return records
+
+
+def truncate_metrics_after(path: Path, step: int) -> int:
+    """Drop records of steps after ``step`` (and any cut line) from a metrics file, atomically.
+
+    Used when a run resumes from a snapshot into the same run directory, so the file keeps one
+    record per step interval. Returns the number of lines removed; a missing file is left alone.
+    """
+    from trainer.contract.rundir import atomic_write_text
+
+    path = Path(path)
+    if not path.is_file():
+        return 0
+    kept, removed = [], 0
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            removed += 1
+            continue
+        if isinstance(record, dict) and isinstance(record.get("step"), int) and record["step"] > step:
+            removed += 1
+            continue
+        kept.append(line)
+    if removed:
+        atomic_write_text(path, "".join(line + "\n" for line in kept))
+    return removed

@@ -1,0 +1,226 @@
+"""The run-directory layout: the only module that builds paths inside a run directory.
+
+::
+
+    RUN_DIR/
+      config.json            resolved trainer config
+      metrics.jsonl          rank 0 (single process: the only) metrics, schema in trainer.contract.metrics
+      metrics.rank<R>.jsonl  metrics of rank R > 0
+      eval.json              per-image and mean PSNR/SSIM of the last evaluation
+      eval.step_<NNNNNNN>.json  an earlier run's evaluation, kept when a resumed run continues here
+      renders/<split>_<NNN>.png
+      snapshots/step_<NNNNNNN>.pt   single-process snapshots (newest = highest step)
+      checkpoints/step_<NNNNNNN>/   sharded distributed checkpoints
+      logs/rank<R>.log       text log of each rank
+      traces/rank<R>.pt.trace.json  torch.profiler Chrome trace of rank R (profile.trace_steps)
+      status.json            final state of the run (completed / failed + reason; keys in trainer.contract.runstatus)
+
+Stdlib only: both the trainer and the ngptune driver import it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any, BinaryIO, Callable
+
+from trainer.contract.errors import ConfigError
+from trainer.contract.runstatus import STATE_KEY
+
+_SNAPSHOT_RE = re.compile(r"^step_(\d{7,})\.pt$")
+
+
+def atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> Path:
+    """Write a file atomically: ``write(f)`` fills a temp file in the same folder, which is
+    fsynced and renamed over ``path``. A kill at any moment leaves either the old file or the new
+    one, never a half-written ``path`` (temp files start with ``.`` and end with ``.tmp``)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual file mode
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def prepare_output_file(path: Path, what: str) -> Path:
+    """Check before a long run that ``path`` can be written as a file (creating its folder).
+
+    Raises:
+        ConfigError: naming ``what`` and the path when it is a folder or its folder cannot be made.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{what} {path}: is a folder, expected a file path")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"{what} {path}: cannot create its folder ({exc.strerror or exc})") from None
+    if not os.access(path.parent, os.W_OK):
+        raise ConfigError(f"{what} {path}: folder is not writable")
+    return path
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` atomically (see :func:`atomic_write`)."""
+    atomic_write(path, lambda f: f.write(text.encode("utf-8")))
+
+
+@dataclasses.dataclass(frozen=True)
+class RunDir:
+    """Paths inside one run directory (nothing is created until asked)."""
+
+    root: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", Path(self.root))
+
+    def create(self) -> "RunDir":
+        """Make the folder (and parents).
+
+        Raises:
+            ConfigError: the path is a file or cannot be created (names the path).
+        """
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"run directory {self.root}: cannot create it ({exc.strerror or exc})") from None
+        return self
+
+    def remove_stale_temp_files(self) -> int:
+        """Delete temp files that a killed snapshot/JSON write left behind; returns how many."""
+        removed = 0
+        for folder in (self.root, self.snapshots_dir):
+            if folder.is_dir():
+                for p in folder.glob(".*.tmp"):
+                    p.unlink(missing_ok=True)
+                    removed += 1
+        return removed
+
+    @property
+    def config_path(self) -> Path:
+        return self.root / "config.json"
+
+    def metrics_path(self, rank: int = 0) -> Path:
+        return self.root / ("metrics.jsonl" if rank == 0 else f"metrics.rank{rank}.jsonl")
+
+    def metrics_ranks(self) -> list[int]:
+        """Ranks that wrote a metrics file, ascending."""
+        ranks = [0] if self.metrics_path(0).is_file() else []
+        for p in self.root.glob("metrics.rank*.jsonl"):
+            m = re.fullmatch(r"metrics\.rank(\d+)\.jsonl", p.name)
+            if m and int(m.group(1)) > 0:
+                ranks.append(int(m.group(1)))
+        return sorted(ranks)
+
+    def existing_run(self) -> str | None:
+        """What shows that this folder already holds a run (its ``status.json`` state, or the
+        first run file found), or None for a missing or run-free folder."""
+        status = self.read_status()
+        if status is not None:
+            return f"its status.json says {status.get(STATE_KEY, 'unknown')!r}"
+        for path in (self.metrics_path(0), self.config_path):
+            if path.is_file():
+                return f"it has {path.name}"
+        return None
+
+    def read_status(self) -> dict[str, Any] | None:
+        """``status.json`` as a dict, or None when it is missing or unreadable."""
+        try:
+            data = json.loads(self.status_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    @property
+    def eval_path(self) -> Path:
+        return self.root / "eval.json"
+
+    def archive_eval(self) -> Path | None:
+        """Rename ``eval.json`` to ``eval.step_<N>.json`` (N: the step it evaluated), so a resumed
+        run continuing in this folder never shows an earlier evaluation as its own. Returns the new
+        path, or None when there was no ``eval.json``."""
+        if not self.eval_path.is_file():
+            return None
+        try:
+            step = json.loads(self.eval_path.read_text(encoding="utf-8")).get("step")
+        except (OSError, ValueError, AttributeError):
+            step = None
+        name = f"eval.step_{step:07d}.json" if isinstance(step, int) and step >= 0 else "eval.previous.json"
+        target = self.root / name
+        os.replace(self.eval_path, target)
+        return target
+
+    @property
+    def status_path(self) -> Path:
+        return self.root / "status.json"
+
+    @property
+    def renders_dir(self) -> Path:
+        return self.root / "renders"
+
+    def render_path(self, split: str, index: int) -> Path:
+        return self.renders_dir / f"{split}_{index:03d}.png"
+
+    @property
+    def snapshots_dir(self) -> Path:
+        return self.root / "snapshots"
+
+    def snapshot_path(self, step: int) -> Path:
+        return self.snapshots_dir / f"step_{step:07d}.pt"
+
+    def snapshots(self) -> list[tuple[int, Path]]:
+        """Complete snapshots (step, path), oldest first. Temp files of a killed save are ignored."""
+        if not self.snapshots_dir.is_dir():
+            return []
+        found = []
+        for p in self.snapshots_dir.iterdir():
+            m = _SNAPSHOT_RE.match(p.name)
+            if m:
+                found.append((int(m.group(1)), p))
+        return sorted(found)
+
+    def latest_snapshot(self) -> Path | None:
+        snaps = self.snapshots()
+        return snaps[-1][1] if snaps else None
+
+    @property
+    def checkpoints_dir(self) -> Path:
+        return self.root / "checkpoints"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.root / "logs"
+
+    def log_path(self, rank: int = 0) -> Path:
+        return self.logs_dir / f"rank{rank}.log"
+
+    @property
+    def traces_dir(self) -> Path:
+        return self.root / "traces"
+
+    def trace_path(self, rank: int = 0) -> Path:
+        """Chrome trace of ``profile.trace_steps`` written by ``rank``'s torch.profiler."""
+        return self.traces_dir / f"rank{rank}.pt.trace.json"
+
+    def write_json(self, path: Path, payload: Any) -> None:
+        """Write JSON atomically to one of this run's paths."""
+        atomic_write_text(path, json.dumps(payload, indent=2, sort_keys=False) + "\n")

@@ -1,0 +1,147 @@
+"""How a run tells the driver how it ended: the ``status.json`` keys and states, and the one-line
+``error: `` protocol of the trainer's and the launcher's stderr.
+
+The trainer (:mod:`trainer.cli`) and its launcher (:mod:`trainer.parallel.launch`) write them;
+``ngptune profile`` and the sweep's trials read them. Nothing else spells these keys.
+
+``status.json`` (:attr:`trainer.contract.rundir.RunDir.status_path`) is one JSON object, rewritten
+atomically at the start and at the end of a run::
+
+    state                 running | completed | failed | interrupted   (STATE_KEY, STATES)
+    reason                failed / interrupted: one line ("ExcType: message", or the launcher's
+                          message naming the failed rank)                (REASON_KEY)
+    run_dir, scene, world_size, step, train_time_s, wall_s, checkpoint, snapshot, resumed_from,
+    resumed_from_step, throughput_samples_per_s, eval_psnr_db, eval_ssim, eval_split, stopped_by
+    startup_s, kernels_compiled, step_kind   start-up before the training clock (trainer.train.startup):
+                          seconds, Triton kernels compiled (0: all from the cache), the training step
+    train_start_unix_s    wall clock (``time.time()``, s) at which the training loop started
+                          (TRAIN_START_KEY; the profile's GPU timeline counts from it)
+    failed_rank, failed_log   a failed distributed job: the root-cause rank and its log (launcher)
+    restart_count         a distributed run: times the elastic agent restarted the worker group
+                          before this attempt (``--max-restarts``; RESTART_COUNT_KEY); with
+                          resumed_from / resumed_from_step naming the checkpoint it resumed from
+
+A process of the trainer, the launcher or ``ngptune`` that refuses its input or fails prints ONE
+line ``error: <message>`` on stderr (:func:`print_error`) and exits with status 2 (1 for a failed
+profile); :func:`last_error_message` reads it back from a captured output or a rank's log. Their
+own warnings are lines ``warning: <message>`` (:func:`plain_warning_format`); the launcher repeats
+rank 0's on its own stderr.
+
+Stdlib only: both the trainer and the ngptune driver import it.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+STATE_KEY = "state"
+REASON_KEY = "reason"
+RUN_DIR_KEY = "run_dir"
+FAILED_RANK_KEY = "failed_rank"
+FAILED_LOG_KEY = "failed_log"
+RESTART_COUNT_KEY = "restart_count"
+TRAIN_START_KEY = "train_start_unix_s"
+"""``status.json`` key: wall clock (``time.time()``, s) at which the training loop started; the
+profile's GPU timeline counts from it."""
+
+RUNNING = "running"
+COMPLETED = "completed"
+FAILED = "failed"
+INTERRUPTED = "interrupted"
+STATES = (RUNNING, COMPLETED, FAILED, INTERRUPTED)
+"""Values of ``status.json``'s ``state``."""
+
+ERROR_PREFIX = "error: "
+"""Start of the one line a failing process prints on stderr."""
+
+WARNING_PREFIX = "warning: "
+"""Start of the line each of the trainer's (and the driver's) own warnings prints (:func:`plain_warning_format`)."""
+
+# torch.distributed's prefix on lines a rank prints after joining a group.
+_RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s?")
+
+
+def failed_fields(reason: str, *, failed_rank: int | None = None, failed_log: str | None = None) -> dict[str, Any]:
+    """``status.json`` fields of a failed run (with the root-cause rank and its log, when known)."""
+    fields: dict[str, Any] = {STATE_KEY: FAILED, REASON_KEY: reason}
+    if failed_rank is not None:
+        fields[FAILED_RANK_KEY] = failed_rank
+    if failed_log is not None:
+        fields[FAILED_LOG_KEY] = failed_log
+    return fields
+
+
+def interrupted_fields(reason: str) -> dict[str, Any]:
+    """``status.json`` fields of a run stopped by Ctrl-C or SIGTERM."""
+    return {STATE_KEY: INTERRUPTED, REASON_KEY: reason}
+
+
+def state_of(status: Mapping[str, Any] | None) -> str | None:
+    """The ``state`` of a read ``status.json`` (None when there is none)."""
+    return None if status is None else status.get(STATE_KEY)
+
+
+def is_completed(status: Mapping[str, Any] | None) -> bool:
+    """Whether a read ``status.json`` says the run completed."""
+    return state_of(status) == COMPLETED
+
+
+def error_line(message: object) -> str:
+    """``error: <message>``: the one line a failing process prints on stderr."""
+    return f"{ERROR_PREFIX}{message}"
+
+
+def print_error(message: object) -> None:
+    """Print :func:`error_line` of ``message`` on stderr."""
+    print(error_line(message), file=sys.stderr)
+
+
+def strip_rank_prefix(line: str) -> str:
+    """``line`` without torch.distributed's ``[rank<R>]:`` prefix."""
+    return _RANK_PREFIX.sub("", line)
+
+
+def last_error_message(text: str) -> str | None:
+    """The message of the last ``error: `` line of ``text`` (a process's output or a rank's log;
+    surrounding blanks and a ``[rank<R>]:`` prefix are ignored), or None when it has none."""
+    for line in reversed(text.splitlines()):
+        stripped = strip_rank_prefix(line).strip()
+        if stripped.startswith(ERROR_PREFIX):
+            return stripped[len(ERROR_PREFIX):]
+    return None
+
+
+def error_or_last_line(text: str) -> str:
+    """:func:`last_error_message` of ``text``, else its last non-empty line (an error that is no
+    ``error: `` line, e.g. a traceback's last line), else ""."""
+    message = last_error_message(text)
+    if message is not None:
+        return message
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+TRAINER_ROOT = Path(__file__).resolve().parents[1]
+"""The folder of the ``trainer`` package (whose UserWarnings :func:`plain_warning_format` shortens)."""
+
+
+def plain_warning_format(*roots: Path) -> None:
+    """Print the UserWarnings raised by code under :data:`TRAINER_ROOT` (and under each of
+    ``roots``: the driver adds its own package) as ``warning: <message>`` (no source file and
+    line, which mean nothing to a user); other warnings keep Python's format. Only the printed
+    format changes (``warnings.formatwarning``), so recording warnings (tests) is unaffected."""
+    original = getattr(warnings.formatwarning, "python_format", warnings.formatwarning)
+    prefixes = tuple(str(Path(root)) for root in (TRAINER_ROOT, *roots))
+
+    def formatwarning(message, category, filename, lineno, line=None):  # type: ignore[no-untyped-def]
+        if str(filename).startswith(prefixes) and issubclass(category, UserWarning):
+            return f"{WARNING_PREFIX}{message}\n"
+        return original(message, category, filename, lineno, line)
+
+    formatwarning.python_format = original  # type: ignore[attr-defined]
+    warnings.formatwarning = formatwarning

@@ -1,0 +1,108 @@
+"""What a run checks before it trains, and where it resumes from: the scene and the ``--out``
+folder, a distributed job or one process, the snapshot or checkpoint to continue, the step it
+must reach."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from trainer.contract.config import TrainConfig
+from trainer.contract.errors import ConfigError, SceneError
+from trainer.contract.rundir import RunDir
+from trainer.run.settings import scene_path_of
+
+__all__ = ["check_before_start", "check_n_steps_reach", "distributed_env", "has_checkpoint", "resume_path",
+           "resume_source"]
+
+
+def check_before_start(cfg: TrainConfig, out: Path | None, resume: Path | None) -> None:
+    """What the process that starts a job checks before it writes anything: the scene exists,
+    and an ``--out`` folder that already holds a run is refused unless ``--resume`` continues it
+    (two runs never mix their metrics in one folder). Workers do not check the folder: they share
+    it and may be restarted into it.
+
+    Raises:
+        SceneError: the scene path does not exist.
+        ConfigError: ``--out`` holds a run (names the folder and what is in it).
+    """
+    scene_path = scene_path_of(cfg)
+    if not scene_path.exists():
+        raise SceneError(f"--scene {scene_path}: scene path does not exist")
+    if out is None or resume is not None:
+        return
+    run_dir = RunDir(out)
+    reason = run_dir.existing_run()
+    if reason is None:
+        return
+    snapshot = run_dir.latest_snapshot()
+    if snapshot is not None:
+        how = f"choose a new folder, or continue that run with --resume {snapshot}"
+    elif has_checkpoint(run_dir):
+        how = f"choose a new folder, or continue that run with --resume {out}"
+    else:
+        how = "choose a new folder (it has no snapshot or checkpoint to resume from)"
+    raise ConfigError(f"--out {out}: already holds a run ({reason}); {how}")
+
+
+def has_checkpoint(run_dir: RunDir) -> bool:
+    """Whether the run directory holds a complete checkpoint (half-written ``.partial`` folders
+    of killed writes do not count)."""
+    from trainer.parallel.checkpoint import list_checkpoints
+
+    return bool(list_checkpoints(run_dir.checkpoints_dir))
+
+
+def distributed_env(cfg: TrainConfig, args: argparse.Namespace):
+    """The :class:`DistEnv` when this process should run the distributed trainer, else None."""
+    from trainer.parallel.dist_env import detect_dist_env
+
+    env = detect_dist_env(cfg)
+    if env.is_distributed or (args.resume is not None and Path(args.resume).is_dir()):
+        return env  # (a folder: sharded checkpoints, resumed on one process, or their absence reported there)
+    return None
+
+
+def resume_path(resume: Path | None) -> Path | None:
+    """``--resume`` as given, except a single-process run's folder (snapshots, no checkpoints):
+    its newest snapshot."""
+    if resume is None or not Path(resume).is_dir():
+        return resume
+    from trainer.parallel.checkpoint import latest_checkpoint
+
+    snapshot = RunDir(resume).latest_snapshot()
+    return snapshot if snapshot is not None and latest_checkpoint(Path(resume)) is None else resume
+
+
+def check_n_steps_reach(cfg: TrainConfig, resumed_step: int, source: str) -> None:
+    """A resumed run must not stop before the step it resumed at.
+
+    Raises:
+        ConfigError: ``training.n_steps`` below ``resumed_step`` (``source`` names the snapshot or
+            checkpoint, e.g. ``"snapshot runs/x/snapshots/step_0000300.pt"``).
+    """
+    if resumed_step > cfg.training.n_steps:
+        raise ConfigError(f"training.n_steps: {cfg.training.n_steps} is below step {resumed_step} of the "
+                          f"{source}; give --n-steps {resumed_step} or more")
+
+
+def resume_source(resume: Path | None, run_dir: RunDir) -> Path | None:
+    """Where a distributed run resumes from: ``--resume``, except after a restart by the elastic
+    agent (``--max-restarts``), where the run directory's own newest complete checkpoint wins when
+    it is at least as far as ``--resume`` (the restart must not redo the steps since then)."""
+    from trainer.parallel.checkpoint import checkpoint_step, latest_checkpoint
+    from trainer.parallel.dist_env import restart_count
+
+    if restart_count() == 0:
+        return resume
+    own = latest_checkpoint(run_dir.root)
+    if own is None:
+        return resume
+    if resume is None:
+        return run_dir.root
+    source = latest_checkpoint(resume)
+    source_step = checkpoint_step(source) if source is not None else None
+    own_step = checkpoint_step(own)
+    if source_step is None or (own_step is not None and own_step >= source_step):
+        return own
+    return resume

@@ -1,0 +1,157 @@
+"""The end of training: the trained model kept before anything else runs (``--save-snapshot``, or a
+snapshot in the run directory), the final evaluation announced with its estimated time, and their
+fields in ``status.json``."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from trainer.contract.config import TrainConfig
+from trainer.contract.errors import TrainingError
+from trainer.run.progress import TrainProgress
+from trainer.run.status import Terminated
+
+__all__ = ["LONG_EVALUATION_S", "evaluation_notice", "finish_status", "keep_final_model", "model_kept_text",
+           "train_with_progress"]
+
+
+def train_with_progress(trainer: Any, cfg: TrainConfig, progress: TrainProgress) -> dict[str, Any]:
+    """Run ``trainer.train`` with the config's snapshot/eval cadence, reporting through
+    ``progress`` (closed afterwards); returns the last metrics record."""
+
+    def on_eval(result: dict[str, Any]) -> None:
+        progress.message(f"eval step {result['step']}: {result['mean_psnr_db']:.2f} dB on {result['split']}")
+
+    def on_log(record: dict[str, Any]) -> None:
+        if "startup_s" in record and trainer.startup is not None:  # the first record after start-up
+            progress.message(trainer.startup.line())
+        progress.log(record)
+
+    last = trainer.train(
+        on_log=on_log,
+        on_eval=on_eval,
+        snapshot_every=cfg.training.snapshot_every,
+        eval_every=cfg.training.eval_every,
+        on_step=progress.step,
+    )
+    progress.close()
+    return last
+
+
+def finish_status(
+    trainer: Any, args: argparse.Namespace, status: dict[str, Any], progress: TrainProgress,
+    last: dict[str, Any], t0: float,
+) -> None:
+    """After training: throughput of the ``last`` record, ``--save-snapshot`` (the path the
+    trainer wrote), the final evaluation unless ``--no-eval``, and wall time since ``t0``; all
+    into ``status``."""
+    if last:
+        status["throughput_samples_per_s"] = last.get("throughput_samples_per_s")
+    if trainer.startup is not None:
+        status.update(startup_s=trainer.startup.startup_s, kernels_compiled=trainer.startup.kernels_compiled,
+                      step_kind=trainer.startup.step_kind)
+    t = trainer.cfg.training
+    if trainer.step < t.n_steps and t.time_budget_s is not None:
+        status["stopped_by"] = "time_budget"
+        progress.message(
+            f"stopped at step {trainer.step} of {t.n_steps}: the time budget of {t.time_budget_s:g} s "
+            "(training.time_budget_s, --time-budget) was reached"
+        )
+    keep_final_model(trainer, args, status)
+    if not args.no_eval:
+        progress.message(evaluation_notice(trainer, last))
+        started = last_line = time.perf_counter()
+
+        def view_done(done: int, total: int, image: dict[str, Any]) -> None:  # a line per 10 s at most
+            nonlocal last_line
+            now = time.perf_counter()
+            if now - last_line >= 10.0 and done < total:
+                last_line = now
+                progress.message(f"  evaluated {done}/{total} views in {now - started:.0f} s "
+                                 f"(last: {image['name']}, PSNR {image['psnr_db']:.2f} dB)")
+
+        trainer.eval_progress = view_done
+        try:
+            result = trainer.evaluate()
+        except (KeyboardInterrupt, Terminated):
+            status["interrupted_during"] = "evaluation"
+            progress.message(f"evaluation interrupted; {model_kept_text(trainer, status)}")
+            raise
+        except Exception as exc:
+            raise TrainingError(f"trained; evaluation failed: {type(exc).__name__}: {exc} "
+                                f"({model_kept_text(trainer, status)})") from exc
+        finally:
+            trainer.eval_progress = None
+        status.update({"eval_psnr_db": result["mean_psnr_db"], "eval_ssim": result["mean_ssim"], "eval_split": result["split"]})
+        n_images = len(result["images"])
+        status["eval_time_s"] = time.perf_counter() - started
+        progress.message(
+            f"evaluation on {n_images} {result['split']} image{'s' if n_images != 1 else ''} "
+            f"in {status['eval_time_s']:.1f} s: PSNR {result['mean_psnr_db']:.2f} dB, SSIM {result['mean_ssim']:.4f}"
+        )
+    status["wall_s"] = time.perf_counter() - t0
+
+
+def keep_final_model(trainer: Any, args: argparse.Namespace, status: dict[str, Any]) -> None:
+    """Write the trained model before anything else runs after training (evaluation may fail or
+    be interrupted): ``--save-snapshot``'s file, else, for a single-process run, a snapshot of the
+    last step in the run directory (distributed runs already hold their final checkpoint);
+    ``status["snapshot"]`` says where."""
+    if args.save_snapshot:
+        status["snapshot"] = str(trainer.save(args.save_snapshot))
+        return
+    run_dir = getattr(trainer, "run_dir", None)
+    if status.get("checkpoint") or run_dir is None:
+        return
+    path = run_dir.snapshot_path(trainer.step)
+    if not path.exists():
+        trainer.save(path)
+    status["snapshot"] = str(path)
+
+
+def model_kept_text(trainer: Any, status: dict[str, Any]) -> str:
+    """Where the trained model is, for the line that reports a failed or interrupted evaluation."""
+    where = status.get("snapshot") or status.get("checkpoint")
+    return (f"the trained model (step {trainer.step}) is in {where}; --resume it with --n-steps "
+            f"{trainer.step} to evaluate later")
+
+
+LONG_EVALUATION_S = 600.0
+"""An estimated final evaluation longer than this (s) gets a hint on how to shorten it."""
+
+
+def evaluation_notice(trainer: Any, last: dict[str, Any] | None = None) -> str:
+    """The line printed before the final evaluation: which views, how many pixels, an estimated
+    time (single process: measured by rendering a sample of their rays with the trained field and
+    occupancy grid, :func:`~trainer.train.eval_estimate.measure_eval_seconds`; distributed: from
+    the training's own rate), and on a CPU the cap of views in effect and how to change it (it
+    renders every pixel of every view and is not in the time budget)."""
+    from trainer.train.eval_estimate import eval_seconds_estimate, measure_eval_seconds
+    from trainer.train.evaluate import eval_split_name, evaluation_frames
+
+    split = eval_split_name(trainer)
+    views = trainer.scene.frames(split)
+    cap = trainer.cfg.training.eval_max_images
+    chosen = evaluation_frames(views, cap)
+    pixels = sum(f.intrinsics.width * f.intrinsics.height for _, f in chosen)
+    spp = trainer.cfg.training.eval_spp
+    amount = f"{pixels / 1e6:.2f} M pixels" if pixels >= 10_000 else f"{pixels} pixels"
+    line = (f"evaluating {len(chosen)} {split} view{'s' if len(chosen) != 1 else ''} "
+            f"({amount}, {spp} render(s) each)")
+    if getattr(trainer, "world_size", 1) == 1:
+        estimate, how = measure_eval_seconds(trainer, [f for _, f in chosen], spp), "measured on a sample of its rays"
+    else:
+        estimate, how = eval_seconds_estimate(pixels, spp, last), "at this run's training rate"
+    if estimate is not None:
+        took = f"{estimate:.0f} s" if estimate < 90 else f"{estimate / 60:.1f} min"
+        line += f", estimated {took} ({how})"
+    if trainer.device.type == "cpu":
+        if cap is not None and cap < len(views):
+            line += f"; on a CPU at most {cap} of the {len(views)} views (training.eval_max_images; --eval-max-images N)"
+        line += "; not counted in --time-budget, --no-eval skips it"
+    if estimate is not None and estimate > LONG_EVALUATION_S:
+        line += ("; that is long: Ctrl-C keeps the trained model, and fewer views (--eval-max-images 1) or "
+                 "smaller images (--downscale N) shorten it")
+    return line

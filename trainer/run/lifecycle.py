@@ -1,0 +1,240 @@
+"""One training run from its checks to its ``status.json``, the same for one process and for each
+rank of a job (:func:`run_training`).
+
+Every run goes through the same stages; where one process and a rank differ, a :class:`Job` says
+how:
+
+1. prepare — the run directory (one process: the ``--out`` folder checked, stale temp files
+   removed, ``config.json`` written; a rank: ``--out`` required with several ranks, the device of
+   its local rank), intra-op threads on a CPU, the opening lines;
+2. ``status.json`` written as running (by the process that owns the folder: rank 0);
+3. build — the trainer (one process: from a snapshot when resuming, warm-started when asked; a
+   rank: the process group joined, the data-parallel or subgrid trainer built, resumed from the
+   newest checkpoint — after a restart by the elastic agent its own);
+4. train, with progress lines, until ``training.n_steps`` or the time budget;
+5. keep the trained model (a rank: its final checkpoint; one process: a snapshot), evaluate
+   (:mod:`trainer.run.finish`);
+6. end — ``status.json`` completed, failed or interrupted (a rank first waits for its peers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Any
+
+from trainer.contract.config import TrainConfig, apply_overrides, config_to_dict
+from trainer.contract.defaults import cpu_config_warning, default_run_dir
+from trainer.contract.errors import ConfigError, LaunchError
+from trainer.contract.rundir import RunDir, prepare_output_file
+from trainer.contract.runstatus import COMPLETED, RESTART_COUNT_KEY, STATE_KEY, TRAIN_START_KEY, failed_fields, is_completed
+from trainer.run.checks import check_before_start, check_n_steps_reach, distributed_env, resume_path, resume_source
+from trainer.run.finish import finish_status, train_with_progress
+from trainer.run.progress import TrainProgress
+from trainer.run.settings import on_cpu, opening_line, scene_path_of
+from trainer.run.status import RunStatus
+
+__all__ = ["Job", "OneProcess", "Rank", "run_training"]
+
+
+class Job:
+    """How one process's run differs from a rank's (the stages in the module docstring)."""
+
+    cfg: TrainConfig
+    run_dir: RunDir
+    is_main: bool = True
+
+    def prepare(self) -> TrainProgress:
+        """Stage 1; returns the progress display."""
+        raise NotImplementedError
+
+    def status(self) -> RunStatus:
+        """The status of stage 2 (not yet written)."""
+        raise NotImplementedError
+
+    def build(self, status: RunStatus, progress: TrainProgress) -> Any:
+        """Stage 3: the trainer, resumed or warm-started as asked."""
+        raise NotImplementedError
+
+    def keep_model(self, trainer: Any, status: RunStatus) -> None:
+        """Stage 5's first part: a rank's final checkpoint (one process keeps its snapshot later)."""
+
+    def end(self, status: RunStatus) -> None:
+        """Stage 6: write the status (a rank first waits for its peers and then leaves the group)."""
+        status.write()
+
+
+class OneProcess(Job):
+    """A run of one process (no process group)."""
+
+    def __init__(self, cfg: TrainConfig, args: argparse.Namespace) -> None:
+        self.cfg, self.args = cfg, args
+        self.scene_path = scene_path_of(cfg)
+
+    def prepare(self) -> TrainProgress:
+        from trainer.cpu_threads import apply_cpu_threads
+
+        cfg, args = self.cfg, self.args
+        check_before_start(cfg, args.out, args.resume)
+        self.run_dir = RunDir(args.out or default_run_dir(self.scene_path)).create()
+        self.run_dir.remove_stale_temp_files()
+        if args.resume is not None:
+            self.run_dir.archive_eval()  # the folder's eval.json is of an earlier step
+        self.run_dir.write_json(self.run_dir.config_path, config_to_dict(cfg))
+        progress = TrainProgress(cfg.training.n_steps, cfg.training.quiet, cfg.training.time_budget_s)
+        cpu = on_cpu(cfg.training.device)
+        if cpu:
+            apply_cpu_threads(cfg.training.cpu_threads, 1)
+        progress.message(opening_line(cfg, args, 1))
+        warning = cpu_config_warning(cfg, cpu)
+        if warning:
+            progress.message(warning)
+        return progress
+
+    def status(self) -> RunStatus:
+        return RunStatus(self.run_dir, True, scene=str(self.scene_path))
+
+    def build(self, status: RunStatus, progress: TrainProgress) -> Any:
+        from trainer.train.loop import train_from_config
+
+        args = self.args
+        trainer = train_from_config(self.cfg, self.scene_path, self.run_dir, resume=args.resume)
+        if args.resume is not None:
+            status["resumed_from"] = str(args.resume)
+            status["resumed_from_step"] = trainer.step
+            check_n_steps_reach(self.cfg, trainer.step, f"snapshot {args.resume}")
+            progress.message(f"resumed from {args.resume} at step {trainer.step} (train_time_s includes its "
+                             f"{trainer.train_time_s:.1f} s of training before the resume)")
+        warm_start = getattr(args, "warm_start", None)
+        if warm_start is not None:
+            status["warm_started_from"] = str(warm_start)
+            status["warm_started_from_step"] = trainer.warm_start(Path(warm_start))
+            progress.message(f"warm start from {warm_start} (its step {status['warm_started_from_step']}); "
+                             "optimiser and step counter start afresh")
+        return trainer
+
+
+class Rank(Job):
+    """A rank of a distributed job (or sharded checkpoints resumed on one process). Rank 0 writes
+    ``config.json``, ``status.json``, ``eval.json`` and renders; every rank writes its metrics file
+    and its part of each checkpoint (at ``--checkpoint-every`` and at the end)."""
+
+    def __init__(self, cfg: TrainConfig, args: argparse.Namespace, env: Any) -> None:
+        self.cfg, self.args, self.env = cfg, args, env
+        self.is_main = env.is_main
+
+    def prepare(self) -> TrainProgress:
+        from trainer.cpu_threads import apply_cpu_threads
+        from trainer.parallel.dist_env import restart_count
+
+        env, args = self.env, self.args
+        if env.is_distributed and args.out is None:
+            raise ConfigError("--out: required with several ranks (they share one run directory)")
+        if env.device.type == "cpu":
+            apply_cpu_threads(self.cfg.training.cpu_threads, env.local_world_size)
+        if self.cfg.training.device != str(env.device):
+            self.cfg = apply_overrides(self.cfg, {"training.device": str(env.device)})
+        self.scene_path = scene_path_of(self.cfg)
+        self.run_dir = RunDir(args.out or default_run_dir(self.scene_path)).create()
+        self.restarts = restart_count()
+        if env.is_main and (args.resume is not None or self.restarts > 0):
+            self.run_dir.archive_eval()  # the folder's eval.json is of an earlier step
+        t = self.cfg.training
+        return TrainProgress(t.n_steps, t.quiet or not env.is_main, t.time_budget_s)
+
+    def status(self) -> RunStatus:
+        return RunStatus(self.run_dir, self.env.is_main, scene=str(self.scene_path), world_size=self.env.world_size,
+                         **{RESTART_COUNT_KEY: self.restarts})
+
+    def build(self, status: RunStatus, progress: TrainProgress) -> Any:
+        from trainer.data import load_scene
+        from trainer.parallel.build import build_distributed_trainer
+        from trainer.parallel.dist_env import init_distributed
+
+        cfg = self.cfg
+        init_distributed(self.env, cfg.distributed.timeout_s)
+        if self.env.is_main:
+            self.run_dir.write_json(self.run_dir.config_path, config_to_dict(cfg))
+        scene = load_scene(self.scene_path, **cfg.data.scene_options())
+        trainer = build_distributed_trainer(cfg, scene, self.run_dir)
+        trainer.keep_checkpoints = self.args.keep_checkpoints
+        resume = resume_source(self.args.resume, self.run_dir)
+        if resume is not None:
+            status["resumed_from"] = str(trainer.load_checkpoint(Path(resume)))
+            status["resumed_from_step"] = trainer.step
+            check_n_steps_reach(cfg, trainer.step, f"checkpoint {status['resumed_from']}")
+            after = f" after restart {self.restarts}" if self.restarts else ""
+            progress.message(f"resumed from checkpoint {status['resumed_from']} at step {trainer.step}{after}")
+        elif self.restarts:
+            progress.message(f"restart {self.restarts}: no complete checkpoint yet; training from step 0")
+        return trainer
+
+    def keep_model(self, trainer: Any, status: RunStatus) -> None:
+        # decided from the trainer's own record: every rank must agree without reading the disk
+        if trainer.last_checkpoint is not None and trainer.last_checkpoint[0] == trainer.step:
+            newest = trainer.last_checkpoint[1]
+        else:
+            newest = trainer.save_checkpoint()
+        status["checkpoint"] = str(newest)
+
+    def end(self, status: RunStatus) -> None:
+        from trainer.parallel.dist_env import shutdown_distributed, wait_for_peers
+
+        peer_error = None
+        if is_completed(status):  # every rank must finish before the group goes
+            try:
+                wait_for_peers()
+            except LaunchError as exc:
+                peer_error = exc
+                status.update(failed_fields(str(exc)))
+        status.write()
+        shutdown_distributed()
+        if peer_error is not None:
+            raise peer_error
+
+
+def run_training(cfg: TrainConfig, args: argparse.Namespace) -> dict[str, Any]:
+    """Train as configured (the stages of the module docstring): one process, or this process's
+    rank of a job; returns the status fields (also in ``status.json``).
+
+    Raises:
+        ConfigError: ``--save-snapshot`` not writable, ``--warm-start`` with ``--resume`` or with
+            several ranks, ``--out`` in use or missing with several ranks, bad settings.
+        SceneError: the scene does not exist or cannot be loaded.
+        LaunchError: the process group could not be formed, or a peer did not finish.
+        KeyboardInterrupt, Terminated: Ctrl-C or SIGTERM (``status.json`` says interrupted).
+    """
+    if args.save_snapshot:
+        prepare_output_file(args.save_snapshot, "--save-snapshot")
+    args.resume = resume_path(args.resume)
+    warm_start = getattr(args, "warm_start", None)
+    if warm_start is not None and args.resume is not None:
+        raise ConfigError("--warm-start: a run either resumes (--resume) or starts warm, not both")
+    env = distributed_env(cfg, args)
+    if env is not None and warm_start is not None:
+        raise ConfigError(f"--warm-start {warm_start}: single-process runs only (this run has "
+                          f"{env.world_size} ranks)")
+    job: Job = OneProcess(cfg, args) if env is None else Rank(cfg, args, env)
+    progress = job.prepare()
+    status = job.status()
+    status.write()  # a killed run still says it was running
+    trainer = None
+    try:
+        trainer = job.build(status, progress)
+        status[TRAIN_START_KEY] = time.time()
+        t0 = time.perf_counter()
+        last = train_with_progress(trainer, job.cfg, progress)
+        status.update({STATE_KEY: COMPLETED, "step": trainer.step, "train_time_s": trainer.train_time_s})
+        job.keep_model(trainer, status)
+        finish_status(trainer, args, status, progress, last, t0)
+        status.end()
+        return status
+    except BaseException as exc:
+        progress.close()
+        status.end(exc)
+        raise
+    finally:
+        if trainer is not None:
+            trainer.close()
+        job.end(status)

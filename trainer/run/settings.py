@@ -1,0 +1,89 @@
+"""The settings of one training process: its config from the flags (file, ``--set``, dedicated
+flags; the CPU preset on a CPU), its scene, and the line that opens the run."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from trainer.contract.commandline import scene_format_overrides
+from trainer.contract.config import TrainConfig, load_config, parse_override
+from trainer.contract.defaults import default_config_path, runs_on_cpu
+
+__all__ = ["config_source", "on_cpu", "opening_line", "resolve_config", "scene_path_of"]
+
+
+def on_cpu(device: str | None) -> bool:
+    """Whether ``training.device`` ``device`` (None: ``auto``) trains on this host's CPU
+    (:func:`trainer.contract.defaults.runs_on_cpu` with the CUDA devices torch sees)."""
+    from trainer.parallel.dist_env import visible_cuda_devices
+
+    return runs_on_cpu(device, visible_cuda_devices())
+
+
+def config_source(args: argparse.Namespace) -> str:
+    """How the opening line names the run's config: the ``--config`` path, the CPU preset (chosen
+    because none was given on a CPU), or the built-in defaults."""
+    if args.config is not None:
+        return str(args.config)
+    if getattr(args, "config_chosen", None) is not None:
+        return f"{args.config_chosen} (the CPU preset: no --config on a CPU)"
+    return "built-in defaults"
+
+
+def opening_line(cfg: TrainConfig, args: argparse.Namespace, ranks: int, local_ranks: int | None = None) -> str:
+    """The first line of a run: scene, device, ranks (on a CPU: threads per rank, for
+    ``local_ranks`` ranks on this host, default ``ranks``), config and the stopping rule."""
+    from trainer.cpu_threads import describe_cpu_threads
+    from trainer.train.build import resolve_device
+
+    stop = f"{cfg.training.n_steps} steps"
+    if cfg.training.time_budget_s is not None:
+        stop += f" or {cfg.training.time_budget_s:g} s"
+    device = resolve_device(cfg.training.device)
+    threads = ""
+    if device.type == "cpu":
+        threads = f" ({describe_cpu_threads(cfg.training.cpu_threads, local_ranks or ranks)})"
+    return (f"training {scene_path_of(cfg)} on {device}, "
+            f"{ranks} rank{'s' if ranks != 1 else ''}{threads}, config {config_source(args)}, up to {stop}")
+
+
+def resolve_config(args: argparse.Namespace) -> TrainConfig:
+    """Config file (``--config``; without it the CPU preset on a CPU, :func:`default_config_path`)
+    + ``--set`` overrides + dedicated flags, validated. Sets ``args.config_chosen`` to the preset
+    path when it was chosen."""
+    overrides: dict[str, Any] = {}
+    for item in args.overrides:
+        key, value = parse_override(item)
+        overrides[key] = value
+    path = default_config_path(args.config, on_cpu(args.device or overrides.get("training.device")))
+    args.config_chosen = path if args.config is None else None
+    flag_map = {
+        "training.n_steps": args.n_steps,
+        "training.time_budget_s": args.time_budget_s,
+        "training.device": args.device,
+        "training.precision": args.precision,
+        "training.eval_every": args.eval_every,
+        "training.eval_max_images": args.eval_max_images,
+        "training.cpu_threads": getattr(args, "cpu_threads", None),
+        "training.snapshot_every": args.snapshot_every,
+        "data.downscale": args.downscale,
+        "profile.trace_steps": getattr(args, "trace_steps", None),
+        "distributed.emulate_interconnect": getattr(args, "emulate_interconnect", None),
+    }
+    overrides.update({k: v for k, v in flag_map.items() if v is not None})
+    overrides.update(scene_format_overrides(args))
+    if args.scene is not None:
+        overrides["data.scene"] = str(args.scene)
+    if args.quiet:
+        overrides["training.quiet"] = True
+    return load_config(path, overrides)  # file and flags checked together, once
+
+
+def scene_path_of(cfg: TrainConfig) -> Path:
+    if cfg.data.scene:
+        return Path(cfg.data.scene)
+    from trainer.data.demo import demo_scene_path
+
+    return demo_scene_path()
