@@ -228,6 +228,66 @@ recipe_sweep() {
   copy_run "/tmp/sweep_$study" "sweep_$study" report.html trials.csv best_config.json best_env.sh
 }
 
+#: mesh-support [SECONDS [FLAGS]]: train SECONDS (default 60) with FLAGS (default the 400-pixel config),
+# then meshes (256³) and point clouds with --min-views 0, 1, 3, 5: kept, left out, bounding box
+recipe_mesh-support() {
+  local seconds=${1:-60}; shift || true
+  local flags=("$@")
+  [ ${#flags[@]} -gt 0 ] || flags=(--config configs/nerf_synthetic_400.json)
+  run mesh_support.txt python3 -m trainer --scene "$S" "${flags[@]}" --time-budget "$seconds" --no-eval \
+    --out /tmp/mesh_support_run --quiet | tail -3
+  run mesh_support.txt python3 bench/mesh_support.py --run /tmp/mesh_support_run | tail -14
+}
+
+#: appearance [SCENE [SECONDS]]: training.appearance off and affine, SECONDS (default 60) each on SCENE
+# (default .scenes/fox, every 8th view held out): held-out PSNR, affine-fitted PSNR, SSIM, steps
+recipe_appearance() {
+  local scene=${1:-.scenes/fox} seconds=${2:-60} mode
+  for mode in off affine; do
+    run appearance.txt python3 -m trainer --scene "$scene" --time-budget "$seconds" --quiet \
+      --set training.appearance=$mode --out "/tmp/appearance_$mode" | tail -2
+    python3 - "$mode" <<'PY' | tee -a "$keep/appearance.txt"
+import json, sys
+e = json.load(open(f"/tmp/appearance_{sys.argv[1]}/eval.json"))
+print(f"appearance {sys.argv[1]}: step {e['step']}, held-out PSNR {e['mean_psnr_db']:.2f} dB, "
+      f"affine-fitted {e['mean_psnr_affine_db']:.2f} dB, SSIM {e['mean_ssim']:.3f} ({len(e['images'])} views)")
+PY
+  done
+}
+
+#: sweep-packing [K ...]: trials per hour on one GPU with K trials packed on it (default 1 2 4),
+# studies/psnr_steps.toml without its pruner, 150 s of starting trials per K (bench/sweep_fidelity.py)
+recipe_sweep-packing() {
+  local ks=("$@"); [ ${#ks[@]} -gt 0 ] || ks=(1 2 4)
+  run sweep_packing.txt python3 bench/sweep_fidelity.py packing --study studies/psnr_steps.toml --scene "$S" \
+    --k "${ks[@]}" --wall-s "${WALL_S:-150}" --out /tmp/sweep_fidelity | tail -8
+  cp /tmp/sweep_fidelity/packing_*.json "$keep/" 2>/dev/null
+}
+
+#: sweep-pruning [pruned|unpruned ...]: studies/psnr_budget.toml with its Hyperband pruner against none
+# at equal wall time (WALL_S, default 240 s of starting trials), then 3 confirmation re-runs each
+recipe_sweep-pruning() {
+  local arms=("$@"); [ ${#arms[@]} -gt 0 ] || arms=(pruned unpruned)
+  run sweep_pruning.txt python3 bench/sweep_fidelity.py pruning --study studies/psnr_budget.toml --scene "$S" \
+    --arms "${arms[@]}" --wall-s "${WALL_S:-240}" --confirm-runs "${CONFIRM_RUNS:-3}" --out /tmp/sweep_fidelity | tail -8
+  cp /tmp/sweep_fidelity/pruning_*.json "$keep/" 2>/dev/null
+}
+
+#: viewer [RUN]: the web viewer's frames/s at rest (spp 1) at 1280x720 and 1920x1080 of a lego_400 model
+# (RUN, default: 3000 steps trained here into /tmp/viewer_lego), and training steps/s with and without
+# --view (idle; and one headless Chromium page at rest when chromium is on PATH), 2 alternating rounds.
+# Needs viser (with its dependencies) among the wheels in .whl/.
+recipe_viewer() {
+  local run=${1:-/tmp/viewer_lego} browser=()
+  command -v chromium >/dev/null 2>&1 && browser=(--browser)
+  [ -d "$run/snapshots" ] || run viewer.txt python3 -m trainer --scene "$S" --config configs/nerf_synthetic_400.json \
+    --n-steps 3000 --no-eval --quiet --out "$run" | tail -1 | cut -c1-300
+  run viewer.txt python3 bench/viewer.py frames --run "$run" | tail -5
+  run viewer.txt python3 bench/viewer.py training --scene "$S" --config configs/nerf_synthetic_400.json \
+    --n-steps 3000 --rounds 2 ${browser[@]+"${browser[@]}"} | tail -6
+  pack; elapsed viewer
+}
+
 #: help: this list
 recipe_help() { awk '/^#: /{on=1; sub(/^#: /, "  "); print; next} on && /^# /{sub(/^# /, "      "); print; next} {on=0}' "$0"; }
 

@@ -7,6 +7,8 @@ A variant is ``name:key=value,key=value`` (dotted config keys); ``base`` applies
 ``--eval-spp 1,8`` scores every checkpoint with each number of averaged renders per view (8 is
 instant-ngp's ``run.py`` protocol); ``--eval-train K`` also scores K training views (at the first
 spp), so the train-vs-test gap shows whether a plateau is under- or over-fitting.
+``--without-alpha white`` trains on a copy of the scene whose images are composited onto white
+and saved without alpha (the same object photographed on a white backdrop, an RGB capture).
 
     python bench/psnr_at_steps.py --scene .scenes/lego_400 --steps 3000 \
         --variant base --variant no_prefetch:training.prefetch_march=false
@@ -15,6 +17,8 @@ spp), so the train-vs-test gap shows whether a plateau is under- or over-fitting
 from __future__ import annotations
 
 import argparse
+import shutil
+import tempfile
 from pathlib import Path
 
 from _common import machine_description, print_table
@@ -32,6 +36,20 @@ def parse_variant(text: str) -> tuple[str, dict[str, object]]:
     return name, overrides
 
 
+def without_alpha(scene: Path, colour: str) -> Path:
+    """A copy of ``scene`` (in a temporary folder) whose PNG images are composited onto ``colour``
+    and saved as RGB."""
+    from PIL import Image
+
+    copy = Path(tempfile.mkdtemp(prefix="psnr-at-steps-rgb-")) / scene.name
+    shutil.copytree(scene, copy)
+    fill = (255, 255, 255, 255) if colour == "white" else (0, 0, 0, 255)
+    for png in copy.rglob("*.png"):
+        rgba = Image.open(png).convert("RGBA")
+        Image.alpha_composite(Image.new("RGBA", rgba.size, fill), rgba).convert("RGB").save(png)
+    return copy
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scene", type=Path, required=True)
@@ -44,6 +62,8 @@ def main() -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     parser.add_argument("--eval-spp", default="1", help="comma-separated renders per view, e.g. 1,8")
     parser.add_argument("--eval-train", type=int, default=0, help="also score this many training views")
+    parser.add_argument("--without-alpha", choices=("white", "black"), default=None,
+                        help="train on the scene's images composited onto this colour, saved without alpha")
     args = parser.parse_args()
     try:
         spps = [int(x) for x in args.eval_spp.split(",")]
@@ -54,7 +74,8 @@ def main() -> None:
     if args.eval_images < 1 or args.eval_train < 0 or args.steps < 1 or args.eval_every < 1 or (args.downscale is not None and args.downscale < 1):
         parser.error("--steps, --eval-every, --eval-images and --downscale must be >= 1 and --eval-train >= 0")
     variants = [parse_variant(v) for v in (args.variants or ["base"])]
-    scene = load_scene(args.scene, downscale=args.downscale)
+    scene_path = args.scene if args.without_alpha is None else without_alpha(args.scene, args.without_alpha)
+    scene = load_scene(scene_path, downscale=args.downscale)
     pixels = load_pixel_table(scene.frames("train"), downscale=scene.downscale)
     common = dict(parse_override(s) for s in args.overrides)
     checkpoints = list(range(args.eval_every, args.steps + 1, args.eval_every)) or [args.steps]

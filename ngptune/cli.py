@@ -5,8 +5,9 @@ and command lines from :mod:`trainer.contract`): ``inspect`` (describe a scene),
 (write the built-in demo scene), ``train`` (``python -m trainer``: one process, or
 ``--nproc-per-node N`` ranks through the elastic launcher), ``demo`` (a short single-process
 training run on the built-in demo scene), ``render`` and ``export`` (``python -m
-trainer.inference``); and the commands of :data:`COMMAND_MODULES` (``profile``, ``monitor``,
-``sweep``, ``train-many``, ``bench-comm``).
+trainer.inference``), ``view`` (``python -m trainer.viewer``); and the commands of
+:data:`COMMAND_MODULES` (``profile``, ``monitor``, ``sweep``, ``train-many``, ``bench-comm``,
+``prepare``, ``dashboard``).
 """
 
 from __future__ import annotations
@@ -25,12 +26,15 @@ from trainer.contract import (
     add_render_arguments,
     EXPORT_HELP,
     RENDER_HELP,
+    VIEW_HELP,
+    add_view_arguments,
     add_trainer_arguments,
     inference_argv,
     plain_warning_format,
     print_error,
     tool_argv,
     trainer_argv,
+    viewer_argv,
 )
 
 PACKAGE_ROOT = Path(__file__).resolve().parent
@@ -79,6 +83,12 @@ def _cmd_inference(args: argparse.Namespace) -> int:
     return _run(inference_argv([args.command, *args.tool_argv]))
 
 
+def _cmd_view(args: argparse.Namespace) -> int:
+    """``ngptune view``: ``python -m trainer.viewer`` with the same flags, as a process (Ctrl-C
+    reaches it once; it stops with one line)."""
+    return _run(viewer_argv(args.tool_argv))
+
+
 # Modules that add their own sub-command through ``register(subparsers)``.
 COMMAND_MODULES = (
     "ngptune.profile_command",  # ngptune profile
@@ -86,6 +96,8 @@ COMMAND_MODULES = (
     "ngptune.tuning.command",  # ngptune sweep
     "ngptune.train_many_command",  # ngptune train-many
     "ngptune.commbench",  # ngptune bench-comm
+    "ngptune.prepare.command",  # ngptune prepare
+    "ngptune.dashboard",  # ngptune dashboard
 )
 
 
@@ -121,6 +133,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("export", help=EXPORT_HELP)
     add_export_arguments(p)
     p.set_defaults(func=_cmd_inference)
+    p = sub.add_parser("view", help=VIEW_HELP)
+    add_view_arguments(p)
+    p.set_defaults(func=_cmd_view)
 
     p = sub.add_parser("demo", help="a short single-process training run on the built-in demo scene "
                                     "(the README's main job is `ngptune sweep`)")
@@ -131,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-PASS_THROUGH = ("inspect", "demo-scene", "train", "render", "export")
+PASS_THROUGH = ("inspect", "demo-scene", "train", "render", "export", "view")
 """Sub-commands whose flags, as given, are the trainer program's (``args.tool_argv``)."""
 
 

@@ -5,16 +5,17 @@ of the trainer's (:class:`trainer.contract.TrainerError`), as one ``error: `` li
 
     NgptuneError
     ├── TrialFailed        a tuning trial failed
+    ├── PrepareError       ngptune prepare could not make a scene of its input
     ├── NcclValueError     an NCCL variable or value outside the tuner's allow-list (also a ValueError)
     └── the errors of a driver module: SweepError, ProfileError, DiagnosisError, TraceError,
-        LinkBandwidthError, NvmlUnavailable, ProfileReportError, StudyReportError, ...
+        LinkBandwidthError, NvmlUnavailable, ProfileReportError, StudyReportError, DashboardError, ...
 """
 
 from __future__ import annotations
 
 from trainer.contract import TrainerError
 
-__all__ = ["NcclValueError", "NgptuneError", "TrialFailed", "USER_ERRORS"]
+__all__ = ["NcclValueError", "NgptuneError", "PrepareError", "TrialFailed", "USER_ERRORS"]
 
 
 class NgptuneError(Exception):
@@ -32,3 +33,8 @@ class TrialFailed(NgptuneError):
 class NcclValueError(NgptuneError, ValueError):
     """A variable or value outside the allow-list; the message says why (no file or key: the
     caller adds where it came from)."""
+
+
+class PrepareError(NgptuneError):
+    """``ngptune prepare`` cannot make a scene of its input; the message names the file or the
+    stage (frames, features, matching, mapping) and the problem."""

@@ -40,6 +40,8 @@ def format_description(info: dict[str, Any]) -> None:
                "override": "--aabb-scale"}[info["box_source"]]
     table.add_row("aabb_scale", f"{info['aabb_scale']} ({box_how})")
     table.add_row("downscale (at decode)", str(info["downscale"]))
+    if info.get("size_rule"):
+        table.add_row("size rule", info["size_rule"])
     table.add_row("scene box (unit-cube world)", f"{info['aabb'][0]} → {info['aabb'][1]}")
     finest = info["finest_resolution"]
     how = ("instant-ngp's 2048 · aabb_scale: no view to measure" if finest["footprint"] is None else

@@ -1,6 +1,6 @@
 """``ngptune profile``: run the trainer instrumented and write a profile folder with its report.
 
-    ngptune profile [--scene PATH] [--config FILE] [--nproc-per-node N] [--steps N]
+    ngptune profile [--scene PATH] [--downscale N] [--config FILE] [--nproc-per-node N] [--steps N]
                     [--trace-steps A:B] [--nsys] [--ncu] [--nvml-interval-ms 100]
                     [--emulate-interconnect ...] [--link-busbw auto|off|GB_PER_S]
                     [--bench-comm-csv FILE] [--set KEY=VALUE ...] [--out DIR]
@@ -15,6 +15,11 @@ more than one rank, the link's all-reduce bus bandwidth is measured once (``--li
 interconnect), read from ``--bench-comm-csv``, or given as a number. Afterwards the tables are
 collected (:mod:`ngptune.profiling.collect`), diagnosed (:func:`ngptune.profiling.diagnoses.assess`,
 with the link's busbw) and rendered (:func:`ngptune.reporting.profile_report.write_profile_report`).
+
+The console shows the trainer's opening line (device, ranks, threads), the run's progress from
+rank 0's metrics (:class:`ngptune.progress.RunsProgress`) and, at the end, a one-screen summary
+(:func:`summary_lines`): step time and its compute and wait shares, the job's and each rank's
+throughput, the evaluation when there was one, and every fired diagnosis with its knob.
 
 Exit status: 0 when the run completed and every requested source was collected; 1 when the run
 failed (the folder still holds what was collected, ``failure.json`` and the report) or a source
@@ -31,7 +36,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from ngptune.profiling import SourceStatus
 from ngptune.profiling import nsight
@@ -51,11 +56,14 @@ from trainer.contract import (
 )
 
 if TYPE_CHECKING:  # collect, link and nvml load pandas: imported where used, not for --help
+    import pandas as pd
+
     from ngptune.profiling.collect import ProfileDir, RunOutcome
     from trainer.contract import TrainConfig
 
 DEFAULT_STEPS = 30
 STOP_GRACE_S = 30  # seconds a stopped trainer gets before the next, harder signal
+WATCH_EVERY_S = 0.5  # seconds between two looks at the profiled run's metrics
 INTERCONNECTS = ("none", "nvlink", "pcie", "sockets")
 _WINDOW_RE = re.compile(r"([0-9]+):([0-9]+)")
 _LOG_REF_RE = re.compile(r"log: (\S+)\s*$")
@@ -69,6 +77,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Run the trainer instrumented (phase timers, NVML sampler, torch.profiler window) and write a profile folder: CSV tables, diagnoses and report.html.",
     )
     p.add_argument("--scene", type=Path, default=None, help="scene folder or file (default: the built-in demo scene)")
+    p.add_argument("--downscale", type=int, default=None,
+                   help="shrink images by this integer factor, as ngptune train (data.downscale)")
     add_scene_format_arguments(p)
     p.add_argument("--config", type=Path, default=None, help="trainer config (JSON with comments)")
     p.add_argument("--nproc-per-node", type=int, default=None, help="ranks on this node (elastic launcher); default one process")
@@ -118,6 +128,8 @@ def _check_args(args: argparse.Namespace) -> None:
 
     if args.steps < 1:
         raise ConfigError(f"--steps: expected an integer >= 1, got {args.steps}")
+    if args.downscale is not None and args.downscale < 1:
+        raise ConfigError(f"--downscale: expected an integer >= 1, got {args.downscale}")
     if args.eval_images < 0:
         raise ConfigError(f"--eval-images: expected an integer >= 0, got {args.eval_images}")
     if args.nproc_per_node is not None and args.nproc_per_node < 1:
@@ -144,6 +156,8 @@ def _run_config(args: argparse.Namespace) -> TrainConfig:
         overrides["data.scene"] = str(args.scene)
     if args.emulate_interconnect is not None:
         overrides["distributed.emulate_interconnect"] = args.emulate_interconnect
+    if args.downscale is not None:
+        overrides["data.downscale"] = args.downscale
     overrides.update(scene_format_overrides(args))
     return load_config(path, overrides)
 
@@ -164,15 +178,16 @@ def trainer_command(args: argparse.Namespace, run_dir: Path, window: tuple[int, 
     """The ``python -m trainer`` command line of the profiled run (:func:`trainer.contract.trainer_argv`):
     one metrics record per step (``training.log_every=1``, before ``--set`` so the user's wins)."""
     overrides = ["training.log_every=1", *(["profile.cuda_profiler_range=true"] if cuda_profiler_range else []),
-                 *args.overrides, *(f"{key}={json.dumps(value)}" for key, value in scene_format_overrides(args).items())]
+                 *([f"data.downscale={args.downscale}"] if args.downscale is not None else []), *args.overrides, *(f"{key}={json.dumps(value)}" for key, value in scene_format_overrides(args).items())]
     return trainer_argv(nproc_per_node=args.nproc_per_node, n_steps=args.steps, out=run_dir, quiet=True,
                         evaluate=args.eval_images > 0, eval_max_images=args.eval_images or None, trace_steps=window,
                         scene=args.scene, config=args.config, emulate_interconnect=args.emulate_interconnect,
                         overrides=overrides)
 
 
-def _run_logged(argv: list[str], log_path: Path) -> int:
-    """Run ``argv`` with stdout and stderr into ``log_path`` and return its exit status.
+def _run_logged(argv: list[str], log_path: Path, watch: Callable[[], None] | None = None) -> int:
+    """Run ``argv`` with stdout and stderr into ``log_path`` and return its exit status;
+    ``watch()`` is called every :data:`WATCH_EVERY_S` seconds while it runs (progress).
 
     On Ctrl-C (which a terminal sends to the child as well) the child gets
     :data:`STOP_GRACE_S` seconds to write its status, then SIGTERM (the trainer records it as
@@ -182,6 +197,11 @@ def _run_logged(argv: list[str], log_path: Path) -> int:
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(command_stopping_with_parent(argv), stdout=log, stderr=subprocess.STDOUT)
         try:
+            while watch is not None:
+                try:
+                    return proc.wait(timeout=WATCH_EVERY_S)
+                except subprocess.TimeoutExpired:
+                    watch()
             return proc.wait()
         except KeyboardInterrupt:
             for stop in (None, proc.terminate, proc.kill):
@@ -289,11 +309,14 @@ def profile_command(args: argparse.Namespace) -> int:
     link_busbw, sources["link_busbw"] = link_from_csv or _link_busbw(parse_link_busbw(args.link_busbw), cfg, ranks, profile)
     print(f"profile: {args.steps} steps on {ranks} rank(s), torch.profiler steps {window[0]}:{window[1]}; "
           f"trainer output in {profile.trainer_log_path}", flush=True)
+    watcher = _RunWatcher(profile, args.steps)
     sampler = NvmlSampler(args.nvml_interval_ms / 1e3).start()
+    exit_code = None
     try:
-        exit_code = _run_logged(argv, profile.trainer_log_path)
+        exit_code = _run_logged(argv, profile.trainer_log_path, watcher.poll)
     finally:
         sources["nvml"] = sampler.stop()
+        watcher.close(exit_code == 0)
     outcome = run_outcome(exit_code, profile)
 
     if nsys is not None:
@@ -330,11 +353,92 @@ def profile_command(args: argparse.Namespace) -> int:
         print_error(f"training failed: {outcome.reason} (log: {outcome.log_path}); partial profile: {report}")
         return 1
     broken = [f"{name}: {s.detail}" for name, s in collected.sources.items() if s.status == "failed"]
+    for line in summary_lines(collected.summary, checks, inputs.evaluation):
+        print(line)
     print(f"profile: {report} (diagnoses: {', '.join(fired) if fired else 'none fired'})")
     if broken:
         print_error(f"profile incomplete: {broken[0]}")
         return 1
     return 0
+
+
+class _RunWatcher:
+    """The profiled run on the console while it trains: the trainer's opening line once (device,
+    ranks, threads), then rank 0's step and throughput (:class:`ngptune.progress.RunsProgress`)."""
+
+    def __init__(self, profile: ProfileDir, steps: int) -> None:
+        from ngptune.progress import RunsProgress
+
+        self.profile, self.steps = profile, steps
+        self.board = RunsProgress()
+        self.board.add("profile run", steps, state="starting")
+        self.opening_shown = False
+
+    def poll(self) -> None:
+        from ngptune.progress import last_record
+
+        if not self.opening_shown:
+            line = _opening_line(self.profile.trainer_log_path)
+            if line is not None:
+                self.board.message(f"trainer: {line}")
+                self.opening_shown = True
+        record = last_record(self.profile.run.metrics_path(0))
+        if record is not None:
+            self.board.update("profile run", record)
+
+    def close(self, completed: bool) -> None:
+        self.poll()
+        self.board.finish("profile run", "completed" if completed else "ended")
+        self.board.close()
+
+
+def _opening_line(log_path: Path) -> str | None:
+    """The trainer's first line (``training SCENE on DEVICE, N rank(s) (threads), ...``) once it
+    is in its output, else None."""
+    try:
+        with open(log_path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("training "):
+                    return line.rstrip("\n")
+    except OSError:
+        return None
+    return None
+
+
+def summary_lines(summary: "pd.DataFrame", checks: list, evaluation: dict | None) -> list[str]:
+    """The profile's one-screen summary: step time with its compute and wait parts and the share
+    the named phases cover, the job's throughput (and each rank's own, with several), the
+    evaluation's PSNR when there was one, and each fired diagnosis with its evidence and knob (or
+    that none fired and how many checks ran)."""
+    from trainer.contract import quantity_text as q
+
+    lines: list[str] = []
+    if summary is not None and len(summary):
+        job = summary.iloc[0]
+        lines.append(f"steps: {int(summary['steps'].max())} on {len(summary)} rank{'s' if len(summary) != 1 else ''}; "
+                     f"step time {q('step_time_ms', summary['step_time_ms'].mean())} (compute "
+                     f"{q('compute_ms', summary['compute_ms'].mean())}, waiting for other ranks "
+                     f"{q('wait_ms', summary['wait_ms'].mean())}; named phases cover "
+                     f"{q('coverage_pct', 100 * summary['phase_coverage'].mean())} of it), after warm-up")
+        throughput = f"throughput (all ranks): {q('throughput_samples_per_s', job['throughput_samples_per_s'])}"
+        if "rays_per_s" in summary.columns:
+            throughput += f", {q('rays_per_s', job['rays_per_s'])}"
+        lines.append(throughput)
+        if len(summary) > 1 and "rank_throughput_samples_per_s" in summary.columns:
+            lines.append("per rank (its own rays): " + ", ".join(
+                f"rank {int(r['rank'])} {q('rank_throughput_samples_per_s', r['rank_throughput_samples_per_s'])}"
+                for _, r in summary.iterrows()) + f"; imbalance {q('imbalance', job['imbalance'])}")
+    if evaluation and isinstance(evaluation.get("mean_psnr_db"), (int, float)):
+        lines.append(f"evaluation: PSNR {q('psnr_db', evaluation['mean_psnr_db'])} on "
+                     f"{len(evaluation.get('images', []))} {evaluation.get('split', 'test')} view(s)")
+    fired = [c for c in checks if c.diagnosis is not None]
+    if not fired:
+        ran = sum(c.status != "not_evaluated" for c in checks)
+        lines.append(f"diagnoses: none fired ({ran} of {len(checks)} checks had their inputs)")
+    for c in fired:
+        lines.append(f"diagnosis: {c.bottleneck} ({c.diagnosis.severity}): {c.detail}")
+        lines.append(f"  try: {c.diagnosis.knob}")
+    return lines
 
 
 def _write_report(profile: ProfileDir) -> Path:

@@ -5,15 +5,20 @@ file listing scene paths, one a line (relative to the file's folder; ``#`` start
 Each scene is one job: ``python -m trainer`` (``--nproc-per-node G`` for ``--gpus-per-job G`` > 1)
 in its own process tree on a slot of G GPUs claimed from :class:`~ngptune.scheduling.slots.SlotPool`
 (every GPU is used: visible GPUs // G jobs at once; one job at a time without GPUs), with the same
-config and ``--set`` overrides for all, writing ``OUT/<job>/`` (a run directory), its log
-``OUT/logs/<job>.log`` and a final snapshot ``OUT/<job>/final.pt``.
+config and ``--set`` overrides for all, writing ``OUT/<job>/`` (a run directory, laid out as every
+run: the final model in ``snapshots/``, or ``checkpoints/`` for several GPUs) and its log
+``OUT/logs/<job>.log``.
 
 ``--warm-start previous``: job i starts from job i-1's final snapshot (model and occupancy grid;
 fresh optimiser, :meth:`trainer.train.loop.Trainer.warm_start`), so it waits for job i-1; a job
-whose predecessor failed starts cold (its ``warm_started_from`` is empty).
+whose predecessor failed starts cold (its ``warm_started_from`` is empty). The snapshot is the one
+the predecessor's ``status.json`` names, else its run folder's
+(:meth:`trainer.rundir.RunDir.model_snapshot`, which also finds ``final.pt`` in the root, where
+train-many kept it before).
 
 Resumable: a job is finished when ``OUT/<job>/job.json`` exists (written atomically after the
-trainer reported ``completed``); re-running the same command skips finished jobs and reruns the
+trainer reported ``completed``); re-running the same command skips finished jobs (their row keeps
+its outcome, ``completed``, and says when it finished and when it was skipped) and reruns the
 others, after moving an unfinished folder aside to ``OUT/<job>.unfinished-<k>`` (its log and
 checkpoints are kept). A killed job never leaves a ``job.json``.
 """
@@ -21,6 +26,7 @@ checkpoints are kept). A killed job never leaves a ``job.json``.
 from __future__ import annotations
 
 import dataclasses
+import datetime as _dt
 import json
 import os
 import re
@@ -38,7 +44,6 @@ from trainer.contract import ConfigError, RunDir, atomic_write_text, command_sto
 __all__ = ["Job", "JobResult", "TrainManyOptions", "discover_scenes", "job_names", "run_train_many"]
 
 JOB_FILE = "job.json"
-SNAPSHOT_FILE = "final.pt"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,10 +76,6 @@ class Job:
     log_path: Path
 
     @property
-    def snapshot_path(self) -> Path:
-        return self.run_dir / SNAPSHOT_FILE
-
-    @property
     def job_path(self) -> Path:
         return self.run_dir / JOB_FILE
 
@@ -82,18 +83,22 @@ class Job:
 @dataclasses.dataclass
 class JobResult:
     """A job's row of ``summary.csv``: scene, gpus, steps, train_time_s, psnr_db, status, log
-    path, and the run folder, the snapshot it started from and why it failed or was skipped."""
+    path, and the run folder, the snapshot it started from, why it failed or was skipped, the
+    trained model, when it finished and when a later run skipped it (local ISO times)."""
 
     scene: str
     gpus: str
     steps: int | None
     train_time_s: float | None
     psnr_db: float | None
-    status: str  # completed | failed | skipped (finished by an earlier run)
+    status: str  # completed | failed
     log_path: str
     run_dir: str
     warm_started_from: str
     reason: str = ""
+    model: str = ""  # the snapshot or checkpoint folder of the trained model
+    finished_at: str = ""
+    skipped_at: str = ""  # set when this run found the job finished by an earlier run
 
 
 def _natural_key(path: Path) -> list[Any]:
@@ -154,9 +159,9 @@ def _move_aside(job: Job) -> None:
 
 def job_argv(job: Job, options: TrainManyOptions, gpus: int, warm_from: Path | None) -> list[str]:
     """The job's command: ``python -m trainer [--nproc-per-node G] --scene S --out RUN --quiet
-    --save-snapshot RUN/final.pt [--warm-start PREVIOUS] <training flags>``."""
+    [--warm-start PREVIOUS] <training flags>``."""
     argv = trainer_argv(nproc_per_node=gpus if gpus > 1 else None, scene=job.scene, out=job.run_dir, quiet=True,
-                        save_snapshot=job.snapshot_path, warm_start=warm_from, extra=options.train_args)
+                        warm_start=warm_from, extra=options.train_args)
     return command_stopping_with_parent(argv)
 
 
@@ -164,13 +169,34 @@ def _result(job: Job, status: dict[str, Any] | None, outcome: str, reason: str, 
             warm_from: Path | None) -> JobResult:
     status = status or {}
     number = lambda key: status.get(key) if isinstance(status.get(key), (int, float)) else None  # noqa: E731
+    model = trained_model(job.run_dir, status) if outcome == "completed" else None
     return JobResult(scene=str(job.scene), gpus=",".join(map(str, gpus)), steps=number("step"),
                      train_time_s=number("train_time_s"), psnr_db=number("eval_psnr_db"), status=outcome,
                      log_path=str(job.log_path), run_dir=str(job.run_dir),
-                     warm_started_from="" if warm_from is None else str(warm_from), reason=reason)
+                     warm_started_from="" if warm_from is None else str(warm_from), reason=reason,
+                     model="" if model is None else str(model),
+                     finished_at=_now() if outcome == "completed" else "")
 
 
-def _run_job(job: Job, options: TrainManyOptions, pool: SlotPool, warm_from: Path | None, on_start=None) -> JobResult:
+def _now() -> str:
+    return _dt.datetime.now().astimezone().isoformat(timespec="seconds")
+
+
+def trained_model(run_dir: Path, status: dict[str, Any] | None = None) -> Path | None:
+    """The trained model of a finished run folder: the snapshot or checkpoint its ``status.json``
+    names (``snapshot``, ``checkpoint``) when it exists, else the run folder's newest snapshot
+    (:meth:`~trainer.rundir.RunDir.model_snapshot`), else None."""
+    run = RunDir(run_dir)
+    status = run.read_status() if status is None else status
+    for key in ("snapshot", "checkpoint"):
+        named = (status or {}).get(key)
+        if isinstance(named, str) and Path(named).exists():
+            return Path(named)
+    return run.model_snapshot()
+
+
+def _run_job(job: Job, options: TrainManyOptions, pool: SlotPool, warm_from: Path | None, on_start=None,
+             on_progress=None) -> JobResult:
     _move_aside(job)
     slot = pool.claim()
     if on_start is not None:
@@ -181,28 +207,49 @@ def _run_job(job: Job, options: TrainManyOptions, pool: SlotPool, warm_from: Pat
         launch = TrialLaunch(argv=job_argv(job, options, len(slot.gpus), warm_from), env=slot.env(os.environ),
                              run_dir=job.run_dir, log_path=job.log_path, world_size=n_gpus if len(slot.gpus) > 1 else 1,
                              timeout_s=float("inf"))
-        run = run_trial(launch)
+        watch = None
+        if on_progress is not None:
+            def watch(records: list[dict[str, Any]]) -> None:
+                on_progress(job, records[-1] if records else None)
+        run = run_trial(launch, on_progress=watch)
         leftover = run.leftover_pids
     finally:
         pool.release(slot, leftover)
-    outcome = "completed" if run.outcome == "completed" and job.snapshot_path.is_file() else "failed"
-    result = _result(job, run.status, outcome, run.reason if outcome == "failed" else "", slot.gpus, warm_from)
+    completed = run.outcome == "completed" and trained_model(job.run_dir, run.status) is not None
+    outcome = "completed" if completed else "failed"
+    reason = run.reason if run.outcome != "completed" else "" if completed else "the run kept no trained model"
+    result = _result(job, run.status, outcome, reason, slot.gpus, warm_from)
     if outcome == "completed":
         atomic_write_text(job.job_path, json.dumps(dataclasses.asdict(result), indent=2) + "\n")
     return result
 
 
 def _finished_result(job: Job) -> JobResult:
+    """The row of a job an earlier run finished: its outcome as recorded, when it was skipped."""
     found = json.loads(job.job_path.read_text())
-    found["status"] = "skipped"
-    found["reason"] = f"finished by an earlier run (step {found.get('steps', '?')}); remove {job.job_path} to train it again"
+    found["status"] = "completed"
+    when = f" at {found['finished_at']}" if found.get("finished_at") else ""
+    found["reason"] = (f"skipped: finished by an earlier run{when} (step {found.get('steps', '?')}); remove "
+                       f"{job.job_path} to train it again")
+    found["skipped_at"] = _now()
+    if not found.get("model"):
+        model = trained_model(job.run_dir)
+        found["model"] = "" if model is None else str(model)
     return JobResult(**{k: found.get(k, "") for k in JobResult.__dataclass_fields__})
 
 
-def run_train_many(options: TrainManyOptions, *, on_start=None, on_done=None) -> list[JobResult]:
+def _warm_start_snapshot(previous: Job) -> Path | None:
+    """The finished ``previous`` job's single-process snapshot, or None (a checkpoint folder of a
+    several-GPU job cannot warm-start a run)."""
+    model = trained_model(previous.run_dir)
+    return model if model is not None and model.is_file() else None
+
+
+def run_train_many(options: TrainManyOptions, *, on_start=None, on_done=None, on_progress=None) -> list[JobResult]:
     """Train every scene of ``options.source`` (see the module docstring); returns a result per
     scene, in sequence order (``on_start(job)`` / ``on_done(job, result)`` are called as jobs start
-    and end, from worker threads).
+    and end, ``on_progress(job, record)`` with the job's newest metrics record (None before its
+    first) while it trains; all from worker threads).
 
     Raises:
         ConfigError: bad source (:func:`discover_scenes`), ``--gpus-per-job`` 0 or above the
@@ -236,8 +283,8 @@ def run_train_many(options: TrainManyOptions, *, on_start=None, on_done=None) ->
                 if options.warm_start and job.index > 0:
                     done[job.index - 1].wait()
                     previous = jobs[job.index - 1]
-                    warm_from = previous.snapshot_path if _is_finished(previous) else None
-                result = _run_job(job, options, pool, warm_from, on_start)
+                    warm_from = _warm_start_snapshot(previous) if _is_finished(previous) else None
+                result = _run_job(job, options, pool, warm_from, on_start, on_progress)
             results[job.index] = result
             if on_done is not None:
                 on_done(job, result)

@@ -1,12 +1,15 @@
 """``ngptune train-many SOURCE --out OUT``: train a scene sequence as jobs on GPU slots
-(:mod:`ngptune.train_many`); writes ``OUT/summary.csv``, ``OUT/summary.html`` and prints a table."""
+(:mod:`ngptune.train_many`); shows each running job's step, ETA and throughput
+(:class:`ngptune.progress.RunsProgress`), writes ``OUT/summary.csv``, ``OUT/summary.html`` and
+prints a table."""
 
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
-from trainer.contract import positive_int
+from trainer.contract import RunDir, positive_int
 
 __all__ = ["register"]
 
@@ -26,19 +29,43 @@ def _train_args(args: argparse.Namespace) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _n_steps(run_dir: Path) -> int | None:
+    """``training.n_steps`` of the run's ``config.json`` (written when it starts), or None."""
+    try:
+        value = json.loads(RunDir(run_dir).config_path.read_text(encoding="utf-8"))["training"]["n_steps"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return value if isinstance(value, int) else None
+
+
 def _cmd_train_many(args: argparse.Namespace) -> int:
     from ngptune.console import make_console
+    from ngptune.progress import RunsProgress
     from ngptune.reporting.train_many_report import print_summary_table, write_summary_csv, write_summary_html
     from ngptune.train_many import TrainManyOptions, run_train_many
 
     console = make_console(soft_wrap=True)
     options = TrainManyOptions(source=args.source, out_dir=args.out, gpus_per_job=args.gpus_per_job,
                                warm_start=args.warm_start, train_args=_train_args(args))
-    results = run_train_many(
-        options,
-        on_start=lambda job: console.print(f"{job.name}: started"),
-        on_done=lambda job, r: console.print(f"{job.name}: {r.status}" + (f" — {r.reason}" if r.reason else "")),
-    )
+    board = RunsProgress()
+
+    def started(job) -> None:
+        board.update(job.name, None)
+
+    def progressed(job, record) -> None:
+        board.update(job.name, record, total=_n_steps(job.run_dir))
+
+    def done(job, r) -> None:
+        if r.skipped_at:
+            board.message(f"{job.name}: {r.reason}")
+        elif r.reason:
+            board.message(f"{job.name}: {r.status}: {r.reason}")
+        board.finish(job.name, "skipped: done before" if r.skipped_at else r.status)
+
+    try:
+        results = run_train_many(options, on_start=started, on_done=done, on_progress=progressed)
+    finally:
+        board.close()
     csv_path = write_summary_csv(results, args.out / "summary.csv")
     html_path = write_summary_html(results, args.out / "summary.html", title=f"ngptune train-many: {args.source}")
     print_summary_table(results, console)

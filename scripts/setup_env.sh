@@ -23,4 +23,4 @@ else
   echo "setup: installing torch==2.13.0"
   "$py" -m pip install -q torch==2.13.0
 fi
-"$py" -m pip install -q -e '.[test,colmap]'
+"$py" -m pip install -q -e '.[test,colmap,view,tensorboard,dashboard]'

@@ -44,11 +44,14 @@ class PageView:
     plots_rendered: int
     plots_total: int
     tables: int
+    probe: object = None  # what the ``probe`` expression returned
 
 
-def view_in_browser(page_path: Path, *, timeout_ms: int = 30000, screenshot: Path | None = None) -> PageView:
-    """Load ``page_path`` from disk with the network blocked, wait for plotly, and report;
-    with ``screenshot``, save a full-page PNG there."""
+def view_in_browser(page_path: Path, *, timeout_ms: int = 30000, screenshot: Path | None = None,
+                    probe: str | None = None, width: int = 1280) -> PageView:
+    """Load ``page_path`` from disk with the network blocked in a window ``width`` pixels wide,
+    wait for plotly, and report; with ``screenshot``, save a full-page PNG there; with ``probe``, a
+    JavaScript function expression evaluated on the page (its JSON-able result in ``probe``)."""
     playwright = pytest.importorskip("playwright.sync_api")
     executable = chromium_path()
     errors: list[str] = []
@@ -56,7 +59,7 @@ def view_in_browser(page_path: Path, *, timeout_ms: int = 30000, screenshot: Pat
     with playwright.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
         try:
-            context = browser.new_context(offline=True)
+            context = browser.new_context(offline=True, viewport={"width": width, "height": 900})
             page = context.new_page()
             page.on("pageerror", lambda exc: errors.append(str(exc)))
             page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
@@ -74,8 +77,9 @@ def view_in_browser(page_path: Path, *, timeout_ms: int = 30000, screenshot: Pat
             )
             text = page.inner_text("body")
             tables = page.locator("table").count()
+            probed = page.evaluate(probe) if probe is not None else None
             if screenshot is not None:
                 page.screenshot(path=str(screenshot), full_page=True)
         finally:
             browser.close()
-    return PageView(errors, failed, text, plots_rendered, plots_total, tables)
+    return PageView(errors, failed, text, plots_rendered, plots_total, tables, probed)

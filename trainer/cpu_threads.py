@@ -42,10 +42,11 @@ def cpu_threads_per_rank(requested: int, local_ranks: int, cores: int | None = N
     return max(1, (available_cores() if cores is None else cores) // local_ranks)
 
 
-def describe_cpu_threads(requested: int, local_ranks: int) -> str:
-    """Words for the opening line, e.g. ``"1 CPU thread per rank (training.cpu_threads)"``."""
+def describe_cpu_threads(requested: int, local_ranks: int, setting: str = "training.cpu_threads") -> str:
+    """Words for the opening line, e.g. ``"1 CPU thread per rank (training.cpu_threads)"``
+    (``setting``: what set ``requested`` when it is >= 1, e.g. ``"--cpu-threads"``)."""
     n = cpu_threads_per_rank(requested, local_ranks)
-    source = "training.cpu_threads" if requested >= 1 else f"{available_cores()} cores // {local_ranks} rank{'s' if local_ranks != 1 else ''}"
+    source = setting if requested >= 1 else f"{available_cores()} cores // {local_ranks} rank{'s' if local_ranks != 1 else ''}"
     return f"{n} CPU thread{'s' if n != 1 else ''} per rank ({source})"
 
 

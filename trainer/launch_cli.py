@@ -6,13 +6,14 @@ process, or one rank of a job that torchrun, srun or this launcher started). Wit
 (:func:`trainer.parallel.launch.launch_workers`), each running ``python -m trainer`` with the same
 training flags less the launch flags (:func:`worker_argv`) and one shared run directory; several
 nodes add ``--nnodes``, ``--node-rank`` and ``--rdzv-endpoint``, and ``--max-restarts K`` restarts
-the group from its newest checkpoint.
+the group from its newest checkpoint. ``--check-host`` only checks what does not depend on the
+settings (the scene exists, the socket interfaces the environment names exist) and starts nothing.
 
 The launching process checks the config before any rank starts (parallel settings for the world
 size, trainability, interconnect emulation, and on node 0 the scene and the ``--out`` folder),
-tells where the ranks' logs go, repeats rank 0's progress lines and restarts on stdout while the
-ranks run (:mod:`trainer.parallel.rank_log`), and after the job repeats rank 0's ``warning:`` lines on stderr,
-prints one summary line from ``status.json`` and, last, one JSON line
+tells where the ranks' logs go, repeats rank 0's progress lines and restarts on stdout and its
+``warning:`` lines on stderr while the ranks run (:mod:`trainer.parallel.rank_log`), and after the
+job prints one summary line from ``status.json`` (:func:`trainer.runstatus.summary_line`) and, last, one JSON line
 ``{"state": "completed", "run_dir": ..., "nproc_per_node": N}``. Bad input or a failed rank is one
 ``error: `` line on stderr and exit status 2 (:mod:`trainer.contract.runstatus`); Ctrl-C stops the ranks,
 names the checkpoint to resume from, and exits 130.
@@ -35,7 +36,7 @@ from trainer.contract.defaults import default_run_dir
 from trainer.contract.errors import ConfigError, TrainerError
 from trainer.parallel.net_env import check_socket_ifnames
 from trainer.contract.rundir import RunDir
-from trainer.contract.runstatus import COMPLETED, RESTART_COUNT_KEY, STATE_KEY, WARNING_PREFIX, plain_warning_format, print_error
+from trainer.contract.runstatus import COMPLETED, STATE_KEY, plain_warning_format, print_error, summary_line
 
 __all__ = ["build_parser", "launch_command", "main", "run_command"]
 
@@ -56,6 +57,12 @@ def run_command(args: argparse.Namespace, train_argv: list[str]) -> int:
     Raises:
         TrainerError: the launch was refused or failed (:func:`launch_command`).
     """
+    if args.check_host:
+        cfg = resolve_config(args)
+        check_socket_ifnames(os.environ)
+        check_before_start(cfg, None, None)
+        print(f"host checked: scene {scene_path_of(cfg)}, socket interfaces", flush=True)
+        return 0
     if args.nproc_per_node is None:
         return train_command(args)
     return launch_command(args, train_argv)
@@ -90,8 +97,9 @@ def launch_command(args: argparse.Namespace, train_argv: list[str]) -> int:
     if out is None:
         out = default_run_dir(scene_path_of(cfg))
         argv += ["--out", str(out)]
-    if not cfg.training.quiet:  # stdout: stderr is for errors (one line each)
-        print(opening_line(cfg, args, args.nproc_per_node * args.nnodes, args.nproc_per_node), flush=True)
+    # stdout: stderr is for errors (one line each); the opening line even when quiet (a profile reads it)
+    print(opening_line(cfg, args, args.nproc_per_node * args.nnodes, args.nproc_per_node), flush=True)
+    if not cfg.training.quiet:
         print(f"each rank's log: {RunDir(out).logs_dir}/rank<R>.log; rank 0's progress follows here", flush=True)
     follower = _rank0_follower(cfg, args, Path(out))
     try:
@@ -115,8 +123,7 @@ def launch_command(args: argparse.Namespace, train_argv: list[str]) -> int:
         print(f"interrupted: the ranks were stopped; logs in {RunDir(out).logs_dir}{resume}", file=sys.stderr)
         return 130
     if args.node_rank == 0:
-        _echo_warnings(RunDir(out).log_path(0))
-        summary = _run_summary(RunDir(out).read_status() or {})
+        summary = summary_line(RunDir(out).read_status() or {})
         if summary:
             print(summary, flush=True)  # before the JSON line, which stays last
     print(json.dumps({STATE_KEY: COMPLETED, "run_dir": str(out), "nproc_per_node": args.nproc_per_node}))
@@ -138,39 +145,6 @@ def _rank0_follower(cfg: Any, args: argparse.Namespace, out: Path) -> Any:
     log_path.write_text("", encoding="utf-8")
     return RankLogFollower(log_path, cfg.training.n_steps, args.max_restarts,
                            plain=cfg.training.quiet or not sys.stdout.isatty())
-
-
-def _echo_warnings(log_path: Path, limit: int = 5) -> None:
-    """Repeat on stderr the ``warning:`` lines rank 0 wrote to its log (e.g. a resume with other
-    settings), which the terminal of a distributed run would otherwise never show."""
-    try:
-        lines = log_path.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return
-    found = list(dict.fromkeys(line.strip() for line in lines if line.strip().startswith(WARNING_PREFIX)))
-    for line in found[:limit]:
-        print(f"{line} (rank 0)", file=sys.stderr, flush=True)
-
-
-def _run_summary(status: dict[str, Any]) -> str:
-    """One line from a finished run's status.json: steps, training time, throughput, evaluation."""
-    parts = []
-    if isinstance(status.get("step"), int):
-        took = status.get("train_time_s")
-        parts.append(f"trained to step {status['step']}"
-                     + (f" in {took:.1f} s" if isinstance(took, (int, float)) else ""))
-    restarts = status.get(RESTART_COUNT_KEY)
-    if isinstance(restarts, int) and restarts > 0:
-        resumed = status.get("resumed_from")
-        at = f" at step {status['resumed_from_step']}" if isinstance(status.get("resumed_from_step"), int) else ""
-        parts.append(f"after {restarts} restart{'s' if restarts != 1 else ''}"
-                     + (f" (resumed from {resumed}{at})" if resumed else " (from the start: no checkpoint)"))
-    if isinstance(status.get("throughput_samples_per_s"), (int, float)):
-        parts.append(f"{status['throughput_samples_per_s']:.3g} samples/s")
-    if isinstance(status.get("eval_psnr_db"), (int, float)):
-        parts.append(f"evaluation on {status.get('eval_split', 'test')}: PSNR {status['eval_psnr_db']:.2f} dB"
-                     + (f", SSIM {status['eval_ssim']:.4f}" if isinstance(status.get("eval_ssim"), (int, float)) else ""))
-    return ", ".join(parts)
 
 
 def _config_endpoint(cfg: Any, nnodes: int) -> str | None:

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 __all__ = [
+    "affine_colour_psnr",
     "SSIM_K1",
     "SSIM_K2",
     "SSIM_SIGMA",
@@ -79,6 +80,38 @@ def psnr(pred: torch.Tensor, target: torch.Tensor) -> float:
     _check_pair("psnr", pred, target)
     mse = torch.mean((pred.double() - target.double()) ** 2).item()
     return mse_to_psnr(mse)  # type: ignore[return-value]
+
+
+def affine_colour_psnr(pred: torch.Tensor, target: torch.Tensor) -> float:
+    """PSNR after the best affine colour map of ``pred`` onto ``target``: the evaluation of held-out
+    views of a model trained with a per-image appearance (:mod:`trainer.model.appearance`).
+
+    The map ``target ≈ M · pred + b`` (``M`` [3, 3], ``b`` [3]) is fitted by least squares over
+    every pixel of the view, then PSNR is taken of the mapped prediction clamped to [0, 1]. A
+    held-out view has no learnt appearance of its own; this removes any exposure and white-balance
+    difference and keeps every other error (12 numbers against thousands of pixels: the fit cannot
+    explain detail). Always >= :func:`psnr` up to the clamping, since the identity is one of the maps.
+
+    Args:
+        pred, target: [..., 3] floating-point colours in [0, 1], at least 4 pixels.
+
+    Returns:
+        PSNR in dB as a Python float.
+
+    Raises:
+        ValueError: if the shapes differ, are not [..., 3] or hold fewer than 4 pixels.
+    """
+    _check_pair("affine_colour_psnr", pred, target)
+    x = pred.detach().double().reshape(-1, pred.shape[-1])
+    y = target.detach().double().reshape(-1, target.shape[-1]).to(x.device)
+    if x.shape[1] != 3 or x.shape[0] < 4:
+        raise ValueError(f"affine_colour_psnr: expected [..., 3] colours of at least 4 pixels, got {tuple(pred.shape)}")
+    design = torch.cat([x, torch.ones_like(x[:, :1])], dim=1)  # [P, 4]
+    # the normal equations (4 × 4, float64); lstsq copes with a rank-deficient view (one colour)
+    gram, moment = (design.T @ design).cpu(), (design.T @ y).cpu()
+    solution = torch.linalg.lstsq(gram, moment, driver="gelsd").solution.to(x.device)  # [4, 3]
+    mapped = (design @ solution).clamp(0.0, 1.0)
+    return mse_to_psnr(torch.mean((mapped - y) ** 2).item())  # type: ignore[return-value]
 
 
 def gaussian_window_1d(size: int = SSIM_WINDOW, sigma: float = SSIM_SIGMA) -> torch.Tensor:

@@ -124,6 +124,11 @@ def summary_table(metrics: pd.DataFrame, *, steady: bool = True) -> pd.DataFrame
             "compute_ms": compute,
             "wait_ms": wait,
             "throughput_samples_per_s": _mean(frame, "throughput_samples_per_s"),
+            "rays_per_s": _mean(frame, "rays_per_s"),
+            "rank_throughput_samples_per_s": _mean(frame, "rank_throughput_samples_per_s"
+                                                   if "rank_throughput_samples_per_s" in frame.columns
+                                                   else "throughput_samples_per_s"),
+            "rank_rays_per_s": _mean(frame, "rank_rays_per_s" if "rank_rays_per_s" in frame.columns else "rays_per_s"),
             "imbalance": float("nan"),
             "comm_ms": _mean(frame, "comm_ms"),
             "comm_busbw_gb_per_s": _mean(frame, "comm_busbw_gb_per_s"),

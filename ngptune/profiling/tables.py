@@ -15,12 +15,14 @@ PHASES_TABLE: tuple[str, ...] = ("rank", "step", "phase", "time_ms")
 """phases.csv: mean time per step of each phase (and "other") over each logging interval ending at ``step``."""
 
 SUMMARY_TABLE: tuple[str, ...] = (
-    "rank", "steps", "step_time_ms", "compute_ms", "wait_ms", "throughput_samples_per_s", "imbalance",
+    "rank", "steps", "step_time_ms", "compute_ms", "wait_ms", "throughput_samples_per_s", "rays_per_s",
+    "rank_throughput_samples_per_s", "rank_rays_per_s", "imbalance",
     "comm_ms", "comm_busbw_gb_per_s", "link_busbw_gb_per_s", "phase_coverage",
 )
 """summary.csv: one row per rank, means over the run (phase_coverage = named phases / step time;
-throughput_samples_per_s: rank 0's row is the job's (all ranks; what metrics.jsonl holds), the
-other rows each rank's own share;
+throughput_samples_per_s and rays_per_s: the whole job's, all ranks together, the same on every
+row; rank_throughput_samples_per_s and rank_rays_per_s: the rank's own rays and samples (a run
+whose records lack them: its job columns);
 link_busbw_gb_per_s: the all-reduce busbw the ranks' link carries, GB/s, from bench-comm or given,
 the same on every row, empty when unknown)."""
 

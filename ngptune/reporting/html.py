@@ -2,7 +2,9 @@
 
 Pages are rendered with a Jinja2 template; plotly figures become ``<div>`` elements and plotly.js is
 embedded once per page (``plotly.offline.get_plotlyjs()``), so a report works offline. Tables are
-pandas DataFrames rendered with :meth:`pandas.DataFrame.to_html`.
+pandas DataFrames (:func:`table_html`): each number is shown with the unit its column (or row)
+name ends with, at the precision it is read at (:func:`trainer.contract.metrics.quantity_text`: ``34.22 dB``,
+``30.0 s``, ``6.10 M samples/s``), right-aligned; text is left-aligned and wraps.
 """
 
 from __future__ import annotations
@@ -10,10 +12,14 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import html
+import math
 from typing import Any, Sequence
 
 import jinja2
+import numpy as np
 import pandas as pd
+
+from trainer.contract import quantity_text
 
 _TEMPLATE = jinja2.Template(
     """<!DOCTYPE html>
@@ -27,8 +33,12 @@ body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2r
 h1 { margin-bottom: 0.2rem; } .subtitle { color: #666; margin-top: 0; }
 section { margin: 2rem 0; } h2 { border-bottom: 1px solid #ddd; padding-bottom: 0.3rem; }
 table.report { border-collapse: collapse; font-size: 0.9rem; margin: 0.5rem 0; }
-table.report th, table.report td { border: 1px solid #ccc; padding: 0.25rem 0.5rem; text-align: right; }
-table.report th { background: #f4f4f4; } table.report td:first-child, table.report th:first-child { text-align: left; }
+table.report th, table.report td { border: 1px solid #ccc; padding: 0.25rem 0.5rem; vertical-align: top; }
+table.report th { background: #f4f4f4; text-align: left; }
+table.report td.num { text-align: right; white-space: nowrap; }
+table.report td.text { text-align: left; white-space: pre-line; }
+table.report td.long { text-align: left; min-width: 14rem; max-width: 28rem; overflow-wrap: anywhere; white-space: pre-line; }
+div.wide { overflow-x: auto; }
 .note { color: #555; font-size: 0.9rem; } .badge { display: inline-block; padding: 0.1rem 0.5rem; border-radius: 0.3rem; background: #fde8c8; }
 .missing { color: #a33; }
 </style>
@@ -70,18 +80,41 @@ def figure_html(fig: Any) -> str:
     return fig.to_html(full_html=False, include_plotlyjs=False, config={"displaylogo": False})
 
 
-def table_html(df: pd.DataFrame, *, float_format: str = "{:.4g}", index: bool = False) -> str:
-    """A DataFrame as an HTML table (cells escaped; floats formatted with ``float_format``)."""
+def table_html(df: pd.DataFrame, *, index: bool = False, quantity_column: str | None = None) -> str:
+    """A DataFrame as an HTML table: cells escaped; numbers as :func:`trainer.contract.metrics.quantity_text`
+    of their column's name (or, with ``quantity_column``, of the name that column holds on their
+    row: a table of quantities by trial) in right-aligned ``num`` cells, text in left-aligned
+    ``text`` cells that wrap."""
     if df.empty:
         return '<p class="note">(no rows)</p>'
-    return df.to_html(
-        index=index,
-        classes="report",
-        border=0,
-        escape=True,
-        na_rep="",
-        float_format=lambda v: float_format.format(v),
-    )
+    if index:
+        df = df.reset_index()
+    # a long column name may break after its underscores and dots (<wbr>), not widen the table
+    head = "".join(f"<th>{html.escape(str(c)).replace('_', '_<wbr>').replace('.', '.<wbr>')}</th>" for c in df.columns)
+    long = {c for c in df.columns if df[c].map(lambda v: isinstance(v, str) and max(map(len, v.splitlines() or [""])) > LONG_TEXT).any()}
+    rows = []
+    for _, row in df.iterrows():
+        cells = []
+        for column, value in row.items():
+            name = str(row[quantity_column]) if quantity_column is not None and column != quantity_column else str(column)
+            cells.append(_cell_html(name, value, column in long))
+        rows.append(f"<tr>{''.join(cells)}</tr>")
+    return f'<table class="report"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+
+
+LONG_TEXT = 32
+"""A text column holding a line longer than this many characters wraps (``long`` cells, at least
+14rem wide); shorter text stays on its lines."""
+
+
+def _cell_html(name: str, value: Any, long: bool = False) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA:
+        return '<td class="num"></td>'
+    if isinstance(value, (bool, np.bool_)):
+        return f'<td class="text">{"true" if value else "false"}</td>'
+    if isinstance(value, (int, float, np.integer, np.floating)):
+        return f'<td class="num">{html.escape(quantity_text(name, value.item() if hasattr(value, "item") else value))}</td>'
+    return f'<td class="{"long" if long else "text"}">{html.escape(str(value))}</td>'
 
 
 def text_html(text: str, css_class: str = "note") -> str:

@@ -207,7 +207,9 @@ def _summary_section(p: _Profile) -> Section:
     return Section(
         "Summary per rank",
         table_html(p.tables["summary"])
-        + text_html("Means per step over each rank's records, its first (start-up) record left out."),
+        + text_html("Means per step over each rank's records, its first (start-up) record left out. "
+                    "throughput_samples_per_s and rays_per_s are the whole job's (all ranks together, the same "
+                    "on every row); rank_throughput_samples_per_s and rank_rays_per_s are each rank's own rays."),
     )
 
 

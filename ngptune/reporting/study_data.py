@@ -28,7 +28,6 @@ from trainer.contract import (
 )
 
 __all__ = [
-    "FLOAT_FORMAT",
     "OUTCOMES",
     "CONFIRMATION_ATTR",
     "StudyReportError",
@@ -65,7 +64,6 @@ STATE_OUTCOME: dict[TrialState, str] = {
 DICT_ATTRS = ("settings", "nccl_env", "nccl_applied", "objectives", "phase_ms")
 
 
-FLOAT_FORMAT = "{:.6g}"
 
 # Study user attributes a sweep worker sets when it starts (ngptune.tuning.provenance writes them).
 CONFIRMATION_ATTR = "confirmation"  #: the confirmation's re-runs and verdict (ngptune.tuning.confirm)
@@ -142,8 +140,10 @@ def objective_names(study: optuna.Study) -> list[str]:
 
 
 def default_trial(study: optuna.Study) -> FrozenTrial | None:
-    """The untuned default trial (user attribute ``is_default`` true; the lowest number if several), or None."""
-    return next((t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("is_default") is True), None)
+    """The untuned default trial (user attribute ``is_default`` true): the first completed one, else
+    the last attempt (a default that failed and was retried has several), or None."""
+    defaults = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("is_default") is True]
+    return next((t for t in defaults if t.state == TrialState.COMPLETE), defaults[-1] if defaults else None)
 
 
 def best_trials(study: optuna.Study) -> list[FrozenTrial]:
@@ -185,8 +185,8 @@ def param_column(values: list[Any]) -> pd.Series:
 
 #: Columns every trial is scored on (the sweep's ``quality`` attribute,
 #: :func:`ngptune.tuning.objectives.trial_quality`), in ``trials.csv`` order.
-QUALITY_COLUMNS: tuple[str, ...] = ("psnr_db", "train_time_s", "steps", "rays_per_s", "samples_per_s",
-                                    "samples_per_ray", "occupancy_fraction")
+QUALITY_COLUMNS: tuple[str, ...] = ("psnr_db", "train_time_s", "steps", "steps_per_s", "rays_per_s", "samples_per_s",
+                                    "samples_per_ray", "occupancy_fraction", "startup_s")
 
 
 def quality_values(trial: FrozenTrial) -> dict[str, float]:
@@ -285,6 +285,8 @@ class StudyView:
     def label(self, trial: FrozenTrial) -> str:
         if self.default is not None and trial.number == self.default.number:
             return f"default #{trial.number}"
+        if not any(b.number == trial.number for b in self.best):
+            return f"runner-up #{trial.number}"
         return f"{'Pareto' if self.multi_objective else 'best'} #{trial.number}"
 
     def role(self, trial: FrozenTrial) -> str:
@@ -319,9 +321,16 @@ class StudyView:
         return params
 
     def compared(self) -> list[FrozenTrial]:
-        """Default first, then the best trials (the default once, even when it is also best)."""
+        """Default first, then the best trials (the default once, even when it is also best), then
+        the trial the confirmation re-ran against the default when it is none of them (the
+        runner-up of a default that won its single run)."""
         head = [self.default] if self.default is not None else []
-        return head + [b for b in self.best if not head or b.number != head[0].number]
+        trials = head + [b for b in self.best if not head or b.number != head[0].number]
+        record = self.study.user_attrs.get(CONFIRMATION_ATTR)
+        candidate = record.get("best_trial") if isinstance(record, Mapping) else None
+        if candidate not in {t.number for t in trials}:
+            trials += [t for t in self.trials if t.number == candidate]
+        return trials
 
 
 def read_run_metrics(trial: FrozenTrial) -> tuple[dict[str, float], str | None]:

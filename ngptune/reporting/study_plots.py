@@ -20,15 +20,16 @@ from plotly.subplots import make_subplots
 
 from ngptune.reporting.html import figure_html, text_html
 from ngptune.reporting.study_data import (
-    FLOAT_FORMAT,
     StudyView,
     objective_values,
     phase_order,
     read_run_metrics,
 )
+from ngptune.reporting.study_confirmation import ConfirmationSummary
 from ngptune.reporting.study_recommendation import change_text
+from trainer.contract import quantity_text
 
-__all__ = ["Comparison", "absent", "optuna_figure", "per_objective", "plotted_study"]
+__all__ = ["Comparison", "absent", "confirmation_bars", "optuna_figure", "per_objective", "plotted_study"]
 
 # PED-ANOVA warns that it ranks for *low* targets whenever a target is given; maximised objectives are
 # negated before they reach it, so the warning is expected and not shown in the report.
@@ -104,6 +105,25 @@ def plotted_study(view: StudyView) -> optuna.Study:
     return copy
 
 
+def readable_axis_labels(fig: go.Figure, names: list[str]) -> go.Figure:
+    """Optuna's parallel-coordinate figure with its axis labels whole: Optuna cuts a name of 20
+    characters or more to 17 and ``...`` (``parallel.num_subg...``); each label is replaced by the
+    one of ``names`` (the objectives and parameters) it was cut from, broken after its dots
+    (``parallel.<br>num_subgrids``), with room below the axes for the extra lines."""
+    ticks = list(fig.layout.xaxis.ticktext or [])
+    if not ticks:
+        return fig
+    whole = []
+    for tick in ticks:
+        cut = tick.endswith("...")
+        found = next((n for n in names if n == tick or (cut and n.startswith(tick[:-3]))), tick)
+        whole.append(found.replace(".", ".<br>"))
+    lines = max(label.count("<br>") + 1 for label in whole)
+    fig.update_xaxes(ticktext=whole)
+    fig.update_layout(margin={"b": 40 + 18 * lines})
+    return fig
+
+
 def per_objective(view: StudyView, plot: Callable[..., go.Figure], *, lower_is_better: bool = False) -> str:
     """One Optuna plot for a single-objective study, or one per objective (``target=values[i]``).
 
@@ -125,6 +145,20 @@ def per_objective(view: StudyView, plot: Callable[..., go.Figure], *, lower_is_b
             )
         )
     return "".join(parts)
+
+
+def confirmation_bars(summary: ConfirmationSummary) -> go.Figure:
+    """The confirmation re-runs' means with ± one standard deviation, default (grey) and candidate
+    (blue), one subplot per quantity."""
+    labels = [f"default #{summary.default}", f"trial #{summary.candidate}"]
+    fig = make_subplots(rows=1, cols=len(summary.rows), subplot_titles=list(summary.rows))
+    for col, spreads in enumerate(summary.rows.values(), start=1):
+        text = [f"{s.mean:.4g} (n={s.n})" if s.n else "" for s in spreads]
+        fig.add_trace(go.Bar(x=labels, y=[s.mean for s in spreads], marker_color=["#9e9e9e", "#1f77b4"],
+                             error_y={"type": "data", "array": [s.sd for s in spreads]}, showlegend=False,
+                             text=text, textposition="auto"), row=1, col=col)
+    fig.update_layout(title="Confirmation re-runs: mean ± sd", height=380)
+    return fig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,8 +204,8 @@ class Comparison:
     def bars(self, values: dict[str, list[float]], title: str) -> go.Figure:
         """One subplot per quantity, one bar per trial."""
         fig = make_subplots(rows=1, cols=len(values), subplot_titles=list(values))
-        for col, column in enumerate(values.values(), start=1):
-            text = [FLOAT_FORMAT.format(v) if math.isfinite(v) else "" for v in column]
+        for col, (name, column) in enumerate(values.items(), start=1):
+            text = [quantity_text(name, v) if math.isfinite(v) else "" for v in column]
             fig.add_trace(go.Bar(x=self.labels, y=column, marker_color=self.colors, showlegend=False,
                                  text=text, textposition="auto"), row=1, col=col)
         fig.update_layout(title=title, height=380)

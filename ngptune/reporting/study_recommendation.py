@@ -10,7 +10,8 @@ from typing import Any
 
 from ngptune.reporting.study_data import CONFIRMATION_ATTR, StudyView
 
-__all__ = ["Recommendation", "best_heading", "change_text", "objective_unit", "recommendation"]
+__all__ = ["RE_RUN_VERDICTS", "Recommendation", "best_heading", "change_text", "objective_unit", "recommendation",
+           "verdict_of"]
 
 
 def objective_unit(name: str) -> str:
@@ -49,7 +50,7 @@ class Recommendation:
     Attributes:
         trial: the recommended trial's number, or None when no trial completed.
         is_default: whether the recommended trial is the default.
-        confirmed: whether re-runs upheld the best against the default (or the best is the default).
+        confirmed: whether re-runs (recorded, of both configurations) uphold the recommendation.
         sentence: one sentence saying what is recommended and why.
     """
 
@@ -59,54 +60,56 @@ class Recommendation:
     sentence: str
 
 
-def why_not_confirmed(verdict: Mapping[str, Any], repeats: Any) -> str:
-    objective = str(verdict.get("objective", "the objective"))
-    gain, se = verdict.get("gain"), verdict.get("se")
-    if isinstance(gain, (int, float)) and isinstance(se, (int, float)):
-        unit = objective_unit(objective)
-        unit = "" if unit == "/s" else f" {unit}"
-        runs = f"in {repeats} re-runs each with new seeds" if repeats else "in its re-runs"
-        return (f"{runs} the best's {objective} was {gain:+.3g}{unit} against the default's, not more than the "
-                f"re-runs' noise (standard error {se:.2g}{unit})")
-    return str(verdict.get("sentence") or "its re-runs did not uphold it").split(": the default is recommended")[0]
+def verdict_of(record: Any) -> dict[str, Any] | None:
+    """The verdict of a confirmation record, or None."""
+    verdict = record.get("verdict") if isinstance(record, Mapping) else None
+    return verdict if isinstance(verdict, dict) else None
 
 
 def recommendation(view: StudyView) -> Recommendation:
-    """The study's :class:`Recommendation`: the verdict's ``recommend`` (``best`` or ``default``)
-    when a confirmation finished; without one the best, unconfirmed (or the default when it is the best)."""
+    """The study's :class:`Recommendation`: the verdict's ``recommend`` (the candidate re-run, or
+    the default) when a confirmation finished; without one the best single run, unconfirmed.
+    ``confirmed`` needs the verdict to say so and its re-runs to be recorded."""
     if not view.best:
         return Recommendation(None, False, False, "No trial completed: nothing is recommended.")
     best = view.best[0]
     default_number = None if view.default is None else view.default.number
     record = view.study.user_attrs.get(CONFIRMATION_ATTR)
-    verdict = record.get("verdict") if isinstance(record, dict) else None
-    if not isinstance(verdict, dict):
+    verdict = verdict_of(record)
+    if verdict is None:
         if best.number == default_number:
-            return Recommendation(best.number, True, True, f"The default (trial #{best.number}) is recommended: "
-                                  "no trial beat it.")
+            return Recommendation(best.number, True, False, f"The default (trial #{best.number}) is recommended "
+                                  "unconfirmed: it won its single run and no re-runs are recorded.")
         return Recommendation(best.number, False, False, f"Best trial #{best.number} is recommended unconfirmed: no "
-                              "re-runs of best and default are recorded (--no-confirm, or the default trial did "
+                              "re-runs of it and the default are recorded (--no-confirm, or the default trial did "
                               "not complete).")
-    best_number = verdict.get("best_trial", best.number)
-    if verdict.get("recommend") == "default":
-        number = verdict.get("default_trial", default_number)
-        why = why_not_confirmed(verdict, record.get("repeats"))
-        return Recommendation(number, True, False, f"The default (trial #{number}) is recommended, not best trial "
-                              f"#{best_number}, which was not confirmed: {why}.")
-    if verdict.get("status") == "best_is_default":
-        return Recommendation(best_number, True, True, f"The default (trial #{best_number}) is recommended: "
-                              "no trial beat it.")
-    if verdict.get("confirmed"):
-        return Recommendation(best_number, False, True, f"Best trial #{best_number} is recommended: "
-                              f"{verdict.get('sentence', 'confirmed')}.")
-    return Recommendation(best_number, False, False, f"Best trial #{best_number} is recommended unconfirmed: "
-                          f"{verdict.get('sentence', 'no confirmation')}.")
+    is_default = verdict.get("recommend") == "default" or verdict.get("status") == "best_is_default"
+    number = verdict.get("default_trial", default_number) if is_default else verdict.get("best_trial", best.number)
+    complete = _both_re_run(record)
+    confirmed = bool(verdict.get("confirmed")) and complete
+    tested = complete and verdict.get("status") in RE_RUN_VERDICTS
+    lead = f"The default (trial #{number})" if is_default else f"Trial #{number}"
+    sentence = str(verdict.get("sentence") or "no verdict sentence recorded").rstrip(".")
+    sentence = sentence.replace("; the default is recommended;", ";").replace(" and is recommended;", ";")
+    return Recommendation(number, is_default, confirmed,
+                          f"{lead} is recommended{'' if tested else ' (not confirmed by re-runs)'}: {sentence}.")
+
+
+#: Verdicts taken by the test on complete re-runs (``ngptune.tuning.confirm``): their
+#: recommendation follows the evidence, whichever configuration it keeps.
+RE_RUN_VERDICTS = ("confirmed", "default_better", "no_significant_difference")
+
+
+def _both_re_run(record: Mapping[str, Any]) -> bool:
+    """Whether the record holds at least two completed re-runs of both its trials."""
+    counts: dict[Any, int] = {}
+    for run in record.get("runs", []) if isinstance(record, Mapping) else []:
+        if isinstance(run, Mapping) and run.get("outcome") == "completed":
+            trial = run.get("trial", record.get(f"{run.get('label')}_trial"))
+            counts[trial] = counts.get(trial, 0) + 1
+    return all(counts.get(record.get(key), 0) >= 2 for key in ("best_trial", "default_trial"))
 
 
 def best_heading(view: StudyView, what: str) -> str:
-    """A best-vs-default heading; it says so when the best was not confirmed."""
-    default_number = None if view.default is None else view.default.number
-    if not view.best or view.best[0].number == default_number or recommendation(view).confirmed:
-        return what
-    end = what.lower().index("best") + len("best")
-    return what[:end] + " (not confirmed)" + what[end:]
+    """A heading of single-run numbers: it says they are single runs."""
+    return f"{what} (single runs)"

@@ -30,6 +30,7 @@ here).
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,6 @@ from optuna.trial import FrozenTrial
 
 from ngptune.reporting.html import Section, figure_html, render_page, table_html, text_html
 from ngptune.reporting.study_data import (
-    FLOAT_FORMAT,
     QUALITY_COLUMNS,
     StudyReportError,
     quality_values,
@@ -56,7 +56,10 @@ from ngptune.reporting.study_data import (
 )
 from ngptune.reporting.study_recommendation import Recommendation, best_heading, change_text, recommendation
 from ngptune.reporting.study_sampling import SETUP_ATTR, sampling_facts
-from ngptune.reporting.study_plots import Comparison, absent, optuna_figure, per_objective, plotted_study
+from ngptune.reporting.study_confirmation import confirmation_summary, spread_text
+from ngptune.reporting.study_plots import (
+    Comparison, absent, confirmation_bars, optuna_figure, per_objective, plotted_study, readable_axis_labels,
+)
 from ngptune.reporting.study_summary import print_summary, write_trials_csv
 
 __all__ = [
@@ -71,10 +74,9 @@ __all__ = [
 ]
 
 SEVERITY_ORDER: dict[str, int] = {"high": 0, "medium": 1, "low": 2}
-#: Importance bars need this many completed trials per varying parameter (and at least
-#: IMPORTANCE_MIN_TRIALS): with fewer, an evaluator fitted to the trials ranks noise.
-IMPORTANCE_TRIALS_PER_PARAM = 4
-IMPORTANCE_MIN_TRIALS = 10
+#: Parameter importances (fANOVA) need this many completed trials; below it each parameter's
+#: marginal plot is shown instead (an evaluator fitted to fewer trials ranks noise).
+IMPORTANCE_MIN_TRIALS = 24
 
 
 def _varying_params(trials: list[FrozenTrial]) -> list[str]:
@@ -96,24 +98,48 @@ def _history_section(view: StudyView) -> Section:
 def _importance_section(view: StudyView) -> Section:
     # the default trial with its base-config values (StudyView.default_params), as the plots draw it
     varying = _varying_params([t for t in plotted_study(view).get_trials(deepcopy=False) if is_completed(t)])
-    needed = max(IMPORTANCE_MIN_TRIALS, IMPORTANCE_TRIALS_PER_PARAM * len(varying))
     if len(view.completed) < 2:
         body = absent(f"parameter importances need at least 2 completed trials; this study has {len(view.completed)}.")
     elif not varying:
         body = absent("no parameter takes more than one value among the completed trials, so none can explain a difference.")
-    elif len(view.completed) < needed:
+    elif len(view.completed) < IMPORTANCE_MIN_TRIALS:
         body = text_html(
-            f"Importances are not shown: {len(view.completed)} completed trials for {len(varying)} varying parameters; "
-            f"the rule is at least {IMPORTANCE_TRIALS_PER_PARAM} per parameter and at least {IMPORTANCE_MIN_TRIALS} "
-            f"(here {needed}), below which an importance evaluator ranks noise. Instead, each parameter's marginal "
-            "plot: the objective by the parameter's value, one point per completed trial."
+            f"Importances are not shown: {len(view.completed)} completed trials, fewer than the "
+            f"{IMPORTANCE_MIN_TRIALS} below which an importance evaluator ranks noise. Instead, each parameter's "
+            "marginal plot: the objective by the parameter's value, one point per completed trial "
+            f"({len(varying)} varying parameters)."
         ) + per_objective(view, lambda study, **kw: optuna.visualization.plot_slice(study, params=varying, **kw))
-        return Section("Parameter importances", body)
+    elif importlib.util.find_spec("sklearn") is None:
+        body = absent("fANOVA importances need scikit-learn (a dependency of ngptune: pip install scikit-learn).")
     else:
+        evaluator = optuna.importance.FanovaImportanceEvaluator(seed=0)
         body = text_html(
-            "Optuna's default evaluator (PED-ANOVA) over the completed trials; parameters: " + ", ".join(varying) + "."
-        ) + per_objective(view, optuna.visualization.plot_param_importances, lower_is_better=True)
+            f"fANOVA (Hutter et al. 2014; Optuna's FanovaImportanceEvaluator, a random forest of 64 trees, seed 0) "
+            f"over the {len(view.completed)} completed trials: the share of the objective's variance each parameter "
+            "explains on its own. Parameters: " + ", ".join(varying) + "."
+        ) + per_objective(view, lambda study, **kw: optuna.visualization.plot_param_importances(
+            study, evaluator=evaluator, **kw))
     return Section("Parameter importances", body)
+
+
+def _pruning_section(view: StudyView) -> Section | None:
+    """The intermediate values the pruner judged (one line per trial) and the trials it stopped;
+    None when no trial reported any."""
+    reported = [t for t in view.trials if t.intermediate_values]
+    if not reported:
+        return None
+    pruned = [t for t in view.trials if outcome_of(t) == "pruned" and t.intermediate_values]
+    rows = [{"trial": t.number, "stopped at": max(t.intermediate_values),
+             "last intermediate value": t.intermediate_values[max(t.intermediate_values)],
+             "reason": t.user_attrs.get("reason", "")} for t in pruned]
+    parts = [text_html(f"{len(pruned)} of {len(reported)} trials that reported intermediate values were pruned "
+                       "(stopped early by the study's pruner). Each line is one trial's intermediate values "
+                       "(the PSNR of the evaluation marks, or the training PSNR without marks) by step, or by "
+                       "second of training under a seconds budget."),
+             optuna_figure(lambda: optuna.visualization.plot_intermediate_values(view.study))]
+    if rows:
+        parts.append(table_html(pd.DataFrame(rows)))
+    return Section("Pruned trials and intermediate values", "".join(parts))
 
 
 def _pareto_section(view: StudyView) -> Section:
@@ -134,7 +160,9 @@ def _parallel_section(view: StudyView) -> Section:
     elif not any(t.params for t in view.completed):
         body = absent("the completed trials have no sampled parameters.")
     else:
-        body = per_objective(view, optuna.visualization.plot_parallel_coordinate)
+        names = [*view.names, *dict.fromkeys(p for t in view.trials for p in t.params)]
+        body = per_objective(view, lambda study, **kw: readable_axis_labels(
+            optuna.visualization.plot_parallel_coordinate(study, **kw), names))
     return Section("Parallel coordinates", body)
 
 
@@ -156,34 +184,61 @@ def _best_vs_default_section(view: StudyView) -> Section:
         parts.append(text_html(f"Best = trial #{view.best[0].number} (study.best_trial)"
                                + (": the default itself; no trial beat it." if is_default else ".")))
     comparison = Comparison.of(view)
-    parts.append(figure_html(comparison.bars(comparison.objectives, "Objectives")))
-    if comparison.run_metrics:
-        parts.append(figure_html(comparison.bars(
-            comparison.run_metrics, "Run metrics (rank 0 metrics.jsonl: median throughput, last evaluation PSNR)")))
-    if comparison.phases_ms:
-        parts.append(figure_html(comparison.stacked_phases()))
+    if len(comparison.trials) > 1:  # bars side by side; the default alone has nothing to stand beside
+        parts.append(figure_html(comparison.bars(comparison.objectives, "Objectives (single runs)")))
+        if comparison.run_metrics:
+            parts.append(figure_html(comparison.bars(
+                comparison.run_metrics,
+                "Run metrics, single runs (rank 0 metrics.jsonl: median throughput, last evaluation PSNR)")))
+        if comparison.phases_ms:
+            parts.append(figure_html(comparison.stacked_phases()))
+    else:
+        parts.append(text_html("The best is the default trial: no chart, its values are in the table below."))
     parts.extend(text_html(note, "missing") for note in comparison.notes)
-    parts.append(table_html(comparison.table(with_change=view.default is not None), float_format=FLOAT_FORMAT))
+    parts.append(table_html(comparison.table(with_change=view.default is not None), quantity_column="quantity"))
     parts.append(_settings_diff_html(view, comparison.trials))
     return Section(best_heading(view, "Best vs default"), "".join(parts))
 
 
-def _confirmation_html(view: StudyView) -> str:
+def _confirmation_runs_html(record: dict[str, Any]) -> str:
+    """Every recorded re-run, one row each."""
+    rows = [{"configuration": r["label"], "trial": r.get("trial", ""), "re-run": r["index"], "seed": r["seed"],
+             "outcome": r["outcome"], record["objective"]: r["value"],
+             **{c: (r.get("quality") or {}).get(c) for c in QUALITY_COLUMNS[:4]},
+             "reason": r.get("reason", "")}
+            for r in sorted(record["runs"], key=lambda r: (r["label"], r.get("trial", -1), r["index"]))]
+    return "<h3>Every re-run</h3>" + table_html(pd.DataFrame(rows))
+
+
+def _confirmation_section(view: StudyView) -> Section:
+    """The first comparison: the confirmation re-runs of the candidate and the default (mean ±
+    sd, n), the verdict and its test, a bar chart of the means with their standard deviations."""
+    summary = confirmation_summary(view.study)
     record = view.study.user_attrs.get("confirmation")
-    if not isinstance(record, dict) or not record.get("runs"):
-        return text_html("Confirmation: no re-runs of best and default are recorded (skipped with --no-confirm, "
-                         "no default trial, or the default is the best): the recommendation is "
-                         + ("the default." if view.best and view.default is not None
-                            and view.best[0].number == view.default.number else "unconfirmed."), "missing")
-    rows = [{"configuration": r["label"], "re-run": r["index"], "seed": r["seed"], "outcome": r["outcome"],
-             record["objective"]: r["value"], **{c: (r.get("quality") or {}).get(c) for c in QUALITY_COLUMNS[:4]},
-             "reason": r.get("reason", "")} for r in sorted(record["runs"], key=lambda r: (r["label"], r["index"]))]
-    verdict = record.get("verdict") or {}
+    if summary is None:
+        note = ("No confirmation re-runs are recorded (--no-confirm, the default trial did not complete, or only the "
+                "default completed): every comparison below is of single runs, which are no evidence of a difference."
+                if view.best else "No trial completed: nothing was re-run.")
+        return Section("Confirmation re-runs", text_html(note, "missing"))
+    verdict = summary.verdict or {}
     sentence = verdict.get("sentence") or "the confirmation did not finish (a re-run of the sweep resumes it)."
-    return (text_html(f"Confirmation of best trial #{record['best_trial']} against default trial "
-                      f"#{record['default_trial']}, {record['repeats']} re-runs each (new seeds, alternating order): "
-                      + sentence, "note" if verdict.get("confirmed") else "missing")
-            + table_html(pd.DataFrame(rows), float_format=FLOAT_FORMAT))
+    test = verdict.get("test") or "no test ran"
+    default_label, candidate_label = f"default #{summary.default}", f"trial #{summary.candidate}"
+    rows = []
+    for label, (default, candidate) in summary.rows.items():
+        diff = change_text(label, candidate.mean, default.mean) if default.n and candidate.n else ""
+        rows.append({"quantity": label, default_label: spread_text(default), candidate_label: spread_text(candidate),
+                     "difference of means": diff})
+    parts = [
+        text_html(f"Trial #{summary.candidate} (the best non-default trial) and the default trial #{summary.default} "
+                  f"re-trained {summary.repeats} times each with new seeds, in alternating order; mean ± sample "
+                  f"standard deviation over n re-runs. Test: {test}."),
+        table_html(pd.DataFrame(rows)),
+        text_html("Verdict: " + sentence, "note" if recommendation(view).confirmed else "missing"),
+        figure_html(confirmation_bars(summary)),
+        _confirmation_runs_html(record),
+    ]
+    return Section("Confirmation re-runs", "".join(parts))
 
 
 def _quality_section(view: StudyView) -> Section:
@@ -196,18 +251,19 @@ def _quality_section(view: StudyView) -> Section:
     if not trials:
         parts.append(text_html("No default and no completed trial: nothing to compare.", "missing"))
     else:
-        table = pd.DataFrame({view.label(t): quality_values(t) for t in trials})
+        table = pd.DataFrame({f"{view.label(t)}, single run": quality_values(t) for t in trials})
         table.index = [f"{c} (dB)" if c == "psnr_db" else c for c in QUALITY_COLUMNS]
         if view.default is not None:
-            base = table[view.label(view.default)]
+            base = table[f"{view.label(view.default)}, single run"]
             for t in trials[1:]:
                 label = view.label(t)
-                table[f"{label} vs default"] = [change_text(q, v, d) for q, v, d in zip(table.index, table[label], base)]
-        parts.append(text_html("PSNR of the final evaluation (the same evenly spaced held-out views for every "
-                               "trial) after each trial's training time, then throughput; changes against the "
-                               "default: PSNR in dB, times in seconds, the rest in percent."))
-        parts.append(table_html(table.rename_axis("quantity").reset_index(), float_format=FLOAT_FORMAT))
-    parts.append(_confirmation_html(view))
+                table[f"{label} vs default"] = [change_text(q, v, d) for q, v, d in
+                                                zip(table.index, table[f"{label}, single run"], base)]
+        parts.append(text_html("Single runs: one trial each, no evidence of a difference on their own (the "
+                               "confirmation re-runs above are). PSNR of the final evaluation (the same evenly "
+                               "spaced held-out views for every trial) after each trial's budget, then speed; "
+                               "changes against the default: PSNR in dB, times in seconds, the rest in percent."))
+        parts.append(table_html(table.rename_axis("quantity").reset_index(), quantity_column="quantity"))
     return Section(best_heading(view, "Quality and time: best vs default"), "".join(parts))
 
 
@@ -252,21 +308,36 @@ def _main_diagnosis(trial: FrozenTrial) -> str:
     return f"{top['bottleneck']} ({top.get('severity', '?')})"
 
 
+TRIALS_TABLE_LEFT_OUT = ("state", "rays_per_s", "samples_per_s", "samples_per_ray", "occupancy_fraction", "startup_s",
+                         "gpus")
+"""trials.csv columns the page's trials table leaves out to fit the page (the CSV has them)."""
+
+
 def _trials_section(view: StudyView) -> Section:
     df = view.frame.copy()
     param_cols = [c for c in df.columns if c.startswith("param_")]
     by_number = {t.number: t for t in view.trials}
-    df.insert(1, "role", [view.role(by_number[n]) for n in df["number"]])
-    df.insert(df.columns.get_loc("log_path"), "params",  # from the trial: an int stays an int
-              ["; ".join(f"{name}={category_text(v)}" for name, v in by_number[n].params.items()) for n in df["number"]])
+    df.insert(1, "trial", [f"#{n} {view.role(by_number[n])}".rstrip() for n in df["number"]])
+    # the outcome with its reason and, for a trial that did not complete, where its log is
+    df["outcome"] = [o if not r and o == "completed" else f"{o}: {r}" + (f"\nlog: {_short_path(log)}" if log else "")
+                     for o, r, log in zip(df["outcome"], df["reason"], df["log_path"])]
+    df.insert(df.columns.get_loc("log_path"), "params",  # from the trial: an int stays an int; one a line
+              ["\n".join(f"{name}={category_text(v)}" for name, v in by_number[n].params.items()) for n in df["number"]])
     df.insert(df.columns.get_loc("log_path"), "main_diagnosis", [_main_diagnosis(by_number[n]) for n in df["number"]])
     interconnects = [by_number[n].user_attrs.get("emulated_interconnect", "") for n in df["number"]]
     if any(i not in ("", "none") for i in interconnects):
         df.insert(df.columns.get_loc("log_path"), "emulated_interconnect", interconnects)
-    df = df.drop(columns=param_cols)
-    counts = ", ".join(f"{o}: {n}" for o, n in df["outcome"].value_counts().items())
-    table = f'<div style="overflow-x:auto">{table_html(df, float_format=FLOAT_FORMAT)}</div>'  # wide: scrolls
-    return Section("Trials", text_html(f"{len(df)} trials ({counts or 'none'}).") + table)
+    left_out = [c for c in TRIALS_TABLE_LEFT_OUT if c in df.columns and (c != "gpus" or not df[c].astype(bool).any())]
+    counts = ", ".join(f"{o}: {n}" for o, n in view.frame["outcome"].value_counts().items())
+    df = df.drop(columns=param_cols + left_out + ["number", "reason", "log_path"])
+    note = text_html(f"{len(df)} trials ({counts or 'none'}). trials.csv has every column, and each log's full path.")
+    return Section("Trials", note + f'<div class="wide">{table_html(df)}</div>')
+
+
+def _short_path(path: Any) -> str:
+    """A log path by its file and the two folders above it (the trial's), for the trials table."""
+    parts = Path(str(path)).parts
+    return str(Path(*parts[-3:])) if len(parts) > 3 else str(path)
 
 
 def _diagnoses_section(view: StudyView) -> Section:
@@ -342,27 +413,41 @@ def _setup_html(view: StudyView) -> str:
     return table_html(pd.DataFrame(rows)) + text_html(note)
 
 
-def _overview_section(view: StudyView, nccl_active: bool) -> Section:
+def _watch_html(view: StudyView, out_dir: Path) -> str:
+    """How to watch the study live: optuna-dashboard (``ngptune dashboard``) and every trial's
+    training curves in TensorBoard (trials are runs in the study folder)."""
+    storage = view.study.user_attrs.get("storage")
+    command = f"ngptune dashboard {out_dir}"
+    if isinstance(storage, str) and "://" in storage:
+        command += f" --storage {storage}"
+        command += " (with the password the sweep was given)" if "***" in storage else ""
+    return text_html(f"Watch it: {command} opens this study in optuna-dashboard; tensorboard --logdir "
+                     f"{Path(out_dir) / 'trials'} shows every trial's training curves.")
+
+
+def _overview_section(view: StudyView, nccl_active: bool, out_dir: Path) -> Section:
     objectives = ", ".join(f"{n} ({view.direction_word(i)})" for i, n in enumerate(view.names))
     parts = [text_html(f"Study {view.study.study_name!r}: {len(view.trials)} trials; objectives: {objectives}."),
-             _setup_html(view)]
+             _watch_html(view, out_dir), _setup_html(view)]
     counts = view.frame["outcome"].value_counts()
     parts.append(table_html(pd.DataFrame({"outcome": counts.index, "trials": counts.values})))
     if view.default is not None:
         parts.append(text_html(f"Default: trial #{view.default.number} ({outcome_of(view.default)})."))
     if view.best:
-        word = "Pareto front" if view.multi_objective else "Best"
+        word = "Pareto front (single runs)" if view.multi_objective else "Best single run"
         rec = recommendation(view)
-        unconfirmed = "" if rec.confirmed else (" (not confirmed; the default is recommended)" if rec.is_default
-                                                 else " (not confirmed)")
-        parts.append(text_html(f"{word}: " + ", ".join(f"trial #{t.number}" for t in view.best) + unconfirmed + "."))
+        parts.append(text_html(f"{word}: " + ", ".join(f"trial #{t.number}" for t in view.best)
+                               + f". Recommended: trial #{rec.trial}"
+                               + (" (the default)" if rec.is_default else "")
+                               + (", confirmed by re-runs." if rec.confirmed else ", not confirmed by re-runs.")))
     parts.extend(text_html(line) for line in sampling_facts(view.study).sentences())
     parts.append(text_html("NCCL parameters active (nccl backend)." if nccl_active
                            else "NCCL parameters inactive (gloo backend)."))
     shared = max((t.user_attrs.get("trials_per_gpu", 1) for t in view.trials), default=1)
     if shared > 1:
-        parts.append(text_html(f"Up to {shared} trials shared one GPU: throughput and time objectives depend on "
-                               "the neighbours and are not comparable between trials."))
+        parts.append(text_html(f"Up to {shared} trials shared one GPU: a step budget's PSNR does not depend on the "
+                               "neighbours; steps/s, throughput, times and a seconds budget's steps do, and are not "
+                               "comparable between trials."))
     return Section("Study", "".join(parts))
 
 
@@ -382,10 +467,12 @@ def write_study_report(study: optuna.Study, out_dir: Path, *, title: str, nccl_a
     interconnect = _interconnect_label(view)
     sections = [
         _recommendation_section(recommendation(view)),
-        _overview_section(view, nccl_active),
+        _confirmation_section(view),
+        _overview_section(view, nccl_active, Path(out_dir)),
         _quality_section(view),
         _history_section(view),
         _importance_section(view),
+        *([section] if (section := _pruning_section(view)) is not None else []),
         *([_pareto_section(view)] if view.multi_objective else []),
         _parallel_section(view),
         _best_vs_default_section(view),

@@ -15,13 +15,15 @@ from rich.table import Table
 
 from ngptune.reporting.html import Section, render_page, table_html, text_html
 from ngptune.reporting.study_data import write_text
-from trainer.contract import RunDir
+from trainer.contract import RunDir, quantity_text
 
 __all__ = ["SUMMARY_COLUMNS", "print_summary_table", "summary_frame", "write_summary_csv", "write_summary_html"]
 
-#: ``summary.csv`` columns (units in the names; ``status``: completed | failed | skipped).
+#: ``summary.csv`` columns (units in the names; ``status``: completed | failed; ``model``: the trained
+#: snapshot or checkpoint folder; ``finished_at``: when the job completed; ``skipped_at``: when a
+#: later run found it finished and skipped it, empty when this run trained it).
 SUMMARY_COLUMNS = ("scene", "gpus", "steps", "train_time_s", "psnr_db", "status", "log_path", "run_dir",
-                   "warm_started_from", "reason")
+                   "warm_started_from", "reason", "model", "finished_at", "skipped_at")
 
 
 def summary_frame(results: Sequence) -> pd.DataFrame:
@@ -60,21 +62,21 @@ def write_summary_html(results: Sequence, path: Path, *, title: str) -> Path:
     return write_text(Path(path), render_page(title, sections), "the train-many summary page")
 
 
-def _cell(value) -> str:
-    if value is None or (isinstance(value, float) and value != value):
-        return ""
-    return f"{value:.2f}" if isinstance(value, float) else str(value)
+def _cell(name: str, value) -> str:
+    return quantity_text(name, value) if value != "" else ""
 
 
 def print_summary_table(results: Sequence, console: Console) -> None:
     """A rich table of the jobs: scene, GPUs, steps, training seconds, PSNR, status."""
     table = Table(title=f"train-many: {len(results)} scenes")
-    for col in ("scene", "gpus", "steps", "train_time_s", "psnr_db", "status", "warm start"):
+    for col in ("scene", "gpus", "steps", "training", "PSNR", "status", "warm start"):
         table.add_column(col, justify="left" if col in ("scene", "status", "warm start") else "right")
     for r in results:
-        colour = {"completed": "green", "skipped": "cyan", "failed": "red"}.get(r.status, "white")
-        table.add_row(Path(r.scene).name, r.gpus, _cell(r.steps), _cell(r.train_time_s), _cell(r.psnr_db),
-                      f"[{colour}]{r.status}[/{colour}]", "yes" if r.warm_started_from else "")
+        colour = {"completed": "green", "failed": "red"}.get(r.status, "white")
+        status = f"[{colour}]{r.status}[/{colour}]" + (" (earlier run; skipped)" if r.skipped_at else "")
+        table.add_row(Path(r.scene).name, r.gpus, _cell("steps", r.steps), _cell("train_time_s", r.train_time_s),
+                      _cell("psnr_db", r.psnr_db),
+                      status, "yes" if r.warm_started_from else "")
     console.print(table)
     for r in results:
         if r.status == "failed":

@@ -15,6 +15,7 @@ Layers, bottom-up:
                                    session, polled, stopped with its whole process tree, classified.
 * :mod:`ngptune.tuning.layout`     the study folder (storage, trial folders, best config, env file).
 * :mod:`ngptune.tuning.outputs`    ``best_config.json`` and ``best_env.sh``.
+* :mod:`ngptune.tuning.warmup`     the kernel-cache warm-up launch before trial 0 (seconds budgets on CUDA).
 * :mod:`ngptune.tuning.storage`    the Optuna storage (journal file or RDB), study creation or resume,
                                    retries of dead workers' trials.
 * :mod:`ngptune.tuning.sweep`      the Optuna study loop: trials, outputs, report.

@@ -38,14 +38,6 @@ def _trials(text: str) -> int:
     return value
 
 
-def _study_name(text: str) -> str:
-    from ngptune.tuning.study import STUDY_NAME_RULE, is_study_name
-
-    if not is_study_name(text):
-        raise argparse.ArgumentTypeError(f"expected {STUDY_NAME_RULE}, got {text!r}")
-    return text
-
-
 def _concurrent(text: str) -> int | str:
     if text == "auto":
         return text
@@ -123,7 +115,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--storage", default=None, metavar="URL",
                    help="RDB storage shared by several workers, e.g. postgresql+psycopg2://user:pw@host/db "
                         "(default: a journal file in the study folder)")
-    p.add_argument("--study-name", type=_study_name, default=None, help="Optuna study name (default: the study file's name)")
+    p.add_argument("--study-name", default=None,  # checked by the sweep: one error line, as for the file's name
+                   help="Optuna study name (default: the study file's name)")
     p.add_argument("--nproc-per-node", type=positive_int, default=None,
                    help="ranks per trial (default: every GPU, or 2 gloo ranks without a GPU)")
     p.add_argument("--out", type=Path, default=None, help="study folder (default: reports/<study-name>)")
@@ -131,14 +124,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="GPUs of each trial, a set no other running trial uses (default: every visible GPU)")
     p.add_argument("--concurrent-trials", type=_concurrent, default=None, metavar="N|auto",
                    help="trials running at once, each on its own GPUs (auto: visible GPUs // G; default 1)")
-    p.add_argument("--trials-per-gpu", type=positive_int, default=1, metavar="K",
-                   help="let K trials share one GPU (throughput objectives then need --allow-shared-gpu)")
+    p.add_argument("--trials-per-gpu", type=positive_int, default=None, metavar="K",
+                   help="let K trials share one GPU (default: 1; a step-budget study on GPUs packs "
+                        "ngptune.tuning.concurrency.STEP_BUDGET_TRIALS_PER_GPU); a seconds budget or a throughput "
+                        "objective then needs --allow-shared-gpu")
     p.add_argument("--allow-shared-gpu", action="store_true",
                    help="accept --trials-per-gpu > 1 with a throughput or time objective (not comparable)")
     p.add_argument("--no-confirm", dest="confirm", action="store_false",
                    help="recommend the best trial without re-running it against the default "
                         "(best_config.confirmation.json then says unconfirmed)")
     p.add_argument("--confirm-runs", type=_confirm_runs, default=None, metavar="K",
-                   help="re-runs of the best and of the default before recommending, 2 or more "
-                        "(default 3 on a GPU, 2 on a CPU)")
+                   help="re-runs of the best non-default trial and of the default before recommending, 2 or more "
+                        "(default 3; Welch's t-test on the two sets decides)")
     p.set_defaults(func=_cmd_sweep)

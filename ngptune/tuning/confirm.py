@@ -1,30 +1,39 @@
-"""Confirmation: re-run the best and the default configurations before one is recommended.
+"""Confirmation: re-run a tuned configuration against the default before one is recommended.
 
-A study's best trial is the maximum of noisy measurements: with a few seconds of training per
-trial, the winner is partly the luckiest run. Before ``best_config.json`` is offered, the best
-configuration (:func:`ngptune.tuning.outputs.representative_trial`) and the default (the
-untuned trial 0) are each trained ``K`` more times (:data:`DEFAULT_REPEATS_GPU` on a GPU,
-:data:`DEFAULT_REPEATS_CPU` on a CPU) with the trials' budget, on the same ranks, with seeds no
-trial used, in alternating order (best, default, default, best, best, ...: a drift of the
-machine over time, e.g. another job or clock throttling, falls on both alike).
+A study's best trial is the maximum of noisy measurements: with a short budget per trial, the
+winner is partly the luckiest run. Before ``best_config.json`` is offered, the *candidate* — the
+best trial (:func:`ngptune.tuning.outputs.representative_trial`) or, when the default won its
+single run, the best non-default trial (:func:`ngptune.tuning.outputs.candidate_trial`) — and the
+default (the untuned trial 0) are each trained ``K`` more times (:data:`DEFAULT_REPEATS_GPU` on a
+GPU, :data:`DEFAULT_REPEATS_CPU` on a CPU) with the trials' budget, on the same ranks, with seeds
+no trial used, in alternating order (candidate, default, default, candidate, ...: a drift of the
+machine over time, e.g. another job or clock throttling, falls on both alike). A default that won
+by one lucky run is therefore re-run against the runner-up like any other best.
 
 The verdict is taken on the study's quality objective (:func:`primary_objective`: the first of
-``psnr_at_budget_db``, ``time_to_psnr_s`` among its objectives, else its first objective). With
-``gain`` the difference of the means in the objective's good direction and ``se`` its standard
-error ``sqrt(s_best² / K + s_default² / K)`` (sample standard deviations; 0 for K = 1), the best
-is *confirmed* when ``gain > 0`` and ``gain > se`` — the difference holds up by more than one
-standard error of the re-runs. Otherwise the study recommends the default. A best whose re-run
-fails (crash, out of memory, target not reached) is not confirmed either. When a default re-run
-fails while the best's succeed, the evidence is missing: the best is kept but *unconfirmed*.
+``psnr_at_budget_db``, ``time_to_psnr_s`` among its objectives, else its first objective) with
+Welch's t-test (unequal variances, two-sided, :func:`scipy.stats.ttest_ind` with
+``equal_var=False``) on the two samples of K re-run values at :data:`ALPHA` = 0.05:
 
-K is at least 2 (:data:`MIN_REPEATS`): one re-run each gives no estimate of the noise, and with
-``se = 0`` any gain would pass.
+* ``confirmed``: p < ALPHA and the candidate's mean is better: the candidate is recommended;
+* ``default_better``: p < ALPHA and the default's mean is better: the default is recommended;
+* ``no_significant_difference``: p >= ALPHA: the default is recommended (a change needs evidence);
+* ``not_confirmed``: a re-run of the candidate gave no value (crash, out of memory, target not
+  reached): the default is recommended;
+* ``unconfirmed``: no evidence: ``--no-confirm``, the default trial or a default re-run gave no
+  value, or no other trial completed. ``confirmed`` is false and the verdict lists no runs.
+
+``Verdict.confirmed`` is true only for ``confirmed`` and ``default_better``, which always carry
+their re-runs: nothing is called confirmed without runs. Two samples without spread (every re-run
+equal) have p = 0 when their means differ, else 1.
+
+K is at least 2 (:data:`MIN_REPEATS`): one re-run each gives no estimate of the noise.
 
 Every re-run is recorded in the study's user attribute ``confirmation`` as soon as it ends
 (:data:`CONFIRMATION_ATTR`), under its trial number and index: re-run ``i`` of a trial is the
 same training whichever trial it is compared with (seed ``base + 1000 + i``). A sweep started
 again resumes the confirmation where it stopped, reuses the completed re-runs it already has when
-K grows or a new best is compared with the same default, and runs only what is missing. A
+K grows or a new candidate is compared with the same default, and runs only what is missing. A
 re-run stopped by Ctrl-C or a kill is not recorded and runs again from the start; a failed one
 counts against its configuration in the sweep it failed in, and runs again in the next.
 """
@@ -40,38 +49,47 @@ from typing import Any
 from ngptune.tuning.objectives import QUALITY_OBJECTIVES
 
 __all__ = [
+    "ALPHA",
     "CONFIRMATION_ATTR",
     "DEFAULT_REPEATS_CPU",
     "DEFAULT_REPEATS_GPU",
     "MAX_REPEATS",
     "MIN_REPEATS",
+    "TEST_NAME",
     "ConfirmRun",
     "Verdict",
     "confirm_study",
-    "best_is_default",
     "decide",
+    "no_candidate",
     "pending",
     "primary_objective",
     "recorded_repeats",
     "run_order",
+    "spread",
     "unconfirmed",
     "verdict_runs",
+    "welch_p_value",
 ]
 
 CONFIRMATION_ATTR = "confirmation"
 DEFAULT_REPEATS_GPU = 3
-DEFAULT_REPEATS_CPU = 2
+DEFAULT_REPEATS_CPU = 3
 MIN_REPEATS = 2
 MAX_REPEATS = 100  # --confirm-runs: more is a typo, not a confirmation
 #: Seeds of the confirmation runs: the base config's ``training.seed`` plus this plus the pair index.
 SEED_OFFSET = 1000
+#: Significance level of the verdict's test.
+ALPHA = 0.05
+TEST_NAME = "Welch's t-test (two-sided, unequal variances)"
+#: Statuses whose recommendation the re-runs uphold (they always carry runs).
+UPHELD = ("confirmed", "default_better")
 
 
 @dataclasses.dataclass(frozen=True)
 class ConfirmRun:
-    """One re-run: which configuration (``"best"`` or ``"default"``) and trial, its index in
-    0..K-1, its seed, the objective's value (None when the run gave none), what every trial is
-    scored on (:func:`ngptune.tuning.objectives.trial_quality`), its outcome and the reason of a
+    """One re-run: which configuration (``"best"``, the candidate, or ``"default"``) and trial, its
+    index in 0..K-1, its seed, the objective's value (None when the run gave none), what every trial
+    is scored on (:func:`ngptune.tuning.objectives.trial_quality`), its outcome and the reason of a
     failure."""
 
     label: str
@@ -89,16 +107,19 @@ class Verdict:
     """The outcome of a confirmation.
 
     Attributes:
-        status: ``confirmed`` (the best beats the default), ``not_confirmed`` (it does not: the
-            default is recommended), ``best_is_default`` (no trial beat the default), ``unconfirmed``
-            (skipped or without evidence: the best is recommended without it), ``pending`` (other
-            workers' trials still run: the last worker to finish confirms and recommends).
-        recommend: ``"best"``, ``"default"`` or ``""`` (pending: nothing yet).
-        objective, direction: the objective judged and Optuna's direction word.
-        best_values, default_values: the re-runs' values (None for a failed run).
+        status: ``confirmed``, ``default_better``, ``no_significant_difference``, ``not_confirmed``,
+            ``unconfirmed`` (the module docstring) or ``pending`` (other workers' trials still run:
+            the last worker to finish confirms and recommends).
+        recommend: ``"best"`` (the candidate), ``"default"`` or ``""`` (pending: nothing yet).
+        objective, direction: the objective judged and Optuna's direction word for it.
+        best_values, default_values: the re-runs' values (None for a failed run); ``best`` is the
+            candidate (the best non-default trial).
         best_trial, default_trial: trial numbers (None when absent).
         gain: mean difference in the good direction (objective's unit), or None.
-        se: its standard error, or None.
+        se: its standard error ``sqrt(s_b²/n_b + s_d²/n_d)``, or None.
+        p_value: Welch's t-test p-value (two-sided), or None when no test ran.
+        test: the test's name (:data:`TEST_NAME`) and level, or "" when no test ran.
+        default_won_single_run: the default was the best single run, so the candidate is the runner-up.
         sentence: one line for the terminal and the report.
     """
 
@@ -112,11 +133,15 @@ class Verdict:
     default_trial: int | None = None
     gain: float | None = None
     se: float | None = None
+    p_value: float | None = None
+    test: str = ""
+    default_won_single_run: bool = False
     sentence: str = ""
 
     @property
     def confirmed(self) -> bool:
-        return self.status in ("confirmed", "best_is_default")
+        """Whether re-runs uphold the recommendation (``confirmed`` or ``default_better``)."""
+        return self.status in UPHELD and bool(self.best_values) and bool(self.default_values)
 
     def to_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "confirmed": self.confirmed}
@@ -145,60 +170,98 @@ def run_order(repeats: int) -> list[tuple[str, int]]:
     return order
 
 
-def _spread(values: Sequence[float]) -> float:
+def spread(values: Sequence[float]) -> float:
+    """Sample standard deviation (0 for fewer than two values)."""
     return statistics.stdev(values) if len(values) > 1 else 0.0
 
 
 def _describe(values: Sequence[float], unit: str) -> str:
-    return f"{statistics.fmean(values):.3g} ± {_spread(values):.2g} {unit}".rstrip()
+    return f"{statistics.fmean(values):.3g} ± {spread(values):.2g} {unit}".rstrip()
+
+
+def welch_p_value(a: Sequence[float], b: Sequence[float]) -> float:
+    """Two-sided p-value of Welch's t-test that ``a`` and ``b`` have the same mean
+    (:func:`scipy.stats.ttest_ind`, ``equal_var=False``; Welch 1947). Two samples without spread
+    give 0 when their means differ, else 1.
+
+    Raises:
+        ValueError: a sample with fewer than two values.
+    """
+    if len(a) < 2 or len(b) < 2:
+        raise ValueError(f"Welch's t-test needs two values per sample, got {len(a)} and {len(b)}")
+    if spread(a) == 0.0 and spread(b) == 0.0:
+        return 0.0 if statistics.fmean(a) != statistics.fmean(b) else 1.0
+    from scipy import stats
+
+    return float(stats.ttest_ind(list(a), list(b), equal_var=False).pvalue)
 
 
 def decide(objective: str, direction: str, best_values: Sequence[float | None], default_values: Sequence[float | None],
-           *, unit: str = "", best_trial: int | None = None, default_trial: int | None = None) -> Verdict:
+           *, unit: str = "", best_trial: int | None = None, default_trial: int | None = None,
+           default_won_single_run: bool = False) -> Verdict:
     """The verdict on re-run values (the rule of the module docstring).
 
     Args:
         objective: the objective's name; direction: ``"maximize"`` or ``"minimize"``.
-        best_values, default_values: the re-runs' values, None for a run without one.
+        best_values, default_values: the re-runs' values of the candidate and the default, None
+            for a run without one.
         unit: the objective's unit, for the sentence.
+        best_trial, default_trial: the trials re-run.
+        default_won_single_run: the default was the best single run (the candidate is the runner-up).
     """
     common = dict(objective=objective, direction=direction, best_values=tuple(best_values),
-                  default_values=tuple(default_values), best_trial=best_trial, default_trial=default_trial)
+                  default_values=tuple(default_values), best_trial=best_trial, default_trial=default_trial,
+                  default_won_single_run=default_won_single_run)
     good_b = [v for v in best_values if v is not None and math.isfinite(v)]
     good_d = [v for v in default_values if v is not None and math.isfinite(v)]
+    who = (f"trial {best_trial} (the runner-up: the default won its single run)" if default_won_single_run
+           else f"trial {best_trial}")
     if not best_values or len(good_b) < len(best_values):
         failed = len(best_values) - len(good_b)
         return Verdict("not_confirmed", "default", **common, sentence=(
-            f"the best configuration (trial {best_trial}) gave no {objective} in {failed} of its "
-            f"{len(best_values)} re-runs: the default is recommended"))
-    if not default_values or len(good_d) < len(default_values):
-        return Verdict("unconfirmed", "best", **common, sentence=(
-            f"a re-run of the default gave no {objective}: the best (trial {best_trial}) is recommended unconfirmed"))
+            f"not confirmed: {who} gave no {objective} in {failed} of its {len(best_values)} re-runs: "
+            "the default is recommended"))
+    if not default_values or len(good_d) < len(default_values) or len(good_b) < MIN_REPEATS:
+        return Verdict("unconfirmed", "default" if default_won_single_run else "best", **common, sentence=(
+            f"unconfirmed: a re-run of the default gave no {objective}, so there is no evidence either way; "
+            + ("the default is recommended" if default_won_single_run else f"{who} is recommended")))
     sign = 1.0 if direction == "maximize" else -1.0
     gain = sign * (statistics.fmean(good_b) - statistics.fmean(good_d))
-    se = math.sqrt(_spread(good_b) ** 2 / len(good_b) + _spread(good_d) ** 2 / len(good_d))
-    shown = (f"{objective}: best (trial {best_trial}) {_describe(good_b, unit)} vs default {_describe(good_d, unit)} "
-             f"over {len(good_b)} re-runs each (mean ± standard deviation)")
-    if gain > 0 and gain > se:
-        return Verdict("confirmed", "best", **common, gain=gain, se=se,
-                       sentence=f"confirmed: the best beats the default; {shown}")
-    return Verdict("not_confirmed", "default", **common, gain=gain, se=se, sentence=(
-        f"not confirmed: the best does not beat the default by more than the re-runs' noise "
-        f"(gain {gain:+.3g} {unit}, standard error {se:.2g}); the default is recommended; {shown}"))
+    se = math.sqrt(spread(good_b) ** 2 / len(good_b) + spread(good_d) ** 2 / len(good_d))
+    p = welch_p_value(good_b, good_d)
+    test = f"{TEST_NAME}, alpha {ALPHA:g}"
+    shown = (f"{objective}: trial {best_trial} {_describe(good_b, unit)} vs default {_describe(good_d, unit)}, "
+             f"{len(good_b)} re-runs each (mean ± sd); Welch's t-test p = {p:.2g}")
+    stats_ = dict(gain=gain, se=se, p_value=p, test=test)
+    if p < ALPHA and gain > 0:
+        return Verdict("confirmed", "best", **common, **stats_,
+                       sentence=f"confirmed: {who} beats the default; {shown} < {ALPHA:g}")
+    if p < ALPHA and gain < 0:
+        return Verdict("default_better", "default", **common, **stats_, sentence=(
+            f"the default is significantly better than {who} and is recommended; {shown} < {ALPHA:g}"))
+    return Verdict("no_significant_difference", "default", **common, **stats_, sentence=(
+        f"no significant difference between {who} and the default (gain {gain:+.3g} {unit}".rstrip()
+        + f"); the default is recommended; {shown} >= {ALPHA:g}"))
 
 
 def unconfirmed(objective: str, direction: str, why: str, *, best_trial: int | None,
-                default_trial: int | None) -> Verdict:
-    """The verdict of a study whose best was not re-run (``--no-confirm``, no default trial)."""
-    return Verdict("unconfirmed", "best", objective, direction, best_trial=best_trial, default_trial=default_trial,
-                   sentence=f"unconfirmed: {why}; the best (trial {best_trial}) was not re-run against the default")
+                default_trial: int | None, recommend: str = "best") -> Verdict:
+    """The verdict of a study whose candidate was not re-run (``--no-confirm``, no default trial):
+    the best single run is recommended (``recommend`` ``"default"`` when that was the default)."""
+    if recommend == "default":
+        sentence = (f"unconfirmed: {why}; the default (trial {default_trial}) won its single run and is recommended "
+                    "without re-runs")
+    else:
+        sentence = f"unconfirmed: {why}; the best (trial {best_trial}) was not re-run against the default"
+    return Verdict("unconfirmed", recommend, objective, direction, best_trial=best_trial, default_trial=default_trial,
+                   default_won_single_run=recommend == "default", sentence=sentence)
 
 
-def best_is_default(objective: str, direction: str, default_trial: int) -> Verdict:
-    """The verdict of a study whose best trial is the default: nothing to re-run."""
-    return Verdict("best_is_default", "default", objective, direction, best_trial=default_trial,
-                   default_trial=default_trial,
-                   sentence=f"no trial beat the default (trial {default_trial}): the default is recommended")
+def no_candidate(objective: str, direction: str, default_trial: int) -> Verdict:
+    """The verdict of a study in which only the default trial completed: nothing to re-run it against."""
+    return Verdict("unconfirmed", "default", objective, direction, best_trial=None, default_trial=default_trial,
+                   sentence=(f"unconfirmed: no trial other than the default (trial {default_trial}) completed, "
+                             "so nothing was re-run against it; the default is recommended"))
 
 
 def pending(objective: str, direction: str, running: Sequence[int]) -> Verdict:
@@ -229,27 +292,31 @@ def _recorded_runs(record: Mapping[str, Any] | None, objective: str) -> dict[tup
 
 
 def confirm_study(study, *, best, default, repeats: int, objective: str, direction: str, unit: str, base_seed: int,
-                  launch: Launch, on_run: Callable[[ConfirmRun], None] | None = None) -> Verdict:
-    """Re-run ``best`` and ``default`` (Optuna trials) ``repeats`` times each and decide (module docstring).
+                  launch: Launch, on_run: Callable[[ConfirmRun], None] | None = None,
+                  default_won_single_run: bool = False) -> Verdict:
+    """Re-run the candidate ``best`` and ``default`` (Optuna trials) ``repeats`` times each and
+    decide (module docstring).
 
     Re-runs recorded in ``study.user_attrs["confirmation"]`` for the same objective (by trial
     number and index) are not run again; each new run is recorded as soon as it ends.
 
     Args:
         study: the Optuna study (its user attributes hold the record).
-        best, default: the trials to re-run; the same trial for both gives ``best_is_default``.
+        best, default: the trials to re-run: the candidate (never the default) and the default.
         repeats: K >= :data:`MIN_REPEATS`.
         objective, direction, unit: the objective judged (:func:`primary_objective`), Optuna's
             direction word for it and its unit.
         base_seed: the base config's ``training.seed``; run ``i`` of both uses ``base_seed + 1000 + i``.
         launch: trains one re-run.
         on_run: called after each run (the sweep prints a line).
+        default_won_single_run: the default was the best single run (``best`` is the runner-up).
 
     Raises:
+        ValueError: ``best`` is the default trial (a default is re-run against the runner-up).
         KeyboardInterrupt: from ``launch``; the runs finished before it stay recorded.
     """
     if best.number == default.number:
-        return best_is_default(objective, direction, default.number)
+        raise ValueError(f"trial {best.number} is the default: re-run the best non-default trial against it")
     record = study.user_attrs.get(CONFIRMATION_ATTR)
     runs = _recorded_runs(record, objective)
     trials = {"best": best, "default": default}
@@ -270,7 +337,8 @@ def confirm_study(study, *, best, default, repeats: int, objective: str, directi
             on_run(run)
     values = {label: [runs[(trials[label].number, i)]["value"] for i in range(repeats)] for label in trials}
     verdict = decide(objective, direction, values["best"], values["default"], unit=unit,
-                     best_trial=best.number, default_trial=default.number)
+                     best_trial=best.number, default_trial=default.number,
+                     default_won_single_run=default_won_single_run)
     save(verdict)
     return verdict
 

@@ -10,7 +10,11 @@ Objectives (names as in the study file, the trials' ``objectives`` attribute and
 * ``samples_per_s`` (maximise): the same measurement as ``throughput_samples_per_s``.
 * ``rays_per_s`` (maximise): the mean of rank 0's ``rays_per_s`` after the warm-up, as above.
 * ``psnr_at_budget_db`` (maximise): the trainer's final evaluation (``eval_psnr_db`` in
-  ``status.json``) after a fixed training-time budget (``budget.seconds``).
+  ``status.json``) after the study's budget: ``budget.seconds`` of training, or ``budget.steps``
+  steps. A step budget measures quality per step, which the load of the machine and neighbours on
+  a shared GPU cannot change; its speed is ``steps_per_s``, recorded beside it for every trial and
+  combined with it only by a study that names both objectives.
+* ``steps_per_s`` (maximise): the mean of rank 0's ``steps_per_s`` after the warm-up.
 * ``time_to_psnr_s`` (minimise): training seconds (``wall_time_s``, evaluation excluded) at the
   first evaluation whose ``eval_psnr_db`` reaches the target, from the periodic evaluations in
   ``metrics.jsonl`` (every ``eval_every_steps`` steps) and then the final one. Resolution: one
@@ -25,8 +29,11 @@ trains worse. A study whose objectives are all throughputs gets :func:`throughpu
 
 Intermediate values (for the pruner, single-objective studies only) are reported at the
 trainer's step of each metrics record: the running throughput for ``throughput_samples_per_s``,
-the training-batch PSNR (``train_psnr_db``) for ``psnr_at_budget_db`` (the evaluation runs only at
-the end); ``time_to_psnr_s`` reports none.
+for ``psnr_at_budget_db`` the PSNR of the periodic evaluations (``eval_psnr_db`` of the records at
+the study's evaluation marks, ``pruner.eval_every_steps``: the same few held-out views each time)
+or, in a study without marks, the training-batch PSNR (``train_psnr_db``); ``time_to_psnr_s``
+reports none. The start-up before the first step (``startup_s``, reported by the trainer) is
+recorded for every trial and counted by no objective.
 """
 
 from __future__ import annotations
@@ -38,7 +45,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ngptune.profiling.runs import steady_records
-from trainer.contract import PHASES, phase_column
+from trainer.contract import METRICS_COLUMNS, PHASES, phase_column
 
 __all__ = [
     "OBJECTIVES",
@@ -48,12 +55,22 @@ __all__ = [
     "THROUGHPUT_OBJECTIVES",
     "intermediate_values",
     "mean_phase_ms",
+    "startup_s",
+    "STARTUP_KEY",
+    "TRAINER_REPORTS_STARTUP",
     "objective_value",
     "throughput_samples_per_s",
     "time_to_psnr_s",
     "throughput_only_warning",
     "trial_quality",
 ]
+
+
+#: ``status.json`` key and first-metrics-record key of the trainer's start-up time (s).
+STARTUP_KEY = "startup_s"
+#: Whether the trainer's metrics schema declares ``startup_s`` (its training clock then starts
+#: after the start-up; :mod:`ngptune.tuning.warmup` is needed only without it).
+TRAINER_REPORTS_STARTUP = any(column.name == STARTUP_KEY for column in METRICS_COLUMNS)
 
 
 def throughput_only_warning(names: Sequence[str]) -> str | None:
@@ -97,9 +114,10 @@ def trial_quality(records: Sequence[Mapping[str, Any]], status: Mapping[str, Any
 
     Returns:
         ``psnr_db`` (dB, the final evaluation's mean over the held-out views, ``eval_psnr_db`` of
-        ``status.json``), ``train_time_s`` (s, training only), ``steps``, ``rays_per_s`` (rays/s) and
-        ``samples_per_s`` (samples/s) after the warm-up, ``samples_per_ray`` (total samples / total
-        rays after the warm-up) and ``occupancy_fraction`` (of the last record).
+        ``status.json``), ``train_time_s`` (s, training only), ``steps``, ``steps_per_s``,
+        ``rays_per_s`` (rays/s) and ``samples_per_s`` (samples/s) after the warm-up,
+        ``samples_per_ray`` (total samples / total rays after the warm-up), ``occupancy_fraction``
+        (of the last record) and ``startup_s`` (s before the first step, :func:`startup_s`).
     """
     steady = steady_records(records)
     rays = sum(r["rays_per_step"] for r in steady if _finite(r.get("rays_per_step")))
@@ -114,11 +132,22 @@ def trial_quality(records: Sequence[Mapping[str, Any]], status: Mapping[str, Any
         "psnr_db": number(status.get("eval_psnr_db")),
         "train_time_s": number(status.get("train_time_s")),
         "steps": int(steps) if _finite(steps) else None,
+        "steps_per_s": steady_mean(records, "steps_per_s"),
+        "startup_s": startup_s(records, status),
         "rays_per_s": steady_mean(records, "rays_per_s"),
         "samples_per_s": throughput_samples_per_s(records),
         "samples_per_ray": samples / rays if rays > 0 else None,
         "occupancy_fraction": occupancy[-1] if occupancy else None,
     }
+
+
+def startup_s(records: Sequence[Mapping[str, Any]], status: Mapping[str, Any]) -> float | None:
+    """Seconds the trainer spent before its first training step (``startup_s`` of ``status.json``,
+    else of the first metrics record), or None when the trainer does not report it."""
+    for value in (status.get(STARTUP_KEY), records[0].get(STARTUP_KEY) if records else None):
+        if _finite(value):
+            return float(value)
+    return None
 
 
 def time_to_psnr_s(records: Sequence[Mapping[str, Any]], status: Mapping[str, Any], target_db: float) -> float:
@@ -223,9 +252,11 @@ OBJECTIVES: dict[str, ObjectiveDef] = {o.name: o for o in (
     ObjectiveDef("samples_per_s", "maximize", "samples/s", False, False, None, True,
                  _steady("throughput_samples_per_s"), _running("throughput_samples_per_s")),
     ObjectiveDef("rays_per_s", "maximize", "rays/s", False, False, None, True, _steady("rays_per_s"), _running("rays_per_s")),
-    ObjectiveDef("psnr_at_budget_db", "maximize", "dB", True, True, "seconds", True, _final_psnr_db, _train_psnr_db),
+    ObjectiveDef("psnr_at_budget_db", "maximize", "dB", True, True, None, False, _final_psnr_db, _train_psnr_db),
     ObjectiveDef("time_to_psnr_s", "minimize", "s", True, True, None, True, _time_to_target_s,
                  keys=("target_db", "eval_every_steps")),
+    ObjectiveDef("steps_per_s", "maximize", "steps/s", False, False, None, True, _steady("steps_per_s"),
+                 _running("steps_per_s")),
 )}
 """Every objective; the study files, the pruner, the shared-GPU guard, confirmation and the reports
 read this table. Adding one: its measurement in this module, one line here, a test."""
@@ -261,11 +292,37 @@ def objective_value(
     return OBJECTIVES[name].value(records, status, target_db)
 
 
-def intermediate_values(name: str, records: Sequence[Mapping[str, Any]]) -> list[tuple[int, float]]:
-    """``(step, value)`` pairs to report to the pruner, one per metrics record that has one.
+def intermediate_values(name: str, records: Sequence[Mapping[str, Any]], *, evaluations: bool = False,
+                        per_second: bool = False) -> list[tuple[int, float]]:
+    """``(resource, value)`` pairs to report to the pruner.
 
-    Throughputs: at record i, the steady mean of records 0..i (records 1..i after the one warm-up
-    record; record 0 alone at i = 0); ``psnr_at_budget_db``: ``train_psnr_db``; ``time_to_psnr_s``: none.
+    Throughputs: at record i (resource: its step), the steady mean of records 0..i (records 1..i
+    after the one warm-up record; record 0 alone at i = 0). ``psnr_at_budget_db``: with
+    ``evaluations`` (the study evaluates at marks) the periodic evaluations' ``eval_psnr_db`` at
+    their step, or with ``per_second`` (a seconds budget) at every whole second of training between
+    the first and the last evaluation, linearly interpolated in ``wall_time_s`` between the
+    evaluations around it (so every trial is judged at the same seconds); without ``evaluations``
+    the training-batch ``train_psnr_db`` at each record's step. ``time_to_psnr_s``: none.
     """
+    if name == "psnr_at_budget_db" and evaluations and not per_second:
+        return [(int(r["step"]), float(r["eval_psnr_db"])) for r in records if _finite(r.get("eval_psnr_db"))]
+    if name == "psnr_at_budget_db" and evaluations:
+        return _per_second([(float(r["wall_time_s"]), float(r["eval_psnr_db"])) for r in records
+                            if _finite(r.get("eval_psnr_db")) and _finite(r.get("wall_time_s"))])
     measure = OBJECTIVES[name].intermediate
     return [] if measure is None else measure(records)
+
+
+def _per_second(marks: Sequence[tuple[float, float]]) -> list[tuple[int, float]]:
+    """``(second, value)`` at each whole second from the first mark's time to the last one's,
+    linearly interpolated between the ``(time_s, value)`` marks around it (in time order)."""
+    out: list[tuple[int, float]] = []
+    for (t0, v0), (t1, v1) in zip(marks, marks[1:]):
+        second = math.ceil(t0) if not out else out[-1][0] + 1
+        while second <= t1:
+            if t1 > t0:
+                out.append((second, v0 + (v1 - v0) * (second - t0) / (t1 - t0)))
+            second += 1
+    if len(marks) == 1 and float(marks[0][0]).is_integer():
+        out.append((int(marks[0][0]), marks[0][1]))
+    return out

@@ -41,7 +41,7 @@ from trainer.contract import (
     load_config,
 )
 
-__all__ = ["best_config", "comment_safe", "comment_text", "run_control_settings", "representative_trial", "write_best_config", "write_best_env",
+__all__ = ["best_config", "candidate_trial", "comment_safe", "comment_text", "run_control_settings", "representative_trial", "write_best_config", "write_best_env",
            "write_confirmation"]
 
 _SHELL_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -77,10 +77,27 @@ def representative_trial(study):
     return front[min(range(len(front)), key=lambda k: (distances[k], front[k].number))]
 
 
+def candidate_trial(study, default, objective_index: int = 0):
+    """The trial a confirmation re-runs against ``default``: :func:`representative_trial` when it
+    is not the default, else the best other completed trial on objective ``objective_index`` (the
+    runner-up; ties go to the lower number); None when no other trial completed."""
+    from optuna.study import StudyDirection
+
+    best = representative_trial(study)
+    if best is None or default is None or best.number != default.number:
+        return best
+    others = [t for t in _completed(study) if t.number != default.number]
+    if not others:
+        return None
+    sign = 1.0 if study.directions[objective_index] == StudyDirection.MAXIMIZE else -1.0
+    return max(others, key=lambda t: (sign * t.values[objective_index], -t.number))
+
+
 def best_config(trial, spec) -> TrainConfig:
     """The trial's launch config with the budget keys of ``spec.budget`` (a
-    :class:`~ngptune.tuning.study.StudySpec`), ``data.scene`` and the study's fixed settings that
-    only steer a run (:data:`trainer.contract.config.RUN_CONTROL_KEYS`: logging, evaluation views, device)
+    :class:`~ngptune.tuning.study.StudySpec`), the evaluation marks of ``spec.pruner``, ``data.scene``
+    and the study's fixed settings that only steer a run
+    (:data:`trainer.contract.config.RUN_CONTROL_KEYS`: logging, evaluation views, device)
     set back to the study's base config.
 
     Raises:
@@ -89,7 +106,7 @@ def best_config(trial, spec) -> TrainConfig:
     cfg = load_config(Path(trial.user_attrs["config_path"]))
     base = config_to_dict(load_config(spec.base_config_path))
     restore = {"data.scene": base["data"]["scene"]}
-    for key in [*spec.budget.trainer_overrides(), *run_control_settings(spec)]:
+    for key in [*spec.budget.trainer_overrides(), *spec.pruner.trainer_overrides(), *run_control_settings(spec)]:
         block, name = key.split(".", 1)
         restore[key] = base[block][name]
     return apply_overrides(cfg, restore)
@@ -141,9 +158,18 @@ def write_best_config(trial, spec, study_dir: StudyDir, *, verdict=None) -> Path
 def write_confirmation(verdict, trial, study_dir: StudyDir, runs: list | None = None) -> Path:
     """Write ``best_config.confirmation.json``: the recommended trial, the verdict
     (:meth:`~ngptune.tuning.confirm.Verdict.to_dict`; ``confirmed`` false and ``status``
-    ``unconfirmed`` when ``verdict`` is None) and the re-runs ``runs`` recorded in the study."""
+    ``unconfirmed`` when ``verdict`` is None) and the re-runs ``runs`` behind it.
+
+    Raises:
+        ValueError: a confirmed verdict without the re-runs of both configurations (nothing is
+            called confirmed without runs).
+    """
     import json
 
+    labels = {r.get("label") for r in runs or []}
+    if verdict is not None and verdict.confirmed and not {"best", "default"} <= labels:
+        raise ValueError(f"{study_dir.confirmation_path}: verdict {verdict.status!r} without the re-runs of "
+                         "both configurations behind it")
     record = {"recommended_trial": trial.number,
               "verdict": verdict.to_dict() if verdict is not None else {"status": "unconfirmed", "confirmed": False},
               "runs": list(runs or [])}

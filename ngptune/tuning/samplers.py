@@ -21,7 +21,8 @@ def build_sampler(spec: SamplerSpec):
 
 
 def build_pruner(spec: PrunerSpec):
-    """The Optuna pruner object: median, hyperband, or one that never prunes (``none``)."""
+    """The Optuna pruner object: median, successive halving (asynchronous, Li et al. 2020),
+    Hyperband (Li et al. 2018), or one that never prunes (``none``)."""
     import optuna
 
     if spec.type == "median":
@@ -29,6 +30,11 @@ def build_pruner(spec: PrunerSpec):
             n_startup_trials=spec.n_startup_trials,
             n_warmup_steps=spec.n_warmup_steps,
             interval_steps=spec.interval_steps,
+        )
+    if spec.type == "successive_halving":
+        return optuna.pruners.SuccessiveHalvingPruner(
+            min_resource=spec.min_resource, reduction_factor=spec.reduction_factor,
+            min_early_stopping_rate=spec.min_early_stopping_rate,
         )
     if spec.type == "hyperband":
         return optuna.pruners.HyperbandPruner(

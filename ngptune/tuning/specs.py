@@ -115,16 +115,38 @@ class SamplerSpec:
 
 @dataclasses.dataclass(frozen=True)
 class PrunerSpec:
-    """The Optuna pruner: ``median``, ``hyperband`` or ``none`` (built by
-    :func:`ngptune.tuning.samplers.build_pruner`)."""
+    """The Optuna pruner: ``median``, ``successive_halving``, ``hyperband`` or ``none`` (built by
+    :func:`ngptune.tuning.samplers.build_pruner`), and the evaluation marks it judges.
+
+    Attributes:
+        eval_every_steps: the marks: every trial evaluates ``eval_images`` fixed held-out views
+            every this many steps (``training.eval_every``) and reports their PSNR to the pruner
+            at each mark's step (step budget) or at each whole second of training, interpolated
+            between marks (seconds budget); None: the pruner reads the training-batch PSNR of
+            each metrics record.
+        eval_images: views of each mark's evaluation (``training.eval_every_max_images``; None:
+            ``training.eval_max_images``).
+        min_resource, max_resource, reduction_factor, min_early_stopping_rate: Optuna's
+            successive-halving / Hyperband options, in the budget's unit: steps, or with a seconds
+            budget and marks whole seconds of training (``max_resource`` "auto": the budget).
+    """
 
     type: str = "none"
     n_startup_trials: int = 2
     n_warmup_steps: int = 0
     interval_steps: int = 1
-    min_resource: int = 1
+    min_resource: int | str = 1
     max_resource: int | str = "auto"
     reduction_factor: int = 3
+    min_early_stopping_rate: int = 0
+    eval_every_steps: int | None = None
+    eval_images: int | None = None
+
+    def trainer_overrides(self) -> dict[str, Any]:
+        """Trainer settings of the evaluation marks (none without marks)."""
+        if self.eval_every_steps is None:
+            return {}
+        return {"training.eval_every": int(self.eval_every_steps), "training.eval_every_max_images": self.eval_images}
 
 @dataclasses.dataclass(frozen=True)
 class StudySpec:
@@ -175,6 +197,7 @@ class StudySpec:
         """Trainer settings every trial gets: the fixed settings, the budget, objective options."""
         overrides = dict(self.settings)
         overrides.update(self.budget.trainer_overrides())
+        overrides.update(self.pruner.trainer_overrides())
         for objective in self.objectives:
             if objective.eval_every_steps is not None:
                 overrides["training.eval_every"] = objective.eval_every_steps

@@ -24,13 +24,17 @@ A study file is TOML (``studies/*.toml``; read with :mod:`tomllib`)::
     n_startup_trials = 3           # tpe only; population_size: nsga2 only
 
     [pruner]
-    type = "median"                # median | hyperband | none (none with several objectives)
-    n_startup_trials = 2           # median: n_startup_trials, n_warmup_steps, interval_steps
-                                   # hyperband: min_resource, max_resource ("auto" or steps), reduction_factor
+    type = "hyperband"             # median | successive_halving | hyperband | none (none with several objectives)
+    min_resource = 20              # median: n_startup_trials, n_warmup_steps, interval_steps
+                                   # successive_halving: min_resource, reduction_factor, min_early_stopping_rate
+                                   # hyperband: min_resource, max_resource ("auto": budget.steps), reduction_factor
+    eval_every_steps = 20          # the marks: PSNR of eval_images fixed held-out views every 20 steps
+    eval_images = 2                # (psnr_at_budget_db only); without marks: the training-batch PSNR
 
     [[objectives]]
-    name = "throughput_samples_per_s"      # or psnr_at_budget_db (needs budget.seconds),
-                                           # time_to_psnr_s (target_db, eval_every_steps)
+    name = "psnr_at_budget_db"             # PSNR after the budget (steps or seconds); or time_to_psnr_s
+                                           # (target_db, eval_every_steps), steps_per_s, samples_per_s,
+                                           # throughput_samples_per_s, rays_per_s
 
     [params."parallel.mode"]
     type = "categorical"
@@ -461,13 +465,22 @@ def _read_sampler(reader: _Reader, data: Mapping) -> SamplerSpec:
     return SamplerSpec(type=kind, seed=seed, n_startup_trials=startup, population_size=population)
 
 
-def _read_pruner(reader: _Reader, data: Mapping, objectives: tuple[ObjectiveSpec, ...]) -> PrunerSpec:
+_PRUNER_OPTIONS = {
+    "median": ["n_startup_trials", "n_warmup_steps", "interval_steps"],
+    "successive_halving": ["min_resource", "reduction_factor", "min_early_stopping_rate"],
+    "hyperband": ["min_resource", "max_resource", "reduction_factor"],
+    "none": [],
+}
+_MARK_OPTIONS = ["eval_every_steps", "eval_images"]
+
+
+def _read_pruner(reader: _Reader, data: Mapping, objectives: tuple[ObjectiveSpec, ...],
+                 budget: BudgetSpec) -> PrunerSpec:
     table = reader.table(data, "pruner")
-    kind = reader.value(table, "pruner", "type", lambda v: v in ("median", "hyperband", "none"),
-                        "one of median, hyperband, none", default="none")
-    options = {"median": ["n_startup_trials", "n_warmup_steps", "interval_steps"],
-               "hyperband": ["min_resource", "max_resource", "reduction_factor"], "none": []}[kind]
-    reader.only(table, "pruner", ["type", *options])
+    kinds = list(_PRUNER_OPTIONS)
+    kind = reader.value(table, "pruner", "type", lambda v: v in kinds, f"one of {', '.join(kinds)}", default="none")
+    options = _PRUNER_OPTIONS[kind]
+    reader.only(table, "pruner", ["type", *options, *(_MARK_OPTIONS if kind != "none" else [])])
     if kind != "none" and len(objectives) > 1:
         raise reader.error("pruner.type", f"{kind} needs a single objective (Optuna prunes single-objective "
                            f"studies only); use none with {len(objectives)} objectives")
@@ -485,7 +498,26 @@ def _read_pruner(reader: _Reader, data: Mapping, objectives: tuple[ObjectiveSpec
                                      '"auto" or an integer >= 1', default=spec.max_resource),
         "reduction_factor": reader.value(table, "pruner", "reduction_factor", lambda v: is_int(v) and v >= 2,
                                          "an integer >= 2", default=spec.reduction_factor),
+        "min_early_stopping_rate": reader.value(table, "pruner", "min_early_stopping_rate", *nonneg,
+                                                default=spec.min_early_stopping_rate),
+        "eval_every_steps": reader.value(table, "pruner", "eval_every_steps", *positive),
+        "eval_images": reader.value(table, "pruner", "eval_images", *positive),
     }
+    if values["eval_images"] is not None and values["eval_every_steps"] is None:
+        raise reader.error("pruner.eval_images", "needs pruner.eval_every_steps (the marks its views are evaluated at)")
+    if values["eval_every_steps"] is not None:
+        if objectives[0].name != "psnr_at_budget_db":
+            raise reader.error("pruner.eval_every_steps", "evaluation marks report the PSNR of psnr_at_budget_db; "
+                               f"{objectives[0].name} reports its own intermediate values")
+        if budget.steps is not None and values["eval_every_steps"] >= budget.steps:
+            raise reader.error("pruner.eval_every_steps", f"expected fewer than budget.steps ({budget.steps}) so a "
+                               f"mark falls inside the budget, got {values['eval_every_steps']}")
+        if kind == "median" and budget.seconds is not None:
+            raise reader.error("pruner.type", "median compares trials at equal resource, which evaluation marks "
+                               "under a seconds budget rarely share; use successive_halving or hyperband")
+    if kind == "hyperband" and values["max_resource"] == "auto" and values["eval_every_steps"] is not None:
+        # the budget is the largest resource a trial gets (steps, or whole seconds of training)
+        values["max_resource"] = int(budget.steps if budget.steps is not None else math.floor(budget.seconds))
     return dataclasses.replace(spec, **values)
 
 
@@ -549,7 +581,7 @@ def load_study(path: str | Path, *, scene: str | Path | None = None) -> StudySpe
     params = _read_params(reader, data, cfg, settings, nccl_settings)
     objectives = _read_objectives(reader, data, budget)
     sampler = _read_sampler(reader, data)
-    pruner = _read_pruner(reader, data, objectives)
+    pruner = _read_pruner(reader, data, objectives, budget)
     spec = StudySpec(
         path=path,
         name=name,

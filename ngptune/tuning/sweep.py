@@ -1,6 +1,8 @@
 """The sweep: an Optuna study whose trials are launches of the distributed trainer (DESIGN.md §5).
 
-One worker (``ngptune sweep``) runs this loop; several workers may share a study:
+One worker (``ngptune sweep``) runs this loop; several workers may share a study. Before it, the
+trials' concurrency is bounded by the host (:mod:`ngptune.tuning.concurrency`) and the host is
+checked once (:mod:`ngptune.tuning.preflight`).
 
 1. Open the storage (:mod:`ngptune.tuning.storage`, which also does steps 2 and 3): by default an Optuna journal file in the study folder
    (:class:`optuna.storages.JournalStorage` with a ``JournalFileBackend``; several workers on one
@@ -15,9 +17,10 @@ One worker (``ngptune sweep``) runs this loop; several workers may share a study
    that ran to its end). A worker that loads it refuses a study made from a different definition.
 3. Recover trials of dead workers: on the journal file (no heartbeats) a RUNNING trial whose
    worker process (same host) is gone is marked failed and retried; a trial failed because its
-   sweep was interrupted (Ctrl-C, SIGTERM) is retried once at the next start. Retries are new
-   trials with the same parameters (``system_attrs["retry_history"]``); the failed original no
-   longer counts towards the trial target.
+   sweep was interrupted (Ctrl-C, SIGTERM) is retried once at the next start; so are trials that
+   failed for the host's reasons and a default that did not complete (:mod:`ngptune.tuning.retries`,
+   also after each trial). Retries are new trials with the same parameters
+   (``system_attrs["retry_history"]``); the failed original no longer counts towards the trial target.
 4. Run trials until the study holds ``trials`` finished ones (completed, pruned or failed; not
    counting retried ones) and no waiting one, or until ``--timeout``. Several workers may
    overshoot the target by at most one trial each.
@@ -49,6 +52,7 @@ import contextlib
 import dataclasses
 import logging
 import math
+import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -61,15 +65,19 @@ from ngptune.errors import TrialFailed
 from ngptune.processes import cuda_device_count
 
 from ngptune.tuning import nccl
-from ngptune.tuning.concurrency import TrialSlots, plan_trial_slots
+from ngptune.tuning.concurrency import TrialSlots, host_cores, plan_trial_slots
+from ngptune.tuning.preflight import check_host
 from ngptune.tuning.provenance import record_worker
+from ngptune.tuning.retries import MAX_INFRA_RETRIES, TrialRetries, default_not_completed
 from ngptune.tuning.layout import StudyDir
 from ngptune.tuning.confirm import (
-    CONFIRMATION_ATTR, DEFAULT_REPEATS_CPU, DEFAULT_REPEATS_GPU, Verdict, best_is_default, confirm_study, pending,
+    CONFIRMATION_ATTR, DEFAULT_REPEATS_CPU, DEFAULT_REPEATS_GPU, Verdict, confirm_study, no_candidate, pending,
     primary_objective, recorded_repeats, unconfirmed, verdict_runs,
 )
 from ngptune.tuning.objectives import OBJECTIVES, throughput_only_warning
-from ngptune.tuning.outputs import representative_trial, write_best_config, write_best_env, write_confirmation
+from ngptune.tuning.outputs import (
+    candidate_trial, representative_trial, write_best_config, write_best_env, write_confirmation,
+)
 from ngptune.tuning.rerun import RerunLauncher
 from ngptune.tuning.storage import (
     SweepError, masked_url, open_storage, open_study, recover_trials, session_seed, setup_lock, study_lock, study_progress,
@@ -77,7 +85,8 @@ from ngptune.tuning.storage import (
 )
 from ngptune.tuning.study import DEMO_SCENE, STUDY_NAME_RULE, StudySpec, is_study_name, load_study
 from ngptune.tuning.trial_objective import TrialObjective
-from trainer.contract import ConfigError, RunDir, TrainConfig, choose_backend
+from ngptune.tuning.space import trial_config
+from trainer.contract import ConfigError, RunDir, TrainConfig, choose_backend, dump_config
 
 __all__ = ["SweepError", "SweepOptions", "SweepResult", "default_nproc_per_node", "nccl_is_active", "run_sweep"]
 # SweepError lives with the storage (ngptune.tuning.storage), which raises it too.
@@ -104,7 +113,7 @@ class SweepOptions:
         gpus_per_trial, concurrent_trials, trials_per_gpu, allow_shared_gpu: trials side by side
             (:mod:`ngptune.tuning.concurrency`).
         confirm: re-run best and default before recommending (``--no-confirm``: False).
-        confirm_repeats: re-runs of each (None: 3 on a GPU, 2 on a CPU).
+        confirm_repeats: re-runs of each (None: 3, or the pairs already recorded if more).
     """
 
     study_path: Path
@@ -119,7 +128,7 @@ class SweepOptions:
     data_settings: dict[str, Any] = dataclasses.field(default_factory=dict)
     gpus_per_trial: int | None = None
     concurrent_trials: int | str | None = None
-    trials_per_gpu: int = 1
+    trials_per_gpu: int | None = None
     allow_shared_gpu: bool = False
     confirm: bool = True
     confirm_repeats: int | None = None
@@ -139,8 +148,8 @@ class SweepResult:
 
 
 def default_nproc_per_node() -> int:
-    """Every visible GPU, or 2 ranks (gloo) on a machine without one."""
-    return cuda_device_count() or 2
+    """Every visible GPU, or 2 ranks (gloo) on a machine without one (1 on a single core)."""
+    return cuda_device_count() or min(2, host_cores())
 
 
 def nccl_is_active(cfg: TrainConfig, nproc_per_node: int) -> bool:
@@ -236,6 +245,8 @@ def run_sweep(options: SweepOptions, console: Console | None = None) -> SweepRes
     slots = plan_trial_slots(spec, nproc=nproc, uses_cuda=_uses_cuda(base_cfg), gpus_per_trial=options.gpus_per_trial,
                              concurrent_trials=options.concurrent_trials, trials_per_gpu=options.trials_per_gpu,
                              allow_shared_gpu=options.allow_shared_gpu)
+    check_host(dump_config(trial_config(base_cfg, {}, _scene_path(spec))),  # once, before any trial
+               nccl.trial_env(os.environ, {}, nccl_active=nccl_active))
     with _quiet_optuna():
         return _run(options, spec, nproc, base_cfg, nccl_active, name, study_dir, console, slots)
 
@@ -326,16 +337,21 @@ def _run(options: SweepOptions, spec: StudySpec, nproc: int, base_cfg: TrainConf
         seed = spec.sampler.seed if created else session_seed(spec.sampler.seed, len(study.trials))
         record_worker(study, spec, worker_id(), concurrent_trials=slots.concurrent, sampler_seed=seed)
         retried = recover_trials(study, check_workers=not is_rdb, retry_interrupted=True)
+        retries = TrialRetries()  # failures of the host's making, and a default that did not complete
+        retried += retries.after_trials(study) + [n for n in [retries.default_again(study)] if n is not None]
     backend = "NCCL" if nccl_active else "gloo, NCCL parameters inactive"
     _, counted = study_progress(study)
+    at_once = slots.at_once(trials_target - counted)  # never more trials at once than the study still needs
     console.print(
         f"[bold]study {name}[/bold] ({spec.path}): {trials_target} trials of {spec.budget.describe()} on "
         f"{nproc} rank{'s' if nproc > 1 else ''} ({backend}); scene {scene}; storage {storage_text}"
         + ("" if created else f"; resuming with {counted} of {trials_target} trials done or running"
            if counted < trials_target else f"; resuming: {counted} trials done, no more to run (--trials N for more)")
-        + (f"; {slots.concurrent} trials at once" if slots.concurrent > 1 else "")
+        + (f"; {at_once} trials at once" if at_once > 1 else "")
         + (f"; retrying trial{'s' if len(retried) > 1 else ''} {', '.join(map(str, retried))}" if retried else "")
     )
+    if slots.note:
+        console.print(f"note: {slots.note}")
     warning = throughput_only_warning(spec.objective_names)
     if warning is not None:
         console.print(f"[yellow]warning: {warning}[/yellow]")
@@ -349,6 +365,11 @@ def _run(options: SweepOptions, spec: StudySpec, nproc: int, base_cfg: TrainConf
 
     def after_trial(study_, frozen) -> None:
         recover_trials(study, check_workers=not is_rdb, retry_interrupted=False)
+        with setup_lock(study_dir, enabled=not is_rdb):
+            again = retries.after_trials(study)
+        if again:
+            console.print(f"trial{'s' if len(again) > 1 else ''} {', '.join(map(str, again))} will run again "
+                          f"(at most {MAX_INFRA_RETRIES} retries each)")
         if enough():
             study.stop()
 
@@ -357,7 +378,7 @@ def _run(options: SweepOptions, spec: StudySpec, nproc: int, base_cfg: TrainConf
             try:
                 study.optimize(objective, n_trials=None, timeout=timeout_s, callbacks=[after_trial],
                                catch=(TrialFailed,), gc_after_trial=False, show_progress_bar=False,
-                               n_jobs=slots.concurrent)
+                               n_jobs=at_once)
             finally:
                 slots.stop.set()
         with study_lock(study_dir.confirm_lock_path):  # one worker confirms at a time; the next reuses its runs
@@ -367,7 +388,7 @@ def _run(options: SweepOptions, spec: StudySpec, nproc: int, base_cfg: TrainConf
 
 def _confirm(options: SweepOptions, study, spec: StudySpec, study_dir: StudyDir, nproc: int, nccl_active: bool,
              console: Console) -> Verdict | None:
-    """Re-run best and default (:mod:`ngptune.tuning.confirm`); None when no trial completed."""
+    """Re-run the candidate and the default (:mod:`ngptune.tuning.confirm`); None when no trial completed."""
     import torch
 
     from ngptune.reporting.study_data import default_trial
@@ -379,23 +400,26 @@ def _confirm(options: SweepOptions, study, spec: StudySpec, study_dir: StudyDir,
     direction = OBJECTIVES[name].direction
     default = default_trial(study)
     if default is None or default.state.name != "COMPLETE":
-        return unconfirmed(name, direction, "the default trial did not complete", best_trial=best.number,
+        return unconfirmed(name, direction, default_not_completed(study), best_trial=best.number,
                            default_trial=None if default is None else default.number)
-    if best.number == default.number:
-        return best_is_default(name, direction, default.number)
     from optuna.trial import TrialState
 
     running = [t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))]
     if running:  # another worker's trial may still become the best
         return pending(name, direction, running)
+    candidate = candidate_trial(study, default, spec.objective_names.index(name))
+    if candidate is None:
+        return no_candidate(name, direction, default.number)
+    won = best.number == default.number  # the default won its single run: re-run the runner-up against it
     if not options.confirm:
-        return unconfirmed(name, direction, "confirmation skipped (--no-confirm)", best_trial=best.number,
-                           default_trial=default.number)
+        return unconfirmed(name, direction, "confirmation skipped (--no-confirm)", best_trial=candidate.number,
+                           default_trial=default.number, recommend="default" if won else "best")
     repeats = options.confirm_repeats or max(  # without --confirm-runs, every recorded pair counts
         DEFAULT_REPEATS_GPU if torch.cuda.is_available() else DEFAULT_REPEATS_CPU,
-        recorded_repeats(study.user_attrs.get(CONFIRMATION_ATTR), name, best.number, default.number))
-    console.print(f"[bold]confirmation[/bold]: best trial {best.number} and default trial {default.number}, "
-                  f"{repeats} re-runs each of {spec.budget.describe()} with new seeds, alternating "
+        recorded_repeats(study.user_attrs.get(CONFIRMATION_ATTR), name, candidate.number, default.number))
+    console.print(f"[bold]confirmation[/bold]: trial {candidate.number} "
+                  + ("(the runner-up: the default won its single run) " if won else "(the best) ")
+                  + f"and default trial {default.number}, {repeats} re-runs each of {spec.budget.describe()} with new seeds, alternating "
                   "(re-runs already recorded are reused)")
     launcher = RerunLauncher(spec=spec, objective=name, study_dir=study_dir, nproc_per_node=nproc,
                              nccl_active=nccl_active, poll_s=options.poll_s)
@@ -407,12 +431,13 @@ def _confirm(options: SweepOptions, study, spec: StudySpec, study_dir: StudyDir,
             value = f"PSNR {run.value:.2f} dB"
         elif psnr_db is not None:
             value += f", PSNR {psnr_db:.2f} dB"
-        console.print(f"  re-run {run.label} {run.index} (trial {run.trial}'s settings, seed {run.seed}): "
+        which = "the default" if run.label == "default" else "the candidate"
+        console.print(f"  re-run {run.index} of trial {run.trial} ({which}, seed {run.seed}): "
                       f"{run.outcome}, {value}" + (f" — {run.reason}" if run.reason else ""))
 
-    return confirm_study(study, best=best, default=default, repeats=repeats, objective=name, direction=direction,
-                         unit=OBJECTIVES[name].unit, base_seed=spec.base_config().training.seed,
-                         launch=launcher, on_run=shown)
+    return confirm_study(study, best=candidate, default=default, repeats=repeats, objective=name,
+                         direction=direction, unit=OBJECTIVES[name].unit, base_seed=spec.base_config().training.seed,
+                         launch=launcher, on_run=shown, default_won_single_run=won)
 
 
 def _target_missed_hint(study, spec: StudySpec) -> str | None:
@@ -430,18 +455,27 @@ def _target_missed_hint(study, spec: StudySpec) -> str | None:
             "lower target_db or give the trials a longer budget")
 
 
+def _recommended_trial(study, verdict: Verdict | None):
+    """The trial ``best_config.json`` holds: the verdict's recommendation (the candidate re-run, or
+    the default); the representative best without a verdict; None while other workers' trials run."""
+    from ngptune.reporting.study_data import default_trial
+
+    if verdict is None:
+        return representative_trial(study)
+    if verdict.status == "pending":
+        return None
+    if verdict.recommend == "default":
+        return default_trial(study)
+    return next((t for t in study.get_trials(deepcopy=False) if t.number == verdict.best_trial), None)
+
+
 def _write_outputs(study, spec: StudySpec, name: str, study_dir: StudyDir, nccl_active: bool,
                    console: Console, verdict: Verdict | None) -> SweepResult:
-    from ngptune.reporting.study_data import default_trial
     from ngptune.reporting.study_report import print_summary, write_study_report, write_trials_csv
 
-    best = representative_trial(study)
-    if verdict is not None and verdict.recommend == "default":
-        best = default_trial(study)
+    best = _recommended_trial(study, verdict)
     best_config = None
-    if verdict is not None and verdict.status == "pending":
-        best = None
-    elif best is not None:
+    if best is not None:
         best_config = write_best_config(best, spec, study_dir, verdict=verdict)
         runs = [] if verdict is None else verdict_runs(study.user_attrs.get(CONFIRMATION_ATTR), verdict)
         write_confirmation(verdict, best, study_dir, runs)
@@ -452,10 +486,10 @@ def _write_outputs(study, spec: StudySpec, name: str, study_dir: StudyDir, nccl_
     if best is not None:
         which = "representative of the Pareto front" if len(spec.objectives) > 1 else "best"
         if verdict is not None:
-            colour = "green" if verdict.confirmed else "yellow"
-            console.print(f"[{colour}]{verdict.sentence}[/{colour}]")
-            which = "recommended (the default)" if verdict.recommend == "default" else \
-                f"recommended ({which}, {'confirmed' if verdict.confirmed else 'unconfirmed'})"
+            evidence = {"confirmed": "confirmed by re-runs", "default_better": "confirmed by re-runs",
+                        "no_significant_difference": "no significant difference in re-runs"}
+            which = (f"recommended ({'the default' if verdict.recommend == 'default' else which}, "
+                     f"{evidence.get(verdict.status, 'not confirmed')})")
         console.print(f"{which}: trial {best.number} → {best_config}, {study_dir.best_env_path}")
     elif verdict is not None and verdict.status == "pending":
         console.print(f"[yellow]{verdict.sentence}[/yellow]")

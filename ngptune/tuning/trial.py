@@ -17,11 +17,12 @@ outlives its trial.
 Outcomes (:func:`classify_exit` for a trial that ended by itself):
 
 * completed: exit status 0 and ``status.json`` says completed;
-* pruned: by the pruner (the caller's ``on_progress``), or out of memory ("out of memory" in the
-  launcher's error or a rank's log) — the configuration does not fit, which is a property of
-  the point, not a fault;
-* failed: a crash (exit status and the launcher's one-line error naming the rank), an NCCL error,
-  or no exit within the trial timeout (a hang; the trial is killed).
+* pruned: by the pruner (the caller's ``on_progress``);
+* failed: diverged (``status.json`` says ``diverged``: a NaN or infinite loss or parameter, with the
+  step and the tensor), out of memory ("out of memory" in the launcher's error or a rank's log:
+  the point did not run, so it has no value to compare, and the pruner must not read it as a
+  poor one), a crash (exit status and the launcher's one-line error naming the rank), an NCCL
+  error, or no exit within the trial timeout (a hang; the trial is killed).
 """
 
 from __future__ import annotations
@@ -38,11 +39,13 @@ from pathlib import Path
 from typing import Any
 
 from trainer.contract import (
+    REASON_KEY,
     MetricsError,
     RunDir,
     command_stopping_with_parent,
     error_or_last_line,
     is_completed,
+    is_diverged,
     read_metrics,
     state_of,
     trainer_argv,
@@ -54,6 +57,7 @@ __all__ = [
     "TrialLaunch",
     "TrialRun",
     "classify_exit",
+    "infrastructure_cause",
     "proc_stat",
     "run_trial",
     "trial_argv",
@@ -214,6 +218,7 @@ class TrialRun:
         records: rank 0's metrics records.
         status: the run's ``status.json``, or None.
         leftover_pids: trial processes still alive after the stop (should be empty).
+        infrastructure: a failure for the host's reasons, not the settings' (:func:`infrastructure_cause`).
     """
 
     outcome: str
@@ -223,6 +228,7 @@ class TrialRun:
     records: list[dict[str, Any]]
     status: dict[str, Any] | None
     leftover_pids: list[int]
+    infrastructure: bool = False
 
 
 def _read_records(run_dir: RunDir) -> list[dict[str, Any]]:
@@ -273,8 +279,12 @@ def run_trial(launch: TrialLaunch, on_progress: Callable[[list[dict[str, Any]]],
         leftover = tree.stop(popen)
     records = _read_records(run_dir)
     status = run_dir.read_status()
+    infrastructure = False
     if outcome is None:
         outcome, reason = classify_exit(popen.returncode, launch.log_path, run_dir, status, launch.world_size)
+        cause = infrastructure_cause(popen.returncode, reason) if outcome == "failed" else None
+        if cause is not None:
+            infrastructure, reason = True, f"{reason} [{cause}]"
     return TrialRun(
         outcome=outcome,
         reason=reason or "",
@@ -283,6 +293,7 @@ def run_trial(launch: TrialLaunch, on_progress: Callable[[list[dict[str, Any]]],
         records=records,
         status=status,
         leftover_pids=leftover,
+        infrastructure=infrastructure,
     )
 
 
@@ -301,6 +312,30 @@ def _tail(path: Path) -> str:
         return ""
 
 
+#: Launcher messages of failures that come from the host, not from a trial's settings: a rank
+#: killed by a signal from outside (an operator, the OOM killer, a scheduler's preemption), the
+#: launcher itself signalled, a group that never formed, a port taken by another process.
+_INFRASTRUCTURE = re.compile(
+    r"was killed by SIG(?:KILL|TERM|HUP|INT|QUIT)\b|the launcher received SIG|rendezvous at \S+ failed"
+    r"|cannot open a TCP socket|address already in use", re.IGNORECASE)
+
+
+def infrastructure_cause(returncode: int | None, reason: str) -> str | None:
+    """Why a failed trial (its launcher's exit status and recorded reason) failed for the host's
+    reasons and should run again, or None when the failure may be its settings' (a crash, an NCCL
+    error, out of memory, divergence, a hang).
+
+    Returns:
+        A few words for the trial's reason: "killed from outside" or "launch error".
+    """
+    if returncode is not None and returncode < 0:
+        return "killed from outside"  # the launcher itself; the sweep's own stops never get here
+    found = _INFRASTRUCTURE.search(reason)
+    if found is None:
+        return None
+    return "killed from outside" if "SIG" in found.group(0).upper() else "launch error"
+
+
 def classify_exit(
     returncode: int | None, log_path: Path, run_dir: RunDir, status: Mapping[str, Any] | None, world_size: int
 ) -> tuple[str, str]:
@@ -314,18 +349,20 @@ def classify_exit(
         world_size: the trial's ranks.
 
     Returns:
-        ``("completed", "")``, ``("pruned", "out of memory: ...")``, ``("failed", "NCCL error:
-        ...")`` or ``("failed", "crash (exit status N): ...")``.
+        ``("completed", "")``, ``("failed", "diverged: ...")``, ``("failed", "out of memory: ...")``,
+        ``("failed", "NCCL error: ...")`` or ``("failed", "crash (exit status N): ...")``.
     """
     if returncode == 0 and is_completed(status):
         return "completed", ""
+    if is_diverged(status):
+        return "failed", f"diverged: {status.get(REASON_KEY) or 'a NaN or infinite loss or parameter'}; log: {log_path}"
     launcher_text = _tail(log_path)
     message = error_or_last_line(launcher_text) or "no output"
     rank_texts = [_tail(run_dir.log_path(rank)) for rank in range(world_size)]
     if returncode == 0:
         return "failed", f"the launcher exited 0 but status.json says {state_of(status)!r}; log: {log_path}"
     if _OOM.search(message) or any(_OOM.search(t) for t in rank_texts):
-        return "pruned", f"out of memory: {message}"
+        return "failed", f"out of memory: {message}"
     if _NCCL_ERROR.search(message) or any(_NCCL_ERROR.search(t) for t in rank_texts):
         return "failed", f"NCCL error: {message}"
     return "failed", f"crash (exit status {returncode}): {message}"

@@ -18,6 +18,7 @@ from ngptune.errors import USER_ERRORS, TrialFailed
 from ngptune.tuning import nccl
 from ngptune.tuning.concurrency import TrialSlots
 from ngptune.tuning.layout import StudyDir
+from ngptune.tuning.retries import INFRASTRUCTURE_ATTR
 from ngptune.tuning.objectives import (
     OBJECTIVES, TargetNotReached, intermediate_values, mean_phase_ms, objective_value, trial_quality,
 )
@@ -64,22 +65,29 @@ class TrialObjective:
             trial.set_user_attr("reason", "interrupted: the sweep was stopped during this trial (it is retried on the next run)")
             raise
 
-    def _pruning_hook(self, trial):
-        """Report intermediate values of a single objective; a reason when the pruner says stop."""
+    def _pruning_hook(self, trial, prunable: bool = True):
+        """Report intermediate values of a single objective; a reason when the pruner says stop
+        (never for a trial that is not ``prunable``: the default)."""
         if len(self.spec.objectives) != 1 or not OBJECTIVES[self.spec.objectives[0].name].has_intermediate:
             return None
         name = self.spec.objectives[0].name
+        marks = self.spec.pruner.eval_every_steps is not None
+        per_second = marks and self.spec.budget.seconds is not None  # the pruner's resource: the budget's unit
+        unit = "s of training" if per_second else "step"
         reported: set[int] = set()
 
         def on_progress(records: list[dict[str, Any]]) -> str | None:
-            for step, value in intermediate_values(name, records):
+            for step, value in intermediate_values(name, records, evaluations=marks, per_second=per_second):
                 if step in reported:
                     continue
                 trial.report(value, step)
                 reported.add(step)
-                if trial.should_prune():
+                # asked for the default too: the pruner records its rungs then, and compares the others with them
+                if trial.should_prune() and prunable:
                     pruner = type(trial.study.pruner).__name__
-                    return f"pruned by {pruner} at step {step} ({name} = {value:.4g})"
+                    what = "PSNR of the evaluation marks" if marks else f"{name}"
+                    where = f"{step} {unit}" if per_second else f"step {step}"
+                    return f"pruned by {pruner} at {where} ({what} = {value:.4g})"
             return None
 
         return on_progress
@@ -125,6 +133,7 @@ class TrialObjective:
             "duration_s": 0.0,
             "gpus": [],
             "trials_per_gpu": self.slots.trials_per_gpu,
+            INFRASTRUCTURE_ATTR: False,
         }
         self.console.print(f"[bold]trial {number}[/bold]{' (default)' if is_default else ''}: "
                            + (", ".join(f"{k}={v}" for k, v in values.items()) or "base settings"))
@@ -153,6 +162,7 @@ class TrialObjective:
         if self.nccl_active:
             attrs["nccl_applied"] = nccl.parse_applied(rundir.log_path(r) for r in range(self.nproc))
         attrs["objectives"], missed = self._objective_values(run)
+        attrs[INFRASTRUCTURE_ATTR] = run.infrastructure
         if run.leftover_pids:
             attrs["leftover_pids"] = run.leftover_pids
             self.console.print(f"[red]trial {number}: processes {run.leftover_pids} survived SIGKILL[/red]")
@@ -177,7 +187,10 @@ class TrialObjective:
         claimed = time.time()
         leftover: list[int] = []
         try:
-            run = run_trial(dataclasses.replace(launch, env=slot.env(launch.env)), self._pruning_hook(trial))
+            # the default reports its intermediate values (the pruner compares the others with them) and
+            # always runs to its end
+            hook = self._pruning_hook(trial, prunable=not attrs["is_default"])
+            run = run_trial(dataclasses.replace(launch, env=slot.env(launch.env)), hook)
             leftover = run.leftover_pids
             return run
         finally:
@@ -191,9 +204,12 @@ class TrialObjective:
         for key, value in attrs.items():
             trial.set_user_attr(key, value)
         shown = ", ".join(f"{k} = {v:.4g}" for k, v in attrs["objectives"].items() if v is not None)
-        psnr_db = attrs.get("quality", {}).get("psnr_db")
+        quality = attrs.get("quality", {})
+        psnr_db = quality.get("psnr_db")
         if psnr_db is not None and "psnr_at_budget_db" not in attrs["objectives"]:
             shown += f", PSNR {psnr_db:.2f} dB"
+        if quality.get("steps") is not None and quality.get("steps_per_s") is not None:
+            shown += f" ({quality['steps']} steps, {quality['steps_per_s']:.3g} steps/s)"
         colour = {"completed": "green", "pruned": "yellow", "failed": "red"}[outcome]
         self.console.print(f"trial {trial.number}: [{colour}]{outcome}[/{colour}] in {attrs['duration_s']:.1f} s"
                            + (f": {shown}" if shown and outcome == "completed" else "")

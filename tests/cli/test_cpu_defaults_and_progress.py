@@ -57,10 +57,14 @@ def test_the_evaluation_estimate_is_within_twice_its_time(tmp_path):
     out = _train("--scene", str(scene), "--config", str(config), "--n-steps", "5", "--quiet",
                  "--out", str(tmp_path / "c"), cwd=REPO)
     assert out.returncode == 0, out.stderr
-    estimate = re.search(r"^evaluating .*, estimated (\d+) s \(measured on a sample of its rays\)", out.stdout, re.M)
-    took = json.loads(out.stdout.strip().splitlines()[-1])["eval_time_s"]
-    assert estimate, out.stdout
-    assert took / 2 <= max(float(estimate.group(1)), 0.5) <= took * 2, (estimate.group(0), took)
+    assert re.search(r"^evaluating 3 test views .*, estimated [0-9.]+ (s|min) \(measured on a sample of its rays\)",
+                     out.stdout, re.M), out.stdout
+    status = json.loads(out.stdout.strip().splitlines()[-1])
+    took, estimate = status["eval_time_s"], status["eval_estimate_s"]
+    assert took / 2 <= max(estimate, 0.5) <= took * 2, (estimate, took)
+    assert re.search(rf"^evaluation on 3 test images in {took:.1f} s \(estimated {estimate:.1f} s\): PSNR ",
+                     out.stdout, re.M), out.stdout
+    assert out.stdout.splitlines()[-2].startswith("trained to step 5 in ")  # readable, then the JSON line
 
 
 def test_a_long_evaluation_says_how_to_shorten_it(demo_scene, monkeypatch):
@@ -79,3 +83,46 @@ def test_a_long_evaluation_says_how_to_shorten_it(demo_scene, monkeypatch):
     monkeypatch.setattr(eval_estimate, "measure_eval_seconds", lambda *args: 12.0)
     assert "that is long" not in evaluation_notice(trainer)
     trainer.close()
+
+
+def _record(step: int) -> dict:
+    return {"step": step, "loss": 0.012345, "train_psnr_db": 23.456, "rays_per_s": 77_612.0,
+            "throughput_samples_per_s": 6_104_850.0, "wall_time_s": 62.0}
+
+
+def test_the_progress_line_fits_80_columns_keeping_step_and_eta():
+    from trainer.run.progress import TrainProgress, fit_progress_line
+
+    figures = TrainProgress.figures(_record(101))
+    line = fit_progress_line(80, "train", 101 / 2000, ["step 101/2000", "eta 12:34", "0:01:02"], figures)
+    assert len(line) <= 80 and "step 101/2000 eta 12:34 0:01:02" in line
+    assert "samples/s 6.10 M" in line and "loss" not in line and "psnr" not in line  # loss and PSNR drop first
+    wide = fit_progress_line(200, "train", 0.5, ["step 1000/2000", "eta 1:00"], figures)
+    assert wide.endswith("samples/s 6.10 M rays/s 77.6 k loss 0.01235 psnr 23.46 dB")
+    narrow = fit_progress_line(40, "train", 0.5, ["step 1000/2000", "eta 1:00", "0:01:00"], figures)
+    assert narrow.startswith("train ━") and narrow.endswith("step 1000/2000 eta 1:00 0:01:00") and len(narrow) <= 40
+
+
+def test_the_live_progress_on_an_80_column_terminal_shows_step_and_eta():
+    import io
+
+    from rich.console import Console
+
+    from trainer.run.progress import TrainProgress
+
+    screen = io.StringIO()
+    progress = TrainProgress(2000, quiet=False, console=Console(file=screen, width=80, force_terminal=True,
+                                                              color_system=None))
+    progress.log(_record(100))
+    progress.step(101, 60.0)
+    progress.refresh()
+    progress.start_evaluation()
+    progress.evaluation_rays(12_300, 32_400)
+    progress.refresh()
+    progress.close()
+    drawn = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", screen.getvalue()).replace("\r", "\n").splitlines()
+    training = [line for line in drawn if line.startswith("train ")][-1]
+    assert re.search(r" step 101/2000 eta 18:48 \d:\d\d samples/s 6.10 M rays/s 77.6 k$", training), training
+    assert len(training) <= 80 and "loss" not in training
+    evaluating = [line for line in drawn if line.startswith("evaluate ")][-1]
+    assert "12.3 k/32.4 k rays eta " in evaluating and len(evaluating) <= 80, evaluating

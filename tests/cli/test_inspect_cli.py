@@ -77,3 +77,18 @@ def test_folder_with_two_formats_lists_the_ignored_one_and_the_box(capfd, tmp_pa
     assert main(["inspect", str(tmp_path)]) == 0
     out = capfd.readouterr().out
     assert "also found, ignored: llff" in out and "pixel memory" in out
+
+
+def test_a_train_only_blender_scene_shows_the_frames_training_holds_out(capsys, tmp_path):
+    from trainer.data.demo import write_demo_scene
+
+    scene = write_demo_scene(tmp_path / "scene", resolution=16, n_train=16, n_val=1, n_test=1)
+    for split in ("val", "test"):
+        (scene / f"transforms_{split}.json").unlink()
+    info = _inspect_json(capsys, str(scene))
+    assert info["splits"] == {"train": 16}  # as stored
+    assert info["training_holdout"] == {"every": 8, "splits": {"train": 14, "test": 2}}  # as training splits it
+    assert info["size_rule"] == ("blender: trained at 16x16 (downscale 1: the automatic rule keeps this format at "
+                                 "full size); images at full size")
+    assert main(["inspect", str(scene)]) == 0
+    assert "every 8th frame held out: train: 14, test: 2" in " ".join(capsys.readouterr().out.split())

@@ -1,5 +1,6 @@
 """``ngptune train-many``: scene discovery and its bad input; a run with warm start, a missing
-scene that fails alone, and a re-run that skips finished jobs and reruns an unfinished one."""
+scene that fails alone, the final model where every run keeps it (render finds it), and a re-run
+that skips finished jobs (keeping their outcome) and reruns an unfinished one."""
 
 from __future__ import annotations
 
@@ -70,12 +71,23 @@ def test_train_many_warm_starts_fails_one_and_resumes(tmp_path):
     assert "scene path does not exist" in rows["missing"]["reason"]
     assert rows["0000"]["steps"] == "4" and float(rows["0000"]["psnr_db"]) > 0
     assert rows["0001"]["warm_started_from"] == ""  # its predecessor failed: a cold start
+    assert {"0000: completed", "missing: failed", "0001: completed"} <= set(first.stdout.splitlines()), first.stdout
     assert "data:image/png;base64," in (out / "summary.html").read_text()
+    # one layout for every run: the final model in snapshots/, which render finds
+    assert Path(rows["0000"]["model"]).parent == out / "0000" / "snapshots" and rows["0000"]["finished_at"]
+    assert not (out / "0000" / "final.pt").exists()
+    rendered = subprocess.run([sys.executable, "-m", "ngptune", "render", str(out / "0000"), "--frames", "1",
+                               "--quiet"], capture_output=True, text=True, timeout=300, cwd=REPO_ROOT)
+    assert rendered.returncode == 0, rendered.stderr
+    assert len(list((out / "0000" / "render-test").glob("*.png"))) == 1
 
     (out / "0001" / "job.json").unlink()  # as if killed after training: not finished
     second = subprocess.run(cmd, capture_output=True, text=True, timeout=400, cwd=REPO_ROOT)
     with open(out / "summary.csv", newline="") as f:
         rows = {Path(r["scene"]).name: r for r in csv.DictReader(f)}
-    assert [rows[n]["status"] for n in ("0000", "missing", "0001")] == ["skipped", "failed", "completed"], second.stdout
+    # a finished job keeps its outcome; the row says when the re-run skipped it
+    assert [rows[n]["status"] for n in ("0000", "missing", "0001")] == ["completed", "failed", "completed"], second.stdout
+    assert rows["0000"]["skipped_at"] and not rows["0001"]["skipped_at"]
+    assert rows["0000"]["reason"].startswith("skipped: finished by an earlier run at ")
     assert (out / "0001.unfinished-1" / "status.json").is_file()  # the earlier attempt is kept
     assert json.loads((out / "0001" / "job.json").read_text())["status"] == "completed"

@@ -18,6 +18,7 @@ from tests.data.conftest import (
     look_at_c2w,
     ring_c2w,
     write_colmap_scene,
+    write_colmap_text,
     write_image,
     write_llff,
     write_ngp,
@@ -54,11 +55,24 @@ def test_colmap_wins_over_llff_and_the_other_is_named(tmp_path) -> None:
         load_scene(tmp_path, format="blender")
 
 
-def test_failing_preferred_format_names_the_alternative(tmp_path) -> None:
+def test_a_broken_colmap_model_beside_a_good_llff_capture_loads_the_capture_with_a_note(tmp_path) -> None:
     write_llff(tmp_path, ring_c2w())
-    (tmp_path / "sparse" / "0").mkdir(parents=True)
-    (tmp_path / "sparse" / "0" / "cameras.txt").write_text("# empty\n")
-    with pytest.raises(SceneError, match=r"also holds llff: --format llff loads that instead"):
+    import pycolmap
+
+    model = write_colmap_text(tmp_path / "sparse" / "0", ring_c2w(), [f"IMG_{i:04d}.JPG" for i in range(8)])
+    pycolmap.Reconstruction(model).write_binary(model)
+    for text in model.glob("*.txt"):
+        text.unlink()
+    (model / "images.bin").unlink()  # sparse/0 without images.bin
+    with pytest.warns(UserWarning, match=r"^format: llff loaded; colmap was found first but cannot be loaded \("):
+        scene = load_scene(tmp_path)
+    assert scene.format == "llff" and scene.ignored_formats == ["colmap"]
+    assert scene.notes[0].startswith("format: llff loaded; colmap was found first but cannot be loaded (")
+    assert scene.notes[0].endswith("; --format colmap shows that error alone")
+    with pytest.raises(SceneError):  # asked for by name: its own error, no fallback
+        load_scene(tmp_path, format="colmap")
+    (tmp_path / "poses_bounds.npy").write_bytes(b"not numpy")  # both broken: the first error, naming the other
+    with pytest.raises(SceneError, match=r"also holds llff: --format llff reads that instead; it fails too"):
         load_scene(tmp_path)
 
 
@@ -82,9 +96,27 @@ def test_llff_images_8_is_used_for_large_photos_and_downscale_1_keeps_full_size(
     frame = scene.frames("train")[0]
     assert frame.image_path.parent.name == "images_8" and scene.downscale == 1
     assert (frame.intrinsics.width, frame.intrinsics.height, frame.intrinsics.fx) == (40, 30, 50.0)
-    assert any(n.startswith("llff: downscale 8 (automatic: longest side 8000 px → 1000 px ≤ 1600 px)") for n in scene.notes)
+    assert scene.size_rule == ("llff: trained at 1000x750 (downscale 8: the automatic rule: longest side 8000 px → "
+                               "1000 px ≤ 1600 px); images from images_8/ as they are")
+    assert scene.size_rule in scene.notes
     full = load_scene(tmp_path, downscale=1).frames("train")[0]
     assert full.image_path.parent.name == "images" and full.intrinsics.width == 80
+
+
+def test_an_incomplete_images_n_folder_gives_way_to_images_shrunk_when_decoded(tmp_path) -> None:
+    names = [f"frame_{i}.png" for i in range(8)]
+    write_colmap_text(tmp_path / "sparse" / "0", ring_c2w(), names, cameras=["PINHOLE 320 240 400 400 160 120"])
+    for name in names:
+        write_image(tmp_path / "images" / name, 320, 240)
+    for name in names[:3]:  # images_8/ holds 3 of the model's 8 images
+        write_image(tmp_path / "images_8" / name, 40, 30)
+    scene = load_scene(tmp_path, downscale=8)
+    frame = scene.frames("train")[0]
+    assert frame.image_path.parent.name == "images" and scene.downscale == 8 and frame.intrinsics.width == 40
+    assert scene.size_rule == ("colmap: trained at 40x30 (downscale 8: data.downscale / --downscale 8, as given (the "
+                               "automatic rule would pick 1: longest side 320 px → 320 px ≤ 1600 px)); images from "
+                               "images/, shrunk by 8 when decoded (images_8/ lacks 5 of the 8 images, e.g. frame_3.png; "
+                               "images/ holds them all)")
 
 
 # --- which box ------------------------------------------------------------------------------

@@ -247,3 +247,31 @@ def test_cuda_batches_match_cpu_table(tmp_path, placement):
             fields = ("rays_o", "rays_d", "rgb", "alpha", "image_index")
             cpu = RayBatch(*(getattr(batch, name).cpu() for name in fields))
             assert_batch_matches_table(cpu, n, frames, table)
+
+
+def test_a_memory_budget_too_small_for_the_pixels_says_so_and_names_a_downscale_that_fits(tmp_path):
+    import json
+    import warnings
+
+    from tests.train.conftest import tiny_config
+    from trainer.data import load_scene
+    from trainer.train.loop import Trainer
+
+    frames = []
+    for i in range(3):  # three 8000 x 6000 photos: 549.3 MiB of RGBA pixels
+        Image.new("RGB", (8000, 6000), (200, 100, 50)).save(tmp_path / f"{i}.png", compress_level=1)
+        c2w = np.eye(4)
+        c2w[:3, 3] = (0.2 * i, 0.0, 3.0)
+        frames.append({"file_path": f"{i}.png", "transform_matrix": c2w.tolist()})
+    (tmp_path / "transforms.json").write_text(json.dumps({"fl_x": 7000.0, "fl_y": 7000.0, "cx": 4000.0, "cy": 3000.0,
+                                                          "w": 8000, "h": 6000, "frames": frames}))
+    scene = load_scene(tmp_path, holdout_every=0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer = Trainer(tiny_config(data__memory_budget_gib=0.1), scene)
+        trainer.close()
+    notes = [str(w.message) for w in caught if str(w.message).startswith("data.placement auto")]
+    assert notes == ["data.placement auto: the training pixels take 549.3 MiB, more than data.memory_budget_gib 0.1 "
+                     "(102.4 MiB); they are streamed: images decoded from disk as training runs, a window of them at a "
+                     "time (slower, and rays come from fewer images at once); --downscale 4 would make it 34.3 MiB, "
+                     "which fits"]

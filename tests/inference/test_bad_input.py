@@ -87,6 +87,11 @@ def test_a_run_folder_without_snapshots(trained_run, tmp_path, capsys):
     (["--background", "pink"], r"--background 'pink': expected white, black or #RRGGBB"),
     (["--cameras", "{tmp}/missing.json"], r"--cameras .*missing\.json: camera-path file not found"),
     (["--cameras", "front"], r"--cameras front: expected test, train, val, orbit"),
+    (["--width", "100000", "--height", "100000"], r"--width 100000: expected at most 16384 pixels$"),
+    (["--cameras", "orbit", "--elevation", "nan"], r"--elevation nan: expected degrees in \[-90, 90\]$"),
+    (["--cameras", "orbit", "--radius", "inf"], r"--radius inf: expected a finite number > 0$"),
+    (["--cameras", "orbit", "--seconds", "1e300"], r"--seconds 1e\+300 at 30 fps: 3e\+301 frames: expected at most "
+                                                   r"100000 frames$"),
 ])
 def test_bad_render_flags_are_refused_before_loading(trained_run, tmp_path, capsys, argv, pattern):
     (tmp_path / "file").write_text("a file where a folder is expected")
@@ -123,3 +128,14 @@ def test_ngptune_render_and_export_run_the_trainers_program(trained_run, tmp_pat
     assert "--spp 0" in capfd.readouterr().err
     assert main(["export", "pointcloud", str(trained_run["run"]), "--out", str(tmp_path / "c.txt")]) == 2
     assert "unknown point-cloud extension '.txt'" in capfd.readouterr().err
+
+
+def test_an_export_to_a_place_that_cannot_hold_a_file_is_refused_before_the_work(trained_run, capsys, monkeypatch):
+    import trainer.inference.mesh as mesh
+
+    def extract_never(*args, **kwargs):
+        raise AssertionError("the mesh was computed before its destination was checked")
+
+    monkeypatch.setattr(mesh, "extract_mesh", extract_never)
+    _fails(["export", "mesh", trained_run["run"], "--out", "/proc/x.ply", "--quiet"], capsys,
+           r"^error: --out /proc/x\.ply: cannot write a file in /proc \(")

@@ -43,8 +43,8 @@ def test_cli_writes_frames_and_depth_in_source_units(trained_run, tmp_path, caps
     assert code == 0 and "rendered 2 frame(s) of 32x32" in stdout
     import cv2
 
-    rgb = cv2.imread(str(out / "00000.png"), cv2.IMREAD_UNCHANGED)
-    depth = cv2.imread(str(out / "00000_depth.png"), cv2.IMREAD_UNCHANGED)
+    rgb = cv2.imread(str(out / "test_000.png"), cv2.IMREAD_UNCHANGED)
+    depth = cv2.imread(str(out / "test_000_depth.png"), cv2.IMREAD_UNCHANGED)
     assert rgb.shape == (32, 32, 3) and depth.dtype == np.uint16 and depth.shape == (32, 32)
     scale = json.loads((out / "depth.json").read_text())["depth_scale"]
     hit = depth > 0
@@ -54,7 +54,7 @@ def test_cli_writes_frames_and_depth_in_source_units(trained_run, tmp_path, caps
     distances = depth[hit] * scale
     assert hit.mean() > 0.2 and 3.0 < np.median(distances) < 5.0
     assert np.mean((distances > 2.7) & (distances < 5.3)) > 0.9
-    assert (out / "00000_depth_preview.png").is_file()
+    assert (out / "test_000_depth_preview.png").is_file()
     assert not list(out.glob(".*"))  # no temp files left
 
 
@@ -143,24 +143,32 @@ def test_two_ranks_render_the_frames_of_one_process(trained_run, tmp_path, capsy
         assert a is not None and np.array_equal(a, b)
 
 
-def test_ctrl_c_during_a_render_keeps_the_finished_frames_and_writes_no_video(trained_run, tmp_path, capsys,
-                                                                               monkeypatch):
+def _on_the_third_frame(monkeypatch, action) -> None:
+    """Make ``action()`` happen as the render starts its third frame."""
     from trainer.inference import render_views
 
     calls = []
     real = render_views.render_camera
 
-    def interrupted_on_the_third(*args, **kwargs):
+    def render_camera(*args, **kwargs):
         calls.append(1)
         if len(calls) == 3:
-            raise KeyboardInterrupt
+            action()
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(render_views, "render_camera", interrupted_on_the_third)
+    monkeypatch.setattr(render_views, "render_camera", render_camera)
+
+
+def test_ctrl_c_during_a_render_keeps_the_finished_frames_and_writes_no_video(trained_run, tmp_path, capsys,
+                                                                               monkeypatch):
+    def interrupt():
+        raise KeyboardInterrupt
+
+    _on_the_third_frame(monkeypatch, interrupt)
     frames, video = tmp_path / "frames", tmp_path / "orbit.mp4"
     code, stdout, err = run_cli(["render", trained_run["run"], "--cameras", "orbit", "--frames", "5", "--width", "16",
                                  "--height", "16", "--video", video, "--out", frames, "--quiet"], capsys)
-    assert code == 130 and stdout == ""
+    assert code == 130 and stdout.startswith("rendering ") and len(stdout.splitlines()) == 1  # the first line only
     assert err == (f"interrupted: render stopped after 2 of 5 frames; no video written; PNG 2 frames 00000.png to "
                    f"00001.png kept in {frames}\n")
     assert sorted(p.name for p in frames.iterdir()) == ["00000.png", "00001.png"]
@@ -180,3 +188,26 @@ def test_a_video_the_encoder_left_unplayable_is_removed_and_named(tmp_path):
                                           r"frame\(s\), first frame unreadable\); nothing was written$"):
         video.close()
     assert not list(tmp_path.iterdir())
+
+
+def test_sigterm_during_a_video_render_says_so_and_leaves_no_temporary_file(trained_run, tmp_path, capsys,
+                                                                             monkeypatch):
+    import os
+    import signal
+
+    def unhandled(signum, frame):  # the render must handle SIGTERM itself (else this test's process would die)
+        raise AssertionError("SIGTERM reached the caller: the render did not handle it")
+
+    _on_the_third_frame(monkeypatch, lambda: os.kill(os.getpid(), signal.SIGTERM))  # a scheduler or `kill`
+    video = tmp_path / "orbit.mp4"
+    before = signal.signal(signal.SIGTERM, unhandled)
+    try:
+        code, stdout, err = run_cli(["render", trained_run["run"], "--cameras", "orbit", "--frames", "5", "--width",
+                                     "16", "--height", "16", "--video", video, "--quiet"], capsys)
+        assert signal.getsignal(signal.SIGTERM) is unhandled  # the render put the caller's handler back
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert code == 143 and stdout.startswith("rendering ") and len(stdout.splitlines()) == 1  # the first line only
+    assert err.startswith("terminated (SIGTERM): render stopped after ") and "no video written" in err
+    assert err.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []  # no video, no hidden .orbit.partial.mp4

@@ -8,7 +8,9 @@ import numpy as np
 
 from trainer.data.convention import nerf_to_unit_cube, normalize_poses
 from trainer.data.scene import Scene
-from trainer.inference.worldframe import cube_to_world, units_per_cube_unit, world_c2w_to_cube, world_to_cube
+from trainer.inference.worldframe import (
+    cube_c2w_to_world, cube_to_world, units_per_cube_unit, world_c2w_to_cube, world_to_cube,
+)
 
 
 def _random_c2w(n: int, seed: int = 0) -> np.ndarray:
@@ -28,6 +30,7 @@ def test_normalised_capture_maps_back_to_its_own_world():
     scene = Scene(format="colmap", root=Path("."), splits={}, aabb_scale=16, pose_normalization=normalization)
     np.testing.assert_allclose(cube_to_world(cube[:, :3, 3], scene), source[:, :3, 3], atol=1e-9)
     np.testing.assert_allclose(world_c2w_to_cube(source, scene), cube, atol=1e-9)
+    np.testing.assert_allclose(cube_c2w_to_world(cube, scene), source, atol=1e-9)
     # distances: one cube unit is 1 / (0.33 · s) source units
     a, b = cube[0, :3, 3], cube[1, :3, 3]
     expected = np.linalg.norm(source[0, :3, 3] - source[1, :3, 3])

@@ -319,7 +319,13 @@ def test_background_collapse_threshold_edge(mean_db: float, status: str) -> None
     if status == "fired":
         assert c.diagnosis.severity == "high" and "renders only the background" in c.detail
         assert "training.background=random" in c.diagnosis.knob and "optimizer.learning_rate" in c.diagnosis.knob
-        assert "centre-crop warm-up" in c.diagnosis.knob
+        assert "crop" not in c.diagnosis.knob  # no such setting
+
+
+def test_background_collapse_names_the_cures_the_evaluation_found_for_its_capture() -> None:
+    found = {**evaluation(11.0, 11.0), "collapse_cures": "train against the images' white backdrop (...)"}
+    c = check(inputs({0: healthy()}, evaluation=found), "background_collapse")
+    assert c.status == "fired" and c.diagnosis.knob == found["collapse_cures"]
 
 
 def test_background_collapse_within_the_warm_up_or_without_the_keys_is_not_evaluated() -> None:

@@ -32,9 +32,25 @@ def _profile(out: Path, scene: Path, *extra: str) -> subprocess.CompletedProcess
 def test_two_rank_profile_writes_every_table_and_the_report(tmp_path: Path, demo_scene: Path) -> None:  # noqa: F811
     out = tmp_path / "prof"
     proc = _profile(out, demo_scene, "--nproc-per-node", "2", "--steps", "9", "--trace-steps", "3:5",
-                    "--nsys", "--ncu", "--nvml-interval-ms", "50")
+                    "--nsys", "--ncu", "--nvml-interval-ms", "50", "--downscale", "2")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"profile: {out / 'report.html'}" in proc.stdout
+    assert json.loads((out / "run" / "config.json").read_text())["data"]["downscale"] == 2  # a scene flag of train
+    # the console: the trainer's opening line (device, ranks, threads), the run's progress, a summary
+    lines = proc.stdout.splitlines()
+    assert any(line.startswith("trainer: training ") and " on cpu, 2 ranks (" in line and "CPU thread" in line
+               for line in lines), proc.stdout
+    assert "profile run: completed" in lines
+    assert any(line.startswith("steps: 9 on 2 ranks; step time ") and " ms (compute " in line for line in lines)
+    assert any(line.startswith("throughput (all ranks): ") and line.endswith(" rays/s") for line in lines)
+    assert any(line.startswith("per rank (its own rays): rank 0 ") and " rank 1 " in line for line in lines)
+    assert any(line.startswith("diagnos") for line in lines)
+    # every rank records the job's rays beside its own
+    rank0 = [json.loads(r) for r in (out / "run" / "metrics.jsonl").read_text().splitlines()]
+    rank1 = [json.loads(r) for r in (out / "run" / "metrics.rank1.jsonl").read_text().splitlines()]
+    assert [r["rays_per_step"] for r in rank0] == [r["rays_per_step"] for r in rank1]
+    for record in rank0 + rank1:
+        assert 0.2 < record["rank_rays_per_s"] / record["rays_per_s"] < 0.8
     for name, columns in TABLES.items():
         assert list(pd.read_csv(out / f"{name}.csv").columns) == list(columns), name
     assert (out / "report.html").stat().st_size > 10_000
@@ -52,6 +68,7 @@ def test_two_rank_profile_writes_every_table_and_the_report(tmp_path: Path, demo
     assert {"data", "backward", "comm", "other"} <= set(phases["phase"])
     summary = pd.read_csv(out / "summary.csv")
     assert summary["rank"].tolist() == [0, 1] and summary["steps"].tolist() == [9, 9]
+    assert (summary["rank_throughput_samples_per_s"] < summary["throughput_samples_per_s"]).all()
     assert (summary["phase_coverage"] >= 0.9).all()
     overlap = pd.read_csv(out / "overlap.csv")
     assert overlap["rank"].tolist() == [0, 1] and (overlap["comm_ms"] > 0).all()  # gloo all-reduce ranges

@@ -46,7 +46,8 @@ def _phases() -> pd.DataFrame:
 def _summary() -> pd.DataFrame:
     return pd.DataFrame(
         {"rank": [0, 1], "steps": [40, 40], "step_time_ms": [120.0, 127.0], "compute_ms": [75.0, 82.5],
-         "wait_ms": [41.0, 41.0], "throughput_samples_per_s": [2.1e6, 1.0e6], "imbalance": [1.05, 1.05],
+         "wait_ms": [41.0, 41.0], "throughput_samples_per_s": [2.1e6, 2.1e6], "rays_per_s": [3.0e4, 3.0e4],
+         "rank_throughput_samples_per_s": [1.1e6, 1.0e6], "rank_rays_per_s": [1.55e4, 1.45e4], "imbalance": [1.05, 1.05],
          "comm_ms": [40.0, 40.0], "comm_busbw_gb_per_s": [3.1, 3.0], "link_busbw_gb_per_s": [26.0, 26.0],
          "phase_coverage": [0.975, 0.976]},
         columns=list(SUMMARY_TABLE),
@@ -146,7 +147,7 @@ def test_full_gpu_profile_renders_every_section_and_plot(gpu_profile: ProfileDir
     # achieved busbw 3.1 and 3.0 GB/s of the link's 26: 11.9 % and 11.5 %
     assert ("The gradient all-reduce reaches at most 12% of the link's 26 GB/s (below 50%): the link is not what "
             "limits it") in view.text
-    assert "0\t3.1\t26\t11.92" in view.text and "1\t3\t26\t11.54" in view.text
+    assert "0\t3.10 GB/s\t26.0 GB/s\t11.9 %" in view.text and "1\t3.00 GB/s\t26.0 GB/s\t11.5 %" in view.text
     assert "link_busbw: ok — all_reduce of 64 MiB on 2 nccl ranks, emulated pcie: busbw 26 GB/s" in view.text
 
 
@@ -225,7 +226,7 @@ def test_a_failed_link_measurement_says_why_the_link_is_unknown(gpu_profile: Pro
     html = write_profile_report(gpu_profile.root).read_text()
     assert ("reaches at most 62% of the link&#x27;s 5 GB/s (50% or more): the link itself limits it; only fewer "
             "bytes (parallel.compression, parallel.mode=subgrid) shorten it.") in html
-    assert "<td>62</td>" in html and "<td>60</td>" in html  # the ratio of each rank: 3.1/5, 3.0/5
+    assert '<td class="num">62.0 %</td>' in html and '<td class="num">60.0 %</td>' in html  # 3.1/5, 3.0/5
     summary["link_busbw_gb_per_s"] = np.nan
     summary.to_csv(gpu_profile.table_path("summary"), index=False)
     sources = json.loads(gpu_profile.sources_path.read_text())
@@ -235,7 +236,7 @@ def test_a_failed_link_measurement_says_why_the_link_is_unknown(gpu_profile: Pro
     html = write_profile_report(gpu_profile.root).read_text()
     section = html[html.index("Gradient all-reduce vs the link</h2>"):html.index("Data sources</h2>")]
     assert f"The link&#x27;s bus bandwidth is unknown (link_busbw: failed — {why})." in section
-    assert "<td>3.1</td>" in section and "achieved_of_link_pct" not in section  # achieved only, no ratio
+    assert '<td class="num">3.10 GB/s</td>' in section and "achieved_of_link_pct" not in section  # achieved only, no ratio
     # subgrid mode: no gradient all-reduce, nothing achieved to compare
     summary["comm_busbw_gb_per_s"] = np.nan
     summary.to_csv(gpu_profile.table_path("summary"), index=False)

@@ -6,6 +6,7 @@ Studies are real in-memory Optuna studies driven the way the sweep drives them: 
 
 from __future__ import annotations
 
+import html.parser
 import io
 import math
 from pathlib import Path
@@ -181,13 +182,13 @@ def test_trials_csv_single_objective(single_study: optuna.Study, tmp_path: Path)
     log = [_log(tmp_path, n) for n in range(5)]
     assert path.read_text().splitlines() == [
         "number,state,outcome,reason,duration_s,throughput_samples_per_s,"
-        "psnr_db,train_time_s,steps,rays_per_s,samples_per_s,samples_per_ray,occupancy_fraction,"
+        "psnr_db,train_time_s,steps,steps_per_s,rays_per_s,samples_per_s,samples_per_ray,occupancy_fraction,startup_s,"
         "param_parallel.mode,param_training.lr,param_parallel.num_subgrids,gpus,log_path",
-        f"0,COMPLETE,completed,,10.0,1000.0,,,,,,,,data,0.01,,,{log[0]}",
-        f"1,COMPLETE,completed,,12.5,1500.0,,,,,,,,subgrid,0.02,4,,{log[1]}",  # conditional int stays an int
-        f"2,COMPLETE,completed,,11.0,1200.0,,,,,,,,data,0.05,,,{log[2]}",
-        f"3,PRUNED,pruned,{OOM_REASON},3.0,,,,,,,,,subgrid,0.002,8,,{log[3]}",
-        f"4,FAIL,failed,{CRASH_REASON},4.0,,,,,,,,,data,0.09,,,{log[4]}",
+        f"0,COMPLETE,completed,,10.0,1000.0,,,,,,,,,,data,0.01,,,{log[0]}",
+        f"1,COMPLETE,completed,,12.5,1500.0,,,,,,,,,,subgrid,0.02,4,,{log[1]}",  # conditional int stays an int
+        f"2,COMPLETE,completed,,11.0,1200.0,,,,,,,,,,data,0.05,,,{log[2]}",
+        f"3,PRUNED,pruned,{OOM_REASON},3.0,,,,,,,,,,,subgrid,0.002,8,,{log[3]}",
+        f"4,FAIL,failed,{CRASH_REASON},4.0,,,,,,,,,,,data,0.09,,,{log[4]}",
     ]
 
 
@@ -196,13 +197,13 @@ def test_trials_csv_two_objectives(pareto_study: optuna.Study, tmp_path: Path) -
     log = [_log(tmp_path, n) for n in range(5)]
     assert path.read_text().splitlines() == [
         "number,state,outcome,reason,duration_s,psnr_at_budget_db,throughput_samples_per_s,"
-        "psnr_db,train_time_s,steps,rays_per_s,samples_per_s,samples_per_ray,occupancy_fraction,"
+        "psnr_db,train_time_s,steps,steps_per_s,rays_per_s,samples_per_s,samples_per_ray,occupancy_fraction,startup_s,"
         "param_parallel.mode,param_training.lr,param_parallel.num_subgrids,gpus,log_path",
-        f"0,COMPLETE,completed,,10.0,20.0,1000.0,,,,,,,,data,0.01,,,{log[0]}",
-        f"1,COMPLETE,completed,,10.0,24.0,900.0,,,,,,,,data,0.03,,,{log[1]}",
-        f"2,COMPLETE,completed,,10.0,22.0,1400.0,,,,,,,,subgrid,0.02,2,,{log[2]}",
-        f"3,COMPLETE,completed,,10.0,19.0,800.0,,,,,,,,subgrid,0.004,4,,{log[3]}",
-        f"4,FAIL,failed,NCCL error: unhandled system error,10.0,,,,,,,,,,data,0.08,,,{log[4]}",
+        f"0,COMPLETE,completed,,10.0,20.0,1000.0,,,,,,,,,,data,0.01,,,{log[0]}",
+        f"1,COMPLETE,completed,,10.0,24.0,900.0,,,,,,,,,,data,0.03,,,{log[1]}",
+        f"2,COMPLETE,completed,,10.0,22.0,1400.0,,,,,,,,,,subgrid,0.02,2,,{log[2]}",
+        f"3,COMPLETE,completed,,10.0,19.0,800.0,,,,,,,,,,subgrid,0.004,4,,{log[3]}",
+        f"4,FAIL,failed,NCCL error: unhandled system error,10.0,,,,,,,,,,,,data,0.08,,,{log[4]}",
     ]
 
 
@@ -282,21 +283,24 @@ def test_report_single_objective(single_study: optuna.Study, tmp_path: Path) -> 
     assert view.plots_total == 6
     text = view.text
     for heading in ("Optimisation history", "Parameter importances", "Parallel coordinates",
-                    "Best (not confirmed) vs default", "Trials", "Bottlenecks per trial", "NCCL"):
+                    "Best vs default (single runs)", "Trials", "Bottlenecks per trial", "NCCL"):
         assert heading in text
     assert text.startswith("Sweep single\n\nWritten ") and ("Recommendation\n\nBest trial #1 is recommended "
-                                                           "unconfirmed: no re-runs of best and default are recorded") in text
+                                                           "unconfirmed: no re-runs of it and the default are recorded") in text
+    assert "No confirmation re-runs are recorded" in text
     assert "Pareto front" not in text
     assert "Plot absent" not in text
+    assert (f"Watch it: ngptune dashboard {tmp_path / 'report'} opens this study in optuna-dashboard; "
+            f"tensorboard --logdir {tmp_path / 'report' / 'trials'} shows every trial's training curves.") in text
     assert "Best = trial #1 (study.best_trial)." in text
     assert "Step-time breakdown (mean ms per step, from phase_ms)" in text
-    assert "Run metrics (rank 0 metrics.jsonl" in text
+    assert "Run metrics, single runs (rank 0 metrics.jsonl" in text
     assert "Run metrics absent: trial #1" not in text
     # run metrics: median throughput (950, 1500), last PSNR (21.5, 22.25)
-    assert "run throughput_samples_per_s\t950\t1500\t+57.9 %" in text
-    assert "run eval_psnr_db\t21.5\t22.25\t+0.75 dB" in text  # a PSNR gain in dB, never in percent
-    assert "comm_ms\t30\t8\t-22 ms" in text
-    assert "parallel.mode=subgrid; parallel.num_subgrids=4; training.lr=0.02" in text  # an int stays an int
+    assert "run throughput_samples_per_s\t950 samples/s\t1.50 k samples/s\t+57.9 %" in text
+    assert "run eval_psnr_db\t21.50 dB\t22.25 dB\t+0.75 dB" in text  # a PSNR gain in dB, never in percent
+    assert "comm_ms\t30.0 ms\t8.0 ms\t-22 ms" in text
+    assert "parallel.mode=subgrid\nparallel.num_subgrids=4\ntraining.lr=0.02" in text  # an int stays an int
     # settings that differ: mode, num_subgrids (absent in the default), lr; n_steps is equal
     assert "parallel.mode\tdata\tsubgrid" in text
     assert "training.lr\t0.01\t0.02" in text
@@ -354,6 +358,44 @@ def test_report_importances_need_two_varying_trials(tmp_path: Path) -> None:
     assert "Plot absent: no parameter takes more than one value among the completed trials" in text
 
 
+def test_importances_are_fanova_from_24_completed_trials_marginal_plots_below(tmp_path: Path) -> None:
+    study = optuna.create_study(study_name="many", direction="maximize", sampler=optuna.samplers.RandomSampler(seed=1))
+    study.set_metric_names(["psnr_at_budget_db"])
+    space = {"training.lr": FloatDistribution(1e-3, 1e-1, log=True), "encoding.log2_hashmap_size": IntDistribution(11, 13)}
+    for i in range(24):
+        trial = study.ask(space)
+        trial.set_user_attr("is_default", i == 0)
+        # the PSNR follows the learning rate; the table size is noise
+        study.tell(trial, 20.0 + 5.0 * math.log10(trial.params["training.lr"] / 1e-3) + 0.01 * (i % 3))
+        if i == 22:
+            below = write_study_report(study, tmp_path / "below", title="t", nccl_active=False).read_text()
+    assert "Importances are not shown: 23 completed trials, fewer than the 24" in below
+    text = view_in_browser(write_study_report(study, tmp_path / "at", title="t", nccl_active=False)).text
+    assert "fANOVA (Hutter et al. 2014; Optuna's FanovaImportanceEvaluator" in text
+    assert "over the 24 completed trials" in text and "Importances are not shown" not in text
+    importances = optuna.importance.get_param_importances(
+        study, evaluator=optuna.importance.FanovaImportanceEvaluator(seed=0))
+    assert list(importances)[0] == "training.lr" and importances["training.lr"] > 0.9
+
+
+def test_pruned_trials_show_as_pruned_with_their_intermediate_values(tmp_path: Path) -> None:
+    study = optuna.create_study(study_name="pruned", direction="maximize")
+    study.set_metric_names(["psnr_at_budget_db"])
+    for number, marks, state in ((0, [18.0, 22.0, 25.0], TrialState.COMPLETE), (1, [12.0], TrialState.PRUNED)):
+        trial = study.ask({"training.lr": FloatDistribution(1e-3, 1e-1, log=True)})
+        for k, value in enumerate(marks):
+            trial.report(value, 20 * (k + 1))
+        trial.set_user_attr("is_default", number == 0)
+        reason = "" if state == TrialState.COMPLETE else "pruned by HyperbandPruner at step 20 (PSNR of the evaluation marks = 12)"
+        trial.set_user_attr("outcome", "completed" if state == TrialState.COMPLETE else "pruned")
+        trial.set_user_attr("reason", reason)
+        study.tell(trial, marks[-1] if state == TrialState.COMPLETE else None, state=state)
+    text = view_in_browser(write_study_report(study, tmp_path, title="t", nccl_active=False)).text
+    part = text.split("Pruned trials and intermediate values")[1]
+    assert "1 of 2 trials that reported intermediate values were pruned" in part
+    assert "1\t20\t12\tpruned by HyperbandPruner at step 20" in part
+
+
 # ----------------------------------------------------------------------------------------------
 # Terminal summary
 # ----------------------------------------------------------------------------------------------
@@ -369,7 +411,8 @@ def _summary(study: optuna.Study) -> list[str]:
 def test_summary_single_objective(single_study: optuna.Study) -> None:
     lines = _summary(single_study)
     assert "completed 3" in lines and "pruned 1" in lines and "failed 1" in lines
-    assert "throughput_samples_per_s (max) 1000 1500 #1 +50.0 % (better)" in lines
+    assert "throughput_samples_per_s (max) 1.00 k samples/s 1.50 k samples/s #1 +50.0 %" in lines  # never "better"
+    assert "No confirmation re-runs are recorded: every number below is a single run." in lines
     assert "parallel.mode data subgrid" in lines
     assert "parallel.num_subgrids 4" in lines
     assert "training.lr 0.01 0.02" in lines
@@ -386,7 +429,7 @@ def _default_then_one(tmp_path: Path, default: float, mode: str, value: float) -
 
 def test_summary_calls_a_gain_between_identical_settings_noise(tmp_path: Path) -> None:
     lines = _default_then_one(tmp_path, 1000.0, "data", 1162.0)
-    assert "throughput_samples_per_s (max) 1000 1162 #1 +16.2 % (same settings as the default: run-to-run noise)" in lines
+    assert "throughput_samples_per_s (max) 1.00 k samples/s 1.16 k samples/s #1 +16.2 % (same settings as the default: run-to-run noise)" in lines
 
 
 def test_summary_shows_the_default_once_when_it_is_the_best(tmp_path: Path) -> None:
@@ -397,8 +440,8 @@ def test_summary_shows_the_default_once_when_it_is_the_best(tmp_path: Path) -> N
 
 def test_summary_two_objectives_and_failed(pareto_study: optuna.Study, failed_study: optuna.Study) -> None:
     lines = _summary(pareto_study)
-    assert "psnr_at_budget_db (max) 20 24 #1 +4 dB (better)" in lines  # a PSNR change is a difference in dB
-    assert "throughput_samples_per_s (max) 1000 1400 #2 +40.0 % (better)" in lines
+    assert "psnr_at_budget_db (max) 20.00 dB 24.00 dB #1 +4 dB" in lines  # a PSNR change is a difference in dB
+    assert "throughput_samples_per_s (max) 1.00 k samples/s 1.40 k samples/s #2 +40.0 %" in lines
     assert "parameter default #0 Pareto #1 Pareto #2" in lines
     assert "parallel.mode data data subgrid" in lines
     assert "training.lr 0.01 0.03 0.02" in lines
@@ -462,7 +505,7 @@ def test_report_states_sampler_seed_pruner_workers_and_the_parallel_caveat(tmp_p
     assert one.reproducible and one.seed == 42 and one.workers == [("hostA:11:7", 1, 42)]
     assert one.sentences() == ["Sampler: tpe (n_startup_trials=5), seed 42. Pruner: median (n_startup_trials=3, "
                                "n_warmup_steps=0, interval_steps=1, min_resource=1, max_resource=auto, "
-                               "reduction_factor=3).",
+                               "reduction_factor=3, min_early_stopping_rate=0).",
                                "Workers: 1 sweep process: hostA:11:7 (1 trial at once, sampler seed 42)."]
     assert not sampling_facts(_study_of_workers(tmp_path / "jobs", {"hostA:11:7": 2})).reproducible
 
@@ -507,37 +550,113 @@ def test_the_study_section_names_scene_base_config_and_fixed_settings(tmp_path: 
             "its comments.") in study_part
 
 
-def _not_confirmed_study(tmp_path: Path) -> optuna.Study:
-    study = optuna.create_study(study_name="psnr", direction="maximize")
+def _confirmed_study(tmp_path: Path, best_runs: list[float], default_runs: list[float], *, single: tuple[float, float],
+                     name: str = "psnr") -> optuna.Study:
+    """A PSNR study: the default and trial 1 with single-run values ``single``, and confirmation
+    re-runs of both with the given values, decided as the sweep decides them."""
+    from ngptune.tuning.confirm import decide
+
+    study = optuna.create_study(study_name=name, direction="maximize")
     study.set_metric_names(["psnr_at_budget_db"])
-    _run_trial(study, tmp_path, {"parallel.mode": "data"}, values=[24.0],
-               quality={"psnr_db": 24.0, "train_time_s": 30.0, "samples_per_s": 1.0e6})
-    _run_trial(study, tmp_path, {"parallel.mode": "subgrid"}, values=[24.8],
-               quality={"psnr_db": 24.8, "train_time_s": 29.5, "samples_per_s": 1.2e6})
-    runs = [{"label": label, "index": i, "seed": 7 + i, "outcome": "completed", "value": value, "quality": {}}
-            for label, value in (("best", 24.1), ("default", 24.0)) for i in range(3)]
-    verdict = {"status": "not_confirmed", "recommend": "default", "objective": "psnr_at_budget_db",
-               "direction": "maximize", "best_trial": 1, "default_trial": 0, "gain": 0.12, "se": 0.3,
-               "confirmed": False, "sentence": "not confirmed: ...; the default is recommended; ..."}
-    study.set_user_attr("confirmation", {"best_trial": 1, "default_trial": 0, "repeats": 3,
-                                         "objective": "psnr_at_budget_db", "runs": runs, "verdict": verdict})
+    _run_trial(study, tmp_path, {"parallel.mode": "data"}, values=[single[0]],
+               quality={"psnr_db": single[0], "train_time_s": 30.0, "samples_per_s": 1.0e6})
+    _run_trial(study, tmp_path, {"parallel.mode": "subgrid"}, values=[single[1]],
+               quality={"psnr_db": single[1], "train_time_s": 29.5, "samples_per_s": 1.2e6})
+    runs = [{"label": label, "trial": trial, "index": i, "seed": 7 + i, "outcome": "completed", "value": value,
+             "quality": {"psnr_db": value, "steps": 300 + i, "steps_per_s": 50.0, "train_time_s": 6.0}}
+            for label, trial, values in (("best", 1, best_runs), ("default", 0, default_runs))
+            for i, value in enumerate(values)]
+    verdict = decide("psnr_at_budget_db", "maximize", best_runs, default_runs, unit="dB", best_trial=1,
+                     default_trial=0)
+    study.set_user_attr("confirmation", {"best_trial": 1, "default_trial": 0, "repeats": len(best_runs),
+                                         "objective": "psnr_at_budget_db", "runs": runs,
+                                         "verdict": verdict.to_dict()})
     return study
+
+
+def _not_confirmed_study(tmp_path: Path) -> optuna.Study:
+    return _confirmed_study(tmp_path, [24.1, 24.3, 23.9], [24.0, 24.2, 23.8], single=(24.0, 24.8))
 
 
 def test_a_best_that_was_not_confirmed_leads_with_the_default_recommended(tmp_path: Path) -> None:
     text = view_in_browser(write_study_report(_not_confirmed_study(tmp_path), tmp_path / "r", title="t",
                                               nccl_active=False)).text
-    sentence = ("The default (trial #0) is recommended, not best trial #1, which was not confirmed: in 3 re-runs "
-                "each with new seeds the best's psnr_at_budget_db was +0.12 dB against the default's, not more "
-                "than the re-runs' noise (standard error 0.3 dB).")
+    sentence = ("The default (trial #0) is recommended: no significant difference between trial 1 and the default "
+                "(gain +0.1 dB); psnr_at_budget_db: trial 1 24.1 ± 0.2 dB vs default 24 ± 0.2 dB, 3 re-runs each "
+                "(mean ± sd); Welch's t-test p = 0.57 >= 0.05.")
     assert sentence in text
-    assert text.index(sentence) < text.index("Best: trial #1") < text.index("psnr_db (dB)")
-    assert "Best: trial #1 (not confirmed; the default is recommended)." in text
-    assert "Quality and time: best (not confirmed) vs default" in text
-    assert "Best (not confirmed) vs default" in text
-    changes = ["psnr_db (dB)\t24\t24.8\t+0.8 dB", "train_time_s\t30\t29.5\t-0.5 s",
-               "samples_per_s\t1e+06\t1.2e+06\t+20.0 %", "psnr_at_budget_db (max)\t24\t24.8\t+0.8 dB"]
+    assert text.index(sentence) < text.index("Confirmation re-runs") < text.index("Best single run: trial #1")
+    assert "Best single run: trial #1. Recommended: trial #0 (the default), not confirmed by re-runs." in text
+    assert "Quality and time: best vs default (single runs)" in text
+    assert "Best vs default (single runs)" in text
+    changes = ["psnr_db (dB)\t24.00 dB\t24.80 dB\t+0.8 dB", "train_time_s\t30.0 s\t29.5 s\t-0.5 s",
+               "samples_per_s\t1.00 M samples/s\t1.20 M samples/s\t+20.0 %",
+               "psnr_at_budget_db (max)\t24.00 dB\t24.80 dB\t+0.8 dB"]
     assert [row for row in changes if row not in text] == []
+    assert "better" not in text.split("Quality and time")[1].split("Trials")[0]
+
+
+def test_a_default_that_won_its_single_run_is_shown_beside_the_runner_up(tmp_path: Path) -> None:
+    study = _confirmed_study(tmp_path, [24.6, 24.8, 24.7], [24.0, 24.1, 23.9], single=(25.0, 24.0))
+    lines = _summary(study)
+    assert lines[0].startswith("Trial #1 is recommended: confirmed: trial 1 beats the default")
+    assert "quantity default #0, single run runner-up #1, single run" in lines
+    assert "psnr_db 25.00 dB 24.00 dB" in lines
+
+
+class _Tables(html.parser.HTMLParser):
+    """Section headings (h2) and the cell texts of each table under them, in page order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sections: list[tuple[str, list[list[list[str]]]]] = []
+        self._in: str | None = None
+        self._text = ""
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "h2":
+            self._in, self._text = "h2", ""
+        elif tag == "table" and self.sections:
+            self.sections[-1][1].append([])
+        elif tag == "tr" and self.sections and self.sections[-1][1]:
+            self.sections[-1][1][-1].append([])
+        elif tag in ("td", "th"):
+            self._in, self._text = "cell", ""
+
+    def handle_endtag(self, tag):
+        if tag == "h2" and self._in == "h2":
+            self.sections.append((self._text.strip(), []))
+            self._in = None
+        elif tag in ("td", "th") and self._in == "cell":
+            if self.sections and self.sections[-1][1] and self.sections[-1][1][-1]:
+                self.sections[-1][1][-1][-1].append(self._text.strip())
+            self._in = None
+
+    def handle_data(self, data):
+        if self._in:
+            self._text += data
+
+
+def test_the_reports_first_comparison_reads_the_confirmation_runs(tmp_path: Path) -> None:
+    # the default paid its start-up in its single run (a lucky best by +10.5 dB); the re-runs say +1.6 dB
+    study = _confirmed_study(tmp_path, [28.4, 29.5, 28.8], [27.2, 27.4, 27.3], single=(18.4, 28.9))
+    page = _Tables()
+    page.feed(write_study_report(study, tmp_path / "r", title="t", nccl_active=False).read_text())
+    headings = [h for h, _ in page.sections]
+    assert headings[:2] == ["Recommendation", "Confirmation re-runs"]
+    first_table = next(tables[0] for _, tables in page.sections if tables)
+    assert first_table[0] == ["quantity", "default #0", "trial #1", "difference of means"]
+    assert first_table[1] == ["psnr_at_budget_db (dB)", "27.3 ± 0.1 (n=3)", "28.9 ± 0.56 (n=3)", "+1.6 dB"]
+    assert ["steps", "301 ± 1 (n=3)", "301 ± 1 (n=3)", "+0.0 %"] in first_table
+    cells = {c for row in first_table for c in row}
+    assert not any("18.4" in c or "10.5" in c for c in cells)  # the single runs are not the headline
+    quality = dict(page.sections)[next(h for h in headings if h.startswith("Quality and time"))][0]
+    assert quality[0][:3] == ["quantity", "default #0, single run", "best #1, single run"]
+    lines = _summary(study)
+    headline = next(i for i, line in enumerate(lines) if line.startswith("Confirmation re-runs: trial #1 vs default #0"))
+    assert lines[0].startswith("Trial #1 is recommended: confirmed: trial 1 beats the default")
+    assert "psnr_at_budget_db (dB) 27.3 ± 0.1 (n=3) 28.9 ± 0.56 (n=3) +1.6 dB" in lines[headline:headline + 8]
+    assert headline < next(i for i, line in enumerate(lines) if "(single runs)" in line)
 
 
 def test_the_default_trial_is_shown_with_its_base_config_values(tmp_path: Path) -> None:
@@ -560,8 +679,70 @@ def test_the_default_trial_is_shown_with_its_base_config_values(tmp_path: Path) 
 
 def test_the_terminal_summary_leads_with_a_recommendation_that_was_not_confirmed(tmp_path: Path) -> None:
     lines = _summary(_not_confirmed_study(tmp_path))
-    first_table = next(i for i, line in enumerate(lines) if "best (not confirmed) vs" in line)
+    first_table = next(i for i, line in enumerate(lines) if "(single runs)" in line)
     recommended = next(i for i, line in enumerate(lines) if line.startswith("The default (trial #0) is recommended"))
     assert recommended == 0 < first_table  # before the outcome table too
-    assert "Best (not confirmed) vs default" in lines
-    assert "psnr_at_budget_db (max) 24 24.8 #1 +0.8 dB (better)" in lines
+    assert "Best vs default (single runs)" in lines
+    assert "psnr_at_budget_db (max) 24.00 dB 24.80 dB #1 +0.8 dB" in lines
+
+
+LAYOUT_PROBE = """() => {
+  const section = document.querySelector('section#trials');
+  const table = section.querySelector('table');
+  const rows = [...table.querySelectorAll('tbody tr')].map(r => r.getBoundingClientRect().height);
+  const cellAlign = (tableEl, header) => {
+    const heads = [...tableEl.querySelectorAll('thead th')].map(h => h.textContent);
+    const i = heads.indexOf(header);
+    return [...tableEl.querySelectorAll('tbody tr')].map(r => getComputedStyle(r.children[i]).textAlign);
+  };
+  const bottlenecks = document.querySelector('section#bottlenecks-per-trial table');
+  const labels = [];
+  for (const plot of document.querySelectorAll('section#parallel-coordinates div.plotly-graph-div')) {
+    const svg = plot.querySelector('svg.main-svg').getBoundingClientRect();
+    for (const t of plot.querySelectorAll('g.xtick text')) {
+      const box = t.getBoundingClientRect();
+      labels.push({text: t.textContent, inside: box.left >= svg.left - 1 && box.right <= svg.right + 1
+                   && box.top >= svg.top - 1 && box.bottom <= svg.bottom + 1, left: box.left, right: box.right,
+                   top: box.top, bottom: box.bottom});
+    }
+  }
+  return {tableWidth: table.getBoundingClientRect().width, sectionWidth: section.getBoundingClientRect().width,
+          tallestRow: Math.max(...rows), evidence: cellAlign(bottlenecks, 'evidence'),
+          numbers: cellAlign(table, 'duration_s'), labels: labels};
+}"""
+
+
+def test_the_report_reads_as_a_person_reads_it(single_study: optuna.Study, tmp_path: Path) -> None:
+    """Units and precision in the tables, a trials table that fits the page with short rows,
+    left-aligned text, whole parallel-coordinate labels."""
+    path = write_study_report(single_study, tmp_path / "report", title="Sweep single", nccl_active=False)
+    view = view_in_browser(path, probe=LAYOUT_PROBE)
+    assert view.errors == [] and view.plots_rendered == view.plots_total
+    text, layout = view.text, view.probe
+    assert "run throughput_samples_per_s\t950 samples/s\t1.50 k samples/s\t+57.9 %" in text
+    assert "run eval_psnr_db\t21.50 dB\t22.25 dB\t+0.75 dB" in text
+    assert "12.5 s" in text.split("Trials\n")[-1]  # a trial's duration
+    assert layout["tableWidth"] <= layout["sectionWidth"] + 1, layout  # no sideways scrolling
+    assert layout["tallestRow"] < 120, layout
+    assert set(layout["evidence"]) == {"left"} and set(layout["numbers"]) == {"right"}, layout
+    labels = layout["labels"]
+    assert {label["text"] for label in labels} == {"throughput_samples_per_s", "parallel.mode",
+                                                   "parallel.num_subgrids", "training.lr"}, labels  # whole names
+    assert all(label["inside"] for label in labels), labels  # no label cut at the figure's edge
+    ordered = sorted(labels, key=lambda label: label["left"])
+    for a, b in zip(ordered, ordered[1:]):  # neighbours do not overlap
+        assert a["right"] <= b["left"] + 1 or a["bottom"] <= b["top"] + 1 or b["bottom"] <= a["top"] + 1, (a, b)
+
+
+def test_no_one_bar_chart_when_the_best_is_the_default(tmp_path: Path) -> None:
+    study = optuna.create_study(study_name="default-best", direction="maximize")
+    study.set_metric_names(["psnr_at_budget_db"])
+    _run_trial(study, tmp_path, {"parallel.mode": "data", "training.lr": 0.01}, values=[24.0],
+               phase_ms=PHASES_DEFAULT, metrics=[(900.0, None), (1000.0, 21.5)])
+    _run_trial(study, tmp_path, {"parallel.mode": "data", "training.lr": 0.03}, values=[22.0])
+    path = write_study_report(study, tmp_path / "report", title="Default best", nccl_active=False)
+    view = view_in_browser(path)
+    section = view.text.split("vs default\n")[-1].split("Trials\n")[0]
+    assert "The best is the default trial: no chart, its values are in the table below." in section
+    assert "Objectives" not in section and "Step-time breakdown" not in section
+    assert "psnr_at_budget_db (max)\t24.00 dB" in section

@@ -348,6 +348,15 @@ NESTED_BAD_LR = {
             {"training": {"occupancy_resolution": 63}},
             "training.occupancy_resolution: expected an even integer in [2, 1024], got 63",
         ),
+        (
+            {"training": {"appearance": "latent"}},
+            "training.appearance: expected one of off, affine, got 'latent'",
+        ),
+        (
+            {"training": {"appearance": "affine"}, "parallel": {"mode": "subgrid"}},
+            "training.appearance: expected 'off' in subgrid mode (a ray's colour is composited across "
+            "ranks), got 'affine'",
+        ),
         ({"training": 3}, "training: expected an object, got 3"),
     ],
 )
@@ -536,6 +545,21 @@ def test_finest_resolution_from_the_views_pixel_footprint() -> None:
     assert EncodingConfig(max_resolution=1024).finest_resolution(1, 417.6) == 1024
     assert EncodingConfig(per_level_scale=1.5).finest_resolution(1, 417.6) is None
     assert level_resolutions(hash_grid_config(enc, 1, 417.6))[-1] == 512
+
+
+def test_a_factor_scales_the_derived_finest_resolution() -> None:
+    from trainer.contract.config import apply_overrides
+
+    assert EncodingConfig(max_resolution_factor=0.5).finest_resolution(1, 417.6) == 256
+    assert EncodingConfig(max_resolution_factor=2.0).finest_resolution(1, 417.6) == 1024
+    assert EncodingConfig(max_resolution_factor=2.0).finest_resolution(1, 3000.0) == 4096  # past 2048·aabb_scale
+    assert EncodingConfig(max_resolution_factor=0.25).finest_resolution(1, 5.0) == 32  # never below 2·N_min
+    assert EncodingConfig(max_resolution_factor=2.0).finest_resolution(2) == 8192  # without views: 2048·aabb_scale
+    with pytest.raises(ConfigError, match="encoding.max_resolution_factor: scales the derived finest resolution; "
+                                          "with encoding.max_resolution set there is none to scale"):
+        apply_overrides(TrainConfig(), {"encoding.max_resolution": 512, "encoding.max_resolution_factor": 2})
+    with pytest.raises(ConfigError, match="encoding.max_resolution_factor"):
+        apply_overrides(TrainConfig(), {"encoding.max_resolution_factor": 0})
 
 
 def test_resolved_cone_angle() -> None:

@@ -74,3 +74,30 @@ def test_eval_progress_is_called_after_each_scored_view(trained):
         trained.eval_progress = None
     assert [(done, total) for done, total, _, _ in calls] == [(1, 3), (2, 3), (3, 3)]
     assert [(name, psnr) for _, _, name, psnr in calls] == [(im["name"], im["psnr_db"]) for im in result["images"]]
+
+
+def test_batches_of_whole_rays_render_what_one_field_call_renders(trained):
+    """The batched renderer and its slow twin (every sample of a chunk in one field call) agree."""
+    from trainer.render.march import ray_batches
+    from trainer.train.evaluate import render_ray_buffers
+
+    frame = trained.scene.frames("test")[0]
+    rays_o, rays_d = camera_rays_for_image(frame, trained.device)
+    background = torch.ones(3)
+    samples = trained.march(rays_o, rays_d, jitter=False)
+    batches = ray_batches(samples, 1000)
+    assert len(batches) > 2 and batches[0][0] == 0 and batches[-1][1] == samples.n_rays
+    assert all(a[1] == b[0] for a, b in zip(batches, batches[1:]))
+    counts = samples.packed_info[:, 1]
+    assert all(int(counts[f:e].sum()) <= 1000 or e - f == 1 for f, e in batches)
+    part = samples.rays(*batches[1])
+    assert part.n_rays == batches[1][1] - batches[1][0] and int(part.ray_indices.min()) >= 0
+    assert torch.equal(part.t, samples.t[samples.ray_indices >= batches[1][0]][: part.n_samples])
+    whole = render_ray_buffers(trained, rays_o, rays_d, background, batch_samples=2**40)
+    rays_done = []
+    batched = render_ray_buffers(trained, rays_o, rays_d, background, batch_samples=1000, on_rays=rays_done.append)
+    for a, b in zip(whole, batched):
+        assert torch.allclose(a, b, atol=1e-5)
+    assert sum(rays_done) == rays_o.shape[0]
+    with pytest.raises(ValueError, match="max_samples must be >= 1"):
+        ray_batches(samples, 0)

@@ -77,6 +77,31 @@ def test_small_views_of_a_train_only_scene_are_scored_on_held_out_frames_without
     assert math.isfinite(evaluation["mean_psnr_db"])
 
 
+def _strict_json(path: Path) -> dict:
+    """``path`` read by a strict JSON parser (bare NaN / Infinity refused)."""
+    return json.loads(path.read_text(), parse_constant=lambda name: pytest.fail(f"{path.name} holds a bare {name}"))
+
+
+def test_means_without_a_value_are_null_with_a_reason_in_strict_json(tmp_path):
+    from trainer.data.demo import write_demo_scene
+    from trainer.contract.rundir import RunDir, json_ready
+
+    scene = write_demo_scene(tmp_path / "scene", resolution=8, n_train=8, n_val=1, n_test=1)
+    code, run = _train(scene, tmp_path)  # 8 x 8 views: no SSIM
+    assert code == 0
+    evaluation, status = _strict_json(run / "eval.json"), _strict_json(run / "status.json")
+    reason = "no view of at least 11x11 pixels, SSIM's window"
+    assert evaluation["mean_ssim"] is None and evaluation["null_reasons"]["mean_ssim"] == reason
+    assert status["eval_ssim"] is None and status["null_reasons"] == {"eval_ssim": reason}
+    # any other non-finite value of a run's JSON file: null and a reason by its dotted path
+    RunDir(run).write_json(run / "x.json", {"a": {"psnr_db": math.inf}, "b": [1.0, math.nan]})
+    assert _strict_json(run / "x.json") == {
+        "a": {"psnr_db": None}, "b": [1.0, None],
+        "null_reasons": {"a.psnr_db": "+inf: an exact match (zero error), which has no finite PSNR",
+                         "b[1]": "not a number (NaN): the value is undefined for this run"}}
+    assert json_ready([math.inf]) == [None]
+
+
 def test_a_perfect_view_counts_at_the_cap_and_both_means_are_named():
     from trainer.train.evaluate import PSNR_CAP_DB, split_origin, summary_metrics
     from trainer.data.scene import Scene
@@ -122,8 +147,53 @@ def test_a_model_rendering_only_the_background_is_warned_about_and_a_trained_one
         im["background_psnr_db"] for im in healthy["images"]]
     warning = [str(w.message) for w in collapsed_warnings if "renders only the background" in str(w.message)]
     assert warning == [collapsed["background_collapse"]]
-    assert "training.background=random" in warning[0] and "centre-crop warm-up" in warning[0]
+    # images with alpha, trained on a random background already: that cure is not offered again
+    assert "training.background" not in warning[0] and "optimizer.learning_rate" in warning[0]
+    assert collapsed["collapse_cures"] in warning[0]
+
+
+def test_an_rgb_capture_on_white_is_offered_cures_that_apply_to_it(tmp_path, monkeypatch):
+    """The demo scene without alpha (flattened onto white: an object photographed on a white
+    backdrop): a random background changes nothing for such images, so the cure is the backdrop's
+    colour (or a matte), never training.background=random or a setting that does not exist."""
+    import warnings
+
+    from PIL import Image
+
+    import trainer.train.evaluate as evaluation
+    from trainer.data.demo import write_demo_scene
+
+    scene = write_demo_scene(tmp_path / "scene", resolution=16, n_train=8, n_val=1, n_test=2)
+    for png in scene.rglob("*.png"):
+        rgba = Image.open(png).convert("RGBA")
+        Image.alpha_composite(Image.new("RGBA", rgba.size, (255, 255, 255, 255)), rgba).convert("RGB").save(png)
+
+    def background_only(trainer, rays_o, rays_d, background, *args, **kwargs):
+        return background.expand(rays_o.shape[0], 3).clone()
+
+    monkeypatch.setattr(evaluation, "render_rays", background_only)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        code, run = _train(scene, tmp_path, "--n-steps", "20", "--cpu-threads", "1")
+    assert code == 0
+    warning = [str(w.message) for w in caught if "renders only the background" in str(w.message)]
+    assert len(warning) == 1
+    assert "training.background=white" in warning[0] and "no alpha channel" in warning[0]
+    assert "training.background=random" not in warning[0] and "crop" not in warning[0]
     assert "optimizer.learning_rate" in warning[0]
+
+
+def test_collapse_cures_follow_the_capture_and_the_run():
+    from trainer.contract.evaluation import collapse_cures
+
+    alpha = collapse_cures(has_alpha=True, background="white", backdrop=None)
+    assert alpha.startswith("train with a random background (training.background=random)")
+    assert "training.background" not in collapse_cures(has_alpha=True, background="random", backdrop=None)
+    on_black = collapse_cures(has_alpha=False, background="random", backdrop="black")
+    assert on_black.startswith("train against the images' black backdrop (training.background=black)")
+    real_background = collapse_cures(has_alpha=False, background="random", backdrop=None)  # a photo's own surroundings
+    assert "training.background" not in real_background and "alpha channel" in real_background
+    assert "training.background" not in collapse_cures(has_alpha=False, background="white", backdrop="white")
 
 
 def test_a_blank_render_within_the_occupancy_warm_up_is_no_collapse():

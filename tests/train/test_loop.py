@@ -159,6 +159,27 @@ def test_time_budget_stop_still_writes_the_last_interval(demo_scene, tmp_path):
     assert records[0]["step"] == trainer.step
 
 
+def test_a_step_expected_to_overrun_the_budget_is_not_started(demo_scene):
+    """The budget rule on recorded step durations (no timing asserted): the next step's expected
+    length is the last one of its kind, an occupancy-update step or an ordinary one."""
+    trainer = _trainer(demo_scene, None, training__occupancy_update_every=8)
+    try:
+        assert trainer.projected_train_time_s() == 0.0  # nothing timed yet: the first step always runs
+        trainer.train(n_steps=2)
+        trainer.train_time_s = 5.0
+        trainer.step_durations.by_kind = {True: 2.0, False: 0.1}
+        trainer.step = 16  # updates the occupancy grid
+        assert trainer.projected_train_time_s() == 7.0
+        assert trainer.time_budget_spent(6.0) and not trainer.time_budget_spent(7.5)
+        trainer.step = 17
+        assert abs(trainer.projected_train_time_s() - 5.1) < 1e-12 and not trainer.time_budget_spent(6.0)
+        trainer.step_durations.by_kind = {False: 0.1}  # no update step timed yet: the ordinary one stands in
+        trainer.step = 24
+        assert abs(trainer.projected_train_time_s() - 5.1) < 1e-12
+    finally:
+        trainer.close()
+
+
 def test_evaluation_subset_is_spread_over_the_split():
     from trainer.train.evaluate import evaluation_frames
 

@@ -13,6 +13,7 @@ from trainer.metrics_image import (
     SSIM_K2,
     SSIM_SIGMA,
     SSIM_WINDOW,
+    affine_colour_psnr,
     gaussian_window_1d,
     mse_to_psnr,
     psnr,
@@ -164,3 +165,24 @@ def test_ssim_rejects_bad_shapes() -> None:
         ssim(torch.zeros(12, 12, 3), torch.zeros(12, 13, 3))
     with pytest.raises(ValueError, match=r"got \(144, 3\)"):
         ssim(torch.zeros(144, 3), torch.zeros(144, 3))
+
+
+def test_affine_colour_psnr_undoes_exposure_and_white_balance_only() -> None:
+    generator = torch.Generator().manual_seed(0)
+    target = torch.rand(24, 32, 3, generator=generator) * 0.8 + 0.1
+    exposed = target * torch.tensor([0.6, 0.7, 0.8]) + 0.02  # another exposure and white balance
+    assert psnr(exposed, target) < 20.0
+    assert affine_colour_psnr(exposed, target) > 80.0  # the map undoes it exactly
+    noisy = (target + 0.05 * torch.randn(24, 32, 3, generator=generator)).clamp(0, 1)
+    # noise is not a colour map: the fit gains a fraction of a dB (12 numbers, 768 pixels)
+    assert psnr(noisy, target) <= affine_colour_psnr(noisy, target) < psnr(noisy, target) + 0.5
+    flat = torch.full((8, 8, 3), 0.5)  # one colour: the fit is the view's mean colour
+    expected = psnr(target[:8, :8].mean(dim=(0, 1)).expand(8, 8, 3), target[:8, :8])
+    assert affine_colour_psnr(flat, target[:8, :8]) == pytest.approx(expected, abs=1e-6)
+
+
+def test_affine_colour_psnr_rejects_too_few_pixels_or_other_channels() -> None:
+    with pytest.raises(ValueError, match="at least 4 pixels"):
+        affine_colour_psnr(torch.zeros(1, 3, 3), torch.zeros(1, 3, 3))
+    with pytest.raises(ValueError, match=r"\[\.\.\., 3\]"):
+        affine_colour_psnr(torch.zeros(4, 4, 4), torch.zeros(4, 4, 4))

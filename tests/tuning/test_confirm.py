@@ -35,8 +35,10 @@ def test_a_best_that_regresses_on_re_run_is_not_recommended() -> None:
     study = _study(best_value=26.0, default_value=25.0)  # the search's best: +1 dB, by luck
     calls: list = []
     verdict = _confirm(study, {"best": [24.9, 25.0], "default": [25.1, 24.9]}, calls)
-    assert verdict.status == "not_confirmed" and verdict.recommend == "default" and not verdict.confirmed
+    assert verdict.status == "no_significant_difference" and verdict.recommend == "default" and not verdict.confirmed
     assert verdict.gain == pytest.approx(-0.05) and "the default is recommended" in verdict.sentence
+    assert verdict.sentence.startswith("no significant difference between trial 1 and the default")
+    assert verdict.p_value == pytest.approx(0.7117, abs=1e-3) and "Welch" in verdict.test
     assert [(label, i) for label, i, _ in calls] == run_order(2)
     assert {seed for *_, seed in calls} == {2337, 2338}  # new seeds, shared by each pair
 
@@ -44,19 +46,45 @@ def test_a_best_that_regresses_on_re_run_is_not_recommended() -> None:
 def test_a_best_that_holds_up_is_confirmed_with_its_evidence() -> None:
     study = _study(best_value=26.0, default_value=25.0)
     verdict = _confirm(study, {"best": [26.1, 25.9], "default": [25.0, 25.2]}, [])
-    assert verdict.status == "confirmed" and verdict.recommend == "best"
-    assert verdict.gain == pytest.approx(0.9) and verdict.se < 0.9
+    assert verdict.status == "confirmed" and verdict.recommend == "best" and verdict.confirmed
+    assert verdict.gain == pytest.approx(0.9) and verdict.p_value < 0.05
     assert "26 ± 0.14 dB vs default 25.1 ± 0.14 dB" in verdict.sentence
+
+
+def test_the_p_value_is_welchs_two_sided_t_test() -> None:
+    from scipy import stats
+
+    from ngptune.tuning.confirm import welch_p_value
+
+    best, default = [26.1, 25.9, 26.3], [25.0, 25.2, 24.1]
+    assert welch_p_value(best, default) == pytest.approx(stats.ttest_ind(best, default, equal_var=False).pvalue)
+    # Welch's t by hand: t = (mean_b - mean_d) / sqrt(s_b²/n + s_d²/n), Welch-Satterthwaite df
+    import statistics
+    vb, vd = statistics.variance(best) / 3, statistics.variance(default) / 3
+    t = (statistics.fmean(best) - statistics.fmean(default)) / (vb + vd) ** 0.5
+    df = (vb + vd) ** 2 / (vb ** 2 / 2 + vd ** 2 / 2)
+    assert welch_p_value(best, default) == pytest.approx(2 * stats.t.sf(abs(t), df))
+    assert welch_p_value([1.0, 1.0], [2.0, 2.0]) == 0.0 and welch_p_value([1.0, 1.0], [1.0, 1.0]) == 1.0
+    with pytest.raises(ValueError, match="two values per sample"):
+        welch_p_value([1.0], [1.0, 2.0])
+
+
+def test_a_default_significantly_better_is_recommended_as_confirmed() -> None:
+    verdict = decide("psnr_at_budget_db", "maximize", [24.0, 24.1, 23.9], [25.0, 25.1, 24.9], best_trial=3,
+                     default_trial=0)
+    assert verdict.status == "default_better" and verdict.recommend == "default" and verdict.confirmed
+    assert verdict.sentence.startswith("the default is significantly better than trial 3")
 
 
 def test_a_gain_inside_the_noise_is_not_confirmed() -> None:
     verdict = decide("psnr_at_budget_db", "maximize", [26.0, 24.0], [25.0, 24.8])  # +0.1 dB, se 0.71
-    assert verdict.status == "not_confirmed" and verdict.recommend == "default"
+    assert verdict.status == "no_significant_difference" and verdict.recommend == "default"
+    assert not verdict.confirmed and "no significant difference" in verdict.sentence
 
 
 def test_minimised_objectives_and_failed_re_runs() -> None:
     assert decide("time_to_psnr_s", "minimize", [10.0, 11.0], [20.0, 21.0]).status == "confirmed"
-    crashed = decide("time_to_psnr_s", "minimize", [10.0, None], [20.0, 21.0])
+    crashed = decide("time_to_psnr_s", "minimize", [10.0, None], [20.0, 21.0], best_trial=2)
     assert crashed.status == "not_confirmed" and crashed.recommend == "default" and "1 of its 2" in crashed.sentence
     no_default = decide("time_to_psnr_s", "minimize", [10.0, 11.0], [None, 21.0])
     assert no_default.status == "unconfirmed" and no_default.recommend == "best"
@@ -82,13 +110,66 @@ def test_a_re_run_resumes_the_recorded_runs() -> None:
     assert study.user_attrs[CONFIRMATION_ATTR]["verdict"]["status"] == "confirmed"
 
 
-def test_the_default_as_best_needs_no_re_run() -> None:
+def test_the_default_is_never_re_run_against_itself() -> None:
     study = _study(best_value=25.0, default_value=26.0)
     calls: list = []
-    verdict = confirm_study(study, best=study.trials[0], default=study.trials[0], repeats=2,
-                            objective="psnr_at_budget_db", direction="maximize", unit="dB", base_seed=1,
-                            launch=_fake_launch({}, calls))
-    assert verdict.status == "best_is_default" and verdict.recommend == "default" and calls == []
+    with pytest.raises(ValueError, match="trial 0 is the default: re-run the best non-default trial"):
+        confirm_study(study, best=study.trials[0], default=study.trials[0], repeats=2,
+                      objective="psnr_at_budget_db", direction="maximize", unit="dB", base_seed=1,
+                      launch=_fake_launch({}, calls))
+    assert calls == []
+
+
+def test_a_default_that_wins_by_one_lucky_run_is_re_run_against_the_runner_up() -> None:
+    from ngptune.tuning.outputs import candidate_trial
+
+    study = optuna.create_study(direction="maximize")
+    for value in (23.82, 21.0, 19.5, 22.9, 20.2):  # trial 0, the default, won its single run by luck
+        study.add_trial(optuna.trial.create_trial(value=value, params={}, distributions={}))
+    default = study.trials[0]
+    assert study.best_trial.number == default.number
+    runner_up = candidate_trial(study, default)
+    assert runner_up.number == 3
+    calls: list = []
+    values = {"best": [22.4, 22.6, 22.5], "default": [20.1, 19.8, 20.3]}  # re-trained, the default falls back
+    verdict = confirm_study(study, best=runner_up, default=default, repeats=3, objective="psnr_at_budget_db",
+                            direction="maximize", unit="dB", base_seed=1337, launch=_fake_launch(values, calls),
+                            default_won_single_run=True)
+    assert [(label, i) for label, i, _ in calls] == run_order(3)
+    assert verdict.status == "confirmed" and verdict.recommend == "best" and verdict.best_trial == 3
+    assert "the runner-up: the default won its single run" in verdict.sentence
+    record = study.user_attrs[CONFIRMATION_ATTR]
+    assert (record["best_trial"], record["default_trial"], len(record["runs"])) == (3, 0, 6)
+    # the runner-up inside the noise: the default stays, and the sentence says there is no difference
+    level = decide("psnr_at_budget_db", "maximize", [20.0, 21.0, 20.5], [20.4, 20.9, 20.1], best_trial=3,
+                   default_trial=0, default_won_single_run=True)
+    assert level.status == "no_significant_difference" and level.recommend == "default" and not level.confirmed
+
+
+def test_a_confirmation_file_cannot_say_confirmed_without_runs(tmp_path) -> None:
+    import json
+    from types import SimpleNamespace
+
+    from ngptune.tuning.confirm import no_candidate, unconfirmed
+    from ngptune.tuning.layout import StudyDir
+    from ngptune.tuning.outputs import write_confirmation
+
+    study_dir = StudyDir(tmp_path)
+    trial = SimpleNamespace(number=0)
+    confirmed = decide("psnr_at_budget_db", "maximize", [26.1, 25.9], [25.0, 25.2], best_trial=1, default_trial=0)
+    assert confirmed.confirmed
+    with pytest.raises(ValueError, match="without the re-runs of both configurations"):
+        write_confirmation(confirmed, trial, study_dir, [])
+    assert not study_dir.confirmation_path.exists()
+    for verdict in (no_candidate("psnr_at_budget_db", "maximize", 0),
+                    unconfirmed("psnr_at_budget_db", "maximize", "confirmation skipped (--no-confirm)",
+                                best_trial=1, default_trial=0, recommend="default"), None):
+        written = json.loads(write_confirmation(verdict, trial, study_dir, []).read_text())
+        assert written["verdict"]["confirmed"] is False and written["runs"] == []
+    runs = [{"label": label, "trial": n, "index": i, "value": v} for label, n, values in
+            (("best", 1, [26.1, 25.9]), ("default", 0, [25.0, 25.2])) for i, v in enumerate(values)]
+    written = json.loads(write_confirmation(confirmed, SimpleNamespace(number=1), study_dir, runs).read_text())
+    assert written["verdict"]["confirmed"] is True and len(written["runs"]) == 4
 
 
 def test_more_re_runs_or_a_new_best_reuse_the_recorded_runs() -> None:

@@ -40,9 +40,21 @@ def test_a_hostile_study_name_on_the_command_line_is_one_error_line(name, tmp_pa
                           cwd=tmp_path, capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(REPO)})
     assert proc.returncode == 2
-    last = proc.stderr.strip().splitlines()[-1]
-    assert "argument --study-name: expected a name of letters, digits" in last
+    assert proc.stderr.splitlines() == [f"error: --study-name: expected a name of letters, digits, '.', '_' or '-', "
+                                        f"got {name!r}"]  # one line: no usage, no raw newline
     assert not (tmp_path / "s").exists() and _no_pwned(tmp_path) == []
+
+
+def test_an_error_naming_a_file_with_a_line_break_stays_one_line(tmp_path):
+    study = tmp_path / "bad\nstudy.toml"
+    study.write_text('[study]\nname = "a\\nb"\n')
+    proc = subprocess.run([sys.executable, "-m", "ngptune", "sweep", "--study", str(study), "--out", str(tmp_path / "s")],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 2
+    shown = str(study).replace("\n", "\\n")
+    assert proc.stderr.splitlines() == [f"error: {shown}: study.name: expected a name of letters, digits, '.', '_' or "
+                                        f"'-', got 'a\\nb'"]
 
 
 def test_a_hostile_study_name_in_a_study_file_names_the_key(tmp_path):

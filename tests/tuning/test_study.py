@@ -15,7 +15,7 @@ from trainer.contract.errors import ConfigError
 STUDIES = REPO_ROOT / "studies"
 
 
-@pytest.mark.parametrize("name", ["demo", "nccl", "parallel", "quality_time", "psnr_budget", "comm_bound"])
+@pytest.mark.parametrize("name", ["demo", "nccl", "parallel", "quality_time", "psnr_budget", "comm_bound", "psnr_steps", "capture"])
 def test_shipped_studies_load(name):
     spec = load_study(STUDIES / f"{name}.toml")
     assert spec.name == name
@@ -23,13 +23,40 @@ def test_shipped_studies_load(name):
     spec.base_config()  # the base config with the fixed settings and the budget is valid
 
 
-def test_demo_study_is_cpu_sized():
+def test_demo_study_is_cpu_sized_with_a_step_budget():
     spec = load_study(STUDIES / "demo.toml")
     assert spec.scene == "demo"
-    assert spec.budget.seconds is not None and spec.budget.seconds * spec.trials <= 60
+    assert spec.budget.seconds is None and spec.budget.steps is not None and spec.budget.steps * spec.trials <= 600
     assert spec.objective_names == ["psnr_at_budget_db"] and spec.pruner.type == "none"
     cfg = spec.base_config()
-    assert cfg.training.time_budget_s == spec.budget.seconds and cfg.training.n_steps == BUDGET_STEPS_CAP
+    assert cfg.training.time_budget_s is None and cfg.training.n_steps == spec.budget.steps
+    assert BUDGET_STEPS_CAP > spec.budget.steps
+
+
+def test_studies_that_share_a_gpu_or_run_on_a_cpu_use_step_budgets_and_gpu_studies_prune():
+    from ngptune.tuning.concurrency import default_trials_per_gpu
+
+    for name in ("demo", "psnr_steps"):  # the CPU demo and the study that packs trials on a GPU
+        spec = load_study(STUDIES / f"{name}.toml")
+        assert spec.budget.steps is not None and default_trials_per_gpu(spec, 0) == 1
+    for name in ("psnr_budget", "psnr_steps", "capture"):
+        spec = load_study(STUDIES / f"{name}.toml")
+        assert spec.pruner.type in ("hyperband", "successive_halving") and spec.pruner.eval_every_steps
+        overrides = spec.fixed_overrides()
+        assert overrides["training.eval_every"] == spec.pruner.eval_every_steps
+        assert overrides["training.eval_every_max_images"] == spec.pruner.eval_images == 2
+        unit = spec.budget.steps if spec.budget.steps is not None else int(spec.budget.seconds)
+        assert spec.pruner.max_resource == unit and spec.pruner.min_resource < unit
+    capture = load_study(STUDIES / "capture.toml")
+    assert capture.budget.seconds == 60 and capture.trials >= 24
+    assert {"data.aabb_scale", "encoding.max_resolution_factor", "training.cone_angle", "training.occupancy_threshold",
+            "training.occupancy_decay", "training.near_distance", "training.target_samples_per_step",
+            "optimizer.learning_rate"} == {p.name for p in capture.params}
+    from ngptune.tuning.space import default_params
+
+    derived = default_params(capture, capture.base_config())  # the trainer derives box and cone angle
+    assert "data.aabb_scale" not in derived and "training.cone_angle" not in derived
+    assert derived["encoding.max_resolution_factor"] == 1.0 and derived["training.near_distance"] == 0.0
 
 
 def test_quality_time_has_two_objectives_and_no_pruner():
@@ -43,7 +70,7 @@ def test_psnr_budget_is_one_quality_objective_scored_on_every_trial():
     spec = load_study(STUDIES / "psnr_budget.toml")
     assert spec.objective_names == ["psnr_at_budget_db"] and spec.directions == ["maximize"]
     assert spec.budget.seconds == 30 and spec.trials >= 16
-    assert spec.pruner.type == "none" and spec.needs_eval
+    assert spec.pruner.type == "hyperband" and spec.needs_eval
 
 
 def test_nccl_study_sweeps_the_allow_list():
@@ -92,6 +119,9 @@ def _param(name: str, body: str) -> str:
     [
         ({"settings": {"training.precision": "fp8"}}, r"^settings\.training\.precision: expected one of fp32, tf32, bf16, fp16, got 'fp8'"),
         ({"settings": {"training.n_step": 5}}, r"^settings: unknown key 'training\.n_step' \(did you mean 'training\.n_steps'\?\)"),
+        ({"settings": {"LD_PRELOAD": "/tmp/x.so"}},  # the closest keys, not all of them
+         r"^settings: unknown key 'LD_PRELOAD' \(closest: [a-z_]+\.[a-z0-9_]+, [a-z_]+\.[a-z0-9_]+, [a-z_]+\.[a-z0-9_]+; "
+         r"one of \d+ keys, listed in trainer/config/blocks\.py\)$"),
         ({"settings": {"training.max_rays_per_step": 16}}, r"^settings\.training\.max_rays_per_step: expected an integer >= training\.initial_rays_per_step"),
         ({"settings": {"training.time_budget_s": 5}}, r"^settings\.training\.time_budget_s: training\.time_budget_s cannot be set in a study: set by the budget"),
         ({"settings": {"distributed.master_port": 29500}}, r"^settings\.distributed\.master_port: .*free rendezvous port"),
@@ -121,7 +151,13 @@ def _param(name: str, body: str) -> str:
         ({"budget": "steps = 10\nseconds = 5"}, r"^budget: expected exactly one of steps, seconds"),
         ({"budget": "minutes = 3"}, r"^unknown key 'budget\.minutes'"),
         ({"budget": "seconds = 30\ntrial_timeout_s = 20"}, r"^budget\.trial_timeout_s: expected more than budget\.seconds \(30\), got 20"),
-        ({"objectives": '[[objectives]]\nname = "psnr_at_budget_db"\n'}, r"^objectives\[0\]\.name: psnr_at_budget_db needs a time budget: set budget\.seconds"),
+        ({"objectives": '[[objectives]]\nname = "psnr_at_budget_db"\n', "pruner": 'type = "hyperband"\neval_every_steps = 20'},
+         r"^pruner\.eval_every_steps: expected fewer than budget\.steps \(20\) so a mark falls inside the budget, got 20"),
+        ({"objectives": '[[objectives]]\nname = "psnr_at_budget_db"\n', "pruner": 'type = "hyperband"\neval_images = 2'},
+         r"^pruner\.eval_images: needs pruner\.eval_every_steps"),
+        ({"pruner": 'type = "successive_halving"\neval_every_steps = 5'},
+         r"^pruner\.eval_every_steps: evaluation marks report the PSNR of psnr_at_budget_db"),
+        ({"pruner": 'type = "none"\neval_every_steps = 5'}, r"^unknown key 'pruner\.eval_every_steps'"),
         ({"objectives": '[[objectives]]\nname = "time_to_psnr_s"\n'}, r"^objectives\[0\]: missing key 'target_db'"),
         ({"objectives": '[[objectives]]\nname = "samples_per_hour"\n'}, r"^objectives\[0\]\.name: expected one of throughput_samples_per_s, samples_per_s, rays_per_s, psnr_at_budget_db, time_to_psnr_s"),
         ({"objectives": THROUGHPUT + THROUGHPUT}, r"^objectives\[1\]\.name: objective throughput_samples_per_s listed twice"),

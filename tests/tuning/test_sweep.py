@@ -185,11 +185,11 @@ def test_resume_after_kill_keeps_completed_trials_and_retries_the_running_one(tm
                                                 "training.device": TrainConfig().training.device})
     header = study_dir.best_config_path.read_text().splitlines()[:3]
     assert header[0].startswith(f"// Recommended by study t ({tiny_study}): trial {best.number}")
-    if best.number == 0:  # nothing to confirm: the default is the best
-        assert "no trial beat the default (trial 0): the default is recommended" in header[2]
-    else:
-        assert "unconfirmed: confirmation skipped (--no-confirm)" in header[2]
-    assert json.loads(study_dir.confirmation_path.read_text())["verdict"]["confirmed"] is (best.number == 0)
+    assert "unconfirmed: confirmation skipped (--no-confirm)" in header[2]
+    if best.number == 0:  # the default won its single run: recommended, and said to be without re-runs
+        assert "the default (trial 0) won its single run and is recommended without re-runs" in header[2]
+    evidence = json.loads(study_dir.confirmation_path.read_text())
+    assert evidence["verdict"]["confirmed"] is False and evidence["runs"] == []  # no runs, never confirmed
     assert "export NCCL_NVLS_ENABLE=0" in study_dir.best_env_path.read_text().splitlines()
     train = _run([sys.executable, "-m", "ngptune", "train", "--config", study_dir.best_config_path, "--n-steps", "3",
                   "--no-eval", "--quiet", "--out", tmp_path / "best_run", "--scene", launched.data.scene], timeout_s=200)
@@ -279,6 +279,14 @@ def test_fox_scene_two_gloo_ranks_six_trials(tmp_path):
         assert trial.user_attrs["quality"]["psnr_db"] > 0  # every trial is scored on PSNR
 
 
+def _last_tensorboard_psnr(run_dir: RunDir) -> float:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run_dir.tensorboard_dir))
+    events.Reload()
+    return events.Scalars("eval/psnr_db")[-1].value
+
+
 def test_several_objectives_from_evaluations(tmp_path, demo_scene):
     objectives = ('[[objectives]]\nname = "psnr_at_budget_db"\n'
                   '[[objectives]]\nname = "time_to_psnr_s"\ntarget_db = 5.0\neval_every_steps = 4\n'
@@ -303,11 +311,13 @@ def test_several_objectives_from_evaluations(tmp_path, demo_scene):
         psnr, time_to, throughput = trial.values
         assert psnr == status["eval_psnr_db"]  # the final evaluation after the 3 s budget
         assert time_to == first_reached["wall_time_s"]
+        assert run_dir.root.parent == StudyDir(out).trials_dir  # a trial is a run in the study folder: its
+        assert _last_tensorboard_psnr(run_dir) == pytest.approx(psnr, rel=1e-6)  # TensorBoard events too
         assert throughput > 0 and trial.user_attrs["settings"]["training.time_budget_s"] == 5.0
     best = [t.number for t in study.best_trials]
     text = " ".join(result.stdout.split())
-    assert ("representative of the Pareto front, unconfirmed): trial" in text  # the front's knee is recommended,
-            or "no trial beat the default (trial 0): the default is recommended" in text)  # or is the default
+    assert ("recommended (representative of the Pareto front, not confirmed): trial" in text  # the front's knee,
+            or "recommended (the default, not confirmed): trial 0" in text)  # or the default, which won its run
     chosen = load_config(StudyDir(out).best_config_path)
     assert chosen.training.time_budget_s is None  # the trials' 5 s budget is not carried over
     restore = {"training.n_steps": chosen.training.n_steps, "training.time_budget_s": None, "data.scene": None,
@@ -343,7 +353,8 @@ def test_confirmation_re_runs_best_and_default_and_records_them(tmp_path, tiny_s
     assert sorted((r["label"], r["trial"], r["index"], r["seed"]) for r in runs) == [
         ("best", 1, 0, 2337), ("best", 1, 1, 2338), ("default", 0, 0, 2337), ("default", 0, 1, 2338)]
     assert all(r["outcome"] == "completed" and r["value"] > 0 for r in runs), runs
-    assert verdict.status in ("confirmed", "not_confirmed") and len(verdict.best_values) == 2
+    assert verdict.status in ("confirmed", "no_significant_difference", "default_better")
+    assert len(verdict.best_values) == 2 and verdict.p_value is not None
     assert StudyDir(out).confirm_run_dir(1, 1).is_dir() and StudyDir(out).confirm_run_dir(0, 1).is_dir()
     # a re-run stopped by a kill leaves its folder behind, unrecorded: it runs again from the start
     stale = StudyDir(out).confirm_run_dir(1, 2)
@@ -358,11 +369,11 @@ def test_confirmation_re_runs_best_and_default_and_records_them(tmp_path, tiny_s
     again = _run(SWEEP + ["--study", tiny_study, "--out", out, "--nproc-per-node", "1", "--trials", "2",
                           "--confirm-runs", "3"])
     assert again.returncode == 0, again.stdout + again.stderr
-    assert "re-run best" not in again.stdout and "re-run default" not in again.stdout
+    assert "  re-run " not in again.stdout  # every re-run is recorded: none launched again
     evidence = json.loads(StudyDir(out).confirmation_path.read_text())
-    assert evidence["verdict"]["sentence"] in " ".join(again.stdout.split())
-    if evidence["verdict"]["status"] != "best_is_default":
-        assert len(evidence["runs"]) == 6
+    sentence, text = evidence["verdict"]["sentence"], " ".join(again.stdout.split())
+    assert sentence.split(" (gain")[0] in text and sentence.split("; ")[-1] in text  # the verdict and its test
+    assert len(evidence["runs"]) == 6  # the runs behind the verdict, whichever trial won its single run
 
 
 def test_contradictory_or_useless_confirmation_flags_are_refused(tmp_path, tiny_study):

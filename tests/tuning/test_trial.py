@@ -43,11 +43,23 @@ def test_crash_on_one_rank_is_failed_naming_the_rank(tmp_path, demo_scene):
     _assert_nothing_left(run, launch)
 
 
-def test_out_of_memory_is_pruned(tmp_path, demo_scene):
+def test_out_of_memory_is_failed_not_pruned(tmp_path, demo_scene):
     launch = _launch(tmp_path, demo_scene, nproc=1, faults__oom_at_step=3)
     run = run_trial(launch)
-    assert run.outcome == "pruned"
+    assert run.outcome == "failed"  # the point never ran: no value the pruner may compare
     assert run.reason.startswith("out of memory: rank 0 ran out of memory (OutOfMemoryError: CUDA out of memory. (simulated")
+    _assert_nothing_left(run, launch)
+
+
+def test_a_diverged_trial_is_failed_as_diverged_not_as_an_empty_occupancy_grid(tmp_path, demo_scene):
+    # two ranks, no metrics record before the occupancy warm-up ends: the first error the NaN
+    # parameters cause is "no ray sample of any rank hit an occupied cell"
+    launch = _launch(tmp_path, demo_scene, nproc=2, optimizer__learning_rate=1e30, training__log_every=100)
+    run = run_trial(launch)
+    assert run.outcome == "failed"
+    assert run.reason.startswith("diverged: ") and "training diverged at step" in run.reason
+    assert "is not finite (NaN or inf)" in run.reason
+    assert run.status["state"] == "diverged"
     _assert_nothing_left(run, launch)
 
 

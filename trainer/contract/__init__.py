@@ -4,9 +4,10 @@ The driver starts the trainer as processes and reads what they leave; this packa
 holds nothing that needs torch (``import trainer.contract`` loads the standard library, ``json5``
 and nothing else of the trainer's)::
 
-    commandline  the entry points' flags, and trainer_argv / inference_argv / tool_argv that build
-                 every command line the driver starts (python -m trainer, trainer.inference,
-                 trainer.tools.<tool>); worker_argv for the launcher's ranks
+    commandline  the entry points' flags, and trainer_argv / inference_argv / viewer_argv / tool_argv
+                 that build every command line the driver starts (python -m trainer,
+                 trainer.inference, trainer.viewer, trainer.tools.<tool>); worker_argv for the
+                 launcher's ranks
     lifeline     children that stop when the process that started them dies
     rundir       RunDir: the run-directory layout, the only place its paths are built; atomic writes
     runstatus    status.json keys and states; the one-line "error: " / "warning: " protocol
@@ -32,22 +33,24 @@ from typing import Any
 
 FACE: dict[str, tuple[str, ...]] = {
     "commandline": (
-        "BENCH_COMM_OPS", "BENCH_COMM_RESULT_FILE", "EXPORT_HELP", "LAUNCH_FLAGS", "RENDER_HELP", "TOOLS",
+        "BENCH_COMM_OPS", "BENCH_COMM_RESULT_FILE", "EXPORT_HELP", "LAUNCH_FLAGS", "RENDER_HELP", "TOOLS", "VIEW_HELP",
         "add_demo_scene_arguments", "add_export_arguments", "add_inspect_arguments", "add_render_arguments",
-        "add_scene_format_arguments", "add_trainer_arguments", "bench_comm_argv", "inference_argv",
-        "positive_int", "scene_format_overrides", "tool_argv", "trainer_argv", "worker_argv",
+        "add_scene_format_arguments", "add_trainer_arguments", "add_view_arguments", "bench_comm_argv",
+        "inference_argv", "positive_int", "scene_format_overrides", "tool_argv", "trainer_argv", "viewer_argv",
+        "worker_argv",
     ),
     "lifeline": ("command_stopping_with_parent", "set_parent_death_signal"),
     "rundir": ("RunDir", "atomic_write_text", "prepare_output_file"),
     "runstatus": (
-        "COMPLETED", "FAILED", "INTERRUPTED", "REASON_KEY", "RUN_DIR_KEY", "RUNNING", "STATE_KEY", "TRAIN_START_KEY",
-        "WARNING_PREFIX", "error_or_last_line", "is_completed", "last_error_message", "plain_warning_format",
-        "print_error", "state_of",
+        "COMPLETED", "DIVERGED", "FAILED", "INTERRUPTED", "REASON_KEY", "RUN_DIR_KEY", "RUNNING", "STATE_KEY",
+        "TRAIN_START_KEY", "WARNING_PREFIX", "error_or_last_line", "is_completed", "is_diverged", "last_error_message",
+        "plain_warning_format", "print_error", "state_of", "summary_line", "SUMMARY_PREFIX",
     ),
-    "metrics": ("METRICS_COLUMNS", "PHASES", "Column", "MetricsError", "phase_column", "read_metrics"),
+    "metrics": ("METRICS_COLUMNS", "PHASES", "Column", "MetricsError", "number_text", "phase_column", "quantity_text",
+                "read_metrics", "si_number", "unit_of"),
     "evaluation": (
-        "COLLAPSE_CURES", "COLLAPSE_MARGIN_DB", "EVALUATION_KEYS", "EvaluationError", "collapse_gap_db",
-        "collapse_message", "past_occupancy_warmup", "read_evaluation",
+        "COLLAPSE_CURES", "COLLAPSE_MARGIN_DB", "EVALUATION_KEYS", "EvaluationError", "collapse_cures",
+        "collapse_gap_db", "collapse_message", "past_occupancy_warmup", "read_evaluation",
     ),
     "config": (
         "BLOCKS", "DataConfig", "DirEncodingConfig", "DistributedConfig", "EncodingConfig", "FaultsConfig",

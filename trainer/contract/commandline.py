@@ -4,14 +4,16 @@ Entry points (each prints ``error: <message>`` and exits 2 on bad input, :mod:`t
 
     python -m trainer [launch flags] [training flags]     train (one process, or --nproc-per-node N ranks)
     python -m trainer.inference render|export ...          use a trained model
+    python -m trainer.viewer MODEL ...                      a web viewer of a trained model
     python -m trainer.tools.<tool> ...                      devices, inspect, demo_scene, bench_comm
 
 The flags are defined here once (:func:`add_trainer_arguments`, :func:`add_render_arguments`,
-:func:`add_export_arguments`, :func:`add_inspect_arguments`, :func:`add_demo_scene_arguments`):
+:func:`add_export_arguments`, :func:`add_view_arguments`, :func:`add_inspect_arguments`,
+:func:`add_demo_scene_arguments`):
 the trainer's parsers and the driver's sub-commands of the same name add the same flags, so
 ``ngptune train --help`` and ``python -m trainer --help`` agree and a bad flag is refused with
 the same words before any process starts. Every command line the driver starts is built here
-(:func:`trainer_argv`, :func:`inference_argv`, :func:`tool_argv`).
+(:func:`trainer_argv`, :func:`inference_argv`, :func:`viewer_argv`, :func:`tool_argv`).
 
 Flag choices are read from the tables they name: ``--format`` from
 :data:`trainer.contract.formats.SCENE_FORMATS`, ``--precision`` from the ``training.precision``
@@ -37,12 +39,16 @@ __all__ = [
     "BENCH_COMM_OPS",
     "BENCH_COMM_RESULT_FILE",
     "DEFAULT_FPS",
+    "DEFAULT_MAX_RESOLUTION",
     "DEFAULT_MESH_THRESHOLD",
+    "DEFAULT_MIN_VIEWS",
     "DEFAULT_SECONDS",
     "LAUNCH_FLAGS",
     "MAX_RAYS_PER_POINT",
+    "RENDER_MODES",
     "TOOLS",
     "VIDEO_EXTENSIONS",
+    "VIEW_HELP",
     "add_bench_comm_arguments",
     "add_demo_scene_arguments",
     "add_export_arguments",
@@ -52,12 +58,14 @@ __all__ = [
     "add_scene_format_arguments",
     "add_train_arguments",
     "add_trainer_arguments",
+    "add_view_arguments",
     "bench_comm_argv",
     "inference_argv",
     "positive_int",
     "scene_format_overrides",
     "tool_argv",
     "trainer_argv",
+    "viewer_argv",
     "worker_argv",
 ]
 
@@ -78,6 +86,10 @@ DEFAULT_MESH_THRESHOLD = 2.5
 MAX_RAYS_PER_POINT = 20
 """``export pointcloud --n-points N`` casts at most this many training rays per point asked for
 (and never more than the training images have pixels) before it writes what it has."""
+DEFAULT_MIN_VIEWS = 3
+"""``export mesh|pointcloud --min-views N``: keep only what lies on the rendered surface of at least N
+training views (:mod:`trainer.inference.support`); two views triangulate a point, a third checks it.
+0 keeps everything."""
 
 
 def positive_int(text: str) -> int:
@@ -147,6 +159,12 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="plain log lines, no progress bar")
     parser.add_argument("--cpu-threads", dest="cpu_threads", type=int, default=None, metavar="N",
                         help="intra-op threads of each rank on a CPU; 0: cores // ranks on the host (training.cpu_threads)")
+    parser.add_argument("--view", action="store_true",
+                        help="serve a web viewer of the model as it trains (one process, or rank 0); the first lines "
+                             "give its address")
+    parser.add_argument("--view-host", default="127.0.0.1",
+                        help="--view: address to listen on (default 127.0.0.1, this machine only)")
+    parser.add_argument("--view-port", type=int, default=0, help="--view: port to listen on (default: a free port)")
 
 
 def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
@@ -159,6 +177,9 @@ def add_launch_arguments(parser: argparse.ArgumentParser) -> None:
                              "distributed.master_addr:master_port when the port is set)")
     parser.add_argument("--max-restarts", type=int, default=0,
                         help="restart the worker group up to K times; workers resume from the newest checkpoint")
+    parser.add_argument("--check-host", action="store_true",
+                        help="only check this host for the run (the scene exists; the interfaces named in "
+                             "NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME exist), then exit 0; nothing is started or written")
 
 
 def add_trainer_arguments(parser: argparse.ArgumentParser) -> None:
@@ -204,6 +225,7 @@ def trainer_argv(
     trace_steps: tuple[int, int] | None = None,
     emulate_interconnect: str | None = None,
     quiet: bool = False,
+    check_host: bool = False,
     overrides: Mapping[str, Any] | Sequence[str] = (),
     extra: Sequence[str] = (),
 ) -> list[str]:
@@ -211,8 +233,9 @@ def trainer_argv(
 
     Each keyword is the flag of the same name (:func:`add_trainer_arguments`); None and the
     defaults add nothing. ``evaluate=False`` is ``--no-eval``; ``trace_steps`` ``(A, B)`` is
-    ``--trace-steps A:B``; ``overrides`` are ``--set`` items (``"KEY=VALUE"`` texts, or a mapping
-    of dotted keys to values); ``extra``: further flags as the user gave them, last.
+    ``--trace-steps A:B``; ``check_host`` is ``--check-host`` (the host's checks only, nothing
+    started); ``overrides`` are ``--set`` items (``"KEY=VALUE"`` texts, or a mapping of dotted keys
+    to values); ``extra``: further flags as the user gave them, last.
     """
     argv = [sys.executable, "-m", "trainer"]
     if nproc_per_node is not None:
@@ -227,6 +250,8 @@ def trainer_argv(
         argv += ["--trace-steps", f"{trace_steps[0]}:{trace_steps[1]}"]
     if quiet:
         argv.append("--quiet")
+    if check_host:
+        argv.append("--check-host")
     if not evaluate:
         argv.append("--no-eval")
     for item in _override_items(overrides):
@@ -265,7 +290,15 @@ def add_render_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nproc-per-node", type=int, default=None, help="split the frames across N ranks (gloo)")
     p.add_argument("--scene", type=Path, default=None, help="the scene, when it moved since training (default: the run's)")
     p.add_argument("--device", default=None, help="cpu | cuda | cuda:N (default: the run's training.device)")
+    p.add_argument("--compare", action="store_true",
+                   help="test/train/val views: also write <view>_compare.png, the render beside the ground truth")
     p.add_argument("--seed", type=int, default=1337, help="seed of the jitter of --spp > 1 (default 1337)")
+    _add_threads_and_quiet(p)
+
+
+def _add_threads_and_quiet(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cpu-threads", type=int, default=None, metavar="N",
+                   help="intra-op threads of each rank on a CPU (default: the run's training.cpu_threads; 0: cores // ranks)")
     p.add_argument("--quiet", action="store_true", help="no progress display")
 
 
@@ -273,7 +306,13 @@ def _add_export_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", type=Path, help="run folder, snapshot file or checkpoint folder")
     p.add_argument("--scene", type=Path, default=None, help="the scene, when it moved since training (default: the run's)")
     p.add_argument("--device", default=None, help="cpu | cuda | cuda:N (default: the run's training.device)")
-    p.add_argument("--quiet", action="store_true", help="no progress display")
+    _add_threads_and_quiet(p)
+
+
+def _add_min_views(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--min-views", type=int, default=DEFAULT_MIN_VIEWS,
+                   help=f"keep only {what} on the rendered surface of at least N training views, leaving out floaters, "
+                        f"haze and hidden or unseen density (default {DEFAULT_MIN_VIEWS}; 0 keeps everything)")
 
 
 def add_export_arguments(p: argparse.ArgumentParser) -> None:
@@ -288,6 +327,7 @@ def add_export_arguments(p: argparse.ArgumentParser) -> None:
     mesh.add_argument("--aabb", type=float, nargs=6, default=None, metavar=("X0", "Y0", "Z0", "X1", "Y1", "Z1"),
                       help="box to mesh in scene units (default: the occupied part of the occupancy grid)")
     mesh.add_argument("--out", type=Path, default=None, help="FILE.ply | .obj | .glb (default: MODEL's folder/mesh.ply)")
+    _add_min_views(mesh, "triangles")
     cloud = kinds.add_parser("pointcloud", help="coloured points at the expected depth of training rays (PLY)")
     _add_export_common(cloud)
     cloud.add_argument("--n-points", type=int, default=200_000,
@@ -296,6 +336,7 @@ def add_export_arguments(p: argparse.ArgumentParser) -> None:
     cloud.add_argument("--min-opacity", type=float, default=0.5, help="keep rays at least this opaque (default 0.5)")
     cloud.add_argument("--seed", type=int, default=0, help="seed of the ray choice (default 0)")
     cloud.add_argument("--out", type=Path, default=None, help="FILE.ply (default: MODEL's folder/pointcloud.ply)")
+    _add_min_views(cloud, "points")
 
 
 RENDER_HELP = "render views, orbits and camera paths of a trained model (PNG, video, depth)"
@@ -305,6 +346,40 @@ EXPORT_HELP = "export a trained model as a mesh or a point cloud"
 def inference_argv(argv: Sequence[str]) -> list[str]:
     """``[python, "-m", "trainer.inference", *argv]`` (``argv`` starts with ``render`` or ``export``)."""
     return [sys.executable, "-m", "trainer.inference", *argv]
+
+
+# ---------------------------------------------------------------------------- python -m trainer.viewer
+
+
+RENDER_MODES = ("rgb", "depth", "opacity")
+"""What the viewer's frames show: the colour, the expected depth (turbo colours, near red, far blue),
+or the accumulated opacity (white = opaque)."""
+DEFAULT_MAX_RESOLUTION = 1920
+"""The viewer's longest side of a resting frame, pixels."""
+VIEW_HELP = "a web viewer of a trained model (viser): rendered from the browser's camera"
+
+
+def add_view_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of the viewer (``python -m trainer.viewer``, ``ngptune view``)."""
+    p.add_argument("model", type=Path, help="run folder, snapshot file or checkpoint folder")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1, this machine only; 0.0.0.0 for every interface)")
+    p.add_argument("--port", type=int, default=0, help="port to listen on (default: a free port, printed)")
+    p.add_argument("--max-resolution", type=int, default=DEFAULT_MAX_RESOLUTION,
+                   help=f"longest side of a resting frame in pixels (default {DEFAULT_MAX_RESOLUTION}; the page can "
+                        "lower it)")
+    p.add_argument("--spp", type=int, default=1, help="jittered renders averaged per pixel of a resting frame (default 1)")
+    p.add_argument("--mode", choices=RENDER_MODES, default="rgb", help="what the frames show first (default rgb)")
+    p.add_argument("--background", default=None, help="white | black | #RRGGBB (default: the scene's evaluation background)")
+    p.add_argument("--device", default=None,
+                   help="cpu | cuda | cuda:N (default: the run's training.device; the CPU, with a note, when that "
+                        "is CUDA and this machine has none)")
+    p.add_argument("--scene", type=Path, default=None, help="the scene, when it moved since training (default: the run's)")
+
+
+def viewer_argv(argv: Sequence[str]) -> list[str]:
+    """``[python, "-m", "trainer.viewer", *argv]`` (``argv``: the flags of :func:`add_view_arguments`)."""
+    return [sys.executable, "-m", "trainer.viewer", *argv]
 
 
 # ---------------------------------------------------------------------------- python -m trainer.tools.<tool>

@@ -10,9 +10,13 @@ final evaluation (and by periodic ones) of rank 0::
                              the ssim_views large enough for its window); psnr_of_mean_mse_db;
                              metrics_note says which is which
     background_psnr_db       the mean PSNR of painting every pixel the background colour
+    mean_psnr_affine_db      the mean PSNR after each view's least-squares affine colour map (the
+                             held-out score of a model with training.appearance)
     occupancy_warmup_steps   training.occupancy_warmup_steps of the run
     background_collapse      the warning of :func:`collapse_message`, or null
-    images                   per view: index, name, mse, psnr_db, ssim, background_psnr_db
+    collapse_cures           the cures that apply to this capture and run (:func:`collapse_cures`)
+    null_reasons             why a value is null (a NaN or infinite mean), by its key
+    images                   per view: index, name, mse, psnr_db, psnr_affine_db, ssim, background_psnr_db
 
 :func:`read_evaluation` reads it back (the driver's diagnoses and the reports).
 
@@ -40,7 +44,9 @@ __all__ = [
     "COLLAPSE_CURES",
     "COLLAPSE_MARGIN_DB",
     "EVALUATION_KEYS",
+    "LEARNING_RATE_CURE",
     "EvaluationError",
+    "collapse_cures",
     "collapse_gap_db",
     "collapse_message",
     "past_occupancy_warmup",
@@ -49,8 +55,8 @@ __all__ = [
 
 EVALUATION_KEYS: tuple[str, ...] = (
     "split", "split_origin", "step", "background", "mean_psnr_db", "psnr_cap_db", "psnr_of_mean_mse_db",
-    "mean_ssim", "ssim_views", "background_psnr_db", "metrics_note", "occupancy_warmup_steps",
-    "background_collapse", "images",
+    "mean_ssim", "ssim_views", "background_psnr_db", "mean_psnr_affine_db", "metrics_note", "occupancy_warmup_steps",
+    "background_collapse", "collapse_cures", "images",
 )
 """The keys of ``eval.json`` (module docstring)."""
 
@@ -79,12 +85,46 @@ def read_evaluation(run_dir: Path) -> dict[str, Any] | None:
 #: the mean test PSNR lies within this many dB of the background-only prediction's: collapsed.
 COLLAPSE_MARGIN_DB = 0.1
 
+LEARNING_RATE_CURE = ("a different optimizer.learning_rate (too large drives the densities below the occupancy "
+                      "threshold early, too small never grows them)")
+
 COLLAPSE_CURES = (
-    "train with a random background (training.background=random) so a constant colour cannot "
-    "explain the images; a centre-crop warm-up (the first steps' rays drawn from the middle of "
-    "the images, where the object is); a different optimizer.learning_rate (too large drives the "
-    "densities below the occupancy threshold early, too small never grows them)"
+    "with an alpha channel: a random background (training.background=random), so a constant colour cannot "
+    "explain the images; without one: the backdrop's colour as the background (training.background=white or "
+    f"black); {LEARNING_RATE_CURE}"
 )
+"""The cures whatever the capture (the profile's knob when its evaluation does not name them)."""
+
+
+def collapse_cures(*, has_alpha: bool, background: str, backdrop: str | None) -> str:
+    """The cures of a collapse that apply to this capture and run.
+
+    Args:
+        has_alpha: whether the training images have an alpha channel.
+        background: ``training.background`` of the run (``random``, ``white``, ``black``).
+        backdrop: the colour of the images' borders when it is uniform, ``"white"`` or
+            ``"black"`` (a studio backdrop), else None.
+
+    Returns:
+        One phrase listing them: a random background only for images with alpha (without alpha,
+        every pixel's colour is its target whatever the background, so it changes nothing); for
+        images without alpha on a uniform backdrop, that colour as the background (an empty ray
+        then explains the backdrop, and density is needed only where the object is) and a matte;
+        always the learning rate.
+    """
+    cures = []
+    if has_alpha and background != "random":
+        cures.append("train with a random background (training.background=random) so a constant colour cannot "
+                     "explain the images")
+    elif not has_alpha:
+        if backdrop is not None and background != backdrop:
+            cures.append(f"train against the images' {backdrop} backdrop (training.background={backdrop}): they have "
+                         f"no alpha channel, so with a {background} background every backdrop pixel must be painted "
+                         "by density, and an empty ray explains it with this one")
+        cures.append("give the images an alpha channel (a matte of the object), which makes the backdrop known "
+                     "to be empty")
+    cures.append(LEARNING_RATE_CURE)
+    return "; ".join(cures)
 
 
 def past_occupancy_warmup(step: int, occupancy_warmup_steps: int) -> bool:
@@ -101,7 +141,7 @@ def collapse_gap_db(mean_psnr_db: float, background_psnr_db: float) -> float:
 
 
 def collapse_message(mean_psnr_db: float, background_psnr_db: float, step: int,
-                     occupancy_warmup_steps: int) -> str | None:
+                     occupancy_warmup_steps: int, cures: str = COLLAPSE_CURES) -> str | None:
     """The warning for a collapsed model, or None.
 
     Args:
@@ -110,6 +150,7 @@ def collapse_message(mean_psnr_db: float, background_psnr_db: float, step: int,
             pixel (``eval.json``'s ``background_psnr_db``).
         step: the step the model was evaluated at.
         occupancy_warmup_steps: ``training.occupancy_warmup_steps``.
+        cures: what to try (:func:`collapse_cures` of the capture and run).
 
     Returns:
         One line naming the cause and the cures when, past the occupancy warm-up, the two PSNRs
@@ -120,4 +161,4 @@ def collapse_message(mean_psnr_db: float, background_psnr_db: float, step: int,
         return None
     return (f"the model renders only the background: test PSNR {mean_psnr_db:.2f} dB at step {step} is within "
             f"{COLLAPSE_MARGIN_DB:g} dB of painting every pixel the background colour ({background_psnr_db:.2f} dB); "
-            f"the density collapsed after the occupancy warm-up ({occupancy_warmup_steps} steps). Cures: {COLLAPSE_CURES}")
+            f"the density collapsed after the occupancy warm-up ({occupancy_warmup_steps} steps). Cures: {cures}")

@@ -64,10 +64,12 @@ METRICS_COLUMNS: tuple[Column, ...] = (
     Column("loss", "", "mean training loss over the interval", required=True),
     Column("train_psnr_db", "dB", "PSNR of the training batches over the interval (from MSE)"),
     Column("lr", "", "learning rate at the end of the interval"),
-    Column("rays_per_step", "rays", "mean rays per step over the interval"),
-    Column("samples_per_step", "samples", "mean ray samples per step over the interval"),
-    Column("rays_per_s", "rays/s", "training rays per second over the interval"),
-    Column("throughput_samples_per_s", "samples/s", "training samples per second over the interval", required=True),
+    Column("rays_per_step", "rays", "mean rays per step over the interval, of the whole job (all ranks)"),
+    Column("samples_per_step", "samples", "mean ray samples per step over the interval, of the whole job (all ranks)"),
+    Column("rays_per_s", "rays/s", "training rays per second over the interval, of the whole job (all ranks; the same on every rank's record)"),
+    Column("throughput_samples_per_s", "samples/s", "training samples per second over the interval, of the whole job (all ranks; the same on every rank's record)", required=True),
+    Column("rank_rays_per_s", "rays/s", "training rays per second this rank processed itself (= rays_per_s in one process)"),
+    Column("rank_throughput_samples_per_s", "samples/s", "training samples per second this rank processed itself (= throughput_samples_per_s in one process)"),
     Column("steps_per_s", "steps/s", "optimiser steps per second over the interval"),
     Column("step_time_ms", "ms", "mean wall-clock time per step over the interval", required=True),
     *(Column(f"{p}_ms", "ms", f"mean time per step in phase '{p}'") for p in PHASES),
@@ -96,6 +98,109 @@ METRICS_COLUMNS: tuple[Column, ...] = (
 )
 
 COLUMNS_BY_NAME: dict[str, Column] = {c.name: c for c in METRICS_COLUMNS}
+
+
+# ------------------------------------------------------------------ numbers a person reads
+# The unit of a quantity is the end of its name (a metrics column, a profile or study table
+# column, a status.json key): the terminal tables, the reports and the progress lines show every
+# value with it, at the precision it is read at.
+
+_UNIT_SUFFIXES: tuple[tuple[str, str, str], ...] = (
+    # (name suffix, unit, style): "fixed2" two decimals, "fixed1" one, "fixed0" none, "si" 3
+    # significant digits with an SI prefix, "sig3" 3 significant digits
+    ("_gb_per_s", "GB/s", "sig3"),
+    ("_kib_per_s", "KiB/s", "si"),
+    ("_per_s", "/s", "si"),
+    ("_db", "dB", "fixed2"),
+    ("_ms", "ms", "fixed1"),
+    ("_us", "µs", "fixed1"),
+    ("_s", "s", "fixed1"),
+    ("_pct", "%", "fixed1"),
+    ("_mib", "MiB", "fixed0"),
+    ("_w", "W", "fixed0"),
+    ("_mhz", "MHz", "fixed0"),
+    ("_c", "°C", "fixed0"),
+    ("_b", "B", "si"),
+)
+_PLAIN_SIG3 = ("ssim", "imbalance", "fraction", "coverage", "share", "lr", "loss", "ratio")
+
+
+def si_number(value: float, digits: int = 3) -> str:
+    """``value`` with ``digits`` significant digits and an SI prefix: ``6.10 M``, ``77.6 k``,
+    ``512``, ``0.25`` (no prefix below 1000).
+
+    >>> si_number(6104850.0), si_number(77600), si_number(512), si_number(0.25)
+    ('6.10 M', '77.6 k', '512', '0.250')
+    """
+    if not math.isfinite(value) or value == 0:
+        return str(value) if value else "0"
+    rounded = float(f"{value:.{digits}g}")  # 999.8 at 3 digits is 1.00 k, not 1000
+    for factor, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(rounded) >= factor:
+            return f"{significant(rounded / factor, digits)} {prefix}"
+    return significant(rounded, digits)
+
+
+def significant(value: float, digits: int = 3) -> str:
+    """``value`` rounded to ``digits`` significant digits, in fixed notation (``0.0123``, ``34.2``)."""
+    if not math.isfinite(value):
+        return str(value)
+    if value == 0:
+        return "0"
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(value))))
+    text = f"{value:.{decimals}f}"
+    if decimals == 0 and len(text.lstrip("-")) > digits:  # 1234.5 at 3 digits: 1230
+        text = f"{round(value, digits - len(text.lstrip('-'))):.0f}"
+    return text
+
+
+def unit_of(name: str) -> str:
+    """The unit a quantity's name ends with (``psnr_db`` → ``dB``, ``throughput_samples_per_s`` →
+    ``samples/s``, ``step_time_ms`` → ``ms``; a remark in parentheses after the name, ``psnr_db
+    (max)``, is left out), or ``""``."""
+    base = name.lower().split(" (")[0]
+    for suffix, unit, _ in _UNIT_SUFFIXES:
+        if base.endswith(suffix):
+            if suffix == "_per_s":
+                counted = base[: -len(suffix)].rsplit("_", 1)[-1]
+                return f"{counted}/s" if counted not in ("", "throughput") else "/s"
+            return unit
+    return ""
+
+
+def number_text(name: str, value: Any) -> str:
+    """``value`` of the quantity ``name`` at the precision it is read at, without its unit: dB and
+    ms with 2 and 1 decimals, seconds with 1, rates with 3 significant digits and an SI prefix,
+    counts as integers, ratios (SSIM, imbalance, fractions) with 3 significant digits; ``""`` for
+    None or NaN; text as it is."""
+    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return "" if value is None else str(value)
+    if isinstance(value, float) and math.isnan(value):
+        return ""
+    base = name.lower().split(" (")[0]
+    for suffix, _, style in _UNIT_SUFFIXES:
+        if base.endswith(suffix):
+            if style == "si":
+                return si_number(float(value))
+            if style == "sig3":
+                return significant(float(value))
+            return f"{float(value):.{int(style[-1])}f}"
+    if isinstance(value, int) or float(value).is_integer() and abs(value) < 1e15 and not any(
+            word in base for word in _PLAIN_SIG3):
+        return str(int(value))
+    if any(word in base for word in _PLAIN_SIG3):
+        return significant(float(value)) if abs(value) >= 1e-3 or value == 0 else f"{value:.2e}"
+    return significant(float(value), 4)
+
+
+def quantity_text(name: str, value: Any) -> str:
+    """:func:`number_text` with the unit of :func:`unit_of`: ``34.22 dB``, ``30.0 s``,
+    ``6.10 M samples/s``, ``12.3 ms``; ``""`` for a missing value."""
+    text = number_text(name, value)
+    unit = unit_of(name)
+    if not text or not unit or not isinstance(value, (int, float)) or isinstance(value, bool):
+        return text
+    return f"{text} {unit}"
 
 
 class MetricsError(TrainerError):
@@ -129,22 +234,34 @@ def _json_safe(value: Any) -> Any:
 
 
 class MetricsWriter:
-    """Appends schema-checked records to a ``metrics.jsonl`` file, one flushed line per record."""
+    """Appends schema-checked records to a ``metrics.jsonl`` file, one flushed line per record.
 
-    def __init__(self, path: Path) -> None:
+    Args:
+        path: the metrics file (appended to; its folder is created).
+        mirror: an object with ``write(record)`` and ``close()`` that gets every record after it
+            is written (the run's TensorBoard scalars, :mod:`trainer.metrics_tensorboard`), or None.
+    """
+
+    def __init__(self, path: Path, mirror: Any = None) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(self.path, "a", encoding="utf-8")
+        self._mirror = mirror
 
     def write(self, record: dict[str, Any]) -> None:
         record = {"schema_version": SCHEMA_VERSION, **record}
         validate_record(record, where=str(self.path))
         self._file.write(json.dumps({k: _json_safe(v) for k, v in record.items()}) + "\n")
         self._file.flush()
+        if self._mirror is not None:
+            self._mirror.write(record)
 
     def close(self) -> None:
         if not self._file.closed:
             self._file.close()
+        if self._mirror is not None:
+            self._mirror.close()
+            self._mirror = None
 
     def __enter__(self) -> "MetricsWriter":
         return self

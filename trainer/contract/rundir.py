@@ -9,11 +9,16 @@
       eval.json              per-image and mean PSNR/SSIM of the last evaluation
       eval.step_<NNNNNNN>.json  an earlier run's evaluation, kept when a resumed run continues here
       renders/<split>_<NNN>.png
-      snapshots/step_<NNNNNNN>.pt   single-process snapshots (newest = highest step)
+      snapshots/step_<NNNNNNN>.pt   single-process snapshots (newest = highest step); a finished
+                             run keeps its final model here
+      final.pt               a snapshot in the root (``--save-snapshot RUN/final.pt``, as train-many
+                             wrote it): found when the run has no snapshots/ and no checkpoints/
       checkpoints/step_<NNNNNNN>/   sharded distributed checkpoints
       logs/rank<R>.log       text log of each rank
       traces/rank<R>.pt.trace.json  torch.profiler Chrome trace of rank R (profile.trace_steps)
       status.json            final state of the run (completed / failed + reason; keys in trainer.contract.runstatus)
+      events.out.tfevents.*  rank 0's metrics and evaluations as TensorBoard scalars (training.tensorboard)
+      view_<NNN>.json        cameras saved from the viewer (nerfstudio camera paths)
 
 Stdlib only: both the trainer and the ngptune driver import it.
 """
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import re
 import tempfile
@@ -62,10 +68,12 @@ def _umask() -> int:
 
 
 def prepare_output_file(path: Path, what: str) -> Path:
-    """Check before a long run that ``path`` can be written as a file (creating its folder).
+    """Check before a long run that ``path`` can be written as a file (creating its folder, and
+    writing and removing a temporary file there).
 
     Raises:
-        ConfigError: naming ``what`` and the path when it is a folder or its folder cannot be made.
+        ConfigError: naming ``what`` and the path when it is a folder, its folder cannot be made,
+            or no file can be written in it.
     """
     path = Path(path)
     if path.is_dir():
@@ -74,14 +82,66 @@ def prepare_output_file(path: Path, what: str) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"{what} {path}: cannot create its folder ({exc.strerror or exc})") from None
-    if not os.access(path.parent, os.W_OK):
-        raise ConfigError(f"{what} {path}: folder is not writable")
+    try:  # a real write: access() says yes to root on read-only and pseudo file systems (/proc)
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"{what} {path}: cannot write a file in {path.parent} ({exc.strerror or exc})") from None
     return path
 
 
 def atomic_write_text(path: Path, text: str) -> None:
     """Write ``text`` (UTF-8) to ``path`` atomically (see :func:`atomic_write`)."""
     atomic_write(path, lambda f: f.write(text.encode("utf-8")))
+
+
+def view_name(split: str, index: int) -> str:
+    """The file stem of view ``index`` (its position in the split) of ``split``: ``test_007``. The
+    evaluation's renders and ``render --cameras test`` name their PNGs so."""
+    return f"{split}_{index:03d}"
+
+
+NULL_REASONS_KEY = "null_reasons"
+"""Key of a run's JSON files (``eval.json``, ``status.json``) mapping the dotted path of each value
+written as ``null`` (a NaN or an infinity: not JSON) to why it has no number."""
+
+
+def _null_reason(path: str, value: float) -> str:
+    if math.isnan(value):
+        return "not a number (NaN): the value is undefined for this run"
+    if path.rsplit(".", 1)[-1].endswith("_db") and value > 0:
+        return "+inf: an exact match (zero error), which has no finite PSNR"
+    return f"{'+' if value > 0 else '-'}inf: no finite value"
+
+
+def json_ready(payload: Any) -> Any:
+    """``payload`` as strict JSON can hold it: each NaN or infinite float (which ``json.dumps``
+    would write as the bare ``NaN`` / ``Infinity`` that strict parsers reject) becomes ``None``,
+    and a top-level dict gets :data:`NULL_REASONS_KEY` saying why (reasons already there are kept).
+
+    Args:
+        payload: dicts, lists, tuples, strings, numbers, booleans, None.
+
+    Returns:
+        The cleaned copy.
+    """
+    reasons: dict[str, str] = {}
+
+    def clean(value: Any, path: str) -> Any:
+        if isinstance(value, float) and not math.isfinite(value):
+            reasons[path] = _null_reason(path, value)
+            return None
+        if isinstance(value, dict):
+            return {k: clean(v, f"{path}.{k}" if path else str(k)) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [clean(v, f"{path}[{i}]") for i, v in enumerate(value)]
+        return value
+
+    cleaned = clean(payload, "")
+    if reasons and isinstance(cleaned, dict):
+        given = cleaned.get(NULL_REASONS_KEY)
+        cleaned[NULL_REASONS_KEY] = {**reasons, **(given if isinstance(given, dict) else {})}
+    return cleaned
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,12 +233,22 @@ class RunDir:
     def status_path(self) -> Path:
         return self.root / "status.json"
 
+    def view_camera_path(self, number: int) -> Path:
+        """A camera saved from the viewer: ``view_<NNN>.json``."""
+        return self.root / f"view_{number:03d}.json"
+
+    @property
+    def tensorboard_dir(self) -> Path:
+        """Where rank 0's TensorBoard event files go: the run folder itself, so that
+        ``tensorboard --logdir runs/`` lists each run under its own name."""
+        return self.root
+
     @property
     def renders_dir(self) -> Path:
         return self.root / "renders"
 
     def render_path(self, split: str, index: int) -> Path:
-        return self.renders_dir / f"{split}_{index:03d}.png"
+        return self.renders_dir / f"{view_name(split, index)}.png"
 
     @property
     def snapshots_dir(self) -> Path:
@@ -203,6 +273,20 @@ class RunDir:
         return snaps[-1][1] if snaps else None
 
     @property
+    def root_snapshot_path(self) -> Path:
+        """``final.pt`` in the run's root: a snapshot that ``--save-snapshot RUN/final.pt`` put
+        there (train-many's runs of earlier versions); read only when :meth:`snapshots` is empty."""
+        return self.root / "final.pt"
+
+    def model_snapshot(self) -> Path | None:
+        """The snapshot holding the run's newest single-process model: the newest of
+        ``snapshots/``, else ``final.pt`` in the root, else None."""
+        newest = self.latest_snapshot()
+        if newest is None and self.root_snapshot_path.is_file():
+            return self.root_snapshot_path
+        return newest
+
+    @property
     def checkpoints_dir(self) -> Path:
         return self.root / "checkpoints"
 
@@ -222,5 +306,6 @@ class RunDir:
         return self.traces_dir / f"rank{rank}.pt.trace.json"
 
     def write_json(self, path: Path, payload: Any) -> None:
-        """Write JSON atomically to one of this run's paths."""
-        atomic_write_text(path, json.dumps(payload, indent=2, sort_keys=False) + "\n")
+        """Write strict JSON atomically to one of this run's paths (a NaN or an infinity is
+        written as ``null`` with its reason, :func:`json_ready`)."""
+        atomic_write_text(path, json.dumps(json_ready(payload), indent=2, sort_keys=False, allow_nan=False) + "\n")

@@ -7,9 +7,12 @@ The trainer (:mod:`trainer.cli`) and its launcher (:mod:`trainer.parallel.launch
 ``status.json`` (:attr:`trainer.contract.rundir.RunDir.status_path`) is one JSON object, rewritten
 atomically at the start and at the end of a run::
 
-    state                 running | completed | failed | interrupted   (STATE_KEY, STATES)
-    reason                failed / interrupted: one line ("ExcType: message", or the launcher's
-                          message naming the failed rank)                (REASON_KEY)
+    state                 running | completed | failed | interrupted | diverged   (STATE_KEY, STATES)
+    reason                failed / interrupted / diverged: one line ("ExcType: message", or the
+                          launcher's message naming the failed rank)    (REASON_KEY)
+    diverged_step, nonfinite_tensor   a diverged run: the step at which a NaN or infinite loss or
+                          parameter was found, and the first such tensor ("loss" or a parameter
+                          name); its ``snapshot`` (if any) is the last finite one
     run_dir, scene, world_size, step, train_time_s, wall_s, checkpoint, snapshot, resumed_from,
     resumed_from_step, throughput_samples_per_s, eval_psnr_db, eval_ssim, eval_split, stopped_by
     startup_s, kernels_compiled, step_kind   start-up before the training clock (trainer.train.startup):
@@ -39,12 +42,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from trainer.contract.metrics import quantity_text
+
 STATE_KEY = "state"
 REASON_KEY = "reason"
 RUN_DIR_KEY = "run_dir"
 FAILED_RANK_KEY = "failed_rank"
 FAILED_LOG_KEY = "failed_log"
 RESTART_COUNT_KEY = "restart_count"
+DIVERGED_STEP_KEY = "diverged_step"
+NONFINITE_TENSOR_KEY = "nonfinite_tensor"
 TRAIN_START_KEY = "train_start_unix_s"
 """``status.json`` key: wall clock (``time.time()``, s) at which the training loop started; the
 profile's GPU timeline counts from it."""
@@ -53,7 +60,8 @@ RUNNING = "running"
 COMPLETED = "completed"
 FAILED = "failed"
 INTERRUPTED = "interrupted"
-STATES = (RUNNING, COMPLETED, FAILED, INTERRUPTED)
+DIVERGED = "diverged"
+STATES = (RUNNING, COMPLETED, FAILED, INTERRUPTED, DIVERGED)
 """Values of ``status.json``'s ``state``."""
 
 ERROR_PREFIX = "error: "
@@ -66,6 +74,40 @@ WARNING_PREFIX = "warning: "
 _RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s?")
 
 
+SUMMARY_PREFIX = "trained to step "
+"""Start of :func:`summary_line` for a run that trained (the launcher's follower leaves rank 0's
+copy of it out: the launcher prints its own)."""
+
+
+def summary_line(status: Mapping[str, Any]) -> str:
+    """One readable line from a finished run's ``status.json``: steps and training time, what
+    stopped it early, restarts, throughput, the evaluation; ``""`` when there is nothing to say.
+    Printed before the JSON line that ends a run's output."""
+    parts = []
+    if isinstance(status.get("step"), int):
+        took = status.get("train_time_s")
+        parts.append(f"{SUMMARY_PREFIX}{status['step']}" + (f" in {took:.1f} s" if isinstance(took, (int, float)) else ""))
+        if status.get("stopped_by") == "time_budget":
+            parts[-1] += " (the time budget)"
+    restarts = status.get(RESTART_COUNT_KEY)
+    if isinstance(restarts, int) and restarts > 0:
+        resumed = status.get("resumed_from")
+        at = f" at step {status['resumed_from_step']}" if isinstance(status.get("resumed_from_step"), int) else ""
+        parts.append(f"after {restarts} restart{'s' if restarts != 1 else ''}"
+                     + (f" (resumed from {resumed}{at})" if resumed else " (from the start: no checkpoint)"))
+    if isinstance(status.get("throughput_samples_per_s"), (int, float)):
+        parts.append(quantity_text("throughput_samples_per_s", status["throughput_samples_per_s"]))
+    if isinstance(status.get("eval_psnr_db"), (int, float)):
+        took = status.get("eval_time_s")
+        parts.append(f"evaluation on {status.get('eval_split', 'test')}: PSNR {status['eval_psnr_db']:.2f} dB"
+                     + (f", SSIM {status['eval_ssim']:.3f}" if isinstance(status.get("eval_ssim"), (int, float)) else "")
+                     + (f" ({took:.1f} s)" if isinstance(took, (int, float)) else ""))
+    model = status.get("snapshot") or status.get("checkpoint")
+    if parts and isinstance(model, str):
+        parts.append(f"model: {model}")
+    return ", ".join(parts)
+
+
 def failed_fields(reason: str, *, failed_rank: int | None = None, failed_log: str | None = None) -> dict[str, Any]:
     """``status.json`` fields of a failed run (with the root-cause rank and its log, when known)."""
     fields: dict[str, Any] = {STATE_KEY: FAILED, REASON_KEY: reason}
@@ -74,6 +116,16 @@ def failed_fields(reason: str, *, failed_rank: int | None = None, failed_log: st
     if failed_log is not None:
         fields[FAILED_LOG_KEY] = failed_log
     return fields
+
+
+def diverged_fields(reason: str, step: int, tensor: str) -> dict[str, Any]:
+    """``status.json`` fields of a run stopped because its loss or a parameter became NaN or infinite."""
+    return {STATE_KEY: DIVERGED, REASON_KEY: reason, DIVERGED_STEP_KEY: step, NONFINITE_TENSOR_KEY: tensor}
+
+
+def is_diverged(status: Mapping[str, Any] | None) -> bool:
+    """Whether a read ``status.json`` says the run diverged."""
+    return state_of(status) == DIVERGED
 
 
 def interrupted_fields(reason: str) -> dict[str, Any]:
@@ -91,9 +143,15 @@ def is_completed(status: Mapping[str, Any] | None) -> bool:
     return state_of(status) == COMPLETED
 
 
+def one_line(text: object) -> str:
+    """``text`` on one line: line breaks (a file name or a value holding one) written as the
+    escapes ``\\n`` / ``\\r``, so one message never reads as several."""
+    return str(text).replace("\r", "\\r").replace("\n", "\\n")
+
+
 def error_line(message: object) -> str:
-    """``error: <message>``: the one line a failing process prints on stderr."""
-    return f"{ERROR_PREFIX}{message}"
+    """``error: <message>``: the one line a failing process prints on stderr (:func:`one_line`)."""
+    return f"{ERROR_PREFIX}{one_line(message)}"
 
 
 def print_error(message: object) -> None:

@@ -18,6 +18,8 @@ class SceneOptions:
         downscale: integer factor to shrink images by when decoding (1 = full size); intrinsics
             are scaled to match. None: the automatic rule (:func:`trainer.data.resolution.auto_downscale`
             for LLFF and COLMAP captures, full size for instant-ngp and Blender scenes).
+        min_downscale: a floor on the automatic rule's factor (>= 1; the CPU preset's 2); an
+            explicit ``downscale`` wins over both (:mod:`trainer.data.resolution`).
         holdout_every: for formats without splits (instant-ngp, LLFF, COLMAP), every n-th frame
             (in natural order, starting with the first) goes to the ``test`` split and the rest to
             ``train``; 0 keeps every frame in ``train`` (then ``test`` is empty).
@@ -31,6 +33,7 @@ class SceneOptions:
     """
 
     downscale: int | None = None
+    min_downscale: int = 1
     holdout_every: int = 8
     aabb_scale: int | None = None
     format: str | None = None
@@ -41,6 +44,8 @@ class SceneOptions:
             not isinstance(self.downscale, int) or isinstance(self.downscale, bool) or self.downscale < 1
         ):
             raise SceneError(f"downscale: expected an integer >= 1 or None (automatic), got {self.downscale!r}")
+        if not isinstance(self.min_downscale, int) or isinstance(self.min_downscale, bool) or self.min_downscale < 1:
+            raise SceneError(f"min_downscale: expected an integer >= 1, got {self.min_downscale!r}")
         if (
             not isinstance(self.holdout_every, int)
             or isinstance(self.holdout_every, bool)
@@ -58,8 +63,9 @@ class SceneOptions:
 
     @property
     def fixed_downscale(self) -> int:
-        """``downscale``, with the automatic rule read as full size (instant-ngp and Blender scenes)."""
-        return 1 if self.downscale is None else self.downscale
+        """``downscale``, with the automatic rule read as full size (instant-ngp and Blender scenes)
+        raised to ``min_downscale``."""
+        return self.min_downscale if self.downscale is None else self.downscale
 
 
 def check_aabb_scale(value: object, where: str) -> int:

@@ -118,16 +118,50 @@ def choose_placement(
         the available host memory, else ``"stream"``.
     """
     device = torch.device(device)
+    budget, host_budget = _placement_budgets(device, memory_budget_bytes)
+    if table_nbytes <= budget:
+        return "device"
+    return "pinned" if device.type == "cuda" and table_nbytes <= host_budget else "stream"
+
+
+def _placement_budgets(device: torch.device, memory_budget_bytes: int | None) -> tuple[int, int]:
+    """(bytes the table may take on the device, bytes it may take in host memory)."""
     host_budget = int(host_available_bytes() * _HOST_MEMORY_SHARE)
+    if memory_budget_bytes is not None:
+        return memory_budget_bytes, host_budget
     if device.type == "cuda":
-        if memory_budget_bytes is None:
-            free_bytes, _ = torch.cuda.mem_get_info(device)
-            memory_budget_bytes = int(free_bytes * _DEVICE_MEMORY_SHARE)
-        if table_nbytes <= memory_budget_bytes:
-            return "device"
-        return "pinned" if table_nbytes <= host_budget else "stream"
-    budget = host_budget if memory_budget_bytes is None else memory_budget_bytes
-    return "device" if table_nbytes <= budget else "stream"
+        free_bytes, _ = torch.cuda.mem_get_info(device)
+        return int(free_bytes * _DEVICE_MEMORY_SHARE), host_budget
+    return host_budget, host_budget
+
+
+def placement_note(placement: str, table_nbytes: int, device: torch.device | str,
+                   memory_budget_bytes: int | None, downscale: int) -> str | None:
+    """One line when the ``auto`` placement did not put the pixel table on the device: why (its
+    size against the budget) and the downscale that would fit; None for ``device``.
+
+    Args:
+        placement: what :func:`choose_placement` chose for the same arguments.
+        table_nbytes: the pixel table's bytes at ``downscale``.
+        device, memory_budget_bytes: as given to :func:`choose_placement`.
+        downscale: the images' current shrink factor.
+    """
+    if placement == "device":
+        return None
+    budget, _ = _placement_budgets(torch.device(device), memory_budget_bytes)
+    limit = (f"data.memory_budget_gib {memory_budget_bytes / 2**30:g} ({budget / 2**20:.1f} MiB)"
+             if memory_budget_bytes is not None else f"the memory it may take ({budget / 2**20:.1f} MiB)")
+    how = ("kept in host memory and copied to the device per batch" if placement == "pinned" else
+           "streamed: images decoded from disk as training runs, a window of them at a time (slower, and rays "
+           "come from fewer images at once)")
+    factor = downscale
+    while table_nbytes * (downscale / factor) ** 2 > budget and factor < 64 * downscale:
+        factor *= 2
+    fits = table_nbytes * (downscale / factor) ** 2
+    hint = (f"; --downscale {factor} would make it {fits / 2**20:.1f} MiB, which fits"
+            if fits <= budget and factor > downscale else "")
+    return (f"data.placement auto: the training pixels take {table_nbytes / 2**20:.1f} MiB, more than {limit}; "
+            f"they are {how}{hint}")
 
 
 # -------------------------------------------------------------------------------------- cameras

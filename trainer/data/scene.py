@@ -122,6 +122,8 @@ class Scene:
         box_source: how the scene box was chosen (``"file"``: the scene's own ``aabb_scale`` or the
             default; ``"data"``: derived from sparse points or near/far bounds; ``"override"``:
             ``--aabb-scale``).
+        size_rule: one line: the size the images are trained at, the factor and which rule chose
+            it (:mod:`trainer.data.resolution`).
     """
 
     format: str
@@ -138,6 +140,7 @@ class Scene:
     held_out_every: int = 0
     ignored_formats: list[str] = dataclasses.field(default_factory=list)
     box_source: str = "file"
+    size_rule: str = ""
 
     @property
     def aabb(self) -> np.ndarray:

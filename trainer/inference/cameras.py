@@ -39,11 +39,13 @@ import numpy as np
 from trainer.data.convention import centre_of_attention
 from trainer.data.scene import Frame, Intrinsics, Scene
 from trainer.contract.errors import ConfigError, SceneError
-from trainer.inference.worldframe import world_c2w_to_cube
+from trainer.inference.worldframe import cube_c2w_to_world, world_c2w_to_cube
 
 __all__ = [
     "CameraPath",
+    "nerfstudio_camera_path",
     "orbit_cameras",
+    "pinhole_intrinsics",
     "path_cameras",
     "read_camera_path",
     "resize_cameras",
@@ -51,6 +53,7 @@ __all__ = [
     "split_cameras",
 ]
 
+DEFAULT_PATH_FPS = 30.0  # frames per second of a written camera path of several keyframes
 QUATERNION_NORM_TOLERANCE = 1e-3  # |‖q‖ − 1| above this is refused (writers store ~1e-7)
 
 
@@ -89,7 +92,9 @@ def resize_cameras(frames: list[Frame], width: int | None = None, height: int | 
     return out
 
 
-def _pinhole(width: int, height: int, fov_y_deg: float) -> Intrinsics:
+def pinhole_intrinsics(width: int, height: int, fov_y_deg: float) -> Intrinsics:
+    """A distortion-free camera of ``width`` × ``height`` pixels, square pixels, centred principal
+    point, vertical field of view ``fov_y_deg`` degrees."""
     fy = 0.5 * height / math.tan(math.radians(fov_y_deg) / 2.0)
     return Intrinsics(width=width, height=height, fx=fy, fy=fy, cx=width / 2.0, cy=height / 2.0)
 
@@ -211,7 +216,7 @@ def path_cameras(path: CameraPath, n_frames: int, width: int, height: int) -> li
     """``n_frames`` cameras along ``path`` (the first and last on its end keyframes)."""
     times = np.linspace(0.0, 1.0, n_frames) if n_frames > 1 else np.zeros(1)
     c2w, fov = path.poses_at(times)
-    return [Frame(name=f"path_{i:05d}", image_path=Path(""), c2w=c2w[i], intrinsics=_pinhole(width, height, float(fov[i])))
+    return [Frame(name=f"path_{i:05d}", image_path=Path(""), c2w=c2w[i], intrinsics=pinhole_intrinsics(width, height, float(fov[i])))
             for i in range(n_frames)]
 
 
@@ -306,6 +311,28 @@ def _read_nerfstudio_path(data: dict, path: Path, scene: Scene) -> CameraPath:
     return CameraPath(Rotation.from_matrix(cube[:, :3, :3]).as_quat(), cube[:, :3, 3], np.asarray(fovs),
                       width=sizes.get("render_width"), height=sizes.get("render_height"),
                       fps=timing.get("fps"), seconds=timing.get("seconds"))
+
+
+def nerfstudio_camera_path(frames: list[Frame], scene: Scene, fps: float | None = None) -> dict[str, Any]:
+    """A nerfstudio ``camera_path.json`` object of ``frames`` as keyframes, in the capture's world
+    (what :func:`read_camera_path` reads back): ``camera_to_world`` (16 numbers, row-major,
+    OpenGL camera axes), ``fov`` (vertical, degrees) and ``aspect`` per keyframe; ``render_width``
+    and ``render_height`` of the first frame; ``fps`` (default 1 for one keyframe, else 30) and
+    ``seconds`` giving one frame per keyframe.
+
+    Raises:
+        ValueError: no frames.
+    """
+    if not frames:
+        raise ValueError("nerfstudio_camera_path: no frames")
+    world = cube_c2w_to_world(np.stack([np.asarray(f.c2w, dtype=np.float64) for f in frames]), scene)
+    fps = fps or (1.0 if len(frames) == 1 else DEFAULT_PATH_FPS)
+    keyframes = [{"camera_to_world": [float(v) for v in c2w.reshape(-1)],
+                  "fov": math.degrees(2.0 * math.atan(0.5 * f.intrinsics.height / f.intrinsics.fy)),
+                  "aspect": f.intrinsics.width / f.intrinsics.height} for f, c2w in zip(frames, world)]
+    first = frames[0].intrinsics
+    return {"camera_path": keyframes, "render_width": first.width, "render_height": first.height,
+            "fps": fps, "seconds": len(frames) / fps}
 
 
 def read_camera_path(path: Path, scene: Scene) -> CameraPath:

@@ -4,16 +4,27 @@ runs this process, with the same flags: :mod:`trainer.contract.commandline`).
 Every flag is checked before the model is loaded; bad input ends with one ``error:`` line naming
 the flag, file or key, exit status 2, and nothing is written. Ctrl-C ends with one
 ``interrupted:`` line (how far it got, what was kept), exit status 130.
+
+On a CPU each rank takes the threads of the trainer's rule (:mod:`trainer.cpu_threads`: the run's
+``training.cpu_threads``, or ``--cpu-threads N``; 0 = cores // ranks), and the first line says
+what computes where: the model, its step, the device and the threads; a render adds its frames
+and, for more than :data:`ESTIMATE_MIN_RAYS` rays, a time measured on a sample of them (a warning
+when it is longer than :data:`LONG_RENDER_S`).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import math
 import os
 import shutil
+import signal
 import sys
 import tempfile
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -30,8 +41,14 @@ from trainer.contract.runstatus import print_error
 
 __all__ = ["build_parser", "export_command", "main", "render_command"]
 
+ESTIMATE_MIN_RAYS = 200_000  # renders with fewer rays start without measuring their time first
+LONG_RENDER_S = 600.0  # an estimated render longer than this gets a warning on how to shorten it
+SPLITS = ("test", "train", "val")
 RENDER_GROUP_TIMEOUT_S = 6 * 3600.0  # ranks that finish early wait this long at the final barrier
 INTERRUPTED_EXIT = 130  # 128 + SIGINT, as a shell reports Ctrl-C
+TERMINATED_EXIT = 143  # 128 + SIGTERM
+MAX_SIDE_PX = 16384  # --width / --height: larger frames do not fit a device's memory or a video encoder
+MAX_FRAMES = 100_000  # frames of one render (about 55 min at 30 fps)
 
 
 def build_parser(prog: str = "python -m trainer.inference") -> argparse.ArgumentParser:
@@ -75,6 +92,35 @@ def check_device_flag(device: str | None) -> None:
         raise ConfigError(f"--device {device}: expected cpu, cuda or cuda:N")
 
 
+def check_cpu_threads_flag(cpu_threads: int | None) -> None:
+    """Refuse a negative ``--cpu-threads``.
+
+    Raises:
+        ConfigError: one line naming ``--cpu-threads``.
+    """
+    if cpu_threads is not None and cpu_threads < 0:
+        raise ConfigError(f"--cpu-threads {cpu_threads}: expected an integer >= 0 (0: cores // ranks)")
+
+
+def apply_threads(args: argparse.Namespace, cfg: Any, device: Any, local_ranks: int) -> str:
+    """Set this process's intra-op threads on a CPU (``--cpu-threads``, else the run's
+    ``training.cpu_threads``, by :func:`trainer.cpu_threads.apply_cpu_threads` for ``local_ranks``
+    ranks on the host) and return the words for the first line: ``on cpu (1 CPU thread per rank
+    (training.cpu_threads))`` or ``on cuda:0``."""
+    from trainer.cpu_threads import apply_cpu_threads, describe_cpu_threads
+
+    if device.type != "cpu":
+        return f"on {device}"
+    requested, setting = ((args.cpu_threads, "--cpu-threads") if args.cpu_threads is not None
+                          else (cfg.training.cpu_threads, "the run's training.cpu_threads"))
+    apply_cpu_threads(requested, local_ranks)
+    return f"on cpu ({describe_cpu_threads(requested, local_ranks, setting)})"
+
+
+def _model_words(model: Any) -> str:
+    return f"{model.source} (step {model.step})"
+
+
 def _interrupted(what: str) -> int:
     print(f"interrupted: {what}", file=sys.stderr, flush=True)
     return INTERRUPTED_EXIT
@@ -98,16 +144,27 @@ def check_render_flags(args: argparse.Namespace) -> None:
 
     check_model_path(args.model)
     check_device_flag(args.device)
+    check_cpu_threads_flag(args.cpu_threads)
     for flag, value, minimum in (("--spp", args.spp, 1), ("--width", args.width, 1), ("--height", args.height, 1),
                                  ("--downscale", args.downscale, 1), ("--frames", args.frames, 1),
                                  ("--nproc-per-node", args.nproc_per_node, 1)):
         if value is not None and value < minimum:
             raise ConfigError(f"{flag} {value}: expected an integer >= {minimum}")
+    for flag, value in (("--width", args.width), ("--height", args.height)):
+        if value is not None and value > MAX_SIDE_PX:
+            raise ConfigError(f"{flag} {value}: expected at most {MAX_SIDE_PX} pixels")
     for flag, value in (("--fps", args.fps), ("--seconds", args.seconds), ("--radius", args.radius)):
-        if value is not None and not value > 0:
-            raise ConfigError(f"{flag} {value:g}: expected a positive number")
+        if value is not None and not (value > 0 and math.isfinite(value)):
+            raise ConfigError(f"{flag} {value:g}: expected a finite number > 0")
+    if args.elevation is not None and not -90 <= args.elevation <= 90:
+        raise ConfigError(f"--elevation {args.elevation:g}: expected degrees in [-90, 90]")
     if args.fov is not None and not 0 < args.fov < 180:
         raise ConfigError(f"--fov {args.fov:g}: expected degrees in (0, 180)")
+    asked = args.frames if args.frames is not None else (args.fps or DEFAULT_FPS) * (args.seconds or DEFAULT_SECONDS)
+    if asked > MAX_FRAMES:
+        how = f"--frames {args.frames}" if args.frames is not None else \
+            f"--seconds {args.seconds or DEFAULT_SECONDS:g} at {args.fps or DEFAULT_FPS:g} fps: {asked:.3g} frames"
+        raise ConfigError(f"{how}: expected at most {MAX_FRAMES} frames")
     if args.cameras not in ("test", "train", "val", "orbit") and not args.cameras.endswith(".json"):
         raise ConfigError(f"--cameras {args.cameras}: expected test, train, val, orbit or a camera-path .json file")
     if args.cameras.endswith(".json") and not Path(args.cameras).is_file():
@@ -120,19 +177,33 @@ def check_render_flags(args: argparse.Namespace) -> None:
         args.out = _model_folder(args.model) / f"render-{_camera_label(args.cameras)}"
     if args.depth and args.out is None:
         raise ConfigError("--depth: depth PNGs need a folder; give --out DIR as well as --video")
+    if args.compare and (args.cameras not in SPLITS or args.width or args.height or args.downscale):
+        raise ConfigError(f"--compare: needs the views of a split at their own size (--cameras test, train or val, "
+                          f"without --width, --height, --downscale); got --cameras {args.cameras}"
+                          + (" with a new size" if args.cameras in SPLITS else ""))
+    if args.compare and args.out is None:
+        raise ConfigError("--compare: the side-by-side images need a folder; give --out DIR as well as --video")
     if args.out is not None:
         prepare_output_dir(args.out)
+
+
+def split_views(args: argparse.Namespace, model: Any) -> list[tuple[int, Any]]:
+    """``(index in the split, frame)`` of the views ``--cameras test|train|val`` and ``--frames``
+    ask for (evenly spaced, as evaluation chooses them)."""
+    from trainer.inference import cameras as cams
+    from trainer.train.evaluate import evaluation_frames
+
+    return evaluation_frames(cams.split_cameras(model.scene, args.cameras), args.frames)
 
 
 def build_cameras(args: argparse.Namespace, model: Any) -> list:
     """The frames ``args`` ask for (see :mod:`trainer.inference.cameras`)."""
     from trainer.inference import cameras as cams
     from trainer.inference.worldframe import units_per_cube_unit
-    from trainer.train.evaluate import evaluation_frames
 
     scene = model.scene
-    if args.cameras in ("test", "train", "val"):
-        frames = [f for _, f in evaluation_frames(cams.split_cameras(scene, args.cameras), args.frames)]
+    if args.cameras in SPLITS:
+        frames = [f for _, f in split_views(args, model)]
         return cams.resize_cameras(frames, args.width, args.height, args.downscale)
     first = cams.resize_cameras(scene.frames("train")[:1], args.width, args.height, args.downscale)[0]
     if args.cameras == "orbit":
@@ -167,31 +238,131 @@ def _render_job(args: argparse.Namespace, model: Any) -> Any:
         from trainer.inference.cameras import read_camera_path
 
         fps = read_camera_path(Path(args.cameras), model.scene).fps
+    names, own_size = None, False
+    if args.cameras in SPLITS:
+        from trainer.contract.rundir import view_name
+
+        names = [view_name(args.cameras, index) for index, _ in split_views(args, model)]
+        own_size = not (args.width or args.height or args.downscale)
     return RenderJob(cameras=build_cameras(args, model), spp=args.spp, background=parse_background(background),
                      depth=args.depth, out_dir=args.out, video=args.video, fps=fps or DEFAULT_FPS, seed=args.seed,
-                     quiet=args.quiet)
+                     quiet=args.quiet, names=names, score=own_size,
+                     compare=args.compare)
+
+
+def _duration_words(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.1f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
+
+
+def render_estimate_s(model: Any, job: Any) -> float | None:
+    """Seconds the render of ``job`` will take, measured on a sample of its rays
+    (:func:`trainer.train.eval_estimate.measure_eval_seconds`), or None for a small render (fewer
+    than :data:`ESTIMATE_MIN_RAYS` rays) or a subgrid model (rendered by another path)."""
+    from trainer.train.eval_estimate import measure_eval_seconds
+
+    rays = sum(c.intrinsics.width * c.intrinsics.height for c in job.cameras) * job.spp
+    if rays < ESTIMATE_MIN_RAYS or model.mode == "subgrid":
+        return None
+    return measure_eval_seconds(model.trainer, job.cameras, job.spp)
+
+
+def render_opening_line(args: argparse.Namespace, model: Any, job: Any, where: str, estimate: float | None) -> str:
+    """``rendering MODEL (step N) on DEVICE (threads): 8 test views of 100x100, spp 8, estimated 2.1 min``."""
+    k = job.cameras[0].intrinsics
+    what = (f"{len(job.cameras)} {args.cameras} view{'s' if len(job.cameras) != 1 else ''}" if args.cameras in SPLITS
+            else f"{len(job.cameras)} frame{'s' if len(job.cameras) != 1 else ''} of {_camera_label(args.cameras)}")
+    line = f"rendering {_model_words(model)} {where}: {what} of {k.width}x{k.height}, spp {job.spp}"
+    if estimate is not None:
+        line += f", estimated {_duration_words(estimate)} (measured on a sample of its rays)"
+    return line
+
+
+def long_render_warning(args: argparse.Namespace, estimate: float | None) -> str | None:
+    """The warning for a render estimated above :data:`LONG_RENDER_S`, naming what shortens it."""
+    if estimate is None or estimate <= LONG_RENDER_S:
+        return None
+    shorter = ["--frames N renders fewer" + (" views (evenly spaced)" if args.cameras in SPLITS else " frames")]
+    if args.spp > 1:
+        shorter.append(f"--spp 1 is {args.spp}x faster")
+    shorter.append("--downscale N renders smaller images")
+    return (f"this render is estimated at {_duration_words(estimate)}: {'; '.join(shorter)}; Ctrl-C keeps the "
+            "frames written so far")
 
 
 def _summary_line(summary: dict[str, Any], job: Any) -> str:
     k = job.cameras[0].intrinsics
     where = [w for w in (summary.get("out_dir"), summary.get("video")) if w]
-    return (f"rendered {summary['frames']} frame(s) of {k.width}x{k.height}, spp {job.spp}, in {summary['seconds']:.2f} s: "
+    scored = ""
+    if summary.get("mean_psnr_db") is not None:
+        scored = f"; against the ground truth: PSNR {summary['mean_psnr_db']:.2f} dB"
+        if summary.get("mean_ssim") is not None and summary["mean_ssim"] == summary["mean_ssim"]:
+            scored += f", SSIM {summary['mean_ssim']:.3f}"
+        scored += " (mean over the views" + (f", per view in {summary['scores_path']}" if summary.get("scores_path") else "") + ")"
+    return (f"rendered {summary['frames']} frame(s) of {k.width}x{k.height}, spp {job.spp}, in {summary['seconds']:.1f} s: "
             f"{summary['frames_per_s']:.3g} frames/s, {summary['rays_per_s']:.3g} rays/s"
-            + (f" -> {', '.join(where)}" if where else ""))
+            + (f" -> {', '.join(where)}" if where else "") + scored)
+
+
+def _record_scores(summary: dict[str, Any], args: argparse.Namespace, model: Any, job: Any) -> None:
+    """With ``job.score``: ``scores.json`` beside the frames, and the means into ``summary``."""
+    from trainer.inference.render_views import scores_summary, write_scores
+
+    if not job.score or not summary.get("scores"):
+        return
+    meta = {"split": args.cameras, "step": model.step, "spp": job.spp, "background": list(job.background)}
+    scores = scores_summary(summary["scores"], meta)
+    summary["mean_psnr_db"], summary["mean_ssim"] = scores["mean_psnr_db"], scores["mean_ssim"]
+    if summary.get("out_dir"):
+        summary["scores_path"] = str(write_scores(Path(summary["out_dir"]), scores))
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM during a render: unwinds like Ctrl-C (the video's temporary file is removed)."""
+
+
+@contextlib.contextmanager
+def _sigterm_unwinds() -> Iterator[list[bool]]:
+    """SIGTERM raises :class:`_Terminated` in the main thread while the block runs; the yielded
+    list holds True once it arrived."""
+    seen: list[bool] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield seen
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        seen.append(True)
+        raise _Terminated(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield seen
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def render_command(args: argparse.Namespace) -> int:
     """``render``: one process, or ``--nproc-per-node N`` ranks through the elastic launcher.
-    Returns the exit status (130 after Ctrl-C, with one line saying how far it got)."""
+    Returns the exit status (130 after Ctrl-C, 143 after SIGTERM, with one line saying how far it
+    got; an unfinished video's temporary file is removed)."""
     from trainer.inference.render_views import RenderInterrupted
 
-    try:
-        return _render(args)
-    except RenderInterrupted as exc:
-        return _interrupted(str(exc))
-    except KeyboardInterrupt:
-        video = "; no video written" if args.video is not None else ""
-        return _interrupted(f"render stopped before the first frame was rendered{video}")
+    with _sigterm_unwinds() as terminated:
+        try:
+            return _render(args)
+        except RenderInterrupted as exc:
+            return _stopped(str(exc), terminated)
+        except KeyboardInterrupt:
+            video = "; no video written" if args.video is not None else ""
+            return _stopped(f"render stopped before the first frame was rendered{video}", terminated)
+
+
+def _stopped(what: str, terminated: list[bool]) -> int:
+    if not terminated:
+        return _interrupted(what)
+    print(f"terminated (SIGTERM): {what}", file=sys.stderr, flush=True)
+    return TERMINATED_EXIT
 
 
 def _render(args: argparse.Namespace) -> int:
@@ -205,8 +376,15 @@ def _render(args: argparse.Namespace) -> int:
         return _render_worker(args)
     model = load_model(args.model, args.scene, args.device)
     try:
+        where = apply_threads(args, model.trainer.cfg, model.device, 1)
         job = _render_job(args, model)
+        estimate = render_estimate_s(model, job)
+        print(render_opening_line(args, model, job, where, estimate), flush=True)
+        warning = long_render_warning(args, estimate)
+        if warning:
+            print(f"warning: {warning}", file=sys.stderr, flush=True)
         summary = render_job(model, job)
+        _record_scores(summary, args, model, job)
     finally:
         model.close()
     for note in summary["notes"]:
@@ -229,8 +407,21 @@ def _worker_argv(argv: list[str]) -> list[str]:
 
 
 def _launch_render(args: argparse.Namespace) -> int:
+    from trainer.inference.loading import model_config
     from trainer.parallel.launch import launch_workers
+    from trainer.train.loop import resolve_device
 
+    cfg = model_config(args.model)
+    device = resolve_device(args.device or cfg.training.device)
+    if device.type == "cpu":
+        from trainer.cpu_threads import describe_cpu_threads
+
+        requested, setting = ((args.cpu_threads, "--cpu-threads") if args.cpu_threads is not None
+                              else (cfg.training.cpu_threads, "the run's training.cpu_threads"))
+        where = f"on cpu ({describe_cpu_threads(requested, args.nproc_per_node, setting)})"
+    else:
+        where = f"on {device.type}"
+    print(f"rendering {args.model} with {args.nproc_per_node} ranks {where}: --cameras {args.cameras}", flush=True)
     logs = Path(tempfile.mkdtemp(prefix="ngptune-render-"))
     argv = _worker_argv(args.render_argv) + (["--out", str(args.out)] if args.out is not None and "--out" not in args.render_argv else [])
     try:
@@ -266,9 +457,12 @@ def _render_worker(args: argparse.Namespace) -> int:
     env = detect_dist_env(probe)
     model = load_model(args.model, args.scene, str(env.device))
     try:
+        apply_threads(args, model.trainer.cfg, model.device, env.local_world_size)
         job = _render_job(args, model)
         init_distributed(env, RENDER_GROUP_TIMEOUT_S)
         summary = render_job(model, job, env.rank, env.world_size, barrier=dist.barrier if env.world_size > 1 else None)
+        if env.rank == 0:
+            _record_scores(summary, args, model, job)
     finally:
         model.close()
         if dist.is_initialized():
@@ -292,6 +486,7 @@ def export_command(args: argparse.Namespace) -> int:
 
     check_model_path(args.model)
     check_device_flag(args.device)
+    check_cpu_threads_flag(args.cpu_threads)
     out = args.out or _model_folder(args.model) / ("mesh.ply" if args.kind == "mesh" else "pointcloud.ply")
     try:
         return _export_mesh(args, out) if args.kind == "mesh" else _export_pointcloud(args, out)
@@ -299,12 +494,15 @@ def export_command(args: argparse.Namespace) -> int:
         return _interrupted(f"export {args.kind} stopped; {out} was not written")
 
 
-def _from_model(args: argparse.Namespace, extract: Any) -> Any:
-    """``extract(model)`` with the model of ``args`` loaded, closed afterwards."""
+def _from_model(args: argparse.Namespace, what: str, extract: Any) -> Any:
+    """``extract(model)`` with the model of ``args`` loaded (its threads set and the first line,
+    ``exporting WHAT of MODEL (step N) on DEVICE (threads)``, printed), closed afterwards."""
     from trainer.inference.loading import load_model
 
     model = load_model(args.model, args.scene, args.device)
     try:
+        where = apply_threads(args, model.trainer.cfg, model.device, 1)
+        print(f"exporting {what} of {_model_words(model)} {where}", flush=True)
         return extract(model)
     finally:
         model.close()
@@ -313,11 +511,13 @@ def _from_model(args: argparse.Namespace, extract: Any) -> Any:
 def _export_mesh(args: argparse.Namespace, out: Path) -> int:
     from trainer.inference.mesh import check_mesh_request, extract_mesh, write_mesh
 
-    check_mesh_request(args.resolution, out, args.aabb, args.threshold)
-    mesh = _from_model(args, lambda model: extract_mesh(model, args.resolution, args.threshold, args.aabb,
-                                                        quiet=args.quiet))
+    check_mesh_request(args.resolution, out, args.aabb, args.threshold, args.min_views)
+    mesh = _from_model(args, f"a {args.resolution}^3 mesh", lambda model: extract_mesh(
+        model, args.resolution, args.threshold, args.aabb, quiet=args.quiet, min_views=args.min_views))
     write_mesh(mesh, out)
-    print(f"mesh: {len(mesh['vertices'])} vertices, {len(mesh['faces'])} triangles at {args.resolution}^3, "
+    left_out = (f", {mesh['faces_unsupported']} left out (on the surface of fewer than {args.min_views} training "
+                f"views; support {mesh['support_s']:.2f} s)" if args.min_views > 0 else "")
+    print(f"mesh: {len(mesh['vertices'])} vertices, {len(mesh['faces'])} triangles at {args.resolution}^3{left_out}, "
           f"threshold {args.threshold:g} (density {mesh['density_s']:.2f} s, marching cubes {mesh['marching_s']:.2f} s) "
           f"-> {out}", flush=True)
     return 0
@@ -328,15 +528,17 @@ def _export_pointcloud(args: argparse.Namespace, out: Path) -> int:
         check_pointcloud_request, extract_pointcloud, shortfall_note, write_pointcloud,
     )
 
-    check_pointcloud_request(args.n_points, args.min_opacity, out)
-    cloud = _from_model(args, lambda model: extract_pointcloud(model, args.n_points, args.min_opacity, args.seed,
-                                                               quiet=args.quiet))
+    check_pointcloud_request(args.n_points, args.min_opacity, out, args.min_views)
+    cloud = _from_model(args, f"a point cloud of {args.n_points} points", lambda model: extract_pointcloud(
+        model, args.n_points, args.min_opacity, args.seed, quiet=args.quiet, min_views=args.min_views))
     write_pointcloud(cloud, out)
     note = shortfall_note(cloud, args.n_points, args.min_opacity)
     if note is not None:
         print(f"warning: {note}", file=sys.stderr)
-    print(f"point cloud: {len(cloud['points'])} points from {cloud['rays']} rays (opacity >= {args.min_opacity:g}) "
-          f"-> {out}", flush=True)
+    left_out = (f", {cloud['unsupported']} left out (on the surface of fewer than {args.min_views} training views)"
+                if args.min_views > 0 else "")
+    print(f"point cloud: {len(cloud['points'])} points from {cloud['rays']} rays (opacity >= {args.min_opacity:g}"
+          f"{left_out}) -> {out}", flush=True)
     return 0
 
 

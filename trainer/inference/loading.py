@@ -2,8 +2,9 @@
 
 What is accepted, and which config builds the model:
 
-* a run folder (``RUN_DIR``): its newest single-process snapshot (``snapshots/step_N.pt``) or its
-  newest complete distributed checkpoint (``checkpoints/step_N/``), whichever has the higher step;
+* a run folder (``RUN_DIR``): its newest single-process snapshot (``snapshots/step_N.pt``, else a
+  ``final.pt`` in its root: :meth:`~trainer.rundir.RunDir.model_snapshot`) or its newest complete
+  distributed checkpoint (``checkpoints/step_N/``), whichever has the higher step;
   the model is built from the run's ``config.json`` (so a snapshot copied in from another run is
   refused, naming the entry whose shape differs);
 * a snapshot file: the config stored in it;
@@ -30,7 +31,7 @@ from trainer.contract.config import TrainConfig, apply_overrides, config_from_di
 from trainer.contract.errors import ConfigError, SceneError, SnapshotError
 from trainer.contract.rundir import RunDir
 
-__all__ = ["LoadedModel", "check_model_path", "find_model_source", "load_model", "precision_autocast"]
+__all__ = ["LoadedModel", "check_model_path", "find_model_source", "load_model", "model_config", "precision_autocast"]
 
 
 @dataclasses.dataclass
@@ -42,12 +43,14 @@ class LoadedModel:
         source: the snapshot file or checkpoint folder the weights came from.
         step: the training step of those weights.
         mode: ``"single"``, ``"data"`` or ``"subgrid"``.
+        notes: what the loading chose for the user to know (a CUDA-trained model on the CPU).
     """
 
     trainer: Any
     source: Path
     step: int
     mode: str
+    notes: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def scene(self) -> Any:
@@ -90,17 +93,27 @@ def find_model_source(path: Path) -> tuple[str, Path, Path | None]:
         return "snapshot", path, None
     run = RunDir(path)
     checkpoint = latest_checkpoint(path)
-    snapshots = run.snapshots()
+    snapshot = run.model_snapshot()
     config = run.config_path if run.config_path.is_file() else None
-    if checkpoint is None and not snapshots:
+    if checkpoint is None and snapshot is None:
         raise SnapshotError(
-            f"{path}: no snapshot (snapshots/step_N.pt) and no complete checkpoint (checkpoints/step_N/) in this "
-            "folder; train with --snapshot-every N or --save-snapshot FILE to keep the model"
+            f"{path}: no snapshot (snapshots/step_N.pt or final.pt) and no complete checkpoint (checkpoints/step_N/) "
+            "in this folder; a run that finishes keeps its model there, and --snapshot-every N keeps one along the way"
         )
-    if checkpoint is not None and (not snapshots or _checkpoint_step(checkpoint) >= snapshots[-1][0]):
+    if checkpoint is not None and (snapshot is None or _checkpoint_step(checkpoint) >= _snapshot_step(run, snapshot)):
         in_run = config if checkpoint.parent.parent == path else None
         return "checkpoint", checkpoint, in_run
-    return "snapshot", snapshots[-1][1], config
+    return "snapshot", snapshot, config
+
+
+def _snapshot_step(run: RunDir, snapshot: Path) -> int:
+    """The step of a run's snapshot: from its name in ``snapshots/``, else from the file."""
+    for step, path in run.snapshots():
+        if path == snapshot:
+            return step
+    from trainer.train.snapshot import load_snapshot
+
+    return int(load_snapshot(snapshot)["step"])
 
 
 def _checkpoint_step(folder: Path) -> int:
@@ -126,9 +139,10 @@ def _read_run_config(path: Path) -> TrainConfig:
     return _config_from(saved, path)
 
 
-def _inference_config(cfg: TrainConfig, device: str | None) -> TrainConfig:
+def _inference_config(cfg: TrainConfig, device: str | None, cpu_fallback: bool, notes: list[str]) -> TrainConfig:
     """The run's config as one rendering process: no training images decoded, one rank, no
-    injected faults."""
+    injected faults; a CUDA run on a machine without CUDA renders on the CPU when
+    ``cpu_fallback`` (a line in ``notes`` says so)."""
     overrides: dict[str, Any] = {
         "data.placement": "stream", "distributed.world_size": None, "faults.ranks": [],
         "faults.data_delay_ms": 0.0, "faults.compute_slowdown": 1.0, "faults.oom_at_step": None,
@@ -137,8 +151,12 @@ def _inference_config(cfg: TrainConfig, device: str | None) -> TrainConfig:
     if device is not None:
         overrides["training.device"] = device
     elif cfg.training.device.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"training.device: the run's {cfg.training.device!r} needs a CUDA device and this machine "
-                          "has none; give --device cpu")
+        if not cpu_fallback:
+            raise ConfigError(f"training.device: the run's {cfg.training.device!r} needs a CUDA device and this "
+                              "machine has none; give --device cpu")
+        overrides["training.device"] = "cpu"
+        notes.append(f"the model trained on {cfg.training.device} and this machine has no CUDA device: rendering on "
+                     "the CPU, much more slowly")
     return apply_overrides(cfg, overrides)
 
 
@@ -150,33 +168,57 @@ def _load_scene(cfg: TrainConfig, scene_path: Path | None) -> Any:
 
         scene_path = Path(cfg.data.scene) if cfg.data.scene else demo_scene_path()
     try:
-        return load_scene(Path(scene_path), downscale=cfg.data.downscale, holdout_every=cfg.data.holdout_every,
-                          aabb_scale=cfg.data.aabb_scale)
+        return load_scene(Path(scene_path), downscale=cfg.data.downscale, min_downscale=cfg.data.min_downscale,
+                          holdout_every=cfg.data.holdout_every, aabb_scale=cfg.data.aabb_scale)
     except SceneError as exc:
         raise SceneError(f"{exc} (the run's scene, data.scene; give another place with --scene)") from None
 
 
-def load_model(path: Path, scene_path: Path | None = None, device: str | None = None) -> LoadedModel:
+def model_config(path: Path) -> TrainConfig:
+    """The config the model at ``path`` (as :func:`load_model` takes it) was trained with, without
+    building the model (a launcher's opening line: device, threads).
+
+    Raises:
+        SnapshotError: as :func:`find_model_source`, or no readable config.
+    """
+    kind, source, run_config = find_model_source(Path(path))
+    if run_config is not None:
+        return _read_run_config(run_config)
+    if kind == "snapshot":
+        from trainer.train.snapshot import load_snapshot
+
+        return _config_from(load_snapshot(source).get("config"), source)
+    from trainer.parallel.checkpoint import load_meta
+
+    return _config_from(load_meta(source).get("config"), source / "meta.json")
+
+
+def load_model(path: Path, scene_path: Path | None = None, device: str | None = None,
+               cpu_fallback: bool = False) -> LoadedModel:
     """Load a trained model for rendering (module docstring).
 
     Args:
         path: a run folder, a snapshot file or a checkpoint folder.
         scene_path: the scene (default: the run's ``data.scene``, or the demo scene).
         device: ``"cpu"``, ``"cuda"``, ... (default: the run's ``training.device``).
+        cpu_fallback: with ``device`` None, a model trained on CUDA loads on the CPU of a machine
+            without CUDA (``LoadedModel.notes`` says so) instead of raising.
 
     Raises:
         SnapshotError: no model found, a truncated or corrupt file, a snapshot of another config
             (names the entry and both shapes).
         SceneError: the scene cannot be loaded.
-        ConfigError: the run trained on CUDA, ``device`` is None and this machine has no CUDA.
+        ConfigError: the run trained on CUDA, ``device`` is None, this machine has no CUDA and
+            ``cpu_fallback`` is False.
     """
     from trainer.train.snapshot import load_snapshot, load_state_checked
 
     kind, source, run_config = find_model_source(Path(path))
+    notes: list[str] = []
     if kind == "snapshot":
         payload = load_snapshot(source)
         cfg = _read_run_config(run_config) if run_config else _config_from(payload.get("config"), source)
-        cfg = _inference_config(cfg, device)
+        cfg = _inference_config(cfg, device, cpu_fallback, notes)
         from trainer.train.loop import Trainer
         from trainer.train.snapshot_state import check_finest_resolution
 
@@ -192,14 +234,14 @@ def load_model(path: Path, scene_path: Path | None = None, device: str | None = 
 
         meta = load_meta(source)
         cfg = _read_run_config(run_config) if run_config else _config_from(meta.get("config"), source / "meta.json")
-        cfg = _inference_config(cfg, device)
+        cfg = _inference_config(cfg, device, cpu_fallback, notes)
         trainer = build_distributed_trainer(cfg, _load_scene(cfg, scene_path), None)
         with warnings.catch_warnings():  # the placement and world size differ on purpose
             warnings.filterwarnings("ignore", message=".*resuming with settings other than")
             trainer.load_checkpoint(source)
         mode = trainer.mode
     trainer.field.eval()
-    return LoadedModel(trainer=trainer, source=source, step=int(trainer.step), mode=mode)
+    return LoadedModel(trainer=trainer, source=source, step=int(trainer.step), mode=mode, notes=notes)
 
 
 def precision_autocast(trainer: Any) -> Any:

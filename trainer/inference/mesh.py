@@ -8,9 +8,13 @@
    renderer never samples there.
 3. scikit-image's ``measure.marching_cubes`` at ``level = threshold`` (σ in 1/unit-cube units,
    the field's own; instant-ngp's default mesh threshold is 2.5).
-4. Vertex colours: the colour network at each vertex, looking along the inward normal (the
+4. Faces the training views do not support are left out (``min_views``, :mod:`trainer.inference.support`):
+   a face stays when its three vertices lie on the rendered surface of at least ``min_views``
+   training views; density that no training view shows as a surface (floaters, haze, the inside of
+   hidden parts, corners of the scene box outside the views) leaves no triangles.
+5. Vertex colours: the colour network at each vertex, looking along the inward normal (the
    density gradient, pointing into the surface), i.e. the surface as a camera facing it sees it.
-5. Vertices and normals back into the source world (:mod:`trainer.inference.worldframe`), written
+6. Vertices and normals back into the source world (:mod:`trainer.inference.worldframe`), written
    through trimesh (``.ply``, ``.obj``, ``.glb``) to a temporary name and renamed.
 """
 
@@ -24,7 +28,7 @@ import numpy as np
 import torch
 
 from trainer.contract.errors import ConfigError
-from trainer.contract.commandline import DEFAULT_MESH_THRESHOLD
+from trainer.contract.commandline import DEFAULT_MESH_THRESHOLD, DEFAULT_MIN_VIEWS
 from trainer.inference.loading import LoadedModel, precision_autocast
 from trainer.inference.progress import Progress
 from trainer.inference.worldframe import cube_to_world, world_to_cube
@@ -34,10 +38,12 @@ __all__ = [
     "DEFAULT_THRESHOLD",
     "MESH_EXTENSIONS",
     "check_mesh_request",
+    "check_min_views",
     "density_grid",
     "extract_mesh",
     "mesh_memory_bytes",
     "occupied_box",
+    "supported_faces",
     "write_mesh",
 ]
 
@@ -70,15 +76,16 @@ def _gib(n: float) -> str:
 
 
 def check_mesh_request(resolution: int, out: Path, aabb: list[float] | None = None,
-                       threshold: float = DEFAULT_THRESHOLD) -> None:
+                       threshold: float = DEFAULT_THRESHOLD, min_views: int = DEFAULT_MIN_VIEWS) -> None:
     """Refuse a mesh request before any work: resolution below 2, a lattice that would not fit in
     memory (with the estimate), an unknown extension, an output folder that cannot be made, an
     empty ``--aabb``, a threshold that is not a finite σ >= 0 (the field's density is never
-    negative, so a negative level lies below every cell).
+    negative, so a negative level lies below every cell), a negative ``--min-views``.
 
     Raises:
         ConfigError: one line naming the flag.
     """
+    check_min_views(min_views)
     if not (np.isfinite(threshold) and threshold >= 0):
         raise ConfigError(f"--threshold {threshold:g}: expected a finite density σ >= 0 (default {DEFAULT_THRESHOLD:g})")
     if resolution < 2:
@@ -97,6 +104,12 @@ def check_mesh_request(resolution: int, out: Path, aabb: list[float] | None = No
             raise ConfigError(f"--aabb {' '.join(f'{v:g}' for v in aabb)}: expected x0 y0 z0 x1 y1 z1 with x1 > x0, "
                               "y1 > y0, z1 > z0")
     prepare_output_file(Path(out), "--out")
+
+
+def check_min_views(min_views: int) -> None:
+    """Raises ConfigError for a negative ``--min-views``."""
+    if min_views < 0:
+        raise ConfigError(f"--min-views {min_views}: expected an integer >= 0 (0 keeps everything; default {DEFAULT_MIN_VIEWS})")
 
 
 def occupied_box(trainer: Any) -> np.ndarray:
@@ -179,18 +192,31 @@ def _world_directions(vectors: np.ndarray, scene: Any) -> np.ndarray:
     return moved / np.maximum(np.linalg.norm(moved, axis=1, keepdims=True), 1e-12)
 
 
+def supported_faces(model: LoadedModel, box: np.ndarray, verts_cube: np.ndarray, faces: np.ndarray,
+                    min_views: int, resolution: int) -> np.ndarray:
+    """[F] bool: faces whose three vertices (unit cube) lie on the rendered surface of at least
+    ``min_views`` training views, on a support lattice of at most ``resolution`` cells per axis."""
+    from trainer.inference.support import SUPPORT_RESOLUTION, build_support
+
+    support = build_support(model, box, min_views, resolution=min(SUPPORT_RESOLUTION, resolution))
+    return support.supported(verts_cube)[faces].all(axis=1)
+
+
 def extract_mesh(model: LoadedModel, resolution: int = 256, threshold: float = DEFAULT_THRESHOLD,
-                 aabb_world: list[float] | None = None, quiet: bool = True) -> dict[str, Any]:
-    """The mesh (module docstring, steps 1-5 without the file).
+                 aabb_world: list[float] | None = None, quiet: bool = True,
+                 min_views: int = DEFAULT_MIN_VIEWS) -> dict[str, Any]:
+    """The mesh (module docstring, steps 1-6 without the file).
 
     Returns:
         ``{"vertices": [V, 3] float64 source world, "faces": [F, 3] int64, "normals": [V, 3]
         outward unit normals (source world), "colours": [V, 3] float32 in [0, 1],
-        "box_cube": [2, 3] the unit-cube box meshed, "density_s", "marching_s"}``.
+        "box_cube": [2, 3] the unit-cube box meshed, "faces_unsupported": faces left out by
+        ``min_views`` (0 when it is 0), "density_s", "marching_s", "support_s"}``.
 
     Raises:
         ConfigError: nothing in the box reaches ``threshold``, or every lattice point exceeds
-            it (both name ``--threshold``), or an ``--aabb`` outside the scene box.
+            it (both name ``--threshold``), an ``--aabb`` outside the scene box, or no face lies on
+            the surface of ``min_views`` training views (names ``--min-views``).
     """
     import time
 
@@ -223,12 +249,25 @@ def extract_mesh(model: LoadedModel, resolution: int = 256, threshold: float = D
                                                       gradient_direction="descent")
     marching_s = time.perf_counter() - t1
     verts_cube = verts + box[0]
+    t2 = time.perf_counter()
+    n_unsupported = 0
+    if min_views > 0:
+        keep = supported_faces(model, box, verts_cube, faces, min_views, resolution)
+        n_unsupported = int(np.count_nonzero(~keep))
+        if not keep.any():
+            raise ConfigError(f"--min-views {min_views}: none of the {len(faces)} triangles lies on the surface of "
+                              f"{min_views} training views; lower it (0 keeps everything) or train longer")
+        used, faces = np.unique(faces[keep], return_inverse=True)
+        faces = faces.reshape(-1, 3)
+        verts_cube, normals = verts_cube[used], normals[used]
+    support_s = time.perf_counter() - t2
     # with gradient_direction="descent" the object is σ > level and the normals point out of it
     outward = normals / np.maximum(np.linalg.norm(normals, axis=1, keepdims=True), 1e-12)
     colours = vertex_colours(trainer, verts_cube, -outward)
     return {"vertices": cube_to_world(verts_cube, scene), "faces": faces.astype(np.int64),
             "normals": _world_directions(outward, scene), "colours": colours, "box_cube": box,
-            "density_s": density_s, "marching_s": marching_s}
+            "faces_unsupported": n_unsupported, "density_s": density_s, "marching_s": marching_s,
+            "support_s": support_s}
 
 
 def write_mesh(mesh: dict[str, Any], out: Path) -> Path:

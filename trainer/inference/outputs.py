@@ -42,6 +42,7 @@ __all__ = [
     "VideoUnavailable",
     "check_video_file",
     "check_video_path",
+    "depth_preview",
     "parse_background",
     "prepare_output_dir",
     "write_depth_pngs",
@@ -163,11 +164,25 @@ def write_depth_pngs(folder: Path, name: str, depth: np.ndarray, depth_scale: fl
         depth: [h, w] float distances in source units; 0 or NaN where there is no surface.
         depth_scale: source units per count (:func:`write_depth_scale`).
     """
-    import cv2
-
     depth = np.nan_to_num(np.asarray(depth, dtype=np.float64), nan=0.0)
     counts = np.clip(np.round(depth / depth_scale), 0, DEPTH_MAX_COUNT).astype(np.uint16)
     raw = write_png(Path(folder) / f"{name}_depth.png", counts)
+    return raw, write_png(Path(folder) / f"{name}_depth_preview.png", depth_preview(depth))
+
+
+def depth_preview(depth: np.ndarray) -> np.ndarray:
+    """Depth as colours: the turbo colour map from the nearest surface (red) to the farthest
+    (blue) of this image, black where there is no surface.
+
+    Args:
+        depth: [h, w] float distances; 0 or NaN where there is no surface.
+
+    Returns:
+        [h, w, 3] uint8 RGB.
+    """
+    import cv2
+
+    depth = np.nan_to_num(np.asarray(depth, dtype=np.float64), nan=0.0)
     hit = depth > 0
     preview = np.zeros((*depth.shape, 3), dtype=np.uint8)
     if hit.any():
@@ -176,7 +191,7 @@ def write_depth_pngs(folder: Path, name: str, depth: np.ndarray, depth_scale: fl
         scaled[hit] = np.round(255.0 * (1.0 - (depth[hit] - near) / max(far - near, 1e-12))).astype(np.uint8)
         coloured = cv2.applyColorMap(scaled, cv2.COLORMAP_TURBO)[..., ::-1]
         preview[hit] = coloured[hit]
-    return raw, write_png(Path(folder) / f"{name}_depth_preview.png", preview)
+    return preview
 
 
 def write_depth_scale(folder: Path, depth_scale: float, units: str) -> Path:

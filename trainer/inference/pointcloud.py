@@ -10,6 +10,10 @@ coloured ``Σ w_i c_i / Σ w_i`` (the colour without background). Batches go on 
 rays (:data:`trainer.contract.commandline.MAX_RAYS_PER_POINT`), and never more than the training images have pixels;
 then the points found so far are written and the result says it fell short.
 
+With ``min_views`` > 0, a point counts only when it lies on the rendered surface of at least
+``min_views`` training views (:mod:`trainer.inference.support`, a lattice over the occupied box);
+the others (floaters seen by one or two views, haze) are left out and more rays are cast.
+
 Memory: the ray order is ``8 B`` per ray of the cap, the points ``36 B`` each (at most one per
 ray), and one batch of at most :data:`MAX_RAY_BATCH` rays is rendered at a time; so
 ``--n-points 10**12`` costs what casting every training pixel once costs.
@@ -29,7 +33,7 @@ import torch
 
 from trainer.data.rays import IntrinsicsTensors, generate_rays
 from trainer.contract.errors import ConfigError
-from trainer.contract.commandline import MAX_RAYS_PER_POINT
+from trainer.contract.commandline import DEFAULT_MIN_VIEWS, MAX_RAYS_PER_POINT
 from trainer.inference.loading import LoadedModel
 from trainer.inference.progress import Progress
 from trainer.inference.worldframe import cube_to_world
@@ -42,13 +46,17 @@ MAX_RAY_BATCH = 2**18  # rays of the largest batch (its rays, buffers and render
 BATCH_MARGIN = 1.2  # a batch after the first casts this much more than the hit rate so far asks for
 
 
-def check_pointcloud_request(n_points: int, min_opacity: float, out: Path) -> None:
+def check_pointcloud_request(n_points: int, min_opacity: float, out: Path, min_views: int = DEFAULT_MIN_VIEWS) -> None:
     """Refuse a bad request before any work.
 
     Raises:
-        ConfigError: ``n_points`` < 1, ``min_opacity`` outside [0, 1], an extension other than
-            ``.ply``, an output folder that cannot be made (each names the flag).
+        ConfigError: ``n_points`` < 1, ``min_opacity`` outside [0, 1], a negative ``min_views``,
+            an extension other than ``.ply``, an output folder that cannot be made (each names
+            the flag).
     """
+    from trainer.inference.mesh import check_min_views
+
+    check_min_views(min_views)
     if n_points < 1:
         raise ConfigError(f"--n-points {n_points}: expected an integer >= 1")
     if not 0.0 <= min_opacity <= 1.0:
@@ -72,13 +80,14 @@ def _next_batch(n_points: int, have: int, cast: int, max_rays: int) -> int:
 
 @torch.no_grad()
 def extract_pointcloud(model: LoadedModel, n_points: int = 200_000, min_opacity: float = 0.5,
-                       seed: int = 0, quiet: bool = True) -> dict[str, Any]:
+                       seed: int = 0, quiet: bool = True, min_views: int = DEFAULT_MIN_VIEWS) -> dict[str, Any]:
     """Points and colours (module docstring).
 
     Returns:
         ``{"points": [P, 3] float64 source world, "colours": [P, 3] float32, "rays": rays cast,
-        "max_rays": the ray cap, "pixels": training pixels in all}``; ``P == n_points`` unless
-        the cap was reached first (then ``rays == max_rays``).
+        "max_rays": the ray cap, "pixels": training pixels in all, "unsupported": points left
+        out by ``min_views``}``; ``P == n_points`` unless the cap was reached first (then
+        ``rays == max_rays``).
     """
     from trainer.inference.render_views import subgrid_sample_renderer
     from trainer.train.evaluate import render_ray_buffers
@@ -96,8 +105,14 @@ def extract_pointcloud(model: LoadedModel, n_points: int = 200_000, min_opacity:
     cameras = IntrinsicsTensors.from_intrinsics([f.intrinsics for f in frames], device)
     background = torch.zeros(3, device=device)
     renderer = subgrid_sample_renderer(trainer, True) if model.mode == "subgrid" else None
+    support = None
+    if min_views > 0:
+        from trainer.inference.mesh import occupied_box
+        from trainer.inference.support import build_support
+
+        support = build_support(model, occupied_box(trainer), min_views)
     points, colours = [], []
-    have = cast = 0
+    have = cast = unsupported = 0
     progress = Progress("points", n_points, quiet=quiet, rate_name="rays")
     try:
         while have < n_points and cast < max_rays:
@@ -111,18 +126,25 @@ def extract_pointcloud(model: LoadedModel, n_points: int = 200_000, min_opacity:
             o, d = generate_rays(c2w[rows], cameras[rows], u, v)
             with trainer.inference_weights():
                 out = render_ray_buffers(trainer, o, d, background, render_samples=renderer)
-            keep = (out.opacity >= max(min_opacity, 1e-6)).nonzero().squeeze(-1)[: n_points - have]
+            keep = (out.opacity >= max(min_opacity, 1e-6)).nonzero().squeeze(-1)
             opacity = out.opacity[keep].unsqueeze(-1)
-            points.append((o[keep] + d[keep] * (out.depth[keep].unsqueeze(-1) / opacity)).cpu().numpy())
-            colours.append((out.rgb[keep] / opacity).clamp(0, 1).cpu().numpy())
-            have += int(keep.numel())
-            progress.advance(int(keep.numel()), int(batch.size))
+            found = (o[keep] + d[keep] * (out.depth[keep].unsqueeze(-1) / opacity)).cpu().numpy()
+            rgb = (out.rgb[keep] / opacity).clamp(0, 1).cpu().numpy()
+            if support is not None:
+                on_surface = support.supported(found)
+                unsupported += int(np.count_nonzero(~on_surface))
+                found, rgb = found[on_surface], rgb[on_surface]
+            found, rgb = found[: n_points - have], rgb[: n_points - have]
+            points.append(found)
+            colours.append(rgb)
+            have += len(found)
+            progress.advance(len(found), int(batch.size))
     finally:
         progress.close()
     cube = np.concatenate(points) if points else np.zeros((0, 3))
     return {"points": cube_to_world(cube, model.scene),
             "colours": np.concatenate(colours) if colours else np.zeros((0, 3), dtype=np.float32),
-            "rays": cast, "max_rays": max_rays, "pixels": total}
+            "rays": cast, "max_rays": max_rays, "pixels": total, "unsupported": unsupported}
 
 
 def shortfall_note(cloud: dict[str, Any], n_points: int, min_opacity: float) -> str | None:
@@ -133,8 +155,10 @@ def shortfall_note(cloud: dict[str, Any], n_points: int, min_opacity: float) -> 
         return None
     cap = ("every pixel of the training images" if cloud["max_rays"] == cloud["pixels"]
            else f"{MAX_RAYS_PER_POINT} rays per point asked for")
-    return (f"--n-points {n_points}: only {found} rays of {cloud['rays']} cast reached opacity {min_opacity:g} "
-            f"before the ray cap ({cap}); the cloud has {found} points")
+    left_out = cloud.get("unsupported", 0)
+    supported = f" on the surface of --min-views training views ({left_out} others left out)" if left_out else ""
+    return (f"--n-points {n_points}: only {found} rays of {cloud['rays']} cast reached opacity {min_opacity:g}"
+            f"{supported} before the ray cap ({cap}); the cloud has {found} points")
 
 
 def write_pointcloud(cloud: dict[str, Any], out: Path) -> Path:

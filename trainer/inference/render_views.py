@@ -8,11 +8,17 @@ scores. Subgrid runs composite their boxes' segments front to back
 With several ranks (``--nproc-per-node``), rank r renders frames r, r + W, r + 2W, ... and writes
 them as PNGs; rank 0 encodes the video from them after a barrier. Frame i's jitter is seeded with
 ``seed + i``, so the frames do not depend on how many ranks rendered them.
+
+Frames of a split's views are named after the views (``test_007.png``, as the evaluation's
+renders); with ``score`` each is compared with its ground-truth image (PSNR, SSIM, as evaluation
+scores it, over the job's background) into ``scores.json`` beside the frames, and with ``compare``
+a ``<name>_compare.png`` holds the render and the ground truth side by side.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import shutil
 import time
 from pathlib import Path
@@ -32,7 +38,8 @@ from trainer.inference.worldframe import units_per_cube_unit
 from trainer.render.volrend import RenderedRays, composite_segment
 from trainer.train.evaluate import render_ray_buffers
 
-__all__ = ["RenderInterrupted", "RenderJob", "RenderedView", "render_camera", "render_job", "subgrid_sample_renderer"]
+__all__ = ["RenderInterrupted", "RenderJob", "RenderedView", "SCORES_FILE", "render_camera", "render_job", "scores_summary",
+           "subgrid_sample_renderer", "write_scores"]
 
 MIN_DEPTH_OPACITY = 0.01  # pixels less opaque than this have no depth (0 in the PNG)
 
@@ -42,14 +49,17 @@ class RenderInterrupted(KeyboardInterrupt):
     (its temporary file is removed) and which PNG frames were kept."""
 
 
-def interrupted_message(done: list[int], n_frames: int, frames_dir: Path | None, video: Path | None) -> str:
+def interrupted_message(done: list[int], n_frames: int, frames_dir: Path | None, video: Path | None,
+                        names: list[str] | None = None) -> str:
     """``render stopped after N of M frames; ...`` for :class:`RenderInterrupted` (``done``: the
-    indices of the frames whose files were written)."""
+    indices of the frames whose files were written; ``names``: the frames' file stems, default
+    ``00000``, ``00001``, ...)."""
     parts = [f"render stopped after {len(done)} of {n_frames} frames"]
     if video is not None:
         parts.append("no video written")
     if frames_dir is not None and done:
-        first, last = _frame_name(min(done)), _frame_name(max(done))
+        name = (lambda i: names[i]) if names is not None else _frame_name
+        first, last = name(min(done)), name(max(done))
         names = f"{first}.png" if len(done) == 1 else f"{len(done)} frames {first}.png to {last}.png"
         parts.append(f"PNG {names} kept in {frames_dir}")
     elif frames_dir is not None:
@@ -150,6 +160,12 @@ class RenderJob:
         fps: frames per second of the video.
         seed: frame i's jitter generator is seeded with ``seed + i``.
         quiet: no progress display.
+        names: each frame's file stem (default ``00000``, ``00001``, ...; a split's views:
+            :func:`trainer.rundir.view_name`).
+        score: compare each frame with its camera's ground-truth image (the cameras are scene
+            frames at their own size) and write ``scores.json`` beside the frames.
+        compare: also write ``<name>_compare.png``, the render beside the ground truth (needs
+            ``score``).
     """
 
     cameras: list[Frame]
@@ -161,6 +177,17 @@ class RenderJob:
     fps: float = 30.0
     seed: int = 1337
     quiet: bool = False
+    names: list[str] | None = None
+    score: bool = False
+    compare: bool = False
+
+    def name(self, index: int) -> str:
+        """The file stem of frame ``index``."""
+        return self.names[index] if self.names is not None else _frame_name(index)
+
+
+SCORES_FILE = "scores.json"
+"""Per-view PSNR/SSIM of ``render`` of a split, beside the frames."""
 
 
 def depth_scale_for(model: LoadedModel, cameras: list[Frame]) -> float:
@@ -183,7 +210,9 @@ def render_job(model: LoadedModel, job: RenderJob, rank: int = 0, world_size: in
 
     Returns:
         ``{"frames", "rendered_here", "seconds", "frames_per_s", "rays_per_s", "out_dir",
-        "video", "video_codec", "notes"}`` (``video`` None when none was written).
+        "video", "video_codec", "notes", "scores"}`` (``video`` None when none was written;
+        ``scores``: this rank's per-view records ``{"index", "name", "file", "mse", "psnr_db",
+        "ssim"}``, empty without ``job.score``).
 
     Raises:
         RenderInterrupted: Ctrl-C; the video's temporary file is removed, finished PNGs stay.
@@ -210,11 +239,13 @@ def render_job(model: LoadedModel, job: RenderJob, rank: int = 0, world_size: in
         if job.depth and rank == 0:
             write_depth_scale(frames_dir, depth_scale_for(model, job.cameras), "source world units per count")
     depth_scale = depth_scale_for(model, job.cameras)
+    truth = _GroundTruth(model, [job.cameras[i] for i in mine], background) if job.score else None
+    scores: list[dict[str, Any]] = []
     progress = Progress("render", len(mine), quiet=job.quiet or rank != 0)
     t0 = time.perf_counter()
     done: list[int] = []
     try:
-        for index in mine:
+        for position, index in enumerate(mine):
             camera = job.cameras[index]
             generator = None
             if job.spp > 1:
@@ -222,25 +253,33 @@ def render_job(model: LoadedModel, job: RenderJob, rank: int = 0, world_size: in
                 generator.manual_seed(job.seed + index)
             view = render_camera(model, camera, background, job.spp, generator, with_depth=job.depth)
             rgb8 = to_uint8(view.rgb)
+            name = job.name(index)
             if frames_dir is not None:
-                write_png(frames_dir / f"{_frame_name(index)}.png", rgb8)
+                write_png(frames_dir / f"{name}.png", rgb8)
                 if job.depth:
-                    write_depth_pngs(frames_dir, _frame_name(index), view.depth, depth_scale)
+                    write_depth_pngs(frames_dir, name, view.depth, depth_scale)
+            if truth is not None:
+                record, gt = truth.score(position, view.rgb)
+                scores.append({"index": index, "name": camera.name, "file": f"{name}.png", **record})
+                if job.compare and frames_dir is not None:
+                    write_png(frames_dir / f"{name}_compare.png", np.concatenate([rgb8, to_uint8(gt)], axis=1))
             if video is not None:
                 video.append(rgb8)
             done.append(index)
             progress.advance(1, camera.intrinsics.width * camera.intrinsics.height * job.spp)
         seconds = time.perf_counter() - t0
+        if truth is not None and frames_dir is not None and world_size > 1:
+            _write_rank_scores(frames_dir, rank, scores)
         if barrier is not None:
             barrier()
         if job.video is not None and world_size > 1 and rank == 0:
-            video = _encode_from_pngs(frames_dir, len(job.cameras), job.video, job.fps, notes)
+            video = _encode_from_pngs(frames_dir, job, notes)
         written = video.close() if video is not None else None
     except KeyboardInterrupt:
         if video is not None:
             video.abort()
         kept = None if staging is not None else frames_dir  # staged frames are the ranks' hand-over
-        raise RenderInterrupted(interrupted_message(done, len(mine), kept, job.video)) from None
+        raise RenderInterrupted(interrupted_message(done, len(mine), kept, job.video, job.names)) from None
     except BaseException:
         if video is not None:
             video.abort()
@@ -249,30 +288,99 @@ def render_job(model: LoadedModel, job: RenderJob, rank: int = 0, world_size: in
         progress.close()
     if staging is not None and rank == 0 and written is not None:
         shutil.rmtree(staging, ignore_errors=True)
+    if truth is not None and world_size > 1 and rank == 0 and frames_dir is not None:
+        scores = _gather_rank_scores(frames_dir, world_size)
     rays = sum(c.intrinsics.width * c.intrinsics.height for c in (job.cameras[i] for i in mine)) * job.spp
     return {
         "frames": len(job.cameras), "rendered_here": len(mine), "seconds": seconds,
         "frames_per_s": len(mine) / max(seconds, 1e-9), "rays_per_s": rays / max(seconds, 1e-9),
         "out_dir": None if frames_dir is None or frames_dir == staging else str(frames_dir),
         "video": None if written is None else str(written),
-        "video_codec": None if video is None else video.codec, "notes": notes,
+        "video_codec": None if video is None else video.codec, "notes": notes, "scores": scores,
     }
 
 
-def _encode_from_pngs(folder: Path, n_frames: int, path: Path, fps: float, notes: list[str]) -> VideoFile | None:
+class _GroundTruth:
+    """The ground-truth images of scene cameras, composited over the job's background, scored as
+    evaluation scores its views (:func:`trainer.train.evaluate.ground_truth`, PSNR, SSIM)."""
+
+    def __init__(self, model: LoadedModel, cameras: list[Frame], background: torch.Tensor) -> None:
+        from trainer.data.images import load_pixel_table
+
+        self.table = load_pixel_table(cameras, downscale=model.scene.downscale)
+        self.cameras = cameras
+        self.background = background
+
+    def score(self, position: int, rgb: np.ndarray) -> tuple[dict[str, Any], np.ndarray]:
+        """``({"mse", "psnr_db", "ssim"}, ground truth [h, w, 3] float32)`` of camera ``position``
+        rendered as ``rgb`` [h, w, 3] in [0, 1]."""
+        from trainer.metrics_image import psnr
+        from trainer.train.evaluate import ground_truth, view_ssim
+
+        k = self.cameras[position].intrinsics
+        _, gt = ground_truth(self.table, position, self.background)
+        gt_img = gt.reshape(k.height, k.width, 3).cpu()
+        pred = torch.from_numpy(rgb).to(gt_img)
+        mse = float(torch.mean((pred.double() - gt_img.double()) ** 2))
+        record = {"mse": mse, "psnr_db": psnr(pred, gt_img), "ssim": view_ssim(pred, gt_img)}
+        return record, gt_img.numpy()
+
+
+def scores_summary(scores: list[dict[str, Any]], meta: dict[str, Any]) -> dict[str, Any]:
+    """``scores.json``: ``meta`` (split, step, spp, background), the means of
+    :func:`trainer.train.evaluate.summary_metrics` and the per-view records by view index."""
+    from trainer.train.evaluate import summary_metrics
+
+    images = sorted(scores, key=lambda r: r["index"])
+    means = {k: v for k, v in summary_metrics(images).items() if not k.startswith("background")}
+    return {**meta, **means, "images": images}
+
+
+def write_scores(frames_dir: Path, summary: dict[str, Any]) -> Path:
+    """Write ``scores.json`` into ``frames_dir`` (atomically); returns its path."""
+    from trainer.contract.rundir import atomic_write_text
+
+    path = Path(frames_dir) / SCORES_FILE
+    atomic_write_text(path, json.dumps(summary, indent=2) + "\n")
+    return path
+
+
+def _rank_scores_path(frames_dir: Path, rank: int) -> Path:
+    return Path(frames_dir) / f".scores.rank{rank}.json"
+
+
+def _write_rank_scores(frames_dir: Path, rank: int, scores: list[dict[str, Any]]) -> None:
+    from trainer.contract.rundir import atomic_write_text
+
+    atomic_write_text(_rank_scores_path(frames_dir, rank), json.dumps(scores))
+
+
+def _gather_rank_scores(frames_dir: Path, world_size: int) -> list[dict[str, Any]]:
+    """Rank 0 after the barrier: every rank's score records (their hand-over files removed)."""
+    scores: list[dict[str, Any]] = []
+    for rank in range(world_size):
+        path = _rank_scores_path(frames_dir, rank)
+        scores.extend(json.loads(path.read_text(encoding="utf-8")))
+        path.unlink()
+    return scores
+
+
+def _encode_from_pngs(folder: Path, job: RenderJob, notes: list[str]) -> VideoFile | None:
     """Rank 0 after the barrier: the video from every rank's PNG frames, in order."""
     import cv2
 
+    path = job.video
     try:
-        video = VideoFile(path, fps)
+        video = VideoFile(path, job.fps)
     except VideoUnavailable as exc:
         notes.append(f"--video {path}: {exc}; the PNG frames are in {folder}")
         return None
     try:
-        for index in range(n_frames):
-            frame = cv2.imread(str(folder / f"{_frame_name(index)}.png"), cv2.IMREAD_COLOR)
+        for index in range(len(job.cameras)):
+            frame_path = folder / f"{job.name(index)}.png"
+            frame = cv2.imread(str(frame_path), cv2.IMREAD_COLOR)
             if frame is None:
-                raise FileNotFoundError(f"{folder / (_frame_name(index) + '.png')}: frame missing after every rank finished")
+                raise FileNotFoundError(f"{frame_path}: frame missing after every rank finished")
             video.append(frame[..., ::-1])
     except BaseException:
         video.abort()

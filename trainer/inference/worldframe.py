@@ -14,7 +14,7 @@ import numpy as np
 
 from trainer.data.scene import Scene
 
-__all__ = ["cube_to_world", "units_per_cube_unit", "world_c2w_to_cube", "world_to_cube"]
+__all__ = ["cube_c2w_to_world", "cube_to_world", "units_per_cube_unit", "world_c2w_to_cube", "world_to_cube"]
 
 
 def cube_to_world(points: np.ndarray, scene: Scene) -> np.ndarray:
@@ -70,5 +70,20 @@ def world_c2w_to_cube(c2w: np.ndarray, scene: Scene) -> np.ndarray:
     out = np.zeros_like(c2w)
     out[:, :3, :3] = rotation[:, [1, 2, 0], :]
     out[:, :3, 3] = world_to_cube(c2w[:, :3, 3], scene)
+    out[:, 3, 3] = 1.0
+    return out
+
+
+def cube_c2w_to_world(c2w: np.ndarray, scene: Scene) -> np.ndarray:
+    """The inverse of :func:`world_c2w_to_cube`: [n, 4, 4] unit-cube camera-to-world matrices
+    (OpenGL camera axes) → [n, 4, 4] float64 in the capture's world."""
+    c2w = np.asarray(c2w, dtype=np.float64).reshape(-1, 4, 4)
+    rotation = c2w[:, :3, :3][:, [2, 0, 1], :]  # undo the axis cycle of the rows
+    norm = scene.pose_normalization
+    if norm is not None:
+        rotation = np.einsum("ji,njk->nik", np.asarray(norm.rotation), rotation)
+    out = np.zeros_like(c2w)
+    out[:, :3, :3] = rotation
+    out[:, :3, 3] = cube_to_world(c2w[:, :3, 3], scene)
     out[:, 3, 3] = 1.0
     return out

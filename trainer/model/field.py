@@ -19,6 +19,7 @@ from trainer.encoding.backends import HashGridEncoding
 from trainer.encoding.hashgrid import HashGridConfig
 from trainer.encoding.sh import SH_MAX_DEGREE, sh_encode, sh_output_dim
 from trainer.contract.errors import ConfigError
+from trainer.model.appearance import AffineAppearance
 from trainer.model.mlp import MLP, MLPConfig
 
 __all__ = ["DENSITY_OUTPUT_DIM", "MLPConfig", "NGPField", "trunc_exp"]
@@ -116,6 +117,9 @@ class NGPField(nn.Module):
         mlp_precision: the fused kernels' product precision, ``"ieee"`` (float32), ``"tf32"`` or
             ``"bf16"`` (:data:`trainer.model.triton_mlp.DOT_PRECISIONS`); with ``"bf16"`` the fused
             path also runs under bfloat16 autocast (it casts the products' inputs itself).
+        n_appearance_images: > 0 adds :attr:`appearance`, an affine colour map per training
+            image (``training.appearance``, :mod:`trainer.model.appearance`); the trainer applies
+            it to ray colours, the field's outputs do not depend on it.
 
     Each MLP's ``output_activation`` (default "None") is applied before the fixed ``trunc_exp``
     (density) and sigmoid (colour).
@@ -136,6 +140,7 @@ class NGPField(nn.Module):
         sh_degree: int = SH_MAX_DEGREE,
         fused_mlp: bool = False,
         mlp_precision: str = "ieee",
+        n_appearance_images: int = 0,
     ) -> None:
         super().__init__()
         aabb = _check_aabb(aabb)
@@ -152,6 +157,7 @@ class NGPField(nn.Module):
         self.encoding = HashGridEncoding(grid_cfg, backend, table_dtype, device)
         self.density_mlp = MLP(self.encoding.output_dim, DENSITY_OUTPUT_DIM, density_net, device)
         self.rgb_mlp = MLP(DENSITY_OUTPUT_DIM - 1 + n_sh, 3, rgb_net, device)
+        self.appearance = AffineAppearance(n_appearance_images, device) if n_appearance_images > 0 else None
         activations = (density_net.activation, density_net.output_activation, rgb_net.activation,
                        rgb_net.output_activation)
         self.mlp_precision = mlp_precision
@@ -227,6 +233,10 @@ class NGPField(nn.Module):
     def mlp_weight_parameters(self) -> list[nn.Parameter]:
         """Weight matrices of both MLPs (the parameters that get L2 1e-6 in the optimiser)."""
         return self.density_mlp.weights() + self.rgb_mlp.weights()
+
+    def appearance_parameters(self) -> list[nn.Parameter]:
+        """The per-image colour maps' parameters (none without ``training.appearance``)."""
+        return [] if self.appearance is None else list(self.appearance.parameters())
 
     def encoding_parameters(self) -> list[nn.Parameter]:
         """Hash-grid parameters (the table, or the tcnn module's ``params``)."""

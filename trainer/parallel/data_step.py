@@ -39,7 +39,7 @@ from trainer.parallel.grad_sync import allreduce_bandwidth_gb_per_s
 from trainer.train.dynamic_step import host_training_samples
 from trainer.train.hostcopy import HostCopy
 from trainer.train.loss import drop_rays, photometric_loss
-from trainer.train.phases import density_without_grad, field_outputs, render_rgb
+from trainer.train.phases import appearance_rgb, density_without_grad, field_outputs, render_rgb
 from trainer.train.records import Interval
 from trainer.train.step import StepOutcome, StepStats
 from trainer.train.timing import DeviceClock
@@ -105,6 +105,7 @@ class DataParallelStep(DistributedStep):
                 sigmas, rgbs = field_outputs(tr.field, samples, tr.device, t.precision)
             with timer.phase("render"):
                 rgb = render_rgb(sigmas.float(), rgbs.float(), samples, step_input.background, tr.triton_render)
+                rgb = appearance_rgb(tr.field, rgb, step_input.batch.image_index)
                 rgb = drop_rays(rgb, ray_fits, step_input.target)
                 loss_sum = photometric_loss(rgb, step_input.target, tr.cfg.loss)
                 sq_err_sum = ((rgb.detach() - step_input.target) ** 2).sum()

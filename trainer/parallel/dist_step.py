@@ -1,10 +1,9 @@
 """What the data-parallel and subgrid steps share: every step's row of per-rank counts, gathered
 from all ranks, summed over the logging interval into the job's columns.
 
-Each rank's record keeps its own rays and samples; ``imbalance`` (the slowest rank's compute time
-over the mean, :func:`~trainer.parallel.balance.imbalance`) is the job's; rank 0's record
-(``metrics.jsonl``) carries the job's throughput: sums over ranks, rates over the interval's
-timed steps.
+Every rank's record carries the job's throughput (sums over ranks, rates over the interval's
+timed steps) beside its own rates (``rank_*``); ``imbalance`` (the slowest rank's compute time over
+the mean, :func:`~trainer.parallel.balance.imbalance`) is the job's.
 """
 
 from __future__ import annotations
@@ -48,17 +47,16 @@ class DistributedStep(Step):
         return times
 
     def interval_values(self, interval: Interval, elapsed_s: float, record: dict[str, Any]) -> dict[str, Any]:
-        """``imbalance``; on rank 0 the job's rays and samples per step and per second. The
-        interval's sums start again."""
+        """``imbalance`` and the job's rays and samples per step and per second (from the gathered
+        rows, on every rank; the rank's own rates stay in ``rank_*``). The interval's sums start
+        again."""
         counts, self.counts = self.counts, self.new_counts()
         steps = max(counts["steps"], 1.0)
-        values: dict[str, Any] = {"imbalance": counts["imbalance"] / steps}
-        if self.trainer.rank == 0:
-            timed = interval.timed / max(interval.steps, 1)
-            values.update(
-                rays_per_step=counts["global_rays"] / steps,
-                samples_per_step=counts["global_samples"] / steps,
-                rays_per_s=counts["global_rays"] * timed / elapsed_s,
-                throughput_samples_per_s=counts["global_samples"] * timed / elapsed_s,
-            )
-        return values
+        timed = interval.timed / max(interval.steps, 1)
+        return {
+            "imbalance": counts["imbalance"] / steps,
+            "rays_per_step": counts["global_rays"] / steps,
+            "samples_per_step": counts["global_samples"] / steps,
+            "rays_per_s": counts["global_rays"] * timed / elapsed_s,
+            "throughput_samples_per_s": counts["global_samples"] * timed / elapsed_s,
+        }

@@ -47,7 +47,7 @@ from trainer.contract.errors import LaunchError
 from trainer.contract.lifeline import stop_with_parent
 from trainer.parallel.dist_env import check_port_free, restart_count as elastic_restart_count
 from trainer.contract.rundir import RunDir
-from trainer.contract.runstatus import error_or_last_line, failed_fields, strip_rank_prefix
+from trainer.contract.runstatus import DIVERGED, STATE_KEY, error_or_last_line, failed_fields, is_diverged, strip_rank_prefix
 
 __all__ = ["RankFailure", "WorkersFailed", "launch_workers", "tail_lines"]
 
@@ -262,9 +262,13 @@ def _print_tail(failure: RankFailure) -> None:
 
 def _record_failure(run_dir: RunDir, root: RankFailure, message: str) -> None:
     """Put the root cause into ``status.json``: what rank 0 wrote there says only how rank 0
-    ended (often stopped by the launcher), not which rank failed first."""
+    ended (often stopped by the launcher), not which rank failed first. A diverged job (rank 0
+    said so, or the root cause is a ``DivergedError``) keeps the state ``diverged``."""
     status = run_dir.read_status() or {}
+    diverged = is_diverged(status) or (root.error or "").startswith("DivergedError")
     status.update(failed_fields(message, failed_rank=root.rank, failed_log=str(root.log_path)))
+    if diverged:
+        status[STATE_KEY] = DIVERGED
     try:
         run_dir.write_json(run_dir.status_path, status)
     except OSError as exc:  # e.g. a full disk: the error the caller raises still names the rank

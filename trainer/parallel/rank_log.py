@@ -11,8 +11,10 @@ the other lines printed above it).
 
 Each new attempt's header line (``=== rank 0/W ... attempt A pid P: ...``, written by the worker
 entry point) becomes ``restart A of K: ...`` when ``A`` > 0: the elastic agent restarted the group
-(``--max-restarts``). Left out: that header, ``warning:`` lines (the launcher repeats them after
-the job), ``error:`` lines and tracebacks (the launcher reports the failed rank itself).
+(``--max-restarts``). ``warning:`` lines go to stderr as they come, each once, as
+``warning: ... (rank 0)`` (a scene's skipped frames are said before training starts). Left out:
+that header, ``error:`` lines and tracebacks (the launcher reports the failed rank itself), and
+rank 0's closing summary and JSON lines (the launcher prints its own).
 
 Stdlib (and rich, on a TTY) only.
 """
@@ -25,7 +27,7 @@ import threading
 from pathlib import Path
 from typing import TextIO
 
-from trainer.contract.runstatus import ERROR_PREFIX, WARNING_PREFIX, strip_rank_prefix
+from trainer.contract.runstatus import ERROR_PREFIX, SUMMARY_PREFIX, WARNING_PREFIX, strip_rank_prefix
 
 __all__ = ["ATTEMPT_HEADER", "RankLogFollower", "reported_step", "restart_line"]
 
@@ -61,16 +63,19 @@ class RankLogFollower:
         plain: plain lines (True: off a TTY or ``--quiet``); else a rich progress bar.
         poll_s: seconds between reads of the file.
         out: where plain lines go (default ``sys.stdout``).
+        err: where warnings go (default ``sys.stderr``).
     """
 
     def __init__(self, log_path: Path, total_steps: int | None, max_restarts: int, *, plain: bool,
-                 poll_s: float = 0.25, out: TextIO | None = None) -> None:
+                 poll_s: float = 0.25, out: TextIO | None = None, err: TextIO | None = None) -> None:
         self.log_path = Path(log_path)
         self.total_steps = total_steps
         self.max_restarts = max_restarts
         self.plain = plain
         self.poll_s = poll_s
         self.out = out if out is not None else sys.stdout
+        self.err = err if err is not None else sys.stderr
+        self.warnings_seen: set[str] = set()
         self.restarts_seen = 0
         self._offset = 0
         self._partial = ""
@@ -138,7 +143,13 @@ class RankLogFollower:
             return
         if line.startswith("Traceback (most recent call last)"):
             self._in_traceback = True
-        if self._in_traceback or not line.strip() or line.startswith((WARNING_PREFIX, ERROR_PREFIX)):
+        if line.startswith(WARNING_PREFIX) and not self._in_traceback:
+            if line not in self.warnings_seen:
+                self.warnings_seen.add(line)
+                print(f"{line} (rank 0)", file=self.err, flush=True)
+            return
+        if (self._in_traceback or not line.strip() or line.startswith((ERROR_PREFIX, SUMMARY_PREFIX))
+                or line.startswith("{") and line.endswith("}")):
             return
         step = reported_step(line)
         if step is not None and self._bar is not None:

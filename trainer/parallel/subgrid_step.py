@@ -146,9 +146,8 @@ class SubgridStep(DistributedStep):
 
     def interval_values(self, interval: Interval, elapsed_s: float, record: dict[str, Any]) -> dict[str, Any]:
         """The distributed columns; every rank sees the same rays and samples, so the job's
-        throughput is one rank's (rank 0's sums divided by the world size)."""
+        throughput is one rank's (the sums over ranks divided by the world size, on every rank)."""
         values = super().interval_values(interval, elapsed_s, record)
-        if self.trainer.rank == 0:
-            for key in ("rays_per_step", "samples_per_step", "rays_per_s", "throughput_samples_per_s"):
-                values[key] /= self.trainer.world_size
+        for key in ("rays_per_step", "samples_per_step", "rays_per_s", "throughput_samples_per_s"):
+            values[key] /= self.trainer.world_size
         return values

@@ -9,9 +9,10 @@ share of the global rays; the step is :class:`~trainer.parallel.data_step.DataPa
 subgrid trainer's :class:`~trainer.parallel.subgrid_step.SubgridStep` (both chosen by
 :func:`~trainer.train.step_choice.choose_step` through :attr:`Trainer.parallel_step`).
 
-Metrics: every rank writes ``metrics.rank<R>.jsonl`` (its own rays and samples); rank 0 writes
-``metrics.jsonl`` with the global throughput (sums over ranks). ``loss`` and ``train_psnr_db`` are
-global on every rank. Evaluation and renders run on rank 0; the others wait at a barrier.
+Metrics: every rank writes ``metrics.rank<R>.jsonl``, rank 0 also ``metrics.jsonl``: the job's
+throughput (sums over ranks) in ``rays_per_s`` and ``throughput_samples_per_s``, the rank's own
+beside it (``rank_*``). ``loss`` and ``train_psnr_db`` are global on every rank. Evaluation and
+renders run on rank 0; the others wait at a barrier.
 
 Checkpoints (:mod:`trainer.parallel.checkpoint`) replace the single-process snapshots: every
 ``training.snapshot_every`` steps (``--checkpoint-every``) and at the end of the CLI run.
@@ -38,6 +39,7 @@ from trainer.parallel.balance import LoadBalancer
 from trainer.parallel.collectives import RankGroup, rank_and_world
 from trainer.parallel.data_step import DataParallelStep
 from trainer.parallel.grad_sync import GradientSynchronizer
+from trainer.train.divergence import check_state_dict
 from trainer.train.hostcopy import HostCopy
 from trainer.train.loop import Trainer
 from trainer.train.snapshot_state import (
@@ -93,14 +95,15 @@ class DistributedTrainerBase(Trainer, metaclass=abc.ABCMeta):
         return self.world_size > 1
 
     def time_budget_spent(self, time_budget_s: float) -> bool:
-        """All ranks stop together: the slowest rank's training time decides. Checked every
+        """All ranks stop together: the slowest rank's projected training time decides
+        (:meth:`~trainer.train.loop.Trainer.projected_train_time_s`). Checked every
         :data:`BUDGET_CHECK_EVERY` steps; over NCCL the decision uses the value agreed at the
         previous check (up to that many steps late), so the check never waits for the GPU."""
         if not self.distributed:
             return super().time_budget_spent(time_budget_s)
         if self.step % BUDGET_CHECK_EVERY:
             return False
-        spent = torch.tensor([self.train_time_s], dtype=torch.float64, device=self.ranks.comm_device())
+        spent = torch.tensor([self.projected_train_time_s()], dtype=torch.float64, device=self.ranks.comm_device())
         agreed = HostCopy(self.ranks.all_reduce_(spent, dist.ReduceOp.MAX))
         if spent.device.type != "cuda":
             return float(agreed.value()) >= time_budget_s
@@ -160,7 +163,10 @@ class DistributedTrainerBase(Trainer, metaclass=abc.ABCMeta):
 
         Raises:
             SnapshotError: with neither ``folder`` nor a run directory.
+            DivergedError: this rank's model holds a NaN or infinite tensor (nothing is written:
+                the newest checkpoint stays the run's model).
         """
+        check_state_dict(self.named_model_tensors(), self.step)
         self.stepper.settle()  # batch size and balancer state as of this step
         if folder is None:
             if self.run_dir is None:

@@ -82,6 +82,49 @@ class PackedSamples:
         """S, the number of samples."""
         return int(self.t.shape[0])
 
+    def rays(self, first: int, end: int) -> "PackedSamples":
+        """The samples of rays ``first .. end - 1`` as packed samples of ``end - first`` rays
+        (ray indices and starts renumbered from 0; the tensors are views where they can be).
+
+        Raises:
+            ValueError: unless ``0 <= first <= end <= n_rays``.
+        """
+        if not 0 <= first <= end <= self.n_rays:
+            raise ValueError(f"PackedSamples.rays: expected 0 <= first <= end <= {self.n_rays}, got {first}, {end}")
+        if first == 0 and end == self.n_rays:
+            return self
+        info = self.packed_info[first:end]
+        begin = int(info[0, 0]) if end > first else 0
+        stop = int(info[-1, 0] + info[-1, 1]) if end > first else 0
+        shift = torch.tensor([begin, 0], dtype=info.dtype, device=info.device)
+        return PackedSamples(self.positions[begin:stop], self.directions[begin:stop], self.t[begin:stop],
+                             self.dt[begin:stop], self.ray_indices[begin:stop] - first, info - shift, end - first)
+
+
+def ray_batches(samples: PackedSamples, max_samples: int) -> list[tuple[int, int]]:
+    """Consecutive ray ranges ``(first, end)`` covering every ray of ``samples``, each holding at
+    most ``max_samples`` samples, or one ray's samples when that ray alone holds more (a ray is
+    never split, so compositing a range is compositing its rays). Rendering in such batches bounds
+    the temporary memory of one field evaluation and makes its cost per sample the same whatever
+    the rays' lengths (docs/benchmarks.md, "Evaluation on a CPU").
+
+    Raises:
+        ValueError: ``max_samples`` below 1.
+    """
+    if max_samples < 1:
+        raise ValueError(f"ray_batches: max_samples must be >= 1, got {max_samples}")
+    if samples.n_samples <= max_samples or samples.n_rays <= 1:
+        return [(0, samples.n_rays)] if samples.n_rays else []
+    counts = samples.packed_info[:, 1].cpu()
+    ends = torch.cumsum(counts, 0).tolist()
+    batches, first, start_sample = [], 0, 0
+    for ray, end_sample in enumerate(ends):
+        if end_sample - start_sample > max_samples and ray > first:
+            batches.append((first, ray))
+            first, start_sample = ray, ends[ray - 1]
+    batches.append((first, samples.n_rays))
+    return batches
+
 
 @dataclasses.dataclass(frozen=True)
 class _StepRule:

@@ -10,6 +10,7 @@ from typing import Any
 
 from trainer.contract.config import TrainConfig
 from trainer.contract.errors import TrainingError
+from trainer.contract.rundir import NULL_REASONS_KEY
 from trainer.run.progress import TrainProgress
 from trainer.run.status import Terminated
 
@@ -17,26 +18,34 @@ __all__ = ["LONG_EVALUATION_S", "evaluation_notice", "finish_status", "keep_fina
            "train_with_progress"]
 
 
-def train_with_progress(trainer: Any, cfg: TrainConfig, progress: TrainProgress) -> dict[str, Any]:
+def train_with_progress(trainer: Any, cfg: TrainConfig, progress: TrainProgress, live: Any = None) -> dict[str, Any]:
     """Run ``trainer.train`` with the config's snapshot/eval cadence, reporting through
-    ``progress`` (closed afterwards); returns the last metrics record."""
+    ``progress`` (closed after the evaluation, :func:`finish_status`) and ``live`` (``--view``'s
+    :class:`~trainer.viewer.live.LiveView` or None, closed when the training ends); returns the last
+    metrics record."""
 
     def on_eval(result: dict[str, Any]) -> None:
         progress.message(f"eval step {result['step']}: {result['mean_psnr_db']:.2f} dB on {result['split']}")
 
-    def on_log(record: dict[str, Any]) -> None:
+    def log(record: dict[str, Any]) -> None:
         if "startup_s" in record and trainer.startup is not None:  # the first record after start-up
             progress.message(trainer.startup.line())
         progress.log(record)
 
-    last = trainer.train(
-        on_log=on_log,
-        on_eval=on_eval,
-        snapshot_every=cfg.training.snapshot_every,
-        eval_every=cfg.training.eval_every,
-        on_step=progress.step,
-    )
-    progress.close()
+    on_log, on_step = log, progress.step
+    if live is not None:
+        on_log, on_step = live.hooks(on_log, on_step)
+    try:
+        last = trainer.train(
+            on_log=on_log,
+            on_eval=on_eval,
+            snapshot_every=cfg.training.snapshot_every,
+            eval_every=cfg.training.eval_every,
+            on_step=on_step,
+        )
+    finally:
+        if live is not None:
+            live.close()
     return last
 
 
@@ -61,18 +70,18 @@ def finish_status(
         )
     keep_final_model(trainer, args, status)
     if not args.no_eval:
-        progress.message(evaluation_notice(trainer, last))
-        started = last_line = time.perf_counter()
+        notice, estimate = evaluation_notice(trainer, last, with_estimate=True)
+        progress.message(notice)
+        started = time.perf_counter()
 
-        def view_done(done: int, total: int, image: dict[str, Any]) -> None:  # a line per 10 s at most
-            nonlocal last_line
-            now = time.perf_counter()
-            if now - last_line >= 10.0 and done < total:
-                last_line = now
-                progress.message(f"  evaluated {done}/{total} views in {now - started:.0f} s "
+        def view_done(done: int, total: int, image: dict[str, Any]) -> None:
+            if total > 1:
+                progress.message(f"  evaluated {done}/{total} views in {time.perf_counter() - started:.0f} s "
                                  f"(last: {image['name']}, PSNR {image['psnr_db']:.2f} dB)")
 
         trainer.eval_progress = view_done
+        trainer.eval_rays_progress = progress.evaluation_rays
+        progress.start_evaluation()
         try:
             result = trainer.evaluate()
         except (KeyboardInterrupt, Terminated):
@@ -84,13 +93,23 @@ def finish_status(
                                 f"({model_kept_text(trainer, status)})") from exc
         finally:
             trainer.eval_progress = None
+            trainer.eval_rays_progress = None
         status.update({"eval_psnr_db": result["mean_psnr_db"], "eval_ssim": result["mean_ssim"], "eval_split": result["split"]})
+        why = result.get(NULL_REASONS_KEY, {})  # a NaN mean is written as null with its reason
+        nulls = {key: why[mean] for key, mean in (("eval_psnr_db", "mean_psnr_db"), ("eval_ssim", "mean_ssim"))
+                 if mean in why}
+        if nulls:
+            status[NULL_REASONS_KEY] = nulls
         n_images = len(result["images"])
         status["eval_time_s"] = time.perf_counter() - started
+        if estimate is not None:
+            status["eval_estimate_s"] = estimate
+        took = f" (estimated {estimate:.1f} s)" if estimate is not None else ""
         progress.message(
             f"evaluation on {n_images} {result['split']} image{'s' if n_images != 1 else ''} "
-            f"in {status['eval_time_s']:.1f} s: PSNR {result['mean_psnr_db']:.2f} dB, SSIM {result['mean_ssim']:.4f}"
+            f"in {status['eval_time_s']:.1f} s{took}: PSNR {result['mean_psnr_db']:.2f} dB, SSIM {result['mean_ssim']:.3f}"
         )
+    progress.close()
     status["wall_s"] = time.perf_counter() - t0
 
 
@@ -122,12 +141,13 @@ LONG_EVALUATION_S = 600.0
 """An estimated final evaluation longer than this (s) gets a hint on how to shorten it."""
 
 
-def evaluation_notice(trainer: Any, last: dict[str, Any] | None = None) -> str:
+def evaluation_notice(trainer: Any, last: dict[str, Any] | None = None, with_estimate: bool = False) -> Any:
     """The line printed before the final evaluation: which views, how many pixels, an estimated
     time (single process: measured by rendering a sample of their rays with the trained field and
     occupancy grid, :func:`~trainer.train.eval_estimate.measure_eval_seconds`; distributed: from
     the training's own rate), and on a CPU the cap of views in effect and how to change it (it
-    renders every pixel of every view and is not in the time budget)."""
+    renders every pixel of every view and is not in the time budget). With ``with_estimate``:
+    ``(line, estimated seconds or None)``."""
     from trainer.train.eval_estimate import eval_seconds_estimate, measure_eval_seconds
     from trainer.train.evaluate import eval_split_name, evaluation_frames
 
@@ -154,4 +174,4 @@ def evaluation_notice(trainer: Any, last: dict[str, Any] | None = None) -> str:
     if estimate is not None and estimate > LONG_EVALUATION_S:
         line += ("; that is long: Ctrl-C keeps the trained model, and fewer views (--eval-max-images 1) or "
                  "smaller images (--downscale N) shorten it")
-    return line
+    return (line, estimate) if with_estimate else line

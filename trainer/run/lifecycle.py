@@ -11,7 +11,8 @@ how:
 3. build — the trainer (one process: from a snapshot when resuming, warm-started when asked; a
    rank: the process group joined, the data-parallel or subgrid trainer built, resumed from the
    newest checkpoint — after a restart by the elastic agent its own);
-4. train, with progress lines, until ``training.n_steps`` or the time budget;
+4. train, with progress lines (and ``--view``'s viewer, :mod:`trainer.viewer.live`), until
+   ``training.n_steps`` or the time budget;
 5. keep the trained model (a rank: its final checkpoint; one process: a snapshot), evaluate
    (:mod:`trainer.run.finish`);
 6. end — ``status.json`` completed, failed or interrupted (a rank first waits for its peers).
@@ -33,7 +34,8 @@ from trainer.run.checks import check_before_start, check_n_steps_reach, distribu
 from trainer.run.finish import finish_status, train_with_progress
 from trainer.run.progress import TrainProgress
 from trainer.run.settings import on_cpu, opening_line, scene_path_of
-from trainer.run.status import RunStatus
+from trainer.run.status import RunStatus, keeping_finite_model
+from trainer.viewer.live import start_live_view
 
 __all__ = ["Job", "OneProcess", "Rank", "run_training"]
 
@@ -59,6 +61,10 @@ class Job:
 
     def keep_model(self, trainer: Any, status: RunStatus) -> None:
         """Stage 5's first part: a rank's final checkpoint (one process keeps its snapshot later)."""
+
+    def last_model(self) -> Path | None:
+        """The newest model the run directory holds (a diverged run's last finite one), or None."""
+        return self.run_dir.latest_snapshot()
 
     def end(self, status: RunStatus) -> None:
         """Stage 6: write the status (a rank first waits for its peers and then leaves the group)."""
@@ -100,6 +106,7 @@ class OneProcess(Job):
 
         args = self.args
         trainer = train_from_config(self.cfg, self.scene_path, self.run_dir, resume=args.resume)
+        progress.message(trainer.scene.size_rule)  # which size rule won, and why
         if args.resume is not None:
             status["resumed_from"] = str(args.resume)
             status["resumed_from_step"] = trainer.step
@@ -157,6 +164,7 @@ class Rank(Job):
         if self.env.is_main:
             self.run_dir.write_json(self.run_dir.config_path, config_to_dict(cfg))
         scene = load_scene(self.scene_path, **cfg.data.scene_options())
+        progress.message(scene.size_rule)  # which size rule won, and why (rank 0)
         trainer = build_distributed_trainer(cfg, scene, self.run_dir)
         trainer.keep_checkpoints = self.args.keep_checkpoints
         resume = resume_source(self.args.resume, self.run_dir)
@@ -177,6 +185,11 @@ class Rank(Job):
         else:
             newest = trainer.save_checkpoint()
         status["checkpoint"] = str(newest)
+
+    def last_model(self) -> Path | None:
+        from trainer.parallel.checkpoint import latest_checkpoint
+
+        return latest_checkpoint(self.run_dir.root)
 
     def end(self, status: RunStatus) -> None:
         from trainer.parallel.dist_env import shutdown_distributed, wait_for_peers
@@ -222,9 +235,10 @@ def run_training(cfg: TrainConfig, args: argparse.Namespace) -> dict[str, Any]:
     trainer = None
     try:
         trainer = job.build(status, progress)
+        live = start_live_view(args, trainer, job.run_dir, progress.message, is_main=job.is_main)  # --view
         status[TRAIN_START_KEY] = time.time()
         t0 = time.perf_counter()
-        last = train_with_progress(trainer, job.cfg, progress)
+        last = train_with_progress(trainer, job.cfg, progress, live)
         status.update({STATE_KEY: COMPLETED, "step": trainer.step, "train_time_s": trainer.train_time_s})
         job.keep_model(trainer, status)
         finish_status(trainer, args, status, progress, last, t0)
@@ -232,8 +246,9 @@ def run_training(cfg: TrainConfig, args: argparse.Namespace) -> dict[str, Any]:
         return status
     except BaseException as exc:
         progress.close()
-        status.end(exc)
-        raise
+        error = keeping_finite_model(exc, status, job.last_model())
+        status.end(error)
+        raise error from exc.__cause__
     finally:
         if trainer is not None:
             trainer.close()

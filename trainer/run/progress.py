@@ -1,5 +1,13 @@
-"""What a training process shows while it trains: a rich progress bar with the ETA on a terminal,
-plain lines otherwise (each log record, and a progress line every :data:`PLAIN_PROGRESS_EVERY_S` s)."""
+"""A training run's progress on the console: one line that fits the terminal on a TTY (redrawn in
+place by rich), plain lines off a TTY (or with ``--quiet``), for training and for the final
+evaluation.
+
+The line keeps what says how far the run is: the step count, the ETA and the elapsed time always;
+the bar takes the room left (at least :data:`MIN_BAR`); the figures of the last interval follow in
+order of use and drop from the end when the terminal is narrow: throughput first, loss and PSNR
+last (:func:`fit_progress_line`). At 80 columns a line reads ``train ━━━━━━━━━━ step 101/2000 eta
+12:34 0:01:02 samples/s 6.10 M rays/s 77.6 k``.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +15,15 @@ import sys
 import time
 from typing import Any
 
-__all__ = ["PLAIN_PROGRESS_EVERY_S", "TrainProgress", "clock_text", "eta_seconds"]
+from trainer.contract.metrics import si_number
 
+__all__ = ["MIN_BAR", "PLAIN_PROGRESS_EVERY_S", "TrainProgress", "clock_text", "eta_seconds", "fit_progress_line"]
 
 PLAIN_PROGRESS_EVERY_S = 10.0
 """Off a TTY (or with --quiet), a plain progress line at most this often (s), besides the log lines."""
+
+MIN_BAR = 8  # bar characters kept however narrow the terminal
+MAX_BAR = 40
 
 
 def eta_seconds(step: int, train_time_s: float, n_steps: int, time_budget_s: float | None) -> float | None:
@@ -27,59 +39,98 @@ def eta_seconds(step: int, train_time_s: float, n_steps: int, time_budget_s: flo
 
 
 def clock_text(seconds: float | None) -> str:
+    """``M:SS`` or ``H:MM:SS``; ``-:--`` when unknown."""
     if seconds is None:
         return "-:--"
     seconds = int(round(seconds))
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}" if seconds >= 3600 else f"{seconds // 60}:{seconds % 60:02d}"
 
 
-class TrainProgress:
-    """Rich progress bar on a TTY (advanced every step, with the ETA), plain lines otherwise (or with
-    --quiet): each log record, and a progress line every :data:`PLAIN_PROGRESS_EVERY_S` s."""
+def fit_progress_line(width: int, label: str, fraction: float, kept: list[str], extras: list[str]) -> str:
+    """One progress line of at most ``width`` characters: ``label``, a bar of ``fraction`` (0..1),
+    the ``kept`` parts (never left out), then as many ``extras`` as fit, in order (the last ones
+    drop first). The bar takes the room left, between :data:`MIN_BAR` and :data:`MAX_BAR`
+    characters; below ``MIN_BAR`` columns of room it shrinks, and a line that still does not fit
+    is cut at ``width`` (the kept parts first)."""
+    fixed = " ".join(kept)
+    shown: list[str] = []
+    for extra in extras:
+        if len(label) + 1 + MIN_BAR + 1 + len(" ".join([fixed, *shown, extra])) <= width:
+            shown.append(extra)
+        else:
+            break
+    tail = " ".join([fixed, *shown])
+    room = width - len(label) - 2 - len(tail)
+    bar_width = max(0, min(MAX_BAR, room))
+    filled = round(max(0.0, min(1.0, fraction)) * bar_width)
+    bar = "━" * filled + "─" * (bar_width - filled) if bar_width else ""
+    line = " ".join(part for part in (label, bar, tail) if part)
+    return line[:width]
 
-    def __init__(self, total: int | None, quiet: bool, time_budget_s: float | None = None) -> None:
-        self.plain = quiet or not sys.stdout.isatty()
+
+class TrainProgress:
+    """The console display of one process's training and final evaluation.
+
+    On a TTY (and without ``quiet``) a rich live line (:func:`fit_progress_line` at the terminal's
+    width) advanced after every step, and during the evaluation after every chunk of rays; off a
+    TTY plain lines: each log record, a ``progress:`` line every :data:`PLAIN_PROGRESS_EVERY_S`
+    seconds, and during the evaluation an ``evaluating:`` line as often.
+
+    Args:
+        total: ``training.n_steps``.
+        quiet: plain lines even on a TTY.
+        time_budget_s: ``training.time_budget_s`` (the ETA counts it).
+        console: a rich console to draw the live line on (default: stdout's, when it is a TTY).
+    """
+
+    def __init__(self, total: int | None, quiet: bool, time_budget_s: float | None = None,
+                 console: Any = None) -> None:
+        self.plain = quiet or (console is None and not sys.stdout.isatty())
         self.total = total
         self.time_budget_s = time_budget_s
         self._last_plain = time.perf_counter()
-        self._bar = None
+        self._started = time.perf_counter()
+        self._live = None
+        self._state: dict[str, Any] = {"label": "train", "fraction": 0.0, "kept": [f"step 0/{total}", "eta -:--"],
+                                       "extras": []}
         if not self.plain:
-            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+            from rich.live import Live
 
-            self._bar = Progress(
-                TextColumn("[bold]train"),
-                BarColumn(),
-                TextColumn("step {task.completed}/{task.total}"),
-                TextColumn("eta {task.fields[eta]}"),
-                TextColumn("{task.fields[info]}"),
-                TimeElapsedColumn(),
-            )
-            self._task = self._bar.add_task("train", total=total, info="", eta="-:--")
-            self._bar.start()
+            self._live = Live(self, console=console, auto_refresh=console is None, refresh_per_second=4,
+                              transient=False)
+            self._live.start()
+
+    def __rich__(self) -> Any:
+        """The current line at the console's width (rich calls this at each refresh)."""
+        from rich.text import Text
+
+        width = self._live.console.width - 1 if self._live is not None else 80
+        s = self._state
+        elapsed = clock_text(time.perf_counter() - self._started)
+        return Text(fit_progress_line(width, s["label"], s["fraction"], [*s["kept"], elapsed], s["extras"]))
 
     @staticmethod
-    def describe(record: dict[str, Any]) -> str:
+    def figures(record: dict[str, Any]) -> list[str]:
+        """A log record's figures, most used first: samples/s, rays/s, loss, PSNR."""
         psnr = record.get("train_psnr_db")
-        psnr_txt = f"{psnr:.2f} dB" if isinstance(psnr, (int, float)) else "-"
         loss = record.get("loss")
-        loss_txt = f"{loss:.5f}" if isinstance(loss, (int, float)) else "- (no samples yet)"
-        return (
-            f"loss {loss_txt}  psnr {psnr_txt}  "
-            f"rays/s {record['rays_per_s']:.3g}  samples/s {record['throughput_samples_per_s']:.3g}"
-        )
+        return [f"samples/s {si_number(record['throughput_samples_per_s'])}", f"rays/s {si_number(record['rays_per_s'])}",
+                f"loss {loss:.4g}" if isinstance(loss, (int, float)) else "loss - (no samples yet)",
+                f"psnr {psnr:.2f} dB" if isinstance(psnr, (int, float)) else "psnr -"]
 
     def log(self, record: dict[str, Any]) -> None:
+        """A metrics record: a plain line off a TTY, else its figures on the live line."""
         if self.plain:
-            print(f"step {record['step']}  {self.describe(record)}  t={record['wall_time_s']:.1f}s", flush=True)
+            print(f"step {record['step']}  {'  '.join(self.figures(record))}  t={record['wall_time_s']:.1f}s", flush=True)
             self._last_plain = time.perf_counter()
         else:
-            self._bar.update(self._task, completed=record["step"], info=self.describe(record))
+            self._state["extras"] = self.figures(record)
 
     def step(self, step: int, train_time_s: float) -> None:
-        """After every training step: advance the bar (plain: a line when the interval has passed)."""
+        """After every training step: advance the line (plain: a line when the interval has passed)."""
         eta = eta_seconds(step, train_time_s, self.total or step, self.time_budget_s)
         if not self.plain:
-            self._bar.update(self._task, completed=step, eta=clock_text(eta))
+            self._state.update(fraction=step / max(self.total or step, 1), kept=[f"step {step}/{self.total}", f"eta {clock_text(eta)}"])
             return
         now = time.perf_counter()
         if now - self._last_plain >= PLAIN_PROGRESS_EVERY_S:
@@ -87,12 +138,40 @@ class TrainProgress:
             print(f"progress: step {step}/{self.total} ({100 * step / max(self.total or 1, 1):.0f} %), "
                   f"{train_time_s:.0f} s trained, eta {clock_text(eta)}", flush=True)
 
+    def start_evaluation(self) -> None:
+        """The evaluation begins: the live line (or the plain lines) count its rays from here."""
+        self._eval_started = self._last_plain = time.perf_counter()
+        if self._live is not None:
+            self._started = self._eval_started
+            self._state = {"label": "evaluate", "fraction": 0.0, "kept": ["0 rays", "eta -:--"], "extras": []}
+
+    def evaluation_rays(self, done: int, total: int) -> None:
+        """``done`` of the evaluation's ``total`` rays (× spp) are rendered."""
+        now = time.perf_counter()
+        elapsed = now - self._eval_started
+        eta = elapsed * (total - done) / done if done else None
+        if not self.plain:
+            self._state.update(fraction=done / max(total, 1), kept=[f"{si_number(done)}/{si_number(total)} rays",
+                                                                     f"eta {clock_text(eta)}"])
+            return
+        if now - self._last_plain >= PLAIN_PROGRESS_EVERY_S and done < total:
+            self._last_plain = now
+            print(f"evaluating: {100 * done / max(total, 1):.0f} % of the rays ({si_number(done)} of "
+                  f"{si_number(total)}) in {elapsed:.0f} s, eta {clock_text(eta)}", flush=True)
+
+    def refresh(self) -> None:
+        """Redraw the live line now (it also redraws by itself four times a second)."""
+        if self._live is not None:
+            self._live.refresh()
+
     def message(self, text: str) -> None:
-        if self._bar is not None:
-            self._bar.console.print(text)
+        """A line above the live one (or a plain line)."""
+        if self._live is not None:
+            self._live.console.print(text, markup=False, highlight=False)
         else:
             print(text, flush=True)
 
     def close(self) -> None:
-        if self._bar is not None:
-            self._bar.stop()
+        if self._live is not None:
+            self._live.stop()
+            self._live = None

@@ -1,15 +1,16 @@
 """The ``status.json`` of a run through its life (keys and states: :mod:`trainer.contract.runstatus`):
 written as running before training starts (a killed run still says it was running), completed,
-failed or interrupted at the end, by the process that owns the run directory (rank 0)."""
+failed, diverged or interrupted at the end, by the process that owns the run directory (rank 0)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from trainer.contract.rundir import RunDir
-from trainer.contract.runstatus import RUN_DIR_KEY, RUNNING, STATE_KEY, failed_fields, interrupted_fields
+from trainer.contract.runstatus import RUN_DIR_KEY, RUNNING, STATE_KEY, diverged_fields, failed_fields, interrupted_fields
 
-__all__ = ["RunStatus", "Terminated", "failure_status", "raise_terminated"]
+__all__ = ["RunStatus", "Terminated", "failure_status", "keeping_finite_model", "raise_terminated"]
 
 
 class Terminated(BaseException):
@@ -22,10 +23,28 @@ def raise_terminated(signum: int, frame: Any) -> None:
 
 
 def failure_status(exc: BaseException) -> dict[str, Any]:
-    """``status.json`` fields of a run that ended by ``exc``: interrupted (Ctrl-C, SIGTERM) or failed."""
+    """``status.json`` fields of a run that ended by ``exc``: interrupted (Ctrl-C, SIGTERM),
+    diverged (:class:`~trainer.train.divergence.DivergedError`) or failed."""
+    from trainer.train.divergence import DivergedError
+
     if isinstance(exc, (KeyboardInterrupt, Terminated)):
         return interrupted_fields(str(exc) or type(exc).__name__)
+    if isinstance(exc, DivergedError):
+        return diverged_fields(str(exc), exc.step, exc.tensor)
     return failed_fields(f"{type(exc).__name__}: {exc}")
+
+
+def keeping_finite_model(exc: BaseException, status: dict[str, Any], model_path: Path | None) -> BaseException:
+    """``exc``, or for a diverged run the same error naming its last finite model, ``model_path``
+    (the newest snapshot or checkpoint, all written before the divergence was found), which
+    ``status`` records as the run's ``snapshot`` / ``checkpoint``."""
+    from trainer.train.divergence import DivergedError
+
+    if not isinstance(exc, DivergedError):
+        return exc
+    if model_path is not None:
+        status["checkpoint" if Path(model_path).is_dir() else "snapshot"] = str(model_path)
+    return exc.keeping(model_path)
 
 
 class RunStatus(dict):

@@ -15,7 +15,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Sequence
 
-from trainer.contract import EncodingConfig, TrainerError, add_inspect_arguments, format_named, print_error
+from trainer.contract import EncodingConfig, TrainerError, add_inspect_arguments, print_error
 from trainer.contract.commandline import scene_format_overrides
 from trainer.data import load_scene
 from trainer.data.footprint import footprint_resolution
@@ -40,10 +40,11 @@ from it) and, with ``timing``, ``timing`` (``first_load_s``, ``second_load_s``
     of the training images). ``downscale`` None applies the automatic rule; ``scene_options`` are
     further :class:`trainer.data.SceneOptions` fields (``format``, ``camera_convention``, ``aabb_scale``).
 
-    ``splits`` describes the scene as stored: formats without splits of their own (instant-ngp,
-    LLFF, COLMAP) list every usable image under ``train`` unless ``holdout_every`` > 0. For those,
-    ``training_holdout`` tells how ``ngptune train`` splits them by default (every 8th frame held
-    out for evaluation).
+    ``splits`` describes the scene as stored: scenes without splits of their own (instant-ngp,
+    LLFF, COLMAP, a Blender scene with only ``transforms_train.json``) list every usable image under
+    ``train`` unless ``holdout_every`` > 0. For those, ``training_holdout`` tells how ``ngptune
+    train`` splits them by default (every 8th frame held out for evaluation). ``size_rule`` says
+    the size the images are loaded at and which rule chose it.
 
     Raises:
         SceneError: for an unreadable scene.
@@ -82,17 +83,18 @@ from it) and, with ``timing``, ``timing`` (``first_load_s``, ``second_load_s``
         "downscale": scene.downscale,
         "skipped": [{"frame": s.frame, "reason": s.reason} for s in scene.skipped],
         "notes": list(scene.notes),
+        "size_rule": scene.size_rule,
         "pixel_memory_bytes": int(pixel_table_nbytes(all_frames, downscale=scene.downscale)),
     }
-    if not format_named(scene.format).has_splits:
+    training_frames = scene.frames("train")
+    if not holdout_every:  # how training splits a scene without held-out frames of its own
         every = SceneOptions().holdout_every
         with warnings.catch_warnings():  # the skipped frames were reported by the first load
             warnings.simplefilter("ignore")
             held = load_scene(path, downscale=downscale, holdout_every=every, **scene_options)
-        info["training_holdout"] = {"every": every, "splits": held.split_counts}
-        training_frames = held.frames("train")
-    else:
-        training_frames = scene.frames("train")
+        if held.held_out_every:  # no split of its own (a train-only Blender scene too)
+            info["training_holdout"] = {"every": every, "splits": held.split_counts}
+            training_frames = held.frames("train")
     footprint = footprint_resolution(training_frames, scene.aabb)
     info["finest_resolution"] = {
         "footprint": None if footprint is None else round(footprint, 1),

@@ -71,10 +71,11 @@ def hash_grid_config(enc: EncodingConfig, aabb_scale: int, footprint_resolution:
 
 def build_field(
     cfg: TrainConfig, aabb: torch.Tensor, aabb_scale: int, device: torch.device,
-    footprint_resolution: float | None = None,
+    footprint_resolution: float | None = None, n_train_images: int = 0,
 ) -> NGPField:
     """The NGP field described by ``cfg`` on ``device`` over ``aabb`` ([2, 3] float32), its hash
-    grid as :func:`hash_grid_config` gives it."""
+    grid as :func:`hash_grid_config` gives it; with ``training.appearance`` "affine", a colour map
+    for each of the ``n_train_images`` training images."""
     table_dtype = torch.float16 if cfg.encoding.table_dtype == "float16" else torch.float32
     field = NGPField(
         aabb=aabb,
@@ -96,6 +97,7 @@ def build_field(
         sh_degree=cfg.dir_encoding.degree,
         fused_mlp=use_triton_kernels("mlp_backend", cfg.training.mlp_backend, device),
         mlp_precision=MLP_PRECISION[cfg.training.precision],
+        n_appearance_images=n_train_images if cfg.training.appearance == "affine" else 0,
     )
     if cfg.training.mlp_backend == "triton":
         if not field.fused_mlp:

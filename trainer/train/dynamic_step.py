@@ -3,7 +3,8 @@ sample count read on the host (DESIGN.md §2).
 
 One step: occupancy update (at its cadence) → the step's rays and samples (usually prepared
 during the previous step, :mod:`trainer.train.prefetch`) → compaction (``training.compact_samples``)
-→ field forward → compositing over the background → loss → backward → Adam step → batch sizing
+→ field forward → compositing over the background → the per-image colour map
+(``training.appearance``) → loss → backward → Adam step → batch sizing
 on the marched count, or on the kept count of the step :data:`~trainer.train.batch_size.KEPT_READ_LAG`
 steps back → the next step's input prefetched. The march's sample count is the one host read of
 the step's own work.
@@ -19,7 +20,9 @@ from trainer.contract.errors import TrainingError
 from trainer.render.march import PackedSamples
 from trainer.train.batch_size import KEPT_READ_LAG
 from trainer.train.loss import drop_rays
-from trainer.train.phases import compacted_samples, density_without_grad, field_outputs, loss_and_mse, render_rgb
+from trainer.train.phases import (
+    appearance_rgb, compacted_samples, density_without_grad, field_outputs, loss_and_mse, render_rgb,
+)
 from trainer.train.prefetch import StepInput
 from trainer.train.step import Step, StepOutcome, StepStats
 
@@ -97,6 +100,7 @@ class DynamicStep(Step):
             sigmas, rgbs = field_outputs(tr.field, samples, tr.device, t.precision)
         with timer.phase("render"):
             rgb = render_rgb(sigmas.float(), rgbs.float(), samples, step_input.background, tr.triton_render)
+            rgb = appearance_rgb(tr.field, rgb, step_input.batch.image_index)
             rgb = drop_rays(rgb, ray_fits, step_input.target)
             loss, mse = loss_and_mse(rgb, step_input.target, n_rays, tr.cfg.loss)
         tr.optim.backward(loss)

@@ -10,6 +10,7 @@ of the last metrics record.
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -42,9 +43,12 @@ def eval_seconds_estimate(pixels: int, spp: int, last: dict[str, Any] | None) ->
 def measure_eval_seconds(trainer: Any, frames: list, spp: int, probe_rays: int = PROBE_RAYS, seed: int = 0) -> float:
     """Seconds the evaluation of ``frames`` (scene frames) at ``spp`` renders per pixel will take.
 
-    Rays drawn uniformly over all their pixels are rendered three times after a warm-up: 1/8 of
-    ``probe_rays`` and ``probe_rays`` rays, fitting ``time = per_call + per_ray × rays`` (a render
-    call's fixed cost counts once per view, the per-ray cost for every pixel).
+    Rays drawn uniformly over all their pixels are rendered after a warm-up: 1/8 of
+    ``probe_rays`` and ``probe_rays`` rays, twice each, fitting ``time = per_call + per_ray × rays``
+    to the mean of each pair (a load spike during the probe is as likely during the evaluation);
+    a render call's fixed cost counts once per chunk of rays the evaluation renders
+    (:func:`~trainer.train.evaluate.render_ray_buffers`' chunks, several per view on large views),
+    the per-ray cost for every pixel. The probe renders through the same field batches.
 
     Args:
         trainer: a single-process :class:`~trainer.train.loop.Trainer` (field, occupancy grid, device).
@@ -56,7 +60,7 @@ def measure_eval_seconds(trainer: Any, frames: list, spp: int, probe_rays: int =
         Estimated seconds (wall clock) for all pixels × ``spp``.
     """
     from trainer.data.rays import camera_rays_for_image
-    from trainer.train.evaluate import render_rays
+    from trainer.train.evaluate import eval_chunk_rays, render_rays
 
     sizes = [f.intrinsics.width * f.intrinsics.height for f in frames]
     total = sum(sizes)
@@ -89,13 +93,14 @@ def measure_eval_seconds(trainer: Any, frames: list, spp: int, probe_rays: int =
         with torch.no_grad(), trainer.inference_weights():
             small = max(1, len(picks) // 8)
             timed(small)  # warm-up: first-call costs are no part of the evaluation's rate
-            # the faster of two timings each: a load spike on a shared machine only ever adds time
-            t_small = min(timed(small), timed(small))
-            t_big = min(timed(len(picks)), timed(len(picks)))
+            t_small = (timed(small) + timed(small)) / 2
+            t_big = (timed(len(picks)) + timed(len(picks))) / 2
     finally:
         trainer.field.train(was_training)
     per_ray = (t_big - t_small) / max(len(picks) - small, 1)
     if per_ray <= 0:  # noise on a loaded machine: the larger probe's mean cost per ray
         return t_big * total * spp / len(picks)
     per_call = max(0.0, t_small - small * per_ray)
-    return (len(frames) * per_call + total * per_ray) * spp
+    chunk = eval_chunk_rays(trainer.device)
+    calls = sum(math.ceil(size / chunk) for size in sizes)
+    return (calls * per_call + total * per_ray) * spp

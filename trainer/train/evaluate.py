@@ -16,11 +16,12 @@ from trainer.contract.config import TrainConfig
 from trainer.data import Scene
 from trainer.data.images import PixelTable, load_pixel_table
 from trainer.data.rays import camera_rays_for_image, composite_background
-from trainer.metrics_image import SSIM_WINDOW, mse_to_psnr, psnr, ssim
+from trainer.metrics_image import SSIM_WINDOW, affine_colour_psnr, mse_to_psnr, psnr, ssim
+from trainer.metrics_tensorboard import write_evaluation
 from trainer.render.volrend import EARLY_STOP_TRANSMITTANCE, RenderedRays, composite
-from trainer.render.march import PackedSamples
-from trainer.contract.rundir import RunDir
-from trainer.contract.evaluation import collapse_message
+from trainer.render.march import PackedSamples, ray_batches
+from trainer.contract.rundir import NULL_REASONS_KEY, RunDir
+from trainer.contract.evaluation import collapse_cures, collapse_message
 from trainer.train.precision import autocast
 
 
@@ -35,6 +36,7 @@ class Evaluated(Protocol):
     run_dir: RunDir | None
     step: int
     eval_progress: Callable[[int, int, dict[str, Any]], None] | None
+    eval_rays_progress: Callable[[int, int], None] | None
 
     def march(self, rays_o: torch.Tensor, rays_d: torch.Tensor, jitter: bool,
               generator: torch.Generator | None = None) -> PackedSamples: ...
@@ -46,7 +48,10 @@ METRICS_NOTE = (
     "psnr_of_mean_mse_db: PSNR of the mean over views of the per-view MSE; "
     "mean_ssim: mean over the views SSIM is available for (views of at least "
     f"{SSIM_WINDOW}x{SSIM_WINDOW} pixels; smaller views have ssim null); "
-    "background_psnr_db: mean_psnr_db of a prediction of the background colour at every pixel"
+    "background_psnr_db: mean_psnr_db of a prediction of the background colour at every pixel; "
+    "mean_psnr_affine_db: mean over views of the PSNR after each view's least-squares affine colour "
+    "map (3x3 matrix and offset fitted on the view's pixels), the held-out score of a model with a "
+    "per-image appearance (training.appearance)"
 )
 
 
@@ -66,22 +71,58 @@ def summary_metrics(images: list[dict[str, Any]]) -> dict[str, Any]:
         view counts as the cap, never NaN, never dropped), ``psnr_cap_db``, ``psnr_of_mean_mse_db``
         (PSNR of the mean MSE; inf when every view is perfect), ``mean_ssim`` (over the views that
         have one; NaN when none has), ``ssim_views``, ``background_psnr_db`` (the mean of the
-        views' ``background_psnr_db``, capped likewise; NaN when a record lacks it) and
-        ``metrics_note`` saying which is which. NaN means for no views.
+        views' ``background_psnr_db``, capped likewise; NaN when a record lacks it),
+        ``mean_psnr_affine_db`` (the mean of the views' ``psnr_affine_db``, likewise) and
+        ``metrics_note`` saying which is which. NaN means for no views. ``null_reasons``
+        (:data:`trainer.contract.rundir.NULL_REASONS_KEY`) says why a mean is NaN (``eval.json``
+        writes ``null``).
     """
     capped = [min(im["psnr_db"], PSNR_CAP_DB) for im in images]
+    affine = [min(im.get("psnr_affine_db", float("nan")), PSNR_CAP_DB) for im in images]
     background = [min(im.get("background_psnr_db", float("nan")), PSNR_CAP_DB) for im in images]
     ssims = [im["ssim"] for im in images if im["ssim"] is not None]
     mean_mse = float(np.mean([im["mse"] for im in images])) if images else float("nan")
-    return {
+    summary = {
         "mean_psnr_db": float(np.mean(capped)) if capped else float("nan"),
         "psnr_cap_db": PSNR_CAP_DB,
         "psnr_of_mean_mse_db": float(mse_to_psnr(mean_mse)) if images else float("nan"),
         "mean_ssim": float(np.mean(ssims)) if ssims else float("nan"),
         "ssim_views": len(ssims),
         "background_psnr_db": float(np.mean(background)) if background else float("nan"),
+        "mean_psnr_affine_db": float(np.mean(affine)) if affine else float("nan"),
         "metrics_note": METRICS_NOTE,
     }
+    reasons = {}  # why a mean has no number (eval.json writes it as null with this reason)
+    if not images:
+        reasons.update(dict.fromkeys(("mean_psnr_db", "psnr_of_mean_mse_db", "background_psnr_db"), "no view was scored"))
+    if not ssims:
+        reasons["mean_ssim"] = (f"no view of at least {SSIM_WINDOW}x{SSIM_WINDOW} pixels, SSIM's window"
+                                if images else "no view was scored")
+    if reasons:
+        summary[NULL_REASONS_KEY] = reasons
+    return summary
+
+
+BACKDROP_TOLERANCE = 8 / 255  # border pixels within this of white (black) make a white (black) backdrop
+
+
+def uniform_backdrop(table: PixelTable) -> str | None:
+    """``"white"`` or ``"black"`` when every border pixel (first and last row and column) of every
+    image of ``table`` lies within :data:`BACKDROP_TOLERANCE` of that colour in each channel (a
+    studio backdrop), else None."""
+    borders = []
+    for index in range(table.n_images):
+        image = table.image(index)[..., :3].float()
+        image = image / 255.0 if table.pixels.dtype == torch.uint8 else image
+        borders += [image[0], image[-1], image[:, 0], image[:, -1]]
+    if not borders:
+        return None
+    edge = torch.cat(borders)
+    if bool((edge >= 1.0 - BACKDROP_TOLERANCE).all()):
+        return "white"
+    if bool((edge <= BACKDROP_TOLERANCE).all()):
+        return "black"
+    return None
 
 
 def split_origin(scene: Scene, split: str) -> str:
@@ -136,13 +177,20 @@ def render_ray_buffers(
     spp: int = 1,
     generator: torch.Generator | None = None,
     render_samples: SampleRenderer | None = None,
+    batch_samples: int | None = None,
+    on_rays: Callable[[int], None] | None = None,
 ) -> RenderedRays:
     """Render rays with the current field and occupancy grid, in chunks: colour, opacity and depth.
+
+    Each chunk of rays is marched at once; its samples go through the field in batches of whole
+    rays of at most ``batch_samples`` samples (:func:`trainer.render.march.ray_batches`).
 
     Args:
         rays_o, rays_d: [n, 3] float32 on the trainer's device (``rays_d`` unit length).
         background: [3] float32 colour composited behind the rays.
         chunk_rays: rays per chunk (default 2^18 on CUDA, 2^11 on CPU).
+        batch_samples: samples per field evaluation (default :func:`eval_batch_samples`).
+        on_rays: called with the number of rays (× ``spp``) each finished chunk rendered (progress).
         spp: renders averaged per ray (>= 1); with more than one, each marches with random
             first-sample offsets drawn from ``generator`` (instant-ngp's test-view ``spp``).
         generator: where the offsets come from (on the trainer's device); required when spp > 1.
@@ -162,7 +210,8 @@ def render_ray_buffers(
         raise ValueError(f"render_rays: spp must be >= 1 and needs a generator when > 1, got spp={spp}")
     render_samples = render_samples or field_sample_renderer(trainer)
     if chunk_rays is None:
-        chunk_rays = 2**18 if trainer.device.type == "cuda" else 2**11
+        chunk_rays = eval_chunk_rays(trainer.device)
+    batch_samples = batch_samples or eval_batch_samples(trainer.device)
     n_all, device = rays_o.shape[0], rays_o.device
     out = RenderedRays(torch.empty(n_all, 3, device=device), torch.empty(n_all, device=device),
                        torch.empty(n_all, device=device), torch.empty(n_all, device=device))
@@ -177,11 +226,34 @@ def render_ray_buffers(
                 total[0] += background
                 total[3] += 1.0
                 continue
-            for acc, value in zip(total, render_samples(samples, background, n)):
-                acc += value.float()
+            for first, end in ray_batches(samples, batch_samples):
+                rendered = render_samples(samples.rays(first, end), background, end - first)
+                for acc, value in zip(total, rendered):
+                    acc[first:end] += value.float()
         for buffer, acc in zip(out, total):
             buffer[start : start + n] = acc / spp
+        if on_rays is not None:
+            on_rays(n * spp)
     return out
+
+
+EVAL_BATCH_SAMPLES = {"cpu": 2**16, "cuda": 2**62}
+"""Samples per field evaluation when rendering (:func:`render_ray_buffers`): on a CPU small enough
+that the estimate's probe evaluates the field as the evaluation does (a whole chunk of 2^11 rays
+of 512 samples, 2^20, made the fox CPU line's estimate 3× too low and the evaluation slower:
+docs/benchmarks.md, "Evaluation on a CPU"); on a GPU no limit: a chunk of 2^18 rays is composited
+in one launch."""
+
+
+def eval_chunk_rays(device: torch.device) -> int:
+    """Rays marched at once when rendering (:func:`render_ray_buffers`): 2^18 on CUDA, 2^11 elsewhere."""
+    return 2**18 if device.type == "cuda" else 2**11
+
+
+def eval_batch_samples(device: torch.device) -> int:
+    """Samples per field evaluation on ``device`` (:data:`EVAL_BATCH_SAMPLES`; other device
+    types take the GPU's)."""
+    return EVAL_BATCH_SAMPLES.get(device.type, EVAL_BATCH_SAMPLES["cuda"])
 
 
 def render_rays(
@@ -192,13 +264,14 @@ def render_rays(
     chunk_rays: int | None = None,
     spp: int = 1,
     generator: torch.Generator | None = None,
+    on_rays: Callable[[int], None] | None = None,
 ) -> torch.Tensor:
     """The colour of :func:`render_ray_buffers` (same arguments): rgb [n, 3] float32 in [0, 1].
 
     Raises:
         ValueError: for ``spp < 1``, or ``spp > 1`` without a generator.
     """
-    return render_ray_buffers(trainer, rays_o, rays_d, background, chunk_rays, spp, generator).rgb
+    return render_ray_buffers(trainer, rays_o, rays_d, background, chunk_rays, spp, generator, on_rays=on_rays).rgb
 
 
 def ground_truth(table: PixelTable, position: int, background: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -253,18 +326,23 @@ def evaluate(
             ignored when ``render`` is given.
 
     After each scored view, ``trainer.eval_progress(done, total, image_record)`` is called when
-    it is set (the CLI prints progress lines with it).
+    it is set (the CLI prints progress lines with it); with the default renderer,
+    ``trainer.eval_rays_progress(rays_done, rays_total)`` after each chunk of rays too (rays × spp
+    of all chosen views).
 
     Raises:
         ValueError: ``spp`` outside [1, 64].
 
     Returns:
-        ``{"split", "step", "background", "mean_psnr_db", "mean_ssim", "background_psnr_db",
-        "occupancy_warmup_steps", "background_collapse", "images": [{"index", "name", "psnr_db",
-        "ssim", "background_psnr_db"}]}`` (the keys of :func:`summary_metrics` too), also written
-        to ``eval.json`` when the trainer has a run directory. ``background_collapse`` is the
-        warning of :func:`trainer.contract.evaluation.collapse_message` (also issued as a
-        ``UserWarning``) or None.
+        ``{"split", "step", "background", "mean_psnr_db", "mean_psnr_affine_db", "mean_ssim",
+        "background_psnr_db", "occupancy_warmup_steps", "background_collapse", "collapse_cures",
+        "images": [{"index", "name", "psnr_db", "psnr_affine_db", "ssim", "background_psnr_db"}]}``
+        (the keys of :func:`summary_metrics` too), also written to ``eval.json`` when the trainer
+        has a run directory. ``background_collapse`` is the warning of
+        :func:`trainer.contract.evaluation.collapse_message` (also issued as a ``UserWarning``) or
+        None; ``collapse_cures`` the cures that apply to this capture and run
+        (:func:`trainer.contract.evaluation.collapse_cures`: whether its images have alpha,
+        :func:`uniform_backdrop`, ``training.background``).
     """
     import cv2
 
@@ -282,8 +360,18 @@ def evaluate(
             generator = torch.Generator(device=trainer.device)
             generator.manual_seed(trainer.cfg.training.seed)
 
+        rays_total = spp * sum(f.intrinsics.width * f.intrinsics.height for _, f in chosen)
+        rays_done = 0
+
+        def rays_rendered(n: int) -> None:
+            nonlocal rays_done
+            rays_done += n
+            report = getattr(trainer, "eval_rays_progress", None)
+            if report is not None:
+                report(rays_done, rays_total)
+
         def render(o: torch.Tensor, d: torch.Tensor, bg: torch.Tensor) -> torch.Tensor:
-            return render_rays(trainer, o, d, bg, spp=spp, generator=generator)
+            return render_rays(trainer, o, d, bg, spp=spp, generator=generator, on_rays=rays_rendered)
 
     images = []
     was_training = trainer.field.training
@@ -301,6 +389,7 @@ def evaluate(
             mse = float(torch.mean((pred_img.double() - gt_img.double()) ** 2))
             background_mse = float(torch.mean((background.double() - gt_img.double()) ** 2))
             images.append({"index": index, "name": frame.name, "mse": mse, "psnr_db": psnr(pred_img, gt_img),
+                           "psnr_affine_db": affine_colour_psnr(pred_img, gt_img),
                            "ssim": view_ssim(pred_img, gt_img),
                            "background_psnr_db": float(mse_to_psnr(background_mse))})
             if trainer.eval_progress is not None:
@@ -323,11 +412,15 @@ def evaluate(
         "occupancy_warmup_steps": trainer.cfg.training.occupancy_warmup_steps,
         "images": images,
     }
+    cures = collapse_cures(has_alpha=table.has_alpha, background=trainer.cfg.training.background,
+                           backdrop=None if table.has_alpha else uniform_backdrop(table))
     collapse = collapse_message(result["mean_psnr_db"], result["background_psnr_db"], trainer.step,
-                                trainer.cfg.training.occupancy_warmup_steps)
+                                trainer.cfg.training.occupancy_warmup_steps, cures)
     result["background_collapse"] = collapse
+    result["collapse_cures"] = cures
     if collapse is not None:
         warnings.warn(collapse, stacklevel=2)
     if trainer.run_dir is not None:
         trainer.run_dir.write_json(trainer.run_dir.eval_path, result)
+        write_evaluation(trainer.cfg, trainer.run_dir, result)
     return result

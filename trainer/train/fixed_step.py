@@ -55,7 +55,7 @@ from trainer.render.volrend import EARLY_STOP_TRANSMITTANCE
 from trainer.train import optimization
 from trainer.train.capture import WARMUP_STEPS
 from trainer.train.device_metrics import DeviceIntervalMetrics
-from trainer.train.phases import density_without_grad, field_outputs, loss_and_mse, render_rgb
+from trainer.train.phases import appearance_rgb, density_without_grad, field_outputs, loss_and_mse, render_rgb
 from trainer.train.records import Interval
 from trainer.train.step import Step, StepOutcome, StepStats
 
@@ -156,8 +156,8 @@ class FixedCapacityStep(Step):
 
     # ------------------------------------------------------------------ the step body
     def run(self) -> None:
-        """Queue one step (data → march → compact → field → render → loss → backward → Adam →
-        batch sizing → interval sums); reads nothing on the host (module docstring)."""
+        """Queue one step (data → march → compact → field → render → appearance → loss → backward →
+        Adam → batch sizing → interval sums); reads nothing on the host (module docstring)."""
         tr = self.trainer
         timer = tr.timer
         live = self.ray_slot < self.n_live
@@ -169,12 +169,13 @@ class FixedCapacityStep(Step):
             marched = march_fixed(rays_o, batch.rays_d, tr.aabb, tr.grid, self.buffers, step_size=MIN_STEP_SIZE,
                                   cone_angle=tr.cone_angle, max_steps=tr.cfg.training.max_march_steps,
                                   max_step_size=tr.max_step_size, generator=tr.generator,
-                                  backend=tr.march_backend, rule=self.rule)
+                                  backend=tr.march_backend, rule=self.rule, near=tr.cfg.training.near_distance)
         samples, ray_ok, n_kept, n_trained = self._training_samples(marched, live)
         with timer.phase("field_forward"):
             sigmas, rgbs = field_outputs(tr.field, samples, tr.device, tr.cfg.training.precision)
         with timer.phase("render"):
             rgb = render_rgb(sigmas.float(), rgbs.float(), samples, background, tr.triton_render)
+            rgb = appearance_rgb(tr.field, rgb, batch.image_index)
             rgb = torch.where(ray_ok[:, None], rgb, target)
             loss, mse_all = loss_and_mse(rgb, target, self.n_live, tr.cfg.loss)
             mse = mse_all * (self.ray_capacity / self.n_live)  # rays past n_live predict exactly
@@ -290,6 +291,8 @@ class FixedCapacityStep(Step):
             "samples_per_step": sums["samples"] / steps,
             "rays_per_s": sums["rays"] * per_s,
             "throughput_samples_per_s": sums["samples"] * per_s,
+            "rank_rays_per_s": sums["rays"] * per_s,
+            "rank_throughput_samples_per_s": sums["samples"] * per_s,
             "skipped_steps": int(sums["skipped"]),
             "samples_clipped": sums["samples_clipped"],
             "ray_capacity": self.ray_capacity,

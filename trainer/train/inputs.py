@@ -10,6 +10,7 @@ with ``training.prefetch_march`` draws exactly what a run without it draws
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any, Callable
 
@@ -18,7 +19,7 @@ import torch
 from trainer.contract.config import TrainConfig
 from trainer.data import Frame
 from trainer.data.images import PixelTable, load_pixel_table, pixel_table_nbytes
-from trainer.data.sampler import RayBatch, RaySampler, choose_placement
+from trainer.data.sampler import RayBatch, RaySampler, choose_placement, placement_note
 from trainer.render.march import PackedSamples
 from trainer.train.build import use_triton_kernels
 from trainer.train.prefetch import InputPrefetcher, StepInput
@@ -30,13 +31,19 @@ __all__ = ["StepInputs", "build_sampler"]
 def build_sampler(cfg: TrainConfig, frames: list[Frame], downscale: int, device: torch.device, seed: int,
                   pixel_table: PixelTable | None = None) -> RaySampler:
     """The ray sampler of the training ``frames``: ``data.placement`` (``auto`` from the pixel
-    table's size and ``data.memory_budget_gib``), the pixels decoded here unless ``pixel_table`` is
-    given or the placement streams them, ``training.rays_backend`` resolved on ``device``."""
+    table's size and ``data.memory_budget_gib``; a warning says why a table that does not fit is
+    streamed and names the ``--downscale`` that fits), the pixels decoded here unless
+    ``pixel_table`` is given or the placement streams them, ``training.rays_backend`` resolved on
+    ``device``."""
     t = cfg.training
     budget = None if cfg.data.memory_budget_gib is None else int(cfg.data.memory_budget_gib * 2**30)
     placement = cfg.data.placement
     if placement == "auto":
-        placement = choose_placement(pixel_table_nbytes(frames, downscale=downscale), device, budget)
+        nbytes = pixel_table_nbytes(frames, downscale=downscale)
+        placement = choose_placement(nbytes, device, budget)
+        note = placement_note(placement, nbytes, device, budget, downscale)
+        if note:
+            warnings.warn(note, stacklevel=3)
     if pixel_table is None and placement != "stream":
         pixel_table = load_pixel_table(
             frames,

@@ -6,7 +6,10 @@ the optimiser) and composes one training :class:`~trainer.train.step.Step`, chos
 trainers of :mod:`trainer.parallel` run theirs). Its :meth:`Trainer.train` loop delegates: the
 step to the Step, interval records to :mod:`trainer.train.records`, snapshots to
 :mod:`trainer.train.snapshot_state`, the profiling window to :mod:`trainer.train.tracing`, the
-start-up report to :mod:`trainer.train.startup`.
+start-up report to :mod:`trainer.train.startup`, the time budget's look-ahead to
+:mod:`trainer.train.budget`. A loss or parameter that is no longer finite stops the run as
+diverged (:mod:`trainer.train.divergence`), checked at every interval record and before every
+snapshot.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from typing import Any, Callable
 import torch
 
 from trainer.contract.config import TrainConfig
-from trainer.contract.errors import SceneError
+from trainer.contract.errors import SceneError, TrainingError
 from trainer.contract.rundir import RunDir
 from trainer.contract.world import check_world_size
 from trainer.data import Scene, load_scene
@@ -29,7 +32,9 @@ from trainer.data.images import PixelTable
 from trainer.render.march import PackedSamples, march_rays
 from trainer.render.occupancy import MIN_STEP_SIZE, OccupancyGrid
 from trainer.train.batch_size import BatchSizer
+from trainer.train.budget import StepDurations
 from trainer.train.build import build_field, check_trainable, resolve_device, seed_everything, use_triton_kernels
+from trainer.train.divergence import diverged_instead
 from trainer.train.evaluate import evaluate
 from trainer.train.faults import inject_step_faults, phase_faults
 from trainer.train.inputs import StepInputs, build_sampler
@@ -67,6 +72,7 @@ class Trainer:
             :mod:`~trainer.train.optimization`, :class:`~trainer.train.phases.OccupancyRefresh`).
         stepper, step_choice: the :class:`~trainer.train.step.Step` and why it was chosen.
         step, train_time_s: steps done and seconds of training (start-up and evaluation excluded).
+        step_durations: the last timed step of each kind (:mod:`trainer.train.budget`).
         startup: the :class:`~trainer.train.startup.StartupReport`, once the start-up steps are done.
 
     Raises:
@@ -123,8 +129,11 @@ class Trainer:
         self.occupancy_refresh = OccupancyRefresh(self.grid, t, self.timer, self.inputs)
         self.step = 0
         self.train_time_s = 0.0
-        # called after each scored view of an evaluation: (views done, views in all, image record)
+        self.step_durations = StepDurations()
+        # called after each scored view of an evaluation: (views done, views in all, image record),
+        # and after each chunk of its rays: (rays done, rays in all)
         self.eval_progress: Callable[[int, int, dict[str, Any]], None] | None = None
+        self.eval_rays_progress: Callable[[int, int], None] | None = None
         self.tracing = TraceSchedule(cfg.profile, self.device, run_dir, self.rank, self.timer)
         self.stepper, self.step_choice = choose_step(self, self.parallel_step)
         if not self.stepper.prefetches:  # a step that never waits for the host prepares nothing ahead
@@ -137,15 +146,17 @@ class Trainer:
         return self.cfg.training.seed
 
     def build_model(self) -> torch.nn.Module:
-        """The trained model (one :class:`~trainer.model.field.NGPField`; the subgrid trainer
-        builds its boxes)."""
-        return build_field(self.cfg, self.aabb, self.aabb_scale, self.device, self.footprint_resolution)
+        """The trained model (one :class:`~trainer.model.field.NGPField`, with a colour map per
+        training image under ``training.appearance``; the subgrid trainer builds its boxes)."""
+        return build_field(self.cfg, self.aabb, self.aabb_scale, self.device, self.footprint_resolution,
+                           len(self.train_frames))
 
     def build_optimizer(self) -> torch.optim.Optimizer:
         """Adam over the field (:func:`~trainer.train.optimization.build_adam`): hash-grid entries
-        without weight decay, MLP weights with ``optimizer.l2_reg``."""
+        without weight decay, MLP weights with ``optimizer.l2_reg``, and the per-image colour maps
+        without weight decay when ``training.appearance`` is on (a third group)."""
         return build_adam(self.cfg.optimizer, list(self.field.encoding_parameters()),
-                          list(self.field.mlp_weight_parameters()), self.device)
+                          list(self.field.mlp_weight_parameters()), self.device, self.field.appearance_parameters())
 
     # ------------------------------------------------------------------ parts
     @property
@@ -180,7 +191,7 @@ class Trainer:
         return march_rays(rays_o, rays_d, self.aabb, self.grid, step_size=MIN_STEP_SIZE, cone_angle=self.cone_angle,
                           max_steps=self.cfg.training.max_march_steps, max_step_size=self.max_step_size,
                           jitter=jitter, generator=(generator or self.generator) if jitter else None,
-                          backend=self.march_backend)
+                          near=self.cfg.training.near_distance, backend=self.march_backend)
 
     def train_step(self) -> StepOutcome:
         """Run one optimiser step (:meth:`~trainer.train.step.Step.advance`): host stats, the
@@ -193,8 +204,15 @@ class Trainer:
             torch.cuda.synchronize(self.device)
 
     def time_budget_spent(self, time_budget_s: float) -> bool:
-        """Whether training time has reached the budget (distributed trainers agree across ranks)."""
-        return self.train_time_s >= time_budget_s
+        """Whether the next step would end past the budget: :meth:`projected_train_time_s` above
+        ``time_budget_s`` (distributed trainers agree across ranks). A run so stops within one step
+        of its budget, and never starts a step it expects to overrun it (the first step always runs)."""
+        return self.projected_train_time_s() > time_budget_s
+
+    def projected_train_time_s(self) -> float:
+        """Training time after the next step: ``train_time_s`` plus the last duration of a step of
+        its kind (:class:`~trainer.train.budget.StepDurations`)."""
+        return self.train_time_s + self.step_durations.expected_s(self.occupancy_refresh.due(self.step))
 
     # ------------------------------------------------------------------ snapshots
     def state_dict(self) -> dict[str, Any]:
@@ -238,14 +256,22 @@ class Trainer:
         on_step: Callable[[int, float], None] | None = None,
     ) -> dict[str, Any]:
         """Train until ``n_steps`` steps are done (counted from step 0, so a resumed run
-        finishes at the same step) or ``time_budget_s`` seconds of training have passed.
-        ``on_step(step, train_time_s)`` is called after every step (a progress display).
+        finishes at the same step) or ``time_budget_s`` seconds of training have passed (no step
+        is started that is expected to end past it, :meth:`time_budget_spent`).
+        ``on_step(step, train_time_s)`` is called after every step (a progress display, the live
+        viewer); ``on_log(record)`` after every interval record, ``on_eval(result)`` after every
+        periodic evaluation (``eval_every`` steps, ``training.eval_every_max_images`` views).
 
         The first call starts with the start-up steps (:mod:`trainer.train.startup`): their seconds
         are not training time; when they are done, :attr:`startup` holds the report and the next
         metrics record carries it.
 
         Returns the last metrics record.
+
+        Raises:
+            DivergedError: the loss or a parameter is NaN or infinite at a record or a snapshot, or
+                it caused a training error (an empty occupancy grid).
+            TrainingError: as :meth:`~trainer.train.step.Step.advance`.
         """
         t = self.cfg.training
         n_steps = t.n_steps if n_steps is None else n_steps
@@ -260,8 +286,10 @@ class Trainer:
                 inject_step_faults(self.cfg.faults, self.rank, self.step)
                 self.tracing.at_step(self.step)
                 t_step = time.perf_counter()
+                occupancy_step = self.occupancy_refresh.due(self.step)
                 records.add(*self.train_step())
                 done = self.step >= n_steps
+                timed_step = startup_until is None
                 if startup_until is not None:  # a start-up step: its seconds are not training
                     if self.step >= startup_until or done:
                         self.finish_startup(records, self.step - startup_until + self.stepper.startup_steps())
@@ -270,11 +298,15 @@ class Trainer:
                 eval_now = bool(eval_every) and self.step % eval_every == 0 and not done
                 if self.step % t.log_every == 0 or done or eval_now:
                     self.synchronize()
-                    self.train_time_s += time.perf_counter() - t_step
+                    step_s = time.perf_counter() - t_step
+                    self.train_time_s += step_s
                     result = self.evaluate_outside_clock(records, on_eval) if eval_now else None
                     last_record = records.flush(result)  # its PSNR goes into this step's record
                 else:
-                    self.train_time_s += time.perf_counter() - t_step
+                    step_s = time.perf_counter() - t_step
+                    self.train_time_s += step_s
+                if timed_step:
+                    self.step_durations.note(occupancy_step, step_s)
                 if self.run_dir and snapshot_every and self.step % snapshot_every == 0:
                     self.periodic_save()
                 if on_step:
@@ -282,6 +314,8 @@ class Trainer:
             if records.interval.steps > 0:  # stopped by the time budget between two records
                 self.synchronize()
                 last_record = records.flush()
+        except TrainingError as exc:  # an empty occupancy grid may be a diverged model's doing
+            raise diverged_instead(exc, self.field, self.step) or exc
         finally:
             records.close()
             self.tracing.close()  # the run ended inside the window: keep what was recorded
@@ -298,9 +332,10 @@ class Trainer:
 
     def evaluate_outside_clock(self, records: IntervalRecords,
                                on_eval: Callable[[dict[str, Any]], None] | None) -> dict[str, Any]:
-        """:meth:`evaluate` during training; its seconds are left out of the interval's time."""
+        """:meth:`evaluate` of ``training.eval_every_max_images`` views during training; its seconds
+        are left out of the interval's time."""
         t_eval = time.perf_counter()
-        result = self.evaluate()
+        result = self.evaluate(max_images=self.cfg.training.eval_every_max_images)
         records.exclude(time.perf_counter() - t_eval)
         if on_eval:
             on_eval(result)

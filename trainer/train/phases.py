@@ -1,6 +1,7 @@
 """The phases every training step shares, as functions of their inputs (DESIGN.md §2): the field's
-outputs, densities without gradient, compaction of marched samples, compositing, the photometric
-loss, and the occupancy-grid refresh at its cadence.
+outputs, densities without gradient, compaction of marched samples, compositing, the per-image
+colour map of ``training.appearance``, the photometric loss, and the occupancy-grid refresh at its
+cadence.
 
 Each step (:mod:`trainer.train.step`) arranges these with its own batch, its own counts and its
 own collectives; what they compute is the same in all of them.
@@ -22,8 +23,8 @@ from trainer.train.precision import autocast
 from trainer.train.prefetch import StepInput
 from trainer.train.timing import PhaseTimer
 
-__all__ = ["OccupancyRefresh", "compacted_samples", "density_without_grad", "field_outputs", "loss_and_mse",
-           "render_rgb"]
+__all__ = ["OccupancyRefresh", "appearance_rgb", "compacted_samples", "density_without_grad", "field_outputs",
+           "loss_and_mse", "render_rgb"]
 
 
 def field_outputs(field: torch.nn.Module, samples: PackedSamples, device: torch.device,
@@ -55,6 +56,15 @@ def render_rgb(sigmas: torch.Tensor, rgbs: torch.Tensor, samples: PackedSamples,
         return composite_rgb_triton(sigmas, rgbs, samples.dt, samples.packed_info, background,
                                     EARLY_STOP_TRANSMITTANCE)
     return composite(sigmas, rgbs, samples.dt, samples.ray_indices, samples.n_rays, background).rgb
+
+
+def appearance_rgb(field: torch.nn.Module, rgb: torch.Tensor, image_index: torch.Tensor) -> torch.Tensor:
+    """Ray colours ``rgb`` [n_rays, 3] as their training images record them: the field's per-image
+    colour map (``training.appearance``, :mod:`trainer.model.appearance`) for rays of images
+    ``image_index`` [n_rays] int64, float32; ``rgb`` unchanged when the field has none (appearance
+    off, or a subgrid model)."""
+    appearance = getattr(field, "appearance", None)
+    return rgb if appearance is None else appearance(rgb, image_index)
 
 
 def loss_and_mse(rgb: torch.Tensor, target: torch.Tensor, n_rays: int | torch.Tensor,

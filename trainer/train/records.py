@@ -3,10 +3,14 @@ steps (columns in :mod:`trainer.contract.metrics`, unit in the name).
 
 An :class:`Interval` counts the steps since the last record on the host (rays, samples, skips)
 and sums their loss and squared error on the device; :meth:`IntervalRecords.flush` turns it into
-one record with one host read: the counts and rates, the phase times of
+one record with one host read (written to the metrics file and, with ``training.tensorboard``, to
+rank 0's TensorBoard scalars, :mod:`trainer.metrics_tensorboard`): the counts and rates (this
+rank's as ``rank_*``, the job's without the prefix), the phase times of
 :class:`~trainer.train.timing.PhaseTimer`, the step's own columns
 (:meth:`~trainer.train.step.Step.interval_values`: device sums of the fixed-capacity step, global
-throughput and balance of the distributed steps), memory, and once the start-up report.
+throughput and balance of the distributed steps), memory, and once the start-up report. A record
+whose loss or whose trainer's parameters are no longer finite stops the run as diverged once it is
+written (:func:`~trainer.train.divergence.check_interval`).
 
 Counts cover every step of an interval; times and rates only its timed steps (an interval that
 held start-up steps leaves those out, :mod:`trainer.train.startup`).
@@ -23,6 +27,8 @@ from typing import Any, Callable
 import torch
 
 from trainer.contract.metrics import PHASES, MetricsWriter
+from trainer.metrics_tensorboard import open_scalars
+from trainer.train.divergence import check_interval
 
 __all__ = ["Interval", "IntervalRecords", "memory_record"]
 
@@ -109,6 +115,8 @@ def interval_record(trainer: Any, interval: Interval) -> dict[str, Any]:
         "samples_per_step": interval.samples / steps,
         "rays_per_s": interval.rays / steps * timed / elapsed_s,
         "throughput_samples_per_s": interval.samples / steps * timed / elapsed_s,
+        "rank_rays_per_s": interval.rays / steps * timed / elapsed_s,
+        "rank_throughput_samples_per_s": interval.samples / steps * timed / elapsed_s,
         "steps_per_s": timed / elapsed_s,
         "step_time_ms": step_time_ms,
         "occupancy_fraction": trainer.grid.occupancy_fraction(),
@@ -139,7 +147,10 @@ class IntervalRecords:
     def __init__(self, trainer: Any, on_log: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.trainer = trainer
         run_dir = trainer.run_dir
-        self.writer = MetricsWriter(run_dir.metrics_path(trainer.rank)) if run_dir else None
+        self.writer = MetricsWriter(
+            run_dir.metrics_path(trainer.rank),
+            open_scalars(trainer.cfg, run_dir, trainer.rank, trainer.device, trainer.step),
+        ) if run_dir else None
         self.on_log = on_log
         self.interval = Interval.start(trainer.device)
         self.once: dict[str, Any] = {}
@@ -163,7 +174,12 @@ class IntervalRecords:
 
     def flush(self, eval_result: dict[str, Any] | None = None) -> dict[str, Any]:
         """Write the interval's record (one device read), with the evaluation made at its step if
-        any, and start a new interval. Returns the record."""
+        any, and start a new interval. Returns the record.
+
+        Raises:
+            DivergedError: the record's loss or a parameter of the trainer's field is NaN or
+                infinite (the record is written and passed to ``on_log`` first).
+        """
         record = interval_record(self.trainer, self.interval)
         if self.once:
             record.update(self.once)
@@ -175,6 +191,7 @@ class IntervalRecords:
             self.writer.write(record)
         if self.on_log:
             self.on_log(record)
+        check_interval(record, self.trainer.field, self.trainer.step)
         self.interval = Interval.start(self.trainer.device)
         return record
 

@@ -21,6 +21,7 @@ import torch
 
 from trainer.contract.errors import SnapshotError
 from trainer.contract.rundir import atomic_write
+from trainer.train.divergence import check_state_dict
 
 # What a shape or key mismatch on resume usually means, and the fix (snapshots and checkpoints).
 OTHER_CONFIG_HINT = "written with another config or scene? resume with the run's config.json as --config, on the same scene"
@@ -30,7 +31,13 @@ SNAPSHOT_VERSION = 1
 
 
 def save_snapshot(path: Path, payload: dict[str, Any]) -> Path:
-    """Atomically write ``payload`` (see module docstring) to ``path``; returns ``path``."""
+    """Atomically write ``payload`` (see module docstring) to ``path``; returns ``path``.
+
+    Raises:
+        DivergedError: the model holds a NaN or infinite tensor (nothing is written, so the last
+            snapshot stays the run's model; :mod:`trainer.train.divergence`).
+    """
+    check_state_dict(payload.get("model", {}), int(payload.get("step", 0)))
     payload = {"format": SNAPSHOT_FORMAT, "version": SNAPSHOT_VERSION, **payload}
     return atomic_write(Path(path), lambda f: torch.save(payload, f))
 

@@ -39,5 +39,6 @@ def check(inputs: ProfileInputs, means: pd.DataFrame | None) -> Check:
         return Check(name, "clear", value, threshold, evidence)
     evidence += (f": the model renders only the background (its density collapsed after the occupancy "
                  f"warm-up of {warmup} steps)")
-    return Check(name, "fired", value, threshold, evidence,
-                 Diagnosis(name, "high", value, threshold, evidence, knob_text(KNOB, None)))
+    return Check(name, "fired", value, threshold, evidence,  # the knob: the cures the evaluation found for its capture
+                 Diagnosis(name, "high", value, threshold, evidence,
+                           evaluation.get("collapse_cures") or knob_text(KNOB, None)))

@@ -64,6 +64,9 @@ class EncodingConfig(Block):
             views). At most one of
             ``per_level_scale`` and ``max_resolution`` may be set; see
             :meth:`finest_resolution`.
+        max_resolution_factor: factor (> 0, at most 16) on the derived N_max (1: as derived; 0.5
+            a level coarser, 2 a level finer); only without ``max_resolution`` and
+            ``per_level_scale``.
         backend: ``"auto"``, ``"torch"`` (reference), ``"triton"`` or ``"tcnn"``.
         table_dtype: storage of the hash tables, ``"float32"`` or ``"float16"`` (the encoding
             kernels and benchmarks only: training refuses float16, see ``Trainer``).
@@ -78,6 +81,7 @@ class EncodingConfig(Block):
     base_resolution: int = rule_field(16, IntRule(2))
     per_level_scale: float | None = rule_field(None, OptionalRule(FloatRule(1, lo_open=True)))
     max_resolution: int | None = rule_field(None, OptionalRule(IntRule(2)))
+    max_resolution_factor: float = rule_field(1.0, FloatRule(0, 16, lo_open=True))
     backend: str = rule_field("auto", OneOf("auto", "torch", "triton", "tcnn"))
     table_dtype: str = rule_field("float32", OneOf("float32", "float16"))
 
@@ -86,6 +90,12 @@ class EncodingConfig(Block):
             raise ConfigError(
                 f"encoding.max_resolution: set either it or encoding.per_level_scale, not both "
                 f"(got {self.max_resolution} and {self.per_level_scale})"
+            )
+        if self.max_resolution_factor != 1.0 and (self.max_resolution is not None or self.per_level_scale is not None):
+            given = "max_resolution" if self.max_resolution is not None else "per_level_scale"
+            raise ConfigError(
+                f"encoding.max_resolution_factor: scales the derived finest resolution; with encoding.{given} "
+                f"set there is none to scale (got factor {self.max_resolution_factor:g}); leave it at 1"
             )
         if self.max_resolution is not None and self.max_resolution <= self.base_resolution:
             raise ConfigError(
@@ -103,6 +113,7 @@ class EncodingConfig(Block):
         at or above it, kept within [2 · N_min, 2048 · aabb_scale]: the finest level resolves the
         views' pixels and no more. Without a measurement, instant-ngp's 2048 · aabb_scale
         (``src/testbed.cu``, ``reset_network``: the unit cube's 2048 grows with the scene box).
+        A derived N_max is multiplied by ``max_resolution_factor`` (rounded, at least 2 · N_min).
         The hash grid derives b = exp(ln(N_max / N_min) / (L − 1)) from it (Müller et al. 2022,
         eq. 2–3; :attr:`trainer.encoding.hashgrid.HashGridConfig.growth_factor`).
 
@@ -116,11 +127,12 @@ class EncodingConfig(Block):
         if self.max_resolution is not None:
             return self.max_resolution
         ngp = NGP_DESIRED_RESOLUTION * aabb_scale
-        if footprint_resolution is None:
-            return ngp
-        assert footprint_resolution > 0, footprint_resolution
-        pixels = 2 ** max(0, math.ceil(math.log2(footprint_resolution)))
-        return int(min(max(pixels, 2 * self.base_resolution), ngp))
+        derived = ngp
+        if footprint_resolution is not None:
+            assert footprint_resolution > 0, footprint_resolution
+            pixels = 2 ** max(0, math.ceil(math.log2(footprint_resolution)))
+            derived = int(min(max(pixels, 2 * self.base_resolution), ngp))
+        return max(int(round(derived * self.max_resolution_factor)), 2 * self.base_resolution)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -246,8 +258,14 @@ class TrainingConfig(Block):
             instant-ngp).
         initial_rays_per_step, max_rays_per_step: first and largest ray batch.
         log_every: steps between metric records (>= 1).
+        tensorboard: also write each metric record and each evaluation as TensorBoard scalars in
+            the run folder (rank 0; :mod:`trainer.metrics_tensorboard`), when the ``tensorboard``
+            package is installed.
         eval_every: steps between test-view evaluations; 0 = only at the end.
         eval_max_images: evaluate at most this many test images, or null for all.
+        eval_every_max_images: views of the periodic evaluations (``eval_every``), evenly spaced
+            over the split (the same views each time), or null for ``eval_max_images``; the final
+            evaluation always takes ``eval_max_images``.
         eval_spp: renders averaged per test view, in [1, 64]: with more than one, every render
             marches with a random offset of the first sample along each ray (drawn from a generator
             seeded with ``seed``, so evaluations are repeatable and leave training's draws alone),
@@ -266,6 +284,9 @@ class TrainingConfig(Block):
         max_march_steps: ray-marching steps per unit length across the unit cube (>= 1;
             instant-ngp's 1024 gives Δt = √3/1024).
         cone_angle: step growth with distance (>= 0), or null; see :meth:`resolved_cone_angle`.
+        near_distance: rays start this far from their camera (>= 0, unit-cube units): samples
+            closer are never marched, in training, evaluation and rendering (floaters in front of
+            a capture's cameras); 0 marches from the camera (or the box entry).
         subpixel_jitter: training rays pass through a random point of their pixel rather than its
             centre (cameras with lens distortion always use pixel centres). Off by default:
             evaluation renders one ray through each pixel centre (the NeRF protocol), and training
@@ -304,6 +325,12 @@ class TrainingConfig(Block):
             ``target_samples_per_step`` (>= 1); rays whose samples do not fit are left out and
             counted in the ``samples_clipped`` metric, and the capacity grows when the batch
             sizing needs more (:mod:`trainer.train.fixed_step`).
+        appearance: ``"off"`` or ``"affine"``: a learnt affine colour map per training image
+            (exposure, white balance; :mod:`trainer.model.appearance`) between the rendered ray
+            colour and its pixel in the loss. Renders and held-out views use the shared appearance;
+            ``eval.json`` gives ``mean_psnr_affine_db`` (PSNR after each held-out view's best affine
+            colour map) beside ``mean_psnr_db``. Off until measured on real captures; "off" in
+            subgrid mode.
         quiet: no progress output on the console.
         cpu_threads: intra-op threads of each rank on a CPU (>= 1), or 0 for the rule
             ``cores // ranks on the host`` (:mod:`trainer.cpu_threads`).
@@ -321,11 +348,14 @@ class TrainingConfig(Block):
     initial_rays_per_step: int = rule_field(4096, IntRule(1, 2**31))
     max_rays_per_step: int = rule_field(1048576, IntRule(1, 2**31))
     log_every: int = rule_field(100, IntRule(1))
+    tensorboard: bool = rule_field(True, BoolRule())
     eval_every: int = rule_field(0, IntRule(0))
     eval_max_images: int | None = rule_field(None, OptionalRule(IntRule(1)))
+    eval_every_max_images: int | None = rule_field(None, OptionalRule(IntRule(1)))
     eval_spp: int = rule_field(1, IntRule(1, 64))
     snapshot_every: int = rule_field(0, IntRule(0))
     background: str = rule_field("random", OneOf("random", "white", "black"))
+    appearance: str = rule_field("off", OneOf("off", "affine"))
     occupancy_resolution: int = rule_field(128, IntRule(2, 1024, multiple_of=2))
     occupancy_update_every: int = rule_field(16, IntRule(1))
     occupancy_warmup_steps: int = rule_field(256, IntRule(0))
@@ -333,6 +363,7 @@ class TrainingConfig(Block):
     occupancy_threshold: float = rule_field(0.01, FloatRule(0, lo_open=True))
     max_march_steps: int = rule_field(1024, IntRule(1))
     cone_angle: float | None = rule_field(None, OptionalRule(FloatRule(0)))
+    near_distance: float = rule_field(0.0, FloatRule(0))
     subpixel_jitter: bool = rule_field(False, BoolRule())
     prefetch_march: bool = rule_field(True, BoolRule())
     march_backend: str = rule_field("auto", OneOf("auto", "triton", "torch"))
@@ -375,6 +406,10 @@ class DataConfig(Block):
         scene: path of the scene folder or file, or null (then the caller supplies one).
         downscale: integer image shrink factor (>= 1), or null for the automatic rule (LLFF and
             COLMAP: longest side to <= 1600 px; instant-ngp and Blender: full size; docs/loading.md).
+            An explicit factor wins over the automatic rule.
+        min_downscale: a floor on the automatic rule's factor (>= 1): the factor is the larger of
+            the two, so it never trains at more pixels than the automatic rule (the CPU preset's 2:
+            half-size images). Ignored when ``downscale`` is set.
         holdout_every: every n-th frame goes to ``test`` for formats without splits; 0 = none.
         aabb_scale: override of the scene's aabb_scale (power of two 1..128), or null.
         format: ``"auto"`` (most camera information: COLMAP, LLFF, Blender, instant-ngp) or the
@@ -392,6 +427,7 @@ class DataConfig(Block):
 
     scene: str | None = rule_field(None, OptionalRule(StrRule()))
     downscale: int | None = rule_field(None, OptionalRule(IntRule(1)))
+    min_downscale: int = rule_field(1, IntRule(1))
     holdout_every: int = rule_field(8, IntRule(0))
     aabb_scale: int | None = rule_field(None, OptionalRule(IntRule(1, 128, power_of_two=True)))
     format: str = rule_field("auto", OneOf("auto", *FORMAT_CHOICES))
@@ -405,6 +441,7 @@ class DataConfig(Block):
         """Keyword arguments of ``trainer.data.load_scene`` (``SceneOptions``) from this block."""
         return {
             "downscale": self.downscale,
+            "min_downscale": self.min_downscale,
             "holdout_every": self.holdout_every,
             "aabb_scale": self.aabb_scale,
             "format": None if self.format == "auto" else self.format,
@@ -571,7 +608,8 @@ class TrainConfig:
 
     Raises:
         ConfigError: for settings that contradict each other across blocks
-            (``parallel.num_subgrids`` below ``distributed.world_size`` in subgrid mode).
+            (``parallel.num_subgrids`` below ``distributed.world_size`` in subgrid mode,
+            ``training.appearance`` other than "off" in subgrid mode).
     """
 
     encoding: EncodingConfig = dataclasses.field(default_factory=EncodingConfig)
@@ -592,6 +630,11 @@ class TrainConfig:
             assert type(getattr(self, name)) is cls, f"TrainConfig.{name} must be a {cls.__name__}"
         if self.parallel.mode == "subgrid" and self.distributed.world_size is not None:
             check_boxes_per_rank(self.parallel.num_subgrids, self.distributed.world_size)
+        if self.parallel.mode == "subgrid" and self.training.appearance != "off":
+            raise ConfigError(
+                f"training.appearance: expected 'off' in subgrid mode (a ray's colour is composited "
+                f"across ranks), got {self.training.appearance!r}"
+            )
 
 
 BLOCKS: dict[str, type] = {

@@ -321,13 +321,29 @@ class Block:
         pass
 
 
+#: An unknown key's error lists every candidate up to this many; beyond, the closest few.
+LISTED_KEYS_MAX = 12
+
+
 def unknown_key(path: str, key: object, candidates: list[str]) -> ConfigError:
-    """The error for a key that is not in ``candidates``, with difflib's closest suggestion."""
+    """The error for a key that is not in ``candidates``: difflib's closest suggestion; without
+    one, every candidate of a short list, else the three closest (difflib's ratio to the dotted
+    key or its last part, case ignored) and how many there are."""
     dotted = f"{path}.{key}" if path else str(key)
     close = difflib.get_close_matches(str(key), candidates, n=1)
     if close:
         return ConfigError(f"unknown key {dotted!r} (did you mean {close[0]!r}?)")
-    return ConfigError(f"unknown key {dotted!r} (expected one of {', '.join(candidates)})")
+    if len(candidates) <= LISTED_KEYS_MAX:
+        return ConfigError(f"unknown key {dotted!r} (expected one of {', '.join(candidates)})")
+    word = str(key).lower()
+
+    def likeness(candidate: str) -> float:  # the whole dotted key or its last part, whichever is closer
+        return max(difflib.SequenceMatcher(None, word, part).ratio()
+                   for part in (candidate.lower(), candidate.lower().rsplit(".", 1)[-1]))
+
+    nearest = sorted(candidates, key=lambda c: -likeness(c))[:3]
+    return ConfigError(f"unknown key {dotted!r} (closest: {', '.join(nearest)}; one of {len(candidates)} keys, "
+                       "listed in trainer/config/blocks.py)")
 
 
 def expect_object(path: str, value: object) -> Mapping:

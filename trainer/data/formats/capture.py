@@ -49,4 +49,5 @@ def capture_scene(
         world_offset=placement.world_offset,
         pose_normalization=normalization,
         held_out_every=opts.holdout_every,
+        size_rule=source.note,
     )

@@ -264,7 +264,8 @@ def load(path: Path, opts: SceneOptions) -> Scene:
     cameras = [model.cameras[im.camera_id] for im in images]
     full_width = max(int(c.width) for c in cameras)
     full_height = max(int(c.height) for c in cameras)
-    source = choose_image_source(root, full_width, full_height, opts.downscale, "colmap")
+    source = choose_image_source(root, full_width, full_height, opts.downscale, "colmap", opts.min_downscale,
+                                 names=[im.name for im in images])
     images_dir = source.folder
     report, poor = registration_report(model, folder, root / "images" if (root / "images").is_dir() else images_dir)
     if poor:

@@ -115,7 +115,7 @@ def load(path: Path, opts: SceneOptions) -> Scene:
         check_rotation(pose[:, :3], f"{npy_path}: row {row}")
 
     full_height, full_width = (int(round(v)) for v in poses[0, :2, 4])
-    source = choose_image_source(root, full_width, full_height, opts.downscale, "llff")
+    source = choose_image_source(root, full_width, full_height, opts.downscale, "llff", opts.min_downscale)
     folder = source.folder
     files = image_files(folder)
     if len(files) != len(poses):

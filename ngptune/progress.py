@@ -1,0 +1,145 @@
+"""Progress of trainer runs the driver started (``ngptune profile``, ``ngptune train-many``), read
+from what the runs write: rank 0's ``metrics.jsonl`` records (:mod:`trainer.contract.metrics`).
+
+:class:`RunsProgress` shows one row per run: on a terminal a rich table redrawn in place (name,
+bar, ``step N/T``, ETA, samples/s; four short columns, so it fits 80 columns), off a terminal one
+plain line per run at most every :data:`PLAIN_EVERY_S` seconds and when a run's state changes.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from trainer.contract import MetricsError, read_metrics, si_number
+
+__all__ = ["PLAIN_EVERY_S", "RunsProgress", "last_record"]
+
+PLAIN_EVERY_S = 10.0
+NAME_WIDTH = 16  # a row: name, bar, "step N/T", "eta M:SS", "6.10 M samples/s": under 80 columns
+BAR_WIDTH = 12
+
+
+def last_record(metrics_path: Path) -> dict[str, Any] | None:
+    """The newest training record of a ``metrics.jsonl`` (a half-written last line is skipped),
+    or None while there is none."""
+    try:
+        records = read_metrics(metrics_path)
+    except (MetricsError, OSError):
+        return None
+    training = [r for r in records if "step_time_ms" in r]
+    return training[-1] if training else None
+
+
+def _clock(seconds: float | None) -> str:
+    if seconds is None:
+        return "-:--"
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}" if seconds >= 3600 else f"{seconds // 60}:{seconds % 60:02d}"
+
+
+class RunsProgress:
+    """Rows of runs and how far each is.
+
+    Args:
+        out: where plain lines go (default stdout); the live table is drawn when ``out`` is a
+            terminal (or ``console`` is given) and ``plain`` is False.
+        plain: plain lines even on a terminal.
+        console: a rich console for the live table (tests).
+    """
+
+    def __init__(self, out: TextIO | None = None, plain: bool = False, console: Any = None) -> None:
+        self.out = out if out is not None else sys.stdout
+        self.rows: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+        self._last_plain: dict[str, float] = {}
+        self._live = None
+        if not plain and (console is not None or self.out.isatty()):
+            from rich.live import Live
+
+            self._live = Live(self, console=console, auto_refresh=console is None, refresh_per_second=2,
+                              transient=False)
+            self._live.start()
+
+    def __rich__(self) -> Any:
+        from rich.progress_bar import ProgressBar
+        from rich.table import Table
+
+        table = Table.grid(padding=(0, 1))
+        for justify in ("left", "left", "right", "left", "right"):
+            table.add_column(justify=justify, no_wrap=True)
+        with self._lock:
+            rows = list(self.rows.items())
+        for name, row in rows:
+            bar = ProgressBar(total=max(row["total"] or 1, 1), completed=row["step"], width=BAR_WIDTH)
+            shown = name if len(name) <= NAME_WIDTH else name[: NAME_WIDTH - 1] + "…"
+            table.add_row(shown, bar, f"step {row['step']}/{row['total'] or '?'}", f"eta {_clock(row['eta_s'])}",
+                          row["state"] if row["state"] != "running" else row["rate"])
+        return table
+
+    def add(self, name: str, total: int | None, state: str = "waiting") -> None:
+        """A run to show (``total``: its step count, if known)."""
+        with self._lock:
+            self.rows[name] = {"total": total, "step": 0, "eta_s": None, "rate": "", "state": state, "t0": None}
+        self._plain(name, force=True)
+
+    def update(self, name: str, record: dict[str, Any] | None, total: int | None = None) -> None:
+        """The run's newest metrics record (None: none yet) and its step count when known now."""
+        with self._lock:
+            row = self.rows.setdefault(name, {"total": total, "step": 0, "eta_s": None, "rate": "", "state": "new",
+                                              "t0": None})
+            began = row["state"] != "running" and record is not None  # its first record: said at once
+            row["state"] = "running"
+            if total is not None:
+                row["total"] = total
+            if row["t0"] is None:
+                row["t0"] = time.monotonic()
+            if record:
+                step, wall = int(record.get("step", 0)), float(record.get("wall_time_s") or 0.0)
+                row["step"] = step
+                if row["total"] and step > 0 and wall > 0:
+                    row["eta_s"] = max(0.0, (row["total"] - step) * wall / step)
+                rate = record.get("throughput_samples_per_s")
+                row["rate"] = f"{si_number(rate)} samples/s" if isinstance(rate, (int, float)) else ""
+        self._plain(name, force=began)
+
+    def finish(self, name: str, state: str) -> None:
+        """The run ended: ``state`` (completed, failed, ...) replaces its rate."""
+        with self._lock:
+            row = self.rows.setdefault(name, {"total": None, "step": 0, "eta_s": None, "rate": "", "state": state,
+                                              "t0": None})
+            row["state"] = state
+            row["eta_s"] = 0.0 if state == "completed" else row["eta_s"]
+        self._plain(name, force=True)
+
+    def _plain(self, name: str, force: bool = False) -> None:
+        if self._live is not None:
+            return
+        now = time.monotonic()
+        if not force and now - self._last_plain.get(name, 0.0) < PLAIN_EVERY_S:
+            return
+        self._last_plain[name] = now
+        with self._lock:
+            row = dict(self.rows[name])
+        what = row["state"] if row["state"] != "running" else f"step {row['step']}/{row['total'] or '?'}, eta {_clock(row['eta_s'])}"
+        extra = f", {row['rate']}" if row["state"] == "running" and row["rate"] else ""
+        print(f"{name}: {what}{extra}", file=self.out, flush=True)
+
+    def message(self, text: str) -> None:
+        """A line above the table (or a plain line)."""
+        if self._live is not None:
+            self._live.console.print(text, markup=False, highlight=False)
+        else:
+            print(text, file=self.out, flush=True)
+
+    def refresh(self) -> None:
+        if self._live is not None:
+            self._live.refresh()
+
+    def close(self) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None

@@ -1,0 +1,7 @@
+"""``python -m trainer.viewer MODEL ...``."""
+
+import sys
+
+from trainer.viewer.cli import main
+
+sys.exit(main())
