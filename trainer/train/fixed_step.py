@@ -32,7 +32,7 @@ The same body runs eagerly (``training.cuda_graphs = off``, the twin, and the CP
 a CUDA graph and replayed (:mod:`trainer.train.capture`). What differs from the dynamic step in
 outcome: the random draws (``ray_capacity`` pixels per step instead of ``n``), the compacted batch
 size (the target instead of ``n · kept per ray``) and the one-step-earlier sizing; the loss curves
-agree within noise (``tests/train/test_fixed_step.py``).
+agree within noise (``tests/trainer/train/test_fixed_step.py``).
 
 Host reads left: the PyTorch march twin reads its sample count (:mod:`trainer.render.fixed_march`);
 an fp16 run with ``optimizer.ema_decay`` reads whether the step overflowed (the weight average
