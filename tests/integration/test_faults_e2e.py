@@ -63,13 +63,10 @@ def test_sigkilled_rank_restarts_and_resumes_from_the_newest_checkpoint(demo_sce
     assert status["state"] == "completed" and status["step"] == n_steps and status["world_size"] == 2
     assert status["resumed_from"] == str(run.checkpoints_dir / "step_0000010")
     assert status["restart_count"] == 1 and status["resumed_from_step"] == 10
-    # the console names the restart, the restarted rank 0's scene size (its first line) and the
-    # checkpoint, in that order
-    lines = out.splitlines()
+    lines = out.splitlines()  # the console names the restart and the checkpoint, in that order
     restart = lines.index(restart_line(1, 1))
-    assert lines[restart + 1].startswith("rank 0: blender: trained at "), out
-    assert lines[restart + 2] == (f"rank 0: resumed from checkpoint {run.checkpoints_dir / 'step_0000010'} "
-                                  "at step 10 after restart 1"), out
+    resumed = (f"rank 0: resumed from checkpoint {run.checkpoints_dir / 'step_0000010'} at step 10 after restart 1")
+    assert resumed in lines[restart + 1:restart + 3], out  # after the scene's size-rule line at most
     assert f"after 1 restart (resumed from {run.checkpoints_dir / 'step_0000010'} at step 10)" in out
     for rank in range(2):
         log = run.log_path(rank).read_text()

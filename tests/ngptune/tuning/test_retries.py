@@ -76,3 +76,15 @@ def test_a_sweep_started_again_runs_a_missing_default_instead_of_nothing():
     waiting, _ = study_progress(study)
     assert (waiting_before, waiting) == (0, 1) and not default_missing(study)
     assert TrialRetries().default_again(study) is None  # one attempt waits already
+
+
+def test_a_diverged_default_is_not_run_again_and_the_verdict_says_why():
+    study = optuna.create_study()  # optimizer.learning_rate=1e30 in the study's settings: every attempt diverges
+    reason = "diverged: rank 0 exited with code 2: training diverged at step 5: parameter encoding.table is not finite"
+    _add(study, TrialState.FAIL, default=True, reason=reason)
+    retries = TrialRetries()
+    assert retries.after_trials(study) == [] and retries.default_again(study) is None
+    assert not default_missing(study) and study_progress(study) == (0, 1)
+    assert default_not_completed(study) == (
+        f"the default trial diverged (trial 0: {reason}); nothing is compared with it, and it is not run again "
+        "(the same settings diverge again): change the study's settings")

@@ -197,3 +197,24 @@ def test_binary_model_without_rigs_and_frames_files(tmp_path) -> None:
     scene = load_scene(tmp_path, holdout_every=0)
     got = np.stack([f.c2w for f in scene.frames("train")])
     np.testing.assert_allclose(got, expected_cube(ring), atol=1e-6)
+
+
+def test_loading_a_colmap_scene_keeps_the_processes_sigterm_handler(tmp_path):
+    """pycolmap's import installs glog's SIGTERM handler (a C stack trace, then death); a render or
+    run of a COLMAP scene must still stop on SIGTERM through its own handler."""
+    import subprocess
+    import sys
+
+    from tests.support.paths import REPO
+
+    scene = write_colmap_scene(tmp_path / "scene", ring_c2w(n=4))
+    code = (
+        "import os, signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, lambda *a: (print('stopped by our handler'), sys.exit(3)))\n"
+        "from trainer.data import load_scene\n"
+        f"load_scene({str(scene)!r})\n"
+        "os.kill(os.getpid(), signal.SIGTERM)\n"
+        "time.sleep(5)\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert "Aborted" not in done.stderr and "stack trace" not in done.stderr
+    assert (done.returncode, done.stdout.strip()) == (3, "stopped by our handler")

@@ -207,7 +207,7 @@ def test_sigterm_during_a_video_render_says_so_and_leaves_no_temporary_file(trai
         assert signal.getsignal(signal.SIGTERM) is unhandled  # the render put the caller's handler back
     finally:
         signal.signal(signal.SIGTERM, before)
-    assert code == 143 and stdout.startswith("rendering ") and len(stdout.splitlines()) == 1  # the first line only
+    assert code == 143 and stdout.startswith("rendering ") and stdout.count("\n") == 1  # the first line only
     assert err.startswith("terminated (SIGTERM): render stopped after ") and "no video written" in err
     assert err.count("\n") == 1
     assert list(tmp_path.iterdir()) == []  # no video, no hidden .orbit.partial.mp4

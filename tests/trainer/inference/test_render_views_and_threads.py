@@ -110,3 +110,21 @@ def test_a_long_render_is_estimated_and_announced_before_it_starts(trained_run, 
     assert err.splitlines()[0] == ("warning: this render is estimated at 2.0 h: --frames N renders fewer views (evenly "
                                    "spaced); --spp 1 is 2x faster; --downscale N renders smaller images; Ctrl-C keeps "
                                    "the frames written so far")
+
+
+def test_scores_json_is_strict_json_with_a_reason_for_each_null(tmp_path):
+    import json as strict_json
+
+    from trainer.inference.render_views import write_scores
+
+    summary = {"split": "test", "mean_psnr_db": 21.5, "mean_psnr_affine_db": float("nan"),
+               "images": [{"index": 0, "psnr_db": float("inf")}]}
+    text = write_scores(tmp_path, summary).read_text()
+
+    def refuse(constant):
+        raise ValueError(f"not JSON: {constant}")
+
+    parsed = strict_json.loads(text, parse_constant=refuse)
+    assert parsed["mean_psnr_affine_db"] is None and parsed["images"][0]["psnr_db"] is None
+    assert set(parsed["null_reasons"]) == {"mean_psnr_affine_db", "images[0].psnr_db"}
+    assert parsed["mean_psnr_db"] == 21.5

@@ -77,7 +77,7 @@ def test_ngptune_train_with_two_ranks_through_the_launcher(demo_scene, tmp_path)
         assert r0["world_size"] == 2 and r1["rank"] == 1
         assert r0["loss"] == r1["loss"]  # global loss on every rank
         assert r0["ray_share"] == r1["ray_share"] == 0.5
-        # every rank reports the job's rays (both ranks' together) beside its own rate (rank_*)
+        # every rank reports the job's rays (its own plus the other's) beside its own throughput
         assert r0["rays_per_step"] == r1["rays_per_step"] and r0["comm_bytes_per_step"] > 0
         assert r0["rays_per_s"] > r0["rank_rays_per_s"] > 0 and r1["rays_per_s"] > r1["rank_rays_per_s"] > 0
     evaluation = json.loads((run / "eval.json").read_text())

@@ -203,3 +203,16 @@ def test_a_blank_render_within_the_occupancy_warm_up_is_no_collapse():
     assert collapse_message(12.0, 12.05, step=17, occupancy_warmup_steps=16) is not None
     assert collapse_message(12.0, 12.2, step=17, occupancy_warmup_steps=16) is None
     assert collapse_message(float("nan"), 12.0, step=17, occupancy_warmup_steps=16) is None
+
+
+def test_views_of_one_pixel_are_scored_without_an_affine_colour_map(tmp_path):
+    from trainer.data.demo import write_demo_scene
+
+    scene = write_demo_scene(tmp_path / "scene", resolution=8, n_train=8, n_val=1, n_test=1)
+    code, run = _train(scene, tmp_path, "--downscale", "8")  # 1 x 1 views: the affine map's 4 unknowns are not determined
+    assert code == 0
+    evaluation = _strict_json(run / "eval.json")
+    assert [im["psnr_affine_db"] for im in evaluation["images"]] == [None]
+    assert evaluation["mean_psnr_affine_db"] is None and math.isfinite(evaluation["mean_psnr_db"])
+    assert evaluation["null_reasons"]["mean_psnr_affine_db"] == (
+        "no view of at least 4 pixels, the affine colour map's fewest")
