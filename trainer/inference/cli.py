@@ -6,10 +6,12 @@ the flag, file or key, exit status 2, and nothing is written. Ctrl-C ends with o
 ``interrupted:`` line (how far it got, what was kept), exit status 130.
 
 On a CPU each rank takes the threads of the trainer's rule (:mod:`trainer.cpu_threads`: the run's
-``training.cpu_threads``, or ``--cpu-threads N``; 0 = cores // ranks), and the first line says
-what computes where: the model, its step, the device and the threads; a render adds its frames
-and, for more than :data:`ESTIMATE_MIN_RAYS` rays, a time measured on a sample of them (a warning
-when it is longer than :data:`LONG_RENDER_S`).
+``training.cpu_threads``, or ``--cpu-threads N``; 0 = cores // ranks), and the first line, printed
+before the scene is loaded, says what computes where: the model, its step, the device and the
+threads, and for a render what the flags ask for. Once the cameras are built, a render's second
+line gives the frames and their size where the first could not, and, for more than
+:data:`ESTIMATE_MIN_RAYS` rays, a time measured on a sample of them (a warning when it is longer
+than :data:`LONG_RENDER_S`).
 """
 
 from __future__ import annotations
@@ -268,15 +270,53 @@ def render_estimate_s(model: Any, job: Any) -> float | None:
     return measure_eval_seconds(model.trainer, job.cameras, job.spp)
 
 
-def render_opening_line(args: argparse.Namespace, model: Any, job: Any, where: str, estimate: float | None) -> str:
-    """``rendering MODEL (step N) on DEVICE (threads): 8 test views of 100x100, spp 8, estimated 2.1 min``."""
+def _split_words(split: str, count: int | None) -> str:
+    if count is None:
+        return f"the {split} views"
+    return f"{count} {split} view{'s' if count != 1 else ''}"
+
+
+def _frame_words(count: int | None, label: str) -> str:
+    if count is None:
+        return f"the frames of {label}"
+    return f"{count} frame{'s' if count != 1 else ''} of {label}"
+
+
+def planned_render_words(args: argparse.Namespace) -> str:
+    """What ``args`` ask to render, in the words of :func:`render_words`, as far as the flags say it
+    without the scene: ``300 frames of orbit of 1920x1080, spp 1``, ``the test views, spp 8``."""
+    if args.cameras in SPLITS:
+        what = _split_words(args.cameras, args.frames)
+    elif args.cameras == "orbit":
+        what = _frame_words(args.frames or max(1, round((args.fps or DEFAULT_FPS) * (args.seconds or DEFAULT_SECONDS))),
+                            "orbit")
+    else:
+        what = _frame_words(args.frames, _camera_label(args.cameras))
+    size = f" of {args.width}x{args.height}" if args.width and args.height else ""
+    return f"{what}{size}, spp {args.spp}"
+
+
+def render_words(args: argparse.Namespace, job: Any) -> str:
+    """What ``job`` renders: ``8 test views of 100x100, spp 8``."""
     k = job.cameras[0].intrinsics
-    what = (f"{len(job.cameras)} {args.cameras} view{'s' if len(job.cameras) != 1 else ''}" if args.cameras in SPLITS
-            else f"{len(job.cameras)} frame{'s' if len(job.cameras) != 1 else ''} of {_camera_label(args.cameras)}")
-    line = f"rendering {_model_words(model)} {where}: {what} of {k.width}x{k.height}, spp {job.spp}"
-    if estimate is not None:
-        line += f", estimated {_duration_words(estimate)} (measured on a sample of its rays)"
-    return line
+    n = len(job.cameras)
+    what = _split_words(args.cameras, n) if args.cameras in SPLITS else _frame_words(n, _camera_label(args.cameras))
+    return f"{what} of {k.width}x{k.height}, spp {job.spp}"
+
+
+def render_opening_line(args: argparse.Namespace, located: Any, where: str) -> str:
+    """The first line, printed before the scene is loaded: ``rendering MODEL (step N) on DEVICE
+    (threads): WHAT`` (``WHAT``: :func:`planned_render_words`)."""
+    return f"rendering {_model_words(located)} {where}: {planned_render_words(args)}"
+
+
+def render_detail_line(args: argparse.Namespace, job: Any, estimate: float | None) -> str | None:
+    """The second line, once the cameras are built and the time measured: what is rendered
+    (:func:`render_words`) and the estimate; None when it would add nothing to the first line."""
+    words = render_words(args, job)
+    if estimate is None:
+        return None if words == planned_render_words(args) else words
+    return f"{words}, estimated {_duration_words(estimate)} (measured on a sample of its rays)"
 
 
 def long_render_warning(args: argparse.Namespace, estimate: float | None) -> str | None:
@@ -366,7 +406,7 @@ def _stopped(what: str, terminated: list[bool]) -> int:
 
 
 def _render(args: argparse.Namespace) -> int:
-    from trainer.inference.loading import load_model
+    from trainer.inference.loading import inference_device, load_model, locate_model
     from trainer.inference.render_views import render_job
 
     check_render_flags(args)
@@ -374,12 +414,16 @@ def _render(args: argparse.Namespace) -> int:
         return _launch_render(args)
     if "TORCHELASTIC_RUN_ID" in os.environ:
         return _render_worker(args)
-    model = load_model(args.model, args.scene, args.device)
+    located = locate_model(args.model)
+    where = apply_threads(args, located.cfg, inference_device(located.cfg, args.device), 1)
+    print(render_opening_line(args, located, where), flush=True)
+    model = load_model(args.model, args.scene, args.device, located=located)
     try:
-        where = apply_threads(args, model.trainer.cfg, model.device, 1)
         job = _render_job(args, model)
         estimate = render_estimate_s(model, job)
-        print(render_opening_line(args, model, job, where, estimate), flush=True)
+        detail = render_detail_line(args, job, estimate)
+        if detail is not None:
+            print(detail, flush=True)
         warning = long_render_warning(args, estimate)
         if warning:
             print(f"warning: {warning}", file=sys.stderr, flush=True)
@@ -495,14 +539,16 @@ def export_command(args: argparse.Namespace) -> int:
 
 
 def _from_model(args: argparse.Namespace, what: str, extract: Any) -> Any:
-    """``extract(model)`` with the model of ``args`` loaded (its threads set and the first line,
-    ``exporting WHAT of MODEL (step N) on DEVICE (threads)``, printed), closed afterwards."""
-    from trainer.inference.loading import load_model
+    """``extract(model)`` with the model of ``args`` loaded, closed afterwards; its threads are set
+    and the first line, ``exporting WHAT of MODEL (step N) on DEVICE (threads)``, printed before the
+    scene is loaded."""
+    from trainer.inference.loading import inference_device, load_model, locate_model
 
-    model = load_model(args.model, args.scene, args.device)
+    located = locate_model(args.model)
+    where = apply_threads(args, located.cfg, inference_device(located.cfg, args.device), 1)
+    print(f"exporting {what} of {_model_words(located)} {where}", flush=True)
+    model = load_model(args.model, args.scene, args.device, located=located)
     try:
-        where = apply_threads(args, model.trainer.cfg, model.device, 1)
-        print(f"exporting {what} of {_model_words(model)} {where}", flush=True)
         return extract(model)
     finally:
         model.close()

@@ -31,7 +31,8 @@ from trainer.contract.config import TrainConfig, apply_overrides, config_from_di
 from trainer.contract.errors import ConfigError, SceneError, SnapshotError
 from trainer.contract.rundir import RunDir
 
-__all__ = ["LoadedModel", "check_model_path", "find_model_source", "load_model", "model_config", "precision_autocast"]
+__all__ = ["LoadedModel", "ModelSource", "check_model_path", "find_model_source", "inference_device", "load_model",
+           "locate_model", "model_config", "precision_autocast"]
 
 
 @dataclasses.dataclass
@@ -174,6 +175,50 @@ def _load_scene(cfg: TrainConfig, scene_path: Path | None) -> Any:
         raise SceneError(f"{exc} (the run's scene, data.scene; give another place with --scene)") from None
 
 
+@dataclasses.dataclass(frozen=True)
+class ModelSource:
+    """Where a model is and what it was trained with, found without loading its scene or building it
+    (a command's first line is printed from it before the slow part begins).
+
+    Attributes:
+        kind: ``"snapshot"`` or ``"checkpoint"``.
+        source: the snapshot file or checkpoint folder the weights come from.
+        step: the training step of those weights.
+        cfg: the config the model was trained with (the run's ``config.json`` when ``path`` is a run
+            folder, else the one stored with the weights).
+        payload: the snapshot's contents when finding the step or config needed them (else None:
+            :func:`load_model` reads the file).
+    """
+
+    kind: str
+    source: Path
+    step: int
+    cfg: TrainConfig
+    payload: dict | None = None
+
+
+def locate_model(path: Path) -> ModelSource:
+    """The model at ``path`` (as :func:`load_model` takes it): its file or folder, step and config,
+    without loading the scene or building the model.
+
+    Raises:
+        SnapshotError: as :func:`find_model_source`; a truncated snapshot; no readable config.
+    """
+    from trainer.train.snapshot import load_snapshot
+
+    kind, source, run_config = find_model_source(Path(path))
+    if kind == "checkpoint":
+        from trainer.parallel.checkpoint import load_meta
+
+        meta = load_meta(source)
+        cfg = _read_run_config(run_config) if run_config else _config_from(meta.get("config"), source / "meta.json")
+        return ModelSource(kind, source, int(meta["step"]), cfg)
+    named = [step for step, snap in RunDir(Path(path)).snapshots() if snap == source] if run_config else []
+    payload = None if named else load_snapshot(source)
+    cfg = _read_run_config(run_config) if run_config else _config_from(payload.get("config"), source)
+    return ModelSource(kind, source, named[0] if named else int(payload["step"]), cfg, payload)
+
+
 def model_config(path: Path) -> TrainConfig:
     """The config the model at ``path`` (as :func:`load_model` takes it) was trained with, without
     building the model (a launcher's opening line: device, threads).
@@ -181,20 +226,24 @@ def model_config(path: Path) -> TrainConfig:
     Raises:
         SnapshotError: as :func:`find_model_source`, or no readable config.
     """
-    kind, source, run_config = find_model_source(Path(path))
-    if run_config is not None:
-        return _read_run_config(run_config)
-    if kind == "snapshot":
-        from trainer.train.snapshot import load_snapshot
+    return locate_model(path).cfg
 
-        return _config_from(load_snapshot(source).get("config"), source)
-    from trainer.parallel.checkpoint import load_meta
 
-    return _config_from(load_meta(source).get("config"), source / "meta.json")
+def inference_device(cfg: TrainConfig, device: str | None = None) -> torch.device:
+    """The device :func:`load_model` puts the model of ``cfg`` on: ``device``, else the run's
+    ``training.device`` (``auto``: CUDA when there is one).
+
+    Raises:
+        ConfigError: the run trained on CUDA, ``device`` is None and this machine has no CUDA
+            (names ``training.device``; :func:`load_model` raises the same).
+    """
+    from trainer.train.build import resolve_device
+
+    return resolve_device(_inference_config(cfg, device, False, []).training.device)
 
 
 def load_model(path: Path, scene_path: Path | None = None, device: str | None = None,
-               cpu_fallback: bool = False) -> LoadedModel:
+               cpu_fallback: bool = False, located: ModelSource | None = None) -> LoadedModel:
     """Load a trained model for rendering (module docstring).
 
     Args:
@@ -203,6 +252,7 @@ def load_model(path: Path, scene_path: Path | None = None, device: str | None = 
         device: ``"cpu"``, ``"cuda"``, ... (default: the run's ``training.device``).
         cpu_fallback: with ``device`` None, a model trained on CUDA loads on the CPU of a machine
             without CUDA (``LoadedModel.notes`` says so) instead of raising.
+        located: :func:`locate_model` of ``path`` when the caller has it already (not found again).
 
     Raises:
         SnapshotError: no model found, a truncated or corrupt file, a snapshot of another config
@@ -213,12 +263,11 @@ def load_model(path: Path, scene_path: Path | None = None, device: str | None = 
     """
     from trainer.train.snapshot import load_snapshot, load_state_checked
 
-    kind, source, run_config = find_model_source(Path(path))
-    notes: list[str] = []
-    if kind == "snapshot":
-        payload = load_snapshot(source)
-        cfg = _read_run_config(run_config) if run_config else _config_from(payload.get("config"), source)
-        cfg = _inference_config(cfg, device, cpu_fallback, notes)
+    found = located if located is not None else locate_model(Path(path))
+    source, notes = found.source, []
+    cfg = _inference_config(found.cfg, device, cpu_fallback, notes)
+    if found.kind == "snapshot":
+        payload = found.payload if found.payload is not None else load_snapshot(source)
         from trainer.train.loop import Trainer
         from trainer.train.snapshot_state import check_finest_resolution
 
@@ -229,12 +278,8 @@ def load_model(path: Path, scene_path: Path | None = None, device: str | None = 
         trainer.step = int(payload["step"])
         mode = "single"
     else:
-        from trainer.parallel.checkpoint import load_meta
         from trainer.parallel.build import build_distributed_trainer
 
-        meta = load_meta(source)
-        cfg = _read_run_config(run_config) if run_config else _config_from(meta.get("config"), source / "meta.json")
-        cfg = _inference_config(cfg, device, cpu_fallback, notes)
         trainer = build_distributed_trainer(cfg, _load_scene(cfg, scene_path), None)
         with warnings.catch_warnings():  # the placement and world size differ on purpose
             warnings.filterwarnings("ignore", message=".*resuming with settings other than")

@@ -106,7 +106,9 @@ def test_a_long_render_is_estimated_and_announced_before_it_starts(trained_run, 
     code, stdout, err = run_inference_cli(["render", trained_run["run"], "--cameras", "test", "--frames", "1", "--spp", "2",
                                  "--out", tmp_path / "v", "--quiet"], capsys)
     assert code == 0
-    assert stdout.splitlines()[0].endswith("1 test view of 32x32, spp 2, estimated 2.0 h (measured on a sample of its rays)")
+    first, second = stdout.splitlines()[:2]
+    assert first.startswith("rendering ") and first.endswith("): 1 test view, spp 2")  # before the scene was loaded
+    assert second == "1 test view of 32x32, spp 2, estimated 2.0 h (measured on a sample of its rays)"
     assert err.splitlines()[0] == ("warning: this render is estimated at 2.0 h: --frames N renders fewer views (evenly "
                                    "spaced); --spp 1 is 2x faster; --downscale N renders smaller images; Ctrl-C keeps "
                                    "the frames written so far")
@@ -128,3 +130,40 @@ def test_scores_json_is_strict_json_with_a_reason_for_each_null(tmp_path):
     assert parsed["mean_psnr_affine_db"] is None and parsed["images"][0]["psnr_db"] is None
     assert set(parsed["null_reasons"]) == {"mean_psnr_affine_db", "images[0].psnr_db"}
     assert parsed["mean_psnr_db"] == 21.5
+
+
+def test_the_first_line_is_printed_before_the_scene_is_loaded(trained_run, tmp_path, capsys, monkeypatch):
+    """A large render on a slow CPU spends minutes loading the scene and measuring a sample: the
+    model, device, threads and what is asked are said before any of it, the estimate after."""
+    import trainer.inference.cli as inference_cli
+    import trainer.inference.loading as loading
+    import trainer.train.eval_estimate as eval_estimate
+
+    seen = []
+    real_load_scene = loading._load_scene
+
+    def load_scene(cfg, scene_path):
+        seen.append(("scene", capsys.readouterr().out))
+        return real_load_scene(cfg, scene_path)
+
+    def measure(trainer, frames, spp):
+        seen.append(("estimate", capsys.readouterr().out))
+        return 12.0
+
+    monkeypatch.setattr(loading, "_load_scene", load_scene)
+    monkeypatch.setattr(inference_cli, "ESTIMATE_MIN_RAYS", 1)
+    monkeypatch.setattr(eval_estimate, "measure_eval_seconds", measure)
+    code, stdout, _ = run_inference_cli(["render", trained_run["run"], "--cameras", "orbit", "--frames", "2", "--width",
+                                         "12", "--height", "10", "--out", tmp_path / "o", "--cpu-threads", "1", "--quiet"],
+                                        capsys)
+    assert code == 0
+    assert [what for what, _ in seen] == ["scene", "estimate"]
+    assert seen[0][1] == (f"rendering {trained_run['run']}/snapshots/step_0000080.pt (step 80) on cpu (1 CPU thread per "
+                          "rank (--cpu-threads)): 2 frames of orbit of 12x10, spp 1\n")
+    assert seen[1][1] == ""  # nothing more until the estimate is known
+    assert stdout.splitlines()[0] == "2 frames of orbit of 12x10, spp 1, estimated 12 s (measured on a sample of its rays)"
+    seen.clear()
+    code, stdout, _ = run_inference_cli(["export", "mesh", trained_run["run"], "--resolution", "16", "--cpu-threads", "1",
+                                         "--out", tmp_path / "m.ply", "--quiet"], capsys)
+    assert code == 0 and seen[0][0] == "scene"
+    assert seen[0][1].startswith("exporting a 16^3 mesh of ") and seen[0][1].count("\n") == 1
