@@ -48,6 +48,7 @@ from trainer.contract import (
     command_stopping_with_parent,
     cpu_config_warning,
     error_or_last_line,
+    fit_lines,
     last_error_message,
     print_error,
     runs_on_cpu,
@@ -355,7 +356,7 @@ def profile_command(args: argparse.Namespace) -> int:
     broken = [f"{name}: {s.detail}" for name, s in collected.sources.items() if s.status == "failed"]
     for line in summary_lines(collected.summary, checks, inputs.evaluation):
         print(line)
-    print(f"profile: {report} (diagnoses: {', '.join(fired) if fired else 'none fired'})")
+    print("\n".join(fit_lines([f"profile: {report}", f"(diagnoses: {', '.join(fired) if fired else 'none fired'})"])))
     if broken:
         print_error(f"profile incomplete: {broken[0]}")
         return 1
@@ -409,35 +410,39 @@ def summary_lines(summary: "pd.DataFrame", checks: list, evaluation: dict | None
     """The profile's one-screen summary: step time with its compute and wait parts and the share
     the named phases cover, the job's throughput (and each rank's own, with several), the
     evaluation's PSNR when there was one, and each fired diagnosis with its evidence and knob (or
-    that none fired and how many checks ran)."""
+    that none fired and how many checks ran). Each line is under 80 columns (``fit_lines``: a
+    statement too long for one line goes on in lines that start with two spaces)."""
+    from trainer.contract import listed
     from trainer.contract import quantity_text as q
 
     lines: list[str] = []
     if summary is not None and len(summary):
         job = summary.iloc[0]
-        lines.append(f"steps: {int(summary['steps'].max())} on {len(summary)} rank{'s' if len(summary) != 1 else ''}; "
-                     f"step time {q('step_time_ms', summary['step_time_ms'].mean())} (compute "
-                     f"{q('compute_ms', summary['compute_ms'].mean())}, waiting for other ranks "
-                     f"{q('wait_ms', summary['wait_ms'].mean())}; named phases cover "
-                     f"{q('coverage_pct', 100 * summary['phase_coverage'].mean())} of it), after warm-up")
-        throughput = f"throughput (all ranks): {q('throughput_samples_per_s', job['throughput_samples_per_s'])}"
+        lines += fit_lines([
+            f"steps: {int(summary['steps'].max())} on {len(summary)} rank{'s' if len(summary) != 1 else ''};",
+            f"step time {q('step_time_ms', summary['step_time_ms'].mean())}",
+            f"(compute {q('compute_ms', summary['compute_ms'].mean())},",
+            f"waiting for other ranks {q('wait_ms', summary['wait_ms'].mean())};",
+            f"named phases cover {q('coverage_pct', 100 * summary['phase_coverage'].mean())} of it),", "after warm-up"])
+        throughput = [f"throughput (all ranks): {q('throughput_samples_per_s', job['throughput_samples_per_s'])}"]
         if "rays_per_s" in summary.columns:
-            throughput += f", {q('rays_per_s', job['rays_per_s'])}"
-        lines.append(throughput)
+            throughput.append(q("rays_per_s", job["rays_per_s"]))
+        lines += fit_lines(listed(throughput))
         if len(summary) > 1 and "rank_throughput_samples_per_s" in summary.columns:
-            lines.append("per rank (its own rays): " + ", ".join(
-                f"rank {int(r['rank'])} {q('rank_throughput_samples_per_s', r['rank_throughput_samples_per_s'])}"
-                for _, r in summary.iterrows()) + f"; imbalance {q('imbalance', job['imbalance'])}")
+            ranks = [f"rank {int(r['rank'])} {q('rank_throughput_samples_per_s', r['rank_throughput_samples_per_s'])}"
+                     for _, r in summary.iterrows()]
+            lines += fit_lines(["per rank (its own rays):", *listed(ranks)[:-1], f"{ranks[-1]};",
+                                f"imbalance {q('imbalance', job['imbalance'])}"])
     if evaluation and isinstance(evaluation.get("mean_psnr_db"), (int, float)):
-        lines.append(f"evaluation: PSNR {q('psnr_db', evaluation['mean_psnr_db'])} on "
-                     f"{len(evaluation.get('images', []))} {evaluation.get('split', 'test')} view(s)")
+        lines += fit_lines([f"evaluation: PSNR {q('psnr_db', evaluation['mean_psnr_db'])} on",
+                            f"{len(evaluation.get('images', []))} {evaluation.get('split', 'test')} view(s)"])
     fired = [c for c in checks if c.diagnosis is not None]
     if not fired:
         ran = sum(c.status != "not_evaluated" for c in checks)
         lines.append(f"diagnoses: none fired ({ran} of {len(checks)} checks had their inputs)")
     for c in fired:
-        lines.append(f"diagnosis: {c.bottleneck} ({c.diagnosis.severity}): {c.detail}")
-        lines.append(f"  try: {c.diagnosis.knob}")
+        lines += fit_lines([f"diagnosis: {c.bottleneck} ({c.diagnosis.severity}):", c.detail])
+        lines += fit_lines([f"  try: {c.diagnosis.knob}"], indent="    ")
     return lines
 
 

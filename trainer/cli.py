@@ -22,7 +22,7 @@ import sys
 from trainer.contract.commandline import add_train_arguments
 from trainer.contract.config import dump_config
 from trainer.contract.errors import TrainerError
-from trainer.contract.runstatus import print_error, summary_line
+from trainer.contract.runstatus import print_error, summary_lines
 from trainer.run.lifecycle import run_training
 from trainer.run.settings import config_source, resolve_config
 from trainer.run.status import Terminated, raise_terminated
@@ -62,8 +62,7 @@ def train_command(args: argparse.Namespace) -> int:
     except Terminated:
         print("terminated", file=sys.stderr)
         return 143
-    summary = summary_line(status)
-    if summary:
-        print(summary, flush=True)  # readable, before the JSON line that stays last
+    for line in summary_lines(status):
+        print(line, flush=True)  # readable, before the JSON line that stays last
     print(json.dumps({k: v for k, v in status.items() if k != "scene"}, default=str))
     return 0

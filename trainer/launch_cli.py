@@ -13,7 +13,7 @@ The launching process checks the config before any rank starts (parallel setting
 size, trainability, interconnect emulation, and on node 0 the scene and the ``--out`` folder),
 tells where the ranks' logs go, repeats rank 0's progress lines and restarts on stdout and its
 ``warning:`` lines on stderr while the ranks run (:mod:`trainer.parallel.rank_log`), and after the
-job prints one summary line from ``status.json`` (:func:`trainer.runstatus.summary_line`) and, last, one JSON line
+job prints its summary lines from ``status.json`` (:func:`trainer.runstatus.summary_lines`) and, last, one JSON line
 ``{"state": "completed", "run_dir": ..., "nproc_per_node": N}``. Bad input or a failed rank is one
 ``error: `` line on stderr and exit status 2 (:mod:`trainer.contract.runstatus`); Ctrl-C stops the ranks,
 names the checkpoint to resume from, and exits 130.
@@ -36,7 +36,7 @@ from trainer.contract.defaults import default_run_dir
 from trainer.contract.errors import ConfigError, TrainerError
 from trainer.parallel.net_env import check_socket_ifnames
 from trainer.contract.rundir import RunDir
-from trainer.contract.runstatus import COMPLETED, STATE_KEY, plain_warning_format, print_error, summary_line
+from trainer.contract.runstatus import COMPLETED, STATE_KEY, plain_warning_format, print_error, summary_lines
 
 __all__ = ["build_parser", "launch_command", "main", "run_command"]
 
@@ -123,9 +123,8 @@ def launch_command(args: argparse.Namespace, train_argv: list[str]) -> int:
         print(f"interrupted: the ranks were stopped; logs in {RunDir(out).logs_dir}{resume}", file=sys.stderr)
         return 130
     if args.node_rank == 0:
-        summary = summary_line(RunDir(out).read_status() or {})
-        if summary:
-            print(summary, flush=True)  # before the JSON line, which stays last
+        for line in summary_lines(RunDir(out).read_status() or {}):
+            print(line, flush=True)  # before the JSON line, which stays last
     print(json.dumps({STATE_KEY: COMPLETED, "run_dir": str(out), "nproc_per_node": args.nproc_per_node}))
     return 0
 

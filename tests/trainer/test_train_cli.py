@@ -103,8 +103,12 @@ def test_a_run_stopped_by_its_time_budget_says_so(demo_scene, tmp_path):
     assert result.returncode == 0, result.stderr
     status = json.loads((out / "status.json").read_text())
     assert status["state"] == "completed" and status["stopped_by"] == "time_budget" and status["step"] < 100000
-    assert (f"stopped at step {status['step']} of 100000: the time budget of 1 s (training.time_budget_s, "
-            "--time-budget) was reached") in result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    said = next(i for i, line in enumerate(lines) if line.startswith(f"stopped at step {status['step']} of 100000: "))
+    assert " ".join(line.strip() for line in lines[said:said + 2]) == (
+        f"stopped at step {status['step']} of 100000: the time budget of 1 s (training.time_budget_s, "
+        "--time-budget) was reached")
+    assert all(len(line) < 80 for line in lines[said:said + 2])  # an 80-column terminal
 
 
 def test_an_interrupted_final_evaluation_keeps_the_trained_model(demo_scene, tmp_path, monkeypatch, capsys):

@@ -18,6 +18,7 @@ and nothing else of the trainer's)::
     defaults     what a run takes when a flag is left out: the CPU preset, the run folder
     backend      the process-group backend rule, the emulated interconnects
     formats      the scene-format table (name, flag, loader, splits, detection)
+    textlines    fit_lines: a summary's parts into lines under 80 columns
     errors       TrainerError → SceneError, ConfigError, SnapshotError, TrainingError, LaunchError
 
 Inside the trainer these modules are its lowest layer; the driver imports this face only
@@ -44,7 +45,7 @@ FACE: dict[str, tuple[str, ...]] = {
     "runstatus": (
         "COMPLETED", "DIVERGED", "FAILED", "INTERRUPTED", "REASON_KEY", "RUN_DIR_KEY", "RUNNING", "STATE_KEY",
         "TRAIN_START_KEY", "WARNING_PREFIX", "error_or_last_line", "is_completed", "is_diverged", "last_error_message",
-        "plain_warning_format", "print_error", "state_of", "summary_line", "SUMMARY_PREFIX",
+        "plain_warning_format", "print_error", "state_of", "summary_lines", "SUMMARY_PREFIX",
     ),
     "metrics": ("METRICS_COLUMNS", "PHASES", "Column", "MetricsError", "number_text", "phase_column", "quantity_text",
                 "read_metrics", "si_number", "unit_of"),
@@ -64,6 +65,7 @@ FACE: dict[str, tuple[str, ...]] = {
     "world": ("check_boxes_per_rank", "check_world_size"),
     "backend": ("EMULATED_INTERCONNECT_ENV", "check_run_emulation", "choose_backend", "interconnect_env", "planned_backend"),
     "formats": ("FORMAT_CHOICES", "SCENE_FORMATS", "SPLITS", "SceneFormat", "format_named"),
+    "textlines": ("CONTINUATION", "LINE_WIDTH", "fit_lines", "listed"),
     "errors": ("ConfigError", "LaunchError", "SceneError", "SnapshotError", "TrainerError", "TrainingError"),
 }
 """Module of the contract → the names the face gives of it."""

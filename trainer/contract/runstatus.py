@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.contract.metrics import quantity_text
+from trainer.contract.textlines import fit_lines, listed
 
 STATE_KEY = "state"
 REASON_KEY = "reason"
@@ -75,13 +76,15 @@ _RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s?")
 
 
 SUMMARY_PREFIX = "trained to step "
-"""Start of :func:`summary_line` for a run that trained (the launcher's follower leaves rank 0's
-copy of it out: the launcher prints its own)."""
+"""Start of :func:`summary_lines` for a run that trained (the launcher's follower leaves rank 0's
+copy of them out: the launcher prints its own)."""
 
 
-def summary_line(status: Mapping[str, Any]) -> str:
-    """One readable line from a finished run's ``status.json``: steps and training time, what
-    stopped it early, restarts, throughput, the evaluation; ``""`` when there is nothing to say.
+def summary_lines(status: Mapping[str, Any]) -> list[str]:
+    """Readable lines from a finished run's ``status.json``: steps and training time, what
+    stopped it early, restarts, throughput, the evaluation, where the model is; each under 80
+    columns (:func:`trainer.contract.textlines.fit_lines`: the first starts with
+    :data:`SUMMARY_PREFIX`, the others with two spaces); ``[]`` when there is nothing to say.
     Printed before the JSON line that ends a run's output."""
     parts = []
     if isinstance(status.get("step"), int):
@@ -105,7 +108,7 @@ def summary_line(status: Mapping[str, Any]) -> str:
     model = status.get("snapshot") or status.get("checkpoint")
     if parts and isinstance(model, str):
         parts.append(f"model: {model}")
-    return ", ".join(parts)
+    return fit_lines(listed(parts))
 
 
 def failed_fields(reason: str, *, failed_rank: int | None = None, failed_log: str | None = None) -> dict[str, Any]:

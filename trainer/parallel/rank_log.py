@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TextIO
 
 from trainer.contract.runstatus import ERROR_PREFIX, SUMMARY_PREFIX, WARNING_PREFIX, strip_rank_prefix
+from trainer.contract.textlines import CONTINUATION
 
 __all__ = ["ATTEMPT_HEADER", "RankLogFollower", "reported_step", "restart_line"]
 
@@ -80,6 +81,7 @@ class RankLogFollower:
         self._offset = 0
         self._partial = ""
         self._in_traceback = False
+        self._in_summary = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._bar = None
@@ -148,7 +150,11 @@ class RankLogFollower:
                 self.warnings_seen.add(line)
                 print(f"{line} (rank 0)", file=self.err, flush=True)
             return
-        if (self._in_traceback or not line.strip() or line.startswith((ERROR_PREFIX, SUMMARY_PREFIX))
+        if line.startswith(SUMMARY_PREFIX) or (self._in_summary and line.startswith(CONTINUATION)):
+            self._in_summary = True  # rank 0's summary lines: the launcher prints its own
+            return
+        self._in_summary = False
+        if (self._in_traceback or not line.strip() or line.startswith(ERROR_PREFIX)
                 or line.startswith("{") and line.endswith("}")):
             return
         step = reported_step(line)

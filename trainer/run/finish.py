@@ -11,11 +11,12 @@ from typing import Any
 from trainer.contract.config import TrainConfig
 from trainer.contract.errors import TrainingError
 from trainer.contract.rundir import NULL_REASONS_KEY
+from trainer.contract.textlines import fit_lines
 from trainer.run.progress import TrainProgress
 from trainer.run.status import Terminated
 
-__all__ = ["LONG_EVALUATION_S", "evaluation_notice", "finish_status", "keep_final_model", "model_kept_text",
-           "train_with_progress"]
+__all__ = ["LONG_EVALUATION_S", "evaluation_notice", "evaluation_result_text", "finish_status", "keep_final_model",
+           "model_kept_text", "train_with_progress"]
 
 
 def train_with_progress(trainer: Any, cfg: TrainConfig, progress: TrainProgress, live: Any = None) -> dict[str, Any]:
@@ -64,10 +65,9 @@ def finish_status(
     t = trainer.cfg.training
     if trainer.step < t.n_steps and t.time_budget_s is not None:
         status["stopped_by"] = "time_budget"
-        progress.message(
-            f"stopped at step {trainer.step} of {t.n_steps}: the time budget of {t.time_budget_s:g} s "
-            "(training.time_budget_s, --time-budget) was reached"
-        )
+        progress.message("\n".join(fit_lines([
+            f"stopped at step {trainer.step} of {t.n_steps}:", f"the time budget of {t.time_budget_s:g} s",
+            "(training.time_budget_s, --time-budget) was reached"])))
     keep_final_model(trainer, args, status)
     if not args.no_eval:
         notice, estimate = evaluation_notice(trainer, last, with_estimate=True)
@@ -104,13 +104,19 @@ def finish_status(
         status["eval_time_s"] = time.perf_counter() - started
         if estimate is not None:
             status["eval_estimate_s"] = estimate
-        took = f" (estimated {estimate:.1f} s)" if estimate is not None else ""
-        progress.message(
-            f"evaluation on {n_images} {result['split']} image{'s' if n_images != 1 else ''} "
-            f"in {status['eval_time_s']:.1f} s{took}: PSNR {result['mean_psnr_db']:.2f} dB, SSIM {result['mean_ssim']:.3f}"
-        )
+        progress.message(evaluation_result_text(n_images, result, status["eval_time_s"], estimate))
     progress.close()
     status["wall_s"] = time.perf_counter() - t0
+
+
+def evaluation_result_text(n_images: int, result: dict[str, Any], took_s: float, estimate_s: float | None) -> str:
+    """The lines (under 80 columns, :func:`~trainer.contract.textlines.fit_lines`) after the final
+    evaluation: ``evaluation on 4 test images in 13.3 s (estimated 17.0 s): PSNR 23.04 dB, SSIM
+    0.812``, the scores on a line of their own when the whole is too long."""
+    estimated = f" (estimated {estimate_s:.1f} s)" if estimate_s is not None else ""
+    return "\n".join(fit_lines([
+        f"evaluation on {n_images} {result['split']} image{'s' if n_images != 1 else ''} in {took_s:.1f} s{estimated}:",
+        f"PSNR {result['mean_psnr_db']:.2f} dB, SSIM {result['mean_ssim']:.3f}"]))
 
 
 def keep_final_model(trainer: Any, args: argparse.Namespace, status: dict[str, Any]) -> None:

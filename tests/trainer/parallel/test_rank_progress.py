@@ -39,7 +39,8 @@ def test_follower_repeats_progress_and_reports_a_restart(tmp_path):
     _append(log, "ss 0.02\nTraceback (most recent call last):\n  File \"x.py\", line 1\nRuntimeError: boom\n"
                  "=== rank 0/2 local rank 0 attempt 1 pid 12: -m trainer\n"
                  "resumed from checkpoint runs/x/checkpoints/step_0000010 at step 10 after restart 1\n"
-                 "warning: said on stderr at once\ntrained to step 20 in 3.0 s, 1.00 k samples/s\n"
+                 "warning: said on stderr at once\ntrained to step 20 in 3.0 s, 1.00 k samples/s,\n"
+                 "  model: runs/x/checkpoints/step_0000020\n"
                  '{"state": "completed", "step": 20}\n')
     follower.poll()
     assert out.getvalue().splitlines()[2:] == [
@@ -87,5 +88,6 @@ def test_two_rank_launch_prints_rank0_progress_before_the_summary(demo_scene, tm
     summary = next(i for i, line in enumerate(lines) if line.startswith("trained to step 10"))
     warning = [i for i, line in enumerate(lines) if line.startswith("warning: ") and "r_missing.png" in line]
     assert len(warning) == 1 and warning[0] < step_lines[0], proc.stdout  # said once, before training
-    assert step_lines[-1] < summary == len(lines) - 2 and lines[-1].startswith('{"state": "completed"')
-    assert not any(line.startswith(("restart ", "rank 0: {", "rank 0: trained")) for line in lines)
+    assert step_lines[-1] < summary and lines[-1].startswith('{"state": "completed"')
+    assert all(line.startswith("  ") for line in lines[summary + 1:-1])  # the summary's own lines, then the JSON
+    assert not any(line.startswith(("restart ", "rank 0: {", "rank 0: trained", "rank 0:   ")) for line in lines)

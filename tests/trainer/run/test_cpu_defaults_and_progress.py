@@ -60,9 +60,15 @@ def test_the_evaluation_estimate_is_within_twice_its_time(tmp_path):
     status = json.loads(out.stdout.strip().splitlines()[-1])
     took, estimate = status["eval_time_s"], status["eval_estimate_s"]
     assert took / 2 <= max(estimate, 0.5) <= took * 2, (estimate, took)
-    assert re.search(rf"^evaluation on 3 test images in {took:.1f} s \(estimated {estimate:.1f} s\): PSNR ",
-                     out.stdout, re.M), out.stdout
-    assert out.stdout.splitlines()[-2].startswith("trained to step 5 in ")  # readable, then the JSON line
+    lines = out.stdout.splitlines()
+    result = next(i for i, line in enumerate(lines) if line.startswith("evaluation on "))
+    assert re.match(rf"evaluation on 3 test images in {took:.1f} s \(estimated {estimate:.1f} s\):( |$)", lines[result])
+    summary = next(i for i, line in enumerate(lines) if line.startswith("trained to step 5 in "))
+    assert result < summary and lines[-1].startswith("{")  # readable, then the JSON line
+    assert "PSNR " in " ".join(lines[result:result + 2]) and " SSIM " in " ".join(lines[result:result + 2])
+    long = [line for line in lines[result:-1] if len(line) >= 80 and " " in line.strip()]  # a long path stays whole
+    assert long == [], lines[result:-1]  # an 80-column terminal
+    assert all(line.startswith("  ") for line in lines[summary + 1:-1])
 
 
 def test_a_long_evaluation_says_how_to_shorten_it(demo_scene, monkeypatch):
@@ -124,3 +130,13 @@ def test_the_live_progress_on_an_80_column_terminal_shows_step_and_eta():
     assert len(training) <= 80 and "loss" not in training
     evaluating = [line for line in drawn if line.startswith("evaluate ")][-1]
     assert "12.3 k/32.4 k rays eta " in evaluating and len(evaluating) <= 80, evaluating
+
+
+def test_the_evaluation_result_fits_80_columns():
+    from trainer.run.finish import evaluation_result_text
+
+    result = {"split": "test", "mean_psnr_db": 23.0412, "mean_ssim": 0.81234}
+    text = evaluation_result_text(200, result, 1234.56, 1187.04)
+    assert text.splitlines() == ["evaluation on 200 test images in 1234.6 s (estimated 1187.0 s):",
+                                 "  PSNR 23.04 dB, SSIM 0.812"]
+    assert evaluation_result_text(1, result, 3.0, None) == "evaluation on 1 test image in 3.0 s: PSNR 23.04 dB, SSIM 0.812"

@@ -1,0 +1,39 @@
+"""The summary ``ngptune profile`` prints at the end fits an 80-column terminal: every line under
+80 columns, each quantity whole on one line, the knob of each fired diagnosis on its own lines."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from ngptune.profile_command import summary_lines
+from ngptune.profiling.diagnoses.checks import Check, Diagnosis
+
+EVIDENCE = ("the all-reduce of the gradients takes 41.0 % of the step on the slowest rank while the link "
+            "reaches 3.20 GB/s of the 12.0 GB/s measured by bench-comm")
+KNOB = "parallel.bucket_cap_mb=100 (fewer, larger all-reduce buckets) or NCCL_ALGO=Ring with NCCL_PROTO=Simple"
+
+
+def _summary() -> pd.DataFrame:
+    return pd.DataFrame([
+        {"rank": r, "steps": 300, "step_time_ms": 1234.56, "compute_ms": 1100.04, "wait_ms": 134.5,
+         "phase_coverage": 0.987, "throughput_samples_per_s": 6_104_850.0, "rays_per_s": 77_612.0,
+         "rank_throughput_samples_per_s": 3_052_425.0 + 1000 * r, "imbalance": 1.0213} for r in range(4)])
+
+
+def test_the_profile_summary_fits_80_columns_with_quantities_whole():
+    fired = Check("communication", "fired", 0.41, 0.2, EVIDENCE,
+                  Diagnosis("communication", "high", 0.41, 0.2, EVIDENCE, KNOB))
+    clear = Check("data_loading", "clear", 0.01, 0.1, "data takes 1.0 % of the step")
+    lines = summary_lines(_summary(), [fired, clear], {"mean_psnr_db": 23.041, "split": "test", "images": [{}, {}]})
+    assert all(len(line) <= 79 for line in lines), [line for line in lines if len(line) > 79]
+    text = "\n".join(lines)
+    assert lines[0].startswith("steps: 300 on 4 ranks; step time 1234.6 ms (compute 1100.0 ms,")
+    for whole in ("waiting for other ranks 134.5 ms;", "throughput (all ranks): 6.10 M samples/s, 77.6 k rays/s",
+                  "rank 3 3.06 M samples/s;", "imbalance 1.02", "evaluation: PSNR 23.04 dB on 2 test view(s)"):
+        assert whole in text, whole
+    diagnosis = next(i for i, line in enumerate(lines) if line.startswith("diagnosis: communication (high): "))
+    tries = next(i for i, line in enumerate(lines) if line.startswith("  try: "))
+    assert diagnosis < tries and all(line.startswith("  ") for line in lines[diagnosis + 1:])
+    assert " ".join(line.strip() for line in lines[diagnosis:tries]).endswith(EVIDENCE)
+    assert " ".join(line.strip() for line in lines[tries:]) == f"try: {KNOB}"
+    assert all(line.startswith("    ") for line in lines[tries + 1:])  # the knob's own continuation

@@ -1,0 +1,45 @@
+"""Lines a person reads at the end of a run fit an 80-column terminal: broken between parts,
+never inside a quantity, the lines after the first indented."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainer.contract.runstatus import SUMMARY_PREFIX, summary_lines
+from trainer.contract.textlines import LINE_WIDTH, fit_lines, listed
+
+
+def test_parts_are_packed_into_lines_under_80_columns_and_broken_only_between_parts():
+    parts = listed([f"quantity {i} is 12.3 ms" for i in range(12)])
+    lines = fit_lines(parts)
+    assert len(lines) > 1 and all(len(line) <= LINE_WIDTH for line in lines)
+    assert all(line.startswith("  quantity ") for line in lines[1:]) and lines[0].startswith("quantity 0 ")
+    assert " ".join(line.strip() for line in lines) == " ".join(parts)  # nothing lost, nothing split
+    assert fit_lines(["short", "", "line"]) == ["short line"] and fit_lines([]) == []
+
+
+def test_a_part_longer_than_a_line_is_broken_at_its_spaces_and_a_word_is_kept_whole():
+    sentence = "the field " * 20
+    lines = fit_lines(["diagnosis: x (high):", sentence])
+    assert lines[0].startswith("diagnosis: x (high): the field") and all(len(line) <= LINE_WIDTH for line in lines)
+    path = "/" + "a" * 100
+    assert fit_lines(["model:", path]) == ["model:", f"  {path}"]  # no space to break at: whole
+    assert fit_lines(["  try: " + "knob " * 30], indent="    ")[0].startswith("  try: knob")
+    with pytest.raises(ValueError, match="width 8"):
+        fit_lines(["x"], width=8)
+
+
+def test_a_runs_summary_fits_80_columns_with_its_quantities_whole():
+    status = {"step": 530, "train_time_s": 90.04, "stopped_by": "time_budget", "restart_count": 1,
+              "resumed_from": "runs/lego/checkpoints/step_0000400", "resumed_from_step": 400,
+              "throughput_samples_per_s": 6_104_850.0, "eval_psnr_db": 23.041, "eval_ssim": 0.8123,
+              "eval_split": "test", "eval_time_s": 13.31, "snapshot": "runs/lego/snapshots/step_0000530.pt"}
+    lines = summary_lines(status)
+    assert lines[0].startswith(f"{SUMMARY_PREFIX}530 in 90.0 s (the time budget),")
+    assert len(lines) > 1 and all(len(line) <= LINE_WIDTH for line in lines), lines
+    assert all(line.startswith("  ") for line in lines[1:])
+    text = " ".join(line.strip() for line in lines)
+    for whole in ("6.10 M samples/s,", "PSNR 23.04 dB, SSIM 0.812 (13.3 s),", "model: runs/lego/snapshots/step_0000530.pt"):
+        assert any(whole in line for line in lines), whole
+    assert "after 1 restart (resumed from runs/lego/checkpoints/step_0000400 at step 400)," in text  # broken at spaces
+    assert summary_lines({}) == []

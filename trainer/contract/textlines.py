@@ -1,0 +1,60 @@
+"""Lines a person reads at the end of a command, kept under 80 columns.
+
+A summary is built from parts (``trained to step 530 in 90.0 s,``, ``6.10 M samples/s,``, ...);
+:func:`fit_lines` packs them into lines of at most :data:`LINE_WIDTH` characters, breaking only
+between parts, so a quantity and its unit stay on one line; the lines after the first start with
+:data:`CONTINUATION`. A part too long for a line of its own (a long path, a sentence) is broken
+at its spaces, or left whole when it has none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+__all__ = ["CONTINUATION", "LINE_WIDTH", "fit_lines", "listed"]
+
+LINE_WIDTH = 79
+"""Most characters of one line (an 80-column terminal does not wrap it)."""
+
+CONTINUATION = "  "
+"""Start of each line that continues the one before it."""
+
+
+def listed(parts: Sequence[str], separator: str = ",") -> list[str]:
+    """``parts`` with ``separator`` after each but the last (for :func:`fit_lines`)."""
+    return [f"{part}{separator}" for part in parts[:-1]] + list(parts[-1:])
+
+
+def fit_lines(parts: Sequence[str], width: int = LINE_WIDTH, indent: str = CONTINUATION) -> list[str]:
+    """``parts`` joined by single spaces into lines of at most ``width`` characters (module
+    docstring); empty parts are left out, and the first keeps its leading spaces. Returns ``[]``
+    for no parts.
+
+    Raises:
+        ValueError: ``width`` is not larger than ``len(indent)`` + 10.
+    """
+    if width <= len(indent) + 10:
+        raise ValueError(f"fit_lines: width {width} leaves no room after the indent {indent!r}")
+    pieces: list[str] = []
+    for part in parts:
+        if not part.strip():
+            continue
+        if len(indent) + len(part.strip()) <= width:
+            pieces.append(part.rstrip())
+            continue
+        words = part.split()  # no line holds it whole: broken at its spaces, its words are parts then
+        if not pieces:
+            words[0] = part[: len(part) - len(part.lstrip())] + words[0]
+        pieces += words
+    lines: list[str] = []
+    current = ""
+    for piece in pieces:
+        if current and len(current) + 1 + len(piece.lstrip()) <= width:
+            current += " " + piece.lstrip()
+        else:
+            if current:
+                lines.append(current)
+            current = indent + piece.lstrip() if lines else piece
+    if current:
+        lines.append(current)
+    return lines
