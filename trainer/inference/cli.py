@@ -39,6 +39,7 @@ from trainer.contract.commandline import (
     add_render_arguments,
 )
 from trainer.contract.errors import ConfigError, TrainerError
+from trainer.contract.metrics import si_number, significant
 from trainer.contract.runstatus import print_error
 
 __all__ = ["build_parser", "export_command", "main", "render_command"]
@@ -117,6 +118,12 @@ def apply_threads(args: argparse.Namespace, cfg: Any, device: Any, local_ranks: 
                           else (cfg.training.cpu_threads, "the run's training.cpu_threads"))
     apply_cpu_threads(requested, local_ranks)
     return f"on cpu ({describe_cpu_threads(requested, local_ranks, setting)})"
+
+
+def seconds_text(seconds: float) -> str:
+    """A duration at the precision it is read at: one decimal from a second up (``12.3 s``), two
+    significant digits below (``0.042 s``)."""
+    return f"{seconds:.1f} s" if seconds >= 1 else f"{significant(seconds, 2)} s"
 
 
 def _model_words(model: Any) -> str:
@@ -341,7 +348,7 @@ def _summary_line(summary: dict[str, Any], job: Any) -> str:
             scored += f", SSIM {summary['mean_ssim']:.3f}"
         scored += " (mean over the views" + (f", per view in {summary['scores_path']}" if summary.get("scores_path") else "") + ")"
     return (f"rendered {summary['frames']} frame(s) of {k.width}x{k.height}, spp {job.spp}, in {summary['seconds']:.1f} s: "
-            f"{summary['frames_per_s']:.3g} frames/s, {summary['rays_per_s']:.3g} rays/s"
+            f"{si_number(summary['frames_per_s'])} frames/s, {si_number(summary['rays_per_s'])} rays/s"
             + (f" -> {', '.join(where)}" if where else "") + scored)
 
 
@@ -562,10 +569,10 @@ def _export_mesh(args: argparse.Namespace, out: Path) -> int:
         model, args.resolution, args.threshold, args.aabb, quiet=args.quiet, min_views=args.min_views))
     write_mesh(mesh, out)
     left_out = (f", {mesh['faces_unsupported']} left out (on the surface of fewer than {args.min_views} training "
-                f"views; support {mesh['support_s']:.2f} s)" if args.min_views > 0 else "")
+                f"views; support {seconds_text(mesh['support_s'])})" if args.min_views > 0 else "")
     print(f"mesh: {len(mesh['vertices'])} vertices, {len(mesh['faces'])} triangles at {args.resolution}^3{left_out}, "
-          f"threshold {args.threshold:g} (density {mesh['density_s']:.2f} s, marching cubes {mesh['marching_s']:.2f} s) "
-          f"-> {out}", flush=True)
+          f"threshold {args.threshold:g} (density {seconds_text(mesh['density_s'])}, marching cubes "
+          f"{seconds_text(mesh['marching_s'])}) -> {out}", flush=True)
     return 0
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 import time
 
+from trainer.contract.metrics import si_number
+
 __all__ = ["Progress"]
 
 PLAIN_LINE_EVERY_S = 10.0  # off a terminal: at most one line per this many seconds (and the last)
@@ -41,8 +43,9 @@ class Progress:
         return time.perf_counter() - self.t0
 
     def rate_text(self) -> str:
+        """The rays or points per second so far, with an SI prefix: ``133 k points/s``."""
         rate = self.items / max(self.elapsed_s, 1e-9)
-        return f"{rate:.3g} {self.rate_name}/s"
+        return f"{si_number(rate)} {self.rate_name}/s"
 
     def advance(self, units: int = 1, items: int = 0) -> None:
         """``units`` more done, ``items`` more rays/points."""

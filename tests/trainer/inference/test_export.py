@@ -153,3 +153,26 @@ def test_bad_mesh_requests_are_refused_before_any_work(trained_run, tmp_path, ca
     assert code == 2 and err.count("\n") == 1
     assert re.search(message, err), err
     assert not list(tmp_path.glob("*.ply")) and not (trained_run["run"] / "mesh.ply").exists()
+
+
+def test_export_progress_and_its_last_line_read_in_human_units(trained_run, tmp_path, capsys, monkeypatch):
+    import trainer.inference.progress as progress_module
+    from trainer.inference.cli import seconds_text
+    from trainer.inference.progress import Progress
+
+    clock = iter([100.0, 101.0, 102.0, 102.0, 102.0])  # start, then one chunk a second
+    monkeypatch.setattr(progress_module.time, "perf_counter", lambda: next(clock))
+    counter = Progress("density", 2, rate_name="points")
+    counter.advance(1, 133_000)
+    counter.advance(1, 133_000)
+    assert capsys.readouterr().err == "density 2/2  133 k points/s  ETA 0 s\n"
+    monkeypatch.undo()
+    assert seconds_text(183.4712) == "183.5 s" and seconds_text(0.04213) == "0.042 s" and seconds_text(1.0) == "1.0 s"
+
+    code, stdout, err = run_inference_cli(["export", "mesh", trained_run["run"], "--resolution", "16",
+                                           "--out", tmp_path / "m.ply"], capsys)
+    assert code == 0 and "points/s" in err and "e+" not in err + stdout, err
+    assert re.search(r"  [0-9.]+( [kMG])? points/s  ", err), err
+    last = stdout.splitlines()[-1]
+    assert re.search(r"; support (\d+\.\d|0\.\d+) s\), threshold 2\.5 \(density (\d+\.\d|0\.\d+) s, marching cubes "
+                     r"(\d+\.\d|0\.\d+) s\) -> ", last), last

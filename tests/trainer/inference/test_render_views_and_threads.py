@@ -5,6 +5,7 @@ the views, scored against their ground truth (scores.json, --compare) and a long
 from __future__ import annotations
 
 import json
+import re
 import shutil
 
 import cv2
@@ -34,6 +35,7 @@ def test_render_takes_the_runs_thread_rule_and_says_so(trained_run, tmp_path, ca
     assert first.startswith(f"rendering {trained_run['run']}/snapshots/step_0000080.pt (step 80) on cpu ({cores} CPU thread")
     assert f"per rank ({cores} cores // 1 rank)): 1 frame of orbit of 8x8, spp 1" in first, first
     assert torch.get_num_threads() == cores
+    assert re.search(r" frames/s, [0-9.]+( [kMG])? rays/s", stdout.splitlines()[-1]), stdout  # 64.0 k, not 6.4e+04
 
 
 def test_cpu_threads_flag_sets_the_threads_of_render_and_export(trained_run, tmp_path, capsys, restore_threads):
