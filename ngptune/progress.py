@@ -103,7 +103,8 @@ class RunsProgress:
                 if row["total"] and step > 0 and wall > 0:
                     row["eta_s"] = max(0.0, (row["total"] - step) * wall / step)
                 rate = record.get("throughput_samples_per_s")
-                row["rate"] = f"{si_number(rate)} samples/s" if isinstance(rate, (int, float)) else ""
+                row["rate"] = ("start-up" if record.get("timed_steps") == 0  # its rate measures the start-up
+                               else f"{si_number(rate)} samples/s" if isinstance(rate, (int, float)) else "")
         self._plain(name, force=began)
 
     def finish(self, name: str, state: str) -> None:

@@ -71,6 +71,7 @@ METRICS_COLUMNS: tuple[Column, ...] = (
     Column("rank_rays_per_s", "rays/s", "training rays per second this rank processed itself (= rays_per_s in one process)"),
     Column("rank_throughput_samples_per_s", "samples/s", "training samples per second this rank processed itself (= throughput_samples_per_s in one process)"),
     Column("steps_per_s", "steps/s", "optimiser steps per second over the interval"),
+    Column("timed_steps", "steps", "steps of the interval its times and rates cover; 0: it held only start-up steps, whose own time (compilation included) they cover"),
     Column("step_time_ms", "ms", "mean wall-clock time per step over the interval", required=True),
     *(Column(f"{p}_ms", "ms", f"mean time per step in phase '{p}'") for p in PHASES),
     Column("other_ms", "ms", "mean time per step not covered by a named phase"),

@@ -6,7 +6,7 @@ The line keeps what says how far the run is: the step count, the ETA and the ela
 the bar takes the room left (at least :data:`MIN_BAR`); the figures of the last interval follow in
 order of use and drop from the end when the terminal is narrow: throughput first, loss and PSNR
 last (:func:`fit_progress_line`). At 80 columns a line reads ``train ━━━━━━━━━━ step 101/2000 eta
-12:34 0:01:02 samples/s 6.10 M rays/s 77.6 k``.
+12:34 0:01:02 6.10 M samples/s 77.6 k rays/s``.
 """
 
 from __future__ import annotations
@@ -111,11 +111,15 @@ class TrainProgress:
 
     @staticmethod
     def figures(record: dict[str, Any]) -> list[str]:
-        """A log record's figures, most used first: samples/s, rays/s, loss, PSNR."""
+        """A log record's figures, most used first, each value before its unit: ``6.10 M
+        samples/s``, ``77.6 k rays/s``, loss, PSNR. A record of start-up steps only
+        (``timed_steps`` 0: compilation, the first occupancy pass) shows ``start-up`` for its
+        rates, which measure the start-up and not the training."""
         psnr = record.get("train_psnr_db")
         loss = record.get("loss")
-        return [f"samples/s {si_number(record['throughput_samples_per_s'])}", f"rays/s {si_number(record['rays_per_s'])}",
-                f"loss {loss:.4g}" if isinstance(loss, (int, float)) else "loss - (no samples yet)",
+        rates = (["start-up"] if record.get("timed_steps") == 0 else
+                 [f"{si_number(record['throughput_samples_per_s'])} samples/s", f"{si_number(record['rays_per_s'])} rays/s"])
+        return [*rates, f"loss {loss:.4g}" if isinstance(loss, (int, float)) else "loss - (no samples yet)",
                 f"psnr {psnr:.2f} dB" if isinstance(psnr, (int, float)) else "psnr -"]
 
     def log(self, record: dict[str, Any]) -> None:

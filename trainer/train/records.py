@@ -13,7 +13,10 @@ whose loss or whose trainer's parameters are no longer finite stops the run as d
 written (:func:`~trainer.train.divergence.check_interval`).
 
 Counts cover every step of an interval; times and rates only its timed steps (an interval that
-held start-up steps leaves those out, :mod:`trainer.train.startup`).
+held start-up steps leaves those out, :mod:`trainer.train.startup`), ``timed_steps`` of them. An
+interval of start-up steps only (a record at the step the start-up ends) has no timed step: its
+times and rates are over the start-up steps' own time (compilation included), never over the
+instant between the start-up's end and the record, and its ``timed_steps`` is 0.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ class Interval:
         t0: ``time.perf_counter()`` at the interval's start (moved on by time that is not training).
         steps, trained, rays, samples, skipped: host counts (``trained``: steps with a loss).
         untimed: start-up steps at the front of the interval (not in its times and rates).
+        startup_t0: the interval's ``t0`` before its start-up steps ended (None without any).
     """
 
     loss_sum: torch.Tensor
@@ -54,6 +58,7 @@ class Interval:
     samples: int = 0
     skipped: int = 0
     untimed: int = 0
+    startup_t0: float | None = None
 
     @classmethod
     def start(cls, device: torch.device) -> "Interval":
@@ -73,9 +78,20 @@ class Interval:
         self.skipped += int(stats.skipped)
 
     @property
+    def startup_only(self) -> bool:
+        """Whether every step of the interval was a start-up step."""
+        return 0 < self.steps <= self.untimed
+
+    @property
     def timed(self) -> int:
-        """Steps whose time the interval's times and rates cover (at least 1)."""
-        return max(max(self.steps, 1) - self.untimed, 1)
+        """Steps whose time the interval's times and rates cover (at least 1): the steps after
+        the start-up, or the start-up steps themselves when the interval holds nothing else."""
+        return max(self.steps, 1) if self.startup_only else max(max(self.steps, 1) - self.untimed, 1)
+
+    def elapsed_s(self) -> float:
+        """Seconds the :attr:`timed` steps took so far (at least 1e-9)."""
+        t0 = self.startup_t0 if self.startup_only and self.startup_t0 is not None else self.t0
+        return max(time.perf_counter() - t0, 1e-9)
 
 
 def memory_record(device: torch.device) -> dict[str, float]:
@@ -97,7 +113,7 @@ def interval_record(trainer: Any, interval: Interval) -> dict[str, Any]:
     step.settle()
     steps = max(interval.steps, 1)
     timed = interval.timed
-    elapsed_s = max(time.perf_counter() - interval.t0, 1e-9)
+    elapsed_s = interval.elapsed_s()
     phases = trainer.timer.collect()
     step_time_ms = elapsed_s * 1e3 / timed
     trained = interval.trained
@@ -118,6 +134,7 @@ def interval_record(trainer: Any, interval: Interval) -> dict[str, Any]:
         "rank_rays_per_s": interval.rays / steps * timed / elapsed_s,
         "rank_throughput_samples_per_s": interval.samples / steps * timed / elapsed_s,
         "steps_per_s": timed / elapsed_s,
+        "timed_steps": 0 if interval.startup_only else timed,
         "step_time_ms": step_time_ms,
         "occupancy_fraction": trainer.grid.occupancy_fraction(),
         "skipped_steps": interval.skipped,
@@ -165,12 +182,15 @@ class IntervalRecords:
 
     def restart_clock(self) -> None:
         """The interval's time starts now; its steps so far are start-up steps (not timed)."""
+        self.interval.startup_t0 = self.interval.t0
         self.interval.t0 = time.perf_counter()
         self.interval.untimed = self.interval.steps
 
     def exclude(self, seconds: float) -> None:
         """Leave ``seconds`` that were not training (an evaluation) out of the interval's time."""
         self.interval.t0 += seconds
+        if self.interval.startup_t0 is not None:
+            self.interval.startup_t0 += seconds
 
     def flush(self, eval_result: dict[str, Any] | None = None) -> dict[str, Any]:
         """Write the interval's record (one device read), with the evaluation made at its step if

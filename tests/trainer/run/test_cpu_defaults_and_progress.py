@@ -100,11 +100,18 @@ def test_the_progress_line_fits_80_columns_keeping_step_and_eta():
     figures = TrainProgress.figures(_record(101))
     line = fit_progress_line(80, "train", 101 / 2000, ["step 101/2000", "eta 12:34", "0:01:02"], figures)
     assert len(line) <= 80 and "step 101/2000 eta 12:34 0:01:02" in line
-    assert "samples/s 6.10 M" in line and "loss" not in line and "psnr" not in line  # loss and PSNR drop first
+    assert "6.10 M samples/s" in line and "loss" not in line and "psnr" not in line  # loss and PSNR drop first
     wide = fit_progress_line(200, "train", 0.5, ["step 1000/2000", "eta 1:00"], figures)
-    assert wide.endswith("samples/s 6.10 M rays/s 77.6 k loss 0.01235 psnr 23.46 dB")
+    assert wide.endswith("6.10 M samples/s 77.6 k rays/s loss 0.01235 psnr 23.46 dB")  # value, then unit (README)
     narrow = fit_progress_line(40, "train", 0.5, ["step 1000/2000", "eta 1:00", "0:01:00"], figures)
     assert narrow.startswith("train ━") and narrow.endswith("step 1000/2000 eta 1:00 0:01:00") and len(narrow) <= 40
+
+
+def test_a_record_of_start_up_steps_only_shows_no_rate():
+    from trainer.run.progress import TrainProgress
+
+    assert TrainProgress.figures({**_record(1), "timed_steps": 0})[:2] == ["start-up", "loss 0.01235"]
+    assert TrainProgress.figures({**_record(2), "timed_steps": 1})[0] == "6.10 M samples/s"
 
 
 def test_the_live_progress_on_an_80_column_terminal_shows_step_and_eta():
@@ -126,7 +133,7 @@ def test_the_live_progress_on_an_80_column_terminal_shows_step_and_eta():
     progress.close()
     drawn = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", screen.getvalue()).replace("\r", "\n").splitlines()
     training = [line for line in drawn if line.startswith("train ")][-1]
-    assert re.search(r" step 101/2000 eta 18:48 \d:\d\d samples/s 6.10 M rays/s 77.6 k$", training), training
+    assert re.search(r" step 101/2000 eta 18:48 \d:\d\d 6.10 M samples/s 77.6 k rays/s$", training), training
     assert len(training) <= 80 and "loss" not in training
     evaluating = [line for line in drawn if line.startswith("evaluate ")][-1]
     assert "12.3 k/32.4 k rays eta " in evaluating and len(evaluating) <= 80, evaluating
