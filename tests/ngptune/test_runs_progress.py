@@ -37,8 +37,8 @@ def test_a_record_of_start_up_steps_only_shows_start_up_not_its_rate(monkeypatch
     board.add("profile run", 30)
     board.update("profile run", {**_record(1, 0.0, 7.7e9), "timed_steps": 0})  # its rate measures the start-up
     board.update("profile run", {**_record(2, 0.5, 35_900.0), "timed_steps": 1})
-    assert out.getvalue().splitlines() == ["profile run: waiting","profile run: step 1/30, eta -:--, start-up",
-                                                "profile run: step 2/30, eta 0:07, 35.9 k samples/s"]
+    assert out.getvalue().splitlines() == ["profile run: waiting", "profile run: step 1/30, eta -:--, start-up",
+                                           "profile run: step 2/30, eta 0:07, 35.9 k samples/s"]
 
 
 def test_the_table_of_two_runs_fits_80_columns():
