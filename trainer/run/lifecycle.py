@@ -6,7 +6,8 @@ how:
 
 1. prepare — the run directory (one process: the ``--out`` folder checked, stale temp files
    removed, ``config.json`` written; a rank: ``--out`` required with several ranks, the device of
-   its local rank), intra-op threads on a CPU, the opening lines;
+   its local rank), intra-op threads on a CPU, the opening lines (before the progress display
+   starts, so they come first);
 2. ``status.json`` written as running (by the process that owns the folder: rank 0);
 3. build — the trainer (one process: from a snapshot when resuming, warm-started when asked; a
    rank: the process group joined, the data-parallel or subgrid trainer built, resumed from the
@@ -89,15 +90,14 @@ class OneProcess(Job):
         if args.resume is not None:
             self.run_dir.archive_eval()  # the folder's eval.json is of an earlier step
         self.run_dir.write_json(self.run_dir.config_path, config_to_dict(cfg))
-        progress = TrainProgress(cfg.training.n_steps, cfg.training.quiet, cfg.training.time_budget_s)
         cpu = on_cpu(cfg.training.device)
         if cpu:
             apply_cpu_threads(cfg.training.cpu_threads, 1)
-        progress.message(opening_line(cfg, args, 1))
+        print(opening_line(cfg, args, 1), flush=True)  # before the progress bar shows
         warning = cpu_config_warning(cfg, cpu)
         if warning:
-            progress.message(warning)
-        return progress
+            print(warning, flush=True)
+        return TrainProgress(cfg.training.n_steps, cfg.training.quiet, cfg.training.time_budget_s)
 
     def status(self) -> RunStatus:
         return RunStatus(self.run_dir, True, scene=str(self.scene_path))

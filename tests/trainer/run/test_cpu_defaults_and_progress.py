@@ -147,3 +147,22 @@ def test_the_evaluation_result_fits_80_columns():
     assert text.splitlines() == ["evaluation on 200 test images in 1234.6 s (estimated 1187.0 s):",
                                  "  PSNR 23.04 dB, SSIM 0.812"]
     assert evaluation_result_text(1, result, 3.0, None) == "evaluation on 1 test image in 3.0 s: PSNR 23.04 dB, SSIM 0.812"
+
+
+def test_the_opening_line_is_printed_before_the_progress_display_starts(demo_scene, tmp_path, monkeypatch, capsys):
+    import trainer.run.lifecycle as lifecycle
+    from trainer.cli import build_parser, train_command
+    from trainer.run.progress import TrainProgress
+
+    printed_before = []
+
+    class Watched(TrainProgress):
+        def __init__(self, *args, **kwargs):
+            printed_before.append(capsys.readouterr().out)  # what was on the screen when the display began
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(lifecycle, "TrainProgress", Watched)
+    args = build_parser().parse_args(["--scene", str(demo_scene), "--config", str(tiny_config_file(tmp_path)),
+                                      "--device", "cpu", "--n-steps", "2", "--no-eval", "--out", str(tmp_path / "r")])
+    assert train_command(args) == 0
+    assert len(printed_before) == 1 and printed_before[0].startswith(f"training {demo_scene} on cpu, 1 rank ")
