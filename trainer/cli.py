@@ -16,13 +16,12 @@ Flags instant-ngp users know are accepted as aliases: ``--scene``, ``--network``
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from trainer.contract.commandline import add_train_arguments
 from trainer.contract.config import dump_config
 from trainer.contract.errors import TrainerError
-from trainer.contract.runstatus import print_error, summary_lines
+from trainer.contract.runstatus import print_error, result_line, summary_lines
 from trainer.run.lifecycle import run_training
 from trainer.run.settings import config_source, resolve_config
 from trainer.run.status import Terminated, raise_terminated
@@ -64,5 +63,5 @@ def train_command(args: argparse.Namespace) -> int:
         return 143
     for line in summary_lines(status):
         print(line, flush=True)  # readable, before the JSON line that stays last
-    print(json.dumps({k: v for k, v in status.items() if k != "scene"}, default=str))
+    print(result_line(status))
     return 0

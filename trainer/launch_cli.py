@@ -14,7 +14,8 @@ size, trainability, interconnect emulation, and on node 0 the scene and the ``--
 tells where the ranks' logs go, repeats rank 0's progress lines and restarts on stdout and its
 ``warning:`` lines on stderr while the ranks run (:mod:`trainer.parallel.rank_log`), and after the
 job prints its summary lines from ``status.json`` (:func:`trainer.runstatus.summary_lines`) and, last, one JSON line
-``{"state": "completed", "run_dir": ..., "nproc_per_node": N}``. Bad input or a failed rank is one
+with the keys a one-process run ends with (rank 0's ``status.json``, :func:`trainer.runstatus.result_line`) and
+``nproc_per_node``. Bad input or a failed rank is one
 ``error: `` line on stderr and exit status 2 (:mod:`trainer.contract.runstatus`); Ctrl-C stops the ranks,
 names the checkpoint to resume from, and exits 130.
 """
@@ -22,7 +23,6 @@ names the checkpoint to resume from, and exits 130.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -36,7 +36,9 @@ from trainer.contract.defaults import default_run_dir
 from trainer.contract.errors import ConfigError, TrainerError
 from trainer.parallel.net_env import check_socket_ifnames
 from trainer.contract.rundir import RunDir
-from trainer.contract.runstatus import COMPLETED, STATE_KEY, plain_warning_format, print_error, summary_lines
+from trainer.contract.runstatus import (
+    COMPLETED, RUN_DIR_KEY, STATE_KEY, plain_warning_format, print_error, result_line, summary_lines,
+)
 
 __all__ = ["build_parser", "launch_command", "main", "run_command"]
 
@@ -122,10 +124,11 @@ def launch_command(args: argparse.Namespace, train_argv: list[str]) -> int:
         resume = f"; continue from {newest} with --resume {out}" if newest is not None else ""
         print(f"interrupted: the ranks were stopped; logs in {RunDir(out).logs_dir}{resume}", file=sys.stderr)
         return 130
-    if args.node_rank == 0:
-        for line in summary_lines(RunDir(out).read_status() or {}):
-            print(line, flush=True)  # before the JSON line, which stays last
-    print(json.dumps({STATE_KEY: COMPLETED, "run_dir": str(out), "nproc_per_node": args.nproc_per_node}))
+    status = (RunDir(out).read_status() if args.node_rank == 0 else None) or {}
+    for line in summary_lines(status):
+        print(line, flush=True)  # before the JSON line, which stays last
+    # rank 0's status.json: the keys a one-process run ends with (another node has only the outcome)
+    print(result_line({STATE_KEY: COMPLETED, **status, RUN_DIR_KEY: str(out)}, nproc_per_node=args.nproc_per_node))
     return 0
 
 

@@ -111,6 +111,16 @@ def summary_lines(status: Mapping[str, Any]) -> list[str]:
     return fit_lines(listed(parts))
 
 
+def result_line(status: Mapping[str, Any], **extra: Any) -> str:
+    """The JSON line that ends a run's output: the fields of its ``status.json`` (the scene left
+    out: the first line names it) and ``extra`` (a launcher's ``nproc_per_node``). One process and a
+    launched job end with the same keys: ``state``, ``step``, ``train_time_s``, the throughput, the
+    evaluation, the model, ``run_dir``."""
+    import json
+
+    return json.dumps({**{k: v for k, v in status.items() if k != "scene"}, **extra}, default=str)
+
+
 def failed_fields(reason: str, *, failed_rank: int | None = None, failed_log: str | None = None) -> dict[str, Any]:
     """``status.json`` fields of a failed run (with the root-cause rank and its log, when known)."""
     fields: dict[str, Any] = {STATE_KEY: FAILED, REASON_KEY: reason}

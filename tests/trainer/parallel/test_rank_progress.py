@@ -5,6 +5,7 @@ warning first, rank 0's step lines live, then the run's summary and its JSON lin
 from __future__ import annotations
 
 import io
+import json
 import os
 import subprocess
 import sys
@@ -91,3 +92,14 @@ def test_two_rank_launch_prints_rank0_progress_before_the_summary(demo_scene, tm
     assert step_lines[-1] < summary and lines[-1].startswith('{"state": "completed"')
     assert all(line.startswith("  ") for line in lines[summary + 1:-1])  # the summary's own lines, then the JSON
     assert not any(line.startswith(("restart ", "rank 0: {", "rank 0: trained", "rank 0:   ")) for line in lines)
+    # the JSON line carries what a one-process run's does: step, times, throughput, the model, ...
+    job = json.loads(lines[-1])
+    one = subprocess.run([sys.executable, "-m", "ngptune", "train", "--scene", str(scene), *tiny_flags(), "--n-steps", "10",
+                          "--no-eval", "--quiet", "--out", str(tmp_path / "one")],
+                         cwd=REPO, env=env, text=True, capture_output=True, timeout=110)
+    assert one.returncode == 0, one.stderr[-3000:]
+    alone = json.loads(one.stdout.splitlines()[-1])
+    assert set(alone) - {"snapshot"} <= set(job) and "checkpoint" in job, sorted(set(alone) - set(job))
+    assert job["step"] == alone["step"] == 10 and job["nproc_per_node"] == 2 and job["run_dir"] == str(run)
+    for key in ("train_time_s", "throughput_samples_per_s", "wall_s", "startup_s"):
+        assert isinstance(job[key], (int, float)) and isinstance(alone[key], (int, float)), key
