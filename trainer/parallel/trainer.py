@@ -39,6 +39,7 @@ from trainer.parallel.balance import LoadBalancer
 from trainer.parallel.collectives import RankGroup, rank_and_world
 from trainer.parallel.data_step import DataParallelStep
 from trainer.parallel.grad_sync import GradientSynchronizer
+from trainer.train.budget import BudgetAgreement
 from trainer.train.divergence import check_state_dict
 from trainer.train.hostcopy import HostCopy
 from trainer.train.loop import Trainer
@@ -58,7 +59,6 @@ CHECKPOINT_VERSION = 1
 GRID_SEED_OFFSET = 0x5EED  # occupancy-grid generator seed = training.seed + this (all ranks)
 DEFAULT_KEEP_CHECKPOINTS = 3
 _ADAM_KEYS = ("exp_avg", "exp_avg_sq", "step")
-BUDGET_CHECK_EVERY = 10  # steps between the ranks' agreement on the time budget
 
 
 COMPLETE_MARKER_HINT = f"checkpoints/step_N/{ckpt.COMPLETE_MARKER} in it or below it"
@@ -88,29 +88,33 @@ class DistributedTrainerBase(Trainer, metaclass=abc.ABCMeta):
         self.grid_generator.manual_seed(self.cfg.training.seed + GRID_SEED_OFFSET)
         self.keep_checkpoints = DEFAULT_KEEP_CHECKPOINTS
         self.last_checkpoint: tuple[int, Path] | None = None  # (step, folder) of the newest save
-        self.budget_agreed: HostCopy | None = None  # NCCL: the time spent agreed at the last check
+        self.budget_agreement = BudgetAgreement()
+        self.budget_agreed: tuple[int, HostCopy] | None = None  # NCCL: (step, values) agreed at the last check
 
     @property
     def distributed(self) -> bool:
         return self.world_size > 1
 
     def time_budget_spent(self, time_budget_s: float) -> bool:
-        """All ranks stop together: the slowest rank's projected training time decides
-        (:meth:`~trainer.train.loop.Trainer.projected_train_time_s`). Checked every
-        :data:`BUDGET_CHECK_EVERY` steps; over NCCL the decision uses the value agreed at the
-        previous check (up to that many steps late), so the check never waits for the GPU."""
+        """All ranks stop together, within one step of the budget: at the checks of
+        :class:`~trainer.train.budget.BudgetAgreement` (rare far from the budget, every step near
+        it) the ranks agree on the slowest rank's projected training time
+        (:meth:`~trainer.train.loop.Trainer.projected_train_time_s`) and the longest expected step.
+        Over NCCL the decision uses the values agreed at the previous check, carried forward by
+        that step per step since, so the check never waits for the GPU."""
         if not self.distributed:
             return super().time_budget_spent(time_budget_s)
-        if self.step % BUDGET_CHECK_EVERY:
+        if not self.budget_agreement.due(self.step):
             return False
-        spent = torch.tensor([self.projected_train_time_s()], dtype=torch.float64, device=self.ranks.comm_device())
+        spent = torch.tensor([self.projected_train_time_s(), self.step_durations.longest_s()], dtype=torch.float64,
+                             device=self.ranks.comm_device())
         agreed = HostCopy(self.ranks.all_reduce_(spent, dist.ReduceOp.MAX))
         if spent.device.type != "cuda":
-            return float(agreed.value()) >= time_budget_s
-        # NCCL: decide on the value agreed at the previous check (its copy has landed by now) and
-        # leave this one for the next check, so the host never waits for the step's queue here
-        previous, self.budget_agreed = self.budget_agreed, agreed
-        return previous is not None and float(previous.value()) >= time_budget_s
+            values = (self.step, *agreed.value().tolist())
+        else:  # NCCL: the previous check's copy has landed by now; this one is read at the next check
+            previous, self.budget_agreed = self.budget_agreed, (self.step, agreed)
+            values = None if previous is None else (previous[0], *previous[1].value().tolist())
+        return self.budget_agreement.decide(self.step, values, time_budget_s)
 
     # ------------------------------------------------------------------ checkpoints
     @abc.abstractmethod
