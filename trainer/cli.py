@@ -24,7 +24,7 @@ from trainer.contract.errors import TrainerError
 from trainer.contract.runstatus import print_error, result_line, summary_lines
 from trainer.run.lifecycle import run_training
 from trainer.run.settings import config_source, resolve_config
-from trainer.run.status import Terminated, raise_terminated
+from trainer.run.status import RunInterrupted, Terminated, raise_terminated
 
 __all__ = ["build_parser", "train_command"]
 
@@ -55,8 +55,9 @@ def train_command(args: argparse.Namespace) -> int:
     except TrainerError as exc:
         print_error(exc)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        where = str(exc) if isinstance(exc, RunInterrupted) else ""  # where the newest model is, how to continue
+        print("interrupted" + (f": {where}" if where else ""), file=sys.stderr)
         return 130
     except Terminated:
         print("terminated", file=sys.stderr)

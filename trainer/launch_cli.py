@@ -119,10 +119,11 @@ def launch_command(args: argparse.Namespace, train_argv: list[str]) -> int:
             )
     except KeyboardInterrupt:
         from trainer.parallel.checkpoint import latest_checkpoint
+        from trainer.run.checks import resume_lines
 
-        newest = latest_checkpoint(Path(out))
-        resume = f"; continue from {newest} with --resume {out}" if newest is not None else ""
-        print(f"interrupted: the ranks were stopped; logs in {RunDir(out).logs_dir}{resume}", file=sys.stderr)
+        lines = resume_lines(RunDir(out), latest_checkpoint(Path(out)), args.nproc_per_node)
+        print("\n  ".join([f"interrupted: the ranks were stopped; logs in {RunDir(out).logs_dir}", *lines]),
+              file=sys.stderr)
         return 130
     status = (RunDir(out).read_status() if args.node_rank == 0 else None) or {}
     for line in summary_lines(status):

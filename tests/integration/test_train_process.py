@@ -70,7 +70,9 @@ def test_ctrl_c_to_ngptune_reaches_the_training_once(tmp_path, demo_scene):
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130
-    assert stderr.strip().splitlines()[-1] == "interrupted" and "Traceback" not in stderr
+    said = stderr.strip().splitlines()[-2:]  # where the run stopped, and that it kept no snapshot to resume
+    assert said[0].startswith("interrupted: the run stopped at step ") and "Traceback" not in stderr
+    assert said[1] == f"  no snapshot or checkpoint was kept in {out} (--snapshot-every N keeps one along the way)"
     assert json.loads((out / "status.json").read_text())["state"] == "interrupted"
 
 

@@ -41,7 +41,7 @@ def test_profile_refuses_emulation_on_gloo_before_it_writes(tmp_path, capfd):
     assert not out.exists()
 
 
-def test_ctrl_c_of_a_multi_rank_train_is_one_line(tmp_path, monkeypatch, capfd):
+def test_ctrl_c_of_a_multi_rank_train_says_no_checkpoint_was_kept(tmp_path, monkeypatch, capfd):
     import trainer.parallel.launch
 
     def interrupted(*args, **kwargs):
@@ -54,7 +54,9 @@ def test_ctrl_c_of_a_multi_rank_train_is_one_line(tmp_path, monkeypatch, capfd):
     except KeyboardInterrupt:
         pytest.fail("the KeyboardInterrupt left python -m trainer as a traceback")
     assert code == 130
-    assert capfd.readouterr().err.strip() == f"interrupted: the ranks were stopped; logs in {out / 'logs'}"
+    assert capfd.readouterr().err.strip().splitlines() == [
+        f"interrupted: the ranks were stopped; logs in {out / 'logs'}",
+        f"  no snapshot or checkpoint was kept in {out} (--checkpoint-every N keeps one along the way)"]
 
 
 def _table(path: Path, **changes: str) -> Path:
@@ -93,5 +95,7 @@ def test_ctrl_c_after_a_checkpoint_says_how_to_continue(tmp_path, monkeypatch, c
 
     monkeypatch.setattr(trainer.parallel.launch, "launch_workers", interrupted_after_a_save)
     assert launcher_main(["--nproc-per-node", "2", "--n-steps", "10", "--out", str(out)]) == 130
-    assert capfd.readouterr().err.strip() == (f"interrupted: the ranks were stopped; logs in {out / 'logs'}; continue "
-                                              f"from {out / 'checkpoints' / 'step_0000005'} with --resume {out}")
+    assert capfd.readouterr().err.strip().splitlines() == [
+        f"interrupted: the ranks were stopped; logs in {out / 'logs'}",
+        f"  the newest complete checkpoint is {out / 'checkpoints' / 'step_0000005'} (step 5)",
+        f"  continue with: ngptune train --nproc-per-node 2 --config {out / 'config.json'} --resume {out} --out {out}"]

@@ -188,3 +188,44 @@ def test_a_run_resumed_in_its_own_folder_keeps_the_earlier_evaluation_aside(demo
     assert again.returncode == 0, again.stderr
     assert not (run / "eval.json").exists()  # nothing evaluated step 8
     assert json.loads((run / "eval.step_0000006.json").read_text())["step"] == 6
+
+
+def test_ctrl_c_says_where_the_newest_snapshot_is_and_the_command_that_continues(demo_scene, tmp_path, monkeypatch,
+                                                                                 capsys):
+    import shlex
+
+    from trainer.cli import build_parser, train_command
+    from trainer.train.loop import Trainer
+
+    real_step = Trainer.train_step
+
+    def stopped_at_step_8(self):
+        if self.step == 8:
+            raise KeyboardInterrupt
+        return real_step(self)
+
+    monkeypatch.setattr(Trainer, "train_step", stopped_at_step_8)
+    run = tmp_path / "run"
+    args = build_parser().parse_args(["--scene", str(demo_scene), "--config", str(tiny_config_file(tmp_path)),
+                                      "--n-steps", "10", "--snapshot-every", "3", "--out", str(run), "--quiet"])
+    assert train_command(args) == 130
+    snapshot = run / "snapshots" / "step_0000006.pt"
+    command = f"ngptune train --config {run / 'config.json'} --resume {snapshot} --out {run}"
+    assert capsys.readouterr().err.splitlines()[-3:] == [
+        "interrupted: the run stopped at step 8", f"  the newest complete snapshot is {snapshot} (step 6)",
+        f"  continue with: {command}"]
+    assert json.loads((run / "status.json").read_text())["state"] == "interrupted"
+    monkeypatch.undo()
+    resumed = build_parser().parse_args(shlex.split(command)[2:] + ["--no-eval", "--quiet"])  # the command, as printed
+    assert train_command(resumed) == 0
+    status = json.loads((run / "status.json").read_text())
+    assert status["state"] == "completed" and status["step"] == 10 and status["resumed_from_step"] == 6
+
+    nothing = tmp_path / "bare"
+    monkeypatch.setattr(Trainer, "train_step", stopped_at_step_8)
+    args = build_parser().parse_args(["--scene", str(demo_scene), "--config", str(tiny_config_file(tmp_path)),
+                                      "--n-steps", "10", "--out", str(nothing), "--quiet"])
+    assert train_command(args) == 130
+    assert capsys.readouterr().err.splitlines()[-2:] == [
+        "interrupted: the run stopped at step 8",
+        f"  no snapshot or checkpoint was kept in {nothing} (--snapshot-every N keeps one along the way)"]

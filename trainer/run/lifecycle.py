@@ -32,11 +32,13 @@ from trainer.contract.defaults import cpu_config_warning, default_run_dir
 from trainer.contract.errors import ConfigError, LaunchError
 from trainer.contract.rundir import RunDir, prepare_output_file
 from trainer.contract.runstatus import COMPLETED, RESTART_COUNT_KEY, STATE_KEY, TRAIN_START_KEY, failed_fields, is_completed
-from trainer.run.checks import check_before_start, check_n_steps_reach, distributed_env, resume_path, resume_source
+from trainer.run.checks import (
+    check_before_start, check_n_steps_reach, distributed_env, resume_lines, resume_path, resume_source,
+)
 from trainer.run.finish import finish_status, train_with_progress
 from trainer.run.progress import TrainProgress
 from trainer.run.settings import on_cpu, opening_line, scene_path_of
-from trainer.run.status import RunStatus, keeping_finite_model
+from trainer.run.status import RunInterrupted, RunStatus, keeping_finite_model
 from trainer.viewer.live import start_live_view
 
 __all__ = ["Job", "OneProcess", "Rank", "run_training"]
@@ -217,7 +219,9 @@ def run_training(cfg: TrainConfig, args: argparse.Namespace) -> dict[str, Any]:
             several ranks, ``--out`` in use or missing with several ranks, bad settings.
         SceneError: the scene does not exist or cannot be loaded.
         LaunchError: the process group could not be formed, or a peer did not finish.
-        KeyboardInterrupt, Terminated: Ctrl-C or SIGTERM (``status.json`` says interrupted).
+        KeyboardInterrupt, Terminated: Ctrl-C or SIGTERM (``status.json`` says interrupted); after
+            Ctrl-C, the process that owns the run directory raises :class:`RunInterrupted`, whose
+            message says where the newest complete model is and how to continue.
     """
     if args.save_snapshot:
         prepare_output_file(args.save_snapshot, "--save-snapshot")
@@ -249,6 +253,11 @@ def run_training(cfg: TrainConfig, args: argparse.Namespace) -> dict[str, Any]:
         progress.close()
         error = keeping_finite_model(exc, status, job.last_model())
         status.end(error)
+        if isinstance(error, KeyboardInterrupt) and job.is_main:
+            at = f" at step {trainer.step}" if trainer is not None else " before training started"
+            env = getattr(job, "env", None)
+            error = RunInterrupted("\n  ".join([f"the run stopped{at}", *resume_lines(
+                job.run_dir, job.last_model(), env.local_world_size if env is not None else 1)]))
         raise error from exc.__cause__
     finally:
         if trainer is not None:

@@ -10,7 +10,12 @@ from typing import Any
 from trainer.contract.rundir import RunDir
 from trainer.contract.runstatus import RUN_DIR_KEY, RUNNING, STATE_KEY, diverged_fields, failed_fields, interrupted_fields
 
-__all__ = ["RunStatus", "Terminated", "failure_status", "keeping_finite_model", "raise_terminated"]
+__all__ = ["RunInterrupted", "RunStatus", "Terminated", "failure_status", "keeping_finite_model", "raise_terminated"]
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped a run; the message says at which step, where its newest complete snapshot or
+    checkpoint is and the command line that continues it (lines, printed after ``interrupted``)."""
 
 
 class Terminated(BaseException):
