@@ -44,6 +44,7 @@ from trainer.contract import (
     REASON_KEY,
     ConfigError,
     add_scene_format_arguments,
+    check_ranks_per_node,
     check_run_emulation,
     command_stopping_with_parent,
     cpu_config_warning,
@@ -281,6 +282,11 @@ def profile_command(args: argparse.Namespace) -> int:
     cfg = _run_config(args)
     check_run_emulation(cfg, cuda_device_count())  # the trainer would refuse it after the profile folder was made
     ranks = args.nproc_per_node or 1
+    if args.nproc_per_node is not None:  # (the same: the launcher refuses more ranks than the host holds)
+        from ngptune.tuning.concurrency import host_cores
+
+        check_ranks_per_node(ranks, on_cpu=runs_on_cpu(cfg.training.device, cuda_device_count()),
+                             cpu_cores=host_cores(), cuda_devices=cuda_device_count())
     link_from_csv = None
     if args.bench_comm_csv is not None:
         link_from_csv = read_link_busbw(args.bench_comm_csv, emulated_interconnect=cfg.distributed.emulate_interconnect,

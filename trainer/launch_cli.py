@@ -75,12 +75,16 @@ def launch_command(args: argparse.Namespace, train_argv: list[str]) -> int:
     ``train_argv`` (module docstring); returns the exit status (0, or 130 after Ctrl-C).
 
     Raises:
-        ConfigError: ``--nproc-per-node`` below 1, or a config the ranks would refuse.
+        ConfigError: ``--nproc-per-node`` below 1 or above the host's CPU cores (a CPU run) or
+            visible GPUs (:func:`trainer.contract.world.check_ranks_per_node`), or a config the
+            ranks would refuse.
         SceneError: the scene does not exist (node 0).
         LaunchError: the rendezvous failed; WorkersFailed: a rank failed (names it and its log).
     """
     from trainer.contract.backend import check_run_emulation
-    from trainer.contract.world import check_world_size
+    from trainer.contract.defaults import runs_on_cpu
+    from trainer.contract.world import check_ranks_per_node, check_world_size
+    from trainer.cpu_threads import available_cores
     from trainer.parallel.dist_env import visible_cuda_devices
     from trainer.parallel.launch import launch_workers
     from trainer.train.build import check_trainable
@@ -88,6 +92,9 @@ def launch_command(args: argparse.Namespace, train_argv: list[str]) -> int:
     if args.nproc_per_node < 1:
         raise ConfigError(f"--nproc-per-node: expected an integer >= 1, got {args.nproc_per_node}")
     cfg = resolve_config(args)
+    cuda_devices = visible_cuda_devices()
+    check_ranks_per_node(args.nproc_per_node, on_cpu=runs_on_cpu(cfg.training.device, cuda_devices),
+                         cpu_cores=available_cores(), cuda_devices=cuda_devices)
     check_world_size(cfg, args.nproc_per_node * args.nnodes)  # before any worker starts
     check_trainable(cfg)
     check_run_emulation(cfg, visible_cuda_devices())

@@ -32,6 +32,21 @@ def test_multi_rank_train_refuses_emulation_on_gloo_before_the_ranks_start(link,
     assert not out.exists()
 
 
+@pytest.mark.parametrize("command", ["train", "profile"])
+def test_more_ranks_than_cpu_cores_are_refused_before_anything_starts(command, tmp_path, capfd):
+    from trainer.cpu_threads import available_cores
+
+    cores = available_cores()
+    out = tmp_path / "out"
+    argv = [command, "--nproc-per-node", str(cores + 1), "--set", "training.device=cpu", "--out", str(out),
+            *(["--n-steps", "1"] if command == "train" else ["--steps", "1"])]
+    assert main(argv) == 2
+    assert capfd.readouterr().err.strip() == (
+        f"error: --nproc-per-node {cores + 1}: this CPU run would start {cores + 1} ranks on {cores} CPU "
+        f"core{'s' if cores != 1 else ''}; expected at most {cores} (one rank per core)")
+    assert not out.exists()
+
+
 def test_profile_refuses_emulation_on_gloo_before_it_writes(tmp_path, capfd):
     out = tmp_path / "profile"
     argv = ["profile", "--emulate-interconnect", "pcie", "--set", "training.device=cpu", "--steps", "1",

@@ -62,7 +62,7 @@ FACE: dict[str, tuple[str, ...]] = {
         "parse_override", "parse_step_window", "show_value",
     ),
     "defaults": ("CPU_PRESET", "cpu_config_warning", "default_config_path", "default_run_dir", "runs_on_cpu"),
-    "world": ("check_boxes_per_rank", "check_world_size"),
+    "world": ("check_boxes_per_rank", "check_ranks_per_node", "check_world_size"),
     "backend": ("EMULATED_INTERCONNECT_ENV", "check_run_emulation", "choose_backend", "interconnect_env", "planned_backend"),
     "formats": ("FORMAT_CHOICES", "SCENE_FORMATS", "SPLITS", "SceneFormat", "format_named"),
     "textlines": ("CONTINUATION", "LINE_WIDTH", "fit_lines", "listed"),

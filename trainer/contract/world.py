@@ -11,12 +11,15 @@ same functions.
   (:func:`check_boxes_per_rank`).
 * ``distributed.gpu_capabilities[i].rank`` and every ``faults.ranks`` entry name a rank < W
   (:func:`check_rank_entries`).
+* The ranks a launcher starts on one host fit it (:func:`check_ranks_per_node`): a CPU run at
+  most one rank per core, a CUDA run at most one rank per visible GPU.
 
 Stdlib only.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -25,7 +28,7 @@ from trainer.contract.errors import ConfigError
 if TYPE_CHECKING:
     from trainer.contract.config import TrainConfig
 
-__all__ = ["check_boxes_per_rank", "check_rank_entries", "check_world_size"]
+__all__ = ["check_boxes_per_rank", "check_rank_entries", "check_ranks_per_node", "check_world_size"]
 
 
 def check_boxes_per_rank(num_subgrids: int, world_size: int) -> None:
@@ -77,3 +80,21 @@ def check_world_size(cfg: TrainConfig, world_size: int) -> None:
     check_rank_entries("distributed.gpu_capabilities[{i}].rank", (c.rank for c in cfg.distributed.gpu_capabilities),
                        world_size)
     check_rank_entries("faults.ranks[{i}]", cfg.faults.ranks, world_size)
+
+
+def check_ranks_per_node(nproc_per_node: int, *, on_cpu: bool, cpu_cores: int, cuda_devices: int) -> None:
+    """``--nproc-per-node`` ranks fit this host: on a CPU run at most ``cpu_cores`` (more ranks than
+    cores only wait for each other), on CUDA at most ``cuda_devices`` (one GPU per rank).
+
+    Raises:
+        ConfigError: one line naming ``--nproc-per-node``, its value and the host's cores or GPUs.
+    """
+    if on_cpu and nproc_per_node > cpu_cores:
+        raise ConfigError(f"--nproc-per-node {nproc_per_node}: this CPU run would start {nproc_per_node} ranks on "
+                          f"{cpu_cores} CPU core{'s' if cpu_cores != 1 else ''}; expected at most {cpu_cores} "
+                          "(one rank per core)")
+    if not on_cpu and nproc_per_node > cuda_devices:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        raise ConfigError(f"--nproc-per-node {nproc_per_node}: expected at most {cuda_devices}, the CUDA "
+                          f"device{'s' if cuda_devices != 1 else ''} visible on this host (one rank per GPU"
+                          + (f"; CUDA_VISIBLE_DEVICES={visible}" if visible is not None else "") + ")")

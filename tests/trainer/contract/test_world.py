@@ -48,3 +48,19 @@ def test_the_config_file_the_box_assignment_and_the_job_say_the_same():
     assert str(from_job.value) == BOXES
     assert str(from_file.value) == f"overrides: {BOXES}"
     assert str(from_assignment.value) == BOXES
+
+
+def test_the_ranks_of_a_launch_fit_the_hosts_cores_or_gpus(monkeypatch):
+    from trainer.contract import check_ranks_per_node
+
+    check_ranks_per_node(2, on_cpu=True, cpu_cores=2, cuda_devices=0)
+    check_ranks_per_node(8, on_cpu=False, cpu_cores=2, cuda_devices=8)  # GPUs, not cores, bound a CUDA run
+    with pytest.raises(ConfigError) as cpu:
+        check_ranks_per_node(64, on_cpu=True, cpu_cores=2, cuda_devices=0)
+    assert str(cpu.value) == ("--nproc-per-node 64: this CPU run would start 64 ranks on 2 CPU cores; expected at "
+                              "most 2 (one rank per core)")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    with pytest.raises(ConfigError) as cuda:
+        check_ranks_per_node(4, on_cpu=False, cpu_cores=64, cuda_devices=2)
+    assert str(cuda.value) == ("--nproc-per-node 4: expected at most 2, the CUDA devices visible on this host (one "
+                               "rank per GPU; CUDA_VISIBLE_DEVICES=0,1)")
