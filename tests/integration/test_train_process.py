@@ -87,3 +87,37 @@ def test_a_killed_ngptune_leaves_no_training_behind(tmp_path, demo_scene):
         time.sleep(0.2)
     assert not _alive(trainers[0]), "the training ran on after ngptune was killed"
     assert json.loads((out / "status.json").read_text())["state"] == "interrupted"
+
+
+def test_a_sigkilled_run_reads_as_stale_to_the_commands_that_read_its_status(tmp_path, demo_scene, capsys):
+    """SIGKILL leaves no chance to write the end: status.json keeps ``running`` with the run's pid,
+    and a new run into the folder and render call it stale, naming the dead pid."""
+    from tests.support.cli import run_inference_cli
+    from trainer.contract.config import load_config
+    from trainer.contract.errors import ConfigError
+    from trainer.run.checks import check_before_start
+
+    out = tmp_path / "run"
+    flags = [f"{key}={json.dumps(value)}" for key, value in TINY.items()]
+    proc = subprocess.Popen([sys.executable, "-m", "trainer", "--scene", str(demo_scene), "--n-steps", "100000",
+                             "--snapshot-every", "2", "--no-eval", "--quiet", "--out", str(out),
+                             *sum((["--set", f] for f in flags), [])],
+                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not list((out / "snapshots").glob("step_*.pt")):
+        assert proc.poll() is None
+        time.sleep(0.2)
+    proc.kill()
+    proc.wait(timeout=30)
+    status = json.loads((out / "status.json").read_text())
+    assert status["state"] == "running" and status["pid"] == proc.pid
+    stale = f"stale (process {proc.pid} no longer exists)"
+    cfg = load_config(None, {"data.scene": str(demo_scene)})
+    with pytest.raises(ConfigError) as again:
+        check_before_start(cfg, out, None)
+    assert f"already holds a run (its status.json says '{stale}'); choose a new folder, or continue" in str(again.value)
+    code, stdout, err = run_inference_cli(["render", out, "--cameras", "orbit", "--frames", "1", "--width", "8",
+                                           "--height", "8", "--out", tmp_path / "frames", "--quiet"], capsys)
+    assert code == 0 and stdout.startswith("rendering ")
+    assert err.splitlines()[0] == (f"warning: {out / 'status.json'}: {stale}: the run was killed before it could end; "
+                                   "its newest complete model is used")

@@ -45,7 +45,8 @@ FACE: dict[str, tuple[str, ...]] = {
     "runstatus": (
         "COMPLETED", "DIVERGED", "FAILED", "INTERRUPTED", "REASON_KEY", "RUN_DIR_KEY", "RUNNING", "STATE_KEY",
         "TRAIN_START_KEY", "WARNING_PREFIX", "error_or_last_line", "is_completed", "is_diverged", "last_error_message",
-        "plain_warning_format", "print_error", "result_line", "state_of", "summary_lines", "SUMMARY_PREFIX",
+        "plain_warning_format", "print_error", "process_fields", "result_line", "stale_pid", "state_of", "state_text",
+        "summary_lines", "SUMMARY_PREFIX",
     ),
     "metrics": ("METRICS_COLUMNS", "PHASES", "Column", "MetricsError", "number_text", "phase_column", "quantity_text",
                 "read_metrics", "si_number", "unit_of"),

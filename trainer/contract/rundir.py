@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Callable
 
 from trainer.contract.errors import ConfigError
-from trainer.contract.runstatus import STATE_KEY
+from trainer.contract.runstatus import state_text
 
 _SNAPSHOT_RE = re.compile(r"^step_(\d{7,})\.pt$")
 
@@ -196,7 +196,7 @@ class RunDir:
         first run file found), or None for a missing or run-free folder."""
         status = self.read_status()
         if status is not None:
-            return f"its status.json says {status.get(STATE_KEY, 'unknown')!r}"
+            return f"its status.json says {state_text(status)!r}"
         for path in (self.metrics_path(0), self.config_path):
             if path.is_file():
                 return f"it has {path.name}"

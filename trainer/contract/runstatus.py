@@ -23,6 +23,9 @@ atomically at the start and at the end of a run::
     restart_count         a distributed run: times the elastic agent restarted the worker group
                           before this attempt (``--max-restarts``; RESTART_COUNT_KEY); with
                           resumed_from / resumed_from_step naming the checkpoint it resumed from
+    pid, host             the process that writes the file and its host (PID_KEY, HOST_KEY): a
+                          ``running`` state whose process is gone from this host is stale
+                          (:func:`state_text`: a run killed by SIGKILL or a power cut)
 
 A process of the trainer, the launcher or ``ngptune`` that refuses its input or fails prints ONE
 line ``error: <message>`` on stderr (:func:`print_error`) and exits with status 2 (1 for a failed
@@ -53,6 +56,8 @@ FAILED_LOG_KEY = "failed_log"
 RESTART_COUNT_KEY = "restart_count"
 DIVERGED_STEP_KEY = "diverged_step"
 NONFINITE_TENSOR_KEY = "nonfinite_tensor"
+PID_KEY = "pid"
+HOST_KEY = "host"
 TRAIN_START_KEY = "train_start_unix_s"
 """``status.json`` key: wall clock (``time.time()``, s) at which the training loop started; the
 profile's GPU timeline counts from it."""
@@ -149,6 +154,60 @@ def interrupted_fields(reason: str) -> dict[str, Any]:
 def state_of(status: Mapping[str, Any] | None) -> str | None:
     """The ``state`` of a read ``status.json`` (None when there is none)."""
     return None if status is None else status.get(STATE_KEY)
+
+
+def process_fields() -> dict[str, Any]:
+    """``status.json`` fields naming the process that writes it: ``pid`` and ``host``."""
+    import os
+    import socket
+
+    return {PID_KEY: os.getpid(), HOST_KEY: socket.gethostname()}
+
+
+def process_gone(pid: int) -> bool:
+    """Whether no process ``pid`` runs on this host (a zombie, killed and not yet reaped, counts
+    as gone)."""
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False  # another user's process
+    except OSError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
+            return f.read().rpartition(")")[2].split()[:1] == ["Z"]
+    except OSError:
+        return False
+
+
+def stale_pid(status: Mapping[str, Any] | None) -> int | None:
+    """The recorded pid of a ``running`` status whose process no longer exists on this host (the
+    run was killed without a chance to write its end), else None (another host's process, or no
+    pid recorded, cannot be told)."""
+    import socket
+
+    if state_of(status) != RUNNING:
+        return None
+    pid = status.get(PID_KEY)
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
+        return None
+    if status.get(HOST_KEY) not in (None, socket.gethostname()):
+        return None
+    return pid if process_gone(pid) else None
+
+
+def state_text(status: Mapping[str, Any] | None) -> str:
+    """The state of a read ``status.json`` for a person: its ``state``, or ``stale (process PID
+    no longer exists)`` for a ``running`` run whose process is gone (:func:`stale_pid`);
+    ``unknown`` without a state."""
+    pid = stale_pid(status)
+    if pid is not None:
+        return f"stale (process {pid} no longer exists)"
+    return str((status or {}).get(STATE_KEY, "unknown"))
 
 
 def is_completed(status: Mapping[str, Any] | None) -> bool:

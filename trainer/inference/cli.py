@@ -424,6 +424,8 @@ def _render(args: argparse.Namespace) -> int:
     located = locate_model(args.model)
     where = apply_threads(args, located.cfg, inference_device(located.cfg, args.device), 1)
     print(render_opening_line(args, located, where), flush=True)
+    for note in located.notes:
+        print(f"warning: {note}", file=sys.stderr, flush=True)
     model = load_model(args.model, args.scene, args.device, located=located)
     try:
         job = _render_job(args, model)
@@ -554,6 +556,8 @@ def _from_model(args: argparse.Namespace, what: str, extract: Any) -> Any:
     located = locate_model(args.model)
     where = apply_threads(args, located.cfg, inference_device(located.cfg, args.device), 1)
     print(f"exporting {what} of {_model_words(located)} {where}", flush=True)
+    for note in located.notes:
+        print(f"warning: {note}", file=sys.stderr, flush=True)
     model = load_model(args.model, args.scene, args.device, located=located)
     try:
         return extract(model)

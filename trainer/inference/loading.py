@@ -32,7 +32,7 @@ from trainer.contract.errors import ConfigError, SceneError, SnapshotError
 from trainer.contract.rundir import RunDir
 
 __all__ = ["LoadedModel", "ModelSource", "check_model_path", "find_model_source", "inference_device", "load_model",
-           "locate_model", "model_config", "precision_autocast"]
+           "locate_model", "model_config", "precision_autocast", "run_state_note"]
 
 
 @dataclasses.dataclass
@@ -188,6 +188,8 @@ class ModelSource:
             folder, else the one stored with the weights).
         payload: the snapshot's contents when finding the step or config needed them (else None:
             :func:`load_model` reads the file).
+        notes: what the user should know about the run the model comes from (its ``status.json``
+            says it is still running, or is stale: :func:`run_state_note`).
     """
 
     kind: str
@@ -195,6 +197,22 @@ class ModelSource:
     step: int
     cfg: TrainConfig
     payload: dict | None = None
+    notes: tuple[str, ...] = ()
+
+
+def run_state_note(path: Path) -> str | None:
+    """A line on a run folder whose ``status.json`` says ``running``: stale (its process no longer
+    exists: killed without writing its end) or still training; None for any other folder or state."""
+    from trainer.contract.runstatus import RUNNING, stale_pid, state_of, state_text
+
+    run = RunDir(path)
+    status = run.read_status() if Path(path).is_dir() else None
+    if state_of(status) != RUNNING:
+        return None
+    if stale_pid(status) is not None:
+        return (f"{run.status_path}: {state_text(status)}: the run was killed before it could end; its newest "
+                "complete model is used")
+    return f"{run.status_path}: the run is still training; its newest model so far is used"
 
 
 def locate_model(path: Path) -> ModelSource:
@@ -207,16 +225,18 @@ def locate_model(path: Path) -> ModelSource:
     from trainer.train.snapshot import load_snapshot
 
     kind, source, run_config = find_model_source(Path(path))
+    note = run_state_note(Path(path))
+    notes = (note,) if note is not None else ()
     if kind == "checkpoint":
         from trainer.parallel.checkpoint import load_meta
 
         meta = load_meta(source)
         cfg = _read_run_config(run_config) if run_config else _config_from(meta.get("config"), source / "meta.json")
-        return ModelSource(kind, source, int(meta["step"]), cfg)
+        return ModelSource(kind, source, int(meta["step"]), cfg, notes=notes)
     named = [step for step, snap in RunDir(Path(path)).snapshots() if snap == source] if run_config else []
     payload = None if named else load_snapshot(source)
     cfg = _read_run_config(run_config) if run_config else _config_from(payload.get("config"), source)
-    return ModelSource(kind, source, named[0] if named else int(payload["step"]), cfg, payload)
+    return ModelSource(kind, source, named[0] if named else int(payload["step"]), cfg, payload, notes)
 
 
 def model_config(path: Path) -> TrainConfig:
@@ -264,7 +284,7 @@ def load_model(path: Path, scene_path: Path | None = None, device: str | None = 
     from trainer.train.snapshot import load_snapshot, load_state_checked
 
     found = located if located is not None else locate_model(Path(path))
-    source, notes = found.source, []
+    source, notes = found.source, list(found.notes)
     cfg = _inference_config(found.cfg, device, cpu_fallback, notes)
     if found.kind == "snapshot":
         payload = found.payload if found.payload is not None else load_snapshot(source)

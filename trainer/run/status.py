@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from trainer.contract.rundir import RunDir
-from trainer.contract.runstatus import RUN_DIR_KEY, RUNNING, STATE_KEY, diverged_fields, failed_fields, interrupted_fields
+from trainer.contract.runstatus import (
+    RUN_DIR_KEY, RUNNING, STATE_KEY, diverged_fields, failed_fields, interrupted_fields, process_fields,
+)
 
 __all__ = ["RunInterrupted", "RunStatus", "Terminated", "failure_status", "keeping_finite_model", "raise_terminated"]
 
@@ -58,11 +60,12 @@ class RunStatus(dict):
     Args:
         run_dir: the run directory.
         writer: whether this process writes the file (one process of a job: rank 0).
-        **fields: the first fields besides ``state`` (``scene``, ``world_size``, ...).
+        **fields: the first fields besides ``state`` and the writing process's ``pid`` and
+            ``host`` (``scene``, ``world_size``, ...).
     """
 
     def __init__(self, run_dir: RunDir, writer: bool, **fields: Any) -> None:
-        super().__init__({STATE_KEY: RUNNING, **fields})
+        super().__init__({STATE_KEY: RUNNING, **process_fields(), **fields})
         self.run_dir = run_dir
         self.writer = writer
 
