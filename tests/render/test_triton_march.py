@@ -23,14 +23,18 @@ import torch
 from tests.triton_worker import observe_in_interpreter, random_seed
 
 
-# (name, aabb_scale, cone_angle, grid: "random" | "empty" | None, n_rays (CPU), n_rays (CUDA), max_steps)
+# (name, aabb_scale, cone_angle, grid: "random" | "empty" | None, n_rays (CPU), n_rays (CUDA), max_steps,
+#  background_steps: > 0 marches the background shell of the unbounded scene model, with a grid that has it)
 # ("cascades_cone" marches without jitter, "no_grid_capped" with a near distance > 0)
 CASES = [
-    ("unit_box_grid", 1, 0.0, "random", 70, 1 << 14, 1024),
-    ("cascades_cone", 16, 1 / 256, "random", 40, 1 << 14, 1024),
-    ("no_grid_capped", 4, 1 / 256, None, 50, 1 << 12, 7),
-    ("empty_grid", 2, 0.0, "empty", 20, 1 << 10, 1024),
-    ("no_rays", 1, 0.0, "random", 0, 0, 1024),
+    ("unit_box_grid", 1, 0.0, "random", 70, 1 << 14, 1024, 0),
+    ("cascades_cone", 16, 1 / 256, "random", 40, 1 << 14, 1024, 0),
+    ("no_grid_capped", 4, 1 / 256, None, 50, 1 << 12, 7, 0),
+    ("empty_grid", 2, 0.0, "empty", 20, 1 << 10, 1024, 0),
+    ("no_rays", 1, 0.0, "random", 0, 0, 1024, 0),
+    ("shell_cone", 4, 1 / 256, "random", 40, 1 << 14, 1024, 24),
+    ("shell_unit_box_capped", 1, 0.0, "random", 40, 1 << 12, 30, 16),
+    ("shell_no_grid", 2, 1 / 256, None, 30, 1 << 12, 1024, 8),
 ]
 GPU_MAX_MISMATCHED_RAYS = 1e-3
 
@@ -42,16 +46,18 @@ def observe(device: str, seed: int) -> list[dict]:
 
     seen = []
     generator = torch.Generator(device="cpu").manual_seed(seed)
-    for name, scale, cone, grid_kind, n_cpu, n_gpu, max_steps in CASES:
+    for name, scale, cone, grid_kind, n_cpu, n_gpu, max_steps, shell in CASES:
         n = n_cpu if device == "cpu" else n_gpu
         grid = None
         if grid_kind is not None:
-            grid = OccupancyGrid(aabb_scale=scale, resolution=16 if device == "cpu" else 128)
+            grid = OccupancyGrid(aabb_scale=scale, resolution=16 if device == "cpu" else 128, background_shell=shell > 0)
             cells = grid.cells_per_cascade
-            mask = torch.rand(grid.cascades, cells, generator=generator) < (0.3 if grid_kind == "random" else 0.0)
-            grid.bitfield.copy_(pack_bits(mask).reshape(grid.cascades, -1))
+            mask = torch.rand(grid.levels, cells, generator=generator) < (0.3 if grid_kind == "random" else 0.0)
+            grid.bitfield.copy_(pack_bits(mask).reshape(grid.levels, -1))
             grid = grid.to(device)
-        origins = (torch.rand(n, 3, generator=generator) - 0.5) * 3.0 * scale + 0.5
+        # the unbounded model's cameras are inside the box: most shell rays start there
+        spread = 0.9 if shell else 3.0
+        origins = (torch.rand(n, 3, generator=generator) - 0.5) * spread * scale + 0.5
         directions = torch.nn.functional.normalize(torch.randn(n, 3, generator=generator), dim=-1)
         if n >= 3:
             origins[0] = torch.tensor([0.5, 0.5, 0.5])  # starts inside the box
@@ -63,7 +69,7 @@ def observe(device: str, seed: int) -> list[dict]:
         aabb = torch.tensor([[0.5 - 0.5 * scale] * 3, [0.5 + 0.5 * scale] * 3])
         kwargs = dict(step_size=0.01 * scale if device == "cpu" else 3**0.5 / 1024, cone_angle=cone,
                       max_steps=max_steps, max_step_size=0.08 * scale, jitter=name != "cascades_cone",
-                      near=0.05 * scale if name == "no_grid_capped" else 0.0)
+                      near=0.05 * scale if name == "no_grid_capped" else 0.0, background_steps=shell)
         runs = {}
         for backend in ("torch", "triton"):
             jitter_generator = torch.Generator(device=device).manual_seed(seed + 1)
@@ -72,8 +78,9 @@ def observe(device: str, seed: int) -> list[dict]:
         ref, fast = runs["torch"], runs["triton"]
         counts_ref, counts_fast = ref.packed_info[:, 1].cpu(), fast.packed_info[:, 1].cpu()
         same_rays = (counts_ref == counts_fast).nonzero().flatten()
+        shell_samples = int((~_inside_box(ref.positions.cpu(), scale)).sum()) if shell else 0
         record = {
-            "case": name, "seed": seed, "n_rays": n, "n_samples_ref": ref.n_samples, "n_samples_fast": fast.n_samples,
+            "case": name, "seed": seed, "shell_samples": shell_samples, "n_rays": n, "n_samples_ref": ref.n_samples, "n_samples_fast": fast.n_samples,
             "mismatched_rays": int((counts_ref != counts_fast).sum()),
             "packed_start_consistent": bool(torch.equal(fast.packed_info[:, 0].cpu(),
                                                         torch.cumsum(counts_fast, 0) - counts_fast)),
@@ -100,6 +107,10 @@ def observe(device: str, seed: int) -> list[dict]:
     return seen
 
 
+def _inside_box(points: torch.Tensor, scale: int) -> torch.Tensor:
+    return ((points - 0.5).abs().amax(dim=-1) <= 0.5 * scale + 1e-6)
+
+
 def _check(seen: list[dict], exact: bool) -> None:
     assert [r["case"] for r in seen] == [c[0] for c in CASES]
     for r in seen:
@@ -122,6 +133,11 @@ def _check(seen: list[dict], exact: bool) -> None:
             assert r["n_samples_ref"] > 0, f"{where}: the case marches no sample at all"
     capped = next(r for r in seen if r["case"] == "no_grid_capped")
     assert capped["n_samples_fast"] <= 7 * capped["n_rays"]
+    for r in seen:
+        if r["case"].startswith("shell"):  # the shell cases march past the box
+            assert r["shell_samples"] > 0, f"case {r['case']} (seed {r['seed']}): no sample beyond the box"
+    shell_capped = next(r for r in seen if r["case"] == "shell_unit_box_capped")
+    assert shell_capped["n_samples_fast"] <= 30 * shell_capped["n_rays"]
 
 
 

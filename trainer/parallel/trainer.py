@@ -57,7 +57,7 @@ from trainer.parallel.grad_sync import GradientSynchronizer, allreduce_bandwidth
 from trainer.contract.metrics import truncate_metrics_after
 from trainer.train.divergence import check_state_dict
 from trainer.train.hostcopy import HostCopy
-from trainer.train.loop import StepStats, Trainer, check_finest_resolution, warn_config_differences
+from trainer.train.loop import StepStats, Trainer, check_finest_resolution, check_scene_model, warn_config_differences
 from trainer.train.loss import drop_rays, photometric_loss
 from trainer.train.precision import autocast
 from trainer.train.timing import DeviceClock
@@ -232,6 +232,7 @@ class DistributedTrainerBase(Trainer, metaclass=abc.ABCMeta):
                 "samples_per_ray_ema": self.samples_per_ray_ema,
                 "train_time_s": self.train_time_s,
                 "finest_resolution": self.finest_resolution,
+                "scene_model": self.scene_model,
             },
         }
 
@@ -320,6 +321,7 @@ class DistributedTrainerBase(Trainer, metaclass=abc.ABCMeta):
             )
         self._check_meta(folder, meta)
         check_finest_resolution(folder, meta.get("trainer_state"), self.finest_resolution)
+        check_scene_model(folder, meta.get("trainer_state"), self.scene_model)
         stored = ckpt.checkpoint_keys(folder)
         for name, p in self.named_parameters_for_optimizer().items():
             if f"optimizer.{name}.step" in stored and p not in self.optimizer.state:

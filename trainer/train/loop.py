@@ -33,7 +33,10 @@ from trainer.contract.errors import ConfigError, SnapshotError, TrainingError
 from trainer.model.field import MLPConfig, NGPField
 from trainer.render.compact import compact_samples, kept_counts
 from trainer.render.march import PackedSamples, march_rays, triton_march_available
+from trainer.render.contraction import SceneContraction
 from trainer.render.occupancy import OccupancyGrid
+from trainer.render.scene_model import SceneModelChoice, choose_scene_model, field_box
+from trainer.data.capture_kind import classify_capture
 from trainer.render.volrend import EARLY_STOP_TRANSMITTANCE, composite
 from trainer.contract.rundir import RunDir
 from trainer.contract.world import check_world_size
@@ -132,13 +135,37 @@ def check_finest_resolution(path: Path, trainer_state: Any, finest_resolution: i
     )
 
 
+def check_scene_model(path: Path, trainer_state: Any, scene_model: str) -> None:
+    """Refuse a snapshot or checkpoint trained with another scene model (``training.scene_model``,
+    :mod:`trainer.render.scene_model`): the field's domain and the occupancy grid's levels differ.
+
+    Args:
+        path: the snapshot or checkpoint folder (named in the error).
+        trainer_state: its ``trainer_state`` entry (``scene_model`` absent: written before the
+            unbounded model existed, a box model).
+        scene_model: this trainer's scene model.
+
+    Raises:
+        SnapshotError: the two differ; the message names both and the override.
+    """
+    stored = trainer_state.get("scene_model", "box") if isinstance(trainer_state, dict) else "box"
+    if stored == scene_model:
+        return
+    raise SnapshotError(
+        f"{path}: trained with the scene model {stored!r}, this config and scene give {scene_model!r} "
+        f"(training.scene_model); load it with --set training.scene_model={stored}"
+    )
+
+
 def build_field(
     cfg: TrainConfig, aabb: torch.Tensor, aabb_scale: int, device: torch.device,
     footprint_resolution: float | None = None, n_train_images: int = 0,
+    contraction: SceneContraction | None = None,
 ) -> NGPField:
-    """The NGP field described by ``cfg`` on ``device`` over ``aabb`` ([2, 3] float32), its hash
-    grid as :func:`hash_grid_config` gives it; with ``training.appearance`` "affine", a colour map
-    for each of the ``n_train_images`` training images."""
+    """The NGP field described by ``cfg`` on ``device`` over ``aabb`` ([2, 3] float32; of side
+    ``aabb_scale``), its hash grid as :func:`hash_grid_config` gives it; with ``training.appearance``
+    "affine", a colour map for each of the ``n_train_images`` training images; with
+    ``contraction`` (the unbounded scene model) positions are contracted into ``aabb`` first."""
     table_dtype = torch.float16 if cfg.encoding.table_dtype == "float16" else torch.float32
     field = NGPField(
         aabb=aabb,
@@ -161,6 +188,7 @@ def build_field(
         fused_mlp=use_triton_kernels("mlp_backend", cfg.training.mlp_backend, device),
         mlp_precision=MLP_PRECISION[cfg.training.precision],
         n_appearance_images=n_train_images if cfg.training.appearance == "affine" else 0,
+        contraction=contraction,
     )
     if cfg.training.mlp_backend == "triton":
         if not field.fused_mlp:
@@ -267,8 +295,16 @@ class Trainer:
             )
         self.aabb_scale = scene.aabb_scale
         self.aabb = torch.tensor(scene.aabb, dtype=torch.float32, device=self.device)
-        self.footprint_resolution = footprint_resolution(self.train_frames, scene.aabb)
-        self.finest_resolution = cfg.encoding.finest_resolution(self.aabb_scale, self.footprint_resolution)
+        self.scene_choice: SceneModelChoice = choose_scene_model(t.scene_model, classify_capture(scene),
+                                                                 cfg.parallel.mode)
+        self.scene_model = self.scene_choice.model
+        # the unbounded model: the field over the contracted cube (twice the box), the grid's shell
+        self.contraction = SceneContraction.of_box(self.aabb_scale) if self.scene_choice.unbounded else None
+        self.background_steps = t.background_steps if self.scene_choice.unbounded else 0
+        field_box_np, self.field_scale = field_box(self.aabb_scale, self.scene_model)
+        self.field_aabb = torch.tensor(field_box_np, dtype=torch.float32, device=self.device)
+        self.footprint_resolution = footprint_resolution(self.train_frames, field_box_np)
+        self.finest_resolution = cfg.encoding.finest_resolution(self.field_scale, self.footprint_resolution)
         check_trainable(cfg)
         self.field = self._build_model()
         self.grid = OccupancyGrid(
@@ -276,6 +312,7 @@ class Trainer:
             resolution=t.occupancy_resolution,
             decay=t.occupancy_decay,
             threshold=t.occupancy_threshold,
+            background_shell=self.scene_choice.unbounded,
         ).to(self.device)
         n_cascades = int(math.log2(self.aabb_scale)) + 1
         self.cone_angle = t.resolved_cone_angle(self.aabb_scale)
@@ -364,8 +401,8 @@ class Trainer:
 
     def _build_model(self) -> torch.nn.Module:
         """The trained model (one :class:`NGPField`; the subgrid trainer builds its boxes)."""
-        return build_field(self.cfg, self.aabb, self.aabb_scale, self.device, self.footprint_resolution,
-                           len(self.train_frames))
+        return build_field(self.cfg, self.field_aabb, self.field_scale, self.device, self.footprint_resolution,
+                           len(self.train_frames), self.contraction)
 
     def _build_optimizer(self) -> torch.optim.Optimizer:
         """Adam over the field: hash-grid entries without weight decay, MLP weights with
@@ -434,6 +471,7 @@ class Trainer:
             generator=(generator or self.generator) if jitter else None,
             near=self.cfg.training.near_distance,
             backend=self.march_backend,
+            background_steps=self.background_steps,
         )
 
     def field_outputs(self, samples: PackedSamples) -> tuple[torch.Tensor, torch.Tensor]:
@@ -750,6 +788,7 @@ class Trainer:
                 "train_time_s": self.train_time_s,
                 "kept_pending": kept_pending,
                 "finest_resolution": self.finest_resolution,
+                "scene_model": self.scene_model,
                 **({"fixed_step": self.fixed_step.state_dict()} if self.fixed_step is not None else {}),
             },
         }
@@ -767,6 +806,7 @@ class Trainer:
         payload = load_snapshot(path)
         warn_config_differences(path, payload.get("config"), self.cfg)
         check_finest_resolution(path, payload.get("trainer_state"), self.finest_resolution)
+        check_scene_model(path, payload.get("trainer_state"), self.scene_model)
         if self.fixed_step is not None:
             self.fixed_step.forget_graph()  # the optimiser's tensors are about to be replaced
         load_state_checked(self.field, payload["model"], "model", path)
@@ -805,6 +845,7 @@ class Trainer:
         payload = load_snapshot(path)
         warn_config_differences(path, payload.get("config"), self.cfg)
         check_finest_resolution(path, payload.get("trainer_state"), self.finest_resolution)
+        check_scene_model(path, payload.get("trainer_state"), self.scene_model)
         if self.fixed_step is not None:
             self.fixed_step.forget_graph()
         load_state_checked(self.field, payload["model"], "model", path)
