@@ -103,8 +103,38 @@ def observe(device: str, seed: int) -> list[dict]:
             rays_equal &= bool((fast.ray_indices[b] == ray).all())
         record.update(max_t_diff=max_t, max_dt_diff=max_dt, max_pos_diff=max_pos, max_dir_diff=max_dir,
                       ray_indices_right=rays_equal)
+        if shell and n:
+            record["fixed"] = _fixed_capacity_pair(origins.to(device), directions.to(device), aabb.to(device), grid,
+                                                   seed, ref.n_samples, kwargs)
         seen.append(record)
     return seen
+
+
+def _fixed_capacity_pair(origins, directions, aabb, grid, seed: int, n_marched: int, kwargs: dict) -> dict:
+    """The fixed-capacity march (``march_fixed``) of both backends into buffers that hold about two
+    thirds of the samples: which rays fit, the counts, and the largest difference of the samples."""
+    from trainer.render.fixed_march import MarchBuffers, march_fixed
+    from trainer.render.triton_march import march_rule_tensor
+
+    device = origins.device
+    out = {}
+    for backend in ("torch", "triton"):
+        rule = march_rule_tensor(kwargs["step_size"], kwargs["cone_angle"], kwargs["max_step_size"], device)
+        buffers = MarchBuffers(max(1, 2 * n_marched // 3), device)
+        fixed = march_fixed(origins, directions, aabb, grid, buffers, step_size=kwargs["step_size"],
+                            cone_angle=kwargs["cone_angle"], max_steps=kwargs["max_steps"],
+                            max_step_size=kwargs["max_step_size"],
+                            generator=torch.Generator(device=device).manual_seed(seed + 2), backend=backend,
+                            rule=rule, near=kwargs["near"], background_steps=kwargs["background_steps"])
+        out[backend] = fixed
+    ref, fast = out["torch"], out["triton"]
+    n = int(ref.n_valid)
+    return {
+        "fits_equal": bool(torch.equal(ref.ray_fits.cpu(), fast.ray_fits.cpu())),
+        "counts_equal": bool(torch.equal(ref.samples.packed_info.cpu(), fast.samples.packed_info.cpu())),
+        "n_valid": [n, int(fast.n_valid)],
+        "max_t_diff": float((ref.samples.t[:n] - fast.samples.t[:n]).abs().max()) if n else 0.0,
+    }
 
 
 def _inside_box(points: torch.Tensor, scale: int) -> torch.Tensor:
@@ -136,6 +166,10 @@ def _check(seen: list[dict], exact: bool) -> None:
     for r in seen:
         if r["case"].startswith("shell"):  # the shell cases march past the box
             assert r["shell_samples"] > 0, f"case {r['case']} (seed {r['seed']}): no sample beyond the box"
+            fixed = r["fixed"]  # and the fixed-capacity march of both backends agrees on them
+            if exact:
+                assert fixed["fits_equal"] and fixed["counts_equal"] and fixed["max_t_diff"] == 0, f"{r}"
+            assert 0 < fixed["n_valid"][0] < r["n_samples_ref"], f"{r}"
     shell_capped = next(r for r in seen if r["case"] == "shell_unit_box_capped")
     assert shell_capped["n_samples_fast"] <= 30 * shell_capped["n_rays"]
 

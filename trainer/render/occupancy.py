@@ -141,7 +141,7 @@ class OccupancyGrid(nn.Module):
         steps = self.step_sizes()[level]
         if self.contraction is None:
             return steps
-        rho = self.contraction.shell_norm(points.float())
+        rho = self.contraction.shell_norm(points.float()).clamp_min(1.0)  # (the level's inner half: the box)
         return torch.where(level == self.cascades, steps * rho * rho, steps)
 
     def cell_points(self, cascade: Tensor, cell: Tensor, offset: Tensor | float = 0.5) -> Tensor:
