@@ -288,6 +288,18 @@ recipe_viewer() {
   pack; elapsed viewer
 }
 
+#: background [SECONDS]: scenes with backgrounds: fox with the box scene model (training.scene_model=box, what
+# fox trained with before the unbounded model) and with the defaults (auto: unbounded for fox), then lego_400
+# with the defaults (auto: box, as before), SECONDS (default 60) of training each: held-out PSNR (fox: its 7
+# held-out views; lego: 20), rays per step, samples per ray, step ms, where the samples fall (bench/samples_per_ray.py)
+recipe_background() {
+  local seconds=${1:-60}
+  run background.txt python3 bench/samples_per_ray.py --scene .scenes/fox --time-budget "$seconds" --eval-images 7 \
+    --variant box:training.scene_model=box --variant defaults | tail -6
+  run background.txt python3 bench/samples_per_ray.py --scene "$S" --time-budget "$seconds" --eval-images 20 \
+    --variant defaults | tail -5
+}
+
 #: help: this list
 recipe_help() { awk '/^#: /{on=1; sub(/^#: /, "  "); print; next} on && /^# /{sub(/^# /, "      "); print; next} {on=0}' "$0"; }
 

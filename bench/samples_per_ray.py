@@ -3,8 +3,9 @@
 Trains one single-process trainer per variant (same seed, same scene) for ``--steps`` steps or
 ``--time-budget`` seconds, then reports what the step marches and trains on:
 
-* rays per step and samples per ray as the trainer sizes its batch (the EMA of the kept samples per
-  ray with ``training.compact_samples``, else of the marched ones), and the mean step time;
+* rays per step, trained samples per ray (the kept ones with ``training.compact_samples``, which
+  size the batch) and the step time, from the metrics records of the last 20 % of the steps (of
+  those since the previous row);
 * on ``--probe-rays`` training rays drawn once (the sampler's draws are rewound, so training is not
   disturbed): marched samples per ray, kept samples per ray (those in front of the early stop,
   transmittance >= 1e-4), and the share of the kept samples in each level of the occupancy grid
@@ -68,6 +69,19 @@ def probe(trainer: Trainer, n_rays: int) -> dict[str, object]:
     }
 
 
+def last_records(records: list[dict], first_step: int, last_step: int) -> list[dict]:
+    """The metrics records of the last 20 % of the steps from ``first_step`` to ``last_step`` (at
+    least the last record)."""
+    since = last_step - 0.2 * (last_step - first_step)
+    late = [r for r in records if r["step"] > since and r.get("rays_per_step") is not None]
+    return late or records[-1:]
+
+
+def mean(values) -> float:
+    values = list(values)
+    return sum(values) / max(len(values), 1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scene", type=Path, required=True)
@@ -98,26 +112,30 @@ def main() -> None:
         cfg = apply_overrides(load_config(args.config), {**common, **overrides})
         trainer = Trainer(cfg, scene, pixel_table=pixels)
         for stop in [None] if args.time_budget is not None else stops:
-            steps_before, seconds_before = trainer.step, trainer.train_time_s
+            steps_before = trainer.step
+            records: list[dict] = []
             if stop is None:
-                trainer.train(n_steps=2**31 - 1, time_budget_s=args.time_budget)
+                trainer.train(n_steps=2**31 - 1, time_budget_s=args.time_budget, on_log=records.append)
             else:
-                trainer.train(n_steps=stop)
+                trainer.train(n_steps=stop, on_log=records.append)
+            late = last_records(records, steps_before, trainer.step)
+            rays = mean(r["rays_per_step"] for r in late)
+            per_ray = mean(r["samples_per_step"] for r in late) / max(rays, 1e-9)
+            step_ms = mean(r["step_time_ms"] for r in late)
             found = probe(trainer, args.probe_rays)
             psnr = float("nan")
             if args.eval_images:
                 psnr = trainer.evaluate(split="test", max_images=args.eval_images, save_renders=False)["mean_psnr_db"]
-            step_ms = 1000.0 * (trainer.train_time_s - seconds_before) / max(trainer.step - steps_before, 1)
-            print(f"{name}: step {trainer.step}, {trainer.scene_model}, rays/step {trainer.n_rays}, samples/ray "
-                  f"{trainer.samples_per_ray_ema:.1f}, {found}, held-out PSNR {psnr:.2f} dB", flush=True)
-            rows.append([name, trainer.scene_model, trainer.step, trainer.train_time_s, step_ms, trainer.n_rays,
-                         trainer.samples_per_ray_ema, found["marched_per_ray"], found["kept_per_ray"],
-                         found["kept_share"], found["occupied"], psnr])
+            print(f"{name}: step {trainer.step}, {trainer.scene_model}, rays/step {rays:.0f}, samples/ray "
+                  f"{per_ray:.1f}, step {step_ms:.1f} ms, {found}, held-out PSNR {psnr:.2f} dB", flush=True)
+            rows.append([name, trainer.scene_model, trainer.step, trainer.train_time_s, step_ms, rays, per_ray,
+                         found["marched_per_ray"], found["kept_per_ray"], found["kept_share"], found["occupied"],
+                         psnr])
         trainer.close()
     print_table(
         f"Samples per ray, {args.scene.name} (downscale {scene.downscale}, aabb_scale {scene.aabb_scale}), "
         f"{args.probe_rays} probe rays, {args.eval_images} held-out views, {machine_description()}",
-        ["variant", "scene model", "steps", "train s", "step ms", "rays/step", "samples/ray (trainer)",
+        ["variant", "scene model", "steps", "train s", "step ms", "rays/step", "samples/ray",
          "marched/ray", "kept/ray", "kept share per level", "occupied per level", "held-out PSNR dB"],
         rows,
     )
