@@ -47,8 +47,8 @@ recipe_info() {
 # kernel-backend training comparison and compaction); failures listed one per line
 recipe_tests() {
   local paths=("$@")  # (pytest options such as -k may follow the paths)
-  [ ${#paths[@]} -gt 0 ] || paths=(tests/*/test_triton_*.py tests/train/test_kernel_backends.py
-                                   tests/render/test_compact.py tests/train/test_compaction.py)
+  [ ${#paths[@]} -gt 0 ] || paths=(tests/trainer/*/test_triton_*.py tests/trainer/train/test_kernel_backends.py
+                                   tests/trainer/render/test_compact.py tests/trainer/train/test_compaction.py)
   run gpu_tests.txt python3 -m pytest -q -p no:cacheprovider -rf --tb=line "${paths[@]}" | tail -20 | cut -c1-400
 }
 
@@ -84,7 +84,7 @@ recipe_launch-count() { run launch_count.txt python3 bench/launch_count.py --sce
 # FLAGS go to both scripts (e.g. --set training.capacity_headroom=2)
 recipe_capture() {
   local mode cfg=(--config configs/nerf_synthetic_400.json)
-  recipe_tests tests/train/test_capture_cuda.py tests/train/test_fixed_step.py
+  recipe_tests tests/trainer/train/test_capture_cuda.py tests/trainer/train/test_fixed_step.py
   for mode in on off auto; do
     run "capture_train_step_$mode.txt" python3 bench/train_step.py --scene "$S" "${cfg[@]}" \
       --set "training.cuda_graphs=$mode" --warmup 500 --steps 500 "$@" | sed -n 1,22p
@@ -101,8 +101,8 @@ recipe_capture() {
 # kernel, 180 s of time to PSNR with the defaults (model kept), and render/mesh speed of that model
 recipe_step-targets() {
   local v
-  recipe_tests tests/model/test_triton_mlp.py tests/train/test_capture_cuda.py tests/render/test_triton_volrend.py \
-    tests/train/test_kernel_backends.py -k "cuda or captured"
+  recipe_tests tests/trainer/model/test_triton_mlp.py tests/trainer/train/test_capture_cuda.py tests/trainer/render/test_triton_volrend.py \
+    tests/trainer/train/test_kernel_backends.py -k "cuda or captured"
   for v in "" "--set training.cuda_graphs=dynamic" "--set training.cuda_graphs=dynamic --set training.precision=fp32" \
            "--set training.precision=bf16" ""; do
     echo "== ${v:-defaults}" | tee -a "$keep/step_targets.txt"

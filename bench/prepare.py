@@ -23,7 +23,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import REPO, machine_description, print_table  # noqa: E402
-from tests.prepare.conftest import write_blurred_video  # noqa: E402  (the tests' video, one writer)
+from tests.support.fox import write_blurred_video  # noqa: E402  (the tests' video, one writer)
 
 FOX = REPO.parent / "shared" / "data" / "fox"
 

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.support.paths import REPO
 
 
 def test_import_trainer_resolves_to_this_repository():

@@ -8,8 +8,11 @@ counting towards the study's trial target. Each sweep worker retries a trial at 
 :data:`MAX_INFRA_RETRIES` times, so a host that keeps killing trials still ends the sweep.
 
 The untuned default is what every recommendation is compared with: without a completed default
-nothing can be judged. A default attempt that failed or was pruned, for whatever reason, is
-retried the same way, and a sweep that starts (the same command run again) while its study has no
+nothing can be judged. A default attempt that failed is retried the same way, unless its outcome
+is its settings' own, which another attempt repeats: it diverged (a NaN or infinite loss or
+parameter), or it was pruned (the pruner never prunes the default: an invalid combination, or a
+PSNR target not reached within the budget). Then the study's settings need changing, not another
+attempt. A sweep that starts (the same command run again) while its study has no
 completed default and none waiting runs it once more before anything else.
 """
 
@@ -27,6 +30,9 @@ __all__ = ["INFRASTRUCTURE_ATTR", "MAX_INFRA_RETRIES", "TrialRetries", "default_
 MAX_INFRA_RETRIES = 2
 """Retries of one trial (infrastructure failure, or a default that did not complete) per sweep worker."""
 
+DIVERGED_PREFIX = "diverged"
+"""How a diverged trial's recorded reason begins (:func:`ngptune.tuning.trial.classify_exit`)."""
+
 INFRASTRUCTURE_ATTR = "infrastructure"
 """Trial user attribute: True when the trial failed for the host's reasons (retried)."""
 
@@ -43,10 +49,21 @@ def _is_default(trial: FrozenTrial) -> bool:
     return trial.user_attrs.get(UNTUNED_ATTR) is True
 
 
+def _diverged(trial: FrozenTrial) -> bool:
+    return str(trial.user_attrs.get("reason") or "").startswith(DIVERGED_PREFIX)
+
+
+def _settled_by_its_settings(trial: FrozenTrial) -> bool:
+    """Whether the attempt's outcome is its settings' own, which a re-run repeats: diverged, or
+    pruned (the default is never pruned by the pruner: an invalid combination, a PSNR target not
+    reached within the budget)."""
+    return _diverged(trial) or trial.state == TrialState.PRUNED
+
+
 def default_missing(study) -> bool:
     """Whether the study holds default attempts but none completed and none is waiting or running."""
     defaults = [t for t in study.get_trials(deepcopy=False) if _is_default(t)]
-    return bool(defaults) and not any(
+    return bool(defaults) and not _settled_by_its_settings(defaults[-1]) and not any(
         t.state in (TrialState.COMPLETE, TrialState.WAITING, TrialState.RUNNING) for t in defaults)
 
 
@@ -58,6 +75,12 @@ def default_not_completed(study) -> str:
         return "the study has no default trial"
     last = defaults[-1]
     reason = last.user_attrs.get("reason") or last.state.name.lower()
+    if _diverged(last):
+        return (f"the default trial diverged (trial {last.number}: {reason}); nothing is compared with it, and it is "
+                "not run again (the same settings diverge again): change the study's settings")
+    if last.state == TrialState.PRUNED:
+        return (f"the default trial was pruned (trial {last.number}: {reason}); nothing is compared with it, and it "
+                "is not run again (its settings decide that outcome)")
     return (f"the default trial did not complete ({len(defaults)} attempt{'s' if len(defaults) != 1 else ''}, "
             f"the last, trial {last.number}: {reason}); nothing is compared with it: run the same command "
             "again to retry it")
@@ -81,7 +104,7 @@ class TrialRetries:
 
     def after_trials(self, study) -> list[int]:
         """Retry the failed trials that qualify (infrastructure failures; a default attempt that
-        failed or was pruned) and that nobody retried yet, within :attr:`limit` per original.
+        failed for another reason than diverging) and that nobody retried yet, within :attr:`limit` per original.
 
         Returns:
             The numbers of the trials retried.
@@ -93,7 +116,7 @@ class TrialRetries:
             if trial.number in superseded or trial.user_attrs.get("interrupted"):
                 continue  # retried already; an interrupted sweep's trial is retried by recover_trials
             infrastructure = trial.state == TrialState.FAIL and trial.user_attrs.get(INFRASTRUCTURE_ATTR) is True
-            default = _is_default(trial) and trial.state in (TrialState.FAIL, TrialState.PRUNED)
+            default = _is_default(trial) and trial.state == TrialState.FAIL and not _diverged(trial)
             original = (_history(trial) or [trial.number])[0]
             if (infrastructure or default) and self.made[original] < self.limit:
                 self._retry(study, trial)

@@ -337,11 +337,12 @@ def scores_summary(scores: list[dict[str, Any]], meta: dict[str, Any]) -> dict[s
 
 
 def write_scores(frames_dir: Path, summary: dict[str, Any]) -> Path:
-    """Write ``scores.json`` into ``frames_dir`` (atomically); returns its path."""
-    from trainer.contract.rundir import atomic_write_text
+    """Write ``scores.json`` into ``frames_dir`` (atomically, strict JSON: a NaN or infinite value
+    as null with its reason, :func:`trainer.contract.rundir.json_ready`); returns its path."""
+    from trainer.contract.rundir import atomic_write_text, json_ready
 
     path = Path(frames_dir) / SCORES_FILE
-    atomic_write_text(path, json.dumps(summary, indent=2) + "\n")
+    atomic_write_text(path, json.dumps(json_ready(summary), indent=2, allow_nan=False) + "\n")
     return path
 
 

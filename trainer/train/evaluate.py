@@ -63,6 +63,19 @@ def view_ssim(pred: torch.Tensor, target: torch.Tensor) -> float | None:
     return ssim(pred, target)
 
 
+AFFINE_MIN_PIXELS = 4
+"""The fewest pixels a view needs for its best affine colour map (4 unknowns per channel)."""
+
+
+def view_affine_psnr(pred: torch.Tensor, target: torch.Tensor) -> float | None:
+    """PSNR after the best affine colour map of one [H, W, 3] view
+    (:func:`trainer.metrics_image.affine_colour_psnr`), in dB, or None when the view holds fewer
+    than :data:`AFFINE_MIN_PIXELS` pixels (the map is not determined there)."""
+    if pred.shape[0] * pred.shape[1] < AFFINE_MIN_PIXELS:
+        return None
+    return affine_colour_psnr(pred, target)
+
+
 def summary_metrics(images: list[dict[str, Any]]) -> dict[str, Any]:
     """The means of the per-view records (``mse``, ``psnr_db``, ``ssim`` or None) for ``eval.json``.
 
@@ -78,7 +91,8 @@ def summary_metrics(images: list[dict[str, Any]]) -> dict[str, Any]:
         writes ``null``).
     """
     capped = [min(im["psnr_db"], PSNR_CAP_DB) for im in images]
-    affine = [min(im.get("psnr_affine_db", float("nan")), PSNR_CAP_DB) for im in images]
+    affine = [min(im.get("psnr_affine_db", float("nan")), PSNR_CAP_DB) for im in images
+              if im.get("psnr_affine_db", 0.0) is not None]
     background = [min(im.get("background_psnr_db", float("nan")), PSNR_CAP_DB) for im in images]
     ssims = [im["ssim"] for im in images if im["ssim"] is not None]
     mean_mse = float(np.mean([im["mse"] for im in images])) if images else float("nan")
@@ -98,6 +112,9 @@ def summary_metrics(images: list[dict[str, Any]]) -> dict[str, Any]:
     if not ssims:
         reasons["mean_ssim"] = (f"no view of at least {SSIM_WINDOW}x{SSIM_WINDOW} pixels, SSIM's window"
                                 if images else "no view was scored")
+    if not affine:
+        reasons["mean_psnr_affine_db"] = (f"no view of at least {AFFINE_MIN_PIXELS} pixels, the affine colour map's "
+                                          "fewest" if images else "no view was scored")
     if reasons:
         summary[NULL_REASONS_KEY] = reasons
     return summary
@@ -389,7 +406,7 @@ def evaluate(
             mse = float(torch.mean((pred_img.double() - gt_img.double()) ** 2))
             background_mse = float(torch.mean((background.double() - gt_img.double()) ** 2))
             images.append({"index": index, "name": frame.name, "mse": mse, "psnr_db": psnr(pred_img, gt_img),
-                           "psnr_affine_db": affine_colour_psnr(pred_img, gt_img),
+                           "psnr_affine_db": view_affine_psnr(pred_img, gt_img),
                            "ssim": view_ssim(pred_img, gt_img),
                            "background_psnr_db": float(mse_to_psnr(background_mse))})
             if trainer.eval_progress is not None:

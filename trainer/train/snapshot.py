@@ -37,7 +37,9 @@ def save_snapshot(path: Path, payload: dict[str, Any]) -> Path:
         DivergedError: the model holds a NaN or infinite tensor (nothing is written, so the last
             snapshot stays the run's model; :mod:`trainer.train.divergence`).
     """
-    check_state_dict(payload.get("model", {}), int(payload.get("step", 0)))
+    model, step = payload.get("model"), payload.get("step")
+    if isinstance(model, dict):  # a payload without a model is the loader's to refuse, by name
+        check_state_dict(model, step if isinstance(step, int) else -1)
     payload = {"format": SNAPSHOT_FORMAT, "version": SNAPSHOT_VERSION, **payload}
     return atomic_write(Path(path), lambda f: torch.save(payload, f))
 

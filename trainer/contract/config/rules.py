@@ -343,7 +343,7 @@ def unknown_key(path: str, key: object, candidates: list[str]) -> ConfigError:
 
     nearest = sorted(candidates, key=lambda c: -likeness(c))[:3]
     return ConfigError(f"unknown key {dotted!r} (closest: {', '.join(nearest)}; one of {len(candidates)} keys, "
-                       "listed in trainer/config/blocks.py)")
+                       "listed in trainer/contract/config/blocks.py)")
 
 
 def expect_object(path: str, value: object) -> Mapping:

@@ -29,6 +29,8 @@ points (:mod:`trainer.data.scenebox`). Resolution: ``--downscale`` or the automa
 
 from __future__ import annotations
 
+import signal
+import threading
 import warnings
 from pathlib import Path
 from typing import Any
@@ -65,10 +67,18 @@ CAMERA_MODEL_PARAMS: dict[str, tuple[str, ...]] = {
 
 
 def _pycolmap() -> Any:
+    """The pycolmap module, imported with this process's SIGTERM handler kept: pycolmap's import
+    installs glog's failure handler for SIGTERM, which prints a C stack trace and ends the process
+    before a run, render or export can stop with its one line (and tidy its partial files)."""
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGTERM) if main else None
     try:
         import pycolmap
     except ImportError:
         raise SceneError("COLMAP scenes need pycolmap (pip install 'ngptune[colmap]')") from None
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     return pycolmap
 
 

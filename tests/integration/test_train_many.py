@@ -1,0 +1,92 @@
+"""``ngptune train-many``: scene discovery and its bad input; a run with warm start, a missing
+scene that fails alone, the final model where every run keeps it (render finds it), and a re-run
+that skips finished jobs (keeping their outcome) and reruns an unfinished one."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ngptune.train_many import TrainManyOptions, discover_scenes, job_names, run_train_many
+from tests.support.paths import REPO
+from tests.support.scenes import tiny_config
+from trainer.contract.config import dump_config
+from trainer.data.demo import write_demo_sequence
+from trainer.contract.errors import ConfigError
+
+
+def test_scenes_in_natural_order_and_from_a_list(tmp_path):
+    for name in ("10", "2", "1"):
+        (tmp_path / "seq" / name).mkdir(parents=True)
+    assert [p.name for p in discover_scenes(tmp_path / "seq")] == ["1", "2", "10"]
+    listing = tmp_path / "scenes.txt"
+    listing.write_text("seq/2  # a comment\n\nseq/1\n")
+    assert discover_scenes(listing) == [tmp_path / "seq" / "2", tmp_path / "seq" / "1"]
+    assert job_names([Path("a/x"), Path("b/x")]) == ["0000-x", "0001-x"]
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda d: d.mkdir(), "{src}: no scene folders to train"),
+    (lambda d: d.write_text("# nothing\n"), "{src}: no scene paths to train"),
+    (lambda d: d.write_text("a\nb/../a\n"), "{src}: entries {parent}/a and {parent}/b/../a are the same folder"),
+    (lambda d: None, "{src}: no such folder or scene list"),
+])
+def test_bad_sources(tmp_path, make, message):
+    src = tmp_path / "src"
+    make(src)
+    with pytest.raises(ConfigError) as err:
+        discover_scenes(src)
+    assert str(err.value).startswith(message.format(src=src, parent=tmp_path))
+
+
+def test_bad_gpus_per_job(tmp_path, monkeypatch):
+    monkeypatch.setenv("NGPTUNE_FAKE_GPUS", "2")
+    (tmp_path / "seq" / "a").mkdir(parents=True)
+    for gpus, message in ((0, "--gpus-per-job: expected an integer >= 1, got 0"),
+                          (3, "--gpus-per-job 3: only 2 GPUs visible")):
+        with pytest.raises(ConfigError, match=message):
+            run_train_many(TrainManyOptions(source=tmp_path / "seq", out_dir=tmp_path / "out", gpus_per_job=gpus))
+
+
+def test_train_many_warm_starts_fails_one_and_resumes(tmp_path):
+    write_demo_sequence(tmp_path / "seq", 2, resolution=16, n_train=4, n_val=1, n_test=1)
+    config = tmp_path / "tiny.json"
+    config.write_text(dump_config(tiny_config()))
+    listing = tmp_path / "scenes.txt"
+    listing.write_text("seq/0000\nseq/missing\nseq/0001\n")
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "ngptune", "train-many", str(listing), "--out", str(out), "--config", str(config),
+           "--n-steps", "4", "--eval-max-images", "1", "--warm-start", "previous"]
+    first = subprocess.run(cmd, capture_output=True, text=True, timeout=400, cwd=REPO)
+    assert first.returncode == 1, first.stdout + first.stderr  # one scene failed
+    with open(out / "summary.csv", newline="") as f:
+        rows = {Path(r["scene"]).name: r for r in csv.DictReader(f)}
+    assert [rows[n]["status"] for n in ("0000", "missing", "0001")] == ["completed", "failed", "completed"]
+    assert "scene path does not exist" in rows["missing"]["reason"]
+    assert rows["0000"]["steps"] == "4" and float(rows["0000"]["psnr_db"]) > 0
+    assert rows["0001"]["warm_started_from"] == ""  # its predecessor failed: a cold start
+    assert {"0000: completed", "missing: failed", "0001: completed"} <= set(first.stdout.splitlines()), first.stdout
+    assert "data:image/png;base64," in (out / "summary.html").read_text()
+    # one layout for every run: the final model in snapshots/, which render finds
+    assert Path(rows["0000"]["model"]).parent == out / "0000" / "snapshots" and rows["0000"]["finished_at"]
+    assert not (out / "0000" / "final.pt").exists()
+    rendered = subprocess.run([sys.executable, "-m", "ngptune", "render", str(out / "0000"), "--frames", "1",
+                               "--quiet"], capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert rendered.returncode == 0, rendered.stderr
+    assert len(list((out / "0000" / "render-test").glob("*.png"))) == 1
+
+    (out / "0001" / "job.json").unlink()  # as if killed after training: not finished
+    second = subprocess.run(cmd, capture_output=True, text=True, timeout=400, cwd=REPO)
+    with open(out / "summary.csv", newline="") as f:
+        rows = {Path(r["scene"]).name: r for r in csv.DictReader(f)}
+    # a finished job keeps its outcome; the row says when the re-run skipped it
+    assert [rows[n]["status"] for n in ("0000", "missing", "0001")] == ["completed", "failed", "completed"], second.stdout
+    assert rows["0000"]["skipped_at"] and not rows["0001"]["skipped_at"]
+    assert rows["0000"]["reason"].startswith("skipped: finished by an earlier run at ")
+    assert (out / "0001.unfinished-1" / "status.json").is_file()  # the earlier attempt is kept
+    assert json.loads((out / "0001" / "job.json").read_text())["status"] == "completed"

@@ -1,0 +1,93 @@
+"""`ngptune inspect` on the real scenes (the issue's done-when) and on the demo scene."""
+
+import json
+
+import pytest
+
+from ngptune.cli import main
+from tests.support.paths import SHARED_DATA
+
+needs_shared = pytest.mark.skipif(not SHARED_DATA.exists(), reason=f"{SHARED_DATA} not present")
+
+
+def _inspect_json(capfd, *args):
+    assert main(["inspect", *args, "--json"]) == 0
+    return json.loads(capfd.readouterr().out)
+
+
+@needs_shared
+def test_fox(capfd):
+    info = _inspect_json(capfd, str(SHARED_DATA / "fox"))
+    assert info["format"] == "instant-ngp"
+    assert info["splits"]["train"] == 50
+    assert (info["width"], info["height"]) == (1080, 1920)
+    assert info["aabb_scale"] == 4
+    assert len(info["skipped"]) == 17
+    assert all(s["reason"].startswith("image file not found") for s in info["skipped"])
+    assert info["training_holdout"] == {"every": 8, "splits": {"train": 43, "test": 7}}
+
+
+@needs_shared
+def test_fox_table_reports_skipped_frames_once_and_labels_intrinsics(capfd):
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert main(["inspect", str(SHARED_DATA / "fox")]) == 0
+    out = capfd.readouterr().out
+    assert [str(w.message) for w in caught] == []  # the table lists them; no raw warning as well
+    assert "skipped frames" in out and "images/0005.jpg" in out
+    assert "1375.52 / 1374.49" in out and "554.558 / 965.268" in out  # one value per key when frames agree
+
+
+@needs_shared
+def test_lego_400(capfd):
+    info = _inspect_json(capfd, str(SHARED_DATA / "nerf_synthetic_lego_400"))
+    assert info["format"] == "blender"
+    assert info["splits"] == {"train": 100, "val": 100, "test": 200}
+    assert (info["width"], info["height"]) == (400, 400)
+    assert info["skipped"] == []
+    assert info["pixel_memory_bytes"] == 400 * 400 * 4 * 400
+
+
+def test_demo_scene_and_timing(capfd, tmp_path):
+    assert main(["demo-scene", str(tmp_path / "demo")]) == 0
+    capfd.readouterr()
+    info = _inspect_json(capfd, str(tmp_path / "demo"), "--timing")
+    assert info["splits"] == {"train": 32, "val": 4, "test": 8}
+    assert info["timing"]["images"] == 32 and info["timing"]["first_load_s"] > 0
+    assert main(["inspect", str(tmp_path / "missing")]) == 2
+    assert "scene path does not exist" in capfd.readouterr().err
+
+
+def test_folder_with_two_formats_lists_the_ignored_one_and_the_box(capfd, tmp_path):
+    from tests.support.scene_formats import ring_c2w, write_colmap_scene, write_llff
+
+    ring = ring_c2w()
+    write_colmap_scene(tmp_path, ring)
+    write_llff(tmp_path / "llff", ring)
+    (tmp_path / "poses_bounds.npy").write_bytes((tmp_path / "llff" / "poses_bounds.npy").read_bytes())
+    info = _inspect_json(capfd, str(tmp_path))
+    assert (info["format"], info["ignored_formats"]) == ("colmap", ["llff"])
+    assert info["box_source"] == "file"  # a model without points: colmap2nerf's placement
+    info = _inspect_json(capfd, str(tmp_path), "--format", "llff", "--aabb-scale", "2")
+    assert (info["format"], info["ignored_formats"], info["aabb_scale"], info["box_source"]) == (
+        "llff", ["colmap"], 2, "override")
+    assert main(["inspect", str(tmp_path)]) == 0
+    out = capfd.readouterr().out
+    assert "also found, ignored: llff" in out and "pixel memory" in out
+
+
+def test_a_train_only_blender_scene_shows_the_frames_training_holds_out(capsys, tmp_path):
+    from trainer.data.demo import write_demo_scene
+
+    scene = write_demo_scene(tmp_path / "scene", resolution=16, n_train=16, n_val=1, n_test=1)
+    for split in ("val", "test"):
+        (scene / f"transforms_{split}.json").unlink()
+    info = _inspect_json(capsys, str(scene))
+    assert info["splits"] == {"train": 16}  # as stored
+    assert info["training_holdout"] == {"every": 8, "splits": {"train": 14, "test": 2}}  # as training splits it
+    assert info["size_rule"] == ("blender: trained at 16x16 (downscale 1: the automatic rule keeps this format at "
+                                 "full size); images at full size")
+    assert main(["inspect", str(scene)]) == 0
+    assert "every 8th frame held out: train: 14, test: 2" in " ".join(capsys.readouterr().out.split())

@@ -1,0 +1,290 @@
+"""Study files: the shipped studies load; every error names the file and the dotted key; the
+NCCL allow-list is enforced at load, before any launch."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from ngptune.tuning.study import BUDGET_STEPS_CAP, load_study
+from tests.support.paths import REPO
+from tests.support.studies import THROUGHPUT, study_text, write_study
+from trainer.contract.errors import ConfigError
+
+STUDIES = REPO / "studies"
+
+
+@pytest.mark.parametrize("name", ["demo", "nccl", "parallel", "quality_time", "psnr_budget", "comm_bound", "psnr_steps", "capture"])
+def test_shipped_studies_load(name):
+    spec = load_study(STUDIES / f"{name}.toml")
+    assert spec.name == name
+    assert spec.params, "a shipped study searches something"
+    spec.base_config()  # the base config with the fixed settings and the budget is valid
+
+
+def test_demo_study_is_cpu_sized_with_a_step_budget():
+    spec = load_study(STUDIES / "demo.toml")
+    assert spec.scene == "demo"
+    assert spec.budget.seconds is None and spec.budget.steps is not None and spec.budget.steps * spec.trials <= 600
+    assert spec.objective_names == ["psnr_at_budget_db"] and spec.pruner.type == "none"
+    cfg = spec.base_config()
+    assert cfg.training.time_budget_s is None and cfg.training.n_steps == spec.budget.steps
+    assert BUDGET_STEPS_CAP > spec.budget.steps
+
+
+def test_studies_that_share_a_gpu_or_run_on_a_cpu_use_step_budgets_and_gpu_studies_prune():
+    from ngptune.tuning.concurrency import default_trials_per_gpu
+
+    for name in ("demo", "psnr_steps"):  # the CPU demo and the study that packs trials on a GPU
+        spec = load_study(STUDIES / f"{name}.toml")
+        assert spec.budget.steps is not None and default_trials_per_gpu(spec, 0) == 1
+    for name in ("psnr_budget", "psnr_steps", "capture"):
+        spec = load_study(STUDIES / f"{name}.toml")
+        assert spec.pruner.type in ("hyperband", "successive_halving") and spec.pruner.eval_every_steps
+        overrides = spec.fixed_overrides()
+        assert overrides["training.eval_every"] == spec.pruner.eval_every_steps
+        assert overrides["training.eval_every_max_images"] == spec.pruner.eval_images == 2
+        unit = spec.budget.steps if spec.budget.steps is not None else int(spec.budget.seconds)
+        assert spec.pruner.max_resource == unit and spec.pruner.min_resource < unit
+    capture = load_study(STUDIES / "capture.toml")
+    assert capture.budget.seconds == 60 and capture.trials >= 24
+    assert {"data.aabb_scale", "encoding.max_resolution_factor", "training.cone_angle", "training.occupancy_threshold",
+            "training.occupancy_decay", "training.near_distance", "training.target_samples_per_step",
+            "optimizer.learning_rate"} == {p.name for p in capture.params}
+    from ngptune.tuning.space import default_params
+
+    derived = default_params(capture, capture.base_config())  # the trainer derives box and cone angle
+    assert "data.aabb_scale" not in derived and "training.cone_angle" not in derived
+    assert derived["encoding.max_resolution_factor"] == 1.0 and derived["training.near_distance"] == 0.0
+
+
+def test_quality_time_has_two_objectives_and_no_pruner():
+    spec = load_study(STUDIES / "quality_time.toml")
+    assert spec.objective_names == ["psnr_at_budget_db", "time_to_psnr_s"]
+    assert spec.directions == ["maximize", "minimize"] and spec.objectives[1].target_db == 33.0
+    assert spec.pruner.type == "none" and spec.needs_eval
+
+
+def test_psnr_budget_is_one_quality_objective_scored_on_every_trial():
+    spec = load_study(STUDIES / "psnr_budget.toml")
+    assert spec.objective_names == ["psnr_at_budget_db"] and spec.directions == ["maximize"]
+    assert spec.budget.seconds == 30 and spec.trials >= 16
+    assert spec.pruner.type == "hyperband" and spec.needs_eval
+
+
+def test_nccl_study_sweeps_the_allow_list():
+    spec = load_study(STUDIES / "nccl.toml")
+    names = {p.name for p in spec.params}
+    assert {"NCCL_ALGO", "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_BUFFSIZE", "NCCL_NTHREADS"} <= names
+    proto = next(p for p in spec.params if p.name == "NCCL_PROTO")
+    assert "LL128" not in proto.choices
+
+
+def test_settings_tables_and_conditions(tmp_path, demo_scene):
+    text = study_text(scene=demo_scene, params=(
+        '[params."parallel.mode"]\ntype = "categorical"\nchoices = ["data", "subgrid"]\n'
+        '[params.parallel.num_subgrids]\ntype = "int"\nlow = 2\nhigh = 4\nwhen = { "parallel.mode" = ["subgrid"] }\n'
+        '[params."parallel.bucket_mib"]\ntype = "float"\nlow = 1\nhigh = 64\nlog = true\n'
+    ))
+    text = text.replace("[settings]\n", "[settings]\nparallel.compression = \"bf16\"\n")
+    path = tmp_path / "s.toml"
+    path.write_text(text)
+    spec = load_study(path)
+    assert spec.settings["parallel.compression"] == "bf16"  # a dotted key written as nested tables
+    subgrids = next(p for p in spec.params if p.name == "parallel.num_subgrids")
+    assert subgrids.when == (("parallel.mode", ("subgrid",)),)
+    assert subgrids.values() == [2, 3, 4]
+    bucket = next(p for p in spec.params if p.name == "parallel.bucket_mib")
+    assert bucket.log and (bucket.low, bucket.high) == (1, 64)
+
+
+def _error(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_study(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: "), message  # every error names the study file
+    assert "\n" not in message
+    return message.removeprefix(f"{path}: ")
+
+
+def _param(name: str, body: str) -> str:
+    return f'[params."{name}"]\n{body}\n'
+
+
+@pytest.mark.parametrize(
+    "kwargs, expected",
+    [
+        ({"settings": {"training.precision": "fp8"}}, r"^settings\.training\.precision: expected one of fp32, tf32, bf16, fp16, got 'fp8'"),
+        ({"settings": {"training.n_step": 5}}, r"^settings: unknown key 'training\.n_step' \(did you mean 'training\.n_steps'\?\)"),
+        ({"settings": {"LD_PRELOAD": "/tmp/x.so"}},  # the closest keys, not all of them
+         r"^settings: unknown key 'LD_PRELOAD' \(closest: [a-z_]+\.[a-z0-9_]+, [a-z_]+\.[a-z0-9_]+, [a-z_]+\.[a-z0-9_]+; "
+         r"one of \d+ keys, listed in trainer/contract/config/blocks\.py\)$"),
+        ({"settings": {"training.max_rays_per_step": 16}}, r"^settings\.training\.max_rays_per_step: expected an integer >= training\.initial_rays_per_step"),
+        ({"settings": {"training.time_budget_s": 5}}, r"^settings\.training\.time_budget_s: training\.time_budget_s cannot be set in a study: set by the budget"),
+        ({"settings": {"distributed.master_port": 29500}}, r"^settings\.distributed\.master_port: .*free rendezvous port"),
+        ({"params": _param("training.precision", 'type = "categorical"\nchoices = ["fp32", "fp64"]')},
+         r"^params\.training\.precision\.choices\[1\]: expected one of fp32, tf32, bf16, fp16, got 'fp64'"),
+        ({"params": _param("network.n_neurons", 'type = "int"\nlow = 16\nhigh = 48'), "settings": {"network.n_neurons": None}},
+         r"^params\.network\.n_neurons: expected a multiple of 16 in \[16, 256\], got 17"),
+        ({"params": _param("training.n_stepz", 'type = "int"\nlow = 1\nhigh = 2')},
+         r"^params\.training\.n_stepz: unknown key 'training\.n_stepz' \(did you mean 'training\.n_steps'\?\)"),
+        ({"params": _param("parallel.overlap", 'type = "float"\nlow = 0.3\nhigh = 0.1')},
+         r"^params\.parallel\.overlap\.high: expected a number >= low \(0\.3\), got 0\.1"),
+        ({"params": _param("parallel.overlap", 'type = "float"\nlow = 0.0\nhigh = 0.9')},
+         r"^params\.parallel\.overlap\.high: expected a number in \[0, 0\.5\], got 0\.9"),
+        ({"params": _param("parallel.bucket_mib", 'type = "float"\nlow = 0\nhigh = 8\nlog = true')},
+         r"^params\.parallel\.bucket_mib\.low: expected a value > 0 on a log scale"),
+        ({"params": _param("parallel.mode", 'type = "choice"\nchoices = ["data"]')},
+         r"^params\.parallel\.mode\.type: expected one of categorical, int, float, got 'choice'"),
+        ({"params": _param("parallel.mode", 'type = "categorical"\nchoices = ["data"]\nlow = 1')},
+         r"^unknown key 'params\.parallel\.mode\.low' \(did you mean 'when'\?|^unknown key 'params\.parallel\.mode\.low'"),
+        ({"params": _param("parallel.num_subgrids", 'type = "int"\nlow = 2\nhigh = 4\nwhen = { "parallel.mode" = "subgrid" }')},
+         r"^params\.parallel\.num_subgrids\.when\.parallel\.mode: expected a parameter defined above this one"),
+        ({"params": _param("parallel.mode", 'type = "categorical"\nchoices = ["data"]')
+          + _param("parallel.num_subgrids", 'type = "int"\nlow = 2\nhigh = 4\nwhen = { "parallel.mode" = "subgrid" }')},
+         r"^params\.parallel\.num_subgrids\.when\.parallel\.mode: 'subgrid' is not a value params\.parallel\.mode can take"),
+        ({"params": _param("training.initial_rays_per_step", 'type = "int"\nlow = 64\nhigh = 128')},
+         r"^params\.training\.initial_rays_per_step: also fixed in settings\.training\.initial_rays_per_step"),
+        ({"budget": "steps = 10\nseconds = 5"}, r"^budget: expected exactly one of steps, seconds"),
+        ({"budget": "minutes = 3"}, r"^unknown key 'budget\.minutes'"),
+        ({"budget": "seconds = 30\ntrial_timeout_s = 20"}, r"^budget\.trial_timeout_s: expected more than budget\.seconds \(30\), got 20"),
+        ({"objectives": '[[objectives]]\nname = "psnr_at_budget_db"\n', "pruner": 'type = "hyperband"\neval_every_steps = 20'},
+         r"^pruner\.eval_every_steps: expected fewer than budget\.steps \(20\) so a mark falls inside the budget, got 20"),
+        ({"objectives": '[[objectives]]\nname = "psnr_at_budget_db"\n', "pruner": 'type = "hyperband"\neval_images = 2'},
+         r"^pruner\.eval_images: needs pruner\.eval_every_steps"),
+        ({"pruner": 'type = "successive_halving"\neval_every_steps = 5'},
+         r"^pruner\.eval_every_steps: evaluation marks report the PSNR of psnr_at_budget_db"),
+        ({"pruner": 'type = "none"\neval_every_steps = 5'}, r"^unknown key 'pruner\.eval_every_steps'"),
+        ({"objectives": '[[objectives]]\nname = "time_to_psnr_s"\n'}, r"^objectives\[0\]: missing key 'target_db'"),
+        ({"objectives": '[[objectives]]\nname = "samples_per_hour"\n'}, r"^objectives\[0\]\.name: expected one of throughput_samples_per_s, samples_per_s, rays_per_s, psnr_at_budget_db, time_to_psnr_s"),
+        ({"objectives": THROUGHPUT + THROUGHPUT}, r"^objectives\[1\]\.name: objective throughput_samples_per_s listed twice"),
+        ({"objectives": ""}, r"^objectives: expected one or more \[\[objectives\]\] tables"),
+        ({"objectives": THROUGHPUT + '[[objectives]]\nname = "time_to_psnr_s"\ntarget_db = 20\n', "pruner": 'type = "median"'},
+         r"^pruner\.type: median needs a single objective"),
+        ({"pruner": 'type = "median"\nreduction_factor = 3'}, r"^unknown key 'pruner\.reduction_factor'"),
+        ({"sampler": 'type = "cmaes"'}, r"^sampler\.type: expected one of tpe, random, nsga2, got 'cmaes'"),
+        ({"sampler": 'type = "random"\nn_startup_trials = 3'}, r"^sampler\.n_startup_trials: only for sampler\.type = tpe, not random"),
+    ],
+)
+def test_errors_name_the_dotted_key(tmp_path, demo_scene, kwargs, expected):
+    assert re.search(expected, _error(tmp_path, study_text(scene=demo_scene, **kwargs)))
+
+
+def test_file_level_errors(tmp_path, demo_scene):
+    assert _error(tmp_path, "[study\nname = 1").startswith("invalid TOML:")
+    assert re.match(r"unknown key 'sweep' \(did you mean 'settings'\?\)|unknown key 'sweep'",
+                    _error(tmp_path, study_text(scene=demo_scene) + "[sweep]\nx = 1\n"))
+    text = study_text(scene=demo_scene).replace('[study]\n', '[study]\nconfig = "configs/nope.json"\n')
+    assert re.match(r"study\.config: 'configs/nope\.json' not found \(looked for .*bad\.toml|study\.config: 'configs/nope\.json' not found",
+                    _error(tmp_path, text))
+    text = study_text(scene=tmp_path / "no_scene")
+    assert _error(tmp_path, text).startswith("study.scene: ")
+    with pytest.raises(ConfigError, match=r"missing\.toml: study file not found"):
+        load_study(tmp_path / "missing.toml")
+
+
+def test_relative_paths_from_study_folder_then_repo_root(tmp_path, demo_scene):
+    (tmp_path / "local.json").write_text('{"training": {"log_every": 7}}')
+    text = study_text(scene=demo_scene, settings={"training.log_every": None})
+    path = tmp_path / "s.toml"
+    path.write_text(text.replace("[study]\n", '[study]\nconfig = "local.json"\n'))
+    assert load_study(path).base_config().training.log_every == 7
+    path.write_text(text.replace("[study]\n", '[study]\nconfig = "configs/small.json"\n'))
+    assert load_study(path).base_config_path == REPO / "configs" / "small.json"
+
+
+# ------------------------------------------------------------------------------------ NCCL allow-list
+
+
+@pytest.mark.parametrize(
+    "param, expected",
+    [
+        (_param("NCCL_PROTO", 'type = "categorical"\nchoices = ["Simple", "LL", "LL128"]'),
+         r"^params\.NCCL_PROTO\.choices\[2\]: NCCL_PROTO=LL128 is never forced"),
+        (_param("NCCL_ALGO", 'type = "categorical"\nchoices = ["Ring", "CollNet"]'),
+         r"^params\.NCCL_ALGO\.choices\[1\]: NCCL_ALGO: expected one of Ring, Tree, got 'CollNet'"),
+        (_param("NCCL_NVLS_ENABLE", 'type = "categorical"\nchoices = [0, 1]'),
+         r"^params\.NCCL_NVLS_ENABLE: NCCL_NVLS_ENABLE is always 0 in a trial"),
+        (_param("NCCL_SOCKET_IFNAME", 'type = "categorical"\nchoices = ["eth0", "ib0"]'),
+         r"^params\.NCCL_SOCKET_IFNAME: NCCL_SOCKET_IFNAME is a site variable"),
+        (_param("NCCL_IB_HCA", 'type = "categorical"\nchoices = ["mlx5_0"]'), r"^params\.NCCL_IB_HCA: NCCL_IB_HCA is a site variable"),
+        (_param("NCCL_P2P_DISABLE", 'type = "categorical"\nchoices = [0, 1]'),
+         r"^params\.NCCL_P2P_DISABLE: .*distributed\.emulate_interconnect"),
+        (_param("NCCL_DEBUG", 'type = "categorical"\nchoices = ["WARN"]'), r"^params\.NCCL_DEBUG: NCCL_DEBUG is set by the sweep"),
+        (_param("NCCL_FOO", 'type = "categorical"\nchoices = [1]'), r"^params\.NCCL_FOO: NCCL_FOO is not on the NCCL allow-list"),
+        (_param("NCCL_BUFFSIZE", 'type = "categorical"\nchoices = [1048576, 3000000]'),
+         r"^params\.NCCL_BUFFSIZE\.choices\[1\]: NCCL_BUFFSIZE: expected a power of two from 1 MiB to 16 MiB"),
+        (_param("NCCL_BUFFSIZE", 'type = "categorical"\nchoices = [33554432]'), r"^params\.NCCL_BUFFSIZE\.choices\[0\]: NCCL_BUFFSIZE: expected"),
+        (_param("NCCL_BUFFSIZE", 'type = "int"\nlow = 1048576\nhigh = 2097152'), r"^params\.NCCL_BUFFSIZE: NCCL_BUFFSIZE: expected .*got 1048577"),
+        (_param("NCCL_MAX_NCHANNELS", 'type = "int"\nlow = 1\nhigh = 33'), r"^params\.NCCL_MAX_NCHANNELS\.high: NCCL_MAX_NCHANNELS: expected an integer in \[1, 32\], got 33"),
+        (_param("NCCL_MIN_NCHANNELS", 'type = "int"\nlow = 0\nhigh = 4'), r"^params\.NCCL_MIN_NCHANNELS\.low: .*got 0"),
+        (_param("NCCL_NTHREADS", 'type = "categorical"\nchoices = [128, 1024]'), r"^params\.NCCL_NTHREADS\.choices\[1\]: NCCL_NTHREADS: expected one of 64, 128, 256, 512, got 1024"),
+        (_param("NCCL_NTHREADS", 'type = "categorical"\nchoices = ["128"]'), r"^params\.NCCL_NTHREADS\.choices\[0\]: .*got '128'"),
+        (_param("NCCL_MAX_NCHANNELS", 'type = "float"\nlow = 1\nhigh = 4'), r"^params\.NCCL_MAX_NCHANNELS\.type: NCCL_MAX_NCHANNELS takes integers"),
+    ],
+)
+def test_nccl_allow_list_rejections(tmp_path, demo_scene, param, expected):
+    assert re.search(expected, _error(tmp_path, study_text(scene=demo_scene, params=param)))
+
+
+@pytest.mark.parametrize(
+    "settings, expected",
+    [
+        ({"NCCL_NVLS_ENABLE": 1}, r"^settings\.NCCL_NVLS_ENABLE: NCCL_NVLS_ENABLE is always 0"),
+        ({"NCCL_PROTO": "LL128"}, r"^settings\.NCCL_PROTO: NCCL_PROTO=LL128 is never forced"),
+        ({"NCCL_IB_HCA": "mlx5_0"}, r"^settings\.NCCL_IB_HCA: NCCL_IB_HCA is a site variable"),
+    ],
+)
+def test_nccl_fixed_settings_rejections(tmp_path, demo_scene, settings, expected):
+    assert re.search(expected, _error(tmp_path, study_text(scene=demo_scene, settings=settings)))
+
+
+def test_nccl_allowed_values_load(tmp_path, demo_scene):
+    params = (_param("NCCL_ALGO", 'type = "categorical"\nchoices = ["Ring", "Tree"]')
+              + _param("NCCL_PROTO", 'type = "categorical"\nchoices = ["Simple", "LL"]')
+              + _param("NCCL_MAX_NCHANNELS", 'type = "int"\nlow = 1\nhigh = 32')
+              + _param("NCCL_BUFFSIZE", 'type = "categorical"\nchoices = [1048576, 16777216]')
+              + _param("NCCL_NTHREADS", 'type = "categorical"\nchoices = [64, 128, 256, 512]'))
+    path = write_study(tmp_path / "n.toml", scene=demo_scene, params=params,
+                       settings={"NCCL_NVLS_ENABLE": 0, "NCCL_MIN_NCHANNELS": 2})
+    spec = load_study(path)
+    assert [p.name for p in spec.params] == ["NCCL_ALGO", "NCCL_PROTO", "NCCL_MAX_NCHANNELS", "NCCL_BUFFSIZE", "NCCL_NTHREADS"]
+    assert all(p.is_nccl for p in spec.params)
+    assert spec.nccl_settings == {"NCCL_MIN_NCHANNELS": 2}  # NCCL_NVLS_ENABLE=0 is the trial's own
+
+
+def test_a_parameter_value_no_trial_could_run_is_refused_at_load(tmp_path, demo_scene):
+    # the tiny settings fix encoding.per_level_scale, so every max_resolution conflicts with it
+    params = _param("encoding.max_resolution", 'type = "categorical"\nchoices = [512, 1024]')
+    path = write_study(tmp_path / "a.toml", scene=demo_scene, params=params)
+    with pytest.raises(ConfigError, match=r"a\.toml: params\.encoding\.max_resolution\.choices\[0\]: 512 fails in every "
+                                          r"trial with this study's settings: encoding.max_resolution: set either it "
+                                          r"or encoding.per_level_scale"):
+        load_study(path)
+    # below the fixed base_resolution (8 in the tiny settings): refused, naming the value
+    unset = {"encoding.per_level_scale": None}
+    params = _param("encoding.max_resolution", 'type = "categorical"\nchoices = [512, 4]')
+    path = write_study(tmp_path / "b.toml", scene=demo_scene, params=params, settings=unset)
+    with pytest.raises(ConfigError, match=r"params\.encoding\.max_resolution\.choices\[1\]: 4 fails in every trial"):
+        load_study(path)
+    # valid with some value of another parameter: accepted (the trial's own check decides)
+    params += _param("encoding.base_resolution", 'type = "categorical"\nchoices = [2, 256]')
+    unset["encoding.base_resolution"] = None
+    path = write_study(tmp_path / "c.toml", scene=demo_scene, params=params, settings=unset)
+    assert [p.name for p in load_study(path).params] == ["encoding.max_resolution", "encoding.base_resolution"]
+
+
+def test_definition_differences_name_the_changed_keys():
+    from ngptune.tuning.storage import definition_differences
+
+    old = {"config": {"training": {"time_budget_s": 2.0, "log_every": 5}}, "scene": "a"}
+    new = {"config": {"training": {"time_budget_s": 3.0, "log_every": 5}}, "scene": "a", "x": 1}
+    assert definition_differences(old, new) == [  # a [budget] key is named as the study file spells it
+        "budget.seconds (config.training.time_budget_s): 2.0 → 3.0", "x: null → 1"]
+    assert definition_differences(old, old) == []
+    many = definition_differences({}, {f"k{i}": i for i in range(6)})
+    assert len(many) == 5 and many[-1] == "and 2 more"

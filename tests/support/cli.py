@@ -1,0 +1,30 @@
+"""Running the commands as a test does: ``python -m trainer.inference`` in this process, ``ngptune
+sweep`` (or any command) as a process in the repository."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from tests.support.paths import REPO
+
+#: ``ngptune sweep`` as a command line.
+SWEEP = [sys.executable, "-m", "ngptune", "sweep"]
+
+
+def run_command(cmd: list, timeout_s: float = 400) -> subprocess.CompletedProcess:
+    """Run ``cmd`` (each item made a string) in the repository, its output captured as text.
+
+    Raises:
+        subprocess.TimeoutExpired: it ran longer than ``timeout_s`` seconds.
+    """
+    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=timeout_s, cwd=REPO)
+
+
+def run_inference_cli(argv: list, capsys) -> tuple[int, str, str]:
+    """``python -m trainer.inference`` in-process: (exit code, stdout, stderr)."""
+    from trainer.inference.cli import main
+
+    code = main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err

@@ -1,0 +1,141 @@
+"""Bad input to `render`/`export`: one error line naming the file, key or flag; nothing written."""
+
+from __future__ import annotations
+
+import re
+import shutil
+
+import pytest
+
+from tests.support.cli import run_inference_cli
+from tests.support.scenes import tiny_config
+
+
+def _fails(argv, capsys, pattern):
+    code, out, err = run_inference_cli(argv, capsys)
+    assert code == 2 and err.startswith("error: ") and err.count("\n") == 1, err
+    assert re.search(pattern, err), err
+    return err
+
+
+def test_a_snapshot_of_another_config_names_the_entry(trained_run, tmp_path, capsys, demo_scene):
+    from trainer.data import load_scene
+    from trainer.train.loop import Trainer
+
+    other = Trainer(tiny_config(encoding__log2_hashmap_size=10, data__scene=str(demo_scene)), load_scene(demo_scene))
+    run = tmp_path / "run"
+    shutil.copytree(trained_run["run"], run)
+    (run / "snapshots" / trained_run["snapshot"].name).unlink()
+    other.save(run / "snapshots" / "step_0000005.pt")
+    other.close()
+    _fails(["render", run, "--out", tmp_path / "frames", "--quiet"], capsys,
+           r"step_0000005\.pt: model entry '.*' has shape .* in the snapshot but .* in this config")
+    assert not list((tmp_path / "frames").glob("*.png"))
+
+
+def test_a_truncated_snapshot_is_named(trained_run, tmp_path, capsys):
+    broken = tmp_path / "cut.pt"
+    data = trained_run["snapshot"].read_bytes()
+    broken.write_bytes(data[: len(data) // 2])
+    _fails(["render", broken, "--out", tmp_path / "frames", "--quiet"], capsys, r"cut\.pt: truncated or corrupt snapshot")
+    _fails(["export", "mesh", broken, "--out", tmp_path / "m.ply", "--quiet"], capsys, r"cut\.pt: truncated or corrupt")
+    assert not (tmp_path / "m.ply").exists()
+
+
+@pytest.mark.parametrize("command", [["render"], ["export", "mesh"], ["export", "pointcloud"]])
+def test_a_missing_model_path_is_named_and_no_folder_is_made_for_it(tmp_path, capsys, command):
+    missing = tmp_path / "nonexist.pt"
+    _fails([*command, missing, "--quiet"], capsys, r"nonexist\.pt: no such file or folder \(expected a run folder")
+    assert not missing.exists()
+
+
+def test_a_run_trained_on_cuda_names_device_on_a_machine_without_cuda(trained_run, tmp_path, capsys, monkeypatch):
+    import json
+
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    run = tmp_path / "run"
+    shutil.copytree(trained_run["run"], run)
+    config = json.loads((run / "config.json").read_text())
+    config["training"]["device"] = "cuda"
+    (run / "config.json").write_text(json.dumps(config))
+    _fails(["render", run, "--out", tmp_path / "f", "--quiet"], capsys,
+           r"training\.device: the run's 'cuda' needs a CUDA device .*; give --device cpu")
+    _fails(["render", run, "--device", "cuda", "--out", tmp_path / "f", "--quiet"], capsys,
+           r"--device cuda: no CUDA device is available on this machine; use --device cpu")
+
+
+def test_a_run_folder_without_snapshots(trained_run, tmp_path, capsys):
+    run = tmp_path / "empty_run"
+    run.mkdir()
+    shutil.copy(trained_run["run"] / "config.json", run / "config.json")
+    _fails(["render", run, "--out", tmp_path / "f", "--quiet"], capsys,
+           r"empty_run: no snapshot .* and no complete checkpoint .*--snapshot-every")
+
+
+@pytest.mark.parametrize("argv, pattern", [
+    (["--spp", "0"], r"--spp 0: expected an integer >= 1"),
+    (["--screenshot-spp", "-2"], r"--spp -2: expected an integer >= 1"),
+    (["--width", "0"], r"--width 0: expected an integer >= 1"),
+    (["--video", "{tmp}/clip.xyz"], r"--video .*clip\.xyz: unknown video extension '\.xyz'"),
+    (["--video", "{tmp}/clip.webm"], r"--video .*clip\.webm: WebM holds only VP8, VP9 or AV1 video, .*H\.264 .*; "
+                                     r"use \.mp4, \.mov, \.mkv, \.avi$"),
+    (["--device", "gpu"], r"--device gpu: expected cpu, cuda or cuda:N"),
+    (["--device", "cuda:99"], r"--device cuda:99: (no CUDA device is available|this machine has \d+ CUDA device)"),
+    (["--out", "{tmp}/file/frames"], r"--out .*file/frames: cannot create the folder"),
+    (["--background", "pink"], r"--background 'pink': expected white, black or #RRGGBB"),
+    (["--cameras", "{tmp}/missing.json"], r"--cameras .*missing\.json: camera-path file not found"),
+    (["--cameras", "front"], r"--cameras front: expected test, train, val, orbit"),
+    (["--width", "100000", "--height", "100000"], r"--width 100000: expected at most 16384 pixels$"),
+    (["--cameras", "orbit", "--elevation", "nan"], r"--elevation nan: expected degrees in \[-90, 90\]$"),
+    (["--cameras", "orbit", "--radius", "inf"], r"--radius inf: expected a finite number > 0$"),
+    (["--cameras", "orbit", "--seconds", "1e300"], r"--seconds 1e\+300 at 30 fps: 3e\+301 frames: expected at most "
+                                                   r"100000 frames$"),
+])
+def test_bad_render_flags_are_refused_before_loading(trained_run, tmp_path, capsys, argv, pattern):
+    (tmp_path / "file").write_text("a file where a folder is expected")
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    _fails(["render", trained_run["run"], *argv, "--quiet"], capsys, pattern)
+    assert not list(tmp_path.rglob("*.png")) and not list(tmp_path.rglob("*.xyz")) and not list(tmp_path.rglob("*.webm"))
+
+
+def test_a_bad_camera_path_file_is_named_with_its_keyframe(trained_run, tmp_path, capsys):
+    path = tmp_path / "base_cam.json"
+    path.write_text('{"path": [{"R": [0, 0, 0, 1], "T": [0.5, 0.5, -1]}]}')
+    _fails(["render", trained_run["run"], "--cameras", path, "--out", tmp_path / "f", "--quiet"], capsys,
+           r"base_cam\.json: path\[0\]: missing key 'fov'")
+    assert not list((tmp_path / "f").glob("*.png"))
+
+
+def test_help_shows_default_values_not_names(capsys):
+    from trainer.inference.cli import build_parser
+
+    for argv in (["render"], ["export", "mesh"], ["export", "pointcloud"]):
+        with pytest.raises(SystemExit):
+            build_parser("ngptune").parse_args([*argv, "--help"])
+        text = " ".join(capsys.readouterr().out.split())
+        # no module path, no constant's name where a default is given
+        assert not re.search(r"trainer\.inference|\(default[^)]*\b[A-Z]+_[A-Z_]+\b", text), text
+        if argv[-1] == "mesh":
+            assert "(default 2.5, instant-ngp's)" in text
+
+
+def test_ngptune_render_and_export_run_the_trainers_program(trained_run, tmp_path, capfd):
+    from ngptune.cli import main
+
+    assert main(["render", str(trained_run["run"]), "--spp", "0"]) == 2
+    assert "--spp 0" in capfd.readouterr().err
+    assert main(["export", "pointcloud", str(trained_run["run"]), "--out", str(tmp_path / "c.txt")]) == 2
+    assert "unknown point-cloud extension '.txt'" in capfd.readouterr().err
+
+
+def test_an_export_to_a_place_that_cannot_hold_a_file_is_refused_before_the_work(trained_run, capsys, monkeypatch):
+    import trainer.inference.mesh as mesh
+
+    def extract_never(*args, **kwargs):
+        raise AssertionError("the mesh was computed before its destination was checked")
+
+    monkeypatch.setattr(mesh, "extract_mesh", extract_never)
+    _fails(["export", "mesh", trained_run["run"], "--out", "/proc/x.ply", "--quiet"], capsys,
+           r"^error: --out /proc/x\.ply: cannot write a file in /proc \(")

@@ -1,0 +1,213 @@
+"""`render`: test views equal evaluation's, videos, depth, subgrid checkpoints, several ranks."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from tests.support.cli import run_inference_cli
+from tests.support.scenes import tiny_config
+from trainer.data import load_scene
+from trainer.data.images import load_pixel_table
+from trainer.inference.loading import load_model
+from trainer.inference.render_views import render_camera
+from trainer.metrics_image import psnr
+from trainer.train.evaluate import ground_truth
+
+
+def test_a_test_camera_renders_what_evaluate_scored(trained_run):
+    model = load_model(trained_run["run"], device="cpu")
+    try:
+        scene = model.scene
+        frames = scene.frames("test")
+        table = load_pixel_table(frames[:2], downscale=scene.downscale)
+        background = torch.ones(3)
+        for position in range(2):
+            view = render_camera(model, frames[position], background)
+            _, gt = ground_truth(table, position, background)
+            h, w = frames[position].intrinsics.height, frames[position].intrinsics.width
+            ours = psnr(torch.from_numpy(view.rgb), gt.reshape(h, w, 3))
+            assert abs(ours - trained_run["eval"]["images"][position]["psnr_db"]) < 1e-3
+    finally:
+        model.close()
+
+
+def test_cli_writes_frames_and_depth_in_source_units(trained_run, tmp_path, capsys):
+    out = tmp_path / "frames"
+    code, stdout, _ = run_inference_cli(["render", trained_run["run"], "--cameras", "test", "--frames", "2", "--depth",
+                               "--out", out, "--quiet"], capsys)
+    assert code == 0 and "rendered 2 frame(s) of 32x32" in stdout
+    import cv2
+
+    rgb = cv2.imread(str(out / "test_000.png"), cv2.IMREAD_UNCHANGED)
+    depth = cv2.imread(str(out / "test_000_depth.png"), cv2.IMREAD_UNCHANGED)
+    assert rgb.shape == (32, 32, 3) and depth.dtype == np.uint16 and depth.shape == (32, 32)
+    scale = json.loads((out / "depth.json").read_text())["depth_scale"]
+    hit = depth > 0
+    # the demo cameras sit at radius 4 around objects within radius 1.3 (NeRF units): the surfaces
+    # seen lie between 4 − 1.3 and 4 + 1.3 from the camera (a briefly trained model has a few
+    # floaters nearer)
+    distances = depth[hit] * scale
+    assert hit.mean() > 0.2 and 3.0 < np.median(distances) < 5.0
+    assert np.mean((distances > 2.7) & (distances < 5.3)) > 0.9
+    assert (out / "test_000_depth_preview.png").is_file()
+    assert not list(out.glob(".*"))  # no temp files left
+
+
+def test_orbit_video_opens_with_the_requested_frames_and_size(trained_run, tmp_path, capsys):
+    import imageio.v2 as imageio
+
+    video = tmp_path / "orbit.mp4"
+    code, stdout, _ = run_inference_cli(["render", trained_run["run"], "--cameras", "orbit", "--frames", "5", "--width", "24",
+                               "--height", "16", "--video", video, "--quiet"], capsys)
+    assert code == 0 and str(video) in stdout
+    reader = imageio.get_reader(str(video), format="FFMPEG")
+    try:
+        frames = [frame for frame in reader]
+        assert reader.get_meta_data()["codec"] == "h264"
+    finally:
+        reader.close()
+    assert len(frames) == 5 and frames[0].shape == (16, 24, 3)
+    assert not list(tmp_path.glob(".*partial*"))
+
+
+def test_without_imageio_ffmpeg_opencv_writes_the_video(trained_run, tmp_path, capsys, monkeypatch):
+    import cv2
+
+    from trainer.inference import outputs
+
+    def no_ffmpeg() -> str:
+        raise outputs.VideoUnavailable("no ffmpeg binary (test)")
+
+    monkeypatch.setattr(outputs, "_ffmpeg_exe", no_ffmpeg)
+    video = tmp_path / "orbit.mp4"
+    code, stdout, _ = run_inference_cli(["render", trained_run["run"], "--cameras", "orbit", "--frames", "4", "--width", "24",
+                               "--height", "16", "--video", video, "--quiet"], capsys)
+    assert code == 0 and str(video) in stdout
+    capture = cv2.VideoCapture(str(video))
+    try:
+        frames = []
+        while True:
+            ok, frame = capture.read()
+            if not ok:
+                break
+            frames.append(frame)
+    finally:
+        capture.release()
+    assert len(frames) == 4 and frames[0].shape == (16, 24, 3)
+    assert not list(tmp_path.glob(".*partial*"))
+
+
+def test_subgrid_checkpoint_renders_through_segment_compositing(demo_scene, tmp_path):
+    from trainer.data.rays import camera_rays_for_image
+    from trainer.parallel.subgrid_train import SubgridTrainer
+    from trainer.contract.rundir import RunDir
+    from trainer.contract.config import config_to_dict
+
+    cfg = tiny_config(parallel__mode="subgrid", parallel__num_subgrids=2, data__scene=str(demo_scene))
+    run = RunDir(tmp_path / "run").create()
+    trainer = SubgridTrainer(cfg, load_scene(demo_scene), run)
+    trainer.train(n_steps=12)
+    folder = trainer.save_checkpoint()
+    run.write_json(run.config_path, config_to_dict(cfg))
+    frame = trainer.scene.frames("test")[0]
+    rays_o, rays_d = camera_rays_for_image(frame, "cpu")
+    expected = trainer.render_rays(rays_o, rays_d, torch.ones(3)).reshape(32, 32, 3).clamp(0, 1)
+    trainer.close()
+    for source in (run.root, folder):
+        model = load_model(source, device="cpu")
+        assert model.mode == "subgrid" and model.step == 12
+        view = render_camera(model, frame, torch.ones(3), with_depth=True)
+        model.close()
+        assert torch.allclose(torch.from_numpy(view.rgb), expected, atol=1e-6)
+        assert np.all(np.isfinite(view.depth)) and view.depth.max() > 0
+
+
+@pytest.mark.slow
+def test_two_ranks_render_the_frames_of_one_process(trained_run, tmp_path, capsys):
+    one, two = tmp_path / "one", tmp_path / "two"
+    common = ["render", trained_run["run"], "--cameras", "orbit", "--frames", "3", "--width", "16", "--height", "16",
+              "--spp", "2", "--device", "cpu", "--quiet"]
+    assert run_inference_cli(common + ["--out", one], capsys)[0] == 0
+    code, stdout, _ = run_inference_cli(common + ["--out", two, "--nproc-per-node", "2"], capsys)
+    assert code == 0 and "(2 ranks)" in stdout
+    import cv2
+
+    for i in range(3):
+        a = cv2.imread(str(one / f"{i:05d}.png"))
+        b = cv2.imread(str(two / f"{i:05d}.png"))
+        assert a is not None and np.array_equal(a, b)
+
+
+def _on_the_third_frame(monkeypatch, action) -> None:
+    """Make ``action()`` happen as the render starts its third frame."""
+    from trainer.inference import render_views
+
+    calls = []
+    real = render_views.render_camera
+
+    def render_camera(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            action()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(render_views, "render_camera", render_camera)
+
+
+def test_ctrl_c_during_a_render_keeps_the_finished_frames_and_writes_no_video(trained_run, tmp_path, capsys,
+                                                                               monkeypatch):
+    def interrupt():
+        raise KeyboardInterrupt
+
+    _on_the_third_frame(monkeypatch, interrupt)
+    frames, video = tmp_path / "frames", tmp_path / "orbit.mp4"
+    code, stdout, err = run_inference_cli(["render", trained_run["run"], "--cameras", "orbit", "--frames", "5", "--width", "16",
+                                 "--height", "16", "--video", video, "--out", frames, "--quiet"], capsys)
+    assert code == 130 and stdout.startswith("rendering ") and len(stdout.splitlines()) == 1  # the first line only
+    assert err == (f"interrupted: render stopped after 2 of 5 frames; no video written; PNG 2 frames 00000.png to "
+                   f"00001.png kept in {frames}\n")
+    assert sorted(p.name for p in frames.iterdir()) == ["00000.png", "00001.png"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["frames"]  # no video, no temporary file
+
+
+def test_a_video_the_encoder_left_unplayable_is_removed_and_named(tmp_path):
+    """ffmpeg cannot put H.264 into WebM: it leaves a header-only file; the check before the
+    rename refuses it and removes the temporary file."""
+    from trainer.contract.errors import ConfigError
+    from trainer.inference.outputs import VideoFile
+
+    video = VideoFile(tmp_path / "clip.webm", 30.0)
+    for shade in (0, 128):
+        video.append(np.full((16, 16, 3), shade, dtype=np.uint8))
+    with pytest.raises(ConfigError, match=r"^--video .*clip\.webm: the encoder left no playable video \(OpenCV reads 0 "
+                                          r"frame\(s\), first frame unreadable\); nothing was written$"):
+        video.close()
+    assert not list(tmp_path.iterdir())
+
+
+def test_sigterm_during_a_video_render_says_so_and_leaves_no_temporary_file(trained_run, tmp_path, capsys,
+                                                                             monkeypatch):
+    import os
+    import signal
+
+    def unhandled(signum, frame):  # the render must handle SIGTERM itself (else this test's process would die)
+        raise AssertionError("SIGTERM reached the caller: the render did not handle it")
+
+    _on_the_third_frame(monkeypatch, lambda: os.kill(os.getpid(), signal.SIGTERM))  # a scheduler or `kill`
+    video = tmp_path / "orbit.mp4"
+    before = signal.signal(signal.SIGTERM, unhandled)
+    try:
+        code, stdout, err = run_inference_cli(["render", trained_run["run"], "--cameras", "orbit", "--frames", "5", "--width",
+                                     "16", "--height", "16", "--video", video, "--quiet"], capsys)
+        assert signal.getsignal(signal.SIGTERM) is unhandled  # the render put the caller's handler back
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert code == 143 and stdout.startswith("rendering ") and stdout.count("\n") == 1  # the first line only
+    assert err.startswith("terminated (SIGTERM): render stopped after ") and "no video written" in err
+    assert err.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []  # no video, no hidden .orbit.partial.mp4

@@ -1,0 +1,130 @@
+"""`render` and `export` on a CPU: the trainer's thread rule and a first line that says it; the
+model of any run folder (train-many's final.pt in the root included); a split's views named after
+the views, scored against their ground truth (scores.json, --compare) and a long render announced."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import cv2
+import pytest
+import torch
+
+from tests.support.cli import run_inference_cli
+from trainer.cpu_threads import available_cores
+from trainer.inference.loading import load_model
+
+
+@pytest.fixture
+def restore_threads():
+    before = torch.get_num_threads()
+    torch.set_num_threads(3)  # a count no rule below gives on its own
+    yield
+    torch.set_num_threads(before)
+
+
+def test_render_takes_the_runs_thread_rule_and_says_so(trained_run, tmp_path, capsys, restore_threads):
+    assert trained_run["config"].training.cpu_threads == 0  # the rule: cores // ranks
+    code, stdout, _ = run_inference_cli(["render", trained_run["run"], "--cameras", "orbit", "--frames", "1", "--width", "8",
+                               "--height", "8", "--out", tmp_path / "a", "--quiet"], capsys)
+    assert code == 0
+    cores = available_cores()
+    first = stdout.splitlines()[0]
+    assert first.startswith(f"rendering {trained_run['run']}/snapshots/step_0000080.pt (step 80) on cpu ({cores} CPU thread")
+    assert f"per rank ({cores} cores // 1 rank)): 1 frame of orbit of 8x8, spp 1" in first, first
+    assert torch.get_num_threads() == cores
+
+
+def test_cpu_threads_flag_sets_the_threads_of_render_and_export(trained_run, tmp_path, capsys, restore_threads):
+    code, stdout, _ = run_inference_cli(["render", trained_run["run"], "--cameras", "orbit", "--frames", "1", "--width", "8",
+                               "--height", "8", "--out", tmp_path / "a", "--cpu-threads", "1", "--quiet"], capsys)
+    assert code == 0 and "on cpu (1 CPU thread per rank (--cpu-threads)): " in stdout.splitlines()[0]
+    assert torch.get_num_threads() == 1
+    torch.set_num_threads(3)
+    code, stdout, _ = run_inference_cli(["export", "mesh", trained_run["run"], "--resolution", "16", "--cpu-threads", "2",
+                               "--out", tmp_path / "m.ply", "--quiet"], capsys)
+    assert code == 0, stdout
+    assert stdout.splitlines()[0] == (f"exporting a 16^3 mesh of {trained_run['run']}/snapshots/step_0000080.pt "
+                                      "(step 80) on cpu (2 CPU threads per rank (--cpu-threads))")
+    assert torch.get_num_threads() == 2
+    code, _, err = run_inference_cli(["export", "pointcloud", trained_run["run"], "--cpu-threads", "-1"], capsys)
+    assert code == 2 and err == "error: --cpu-threads -1: expected an integer >= 0 (0: cores // ranks)\n"
+
+
+def test_a_run_folder_with_final_pt_in_its_root_still_loads(trained_run, tmp_path, capsys):
+    run = tmp_path / "old-train-many-job"
+    run.mkdir()
+    shutil.copy(trained_run["run"] / "config.json", run / "config.json")
+    shutil.copy(trained_run["snapshot"], run / "final.pt")
+    model = load_model(run, device="cpu")
+    try:
+        assert model.source == run / "final.pt" and model.step == 80
+    finally:
+        model.close()
+    code, stdout, err = run_inference_cli(["render", run, "--frames", "1", "--quiet"], capsys)
+    assert code == 0, err
+    assert (run / "render-test" / "test_000.png").is_file()
+
+
+def test_test_views_are_named_after_the_views_and_scored_against_the_ground_truth(trained_run, tmp_path, capsys):
+    out = tmp_path / "views"
+    code, stdout, _ = run_inference_cli(["render", trained_run["run"], "--cameras", "test", "--compare", "--out", out, "--quiet"],
+                              capsys)
+    assert code == 0
+    evaluated = trained_run["eval"]["images"]  # the evaluation's own scores of the same views
+    names = [f"test_{image['index']:03d}" for image in evaluated]
+    assert sorted(p.name for p in out.glob("test_*.png")) == sorted(
+        [f"{n}.png" for n in names] + [f"{n}_compare.png" for n in names])
+    scores = json.loads((out / "scores.json").read_text())
+    assert [r["file"] for r in scores["images"]] == [f"{n}.png" for n in names]
+    for ours, theirs in zip(scores["images"], evaluated):
+        assert ours["name"] == theirs["name"]
+        assert abs(ours["psnr_db"] - theirs["psnr_db"]) < 1e-3 and abs(ours["ssim"] - theirs["ssim"]) < 1e-4
+    assert abs(scores["mean_psnr_db"] - trained_run["eval"]["mean_psnr_db"]) < 1e-3
+    assert f"against the ground truth: PSNR {scores['mean_psnr_db']:.2f} dB" in stdout.splitlines()[-1]
+    side = cv2.imread(str(out / f"{names[0]}_compare.png"))
+    alone = cv2.imread(str(out / f"{names[0]}.png"))
+    assert side.shape == (32, 64, 3) and (side[:, :32] == alone).all()
+
+
+def test_compare_needs_the_views_of_a_split_at_their_own_size(trained_run, tmp_path, capsys):
+    code, _, err = run_inference_cli(["render", trained_run["run"], "--cameras", "orbit", "--compare", "--out", tmp_path / "o"],
+                           capsys)
+    assert code == 2 and err.startswith("error: --compare: needs the views of a split at their own size")
+    code, _, err = run_inference_cli(["render", trained_run["run"], "--cameras", "test", "--width", "16", "--compare",
+                            "--out", tmp_path / "o"], capsys)
+    assert code == 2 and err.rstrip().endswith("got --cameras test with a new size")
+
+
+def test_a_long_render_is_estimated_and_announced_before_it_starts(trained_run, tmp_path, capsys, monkeypatch):
+    import trainer.inference.cli as inference_cli
+    import trainer.train.eval_estimate as eval_estimate
+
+    monkeypatch.setattr(inference_cli, "ESTIMATE_MIN_RAYS", 1)
+    monkeypatch.setattr(eval_estimate, "measure_eval_seconds", lambda trainer, frames, spp: 7200.0)
+    code, stdout, err = run_inference_cli(["render", trained_run["run"], "--cameras", "test", "--frames", "1", "--spp", "2",
+                                 "--out", tmp_path / "v", "--quiet"], capsys)
+    assert code == 0
+    assert stdout.splitlines()[0].endswith("1 test view of 32x32, spp 2, estimated 2.0 h (measured on a sample of its rays)")
+    assert err.splitlines()[0] == ("warning: this render is estimated at 2.0 h: --frames N renders fewer views (evenly "
+                                   "spaced); --spp 1 is 2x faster; --downscale N renders smaller images; Ctrl-C keeps "
+                                   "the frames written so far")
+
+
+def test_scores_json_is_strict_json_with_a_reason_for_each_null(tmp_path):
+    import json as strict_json
+
+    from trainer.inference.render_views import write_scores
+
+    summary = {"split": "test", "mean_psnr_db": 21.5, "mean_psnr_affine_db": float("nan"),
+               "images": [{"index": 0, "psnr_db": float("inf")}]}
+    text = write_scores(tmp_path, summary).read_text()
+
+    def refuse(constant):
+        raise ValueError(f"not JSON: {constant}")
+
+    parsed = strict_json.loads(text, parse_constant=refuse)
+    assert parsed["mean_psnr_affine_db"] is None and parsed["images"][0]["psnr_db"] is None
+    assert set(parsed["null_reasons"]) == {"mean_psnr_affine_db", "images[0].psnr_db"}
+    assert parsed["mean_psnr_db"] == 21.5

@@ -1,0 +1,91 @@
+"""Rank 0's progress on the launcher's console: :class:`trainer.parallel.rank_log.RankLogFollower`
+on a log written here, and ``ngptune train --nproc-per-node 2`` (gloo, CPU) printing a scene
+warning first, rank 0's step lines live, then the run's summary and its JSON line last."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support.paths import REPO
+from tests.support.scenes import tiny_flags
+from trainer.parallel.rank_log import RankLogFollower, reported_step, restart_line
+
+
+def _append(path: Path, text: str) -> None:
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(text)
+
+
+def test_follower_repeats_progress_and_reports_a_restart(tmp_path):
+    log = tmp_path / "rank0.log"
+    out, err = io.StringIO(), io.StringIO()
+    follower = RankLogFollower(log, 20, 1, plain=True, out=out, err=err)
+    follower.poll()  # no log yet: nothing, no error
+    _append(log, "=== rank 0/2 local rank 0 attempt 0 pid 11: -m trainer\n"
+                 "[rank0]: step 5  loss 0.01000  psnr 20.00 dB  rays/s 1e+03  samples/s 1e+04  t=1.0s\n"
+                 "warning: said on stderr at once\nprogress: step 7/20 (35 %), 2 s trained, eta 0:04\nstep 10  lo")
+    follower.poll()
+    assert out.getvalue().splitlines() == [
+        "rank 0: step 5  loss 0.01000  psnr 20.00 dB  rays/s 1e+03  samples/s 1e+04  t=1.0s",
+        "rank 0: progress: step 7/20 (35 %), 2 s trained, eta 0:04",
+    ]  # the unfinished line waits for its end
+    assert err.getvalue() == "warning: said on stderr at once (rank 0)\n"
+    _append(log, "ss 0.02\nTraceback (most recent call last):\n  File \"x.py\", line 1\nRuntimeError: boom\n"
+                 "=== rank 0/2 local rank 0 attempt 1 pid 12: -m trainer\n"
+                 "resumed from checkpoint runs/x/checkpoints/step_0000010 at step 10 after restart 1\n"
+                 "warning: said on stderr at once\ntrained to step 20 in 3.0 s, 1.00 k samples/s\n"
+                 '{"state": "completed", "step": 20}\n')
+    follower.poll()
+    assert out.getvalue().splitlines()[2:] == [
+        "rank 0: step 10  loss 0.02",
+        restart_line(1, 1),
+        "rank 0: resumed from checkpoint runs/x/checkpoints/step_0000010 at step 10 after restart 1",
+    ]
+    assert follower.restarts_seen == 1
+    assert err.getvalue().count("warning:") == 1  # each warning once; rank 0's summary and JSON are the launcher's
+    log.write_text("step 1  loss 0.5\n")  # truncated (a new run): read from its start
+    follower.poll()
+    assert out.getvalue().splitlines()[-1] == "rank 0: step 1  loss 0.5"
+    assert reported_step("progress: step 7/20 (35 %)") == 7 and reported_step("stepping") is None
+
+
+def _capture_with_a_missing_image(demo_scene: Path, scene: Path) -> Path:
+    """The demo scene's training views as an instant-ngp capture (transforms.json with
+    sharpness, as colmap2nerf writes it) naming one image that is not there: the loader skips that
+    frame with a warning."""
+    import json
+    import shutil
+
+    shutil.copytree(demo_scene / "train", scene / "train")
+    train = json.loads((demo_scene / "transforms_train.json").read_text())
+    frames = [dict(f, file_path=f["file_path"] + ".png", sharpness=100.0) for f in train["frames"]]
+    frames.append(dict(frames[0], file_path="./train/r_missing.png"))
+    (scene / "transforms.json").write_text(json.dumps({"camera_angle_x": train["camera_angle_x"], "frames": frames}))
+    return scene
+
+
+@pytest.mark.timeout(120)
+def test_two_rank_launch_prints_rank0_progress_before_the_summary(demo_scene, tmp_path):
+    scene = _capture_with_a_missing_image(demo_scene, tmp_path / "scene")
+    run = tmp_path / "run"
+    argv = ["train", "--nproc-per-node", "2", "--scene", str(scene), "--out", str(run), *tiny_flags(),
+            "--n-steps", "10", "--no-eval", "--set", "distributed.timeout_s=30"]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+               PYTHONUNBUFFERED="1")
+    proc = subprocess.run([sys.executable, "-m", "ngptune", *argv], cwd=REPO, env=env, text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=110)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    lines = proc.stdout.splitlines()  # stdout and stderr in the order they were written
+    step_lines = [i for i, line in enumerate(lines) if line.startswith("rank 0: step ")]
+    assert [lines[i].split()[3] for i in step_lines] == ["5", "10"], proc.stdout
+    summary = next(i for i, line in enumerate(lines) if line.startswith("trained to step 10"))
+    warning = [i for i, line in enumerate(lines) if line.startswith("warning: ") and "r_missing.png" in line]
+    assert len(warning) == 1 and warning[0] < step_lines[0], proc.stdout  # said once, before training
+    assert step_lines[-1] < summary == len(lines) - 2 and lines[-1].startswith('{"state": "completed"')
+    assert not any(line.startswith(("restart ", "rank 0: {", "rank 0: trained")) for line in lines)

@@ -1,0 +1,126 @@
+"""On a CPU a run without --config takes the CPU preset and says so in its opening line; an
+explicit --config is taken as given; off a TTY the run prints progress lines; the evaluation's
+estimate is within 2x of its measured time."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.support.paths import REPO
+from tests.support.scenes import tiny_config_file
+
+
+def _train(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "trainer", "--device", "cpu", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_no_config_on_a_cpu_takes_the_preset_and_says_so(demo_scene, tmp_path):
+    out = _train("--scene", str(demo_scene), "--n-steps", "2", "--no-eval", "--out", str(tmp_path / "a"), cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    first = out.stdout.splitlines()[0]
+    assert re.match(rf"training {re.escape(str(demo_scene))} on cpu, 1 rank \(1 CPU thread per rank \(training\.cpu_threads\)\), config .*configs/small\.json "
+                    r"\(the CPU preset: no --config on a CPU\), up to 2 steps$", first), first
+    preset = json.loads((tmp_path / "a" / "config.json").read_text())
+    assert preset["training"]["target_samples_per_step"] == 4096
+
+
+def test_an_explicit_config_is_taken_as_given(demo_scene, tmp_path):
+    config = tiny_config_file(tmp_path)
+    out = _train("--scene", str(demo_scene), "--config", str(config), "--n-steps", "2", "--no-eval",
+                 "--out", str(tmp_path / "b"), cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[0].endswith(f"config {config}, up to 2 steps")
+    given = json.loads((tmp_path / "b" / "config.json").read_text())
+    assert given["training"]["target_samples_per_step"] == json.loads(config.read_text().split("\n", 1)[1])["training"]["target_samples_per_step"]
+
+
+def test_eta_counts_the_steps_and_the_time_budget():
+    from trainer.run.progress import eta_seconds
+
+    assert eta_seconds(0, 0.0, 100, None) is None
+    assert eta_seconds(10, 5.0, 100, None) == 45.0
+    assert eta_seconds(10, 5.0, 100, 20.0) == 15.0  # the budget ends first
+
+
+def test_the_evaluation_estimate_is_within_twice_its_time(tmp_path):
+    from trainer.data.demo import write_demo_scene
+
+    scene = write_demo_scene(tmp_path / "scene", resolution=64, n_train=8, n_val=1, n_test=3)
+    config = tiny_config_file(tmp_path)
+    out = _train("--scene", str(scene), "--config", str(config), "--n-steps", "5", "--quiet",
+                 "--out", str(tmp_path / "c"), cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    assert re.search(r"^evaluating 3 test views .*, estimated [0-9.]+ (s|min) \(measured on a sample of its rays\)",
+                     out.stdout, re.M), out.stdout
+    status = json.loads(out.stdout.strip().splitlines()[-1])
+    took, estimate = status["eval_time_s"], status["eval_estimate_s"]
+    assert took / 2 <= max(estimate, 0.5) <= took * 2, (estimate, took)
+    assert re.search(rf"^evaluation on 3 test images in {took:.1f} s \(estimated {estimate:.1f} s\): PSNR ",
+                     out.stdout, re.M), out.stdout
+    assert out.stdout.splitlines()[-2].startswith("trained to step 5 in ")  # readable, then the JSON line
+
+
+def test_a_long_evaluation_says_how_to_shorten_it(demo_scene, monkeypatch):
+    import trainer.train.eval_estimate as eval_estimate
+    from tests.support.scenes import tiny_config
+    from trainer.run.finish import LONG_EVALUATION_S, evaluation_notice
+    from trainer.data import load_scene
+    from trainer.train.loop import Trainer
+
+    trainer = Trainer(tiny_config(), load_scene(demo_scene))
+    monkeypatch.setattr(eval_estimate, "measure_eval_seconds", lambda *args: LONG_EVALUATION_S * 8.7)
+    line = evaluation_notice(trainer)
+    assert "estimated 87.0 min (measured on a sample of its rays)" in line
+    assert line.endswith("that is long: Ctrl-C keeps the trained model, and fewer views (--eval-max-images 1) or "
+                         "smaller images (--downscale N) shorten it")
+    monkeypatch.setattr(eval_estimate, "measure_eval_seconds", lambda *args: 12.0)
+    assert "that is long" not in evaluation_notice(trainer)
+    trainer.close()
+
+
+def _record(step: int) -> dict:
+    return {"step": step, "loss": 0.012345, "train_psnr_db": 23.456, "rays_per_s": 77_612.0,
+            "throughput_samples_per_s": 6_104_850.0, "wall_time_s": 62.0}
+
+
+def test_the_progress_line_fits_80_columns_keeping_step_and_eta():
+    from trainer.run.progress import TrainProgress, fit_progress_line
+
+    figures = TrainProgress.figures(_record(101))
+    line = fit_progress_line(80, "train", 101 / 2000, ["step 101/2000", "eta 12:34", "0:01:02"], figures)
+    assert len(line) <= 80 and "step 101/2000 eta 12:34 0:01:02" in line
+    assert "samples/s 6.10 M" in line and "loss" not in line and "psnr" not in line  # loss and PSNR drop first
+    wide = fit_progress_line(200, "train", 0.5, ["step 1000/2000", "eta 1:00"], figures)
+    assert wide.endswith("samples/s 6.10 M rays/s 77.6 k loss 0.01235 psnr 23.46 dB")
+    narrow = fit_progress_line(40, "train", 0.5, ["step 1000/2000", "eta 1:00", "0:01:00"], figures)
+    assert narrow.startswith("train ━") and narrow.endswith("step 1000/2000 eta 1:00 0:01:00") and len(narrow) <= 40
+
+
+def test_the_live_progress_on_an_80_column_terminal_shows_step_and_eta():
+    import io
+
+    from rich.console import Console
+
+    from trainer.run.progress import TrainProgress
+
+    screen = io.StringIO()
+    progress = TrainProgress(2000, quiet=False, console=Console(file=screen, width=80, force_terminal=True,
+                                                              color_system=None))
+    progress.log(_record(100))
+    progress.step(101, 60.0)
+    progress.refresh()
+    progress.start_evaluation()
+    progress.evaluation_rays(12_300, 32_400)
+    progress.refresh()
+    progress.close()
+    drawn = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", screen.getvalue()).replace("\r", "\n").splitlines()
+    training = [line for line in drawn if line.startswith("train ")][-1]
+    assert re.search(r" step 101/2000 eta 18:48 \d:\d\d samples/s 6.10 M rays/s 77.6 k$", training), training
+    assert len(training) <= 80 and "loss" not in training
+    evaluating = [line for line in drawn if line.startswith("evaluate ")][-1]
+    assert "12.3 k/32.4 k rays eta " in evaluating and len(evaluating) <= 80, evaluating

@@ -1,0 +1,186 @@
+"""`python -m trainer` with instant-ngp style flags, `ngptune train --print-config`, and a scene box
+that no camera ray crosses."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.support.paths import REPO
+from tests.support.scenes import tiny_config_file
+from trainer.contract.errors import TrainingError
+
+
+def _run(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "trainer", *args], cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+def test_instant_ngp_flags_train_save_and_resume(demo_scene, tmp_path):
+    config = tiny_config_file(tmp_path)
+    first = _run("--scene", str(demo_scene), "--network", str(config), "--n_steps", "10",
+                 "--save_snapshot", str(tmp_path / "s.pt"), "--out", str(tmp_path / "run1"), "--no-eval", cwd=REPO)
+    assert first.returncode == 0, first.stderr
+    status = json.loads((tmp_path / "run1" / "status.json").read_text())
+    assert status["state"] == "completed" and status["step"] == 10
+    assert "step 10" in first.stdout  # plain progress lines when not on a terminal
+    second = _run("--scene", str(demo_scene), "--network", str(config), "--n_steps", "15",
+                  "--load_snapshot", str(tmp_path / "s.pt"), "--out", str(tmp_path / "run2"), "--eval-max-images", "1", cwd=REPO)
+    assert second.returncode == 0, second.stderr
+    status = json.loads((tmp_path / "run2" / "status.json").read_text())
+    assert status["step"] == 15 and status["eval_psnr_db"] > 5
+    evaluation = json.loads((tmp_path / "run2" / "eval.json").read_text())
+    assert len(evaluation["images"]) == 1 and (tmp_path / "run2" / "renders" / "test_000.png").is_file()
+
+
+def test_print_config_and_bad_override_are_one_line(tmp_path):
+    ok = _run("--print-config", "--set", "training.precision=bf16", cwd=REPO)
+    assert ok.returncode == 0 and json.loads(ok.stdout)["training"]["precision"] == "bf16"
+    assert ok.stderr.strip().splitlines()[-1].endswith("configs/small.json (the CPU preset: no --config on a CPU)")
+    bad = _run("--print-config", "--set", "encoding.log2_hashmap_size=32", cwd=REPO)
+    assert bad.returncode == 2
+    assert bad.stderr.strip().splitlines() == [
+        "error: overrides: encoding.log2_hashmap_size: expected an integer in [10, 24], got 32"
+    ]
+
+
+def test_a_box_no_camera_ray_crosses_is_a_clear_error(tmp_path):
+    from tests.support.scenes import tiny_config
+    from trainer.data import load_scene
+    from trainer.train.loop import Trainer
+
+    folder = tmp_path / "away"
+    (folder / "images").mkdir(parents=True)
+    import cv2
+
+    frames = []
+    for i in range(3):
+        cv2.imwrite(str(folder / "images" / f"{i}.png"), np.full((8, 8, 3), 128, np.uint8))
+        # cameras 10 units above the scene looking up (+z in NeRF world), away from the box
+        c2w = [[1, 0, 0, 0.1 * i], [0, -1, 0, 0], [0, 0, -1, 10.0], [0, 0, 0, 1]]
+        frames.append({"file_path": f"images/{i}.png", "transform_matrix": c2w})
+    (folder / "transforms.json").write_text(json.dumps({"camera_angle_x": 0.5, "frames": frames}))
+    trainer = Trainer(tiny_config(data__holdout_every=0), load_scene(folder, holdout_every=0))
+    with pytest.raises(TrainingError, match="no ray sample hit an occupied cell"):
+        trainer.train(n_steps=40)
+    trainer.close()
+
+
+def test_a_used_out_folder_is_refused_unless_resumed_and_a_missing_scene_writes_nothing(demo_scene, tmp_path):
+    config = tiny_config_file(tmp_path)
+    out = tmp_path / "run"
+    common = ("--scene", str(demo_scene), "--config", str(config), "--no-eval", "--quiet", "--out", str(out))
+    first = _run(*common, "--n-steps", "5", "--snapshot-every", "5", cwd=REPO)
+    assert first.returncode == 0, first.stderr
+    metrics_before = (out / "metrics.jsonl").read_text()
+
+    again = _run(*common, "--n-steps", "5", cwd=REPO)
+    assert again.returncode == 2
+    snapshot = out / "snapshots" / "step_0000005.pt"
+    assert again.stderr.strip() == (f"error: --out {out}: already holds a run (its status.json says 'completed'); "
+                                    f"choose a new folder, or continue that run with --resume {snapshot}")
+    assert (out / "metrics.jsonl").read_text() == metrics_before  # nothing of the refused run mixed in
+
+    resumed = _run(*common, "--n-steps", "10", "--resume", str(snapshot), cwd=REPO)
+    assert resumed.returncode == 0, resumed.stderr
+    resumed_status = json.loads((out / "status.json").read_text())
+    assert resumed_status["step"] == 10 and resumed_status["resumed_from_step"] == 5
+    assert f"resumed from {snapshot} at step 5" in resumed.stdout + resumed.stderr
+
+    missing = tmp_path / "no_such_scene"
+    lost = _run("--scene", str(missing), "--config", str(config), "--out", str(tmp_path / "never"), cwd=REPO)
+    assert lost.returncode == 2
+    assert lost.stderr.strip() == f"error: --scene {missing}: scene path does not exist"
+    assert not (tmp_path / "never").exists()
+
+
+def test_a_run_stopped_by_its_time_budget_says_so(demo_scene, tmp_path):
+    config = tiny_config_file(tmp_path)
+    out = tmp_path / "run"
+    result = _run("--scene", str(demo_scene), "--config", str(config), "--n-steps", "100000", "--time-budget", "1",
+                  "--no-eval", "--quiet", "--out", str(out), cwd=REPO)
+    assert result.returncode == 0, result.stderr
+    status = json.loads((out / "status.json").read_text())
+    assert status["state"] == "completed" and status["stopped_by"] == "time_budget" and status["step"] < 100000
+    assert (f"stopped at step {status['step']} of 100000: the time budget of 1 s (training.time_budget_s, "
+            "--time-budget) was reached") in result.stdout + result.stderr
+
+
+def test_an_interrupted_final_evaluation_keeps_the_trained_model(demo_scene, tmp_path, monkeypatch, capsys):
+    from trainer.cli import build_parser, train_command
+    from trainer.train.loop import Trainer
+    from trainer.train.snapshot import load_snapshot
+
+    def interrupted(self, *args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Trainer, "evaluate", interrupted)
+    run = tmp_path / "run"
+    args = build_parser().parse_args(["--scene", str(demo_scene), "--config", str(tiny_config_file(tmp_path)),
+                                      "--n-steps", "6", "--out", str(run), "--quiet"])
+    assert train_command(args) == 130
+    status = json.loads((run / "status.json").read_text())
+    assert status["state"] == "interrupted" and status["interrupted_during"] == "evaluation"
+    snapshot = run / "snapshots" / "step_0000006.pt"
+    assert status["snapshot"] == str(snapshot) and load_snapshot(snapshot)["step"] == 6
+    out = capsys.readouterr().out
+    assert f"evaluation interrupted; the trained model (step 6) is in {snapshot}" in out
+    assert "evaluating 4 test views" in out
+
+
+def test_eval_time_estimate_follows_the_training_rate():
+    from trainer.train.eval_estimate import eval_seconds_estimate
+
+    last = {"rays_per_step": 1000.0, "samples_per_step": 50000.0, "throughput_samples_per_s": 1e6}
+    # 518 400 pixels × 50 samples per ray at 3 × 1e6 samples/s
+    assert eval_seconds_estimate(518_400, 1, last) == pytest.approx(518_400 * 50 / 3e6)
+    assert eval_seconds_estimate(518_400, 8, last) == pytest.approx(8 * 518_400 * 50 / 3e6)
+    assert eval_seconds_estimate(100, 1, {}) is None
+    assert eval_seconds_estimate(100, 1, dict(last, rays_per_step=0)) is None
+
+
+def test_resume_names_changed_settings_and_refuses_fewer_steps(demo_scene, tmp_path):
+    config = tiny_config_file(tmp_path)
+    first = _run("--scene", str(demo_scene), "--config", str(config), "--n-steps", "6", "--save-snapshot",
+                 str(tmp_path / "s.pt"), "--out", str(tmp_path / "run1"), "--no-eval", cwd=REPO)
+    assert first.returncode == 0, first.stderr
+    changed = _run("--scene", str(demo_scene), "--config", str(config), "--n-steps", "8", "--resume", str(tmp_path / "s.pt"),
+                   "--set", "loss.otype=Huber", "--out", str(tmp_path / "run2"), "--no-eval", cwd=REPO)
+    assert changed.returncode == 0, changed.stderr
+    assert (f"warning: {tmp_path / 's.pt'}: resuming with settings other than it was trained with: "
+            "loss.otype: 'L2' → 'Huber'; pass its run's config.json as --config") in changed.stderr
+    same = _run("--scene", str(demo_scene), "--config", str(config), "--n-steps", "8", "--resume", str(tmp_path / "s.pt"),
+                "--out", str(tmp_path / "run3"), "--no-eval", cwd=REPO)
+    assert same.returncode == 0 and "resuming with settings" not in same.stderr, same.stderr
+    fewer = _run("--scene", str(demo_scene), "--config", str(config), "--n-steps", "4", "--resume", str(tmp_path / "s.pt"),
+                 "--out", str(tmp_path / "run4"), "--no-eval", cwd=REPO)
+    assert fewer.returncode == 2
+    assert fewer.stderr.strip().endswith(f"error: training.n_steps: 4 is below step 6 of the snapshot "
+                                         f"{tmp_path / 's.pt'}; give --n-steps 6 or more")
+
+
+def test_resume_of_a_single_process_run_folder_takes_its_newest_snapshot(demo_scene, tmp_path):
+    config = tiny_config_file(tmp_path)
+    first = _run("--scene", str(demo_scene), "--config", str(config), "--n-steps", "6", "--snapshot-every", "3",
+                 "--out", str(tmp_path / "run1"), "--no-eval", cwd=REPO)
+    assert first.returncode == 0, first.stderr
+    again = _run("--scene", str(demo_scene), "--config", str(config), "--n-steps", "8", "--resume", str(tmp_path / "run1"),
+                 "--out", str(tmp_path / "run2"), "--no-eval", cwd=REPO)
+    assert again.returncode == 0, again.stderr
+    status = json.loads((tmp_path / "run2" / "status.json").read_text())
+    assert status["resumed_from_step"] == 6 and status["step"] == 8
+
+
+def test_a_run_resumed_in_its_own_folder_keeps_the_earlier_evaluation_aside(demo_scene, tmp_path):
+    config = tiny_config_file(tmp_path)
+    run = tmp_path / "run"
+    first = _run("--scene", str(demo_scene), "--config", str(config), "--n-steps", "6", "--snapshot-every", "6",
+                 "--out", str(run), "--eval-max-images", "1", cwd=REPO)
+    assert first.returncode == 0, first.stderr
+    assert json.loads((run / "eval.json").read_text())["step"] == 6
+    again = _run("--scene", str(demo_scene), "--config", str(config), "--n-steps", "8", "--resume", str(run),
+                 "--out", str(run), "--no-eval", cwd=REPO)
+    assert again.returncode == 0, again.stderr
+    assert not (run / "eval.json").exists()  # nothing evaluated step 8
+    assert json.loads((run / "eval.step_0000006.json").read_text())["step"] == 6

@@ -1,0 +1,71 @@
+"""The finest hash-grid level follows the training views' pixels unless encoding.max_resolution
+says otherwise, and a snapshot is never loaded into a grid of another finest resolution."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.support.scenes import tiny_config
+from trainer.data import load_scene
+from trainer.data.footprint import footprint_resolution
+from trainer.data.scene import Frame, Intrinsics
+from trainer.encoding.hashgrid import level_resolutions
+from trainer.contract.errors import SnapshotError
+from trainer.train.loop import Trainer
+
+UNIT_BOX = np.array([[0.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
+
+
+def _frame(position: list[float], focal_px: float) -> Frame:
+    c2w = np.eye(4)
+    c2w[:3, 3] = position
+    intrinsics = Intrinsics(width=64, height=64, fx=focal_px, fy=focal_px, cx=32.0, cy=32.0)
+    return Frame(name="f", image_path=__file__, c2w=c2w, intrinsics=intrinsics)
+
+
+def test_footprint_is_side_times_focal_over_distance_median_over_views():
+    frames = [_frame([0.5, 0.5, 2.5], 100.0), _frame([2.5, 0.5, 0.5], 100.0), _frame([0.5, 4.5, 0.5], 400.0)]
+    # s·f/d per view: 1·100/2 = 50, 50, 1·400/4 = 100; the median is 50
+    assert footprint_resolution(frames, UNIT_BOX) == pytest.approx(50.0)
+    box4 = np.array([[-1.5] * 3, [2.5] * 3])  # aabb_scale 4 around the same centre
+    assert footprint_resolution(frames, box4) == pytest.approx(200.0)
+    assert footprint_resolution([_frame([0.5, 0.5, 0.5], 100.0)], UNIT_BOX) is None  # a camera at the centre
+    assert footprint_resolution([], UNIT_BOX) is None
+
+
+def _derived(**overrides):
+    # the tiny config fixes b = 2; leaving b and N_max unset lets the scene decide
+    return tiny_config(encoding__per_level_scale=None, encoding__n_levels=4, training__n_steps=3, **overrides)
+
+
+def test_the_trainer_builds_its_finest_level_from_the_scene(demo_scene):
+    scene = load_scene(demo_scene)
+    trainer = Trainer(_derived(), scene)
+    footprint = footprint_resolution(scene.frames("train"), scene.aabb)
+    expected = 2 ** int(np.ceil(np.log2(footprint)))
+    assert trainer.footprint_resolution == pytest.approx(footprint)
+    assert trainer.finest_resolution == expected < 2048  # 32-pixel views: far below instant-ngp's 2048
+    assert level_resolutions(trainer.field.encoding.cfg)[-1] == expected
+    explicit = Trainer(_derived(encoding__max_resolution=256), scene)
+    assert explicit.finest_resolution == 256 and level_resolutions(explicit.field.encoding.cfg)[-1] == 256
+    trainer.close()
+    explicit.close()
+
+
+def test_a_snapshot_of_another_finest_resolution_is_refused_with_the_override(demo_scene, tmp_path):
+    scene = load_scene(demo_scene)
+    first = Trainer(_derived(), scene)
+    first.train()
+    path = first.save(tmp_path / "snap.pt")
+    finest = first.finest_resolution
+    first.close()
+    other = Trainer(_derived(encoding__max_resolution=finest * 2), scene)
+    with pytest.raises(SnapshotError, match=rf"snap\.pt: its hash grid was trained with a finest resolution of {finest}, "
+                                            rf"this config and scene give {finest * 2} .*--set encoding\.max_resolution={finest}"):
+        other.load(path)
+    other.close()
+    same = Trainer(_derived(encoding__max_resolution=finest), scene)  # the override the message names
+    same.load(path)
+    assert same.step == 3
+    same.close()
