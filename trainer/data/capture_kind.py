@@ -130,11 +130,13 @@ def classify_cameras(c2w: np.ndarray, transparent: float | None) -> CaptureKind:
 
 def transparent_share(frames: Sequence[Frame], n_images: int = ALPHA_IMAGES) -> float | None:
     """The largest share of not fully opaque pixels among up to ``n_images`` evenly spaced frames'
-    images, decoded shrunk (an image without an alpha channel counts 0); None without frames.
+    images, decoded shrunk (an image whose header declares no alpha counts 0 and is not decoded);
+    None without frames.
 
     Raises:
         SceneError: an image cannot be decoded (names the file).
     """
+    from trainer.data.imageinfo import may_have_alpha
     from trainer.data.images import decode_image
 
     if not frames:
@@ -143,6 +145,8 @@ def transparent_share(frames: Sequence[Frame], n_images: int = ALPHA_IMAGES) -> 
     largest = 0.0
     for index in picks:
         frame = frames[index]
+        if not may_have_alpha(frame.image_path):  # a header without alpha: nothing to decode
+            continue
         shrink = max(1, min(_ALPHA_DOWNSCALE, frame.intrinsics.width // 16, frame.intrinsics.height // 16))
         rgba, has_alpha = decode_image(frame.image_path, downscale=shrink)
         if has_alpha:
