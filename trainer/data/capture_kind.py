@@ -115,8 +115,8 @@ def classify_cameras(c2w: np.ndarray, transparent: float | None) -> CaptureKind:
         raise ValueError(f"classify_cameras: c2w must be [n, 4, 4], got {c2w.shape}")
     spread = view_spread_deg(c2w) if len(c2w) else None
     if transparent is not None and transparent >= TRANSPARENT_SHARE_MIN:
-        return CaptureKind("object", f"the images carry alpha ({100 * transparent:.0f} % of an image's pixels "
-                           "not opaque): an object without background", transparent, spread)
+        return CaptureKind("object", f"the images carry alpha: {100 * transparent:.0f} % of an image's pixels are "
+                           "not opaque", transparent, spread)
     alpha_text = "no alpha" if not transparent else f"alpha on {100 * transparent:.2g} % of the pixels only"
     if spread is None:
         return CaptureKind("360", f"{alpha_text} and no training camera to measure", transparent, spread)
@@ -124,8 +124,7 @@ def classify_cameras(c2w: np.ndarray, transparent: float | None) -> CaptureKind:
         return CaptureKind("forward-facing", f"{alpha_text}; every view within {spread:.0f}° of the mean view "
                            f"direction (<= {FORWARD_FACING_MAX_DEG:.0f}°)", transparent, spread)
     return CaptureKind("360", f"{alpha_text}; views spread to {spread:.0f}° from the mean view direction "
-                       f"(> {FORWARD_FACING_MAX_DEG:.0f}°): a capture from around the scene, with background",
-                       transparent, spread)
+                       f"(> {FORWARD_FACING_MAX_DEG:.0f}°)", transparent, spread)
 
 
 def transparent_share(frames: Sequence[Frame], n_images: int = ALPHA_IMAGES) -> float | None:
