@@ -15,9 +15,10 @@ Trains one single-process trainer per variant (same seed, same scene) for ``--st
 * held-out PSNR on ``--eval-images`` evenly spaced test views.
 
     python bench/samples_per_ray.py --scene ../shared/data/fox --config configs/small.json \
-        --downscale 8 --steps 300 --set training.device=cpu --variant base
+        --downscale 8 --steps 300,600 --set training.device=cpu --set training.max_march_steps=1024 \
+        --variant box:training.scene_model=box --variant defaults
     python bench/samples_per_ray.py --scene .scenes/fox --time-budget 60 --eval-images 7 \
-        --variant object:training.scene_model=object --variant auto
+        --variant box:training.scene_model=box --variant defaults      # one GPU (bench/gpu_run.sh background)
 """
 
 from __future__ import annotations
