@@ -4,7 +4,8 @@ A :class:`Trainer` builds what training is made of (the field, the occupancy gri
 the optimiser) and composes one training :class:`~trainer.train.step.Step`, chosen by
 :func:`~trainer.train.step_choice.choose_step` (dynamic, fixed capacity, captured; the distributed
 trainers of :mod:`trainer.parallel` run theirs). Its :meth:`Trainer.train` loop delegates: the
-step to the Step, interval records to :mod:`trainer.train.records`, snapshots to
+step to the Step, the loop and its clocks to :mod:`trainer.train.training_loop`, interval records
+to :mod:`trainer.train.records`, snapshots to
 :mod:`trainer.train.snapshot_state`, the profiling window to :mod:`trainer.train.tracing`, the
 start-up report to :mod:`trainer.train.startup`, the time budget's look-ahead to
 :mod:`trainer.train.budget`. A loss or parameter that is no longer finite stops the run as
@@ -16,14 +17,13 @@ from __future__ import annotations
 
 import contextlib
 import math
-import time
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
 from trainer.contract.config import TrainConfig
-from trainer.contract.errors import SceneError, TrainingError
+from trainer.contract.errors import SceneError
 from trainer.contract.rundir import RunDir
 from trainer.contract.world import check_world_size
 from trainer.data import Scene, load_scene
@@ -34,18 +34,17 @@ from trainer.render.occupancy import MIN_STEP_SIZE, OccupancyGrid
 from trainer.train.batch_size import BatchSizer
 from trainer.train.budget import StepDurations
 from trainer.train.build import build_field, check_trainable, resolve_device, seed_everything, use_triton_kernels
-from trainer.train.divergence import diverged_instead
 from trainer.train.evaluate import evaluate
-from trainer.train.faults import inject_step_faults, phase_faults
+from trainer.train.faults import phase_faults
 from trainer.train.inputs import StepInputs, build_sampler
 from trainer.train.optimization import Optimization, build_adam
 from trainer.train.phases import OccupancyRefresh
 from trainer.train.precision import set_matmul_precision
 from trainer.train.prefetch import InputPrefetcher
-from trainer.train.records import IntervalRecords
 from trainer.train.snapshot import save_snapshot
 from trainer.train.snapshot_state import load_snapshot_into, snapshot_payload, warm_start_from
 from trainer.train.startup import StartupClock, StartupReport
+from trainer.train.training_loop import TrainingLoop
 from trainer.train.step import Step, StepOutcome
 from trainer.train.step_choice import choose_step
 from trainer.train.timing import PhaseTimer
@@ -273,73 +272,8 @@ class Trainer:
                 it caused a training error (an empty occupancy grid).
             TrainingError: as :meth:`~trainer.train.step.Step.advance`.
         """
-        t = self.cfg.training
-        n_steps = t.n_steps if n_steps is None else n_steps
-        time_budget_s = t.time_budget_s if time_budget_s is None else time_budget_s
-        records = IntervalRecords(self, on_log)
-        last_record: dict[str, Any] = {}
-        startup_until = None if self.startup is not None else self.step + self.stepper.startup_steps()
-        try:
-            while self.step < n_steps:
-                if time_budget_s is not None and self.time_budget_spent(time_budget_s):
-                    break
-                inject_step_faults(self.cfg.faults, self.rank, self.step)
-                self.tracing.at_step(self.step)
-                t_step = time.perf_counter()
-                occupancy_step = self.occupancy_refresh.due(self.step)
-                records.add(*self.train_step())
-                done = self.step >= n_steps
-                timed_step = startup_until is None
-                if startup_until is not None:  # a start-up step: its seconds are not training
-                    if self.step >= startup_until or done:
-                        self.finish_startup(records, self.step - startup_until + self.stepper.startup_steps())
-                        startup_until = None
-                    t_step = time.perf_counter()
-                eval_now = bool(eval_every) and self.step % eval_every == 0 and not done
-                if self.step % t.log_every == 0 or done or eval_now:
-                    self.synchronize()
-                    step_s = time.perf_counter() - t_step
-                    self.train_time_s += step_s
-                    result = self.evaluate_outside_clock(records, on_eval) if eval_now else None
-                    last_record = records.flush(result)  # its PSNR goes into this step's record
-                else:
-                    step_s = time.perf_counter() - t_step
-                    self.train_time_s += step_s
-                if timed_step:
-                    self.step_durations.note(occupancy_step, step_s)
-                if self.run_dir and snapshot_every and self.step % snapshot_every == 0:
-                    self.periodic_save()
-                if on_step:
-                    on_step(self.step, self.train_time_s)
-            if records.interval.steps > 0:  # stopped by the time budget between two records
-                self.synchronize()
-                last_record = records.flush()
-        except TrainingError as exc:  # an empty occupancy grid may be a diverged model's doing
-            raise diverged_instead(exc, self.field, self.step) or exc
-        finally:
-            records.close()
-            self.tracing.close()  # the run ended inside the window: keep what was recorded
-        return last_record
-
-    def finish_startup(self, records: IntervalRecords, steps: int) -> None:
-        """The start-up's ``steps`` steps are done: report them (:attr:`startup`, the next
-        record) and start the interval's clock; their phase times are not the interval's."""
-        self.synchronize()
-        self.startup = self.startup_clock.report(steps, self.step_choice.kind, self.step_choice.reason)
-        self.timer.collect()
-        records.restart_clock()
-        records.add_once(self.startup.record())
-
-    def evaluate_outside_clock(self, records: IntervalRecords,
-                               on_eval: Callable[[dict[str, Any]], None] | None) -> dict[str, Any]:
-        """:meth:`evaluate` of ``training.eval_every_max_images`` views during training; its seconds
-        are left out of the interval's time."""
-        t_eval = time.perf_counter()
-        result = self.evaluate(max_images=self.cfg.training.eval_every_max_images)
-        records.exclude(time.perf_counter() - t_eval)
-        if on_eval:
-            on_eval(result)
-        return result
+        return TrainingLoop(self).run(n_steps, time_budget_s, on_log=on_log, on_eval=on_eval,
+                                      snapshot_every=snapshot_every, eval_every=eval_every, on_step=on_step)
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, split: str | None = None, max_images: int | None = None, save_renders: bool = True,
