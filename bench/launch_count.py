@@ -57,13 +57,13 @@ def main() -> None:
     every = cfg.training.occupancy_update_every
     warm = args.warmup + (-args.warmup) % every + 1  # the recorded steps hold no occupancy update
     trainer.train(n_steps=warm)
-    trainer._synchronize()
+    trainer.synchronize()
     trainer.timer.record_functions = True
     t0 = time.perf_counter()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] if trainer.device.type == "cuda"
                  else [ProfilerActivity.CPU]) as prof:
         trainer.train(n_steps=warm + args.steps)
-        trainer._synchronize()
+        trainer.synchronize()
     host_ms = (time.perf_counter() - t0) * 1e3 / args.steps
     by_phase: collections.Counter = collections.Counter()
     by_op: collections.Counter = collections.Counter()

@@ -50,13 +50,13 @@ def sampler_process(interval_s: float, sampling, stop, counts) -> None:
 
 def timed_block(trainer: Trainer, steps: int) -> float:
     """Samples per second over ``steps`` training steps (device-synchronised at both ends)."""
-    trainer._synchronize()
+    trainer.synchronize()
     t0 = time.perf_counter()
     samples = 0
     for _ in range(steps):
         stats, _, _ = trainer.train_step()
         samples += stats.n_samples
-    trainer._synchronize()
+    trainer.synchronize()
     elapsed = time.perf_counter() - t0
     trainer.timer.collect()  # the events of the block (kept out of the timed span)
     return samples / elapsed

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from _common import machine_description, print_table
 
-import trainer.train.loop as loop_module
+import trainer.train.phases as phases
 from trainer.contract.config import apply_overrides, load_config, parse_override
 from trainer.data import load_scene
 from trainer.render.volrend import composite
@@ -24,10 +24,10 @@ from trainer.train.loop import Trainer
 
 
 def set_variant(trainer: Trainer, name: str, compiled: dict) -> None:
-    loop_module.composite = compiled["composite"] if "composite" in name else composite
+    phases.composite = compiled["composite"] if "composite" in name else composite
     # the patched composite is the reference path's: variants that compile it leave the Triton kernel
     trainer.triton_render = trainer.triton_render_resolved and "composite" not in name
-    loop_module.photometric_loss = compiled["loss"] if "loss" in name else compiled["loss_eager"]
+    phases.photometric_loss = compiled["loss"] if "loss" in name else compiled["loss_eager"]
 
 
 def main() -> None:
@@ -47,8 +47,8 @@ def main() -> None:
     trainer = Trainer(cfg, load_scene(args.scene), run_dir=None)
     compiled = {
         "composite": torch.compile(composite, dynamic=True),
-        "loss": torch.compile(loop_module.photometric_loss, dynamic=True),
-        "loss_eager": loop_module.photometric_loss,
+        "loss": torch.compile(phases.photometric_loss, dynamic=True),
+        "loss_eager": phases.photometric_loss,
     }
     trainer.triton_render_resolved = trainer.triton_render
     trainer.train(n_steps=args.warmup)
@@ -58,11 +58,11 @@ def main() -> None:
             set_variant(trainer, name, compiled)
             t_c = time.perf_counter()
             trainer.train(n_steps=trainer.step + args.settle)
-            trainer._synchronize()
+            trainer.synchronize()
             settle_s = time.perf_counter() - t_c
             t0 = time.perf_counter()
             trainer.train(n_steps=trainer.step + args.steps)
-            trainer._synchronize()
+            trainer.synchronize()
             rate = args.steps / (time.perf_counter() - t0)
             results.setdefault(name, []).append(rate)
             print(f"{name}: {rate:.1f} steps/s (settle {settle_s:.1f} s)", flush=True)

@@ -81,7 +81,7 @@ def launch_command(args: argparse.Namespace, train_argv: list[str]) -> int:
     from trainer.contract.world import check_world_size
     from trainer.parallel.dist_env import visible_cuda_devices
     from trainer.parallel.launch import launch_workers
-    from trainer.train.loop import check_trainable
+    from trainer.train.build import check_trainable
 
     if args.nproc_per_node < 1:
         raise ConfigError(f"--nproc-per-node: expected an integer >= 1, got {args.nproc_per_node}")

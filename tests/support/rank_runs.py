@@ -30,7 +30,7 @@ def no_jitter(trainer) -> None:
 def parity_rank(rank: int, world_size: int, scene: str, batches: list) -> dict:
     trainer = DataParallelTrainer(tiny_config(**PARITY), load_scene(Path(scene)))
     no_jitter(trainer)
-    trainer.draw_batch = lambda n: batches[rank]
+    trainer.inputs.draw_batch = lambda n: batches[rank]
     stats, loss, _ = trainer.train_step()
     out = {
         "params": {k: p.detach().clone() for k, p in trainer.field.named_parameters()},
@@ -57,7 +57,7 @@ def parity_reference(scene: Path, world_size: int, n_rays: int = 64):
     parts = [type(batch)(*(getattr(batch, f)[r * size : (r + 1) * size]
                            for f in ("rays_o", "rays_d", "rgb", "alpha", "image_index")))
              for r in range(world_size)]
-    ref.draw_batch = lambda n: batch
+    ref.inputs.draw_batch = lambda n: batch
     initial = {k: p.detach().clone() for k, p in ref.field.named_parameters()}
     _, ref_loss, _ = ref.train_step()
     return ref, float(ref_loss), initial, parts
@@ -112,7 +112,7 @@ def data_balance_rank(rank: int, world_size: int, scene: str) -> dict:
 
     trainer = DataParallelTrainer(tiny_config(**DATA_BALANCED, **SLOW_TWICE), load_scene(Path(scene)))
     rays = [trainer.train_step()[0].n_rays for _ in range(50)]
-    trainer._settle_previous_step()
+    trainer.stepper.settle()
     out = {"shares": trainer.balancer.shares, "rounds": trainer.balancer.rounds, "rays": rays,
            "last_imbalance": trainer.balancer.last_imbalance, "param0": next(trainer.field.parameters()).detach().clone()}
     trainer.close()

@@ -409,7 +409,7 @@ def _worker_argv(argv: list[str]) -> list[str]:
 def _launch_render(args: argparse.Namespace) -> int:
     from trainer.inference.loading import model_config
     from trainer.parallel.launch import launch_workers
-    from trainer.train.loop import resolve_device
+    from trainer.train.build import resolve_device
 
     cfg = model_config(args.model)
     device = resolve_device(args.device or cfg.training.device)

@@ -229,7 +229,8 @@ def load_model(path: Path, scene_path: Path | None = None, device: str | None = 
         cfg = _read_run_config(run_config) if run_config else _config_from(payload.get("config"), source)
         cfg = _inference_config(cfg, device, cpu_fallback, notes)
         cfg = _trained_scene_model(cfg, payload.get("trainer_state"))
-        from trainer.train.loop import Trainer, check_finest_resolution, check_scene_model
+        from trainer.train.loop import Trainer
+        from trainer.train.snapshot_state import check_finest_resolution, check_scene_model
 
         trainer = Trainer(cfg, _load_scene(cfg, scene_path), None)
         check_finest_resolution(source, payload.get("trainer_state"), trainer.finest_resolution)

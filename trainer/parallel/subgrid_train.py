@@ -19,19 +19,8 @@ equal finish times
 state along (:meth:`~trainer.parallel.subgrid.SubgridModel.move_box`), so training goes on
 exactly as without the move.
 
-One step, on every rank::
-
-    occupancy update: σ = all-reduce SUM of each rank's box densities (0 outside its boxes), cells
-        and points from an identically seeded generator → the same grid everywhere
-    (at the end of the warm-up: re-cut the boxes by occupied cells)
-    the SAME rays on every rank (sampler, jitter and background seeded with training.seed)
-    march through the shared occupancy grid (identical samples)              "shared" time
-    each rank renders the segments of its boxes; all_gather_segments (O(rays) bytes);
-    composite_boxes_in_order → every rank holds the same colours and the same loss
-    backward (loss_replicated: no communication), Adam over the rank's own parameters only
-                                                                             "box" time
-    all-gather of [rays, samples, compute ms, shared ms, box ms, samples per owned box]:
-        imbalance metric; every balance_every steps, box moves
+The step is :class:`~trainer.parallel.subgrid_step.SubgridStep` (the same rays on every rank,
+each rank rendering the segments of its boxes, ordered compositing of every rank's segments).
 
 ``training.target_samples_per_step`` is the job's sample target per step here (every rank sees
 every sample and renders those in its boxes). Evaluation renders on all ranks together; rank 0
@@ -42,7 +31,6 @@ world size).
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -50,21 +38,22 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from trainer.contract.errors import SnapshotError, TrainingError
+from trainer.contract.config import TrainConfig
+from trainer.contract.errors import SnapshotError
+from trainer.contract.rundir import RunDir
+from trainer.data import Scene
+from trainer.data.images import PixelTable
 from trainer.parallel.balance import BoxBalancer, shares_from_capabilities
 from trainer.parallel.partition import Box, assign_boxes, occupancy_weights, split_boxes
-from trainer.parallel.subgrid import (
-    SubgridModel, all_gather_segments, composite_boxes_in_order, render_subgrid, segment_order,
-)
+from trainer.parallel.subgrid import SubgridModel, render_subgrid
+from trainer.parallel.subgrid_step import SubgridStep
 from trainer.parallel.trainer import DistributedTrainerBase
+from trainer.train.build import build_field
 from trainer.train.evaluate import evaluate
-from trainer.train.loop import StepStats, build_field
+from trainer.train.optimization import build_adam
 from trainer.train.precision import autocast
 
 __all__ = ["SubgridTrainer"]
-
-# Columns of the per-step row every rank all-gathers (then one column per box).
-_ROW_RAYS, _ROW_SAMPLES, _ROW_COMPUTE_MS, _ROW_SHARED_MS, _ROW_BOX_MS, _ROW_BOXES = range(6)
 
 
 class SubgridTrainer(DistributedTrainerBase):
@@ -81,14 +70,17 @@ class SubgridTrainer(DistributedTrainerBase):
     """
 
     mode = "subgrid"
+    parallel_step = SubgridStep
 
-    def _build_model(self) -> torch.nn.Module:
+    def __init__(self, cfg: TrainConfig, scene: Scene, run_dir: RunDir | None = None,
+                 pixel_table: PixelTable | None = None) -> None:
+        super().__init__(cfg, scene, run_dir, pixel_table)
+        self.box_balancer = BoxBalancer(self.world_size, cfg.parallel.num_subgrids, cfg.parallel.balance_every)
+
+    def build_model(self) -> torch.nn.Module:
+        """This rank's boxes of the K equal-volume boxes, owned by :meth:`initial_owners`."""
         boxes = split_boxes(self.aabb.cpu(), None, self.cfg.parallel.num_subgrids)
         return self._make_model(boxes, self.initial_owners())
-
-    def _after_init(self) -> None:
-        super()._after_init()
-        self.box_balancer = BoxBalancer(self.world_size, self.cfg.parallel.num_subgrids, self.cfg.parallel.balance_every)
 
     def initial_owners(self) -> list[int]:
         """Owner of each box before any move: contiguous runs sized by the static shares of
@@ -111,14 +103,14 @@ class SubgridTrainer(DistributedTrainerBase):
         """Replace the model by fresh fields over ``boxes`` owned by ``owners``, with a fresh
         optimiser; the balancer's open round is dropped."""
         self.field = self._make_model(boxes, owners)
-        self.optimizer = self._build_optimizer()
+        self.optim.optimizer = self.build_optimizer()
         self.box_balancer.reset_window()
 
-    def _build_optimizer(self) -> torch.optim.Optimizer:
+    def build_optimizer(self) -> torch.optim.Optimizer:
         """Adam over the owned boxes: groups (hash-grid entries, MLP weights) as the base trainer."""
         fields = [self.field.fields[str(k)] for k in self.field.local_box_ids]
-        return self._adam([p for f in fields for p in f.encoding_parameters()],
-                          [p for f in fields for p in f.mlp_weight_parameters()])
+        return build_adam(self.cfg.optimizer, [p for f in fields for p in f.encoding_parameters()],
+                          [p for f in fields for p in f.mlp_weight_parameters()], self.device)
 
     def named_model_tensors(self) -> dict[str, torch.Tensor]:
         return {f"boxes.{k}.{n}": v for k in self.field.local_box_ids
@@ -127,11 +119,6 @@ class SubgridTrainer(DistributedTrainerBase):
     def named_parameters_for_optimizer(self) -> dict[str, torch.nn.Parameter]:
         return {f"boxes.{k}.{n}": p for k in self.field.local_box_ids
                 for n, p in self.field.fields[str(k)].named_parameters()}
-
-    def _density_for_grid(self, positions: torch.Tensor) -> torch.Tensor:
-        with torch.no_grad():
-            sigma = self.field.density(positions).float()
-        return self._all_reduce_density(sigma, dist.ReduceOp.SUM)
 
     # ------------------------------------------------------------------ boxes
     def recut_boxes(self, resolution: int | None = None) -> list[Box]:
@@ -152,7 +139,7 @@ class SubgridTrainer(DistributedTrainerBase):
         weights = occupancy_weights(self.grid, aabb, resolution, source="bitfield")
         boxes = split_boxes(aabb, weights, self.cfg.parallel.num_subgrids)
         if self.distributed:
-            corners = torch.tensor([[b.lo, b.hi] for b in boxes], dtype=torch.float64, device=self._comm_device())
+            corners = torch.tensor([[b.lo, b.hi] for b in boxes], dtype=torch.float64, device=self.ranks.comm_device())
             dist.broadcast(corners, src=0)
             boxes = [Box(tuple(lo), tuple(hi), k) for k, (lo, hi) in enumerate(corners.cpu().tolist())]
         self._install_boxes(boxes, self.initial_owners())
@@ -160,99 +147,6 @@ class SubgridTrainer(DistributedTrainerBase):
             print(f"step {self.step}: subgrid boxes re-cut by occupied cells "
                   f"({float(weights.sum()):.0f} of {weights.numel()} cells occupied)", flush=True)
         return boxes
-
-    def _recut_step(self) -> int | None:
-        """The step at whose start the boxes are re-cut by occupancy (None: never)."""
-        warmup = self.cfg.training.occupancy_warmup_steps
-        return warmup if self.cfg.parallel.num_subgrids > 1 and warmup > 0 else None
-
-    def _recut_due(self) -> bool:
-        return self.step == self._recut_step()
-
-    def _balancing(self) -> bool:
-        """Whether box moves are considered this step: not before the re-cut (it would discard them)."""
-        recut = self._recut_step()
-        return recut is None or self.step >= recut
-
-    def _gather_step(self, n_rays: int, n_samples: int, shared_ms: float, box_ms: float,
-                     box_samples: list[float]) -> torch.Tensor:
-        """The step's row of every rank (columns ``_ROW_*``), ``[world_size, 5 + K]``."""
-        return self._all_gather_rows([n_rays, n_samples, shared_ms + box_ms, shared_ms, box_ms, *box_samples])
-
-    def _balance(self, rows: torch.Tensor) -> None:
-        """Feed the step's rows to the box balancer and make the moves it returns (collective)."""
-        model = self.field
-        moves = self.box_balancer.record(
-            model.owners, rows[:, _ROW_SHARED_MS].tolist(), rows[:, _ROW_BOX_MS].tolist(),
-            rows[:, _ROW_BOXES:].sum(dim=0).tolist(),
-        )
-        for move in moves:
-            model.move_box(move.box, move.src, move.dst, self.optimizer)
-            if self.rank == 0:
-                print(f"step {self.step}: subgrid box {move.box} moves from rank {move.src} to rank {move.dst} "
-                      f"(predicted slowest rank {move.makespan_before_ms:.1f} -> {move.makespan_after_ms:.1f} ms "
-                      "per step)", flush=True)
-
-    # ------------------------------------------------------------------ one step
-    def train_step(self) -> tuple[StepStats, torch.Tensor, torch.Tensor]:
-        """One subgrid step (collective). Returns the step's stats, loss and MSE (the same on
-        every rank).
-
-        Raises:
-            TrainingError: after the occupancy warm-up, when no sample hit an occupied cell.
-        """
-        t = self.cfg.training
-        timer = self.timer
-        self._maybe_update_occupancy()
-        if self._recut_due():
-            with timer.phase("balance"):
-                self.recut_boxes()
-        model = self.field
-        t0 = time.perf_counter()
-        step_input = self._prepare_input(self.n_rays)  # the same rays on every rank: no prefetch
-        samples, n_rays, n_samples = step_input.samples, step_input.n_rays, step_input.n_samples
-        background, target = step_input.background, step_input.target
-        shared_ms = (time.perf_counter() - t0) * 1e3  # the march read its sample count: the device is done
-        if n_samples == 0:  # identical samples on every rank: all skip alike
-            if self.step >= t.occupancy_warmup_steps:
-                raise TrainingError(f"no ray sample hit an occupied cell at step {self.step} (after the "
-                                    f"occupancy warm-up of {t.occupancy_warmup_steps} steps)")
-            self.step += 1
-            self._account(self._gather_step(n_rays, 0, 0.0, 0.0, [0.0] * model.n_boxes))
-            return StepStats(n_rays, 0, skipped=True, trained=False), torch.zeros(()), target.var()
-        t_box = time.perf_counter()
-        with timer.phase("field_forward"), autocast(self.device, t.precision):
-            sample_boxes = model.sample_boxes(samples.positions)
-            local = model(samples, sample_boxes)
-        box_ms = self._compute_ms_since(t_box)
-        with timer.phase("comm"):
-            rgb_k, transmittance_k = all_gather_segments(local.rgb.float(), local.transmittance.float(), local.box_ids,
-                                                         model.n_boxes, loss_replicated=True)
-        t1 = time.perf_counter()
-        with timer.phase("render"):
-            order = segment_order(samples.t, samples.ray_indices, sample_boxes, n_rays, model.n_boxes)
-            rgb, _ = composite_boxes_in_order(rgb_k, transmittance_k, order, background)
-            loss, mse = self._loss_and_mse(rgb, target, n_rays)
-        self._backward(loss)
-        skipped = self._optimizer_step()
-        box_ms += self._compute_ms_since(t1)
-        with timer.phase("balance"):
-            counts = torch.bincount(sample_boxes, minlength=model.n_boxes).double()
-            owned = torch.tensor([o == self.rank for o in model.owners], device=counts.device)
-            rows = self._gather_step(n_rays, n_samples, shared_ms, box_ms, (counts * owned).tolist())
-            self._account(rows)
-            if self._balancing():
-                self._balance(rows)
-        self.step += 1
-        self._resize_batch(n_rays, n_samples)
-        return StepStats(n_rays, n_samples, skipped=skipped), loss.detach(), mse
-
-    def _interval_record(self, interval: dict, loss_sum: torch.Tensor, mse_sum: torch.Tensor) -> dict[str, Any]:
-        # every rank sees the same rays and samples: the job's throughput is one rank's
-        record = super()._interval_record(interval, loss_sum, mse_sum)
-        for key in ("rays_per_step", "samples_per_step", "rays_per_s", "throughput_samples_per_s"):
-            record[key] /= self.world_size
-        return record
 
     # ------------------------------------------------------------------ evaluation
     @torch.no_grad()
@@ -286,17 +180,17 @@ class SubgridTrainer(DistributedTrainerBase):
             result = evaluate(
                 self, split, limit, save_renders, render=self.render_rays, score=self.rank == 0
             )
-        return self._broadcast_result(result)
+        return self.ranks.broadcast_result(result)
 
     # ------------------------------------------------------------------ checkpoints
-    def _checkpoint_meta(self) -> dict[str, Any]:
-        meta = super()._checkpoint_meta()
+    def checkpoint_meta(self) -> dict[str, Any]:
+        meta = super().checkpoint_meta()
         meta["boxes"] = [[list(b.lo), list(b.hi)] for b in self.field.boxes]
         meta["owners"] = list(self.field.owners)
         meta["box_balancer"] = self.box_balancer.state_dict()
         return meta
 
-    def _check_meta(self, folder: Path, meta: dict[str, Any]) -> None:
+    def check_checkpoint_meta(self, folder: Path, meta: dict[str, Any]) -> None:
         """Adopt the checkpoint's boxes (re-cut by occupancy after the warm-up) and, with the same
         world size, its owners (moved by the balancer); fields are rebuilt when either differs.
 
@@ -332,10 +226,10 @@ class SubgridTrainer(DistributedTrainerBase):
         if not np.array_equal(mine, corners) or owners != list(self.field.owners):
             self._install_boxes(boxes, owners)
 
-    def _after_load(self, meta: dict[str, Any]) -> None:
+    def after_checkpoint_load(self, meta: dict[str, Any]) -> None:
         state = meta.get("box_balancer")
         if state is not None:
             self.box_balancer.load_state_dict(state)
 
-    def _rank_state_source(self, saved_world_size: int) -> int | None:
+    def rank_state_source(self, saved_world_size: int) -> int | None:
         return 0  # every rank draws the same rays: rank 0's random states are everyone's

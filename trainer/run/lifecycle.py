@@ -20,6 +20,7 @@ how:
 
 from __future__ import annotations
 
+import abc
 import argparse
 import time
 from pathlib import Path
@@ -40,24 +41,24 @@ from trainer.viewer.live import start_live_view
 __all__ = ["Job", "OneProcess", "Rank", "run_training"]
 
 
-class Job:
+class Job(abc.ABC):
     """How one process's run differs from a rank's (the stages in the module docstring)."""
 
     cfg: TrainConfig
     run_dir: RunDir
     is_main: bool = True
 
+    @abc.abstractmethod
     def prepare(self) -> TrainProgress:
         """Stage 1; returns the progress display."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def status(self) -> RunStatus:
         """The status of stage 2 (not yet written)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def build(self, status: RunStatus, progress: TrainProgress) -> Any:
         """Stage 3: the trainer, resumed or warm-started as asked."""
-        raise NotImplementedError
 
     def keep_model(self, trainer: Any, status: RunStatus) -> None:
         """Stage 5's first part: a rank's final checkpoint (one process keeps its snapshot later)."""

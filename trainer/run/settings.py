@@ -36,7 +36,7 @@ def opening_line(cfg: TrainConfig, args: argparse.Namespace, ranks: int, local_r
     """The first line of a run: scene, device, ranks (on a CPU: threads per rank, for
     ``local_ranks`` ranks on this host, default ``ranks``), config and the stopping rule."""
     from trainer.cpu_threads import describe_cpu_threads
-    from trainer.train.loop import resolve_device
+    from trainer.train.build import resolve_device
 
     stop = f"{cfg.training.n_steps} steps"
     if cfg.training.time_budget_s is not None:

@@ -27,87 +27,21 @@ How (:class:`CapturedStep`):
 * a snapshot load or anything else that replaces the optimiser's tensors calls
   :meth:`CapturedStep.reset`; the next step captures again.
 
-:func:`capture_blockers` lists what the captured step does not cover; ``on`` is then a
-ConfigError naming them, and ``auto`` (the default) runs the dynamic step and says why
-(:attr:`StepChoice.reason`). ``dynamic`` asks for the dynamic step outright.
+:func:`trainer.train.step_choice.capture_blockers` lists what the captured step does not cover;
+``on`` is then a ConfigError naming them, and ``auto`` (the default) runs the dynamic step and
+says why (:attr:`~trainer.train.step_choice.StepChoice.reason`). ``dynamic`` asks for the dynamic
+step outright.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Callable
 
 import torch
 
-from trainer.contract.errors import ConfigError
-from trainer.train.fixed_step import FixedCapacityStep
-
-__all__ = ["CapturedStep", "StepChoice", "WARMUP_STEPS", "capture_blockers", "resolve_fixed_step"]
+__all__ = ["CapturedStep", "WARMUP_STEPS"]
 
 WARMUP_STEPS = 3
-
-
-def capture_blockers(trainer: Any) -> list[str]:
-    """Why this trainer's step cannot be captured (empty: it can)."""
-    cfg, t = trainer.cfg, trainer.cfg.training
-    if trainer.device.type != "cuda":
-        return [f"training.device is {trainer.device} (capture needs CUDA)"]
-    reasons = []
-    if trainer.march_backend != "triton":
-        reasons.append("training.march_backend is not the Triton marcher")
-    if not trainer.triton_render:
-        reasons.append("training.render_backend is not Triton")
-    if not trainer.sampler.triton_rays or trainer.sampler.placement != "device":
-        reasons.append("the ray sampler is not the Triton one over device-resident pixels (data.placement device)")
-    if t.precision == "fp16":
-        reasons.append("training.precision fp16 (the captured step covers fp32, tf32 and bf16)")
-    if cfg.optimizer.ema_decay is not None:
-        reasons.append("optimizer.ema_decay is set (the weight average counts its updates on the host)")
-    if not hasattr(torch.cuda.CUDAGraph, "register_generator_state"):
-        reasons.append(f"torch {torch.__version__} cannot register custom generators with a CUDA graph")
-    return reasons
-
-
-@dataclasses.dataclass(frozen=True)
-class StepChoice:
-    """Which training step a trainer runs and why.
-
-    Attributes:
-        kind: ``"captured"`` (fixed capacity, CUDA graph replays), ``"fixed"`` (fixed capacity,
-            eager) or ``"dynamic"`` (:meth:`trainer.train.loop.Trainer.train_step`).
-        reason: why not the captured step (empty when it is).
-    """
-
-    kind: str
-    reason: str = ""
-
-
-def resolve_fixed_step(trainer: Any) -> tuple[FixedCapacityStep | None, StepChoice]:
-    """The step of ``training.cuda_graphs``: a captured :class:`FixedCapacityStep` (``on``, and
-    ``auto`` where nothing blocks capture), an eager one (``off``), or None for the dynamic step
-    (``dynamic``; ``auto`` with blockers or several ranks), with the choice and its reason.
-
-    Raises:
-        ConfigError: ``on`` with blockers, or ``on``/``off`` in a distributed trainer.
-    """
-    mode = trainer.cfg.training.cuda_graphs
-    if mode == "dynamic":
-        return None, StepChoice("dynamic", "training.cuda_graphs is 'dynamic'")
-    if trainer.world_size > 1:
-        if mode != "auto":
-            raise ConfigError(f"training.cuda_graphs: {mode!r} runs one process; distributed trainers take "
-                              "'auto' or 'dynamic'")
-        return None, StepChoice("dynamic", f"{trainer.world_size} ranks (the distributed steps are not captured)")
-    blockers = capture_blockers(trainer)
-    if mode == "on" and blockers:
-        raise ConfigError("training.cuda_graphs: 'on' cannot capture this step: " + "; ".join(blockers))
-    if mode == "auto" and blockers:
-        return None, StepChoice("dynamic", "; ".join(blockers))
-    step = FixedCapacityStep(trainer)
-    if mode == "off":
-        return step, StepChoice("fixed", "training.cuda_graphs is 'off'")
-    step.graph = CapturedStep(step.run, trainer)
-    return step, StepChoice("captured")
 
 
 class CapturedStep:
@@ -149,7 +83,7 @@ class CapturedStep:
     def _set_lr(self) -> None:
         """The schedule's rate for this step into the shared tensor (written only on change)."""
         tr = self.trainer
-        tr._set_learning_rate()  # host numbers in the groups
+        tr.optim.set_learning_rate(tr.step)  # host numbers in the groups
         value = float(tr.optimizer.param_groups[0]["lr"])
         if value != self._lr_value:
             self.lr.fill_(value)

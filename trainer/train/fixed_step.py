@@ -1,6 +1,6 @@
 """The fixed-capacity training step: every shape fixed at start, counts on the device, no host read.
 
-The dynamic step (:meth:`trainer.train.loop.Trainer.train_step`) draws as many rays as the batch
+The dynamic step (:mod:`trainer.train.dynamic_step`) draws as many rays as the batch
 sizing asks for, reads the march's sample count on the host and sizes every tensor after it.
 :class:`FixedCapacityStep` runs the same phases on shapes fixed once:
 
@@ -32,7 +32,7 @@ The same body runs eagerly (``training.cuda_graphs = off``, the twin, and the CP
 a CUDA graph and replayed (:mod:`trainer.train.capture`). What differs from the dynamic step in
 outcome: the random draws (``ray_capacity`` pixels per step instead of ``n``), the compacted batch
 size (the target instead of ``n · kept per ray``) and the one-step-earlier sizing; the loss curves
-agree within noise (``tests/train/test_fixed_step.py``).
+agree within noise (``tests/trainer/train/test_fixed_step.py``).
 
 Host reads left: the PyTorch march twin reads its sample count (:mod:`trainer.render.fixed_march`);
 an fp16 run with ``optimizer.ema_decay`` reads whether the step overflowed (the weight average
@@ -46,12 +46,18 @@ from typing import Any
 
 import torch
 
+from trainer.contract.errors import TrainingError
+from trainer.contract.metrics import PHASES
 from trainer.render.compact import compact_samples, kept_counts
 from trainer.render.fixed_march import MarchBuffers, march_fixed
 from trainer.render.occupancy import MIN_STEP_SIZE
 from trainer.render.volrend import EARLY_STOP_TRANSMITTANCE
-from trainer.contract.metrics import PHASES
+from trainer.train import optimization
+from trainer.train.capture import WARMUP_STEPS
 from trainer.train.device_metrics import DeviceIntervalMetrics
+from trainer.train.phases import appearance_rgb, density_without_grad, field_outputs, loss_and_mse, render_rgb
+from trainer.train.records import Interval
+from trainer.train.step import Step, StepOutcome, StepStats
 
 __all__ = ["FixedCapacityStep", "MAX_HEADROOM", "fixed_capacities"]
 
@@ -76,12 +82,18 @@ def fixed_capacities(target_samples: int, headroom: float, max_rays: int) -> tup
     return ray_capacity, march_capacity, train_capacity
 
 
-class FixedCapacityStep:
+class FixedCapacityStep(Step):
     """One fixed-capacity step of a :class:`~trainer.train.loop.Trainer` (module docstring).
 
     Args:
-        trainer: the trainer whose field, grid, sampler, optimiser, generator and phase hooks
-            the step uses (single process).
+        trainer: the trainer whose field, grid, inputs, optimiser, generator and timer the step
+            uses (single process).
+
+    Attributes:
+        graph: the :class:`~trainer.train.capture.CapturedStep` that replays :meth:`run`, or None
+            (eager).
+        sample_phases: the next step runs eagerly with the phase timers (``profile.phase_timers``;
+            the first step of every logging interval of a captured step).
     """
 
     def __init__(self, trainer: Any) -> None:
@@ -108,6 +120,7 @@ class FixedCapacityStep:
 
             self.rule = march_rule_tensor(MIN_STEP_SIZE, trainer.cone_angle, trainer.max_step_size, device)
         self.graph: Any = None  # a trainer.train.capture.CapturedStep when the step is captured
+        self.sample_phases = trainer.cfg.profile.phase_timers
 
     def _allocate(self, ray_capacity: int, march_capacity: int) -> None:
         """The buffers of these capacities (the captured graph, if any, must be dropped first)."""
@@ -116,25 +129,41 @@ class FixedCapacityStep:
         self.buffers = MarchBuffers(self.march_capacity, device)
         self.ray_slot = torch.arange(self.ray_capacity, device=device)
 
-    def advance(self, sample_phases: bool = False) -> None:
-        """One step: :meth:`run` eagerly, or the captured graph's replay (``sample_phases``: an
-        eager step with the phase timers, see :mod:`trainer.train.capture`)."""
+    def advance(self) -> StepOutcome:
+        """One step: the occupancy update at its cadence, then :meth:`run` eagerly, or the
+        captured graph's replay (:attr:`sample_phases`: an eager step with the phase timers, see
+        :mod:`trainer.train.capture`). Its counts stay on the device: the stats are zeros."""
+        tr = self.trainer
+        tr.occupancy_refresh.maybe_update(tr.step, self.density_for_grid, tr.grid_generator)
         if self.graph is None:
-            self.trainer._set_learning_rate()
+            tr.optim.set_learning_rate(tr.step)
             self.run()
         else:
-            self.graph.advance(sample_phases)
+            self.graph.advance(self.sample_phases)
+        self.sample_phases = False
+        tr.step += 1
+        zero = torch.zeros((), device=tr.device)
+        return StepOutcome(StepStats(0, 0, skipped=False, trained=False), zero, zero)
+
+    def density_for_grid(self, positions: torch.Tensor) -> torch.Tensor:
+        """The occupancy update's densities [N] at ``positions`` [N, 3]."""
+        tr = self.trainer
+        return density_without_grad(tr.field, positions, tr.device, tr.cfg.training.precision)
+
+    def startup_steps(self) -> int:
+        """The captured step's eager warm-up, its capture and first replay; one eager step."""
+        return WARMUP_STEPS + 1 if self.graph is not None else 1
 
     # ------------------------------------------------------------------ the step body
     def run(self) -> None:
-        """Queue one step (data → march → compact → field → render → loss → backward → Adam →
-        batch sizing → interval sums); reads nothing on the host (module docstring)."""
+        """Queue one step (data → march → compact → field → render → appearance → loss → backward →
+        Adam → batch sizing → interval sums); reads nothing on the host (module docstring)."""
         tr = self.trainer
         timer = tr.timer
         live = self.ray_slot < self.n_live
         with timer.phase("data"):
-            batch = tr.draw_batch(self.ray_capacity)
-            background, target = tr._background_and_target(batch, self.ray_capacity)
+            batch = tr.inputs.draw_batch(self.ray_capacity)
+            background, target = tr.inputs.background_and_target(batch, self.ray_capacity)
             rays_o = torch.where(live[:, None], batch.rays_o, float("nan"))
         with timer.phase("march"):
             marched = march_fixed(rays_o, batch.rays_d, tr.aabb, tr.grid, self.buffers, step_size=MIN_STEP_SIZE,
@@ -144,14 +173,14 @@ class FixedCapacityStep:
                                   background_steps=tr.background_steps)
         samples, ray_ok, n_kept, n_trained = self._training_samples(marched, live)
         with timer.phase("field_forward"):
-            sigmas, rgbs = tr.field_outputs(samples)
+            sigmas, rgbs = field_outputs(tr.field, samples, tr.device, tr.cfg.training.precision)
         with timer.phase("render"):
-            rgb = tr._render_rgb(sigmas.float(), rgbs.float(), samples, background)
-            rgb = tr._appearance_rgb(rgb, batch.image_index)
+            rgb = render_rgb(sigmas.float(), rgbs.float(), samples, background, tr.triton_render)
+            rgb = appearance_rgb(tr.field, rgb, batch.image_index)
             rgb = torch.where(ray_ok[:, None], rgb, target)
-            loss, mse_all = tr._loss_and_mse(rgb, target, self.n_live)
+            loss, mse_all = loss_and_mse(rgb, target, self.n_live, tr.cfg.loss)
             mse = mse_all * (self.ray_capacity / self.n_live)  # rays past n_live predict exactly
-        tr._backward(loss)
+        tr.optim.backward(loss)
         skipped = self._optimizer_step(marched.n_valid)
         self._size_batch(live & marched.ray_fits, n_kept, marched.n_valid, marched.n_clipped)
         self.metrics.add(loss, mse, self.n_live, n_trained, skipped, marched.n_clipped)
@@ -166,7 +195,8 @@ class FixedCapacityStep:
         with tr.timer.phase("compact"):
             with torch.no_grad():
                 samples = marched.samples
-                sigmas = tr.compaction_density(samples.positions, marched.n_valid)
+                sigmas = density_without_grad(tr.field, samples.positions, tr.device, tr.cfg.training.precision,
+                                              count=marched.n_valid)
                 if tr.triton_render:
                     from trainer.render.triton_volrend import kept_counts_triton
 
@@ -223,21 +253,33 @@ class FixedCapacityStep:
                                torch.where(self.has_average, march_needed, zero))
 
     # ------------------------------------------------------------------ host side
-    def interval_values(self, steps: int, elapsed_s: float, timed_steps: int | None = None) -> dict[str, Any]:
-        """The metrics columns of an interval of ``steps`` steps from the device sums (one read);
-        rates per second over its ``timed_steps`` (default: all) in ``elapsed_s``.
+    def interval_values(self, interval: Interval, elapsed_s: float, record: dict[str, Any]) -> dict[str, Any]:
+        """The interval's columns from the device sums (:meth:`device_values`) and, for a
+        captured step, the sampled phase times (:meth:`sampled_phase_ms`); the next interval's
+        first step samples the phases again.
 
         Raises:
-            TrainingError: ``MAX_CONSECUTIVE_OVERFLOWS`` skipped steps in a row.
+            TrainingError: as :meth:`device_values`.
         """
-        from trainer.contract.errors import TrainingError
+        values = self.device_values(interval.steps, elapsed_s, interval.timed)
+        values.update(self.sampled_phase_ms(record, interval.timed, record["step_time_ms"]))
+        self.sample_phases = self.trainer.cfg.profile.phase_timers
+        return values
 
+    def device_values(self, steps: int, elapsed_s: float, timed_steps: int | None = None) -> dict[str, Any]:
+        """The metrics columns of an interval of ``steps`` steps from the device sums (one read);
+        rates per second over its ``timed_steps`` (default: all) in ``elapsed_s``. Capacities
+        the batch sizing outgrew grow here (:meth:`fit_capacity`).
+
+        Raises:
+            TrainingError: ``optimization.MAX_CONSECUTIVE_OVERFLOWS`` skipped steps in a row.
+        """
         sums = self.metrics.read()
         trained = sums["trained"]
         steps = max(steps, 1)
         per_s = max(timed_steps if timed_steps is not None else steps, 1) / steps / elapsed_s
         mse = sums["mse"] / trained if trained else 0.0
-        if sums["skip_run_max"] >= self.trainer.max_consecutive_overflows:
+        if sums["skip_run_max"] >= optimization.MAX_CONSECUTIVE_OVERFLOWS:
             raise TrainingError(
                 f"{int(sums['skip_run_max'])} consecutive steps were skipped (fp16 overflow or no sample) before step "
                 f"{self.trainer.step}: with fp16 the model does not fit fp16's range (use training.precision bf16 or "

@@ -2,7 +2,9 @@
 
 A run's first steps compile the Triton kernels (13–15 s on a fresh GPU host), run the first
 occupancy-grid pass over every cell and, for the captured step, warm up and capture its CUDA graph.
-None of that is training: the trainer runs these *start-up steps* before it starts the clock that
+None of that is training: the trainer runs these *start-up steps*
+(:meth:`~trainer.train.step.Step.startup_steps`: the captured step's eager warm-up, its capture
+and first replay; one step for the others) before it starts the clock that
 ``training.time_budget_s`` (``--time-budget``, a study's ``budget.seconds``) and the
 ``wall_time_s`` metric count. They are real optimiser steps (the step counter counts them); their
 seconds, together with the trainer's set-up (pixel table, model), are ``startup_s``, reported in
@@ -16,16 +18,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 from pathlib import Path
 
-__all__ = ["StartupReport", "startup_steps", "triton_cache_dir", "triton_cache_entries"]
-
-
-def startup_steps(step_kind: str, warmup_steps: int) -> int:
-    """Steps before the training clock starts: the captured step's eager warm-up, its capture
-    and first replay (``warmup_steps + 1``); one step for the others (it compiles their kernels
-    and runs the first occupancy-grid pass)."""
-    return warmup_steps + 1 if step_kind == "captured" else 1
+__all__ = ["StartupClock", "StartupReport", "triton_cache_dir", "triton_cache_entries"]
 
 
 def triton_cache_dir() -> Path:
@@ -71,3 +67,21 @@ class StartupReport:
         """The metrics columns of the report."""
         return {"startup_s": self.startup_s, "startup_steps": self.startup_steps,
                 "kernels_compiled": self.kernels_compiled, "step_kind": self.step_kind}
+
+
+class StartupClock:
+    """Times a trainer's start-up from its construction (create it first thing)."""
+
+    def __init__(self) -> None:
+        self.created_s = time.perf_counter()
+        self.cache_before = triton_cache_entries()
+
+    def report(self, steps: int, step_kind: str, step_reason: str) -> StartupReport:
+        """The start-up's report once its ``steps`` steps are done (the device is idle)."""
+        return StartupReport(
+            startup_s=time.perf_counter() - self.created_s,
+            startup_steps=steps,
+            kernels_compiled=max(0, triton_cache_entries() - self.cache_before),
+            step_kind=step_kind,
+            step_reason=step_reason,
+        )

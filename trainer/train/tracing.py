@@ -1,5 +1,8 @@
 """The profiling window of a run: ``torch.profiler`` over ``profile.trace_steps`` and/or the CUDA
 profiler range (cudaProfilerStart/Stop) that ``nsys profile --capture-range=cudaProfilerApi`` waits for.
+
+:class:`TraceSchedule` opens a :class:`TraceWindow` at the window's first step and closes it at its
+end step (or when training stops inside it, keeping what was recorded).
 """
 
 from __future__ import annotations
@@ -8,7 +11,11 @@ from pathlib import Path
 
 import torch
 
+from trainer.contract.config import ProfileConfig
+from trainer.contract.rundir import RunDir
 from trainer.train.timing import PhaseTimer
+
+__all__ = ["TraceSchedule", "TraceWindow"]
 
 
 class TraceWindow:
@@ -56,3 +63,45 @@ class TraceWindow:
             tmp = self.trace_path.with_name(f".{self.trace_path.name}.tmp")
             profiler.export_chrome_trace(str(tmp))
             tmp.replace(self.trace_path)
+
+
+class TraceSchedule:
+    """The ``profile.trace_steps`` / ``profile.cuda_profiler_range`` window of a rank's run.
+
+    Args:
+        profile: the ``profile`` block (:meth:`~trainer.contract.config.ProfileConfig.window`).
+        device: the training device.
+        run_dir: where the Chrome trace goes (``traces/``), or None for no trace file.
+        rank: this process's rank (names the trace).
+        timer: the run's phase timer.
+    """
+
+    def __init__(self, profile: ProfileConfig, device: torch.device, run_dir: RunDir | None, rank: int,
+                 timer: PhaseTimer) -> None:
+        self.profile = profile
+        self.device = device
+        self.run_dir = run_dir
+        self.rank = rank
+        self.timer = timer
+        self.window: TraceWindow | None = None
+
+    def at_step(self, step: int) -> None:
+        """Open the window before its first step ``step``, close it at its end step."""
+        bounds = self.profile.window()
+        if bounds is None:
+            return
+        start, stop = bounds
+        if self.window is None and start <= step < stop:
+            trace_path = None
+            if self.profile.trace_steps is not None and self.run_dir is not None:
+                trace_path = self.run_dir.trace_path(self.rank)
+            self.window = TraceWindow(self.device, trace_path, self.profile.cuda_profiler_range, self.timer)
+            self.window.start()
+        elif self.window is not None and step >= stop:
+            self.close()
+
+    def close(self) -> None:
+        """Close an open window (training ended inside it: what was recorded is kept)."""
+        if self.window is not None:
+            self.window.stop()
+            self.window = None

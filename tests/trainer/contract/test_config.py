@@ -30,7 +30,7 @@ from trainer.contract.config import (
 )
 from trainer.contract.errors import ConfigError
 from trainer.encoding.hashgrid import level_resolutions
-from trainer.train.loop import hash_grid_config
+from trainer.train.build import hash_grid_config
 
 
 # instant-ngp's NeRF config as users paste it from articles: comments, trailing commas, the

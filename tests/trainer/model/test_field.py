@@ -75,7 +75,7 @@ def test_sh_degree_1_makes_colour_view_independent():
 
 def test_build_field_takes_the_degree_from_the_config():
     from tests.support.scenes import tiny_config
-    from trainer.train.loop import build_field
+    from trainer.train.build import build_field
 
     field = build_field(tiny_config(dir_encoding__degree=3), AABB, 1, torch.device("cpu"))
     assert field.sh_degree == 3 and field.rgb_mlp.linears[0].weight.shape[1] == 15 + 9

@@ -112,8 +112,8 @@ def test_metrics_count_trained_samples_and_the_batch_is_sized_on_kept_ones(demo_
         trainer.field.density_mlp.linears[0].weight.abs_()
         trainer.field.density_mlp.linears[1].weight[0].fill_(0.35)
     stats = [trainer.train_step()[0] for _ in range(2)]
-    trainer._settle_previous_step()
+    trainer.stepper.settle()
     trained = sum(s.n_samples for s in stats)
-    assert trainer._acc["global_samples"] == trained
+    assert trainer.stepper.counts["global_samples"] == trained
     assert trainer.samples_per_ray_ema * sum(s.n_rays for s in stats) < 0.7 * trained
     trainer.close()

@@ -25,7 +25,7 @@ def _losses(scene, mode: str) -> tuple[list[float], Trainer]:
 def test_captured_and_eager_steps_train_alike_over_200_steps(demo_scene):
     captured, trainer = _losses(demo_scene, "on")
     eager, _ = _losses(demo_scene, "off")
-    assert trainer.fixed_step.graph is not None and trainer.fixed_step.graph.graph is not None
+    assert trainer.stepper.graph is not None and trainer.stepper.graph.graph is not None
     # same kernels, same draws; the hash-grid backward adds with float atomics in any order, so
     # the runs drift apart by rounding: interval losses agree within 10 % (both fall; measured on an H200: 0.0085 → 0.0059)
     assert len(captured) == len(eager) == 10
@@ -49,6 +49,6 @@ def test_the_default_on_cuda_is_the_captured_step_and_its_steady_state_never_wai
     finally:
         torch.cuda.set_sync_debug_mode(0)
     torch.cuda.synchronize()
-    assert trainer.fixed_step.graph.graph is not None
+    assert trainer.stepper.graph.graph is not None
     trainer.close()
 

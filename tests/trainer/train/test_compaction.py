@@ -27,7 +27,7 @@ def test_a_compacted_step_equals_an_early_stopped_step_on_every_sample(demo_scen
     plain, compact = _opaque_trainer(demo_scene, False), _opaque_trainer(demo_scene, True)
     stats_plain, loss_plain, _ = plain.train_step()
     stats_compact, loss_compact, _ = compact.train_step()
-    (rays, kept_copy), = compact._kept_pending
+    (rays, kept_copy), = compact.batch_sizing.kept_pending
     n_kept = int(kept_copy.value())
     assert rays == stats_plain.n_rays == stats_compact.n_rays
     # the first compacted batch holds as many samples as were marched (no kept count read yet) ...
@@ -50,7 +50,7 @@ def test_rays_per_step_are_sized_on_the_kept_count(demo_scene):
             trainer.train_step()
     target = compact.cfg.training.target_samples_per_step
     # the compacted trainer reads each kept count one step late and sizes on it
-    assert len(compact._kept_pending) == 1
+    assert len(compact.batch_sizing.kept_pending) == 1
     assert compact.samples_per_ray_ema < 0.7 * plain.samples_per_ray_ema
     assert compact.n_rays > 1.3 * plain.n_rays
     stats, _, _ = compact.train_step()
@@ -59,7 +59,7 @@ def test_rays_per_step_are_sized_on_the_kept_count(demo_scene):
     assert stats.n_samples <= 1.5 * target
     n_rays = compact.n_rays
     state = compact.state_dict()  # a snapshot saves the pending count and leaves it pending
-    (rays, kept_copy), = compact._kept_pending
+    (rays, kept_copy), = compact.batch_sizing.kept_pending
     assert state["trainer_state"]["kept_pending"] == [[rays, int(kept_copy.value())]]
     assert state["trainer_state"]["n_rays"] == compact.n_rays == n_rays
     plain.close()
@@ -101,14 +101,14 @@ def test_a_snapshot_neither_changes_the_run_nor_loses_the_pending_count(demo_sce
     assert rays_snapped == rays and losses_snapped == pytest.approx(losses, rel=1e-6, abs=1e-9)
     resumed = Trainer(tiny_config(**overrides), load_scene(demo_scene), None)
     resumed.load(tmp_path / "snap.pt")
-    pending = [(rays_, int(kept.value())) for rays_, kept in resumed._kept_pending]
+    pending = [(rays_, int(kept.value())) for rays_, kept in resumed.batch_sizing.kept_pending]
     assert len(pending) == 1
     steps = [resumed.train_step() for _ in range(3)]
     assert [s.n_rays for s, _, _ in steps] == rays
     assert [float(loss) for _, loss, _ in steps] == pytest.approx(losses, rel=1e-6, abs=1e-9)
     # loading into a trainer that has trained forgets its own pending count
     snapped.load(tmp_path / "snap.pt")
-    assert [(rays_, int(kept.value())) for rays_, kept in snapped._kept_pending] == pending
+    assert [(rays_, int(kept.value())) for rays_, kept in snapped.batch_sizing.kept_pending] == pending
     assert [snapped.train_step()[0].n_rays for _ in range(3)] == rays
     for trainer in (straight, snapped, resumed):
         trainer.close()

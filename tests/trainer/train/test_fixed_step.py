@@ -9,6 +9,7 @@ from tests.support.scenes import tiny_config
 from trainer.data import load_scene
 from trainer.render.fixed_march import MarchBuffers, march_fixed
 from trainer.render.march import march_rays
+from trainer.train.fixed_step import FixedCapacityStep
 from trainer.train.loop import Trainer
 
 
@@ -61,7 +62,7 @@ def test_fixed_capacity_eager_step_trains_like_the_dynamic_step(demo_scene):
     common = dict(training__compact_samples=False, training__capacity_headroom=8.0)
     dynamic, _ = _interval_losses(demo_scene, "auto", **common)
     fixed, trainer = _interval_losses(demo_scene, "off", training__cuda_graphs="off", **common)
-    assert trainer.fixed_step is not None and trainer.fixed_step.graph is None
+    assert isinstance(trainer.stepper, FixedCapacityStep) and trainer.stepper.graph is None
     # Different random draws (ray_capacity pixels per step instead of n) and batch sizing one step
     # earlier: the curves agree within the noise of 10-step means of 64-ray batches (25 %), and
     # both fall.
@@ -83,7 +84,7 @@ def test_fixed_capacity_resume_is_bit_identical(demo_scene, tmp_path):
     resumed.train()
     for p, q in zip(straight.field.parameters(), resumed.field.parameters()):
         assert torch.equal(p, q)
-    assert int(straight.fixed_step.n_live) == int(resumed.fixed_step.n_live)
+    assert int(straight.stepper.n_live) == int(resumed.stepper.n_live)
 
 
 def test_capacities_that_fall_short_grow_at_the_interval_read(demo_scene):
@@ -91,7 +92,7 @@ def test_capacities_that_fall_short_grow_at_the_interval_read(demo_scene):
     cfg = tiny_config(training__cuda_graphs="off", training__capacity_headroom=1.0, training__n_steps=40,
                       training__log_every=10)
     trainer = Trainer(cfg, load_scene(demo_scene), None)
-    step = trainer.fixed_step
+    step = trainer.stepper
     start = (step.ray_capacity, step.march_capacity)
     assert start == (1024, 4096)  # min(max rays 2048, target 4096 / 4 kept per ray); 4096 · 1.0
     records: list[dict] = []

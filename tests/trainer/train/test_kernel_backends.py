@@ -75,15 +75,15 @@ def test_a_float16_table_is_refused_for_training(demo_scene):
 
 
 def test_an_explicit_triton_mlp_that_cannot_apply_is_warned(demo_scene, monkeypatch):
-    from trainer.train import loop
+    from trainer.train import build
 
-    monkeypatch.setattr(loop, "use_triton_kernels", lambda key, backend, device: backend == "triton")
+    monkeypatch.setattr(build, "use_triton_kernels", lambda key, backend, device: backend == "triton")
     scene = load_scene(demo_scene)
     aabb = torch.tensor([[-1.0, -1.0, -1.0], [1.0, 1.0, 1.0]])
     odd_shape = tiny_config(training__mlp_backend="triton", rgb_network__n_hidden_layers=1)
     with pytest.warns(UserWarning, match=r"training.mlp_backend: 'triton' does not apply to these MLPs"):
-        field = loop.build_field(odd_shape, aabb, scene.aabb_scale, torch.device("cpu"))
+        field = build.build_field(odd_shape, aabb, scene.aabb_scale, torch.device("cpu"))
     assert not field.fused_mlp
     half = tiny_config(training__mlp_backend="triton", training__precision="fp16")
     with pytest.warns(UserWarning, match=r"'triton' runs fp32, tf32 and bf16 steps; with training.precision 'fp16'"):
-        loop.build_field(half, aabb, scene.aabb_scale, torch.device("cpu"))
+        build.build_field(half, aabb, scene.aabb_scale, torch.device("cpu"))

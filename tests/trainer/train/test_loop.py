@@ -10,9 +10,10 @@ import torch
 from tests.support.scenes import tiny_config
 from trainer.data import load_scene
 from trainer.contract.errors import SnapshotError, TrainingError
-from trainer.contract.rundir import RunDir
 from trainer.contract.metrics import read_metrics
-from trainer.train.loop import Trainer, lr_factor
+from trainer.contract.rundir import RunDir
+from trainer.train.loop import Trainer
+from trainer.train.optimization import lr_factor
 
 
 def _trainer(scene_path, run_dir=None, **overrides):
@@ -166,13 +167,13 @@ def test_a_step_expected_to_overrun_the_budget_is_not_started(demo_scene):
         assert trainer.projected_train_time_s() == 0.0  # nothing timed yet: the first step always runs
         trainer.train(n_steps=2)
         trainer.train_time_s = 5.0
-        trainer._step_s_by_kind = {True: 2.0, False: 0.1}
+        trainer.step_durations.by_kind = {True: 2.0, False: 0.1}
         trainer.step = 16  # updates the occupancy grid
         assert trainer.projected_train_time_s() == 7.0
-        assert trainer._time_budget_spent(6.0) and not trainer._time_budget_spent(7.5)
+        assert trainer.time_budget_spent(6.0) and not trainer.time_budget_spent(7.5)
         trainer.step = 17
-        assert abs(trainer.projected_train_time_s() - 5.1) < 1e-12 and not trainer._time_budget_spent(6.0)
-        trainer._step_s_by_kind = {False: 0.1}  # no update step timed yet: the ordinary one stands in
+        assert abs(trainer.projected_train_time_s() - 5.1) < 1e-12 and not trainer.time_budget_spent(6.0)
+        trainer.step_durations.by_kind = {False: 0.1}  # no update step timed yet: the ordinary one stands in
         trainer.step = 24
         assert abs(trainer.projected_train_time_s() - 5.1) < 1e-12
     finally:
@@ -217,7 +218,7 @@ def test_resume_into_the_same_run_keeps_one_record_per_interval(demo_scene, tmp_
 
 
 def test_warmup_steps_without_samples_log_no_loss(demo_scene, tmp_path):
-    from trainer.train.loop import StepStats
+    from trainer.train.step import StepStats
 
     run = RunDir(tmp_path / "run").create()
     trainer = _trainer(demo_scene, run)
@@ -262,9 +263,9 @@ def test_an_fp16_overflow_step_leaves_the_logged_loss_finite(demo_scene):
 
 
 def test_persistent_fp16_overflow_stops_with_advice(demo_scene, monkeypatch):
-    import trainer.train.loop as loop
+    import trainer.train.optimization as optimization
 
-    monkeypatch.setattr(loop, "MAX_CONSECUTIVE_OVERFLOWS", 3)
+    monkeypatch.setattr(optimization, "MAX_CONSECUTIVE_OVERFLOWS", 3)
     trainer = _trainer(demo_scene, training__precision="fp16")
     trainer.train(n_steps=2)
     with torch.no_grad():

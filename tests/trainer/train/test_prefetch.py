@@ -61,13 +61,13 @@ def test_a_prefetch_of_another_batch_size_is_rewound_and_redrawn(demo_scene):
     # the wanted batch differs from the prefetched one: take refuses, the draws are rewound
     assert trainer.prefetcher.take(pending.n_rays + 64) is None
     assert trainer.prefetcher.pending is pending
-    trainer._rewind_prefetch()
+    trainer.inputs.rewind()
     assert trainer.prefetcher.pending is None
     assert torch.equal(trainer.generator.get_state(), before["generator"])
     for name, value in trainer.sampler.rng_state().items():
         assert torch.equal(value, before["sampler"][name]), name
     # redrawn in line: the same rays as the prefetch had
-    again = trainer._step_input(pending.n_rays)
+    again = trainer.inputs.take(pending.n_rays)
     assert torch.equal(again.batch.rays_o, pending.batch.rays_o)
     assert torch.equal(again.samples.t, pending.samples.t)
     trainer.close()

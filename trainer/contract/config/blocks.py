@@ -329,7 +329,7 @@ class TrainingConfig(Block):
             (:mod:`trainer.train.fixed_step`: buffers sized on the device's needs, counts on the
             device, no host read inside a step) captured in a CUDA graph and replayed (``on``,
             :mod:`trainer.train.capture`), or run eagerly (``off``, the twin; one process), or the
-            dynamically sized step of :meth:`trainer.train.loop.Trainer.train_step` (``dynamic``).
+            dynamically sized step of :mod:`trainer.train.dynamic_step` (``dynamic``).
             ``auto`` captures where nothing blocks it (one CUDA process with the Triton kernels,
             fp32/tf32/bf16, no weight EMA) and runs the dynamic step elsewhere, saying why.
         capacity_headroom: marched samples a fixed-capacity step holds at first, as a multiple of
