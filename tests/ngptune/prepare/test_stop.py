@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.paths import REPO
+from tests.support.processes import as_from_a_terminal
 
 pytest.importorskip("pycolmap")
 
@@ -24,7 +25,8 @@ def _stop_during_sfm(photos: Path, out: Path, sig: int) -> subprocess.CompletedP
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     with open(log, "w") as sink:
         proc = subprocess.Popen([sys.executable, "-m", "ngptune", "prepare", str(photos), "--out", str(out)],
-                                cwd=REPO, env=env, stdout=sink, stderr=subprocess.STDOUT, text=True)
+                                cwd=REPO, env=env, stdout=sink, stderr=subprocess.STDOUT, text=True,
+                                preexec_fn=as_from_a_terminal)
         deadline = time.monotonic() + 240
         # a stage after the frames: pycolmap has been imported and is working
         while "features" not in log.read_text() and proc.poll() is None and time.monotonic() < deadline:
