@@ -283,8 +283,10 @@ def collect_phases(
     if in_window.any() and (~in_window).any():
         a, b = trace_window  # type: ignore[misc]
         left_out = metrics.loc[in_window, "step"].astype(int)
-        detail += (f"; the records of steps {left_out.min()}..{left_out.max()} (torch.profiler window {a}:{b} "
-                   "and its export) are left out")
+        records = (f"the record of step {left_out.min()} (torch.profiler window {a}:{b} and its export) is"
+                   if left_out.nunique() == 1 else
+                   f"the records of steps {left_out.min()}..{left_out.max()} (torch.profiler window {a}:{b} and its export) are")
+        detail += f"; {records} left out"
     elif in_window.any():
         detail += "; every record lies in the torch.profiler window: phase times include its overhead"
     named = measured[[f"{p}_ms" for p in PHASES]].fillna(0.0).to_numpy().sum()

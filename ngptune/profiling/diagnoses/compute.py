@@ -21,14 +21,15 @@ KNOB: tuple[Suggestion | str, ...] = (
 
 def in_windows(t_s: np.ndarray, windows: pd.DataFrame) -> np.ndarray:
     """Which times ``t_s`` [N] (s) lie inside one of each rank's windows (``rank``, ``from_s``,
-    ``to_s``; a rank's windows do not overlap); bool [N]."""
+    ``to_s``; a rank's windows do not overlap); bool [N]. A window holds ``from_s < t <= to_s``: an
+    NVML sample reports the period before it."""
     inside = np.ones(len(t_s), dtype=bool)
     for _, rank in windows.groupby("rank", sort=True):
         rank = rank.sort_values("from_s")
         starts, ends = rank["from_s"].to_numpy(float), rank["to_s"].to_numpy(float)
         index = np.searchsorted(ends, t_s, side="left")  # the first window ending at or after t
         found = index < len(ends)
-        found[found] = starts[index[found]] <= t_s[found]
+        found[found] = starts[index[found]] < t_s[found]
         inside &= found
     return inside
 
