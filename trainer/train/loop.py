@@ -27,10 +27,13 @@ from trainer.contract.errors import SceneError
 from trainer.contract.rundir import RunDir
 from trainer.contract.world import check_world_size
 from trainer.data import Scene, load_scene
+from trainer.data.capture_kind import classify_capture
 from trainer.data.footprint import footprint_resolution
 from trainer.data.images import PixelTable
+from trainer.render.contraction import SceneContraction
 from trainer.render.march import PackedSamples, march_rays
 from trainer.render.occupancy import MIN_STEP_SIZE, OccupancyGrid
+from trainer.render.scene_model import SceneModelChoice, choose_scene_model, field_box
 from trainer.train.batch_size import BatchSizer
 from trainer.train.budget import StepDurations
 from trainer.train.build import build_field, check_trainable, resolve_device, seed_everything, use_triton_kernels
@@ -100,12 +103,21 @@ class Trainer:
             )
         self.aabb_scale = scene.aabb_scale
         self.aabb = torch.tensor(scene.aabb, dtype=torch.float32, device=self.device)
-        self.footprint_resolution = footprint_resolution(self.train_frames, scene.aabb)
-        self.finest_resolution = cfg.encoding.finest_resolution(self.aabb_scale, self.footprint_resolution)
+        self.scene_choice: SceneModelChoice = choose_scene_model(t.scene_model, classify_capture(scene),
+                                                                 cfg.parallel.mode)
+        self.scene_model = self.scene_choice.model
+        # the unbounded model: the field over the contracted cube (twice the box), the grid's shell
+        self.contraction = SceneContraction.of_box(self.aabb_scale) if self.scene_choice.unbounded else None
+        self.background_steps = t.background_steps if self.scene_choice.unbounded else 0
+        field_box_np, self.field_scale = field_box(self.aabb_scale, self.scene_model)
+        self.field_aabb = torch.tensor(field_box_np, dtype=torch.float32, device=self.device)
+        self.footprint_resolution = footprint_resolution(self.train_frames, field_box_np)
+        self.finest_resolution = cfg.encoding.finest_resolution(self.field_scale, self.footprint_resolution)
         check_trainable(cfg)
         self.field = self.build_model()
         self.grid = OccupancyGrid(aabb_scale=self.aabb_scale, resolution=t.occupancy_resolution,
-                                  decay=t.occupancy_decay, threshold=t.occupancy_threshold).to(self.device)
+                                  decay=t.occupancy_decay, threshold=t.occupancy_threshold,
+                                  background_shell=self.scene_choice.unbounded).to(self.device)
         self.cone_angle = t.resolved_cone_angle(self.aabb_scale)
         self.max_step_size = MIN_STEP_SIZE * 2 ** int(math.log2(self.aabb_scale))  # the coarsest cascade's
         self.march_backend = "triton" if use_triton_kernels("march_backend", t.march_backend, self.device) else "torch"
@@ -147,8 +159,8 @@ class Trainer:
     def build_model(self) -> torch.nn.Module:
         """The trained model (one :class:`~trainer.model.field.NGPField`, with a colour map per
         training image under ``training.appearance``; the subgrid trainer builds its boxes)."""
-        return build_field(self.cfg, self.aabb, self.aabb_scale, self.device, self.footprint_resolution,
-                           len(self.train_frames))
+        return build_field(self.cfg, self.field_aabb, self.field_scale, self.device, self.footprint_resolution,
+                           len(self.train_frames), self.contraction)
 
     def build_optimizer(self) -> torch.optim.Optimizer:
         """Adam over the field (:func:`~trainer.train.optimization.build_adam`): hash-grid entries
@@ -190,7 +202,8 @@ class Trainer:
         return march_rays(rays_o, rays_d, self.aabb, self.grid, step_size=MIN_STEP_SIZE, cone_angle=self.cone_angle,
                           max_steps=self.cfg.training.max_march_steps, max_step_size=self.max_step_size,
                           jitter=jitter, generator=(generator or self.generator) if jitter else None,
-                          near=self.cfg.training.near_distance, backend=self.march_backend)
+                          near=self.cfg.training.near_distance, backend=self.march_backend,
+                          background_steps=self.background_steps)
 
     def train_step(self) -> StepOutcome:
         """Run one optimiser step (:meth:`~trainer.train.step.Step.advance`): host stats, the
