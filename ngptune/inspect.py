@@ -43,6 +43,9 @@ def format_description(info: dict[str, Any]) -> None:
     if info.get("size_rule"):
         table.add_row("size rule", info["size_rule"])
     table.add_row("scene box (unit-cube world)", f"{info['aabb'][0]} → {info['aabb'][1]}")
+    capture = info["capture"]
+    table.add_row("capture", f"{capture['kind']} ({capture['reason']})")
+    table.add_row("scene model (auto)", f"{info['scene_model']} (training.scene_model overrides: box or unbounded)")
     finest = info["finest_resolution"]
     how = ("instant-ngp's 2048 · aabb_scale: no view to measure" if finest["footprint"] is None else
            f"views' pixels span cells at {finest['footprint']:g}, rounded up to a power of two")

@@ -25,6 +25,11 @@ def test_fox(capfd):
     assert len(info["skipped"]) == 17
     assert all(s["reason"].startswith("image file not found") for s in info["skipped"])
     assert info["training_holdout"] == {"every": 8, "splits": {"train": 43, "test": 7}}
+    # a 360° capture with background: training.scene_model auto trains the unbounded model, whose
+    # field spans twice the box (its finest level doubles with it)
+    assert info["capture"]["kind"] == "360" and info["capture"]["transparent_share"] == 0.0
+    assert info["scene_model"] == "unbounded"
+    assert info["finest_resolution"]["default"] == 8192
 
 
 @needs_shared
@@ -38,6 +43,8 @@ def test_fox_table_reports_skipped_frames_once_and_labels_intrinsics(capfd):
     assert [str(w.message) for w in caught] == []  # the table lists them; no raw warning as well
     assert "skipped frames" in out and "images/0005.jpg" in out
     assert "1375.52 / 1374.49" in out and "554.558 / 965.268" in out  # one value per key when frames agree
+    assert "scene model (auto)" in out and "unbounded (training.scene_model overrides" in out
+    assert "capture" in out and "360 (no alpha; views spread to 52°" in out
 
 
 @needs_shared
@@ -48,6 +55,8 @@ def test_lego_400(capfd):
     assert (info["width"], info["height"]) == (400, 400)
     assert info["skipped"] == []
     assert info["pixel_memory_bytes"] == 400 * 400 * 4 * 400
+    assert info["capture"]["kind"] == "object" and info["scene_model"] == "box"
+    assert info["finest_resolution"]["default"] == 512  # the box model's, as before
 
 
 def test_demo_scene_and_timing(capfd, tmp_path):

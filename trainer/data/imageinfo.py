@@ -88,3 +88,15 @@ def image_size(path: Path) -> tuple[int, int]:
             f"{MAX_IMAGE_PIXELS} pixels OpenCV decodes"
         )
     return int(width), int(height)
+
+
+def may_have_alpha(path: Path) -> bool:
+    """Whether an image's header declares transparency: an alpha channel (RGBA, LA, PA, 16-bit
+    gray with alpha) or a transparent palette or colour entry. Reads the header only; True when
+    the header cannot be read (the decoder then decides and names the file).
+    """
+    try:
+        with _open_header(path) as im:
+            return "A" in im.getbands() or "transparency" in im.info
+    except Exception:
+        return True

@@ -161,6 +161,15 @@ def _inference_config(cfg: TrainConfig, device: str | None, cpu_fallback: bool, 
     return apply_overrides(cfg, overrides)
 
 
+def _trained_scene_model(cfg: TrainConfig, trainer_state: Any) -> TrainConfig:
+    """The run's config with ``training.scene_model`` "auto" replaced by the model the snapshot was
+    trained with (``trainer_state["scene_model"]``; absent: a box model, written before the
+    unbounded model existed), so a model renders as it trained whatever ``auto`` picks today."""
+    if cfg.training.scene_model != "auto" or not isinstance(trainer_state, dict):
+        return cfg
+    return apply_overrides(cfg, {"training.scene_model": str(trainer_state.get("scene_model", "box"))})
+
+
 def _load_scene(cfg: TrainConfig, scene_path: Path | None) -> Any:
     from trainer.data import load_scene
 
@@ -186,8 +195,8 @@ class ModelSource:
         step: the training step of those weights.
         cfg: the config the model was trained with (the run's ``config.json`` when ``path`` is a run
             folder, else the one stored with the weights).
-        payload: the snapshot's contents when finding the step or config needed them (else None:
-            :func:`load_model` reads the file).
+        payload: a checkpoint's ``meta.json``; the snapshot's contents when finding the step or
+            config needed them (else None: :func:`load_model` reads the file).
         notes: what the user should know about the run the model comes from (its ``status.json``
             says it is still running, or is stale: :func:`run_state_note`).
     """
@@ -232,7 +241,7 @@ def locate_model(path: Path) -> ModelSource:
 
         meta = load_meta(source)
         cfg = _read_run_config(run_config) if run_config else _config_from(meta.get("config"), source / "meta.json")
-        return ModelSource(kind, source, int(meta["step"]), cfg, notes=notes)
+        return ModelSource(kind, source, int(meta["step"]), cfg, meta, notes)
     named = [step for step, snap in RunDir(Path(path)).snapshots() if snap == source] if run_config else []
     payload = None if named else load_snapshot(source)
     cfg = _read_run_config(run_config) if run_config else _config_from(payload.get("config"), source)
@@ -288,11 +297,13 @@ def load_model(path: Path, scene_path: Path | None = None, device: str | None = 
     cfg = _inference_config(found.cfg, device, cpu_fallback, notes)
     if found.kind == "snapshot":
         payload = found.payload if found.payload is not None else load_snapshot(source)
+        cfg = _trained_scene_model(cfg, payload.get("trainer_state"))
         from trainer.train.loop import Trainer
-        from trainer.train.snapshot_state import check_finest_resolution
+        from trainer.train.snapshot_state import check_finest_resolution, check_scene_model
 
         trainer = Trainer(cfg, _load_scene(cfg, scene_path), None)
         check_finest_resolution(source, payload.get("trainer_state"), trainer.finest_resolution)
+        check_scene_model(source, payload.get("trainer_state"), trainer.scene_model)
         load_state_checked(trainer.field, payload["model"], "model", source)
         load_state_checked(trainer.grid, payload["occupancy"], "occupancy grid", source)
         trainer.step = int(payload["step"])
@@ -300,6 +311,8 @@ def load_model(path: Path, scene_path: Path | None = None, device: str | None = 
     else:
         from trainer.parallel.build import build_distributed_trainer
 
+        meta = found.payload if found.payload is not None else {}
+        cfg = _trained_scene_model(cfg, meta.get("trainer_state"))
         trainer = build_distributed_trainer(cfg, _load_scene(cfg, scene_path), None)
         with warnings.catch_warnings():  # the placement and world size differ on purpose
             warnings.filterwarnings("ignore", message=".*resuming with settings other than")

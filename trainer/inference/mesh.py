@@ -113,13 +113,14 @@ def check_min_views(min_views: int) -> None:
 
 
 def occupied_box(trainer: Any) -> np.ndarray:
-    """[2, 3] float64 unit-cube bounding box of the occupied cells of every cascade, clipped to
-    the scene box (the whole scene box when nothing is occupied)."""
+    """[2, 3] float64 unit-cube bounding box of the occupied cells of every cascade of the scene
+    box (not the unbounded model's background shell), clipped to the scene box (the whole scene
+    box when nothing is occupied)."""
     grid = trainer.grid
     mask = grid.occupancy_mask()
     scene_box = np.asarray(trainer.scene.aabb, dtype=np.float64)
     lo, hi = np.full(3, np.inf), np.full(3, -np.inf)
-    for cascade in range(mask.shape[0]):
+    for cascade in range(grid.cascades):
         cells = mask[cascade].nonzero().squeeze(-1)
         if cells.numel() == 0:
             continue

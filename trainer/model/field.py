@@ -3,7 +3,7 @@
 Source: Müller et al., SIGGRAPH 2022, §5.4 (NeRF) and instant-ngp ``nerf_network.h``; the
 density activation ``trunc_exp`` follows torch-ngp (``activation.py``).
 
-    positions ──(AABB → [0,1]³)── hash grid [L·F] ── density MLP ── h [16]
+    positions ──(contraction, unbounded model only)──(AABB → [0,1]³)── hash grid [L·F] ── density MLP ── h [16]
         σ = trunc_exp(h₀)
         rgb = sigmoid(colour MLP([h₁..h₁₅, SH_d²(direction)]))   (d = SH degree, 4 by default)
 """
@@ -21,6 +21,7 @@ from trainer.encoding.sh import SH_MAX_DEGREE, sh_encode, sh_output_dim
 from trainer.contract.errors import ConfigError
 from trainer.model.appearance import AffineAppearance
 from trainer.model.mlp import MLP, MLPConfig
+from trainer.render.contraction import SceneContraction
 
 __all__ = ["DENSITY_OUTPUT_DIM", "MLPConfig", "NGPField", "trunc_exp"]
 
@@ -102,7 +103,8 @@ class NGPField(nn.Module):
 
     Args:
         aabb: [2, 3] floating (min corner, max corner), world units: the box mapped to [0, 1]³ for
-            the hash grid. Its device is where every parameter is created.
+            the hash grid (with ``contraction``, its contracted cube). Its device is where every
+            parameter is created.
         grid_cfg: hash-grid layout.
         density_net: density MLP, L·F → 16 (default 64 wide, 1 hidden layer).
         rgb_net: colour MLP, 15 + sh_degree² → 3 (default 64 wide, 2 hidden layers).
@@ -120,6 +122,10 @@ class NGPField(nn.Module):
         n_appearance_images: > 0 adds :attr:`appearance`, an affine colour map per training
             image (``training.appearance``, :mod:`trainer.model.appearance`); the trainer applies
             it to ray colours, the field's outputs do not depend on it.
+        contraction: the unbounded scene model's contraction
+            (:class:`~trainer.render.contraction.SceneContraction`): positions are contracted
+            before they are mapped into ``aabb``, so the field covers all of space; None (the box
+            model) clamps positions outside ``aabb`` onto it.
 
     Each MLP's ``output_activation`` (default "None") is applied before the fixed ``trunc_exp``
     (density) and sigmoid (colour).
@@ -141,9 +147,11 @@ class NGPField(nn.Module):
         fused_mlp: bool = False,
         mlp_precision: str = "ieee",
         n_appearance_images: int = 0,
+        contraction: SceneContraction | None = None,
     ) -> None:
         super().__init__()
         aabb = _check_aabb(aabb)
+        self.contraction = contraction
         try:
             n_sh = sh_output_dim(sh_degree)
         except ValueError as error:
@@ -168,10 +176,14 @@ class NGPField(nn.Module):
         )
 
     def normalise_positions(self, positions: torch.Tensor) -> torch.Tensor:
-        """World positions [S, 3] → [S, 3] float32 in [0, 1]³; points outside the AABB are
-        clamped onto its surface (they take the features of the nearest boundary point)."""
+        """World positions [S, 3] → [S, 3] float32 in [0, 1]³: contracted first with the unbounded
+        model's contraction; points outside the AABB are clamped onto its surface (they take the
+        features of the nearest boundary point)."""
         lo, hi = self.aabb[0], self.aabb[1]
-        return ((positions.float() - lo) / (hi - lo)).clamp(0.0, 1.0)
+        positions = positions.float()
+        if self.contraction is not None:
+            positions = self.contraction.contract(positions)
+        return ((positions - lo) / (hi - lo)).clamp(0.0, 1.0)
 
     def _density_head(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """σ [S] float32 and the 15 geometry features [S, 15] from hash-grid features [S, L·F]."""

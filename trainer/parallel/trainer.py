@@ -44,7 +44,7 @@ from trainer.train.divergence import check_state_dict
 from trainer.train.hostcopy import HostCopy
 from trainer.train.loop import Trainer
 from trainer.train.snapshot_state import (
-    check_finest_resolution, restore_counters, rng_state, set_rng_state, warn_config_differences,
+    check_finest_resolution, check_scene_model, restore_counters, rng_state, set_rng_state, warn_config_differences,
 )
 
 __all__ = [
@@ -140,6 +140,7 @@ class DistributedTrainerBase(Trainer, metaclass=abc.ABCMeta):
                 "samples_per_ray_ema": self.samples_per_ray_ema,
                 "train_time_s": self.train_time_s,
                 "finest_resolution": self.finest_resolution,
+                "scene_model": self.scene_model,
             },
         }
 
@@ -226,6 +227,7 @@ class DistributedTrainerBase(Trainer, metaclass=abc.ABCMeta):
             )
         self.check_checkpoint_meta(folder, meta)
         check_finest_resolution(folder, meta.get("trainer_state"), self.finest_resolution)
+        check_scene_model(folder, meta.get("trainer_state"), self.scene_model)
         stored = ckpt.checkpoint_keys(folder)
         for name, p in self.named_parameters_for_optimizer().items():
             if f"optimizer.{name}.step" in stored and p not in self.optimizer.state:

@@ -97,6 +97,7 @@ def march_fixed(
     backend: str = "torch",
     rule: Tensor | None = None,
     near: float = 0.0,
+    background_steps: int = 0,
 ) -> FixedSamples:
     """March ``rays_o``/``rays_d`` [n_rays, 3] float32 into ``buffers`` (module docstring).
 
@@ -107,6 +108,8 @@ def march_fixed(
         backend: ``"triton"`` (two launches, no host read; needs ``rule`` from
             :func:`trainer.render.triton_march.march_rule_tensor`) or ``"torch"``.
         near: smallest distance along a ray (>= 0), as in ``march_rays``.
+        background_steps: steps past the box, uniform in disparity (the unbounded scene model),
+            as in ``march_rays``; 0 stops at the box.
 
     Raises:
         ValueError: for rays of another shape, or an unknown backend.
@@ -121,11 +124,13 @@ def march_fixed(
         u = torch.rand(n_rays, device=device, dtype=rays_o.dtype, generator=generator) if generator is not None else None
         box = aabb.to(device=device, dtype=torch.float32).reshape(6)
         counts, all_counts = march_fixed_triton(rays_o, rays_d, box, rule, u, grid, buffers.outputs(),
-                                                cone_angle=cone_angle, max_steps=max_steps, near=near)
+                                                cone_angle=cone_angle, max_steps=max_steps, near=near,
+                                                background_steps=background_steps)
     elif backend == "torch":
         counts, all_counts = _march_fixed_torch(rays_o, rays_d, aabb, grid, buffers, step_size=step_size,
                                                 cone_angle=cone_angle, max_steps=max_steps,
-                                                max_step_size=max_step_size, generator=generator, near=near)
+                                                max_step_size=max_step_size, generator=generator, near=near,
+                                                background_steps=background_steps)
     else:
         raise ValueError(f"march_fixed: backend must be 'torch' or 'triton', got {backend!r}")
     n_valid = counts.sum()
@@ -147,11 +152,11 @@ def march_fixed(
 def _march_fixed_torch(rays_o: Tensor, rays_d: Tensor, aabb: Tensor, grid: OccupancyGrid | None,
                        buffers: MarchBuffers, *, step_size: float, cone_angle: float, max_steps: int,
                        max_step_size: float, generator: torch.Generator | None,
-                       near: float = 0.0) -> tuple[Tensor, Tensor]:
+                       near: float = 0.0, background_steps: int = 0) -> tuple[Tensor, Tensor]:
     """The PyTorch twin of ``march_fixed_triton``: the reference march, its whole rays copied in."""
     marched = march_rays(rays_o, rays_d, aabb, grid, step_size=step_size, cone_angle=cone_angle,
                          max_steps=max_steps, max_step_size=max_step_size, jitter=generator is not None,
-                         generator=generator, near=near, backend="torch")
+                         generator=generator, near=near, backend="torch", background_steps=background_steps)
     all_counts = marched.packed_info[:, 1]
     counts = torch.where(torch.cumsum(all_counts, 0) <= buffers.capacity, all_counts, 0)
     n = int(counts.sum())  # the host read of the twin (module docstring)

@@ -24,6 +24,22 @@ A candidate is kept when its midpoint is before ``t_far`` and lies in an occupie
 keeps at most ``max_steps`` samples, the first ones (instant-ngp counts only occupied samples
 against ``NERF_STEPS``).
 
+Background shell (the unbounded scene model)
+--------------------------------------------
+With ``background_steps`` N > 0 a ray goes on past the box, from the end of its last box step
+``t_s`` (the start of the first step whose midpoint is not before ``t_far``, at least
+``step_size``; ``max(t_near, step_size)`` for a ray that misses the box), in N steps uniform in
+disparity (Mip-NeRF 360 §2: spacing uniform in 1/t beyond the region of interest):
+
+    t_j = t_s·(N + 1) / (N + 1 − j),   j = 0 .. N,
+
+step ``j`` being ``[t_j, t_{j+1}]`` with its sample at the midpoint, so the last step ends at
+``(N + 1)·t_s``; seen from the box centre, the steps cross the contracted shell of
+:mod:`trainer.render.contraction` evenly. These samples are not jittered (the box's jitter moves
+``t_s``). They are looked up in the grid's background shell and count against ``max_steps`` after
+the box's samples. A ray that starts outside the box is marched from its box entry (the shell in
+front of the box is not marched): the unbounded model expects the cameras inside the scene box.
+
 Memory and work
 ---------------
 Work is linear in the number of candidate steps Σ_r K_r, where ``K_r`` ≈ the ray's steps through
@@ -128,11 +144,13 @@ def ray_batches(samples: PackedSamples, max_samples: int) -> list[tuple[int, int
 
 @dataclasses.dataclass(frozen=True)
 class _StepRule:
-    """``dt(t) = clamp(t·cone_angle, step_size, max_step_size)``."""
+    """``dt(t) = clamp(t·cone_angle, step_size, max_step_size)`` in the box, then
+    ``background_steps`` steps uniform in disparity (0: none)."""
 
     step_size: float
     cone_angle: float
     max_step_size: float
+    background_steps: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,6 +188,16 @@ def _count_steps_before(t_far: Tensor, s: _Steps, rule: _StepRule) -> Tensor:
     clamped = s.n_a + s.n_b + torch.ceil((t_far - s.b) / rule.max_step_size)
     count = torch.where(t_far <= s.a, linear, torch.where(t_far <= s.b, geometric, clamped))
     return count.clamp_min(0) + 1
+
+
+def shell_steps_at(j: Tensor, t_s: Tensor, n_steps: int) -> tuple[Tensor, Tensor]:
+    """Start ``t_j`` and length ``dt_j`` of background step ``j`` (float, [m]) of rays whose
+    shell starts at ``t_s`` [m] (module docstring): ``t_j = (t_s·(N+1)) / (N+1 − j)`` in the
+    dtype of ``t_s``, ``dt_j = t_{j+1} − t_j`` (the Triton marcher rounds the same operations)."""
+    a = float(n_steps + 1)
+    scaled = t_s * a
+    t = scaled / (a - j)
+    return t, scaled / (a - (j + 1.0)) - t
 
 
 def _steps_at(k: Tensor, ray: Tensor, s: _Steps, rule: _StepRule, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
@@ -212,6 +240,7 @@ def march_rays(
     near: float = 0.0,
     max_candidates_per_chunk: int = 2**24,
     backend: str = "torch",
+    background_steps: int = 0,
 ) -> PackedSamples:
     """March rays through the box and return the samples in occupied cells, packed per ray.
 
@@ -222,7 +251,8 @@ def march_rays(
         rays_o: [n_rays, 3] float32 (or float64) ray origins, world units.
         rays_d: [n_rays, 3] ray directions (unit length, so that distances are world units).
         aabb: [2, 3] the box to march in (usually the scene box).
-        grid: occupancy grid used to skip empty cells; None keeps every step.
+        grid: occupancy grid used to skip empty cells; None keeps every step. With
+            ``background_steps`` it must have the background shell.
         step_size: the smallest step (instant-ngp ``MIN_CONE_STEPSIZE`` = √3/1024).
         cone_angle: steps grow as ``t·cone_angle`` (the caller passes 1/256 when aabb_scale > 1,
             instant-ngp's default, and 0 otherwise).
@@ -237,6 +267,8 @@ def march_rays(
         backend: ``"torch"`` (this module, the reference), ``"triton"`` (box, jitter and steps
             in two kernel launches, :mod:`trainer.render.triton_march`; float32 rays) or ``"auto"``
             (triton for float32 rays on CUDA when Triton imports, else torch).
+        background_steps: N > 0 marches on past the box in N steps uniform in disparity (the
+            unbounded scene model, module docstring); 0 stops at the box.
 
     Returns:
         :class:`PackedSamples` with tensors on the rays' device, positions/t/dt in the rays' dtype.
@@ -270,9 +302,10 @@ def march_rays(
         raise ValueError(f"march_rays: max_steps must be an integer >= 1, got {max_steps!r}")
     if max_candidates_per_chunk < 1:
         raise ValueError(f"march_rays: max_candidates_per_chunk must be >= 1, got {max_candidates_per_chunk!r}")
+    check_background_steps(background_steps, grid)
 
     use_triton = _use_triton(backend, rays_o, rays_d)
-    rule = _StepRule(float(step_size), float(cone_angle), float(max_step_size))
+    rule = _StepRule(float(step_size), float(cone_angle), float(max_step_size), int(background_steps))
     device, dtype = rays_o.device, rays_o.dtype
     n_rays = rays_o.shape[0]
     if use_triton:
@@ -281,7 +314,7 @@ def march_rays(
         u = torch.rand(n_rays, device=device, dtype=dtype, generator=generator) if jitter else None
         ray_indices, t, dt, positions, directions, counts, first = march_packed_triton(
             rays_o, rays_d, aabb, near, u, grid, step_size=rule.step_size, cone_angle=rule.cone_angle,
-            max_step_size=rule.max_step_size, max_steps=max_steps,
+            max_step_size=rule.max_step_size, max_steps=max_steps, background_steps=rule.background_steps,
         )
         packed_info = torch.stack((first, counts), dim=-1)
         return PackedSamples(positions, directions, t, dt, ray_indices, packed_info, n_rays)
@@ -291,8 +324,11 @@ def march_rays(
         t_near = t_near + torch.rand(n_rays, device=device, dtype=dtype, generator=generator) * first_dt
     steps = _step_anchors(t_near, rule)
     n_candidates = torch.where(hit, _count_steps_before(t_far, steps, rule), 0).long()
-    if grid is None:  # every step is kept, so steps past max_steps need not be made
+    if grid is None and not rule.background_steps:  # every step is kept: steps past max_steps need not be made
         n_candidates = n_candidates.clamp_max(max_steps + 1)
+    if rule.background_steps:  # every ray, hit or miss, marches the shell; one with a NaN component none
+        no_nan = ((rays_o == rays_o) & (rays_d == rays_d)).all(dim=-1)
+        n_candidates = n_candidates + rule.background_steps * no_nan.long()
 
     # Chunks of consecutive rays, a new chunk where the running candidate count crosses a
     # multiple of the budget: a chunk holds at most the budget plus one ray's candidates.
@@ -329,6 +365,16 @@ def triton_march_available(device: torch.device) -> bool:
     return device.type == "cuda" or triton_march.INTERPRET
 
 
+def check_background_steps(background_steps: int, grid: OccupancyGrid | None) -> None:
+    """Raise ValueError unless ``background_steps`` is an integer >= 0 and, when > 0, ``grid`` is
+    None or has the background shell (a grid without it would leave out every step beyond the box)."""
+    if isinstance(background_steps, bool) or not isinstance(background_steps, int) or background_steps < 0:
+        raise ValueError(f"march: background_steps must be an integer >= 0, got {background_steps!r}")
+    if background_steps and grid is not None and not grid.shell:
+        raise ValueError("march: background_steps > 0 needs an occupancy grid with the background shell "
+                         "(OccupancyGrid(background_shell=True))")
+
+
 def _use_triton(backend: str, rays_o: Tensor, rays_d: Tensor) -> bool:
     """Resolve ``backend`` for these rays (see :func:`march_rays`)."""
     if backend == "torch":
@@ -359,7 +405,10 @@ def _march_chunk(
     grid: OccupancyGrid | None,
     max_steps: int,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """Kept samples (ray index [s], midpoint t [s], dt [s]) of the rays ``rays``, front to back."""
+    """Kept samples (ray index [s], midpoint t [s], dt [s]) of the rays ``rays``, front to back.
+
+    A ray's candidates are its box steps ``k = 0 ..`` and then, with background steps, its N shell
+    steps (the last N candidates of the ray)."""
     device = rays_o.device
     counts = n_candidates[rays]
     total = int(counts.sum())
@@ -370,6 +419,21 @@ def _march_chunk(
     t_start, dt = _steps_at(k, ray, steps, rule, rays_o.dtype)
     t_mid = t_start + 0.5 * dt
     keep = t_mid < t_far[ray]
+    if rule.background_steps:
+        n_shell = rule.background_steps
+        n_box = (counts - n_shell).clamp_min(0)  # a ray with a NaN component has no candidate at all
+        in_box = k < n_box[local_ray]
+        keep &= in_box
+        # t_s: the start of the first box step whose midpoint is not before t_far (steps are in order)
+        k_exit = torch.zeros(counts.numel(), dtype=torch.long, device=device).index_add_(0, local_ray, keep.long())
+        exit_ray = torch.arange(counts.numel(), device=device) + rays.start
+        t_exit, _ = _steps_at(k_exit, exit_ray, steps, rule, rays_o.dtype)
+        t_s = t_exit.clamp_min(rule.step_size)
+        j = (k - n_box[local_ray]).to(rays_o.dtype)
+        t_shell, dt_shell = shell_steps_at(j, t_s[local_ray], n_shell)
+        t_mid = torch.where(in_box, t_mid, t_shell + 0.5 * dt_shell)
+        dt = torch.where(in_box, dt, dt_shell)
+        keep |= ~in_box
     if grid is not None:
         keep &= grid.occupied(rays_o[ray] + rays_d[ray] * t_mid.unsqueeze(-1))
     # Keep each ray's first max_steps samples: rank = running count of kept samples in the ray.

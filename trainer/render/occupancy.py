@@ -20,6 +20,18 @@ Layout
   cells are never updated and never occupied.
 * ``bitfield[c, i >> 3]`` bit ``i & 7`` is 1 when cell ``i`` of cascade ``c`` is occupied, i.e.
   ``(bitfield[c, i >> 3] >> (i & 7)) & 1``.
+
+Background shell (the unbounded scene model)
+--------------------------------------------
+With ``background_shell`` the grid has one level more, ``levels = C + 1``: level C is laid out as a
+cascade of side ``2^C`` (twice the scene box) over *contracted* positions
+(:class:`trainer.render.contraction.SceneContraction`): a point beyond the scene box is contracted
+into the shell between the box and that cube's face, and looked up there; points inside the box
+are unchanged and find their cascade as before, so the box's cascades behave exactly as without
+the shell. Level C's cells hold ``σ·Δt`` with ``Δt = √3/1024·2^C·ρ²`` at the evaluated point
+(``ρ = ‖(x − c)/r‖∞``, r the box's half side): the step of a cascade of level C's scale, stretched
+as the contraction stretches space there (its radial Jacobian is ``1/ρ²``). Without the shell every
+point outside the scene box is unoccupied.
 """
 
 from __future__ import annotations
@@ -31,6 +43,7 @@ import torch
 from torch import Tensor, nn
 
 from trainer.contract.errors import ConfigError
+from trainer.render.contraction import SceneContraction
 
 #: instant-ngp ``MIN_CONE_STEPSIZE() = √3 / NERF_STEPS()``, NERF_STEPS = 1024: the finest step (world units).
 MIN_STEP_SIZE = math.sqrt(3.0) / 1024.0
@@ -50,10 +63,15 @@ class OccupancyGrid(nn.Module):
         threshold: upper bound of the occupancy threshold on optical thickness σ·Δt (instant-ngp:
             ``NERF_MIN_OPTICAL_THICKNESS`` = 0.01); the threshold used is
             ``min(threshold, mean_density)``.
+        background_shell: add level C over the contracted space beyond the scene box (module
+            docstring; the unbounded scene model).
+
+    Attributes:
+        cascades: C, the scene box's cascades; levels: C, or C + 1 with the background shell.
 
     Buffers (saved with ``state_dict``):
-        density: [cascades, R³] float32, EMA of the optical thickness σ·Δt_c per cell (−1: unseen).
-        bitfield: [cascades, R³/8] uint8, one occupancy bit per cell. Until the first
+        density: [levels, R³] float32, EMA of the optical thickness σ·Δt_c per cell (−1: unseen).
+        bitfield: [levels, R³/8] uint8, one occupancy bit per cell. Until the first
             :meth:`update` every cell is occupied, so an untrained grid does not cull anything.
 
     Raises:
@@ -69,6 +87,7 @@ class OccupancyGrid(nn.Module):
         resolution: int = 128,
         decay: float = 0.95,
         threshold: float = MIN_OPTICAL_THICKNESS,
+        background_shell: bool = False,
     ) -> None:
         super().__init__()
         if (
@@ -87,11 +106,14 @@ class OccupancyGrid(nn.Module):
         self.aabb_scale = aabb_scale
         self.resolution = resolution
         self.cascades = int(math.log2(aabb_scale)) + 1
+        self.shell = bool(background_shell)
+        self.levels = self.cascades + int(self.shell)
+        self.contraction = SceneContraction.of_box(aabb_scale) if self.shell else None
         self.decay = float(decay)
         self.threshold = float(threshold)
         n_cells = resolution**3
-        self.register_buffer("density", torch.zeros(self.cascades, n_cells, dtype=torch.float32))
-        self.register_buffer("bitfield", torch.full((self.cascades, n_cells // 8), 255, dtype=torch.uint8))
+        self.register_buffer("density", torch.zeros(self.levels, n_cells, dtype=torch.float32))
+        self.register_buffer("bitfield", torch.full((self.levels, n_cells // 8), 255, dtype=torch.uint8))
 
     # ---------------------------------------------------------------- geometry
 
@@ -107,46 +129,70 @@ class OccupancyGrid(nn.Module):
         return torch.tensor([[0.5 - half] * 3, [0.5 + half] * 3], device=self.density.device)
 
     def step_sizes(self) -> Tensor:
-        """[cascades] float32: Δt_c = √3/1024·2^c, the step by which σ is scaled when stored."""
+        """[levels] float32: Δt_c = √3/1024·2^c, the step by which σ is scaled when stored (the
+        background shell's level scales it further by ρ² at each point, :meth:`thickness_steps`)."""
         return MIN_STEP_SIZE * torch.exp2(
-            torch.arange(self.cascades, device=self.density.device, dtype=torch.float32)
+            torch.arange(self.levels, device=self.density.device, dtype=torch.float32)
         )
 
+    def thickness_steps(self, level: Tensor, points: Tensor) -> Tensor:
+        """[m] float32: the step Δt that σ is multiplied by when stored, for points [m, 3] (world)
+        of cells of ``level`` [m] int64: Δt_c, times ρ² on the background shell's level."""
+        steps = self.step_sizes()[level]
+        if self.contraction is None:
+            return steps
+        rho = self.contraction.shell_norm(points.float()).clamp_min(1.0)  # (the level's inner half: the box)
+        return torch.where(level == self.cascades, steps * rho * rho, steps)
+
     def cell_points(self, cascade: Tensor, cell: Tensor, offset: Tensor | float = 0.5) -> Tensor:
-        """World positions inside cells.
+        """Positions inside cells, in the level's own space (world positions for the box's
+        cascades, contracted positions for the background shell's level: :meth:`cell_world_points`
+        gives world positions for every level).
 
         Args:
-            cascade: [m] int64 cascade index of each cell.
+            cascade: [m] int64 level index of each cell.
             cell: [m] int64 linear cell index ``x + y·R + z·R²``.
             offset: [m, 3] in [0, 1) or a scalar: position inside the cell in cell units
                 (0.5 = the cell centre, 0 = its min corner).
 
         Returns:
-            points: [m, 3] float32 world positions ``0.5 + ((xyz + offset)/R − 0.5)·2^c``.
+            points: [m, 3] float32 positions ``0.5 + ((xyz + offset)/R − 0.5)·2^c``.
         """
         res = self.resolution
         xyz = torch.stack((cell % res, (cell // res) % res, cell // (res * res)), dim=-1).float()
         scale = torch.exp2(cascade.float()).unsqueeze(-1)
         return ((xyz + offset) / res - 0.5) * scale + 0.5
 
-    def locate(self, points: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """The cell of the finest cascade that contains each point.
+    def cell_world_points(self, cascade: Tensor, cell: Tensor, offset: Tensor | float = 0.5) -> Tensor:
+        """World positions inside cells of any level: :meth:`cell_points`, uncontracted on the
+        background shell's level (finite: the contracted cube's face is taken just inside it)."""
+        points = self.cell_points(cascade, cell, offset)
+        if self.contraction is None:
+            return points
+        return torch.where((cascade == self.cascades).unsqueeze(-1), self.contraction.uncontract(points), points)
 
-        The cascade is ``max(0, e + 1)`` for ``max|p − 0.5| = m·2^e``, ``m ∈ [0.5, 1)`` (instant-ngp
-        ``mip_from_pos``), clamped to the coarsest cascade.
+    def locate(self, points: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The cell of the finest level that contains each point.
+
+        The level is ``max(0, e + 1)`` for ``max|p − 0.5| = m·2^e``, ``m ∈ [0.5, 1)`` (instant-ngp
+        ``mip_from_pos``), clamped to the coarsest level; with the background shell, points are
+        contracted first, so a point beyond the scene box falls in the shell's level.
 
         Args:
             points: [n, 3] float world positions.
 
         Returns:
-            cascade: [n] int64; cell: [n] int64 linear index; inside: [n] bool, False for points
-            outside the scene box (or not finite), whose cascade/cell are clamped and meaningless.
+            cascade: [n] int64 level; cell: [n] int64 linear index; inside: [n] bool, False for
+            points outside the scene box (every finite point is inside a grid with the background
+            shell) or not finite, whose level/cell are clamped and meaningless.
         """
         p = points.float()
+        if self.contraction is not None:
+            p = self.contraction.contract(p)
         offset = (p - 0.5).abs().amax(dim=-1)
-        inside = offset <= 0.5 * self.aabb_scale  # False for NaN
+        inside = offset <= 0.5 * self.aabb_scale * (2 if self.shell else 1)  # False for NaN
         _, exponent = torch.frexp(offset)
-        cascade = torch.where(offset < 0.5, 0, exponent.long() + 1).clamp(0, self.cascades - 1)
+        cascade = torch.where(offset < 0.5, 0, exponent.long() + 1).clamp(0, self.levels - 1)
         unit = (p - 0.5) / torch.exp2(cascade.float()).unsqueeze(-1) + 0.5
         res = self.resolution
         xyz = torch.nan_to_num(unit * res).floor().long().clamp(0, res - 1)
@@ -156,10 +202,11 @@ class OccupancyGrid(nn.Module):
     # ---------------------------------------------------------------- queries
 
     def occupancy_mask(self) -> Tensor:
-        """[cascades, R³] bool: the bitfield unpacked (cell order ``x + y·R + z·R²``)."""
+        """[levels, R³] bool: the bitfield unpacked (cell order ``x + y·R + z·R²``); rows
+        ``0 .. cascades − 1`` are the scene box's cascades, a last row the background shell's."""
         shifts = torch.arange(8, device=self.bitfield.device, dtype=torch.uint8)
         bits = (self.bitfield.unsqueeze(-1) >> shifts) & 1
-        return bits.reshape(self.cascades, -1).bool()
+        return bits.reshape(self.levels, -1).bool()
 
     def occupied(self, points: Tensor) -> Tensor:
         """Whether each point lies in an occupied cell.
@@ -171,7 +218,7 @@ class OccupancyGrid(nn.Module):
             points: [n, 3] float world positions.
 
         Returns:
-            [n] bool; False for points outside the scene box.
+            [n] bool; False for points outside the scene box (without the background shell).
 
         Raises:
             ValueError: if ``points`` is not [n, 3].
@@ -190,7 +237,7 @@ class OccupancyGrid(nn.Module):
         return float(self.density[0].clamp_min(0).mean())
 
     def occupancy_fraction(self) -> float:
-        """Share of all cells (every cascade) whose occupancy bit is set, in [0, 1]."""
+        """Share of all cells (every level) whose occupancy bit is set, in [0, 1]."""
         return float(self.occupancy_mask().float().mean())
 
     # ---------------------------------------------------------------- update
@@ -207,15 +254,17 @@ class OccupancyGrid(nn.Module):
     ) -> None:
         """One EMA update of the density grid followed by a new bitfield.
 
-        1. Choose cells: while ``step < warmup_steps`` every cell of every cascade; afterwards,
-           per cascade, R³/4 cells drawn uniformly (with replacement), plus C·R³/4 slots for
-           occupied cells — all of them when there are at most C·R³/4 (the spare slots are left
-           out), otherwise C·R³/4 drawn from them with replacement (instant-ngp draws R³/4
-           uniform and R³/4 occupied cells per cascade). Cells marked unseen (density < 0) are
-           left out.
+        1. Choose cells: while ``step < warmup_steps`` every cell of every level; afterwards,
+           per level, R³/4 cells drawn uniformly (with replacement), plus L·R³/4 slots for
+           occupied cells (L levels) — all of them when there are at most L·R³/4 (the spare slots
+           are left out), otherwise L·R³/4 drawn from them with replacement (instant-ngp draws
+           R³/4 uniform and R³/4 occupied cells per cascade). Cells marked unseen (density < 0)
+           are left out.
         2. Evaluate ``σ = density_fn(p)`` at one uniformly random point ``p`` inside each chosen
-           cell, in chunks of ``chunk`` points, and take ``new = σ·Δt_c`` (the maximum when a cell
-           is drawn twice; 0 for cells not drawn).
+           cell (uniform in the level's own space: contracted on the background shell's level,
+           evaluated at the world point it stands for), in chunks of ``chunk`` points, and take
+           ``new = σ·Δt`` (:meth:`thickness_steps`; the maximum when a cell is drawn twice; 0 for
+           cells not drawn).
         3. EMA: ``density ← max(density·decay, new)`` for every seen cell (unseen cells keep −1).
         4. Bitfield: occupied ⇔ ``density > min(threshold, mean_density)``.
 
@@ -237,7 +286,7 @@ class OccupancyGrid(nn.Module):
         """
         device = self.density.device
         n_cells = self.cells_per_cascade
-        n_total = self.cascades * n_cells
+        n_total = self.levels * n_cells
         flat_density = self.density.reshape(-1)
         if step < warmup_steps:
             chosen = torch.arange(n_total, device=device)
@@ -245,28 +294,27 @@ class OccupancyGrid(nn.Module):
         else:
             quarter = max(1, n_cells // 4)
             uniform = torch.randint(
-                0, n_cells, (self.cascades, quarter), device=device, generator=generator
-            ) + n_cells * torch.arange(self.cascades, device=device).unsqueeze(-1)
-            budget = self.cascades * quarter
+                0, n_cells, (self.levels, quarter), device=device, generator=generator
+            ) + n_cells * torch.arange(self.levels, device=device).unsqueeze(-1)
+            budget = self.levels * quarter
             occupied, occupied_ok = self._occupied_draw(budget, generator)
             chosen = torch.cat((uniform.reshape(-1), occupied))
             keep = torch.cat((torch.ones(budget, dtype=torch.bool, device=device), occupied_ok))
             keep &= flat_density[chosen] >= 0
 
-        step_sizes = self.step_sizes()
         new = torch.zeros(n_total, device=device, dtype=torch.float32)
         for begin in range(0, chosen.numel(), chunk):
             index = chosen[begin : begin + chunk]
             cascade = index // n_cells
             jitter = torch.rand(index.numel(), 3, device=device, generator=generator)
-            points = self.cell_points(cascade, index % n_cells, jitter)
+            points = self.cell_world_points(cascade, index % n_cells, jitter)
             sigmas = density_fn(points)
             if sigmas.shape != (index.numel(),) and sigmas.shape != (index.numel(), 1):
                 raise ValueError(
                     f"OccupancyGrid.update: density_fn must return [{index.numel()}] densities, "
                     f"got shape {tuple(sigmas.shape)}"
                 )
-            thickness = sigmas.reshape(-1).float().clamp_min(0) * step_sizes[cascade]
+            thickness = sigmas.reshape(-1).float().clamp_min(0) * self.thickness_steps(cascade, points)
             thickness = torch.where(keep[begin : begin + chunk], thickness, 0.0)  # 0 never wins the max
             new.scatter_reduce_(0, index, thickness, reduce="amax", include_self=True)
 
@@ -308,8 +356,9 @@ class OccupancyGrid(nn.Module):
         A cell is seen when at least one of its 8 corners lies in front of at least one camera
         and projects inside that camera's image (pinhole, distortion ignored), as instant-ngp's
         ``mark_untrained_density_grid`` does. Seen cells that were marked unseen get density 0;
-        other seen cells keep their value. Work: one projection of the (R+1)³·C cell corners per
-        camera (a loop over cameras, vectorised over corners).
+        other seen cells keep their value. Work: one projection of the (R+1)³·L cell corners per
+        camera (L levels; a loop over cameras, vectorised over corners). The background shell's
+        corners are projected where they stand in the world (uncontracted).
 
         Args:
             c2w: [n_cameras, 3 or 4, 4] camera-to-world, OpenGL axes (the camera looks down −z,
@@ -319,7 +368,7 @@ class OccupancyGrid(nn.Module):
             size_px: [n_cameras, 2] (width, height) in pixels.
 
         Returns:
-            The number of cells (over all cascades) marked unseen.
+            The number of cells (over all levels) marked unseen.
 
         Raises:
             ValueError: if the shapes do not match.
@@ -337,8 +386,11 @@ class OccupancyGrid(nn.Module):
         corners_1d = torch.arange(res + 1, device=device, dtype=torch.float32) / res - 0.5
         gz, gy, gx = torch.meshgrid(corners_1d, corners_1d, corners_1d, indexing="ij")
         unit_corners = torch.stack((gx, gy, gz), dim=-1).reshape(-1, 3)  # x fastest
-        scales = torch.exp2(torch.arange(self.cascades, device=device, dtype=torch.float32))
-        corners = (unit_corners.unsqueeze(0) * scales.view(-1, 1, 1) + 0.5).reshape(-1, 3)
+        scales = torch.exp2(torch.arange(self.levels, device=device, dtype=torch.float32))
+        corners = unit_corners.unsqueeze(0) * scales.view(-1, 1, 1) + 0.5  # [levels, (R+1)³, 3]
+        if self.contraction is not None:  # the shell's corners stand for the world points they contract from
+            corners[-1] = self.contraction.uncontract(corners[-1])
+        corners = corners.reshape(-1, 3)
 
         seen = torch.zeros(corners.shape[0], dtype=torch.bool, device=device)
         c2w = c2w.to(device=device, dtype=torch.float32)
@@ -361,9 +413,9 @@ class OccupancyGrid(nn.Module):
             )
 
         # A cell is seen when any of its 8 corners is: a 2×2×2 max-pool over the corner lattice.
-        lattice = seen.view(self.cascades, 1, res + 1, res + 1, res + 1).float()
+        lattice = seen.view(self.levels, 1, res + 1, res + 1, res + 1).float()
         cell_seen = torch.nn.functional.max_pool3d(lattice, kernel_size=2, stride=1)
-        cell_seen = cell_seen.reshape(self.cascades, -1).bool()
+        cell_seen = cell_seen.reshape(self.levels, -1).bool()
         self.density.copy_(
             torch.where(cell_seen, torch.where(self.density < 0, 0.0, self.density), -1.0)
         )

@@ -47,10 +47,27 @@ _COMPILE_OPTIONS = {"enable_fp_fusion": False}
 
 
 @triton.jit
-def _occupied(px, py, pz, bitfield_ptr, mask, aabb_half, n_cascades, resolution):
-    """Occupancy bit of the finest cascade holding each point (``OccupancyGrid.occupied``)."""
+def _occupied(px, py, pz, bitfield_ptr, mask, aabb_half, n_cascades, resolution, SHELL: tl.constexpr):
+    """Occupancy bit of the finest level holding each point (``OccupancyGrid.occupied``); with
+    ``SHELL`` points beyond the box (half side ``aabb_half``) are contracted first
+    (:meth:`trainer.render.contraction.SceneContraction.contract`, the same operations) and
+    ``n_cascades`` counts the background shell's level."""
     offset = tl.maximum(tl.maximum(tl.abs(px - 0.5), tl.abs(py - 0.5)), tl.abs(pz - 0.5))
-    inside = offset <= aabb_half  # False for NaN
+    if SHELL:
+        yx = tl.math.div_rn(px - 0.5, aabb_half)
+        yy = tl.math.div_rn(py - 0.5, aabb_half)
+        yz = tl.math.div_rn(pz - 0.5, aabb_half)
+        norm = tl.maximum(tl.maximum(tl.abs(yx), tl.abs(yy)), tl.abs(yz))
+        outside = norm > 1.0
+        safe = tl.where(outside, norm, 1.0)
+        squeeze = tl.math.div_rn(2.0 - tl.math.div_rn(1.0, safe), safe)
+        px = tl.where(outside, 0.5 + (aabb_half * yx) * squeeze, px)
+        py = tl.where(outside, 0.5 + (aabb_half * yy) * squeeze, py)
+        pz = tl.where(outside, 0.5 + (aabb_half * yz) * squeeze, pz)
+        offset = tl.maximum(tl.maximum(tl.abs(px - 0.5), tl.abs(py - 0.5)), tl.abs(pz - 0.5))
+        inside = offset <= 2.0 * aabb_half  # False for NaN
+    else:
+        inside = offset <= aabb_half  # False for NaN
     # frexp: offset = m·2^e with m in [0.5, 1) → e = biased exponent − 126 (offset ≥ 0.5 is normal)
     exponent = ((offset.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 126
     cascade = tl.where(offset < 0.5, 0, exponent + 1)
@@ -91,8 +108,9 @@ def _slab(o, d, lo, hi):
 def _march_kernel(
     rays_o_ptr, rays_d_ptr, box_ptr, jitter_ptr, rule_ptr, bitfield_ptr,
     counts_ptr, first_ptr, out_t_ptr, out_dt_ptr, out_ray_ptr, out_pos_ptr, out_dir_ptr,
-    n_rays, near, max_steps, aabb_half, n_cascades, resolution,
+    n_rays, near, max_steps, aabb_half, n_cascades, resolution, n_shell,
     CONE: tl.constexpr, JITTER: tl.constexpr, USE_GRID: tl.constexpr, WRITE: tl.constexpr, BLOCK: tl.constexpr,
+    SHELL: tl.constexpr,
 ):
     ray = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     valid = ray < n_rays
@@ -121,7 +139,14 @@ def _march_kernel(
         first_dt = tl.minimum(tl.maximum(t_near * cone, step), max_step)
         t_near = t_near + tl.load(jitter_ptr + ray, mask=valid, other=0.0) * first_dt
     finite = (ox == ox) & (oy == oy) & (oz == oz) & (dx == dx) & (dy == dy) & (dz == dz)
-    alive = valid & hit & finite  # a ray with a NaN component is a miss, as in the reference
+    if SHELL:  # every ray marches the shell; a miss starts there (march.py, "Background shell")
+        alive = valid & finite
+        in_shell = alive & (hit == 0)
+        t_s = tl.maximum(t_near, step)
+        shell_a = n_shell.to(tl.float32) + 1.0
+        j = tl.zeros([BLOCK], dtype=tl.float32)
+    else:
+        alive = valid & hit & finite  # a ray with a NaN component is a miss, as in the reference
     log1p_cone64 = tl.load(rule_ptr + 5)
     log1p_cone = log1p_cone64.to(tl.float32)
     t0 = t_near.to(tl.float64)
@@ -156,12 +181,23 @@ def _march_kernel(
             t = t_lin
             dt = tl.zeros([BLOCK], dtype=tl.float32) + step
         t_mid = t + 0.5 * dt
-        alive = alive & (t_mid < t_far)
+        if SHELL:  # past the box: the steps uniform in disparity (march.shell_steps_at)
+            leaving = (in_shell == 0) & (t_mid >= t_far)
+            t_s = tl.where(leaving, tl.maximum(t, step), t_s)
+            in_shell = in_shell | leaving
+            scaled = t_s * shell_a
+            t_j = tl.math.div_rn(scaled, shell_a - j)
+            dt_j = tl.math.div_rn(scaled, shell_a - (j + 1.0)) - t_j
+            t_mid = tl.where(in_shell, t_j + 0.5 * dt_j, t_mid)
+            dt = tl.where(in_shell, dt_j, dt)
+            alive = alive & ((in_shell == 0) | (j < shell_a - 1.0))
+        else:
+            alive = alive & (t_mid < t_far)
         px = ox + dx * t_mid
         py = oy + dy * t_mid
         pz = oz + dz * t_mid
         if USE_GRID:
-            take = alive & _occupied(px, py, pz, bitfield_ptr, alive, aabb_half, n_cascades, resolution)
+            take = alive & _occupied(px, py, pz, bitfield_ptr, alive, aabb_half, n_cascades, resolution, SHELL)
         else:
             take = alive
         if WRITE:
@@ -179,7 +215,11 @@ def _march_kernel(
         alive = alive & (kept < max_steps)
         if WRITE:
             alive = alive & (kept < limit)
-        k += 1.0
+        if SHELL:
+            j += tl.where(in_shell, 1.0, 0.0)
+            k += tl.where(in_shell, 0.0, 1.0)
+        else:
+            k += 1.0
     if not WRITE:
         tl.store(counts_ptr + ray, kept.to(tl.int64), mask=valid)
 
@@ -196,6 +236,7 @@ def march_packed_triton(
     cone_angle: float,
     max_step_size: float,
     max_steps: int,
+    background_steps: int = 0,
     block: int = MARCH_BLOCK,
     num_warps: int = MARCH_NUM_WARPS,
 ) -> tuple[torch.Tensor, ...]:
@@ -208,8 +249,8 @@ def march_packed_triton(
         jitter: [n_rays] float32 uniform draws in [0, 1) (the first step's start fraction, as
             ``march_rays`` draws them), or None for no jitter.
         grid: occupancy grid, or None to keep every step before the box exit.
-        step_size, cone_angle, max_step_size, max_steps: the step rule and the per-ray sample
-            cap of :func:`trainer.render.march.march_rays` (already validated there).
+        step_size, cone_angle, max_step_size, max_steps, background_steps: the step rule and the
+            per-ray sample cap of :func:`trainer.render.march.march_rays` (already validated there).
         block, num_warps: launch configuration (rays per program, warps per program).
 
     Returns:
@@ -224,7 +265,8 @@ def march_packed_triton(
     box = aabb.to(device=device, dtype=torch.float32).reshape(6).contiguous()
     cone = float(cone_angle)
     rule = march_rule_tensor(step_size, cone_angle, max_step_size, device)
-    bitfield, common, scalars, launch = _launch_settings(rays_o, jitter, grid, cone, near, max_steps, block, num_warps)
+    bitfield, common, scalars, launch = _launch_settings(rays_o, jitter, grid, cone, near, max_steps, block, num_warps,
+                                                         background_steps)
     jitter_arg = jitter.contiguous() if jitter is not None else box
     counts = torch.empty(n_rays, dtype=torch.int64, device=device)
     with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
@@ -257,18 +299,20 @@ def march_rule_tensor(step_size: float, cone_angle: float, max_step_size: float,
 
 
 def _launch_settings(rays_o: torch.Tensor, jitter: torch.Tensor | None, grid: OccupancyGrid | None, cone: float,
-                     near: float, max_steps: int, block: int, num_warps: int) -> tuple[torch.Tensor, dict, tuple, tuple]:
+                     near: float, max_steps: int, block: int, num_warps: int,
+                     background_steps: int) -> tuple[torch.Tensor, dict, tuple, tuple]:
     """Bitfield, constexpr options, scalar arguments and grid of one march launch."""
     n_rays = rays_o.shape[0]
     if grid is not None:
         bitfield = grid.bitfield.reshape(-1)
-        aabb_half, n_cascades, resolution = 0.5 * grid.aabb_scale, grid.cascades, grid.resolution
+        aabb_half, n_cascades, resolution = 0.5 * grid.aabb_scale, grid.levels, grid.resolution
     else:
         bitfield = torch.zeros(1, dtype=torch.uint8, device=rays_o.device)
         aabb_half, n_cascades, resolution = 0.0, 1, 2
     common = dict(CONE=cone > 0.0, JITTER=jitter is not None, USE_GRID=grid is not None, BLOCK=block,
-                  num_warps=num_warps, **_COMPILE_OPTIONS)
-    scalars = (n_rays, float(near), int(max_steps), float(aabb_half), int(n_cascades), int(resolution))
+                  SHELL=background_steps > 0, num_warps=num_warps, **_COMPILE_OPTIONS)
+    scalars = (n_rays, float(near), int(max_steps), float(aabb_half), int(n_cascades), int(resolution),
+               int(background_steps))
     return bitfield, common, scalars, (triton.cdiv(max(n_rays, 1), block),)
 
 
@@ -284,6 +328,7 @@ def march_fixed_triton(
     cone_angle: float,
     max_steps: int,
     near: float = 0.0,
+    background_steps: int = 0,
     block: int = MARCH_BLOCK,
     num_warps: int = MARCH_NUM_WARPS,
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -301,7 +346,7 @@ def march_fixed_triton(
         grid: occupancy grid, or None.
         out: ``(t [C], dt [C], ray_indices [C] int64, positions [C, 3], directions [C, 3])``,
             written in the first ``sum(counts)`` slots; the rest keep their old values.
-        cone_angle, max_steps, near: as :func:`march_packed_triton`.
+        cone_angle, max_steps, near, background_steps: as :func:`march_packed_triton`.
 
     Returns:
         ``(counts [n_rays] int64, all_counts [n_rays] int64)``: each ray's samples in ``out``
@@ -310,7 +355,7 @@ def march_fixed_triton(
     t, dt, ray_indices, positions, directions = out
     capacity = t.shape[0]
     bitfield, common, scalars, launch = _launch_settings(rays_o, jitter, grid, float(cone_angle), near, max_steps,
-                                                         block, num_warps)
+                                                         block, num_warps, background_steps)
     jitter_arg = jitter.contiguous() if jitter is not None else box
     all_counts = torch.empty(rays_o.shape[0], dtype=torch.int64, device=rays_o.device)
     with torch.cuda.device(rays_o.device) if rays_o.is_cuda else contextlib.nullcontext():

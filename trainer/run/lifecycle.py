@@ -110,6 +110,7 @@ class OneProcess(Job):
         args = self.args
         trainer = train_from_config(self.cfg, self.scene_path, self.run_dir, resume=args.resume)
         progress.message(trainer.scene.size_rule)  # which size rule won, and why
+        progress.message(trainer.scene_choice.line())  # the scene model, and the capture it was chosen for
         if args.resume is not None:
             status["resumed_from"] = str(args.resume)
             status["resumed_from_step"] = trainer.step
@@ -169,6 +170,7 @@ class Rank(Job):
         scene = load_scene(self.scene_path, **cfg.data.scene_options())
         progress.message(scene.size_rule)  # which size rule won, and why (rank 0)
         trainer = build_distributed_trainer(cfg, scene, self.run_dir)
+        progress.message(trainer.scene_choice.line())  # the scene model, and the capture it was chosen for
         trainer.keep_checkpoints = self.args.keep_checkpoints
         resume = resume_source(self.args.resume, self.run_dir)
         if resume is not None:

@@ -18,8 +18,10 @@ from typing import Any, Sequence
 from trainer.contract import EncodingConfig, TrainerError, add_inspect_arguments, print_error
 from trainer.contract.commandline import scene_format_overrides
 from trainer.data import load_scene
+from trainer.data.capture_kind import classify_frames
 from trainer.data.footprint import footprint_resolution
 from trainer.data.options import SceneOptions
+from trainer.render.scene_model import MODEL_OF_KIND, field_box
 
 __all__ = ["describe_scene", "main"]
 
@@ -34,9 +36,13 @@ def describe_scene(
     any frame is distorted), ``aabb_scale``, ``aabb`` ([[min], [max]]), ``skipped`` (list of
     ``{frame, reason}``), ``notes``, ``pixel_memory_bytes`` (decoded table of all splits),
     ``ignored_formats`` (other formats found in the folder and not loaded), ``box_source`` (``file``,
-    ``data`` or ``override``), ``finest_resolution`` (``{footprint, default}``: the training views'
-pixel-footprint resolution and the finest hash-grid resolution the default encoding derives
-from it) and, with ``timing``, ``timing`` (``first_load_s``, ``second_load_s``
+    ``data`` or ``override``), ``capture`` (the capture's kind,
+    :class:`trainer.data.capture_kind.CaptureKind` as a dict: ``kind``, ``reason``,
+    ``transparent_share``, ``view_spread_deg``, from the training views), ``scene_model`` (the
+    model ``training.scene_model`` auto trains it with: ``box`` or ``unbounded``),
+    ``finest_resolution`` (``{footprint, default}``: the training views'
+    pixel-footprint resolution across the box the field spans in that scene model and the finest
+    hash-grid resolution the default encoding derives from it) and, with ``timing``, ``timing`` (``first_load_s``, ``second_load_s``
     of the training images). ``downscale`` None applies the automatic rule; ``scene_options`` are
     further :class:`trainer.data.SceneOptions` fields (``format``, ``camera_convention``, ``aabb_scale``).
 
@@ -95,10 +101,14 @@ from it) and, with ``timing``, ``timing`` (``first_load_s``, ``second_load_s``
         if held.held_out_every:  # no split of its own (a train-only Blender scene too)
             info["training_holdout"] = {"every": every, "splits": held.split_counts}
             training_frames = held.frames("train")
-    footprint = footprint_resolution(training_frames, scene.aabb)
+    capture = classify_frames(training_frames)
+    info["capture"] = capture.as_dict()
+    info["scene_model"] = MODEL_OF_KIND[capture.kind]
+    box, side = field_box(scene.aabb_scale, info["scene_model"])  # the box the field spans in that model
+    footprint = footprint_resolution(training_frames, box)
     info["finest_resolution"] = {
         "footprint": None if footprint is None else round(footprint, 1),
-        "default": EncodingConfig().finest_resolution(scene.aabb_scale, footprint),
+        "default": EncodingConfig().finest_resolution(side, footprint),
     }
     if timing:
         train = scene.frames("train")

@@ -17,6 +17,7 @@ from trainer.contract.config import EncodingConfig, TrainConfig
 from trainer.contract.errors import ConfigError
 from trainer.encoding.hashgrid import HashGridConfig
 from trainer.model.field import MLPConfig, NGPField
+from trainer.render.contraction import SceneContraction
 from trainer.render.march import triton_march_available
 
 __all__ = ["MLP_PRECISION", "build_field", "check_trainable", "hash_grid_config", "resolve_device",
@@ -72,10 +73,12 @@ def hash_grid_config(enc: EncodingConfig, aabb_scale: int, footprint_resolution:
 def build_field(
     cfg: TrainConfig, aabb: torch.Tensor, aabb_scale: int, device: torch.device,
     footprint_resolution: float | None = None, n_train_images: int = 0,
+    contraction: SceneContraction | None = None,
 ) -> NGPField:
-    """The NGP field described by ``cfg`` on ``device`` over ``aabb`` ([2, 3] float32), its hash
-    grid as :func:`hash_grid_config` gives it; with ``training.appearance`` "affine", a colour map
-    for each of the ``n_train_images`` training images."""
+    """The NGP field described by ``cfg`` on ``device`` over ``aabb`` ([2, 3] float32; of side
+    ``aabb_scale``), its hash grid as :func:`hash_grid_config` gives it; with ``training.appearance``
+    "affine", a colour map for each of the ``n_train_images`` training images; with
+    ``contraction`` (the unbounded scene model) positions are contracted into ``aabb`` first."""
     table_dtype = torch.float16 if cfg.encoding.table_dtype == "float16" else torch.float32
     field = NGPField(
         aabb=aabb,
@@ -98,6 +101,7 @@ def build_field(
         fused_mlp=use_triton_kernels("mlp_backend", cfg.training.mlp_backend, device),
         mlp_precision=MLP_PRECISION[cfg.training.precision],
         n_appearance_images=n_train_images if cfg.training.appearance == "affine" else 0,
+        contraction=contraction,
     )
     if cfg.training.mlp_backend == "triton":
         if not field.fused_mlp:

@@ -169,7 +169,8 @@ class FixedCapacityStep(Step):
             marched = march_fixed(rays_o, batch.rays_d, tr.aabb, tr.grid, self.buffers, step_size=MIN_STEP_SIZE,
                                   cone_angle=tr.cone_angle, max_steps=tr.cfg.training.max_march_steps,
                                   max_step_size=tr.max_step_size, generator=tr.generator,
-                                  backend=tr.march_backend, rule=self.rule, near=tr.cfg.training.near_distance)
+                                  backend=tr.march_backend, rule=self.rule, near=tr.cfg.training.near_distance,
+                                  background_steps=tr.background_steps)
         samples, ray_ok, n_kept, n_trained = self._training_samples(marched, live)
         with timer.phase("field_forward"):
             sigmas, rgbs = field_outputs(tr.field, samples, tr.device, tr.cfg.training.precision)

@@ -4,7 +4,8 @@ A :class:`Trainer` builds what training is made of (the field, the occupancy gri
 the optimiser) and composes one training :class:`~trainer.train.step.Step`, chosen by
 :func:`~trainer.train.step_choice.choose_step` (dynamic, fixed capacity, captured; the distributed
 trainers of :mod:`trainer.parallel` run theirs). Its :meth:`Trainer.train` loop delegates: the
-step to the Step, interval records to :mod:`trainer.train.records`, snapshots to
+step to the Step, the loop and its clocks to :mod:`trainer.train.training_loop`, interval records
+to :mod:`trainer.train.records`, snapshots to
 :mod:`trainer.train.snapshot_state`, the profiling window to :mod:`trainer.train.tracing`, the
 start-up report to :mod:`trainer.train.startup`, the time budget's look-ahead to
 :mod:`trainer.train.budget`. A loss or parameter that is no longer finite stops the run as
@@ -16,36 +17,37 @@ from __future__ import annotations
 
 import contextlib
 import math
-import time
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
 from trainer.contract.config import TrainConfig
-from trainer.contract.errors import SceneError, TrainingError
+from trainer.contract.errors import SceneError
 from trainer.contract.rundir import RunDir
 from trainer.contract.world import check_world_size
 from trainer.data import Scene, load_scene
+from trainer.data.capture_kind import classify_capture
 from trainer.data.footprint import footprint_resolution
 from trainer.data.images import PixelTable
+from trainer.render.contraction import SceneContraction
 from trainer.render.march import PackedSamples, march_rays
 from trainer.render.occupancy import MIN_STEP_SIZE, OccupancyGrid
+from trainer.render.scene_model import SceneModelChoice, choose_scene_model, field_box
 from trainer.train.batch_size import BatchSizer
 from trainer.train.budget import StepDurations
 from trainer.train.build import build_field, check_trainable, resolve_device, seed_everything, use_triton_kernels
-from trainer.train.divergence import diverged_instead
 from trainer.train.evaluate import evaluate
-from trainer.train.faults import inject_step_faults, phase_faults
+from trainer.train.faults import phase_faults
 from trainer.train.inputs import StepInputs, build_sampler
 from trainer.train.optimization import Optimization, build_adam
 from trainer.train.phases import OccupancyRefresh
 from trainer.train.precision import set_matmul_precision
 from trainer.train.prefetch import InputPrefetcher
-from trainer.train.records import IntervalRecords
 from trainer.train.snapshot import save_snapshot
 from trainer.train.snapshot_state import load_snapshot_into, snapshot_payload, warm_start_from
 from trainer.train.startup import StartupClock, StartupReport
+from trainer.train.training_loop import TrainingLoop
 from trainer.train.step import Step, StepOutcome
 from trainer.train.step_choice import choose_step
 from trainer.train.timing import PhaseTimer
@@ -101,12 +103,21 @@ class Trainer:
             )
         self.aabb_scale = scene.aabb_scale
         self.aabb = torch.tensor(scene.aabb, dtype=torch.float32, device=self.device)
-        self.footprint_resolution = footprint_resolution(self.train_frames, scene.aabb)
-        self.finest_resolution = cfg.encoding.finest_resolution(self.aabb_scale, self.footprint_resolution)
+        self.scene_choice: SceneModelChoice = choose_scene_model(t.scene_model, classify_capture(scene),
+                                                                 cfg.parallel.mode)
+        self.scene_model = self.scene_choice.model
+        # the unbounded model: the field over the contracted cube (twice the box), the grid's shell
+        self.contraction = SceneContraction.of_box(self.aabb_scale) if self.scene_choice.unbounded else None
+        self.background_steps = t.background_steps if self.scene_choice.unbounded else 0
+        field_box_np, self.field_scale = field_box(self.aabb_scale, self.scene_model)
+        self.field_aabb = torch.tensor(field_box_np, dtype=torch.float32, device=self.device)
+        self.footprint_resolution = footprint_resolution(self.train_frames, field_box_np)
+        self.finest_resolution = cfg.encoding.finest_resolution(self.field_scale, self.footprint_resolution)
         check_trainable(cfg)
         self.field = self.build_model()
         self.grid = OccupancyGrid(aabb_scale=self.aabb_scale, resolution=t.occupancy_resolution,
-                                  decay=t.occupancy_decay, threshold=t.occupancy_threshold).to(self.device)
+                                  decay=t.occupancy_decay, threshold=t.occupancy_threshold,
+                                  background_shell=self.scene_choice.unbounded).to(self.device)
         self.cone_angle = t.resolved_cone_angle(self.aabb_scale)
         self.max_step_size = MIN_STEP_SIZE * 2 ** int(math.log2(self.aabb_scale))  # the coarsest cascade's
         self.march_backend = "triton" if use_triton_kernels("march_backend", t.march_backend, self.device) else "torch"
@@ -148,8 +159,8 @@ class Trainer:
     def build_model(self) -> torch.nn.Module:
         """The trained model (one :class:`~trainer.model.field.NGPField`, with a colour map per
         training image under ``training.appearance``; the subgrid trainer builds its boxes)."""
-        return build_field(self.cfg, self.aabb, self.aabb_scale, self.device, self.footprint_resolution,
-                           len(self.train_frames))
+        return build_field(self.cfg, self.field_aabb, self.field_scale, self.device, self.footprint_resolution,
+                           len(self.train_frames), self.contraction)
 
     def build_optimizer(self) -> torch.optim.Optimizer:
         """Adam over the field (:func:`~trainer.train.optimization.build_adam`): hash-grid entries
@@ -191,7 +202,8 @@ class Trainer:
         return march_rays(rays_o, rays_d, self.aabb, self.grid, step_size=MIN_STEP_SIZE, cone_angle=self.cone_angle,
                           max_steps=self.cfg.training.max_march_steps, max_step_size=self.max_step_size,
                           jitter=jitter, generator=(generator or self.generator) if jitter else None,
-                          near=self.cfg.training.near_distance, backend=self.march_backend)
+                          near=self.cfg.training.near_distance, backend=self.march_backend,
+                          background_steps=self.background_steps)
 
     def train_step(self) -> StepOutcome:
         """Run one optimiser step (:meth:`~trainer.train.step.Step.advance`): host stats, the
@@ -273,73 +285,8 @@ class Trainer:
                 it caused a training error (an empty occupancy grid).
             TrainingError: as :meth:`~trainer.train.step.Step.advance`.
         """
-        t = self.cfg.training
-        n_steps = t.n_steps if n_steps is None else n_steps
-        time_budget_s = t.time_budget_s if time_budget_s is None else time_budget_s
-        records = IntervalRecords(self, on_log)
-        last_record: dict[str, Any] = {}
-        startup_until = None if self.startup is not None else self.step + self.stepper.startup_steps()
-        try:
-            while self.step < n_steps:
-                if time_budget_s is not None and self.time_budget_spent(time_budget_s):
-                    break
-                inject_step_faults(self.cfg.faults, self.rank, self.step)
-                self.tracing.at_step(self.step)
-                t_step = time.perf_counter()
-                occupancy_step = self.occupancy_refresh.due(self.step)
-                records.add(*self.train_step())
-                done = self.step >= n_steps
-                timed_step = startup_until is None
-                if startup_until is not None:  # a start-up step: its seconds are not training
-                    if self.step >= startup_until or done:
-                        self.finish_startup(records, self.step - startup_until + self.stepper.startup_steps())
-                        startup_until = None
-                    t_step = time.perf_counter()
-                eval_now = bool(eval_every) and self.step % eval_every == 0 and not done
-                if self.step % t.log_every == 0 or done or eval_now:
-                    self.synchronize()
-                    step_s = time.perf_counter() - t_step
-                    self.train_time_s += step_s
-                    result = self.evaluate_outside_clock(records, on_eval) if eval_now else None
-                    last_record = records.flush(result)  # its PSNR goes into this step's record
-                else:
-                    step_s = time.perf_counter() - t_step
-                    self.train_time_s += step_s
-                if timed_step:
-                    self.step_durations.note(occupancy_step, step_s)
-                if self.run_dir and snapshot_every and self.step % snapshot_every == 0:
-                    self.periodic_save()
-                if on_step:
-                    on_step(self.step, self.train_time_s)
-            if records.interval.steps > 0:  # stopped by the time budget between two records
-                self.synchronize()
-                last_record = records.flush()
-        except TrainingError as exc:  # an empty occupancy grid may be a diverged model's doing
-            raise diverged_instead(exc, self.field, self.step) or exc
-        finally:
-            records.close()
-            self.tracing.close()  # the run ended inside the window: keep what was recorded
-        return last_record
-
-    def finish_startup(self, records: IntervalRecords, steps: int) -> None:
-        """The start-up's ``steps`` steps are done: report them (:attr:`startup`, the next
-        record) and start the interval's clock; their phase times are not the interval's."""
-        self.synchronize()
-        self.startup = self.startup_clock.report(steps, self.step_choice.kind, self.step_choice.reason)
-        self.timer.collect()
-        records.restart_clock()
-        records.add_once(self.startup.record())
-
-    def evaluate_outside_clock(self, records: IntervalRecords,
-                               on_eval: Callable[[dict[str, Any]], None] | None) -> dict[str, Any]:
-        """:meth:`evaluate` of ``training.eval_every_max_images`` views during training; its seconds
-        are left out of the interval's time."""
-        t_eval = time.perf_counter()
-        result = self.evaluate(max_images=self.cfg.training.eval_every_max_images)
-        records.exclude(time.perf_counter() - t_eval)
-        if on_eval:
-            on_eval(result)
-        return result
+        return TrainingLoop(self).run(n_steps, time_budget_s, on_log=on_log, on_eval=on_eval,
+                                      snapshot_every=snapshot_every, eval_every=eval_every, on_step=on_step)
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, split: str | None = None, max_images: int | None = None, save_renders: bool = True,

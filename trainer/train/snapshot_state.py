@@ -5,7 +5,8 @@ written and read by :mod:`trainer.train.snapshot`; the payload's layout is in it
 
 Random states are those of a step boundary: a prefetched input (:mod:`trainer.train.prefetch`)
 is dropped and its draws rewound first, so a resumed run draws the rays the uninterrupted one
-draws. The checks here (:func:`check_finest_resolution`, :func:`warn_config_differences`) apply
+draws. The checks here (:func:`check_finest_resolution`, :func:`check_scene_model`,
+:func:`warn_config_differences`) apply
 to the distributed checkpoints too.
 """
 
@@ -22,7 +23,7 @@ from trainer.contract.errors import SnapshotError
 from trainer.contract.metrics import truncate_metrics_after
 from trainer.train.snapshot import load_snapshot, load_state_checked
 
-__all__ = ["check_finest_resolution", "load_snapshot_into", "restore_counters", "rng_state", "set_rng_state",
+__all__ = ["check_finest_resolution", "check_scene_model", "load_snapshot_into", "restore_counters", "rng_state", "set_rng_state",
            "snapshot_payload", "warm_start_from", "warn_config_differences"]
 
 
@@ -49,6 +50,28 @@ def check_finest_resolution(path: Path, trainer_state: Any, finest_resolution: i
         f"{path}: its hash grid was trained with a finest resolution of {int(stored)}, this config and "
         f"scene give {finest_resolution} (encoding.max_resolution, else derived from the training views); "
         f"load it with --set encoding.max_resolution={int(stored)}"
+    )
+
+
+def check_scene_model(path: Path, trainer_state: Any, scene_model: str) -> None:
+    """Refuse a snapshot or checkpoint trained with another scene model (``training.scene_model``,
+    :mod:`trainer.render.scene_model`): the field's domain and the occupancy grid's levels differ.
+
+    Args:
+        path: the snapshot or checkpoint folder (named in the error).
+        trainer_state: its ``trainer_state`` entry (``scene_model`` absent: written before the
+            unbounded model existed, a box model).
+        scene_model: this trainer's scene model.
+
+    Raises:
+        SnapshotError: the two differ; the message names both and the override.
+    """
+    stored = trainer_state.get("scene_model", "box") if isinstance(trainer_state, dict) else "box"
+    if stored == scene_model:
+        return
+    raise SnapshotError(
+        f"{path}: trained with the scene model {stored!r}, this config and scene give {scene_model!r} "
+        f"(training.scene_model); load it with --set training.scene_model={stored}"
     )
 
 
@@ -109,6 +132,7 @@ def snapshot_payload(trainer: Any) -> dict[str, Any]:
         "train_time_s": trainer.train_time_s,
         "kept_pending": sizing["kept_pending"],
         "finest_resolution": trainer.finest_resolution,
+        "scene_model": trainer.scene_model,
     }
     step_state = trainer.stepper.state_dict()
     if step_state:
@@ -129,6 +153,7 @@ def _load_model_and_grid(trainer: Any, path: Path, payload: dict[str, Any]) -> N
     """The checks of a snapshot against this trainer, then its model and occupancy grid."""
     warn_config_differences(path, payload.get("config"), trainer.cfg)
     check_finest_resolution(path, payload.get("trainer_state"), trainer.finest_resolution)
+    check_scene_model(path, payload.get("trainer_state"), trainer.scene_model)
     trainer.stepper.forget_graph()  # the tensors a captured step reads are about to be replaced
     load_state_checked(trainer.field, payload["model"], "model", path)
     load_state_checked(trainer.grid, payload["occupancy"], "occupancy grid", path)

@@ -48,8 +48,8 @@ def camera_thumbnail(frame: Frame, background: tuple[float, float, float]) -> np
 
 def occupied_cell_centres(grid: Any, max_points: int = MAX_GRID_POINTS,
                           seed: int = 0) -> list[tuple[int, np.ndarray, float]]:
-    """The centres of the occupied cells, per cascade that has any: ``[(cascade, points [m, 3]
-    float32, cell side)]``.
+    """The centres of the occupied cells, per cascade of the scene box that has any (not the
+    unbounded model's background shell): ``[(cascade, points [m, 3] float32, cell side)]``.
 
     A cell of cascade c > 0 whose centre lies inside cascade c − 1 is left out: the marcher looks
     points up in the finest cascade that holds them
@@ -58,7 +58,7 @@ def occupied_cell_centres(grid: Any, max_points: int = MAX_GRID_POINTS,
     """
     mask = grid.occupancy_mask()
     per_cascade = []
-    for cascade in range(mask.shape[0]):
+    for cascade in range(grid.cascades):
         cells = mask[cascade].nonzero().squeeze(-1)
         if cells.numel() == 0:
             continue

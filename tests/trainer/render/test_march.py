@@ -200,3 +200,62 @@ def test_no_rays_and_bad_arguments():
         march_rays(o, d, UNIT_BOX, None, step_size=0.1, max_step_size=0.01)
     with pytest.raises(ValueError, match="max_steps must be an integer >= 1, got 0"):
         march_rays(o, d, UNIT_BOX, None, max_steps=0)
+
+
+# ------------------------------------------------------------------ past the box (the unbounded model)
+
+
+def test_background_steps_continue_past_the_box_uniform_in_disparity():
+    from trainer.render.contraction import SceneContraction
+
+    rays_o = torch.tensor([[0.5, 0.5, 0.5], [0.5, 2.0, 0.5]], dtype=torch.float64)
+    rays_d = torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]], dtype=torch.float64)  # the second misses the box
+    samples = march_rays(rays_o, rays_d, UNIT_BOX.double(), None, step_size=0.1, background_steps=4)
+    assert_packed_consistent(samples, rays_o, rays_d)
+    assert samples.packed_info.tolist() == [[0, 9], [9, 4]]
+    # ray 0: box midpoints 0.05 … 0.45, then from t_s = 0.5 the steps t_j = 0.5·5/(5 − j), j = 0 … 4
+    bounds = 0.5 * 5 / (5 - torch.arange(5, dtype=torch.float64))
+    torch.testing.assert_close(samples.t[:5], 0.05 + 0.1 * torch.arange(5, dtype=torch.float64))
+    torch.testing.assert_close(samples.t[5:9], 0.5 * (bounds[:-1] + bounds[1:]))
+    torch.testing.assert_close(samples.dt[5:9], bounds[1:] - bounds[:-1])
+    assert float(bounds[-1]) == 2.5  # the far end: (N + 1)·t_s
+    # seen from the box centre, the step boundaries cross the contracted shell evenly
+    contracted = SceneContraction.of_box(1).contract(rays_o[0] + rays_d[0] * bounds[:, None])
+    torch.testing.assert_close(contracted[:, 0] - 0.5, 0.5 * (1 + torch.arange(5, dtype=torch.float64) / 5))
+    # ray 1 misses the box: its shell starts at max(near, step_size) = 0.1
+    miss = 0.1 * 5 / (5 - torch.arange(5, dtype=torch.float64))
+    torch.testing.assert_close(samples.t[9:], 0.5 * (miss[:-1] + miss[1:]))
+    # max_steps counts the shell's samples after the box's
+    capped = march_rays(rays_o, rays_d, UNIT_BOX.double(), None, step_size=0.1, background_steps=4, max_steps=7)
+    assert capped.packed_info[:, 1].tolist() == [7, 4]
+    torch.testing.assert_close(capped.t[:7], samples.t[:7])
+
+
+def test_background_samples_need_occupied_shell_cells_and_a_grid_with_the_shell():
+    grid = OccupancyGrid(aabb_scale=2, resolution=8, background_shell=True)
+    mask = torch.zeros(grid.levels, grid.cells_per_cascade, dtype=torch.bool)
+    mask[-1] = True  # only the shell's level is occupied
+    from trainer.render.occupancy import pack_bits
+
+    grid.bitfield.copy_(pack_bits(mask))
+    generator = torch.Generator().manual_seed(8)
+    rays_o = 0.5 + (torch.rand(50, 3, generator=generator) - 0.5) * 1.5  # inside the box (half side 1)
+    rays_d = torch.nn.functional.normalize(torch.randn(50, 3, generator=generator), dim=-1)
+    samples = march_rays(rays_o, rays_d, grid.aabb, grid, cone_angle=1 / 256, background_steps=16)
+    assert_packed_consistent(samples, rays_o, rays_d)
+    assert samples.packed_info[:, 1].tolist() == [16] * 50  # every step past the box, none inside it
+    assert bool(((samples.positions - 0.5).abs().amax(dim=-1) > 1.0).all())
+    chunked = march_rays(rays_o, rays_d, grid.aabb, grid, cone_angle=1 / 256, background_steps=16,
+                         max_candidates_per_chunk=100)
+    assert torch.equal(chunked.t, samples.t) and torch.equal(chunked.packed_info, samples.packed_info)
+    with pytest.raises(ValueError, match="background shell"):
+        march_rays(rays_o, rays_d, grid.aabb, OccupancyGrid(aabb_scale=2, resolution=8), background_steps=16)
+    with pytest.raises(ValueError, match="background_steps must be an integer >= 0"):
+        march_rays(rays_o, rays_d, grid.aabb, grid, background_steps=-1)
+
+
+def test_a_ray_with_a_nan_component_gets_no_background_sample():
+    rays_o = torch.tensor([[0.5, 0.5, 0.5], [float("nan"), 0.5, 0.5]])
+    rays_d = torch.tensor([[1.0, 0.0, 0.0], [1.0, 0.0, 0.0]])
+    samples = march_rays(rays_o, rays_d, UNIT_BOX, None, step_size=0.1, background_steps=8)
+    assert samples.packed_info[:, 1].tolist() == [5 + 8, 0]

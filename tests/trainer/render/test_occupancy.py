@@ -276,3 +276,61 @@ def test_update_reads_nothing_on_the_host():
         grid.update(300, density_fn)
     finally:
         torch.Tensor.item, torch.Tensor.__bool__ = original_item, original_bool
+
+
+# ------------------------------------------------------------------ the background shell (unbounded model)
+
+
+def test_the_background_shell_adds_one_level_and_leaves_the_box_lookups_alone():
+    plain = OccupancyGrid(aabb_scale=4, resolution=8)
+    shell = OccupancyGrid(aabb_scale=4, resolution=8, background_shell=True)
+    assert (shell.cascades, shell.levels) == (3, 4) and (plain.cascades, plain.levels) == (3, 3)
+    assert shell.density.shape == (4, 512) and shell.bitfield.shape == (4, 64)
+    torch.testing.assert_close(shell.aabb, plain.aabb)  # the scene box is the same
+    inside = (torch.rand(2000, 3, generator=torch.Generator().manual_seed(5)) * 2 - 1) * 2.0 + 0.5
+    for a, b in zip(shell.locate(inside), plain.locate(inside)):
+        assert torch.equal(a, b)
+    # beyond the box (half side 2): contracted into level 3, (2 - 1/rho)·2 from the centre
+    far = torch.tensor([[0.5 + 4.0, 0.5, 0.5], [0.5, 0.5, 0.5 - 1e6], [float("nan"), 0.5, 0.5]])
+    level, cell, found = shell.locate(far)
+    assert level[:2].tolist() == [3, 3] and found.tolist() == [True, True, False]
+    # x = 4 from the centre: rho = 2, contracted to 3 of the level's half side 4 → cell floor((3/8 + 0.5)·8) = 7
+    assert int(cell[0] % 8) == 7 and int((cell[0] // 8) % 8) == 4
+    assert plain.locate(far)[2].tolist() == [False, False, False]
+
+
+def test_an_update_evaluates_the_shell_at_world_points_beyond_the_box_scaled_by_rho_squared():
+    grid = OccupancyGrid(aabb_scale=2, resolution=8, background_shell=True)
+    seen = []
+
+    def constant(points):
+        seen.append(points.clone())
+        return torch.full((points.shape[0],), 3.0)
+
+    grid.update(0, constant, generator=torch.Generator().manual_seed(6))
+    points = torch.cat(seen)
+    assert points.shape[0] == 3 * 512  # warm-up: every cell of the two cascades and the shell
+    rho = (points[2 * 512:] - 0.5).abs().amax(dim=-1)  # the box's half side is 1
+    # the level's outer half (8³ − 4³ cells) stands for world points beyond the box, far out; its
+    # inner half lies in the box, where finer cascades answer every lookup
+    assert int((rho > 1.0).sum()) == 512 - 64 and float(rho.max()) > 4.0
+    assert bool(torch.isfinite(points).all())
+    # the shell's value is σ·Δt with Δt = √3/1024·2^C·ρ² at the evaluated point (ρ >= 1)
+    shell_values = grid.density[2]
+    expected = 3.0 * MIN_STEP_SIZE * 4 * rho.clamp_min(1.0) ** 2
+    torch.testing.assert_close(shell_values.sort().values, expected.sort().values)
+    torch.testing.assert_close(grid.density[:2].amax(dim=1), 3.0 * MIN_STEP_SIZE * torch.tensor([1.0, 2.0]))
+
+
+def test_the_shell_occupies_where_the_background_has_density():
+    grid = OccupancyGrid(aabb_scale=1, resolution=16, background_shell=True)
+
+    def far_wall(points):  # density only beyond x = 2 (the box spans [0, 1])
+        return torch.where(points[:, 0] > 2.0, 50.0, 0.0)
+
+    grid.update(0, far_wall, generator=torch.Generator().manual_seed(7))
+    # x = 8 lies in the shell's last cell along +x (x from 2.5 to infinity); x = 1.2 in one that
+    # spans x from 1.17 to 1.5
+    probes = torch.tensor([[8.0, 0.5, 0.5], [-8.0, 0.5, 0.5], [0.5, 0.5, 0.5], [1.2, 0.5, 0.5]])
+    assert grid.occupied(probes).tolist() == [True, False, False, False]
+    assert not grid.occupancy_mask()[0].any()  # nothing inside the box

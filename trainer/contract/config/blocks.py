@@ -284,6 +284,17 @@ class TrainingConfig(Block):
         max_march_steps: ray-marching steps per unit length across the unit cube (>= 1;
             instant-ngp's 1024 gives Δt = √3/1024).
         cone_angle: step growth with distance (>= 0), or null; see :meth:`resolved_cone_angle`.
+        scene_model: how space is represented and marched: ``"box"`` (instant-ngp: cascaded
+            occupancy grids over the scene box, nothing beyond it; a ray that leaves the box shows
+            the training background), ``"unbounded"`` (the box as in ``"box"``, and beyond it the
+            rest of space contracted into a shell around the box, Mip-NeRF 360 style, marched in
+            ``background_steps`` steps uniform in disparity: :mod:`trainer.render.scene_model`) or
+            ``"auto"``: chosen from the capture (:mod:`trainer.data.capture_kind`): ``"box"`` for an
+            object without background (images with alpha, such as NeRF-synthetic), ``"unbounded"``
+            for a forward-facing or 360° capture with background; ``"box"`` in subgrid mode (its
+            boxes partition the scene box). The trainer says which in its first lines.
+        background_steps: steps from the scene box's exit to the far end of a ray in the unbounded
+            model (2..4096; the far end is (N + 1) times the distance at which the ray leaves the box).
         near_distance: rays start this far from their camera (>= 0, unit-cube units): samples
             closer are never marched, in training, evaluation and rendering (floaters in front of
             a capture's cameras); 0 marches from the camera (or the box entry).
@@ -363,6 +374,8 @@ class TrainingConfig(Block):
     occupancy_threshold: float = rule_field(0.01, FloatRule(0, lo_open=True))
     max_march_steps: int = rule_field(1024, IntRule(1))
     cone_angle: float | None = rule_field(None, OptionalRule(FloatRule(0)))
+    scene_model: str = rule_field("auto", OneOf("auto", "box", "unbounded"))
+    background_steps: int = rule_field(64, IntRule(2, 4096))
     near_distance: float = rule_field(0.0, FloatRule(0))
     subpixel_jitter: bool = rule_field(False, BoolRule())
     prefetch_march: bool = rule_field(True, BoolRule())

@@ -1,0 +1,116 @@
+"""The trainer picks its scene model from the capture (training.scene_model auto), says which in its
+first lines, takes an override, and keeps the model a snapshot was trained with."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from tests.support.paths import REPO
+from tests.support.scenes import tiny_config, tiny_config_file
+from trainer.contract.errors import SnapshotError
+from trainer.data import load_scene
+from trainer.train.loop import Trainer
+
+
+@pytest.fixture(scope="module")
+def rgb_demo(demo_scene, tmp_path_factory) -> Path:
+    """The demo scene photographed on a grey backdrop: its images composited and saved as RGB (a
+    capture from around an object, with background and no alpha)."""
+    copy = tmp_path_factory.mktemp("rgb") / "scene"
+    shutil.copytree(demo_scene, copy)
+    for png in copy.rglob("*.png"):
+        rgba = Image.open(png).convert("RGBA")
+        Image.alpha_composite(Image.new("RGBA", rgba.size, (120, 130, 140, 255)), rgba).convert("RGB").save(png)
+    return copy
+
+
+def test_a_capture_without_alpha_trains_the_unbounded_model(rgb_demo):
+    trainer = Trainer(tiny_config(training__n_steps=12), load_scene(rgb_demo), None)
+    assert trainer.scene_model == "unbounded" and trainer.scene_choice.capture.kind == "360"
+    assert trainer.grid.levels == trainer.grid.cascades + 1 and trainer.field.contraction is not None
+    assert trainer.background_steps == 64
+    torch.testing.assert_close(trainer.field.aabb, torch.tensor([[-0.5] * 3, [1.5] * 3]))  # twice the unit box
+    trainer.train()
+    batch = trainer.sampler.sample(256)
+    samples = trainer.march(batch.rays_o, batch.rays_d, jitter=False)
+    beyond = (samples.positions - 0.5).abs().amax(dim=-1) > 0.5
+    assert samples.n_samples > 0 and bool(beyond.any())  # the rays go on past the unit box
+    trainer.close()
+
+
+def test_an_object_with_alpha_keeps_the_box_model(demo_scene):
+    from trainer.data.footprint import footprint_resolution
+
+    cfg = tiny_config(encoding__per_level_scale=None)
+    scene = load_scene(demo_scene)
+    trainer = Trainer(cfg, scene, None)
+    assert trainer.scene_model == "box" and trainer.scene_choice.capture.kind == "object"
+    assert trainer.grid.levels == trainer.grid.cascades and not trainer.grid.shell
+    assert trainer.field.contraction is None and trainer.background_steps == 0
+    torch.testing.assert_close(trainer.field.aabb, torch.tensor(scene.aabb, dtype=torch.float32))
+    # the finest hash-grid level as before the unbounded model: the views' footprint over the scene box
+    footprint = footprint_resolution(scene.frames("train"), scene.aabb)
+    assert trainer.finest_resolution == cfg.encoding.finest_resolution(scene.aabb_scale, footprint)
+    trainer.close()
+
+
+def test_the_setting_overrides_the_capture(rgb_demo, demo_scene):
+    boxed = Trainer(tiny_config(training__scene_model="box"), load_scene(rgb_demo), None)
+    assert boxed.scene_model == "box" and not boxed.grid.shell
+    assert boxed.scene_choice.line().startswith("scene model: box (training.scene_model box); capture: a 360°")
+    boxed.close()
+    unbounded = Trainer(tiny_config(training__scene_model="unbounded"), load_scene(demo_scene), None)
+    assert unbounded.scene_model == "unbounded" and unbounded.grid.shell
+    unbounded.close()
+
+
+def test_a_snapshot_keeps_the_scene_model_it_was_trained_with(rgb_demo, tmp_path):
+    from trainer.inference.loading import load_model
+    from trainer.train.snapshot import save_snapshot
+
+    boxed = Trainer(tiny_config(training__scene_model="box", training__n_steps=2), load_scene(rgb_demo), None)
+    boxed.train()
+    state = boxed.state_dict()
+    boxed.close()
+    # a snapshot written before the unbounded model existed: no scene model recorded, config "auto"
+    state["trainer_state"].pop("scene_model")
+    state["config"]["training"].pop("scene_model")
+    old = save_snapshot(tmp_path / "old.pt", state)
+    unbounded = Trainer(tiny_config(), load_scene(rgb_demo), None)
+    with pytest.raises(SnapshotError, match=r"trained with the scene model 'box', this config and scene give "
+                                            r"'unbounded' .*--set training\.scene_model=box"):
+        unbounded.load(old)
+    unbounded.close()
+    loaded = load_model(old, scene_path=rgb_demo, device="cpu")  # renders as it was trained
+    assert loaded.trainer.scene_model == "box"
+    loaded.trainer.close()
+
+
+def test_the_first_lines_name_the_scene_model(rgb_demo, tmp_path):
+    config = tiny_config_file(tmp_path)
+    lines = {}
+    for name, extra in (("auto", []), ("box", ["--set", "training.scene_model=box"])):
+        out = subprocess.run([sys.executable, "-m", "trainer", "--device", "cpu", "--scene", str(rgb_demo), "--config",
+                              str(config), "--n-steps", "2", "--no-eval", "--out", str(tmp_path / name), *extra],
+                             cwd=REPO, capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stderr
+        lines[name] = [line for line in out.stdout.splitlines()[:4] if line.startswith("scene model: ")]
+    assert lines["auto"] == ["scene model: unbounded (training.scene_model auto); capture: a 360° capture with "
+                             f"background (no alpha; views spread to {_spread(rgb_demo):.0f}° from the mean view "
+                             "direction (> 30°))"]
+    assert lines["box"][0].startswith("scene model: box (training.scene_model box); capture: a 360° capture")
+
+
+def _spread(scene: Path) -> float:
+    from trainer.data.capture_kind import view_spread_deg
+
+    frames = load_scene(scene).frames("train")
+    return view_spread_deg(np.stack([f.c2w for f in frames]))
