@@ -34,7 +34,7 @@ def test_the_next_check_comes_before_the_budget_can_be_reached():
 
 
 def _budget_rank(rank: int, world_size: int, scene: str) -> dict:
-    import trainer.train.loop as loop
+    import trainer.train.training_loop as loop
     from trainer.data import load_scene
     from trainer.parallel.trainer import DataParallelTrainer
 
