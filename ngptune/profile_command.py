@@ -44,6 +44,8 @@ from typing import TYPE_CHECKING, Callable
 from ngptune.profiling import SourceStatus
 from ngptune.profiling import nsight
 from trainer.contract import (
+    CONTINUATION,
+    LINE_WIDTH,
     REASON_KEY,
     ConfigError,
     add_scene_format_arguments,
@@ -413,7 +415,12 @@ def profile_command(args: argparse.Namespace) -> int:
     broken = [f"{name}: {s.detail}" for name, s in collected.sources.items() if s.status == "failed"]
     for line in summary_lines(collected.summary, checks, inputs.evaluation):
         print(line)
-    print("\n".join(fit_lines([f"profile: {report}", f"(diagnoses: {', '.join(fired) if fired else 'none fired'})"])))
+    where = f"profile: {report}"  # whole on its line, whatever its length: a path to copy
+    diagnoses = f"(diagnoses: {', '.join(fired) if fired else 'none fired'})"
+    if len(where) + 1 + len(diagnoses) <= LINE_WIDTH:
+        print(f"{where} {diagnoses}")
+    else:
+        print("\n".join([where, *fit_lines([f"{CONTINUATION}{diagnoses}"])]))
     if broken:
         print_error(f"profile incomplete: {broken[0]}")
         return 1
