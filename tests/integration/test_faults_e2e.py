@@ -67,7 +67,8 @@ def test_sigkilled_rank_restarts_and_resumes_from_the_newest_checkpoint(demo_sce
     restart = lines.index(restart_line(1, 1))
     resumed = (f"rank 0: resumed from checkpoint {run.checkpoints_dir / 'step_0000010'} at step 10 after restart 1")
     assert resumed in lines[restart + 1:restart + 4], out  # after the scene's size-rule and scene-model lines at most
-    assert f"after 1 restart (resumed from {run.checkpoints_dir / 'step_0000010'} at step 10)" in out
+    summary = " ".join(out.split())  # the summary's lines fit 80 columns: read as one text
+    assert f"after 1 restart (resumed from {run.checkpoints_dir / 'step_0000010'} at step 10)" in summary
     for rank in range(2):
         log = run.log_path(rank).read_text()
         assert f"=== rank {rank}/2 local rank {rank} attempt 0 pid" in log
