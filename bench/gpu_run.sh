@@ -28,8 +28,10 @@ t0=$(date +%s)
 
 pack() { tar -C "$keep" -czf "$out/keep.tgz" . ; }
 elapsed() { echo "$1 done at +$(( $(date +%s) - t0 )) s"; }
-# run LOG CMD...: CMD under the outer limit, blank lines dropped, appended to $keep/LOG
-run() { local log=$1; shift; timeout "$limit" "$@" 2>&1 | grep -v "^\s*$" | tee -a "$keep/$log"; }
+# run LOG CMD...: CMD under the outer limit, blank lines dropped, appended to $keep/LOG; packed after
+# each command, so a call cut off by the device's limit still brings back what finished
+run() { local log=$1 rc; shift; timeout "$limit" "$@" 2>&1 | grep -v "^\s*$" | tee -a "$keep/$log"; rc=${PIPESTATUS[0]}
+  pack; return "$rc"; }
 # copy_run SRC DST PATTERN...: the files of a run folder that are worth keeping
 copy_run() { local src=$1 dst=$2 f; shift 2; mkdir -p "$keep/$dst"
   for f in "$@"; do cp "$src"/$f "$keep/$dst/" 2>/dev/null; done; }
@@ -95,10 +97,10 @@ recipe_capture() {
   done
 }
 
-#: step-targets: the training step's figures in one call: the CUDA tests of the step's kernels and
-# of the captured default (sync-free steady state), bench/train_step.py for the default, the
-# dynamic step (tf32 and fp32) and bf16 alternated on one host, launches and device time per
-# kernel, 180 s of time to PSNR with the defaults (model kept), and render/mesh speed of that model
+#: step-targets: the training step's figures (about 5 minutes): the CUDA tests of the step's kernels
+# and of the captured default (sync-free steady state), bench/train_step.py for the default, the
+# dynamic step (tf32 and fp32) and bf16 one after the other on one host, launches and device time
+# per kernel; then `quality-targets` in a second call
 recipe_step-targets() {
   local v
   recipe_tests tests/trainer/model/test_triton_mlp.py tests/trainer/train/test_capture_cuda.py tests/trainer/render/test_triton_volrend.py \
@@ -111,8 +113,13 @@ recipe_step-targets() {
   done
   run launch_count_default.txt python3 bench/launch_count.py --scene "$S" --set training.log_every=100 \
     --set profile.phase_timers=false --warmup 1000 --steps 15 --top 14 | tail -22
+}
+
+#: quality-targets [FLAGS]: 180 s of time to PSNR with the defaults and FLAGS (model kept), then the
+# render (1080p orbit) and mesh (512³) speed of that model (about 4 minutes)
+recipe_quality-targets() {
   run time_to_psnr_default.txt python3 bench/time_to_psnr.py --scene "$S" --budget-s 180 --eval-every-s 10 \
-    --out /tmp/ttp_default --save-snapshot | tail -14
+    --out /tmp/ttp_default --save-snapshot "$@" | tail -14
   run render_default.txt python3 bench/render.py --run /tmp/ttp_default --scene "$S" --spp 1 --test-views 8 \
     --orbit-width 1920 --orbit-height 1080 --orbit-frames 16 --no-video --mesh-resolutions 512 | tail -7
 }

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import errno
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -90,11 +91,17 @@ def dashboard_command(args: argparse.Namespace) -> int:
     host = f"[{args.host}]" if ":" in args.host else args.host
     studies = ", ".join(names) if names else "no study yet"
     print(f"dashboard: http://{host}:{server.server_port} — {args.study_dir} ({studies}); Ctrl-C stops it", flush=True)
+    # The server answers requests in its own thread, so Ctrl-C always lands in this one: raised
+    # inside a request, wsgiref's handler would catch it as the request's error and serve on.
+    serving = threading.Thread(target=server.serve_forever, name="dashboard-server", daemon=True)
+    serving.start()
     try:
-        server.serve_forever()
+        while serving.is_alive():
+            serving.join(0.5)
     except KeyboardInterrupt:
+        server.shutdown()
         print("dashboard stopped", file=sys.stderr, flush=True)
         return INTERRUPTED_EXIT
     finally:
         server.server_close()
-    return 0
+    return 1  # the serving loop ended by itself: its traceback is above

@@ -6,9 +6,12 @@
                     [--bench-comm-csv FILE] [--set KEY=VALUE ...] [--out DIR]
 
 The trainer runs as a subprocess (``python -m trainer``, with ``--nproc-per-node N`` through
-the elastic launcher) into ``<profile>/run`` with one metrics record per step
-(``training.log_every=1``, overridable with ``--set``) and a torch.profiler window
-(``profile.trace_steps``; default :func:`default_trace_window`). Meanwhile an NVML sampler thread
+the elastic launcher) into ``<profile>/run``, training as it does for a user: one metrics record per
+logging interval (:func:`profile_log_every`: the config's ``training.log_every``, shortened for
+short runs; ``--set training.log_every=N`` wins), so a captured step is measured as graph
+replays, with the phases of each interval's sampled eager step; and a torch.profiler window in
+the steady state (``profile.trace_steps``; default :func:`default_trace_window`, ``--trace-steps``
+overrides it). Meanwhile an NVML sampler thread
 of this process reads every GPU (:class:`~ngptune.profiling.nvml.NvmlSampler`). Before it, with
 more than one rank, the link's all-reduce bus bandwidth is measured once (``--link-busbw auto``,
 :mod:`ngptune.profiling.link`: one ``bench-comm`` launch with the run's ranks, backend and emulated
@@ -62,6 +65,9 @@ if TYPE_CHECKING:  # collect, link and nvml load pandas: imported where used, no
     from trainer.contract import TrainConfig
 
 DEFAULT_STEPS = 30
+PROFILE_RECORDS = 10  # interval records a run should have (steady means, the step-time plot)
+MIN_LOG_EVERY = 50  # shortest logging interval the profile chooses: at most 1 step in 50 is the sampled eager one
+TRACE_STEPS = 5  # steps the default torch.profiler window records
 STOP_GRACE_S = 30  # seconds a stopped trainer gets before the next, harder signal
 WATCH_EVERY_S = 0.5  # seconds between two looks at the profiled run's metrics
 INTERCONNECTS = ("none", "nvlink", "pcie", "sockets")
@@ -84,7 +90,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--nproc-per-node", type=int, default=None, help="ranks on this node (elastic launcher); default one process")
     p.add_argument("--steps", type=int, default=DEFAULT_STEPS, help=f"training steps (default {DEFAULT_STEPS})")
     p.add_argument("--trace-steps", default=None, metavar="A:B",
-                   help="torch.profiler records steps A..B-1 (default: 5 steps after warm-up, within --steps)")
+                   help="torch.profiler records steps A..B-1 (default: 5 steps in the steady state, in the last "
+                        "fifth of --steps and after the occupancy warm-up when the run is long enough)")
     p.add_argument("--eval-images", type=int, default=0, metavar="N",
                    help="score the trained model on N test views after the profiled steps (default 0: no "
                         "evaluation); the background_collapse diagnosis needs it")
@@ -104,11 +111,47 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=profile_command)
 
 
-def default_trace_window(steps: int) -> tuple[int, int]:
-    """Five steps after a warm-up of up to five steps, inside ``steps``: 30 → (5, 10), 8 → (4, 8),
-    1 → (0, 1)."""
-    start = min(5, steps // 2)
-    return start, min(start + 5, steps)
+def profile_log_every(steps: int, configured: int) -> int:
+    """The profiled run's ``training.log_every`` when ``--set`` does not give it: the config's own
+    interval ``configured``, shortened to ``steps // PROFILE_RECORDS`` for a short run, but not
+    below :data:`MIN_LOG_EVERY` (nor above ``configured``).
+
+    Why not shorter: with the captured step (``training.cuda_graphs=auto`` on a GPU) the first
+    step of every interval runs eagerly with the phase timers and the others are graph replays
+    (``trainer.train.capture``). On lego_400 on one H200 that eager step takes 8.1 ms against
+    3.5 ms for a replay (docs/benchmarks.md), so an interval of L steps reads 1.3/L slower than
+    the replayed step: 2.6 % at 50, 1.3 % at the trainer's default 100; one record per step
+    (every step eager) measured 8.1 ms instead of 3.5. Why not longer: about ten records leave,
+    after the warm-up interval, enough for the steady means and the step time over the run.
+
+    >>> profile_log_every(5000, 100), profile_log_every(600, 100), profile_log_every(30, 100), profile_log_every(30, 5)
+    (100, 60, 50, 5)
+    """
+    return min(configured, max(MIN_LOG_EVERY, steps // PROFILE_RECORDS))
+
+
+def default_trace_window(steps: int, cfg: TrainConfig) -> tuple[int, int]:
+    """:data:`TRACE_STEPS` steps of the steady state of a run of ``steps`` steps with ``cfg``: in
+    its last fifth, and not before the first whole logging interval after the occupancy warm-up
+    (:func:`ngptune.profiling.diagnoses.steps_past_occupancy_warmup`; by then the captured step
+    has long been captured: start-up is its first 4 steps); a run too short for that traces its
+    last steps. A window that would hold the first step of a logging interval (a step index
+    divisible by ``training.log_every``: the sampled eager step of a captured step) starts just
+    after it when that fits (intervals longer than the window), so it records graph replays
+    only, as the step runs; torch.profiler sees their kernels through CUPTI (bench/launch_count.py
+    counts the kernels of replays so).
+
+    With the defaults (occupancy warm-up 256, log_every 100): 5000 → (4001, 4006); with
+    log_every 60: 600 → (481, 486); 30 → (25, 30); 1 → (0, 1).
+    """
+    from ngptune.profiling.diagnoses import steps_past_occupancy_warmup
+
+    log_every = cfg.training.log_every
+    start = min(max(steps - steps // 5, steps_past_occupancy_warmup(cfg)), max(steps - TRACE_STEPS, 0))
+    eager = (start + TRACE_STEPS - 1) // log_every * log_every  # the last interval start up to the window's end
+    if log_every > TRACE_STEPS and start <= eager and eager + 1 + TRACE_STEPS <= steps:
+        start = eager + 1
+    return start, min(start + TRACE_STEPS, steps)
 
 
 def parse_trace_window(text: str) -> tuple[int, int]:
@@ -141,11 +184,12 @@ def _check_args(args: argparse.Namespace) -> None:
                           f"it cannot be combined with --link-busbw {args.link_busbw}")
 
 
-def _run_config(args: argparse.Namespace) -> TrainConfig:
-    """The profiled run's config (``--config``, ``--set``, ``--scene``, ``--emulate-interconnect``);
+def run_config(args: argparse.Namespace) -> TrainConfig:
+    """The profiled run's config (``--config``, ``--set``, ``--scene``, ``--emulate-interconnect``)
+    with the profile's logging interval (:func:`profile_log_every`) unless ``--set`` gives one;
     validates them before anything is written."""
     from ngptune.processes import cuda_device_count
-    from trainer.contract import default_config_path, load_config, parse_override, runs_on_cpu
+    from trainer.contract import apply_overrides, default_config_path, load_config, parse_override, runs_on_cpu
 
     overrides = dict(parse_override(item) for item in args.overrides)
     on_cpu = runs_on_cpu(overrides.get("training.device"), cuda_device_count())
@@ -159,7 +203,10 @@ def _run_config(args: argparse.Namespace) -> TrainConfig:
     if args.downscale is not None:
         overrides["data.downscale"] = args.downscale
     overrides.update(scene_format_overrides(args))
-    return load_config(path, overrides)
+    cfg = load_config(path, overrides)
+    if "training.log_every" in overrides:  # the user's --set wins
+        return cfg
+    return apply_overrides(cfg, {"training.log_every": profile_log_every(args.steps, cfg.training.log_every)})
 
 
 def _scene_name(cfg: TrainConfig) -> str:
@@ -174,10 +221,11 @@ def default_profile_dir(scene_name: str) -> Path:
     return Path("reports") / f"{stamp}-{scene_name}"
 
 
-def trainer_command(args: argparse.Namespace, run_dir: Path, window: tuple[int, int], *, cuda_profiler_range: bool) -> list[str]:
+def trainer_command(args: argparse.Namespace, run_dir: Path, window: tuple[int, int], *, log_every: int,
+                    cuda_profiler_range: bool) -> list[str]:
     """The ``python -m trainer`` command line of the profiled run (:func:`trainer.contract.trainer_argv`):
-    one metrics record per step (``training.log_every=1``, before ``--set`` so the user's wins)."""
-    overrides = ["training.log_every=1", *(["profile.cuda_profiler_range=true"] if cuda_profiler_range else []),
+    one metrics record per ``log_every`` steps (``training.log_every``, before ``--set`` so the user's wins)."""
+    overrides = [f"training.log_every={log_every}", *(["profile.cuda_profiler_range=true"] if cuda_profiler_range else []),
                  *([f"data.downscale={args.downscale}"] if args.downscale is not None else []), *args.overrides, *(f"{key}={json.dumps(value)}" for key, value in scene_format_overrides(args).items())]
     return trainer_argv(nproc_per_node=args.nproc_per_node, n_steps=args.steps, out=run_dir, quiet=True,
                         evaluate=args.eval_images > 0, eval_max_images=args.eval_images or None, trace_steps=window,
@@ -235,13 +283,13 @@ def run_outcome(exit_code: int, profile: ProfileDir) -> RunOutcome:
     return RunOutcome(False, exit_code, reason, log_path)
 
 
-def _run_ncu(args: argparse.Namespace, profile: ProfileDir, window: tuple[int, int]) -> SourceStatus:
+def _run_ncu(args: argparse.Namespace, profile: ProfileDir, window: tuple[int, int], log_every: int) -> SourceStatus:
     """A separate short run under Nsight Compute (kernel replay would distort the measured run)."""
     ncu = nsight.find_tool("ncu")
     if ncu is None:
         return nsight.not_on_path("ncu")
     short = argparse.Namespace(**{**vars(args), "steps": min(args.steps, window[1])})
-    inner = trainer_command(short, profile.ncu_run.root, window, cuda_profiler_range=False)
+    inner = trainer_command(short, profile.ncu_run.root, window, log_every=log_every, cuda_profiler_range=False)
     profile.ncu_report_base.parent.mkdir(parents=True, exist_ok=True)
     code = _run_logged(nsight.ncu_command(ncu, profile.ncu_report_base, inner), profile.ncu_report_base.parent / "ncu.log")
     status = nsight.ncu_export(ncu, profile.ncu_report_base.with_suffix(".ncu-rep"), profile.ncu_csv_path)
@@ -276,8 +324,10 @@ def profile_command(args: argparse.Namespace) -> int:
     from ngptune.profiling.nvml import NvmlSampler
 
     _check_args(args)
-    window = parse_trace_window(args.trace_steps) if args.trace_steps else default_trace_window(args.steps)
-    cfg = _run_config(args)
+    given_window = parse_trace_window(args.trace_steps) if args.trace_steps else None
+    cfg = run_config(args)
+    log_every = cfg.training.log_every
+    window = given_window if given_window is not None else default_trace_window(args.steps, cfg)
     check_run_emulation(cfg, cuda_device_count())  # the trainer would refuse it after the profile folder was made
     ranks = args.nproc_per_node or 1
     link_from_csv = None
@@ -301,14 +351,14 @@ def profile_command(args: argparse.Namespace) -> int:
     nsys = nsight.find_tool("nsys") if args.nsys else None
     if args.nsys and nsys is None:
         sources["nsys"] = nsight.not_on_path("nsys")
-    argv = trainer_command(args, profile.run.root, window, cuda_profiler_range=nsys is not None)
+    argv = trainer_command(args, profile.run.root, window, log_every=log_every, cuda_profiler_range=nsys is not None)
     if nsys is not None:
         profile.nsys_report_base.parent.mkdir(parents=True, exist_ok=True)
         argv = nsight.nsys_command(nsys, profile.nsys_report_base, argv)
 
     link_busbw, sources["link_busbw"] = link_from_csv or _link_busbw(parse_link_busbw(args.link_busbw), cfg, ranks, profile)
-    print(f"profile: {args.steps} steps on {ranks} rank(s), torch.profiler steps {window[0]}:{window[1]}; "
-          f"trainer output in {profile.trainer_log_path}", flush=True)
+    print(f"profile: {args.steps} steps on {ranks} rank(s), a metrics record every {log_every} steps, "
+          f"torch.profiler steps {window[0]}:{window[1]}; trainer output in {profile.trainer_log_path}", flush=True)
     watcher = _RunWatcher(profile, args.steps)
     sampler = NvmlSampler(args.nvml_interval_ms / 1e3).start()
     exit_code = None
@@ -324,7 +374,7 @@ def profile_command(args: argparse.Namespace) -> int:
     if not args.ncu:
         sources["ncu"] = nsight.not_requested("--ncu")
     elif outcome.completed:
-        sources["ncu"] = _run_ncu(args, profile, window)
+        sources["ncu"] = _run_ncu(args, profile, window, log_every)
     else:
         sources["ncu"] = SourceStatus("missing", "not run: the profiled run failed")
 
@@ -341,6 +391,7 @@ def profile_command(args: argparse.Namespace) -> int:
         occupancy=occupancy_records(metrics_frame(profile.run.root)) if outcome.completed else None,
         evaluation=evaluation_of_run(profile.run.root) if outcome.completed else None,
         config=config_of_run(profile.run.root),
+        steady_windows=collected.steady_windows,
     )
     checks = assess(inputs)
     write_tables(profile, collected, diagnoses_table(checks))
@@ -406,20 +457,31 @@ def _opening_line(log_path: Path) -> str | None:
 
 
 def summary_lines(summary: "pd.DataFrame", checks: list, evaluation: dict | None) -> list[str]:
-    """The profile's one-screen summary: step time with its compute and wait parts and the share
-    the named phases cover, the job's throughput (and each rank's own, with several), the
-    evaluation's PSNR when there was one, and each fired diagnosis with its evidence and knob (or
-    that none fired and how many checks ran)."""
+    """The profile's one-screen summary: step time and steps per second (the interval records
+    after the warm-up), with its compute and wait parts and the share the named phases cover (with
+    a captured step: the parts of the sampled eager step of each interval, on a line of their
+    own), the job's throughput (and each rank's own, with several), the evaluation's PSNR when
+    there was one, and each fired diagnosis with its evidence and knob (or that none fired and how
+    many checks ran)."""
+    from ngptune.profiling.runs import CAPTURED
     from trainer.contract import quantity_text as q
 
     lines: list[str] = []
     if summary is not None and len(summary):
         job = summary.iloc[0]
-        lines.append(f"steps: {int(summary['steps'].max())} on {len(summary)} rank{'s' if len(summary) != 1 else ''}; "
-                     f"step time {q('step_time_ms', summary['step_time_ms'].mean())} (compute "
-                     f"{q('compute_ms', summary['compute_ms'].mean())}, waiting for other ranks "
-                     f"{q('wait_ms', summary['wait_ms'].mean())}; named phases cover "
-                     f"{q('coverage_pct', 100 * summary['phase_coverage'].mean())} of it), after warm-up")
+        head = (f"steps: {int(summary['steps'].max())} on {len(summary)} rank{'s' if len(summary) != 1 else ''}; "
+                f"step time {q('step_time_ms', summary['step_time_ms'].mean())}")
+        rate = f"{q('steps_per_s', summary['steps_per_s'].mean())}" if "steps_per_s" in summary.columns else ""
+        parts = (f"compute {q('compute_ms', summary['compute_ms'].mean())}, waiting for other ranks "
+                 f"{q('wait_ms', summary['wait_ms'].mean())}")
+        if "step_kind" in summary.columns and (summary["step_kind"] == CAPTURED).any():
+            lines.append(f"{head}, {rate} (captured CUDA graph: replays and each interval's sampled eager step), "
+                         "after warm-up")
+            lines.append(f"phases of the sampled eager step of each interval (a replay has none): {parts}")
+        else:
+            lines.append(f"{head} ({parts}; named phases cover "
+                         f"{q('coverage_pct', 100 * summary['phase_coverage'].mean())} of it)"
+                         + (f", {rate}" if rate else "") + ", after warm-up")
         throughput = f"throughput (all ranks): {q('throughput_samples_per_s', job['throughput_samples_per_s'])}"
         if "rays_per_s" in summary.columns:
             throughput += f", {q('rays_per_s', job['rays_per_s'])}"

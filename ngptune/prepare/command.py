@@ -145,19 +145,34 @@ def _positive(kind: type) -> Any:
     return parse
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived: stop as after Ctrl-C (the partial folder removed), with exit status 143."""
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise Terminated()
+
+
 def prepare_command(args: argparse.Namespace) -> int:
-    """``ngptune prepare``: exit status 0, 2 on bad input (raised as PrepareError), 130 on Ctrl-C."""
+    """``ngptune prepare``: exit status 0, 2 on bad input (raised as PrepareError), 130 on Ctrl-C,
+    143 on SIGTERM (both leave nothing under ``--out`` and no partial folder beside it)."""
+    import signal
     import sys
 
     from ngptune.console import make_console
     from ngptune.prepare.report import print_report
 
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         result = prepare_scene(args.input, args.out, n_frames=args.frames, fps=args.fps, matcher=args.matcher,
-                      camera_model=args.camera_model, force=args.force, verbose=args.verbose, quiet=args.quiet)
-    except KeyboardInterrupt:
-        print(f"prepare: interrupted; nothing was written to {args.out}", file=sys.stderr)
-        return 130
+                               camera_model=args.camera_model, force=args.force, verbose=args.verbose,
+                               quiet=args.quiet)
+    except KeyboardInterrupt as exc:
+        how, code = ("stopped (SIGTERM)", 143) if isinstance(exc, Terminated) else ("interrupted", 130)
+        print(f"prepare: {how}; nothing was written to {args.out}", file=sys.stderr)
+        return code
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     print_report(result.report, make_console())
     return 0
 

@@ -19,6 +19,7 @@ moment; features and matches go in batches so the progress bars move.
 from __future__ import annotations
 
 import dataclasses
+import signal
 import threading
 from pathlib import Path
 from typing import Any, Callable
@@ -77,15 +78,22 @@ class SfmResult:
 
 
 def pycolmap_module() -> Any:
-    """The ``pycolmap`` module.
+    """The ``pycolmap`` module, imported with this process's SIGTERM handler kept: pycolmap's
+    import installs glog's failure handler for SIGTERM, which prints a C stack trace and ends the
+    process before ``ngptune prepare`` can remove its partial folder and say so in one line.
 
     Raises:
         PrepareError: it is not installed.
     """
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGTERM) if main else None
     try:
         import pycolmap
     except ImportError:
         raise PrepareError("ngptune prepare needs pycolmap: pip install 'ngptune[colmap]'") from None
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     return pycolmap
 
 

@@ -14,15 +14,19 @@ The profile folder (:class:`ProfileDir`, the one place its file names are spelle
       nsys/, nsys_*.csv, ncu/, ncu_hashgrid.csv   Nsight output when requested and available
       report.html        written by ngptune.reporting.profile_report
 
-Phase tables come from every rank's metrics file (:mod:`ngptune.profiling.runs`). Records of the
-torch.profiler window carry its overhead (recording every operator, and exporting the trace in the
-step after the window), so ``phases.csv`` and ``summary.csv`` leave out the records of steps
-A+1..B+1 for a window ``A:B`` (a record's ``step`` counts the steps done when it was written); the
-summary also leaves out each rank's warm-up record (:func:`ngptune.profiling.runs.drop_warmup`) and
-carries the link's busbw (``link_busbw_gb_per_s``, the same on every row). ``gpu_timeline.csv``'s
-``t_s`` is on the training clock: seconds since the training loop started
-(:func:`align_gpu_timeline`). Missing sources are recorded as such; only a completed run's broken
-inputs are failures.
+Phase tables come from every rank's metrics file (:mod:`ngptune.profiling.runs`): one record per
+``training.log_every`` steps, whose times and rates cover every step of its interval and whose
+phase columns, with a captured step, are those of the interval's sampled eager step. Records of
+the torch.profiler window carry its overhead (recording every operator, and exporting the trace
+before the step after the window), so ``phases.csv`` and ``summary.csv`` leave out the records
+whose interval holds a step A..B of a window ``A:B`` (:func:`window_records`; a record's ``step``
+counts the steps done when it was written); the summary also leaves out each rank's warm-up record
+(:func:`ngptune.profiling.runs.drop_warmup`) and carries the link's busbw
+(``link_busbw_gb_per_s``, the same on every row). ``gpu_timeline.csv``'s ``t_s`` is on the
+training clock: seconds since the training loop started (:func:`align_gpu_timeline`), the clock of
+:attr:`Collected.steady_windows` (:func:`steady_windows`), the intervals of the records the summary
+covers, over which the compute_underused diagnosis averages the GPU utilisation. Missing sources
+are recorded as such; only a completed run's broken inputs are failures.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ import pandas as pd
 
 from ngptune.errors import NgptuneError, USER_ERRORS
 from ngptune.profiling import SourceStatus
-from ngptune.profiling.runs import ProfileError, metrics_frame, phases_table, summary_table
+from ngptune.profiling.runs import CAPTURED, ProfileError, drop_warmup, metrics_frame, phases_table, step_kinds, summary_table
 from ngptune.profiling.traces import HTA_NOT_USED, TraceError, analyze_traces, load_trace
 from ngptune.profiling.tables import GPU_TIMELINE_TABLE, KERNELS_TABLE, OVERLAP_TABLE, PHASES_TABLE, SUMMARY_TABLE
 from trainer.contract import PHASES, TRAIN_START_KEY, MetricsError, RunDir, atomic_write_text, load_config
@@ -133,7 +137,11 @@ class RunOutcome:
 
 @dataclasses.dataclass
 class Collected:
-    """The tables of a profile and how each source fared (``None``: not collected)."""
+    """The tables of a profile and how each source fared (``None``: not collected).
+
+    ``steady_windows``: :func:`steady_windows` on the GPU timeline's clock, or None when there is
+    no GPU timeline or the metrics could not be read.
+    """
 
     phases: pd.DataFrame
     summary: pd.DataFrame
@@ -141,6 +149,7 @@ class Collected:
     kernels: pd.DataFrame | None
     overlap: pd.DataFrame | None
     sources: dict[str, SourceStatus]
+    steady_windows: pd.DataFrame | None = None
 
 
 def _empty(columns: tuple[str, ...]) -> pd.DataFrame:
@@ -183,11 +192,61 @@ def check_metrics_steps(run: RunDir, metrics: pd.DataFrame, log_every: int, *, c
                 raise MetricsError(f"{run.metrics_path(rank)}: missing steps: last record at step {step}, other ranks reach {final}")
 
 
-def _window_records(metrics: pd.DataFrame, window: tuple[int, int] | None) -> pd.Series:
+def window_records(metrics: pd.DataFrame, window: tuple[int, int] | None) -> pd.Series:
+    """Which records (a boolean Series on ``metrics``' index) cover a step of the torch.profiler
+    window ``(A, B)``: its steps A..B-1, or step B, before which the trace is exported.
+
+    A record at ``step`` s whose rank's previous record is at step p (0 for the first) covers the
+    steps p..s-1 (0-based indices): it is in the window when s >= A + 1 and p <= B. With one
+    record per step these are the records of steps A+1..B+1.
+
+    >>> frame = pd.DataFrame({"rank": [0] * 5, "step": [100, 200, 300, 400, 500]})
+    >>> window_records(frame, (201, 206)).tolist()
+    [False, False, True, False, False]
+    """
     if window is None:
         return pd.Series(False, index=metrics.index)
     start, stop = window
-    return metrics["step"].between(start + 1, stop + 1)
+    ordered = metrics.sort_values(["rank", "step"], kind="stable")
+    previous = ordered.groupby("rank")["step"].shift(fill_value=0)
+    return ((ordered["step"] >= start + 1) & (previous <= stop)).reindex(metrics.index)
+
+
+def measured_records(metrics: pd.DataFrame, window: tuple[int, int] | None) -> pd.DataFrame:
+    """The records the phase and summary tables are made of: those outside the torch.profiler
+    window (:func:`window_records`), or all of them when every record is in it."""
+    in_window = window_records(metrics, window)
+    return metrics[~in_window] if (~in_window).any() else metrics
+
+
+def steady_windows(metrics: pd.DataFrame, window: tuple[int, int] | None, zero_unix_s: float) -> pd.DataFrame:
+    """When each rank trained in the steady state: the interval of every record that the summary
+    means cover (:func:`measured_records` after each rank's warm-up,
+    :func:`ngptune.profiling.runs.drop_warmup`), on the clock whose 0 is ``zero_unix_s``.
+
+    A record's interval runs from its rank's previous record to itself (``unix_time_s``, the
+    wall clock the trainer writes into each record). Start-up, the warm-up interval, the
+    torch.profiler window with its export, and everything after the last record (final snapshot,
+    evaluation) lie outside every interval.
+
+    Args:
+        metrics: every rank's records (:func:`ngptune.profiling.runs.metrics_frame`).
+        window: the torch.profiler window ``(A, B)``, or None.
+        zero_unix_s: wall clock (s) of the clock's 0 (the GPU timeline's: the training loop's start).
+
+    Returns:
+        Columns ``rank``, ``step``, ``from_s``, ``to_s`` (s), one row per steady record; empty when
+        the records carry no ``unix_time_s`` (a trainer older than the column).
+    """
+    columns = ["rank", "step", "from_s", "to_s"]
+    if "unix_time_s" not in metrics.columns:
+        return pd.DataFrame(columns=columns)
+    ordered = metrics.sort_values(["rank", "step"], kind="stable")
+    unix = pd.to_numeric(ordered["unix_time_s"], errors="coerce")
+    spans = pd.DataFrame({"rank": ordered["rank"].astype(int), "step": ordered["step"].astype(int),
+                          "from_s": unix.groupby(ordered["rank"]).shift() - zero_unix_s, "to_s": unix - zero_unix_s})
+    steady = drop_warmup(spans.loc[measured_records(ordered, window).index])
+    return steady.dropna(subset=["from_s", "to_s"]).reset_index(drop=True)[columns]
 
 
 def collect_phases(
@@ -208,11 +267,14 @@ def collect_phases(
         if completed:
             raise
         return _empty(PHASES_TABLE), _empty(SUMMARY_TABLE), SourceStatus("missing", f"the run failed: {exc}")
-    in_window = _window_records(metrics, trace_window)
-    measured = metrics[~in_window] if (~in_window).any() else metrics
+    in_window = window_records(metrics, trace_window)
+    measured = measured_records(metrics, trace_window)
     phases = phases_table(measured)
     summary = summary_table(measured)
     summary["steps"] = summary["rank"].map(metrics.groupby("rank")["step"].max()).astype("int64")  # steps trained
+    kinds = step_kinds(metrics)  # the first record after start-up says it, and may lie in the window
+    summary["step_kind"] = summary["rank"].map(kinds)
+    summary["phase_coverage"] = summary["phase_coverage"].where(summary["step_kind"] != CAPTURED)
     ranks = sorted(int(r) for r in metrics["rank"].unique())
     detail = (
         f"{len(metrics)} metrics records of rank(s) {', '.join(map(str, ranks))}, "
@@ -220,14 +282,26 @@ def collect_phases(
     )
     if in_window.any() and (~in_window).any():
         a, b = trace_window  # type: ignore[misc]
-        detail += f"; the records of steps {a + 1}..{b + 1} (torch.profiler window {a}:{b} and its export) are left out"
+        left_out = metrics.loc[in_window, "step"].astype(int)
+        records = (f"the record of step {left_out.min()} (torch.profiler window {a}:{b} and its export) is"
+                   if left_out.nunique() == 1 else
+                   f"the records of steps {left_out.min()}..{left_out.max()} (torch.profiler window {a}:{b} and its export) are")
+        detail += f"; {records} left out"
     elif in_window.any():
         detail += "; every record lies in the torch.profiler window: phase times include its overhead"
     named = measured[[f"{p}_ms" for p in PHASES]].fillna(0.0).to_numpy().sum()
     if named == 0:
         return phases, summary, SourceStatus("missing", f"phase timers were off (profile.phase_timers=false): {detail}")
-    coverage = ", ".join(f"rank {int(r)} {c:.1%}" for r, c in zip(summary["rank"], summary["phase_coverage"]))
-    return phases, summary, SourceStatus("ok", f"{detail}; named phases cover {coverage} of the step time")
+    captured = summary["step_kind"] == CAPTURED
+    if captured.any():
+        detail += (f"; captured step (rank(s) {', '.join(str(int(r)) for r in summary.loc[captured, 'rank'])}): "
+                   "the phases are those of the sampled eager step of each interval, its first step, run "
+                   "eagerly with the phase timers (a graph replay has none)")
+    coverage = ", ".join(f"rank {int(r)} {c:.1%}" for r, c, k in
+                         zip(summary["rank"], summary["phase_coverage"], summary["step_kind"]) if k != CAPTURED)
+    if coverage:
+        detail += f"; named phases cover {coverage} of the step time"
+    return phases, summary, SourceStatus("ok", detail)
 
 
 def collect_traces(
@@ -327,7 +401,25 @@ def collect(
                                          gpu_timeline_origin_unix_s, run)
     if clock and "nvml" in sources:
         sources["nvml"] = SourceStatus(sources["nvml"].status, f"{sources['nvml'].detail}; {clock}")
-    return Collected(phases, summary, timeline, kernels, overlap, {name: sources[name] for name in SOURCES if name in sources})
+    windows = None
+    if len(timeline) and gpu_timeline_origin_unix_s is not None:
+        start = train_start_unix_s(run)  # the timeline's 0, as align_gpu_timeline put it
+        try:
+            windows = steady_windows(metrics_frame(run.root), trace_window,
+                                     start if start is not None else gpu_timeline_origin_unix_s)
+        except USER_ERRORS:
+            windows = None  # the phase_timers source says why
+    return Collected(phases, summary, timeline, kernels, overlap,
+                     {name: sources[name] for name in SOURCES if name in sources}, windows)
+
+
+def train_start_unix_s(run: RunDir) -> float | None:
+    """Wall clock (s) at which the run's training loop started (``status.json``
+    :data:`TRAIN_START_KEY`), or None when the run ended before it (or it is not a number)."""
+    start = (run.read_status() or {}).get(TRAIN_START_KEY)
+    if isinstance(start, bool) or not isinstance(start, (int, float)) or not math.isfinite(start):
+        return None
+    return float(start)
 
 
 def align_gpu_timeline(
@@ -342,8 +434,10 @@ def align_gpu_timeline(
         t_s ← t_s + origin_unix_s − train_start_unix_s
 
     so samples of the set-up (imports, scene loading, rendezvous) have ``t_s < 0``. The metrics'
-    ``wall_time_s`` counts only the time inside steps: a record lies slightly later on this clock
-    than its ``wall_time_s`` (the logging between steps).
+    ``wall_time_s`` counts only the time inside timed steps: a record lies later on this clock
+    than its ``wall_time_s`` by the start-up steps (kernel compilation, graph capture; seconds) and
+    the logging between steps. Its own time on this clock is its ``unix_time_s`` minus the
+    training start (:func:`steady_windows`).
 
     Args:
         timeline: ``gpu_timeline.csv`` rows (may be empty).
@@ -358,8 +452,8 @@ def align_gpu_timeline(
     """
     if timeline.empty:
         return timeline, ""
-    start = (run.read_status() or {}).get(TRAIN_START_KEY)
-    if origin_unix_s is None or isinstance(start, bool) or not isinstance(start, (int, float)) or not math.isfinite(start):
+    start = train_start_unix_s(run)
+    if origin_unix_s is None or start is None:
         why = f"{run.status_path} holds no {TRAIN_START_KEY} (the run ended before training)"
         if origin_unix_s is None:
             why = "the sampler's wall clock is unknown"

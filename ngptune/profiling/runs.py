@@ -100,27 +100,55 @@ def _mean(frame: pd.DataFrame, column: str) -> float:
     return float(frame[column].mean()) if column in frame.columns and frame[column].notna().any() else float("nan")
 
 
+CAPTURED = "captured"
+"""``step_kind`` of the step replayed from a CUDA graph (``trainer.train.capture``): each logging
+interval's first step runs eagerly with the phase timers and its phase columns are that step's
+times; the other steps are replays, which have no phases."""
+
+
+def step_kinds(metrics: pd.DataFrame) -> pd.Series:
+    """Each rank's training step (``step_kind`` of its first record that has one: ``captured``,
+    ``fixed`` or ``dynamic``), indexed by rank; ``""`` for a rank whose records do not say."""
+    ranks = sorted(int(r) for r in metrics["rank"].unique())
+    kinds = pd.Series("", index=pd.Index(ranks, name="rank"), dtype=object)
+    if "step_kind" in metrics.columns:
+        named = metrics.dropna(subset=["step_kind"]).sort_values(["rank", "step"], kind="stable")
+        for rank, kind in named.groupby("rank")["step_kind"].first().items():
+            kinds[int(rank)] = str(kind)
+    return kinds
+
+
 def summary_table(metrics: pd.DataFrame, *, steady: bool = True) -> pd.DataFrame:
-    """One row per rank: means over the run's records (:data:`ngptune.profiling.tables.SUMMARY_TABLE`).
+    """One row per rank: means over the run's interval records (:data:`ngptune.profiling.tables.SUMMARY_TABLE`).
 
     Args:
-        metrics: from :func:`metrics_frame`.
+        metrics: from :func:`metrics_frame` (one record per ``training.log_every`` steps).
         steady: leave out each rank's warm-up records (:func:`drop_warmup`).
 
-    ``compute_ms`` sums the compute phases (:data:`ngptune.profiling.tables.COMPUTE_PHASES`), ``wait_ms``
-    the collective phases (:data:`ngptune.profiling.tables.WAIT_PHASES`); ``imbalance`` is max/mean of the
-    ranks' ``compute_ms`` (DESIGN.md §4, diagnosis 5), the same value on every row.
+    ``step_time_ms`` is the mean of the records' ``step_time_ms`` (every step of each interval,
+    graph replays included; the intervals are equally long but for a last, shorter one) and
+    ``steps_per_s`` its inverse. ``compute_ms`` sums the compute phases
+    (:data:`ngptune.profiling.tables.COMPUTE_PHASES`), ``wait_ms`` the collective phases
+    (:data:`ngptune.profiling.tables.WAIT_PHASES`); ``imbalance`` is max/mean of the ranks'
+    ``compute_ms`` (DESIGN.md §4, diagnosis 5), the same value on every row. With a captured step
+    (``step_kind`` :data:`CAPTURED`) the phase columns are those of each interval's sampled eager
+    step, so ``phase_coverage`` (named phases / step time) is left empty (NaN): that step is not
+    the replayed step the step time measures.
     """
     rows = []
+    kinds = step_kinds(metrics)
     for rank, frame in (drop_warmup(metrics) if steady else metrics).groupby("rank", sort=True):
         step_ms = _mean(frame, "step_time_ms")
         named = sum(_mean(frame, f"{p}_ms") for p in PHASES if f"{p}_ms" in frame.columns)
         compute = sum(_mean(frame, f"{p}_ms") for p in COMPUTE_PHASES if f"{p}_ms" in frame.columns)
         wait = sum(_mean(frame, f"{p}_ms") for p in WAIT_PHASES if f"{p}_ms" in frame.columns)
+        kind = kinds.get(int(rank), "")
         rows.append({
             "rank": int(rank),
             "steps": int(frame["step"].max()),
+            "step_kind": kind,
             "step_time_ms": step_ms,
+            "steps_per_s": 1e3 / step_ms if step_ms > 0 else float("nan"),
             "compute_ms": compute,
             "wait_ms": wait,
             "throughput_samples_per_s": _mean(frame, "throughput_samples_per_s"),
@@ -132,7 +160,7 @@ def summary_table(metrics: pd.DataFrame, *, steady: bool = True) -> pd.DataFrame
             "imbalance": float("nan"),
             "comm_ms": _mean(frame, "comm_ms"),
             "comm_busbw_gb_per_s": _mean(frame, "comm_busbw_gb_per_s"),
-            "phase_coverage": named / step_ms if step_ms > 0 else float("nan"),
+            "phase_coverage": named / step_ms if step_ms > 0 and kind != CAPTURED else float("nan"),
         })
     table = pd.DataFrame(rows, columns=list(SUMMARY_TABLE))
     computes = table["compute_ms"]

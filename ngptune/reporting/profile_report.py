@@ -9,7 +9,8 @@ only: its section then says so and why, from ``sources.json``; the rest of the r
 A file that is present but unreadable (not CSV, columns missing, bad JSON) is an error naming it.
 
 Sections: run failure banner and emulated-interconnect label (when they apply), per-rank summary,
-step-time breakdown (stacked phases incl. "other", coverage), per-rank imbalance, GPU timelines
+step-time breakdown (stacked phases incl. "other", coverage; with a captured step, the phases of
+each interval's sampled eager step, and the section says so), per-rank imbalance, GPU timelines
 (NVML; time since the training loop started), top kernels, communication vs computation overlap,
 the gradient all-reduce's achieved busbw vs the link's (``summary.csv`` ``comm_busbw_gb_per_s``
 and ``link_busbw_gb_per_s``, the link's provenance from ``sources.json`` ``link_busbw``),
@@ -32,6 +33,7 @@ from plotly.subplots import make_subplots
 from ngptune.errors import NgptuneError
 from ngptune.profiling.collect import ProfileDir, read_csv_table
 from ngptune.profiling.diagnoses import LINK_UNDERUSED_FRACTION, SEVERITIES, rank_phase_means
+from ngptune.profiling.runs import CAPTURED
 from ngptune.reporting.html import Section, figure_html, render_page, table_html, text_html
 from ngptune.profiling.tables import (
     COMPUTE_PHASES,
@@ -201,16 +203,33 @@ def _emulation_section(p: _Profile) -> Section | None:
     return Section(f"Emulated interconnect: {p.emulated_interconnect}", _banner(text, "#d68910"))
 
 
+def _captured(p: _Profile) -> bool:
+    """Whether the run's step was the captured one (``summary.csv`` ``step_kind``; older folders lack it)."""
+    summary = p.tables["summary"]
+    return summary is not None and "step_kind" in summary.columns and bool((summary["step_kind"] == CAPTURED).any())
+
+
+#: What the breakdown shows of a captured step.
+CAPTURED_PHASES_TEXT = (
+    "The step is captured in a CUDA graph (step_kind captured): a replay has no phases, so the phases are "
+    "those of the sampled eager step of each logging interval, its first step, run eagerly with the phase "
+    "timers. They show where an eager step's time goes, not the length of the replayed step (step_time_ms "
+    "and steps_per_s in the summary, which cover every step of the intervals)."
+)
+
+
 def _summary_section(p: _Profile) -> Section:
     if not p.has("summary"):
         return Section("Summary per rank", _missing_html(p.absent("summary")))
-    return Section(
-        "Summary per rank",
-        table_html(p.tables["summary"])
-        + text_html("Means per step over each rank's records, its first (start-up) record left out. "
-                    "throughput_samples_per_s and rays_per_s are the whole job's (all ranks together, the same "
-                    "on every row); rank_throughput_samples_per_s and rank_rays_per_s are each rank's own rays."),
-    )
+    text = ("Means over each rank's interval records (one per training.log_every steps), its first (warm-up) "
+            "interval and the records of the torch.profiler window left out; step_time_ms and steps_per_s cover "
+            "every step of the intervals. throughput_samples_per_s and rays_per_s are the whole job's (all ranks "
+            "together, the same on every row); rank_throughput_samples_per_s and rank_rays_per_s are each rank's "
+            "own rays.")
+    if _captured(p):
+        text += (" compute_ms, wait_ms and comm_ms are those of the sampled eager step of each interval (the step "
+                 "is captured: a replay has no phases), so phase_coverage is not given.")
+    return Section("Summary per rank", table_html(p.tables["summary"]) + text_html(text))
 
 
 def _rank_labels(index: pd.Index) -> list[str]:
@@ -244,13 +263,17 @@ def _breakdown_section(p: _Profile, means: pd.DataFrame | None) -> Section:
         else f"Named phases cover less than {100 * COVERAGE_TARGET:.0f}% of the step on rank(s) "
         f"{', '.join(map(str, low['rank']))}: the rest is 'other'."
     )
-    body = figure_html(fig) + text_html("Coverage = named phases / step time. " + verdict) + table_html(coverage)
+    captured = _captured(p)
+    body = text_html(CAPTURED_PHASES_TEXT) if captured else ""
+    body += figure_html(fig) + text_html("Coverage = named phases / step time. " + verdict) + table_html(coverage)
     table = p.tables["phases"]
     if table["step"].nunique() > 1:
         per_step = table.groupby(["rank", "step"], as_index=False)["time_ms"].sum()
         per_step["rank"] = per_step["rank"].map(lambda r: f"rank {int(r)}")
+        what = ("Sampled eager step time over the run (the first step of each logged interval)" if captured
+                else "Step time over the run (mean of each logged interval)")
         line = px.line(per_step, x="step", y="time_ms", color="rank", markers=True,
-                       labels={"time_ms": "ms per step"}, title="Step time over the run (mean of each logged interval)")
+                       labels={"time_ms": "ms per step"}, title=what)
         line.update_layout(height=320)
         body += figure_html(line)
     body += text_html("Means leave out each rank's first logged interval (warm-up) when it has more.")
@@ -311,7 +334,10 @@ def _timeline_section(p: _Profile) -> Section:
                                          legendgroup=f"GPU {gpu}", showlegend=row == 1 or len(columns) > 1), row=row, col=1)
     fig.update_xaxes(title_text="time since the training loop started (s)", row=len(drawn), col=1)
     fig.update_layout(height=220 * len(drawn) + 80, title="NVML samples per GPU")
-    body = figure_html(fig)
+    body = figure_html(fig) + text_html(
+        "The compute_underused diagnosis averages util_pct over the steady training window only: the intervals "
+        "of the metrics records after the warm-up, without start-up, the torch.profiler window, evaluation "
+        "and the final snapshot (its evidence gives the span).")
     if empty:
         body += text_html(f"Not reported by NVML on this machine: {', '.join(empty)}.")
     body += "<h3>Clock-event (throttle) reasons</h3>" + table_html(_throttle_table(timeline))

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from ngptune.profile_command import default_trace_window, parse_trace_window, register
+from ngptune.profile_command import parse_trace_window, register
 from tests.support.paths import REPO
 from trainer.contract.errors import ConfigError
 from ngptune.profiling.tables import DIAGNOSES_TABLE, GPU_TIMELINE_TABLE, KERNELS_TABLE, OVERLAP_TABLE, PHASES_TABLE
@@ -34,7 +34,10 @@ def test_two_rank_profile_writes_every_table_and_the_report(tmp_path: Path, demo
                     "--nsys", "--ncu", "--nvml-interval-ms", "50", "--downscale", "2")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"profile: {out / 'report.html'}" in proc.stdout
-    assert json.loads((out / "run" / "config.json").read_text())["data"]["downscale"] == 2  # a scene flag of train
+    config = json.loads((out / "run" / "config.json").read_text())
+    assert config["data"]["downscale"] == 2  # a scene flag of train
+    assert config["training"]["log_every"] == 50  # the trainer's own interval (small.json), not a record per step
+    assert "a metrics record every 50 steps, torch.profiler steps 3:5" in proc.stdout
     # the console: the trainer's opening line (device, ranks, threads), the run's progress, a summary
     lines = proc.stdout.splitlines()
     assert any(line.startswith("trainer: training ") and " on cpu, 2 ranks (" in line and "CPU thread" in line
@@ -121,7 +124,8 @@ def test_profile_takes_the_link_from_a_bench_comm_table(tmp_path: Path, demo_sce
 
 def test_crashed_run_still_yields_the_profile_and_report(tmp_path: Path, demo_scene: Path) -> None:  # noqa: F811
     out = tmp_path / "crash"
-    proc = _profile(out, demo_scene, "--steps", "12", "--set", "faults.crash_at_step=3")
+    # one record per step (the user's --set wins over the profile's interval): records before the crash
+    proc = _profile(out, demo_scene, "--steps", "12", "--set", "faults.crash_at_step=3", "--set", "training.log_every=1")
     assert proc.returncode == 1
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
@@ -133,7 +137,7 @@ def test_crashed_run_still_yields_the_profile_and_report(tmp_path: Path, demo_sc
     assert (out / "report.html").is_file()
     sources = json.loads((out / "sources.json").read_text())
     assert sources["torch_profiler"]["status"] == "missing"
-    assert "ended before its trace window (5:10" in sources["torch_profiler"]["detail"]
+    assert "ended before its trace window (7:12" in sources["torch_profiler"]["detail"]  # the run's last steps
     phases = pd.read_csv(out / "phases.csv")
     assert sorted(phases["step"].unique()) == [1, 2, 3]  # what was logged before the crash
 
@@ -157,10 +161,7 @@ def test_bad_arguments_are_one_clear_error(tmp_path: Path, demo_scene: Path) -> 
     assert not (tmp_path / "q").exists()  # rejected before anything was written
 
 
-def test_trace_window_defaults_and_parsing() -> None:
-    assert default_trace_window(30) == (5, 10)
-    assert default_trace_window(8) == (4, 8)
-    assert default_trace_window(1) == (0, 1)
+def test_trace_window_parsing() -> None:  # its default: tests/ngptune/test_profile_command.py
     assert parse_trace_window("2:7") == (2, 7)
     for bad in ("7:2", "3", "a:b", "-1:2"):
         with pytest.raises(ConfigError, match="--trace-steps"):

@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import time
 from pathlib import Path
+
+
+def as_from_a_terminal() -> None:
+    """``preexec_fn`` of a child that a test stops with SIGINT, as Ctrl-C in a terminal would: its
+    SIGINT disposition reset to the default (a background job of a non-interactive shell, which is
+    how a test run may be started, inherits SIGINT ignored, and Python then raises no
+    KeyboardInterrupt)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def processes_mentioning(text: str) -> list[tuple[int, str]]:

@@ -14,6 +14,7 @@ import threading
 import time
 
 from tests.support.paths import REPO
+from tests.support.processes import as_from_a_terminal
 
 URL_PATTERN = r"(http://[\w.\-\[\]:]+:\d+)"
 
@@ -27,7 +28,7 @@ class Served:
     def __init__(self, args: list[str], env: dict[str, str] | None = None) -> None:
         self.proc = subprocess.Popen([sys.executable, "-m", *map(str, args)], cwd=REPO, text=True,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     env={**os.environ, **(env or {})})
+                                     env={**os.environ, **(env or {})}, preexec_fn=as_from_a_terminal)
         self.lines: list[str] = []
         self._queue: queue.Queue[str | None] = queue.Queue()
         self._reader = threading.Thread(target=self._read, daemon=True)

@@ -61,6 +61,8 @@ METRICS_COLUMNS: tuple[Column, ...] = (
     Column("world_size", "", "number of ranks", required=True),
     Column("step", "", "optimiser steps completed when the record was written", required=True),
     Column("wall_time_s", "s", "seconds since training started (excludes set-up)", required=True),
+    Column("unix_time_s", "s", "wall clock (time.time()) when the record was written, at the end of its interval; "
+                               "puts the records on another process's clock (the profile's NVML samples)"),
     Column("loss", "", "mean training loss over the interval", required=True),
     Column("train_psnr_db", "dB", "PSNR of the training batches over the interval (from MSE)"),
     Column("lr", "", "learning rate at the end of the interval"),

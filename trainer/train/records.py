@@ -108,6 +108,7 @@ def interval_record(trainer: Any, interval: Interval) -> dict[str, Any]:
         "world_size": trainer.world_size,
         "step": trainer.step,
         "wall_time_s": trainer.train_time_s,
+        "unix_time_s": time.time(),
         "loss": float(interval.loss_sum) / trained if trained else None,
         "train_psnr_db": -10.0 * math.log10(mean_mse) if mean_mse > 0 else None,
         "lr": float(trainer.optimizer.param_groups[0]["lr"]),  # (a device tensor in a captured step)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from ngptune.profiling.diagnoses import communication, data
@@ -17,6 +18,42 @@ THRESHOLD = 80.0
 KNOB: tuple[Suggestion | str, ...] = (
     Suggestion("training.target_samples_per_step", how="raise it, e.g. 2x, so each kernel launch does more work"),
 )
+
+def in_windows(t_s: np.ndarray, windows: pd.DataFrame) -> np.ndarray:
+    """Which times ``t_s`` [N] (s) lie inside one of each rank's windows (``rank``, ``from_s``,
+    ``to_s``; a rank's windows do not overlap); bool [N]. A window holds ``from_s < t <= to_s``: an
+    NVML sample reports the period before it."""
+    inside = np.ones(len(t_s), dtype=bool)
+    for _, rank in windows.groupby("rank", sort=True):
+        rank = rank.sort_values("from_s")
+        starts, ends = rank["from_s"].to_numpy(float), rank["to_s"].to_numpy(float)
+        index = np.searchsorted(ends, t_s, side="left")  # the first window ending at or after t
+        found = index < len(ends)
+        found[found] = starts[index[found]] < t_s[found]
+        inside &= found
+    return inside
+
+
+def steady_util(gpu_timeline: pd.DataFrame, windows: pd.DataFrame) -> tuple[pd.Series, int]:
+    """Mean ``util_pct`` per GPU over the samples inside the steady training windows of every rank
+    (:attr:`ProfileInputs.steady_windows`: the interval records after the warm-up, without the
+    torch.profiler window's; start-up, evaluation and the final snapshot lie outside), and the
+    number of those samples. GPUs with no busy sample in the whole timeline (not used by the run)
+    are left out; an empty Series when no sample lies in the windows.
+
+    >>> timeline = pd.DataFrame({"t_s": [-5.0, 1.0, 2.0, 3.0, 9.0], "gpu": 0, "util_pct": [0, 90, 100, 95, 5]})
+    >>> windows = pd.DataFrame({"rank": [0, 0], "from_s": [0.5, 2.5], "to_s": [2.5, 4.0]})
+    >>> steady_util(timeline, windows)[0].round(1).tolist(), steady_util(timeline, windows)[1]
+    ([95.0], 3)
+    """
+    util = pd.to_numeric(gpu_timeline["util_pct"], errors="coerce")
+    used = util.groupby(gpu_timeline["gpu"]).max() > 0
+    t_s = pd.to_numeric(gpu_timeline["t_s"], errors="coerce").to_numpy(float)
+    steady = gpu_timeline[in_windows(t_s, windows) & util.notna().to_numpy()]
+    steady = steady[steady["gpu"].map(used).astype(bool)]
+    means = pd.to_numeric(steady["util_pct"]).groupby(steady["gpu"], sort=True).mean().astype(float)
+    return means, int(len(steady))
+
 
 def active_util(gpu_timeline: pd.DataFrame) -> pd.Series:
     """Mean ``util_pct`` per GPU over its active window: from its first to its last sample with
@@ -40,18 +77,29 @@ def idle_share(overlap: pd.DataFrame) -> float | None:
 
 
 def check(inputs: ProfileInputs, means: pd.DataFrame | None) -> Check:
-    """Evaluated from NVML utilisation only: a trace's idle time is evidence of launch gaps on a
-    GPU, but on a CPU-only trace it is host overhead, not an under-used device."""
+    """Evaluated from NVML utilisation only, averaged over the steady training window
+    (:func:`steady_util`; each GPU's active window, :func:`active_util`, when it is unknown): a
+    trace's idle time is evidence of launch gaps on a GPU, but on a CPU-only trace it is host
+    overhead, not an under-used device."""
     name, threshold = NAME, THRESHOLD
     timeline = inputs.gpu_timeline
     if timeline is None or len(timeline) == 0 or not pd.to_numeric(timeline["util_pct"], errors="coerce").notna().any():
         return not_evaluated(name, threshold, "needs GPU utilisation samples (NVML); none were collected (no GPU?)")
     if not phases_timed(means):
         return not_evaluated(name, threshold, NO_PHASES + "; they rule out waits on data and communication")
-    util = active_util(timeline)
+    util, samples = (steady_util(timeline, inputs.steady_windows) if inputs.steady_windows is not None
+                     and len(inputs.steady_windows) else (pd.Series(dtype=float), 0))
+    if len(util):
+        windows = inputs.steady_windows
+        where = (f"over the steady training window (t_s {windows['from_s'].min():.1f}–{windows['to_s'].max():.1f} s, "
+                 f"{samples} samples: the interval records after the warm-up, without start-up, the "
+                 "torch.profiler window, evaluation and the final snapshot)")
+    else:
+        util = active_util(timeline)
+        where = "over each GPU's active window (first to last busy sample: the steady window is unknown)"
     value = float(util.mean())
     per_gpu = ", ".join(f"GPU {g} {u:.0f}%" for g, u in util.items())
-    evidence = f"mean GPU utilisation {value:.0f}% ({per_gpu}), threshold {threshold:.0f}%"
+    evidence = f"mean GPU utilisation {value:.0f}% ({per_gpu}) {where}, threshold {threshold:.0f}%"
     if inputs.overlap is not None and len(inputs.overlap):
         idle = idle_share(inputs.overlap)
         if idle is not None:

@@ -25,6 +25,7 @@ GPU_TIMELINE_REQUIRED: tuple[str, ...] = ("t_s", "gpu", "util_pct")
 KERNELS_REQUIRED: tuple[str, ...] = ("rank", "name", "total_ms", "category")
 OVERLAP_REQUIRED: tuple[str, ...] = ("rank", "compute_ms", "exposed_comm_ms", "idle_ms")
 OCCUPANCY_REQUIRED: tuple[str, ...] = ("step", "occupancy_fraction", "rays_per_step", "samples_per_step")
+STEADY_WINDOWS_REQUIRED: tuple[str, ...] = ("rank", "from_s", "to_s")
 # eval.json keys the background_collapse check reads (trainer.train.evaluate.evaluate writes them).
 EVALUATION_REQUIRED: tuple[str, ...] = ("step", "mean_psnr_db", "background_psnr_db", "occupancy_warmup_steps")
 ALL_PHASES: tuple[str, ...] = (*PHASES, "other")
@@ -47,7 +48,8 @@ class ProfileInputs:
         summary: one row per rank, at least ``rank``; ``compute_ms`` (used when ``phases`` has no
             phase times) and ``comm_busbw_gb_per_s`` are read when present
             (``ngptune.profiling.runs.summary_table`` builds it).
-        gpu_timeline: NVML samples, at least ``t_s``, ``gpu``, ``util_pct``; or None.
+        gpu_timeline: NVML samples, at least ``t_s`` (s since the training loop started),
+            ``gpu``, ``util_pct``; or None.
         kernels: kernel table of the trace window, at least ``rank``, ``name``, ``total_ms``,
             ``category`` (hash-grid kernels: :data:`~ngptune.profiling.diagnoses.contention.HASH_GRID_FWD_CATEGORY`,
             :data:`~ngptune.profiling.diagnoses.contention.HASH_GRID_BWD_CATEGORY`); or None.
@@ -63,6 +65,11 @@ class ProfileInputs:
             None when unknown. The occupancy checks judge only steps after
             ``training.occupancy_warmup_steps`` with it; every suggested setting the run already
             has is left out of a diagnosis's ``knob`` (:func:`~ngptune.profiling.diagnoses.checks.knob_text`).
+        steady_windows: when each rank trained in the steady state, on ``gpu_timeline``'s clock:
+            ``rank``, ``from_s``, ``to_s`` (s), one row per steady interval record
+            (:func:`ngptune.profiling.collect.steady_windows`); the GPU utilisation of
+            compute_underused is averaged over them. None (or empty) when unknown: then over each
+            GPU's active window.
 
     Raises:
         DiagnosisError: a frame lacks a required column, ``phases`` has an unknown phase or a
@@ -79,6 +86,7 @@ class ProfileInputs:
     occupancy: pd.DataFrame | None = None
     evaluation: Mapping[str, Any] | None = None
     config: TrainConfig | None = None
+    steady_windows: pd.DataFrame | None = None
 
     def __post_init__(self) -> None:
         require_columns(self.phases, PHASES_TABLE, "phases")
@@ -104,6 +112,7 @@ class ProfileInputs:
             (self.kernels, KERNELS_REQUIRED, "kernels"),
             (self.overlap, OVERLAP_REQUIRED, "overlap"),
             (self.occupancy, OCCUPANCY_REQUIRED, "occupancy"),
+            (self.steady_windows, STEADY_WINDOWS_REQUIRED, "steady_windows"),
         ):
             if frame is not None:
                 require_columns(frame, columns, what)

@@ -20,9 +20,12 @@ from ngptune.profiling.collect import (
     collect,
     collect_phases,
     collect_traces,
+    steady_windows,
+    window_records,
     write_failure,
     write_tables,
 )
+from ngptune.profiling.diagnoses import ProfileInputs, assess, config_of_run
 from ngptune.profiling.nvml import NvmlSampler, timeline_frame
 from ngptune.profiling.runs import ProfileError
 from ngptune.profiling.traces import TraceError
@@ -31,7 +34,8 @@ from tests.support.paths import REPO
 from trainer.contract.rundir import RunDir
 from trainer.contract.runstatus import TRAIN_START_KEY
 from ngptune.profiling.tables import DIAGNOSES_TABLE, KERNELS_TABLE, OVERLAP_TABLE
-from trainer.contract.metrics import PHASES, MetricsError, read_metrics
+from trainer.contract.config import TrainConfig, apply_overrides, dump_config
+from trainer.contract.metrics import PHASES, MetricsError, MetricsWriter, read_metrics
 
 SMALL = REPO / "configs" / "small.json"
 STEPS = 10
@@ -203,3 +207,105 @@ def test_gpu_timeline_is_on_the_training_clock(profiled_run: ProfileDir, tmp_pat
     collected = collect(profile, world_size=1, trace_window=WINDOW, outcome=RunOutcome(True, 0),
                         gpu_timeline=timeline_frame([]), extra_sources={})
     assert collected.summary["link_busbw_gb_per_s"].isna().all()
+
+
+# ------------------------------------------------------------- interval records of a captured step
+START_UNIX_S = 1.8e9  # the training loop's start (status.json)
+STARTUP_S = 6.0  # start-up steps after it: compilation, capture (not on the steps' clock)
+INTERVAL_S = 0.35  # 100 replayed steps of 3.5 ms
+SAMPLED = {"data": 0.5, "march": 1.1, "compact": 2.8, "field_forward": 0.9, "render": 1.0, "backward": 2.7,
+           "optimizer": 0.3}  # the sampled eager step: 9.3 ms, longer than the mean step
+
+
+def _interval_records(rank: int, steps: int = 1000, log_every: int = 100) -> list[dict]:
+    """A captured step's records as the trainer writes them: one per ``log_every`` steps, the
+    phases of each interval's sampled eager step, step_kind on the first record only."""
+    records = []
+    for i, step in enumerate(range(log_every, steps + 1, log_every)):
+        record = {"rank": rank, "world_size": 2, "step": step, "wall_time_s": INTERVAL_S * (i + 1), "loss": 0.01,
+                  "unix_time_s": START_UNIX_S + STARTUP_S + INTERVAL_S * (i + 1) + 0.001 * rank,
+                  "throughput_samples_per_s": 7.5e7, "step_time_ms": 3.5, "steps_per_s": 1e3 / 3.5,
+                  **{f"{p}_ms": SAMPLED.get(p, 0.0) for p in PHASES}, "other_ms": 0.0}
+        if i == 0:
+            record.update(step_kind="captured", startup_s=9.0, startup_steps=4)
+        records.append(record)
+    return records
+
+
+def _captured_run(root: Path) -> ProfileDir:
+    profile = ProfileDir(root)
+    profile.run.root.mkdir(parents=True)
+    profile.run.config_path.write_text(dump_config(apply_overrides(TrainConfig(), {"training.log_every": 100})))
+    profile.run.write_json(profile.run.status_path, {"state": "completed", TRAIN_START_KEY: START_UNIX_S})
+    for rank in (0, 1):
+        with MetricsWriter(profile.run.metrics_path(rank)) as writer:
+            for record in _interval_records(rank):
+                writer.write(record)
+    return profile
+
+
+def _nvml_samples(steady_util: float) -> pd.DataFrame:
+    """What the sampler read from 3 s before the training loop (set-up) to 3 s after its last
+    record (final snapshot, evaluation), every 0.1 s on its own clock: start-up at 20 %, the
+    steady steps at ``steady_util``, the trace's export idle, the tail at 5 %."""
+    rows = []
+    last = STARTUP_S + 10 * INTERVAL_S
+    for i in range(int((3.0 + last + 3.0) / 0.1)):
+        t = -3.0 + 0.1 * i  # on the training clock
+        util = (0.0 if t <= 0 else 20.0 if t <= STARTUP_S + INTERVAL_S else 0.0 if 8 * INTERVAL_S < t - STARTUP_S <= 9 * INTERVAL_S
+                else steady_util if t <= last else 5.0)
+        rows.append({"t_s": t + 3.0, "gpu": 0, "util_pct": util})
+    return timeline_frame(rows)
+
+
+def test_window_records_of_interval_records() -> None:
+    metrics = pd.DataFrame({"rank": [0] * 10 + [1] * 10, "step": list(range(100, 1001, 100)) * 2})
+    # the window 801:806 and its export at step 806 lie in the interval that ends at step 900
+    assert metrics[window_records(metrics, (801, 806))]["step"].tolist() == [900, 900]
+    # a window across an interval's end touches both intervals
+    assert metrics[window_records(metrics, (798, 803))]["step"].tolist() == [800, 900, 800, 900]
+    # one record per step: the records of steps A+1..B+1
+    per_step = pd.DataFrame({"rank": 0, "step": range(1, 11)})
+    assert per_step[window_records(per_step, (3, 5))]["step"].tolist() == [4, 5, 6]
+    assert not window_records(metrics, None).any()
+
+
+def test_steady_windows_are_the_summary_s_records_on_the_timeline_s_clock() -> None:
+    metrics = pd.DataFrame(_interval_records(0) + _interval_records(1))
+    windows = steady_windows(metrics, (801, 806), START_UNIX_S)
+    # the warm-up record (100) and the window's (900) are left out; a record's interval starts at the previous one
+    assert windows[windows["rank"] == 0]["step"].tolist() == [200, 300, 400, 500, 600, 700, 800, 1000]
+    first = windows.iloc[0]
+    assert (first["from_s"], first["to_s"]) == pytest.approx((STARTUP_S + INTERVAL_S, STARTUP_S + 2 * INTERVAL_S))
+    last = windows[windows["rank"] == 1].iloc[-1]
+    assert (last["from_s"], last["to_s"]) == pytest.approx((STARTUP_S + 9 * INTERVAL_S + 0.001, STARTUP_S + 10 * INTERVAL_S + 0.001))
+    # records of a trainer without the wall clock column: unknown
+    assert steady_windows(metrics.drop(columns="unix_time_s"), None, START_UNIX_S).empty
+
+
+@pytest.mark.parametrize("util, fires", [(79.0, True), (81.0, False)])
+def test_a_captured_run_s_interval_records_and_its_steady_utilisation(tmp_path: Path, util: float, fires: bool) -> None:
+    profile = _captured_run(tmp_path / "profile")
+    collected = collect(profile, world_size=2, trace_window=(801, 806), outcome=RunOutcome(True, 0),
+                        gpu_timeline=_nvml_samples(util), extra_sources={},
+                        gpu_timeline_origin_unix_s=START_UNIX_S - 3.0)
+    summary = collected.summary.set_index("rank")
+    # step time and throughput of every step of the intervals (replays), not the sampled eager step
+    assert summary["step_time_ms"].tolist() == pytest.approx([3.5, 3.5])
+    assert summary["steps_per_s"].tolist() == pytest.approx([1e3 / 3.5] * 2)
+    assert summary["throughput_samples_per_s"].tolist() == pytest.approx([7.5e7] * 2)
+    assert summary["step_kind"].tolist() == ["captured", "captured"] and summary["steps"].tolist() == [1000, 1000]
+    assert summary["compute_ms"].tolist() == pytest.approx([8.8, 8.8])  # the sampled eager step's phases
+    assert summary["phase_coverage"].isna().all()  # that step is not the replayed one
+    detail = collected.sources["phase_timers"].detail
+    assert "the record of step 900 (torch.profiler window 801:806 and its export) is left out" in detail
+    assert "the phases are those of the sampled eager step of each interval" in detail
+    assert "named phases cover" not in detail
+    assert sorted(collected.phases["step"].unique()) == [100, 200, 300, 400, 500, 600, 700, 800, 1000]
+    # compute_underused: the steady window only (start-up at 20 %, the export idle and the tail at 5 % left out)
+    inputs = ProfileInputs(phases=collected.phases, summary=collected.summary, gpu_timeline=collected.gpu_timeline,
+                           config=config_of_run(profile.run.root), steady_windows=collected.steady_windows)
+    check = {c.bottleneck: c for c in assess(inputs)}["compute_underused"]
+    assert check.value == pytest.approx(util)
+    assert check.status == ("fired" if fires else "clear")
+    assert f"mean GPU utilisation {util:.0f}% (GPU 0 {util:.0f}%) over the steady training window (t_s 6.3–9.5 s" in check.detail

@@ -190,6 +190,56 @@ def test_compute_underused_severity_and_launch_gaps_from_the_trace() -> None:
     assert "45% of the traced window" in c.detail
 
 
+def run_timeline(steady_util: float, gpus: tuple[int, ...] = (0,)) -> pd.DataFrame:
+    """One GPU sampled every 0.1 s on the training clock: set-up (t < 0, idle), start-up (0–6 s:
+    compilation and capture, 20 %), steady training (6–10 s, ``steady_util``) and the evaluation
+    and final snapshot (10–13 s, 5 %); a second GPU of ``gpus`` is never busy."""
+    rows = []
+    for gpu in gpus:
+        for i in range(-20, 130):
+            t = 0.1 * i
+            util = 0.0 if t <= 0 else 20.0 if t <= 6.0 else steady_util if t <= 10.0 else 5.0
+            rows.append({"t_s": round(t, 3), "gpu": gpu, "util_pct": util if gpu == gpus[0] else 0.0})
+    return pd.DataFrame(rows)
+
+
+def steady_windows(rank_from_to: dict[int, tuple[float, float]], records: int = 8) -> pd.DataFrame:
+    """Each rank's steady interval records: ``records`` equal windows from ``from`` to ``to`` (s)."""
+    rows = []
+    for rank, (start, stop) in rank_from_to.items():
+        edges = [start + (stop - start) * i / records for i in range(records + 1)]
+        rows += [(rank, 100 * (i + 2), a, b) for i, (a, b) in enumerate(zip(edges, edges[1:]))]
+    return pd.DataFrame(rows, columns=["rank", "step", "from_s", "to_s"])
+
+
+@pytest.mark.parametrize("util, fires", [(79.0, True), (81.0, False)])
+def test_compute_underused_averages_the_steady_training_window_only(util: float, fires: bool) -> None:
+    """Start-up (compilation, capture), evaluation and the final snapshot leave the GPU mostly idle;
+    the steady window of the interval records is what the threshold judges."""
+    windows = steady_windows({0: (6.0, 10.0)})
+    c = check(inputs({0: healthy()}, gpu_timeline=run_timeline(util), steady_windows=windows), "compute_underused")
+    assert c.value == pytest.approx(util)
+    assert c.status == ("fired" if fires else "clear")
+    assert "over the steady training window (t_s 6.0–10.0 s, 40 samples" in c.detail
+    # without the window: each GPU's active window, start-up and the tail included, reads far lower
+    c = check(inputs({0: healthy()}, gpu_timeline=run_timeline(util)), "compute_underused")
+    assert c.status == "fired" and c.value < 50 and "the steady window is unknown" in c.detail
+
+
+def test_compute_underused_steady_window_of_every_rank_and_only_the_gpus_in_use() -> None:
+    # rank 1 became steady 1 s later: the samples before it are not the job's steady state
+    windows = steady_windows({0: (6.0, 10.0), 1: (7.0, 10.0)})
+    timeline = run_timeline(90.0, gpus=(0, 1))
+    timeline.loc[timeline["t_s"].between(6.05, 7.0) & (timeline["gpu"] == 0), "util_pct"] = 10.0
+    c = check(inputs({0: healthy(), 1: healthy()}, gpu_timeline=timeline, steady_windows=windows), "compute_underused")
+    assert c.value == pytest.approx(90.0) and c.status == "clear"  # GPU 1 never ran a kernel: not the run's
+    assert "(GPU 0 90%)" in c.detail
+    # windows that hold no sample (shorter than the sampling interval): the active window instead
+    c = check(inputs({0: healthy()}, gpu_timeline=run_timeline(90.0),
+                     steady_windows=steady_windows({0: (6.01, 6.02)}, records=1)), "compute_underused")
+    assert "the steady window is unknown" in c.detail
+
+
 # ------------------------------------------------------------------------ hash-grid contention
 @pytest.mark.parametrize("ratio, fires", [(2.9, False), (3.1, True)])
 def test_hash_grid_contention_threshold_edge(ratio: float, fires: bool) -> None:

@@ -14,7 +14,7 @@ import pytest
 
 from ngptune.profiling.collect import ProfileDir
 from ngptune.profiling.diagnoses import ProfileInputs, assess, diagnoses_table
-from ngptune.reporting.profile_report import ProfileReportError, write_profile_report
+from ngptune.reporting.profile_report import CAPTURED_PHASES_TEXT, ProfileReportError, write_profile_report
 from tests.support.browser import view_in_browser
 from ngptune.profiling.tables import GPU_TIMELINE_TABLE, KERNELS_TABLE, OVERLAP_TABLE, PHASES_TABLE, SUMMARY_TABLE
 from tests.support.paths import REPO
@@ -242,6 +242,20 @@ def test_a_failed_link_measurement_says_why_the_link_is_unknown(gpu_profile: Pro
     summary.to_csv(gpu_profile.table_path("summary"), index=False)
     html = write_profile_report(gpu_profile.root).read_text()
     assert "No achieved bus bandwidth: the run all-reduced no gradients" in html
+
+
+def test_a_captured_step_s_phases_are_said_to_be_the_sampled_eager_step_s(gpu_profile: ProfileDir) -> None:
+    html = write_profile_report(gpu_profile.root).read_text()
+    assert CAPTURED_PHASES_TEXT not in html and "Step time over the run (mean of each logged interval)" in html
+    summary = pd.read_csv(gpu_profile.table_path("summary"))
+    summary["step_kind"], summary["phase_coverage"] = "captured", np.nan
+    summary.to_csv(gpu_profile.table_path("summary"), index=False)
+    html = write_profile_report(gpu_profile.root).read_text()
+    breakdown = html[html.index("Step-time breakdown per rank</h2>"):html.index("Per-rank imbalance</h2>")]
+    assert "the phases are those of the sampled eager step of each logging interval" in breakdown
+    assert "Sampled eager step time over the run (the first step of each logged interval)" in breakdown
+    summary_section = html[html.index("Summary per rank</h2>"):html.index("Step-time breakdown per rank</h2>")]
+    assert "those of the sampled eager step of each interval" in summary_section
 
 
 def test_unreadable_files_are_errors_naming_the_file(gpu_profile: ProfileDir) -> None:

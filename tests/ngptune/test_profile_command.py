@@ -1,0 +1,106 @@
+"""``ngptune profile``'s choices for the profiled run, without running it: the logging interval
+(the trainer's own, shortened for short runs, the user's ``--set`` first), the default
+torch.profiler window (steady state, clear of the sampled eager step, clamped into short runs) and
+the console summary of a captured and of an eager step."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from ngptune.profile_command import (
+    MIN_LOG_EVERY,
+    TRACE_STEPS,
+    default_trace_window,
+    profile_log_every,
+    register,
+    run_config,
+    summary_lines,
+    trainer_command,
+)
+from ngptune.profiling.diagnoses import steps_past_occupancy_warmup
+from ngptune.profiling.tables import SUMMARY_TABLE
+from tests.support.paths import REPO
+from trainer.contract import TrainConfig, apply_overrides
+
+pytestmark = pytest.mark.timeout(120)
+
+SMALL = REPO / "configs" / "small.json"
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    return parser.parse_args(["profile", *argv])
+
+
+def _config(**overrides) -> TrainConfig:
+    return apply_overrides(TrainConfig(), overrides)
+
+
+def test_the_log_interval_is_the_trainer_s_own_shortened_for_short_runs() -> None:
+    assert profile_log_every(5000, 100) == 100  # the trainer's default: 50 records
+    assert profile_log_every(600, 100) == 60  # ten records
+    assert profile_log_every(30, 100) == MIN_LOG_EVERY == 50  # never below: replays stay the rule
+    assert profile_log_every(30, 5) == 5  # a config's own shorter interval is kept
+    assert profile_log_every(100_000, 200) == 200
+
+
+def test_the_profiled_run_logs_every_interval_and_the_user_s_set_wins(tmp_path: Path) -> None:
+    args = _args("--config", str(SMALL), "--steps", "600", "--set", "training.device=cpu")
+    cfg = run_config(args)
+    assert cfg.training.log_every == 50  # small.json's 50 (600 steps would allow 60)
+    argv = trainer_command(args, tmp_path / "run", (481, 486), log_every=cfg.training.log_every, cuda_profiler_range=False)
+    assert "training.log_every=1" not in argv and argv[argv.index("training.log_every=50") - 1] == "--set"
+    assert argv[argv.index("--trace-steps") + 1] == "481:486"
+
+    args = _args("--config", str(SMALL), "--steps", "600", "--set", "training.device=cpu", "--set", "training.log_every=7")
+    cfg = run_config(args)
+    assert cfg.training.log_every == 7
+    argv = trainer_command(args, tmp_path / "run", (0, 5), log_every=cfg.training.log_every, cuda_profiler_range=False)
+    sets = [argv[i + 1] for i, flag in enumerate(argv) if flag == "--set" and argv[i + 1].startswith("training.log_every=")]
+    assert sets[-1] == "training.log_every=7"  # the user's --set comes last: the trainer takes it
+
+
+def test_the_default_trace_window_lies_in_the_steady_state() -> None:
+    cfg = _config()  # occupancy warm-up 256 steps, log_every 100
+    assert default_trace_window(5000, cfg) == (4001, 4006)  # the last fifth, after the sampled eager step 4000
+    assert default_trace_window(600, _config(**{"training.log_every": 60})) == (481, 486)
+    for steps, log_every in ((5000, 100), (600, 60), (2000, 50), (1234, 100), (777, 50)):
+        cfg = _config(**{"training.log_every": log_every})
+        start, stop = default_trace_window(steps, cfg)
+        assert stop - start == TRACE_STEPS and stop <= steps
+        assert start >= steps - steps // 5 and start >= steps_past_occupancy_warmup(cfg)
+        assert all(step % log_every for step in range(start, stop))  # graph replays only, no sampled eager step
+
+
+def test_the_default_trace_window_is_clamped_into_short_runs() -> None:
+    cfg = _config(**{"training.log_every": 50})
+    assert default_trace_window(30, cfg) == (25, 30)  # the run never leaves the warm-up: its last steps
+    assert default_trace_window(8, cfg) == (3, 8)
+    assert default_trace_window(1, cfg) == (0, 1)
+    # one record per step (the user's --set): every step is sampled, the window is not moved
+    cfg = _config(**{"training.log_every": 1})
+    assert default_trace_window(5000, cfg) == (4000, 4005)
+
+
+def _summary(kind: str, coverage: float) -> pd.DataFrame:
+    return pd.DataFrame({"rank": [0], "steps": [5000], "step_kind": [kind], "step_time_ms": [3.5],
+                         "steps_per_s": [1e3 / 3.5], "compute_ms": [7.9], "wait_ms": [0.0],
+                         "throughput_samples_per_s": [7.5e7], "rays_per_s": [1.2e6], "phase_coverage": [coverage]},
+                        columns=list(SUMMARY_TABLE))
+
+
+def test_the_console_summary_of_a_captured_step_says_where_its_phases_come_from() -> None:
+    lines = summary_lines(_summary("captured", float("nan")), [], None)
+    assert lines[0] == ("steps: 5000 on 1 rank; step time 3.5 ms, 286 steps/s (captured CUDA graph: replays and "
+                        "each interval's sampled eager step), after warm-up")
+    assert lines[1] == ("phases of the sampled eager step of each interval (a replay has none): compute 7.9 ms, "
+                        "waiting for other ranks 0.0 ms")
+    assert not any("named phases cover" in line for line in lines)
+    lines = summary_lines(_summary("dynamic", 0.95), [], None)
+    assert lines[0] == ("steps: 5000 on 1 rank; step time 3.5 ms (compute 7.9 ms, waiting for other ranks 0.0 ms; "
+                        "named phases cover 95.0 % of it), 286 steps/s, after warm-up")
