@@ -10,7 +10,8 @@ the group from its newest checkpoint. ``--check-host`` only checks what does not
 settings (the scene exists, the socket interfaces the environment names exist) and starts nothing.
 
 The launching process checks the config before any rank starts (parallel settings for the world
-size, trainability, interconnect emulation, and on node 0 the scene and the ``--out`` folder),
+size, trainability, interconnect emulation, and on node 0 the scene and the ``--out`` folder)
+without importing torch (one node without restarts: :mod:`trainer.parallel.local_launch`),
 tells where the ranks' logs go, repeats rank 0's progress lines and restarts on stdout and its
 ``warning:`` lines on stderr while the ranks run (:mod:`trainer.parallel.rank_log`), and after the
 job prints its summary lines from ``status.json`` (:func:`trainer.runstatus.summary_lines`) and, last, one JSON line
@@ -85,19 +86,19 @@ def launch_command(args: argparse.Namespace, train_argv: list[str]) -> int:
     from trainer.contract.defaults import runs_on_cpu
     from trainer.contract.world import check_ranks_per_node, check_world_size
     from trainer.cpu_threads import available_cores
-    from trainer.parallel.dist_env import visible_cuda_devices
+    from trainer.parallel.cuda_count import cuda_device_count
     from trainer.parallel.launch import launch_workers
-    from trainer.train.build import check_trainable
+    from trainer.train.trainable import check_trainable
 
     if args.nproc_per_node < 1:
         raise ConfigError(f"--nproc-per-node: expected an integer >= 1, got {args.nproc_per_node}")
     cfg = resolve_config(args)
-    cuda_devices = visible_cuda_devices()
+    cuda_devices = cuda_device_count()
     check_ranks_per_node(args.nproc_per_node, on_cpu=runs_on_cpu(cfg.training.device, cuda_devices),
                          cpu_cores=available_cores(), cuda_devices=cuda_devices)
     check_world_size(cfg, args.nproc_per_node * args.nnodes)  # before any worker starts
     check_trainable(cfg)
-    check_run_emulation(cfg, visible_cuda_devices())
+    check_run_emulation(cfg, cuda_devices)
     check_socket_ifnames(os.environ)  # the ranks inherit this environment
     if args.node_rank == 0:  # other nodes' agents join a run whose folder node 0 has made
         check_before_start(cfg, args.out, args.resume)

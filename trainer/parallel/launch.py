@@ -1,12 +1,18 @@
-"""Starting the ranks of a distributed job through PyTorch's elastic agent, and reporting failures.
+"""Starting the ranks of a distributed job, watching them, and reporting failures.
 
-:func:`launch_workers` is what ``torchrun`` does, called from Python: a
-:class:`~torch.distributed.elastic.agent.server.local_elastic_agent.LocalElasticAgent` (through
-``torch.distributed.launcher.api.launch_agent``) forms a c10d rendezvous, starts
+:func:`launch_workers` is what ``torchrun`` does, called from Python: it starts
 ``nproc_per_node`` worker processes with the ``RANK`` / ``WORLD_SIZE`` / ``MASTER_ADDR`` ...
-variables that :func:`~trainer.parallel.dist_env.detect_dist_env` reads, watches them, restarts
-the whole group up to ``max_restarts`` times when one fails, and otherwise stops the survivors
-(SIGTERM, then SIGKILL) and reports which rank failed and why.
+variables that :func:`~trainer.parallel.dist_env.detect_dist_env` reads, watches them, and when
+one fails stops the survivors (SIGTERM, then SIGKILL) and reports which rank failed and why.
+
+* One node without restarts (the common case): the ranks are plain child processes
+  (:mod:`trainer.parallel.local_launch`) and the launching process never imports torch; rank 0
+  hosts the rendezvous store on a port this process picked (and, when another process took that
+  port first, the ranks start again on a new one).
+* Several nodes, or ``max_restarts`` > 0: a
+  :class:`~torch.distributed.elastic.agent.server.local_elastic_agent.LocalElasticAgent` (through
+  ``torch.distributed.launcher.api.launch_agent``) forms a c10d rendezvous and restarts the whole
+  group up to ``max_restarts`` times when one rank fails.
 
 Each worker is ``python -u -m trainer.parallel.launch --run-dir RUN_DIR --parent-pid PID --
 <argv_for_worker>``: this module's own ``__main__`` makes the worker stop when the launcher
@@ -23,7 +29,7 @@ signal, or the exit code), e.g. ``rank 1 ran out of memory (OutOfMemoryError: CU
 memory. Tried to allocate 2.00 GiB); also failed: rank 0 (stopped by the launcher, SIGTERM);
 log: runs/x/logs/rank1.log``; the last lines of that rank's log are printed to stderr and kept in
 the exception, and ``RUN_DIR/status.json`` gets ``state = "failed"``, that message as ``reason``,
-``failed_rank`` and ``failed_log``. Survivors blocked in a collective are stopped by the agent at once; a rank that
+``failed_rank`` and ``failed_log``. Survivors blocked in a collective are stopped by the launcher at once; a rank that
 hangs is bounded by the collective timeout of its peers (``distributed.timeout_s``).
 """
 
@@ -45,7 +51,8 @@ from pathlib import Path
 
 from trainer.contract.errors import LaunchError
 from trainer.contract.lifeline import stop_with_parent
-from trainer.parallel.dist_env import check_port_free, restart_count as elastic_restart_count
+from trainer.parallel.local_launch import LauncherSignalled, run_ranks
+from trainer.parallel.ports import check_port_free, free_port
 from trainer.contract.rundir import RunDir
 from trainer.contract.runstatus import DIVERGED, STATE_KEY, error_or_last_line, failed_fields, is_diverged, strip_rank_prefix
 
@@ -53,6 +60,9 @@ __all__ = ["RankFailure", "WorkersFailed", "launch_workers", "tail_lines"]
 
 LOG_TAIL_LINES = 20  # lines of the failed rank's log printed and kept in the exception
 SHUTDOWN_GRACE_S = 5  # seconds between SIGTERM and SIGKILL when the agent stops survivors
+PORT_ATTEMPTS = 3  # one-node launches: starts of the ranks on a fresh port when rank 0 lost the one it got
+# What rank 0 says when its rendezvous port was bound by another process first (torch's TCPStore).
+_PORT_TAKEN_TEXT = ("EADDRINUSE", "address already in use", "Address already in use")
 
 # Exceptions a rank raises because a peer died or stalled: a consequence, not a root cause.
 _COLLATERAL_ERRORS = ("DistBackendError", "DistNetworkError", "DistStoreError", "DistError")
@@ -193,28 +203,41 @@ def _error_from_log(tail: str) -> str | None:
     return None
 
 
-def _rank_failure(rank: int, failure, run_dir: RunDir) -> RankFailure:
-    """A :class:`RankFailure` from torch elastic's ``ProcessFailure``."""
+def _signal_name(exitcode: int) -> str | None:
+    """``SIGKILL`` for a process killed by a signal (``exitcode`` < 0; ``signal N`` for one
+    without a name), the shutdown signal a worker caught and exited with (128 + N), else None."""
+    if exitcode < 0:
+        try:
+            return signal.Signals(-exitcode).name
+        except ValueError:
+            return f"signal {-exitcode}"
+    return _SHUTDOWN_EXIT_CODES.get(exitcode)
+
+
+def _rank_failure(rank: int, local_rank: int, exitcode: int, recorded: str | None, run_dir: RunDir) -> RankFailure:
+    """A :class:`RankFailure` from how the process ended: its exit status and the ``ExcType: text``
+    its ``@record`` wrote to its error file (``recorded``; else the traceback at the end of its log)."""
     log_path = run_dir.log_path(rank)
     tail = tail_lines(log_path)
-    error = None
-    message = failure.message
-    if isinstance(message, dict) and isinstance(message.get("message"), str):
-        error = message["message"]  # written by @record in the worker: "ExcType: text"
-    elif failure.exitcode > 0:
+    error = recorded
+    if error is None and exitcode > 0:
         error = _error_from_log(tail)
-    sig = failure.signal_name() if failure.exitcode < 0 else _SHUTDOWN_EXIT_CODES.get(failure.exitcode)
-    if sig is not None and not sig.startswith("SIG"):
-        sig = f"signal {-failure.exitcode}"
     return RankFailure(
         rank=rank,
-        local_rank=failure.local_rank,
-        exitcode=failure.exitcode,
-        signal=sig,
+        local_rank=local_rank,
+        exitcode=exitcode,
+        signal=_signal_name(exitcode),
         error=error,
         log_path=log_path,
         log_tail=tail,
     )
+
+
+def _elastic_failure(rank: int, failure, run_dir: RunDir) -> RankFailure:
+    """A :class:`RankFailure` from torch elastic's ``ProcessFailure``."""
+    message = failure.message
+    recorded = message["message"] if isinstance(message, dict) and isinstance(message.get("message"), str) else None
+    return _rank_failure(rank, failure.local_rank, failure.exitcode, recorded, run_dir)
 
 
 def _order_failures(failures: list[tuple[RankFailure, int]]) -> tuple[RankFailure, ...]:
@@ -356,11 +379,13 @@ def launch_workers(
     join with :func:`~trainer.parallel.dist_env.init_distributed`. Their output goes to
     ``run_dir/logs/rank<R>.log``.
 
-    Rendezvous (c10d, hosted in this process on node 0): one node with ``master_port`` 0 binds
-    port 0, so the kernel picks a free port atomically and two jobs never clash; a fixed port
-    is checked first. With several nodes, ``rdzv_endpoint`` ``HOST:PORT`` names the store that
-    node ``node_rank`` 0 hosts and the others join; global ranks are assigned by the
-    rendezvous.
+    Rendezvous: one node without restarts: rank 0 hosts the store (``env://``) on a port free
+    when the ranks start (``master_port`` 0; started again on a new port, at most
+    :data:`PORT_ATTEMPTS` times, when another process binds it before rank 0 does), this process
+    loads no torch. Several nodes or restarts: torch elastic's c10d rendezvous, hosted in this
+    process on node 0 (port 0 is bound by the kernel's choice); ``rdzv_endpoint`` ``HOST:PORT``
+    names the store that node ``node_rank`` 0 hosts and the others join; global ranks are
+    assigned by the rendezvous. A fixed port is checked first.
 
     Args:
         argv_for_worker: the interpreter arguments, ``["-m", "trainer", *args]`` or
@@ -389,12 +414,6 @@ def launch_workers(
         WorkersFailed: a rank raised, was killed or exited non-zero and no restart was left;
             the message names the rank and the cause, its log tail is printed to stderr.
     """
-    # Imported here: torch.distributed.elastic pulls in much of torch.distributed.
-    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, SignalException, Std
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.elastic.rendezvous.api import RendezvousError
-    from torch.distributed.launcher.api import LaunchConfig, launch_agent
-
     argv = [str(a) for a in argv_for_worker]
     _check_worker_argv(argv)
     for name, value, lo in (("nproc_per_node", nproc_per_node, 1), ("nnodes", nnodes, 1),
@@ -429,6 +448,75 @@ def launch_workers(
     worker_env = {"NCCL_NVLS_ENABLE": "0", "OMP_NUM_THREADS": "1"}
     worker_env = {k: v for k, v in worker_env.items() if k not in os.environ}
     worker_env.update(env_extra or {})
+    entry_args = ["-u", "-m", "trainer.parallel.launch", "--run-dir", str(rd.root),
+                  "--parent-pid", str(os.getpid()), "--", *argv]
+    if nnodes == 1 and max_restarts == 0:
+        _launch_local(entry_args, nproc_per_node, host=host, port=port, run_dir=rd, worker_env=worker_env)
+    else:
+        _launch_elastic(entry_args, nproc_per_node, nnodes=nnodes, is_host=is_host, host=host, port=port,
+                        max_restarts=max_restarts, timeout_s=timeout_s, run_dir=rd, worker_env=worker_env)
+    return 0
+
+
+def _report_failures(found: list[tuple[RankFailure, float]], run_dir: RunDir, max_restarts: int) -> WorkersFailed:
+    """The :class:`WorkersFailed` of a failed group (its message and order: module docstring), after
+    printing the root cause's log tail and recording it in ``status.json``."""
+    failures = _order_failures(found)
+    _print_tail(failures[0])
+    message = _failure_message(failures, max_restarts)
+    _record_failure(run_dir, failures[0], message)
+    return WorkersFailed(message, failures)
+
+
+def _lost_the_port(failures: list[RankFailure]) -> bool:
+    """Whether rank 0 failed because another process bound the rendezvous port first."""
+    rank0 = [f for f in failures if f.rank == 0]
+    if not rank0:
+        return False
+    text = f"{rank0[0].error or ''}\n{rank0[0].log_tail}"
+    return any(t in text for t in _PORT_TAKEN_TEXT)
+
+
+def _launch_local(entry_args: list[str], nproc_per_node: int, *, host: str, port: int, run_dir: RunDir,
+                  worker_env: dict[str, str]) -> None:
+    """One node, no restarts: the ranks as child processes of this one, which never imports torch
+    (:func:`trainer.parallel.local_launch.run_ranks`). With ``port`` 0 a free port is picked; when
+    another process binds it before rank 0 does, the ranks start again on a new one (at most
+    :data:`PORT_ATTEMPTS` times)."""
+    env = dict(os.environ)
+    env.update(worker_env)
+    run_id = uuid.uuid4().hex
+    for attempt in range(1, PORT_ATTEMPTS + 1):
+        master_port = port or free_port(host)
+        try:
+            exits = run_ranks([sys.executable, *entry_args], nproc_per_node, master_addr=host,
+                              master_port=master_port, run_id=run_id, env=env, grace_s=SHUTDOWN_GRACE_S)
+        except LauncherSignalled as exc:
+            raise LaunchError(
+                f"the launcher received {exc.signal_name}; workers in {run_dir.logs_dir} were stopped"
+            ) from None
+        if not exits:
+            return
+        found = [(_rank_failure(e.rank, e.rank, e.exitcode, e.error, run_dir), e.time) for e in exits]
+        if port == 0 and attempt < PORT_ATTEMPTS and _lost_the_port([f for f, _ in found]):
+            print(f"warning: another process took port {master_port} before rank 0 could host the rendezvous "
+                  f"there; starting the ranks again on another port", file=sys.stderr, flush=True)
+            continue
+        raise _report_failures(found, run_dir, 0) from None
+
+
+def _launch_elastic(entry_args: list[str], nproc_per_node: int, *, nnodes: int, is_host: bool, host: str,
+                    port: int, max_restarts: int, timeout_s: float, run_dir: RunDir,
+                    worker_env: dict[str, str]) -> None:
+    """Several nodes or restarts: torch elastic's agent in this process (module docstring)."""
+    # Imported here: torch.distributed.elastic pulls in much of torch.distributed.
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, SignalException, Std
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.elastic.rendezvous.api import RendezvousError
+    from torch.distributed.launcher.api import LaunchConfig, launch_agent
+
+    rd = run_dir
+    worker_env = dict(worker_env)
     if max_restarts > 0:
         # With the agent's store shared with the workers (torch's default), a restarted group
         # reads the previous attempt's gloo/NCCL addresses from it and fails to connect
@@ -466,20 +554,14 @@ def launch_workers(
             **_supported_launch_options(shutdown_timeout=SHUTDOWN_GRACE_S),
             local_addr=host if nnodes == 1 else None,  # None: this node's FQDN
         )
-        entry_args = ["-u", "-m", "trainer.parallel.launch", "--run-dir", str(rd.root),
-                      "--parent-pid", str(os.getpid()), "--", *argv]
         try:
             launch_agent(config, sys.executable, entry_args)
         except ChildFailedError as exc:
             found = [
-                (_rank_failure(rank, failure, rd), failure.timestamp)
+                (_elastic_failure(rank, failure, rd), failure.timestamp)
                 for rank, failure in exc.failures.items()
             ]
-            failures = _order_failures(found)
-            _print_tail(failures[0])
-            message = _failure_message(failures, max_restarts)
-            _record_failure(rd, failures[0], message)
-            raise WorkersFailed(message, failures) from None
+            raise _report_failures(found, rd, max_restarts) from None
         except SignalException as exc:
             if exc.sigval == signal.SIGINT:
                 raise KeyboardInterrupt from None
@@ -493,7 +575,6 @@ def launch_workers(
                 f"rendezvous at {host}:{port} failed within {timeout_s:g} s "
                 f"(distributed.timeout_s): {type(exc).__name__}: {detail}"
             ) from None
-    return 0
 
 
 # --------------------------------------------------------------------------------------------
@@ -539,6 +620,8 @@ def _worker_main(args: list[str]) -> int:
         print("trainer.parallel.launch: RANK is not set; start workers with launch_workers()", file=sys.stderr)
         return 2
     stop_with_parent(parent_pid)  # the launcher killed with SIGKILL leaves no orphaned ranks
+    from trainer.parallel.dist_env import restart_count as elastic_restart_count
+
     rank = int(os.environ["RANK"])
     restart_count = elastic_restart_count()
     _redirect_output(RunDir(Path(args[1])).log_path(rank), restart_count)

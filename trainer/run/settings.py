@@ -10,16 +10,39 @@ from typing import Any
 from trainer.contract.commandline import scene_format_overrides
 from trainer.contract.config import TrainConfig, load_config, parse_override
 from trainer.contract.defaults import default_config_path, runs_on_cpu
+from trainer.contract.errors import ConfigError
 
-__all__ = ["config_source", "on_cpu", "opening_line", "resolve_config", "scene_path_of"]
+__all__ = ["config_source", "device_name", "on_cpu", "opening_line", "resolve_config", "scene_path_of"]
 
 
 def on_cpu(device: str | None) -> bool:
     """Whether ``training.device`` ``device`` (None: ``auto``) trains on this host's CPU
-    (:func:`trainer.contract.defaults.runs_on_cpu` with the CUDA devices torch sees)."""
-    from trainer.parallel.dist_env import visible_cuda_devices
+    (:func:`trainer.contract.defaults.runs_on_cpu` with the CUDA devices torch sees, counted
+    without importing torch where possible: :func:`trainer.parallel.cuda_count.cuda_device_count`)."""
+    from trainer.parallel.cuda_count import cuda_device_count
 
-    return runs_on_cpu(device, visible_cuda_devices())
+    return runs_on_cpu(device, cuda_device_count())
+
+
+def device_name(name: str) -> str:
+    """The device ``training.device`` ``name`` resolves to, as ``str(torch.device)`` writes it
+    (``auto`` → ``cuda`` with a CUDA device, else ``cpu``), known without importing torch where
+    possible (:func:`trainer.parallel.cuda_count.cuda_device_count`).
+
+    Raises:
+        ConfigError: ``cuda`` or ``cuda:N`` without a CUDA device (as
+            :func:`trainer.train.build.resolve_device`).
+    """
+    from trainer.parallel.cuda_count import cuda_device_count
+
+    if name == "cpu":
+        return name
+    cuda = cuda_device_count() > 0
+    if name == "auto":
+        return "cuda" if cuda else "cpu"
+    if not cuda:
+        raise ConfigError(f"training.device: '{name}' requested but no CUDA device is available")
+    return name
 
 
 def config_source(args: argparse.Namespace) -> str:
@@ -36,14 +59,13 @@ def opening_line(cfg: TrainConfig, args: argparse.Namespace, ranks: int, local_r
     """The first line of a run: scene, device, ranks (on a CPU: threads per rank, for
     ``local_ranks`` ranks on this host, default ``ranks``), config and the stopping rule."""
     from trainer.cpu_threads import describe_cpu_threads
-    from trainer.train.build import resolve_device
 
     stop = f"{cfg.training.n_steps} steps"
     if cfg.training.time_budget_s is not None:
         stop += f" or {cfg.training.time_budget_s:g} s"
-    device = resolve_device(cfg.training.device)
+    device = device_name(cfg.training.device)
     threads = ""
-    if device.type == "cpu":
+    if device == "cpu":
         threads = f" ({describe_cpu_threads(cfg.training.cpu_threads, local_ranks or ranks)})"
     return (f"training {scene_path_of(cfg)} on {device}, "
             f"{ranks} rank{'s' if ranks != 1 else ''}{threads}, config {config_source(args)}, up to {stop}")

@@ -2,8 +2,8 @@
 
 :func:`resolve_device` and :func:`use_triton_kernels` resolve ``training.device`` and the
 ``training.<name>_backend`` keys; :func:`build_field` makes the :class:`~trainer.model.field.NGPField`
-of a config (its hash grid from :func:`hash_grid_config`); :func:`check_trainable` refuses what a
-config may hold but training cannot use.
+of a config (its hash grid from :func:`hash_grid_config`); :func:`trainer.train.trainable.check_trainable`
+refuses what a config may hold but training cannot use.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from trainer.model.field import MLPConfig, NGPField
 from trainer.render.contraction import SceneContraction
 from trainer.render.march import triton_march_available
 
-__all__ = ["MLP_PRECISION", "build_field", "check_trainable", "hash_grid_config", "resolve_device",
+__all__ = ["MLP_PRECISION", "build_field", "hash_grid_config", "resolve_device",
            "seed_everything", "use_triton_kernels"]
 
 # training.precision → the fused MLP kernels' product precision (fp16 steps run the PyTorch MLPs)
@@ -112,22 +112,6 @@ def build_field(
             warnings.warn("training.mlp_backend: 'triton' runs fp32, tf32 and bf16 steps; with training.precision "
                           "'fp16' the PyTorch path runs the MLPs", stacklevel=2)
     return field.to(device)
-
-
-def check_trainable(cfg: TrainConfig) -> None:
-    """Settings a config may hold but training cannot use (checked before any rank starts too).
-
-    Raises:
-        ConfigError: ``encoding.table_dtype`` float16 (Adam's moments and epsilon underflow in
-            float16 and the loss turns NaN; float16 tables are for the encoding kernels and
-            bench/encoding.py).
-    """
-    if cfg.encoding.table_dtype != "float32":
-        raise ConfigError(
-            f"encoding.table_dtype: training needs 'float32' tables, got {cfg.encoding.table_dtype!r} "
-            "(float16 tables are for the encoding kernels and bench/encoding.py: Adam's moments and its "
-            "epsilon underflow in float16 and the loss turns NaN)"
-        )
 
 
 def seed_everything(seed: int) -> None:

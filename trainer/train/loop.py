@@ -36,7 +36,8 @@ from trainer.render.occupancy import MIN_STEP_SIZE, OccupancyGrid
 from trainer.render.scene_model import SceneModelChoice, choose_scene_model, field_box
 from trainer.train.batch_size import BatchSizer
 from trainer.train.budget import StepDurations
-from trainer.train.build import build_field, check_trainable, resolve_device, seed_everything, use_triton_kernels
+from trainer.train.build import build_field, resolve_device, seed_everything, use_triton_kernels
+from trainer.train.trainable import check_trainable
 from trainer.train.evaluate import evaluate
 from trainer.train.faults import phase_faults
 from trainer.train.inputs import StepInputs, build_sampler
