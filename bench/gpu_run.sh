@@ -226,6 +226,13 @@ recipe_profile() {
   copy_run "/tmp/prof_$name" "prof_$name" "*.csv" "*.json" report.html
 }
 
+#: profile-one [ARGS]: `ngptune profile` of one GPU as a user runs it (5000 steps by default; the
+# trace window and the NVML average come from the steady state); the summary and the report come back
+recipe_profile-one() {
+  run profile_one.txt python3 -m ngptune profile --scene "$S" --steps 5000 --out /tmp/prof_one "$@" | tail -16
+  copy_run /tmp/prof_one prof_one "*.csv" "*.json" report.html
+}
+
 #: sweep STUDY ARGS: `ngptune sweep --study studies/STUDY.toml` with its own timeout 60 s inside the
 # outer limit; report, trials and best settings come back
 recipe_sweep() {
