@@ -252,16 +252,12 @@ def run_sweep(options: SweepOptions, console: Console | None = None) -> SweepRes
 
 
 def _uses_cuda(cfg: TrainConfig) -> bool:
-    import torch
-
-    return torch.cuda.is_available() and cfg.training.device != "cpu"
+    return cfg.training.device != "cpu" and cuda_device_count() > 0
 
 
 def _ranks_on_gpus(gpus_per_trial: int | None) -> int | None:
     """One rank per GPU of the trial's set on a CUDA host (None: no set given, or no CUDA)."""
-    import torch
-
-    return gpus_per_trial if gpus_per_trial and torch.cuda.is_available() else None
+    return gpus_per_trial if gpus_per_trial and cuda_device_count() > 0 else None
 
 
 def _check_some_param_active(spec: StudySpec) -> None:
@@ -389,8 +385,6 @@ def _run(options: SweepOptions, spec: StudySpec, nproc: int, base_cfg: TrainConf
 def _confirm(options: SweepOptions, study, spec: StudySpec, study_dir: StudyDir, nproc: int, nccl_active: bool,
              console: Console) -> Verdict | None:
     """Re-run the candidate and the default (:mod:`ngptune.tuning.confirm`); None when no trial completed."""
-    import torch
-
     from ngptune.reporting.study_data import default_trial
 
     best = representative_trial(study)
@@ -415,7 +409,7 @@ def _confirm(options: SweepOptions, study, spec: StudySpec, study_dir: StudyDir,
         return unconfirmed(name, direction, "confirmation skipped (--no-confirm)", best_trial=candidate.number,
                            default_trial=default.number, recommend="default" if won else "best")
     repeats = options.confirm_repeats or max(  # without --confirm-runs, every recorded pair counts
-        DEFAULT_REPEATS_GPU if torch.cuda.is_available() else DEFAULT_REPEATS_CPU,
+        DEFAULT_REPEATS_GPU if cuda_device_count() > 0 else DEFAULT_REPEATS_CPU,
         recorded_repeats(study.user_attrs.get(CONFIRMATION_ATTR), name, candidate.number, default.number))
     console.print(f"[bold]confirmation[/bold]: trial {candidate.number} "
                   + ("(the runner-up: the default won its single run) " if won else "(the best) ")

@@ -274,7 +274,10 @@ def run_trial(launch: TrialLaunch, on_progress: Callable[[list[dict[str, Any]]],
                 reason = (f"timeout: still running after {launch.timeout_s:g} s (budget.trial_timeout_s), "
                           f"killed as hung; log: {launch.log_path}")
                 break
-            time.sleep(launch.poll_s)
+            try:  # the next look, or the launcher's exit, whichever comes first
+                popen.wait(timeout=launch.poll_s)
+            except subprocess.TimeoutExpired:
+                pass
     finally:
         leftover = tree.stop(popen)
     records = _read_records(run_dir)

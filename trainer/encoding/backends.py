@@ -212,7 +212,8 @@ def get_backend(
             f"encoding.backend: expected one of {', '.join(BACKEND_NAMES)}, got {name!r}"
         )
     device = torch.device("cpu" if device is None else device)
-    _load_triton_module()
+    if name == "triton" or (name == "auto" and device.type == "cuda"):
+        _load_triton_module()  # only where it may be chosen: importing Triton takes a second
     if name == "auto":
         triton = _REGISTRY.get("triton")
         if (

@@ -61,6 +61,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
+import sys
 
 import torch
 from torch import Tensor
@@ -357,12 +359,22 @@ def march_rays(
 
 def triton_march_available(device: torch.device) -> bool:
     """Whether the Triton marcher can run on ``device``: Triton imports, and the device is CUDA
-    (or the CPU with Triton's interpreter on, ``TRITON_INTERPRET=1`` before the first import)."""
+    (or the CPU with Triton's interpreter on, ``TRITON_INTERPRET=1`` before the first import).
+    Off CUDA, with Triton not yet imported and ``TRITON_INTERPRET`` unset or off, False without
+    importing Triton (a second of a CPU rank's start-up)."""
+    if device.type != "cuda" and "triton" not in sys.modules and not _interpreter_requested():
+        return False
     try:
         from trainer.render import triton_march
     except ImportError:
         return False
     return device.type == "cuda" or triton_march.INTERPRET
+
+
+def _interpreter_requested() -> bool:
+    """Whether ``TRITON_INTERPRET`` may turn Triton's interpreter on when Triton is imported: set
+    and not one of the values that say off (Triton itself decides whether the rest say on)."""
+    return os.environ.get("TRITON_INTERPRET", "").strip().lower() not in ("", "0", "false", "off", "no", "n")
 
 
 def check_background_steps(background_steps: int, grid: OccupancyGrid | None) -> None:

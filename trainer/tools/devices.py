@@ -1,7 +1,9 @@
 """``python -m trainer.tools.devices``: one JSON line ``{"cuda_devices": N}``, the CUDA devices
 torch sees in this environment (``CUDA_VISIBLE_DEVICES`` applies; 0 without CUDA). The driver
 decides the backend (:func:`trainer.contract.planned_backend`) and its default number of ranks
-from it without loading torch itself."""
+from it without loading torch itself. Counted as the launcher counts them
+(:func:`trainer.parallel.cuda_count.cuda_device_count`: without importing torch where its build
+and the CUDA driver answer, e.g. 0 at once for a CPU build of torch)."""
 
 from __future__ import annotations
 
@@ -9,9 +11,9 @@ import json
 
 
 def main() -> int:
-    from trainer.parallel.dist_env import visible_cuda_devices
+    from trainer.parallel.cuda_count import cuda_device_count
 
-    print(json.dumps({"cuda_devices": visible_cuda_devices()}), flush=True)
+    print(json.dumps({"cuda_devices": cuda_device_count()}), flush=True)
     return 0
 
 

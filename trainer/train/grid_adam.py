@@ -54,7 +54,8 @@ from typing import Any
 
 import torch
 from torch.optim.adam import adam
-from torch.optim.optimizer import _use_grad_for_differentiable
+
+from trainer.train.eager_optim import call_eagerly, grad_mode_of_differentiable
 
 __all__ = ["LAZY_BACKENDS", "GridAdam", "lazy_adam_torch", "lazy_kernel_importable"]
 
@@ -118,6 +119,9 @@ class GridAdam(torch.optim.Adam):
     group's current ``lazy`` as it is. Parameters whose ``.grad`` is None are
     skipped; every other parameter's ``step`` counts every ``step()`` call.
 
+    Its methods do not import ``torch._dynamo`` while nothing has loaded it
+    (:mod:`trainer.train.eager_optim`; seconds of every rank's start-up on a CPU).
+
     GradScaler: as with torch Adam, ``fused=True`` at construction makes the optimizer unscale
     and skip on its own (``_step_supports_amp_scaling``): ``scaler.step`` hands it the scale and
     the found-inf flag as device tensors, lazy groups divide by the one and update nothing when the
@@ -161,7 +165,7 @@ class GridAdam(torch.optim.Adam):
             ValueError: as the class says, naming the new group's index.
         """
         param_group.setdefault("lazy", self._lazy_default)
-        super().add_param_group(param_group)
+        call_eagerly(torch.optim.Adam.add_param_group, self, param_group)
         _check_group(len(self.param_groups) - 1, self.param_groups[-1])
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -176,9 +180,19 @@ class GridAdam(torch.optim.Adam):
         if len(saved) == len(self.param_groups):  # else torch raises on the mismatch
             merged = [{"lazy": own["lazy"], **group} for own, group in zip(self.param_groups, saved)]
             state_dict = {**state_dict, "param_groups": merged}
-        super().load_state_dict(state_dict)
+        call_eagerly(torch.optim.Adam.load_state_dict, self, state_dict)
         for index, group in enumerate(self.param_groups):
             _check_group(index, group)
+
+    def state_dict(self) -> dict[str, Any]:
+        """:meth:`torch.optim.Optimizer.state_dict` (module :mod:`trainer.train.eager_optim`: without
+        importing ``torch._dynamo``)."""
+        return call_eagerly(torch.optim.Adam.state_dict, self)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """:meth:`torch.optim.Optimizer.zero_grad` (module :mod:`trainer.train.eager_optim`: without
+        importing ``torch._dynamo``)."""
+        call_eagerly(torch.optim.Adam.zero_grad, self, set_to_none)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
@@ -187,7 +201,7 @@ class GridAdam(torch.optim.Adam):
         for group in self.param_groups:
             group.setdefault("lazy", self._lazy_default)
 
-    @_use_grad_for_differentiable
+    @grad_mode_of_differentiable
     def step(self, closure: Any = None) -> Any:
         """One Adam step over every group (lazy groups lazily). Returns ``closure()``'s loss, if given.
 
