@@ -1,23 +1,30 @@
 # Two entry points for a fresh machine (see README.md):
 #   make demo   install, then run the main job: ngptune sweep (studies/demo.toml on the built-in
 #               demo scene; 2 gloo ranks on a CPU, every GPU otherwise)
-#   make test   install, then run the test suite
+#   make test   install with the test suite's tools, then run the test suite
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.ngptune-installed
+TEST_STAMP := $(VENV)/.ngptune-test-installed
 
 .PHONY: demo test setup clean
 
+# ngptune with the extras of every command (colmap, view, tensorboard, dashboard)
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml scripts/setup_env.sh
 	bash scripts/setup_env.sh $(VENV)
 	touch $(STAMP)
 
+# and the test suite's tools (pytest, hypothesis, Triton for the kernels' CPU interpreter, ...)
+$(TEST_STAMP): $(STAMP)
+	bash scripts/setup_env.sh $(VENV) test,colmap,view,tensorboard,dashboard
+	touch $(TEST_STAMP)
+
 demo: $(STAMP)
 	$(VENV)/bin/ngptune sweep
 
-test: $(STAMP)
+test: $(TEST_STAMP)
 	$(PY) -m pytest -q -ra tests
 
 clean:
