@@ -53,17 +53,21 @@ def visible_gpus() -> list[int]:
     """Indices of the GPUs this process may use (``0..n-1`` of ``torch.cuda.device_count()``), or
     the test-only fake GPUs of ``$NGPTUNE_FAKE_GPUS``; empty on a host without GPUs.
 
+    Counted by a trainer process (:func:`ngptune.processes.cuda_device_count`, without importing
+    torch there on a CPU build), never by torch in this process.
+
     Raises:
         ConfigError: ``NGPTUNE_FAKE_GPUS`` is not an integer >= 0.
+        LaunchError: the trainer's device tool failed.
     """
     fake = os.environ.get(FAKE_GPUS_ENV)
     if fake is not None:
         if not fake.strip().isdigit():
             raise ConfigError(f"{FAKE_GPUS_ENV}: expected an integer >= 0, got {fake!r}")
         return list(range(int(fake)))
-    import torch
+    from ngptune.processes import cuda_device_count
 
-    return list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+    return list(range(cuda_device_count()))  # asked of a trainer process: the driver never loads torch
 
 
 def default_claims_dir() -> Path:

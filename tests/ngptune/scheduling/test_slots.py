@@ -24,6 +24,24 @@ def test_fake_gpus_are_visible(monkeypatch):
         visible_gpus()
 
 
+_REAL_GPUS = """
+import json, sys
+from ngptune.scheduling.slots import visible_gpus
+print(json.dumps({"gpus": visible_gpus(), "torch_imported": "torch" in sys.modules}))
+"""
+
+
+def test_real_gpus_are_counted_without_torch_in_the_driver(monkeypatch):
+    import torch
+
+    monkeypatch.delenv(FAKE_GPUS_ENV, raising=False)
+    repo = Path(__file__).resolve().parents[3]
+    done = subprocess.run([sys.executable, "-c", _REAL_GPUS], cwd=repo, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    assert json.loads(done.stdout) == {"gpus": list(range(count)), "torch_imported": False}
+
+
 def test_slots_are_disjoint_freed_and_reused(tmp_path):
     pool = SlotPool(range(8), 2, claims_dir=tmp_path)
     assert pool.capacity == 4
