@@ -16,10 +16,11 @@ $(STAMP): pyproject.toml scripts/setup_env.sh
 	bash scripts/setup_env.sh $(VENV)
 	touch $(STAMP)
 
-# and the test suite's tools (pytest, hypothesis, Triton for the kernels' CPU interpreter, ...)
-$(TEST_STAMP): $(STAMP)
+# the same and the test suite's tools (pytest, hypothesis, Triton for the kernels' CPU
+# interpreter, ...) in one pip run; it satisfies setup too
+$(TEST_STAMP): pyproject.toml scripts/setup_env.sh
 	bash scripts/setup_env.sh $(VENV) test,colmap,view,tensorboard,dashboard
-	touch $(TEST_STAMP)
+	touch $(STAMP) $(TEST_STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/ngptune sweep
