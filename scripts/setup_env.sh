@@ -4,6 +4,7 @@
 # Reuses an installed torch >= 2.4 (GPU hosts ship one), else installs the CPU build torch==2.13.0
 # in the same pip run as ngptune (one resolution instead of two).
 set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
 venv=${1:-.venv}
 extras=${2:-colmap,view,tensorboard,dashboard}
 python=${PYTHON:-python3}
@@ -32,4 +33,8 @@ else
   echo "setup: installing torch==2.13.0"
   torch_req=(torch==2.13.0)
 fi
-"$py" -m pip install -q ${torch_req[@]+"${torch_req[@]}"} -e ".[$extras]"
+"$py" -m pip install -q ${torch_req[@]+"${torch_req[@]}"} -e "$root[$extras]"
+# Byte-compile the project's own packages as pip does those it installs (an editable install
+# compiles nothing): a process then reads them instead of compiling each module it imports, which
+# it does at every start where PYTHONDONTWRITEBYTECODE is set (each rank of each sweep trial).
+"$py" -m compileall -q "$root/trainer" "$root/ngptune" >/dev/null
