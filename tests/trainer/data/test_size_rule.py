@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from tests.support.scene_formats import ring_c2w, write_image, write_llff
-from trainer.contract.textlines import CONTINUATION, joined
+from trainer.contract.textlines import CONTINUATION, LINE_WIDTH, joined
 from trainer.data import load_scene
 
 PHONE_4032 = ("llff: trained at 1008x756 (downscale 4: the automatic rule: longest side 4032 px → 1008 px ≤ 1600 px; "
@@ -68,4 +68,8 @@ def test_training_on_a_cpu_says_which_size_rule_won_in_its_first_lines(tmp_path,
     lines = capsys.readouterr().out.splitlines()
     opening = 1 + sum(1 for _ in takewhile(lambda line: line.startswith(CONTINUATION), lines[1:]))
     assert "the CPU preset" in joined(lines[:opening])
-    assert PHONE_4032 in lines[opening:opening + 2]
+    size_rule = next(i for i, line in enumerate(lines) if line.startswith("llff: trained at "))
+    assert opening <= size_rule <= opening + 1  # right after the opening lines (or the CPU preset's warning)
+    statement = lines[size_rule:size_rule + 1] + list(takewhile(lambda line: line.startswith(CONTINUATION),
+                                                                lines[size_rule + 1:]))
+    assert joined(statement) == PHONE_4032 and all(len(line) <= LINE_WIDTH for line in statement), statement
