@@ -52,9 +52,11 @@ from trainer.contract import (
     check_ranks_per_node,
     check_run_emulation,
     command_stopping_with_parent,
+    counted,
     cpu_config_warning,
     error_or_last_line,
     fit_lines,
+    joined,
     last_error_message,
     print_error,
     runs_on_cpu,
@@ -366,8 +368,10 @@ def profile_command(args: argparse.Namespace) -> int:
         argv = nsight.nsys_command(nsys, profile.nsys_report_base, argv)
 
     link_busbw, sources["link_busbw"] = link_from_csv or _link_busbw(parse_link_busbw(args.link_busbw), cfg, ranks, profile)
-    print(f"profile: {args.steps} steps on {ranks} rank(s), a metrics record every {log_every} steps, "
-          f"torch.profiler steps {window[0]}:{window[1]}; trainer output in {profile.trainer_log_path}", flush=True)
+    print("\n".join(fit_lines([f"profile: {counted(args.steps, 'step')} on {counted(ranks, 'rank')},",
+                               f"a metrics record every {counted(log_every, 'step')},",
+                               f"torch.profiler steps {window[0]}:{window[1]};", "trainer output in",
+                               str(profile.trainer_log_path)])), flush=True)
     watcher = _RunWatcher(profile, args.steps)
     sampler = NvmlSampler(args.nvml_interval_ms / 1e3).start()
     exit_code = None
@@ -443,9 +447,9 @@ class _RunWatcher:
         from ngptune.progress import last_record
 
         if not self.opening_shown:
-            line = _opening_line(self.profile.trainer_log_path)
+            line = opening_statement(self.profile.trainer_log_path)
             if line is not None:
-                self.board.message(f"trainer: {line}")
+                self.board.message("\n".join(fit_lines([f"trainer: {line}"])))
                 self.opening_shown = True
         record = last_record(self.profile.run.metrics_path(0))
         if record is not None:
@@ -457,17 +461,26 @@ class _RunWatcher:
         self.board.close()
 
 
-def _opening_line(log_path: Path) -> str | None:
-    """The trainer's first line (``training SCENE on DEVICE, N rank(s) (threads), ...``) once it
-    is in its output, else None."""
+def opening_statement(log_path: Path) -> str | None:
+    """The trainer's opening lines (``training SCENE on DEVICE, N ranks (threads), ...`` and the
+    lines that go on from it, :data:`~trainer.contract.textlines.CONTINUATION`) joined into one
+    line, once they are in its output with their last newline (the trainer writes them at once);
+    else None."""
+    lines: list[str] = []
+    ended = False
     try:
         with open(log_path, encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith("training "):
-                    return line.rstrip("\n")
+            for raw in f:
+                line, ended = raw.rstrip("\n"), raw.endswith("\n")
+                if lines and line.startswith(CONTINUATION):
+                    lines.append(line)
+                elif lines:
+                    return joined(lines)
+                elif line.startswith("training "):
+                    lines.append(line)
     except OSError:
         return None
-    return None
+    return joined(lines) if lines and ended else None
 
 
 def summary_lines(summary: "pd.DataFrame", checks: list, evaluation: dict | None) -> list[str]:
@@ -509,7 +522,7 @@ def summary_lines(summary: "pd.DataFrame", checks: list, evaluation: dict | None
                                 f"imbalance {q('imbalance', job['imbalance'])}"])
     if evaluation and isinstance(evaluation.get("mean_psnr_db"), (int, float)):
         lines += fit_lines([f"evaluation: PSNR {q('psnr_db', evaluation['mean_psnr_db'])} on",
-                            f"{len(evaluation.get('images', []))} {evaluation.get('split', 'test')} view(s)"])
+                            f"{counted(len(evaluation.get('images', [])), evaluation.get('split', 'test') + ' view')}"])
     fired = [c for c in checks if c.diagnosis is not None]
     if not fired:
         ran = sum(c.status != "not_evaluated" for c in checks)

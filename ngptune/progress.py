@@ -2,7 +2,8 @@
 from what the runs write: rank 0's ``metrics.jsonl`` records (:mod:`trainer.contract.metrics`).
 
 :class:`RunsProgress` shows one row per run: on a terminal a rich table redrawn in place (name,
-bar, ``step N/T``, ETA, samples/s; four short columns, so it fits 80 columns), off a terminal one
+bar, ``step N/T``, ETA, samples/s; four short columns, so it fits 80 columns; no ETA from a record
+of start-up steps only), off a terminal one
 plain line per run at most every :data:`PLAIN_EVERY_S` seconds and when a run's state changes.
 """
 
@@ -100,7 +101,8 @@ class RunsProgress:
             if record:
                 step, wall = int(record.get("step", 0)), float(record.get("wall_time_s") or 0.0)
                 row["step"] = step
-                if row["total"] and step > 0 and wall > 0:
+                startup_only = record.get("timed_steps") == 0  # its wall time is not a training rate
+                if row["total"] and step > 0 and wall > 0 and not startup_only:
                     row["eta_s"] = max(0.0, (row["total"] - step) * wall / step)
                 rate = record.get("throughput_samples_per_s")
                 row["rate"] = ("start-up" if record.get("timed_steps") == 0  # its rate measures the start-up

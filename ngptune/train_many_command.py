@@ -9,9 +9,9 @@ import argparse
 import json
 from pathlib import Path
 
-from trainer.contract import RunDir, positive_int
+from trainer.contract import RunDir, fit_lines, positive_int
 
-__all__ = ["register"]
+__all__ = ["job_done", "register"]
 
 
 def _train_args(args: argparse.Namespace) -> tuple[str, ...]:
@@ -38,6 +38,20 @@ def _n_steps(run_dir: Path) -> int | None:
     return value if isinstance(value, int) else None
 
 
+def job_done(board, name: str, result) -> None:
+    """Say on ``board`` (:class:`ngptune.progress.RunsProgress`) that job ``name`` ended with
+    ``result`` (:class:`ngptune.train_many.JobResult`): its row's final state, after a line with
+    the reason of a failure; a job an earlier run finished gets one line (under 80 columns) and
+    no row."""
+    if result.skipped_at:
+        when = f", {result.finished_at}" if result.finished_at else ""
+        board.message("\n".join(fit_lines([f"{name}: skipped,", f"finished earlier (step {result.steps}{when})"])))
+        return
+    if result.reason:
+        board.message(f"{name}: {result.status}: {result.reason}")
+    board.finish(name, result.status)
+
+
 def _cmd_train_many(args: argparse.Namespace) -> int:
     from ngptune.console import make_console
     from ngptune.progress import RunsProgress
@@ -56,11 +70,7 @@ def _cmd_train_many(args: argparse.Namespace) -> int:
         board.update(job.name, record, total=_n_steps(job.run_dir))
 
     def done(job, r) -> None:
-        if r.skipped_at:
-            board.message(f"{job.name}: {r.reason}")
-        elif r.reason:
-            board.message(f"{job.name}: {r.status}: {r.reason}")
-        board.finish(job.name, "skipped: done before" if r.skipped_at else r.status)
+        job_done(board, job.name, r)
 
     try:
         results = run_train_many(options, on_start=started, on_done=done, on_progress=progressed)
@@ -69,7 +79,7 @@ def _cmd_train_many(args: argparse.Namespace) -> int:
     csv_path = write_summary_csv(results, args.out / "summary.csv")
     html_path = write_summary_html(results, args.out / "summary.html", title=f"ngptune train-many: {args.source}")
     print_summary_table(results, console)
-    console.print(f"summary: {csv_path}, {html_path}")
+    console.print("\n".join(fit_lines(["summary:", f"{csv_path},", str(html_path)])), markup=False, highlight=False)
     return 0 if all(r.status != "failed" for r in results) else 1
 
 

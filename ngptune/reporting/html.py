@@ -80,11 +80,13 @@ def figure_html(fig: Any) -> str:
     return fig.to_html(full_html=False, include_plotlyjs=False, config={"displaylogo": False})
 
 
-def table_html(df: pd.DataFrame, *, index: bool = False, quantity_column: str | None = None) -> str:
+def table_html(df: pd.DataFrame, *, index: bool = False, quantity_column: str | None = None,
+               numeric_text: tuple[str, ...] = ()) -> str:
     """A DataFrame as an HTML table: cells escaped; numbers as :func:`trainer.contract.metrics.quantity_text`
     of their column's name (or, with ``quantity_column``, of the name that column holds on their
     row: a table of quantities by trial) in right-aligned ``num`` cells, text in left-aligned
-    ``text`` cells that wrap."""
+    ``text`` cells that wrap; the columns of ``numeric_text`` hold numbers already written as text
+    (``11.1 %``), shown as they are in ``num`` cells."""
     if df.empty:
         return '<p class="note">(no rows)</p>'
     if index:
@@ -97,6 +99,9 @@ def table_html(df: pd.DataFrame, *, index: bool = False, quantity_column: str | 
         cells = []
         for column, value in row.items():
             name = str(row[quantity_column]) if quantity_column is not None and column != quantity_column else str(column)
+            if column in numeric_text:
+                cells.append(f'<td class="num">{html.escape(str(value))}</td>')
+                continue
             cells.append(_cell_html(name, value, column in long))
         rows.append(f"<tr>{''.join(cells)}</tr>")
     return f'<table class="report"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'

@@ -32,7 +32,7 @@ from plotly.subplots import make_subplots
 
 from ngptune.errors import NgptuneError
 from ngptune.profiling.collect import ProfileDir, read_csv_table
-from ngptune.profiling.diagnoses import LINK_UNDERUSED_FRACTION, SEVERITIES, rank_phase_means
+from ngptune.profiling.diagnoses import LINK_UNDERUSED_FRACTION, SEVERITIES, diagnosis_measure_text, rank_phase_means
 from ngptune.profiling.runs import CAPTURED
 from ngptune.reporting.html import Section, figure_html, render_page, table_html, text_html
 from ngptune.profiling.tables import (
@@ -430,18 +430,24 @@ def _diagnoses_section(p: _Profile) -> Section:
     if p.tables["diagnoses"] is None:
         return Section(title, _missing_html(p.absent("diagnoses")))
     table = p.tables["diagnoses"]
+    values = pd.to_numeric(table["value"], errors="coerce")
+    shown = table.assign(  # each bottleneck's value and threshold in its unit: 11.1 %, 5.00×
+        value=[diagnosis_measure_text(b, float(v)) for b, v in zip(table["bottleneck"], values)],
+        threshold=[diagnosis_measure_text(b, float(t)) for b, t in
+                   zip(table["bottleneck"], pd.to_numeric(table["threshold"], errors="coerce"))])
     fired_mask = table["fired"].astype(str).str.lower().isin(("true", "1"))
-    fired = table[fired_mask].assign(order=lambda d: d["severity"].map(_SEVERITY_ORDER)).sort_values("order")
+    fired = shown[fired_mask].assign(order=lambda d: d["severity"].map(_SEVERITY_ORDER)).sort_values("order")
+    measured = ("value", "threshold")
     if fired.empty:
         body = text_html("No bottleneck passed its threshold.")
     else:
-        body = table_html(fired[["bottleneck", "severity", "value", "threshold", "evidence", "knob"]])
-    not_evaluated = table[pd.to_numeric(table["value"], errors="coerce").isna()]
-    results = table.assign(
-        result=["fired" if f else ("not evaluated" if pd.isna(v) else "clear")
-                for f, v in zip(fired_mask, pd.to_numeric(table["value"], errors="coerce"))]
+        body = table_html(fired[["bottleneck", "severity", "value", "threshold", "evidence", "knob"]], numeric_text=measured)
+    not_evaluated = table[values.isna()]
+    results = shown.assign(
+        result=["fired" if f else ("not evaluated" if pd.isna(v) else "clear") for f, v in zip(fired_mask, values)]
     )
-    body += "<h3>All checks</h3>" + table_html(results[["bottleneck", "result", "value", "threshold", "evidence"]])
+    body += "<h3>All checks</h3>" + table_html(results[["bottleneck", "result", "value", "threshold", "evidence"]],
+                                               numeric_text=measured)
     if len(not_evaluated):
         body += _missing_html("Not evaluated (inputs missing): " + ", ".join(not_evaluated["bottleneck"]) + ".")
     return Section(title, body)

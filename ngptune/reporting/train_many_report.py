@@ -10,12 +10,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
 from ngptune.reporting.html import Section, render_page, table_html, text_html
 from ngptune.reporting.study_data import write_text
-from trainer.contract import RunDir, quantity_text
+from trainer.contract import LINE_WIDTH, RunDir, counted, fit_lines, quantity_text
 
 __all__ = ["SUMMARY_COLUMNS", "print_summary_table", "summary_frame", "write_summary_csv", "write_summary_html"]
 
@@ -67,17 +68,25 @@ def _cell(name: str, value) -> str:
 
 
 def print_summary_table(results: Sequence, console: Console) -> None:
-    """A rich table of the jobs: scene, GPUs, steps, training seconds, PSNR, status."""
-    table = Table(title=f"train-many: {len(results)} scenes")
-    for col in ("scene", "gpus", "steps", "training", "PSNR", "status", "warm start"):
-        table.add_column(col, justify="left" if col in ("scene", "status", "warm start") else "right")
+    """A table of the jobs that fits 80 columns (a scene name over 20 characters wraps in its
+    cell): scene, GPUs, steps, training seconds, PSNR, status (``completed*`` for a job an earlier
+    run finished, with a note under the table), warm start; then, under 80 columns too, why each
+    failed job failed."""
+    table = Table(title=f"train-many: {counted(len(results), 'scene')}", box=box.SIMPLE_HEAD, show_edge=False,
+                  pad_edge=False)
+    for col in ("scene", "gpus", "steps", "training", "PSNR", "status", "warm"):
+        table.add_column(col, justify="left" if col in ("scene", "status", "warm") else "right",
+                         overflow="fold" if col == "scene" else "ellipsis", max_width=20 if col == "scene" else None)
     for r in results:
         colour = {"completed": "green", "failed": "red"}.get(r.status, "white")
-        status = f"[{colour}]{r.status}[/{colour}]" + (" (earlier run; skipped)" if r.skipped_at else "")
+        status = f"[{colour}]{r.status}[/{colour}]" + ("*" if r.skipped_at else "")
         table.add_row(Path(r.scene).name, r.gpus, _cell("steps", r.steps), _cell("train_time_s", r.train_time_s),
-                      _cell("psnr_db", r.psnr_db),
-                      status, "yes" if r.warm_started_from else "")
-    console.print(table)
+                      _cell("psnr_db", r.psnr_db), status, "yes" if r.warm_started_from else "")
+    console.print(table, width=min(console.width, LINE_WIDTH + 1), soft_wrap=False)
+    if any(r.skipped_at for r in results):
+        console.print("\n".join(fit_lines(["* finished by an earlier run, skipped now", "(remove OUT/<scene>/job.json",
+                                            "to train it again)"])), markup=False, highlight=False)
     for r in results:
         if r.status == "failed":
-            console.print(f"[red]{r.scene}[/red]: {r.reason} (log: {r.log_path})")
+            console.print("\n".join(fit_lines([f"{r.scene}:", r.reason, f"(log: {r.log_path})"])), markup=False,
+                          highlight=False, soft_wrap=True)

@@ -7,6 +7,7 @@ import json
 import shutil
 import subprocess
 import sys
+from itertools import takewhile
 from pathlib import Path
 
 import pandas as pd
@@ -15,6 +16,7 @@ import pytest
 from ngptune.profile_command import parse_trace_window, register
 from tests.support.paths import REPO
 from trainer.contract.errors import ConfigError
+from trainer.contract.textlines import joined
 from ngptune.profiling.tables import DIAGNOSES_TABLE, GPU_TIMELINE_TABLE, KERNELS_TABLE, OVERLAP_TABLE, PHASES_TABLE
 
 SMALL = REPO / "configs" / "small.json"
@@ -37,11 +39,13 @@ def test_two_rank_profile_writes_every_table_and_the_report(tmp_path: Path, demo
     config = json.loads((out / "run" / "config.json").read_text())
     assert config["data"]["downscale"] == 2  # a scene flag of train
     assert config["training"]["log_every"] == 50  # the trainer's own interval (small.json), not a record per step
-    assert "a metrics record every 50 steps, torch.profiler steps 3:5" in proc.stdout
-    # the console: the trainer's opening line (device, ranks, threads), the run's progress, a summary
     lines = proc.stdout.splitlines()
-    assert any(line.startswith("trainer: training ") and " on cpu, 2 ranks (" in line and "CPU thread" in line
-               for line in lines), proc.stdout
+    assert "a metrics record every 50 steps, torch.profiler steps 3:5" in joined(lines)
+    # the console: the trainer's opening line (device, ranks, threads), the run's progress, a summary
+    opening = next(i for i, line in enumerate(lines) if line.startswith("trainer: training "))
+    statement = joined(lines[opening:opening + 1] + list(takewhile(lambda line: line.startswith("  "),
+                                                                   lines[opening + 1:])))
+    assert " on cpu, 2 ranks (" in statement and "CPU thread" in statement, proc.stdout
     assert "profile run: completed" in lines
     assert any(line.startswith("steps: 9 on 2 ranks; step time ") and " ms (compute " in line for line in lines)
     assert any(line.startswith("throughput (all ranks): ") and line.endswith(" rays/s") for line in lines)

@@ -48,6 +48,29 @@ def test_fox_table_reports_skipped_frames_once_and_labels_intrinsics(capfd):
 
 
 @needs_shared
+def test_the_description_fits_80_columns_and_json_stays_the_object(capfd, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["inspect", str(SHARED_DATA / "fox")]) == 0
+    lines = capfd.readouterr().out.splitlines()
+    assert lines[0] == f"scene {SHARED_DATA / 'fox' / 'transforms.json'}"
+    assert max(len(line) for line in lines) <= 79, max(lines, key=len)  # a rich table was 154 columns
+    assert "  focal fx / fy (px)            1375.52 / 1374.49" in lines  # a key, then its value
+    size_rule = lines.index("  size rule                     instant-ngp: trained at 1080x1920 (downscale 1:")
+    assert lines[size_rule + 1].startswith(" " * 32 + "the automatic rule")  # wrapped under the value
+    assert "  images/0005.jpg: image file not found: " + str(SHARED_DATA / "fox" / "images" / "0005.jpg") in lines
+    info = _inspect_json(capfd, str(SHARED_DATA / "fox"))
+    assert info["root"] == str(SHARED_DATA / "fox" / "transforms.json") and len(info["skipped"]) == 17
+
+
+def test_a_path_longer_than_a_line_is_left_whole():
+    from ngptune.inspect import key_value_lines
+
+    path = "/" + "d" * 90
+    assert key_value_lines([("note", f"see {path} for more")]) == [f"  {'note':<28}  see", " " * 32 + path,
+                                                                       " " * 32 + "for more"]
+
+
+@needs_shared
 def test_lego_400(capfd):
     info = _inspect_json(capfd, str(SHARED_DATA / "nerf_synthetic_lego_400"))
     assert info["format"] == "blender"

@@ -29,7 +29,7 @@ def test_the_profile_summary_fits_80_columns_with_quantities_whole():
     text = "\n".join(lines)
     assert lines[0].startswith("steps: 300 on 4 ranks; step time 1234.6 ms (compute 1100.0 ms,")
     for whole in ("waiting for other ranks 134.5 ms;", "throughput (all ranks): 6.10 M samples/s, 77.6 k rays/s",
-                  "rank 3 3.06 M samples/s;", "imbalance 1.02", "evaluation: PSNR 23.04 dB on 2 test view(s)"):
+                  "rank 3 3.06 M samples/s;", "imbalance 1.02", "evaluation: PSNR 23.04 dB on 2 test views"):
         assert whole in text, whole
     diagnosis = next(i for i, line in enumerate(lines) if line.startswith("diagnosis: communication (high): "))
     tries = next(i for i, line in enumerate(lines) if line.startswith("  try: "))
@@ -37,3 +37,17 @@ def test_the_profile_summary_fits_80_columns_with_quantities_whole():
     assert " ".join(line.strip() for line in lines[diagnosis:tries]).endswith(EVIDENCE)
     assert " ".join(line.strip() for line in lines[tries:]) == f"try: {KNOB}"
     assert all(line.startswith("    ") for line in lines[tries + 1:])  # the knob's own continuation
+
+
+def test_the_trainers_opening_lines_are_read_whole_once_written(tmp_path):
+    from ngptune.profile_command import opening_statement
+
+    log = tmp_path / "trainer.log"
+    assert opening_statement(log) is None  # not there yet
+    log.write_text("warning: first\ntraining /data/fox on cpu,\n  1 rank (2 CPU threads per rank),")
+    assert opening_statement(log) is None  # its last line not ended yet
+    log.write_text("warning: first\ntraining /data/fox on cpu,\n  1 rank (2 CPU threads per rank),\n  up to 1 step\n")
+    assert opening_statement(log) == "training /data/fox on cpu, 1 rank (2 CPU threads per rank), up to 1 step"
+    with open(log, "a") as f:
+        f.write("step 1  loss 0.1\n")
+    assert opening_statement(log) == "training /data/fox on cpu, 1 rank (2 CPU threads per rank), up to 1 step"

@@ -28,14 +28,14 @@ def test_plain_lines_name_the_run_its_step_eta_and_throughput():
                                            "0002: skipped: done before"]
 
 
-def test_a_record_of_start_up_steps_only_shows_start_up_not_its_rate(monkeypatch):
+def test_a_record_of_start_up_steps_only_shows_start_up_not_its_rate_nor_an_eta(monkeypatch):
     import ngptune.progress as progress_module
 
     monkeypatch.setattr(progress_module, "PLAIN_EVERY_S", 0.0)  # a line for every record
     out = io.StringIO()
     board = RunsProgress(out=out, plain=True)
     board.add("profile run", 30)
-    board.update("profile run", {**_record(1, 0.0, 7.7e9), "timed_steps": 0})  # its rate measures the start-up
+    board.update("profile run", {**_record(1, 1e-4, 7.7e9), "timed_steps": 0})  # its rate measures the start-up
     board.update("profile run", {**_record(2, 0.5, 35_900.0), "timed_steps": 1})
     assert out.getvalue().splitlines() == ["profile run: waiting", "profile run: step 1/30, eta -:--, start-up",
                                            "profile run: step 2/30, eta 0:07, 35.9 k samples/s"]

@@ -7,12 +7,14 @@ import json
 import re
 import subprocess
 import sys
+from itertools import takewhile
 from pathlib import Path
 
 import pytest
 
 from tests.support.paths import REPO
 from tests.support.scenes import tiny_config_file
+from trainer.contract.textlines import CONTINUATION, LINE_WIDTH, joined
 from trainer.cpu_threads import available_cores, cpu_threads_per_rank
 
 
@@ -34,7 +36,10 @@ def _opening_line(tmp_path: Path, name: str, *extra: str) -> str:
                           str(config), "--n-steps", "1", "--no-eval", "--quiet", "--out", str(tmp_path / name), *extra],
                          cwd=REPO, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
-    return out.stdout.splitlines()[0]
+    lines = out.stdout.splitlines()
+    opening = lines[:1] + list(takewhile(lambda line: line.startswith(CONTINUATION), lines[1:]))
+    assert all(len(line) <= LINE_WIDTH for line in opening if " " in line.strip()), opening  # a long path stays whole
+    return joined(opening)
 
 
 def test_the_opening_line_names_the_threads_and_the_flag_overrides_them(tmp_path):
@@ -65,8 +70,8 @@ def test_the_launchers_opening_line_divides_the_cores_among_the_hosts_ranks(tmp_
     cfg = apply_overrides(load_config(None), {"training.device": "cpu", "data.scene": str(tmp_path)})
     args = argparse.Namespace(config=tmp_path / "c.json")
     cores = available_cores()
-    line = opening_line(cfg, args, 4, 2)  # 2 nodes of 2 ranks
+    line = joined(opening_line(cfg, args, 4, 2).splitlines())  # 2 nodes of 2 ranks
     per_rank = max(1, cores // 2)
     assert f"on cpu, 4 ranks ({per_rank} CPU thread{'s' if per_rank != 1 else ''} per rank ({cores} cores // 2 ranks)), " in line, line
-    given = opening_line(apply_overrides(cfg, {"training.cpu_threads": 1}), args, 4, 2)
+    given = joined(opening_line(apply_overrides(cfg, {"training.cpu_threads": 1}), args, 4, 2).splitlines())
     assert "4 ranks (1 CPU thread per rank (training.cpu_threads)), " in given, given

@@ -4,20 +4,34 @@ A summary is built from parts (``trained to step 530 in 90.0 s,``, ``6.10 M samp
 :func:`fit_lines` packs them into lines of at most :data:`LINE_WIDTH` characters, breaking only
 between parts, so a quantity and its unit stay on one line; the lines after the first start with
 :data:`CONTINUATION`. A part too long for a line of its own (a long path, a sentence) is broken
-at its spaces, or left whole when it has none.
+at its spaces, or left whole when it has none. :func:`joined` puts such lines back on one line;
+:func:`counted` writes a count with its noun in the singular or the plural (``1 step``, ``2 steps``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["CONTINUATION", "LINE_WIDTH", "fit_lines", "listed"]
+__all__ = ["CONTINUATION", "LINE_WIDTH", "counted", "fit_lines", "joined", "listed"]
 
 LINE_WIDTH = 79
 """Most characters of one line (an 80-column terminal does not wrap it)."""
 
 CONTINUATION = "  "
 """Start of each line that continues the one before it."""
+
+
+def counted(count: int, noun: str, plural: str | None = None) -> str:
+    """``count`` and ``noun``, plural unless ``count`` is 1 (``plural``, default ``noun + "s"``):
+    ``1 step``, ``0 steps``, ``2 ranks``."""
+    return f"{count} {noun if count == 1 else (plural or noun + 's')}"
+
+
+def joined(lines: Sequence[str], indent: str = CONTINUATION) -> str:
+    """The statement :func:`fit_lines` broke into ``lines``, on one line again: each line after
+    the first loses its leading ``indent`` and is joined to the one before by a space."""
+    rest = [line[len(indent):] if line.startswith(indent) else line for line in lines[1:]]
+    return " ".join([*lines[:1], *rest])
 
 
 def listed(parts: Sequence[str], separator: str = ",") -> list[str]:

@@ -39,10 +39,12 @@ from trainer.contract.commandline import (
     add_render_arguments,
 )
 from trainer.contract.errors import ConfigError, TrainerError
-from trainer.contract.metrics import si_number, significant
+from trainer.contract.metrics import si_number
 from trainer.contract.runstatus import print_error
+from trainer.contract.textlines import counted, fit_lines, listed
 
-__all__ = ["build_parser", "export_command", "main", "render_command"]
+__all__ = ["build_parser", "export_command", "main", "mesh_result_lines", "pointcloud_result_lines", "render_command",
+           "render_result_lines", "seconds_text"]
 
 ESTIMATE_MIN_RAYS = 200_000  # renders with fewer rays start without measuring their time first
 LONG_RENDER_S = 600.0  # an estimated render longer than this gets a warning on how to shorten it
@@ -121,9 +123,9 @@ def apply_threads(args: argparse.Namespace, cfg: Any, device: Any, local_ranks: 
 
 
 def seconds_text(seconds: float) -> str:
-    """A duration at the precision it is read at: one decimal from a second up (``12.3 s``), two
-    significant digits below (``0.042 s``)."""
-    return f"{seconds:.1f} s" if seconds >= 1 else f"{significant(seconds, 2)} s"
+    """A duration at the precision it is read at, with one decimal: seconds from a second up
+    (``12.3 s``), milliseconds below (``42.1 ms``)."""
+    return f"{seconds:.1f} s" if seconds >= 1 else f"{seconds * 1e3:.1f} ms"
 
 
 def _model_words(model: Any) -> str:
@@ -338,18 +340,26 @@ def long_render_warning(args: argparse.Namespace, estimate: float | None) -> str
             "frames written so far")
 
 
-def _summary_line(summary: dict[str, Any], job: Any) -> str:
+def render_result_lines(summary: dict[str, Any], job: Any, ranks: int = 1) -> list[str]:
+    """The lines after a render (under 80 columns, :func:`~trainer.contract.textlines.fit_lines`):
+    the frames, their size and spp, the time, frames/s and rays/s (of ``ranks`` ranks together),
+    where they went, and with scores the mean PSNR and SSIM against the ground truth."""
     k = job.cameras[0].intrinsics
+    rays = f"{si_number(summary['rays_per_s'])} rays/s" + (f" ({ranks} ranks)" if ranks > 1 else "")
+    parts = [f"rendered {counted(summary['frames'], 'frame')} of {k.width}x{k.height},", f"spp {job.spp},",
+             f"in {seconds_text(summary['seconds'])}:", f"{si_number(summary['frames_per_s'])} frames/s,", rays]
     where = [w for w in (summary.get("out_dir"), summary.get("video")) if w]
-    scored = ""
+    if where:
+        parts += listed([f"-> {where[0]}", *where[1:]])
     if summary.get("mean_psnr_db") is not None:
-        scored = f"; against the ground truth: PSNR {summary['mean_psnr_db']:.2f} dB"
+        scores = [f"PSNR {summary['mean_psnr_db']:.2f} dB"]
         if summary.get("mean_ssim") is not None and summary["mean_ssim"] == summary["mean_ssim"]:
-            scored += f", SSIM {summary['mean_ssim']:.3f}"
-        scored += " (mean over the views" + (f", per view in {summary['scores_path']}" if summary.get("scores_path") else "") + ")"
-    return (f"rendered {summary['frames']} frame(s) of {k.width}x{k.height}, spp {job.spp}, in {summary['seconds']:.1f} s: "
-            f"{si_number(summary['frames_per_s'])} frames/s, {si_number(summary['rays_per_s'])} rays/s"
-            + (f" -> {', '.join(where)}" if where else "") + scored)
+            scores.append(f"SSIM {summary['mean_ssim']:.3f}")
+        parts[-1] += ";"
+        parts += ["against the ground truth:", *listed(scores)]
+        parts += (["(mean over the views,", "per view in", f"{summary['scores_path']})"] if summary.get("scores_path")
+                  else ["(mean over the views)"])
+    return fit_lines(parts)
 
 
 def _record_scores(summary: dict[str, Any], args: argparse.Namespace, model: Any, job: Any) -> None:
@@ -442,7 +452,7 @@ def _render(args: argparse.Namespace) -> int:
         model.close()
     for note in summary["notes"]:
         print(f"warning: {note}", file=sys.stderr)
-    print(_summary_line(summary, job), flush=True)
+    print("\n".join(render_result_lines(summary, job)), flush=True)
     return 0
 
 
@@ -492,7 +502,7 @@ def _launch_render(args: argparse.Namespace) -> int:
     shutil.rmtree(logs, ignore_errors=True)
     for note in summary["notes"]:
         print(f"warning: {note}", file=sys.stderr)
-    print(summary["line"], flush=True)
+    print("\n".join(summary["lines"]), flush=True)
     return 0
 
 
@@ -524,7 +534,7 @@ def _render_worker(args: argparse.Namespace) -> int:
     if env.rank == 0 and target:
         summary["frames_per_s"] = summary["frames"] / max(summary["seconds"], 1e-9)
         summary["rays_per_s"] *= env.world_size
-        summary["line"] = _summary_line(summary, job) + f" ({env.world_size} ranks)"
+        summary["lines"] = render_result_lines(summary, job, env.world_size)
         Path(target).write_text(json.dumps(summary), encoding="utf-8")
     return 0
 
@@ -572,12 +582,21 @@ def _export_mesh(args: argparse.Namespace, out: Path) -> int:
     mesh = _from_model(args, f"a {args.resolution}^3 mesh", lambda model: extract_mesh(
         model, args.resolution, args.threshold, args.aabb, quiet=args.quiet, min_views=args.min_views))
     write_mesh(mesh, out)
-    left_out = (f", {mesh['faces_unsupported']} left out (on the surface of fewer than {args.min_views} training "
-                f"views; support {seconds_text(mesh['support_s'])})" if args.min_views > 0 else "")
-    print(f"mesh: {len(mesh['vertices'])} vertices, {len(mesh['faces'])} triangles at {args.resolution}^3{left_out}, "
-          f"threshold {args.threshold:g} (density {seconds_text(mesh['density_s'])}, marching cubes "
-          f"{seconds_text(mesh['marching_s'])}) -> {out}", flush=True)
+    print("\n".join(mesh_result_lines(mesh, args, out)), flush=True)
     return 0
+
+
+def mesh_result_lines(mesh: dict[str, Any], args: argparse.Namespace, out: Path) -> list[str]:
+    """The lines after a mesh export (under 80 columns): vertices and triangles, those left out
+    for too little support, the threshold, the time of each stage, the file."""
+    parts = [f"mesh: {counted(len(mesh['vertices']), 'vertex', 'vertices')},",
+             f"{counted(len(mesh['faces']), 'triangle')} at {args.resolution}^3,"]
+    if args.min_views > 0:
+        parts += [f"{mesh['faces_unsupported']} left out", f"(on the surface of fewer than {args.min_views}",
+                  "training views;", f"support {seconds_text(mesh['support_s'])}),"]
+    parts += [f"threshold {args.threshold:g}", f"(density {seconds_text(mesh['density_s'])},",
+              f"marching cubes {seconds_text(mesh['marching_s'])})", f"-> {out}"]
+    return fit_lines(parts)
 
 
 def _export_pointcloud(args: argparse.Namespace, out: Path) -> int:
@@ -592,11 +611,20 @@ def _export_pointcloud(args: argparse.Namespace, out: Path) -> int:
     note = shortfall_note(cloud, args.n_points, args.min_opacity)
     if note is not None:
         print(f"warning: {note}", file=sys.stderr)
-    left_out = (f", {cloud['unsupported']} left out (on the surface of fewer than {args.min_views} training views)"
-                if args.min_views > 0 else "")
-    print(f"point cloud: {len(cloud['points'])} points from {cloud['rays']} rays (opacity >= {args.min_opacity:g}"
-          f"{left_out}) -> {out}", flush=True)
+    print("\n".join(pointcloud_result_lines(cloud, args, out)), flush=True)
     return 0
+
+
+def pointcloud_result_lines(cloud: dict[str, Any], args: argparse.Namespace, out: Path) -> list[str]:
+    """The lines after a point-cloud export (under 80 columns): points, the rays cast, the
+    opacity bound, those left out for too little support, the file."""
+    parts = [f"point cloud: {counted(len(cloud['points']), 'point')}", f"from {counted(cloud['rays'], 'ray')}",
+             f"(opacity >= {args.min_opacity:g}" + (")" if args.min_views <= 0 else ",")]
+    if args.min_views > 0:
+        parts += [f"{cloud['unsupported']} left out", f"(on the surface of fewer than {args.min_views}",
+                  "training views))"]
+    parts.append(f"-> {out}")
+    return fit_lines(parts)
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "python -m trainer.inference") -> int:

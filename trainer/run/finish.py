@@ -11,7 +11,8 @@ from typing import Any
 from trainer.contract.config import TrainConfig
 from trainer.contract.errors import TrainingError
 from trainer.contract.rundir import NULL_REASONS_KEY
-from trainer.contract.textlines import fit_lines
+from trainer.contract.metrics import si_number
+from trainer.contract.textlines import counted, fit_lines
 from trainer.run.progress import TrainProgress
 from trainer.run.status import Terminated
 
@@ -33,7 +34,10 @@ def train_with_progress(trainer: Any, cfg: TrainConfig, progress: TrainProgress,
             progress.message(trainer.startup.line())
         progress.log(record)
 
-    on_log, on_step = log, progress.step
+    def stepped(step: int, train_time_s: float) -> None:
+        progress.step(step, train_time_s, started=trainer.startup is not None)  # no ETA from start-up time
+
+    on_log, on_step = log, stepped
     if live is not None:
         on_log, on_step = live.hooks(on_log, on_step)
     try:
@@ -148,7 +152,8 @@ LONG_EVALUATION_S = 600.0
 
 
 def evaluation_notice(trainer: Any, last: dict[str, Any] | None = None, with_estimate: bool = False) -> Any:
-    """The line printed before the final evaluation: which views, how many pixels, an estimated
+    """The lines (under 80 columns) printed before the final evaluation: which views, how many
+    pixels (``32.4 k pixels``), an estimated
     time (single process: measured by rendering a sample of their rays with the trained field and
     occupancy grid, :func:`~trainer.train.eval_estimate.measure_eval_seconds`; distributed: from
     the training's own rate), and on a CPU the cap of views in effect and how to change it (it
@@ -163,21 +168,26 @@ def evaluation_notice(trainer: Any, last: dict[str, Any] | None = None, with_est
     chosen = evaluation_frames(views, cap)
     pixels = sum(f.intrinsics.width * f.intrinsics.height for _, f in chosen)
     spp = trainer.cfg.training.eval_spp
-    amount = f"{pixels / 1e6:.2f} M pixels" if pixels >= 10_000 else f"{pixels} pixels"
-    line = (f"evaluating {len(chosen)} {split} view{'s' if len(chosen) != 1 else ''} "
-            f"({amount}, {spp} render(s) each)")
+    parts = [f"evaluating {counted(len(chosen), split + ' view')}", f"({si_number(pixels)} pixels,",
+             f"{counted(spp, 'render')} each)"]
     if getattr(trainer, "world_size", 1) == 1:
         estimate, how = measure_eval_seconds(trainer, [f for _, f in chosen], spp), "measured on a sample of its rays"
     else:
         estimate, how = eval_seconds_estimate(pixels, spp, last), "at this run's training rate"
     if estimate is not None:
         took = f"{estimate:.0f} s" if estimate < 90 else f"{estimate / 60:.1f} min"
-        line += f", estimated {took} ({how})"
+        parts[-1] += ","
+        parts += [f"estimated {took}", f"({how})"]
     if trainer.device.type == "cpu":
         if cap is not None and cap < len(views):
-            line += f"; on a CPU at most {cap} of the {len(views)} views (training.eval_max_images; --eval-max-images N)"
-        line += "; not counted in --time-budget, --no-eval skips it"
+            parts[-1] += ";"
+            parts += [f"on a CPU at most {cap} of the {len(views)} views", "(training.eval_max_images;",
+                      "--eval-max-images N)"]
+        parts[-1] += ";"
+        parts += ["not counted in --time-budget,", "--no-eval skips it"]
     if estimate is not None and estimate > LONG_EVALUATION_S:
-        line += ("; that is long: Ctrl-C keeps the trained model, and fewer views (--eval-max-images 1) or "
-                 "smaller images (--downscale N) shorten it")
+        parts[-1] += ";"
+        parts += ["that is long:", "Ctrl-C keeps the trained model,", "and fewer views (--eval-max-images 1)",
+                  "or smaller images (--downscale N)", "shorten it"]
+    line = "\n".join(fit_lines(parts))
     return (line, estimate) if with_estimate else line

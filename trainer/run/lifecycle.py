@@ -31,6 +31,7 @@ from trainer.contract.config import TrainConfig, apply_overrides, config_to_dict
 from trainer.contract.defaults import cpu_config_warning, default_run_dir
 from trainer.contract.errors import ConfigError, LaunchError
 from trainer.contract.rundir import RunDir, prepare_output_file
+from trainer.contract.textlines import fit_lines
 from trainer.contract.runstatus import COMPLETED, RESTART_COUNT_KEY, STATE_KEY, TRAIN_START_KEY, failed_fields, is_completed
 from trainer.run.checks import (
     check_before_start, check_n_steps_reach, distributed_env, resume_lines, resume_path, resume_source,
@@ -42,6 +43,11 @@ from trainer.run.status import RunInterrupted, RunStatus, keeping_finite_model
 from trainer.viewer.live import start_live_view
 
 __all__ = ["Job", "OneProcess", "Rank", "run_training"]
+
+
+def _fitted(statement: str) -> str:
+    """``statement`` broken at its spaces into lines under 80 columns (the first lines of a run)."""
+    return "\n".join(fit_lines([statement]))
 
 
 class Job(abc.ABC):
@@ -109,8 +115,8 @@ class OneProcess(Job):
 
         args = self.args
         trainer = train_from_config(self.cfg, self.scene_path, self.run_dir, resume=args.resume)
-        progress.message(trainer.scene.size_rule)  # which size rule won, and why
-        progress.message(trainer.scene_choice.line())  # the scene model, and the capture it was chosen for
+        progress.message(_fitted(trainer.scene.size_rule))  # which size rule won, and why
+        progress.message(_fitted(trainer.scene_choice.line()))  # the scene model, and the capture it was chosen for
         if args.resume is not None:
             status["resumed_from"] = str(args.resume)
             status["resumed_from_step"] = trainer.step
@@ -168,9 +174,9 @@ class Rank(Job):
         if self.env.is_main:
             self.run_dir.write_json(self.run_dir.config_path, config_to_dict(cfg))
         scene = load_scene(self.scene_path, **cfg.data.scene_options())
-        progress.message(scene.size_rule)  # which size rule won, and why (rank 0)
+        progress.message(_fitted(scene.size_rule))  # which size rule won, and why (rank 0)
         trainer = build_distributed_trainer(cfg, scene, self.run_dir)
-        progress.message(trainer.scene_choice.line())  # the scene model, and the capture it was chosen for
+        progress.message(_fitted(trainer.scene_choice.line()))  # the scene model, and the capture it was chosen for
         trainer.keep_checkpoints = self.args.keep_checkpoints
         resume = resume_source(self.args.resume, self.run_dir)
         if resume is not None:

@@ -3,10 +3,12 @@ place by rich), plain lines off a TTY (or with ``--quiet``), for training and fo
 evaluation.
 
 The line keeps what says how far the run is: the step count, the ETA and the elapsed time always;
-the bar takes the room left (at least :data:`MIN_BAR`); the figures of the last interval follow in
-order of use and drop from the end when the terminal is narrow: throughput first, loss and PSNR
-last (:func:`fit_progress_line`). At 80 columns a line reads ``train ━━━━━━━━━━ step 101/2000 eta
-12:34 0:01:02 6.10 M samples/s 77.6 k rays/s``.
+the bar takes the room left (at least :data:`MIN_BAR`); the figures of the last interval follow,
+most important first, and drop from the end when the terminal is narrow: rays/s first, then
+samples/s, then PSNR, loss last (:func:`fit_progress_line`). At 80 columns a line reads ``train
+━━━━━━━━━━━━━━ step 101/2000 eta 12:34 0:01:02 loss 0.01235 psnr 23.46 dB``. The ETA is ``-:--``
+until a training rate is known: after the start-up steps (whose time is not training time) and
+one timed step after them.
 """
 
 from __future__ import annotations
@@ -26,13 +28,16 @@ MIN_BAR = 8  # bar characters kept however narrow the terminal
 MAX_BAR = 40
 
 
-def eta_seconds(step: int, train_time_s: float, n_steps: int, time_budget_s: float | None) -> float | None:
-    """Seconds of training left: the steps to ``n_steps`` at the mean step time so far
-    (``train_time_s / step``; a resumed run's ``train_time_s`` includes its earlier training), or
-    the rest of ``time_budget_s`` when that comes first; None before the first step."""
-    if step <= 0 or train_time_s <= 0:
+def eta_seconds(step: int, train_time_s: float, n_steps: int, time_budget_s: float | None,
+                since: tuple[int, float] = (0, 0.0)) -> float | None:
+    """Seconds of training left: the steps to ``n_steps`` at the mean step time since ``since``
+    (``(step, train_time_s)`` where the rate's count starts, e.g. the end of the start-up; a
+    resumed run's ``train_time_s`` includes its earlier training), or the rest of
+    ``time_budget_s`` when that comes first; None before a step after ``since`` took time."""
+    steps, seconds = step - since[0], train_time_s - since[1]
+    if steps <= 0 or seconds <= 0:
         return None
-    left = (n_steps - step) * train_time_s / step
+    left = (n_steps - step) * seconds / steps
     if time_budget_s is not None:
         left = min(left, time_budget_s - train_time_s)
     return max(0.0, left)
@@ -91,6 +96,7 @@ class TrainProgress:
         self._last_plain = time.perf_counter()
         self._started = time.perf_counter()
         self._live = None
+        self._rate_from: tuple[int, float] | None = None  # (step, train_time_s) the ETA's rate counts from
         self._state: dict[str, Any] = {"label": "train", "fraction": 0.0, "kept": [f"step 0/{total}", "eta -:--"],
                                        "extras": []}
         if not self.plain:
@@ -111,16 +117,16 @@ class TrainProgress:
 
     @staticmethod
     def figures(record: dict[str, Any]) -> list[str]:
-        """A log record's figures, most used first, each value before its unit: ``6.10 M
-        samples/s``, ``77.6 k rays/s``, loss, PSNR. A record of start-up steps only
-        (``timed_steps`` 0: compilation, the first occupancy pass) shows ``start-up`` for its
-        rates, which measure the start-up and not the training."""
+        """A log record's figures, most important first (the live line drops them from the end),
+        each value before its unit: loss, PSNR, ``6.10 M samples/s``, ``77.6 k rays/s``. A record
+        of start-up steps only (``timed_steps`` 0: compilation, the first occupancy pass) shows
+        ``start-up`` for its rates, which measure the start-up and not the training."""
         psnr = record.get("train_psnr_db")
         loss = record.get("loss")
         rates = (["start-up"] if record.get("timed_steps") == 0 else
                  [f"{si_number(record['throughput_samples_per_s'])} samples/s", f"{si_number(record['rays_per_s'])} rays/s"])
-        return [*rates, f"loss {loss:.4g}" if isinstance(loss, (int, float)) else "loss - (no samples yet)",
-                f"psnr {psnr:.2f} dB" if isinstance(psnr, (int, float)) else "psnr -"]
+        return [f"loss {loss:.4g}" if isinstance(loss, (int, float)) else "loss - (no samples yet)",
+                f"psnr {psnr:.2f} dB" if isinstance(psnr, (int, float)) else "psnr -", *rates]
 
     def log(self, record: dict[str, Any]) -> None:
         """A metrics record: a plain line off a TTY, else its figures on the live line."""
@@ -130,9 +136,16 @@ class TrainProgress:
         else:
             self._state["extras"] = self.figures(record)
 
-    def step(self, step: int, train_time_s: float) -> None:
-        """After every training step: advance the line (plain: a line when the interval has passed)."""
-        eta = eta_seconds(step, train_time_s, self.total or step, self.time_budget_s)
+    def step(self, step: int, train_time_s: float, started: bool = True) -> None:
+        """After every training step: advance the line (plain: a line when the interval has
+        passed). ``started``: the start-up steps are over; the ETA counts the rate from the first
+        step seen after them (module docstring)."""
+        if not started:
+            self._rate_from = None
+        elif self._rate_from is None:
+            self._rate_from = (step, train_time_s)
+        eta = (None if self._rate_from is None else
+               eta_seconds(step, train_time_s, self.total or step, self.time_budget_s, self._rate_from))
         if not self.plain:
             self._state.update(fraction=step / max(self.total or step, 1), kept=[f"step {step}/{self.total}", f"eta {clock_text(eta)}"])
             return

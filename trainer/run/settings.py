@@ -11,6 +11,7 @@ from trainer.contract.commandline import scene_format_overrides
 from trainer.contract.config import TrainConfig, load_config, parse_override
 from trainer.contract.defaults import default_config_path, runs_on_cpu
 from trainer.contract.errors import ConfigError
+from trainer.contract.textlines import counted, fit_lines
 
 __all__ = ["config_source", "device_name", "on_cpu", "opening_line", "resolve_config", "scene_path_of"]
 
@@ -56,19 +57,21 @@ def config_source(args: argparse.Namespace) -> str:
 
 
 def opening_line(cfg: TrainConfig, args: argparse.Namespace, ranks: int, local_ranks: int | None = None) -> str:
-    """The first line of a run: scene, device, ranks (on a CPU: threads per rank, for
-    ``local_ranks`` ranks on this host, default ``ranks``), config and the stopping rule."""
+    """The first lines of a run (under 80 columns, :func:`~trainer.contract.textlines.fit_lines`;
+    :func:`~trainer.contract.textlines.joined` gives the statement): scene, device, ranks (on a
+    CPU: threads per rank, for ``local_ranks`` ranks on this host, default ``ranks``), config and
+    the stopping rule."""
     from trainer.cpu_threads import describe_cpu_threads
 
-    stop = f"{cfg.training.n_steps} steps"
+    stop = counted(cfg.training.n_steps, "step")
     if cfg.training.time_budget_s is not None:
         stop += f" or {cfg.training.time_budget_s:g} s"
     device = device_name(cfg.training.device)
     threads = ""
     if device == "cpu":
         threads = f" ({describe_cpu_threads(cfg.training.cpu_threads, local_ranks or ranks)})"
-    return (f"training {scene_path_of(cfg)} on {device}, "
-            f"{ranks} rank{'s' if ranks != 1 else ''}{threads}, config {config_source(args)}, up to {stop}")
+    return "\n".join(fit_lines([f"training {scene_path_of(cfg)}", f"on {device},", f"{counted(ranks, 'rank')}{threads},",
+                                f"config {config_source(args)},", f"up to {stop}"]))
 
 
 def resolve_config(args: argparse.Namespace) -> TrainConfig:

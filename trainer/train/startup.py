@@ -21,6 +21,8 @@ import os
 import time
 from pathlib import Path
 
+from trainer.contract.textlines import counted, fit_lines
+
 __all__ = ["StartupClock", "StartupReport", "triton_cache_dir", "triton_cache_entries"]
 
 
@@ -57,11 +59,13 @@ class StartupReport:
     step_reason: str
 
     def line(self) -> str:
-        """One console line: start-up seconds, where the kernels came from, the step."""
+        """The console's lines (under 80 columns, :func:`~trainer.contract.textlines.fit_lines`):
+        start-up seconds, where the kernels came from, the step."""
         kernels = ("kernels from the cache" if self.kernels_compiled == 0
-                   else f"{self.kernels_compiled} kernels compiled")
+                   else f"{counted(self.kernels_compiled, 'kernel')} compiled")
         step = self.step_kind + (f" ({self.step_reason})" if self.step_reason else "")
-        return f"start-up {self.startup_s:.1f} s ({kernels}; {self.startup_steps} steps), then the clock; step: {step}"
+        return "\n".join(fit_lines([f"start-up {self.startup_s:.1f} s", f"({kernels};",
+                                    f"{counted(self.startup_steps, 'step')}),", "then the clock;", f"step: {step}"]))
 
     def record(self) -> dict[str, object]:
         """The metrics columns of the report."""

@@ -57,7 +57,7 @@ from ngptune.profiling.diagnoses.inputs import (
     rank_phase_means,
     steps_past_occupancy_warmup,
 )
-from ngptune.profiling.diagnoses.registry import BOTTLENECKS, DIAGNOSES, DiagnosisDef
+from ngptune.profiling.diagnoses.registry import BOTTLENECKS, DIAGNOSES, DiagnosisDef, diagnosis_measure_text
 from ngptune.profiling.diagnoses.runs import (
     assess_run,
     config_of_run,
@@ -70,6 +70,6 @@ from ngptune.profiling.diagnoses.runs import (
 __all__ = [
     "BOTTLENECKS", "DIAGNOSES", "LINK_UNDERUSED_FRACTION", "SEVERITIES", "Check", "Diagnosis", "DiagnosisDef",
     "DiagnosisError", "ProfileInputs", "Suggestion", "assess", "assess_run", "config_of_run", "diagnose",
-    "diagnose_run", "diagnoses_table", "evaluation_of_run", "inputs_from_run", "knob_text", "occupancy_records",
+    "diagnose_run", "diagnoses_table", "diagnosis_measure_text", "evaluation_of_run", "inputs_from_run", "knob_text", "occupancy_records",
     "past_warmup_phases", "rank_phase_means", "steps_past_occupancy_warmup",
 ]

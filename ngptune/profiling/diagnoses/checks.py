@@ -1,6 +1,7 @@
 """What a diagnosis check returns, and the rules every check shares: the severity from how far the
 value is past its threshold, the knob text from the suggested settings (without those the run
-already has), the sentences of a check that could not be evaluated."""
+already has), the sentences of a check that could not be evaluated, and how a value and its
+threshold read (:func:`measure_text`: a share as a percentage, a ratio with ×)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from ngptune.errors import NgptuneError
 from trainer.contract import TrainConfig
 
 __all__ = [
-    "NO_PHASES", "SEVERITIES", "SINGLE_RANK", "Check", "Diagnosis", "DiagnosisError", "Suggestion",
-    "knob_text", "not_evaluated", "severity", "verdict",
+    "NO_PHASES", "SEVERITIES", "SINGLE_RANK", "UNITS", "Check", "Diagnosis", "DiagnosisError", "Suggestion",
+    "knob_text", "measure_text", "not_evaluated", "plain_number", "severity", "verdict",
 ]
 
 SEVERITIES: tuple[str, ...] = ("high", "medium", "low")
@@ -40,6 +41,36 @@ class Suggestion:
     def text(self) -> str:
         setting = self.key if self.value is None else f"{self.key}={value_text(self.value)}"
         return f"{setting} ({self.how})" if self.how else setting
+
+
+UNITS: tuple[str, ...] = ("share", "%", "ratio", "dB")
+"""The units of a diagnosis's value and threshold (its module's ``UNIT``): a share of 1
+(``0.111``, shown ``11.1 %``), a percentage (``80.0``), a ratio (``1.15``, shown ``1.15×``), dB."""
+
+
+def plain_number(value: float) -> str:
+    """``value`` with 3 significant digits, never in exponent notation: ``0.428``, ``31``, ``1080``."""
+    return f"{value:.0f}" if abs(value) >= 1000 else f"{value:.3g}"
+
+
+def measure_text(value: float, unit: str) -> str:
+    """A diagnosis's value or threshold as a person reads it, in ``unit`` (:data:`UNITS`):
+    ``11.1 %`` (a share of 0.111), ``80.0 %``, ``5.00×``, ``0.10 dB``; ``""`` for NaN.
+
+    Raises:
+        ValueError: ``unit`` is not one of :data:`UNITS`.
+    """
+    if unit not in UNITS:
+        raise ValueError(f"measure_text: unit {unit!r} is not one of {', '.join(UNITS)}")
+    if value != value:
+        return ""
+    if unit == "share":
+        return f"{100 * value:.1f} %"
+    if unit == "%":
+        return f"{value:.1f} %"
+    if unit == "ratio":
+        return f"{value:.2f}×" if abs(value) < 100 else f"{plain_number(value)}×"
+    return f"{value:.2f} dB"
 
 
 def value_text(value: Any) -> str:

@@ -12,6 +12,7 @@ from trainer.contract import COLLAPSE_CURES, COLLAPSE_MARGIN_DB, collapse_gap_db
 
 NAME = "background_collapse"
 THRESHOLD = COLLAPSE_MARGIN_DB
+UNIT = "dB"  # of the value and the threshold (checks.UNITS)
 """|test PSNR − background PSNR| below this many dB past the occupancy warm-up (the trainer's own rule)."""
 KNOB: tuple[Suggestion | str, ...] = (COLLAPSE_CURES,)
 

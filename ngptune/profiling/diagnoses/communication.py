@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ngptune.profiling.diagnoses.checks import NO_PHASES, SINGLE_RANK, Check, Suggestion, not_evaluated, verdict
+from ngptune.profiling.diagnoses.checks import (
+    NO_PHASES, SINGLE_RANK, Check, Suggestion, not_evaluated, plain_number, verdict,
+)
 from ngptune.profiling.diagnoses.inputs import ProfileInputs, phases_timed, rank_share, summary_column
 
 NAME = "communication"
@@ -12,6 +14,7 @@ NAME = "communication"
 #: that waits least (the slowest rank, whose wait is the transfer itself, not other ranks). Above
 #: 15 % the step is visibly communication bound: more than compression or bucketing overheads cost.
 THRESHOLD = 0.15
+UNIT = "share"  # of the value and the threshold (checks.UNITS)
 #: communication knob choice: achieved busbw below this fraction of the link's means the link is not
 #: the limit (algorithm, channels, bucket sizes are); above it, fewer bytes must travel.
 LINK_UNDERUSED_FRACTION = 0.5
@@ -48,7 +51,7 @@ def check(inputs: ProfileInputs, means: pd.DataFrame | None) -> Check:
     rank, value = rank_share(means, "comm", largest=False)
     evidence = (
         f"exposed gradient communication takes at least {value:.1%} of the step on every rank "
-        f"(rank {rank}: {means.at[rank, 'comm']:.3g} of {means.at[rank, 'step_time_ms']:.3g} ms), "
+        f"(rank {rank}: {plain_number(means.at[rank, 'comm'])} of {plain_number(means.at[rank, 'step_time_ms'])} ms), "
         f"threshold {threshold:.0%}"
     )
     busbw = summary_column(summary, "comm_busbw_gb_per_s")

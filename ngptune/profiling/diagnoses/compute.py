@@ -15,6 +15,7 @@ NAME = "compute_underused"
 #: below 80 % more than a fifth of the time no kernel runs — launch gaps or host work between
 #: kernels, which a larger batch (more work per launch) hides.
 THRESHOLD = 80.0
+UNIT = "%"  # of the value and the threshold (checks.UNITS)
 KNOB: tuple[Suggestion | str, ...] = (
     Suggestion("training.target_samples_per_step", how="raise it, e.g. 2x, so each kernel launch does more work"),
 )

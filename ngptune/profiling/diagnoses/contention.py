@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ngptune.profiling.diagnoses.checks import Check, Suggestion, not_evaluated, verdict
+from ngptune.profiling.diagnoses.checks import Check, Suggestion, not_evaluated, plain_number, verdict
 from ngptune.profiling.diagnoses.inputs import ProfileInputs
 
 NAME = "hash_grid_contention"
@@ -13,6 +13,7 @@ NAME = "hash_grid_contention"
 #: the forward without contention; above 3× the atomic adds collide (many samples hitting the same
 #: table entries of the coarse levels) or run in emulated half precision.
 THRESHOLD = 3.0
+UNIT = "ratio"  # of the value and the threshold (checks.UNITS)
 #: kernels.csv ``category`` values of the hash-grid encoding's forward and backward kernels.
 HASH_GRID_FWD_CATEGORY = "hash_grid_fwd"
 HASH_GRID_BWD_CATEGORY = "hash_grid_bwd"
@@ -35,11 +36,11 @@ def check(inputs: ProfileInputs, means: pd.DataFrame | None) -> Check:
             name,
             threshold,
             f"the kernel table lacks {HASH_GRID_FWD_CATEGORY} or {HASH_GRID_BWD_CATEGORY} time "
-            f"(forward {fwd:.3g} ms, backward {bwd:.3g} ms)",
+            f"(forward {plain_number(fwd)} ms, backward {plain_number(bwd)} ms)",
         )
     value = bwd / fwd
     evidence = (
-        f"hash-grid backward kernels take {bwd:.3g} ms vs forward {fwd:.3g} ms in the trace window "
+        f"hash-grid backward kernels take {plain_number(bwd)} ms vs forward {plain_number(fwd)} ms in the trace window "
         f"({value:.3g}x), threshold {threshold:.3g}x"
     )
     return verdict(name, value, threshold, 1.0, evidence, KNOB, inputs.config, fires=value > threshold)

@@ -12,6 +12,7 @@ NAME = "data_loading"
 #: draw is a gather kernel well under 1 % of the step; above 10 % the input pipeline (host decode,
 #: host→device copies) holds the step back, and removing it gains more than the other knobs' noise.
 THRESHOLD = 0.10
+UNIT = "share"  # of the value and the threshold (checks.UNITS)
 KNOB: tuple[Suggestion | str, ...] = (
     Suggestion("data.placement", "device", "pixel table on the GPU"),
     Suggestion("data.decode_threads", how="more"),

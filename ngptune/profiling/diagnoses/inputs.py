@@ -9,7 +9,9 @@ from typing import Any
 
 import pandas as pd
 
-from ngptune.profiling.diagnoses.checks import NO_PHASES, Check, DiagnosisError, Suggestion, not_evaluated, verdict
+from ngptune.profiling.diagnoses.checks import (
+    NO_PHASES, Check, DiagnosisError, Suggestion, not_evaluated, plain_number, verdict,
+)
 from ngptune.profiling.runs import drop_warmup
 from ngptune.profiling.tables import PHASES_TABLE
 from trainer.contract import PHASES, TrainConfig
@@ -170,7 +172,7 @@ def phase_share_check(means: pd.DataFrame | None, name: str, threshold: float, p
         return not_evaluated(name, threshold, NO_PHASES)
     rank, value = rank_share(means, phase, largest=True)
     evidence = (
-        f"rank {rank} spends {means.at[rank, phase]:.3g} ms of its {means.at[rank, 'step_time_ms']:.3g} ms step "
+        f"rank {rank} spends {plain_number(means.at[rank, phase])} ms of its {plain_number(means.at[rank, 'step_time_ms'])} ms step "
         f"({value:.1%}) {doing}; threshold {threshold:.0%}"
     )
     return verdict(name, value, threshold, 0.0, evidence, knob, config, fires=value > threshold)

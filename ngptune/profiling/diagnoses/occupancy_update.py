@@ -12,6 +12,7 @@ NAME = "occupancy_update"
 #: update evaluates the density of grid cells every ``training.occupancy_update_every`` steps;
 #: above a quarter of the step it costs more than it saves in marching.
 THRESHOLD = 0.25
+UNIT = "share"  # of the value and the threshold (checks.UNITS)
 KNOB: tuple[Suggestion | str, ...] = (
     Suggestion("training.occupancy_update_every", how="higher: rarer updates"),
     Suggestion("training.occupancy_resolution", how="smaller"),

@@ -16,6 +16,7 @@ NAME = "wasted_samples"
 #: space (updates too rare, decay too slow, threshold too low), and the samples it marches there
 #: buy throughput but no quality.
 THRESHOLD = 0.30
+UNIT = "share"  # of the value and the threshold (checks.UNITS)
 KNOB: tuple[Suggestion | str, ...] = (
     Suggestion("training.occupancy_update_every", how="lower, so the grid tracks the density"),
     Suggestion("training.occupancy_decay", how="lower"),

@@ -471,3 +471,20 @@ def test_the_registry_the_modules_and_the_documented_table_agree() -> None:
     for diagnosis in DIAGNOSES:
         module = importlib.import_module(diagnosis.check.__module__)
         assert (module.NAME, module.THRESHOLD, module.KNOB) == (diagnosis.name, diagnosis.threshold, diagnosis.knob)
+
+
+def test_a_value_and_its_threshold_read_in_the_unit_of_their_diagnosis():
+    import math
+
+    from ngptune.profiling.diagnoses import diagnosis_measure_text
+    from ngptune.profiling.diagnoses.checks import measure_text, plain_number
+
+    assert diagnosis_measure_text("data_loading", 0.11095879662604494) == "11.1 %"
+    assert diagnosis_measure_text("compute_underused", 55.0) == "55.0 %"
+    assert diagnosis_measure_text("load_imbalance", 1.15) == "1.15×"
+    assert diagnosis_measure_text("background_collapse", 0.1) == "0.10 dB"
+    assert diagnosis_measure_text("wasted_samples", math.nan) == ""
+    assert diagnosis_measure_text("a_future_check", 0.11095879662604494) == "0.111"
+    assert plain_number(1083.2) == "1083" and plain_number(0.4281) == "0.428"  # never 1.08e+03
+    with pytest.raises(ValueError, match="unit 'x'"):
+        measure_text(1.0, "x")

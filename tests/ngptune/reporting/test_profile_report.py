@@ -279,3 +279,23 @@ def test_unreadable_files_are_errors_naming_the_file(gpu_profile: ProfileDir) ->
 
 def test_phase_names_of_the_synthetic_profile_are_the_schema_phases() -> None:
     assert set(STEP_MS) == {*PHASES, "other"}
+
+
+def test_the_diagnoses_read_in_their_units_not_as_raw_floats(gpu_profile: ProfileDir) -> None:
+    import re
+
+    diagnoses = pd.read_csv(gpu_profile.table_path("diagnoses")).set_index("bottleneck")
+    html = write_profile_report(gpu_profile.root).read_text(encoding="utf-8")
+    checks = html[html.index("<h3>All checks</h3>"):]
+    cells = dict(re.findall(r"<tr><td class=\"text\">(\w+)</td>.*?((?:<td class=\"num\">[^<]*</td>){2})", checks))
+
+    def shown(bottleneck: str) -> list[str]:
+        return re.findall(r"<td class=\"num\">([^<]*)</td>", cells[bottleneck])
+
+    data_share = diagnoses.at["data_loading", "value"]
+    assert shown("data_loading") == [f"{100 * data_share:.1f} %", "10.0 %"]  # a share as a percentage
+    assert shown("hash_grid_contention") == ["5.00×", "3.00×"]  # a ratio
+    assert shown("communication")[1] == "15.0 %" and shown("communication")[0].endswith(" %")
+    assert shown("compute_underused")[1] == "80.0 %"  # already a percentage
+    assert shown("background_collapse") == ["", "0.10 dB"]  # not evaluated: no value
+    assert not re.search(r"<td class=\"num\">\d+\.\d{5,}", html[html.index("Diagnoses"):])  # no raw floats

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from trainer.contract.runstatus import SUMMARY_PREFIX, summary_lines
-from trainer.contract.textlines import LINE_WIDTH, fit_lines, listed
+from trainer.contract.textlines import LINE_WIDTH, counted, fit_lines, joined, listed
 
 
 def test_parts_are_packed_into_lines_under_80_columns_and_broken_only_between_parts():
@@ -16,6 +16,17 @@ def test_parts_are_packed_into_lines_under_80_columns_and_broken_only_between_pa
     assert all(line.startswith("  quantity ") for line in lines[1:]) and lines[0].startswith("quantity 0 ")
     assert " ".join(line.strip() for line in lines) == " ".join(parts)  # nothing lost, nothing split
     assert fit_lines(["short", "", "line"]) == ["short line"] and fit_lines([]) == []
+
+
+def test_joined_puts_the_lines_of_a_statement_back_on_one_line():
+    parts = listed([f"quantity {i} is 12.3 ms" for i in range(12)])
+    assert joined(fit_lines(parts)) == " ".join(parts)
+    assert joined(["one line"]) == "one line" and joined([]) == ""
+
+
+def test_a_count_takes_the_singular_only_for_one():
+    assert [counted(n, "step") for n in (0, 1, 2)] == ["0 steps", "1 step", "2 steps"]
+    assert counted(1, "match", "matches") == "1 match" and counted(3, "match", "matches") == "3 matches"
 
 
 def test_a_part_longer_than_a_line_is_broken_at_its_spaces_and_a_word_is_kept_whole():

@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
 import trimesh
 
 from tests.support.cli import run_inference_cli
+from trainer.contract.textlines import LINE_WIDTH, joined
 from trainer.data.demo import surface_distance
 from trainer.contract.commandline import MAX_RAYS_PER_POINT
 from trainer.inference.loading import load_model
@@ -155,6 +157,25 @@ def test_bad_mesh_requests_are_refused_before_any_work(trained_run, tmp_path, ca
     assert not list(tmp_path.glob("*.ply")) and not (trained_run["run"] / "mesh.ply").exists()
 
 
+def test_the_export_result_lines_fit_80_columns():
+    import argparse
+
+    from trainer.inference.cli import mesh_result_lines, pointcloud_result_lines
+
+    args = argparse.Namespace(resolution=512, min_views=3, threshold=2.5, min_opacity=0.5)
+    out = Path("runs/lego-with-a-rather-long-name/exports/lego-mesh-at-full-resolution.ply")
+    mesh = {"vertices": [0] * 1_234_567, "faces": [0] * 2_469_134, "faces_unsupported": 20_311, "support_s": 12.34,
+            "density_s": 3.456, "marching_s": 0.0391}
+    lines = mesh_result_lines(mesh, args, out)
+    assert len(lines) > 1 and all(len(line) <= LINE_WIDTH for line in lines), lines  # was one line of 200
+    assert joined(lines) == ("mesh: 1234567 vertices, 2469134 triangles at 512^3, 20311 left out (on the surface "
+                             "of fewer than 3 training views; support 12.3 s), threshold 2.5 (density 3.5 s, "
+                             f"marching cubes 39.1 ms) -> {out}")
+    cloud = {"points": [0], "rays": 1, "unsupported": 0}
+    assert pointcloud_result_lines(cloud, argparse.Namespace(min_views=0, min_opacity=0.5), Path("p.ply")) == [
+        "point cloud: 1 point from 1 ray (opacity >= 0.5) -> p.ply"]
+
+
 def test_export_progress_and_its_last_line_read_in_human_units(trained_run, tmp_path, capsys, monkeypatch):
     import trainer.inference.progress as progress_module
     from trainer.inference.cli import seconds_text
@@ -167,12 +188,14 @@ def test_export_progress_and_its_last_line_read_in_human_units(trained_run, tmp_
     counter.advance(1, 133_000)
     assert capsys.readouterr().err == "density 2/2  133 k points/s  ETA 0 s\n"
     monkeypatch.undo()
-    assert seconds_text(183.4712) == "183.5 s" and seconds_text(0.04213) == "0.042 s" and seconds_text(1.0) == "1.0 s"
+    assert seconds_text(183.4712) == "183.5 s" and seconds_text(0.04213) == "42.1 ms" and seconds_text(1.0) == "1.0 s"
 
     code, stdout, err = run_inference_cli(["export", "mesh", trained_run["run"], "--resolution", "16",
                                            "--out", tmp_path / "m.ply"], capsys)
     assert code == 0 and "points/s" in err and "e+" not in err + stdout, err
     assert re.search(r"  [0-9.]+( [kMG])? points/s  ", err), err
-    last = stdout.splitlines()[-1]
-    assert re.search(r"; support (\d+\.\d|0\.\d+) s\), threshold 2\.5 \(density (\d+\.\d|0\.\d+) s, marching cubes "
-                     r"(\d+\.\d|0\.\d+) s\) -> ", last), last
+    lines = stdout.splitlines()
+    result = lines[next(i for i, line in enumerate(lines) if line.startswith("mesh: ")):]
+    assert all(len(line) <= LINE_WIDTH for line in result if " " in line.strip()), result  # a long path stays whole
+    assert re.search(r"; support \d+\.\d m?s\), threshold 2\.5 \(density \d+\.\d m?s, marching cubes "
+                     r"\d+\.\d m?s\) -> ", joined(result)), result

@@ -40,7 +40,7 @@ def test_cli_writes_frames_and_depth_in_source_units(trained_run, tmp_path, caps
     out = tmp_path / "frames"
     code, stdout, _ = run_inference_cli(["render", trained_run["run"], "--cameras", "test", "--frames", "2", "--depth",
                                "--out", out, "--quiet"], capsys)
-    assert code == 0 and "rendered 2 frame(s) of 32x32" in stdout
+    assert code == 0 and "rendered 2 frames of 32x32" in stdout
     import cv2
 
     rgb = cv2.imread(str(out / "test_000.png"), cv2.IMREAD_UNCHANGED)

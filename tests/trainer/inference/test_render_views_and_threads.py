@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from tests.support.cli import run_inference_cli
+from trainer.contract.textlines import LINE_WIDTH, joined
 from trainer.cpu_threads import available_cores
 from trainer.inference.loading import load_model
 
@@ -25,6 +26,32 @@ def restore_threads():
     torch.set_num_threads(before)
 
 
+def _result(stdout: str) -> str:
+    """The render's result statement (its lines from ``rendered ...`` on, joined)."""
+    lines = stdout.splitlines()
+    return joined(lines[next(i for i, line in enumerate(lines) if line.startswith("rendered ")):])
+
+
+def test_the_render_result_fits_80_columns_and_counts_in_words():
+    import types
+
+    from trainer.inference.cli import render_result_lines
+
+    camera = types.SimpleNamespace(intrinsics=types.SimpleNamespace(width=400, height=400))
+    job = types.SimpleNamespace(cameras=[camera], spp=8)
+    summary = {"frames": 8, "seconds": 183.42, "frames_per_s": 0.0436, "rays_per_s": 6980.2,
+               "out_dir": "runs/lego-with-a-rather-long-name/views", "mean_psnr_db": 23.0412, "mean_ssim": 0.81234,
+               "scores_path": "runs/lego-with-a-rather-long-name/views/scores.json"}
+    lines = render_result_lines(summary, job, ranks=2)
+    assert len(lines) > 1 and all(len(line) <= LINE_WIDTH for line in lines), lines  # was one line of ~200
+    assert joined(lines) == ("rendered 8 frames of 400x400, spp 8, in 183.4 s: 0.0436 frames/s, 6.98 k rays/s "
+                             "(2 ranks) -> runs/lego-with-a-rather-long-name/views; against the ground truth: "
+                             "PSNR 23.04 dB, SSIM 0.812 (mean over the views, per view in "
+                             "runs/lego-with-a-rather-long-name/views/scores.json)")
+    one = render_result_lines({"frames": 1, "seconds": 0.25, "frames_per_s": 4.0, "rays_per_s": 6.4e5}, job)
+    assert one == ["rendered 1 frame of 400x400, spp 8, in 250.0 ms: 4.00 frames/s, 640 k rays/s"]
+
+
 def test_render_takes_the_runs_thread_rule_and_says_so(trained_run, tmp_path, capsys, restore_threads):
     assert trained_run["config"].training.cpu_threads == 0  # the rule: cores // ranks
     code, stdout, _ = run_inference_cli(["render", trained_run["run"], "--cameras", "orbit", "--frames", "1", "--width", "8",
@@ -35,7 +62,7 @@ def test_render_takes_the_runs_thread_rule_and_says_so(trained_run, tmp_path, ca
     assert first.startswith(f"rendering {trained_run['run']}/snapshots/step_0000080.pt (step 80) on cpu ({cores} CPU thread")
     assert f"per rank ({cores} cores // 1 rank)): 1 frame of orbit of 8x8, spp 1" in first, first
     assert torch.get_num_threads() == cores
-    assert re.search(r" frames/s, [0-9.]+( [kMG])? rays/s", stdout.splitlines()[-1]), stdout  # 64.0 k, not 6.4e+04
+    assert re.search(r" frames/s, [0-9.]+( [kMG])? rays/s", _result(stdout)), stdout  # 64.0 k, not 6.4e+04
 
 
 def test_cpu_threads_flag_sets_the_threads_of_render_and_export(trained_run, tmp_path, capsys, restore_threads):
@@ -84,7 +111,7 @@ def test_test_views_are_named_after_the_views_and_scored_against_the_ground_trut
         assert ours["name"] == theirs["name"]
         assert abs(ours["psnr_db"] - theirs["psnr_db"]) < 1e-3 and abs(ours["ssim"] - theirs["ssim"]) < 1e-4
     assert abs(scores["mean_psnr_db"] - trained_run["eval"]["mean_psnr_db"]) < 1e-3
-    assert f"against the ground truth: PSNR {scores['mean_psnr_db']:.2f} dB" in stdout.splitlines()[-1]
+    assert f"against the ground truth: PSNR {scores['mean_psnr_db']:.2f} dB" in _result(stdout)
     side = cv2.imread(str(out / f"{names[0]}_compare.png"))
     alone = cv2.imread(str(out / f"{names[0]}.png"))
     assert side.shape == (32, 64, 3) and (side[:, :32] == alone).all()

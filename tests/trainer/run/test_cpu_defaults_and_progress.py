@@ -8,10 +8,12 @@ import json
 import re
 import subprocess
 import sys
+from itertools import takewhile
 from pathlib import Path
 
 from tests.support.paths import REPO
 from tests.support.scenes import tiny_config_file
+from trainer.contract.textlines import CONTINUATION, LINE_WIDTH, joined
 
 
 def _train(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -19,10 +21,31 @@ def _train(*args: str, cwd: Path) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=600)
 
 
+def _opening(stdout: str) -> str:
+    """The run's opening statement: its first line and the lines that go on from it, joined."""
+    lines = stdout.splitlines()
+    return joined(lines[:1] + list(takewhile(lambda line: line.startswith(CONTINUATION), lines[1:])))
+
+
+def test_the_opening_lines_fit_80_columns_and_count_in_words():
+    import argparse
+
+    from trainer.contract.config import apply_overrides, load_config
+    from trainer.run.settings import opening_line
+
+    cfg = apply_overrides(load_config(None), {"training.device": "cpu", "training.n_steps": 1,
+                                              "data.scene": "/data/scenes/a-capture-with-a-long-name/transforms.json"})
+    args = argparse.Namespace(config=None, config_chosen=REPO / "configs" / "small.json")
+    lines = opening_line(cfg, args, 1).splitlines()
+    assert len(lines) > 1 and all(len(line) <= LINE_WIDTH for line in lines), lines  # one line of 190 columns before
+    assert lines[0].startswith("training /data/scenes/a-capture-with-a-long-name/transforms.json on cpu,")
+    assert joined(lines).endswith(", up to 1 step")  # not "1 steps"
+
+
 def test_no_config_on_a_cpu_takes_the_preset_and_says_so(demo_scene, tmp_path):
     out = _train("--scene", str(demo_scene), "--n-steps", "2", "--no-eval", "--out", str(tmp_path / "a"), cwd=REPO)
     assert out.returncode == 0, out.stderr
-    first = out.stdout.splitlines()[0]
+    first = _opening(out.stdout)
     assert re.match(rf"training {re.escape(str(demo_scene))} on cpu, 1 rank \(1 CPU thread per rank \(training\.cpu_threads\)\), config .*configs/small\.json "
                     r"\(the CPU preset: no --config on a CPU\), up to 2 steps$", first), first
     preset = json.loads((tmp_path / "a" / "config.json").read_text())
@@ -34,7 +57,7 @@ def test_an_explicit_config_is_taken_as_given(demo_scene, tmp_path):
     out = _train("--scene", str(demo_scene), "--config", str(config), "--n-steps", "2", "--no-eval",
                  "--out", str(tmp_path / "b"), cwd=REPO)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines()[0].endswith(f"config {config}, up to 2 steps")
+    assert _opening(out.stdout).endswith(f"config {config}, up to 2 steps")
     given = json.loads((tmp_path / "b" / "config.json").read_text())
     assert given["training"]["target_samples_per_step"] == json.loads(config.read_text().split("\n", 1)[1])["training"]["target_samples_per_step"]
 
@@ -55,8 +78,13 @@ def test_the_evaluation_says_its_estimate_first_and_its_time_after(tmp_path):
     out = _train("--scene", str(scene), "--config", str(config), "--n-steps", "5", "--quiet",
                  "--out", str(tmp_path / "c"), cwd=REPO)
     assert out.returncode == 0, out.stderr
-    assert re.search(r"^evaluating 3 test views .*, estimated [0-9.]+ (s|min) \(measured on a sample of its rays\)",
-                     out.stdout, re.M), out.stdout
+    lines = out.stdout.splitlines()
+    notice = next(i for i, line in enumerate(lines) if line.startswith("evaluating "))
+    notice_lines = lines[notice:notice + 1] + list(takewhile(lambda line: line.startswith(CONTINUATION),
+                                                             lines[notice + 1:]))
+    assert all(len(line) <= LINE_WIDTH for line in notice_lines), notice_lines
+    assert re.match(r"evaluating 3 test views \(12\.3 k pixels, 1 render each\), estimated [0-9.]+ (s|min) "
+                    r"\(measured on a sample of its rays\)", joined(notice_lines)), notice_lines  # not 0.01 M pixels
     status = json.loads(out.stdout.strip().splitlines()[-1])
     took, estimate = status["eval_time_s"], status["eval_estimate_s"]
     assert took > 0 and estimate > 0, (estimate, took)  # how close they are: docs/benchmarks.md, a timing
@@ -80,7 +108,9 @@ def test_a_long_evaluation_says_how_to_shorten_it(demo_scene, monkeypatch):
 
     trainer = Trainer(tiny_config(), load_scene(demo_scene))
     monkeypatch.setattr(eval_estimate, "measure_eval_seconds", lambda *args: LONG_EVALUATION_S * 8.7)
-    line = evaluation_notice(trainer)
+    lines = evaluation_notice(trainer).splitlines()
+    assert all(len(line) <= LINE_WIDTH for line in lines), lines
+    line = joined(lines)
     assert "estimated 87.0 min (measured on a sample of its rays)" in line
     assert line.endswith("that is long: Ctrl-C keeps the trained model, and fewer views (--eval-max-images 1) or "
                          "smaller images (--downscale N) shorten it")
@@ -94,15 +124,15 @@ def _record(step: int) -> dict:
             "throughput_samples_per_s": 6_104_850.0, "wall_time_s": 62.0}
 
 
-def test_the_progress_line_fits_80_columns_keeping_step_and_eta():
+def test_the_progress_line_fits_80_columns_keeping_step_eta_loss_and_psnr():
     from trainer.run.progress import TrainProgress, fit_progress_line
 
     figures = TrainProgress.figures(_record(101))
-    line = fit_progress_line(80, "train", 101 / 2000, ["step 101/2000", "eta 12:34", "0:01:02"], figures)
-    assert len(line) <= 80 and "step 101/2000 eta 12:34 0:01:02" in line
-    assert "6.10 M samples/s" in line and "loss" not in line and "psnr" not in line  # loss and PSNR drop first
+    line = fit_progress_line(79, "train", 101 / 2000, ["step 101/2000", "eta 12:34", "0:01:02"], figures)
+    assert len(line) <= 79 and "step 101/2000 eta 12:34 0:01:02" in line
+    assert line.endswith(" loss 0.01235 psnr 23.46 dB") and "rays/s" not in line  # the rates drop first
     wide = fit_progress_line(200, "train", 0.5, ["step 1000/2000", "eta 1:00"], figures)
-    assert wide.endswith("6.10 M samples/s 77.6 k rays/s loss 0.01235 psnr 23.46 dB")  # value, then unit (README)
+    assert wide.endswith("loss 0.01235 psnr 23.46 dB 6.10 M samples/s 77.6 k rays/s")  # value, then unit (README)
     narrow = fit_progress_line(40, "train", 0.5, ["step 1000/2000", "eta 1:00", "0:01:00"], figures)
     assert narrow.startswith("train ━") and narrow.endswith("step 1000/2000 eta 1:00 0:01:00") and len(narrow) <= 40
 
@@ -110,11 +140,15 @@ def test_the_progress_line_fits_80_columns_keeping_step_and_eta():
 def test_a_record_of_start_up_steps_only_shows_no_rate():
     from trainer.run.progress import TrainProgress
 
-    assert TrainProgress.figures({**_record(1), "timed_steps": 0})[:2] == ["start-up", "loss 0.01235"]
-    assert TrainProgress.figures({**_record(2), "timed_steps": 1})[0] == "6.10 M samples/s"
+    assert TrainProgress.figures({**_record(1), "timed_steps": 0})[1:] == ["psnr 23.46 dB", "start-up"]
+    assert TrainProgress.figures({**_record(2), "timed_steps": 1})[2] == "6.10 M samples/s"
 
 
-def test_the_live_progress_on_an_80_column_terminal_shows_step_and_eta():
+def _drawn(screen) -> list[str]:
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", screen.getvalue()).replace("\r", "\n").splitlines()
+
+
+def test_the_live_progress_on_an_80_column_terminal_shows_step_eta_loss_and_psnr():
     import io
 
     from rich.console import Console
@@ -125,18 +159,32 @@ def test_the_live_progress_on_an_80_column_terminal_shows_step_and_eta():
     progress = TrainProgress(2000, quiet=False, console=Console(file=screen, width=80, force_terminal=True,
                                                               color_system=None))
     progress.log(_record(100))
-    progress.step(101, 60.0)
+    progress.step(100, 30.0)  # the first step seen: the rate counts from here
+    progress.step(101, 30.3)
     progress.refresh()
     progress.start_evaluation()
     progress.evaluation_rays(12_300, 32_400)
     progress.refresh()
     progress.close()
-    drawn = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", screen.getvalue()).replace("\r", "\n").splitlines()
+    drawn = _drawn(screen)
     training = [line for line in drawn if line.startswith("train ")][-1]
-    assert re.search(r" step 101/2000 eta 18:48 \d:\d\d 6.10 M samples/s 77.6 k rays/s$", training), training
-    assert len(training) <= 80 and "loss" not in training
+    assert re.search(r" step 101/2000 eta 9:30 \d:\d\d loss 0.01235 psnr 23.46 dB$", training), training
+    assert len(training) <= 80
     evaluating = [line for line in drawn if line.startswith("evaluate ")][-1]
     assert "12.3 k/32.4 k rays eta " in evaluating and len(evaluating) <= 80, evaluating
+
+
+def test_no_eta_until_a_training_rate_is_known(capsys, monkeypatch):
+    import trainer.run.progress as progress_module
+    from trainer.run.progress import TrainProgress
+
+    monkeypatch.setattr(progress_module, "PLAIN_PROGRESS_EVERY_S", 0.0)  # a plain line at every step
+    progress = TrainProgress(2000, quiet=True)
+    progress.step(1, 1e-5, started=False)  # a start-up step: its seconds are not training
+    progress.step(2, 2e-5, started=True)  # the start-up ended with this step: no rate yet
+    progress.step(3, 0.5)
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.rsplit("eta ", 1)[1] for line in lines] == ["-:--", "-:--", "16:38"], lines  # not 0:00 at step 1
 
 
 def test_the_evaluation_result_fits_80_columns():
@@ -165,4 +213,4 @@ def test_the_opening_line_is_printed_before_the_progress_display_starts(demo_sce
     args = build_parser().parse_args(["--scene", str(demo_scene), "--config", str(tiny_config_file(tmp_path)),
                                       "--device", "cpu", "--n-steps", "2", "--no-eval", "--out", str(tmp_path / "r")])
     assert train_command(args) == 0
-    assert len(printed_before) == 1 and printed_before[0].startswith(f"training {demo_scene} on cpu, 1 rank ")
+    assert len(printed_before) == 1 and _opening(printed_before[0]).startswith(f"training {demo_scene} on cpu, 1 rank ")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+from itertools import takewhile
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,7 @@ from PIL import Image
 from tests.support.paths import REPO
 from tests.support.scenes import tiny_config, tiny_config_file
 from trainer.contract.errors import SnapshotError
+from trainer.contract.textlines import CONTINUATION, LINE_WIDTH, joined
 from trainer.data import load_scene
 from trainer.train.loop import Trainer
 
@@ -102,7 +104,13 @@ def test_the_first_lines_name_the_scene_model(rgb_demo, tmp_path):
                               str(config), "--n-steps", "2", "--no-eval", "--out", str(tmp_path / name), *extra],
                              cwd=REPO, capture_output=True, text=True, timeout=600)
         assert out.returncode == 0, out.stderr
-        lines[name] = [line for line in out.stdout.splitlines()[:4] if line.startswith("scene model: ")]
+        printed = out.stdout.splitlines()
+        first = next(i for i, line in enumerate(printed) if line.startswith("scene model: "))
+        assert first < 8  # among the first lines
+        statement = printed[first:first + 1] + list(takewhile(lambda line: line.startswith(CONTINUATION),
+                                                             printed[first + 1:]))
+        assert all(len(line) <= LINE_WIDTH for line in statement), statement
+        lines[name] = [joined(statement)]
     assert lines["auto"] == ["scene model: unbounded (training.scene_model auto); capture: a 360° capture with "
                              f"background (no alpha; views spread to {_spread(rgb_demo):.0f}° from the mean view "
                              "direction (> 30°))"]
