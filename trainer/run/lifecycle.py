@@ -33,8 +33,9 @@ from trainer.contract.errors import ConfigError, LaunchError
 from trainer.contract.rundir import RunDir, prepare_output_file
 from trainer.contract.runstatus import COMPLETED, RESTART_COUNT_KEY, STATE_KEY, TRAIN_START_KEY, failed_fields, is_completed
 from trainer.run.checks import (
-    check_before_start, check_n_steps_reach, distributed_env, resume_lines, resume_path, resume_source,
+    check_before_start, check_n_steps_reach, distributed_env, resume_path, resume_source,
 )
+from trainer.contract.resumption import resume_lines
 from trainer.run.finish import finish_status, train_with_progress
 from trainer.run.progress import TrainProgress
 from trainer.run.settings import on_cpu, opening_line, scene_path_of
