@@ -65,15 +65,24 @@ def _children(pid: int) -> list[int]:
             and f[0] != "Z"]
 
 
-def test_ctrl_c_to_ngptune_reaches_the_training_once(tmp_path, demo_scene):
+def test_ctrl_c_to_ngptune_reaches_the_training_once_and_keeps_the_model(tmp_path, demo_scene):
+    """Without --snapshot-every, Ctrl-C finishes the step under way and keeps a snapshot of it,
+    which the lines after ``interrupted`` name and resume."""
+    from trainer.train.snapshot import load_snapshot
+
     proc, out = _long_run(tmp_path, demo_scene)
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 130
-    said = stderr.strip().splitlines()[-2:]  # where the run stopped, and that it kept no snapshot to resume
-    assert said[0].startswith("interrupted: the run stopped at step ") and "Traceback" not in stderr
-    assert said[1] == f"  no snapshot or checkpoint was kept in {out} (--snapshot-every N keeps one along the way)"
-    assert json.loads((out / "status.json").read_text())["state"] == "interrupted"
+    assert proc.returncode == 130 and "Traceback" not in stderr
+    assert stderr.count("Ctrl-C: stopping after this step, keeping a snapshot of it") == 1
+    said = stderr.strip().splitlines()[-3:]  # where the run stopped, the snapshot kept, how to continue
+    step = int(said[0].removeprefix("interrupted: the run stopped at step "))
+    snapshot = out / "snapshots" / f"step_{step:07d}.pt"
+    assert said[1] == f"  the newest complete snapshot is {snapshot} (step {step})"
+    assert said[2] == f"  continue with: ngptune train --config {out / 'config.json'} --resume {snapshot} --out {out}"
+    assert load_snapshot(snapshot)["step"] == step
+    status = json.loads((out / "status.json").read_text())
+    assert status["state"] == "interrupted" and status["snapshot"] == str(snapshot)
 
 
 def test_a_killed_ngptune_leaves_no_training_behind(tmp_path, demo_scene):
