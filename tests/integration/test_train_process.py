@@ -128,8 +128,10 @@ def test_a_sigkilled_run_reads_as_stale_to_the_commands_that_read_its_status(tmp
     code, stdout, err = run_inference_cli(["render", out, "--cameras", "orbit", "--frames", "1", "--width", "8",
                                            "--height", "8", "--out", tmp_path / "frames", "--quiet"], capsys)
     assert code == 0 and stdout.startswith("rendering ")
-    assert err.splitlines()[0] == (f"warning: {out / 'status.json'}: {stale}: the run was killed before it could end; "
-                                   "its newest complete model is used")
+    newest = sorted((out / "snapshots").glob("step_*.pt"))[-1]
+    assert err.splitlines()[0] == (f"warning: {out / 'status.json'}: the run did not finish ({stale}: it was killed "
+                                   f"before it could write its end); using its newest complete snapshot {newest} "
+                                   f"(step {int(newest.stem.removeprefix('step_'))})")
 
 
 def test_a_trainer_killed_by_sigkill_gets_one_line_and_a_failed_status(tmp_path, demo_scene):
