@@ -368,7 +368,7 @@ def profile_command(args: argparse.Namespace) -> int:
     link_busbw, sources["link_busbw"] = link_from_csv or _link_busbw(parse_link_busbw(args.link_busbw), cfg, ranks, profile)
     print(f"profile: {args.steps} steps on {ranks} rank(s), a metrics record every {log_every} steps, "
           f"torch.profiler steps {window[0]}:{window[1]}; trainer output in {profile.trainer_log_path}", flush=True)
-    watcher = _RunWatcher(profile, args.steps)
+    watcher = RunWatcher(profile, args.steps)
     sampler = NvmlSampler(args.nvml_interval_ms / 1e3).start()
     exit_code = None
     try:
@@ -427,9 +427,12 @@ def profile_command(args: argparse.Namespace) -> int:
     return 0
 
 
-class _RunWatcher:
+class RunWatcher:
     """The profiled run on the console while it trains: the trainer's opening line once (device,
-    ranks, threads), then rank 0's step and throughput (:class:`ngptune.progress.RunsProgress`)."""
+    ranks, threads), then rank 0's step and throughput (:class:`ngptune.progress.RunsProgress`:
+    plain lines every few seconds off a terminal) from its metrics records and, between them, the
+    trainer's progress lines (:func:`ngptune.progress.newest_progress`): a short run logs one
+    record, at its end."""
 
     def __init__(self, profile: ProfileDir, steps: int) -> None:
         from ngptune.progress import RunsProgress
@@ -440,15 +443,15 @@ class _RunWatcher:
         self.opening_shown = False
 
     def poll(self) -> None:
-        from ngptune.progress import last_record
+        from ngptune.progress import last_record, newest_progress
 
         if not self.opening_shown:
             line = _opening_line(self.profile.trainer_log_path)
             if line is not None:
                 self.board.message(f"trainer: {line}")
                 self.opening_shown = True
-        record = last_record(self.profile.run.metrics_path(0))
-        if record is not None:
+        if self.opening_shown:  # the trainer runs: its step (0 until its first progress line)
+            record = newest_progress(last_record(self.profile.run.metrics_path(0)), self.profile.trainer_log_path)
             self.board.update("profile run", record)
 
     def close(self, completed: bool) -> None:
