@@ -124,6 +124,10 @@ recipe_quality-targets() {
     --orbit-width 1920 --orbit-height 1080 --orbit-frames 16 --no-video --mesh-resolutions 512 | tail -7
 }
 
+#: march [RUN]: the march of a trained model with and without empty-space skipping (bench/march.py;
+# default RUN: /tmp/ttp_default, which quality-targets leaves)
+recipe_march() { run march.txt python3 bench/march.py --run "${1:-/tmp/ttp_default}" --scene "$S" | tail -8; }
+
 #: step-variants: candidate fast paths of the step timed side by side in one process
 recipe_step-variants() { run step_variants.txt python3 bench/step_variants.py --scene "$S" | tail -30; }
 

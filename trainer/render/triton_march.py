@@ -23,6 +23,13 @@ once (CUDA's ``expf``, which the reference uses, is within 2 ulp of that). A sam
 lies within rounding of a cell face or of ``t_far`` may therefore be decided differently, which
 the tests bound.
 
+Empty-space skipping (without the background shell): when a step's midpoint finds its
+occupancy cell empty, the walk goes on at the first step whose midpoint may lie beyond that cell
+(its faces or the next finer cascade's cube, shrunk by a rounding margin), the step rule inverted
+in closed form and checked against the step rule itself. Every step it passes over would have been
+looked up in the same empty cell, so the kept samples are those of the step-by-step walk
+(``skip_empty=False``); lego's rays cross about three steps per empty cell.
+
 Interpretation on CPU: as for :mod:`trainer.encoding.triton_hashgrid`, ``TRITON_INTERPRET=1``
 must be set before this module is first imported.
 """
@@ -105,12 +112,99 @@ def _slab(o, d, lo, hi):
 
 
 @triton.jit
+def _step_at(k, t0f, step, cone, max_step, log1p_cone, n_af, n_bf, af, bf, CONE: tl.constexpr):
+    """Start ``t`` and length ``dt`` of step ``k`` (float32; ``march._steps_at``): linear from ``t0``,
+    geometric from anchor ``a`` after ``n_a`` steps, clamped from anchor ``b`` after ``n_b`` more."""
+    t_lin = t0f + k * step
+    if CONE:
+        # exp in float64 of the float32 argument, rounded once: within an ulp of CUDA's expf
+        t_geo = af * tl.exp(((k - n_af) * log1p_cone).to(tl.float64)).to(tl.float32)
+        t_cl = bf + (k - n_af - n_bf) * max_step
+        in_lin = k < n_af
+        in_geo = k < n_af + n_bf
+        t = tl.where(in_lin, t_lin, tl.where(in_geo, t_geo, t_cl))
+        dt = tl.where(in_lin, step, tl.where(in_geo, t_geo * cone, max_step))
+    else:
+        t = t_lin
+        dt = step + 0.0 * k
+    return t, dt
+
+
+@triton.jit
+def _face_distance(o, d, lo, hi):
+    """Distance along the ray to the face of ``[lo, hi]`` it leaves through (+inf if ``d == 0``)."""
+    moving = d != 0.0
+    face = tl.where(d > 0.0, hi, lo)
+    return tl.where(moving, tl.math.div_rn(face - o, tl.where(moving, d, 1.0)), float("inf"))
+
+
+@triton.jit
+def _cell_exit(ox, oy, oz, dx, dy, dz, px, py, pz, aabb_half, n_cascades, resolution):
+    """A distance along the ray before which every midpoint finds the occupancy cell of ``p``.
+
+    The cell (cascade and index as :func:`_occupied` finds them, no background shell) shrunk by a
+    margin that covers the rounding of a midpoint's position and cell index, left either through
+    one of its faces or into the next finer cascade's cube (inside which the lookup changes
+    cascade). A result at or below the current midpoint means "no skip"."""
+    offset = tl.maximum(tl.maximum(tl.abs(px - 0.5), tl.abs(py - 0.5)), tl.abs(pz - 0.5))
+    exponent = ((offset.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 126
+    cascade = tl.where(offset < 0.5, 0, exponent + 1)
+    cascade = tl.minimum(tl.maximum(cascade, 0), n_cascades - 1)
+    scale = ((127 + cascade) << 23).to(tl.float32, bitcast=True)  # exactly 2^cascade
+    inv_scale = ((127 - cascade) << 23).to(tl.float32, bitcast=True)
+    res_f = resolution.to(tl.float32)
+    top = res_f - 1.0
+    cx = tl.floor(tl.minimum(tl.maximum(((px - 0.5) * inv_scale + 0.5) * res_f, 0.0), top))
+    cy = tl.floor(tl.minimum(tl.maximum(((py - 0.5) * inv_scale + 0.5) * res_f, 0.0), top))
+    cz = tl.floor(tl.minimum(tl.maximum(((pz - 0.5) * inv_scale + 0.5) * res_f, 0.0), top))
+    cell = scale / res_f
+    margin = 1e-3 * cell + 4e-6 * (1.0 + scale)
+    lo_x = 0.5 + (cx / res_f - 0.5) * scale
+    lo_y = 0.5 + (cy / res_f - 0.5) * scale
+    lo_z = 0.5 + (cz / res_f - 0.5) * scale
+    t_exit = tl.minimum(tl.minimum(_face_distance(ox, dx, lo_x + margin, lo_x + cell - margin),
+                                   _face_distance(oy, dy, lo_y + margin, lo_y + cell - margin)),
+                        _face_distance(oz, dz, lo_z + margin, lo_z + cell - margin))
+    # the next finer cascade's cube, half side 2^(cascade - 2), grown by the margin
+    inner = 0.25 * scale + margin
+    enter_x, leave_x = _slab(ox, dx, 0.5 - inner, 0.5 + inner)
+    enter_y, leave_y = _slab(oy, dy, 0.5 - inner, 0.5 + inner)
+    enter_z, leave_z = _slab(oz, dz, 0.5 - inner, 0.5 + inner)
+    enter = tl.maximum(tl.maximum(enter_x, enter_y), enter_z)
+    leave = tl.minimum(tl.minimum(leave_x, leave_y), leave_z)
+    meets_inner = (cascade > 0) & (enter < leave)
+    t_exit = tl.where(meets_inner, tl.minimum(t_exit, enter), t_exit)
+    return tl.where(t_exit == t_exit, t_exit, -float("inf"))
+
+
+@triton.jit
+def _step_after(k, t_exit, t0f, step, cone, max_step, log1p_cone, n_af, n_bf, af, bf, CONE: tl.constexpr):
+    """The next step to look at after step ``k``, whose midpoint lies in an empty cell whose
+    lookup holds up to ``t_exit``: the step rule inverted at ``t_exit`` (linear, geometric or
+    clamped region), then checked with :func:`_step_at` itself — every skipped step's midpoint
+    must be ``<= t_exit`` (midpoints grow with ``k``) — and ``k + 1`` where the check fails."""
+    k_lin = (t_exit - t0f - 0.5 * step) / step
+    if CONE:
+        k_geo = n_af + tl.log(tl.maximum(t_exit, 1e-30) / (af * (1.0 + 0.5 * cone))) / log1p_cone
+        k_cl = n_af + n_bf + (t_exit - bf - 0.5 * max_step) / max_step
+        k_est = tl.where(k_lin < n_af, k_lin, tl.where(k_geo < n_af + n_bf, k_geo, k_cl))
+    else:
+        k_est = k_lin
+    # a finite estimate, at most 2^22 steps on (float32 counts exactly below 2^24)
+    k_est = tl.where(k_est == k_est, tl.minimum(k_est, k + 4194304.0), k)
+    k_next = tl.maximum(tl.ceil(k_est - 0.01), k + 1.0)
+    t_last, dt_last = _step_at(k_next - 1.0, t0f, step, cone, max_step, log1p_cone, n_af, n_bf, af, bf, CONE)
+    fits = (k_next - 1.0 <= k) | (t_last + 0.5 * dt_last <= t_exit)
+    return tl.where(fits, k_next, k + 1.0)
+
+
+@triton.jit
 def _march_kernel(
     rays_o_ptr, rays_d_ptr, box_ptr, jitter_ptr, rule_ptr, bitfield_ptr,
     counts_ptr, first_ptr, out_t_ptr, out_dt_ptr, out_ray_ptr, out_pos_ptr, out_dir_ptr,
     n_rays, near, max_steps, aabb_half, n_cascades, resolution, n_shell,
     CONE: tl.constexpr, JITTER: tl.constexpr, USE_GRID: tl.constexpr, WRITE: tl.constexpr, BLOCK: tl.constexpr,
-    SHELL: tl.constexpr,
+    SHELL: tl.constexpr, SKIP: tl.constexpr,
 ):
     ray = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     valid = ray < n_rays
@@ -167,19 +261,13 @@ def _march_kernel(
         limit = tl.load(counts_ptr + ray, mask=valid, other=0).to(tl.int32)
     kept = tl.zeros([BLOCK], dtype=tl.int32)
     k = tl.zeros([BLOCK], dtype=tl.float32)
+    if not CONE:
+        n_af = tl.zeros([BLOCK], dtype=tl.float32)
+        n_bf = n_af
+        af = n_af
+        bf = n_af
     while tl.sum(alive.to(tl.int32), axis=0) > 0:
-        t_lin = t0f + k * step  # march._steps_at, float32
-        if CONE:
-            # exp in float64 of the float32 argument, rounded once: within an ulp of CUDA's expf
-            t_geo = af * tl.exp(((k - n_af) * log1p_cone).to(tl.float64)).to(tl.float32)
-            t_cl = bf + (k - n_af - n_bf) * max_step
-            in_lin = k < n_af
-            in_geo = k < n_af + n_bf
-            t = tl.where(in_lin, t_lin, tl.where(in_geo, t_geo, t_cl))
-            dt = tl.where(in_lin, step, tl.where(in_geo, t_geo * cone, max_step))
-        else:
-            t = t_lin
-            dt = tl.zeros([BLOCK], dtype=tl.float32) + step
+        t, dt = _step_at(k, t0f, step, cone, max_step, log1p_cone, n_af, n_bf, af, bf, CONE)
         t_mid = t + 0.5 * dt
         if SHELL:  # past the box: the steps uniform in disparity (march.shell_steps_at)
             leaving = (in_shell == 0) & (t_mid >= t_far)
@@ -218,6 +306,11 @@ def _march_kernel(
         if SHELL:
             j += tl.where(in_shell, 1.0, 0.0)
             k += tl.where(in_shell, 0.0, 1.0)
+        elif SKIP:  # an empty cell: on to the first step whose midpoint may lie beyond it
+            empty = alive & (take == 0)
+            t_exit = _cell_exit(ox, oy, oz, dx, dy, dz, px, py, pz, aabb_half, n_cascades, resolution)
+            k = tl.where(empty, _step_after(k, t_exit, t0f, step, cone, max_step, log1p_cone, n_af, n_bf, af, bf,
+                                            CONE), k + 1.0)
         else:
             k += 1.0
     if not WRITE:
@@ -239,6 +332,7 @@ def march_packed_triton(
     background_steps: int = 0,
     block: int = MARCH_BLOCK,
     num_warps: int = MARCH_NUM_WARPS,
+    skip_empty: bool = True,
 ) -> tuple[torch.Tensor, ...]:
     """Box intersection, jitter and the kept samples of every ray (the body of ``march_rays``).
 
@@ -252,6 +346,8 @@ def march_packed_triton(
         step_size, cone_angle, max_step_size, max_steps, background_steps: the step rule and the
             per-ray sample cap of :func:`trainer.render.march.march_rays` (already validated there).
         block, num_warps: launch configuration (rays per program, warps per program).
+        skip_empty: step over empty occupancy cells in one iteration (the same samples; without the
+            background shell): False walks every step, as the reference does.
 
     Returns:
         ``(ray_indices [S] int64, t [S], dt [S], positions [S, 3], directions [S, 3], counts
@@ -266,7 +362,7 @@ def march_packed_triton(
     cone = float(cone_angle)
     rule = march_rule_tensor(step_size, cone_angle, max_step_size, device)
     bitfield, common, scalars, launch = _launch_settings(rays_o, jitter, grid, cone, near, max_steps, block, num_warps,
-                                                         background_steps)
+                                                         background_steps, skip_empty)
     jitter_arg = jitter.contiguous() if jitter is not None else box
     counts = torch.empty(n_rays, dtype=torch.int64, device=device)
     with torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext():
@@ -300,7 +396,7 @@ def march_rule_tensor(step_size: float, cone_angle: float, max_step_size: float,
 
 def _launch_settings(rays_o: torch.Tensor, jitter: torch.Tensor | None, grid: OccupancyGrid | None, cone: float,
                      near: float, max_steps: int, block: int, num_warps: int,
-                     background_steps: int) -> tuple[torch.Tensor, dict, tuple, tuple]:
+                     background_steps: int, skip_empty: bool) -> tuple[torch.Tensor, dict, tuple, tuple]:
     """Bitfield, constexpr options, scalar arguments and grid of one march launch."""
     n_rays = rays_o.shape[0]
     if grid is not None:
@@ -310,7 +406,8 @@ def _launch_settings(rays_o: torch.Tensor, jitter: torch.Tensor | None, grid: Oc
         bitfield = torch.zeros(1, dtype=torch.uint8, device=rays_o.device)
         aabb_half, n_cascades, resolution = 0.0, 1, 2
     common = dict(CONE=cone > 0.0, JITTER=jitter is not None, USE_GRID=grid is not None, BLOCK=block,
-                  SHELL=background_steps > 0, num_warps=num_warps, **_COMPILE_OPTIONS)
+                  SHELL=background_steps > 0, SKIP=skip_empty and grid is not None and background_steps == 0,
+                  num_warps=num_warps, **_COMPILE_OPTIONS)
     scalars = (n_rays, float(near), int(max_steps), float(aabb_half), int(n_cascades), int(resolution),
                int(background_steps))
     return bitfield, common, scalars, (triton.cdiv(max(n_rays, 1), block),)
@@ -331,6 +428,7 @@ def march_fixed_triton(
     background_steps: int = 0,
     block: int = MARCH_BLOCK,
     num_warps: int = MARCH_NUM_WARPS,
+    skip_empty: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The march of :func:`march_packed_triton` into buffers of a fixed capacity, without a host read.
 
@@ -346,7 +444,7 @@ def march_fixed_triton(
         grid: occupancy grid, or None.
         out: ``(t [C], dt [C], ray_indices [C] int64, positions [C, 3], directions [C, 3])``,
             written in the first ``sum(counts)`` slots; the rest keep their old values.
-        cone_angle, max_steps, near, background_steps: as :func:`march_packed_triton`.
+        cone_angle, max_steps, near, background_steps, skip_empty: as :func:`march_packed_triton`.
 
     Returns:
         ``(counts [n_rays] int64, all_counts [n_rays] int64)``: each ray's samples in ``out``
@@ -355,7 +453,7 @@ def march_fixed_triton(
     t, dt, ray_indices, positions, directions = out
     capacity = t.shape[0]
     bitfield, common, scalars, launch = _launch_settings(rays_o, jitter, grid, float(cone_angle), near, max_steps,
-                                                         block, num_warps, background_steps)
+                                                         block, num_warps, background_steps, skip_empty)
     jitter_arg = jitter.contiguous() if jitter is not None else box
     all_counts = torch.empty(rays_o.shape[0], dtype=torch.int64, device=rays_o.device)
     with torch.cuda.device(rays_o.device) if rays_o.is_cuda else contextlib.nullcontext():
