@@ -65,17 +65,33 @@ def _cmd_demo_scene(args: argparse.Namespace) -> int:
     return _run(tool_argv("demo_scene", args.tool_argv))
 
 
+def _train(argv: list[str], out: Path | None, nproc_per_node: int | None) -> int:
+    """Run the trainer's ``argv``; when a signal the driver did not pass on killed it (SIGKILL),
+    say so in one ``error:`` line and mark its run failed (:mod:`ngptune.killed_run`)."""
+    import time
+
+    from ngptune.killed_run import find_run_folder, killed_line
+    from ngptune.processes import run_foreground
+
+    started = time.time()
+    result = run_foreground(argv)
+    if result.killed_by is not None and result.killed_by not in result.signals:
+        run = find_run_folder(out, result.pid, started)
+        print_error(killed_line(result.pid, result.killed_by, run, nproc_per_node))
+    return result.returncode
+
+
 def _cmd_train(args: argparse.Namespace) -> int:
     """``ngptune train``: ``python -m trainer`` with the same flags, as a process."""
-    return _run(trainer_argv(extra=args.tool_argv))
+    return _train(trainer_argv(extra=args.tool_argv), args.out, args.nproc_per_node)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     """A short training run of the demo scene with the CPU-friendly preset (a smoke test of the
     trainer; the README's main job is ``ngptune sweep``)."""
     preset = PACKAGE_ROOT.parent / "configs" / "small.json"
-    return _run(trainer_argv(n_steps=args.n_steps, out=args.out, config=preset if preset.is_file() else None,
-                             quiet=args.quiet))
+    return _train(trainer_argv(n_steps=args.n_steps, out=args.out, config=preset if preset.is_file() else None,
+                               quiet=args.quiet), args.out, None)
 
 
 def _cmd_inference(args: argparse.Namespace) -> int:

@@ -41,13 +41,18 @@ class ProcessResult:
         stdout: what it printed on stdout when captured, else ``""``.
         stderr: what it printed on stderr when captured, else ``""``.
         signals: the signals the driver passed on to it while it ran.
+        pid: its process id.
+        killed_by: the signal that ended it (it did not exit by itself), else None.
     """
 
-    def __init__(self, returncode: int, stdout: str, stderr: str, signals: list[int]) -> None:
+    def __init__(self, returncode: int, stdout: str, stderr: str, signals: list[int], pid: int = 0,
+                 killed_by: int | None = None) -> None:
         self.returncode = returncode
         self.stdout = stdout
         self.stderr = stderr
         self.signals = signals
+        self.pid = pid
+        self.killed_by = killed_by
 
     @property
     def interrupted(self) -> bool:
@@ -96,7 +101,8 @@ def run_foreground(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     code = proc.returncode
-    return ProcessResult(128 - code if code < 0 else code, stdout or "", stderr or "", received)
+    return ProcessResult(128 - code if code < 0 else code, stdout or "", stderr or "", received, proc.pid,
+                         -code if code < 0 else None)
 
 
 def json_line(stdout: str) -> dict[str, Any] | None:

@@ -372,7 +372,7 @@ def profile_command(args: argparse.Namespace) -> int:
                                f"a metrics record every {counted(log_every, 'step')},",
                                f"torch.profiler steps {window[0]}:{window[1]};", "trainer output in",
                                str(profile.trainer_log_path)])), flush=True)
-    watcher = _RunWatcher(profile, args.steps)
+    watcher = RunWatcher(profile, args.steps)
     sampler = NvmlSampler(args.nvml_interval_ms / 1e3).start()
     exit_code = None
     try:
@@ -431,9 +431,12 @@ def profile_command(args: argparse.Namespace) -> int:
     return 0
 
 
-class _RunWatcher:
+class RunWatcher:
     """The profiled run on the console while it trains: the trainer's opening line once (device,
-    ranks, threads), then rank 0's step and throughput (:class:`ngptune.progress.RunsProgress`)."""
+    ranks, threads), then rank 0's step and throughput (:class:`ngptune.progress.RunsProgress`:
+    plain lines every few seconds off a terminal) from its metrics records and, between them, the
+    trainer's progress lines (:func:`ngptune.progress.newest_progress`): a short run logs one
+    record, at its end."""
 
     def __init__(self, profile: ProfileDir, steps: int) -> None:
         from ngptune.progress import RunsProgress
@@ -444,15 +447,15 @@ class _RunWatcher:
         self.opening_shown = False
 
     def poll(self) -> None:
-        from ngptune.progress import last_record
+        from ngptune.progress import last_record, newest_progress
 
         if not self.opening_shown:
             line = opening_statement(self.profile.trainer_log_path)
             if line is not None:
                 self.board.message("\n".join(fit_lines([f"trainer: {line}"])))
                 self.opening_shown = True
-        record = last_record(self.profile.run.metrics_path(0))
-        if record is not None:
+        if self.opening_shown:  # the trainer runs: its step (0 until its first progress line)
+            record = newest_progress(last_record(self.profile.run.metrics_path(0)), self.profile.trainer_log_path)
             self.board.update("profile run", record)
 
     def close(self, completed: bool) -> None:
@@ -485,9 +488,10 @@ def opening_statement(log_path: Path) -> str | None:
 
 def summary_lines(summary: "pd.DataFrame", checks: list, evaluation: dict | None) -> list[str]:
     """The profile's one-screen summary: step time and steps per second (the interval records
-    after the warm-up), with its compute and wait parts and the share the named phases cover (with
-    a captured step: the parts of the sampled eager step of each interval, on a line of their
-    own), the job's throughput (and each rank's own, with several), the evaluation's PSNR when
+    after the warm-up), then the parts that add up to it (compute, drawing the batch, occupancy
+    update, waiting for other ranks, the time outside the named phases; with a captured step the
+    step time is the replays' and the phases are those of each interval's sampled eager step, a
+    separate measurement: its own line, whose parts add up to that step's named phases), the job's throughput (and each rank's own, with several), the evaluation's PSNR when
     there was one, and each fired diagnosis with its evidence and knob (or that none fired and how
     many checks ran). Each line is under 80 columns (``fit_lines``: a statement too long for one
     line goes on in lines that start with two spaces)."""
@@ -498,19 +502,37 @@ def summary_lines(summary: "pd.DataFrame", checks: list, evaluation: dict | None
     lines: list[str] = []
     if summary is not None and len(summary):
         job = summary.iloc[0]
+        mean = lambda column: float(summary[column].mean()) if column in summary.columns else 0.0  # noqa: E731
+        step_ms = mean("step_time_ms")
         head = [f"steps: {int(summary['steps'].max())} on {len(summary)} rank{'s' if len(summary) != 1 else ''};",
-                f"step time {q('step_time_ms', summary['step_time_ms'].mean())}"]
-        rate = f"{q('steps_per_s', summary['steps_per_s'].mean())}" if "steps_per_s" in summary.columns else ""
-        compute = [f"compute {q('compute_ms', summary['compute_ms'].mean())},",
-                   f"waiting for other ranks {q('wait_ms', summary['wait_ms'].mean())}"]
+                f"step time {q('step_time_ms', step_ms)}"]
+        if "steps_per_s" in summary.columns:
+            head[-1] += ","
+            head.append(q("steps_per_s", mean("steps_per_s")))
+        parts = [("compute", mean("compute_ms")), ("drawing the batch", mean("data_ms")),
+                 ("waiting for other ranks", mean("wait_ms"))]
         if "step_kind" in summary.columns and (summary["step_kind"] == CAPTURED).any():
-            lines += fit_lines([*head[:-1], f"{head[-1]},", f"{rate}" if rate else "",
-                                "(captured CUDA graph: replays and each interval's sampled eager step),", "after warm-up"])
-            lines += fit_lines(["phases of the sampled eager step of each interval (a replay has none):", *compute])
-        else:
-            lines += fit_lines([*head, f"({compute[0]}", f"{compute[1]};",
-                                f"named phases cover {q('coverage_pct', 100 * summary['phase_coverage'].mean())} of it),",
-                                *([f"{rate},"] if rate else []), "after warm-up"])
+            # two measurements: the replays' mean step, and the phases of each interval's eager step
+            occupancy = mean("occupancy_update_ms")
+            lines += fit_lines([*head, "(captured CUDA graph: the mean over every step of the intervals: graph",
+                                "replays, each interval's sampled eager step and the occupancy updates,",
+                                f"which take {q('occupancy_update_ms', occupancy)} of it), after warm-up"])
+            eager = sum(ms for _, ms in parts)
+            lines += fit_lines(["the sampled eager step of each interval, a separate measurement",
+                                "(phase timers on; a replay has no phases):",
+                                f"its named phases take {q('compute_ms', eager)}:",
+                                *listed([f"{name} {q('compute_ms', ms)}" for name, ms in parts])])
+        else:  # the parts of the same step time
+            parts.insert(2, ("occupancy update", mean("occupancy_update_ms")))
+            other = step_ms - sum(ms for _, ms in parts)
+            if other >= -0.05:
+                parts.append(("outside the named phases", max(other, 0.0)))
+                total = f"the parts of its {q('step_time_ms', step_ms)}:"
+            else:
+                total = (f"the parts of its {q('step_time_ms', step_ms)} (the named phases exceed it by "
+                         f"{q('step_time_ms', -other)}: their timers overlap):")
+            lines += fit_lines([*head[:-1], f"{head[-1]},", "after warm-up"])
+            lines += fit_lines([total, *listed([f"{name} {q('compute_ms', ms)}" for name, ms in parts])])
         throughput = [f"throughput (all ranks): {q('throughput_samples_per_s', job['throughput_samples_per_s'])}"]
         if "rays_per_s" in summary.columns:
             throughput.append(q("rays_per_s", job["rays_per_s"]))

@@ -1,5 +1,8 @@
 """Progress of trainer runs the driver started (``ngptune profile``, ``ngptune train-many``), read
-from what the runs write: rank 0's ``metrics.jsonl`` records (:mod:`trainer.contract.metrics`).
+from what the runs write: rank 0's ``metrics.jsonl`` records (:mod:`trainer.contract.metrics`),
+and between two records (one per ``training.log_every`` steps: a short run may have only its
+last) the ``progress:`` lines the trainer prints every few seconds into its output file
+(:func:`trainer.contract.read_progress_line`; :func:`newest_progress`).
 
 :class:`RunsProgress` shows one row per run: on a terminal a rich table redrawn in place (name,
 bar, ``step N/T``, ETA, samples/s; four short columns, so it fits 80 columns; no ETA from a record
@@ -15,9 +18,9 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from trainer.contract import MetricsError, read_metrics, si_number
+from trainer.contract import MetricsError, read_metrics, read_progress_line, si_number
 
-__all__ = ["PLAIN_EVERY_S", "RunsProgress", "last_record"]
+__all__ = ["PLAIN_EVERY_S", "RunsProgress", "last_record", "log_progress", "newest_progress"]
 
 PLAIN_EVERY_S = 10.0
 NAME_WIDTH = 16  # a row: name, bar, "step N/T", "eta M:SS", "6.10 M samples/s": under 80 columns
@@ -33,6 +36,38 @@ def last_record(metrics_path: Path) -> dict[str, Any] | None:
         return None
     training = [r for r in records if "step_time_ms" in r]
     return training[-1] if training else None
+
+
+LOG_TAIL_BYTES = 65536  # the end of an output file searched for its newest progress line
+
+
+def log_progress(log_path: Path) -> dict[str, Any] | None:
+    """The newest ``progress:`` line of a trainer's output file (the launcher's ``rank 0:`` copy
+    too) as a record ``{"step", "total", "wall_time_s"}`` (``wall_time_s``: seconds trained), or
+    None while it has none."""
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(f.tell() - LOG_TAIL_BYTES, 0))
+            tail = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    for line in reversed(tail.splitlines()):
+        found = read_progress_line(line)
+        if found is not None:
+            step, total, trained_s = found
+            return {"step": step, "total": total, "wall_time_s": trained_s}
+    return None
+
+
+def newest_progress(record: dict[str, Any] | None, log_path: Path) -> dict[str, Any] | None:
+    """Of a run's newest metrics ``record`` and its output file's newest progress line
+    (:func:`log_progress`), the one at the later step (the record when they tie: it has the
+    throughput); None when there is neither."""
+    line = log_progress(log_path)
+    if line is not None and (record is None or line["step"] > int(record.get("step", 0))):
+        return line
+    return record
 
 
 def _clock(seconds: float | None) -> str:
@@ -88,12 +123,14 @@ class RunsProgress:
         self._plain(name, force=True)
 
     def update(self, name: str, record: dict[str, Any] | None, total: int | None = None) -> None:
-        """The run's newest metrics record (None: none yet) and its step count when known now."""
+        """The run's newest metrics record or progress line (:func:`newest_progress`; None: none
+        yet) and its step count when known now (else the progress line's)."""
         with self._lock:
             row = self.rows.setdefault(name, {"total": total, "step": 0, "eta_s": None, "rate": "", "state": "new",
                                               "t0": None})
             began = row["state"] != "running" and record is not None  # its first record: said at once
             row["state"] = "running"
+            total = total if total is not None else (record or {}).get("total")
             if total is not None:
                 row["total"] = total
             if row["t0"] is None:
@@ -105,8 +142,10 @@ class RunsProgress:
                 if row["total"] and step > 0 and wall > 0 and not startup_only:
                     row["eta_s"] = max(0.0, (row["total"] - step) * wall / step)
                 rate = record.get("throughput_samples_per_s")
-                row["rate"] = ("start-up" if record.get("timed_steps") == 0  # its rate measures the start-up
-                               else f"{si_number(rate)} samples/s" if isinstance(rate, (int, float)) else "")
+                if record.get("timed_steps") == 0:  # its rate measures the start-up
+                    row["rate"] = "start-up"
+                elif isinstance(rate, (int, float)):
+                    row["rate"] = f"{si_number(rate)} samples/s"  # (a progress line has none: the last stays)
         self._plain(name, force=began)
 
     def finish(self, name: str, state: str) -> None:

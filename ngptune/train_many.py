@@ -41,7 +41,7 @@ from ngptune.scheduling.slots import SlotPool, visible_gpus
 from ngptune.tuning.trial import TrialLaunch, run_trial
 from trainer.contract import ConfigError, RunDir, atomic_write_text, command_stopping_with_parent, trainer_argv
 
-__all__ = ["Job", "JobResult", "TrainManyOptions", "discover_scenes", "job_names", "run_train_many"]
+__all__ = ["Job", "JobResult", "TrainManyOptions", "devices_text", "discover_scenes", "job_names", "run_train_many"]
 
 JOB_FILE = "job.json"
 
@@ -82,7 +82,7 @@ class Job:
 
 @dataclasses.dataclass
 class JobResult:
-    """A job's row of ``summary.csv``: scene, gpus, steps, train_time_s, psnr_db, status, log
+    """A job's row of ``summary.csv``: scene, gpus (``cpu`` on the CPU), steps, train_time_s, psnr_db, status, log
     path, and the run folder, the snapshot it started from, why it failed or was skipped, the
     trained model, when it finished and when a later run skipped it (local ISO times)."""
 
@@ -165,12 +165,20 @@ def job_argv(job: Job, options: TrainManyOptions, gpus: int, warm_from: Path | N
     return command_stopping_with_parent(argv)
 
 
-def _result(job: Job, status: dict[str, Any] | None, outcome: str, reason: str, gpus: list[int],
+def devices_text(gpus: list[int], train_args: tuple[str, ...] = ()) -> str:
+    """The ``gpus`` cell of a job: its GPUs (``0,1``), or ``cpu`` for a job on a slot without GPUs
+    or told to train on the CPU (``--device cpu``, ``--set training.device=cpu``)."""
+    flags = list(train_args)
+    on_cpu = any(a == "--device" and b == "cpu" for a, b in zip(flags, flags[1:])) or "training.device=cpu" in flags
+    return "cpu" if on_cpu or not gpus else ",".join(map(str, gpus))
+
+
+def _result(job: Job, status: dict[str, Any] | None, outcome: str, reason: str, devices: str,
             warm_from: Path | None) -> JobResult:
     status = status or {}
     number = lambda key: status.get(key) if isinstance(status.get(key), (int, float)) else None  # noqa: E731
     model = trained_model(job.run_dir, status) if outcome == "completed" else None
-    return JobResult(scene=str(job.scene), gpus=",".join(map(str, gpus)), steps=number("step"),
+    return JobResult(scene=str(job.scene), gpus=devices, steps=number("step"),
                      train_time_s=number("train_time_s"), psnr_db=number("eval_psnr_db"), status=outcome,
                      log_path=str(job.log_path), run_dir=str(job.run_dir),
                      warm_started_from="" if warm_from is None else str(warm_from), reason=reason,
@@ -218,7 +226,7 @@ def _run_job(job: Job, options: TrainManyOptions, pool: SlotPool, warm_from: Pat
     completed = run.outcome == "completed" and trained_model(job.run_dir, run.status) is not None
     outcome = "completed" if completed else "failed"
     reason = run.reason if run.outcome != "completed" else "" if completed else "the run kept no trained model"
-    result = _result(job, run.status, outcome, reason, slot.gpus, warm_from)
+    result = _result(job, run.status, outcome, reason, devices_text(slot.gpus, options.train_args), warm_from)
     if outcome == "completed":
         atomic_write_text(job.job_path, json.dumps(dataclasses.asdict(result), indent=2) + "\n")
     return result

@@ -1,7 +1,8 @@
 """``ngptune train-many SOURCE --out OUT``: train a scene sequence as jobs on GPU slots
 (:mod:`ngptune.train_many`); shows each running job's step, ETA and throughput
-(:class:`ngptune.progress.RunsProgress`), writes ``OUT/summary.csv``, ``OUT/summary.html`` and
-prints a table."""
+(:class:`ngptune.progress.RunsProgress`: from its metrics records and, between them, the progress
+lines in its log; plain lines every few seconds when stdout is no terminal), writes
+``OUT/summary.csv``, ``OUT/summary.html`` and prints a table."""
 
 from __future__ import annotations
 
@@ -54,7 +55,7 @@ def job_done(board, name: str, result) -> None:
 
 def _cmd_train_many(args: argparse.Namespace) -> int:
     from ngptune.console import make_console
-    from ngptune.progress import RunsProgress
+    from ngptune.progress import RunsProgress, newest_progress
     from ngptune.reporting.train_many_report import print_summary_table, write_summary_csv, write_summary_html
     from ngptune.train_many import TrainManyOptions, run_train_many
 
@@ -66,8 +67,8 @@ def _cmd_train_many(args: argparse.Namespace) -> int:
     def started(job) -> None:
         board.update(job.name, None)
 
-    def progressed(job, record) -> None:
-        board.update(job.name, record, total=_n_steps(job.run_dir))
+    def progressed(job, record) -> None:  # the metrics record, or the job's newer progress line
+        board.update(job.name, newest_progress(record, job.log_path), total=_n_steps(job.run_dir))
 
     def done(job, r) -> None:
         job_done(board, job.name, r)

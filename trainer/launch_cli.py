@@ -126,10 +126,9 @@ def launch_command(args: argparse.Namespace, train_argv: list[str]) -> int:
                 run_dir=Path(out),
             )
     except KeyboardInterrupt:
-        from trainer.parallel.checkpoint import latest_checkpoint
-        from trainer.run.checks import resume_lines
+        from trainer.contract.resumption import newest_model, resume_lines
 
-        lines = resume_lines(RunDir(out), latest_checkpoint(Path(out)), args.nproc_per_node)
+        lines = resume_lines(RunDir(out), newest_model(RunDir(out)), args.nproc_per_node)
         print("\n  ".join([f"interrupted: the ranks were stopped; logs in {RunDir(out).logs_dir}", *lines]),
               file=sys.stderr)
         return 130

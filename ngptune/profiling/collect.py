@@ -274,7 +274,8 @@ def collect_phases(
     summary["steps"] = summary["rank"].map(metrics.groupby("rank")["step"].max()).astype("int64")  # steps trained
     kinds = step_kinds(metrics)  # the first record after start-up says it, and may lie in the window
     summary["step_kind"] = summary["rank"].map(kinds)
-    summary["phase_coverage"] = summary["phase_coverage"].where(summary["step_kind"] != CAPTURED)
+    for column in ("phase_coverage", "other_ms"):  # parts of the replayed step, which has no phases
+        summary[column] = summary[column].where(summary["step_kind"] != CAPTURED)
     ranks = sorted(int(r) for r in metrics["rank"].unique())
     detail = (
         f"{len(metrics)} metrics records of rank(s) {', '.join(map(str, ranks))}, "

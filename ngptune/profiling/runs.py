@@ -129,11 +129,13 @@ def summary_table(metrics: pd.DataFrame, *, steady: bool = True) -> pd.DataFrame
     graph replays included; the intervals are equally long but for a last, shorter one) and
     ``steps_per_s`` its inverse. ``compute_ms`` sums the compute phases
     (:data:`ngptune.profiling.tables.COMPUTE_PHASES`), ``wait_ms`` the collective phases
-    (:data:`ngptune.profiling.tables.WAIT_PHASES`); ``imbalance`` is max/mean of the ranks'
+    (:data:`ngptune.profiling.tables.WAIT_PHASES`); with ``data_ms``, ``occupancy_update_ms`` and
+    ``other_ms`` (the step time outside every named phase) they add up to ``step_time_ms``.
+    ``imbalance`` is max/mean of the ranks'
     ``compute_ms`` (DESIGN.md §4, diagnosis 5), the same value on every row. With a captured step
     (``step_kind`` :data:`CAPTURED`) the phase columns are those of each interval's sampled eager
-    step, so ``phase_coverage`` (named phases / step time) is left empty (NaN): that step is not
-    the replayed step the step time measures.
+    step, so ``phase_coverage`` (named phases / step time) and ``other_ms`` are left empty (NaN):
+    that step is not the replayed step the step time measures.
     """
     rows = []
     kinds = step_kinds(metrics)
@@ -142,6 +144,8 @@ def summary_table(metrics: pd.DataFrame, *, steady: bool = True) -> pd.DataFrame
         named = sum(_mean(frame, f"{p}_ms") for p in PHASES if f"{p}_ms" in frame.columns)
         compute = sum(_mean(frame, f"{p}_ms") for p in COMPUTE_PHASES if f"{p}_ms" in frame.columns)
         wait = sum(_mean(frame, f"{p}_ms") for p in WAIT_PHASES if f"{p}_ms" in frame.columns)
+        data, occupancy = (_mean(frame, f"{p}_ms") if f"{p}_ms" in frame.columns else 0.0
+                           for p in ("data", "occupancy_update"))
         kind = kinds.get(int(rank), "")
         rows.append({
             "rank": int(rank),
@@ -151,6 +155,9 @@ def summary_table(metrics: pd.DataFrame, *, steady: bool = True) -> pd.DataFrame
             "steps_per_s": 1e3 / step_ms if step_ms > 0 else float("nan"),
             "compute_ms": compute,
             "wait_ms": wait,
+            "data_ms": data,
+            "occupancy_update_ms": occupancy,
+            "other_ms": step_ms - named if kind != CAPTURED else float("nan"),
             "throughput_samples_per_s": _mean(frame, "throughput_samples_per_s"),
             "rays_per_s": _mean(frame, "rays_per_s"),
             "rank_throughput_samples_per_s": _mean(frame, "rank_throughput_samples_per_s"

@@ -15,15 +15,18 @@ PHASES_TABLE: tuple[str, ...] = ("rank", "step", "phase", "time_ms")
 """phases.csv: mean time per step of each phase (and "other") over each logging interval ending at ``step``."""
 
 SUMMARY_TABLE: tuple[str, ...] = (
-    "rank", "steps", "step_kind", "step_time_ms", "steps_per_s", "compute_ms", "wait_ms",
-    "throughput_samples_per_s", "rays_per_s", "rank_throughput_samples_per_s", "rank_rays_per_s", "imbalance",
+    "rank", "steps", "step_kind", "step_time_ms", "steps_per_s", "compute_ms", "wait_ms", "data_ms",
+    "occupancy_update_ms", "other_ms", "throughput_samples_per_s", "rays_per_s", "rank_throughput_samples_per_s", "rank_rays_per_s", "imbalance",
     "comm_ms", "comm_busbw_gb_per_s", "link_busbw_gb_per_s", "phase_coverage",
 )
 """summary.csv: one row per rank, means over the run's interval records after the warm-up
 (step_kind: captured, fixed or dynamic, empty when the records do not say; step_time_ms and
-steps_per_s: every step of the intervals, graph replays included; with a captured step the phase
-columns compute_ms, wait_ms and comm_ms are the sampled eager step's of each interval and
-phase_coverage is empty, else phase_coverage = named phases / step time;
+steps_per_s: every step of the intervals, graph replays included; compute_ms (COMPUTE_PHASES),
+wait_ms (WAIT_PHASES), data_ms, occupancy_update_ms and other_ms (not in a named phase) are the
+parts of step_time_ms and add up to it; with a captured step the phase columns compute_ms, wait_ms,
+data_ms and comm_ms are the sampled eager step's of each interval (a separate measurement: a replay
+has no phases) and other_ms and phase_coverage are empty, else phase_coverage = named phases / step
+time;
 throughput_samples_per_s and rays_per_s: the whole job's, all ranks together, the same on every
 row; rank_throughput_samples_per_s and rank_rays_per_s: the rank's own rays and samples (a run
 whose records lack them: its job columns);

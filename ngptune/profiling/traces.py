@@ -18,7 +18,8 @@ then from the trainer phase the work was issued in (the ``phase:<name>`` ranges 
 records while the window is open): work issued in ``field_forward`` is hash-grid forward, an
 autograd backward node of such work (matched through the autograd sequence number, on whichever
 thread the backward runs) is hash-grid backward, ``march``/``occupancy_update`` is marching,
-``comm`` is communication. On the CPU aten operators
+``comm`` is communication, ``data`` is drawing the next batch (in a captured step's graph replays,
+which have no phase ranges, only the ray kernel's name places it). On the CPU aten operators
 carry no kernel names, so there the phase rule does most of the work and the split between the
 hash grid and the small elementwise ops around it (SH encoding, activations) is approximate.
 GPU kernels take the category of the CPU operator that launched them (through the CUDA runtime
@@ -39,7 +40,8 @@ import pandas as pd
 from ngptune.errors import NgptuneError
 from ngptune.profiling.tables import KERNELS_TABLE, OVERLAP_TABLE
 
-CATEGORIES: tuple[str, ...] = ("hash_grid_fwd", "hash_grid_bwd", "mlp", "comm", "march", "other")
+CATEGORIES: tuple[str, ...] = ("hash_grid_fwd", "hash_grid_bwd", "mlp", "comm", "march", "data", "other")
+"""Kernel categories; ``data``: drawing the next batch (the ray kernel by its name, work issued in the data phase)."""
 
 HTA_NOT_USED = (
     "not used: HolisticTraceAnalysis 0.5.0 imports and runs next to pandas 3, but it requires "
@@ -61,6 +63,7 @@ _COMM_RE = re.compile(
 _HASH_GRID_RE = re.compile(r"hash_?grid|kernel_grid|grid_encod", re.IGNORECASE)
 _BACKWARD_RE = re.compile(r"backward|bwd", re.IGNORECASE)
 _MARCH_RE = re.compile(r"march|occupancy|ray_aabb", re.IGNORECASE)
+_DATA_RE = re.compile(r"pinhole_rays", re.IGNORECASE)  # trainer/data/triton_rays.py: the batch's rays and colours
 _MLP_RE = re.compile(
     r"gemm|gemv|cutlass|cublas|xmma|fully_?fused|"
     r"aten::(?:mm|addmm|bmm|matmul|linear|relu|threshold_backward)\b|"
@@ -68,7 +71,8 @@ _MLP_RE = re.compile(
     re.IGNORECASE,
 )
 # Category of work issued inside a trainer phase when the name does not place it.
-_PHASE_CATEGORY = {"field_forward": "hash_grid_fwd", "compact": "hash_grid_fwd", "march": "march", "occupancy_update": "march", "comm": "comm"}
+_PHASE_CATEGORY = {"field_forward": "hash_grid_fwd", "compact": "hash_grid_fwd", "march": "march", "occupancy_update": "march",
+                   "comm": "comm", "data": "data"}
 # Category of the backward of work whose forward ran in a phase.
 _BACKWARD_OF_PHASE = {"field_forward": "hash_grid_bwd", "march": "march", "occupancy_update": "march"}
 
@@ -273,6 +277,8 @@ def category_of_name(name: str) -> str | None:
         return "hash_grid_bwd" if _BACKWARD_RE.search(name) else "hash_grid_fwd"
     if _MARCH_RE.search(name):
         return "march"
+    if _DATA_RE.search(name):
+        return "data"
     if _MLP_RE.search(name):
         return "mlp"
     return None

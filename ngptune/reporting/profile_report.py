@@ -227,8 +227,11 @@ def _summary_section(p: _Profile) -> Section:
             "together, the same on every row); rank_throughput_samples_per_s and rank_rays_per_s are each rank's "
             "own rays.")
     if _captured(p):
-        text += (" compute_ms, wait_ms and comm_ms are those of the sampled eager step of each interval (the step "
-                 "is captured: a replay has no phases), so phase_coverage is not given.")
+        text += (" compute_ms, wait_ms, data_ms and comm_ms are those of the sampled eager step of each interval "
+                 "(the step is captured: a replay has no phases), so other_ms and phase_coverage are not given.")
+    else:
+        text += (" compute_ms, wait_ms, data_ms, occupancy_update_ms and other_ms (the time outside every named "
+                 "phase) add up to step_time_ms.")
     return Section("Summary per rank", table_html(p.tables["summary"]) + text_html(text))
 
 

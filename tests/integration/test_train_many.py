@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from ngptune.train_many import TrainManyOptions, discover_scenes, job_names, run_train_many
+from ngptune.scheduling.slots import visible_gpus
+from ngptune.train_many import TrainManyOptions, devices_text, discover_scenes, job_names, run_train_many
 from tests.support.paths import REPO
 from tests.support.scenes import tiny_config
 from trainer.contract.config import dump_config
@@ -53,6 +54,12 @@ def test_bad_gpus_per_job(tmp_path, monkeypatch):
             run_train_many(TrainManyOptions(source=tmp_path / "seq", out_dir=tmp_path / "out", gpus_per_job=gpus))
 
 
+def test_the_gpus_column_says_cpu_for_a_job_on_the_cpu():
+    assert devices_text([]) == "cpu"  # a host without GPUs
+    assert devices_text([0, 1]) == "0,1"
+    assert devices_text([2], ("--device", "cpu")) == devices_text([2], ("--set", "training.device=cpu")) == "cpu"
+
+
 def test_train_many_warm_starts_fails_one_and_resumes(tmp_path):
     write_demo_sequence(tmp_path / "seq", 2, resolution=16, n_train=4, n_val=1, n_test=1)
     config = tmp_path / "tiny.json"
@@ -69,6 +76,7 @@ def test_train_many_warm_starts_fails_one_and_resumes(tmp_path):
     assert [rows[n]["status"] for n in ("0000", "missing", "0001")] == ["completed", "failed", "completed"]
     assert "scene path does not exist" in rows["missing"]["reason"]
     assert rows["0000"]["steps"] == "4" and float(rows["0000"]["psnr_db"]) > 0
+    assert rows["0000"]["gpus"] == ("cpu" if not visible_gpus() else "0")
     assert rows["0001"]["warm_started_from"] == ""  # its predecessor failed: a cold start
     assert {"0000: completed", "missing: failed", "0001: completed"} <= set(first.stdout.splitlines()), first.stdout
     assert "data:image/png;base64," in (out / "summary.html").read_text()

@@ -65,15 +65,24 @@ def _children(pid: int) -> list[int]:
             and f[0] != "Z"]
 
 
-def test_ctrl_c_to_ngptune_reaches_the_training_once(tmp_path, demo_scene):
+def test_ctrl_c_to_ngptune_reaches_the_training_once_and_keeps_the_model(tmp_path, demo_scene):
+    """Without --snapshot-every, Ctrl-C finishes the step under way and keeps a snapshot of it,
+    which the lines after ``interrupted`` name and resume."""
+    from trainer.train.snapshot import load_snapshot
+
     proc, out = _long_run(tmp_path, demo_scene)
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 130
-    said = stderr.strip().splitlines()[-2:]  # where the run stopped, and that it kept no snapshot to resume
-    assert said[0].startswith("interrupted: the run stopped at step ") and "Traceback" not in stderr
-    assert said[1] == f"  no snapshot or checkpoint was kept in {out} (--snapshot-every N keeps one along the way)"
-    assert json.loads((out / "status.json").read_text())["state"] == "interrupted"
+    assert proc.returncode == 130 and "Traceback" not in stderr
+    assert stderr.count("Ctrl-C: stopping after this step, keeping a snapshot of it") == 1
+    said = stderr.strip().splitlines()[-3:]  # where the run stopped, the snapshot kept, how to continue
+    step = int(said[0].removeprefix("interrupted: the run stopped at step "))
+    snapshot = out / "snapshots" / f"step_{step:07d}.pt"
+    assert said[1] == f"  the newest complete snapshot is {snapshot} (step {step})"
+    assert said[2] == f"  continue with: ngptune train --config {out / 'config.json'} --resume {snapshot} --out {out}"
+    assert load_snapshot(snapshot)["step"] == step
+    status = json.loads((out / "status.json").read_text())
+    assert status["state"] == "interrupted" and status["snapshot"] == str(snapshot)
 
 
 def test_a_killed_ngptune_leaves_no_training_behind(tmp_path, demo_scene):
@@ -119,5 +128,39 @@ def test_a_sigkilled_run_reads_as_stale_to_the_commands_that_read_its_status(tmp
     code, stdout, err = run_inference_cli(["render", out, "--cameras", "orbit", "--frames", "1", "--width", "8",
                                            "--height", "8", "--out", tmp_path / "frames", "--quiet"], capsys)
     assert code == 0 and stdout.startswith("rendering ")
-    assert err.splitlines()[0] == (f"warning: {out / 'status.json'}: {stale}: the run was killed before it could end; "
-                                   "its newest complete model is used")
+    newest = sorted((out / "snapshots").glob("step_*.pt"))[-1]
+    assert err.splitlines()[0] == (f"warning: {out / 'status.json'}: the run did not finish ({stale}: it was killed "
+                                   f"before it could write its end); using its newest complete snapshot {newest} "
+                                   f"(step {int(newest.stem.removeprefix('step_'))})")
+
+
+def test_a_trainer_killed_by_sigkill_gets_one_line_and_a_failed_status(tmp_path, demo_scene):
+    """The trainer ``ngptune train`` started is SIGKILLed (as the out-of-memory killer does): the
+    driver names the process and the signal, where the records and the newest snapshot are and the
+    command that continues the run, in one ``error:`` line, and marks the run failed. Without
+    ``--out`` it finds the run in ``runs/`` of the working folder."""
+    flags = [f"{key}={json.dumps(value)}" for key, value in TINY.items()]
+    argv = [sys.executable, "-m", "ngptune", "train", "--scene", str(demo_scene), "--n-steps", "100000",
+            "--snapshot-every", "2", "--no-eval", "--quiet", *sum((["--set", f] for f in flags), [])]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not list(tmp_path.glob("runs/*/snapshots/step_*.pt")):
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.2)
+    [trainer] = _children(proc.pid)
+    os.kill(trainer, signal.SIGKILL)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGKILL
+    [out] = [p.resolve() for p in (tmp_path / "runs").iterdir()]
+    line = stderr.strip().splitlines()[-1]
+    assert line.startswith(f"error: the trainer (process {trainer}) was killed by SIGKILL, not stopped by ngptune"), line
+    newest = sorted((out / "snapshots").glob("step_*.pt"))[-1]
+    step = int(newest.stem.removeprefix("step_"))
+    for part in (f"; runs/{out.name}/status.json now says failed;", f"its records in runs/{out.name}/metrics.jsonl;",
+                 f"the newest complete snapshot is runs/{out.name}/snapshots/{newest.name} (step {step});",
+                 f"continue with: ngptune train --config runs/{out.name}/config.json --resume "
+                 f"runs/{out.name}/snapshots/{newest.name} --out runs/{out.name}"):
+        assert part in line, (part, line)
+    status = json.loads((out / "status.json").read_text())
+    assert status["state"] == "failed" and status["reason"] == f"killed by SIGKILL (process {trainer})"

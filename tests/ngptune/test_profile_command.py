@@ -6,6 +6,7 @@ the console summary of a captured and of an eager step."""
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -88,8 +89,11 @@ def test_the_default_trace_window_is_clamped_into_short_runs() -> None:
 
 
 def _summary(kind: str, coverage: float) -> pd.DataFrame:
+    captured = kind == "captured"
     return pd.DataFrame({"rank": [0], "steps": [5000], "step_kind": [kind], "step_time_ms": [3.5],
-                         "steps_per_s": [1e3 / 3.5], "compute_ms": [7.9], "wait_ms": [0.0],
+                         "steps_per_s": [1e3 / 3.5], "compute_ms": [7.9 if captured else 2.6], "wait_ms": [0.0],
+                         "data_ms": [0.9 if captured else 0.5], "occupancy_update_ms": [0.2],
+                         "other_ms": [float("nan") if captured else 0.2],
                          "throughput_samples_per_s": [7.5e7], "rays_per_s": [1.2e6], "phase_coverage": [coverage]},
                         columns=list(SUMMARY_TABLE))
 
@@ -106,13 +110,28 @@ def _statements(lines: list[str]) -> list[str]:
     return joined
 
 
+def _ms(text: str) -> list[float]:
+    return [float(x) for x in re.findall(r"([0-9.]+) ms", text)]
+
+
 def test_the_console_summary_of_a_captured_step_says_where_its_phases_come_from() -> None:
+    """The replays' step time and the sampled eager step's phases are two measurements: each
+    statement's parts add up to the total it names."""
     lines = _statements(summary_lines(_summary("captured", float("nan")), [], None))
-    assert lines[0] == ("steps: 5000 on 1 rank; step time 3.5 ms, 286 steps/s (captured CUDA graph: replays and "
-                        "each interval's sampled eager step), after warm-up")
-    assert lines[1] == ("phases of the sampled eager step of each interval (a replay has none): compute 7.9 ms, "
+    assert lines[0] == ("steps: 5000 on 1 rank; step time 3.5 ms, 286 steps/s (captured CUDA graph: the mean over "
+                        "every step of the intervals: graph replays, each interval's sampled eager step and the "
+                        "occupancy updates, which take 0.2 ms of it), after warm-up")
+    assert lines[1] == ("the sampled eager step of each interval, a separate measurement (phase timers on; a replay "
+                        "has no phases): its named phases take 8.8 ms: compute 7.9 ms, drawing the batch 0.9 ms, "
                         "waiting for other ranks 0.0 ms")
-    assert not any("named phases cover" in line for line in lines)
+    total, *parts = _ms(lines[1])
+    assert sum(parts) == pytest.approx(total)
+
+
+def test_the_console_summary_gives_the_parts_that_add_up_to_the_step_time() -> None:
     lines = _statements(summary_lines(_summary("dynamic", 0.95), [], None))
-    assert lines[0] == ("steps: 5000 on 1 rank; step time 3.5 ms (compute 7.9 ms, waiting for other ranks 0.0 ms; "
-                        "named phases cover 95.0 % of it), 286 steps/s, after warm-up")
+    assert lines[0] == "steps: 5000 on 1 rank; step time 3.5 ms, 286 steps/s, after warm-up"
+    assert lines[1] == ("the parts of its 3.5 ms: compute 2.6 ms, drawing the batch 0.5 ms, occupancy update 0.2 ms, "
+                        "waiting for other ranks 0.0 ms, outside the named phases 0.2 ms")
+    total, *parts = _ms(lines[1])
+    assert sum(parts) == pytest.approx(total)

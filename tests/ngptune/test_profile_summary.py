@@ -27,8 +27,9 @@ def test_the_profile_summary_fits_80_columns_with_quantities_whole():
     lines = summary_lines(_summary(), [fired, clear], {"mean_psnr_db": 23.041, "split": "test", "images": [{}, {}]})
     assert all(len(line) <= 79 for line in lines), [line for line in lines if len(line) > 79]
     text = "\n".join(lines)
-    assert lines[0].startswith("steps: 300 on 4 ranks; step time 1234.6 ms (compute 1100.0 ms,")
-    for whole in ("waiting for other ranks 134.5 ms;", "throughput (all ranks): 6.10 M samples/s, 77.6 k rays/s",
+    assert lines[0] == "steps: 300 on 4 ranks; step time 1234.6 ms, after warm-up"  # (no steps_per_s column)
+    assert lines[1].startswith("the parts of its 1234.6 ms: compute 1100.0 ms,")
+    for whole in ("waiting for other ranks 134.5 ms,", "throughput (all ranks): 6.10 M samples/s, 77.6 k rays/s",
                   "rank 3 3.06 M samples/s;", "imbalance 1.02", "evaluation: PSNR 23.04 dB on 2 test views"):
         assert whole in text, whole
     diagnosis = next(i for i, line in enumerate(lines) if line.startswith("diagnosis: communication (high): "))

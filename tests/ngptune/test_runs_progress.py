@@ -65,3 +65,52 @@ def test_last_record_skips_a_line_being_written(tmp_path):
             "throughput_samples_per_s": 10.0, "step_time_ms": 2.0}
     metrics.write_text(json.dumps(good) + "\n" + '{"schema_version": 1, "ra')
     assert last_record(metrics)["step"] == 5
+
+
+def test_between_records_the_progress_lines_of_the_run_s_output_are_shown(tmp_path, monkeypatch):
+    """A short run logs one record, at its end: until then its step comes from the trainer's
+    ``progress:`` lines (the launcher's ``rank 0:`` copy too); a record at a later step wins, and
+    a progress line keeps the last record's throughput."""
+    import ngptune.progress as progress_module
+    from ngptune.progress import log_progress, newest_progress
+    from trainer.contract import progress_line, read_progress_line
+
+    monkeypatch.setattr(progress_module, "PLAIN_EVERY_S", 0.0)
+    assert read_progress_line(progress_line(12, 30, 6.4, "0:10")) == (12, 30, 6.0)
+    log = tmp_path / "trainer.log"
+    assert log_progress(log) is None
+    log.write_text("training demo on cpu, 1 rank\n" + progress_line(12, 30, 6.0, "0:09") + "\nstep 10  loss 0.1\n")
+    assert newest_progress(None, log) == {"step": 12, "total": 30, "wall_time_s": 6.0}
+    record = _record(10, 5.0, 2000.0)
+    assert newest_progress(record, log)["step"] == 12  # the line is further on
+    assert newest_progress(_record(20, 9.0, 2000.0), log)["step"] == 20  # the record is
+    log.write_text(log.read_text() + "rank 0: " + progress_line(24, 30, 12.0, "0:03") + "\n" + '{"half a li')
+    out = io.StringIO()
+    board = RunsProgress(out=out, plain=True)
+    board.add("profile run", None, state="starting")
+    board.update("profile run", record)
+    board.update("profile run", newest_progress(record, log))
+    assert out.getvalue().splitlines() == ["profile run: starting", "profile run: step 10/?, eta -:--, 2.00 k samples/s",
+                                           "profile run: step 24/30, eta 0:03, 2.00 k samples/s"]
+
+
+def test_the_profile_shows_the_trainer_s_progress_lines_before_its_only_record(tmp_path, capsys, monkeypatch):
+    import ngptune.progress as progress_module
+    from ngptune.profile_command import RunWatcher
+    from ngptune.profiling.collect import ProfileDir
+    from trainer.contract import progress_line
+
+    monkeypatch.setattr(progress_module, "PLAIN_EVERY_S", 0.0)  # a plain line at every look (stdout: no terminal)
+    profile = ProfileDir(tmp_path / "profile")
+    profile.trainer_log_path.parent.mkdir(parents=True)
+    watcher = RunWatcher(profile, 30)
+    watcher.poll()  # nothing written yet
+    profile.trainer_log_path.write_text("training demo on cpu, 1 rank (2 CPU threads per rank)\n")
+    watcher.poll()
+    with open(profile.trainer_log_path, "a") as log:
+        log.write(progress_line(7, 30, 10.0, "0:33") + "\n")
+    watcher.poll()
+    watcher.board.close()
+    assert capsys.readouterr().out.splitlines() == [
+        "profile run: starting", "trainer: training demo on cpu, 1 rank (2 CPU threads per rank)",
+        "profile run: step 0/30, eta -:--", "profile run: step 7/30, eta 0:33"]

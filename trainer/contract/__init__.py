@@ -9,7 +9,9 @@ and nothing else of the trainer's)::
                  trainer.inference, trainer.viewer, trainer.tools.<tool>); worker_argv for the
                  launcher's ranks
     lifeline     children that stop when the process that started them dies
-    rundir       RunDir: the run-directory layout, the only place its paths are built; atomic writes
+    rundir       RunDir: the run-directory layout, the only place its paths are built; atomic writes;
+                 the complete checkpoints of a folder
+    resumption   what a stopped run says on how to continue it (its newest model, the command line)
     runstatus    status.json keys and states; the one-line "error: " / "warning: " protocol
     metrics      metrics.jsonl columns (unit in the name), PHASES, MetricsWriter / read_metrics
     evaluation   eval.json keys, read_evaluation, the collapse-to-the-background rule
@@ -41,12 +43,14 @@ FACE: dict[str, tuple[str, ...]] = {
         "worker_argv",
     ),
     "lifeline": ("command_stopping_with_parent", "set_parent_death_signal"),
-    "rundir": ("RunDir", "atomic_write_text", "prepare_output_file"),
+    "rundir": ("RunDir", "atomic_write_text", "latest_checkpoint", "prepare_output_file"),
+    "resumption": ("newest_model", "resume_lines"),
     "runstatus": (
-        "COMPLETED", "DIVERGED", "FAILED", "INTERRUPTED", "REASON_KEY", "RUN_DIR_KEY", "RUNNING", "STATE_KEY",
-        "TRAIN_START_KEY", "WARNING_PREFIX", "error_or_last_line", "is_completed", "is_diverged", "last_error_message",
-        "plain_warning_format", "print_error", "process_fields", "result_line", "stale_pid", "state_of", "state_text",
-        "summary_lines", "SUMMARY_PREFIX",
+        "COMPLETED", "DIVERGED", "FAILED", "INTERRUPTED", "PID_KEY", "PROGRESS_PREFIX", "REASON_KEY", "RUNNING",
+        "RUN_DIR_KEY", "STATE_KEY", "SUMMARY_PREFIX", "TRAIN_START_KEY", "WARNING_PREFIX", "error_or_last_line",
+        "failed_fields", "is_completed", "is_diverged", "last_error_message", "plain_warning_format", "print_error",
+        "process_fields", "progress_line", "read_progress_line", "result_line", "stale_pid", "state_of",
+        "state_text", "summary_lines",
     ),
     "metrics": ("METRICS_COLUMNS", "PHASES", "Column", "MetricsError", "number_text", "phase_column", "quantity_text",
                 "read_metrics", "si_number", "unit_of"),

@@ -13,7 +13,8 @@
                              run keeps its final model here
       final.pt               a snapshot in the root (``--save-snapshot RUN/final.pt``, as train-many
                              wrote it): found when the run has no snapshots/ and no checkpoints/
-      checkpoints/step_<NNNNNNN>/   sharded distributed checkpoints
+      checkpoints/step_<NNNNNNN>/   sharded distributed checkpoints (complete when they hold the
+                             ``.complete`` marker: :func:`list_checkpoints`, :func:`latest_checkpoint`)
       logs/rank<R>.log       text log of each rank
       traces/rank<R>.pt.trace.json  torch.profiler Chrome trace of rank R (profile.trace_steps)
       status.json            final state of the run (completed / failed + reason; keys in trainer.contract.runstatus)
@@ -38,6 +39,13 @@ from trainer.contract.errors import ConfigError
 from trainer.contract.runstatus import state_text
 
 _SNAPSHOT_RE = re.compile(r"^step_(\d{7,})\.pt$")
+
+COMPLETE_MARKER = ".complete"
+"""The file whose presence makes a checkpoint folder complete (written last)."""
+CHECKPOINT_NAME = re.compile(r"^step_(\d{7,})(\.partial|\.replaced)?$")
+"""Name of a checkpoint folder: its step, and ``.partial`` (being written) or ``.replaced`` (being
+replaced) while :func:`trainer.parallel.checkpoint.save_checkpoint` renames it into place."""
+CHECKPOINT_STAGING, CHECKPOINT_REPLACED = ".partial", ".replaced"
 
 
 def atomic_write(path: Path, write: Callable[[BinaryIO], None]) -> Path:
@@ -142,6 +150,53 @@ def json_ready(payload: Any) -> Any:
         given = cleaned.get(NULL_REASONS_KEY)
         cleaned[NULL_REASONS_KEY] = {**reasons, **(given if isinstance(given, dict) else {})}
     return cleaned
+
+
+def checkpoint_step(folder: Path) -> int | None:
+    """The step in a checkpoint folder's name (``step_<N>``, ``.partial``/``.replaced`` too), else None."""
+    m = CHECKPOINT_NAME.match(Path(folder).name)
+    return int(m.group(1)) if m else None
+
+
+def list_checkpoints(checkpoints_dir: Path) -> list[tuple[int, Path]]:
+    """Complete checkpoints ``(step, folder)`` under ``checkpoints_dir``, oldest first.
+
+    Folders without the :data:`COMPLETE_MARKER` (half-written) are left out. Of several complete
+    folders of one step (``step_N``, and ``.partial``/``.replaced`` left by a crash between the
+    renames of a save) the plain name wins, then the newer ``.partial``.
+    """
+    checkpoints_dir = Path(checkpoints_dir)
+    if not checkpoints_dir.is_dir():
+        return []
+    preference = {None: 0, CHECKPOINT_STAGING: 1, CHECKPOINT_REPLACED: 2}
+    best: dict[int, tuple[int, Path]] = {}
+    for p in checkpoints_dir.iterdir():
+        m = CHECKPOINT_NAME.match(p.name)
+        if m and p.is_dir() and (p / COMPLETE_MARKER).is_file():
+            step, rank = int(m.group(1)), preference[m.group(2)]
+            if step not in best or rank < best[step][0]:
+                best[step] = (rank, p)
+    return sorted((step, p) for step, (_, p) in best.items())
+
+
+def latest_checkpoint(path: Path) -> Path | None:
+    """The newest complete checkpoint reachable from ``path``.
+
+    Args:
+        path: a checkpoint folder (returned if complete), a ``checkpoints`` folder, or a run
+            directory.
+
+    Returns:
+        The folder, or None when there is no complete checkpoint.
+    """
+    path = Path(path)
+    if (path / COMPLETE_MARKER).is_file():
+        return path
+    for folder in (path / "checkpoints", path):
+        found = list_checkpoints(folder)
+        if found:
+            return found[-1][1]
+    return None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -32,7 +32,7 @@ from trainer.contract.errors import ConfigError, SceneError, SnapshotError
 from trainer.contract.rundir import RunDir
 
 __all__ = ["LoadedModel", "ModelSource", "check_model_path", "find_model_source", "inference_device", "load_model",
-           "locate_model", "model_config", "precision_autocast", "run_state_note"]
+           "locate_model", "model_config", "precision_autocast", "run_state_note", "unfinished_state"]
 
 
 @dataclasses.dataclass
@@ -97,9 +97,14 @@ def find_model_source(path: Path) -> tuple[str, Path, Path | None]:
     snapshot = run.model_snapshot()
     config = run.config_path if run.config_path.is_file() else None
     if checkpoint is None and snapshot is None:
+        state = unfinished_state(path)
+        ended = "" if state is None else f"; its {run.status_path} says " + (
+            "the run is still training" if state == "still training"
+            else f"the run did not finish ({state}) before it kept one")
         raise SnapshotError(
             f"{path}: no snapshot (snapshots/step_N.pt or final.pt) and no complete checkpoint (checkpoints/step_N/) "
-            "in this folder; a run that finishes keeps its model there, and --snapshot-every N keeps one along the way"
+            f"in this folder{ended}; a run that finishes keeps its model there, Ctrl-C of a one-process run keeps "
+            "its last step's, and --snapshot-every N keeps one along the way"
         )
     if checkpoint is not None and (snapshot is None or _checkpoint_step(checkpoint) >= _snapshot_step(run, snapshot)):
         in_run = config if checkpoint.parent.parent == path else None
@@ -209,19 +214,39 @@ class ModelSource:
     notes: tuple[str, ...] = ()
 
 
-def run_state_note(path: Path) -> str | None:
-    """A line on a run folder whose ``status.json`` says ``running``: stale (its process no longer
-    exists: killed without writing its end) or still training; None for any other folder or state."""
-    from trainer.contract.runstatus import RUNNING, stale_pid, state_of, state_text
+def unfinished_state(path: Path) -> str | None:
+    """How the run in folder ``path`` did not finish, from its ``status.json``: ``stale (process
+    PID no longer exists): it was killed before it could write its end``, ``still training``,
+    ``failed: <reason>``, ``interrupted: <reason>``, ``diverged: <reason>``; None for a completed
+    run, a folder without a status, or a file."""
+    from trainer.contract.runstatus import COMPLETED, REASON_KEY, RUNNING, stale_pid, state_of, state_text
 
-    run = RunDir(path)
-    status = run.read_status() if Path(path).is_dir() else None
-    if state_of(status) != RUNNING:
+    status = RunDir(path).read_status() if Path(path).is_dir() else None
+    state = state_of(status)
+    if state in (None, COMPLETED):
         return None
-    if stale_pid(status) is not None:
-        return (f"{run.status_path}: {state_text(status)}: the run was killed before it could end; its newest "
-                "complete model is used")
-    return f"{run.status_path}: the run is still training; its newest model so far is used"
+    if state == RUNNING:
+        if stale_pid(status) is not None:
+            return f"{state_text(status)}: it was killed before it could write its end"
+        return "still training"
+    if status.get("interrupted_during") == "evaluation":
+        return f"{state} during its final evaluation, after training"
+    reason = status.get(REASON_KEY)
+    return f"{state}: {reason}" if reason else str(state)
+
+
+def run_state_note(path: Path, model: str) -> str | None:
+    """A line on the model ``model`` (its words: ``snapshot FILE (step N)``) of a run folder whose
+    ``status.json`` says it did not finish (:func:`unfinished_state`): stale (its process no longer
+    exists: killed without writing its end), still training, failed, interrupted or diverged; None
+    for any other folder or state."""
+    state = unfinished_state(path)
+    if state is None:
+        return None
+    status_path = RunDir(path).status_path
+    if state == "still training":
+        return f"{status_path}: the run is still training; using its newest {model} so far"
+    return f"{status_path}: the run did not finish ({state}); using its newest complete {model}"
 
 
 def locate_model(path: Path) -> ModelSource:
@@ -234,18 +259,19 @@ def locate_model(path: Path) -> ModelSource:
     from trainer.train.snapshot import load_snapshot
 
     kind, source, run_config = find_model_source(Path(path))
-    note = run_state_note(Path(path))
-    notes = (note,) if note is not None else ()
     if kind == "checkpoint":
         from trainer.parallel.checkpoint import load_meta
 
-        meta = load_meta(source)
-        cfg = _read_run_config(run_config) if run_config else _config_from(meta.get("config"), source / "meta.json")
-        return ModelSource(kind, source, int(meta["step"]), cfg, meta, notes)
-    named = [step for step, snap in RunDir(Path(path)).snapshots() if snap == source] if run_config else []
-    payload = None if named else load_snapshot(source)
-    cfg = _read_run_config(run_config) if run_config else _config_from(payload.get("config"), source)
-    return ModelSource(kind, source, named[0] if named else int(payload["step"]), cfg, payload, notes)
+        payload = load_meta(source)
+        cfg = _read_run_config(run_config) if run_config else _config_from(payload.get("config"), source / "meta.json")
+        step = int(payload["step"])
+    else:
+        named = [step for step, snap in RunDir(Path(path)).snapshots() if snap == source] if run_config else []
+        payload = None if named else load_snapshot(source)
+        cfg = _read_run_config(run_config) if run_config else _config_from(payload.get("config"), source)
+        step = named[0] if named else int(payload["step"])
+    note = run_state_note(Path(path), f"{kind} {source} (step {step})")
+    return ModelSource(kind, source, step, cfg, payload, (note,) if note is not None else ())
 
 
 def model_config(path: Path) -> TrainConfig:

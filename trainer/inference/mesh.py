@@ -194,12 +194,13 @@ def _world_directions(vectors: np.ndarray, scene: Any) -> np.ndarray:
 
 
 def supported_faces(model: LoadedModel, box: np.ndarray, verts_cube: np.ndarray, faces: np.ndarray,
-                    min_views: int, resolution: int) -> np.ndarray:
+                    min_views: int, resolution: int, quiet: bool = True) -> np.ndarray:
     """[F] bool: faces whose three vertices (unit cube) lie on the rendered surface of at least
-    ``min_views`` training views, on a support lattice of at most ``resolution`` cells per axis."""
+    ``min_views`` training views, on a support lattice of at most ``resolution`` cells per axis
+    (its depth maps' progress unless ``quiet``)."""
     from trainer.inference.support import SUPPORT_RESOLUTION, build_support
 
-    support = build_support(model, box, min_views, resolution=min(SUPPORT_RESOLUTION, resolution))
+    support = build_support(model, box, min_views, resolution=min(SUPPORT_RESOLUTION, resolution), quiet=quiet)
     return support.supported(verts_cube)[faces].all(axis=1)
 
 
@@ -253,7 +254,7 @@ def extract_mesh(model: LoadedModel, resolution: int = 256, threshold: float = D
     t2 = time.perf_counter()
     n_unsupported = 0
     if min_views > 0:
-        keep = supported_faces(model, box, verts_cube, faces, min_views, resolution)
+        keep = supported_faces(model, box, verts_cube, faces, min_views, resolution, quiet)
         n_unsupported = int(np.count_nonzero(~keep))
         if not keep.any():
             raise ConfigError(f"--min-views {min_views}: none of the {len(faces)} triangles lies on the surface of "

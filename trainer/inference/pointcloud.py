@@ -110,7 +110,7 @@ def extract_pointcloud(model: LoadedModel, n_points: int = 200_000, min_opacity:
         from trainer.inference.mesh import occupied_box
         from trainer.inference.support import build_support
 
-        support = build_support(model, occupied_box(trainer), min_views)
+        support = build_support(model, occupied_box(trainer), min_views, quiet=quiet)
     points, colours = [], []
     have = cast = unsupported = 0
     progress = Progress("points", n_points, quiet=quiet, rate_name="rays")
@@ -124,8 +124,9 @@ def extract_pointcloud(model: LoadedModel, n_points: int = 200_000, min_opacity:
             u = torch.as_tensor(local % widths[frame_ids], device=device)
             v = torch.as_tensor(local // widths[frame_ids], device=device)
             o, d = generate_rays(c2w[rows], cameras[rows], u, v)
-            with trainer.inference_weights():
-                out = render_ray_buffers(trainer, o, d, background, render_samples=renderer)
+            with trainer.inference_weights():  # progress by chunks of rays: a batch may take minutes on a CPU
+                out = render_ray_buffers(trainer, o, d, background, render_samples=renderer,
+                                         on_rays=lambda rays: progress.advance(0, rays))
             keep = (out.opacity >= max(min_opacity, 1e-6)).nonzero().squeeze(-1)
             opacity = out.opacity[keep].unsqueeze(-1)
             found = (o[keep] + d[keep] * (out.depth[keep].unsqueeze(-1) / opacity)).cpu().numpy()
@@ -138,7 +139,7 @@ def extract_pointcloud(model: LoadedModel, n_points: int = 200_000, min_opacity:
             points.append(found)
             colours.append(rgb)
             have += len(found)
-            progress.advance(len(found), int(batch.size))
+            progress.advance(len(found))
     finally:
         progress.close()
     cube = np.concatenate(points) if points else np.zeros((0, 3))

@@ -48,7 +48,9 @@ class Progress:
         return f"{si_number(rate)} {self.rate_name}/s"
 
     def advance(self, units: int = 1, items: int = 0) -> None:
-        """``units`` more done, ``items`` more rays/points."""
+        """``units`` more done, ``items`` more rays/points (``units`` 0: rays of work under way,
+        so that a long unit shows progress; off a terminal a line at most every
+        :data:`PLAIN_LINE_EVERY_S` seconds, and the last)."""
         self.done += units
         self.items += items
         if self.quiet:
@@ -59,8 +61,8 @@ class Progress:
         now = time.perf_counter()
         if now - self._last_line >= PLAIN_LINE_EVERY_S or self.done >= self.total:
             self._last_line = now
-            left = (self.total - self.done) * self.elapsed_s / max(self.done, 1)
-            print(f"{self.what} {self.done}/{self.total}  {self.rate_text()}  ETA {left:.0f} s", file=sys.stderr, flush=True)
+            left = f"{(self.total - self.done) * self.elapsed_s / self.done:.0f} s" if self.done else "-"
+            print(f"{self.what} {self.done}/{self.total}  {self.rate_text()}  ETA {left}", file=sys.stderr, flush=True)
 
     def close(self) -> None:
         if self._bar is not None:

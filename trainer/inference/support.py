@@ -85,39 +85,52 @@ class SupportGrid:
 
 
 @torch.no_grad()
-def camera_depth_maps(model: Any, side: int = DEPTH_MAP_SIDE) -> list[tuple[Any, torch.Tensor]]:
+def camera_depth_maps(model: Any, side: int = DEPTH_MAP_SIDE, quiet: bool = True) -> list[tuple[Any, torch.Tensor]]:
     """``(frame with shrunk intrinsics, depth [h, w] float32 on the device)`` per training camera
-    (module docstring, step 1); depth is distance along the unit ray, NaN where no surface."""
-    from trainer.data.rays import IntrinsicsTensors, generate_rays
+    (module docstring, step 1); depth is distance along the unit ray, NaN where no surface.
+    Progress by views (a bar on a terminal, plain lines off one) unless ``quiet``."""
+    from trainer.inference.progress import Progress
     from trainer.inference.render_views import subgrid_sample_renderer
-    from trainer.train.evaluate import render_ray_buffers
 
     trainer = model.trainer
-    device = trainer.device
     frames = trainer.scene.frames("train")
     renderer = subgrid_sample_renderer(trainer, True) if model.mode == "subgrid" else None
-    background = torch.zeros(3, device=device)
+    background = torch.zeros(3, device=trainer.device)
     out = []
-    for frame in frames:
-        k = frame.intrinsics
-        factor = max(1.0, max(k.width, k.height) / side)
-        small = resize_cameras([frame], width=max(1, round(k.width / factor)), height=max(1, round(k.height / factor)))[0]
-        w, h = small.intrinsics.width, small.intrinsics.height
-        v, u = torch.meshgrid(torch.arange(h, device=device), torch.arange(w, device=device), indexing="ij")
-        c2w = torch.as_tensor(np.asarray(small.c2w, dtype=np.float32)[:3, :4], device=device).expand(h * w, 3, 4)
-        cameras = IntrinsicsTensors.from_intrinsics([small.intrinsics], device)[torch.zeros(h * w, dtype=torch.long, device=device)]
-        o, d = generate_rays(c2w, cameras, u.reshape(-1), v.reshape(-1))
-        with trainer.inference_weights():
-            rendered = render_ray_buffers(trainer, o, d, background, render_samples=renderer)
-        surface = rendered.opacity >= SURFACE_OPACITY
-        depth = torch.where(surface, rendered.depth / rendered.opacity.clamp_min(1e-6), torch.full_like(rendered.depth, float("nan")))
-        out.append((small, depth.reshape(h, w)))
+    progress = Progress("support views", len(frames), quiet=quiet, rate_name="rays")
+    try:
+        for frame in frames:
+            out.append(_depth_map(trainer, frame, side, renderer, background))
+            progress.advance(1, out[-1][1].numel())
+    finally:
+        progress.close()
     return out
+
+
+def _depth_map(trainer: Any, frame: Any, side: int, renderer: Any, background: torch.Tensor) -> tuple[Any, torch.Tensor]:
+    """One training camera's entry of :func:`camera_depth_maps`."""
+    from trainer.data.rays import IntrinsicsTensors, generate_rays
+    from trainer.train.evaluate import render_ray_buffers
+
+    device = trainer.device
+    k = frame.intrinsics
+    factor = max(1.0, max(k.width, k.height) / side)
+    small = resize_cameras([frame], width=max(1, round(k.width / factor)), height=max(1, round(k.height / factor)))[0]
+    w, h = small.intrinsics.width, small.intrinsics.height
+    v, u = torch.meshgrid(torch.arange(h, device=device), torch.arange(w, device=device), indexing="ij")
+    c2w = torch.as_tensor(np.asarray(small.c2w, dtype=np.float32)[:3, :4], device=device).expand(h * w, 3, 4)
+    cameras = IntrinsicsTensors.from_intrinsics([small.intrinsics], device)[torch.zeros(h * w, dtype=torch.long, device=device)]
+    o, d = generate_rays(c2w, cameras, u.reshape(-1), v.reshape(-1))
+    with trainer.inference_weights():
+        rendered = render_ray_buffers(trainer, o, d, background, render_samples=renderer)
+    surface = rendered.opacity >= SURFACE_OPACITY
+    depth = torch.where(surface, rendered.depth / rendered.opacity.clamp_min(1e-6), torch.full_like(rendered.depth, float("nan")))
+    return small, depth.reshape(h, w)
 
 
 @torch.no_grad()
 def build_support(model: Any, box: np.ndarray, min_views: int, resolution: int = SUPPORT_RESOLUTION,
-                  depth_side: int = DEPTH_MAP_SIDE) -> SupportGrid:
+                  depth_side: int = DEPTH_MAP_SIDE, quiet: bool = True) -> SupportGrid:
     """The :class:`SupportGrid` of ``box`` [2, 3] (unit cube) for a loaded model's training cameras.
 
     Args:
@@ -126,6 +139,7 @@ def build_support(model: Any, box: np.ndarray, min_views: int, resolution: int =
         min_views: cameras a supported cell needs (>= 1).
         resolution: cells per axis.
         depth_side: longer side of the depth maps, pixels.
+        quiet: no progress of the depth maps (:func:`camera_depth_maps`).
     """
     device = model.trainer.device
     box = np.asarray(box, dtype=np.float64)
@@ -134,7 +148,7 @@ def build_support(model: Any, box: np.ndarray, min_views: int, resolution: int =
     grid = torch.stack(torch.meshgrid(*centres, indexing="ij"), dim=-1).reshape(-1, 3)
     cell_margin = MARGIN_CELL_DIAGONALS * float(np.linalg.norm((box[1] - box[0]) / resolution))
     views = torch.zeros(grid.shape[0], dtype=torch.int32, device=device)
-    for frame, depth in camera_depth_maps(model, depth_side):
+    for frame, depth in camera_depth_maps(model, depth_side, quiet):
         k = frame.intrinsics
         c2w = torch.as_tensor(np.asarray(frame.c2w, dtype=np.float32), device=device)
         local = (grid - c2w[:3, 3]) @ c2w[:3, :3]  # camera axes: x right, y up, looking down −z

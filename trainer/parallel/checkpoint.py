@@ -26,7 +26,6 @@ process) everything works locally.
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import warnings
 from pathlib import Path
@@ -36,7 +35,10 @@ import torch
 import torch.distributed as dist
 
 from trainer.contract.errors import SnapshotError
-from trainer.contract.rundir import RunDir, atomic_write, atomic_write_text
+from trainer.contract.rundir import (  # the listing is the layout's, torch-free (the driver reads it too)
+    CHECKPOINT_NAME, CHECKPOINT_REPLACED, CHECKPOINT_STAGING, COMPLETE_MARKER, RunDir, atomic_write, atomic_write_text,
+    checkpoint_step, latest_checkpoint, list_checkpoints,
+)
 from trainer.train.snapshot import OTHER_CONFIG_HINT, short_message
 
 __all__ = [
@@ -55,11 +57,9 @@ __all__ = [
     "skipped_incomplete",
 ]
 
-COMPLETE_MARKER = ".complete"
 # Entries of meta.json every reader relies on, and their JSON types.
 META_KEYS: dict[str, type] = {"step": int, "world_size": int, "mode": str, "scaler": dict, "trainer_state": dict}
-_STEP_DIR = re.compile(r"^step_(\d{7,})(\.partial|\.replaced)?$")
-_STAGING, _REPLACED = ".partial", ".replaced"
+_STEP_DIR, _STAGING, _REPLACED = CHECKPOINT_NAME, CHECKPOINT_STAGING, CHECKPOINT_REPLACED
 
 
 def _dcp():
@@ -87,47 +87,6 @@ def checkpoint_dir(run_dir: RunDir, step: int) -> Path:
     return run_dir.checkpoints_dir / f"step_{step:07d}"
 
 
-def list_checkpoints(checkpoints_dir: Path) -> list[tuple[int, Path]]:
-    """Complete checkpoints ``(step, folder)`` under ``checkpoints_dir``, oldest first.
-
-    Folders without the :data:`COMPLETE_MARKER` (half-written) are left out. Of several complete
-    folders of one step (``step_N``, and ``.partial``/``.replaced`` left by a crash between the
-    renames of :func:`save_checkpoint`) the plain name wins, then the newer ``.partial``.
-    """
-    checkpoints_dir = Path(checkpoints_dir)
-    if not checkpoints_dir.is_dir():
-        return []
-    preference = {None: 0, _STAGING: 1, _REPLACED: 2}
-    best: dict[int, tuple[int, Path]] = {}
-    for p in checkpoints_dir.iterdir():
-        m = _STEP_DIR.match(p.name)
-        if m and p.is_dir() and (p / COMPLETE_MARKER).is_file():
-            step, rank = int(m.group(1)), preference[m.group(2)]
-            if step not in best or rank < best[step][0]:
-                best[step] = (rank, p)
-    return sorted((step, p) for step, (_, p) in best.items())
-
-
-def latest_checkpoint(path: Path) -> Path | None:
-    """The newest complete checkpoint reachable from ``path``.
-
-    Args:
-        path: a checkpoint folder (returned if complete), a ``checkpoints`` folder, or a run
-            directory.
-
-    Returns:
-        The folder, or None when there is no complete checkpoint.
-    """
-    path = Path(path)
-    if (path / COMPLETE_MARKER).is_file():
-        return path
-    for folder in (path / "checkpoints", path):
-        found = list_checkpoints(folder)
-        if found:
-            return found[-1][1]
-    return None
-
-
 def skipped_incomplete(folder: Path) -> list[Path]:
     """Half-written checkpoint folders (no :data:`COMPLETE_MARKER`) of steps after ``folder``'s,
     beside it, oldest first: what a resume from ``folder`` passes over (a run stopped while
@@ -141,12 +100,6 @@ def skipped_incomplete(folder: Path) -> list[Path]:
         if other is not None and other > step and p.is_dir() and not (p / COMPLETE_MARKER).is_file():
             newer.append((other, p.name, p))
     return [p for _, _, p in sorted(newer)]
-
-
-def checkpoint_step(folder: Path) -> int | None:
-    """The step in a checkpoint folder's name (``step_<N>``, ``.partial``/``.replaced`` too), else None."""
-    m = _STEP_DIR.match(Path(folder).name)
-    return int(m.group(1)) if m else None
 
 
 def prune_checkpoints(checkpoints_dir: Path, keep: int) -> list[Path]:

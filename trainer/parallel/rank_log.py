@@ -27,7 +27,7 @@ import threading
 from pathlib import Path
 from typing import TextIO
 
-from trainer.contract.runstatus import ERROR_PREFIX, SUMMARY_PREFIX, WARNING_PREFIX, strip_rank_prefix
+from trainer.contract.runstatus import ERROR_PREFIX, PROGRESS_PREFIX, SUMMARY_PREFIX, WARNING_PREFIX, strip_rank_prefix
 from trainer.contract.textlines import CONTINUATION
 
 __all__ = ["ATTEMPT_HEADER", "RankLogFollower", "reported_step", "restart_line"]
@@ -160,7 +160,7 @@ class RankLogFollower:
         step = reported_step(line)
         if step is not None and self._bar is not None:
             self._bar.update(self._task, completed=step)
-            if line.startswith("progress: "):
+            if line.startswith(PROGRESS_PREFIX):
                 return  # the bar shows it
         self._emit(f"rank 0: {line}")
 

@@ -12,8 +12,8 @@ from trainer.contract.errors import ConfigError, SceneError
 from trainer.contract.rundir import RunDir
 from trainer.run.settings import scene_path_of
 
-__all__ = ["check_before_start", "check_n_steps_reach", "distributed_env", "has_checkpoint", "resume_lines",
-           "resume_path", "resume_source"]
+__all__ = ["check_before_start", "check_n_steps_reach", "distributed_env", "has_checkpoint", "resume_path",
+           "resume_source"]
 
 
 def check_before_start(cfg: TrainConfig, out: Path | None, resume: Path | None) -> None:
@@ -106,25 +106,3 @@ def resume_source(resume: Path | None, run_dir: RunDir) -> Path | None:
     if source_step is None or (own_step is not None and own_step >= source_step):
         return own
     return resume
-
-
-def resume_lines(run_dir: RunDir, model: Path | None, nproc_per_node: int = 1) -> list[str]:
-    """What a stopped run prints on how to continue it: the newest complete snapshot or checkpoint
-    ``model`` of ``run_dir`` (None: there is none) with its step, and the command line that resumes
-    it into the same folder with the run's own ``config.json`` (``nproc_per_node`` > 1: a launched
-    job of that many ranks per node; a job of several nodes adds its node flags)."""
-    every = "--checkpoint-every N" if nproc_per_node > 1 else "--snapshot-every N"
-    if model is None:
-        return [f"no snapshot or checkpoint was kept in {run_dir.root} ({every} keeps one along the way)"]
-    model = Path(model)
-    if model.is_dir():
-        from trainer.parallel.checkpoint import checkpoint_step
-
-        kind, step, resume = "checkpoint", checkpoint_step(model), run_dir.root
-    else:
-        kind, resume = "snapshot", model
-        step = next((s for s, path in run_dir.snapshots() if path == model), None)
-    at = f" (step {step})" if step is not None else ""
-    launch = f" --nproc-per-node {nproc_per_node}" if nproc_per_node > 1 else ""
-    return [f"the newest complete {kind} is {model}{at}",
-            f"continue with: ngptune train{launch} --config {run_dir.config_path} --resume {resume} --out {run_dir.root}"]

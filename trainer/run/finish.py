@@ -20,11 +20,13 @@ __all__ = ["LONG_EVALUATION_S", "evaluation_notice", "evaluation_result_text", "
            "model_kept_text", "train_with_progress"]
 
 
-def train_with_progress(trainer: Any, cfg: TrainConfig, progress: TrainProgress, live: Any = None) -> dict[str, Any]:
+def train_with_progress(trainer: Any, cfg: TrainConfig, progress: TrainProgress, live: Any = None,
+                        stop: Any = None) -> dict[str, Any]:
     """Run ``trainer.train`` with the config's snapshot/eval cadence, reporting through
     ``progress`` (closed after the evaluation, :func:`finish_status`) and ``live`` (``--view``'s
-    :class:`~trainer.viewer.live.LiveView` or None, closed when the training ends); returns the last
-    metrics record."""
+    :class:`~trainer.viewer.live.LiveView` or None, closed when the training ends); ``stop`` (a
+    :class:`~trainer.run.interrupt.StopAfterStep` or None) is asked after each step whether Ctrl-C
+    came. Returns the last metrics record."""
 
     def on_eval(result: dict[str, Any]) -> None:
         progress.message(f"eval step {result['step']}: {result['mean_psnr_db']:.2f} dB on {result['split']}")
@@ -40,6 +42,8 @@ def train_with_progress(trainer: Any, cfg: TrainConfig, progress: TrainProgress,
     on_log, on_step = log, stepped
     if live is not None:
         on_log, on_step = live.hooks(on_log, on_step)
+    if stop is not None:
+        on_step = stop.after(on_step)
     try:
         last = trainer.train(
             on_log=on_log,

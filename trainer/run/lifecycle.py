@@ -13,7 +13,8 @@ how:
    rank: the process group joined, the data-parallel or subgrid trainer built, resumed from the
    newest checkpoint — after a restart by the elastic agent its own);
 4. train, with progress lines (and ``--view``'s viewer, :mod:`trainer.viewer.live`), until
-   ``training.n_steps`` or the time budget;
+   ``training.n_steps`` or the time budget (one process: Ctrl-C stops after the step under way and
+   keeps a snapshot of it, :mod:`trainer.run.interrupt`);
 5. keep the trained model (a rank: its final checkpoint; one process: a snapshot), evaluate
    (:mod:`trainer.run.finish`);
 6. end — ``status.json`` completed, failed or interrupted (a rank first waits for its peers).
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import abc
 import argparse
+import contextlib
 import time
 from pathlib import Path
 from typing import Any
@@ -34,9 +36,11 @@ from trainer.contract.rundir import RunDir, prepare_output_file
 from trainer.contract.textlines import fit_lines
 from trainer.contract.runstatus import COMPLETED, RESTART_COUNT_KEY, STATE_KEY, TRAIN_START_KEY, failed_fields, is_completed
 from trainer.run.checks import (
-    check_before_start, check_n_steps_reach, distributed_env, resume_lines, resume_path, resume_source,
+    check_before_start, check_n_steps_reach, distributed_env, resume_path, resume_source,
 )
+from trainer.contract.resumption import resume_lines
 from trainer.run.finish import finish_status, train_with_progress
+from trainer.run.interrupt import StopAfterStep, StoppedAfterStep
 from trainer.run.progress import TrainProgress
 from trainer.run.settings import on_cpu, opening_line, scene_path_of
 from trainer.run.status import RunInterrupted, RunStatus, keeping_finite_model
@@ -68,6 +72,15 @@ class Job(abc.ABC):
     @abc.abstractmethod
     def build(self, status: RunStatus, progress: TrainProgress) -> Any:
         """Stage 3: the trainer, resumed or warm-started as asked."""
+
+    def stop_request(self, trainer: Any) -> Any:
+        """A context around the training loop: what Ctrl-C does during it (a rank: Python's own
+        ``KeyboardInterrupt``, at once)."""
+        return contextlib.nullcontext()
+
+    def keep_interrupted_model(self, trainer: Any, status: RunStatus, progress: TrainProgress) -> None:
+        """After Ctrl-C stopped the training between two steps: keep the model of the last step
+        (a rank: nothing; its checkpoints are ``--checkpoint-every``'s)."""
 
     def keep_model(self, trainer: Any, status: RunStatus) -> None:
         """Stage 5's first part: a rank's final checkpoint (one process keeps its snapshot later)."""
@@ -109,6 +122,19 @@ class OneProcess(Job):
 
     def status(self) -> RunStatus:
         return RunStatus(self.run_dir, True, scene=str(self.scene_path))
+
+    def stop_request(self, trainer: Any) -> Any:
+        return StopAfterStep(lambda: trainer.step)  # Ctrl-C: after the step under way
+
+    def keep_interrupted_model(self, trainer: Any, status: RunStatus, progress: TrainProgress) -> None:
+        path = self.run_dir.snapshot_path(trainer.step)
+        try:
+            if not path.exists():
+                trainer.save(path)
+        except Exception as exc:  # the run still ends as interrupted, with what it had kept before
+            progress.message(f"Ctrl-C: no snapshot of step {trainer.step} was kept ({type(exc).__name__}: {exc})")
+            return
+        status["snapshot"] = str(path)
 
     def build(self, status: RunStatus, progress: TrainProgress) -> Any:
         from trainer.train.loop import train_from_config
@@ -251,7 +277,8 @@ def run_training(cfg: TrainConfig, args: argparse.Namespace) -> dict[str, Any]:
         live = start_live_view(args, trainer, job.run_dir, progress.message, is_main=job.is_main)  # --view
         status[TRAIN_START_KEY] = time.time()
         t0 = time.perf_counter()
-        last = train_with_progress(trainer, job.cfg, progress, live)
+        with job.stop_request(trainer) as stop:
+            last = train_with_progress(trainer, job.cfg, progress, live, stop)
         status.update({STATE_KEY: COMPLETED, "step": trainer.step, "train_time_s": trainer.train_time_s})
         job.keep_model(trainer, status)
         finish_status(trainer, args, status, progress, last, t0)
@@ -259,6 +286,8 @@ def run_training(cfg: TrainConfig, args: argparse.Namespace) -> dict[str, Any]:
         return status
     except BaseException as exc:
         progress.close()
+        if isinstance(exc, StoppedAfterStep):
+            job.keep_interrupted_model(trainer, status, progress)
         error = keeping_finite_model(exc, status, job.last_model())
         status.end(error)
         if isinstance(error, KeyboardInterrupt) and job.is_main:

@@ -18,6 +18,7 @@ import time
 from typing import Any
 
 from trainer.contract.metrics import si_number
+from trainer.contract.runstatus import progress_line
 
 __all__ = ["MIN_BAR", "PLAIN_PROGRESS_EVERY_S", "TrainProgress", "clock_text", "eta_seconds", "fit_progress_line"]
 
@@ -152,8 +153,7 @@ class TrainProgress:
         now = time.perf_counter()
         if now - self._last_plain >= PLAIN_PROGRESS_EVERY_S:
             self._last_plain = now
-            print(f"progress: step {step}/{self.total} ({100 * step / max(self.total or 1, 1):.0f} %), "
-                  f"{train_time_s:.0f} s trained, eta {clock_text(eta)}", flush=True)
+            print(progress_line(step, self.total or step, train_time_s, clock_text(eta)), flush=True)
 
     def start_evaluation(self) -> None:
         """The evaluation begins: the live line (or the plain lines) count its rays from here."""

@@ -8,7 +8,9 @@ bottleneck             value (unit) and evidence                           fires
 =====================  ==================================================  ==============================
 compute_underused      mean GPU utilisation, % (NVML ``util_pct`` over     value < 80 % while data and
                        the active window); trace idle time (launch gaps)   comm shares are below theirs
-data_loading           share of the step in the "data" phase (worst rank)  value > 0.10
+data_loading           share of the step in the "data" phase (worst rank);  value > 0.10
+                       a captured step: the ray kernels' share of the
+                       traced replays (kernels.csv, category data)
 hash_grid_contention   hash-grid backward / forward kernel time, ratio     value > 3
 communication          exposed comm share of the step (least-waiting       value > 0.15
                        rank), achieved busbw vs the link

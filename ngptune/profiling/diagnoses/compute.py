@@ -105,9 +105,11 @@ def check(inputs: ProfileInputs, means: pd.DataFrame | None) -> Check:
         idle = idle_share(inputs.overlap)
         if idle is not None:
             evidence += f"; no kernel runs in {idle:.0%} of the traced window (launch gaps)"
-    data_share = rank_share(means, "data", largest=True)[1]
+    drawing = data.batch_share(inputs, means)  # a captured step: the replays' ray kernels, not the eager phase
+    data_share = drawing.value if drawing.value is not None else 0.0
     comm_share = rank_share(means, "comm", largest=False)[1] if inputs.world_size > 1 else 0.0
-    evidence += f"; data {data_share:.1%} and exposed communication {comm_share:.1%} of the step"
+    data_text = f"data {data_share:.1%}" if drawing.value is not None else "data not measured (see data_loading)"
+    evidence += f"; {data_text} and exposed communication {comm_share:.1%} of the step"
     explained = data_share > data.THRESHOLD or comm_share > communication.THRESHOLD
     if value < threshold and explained:
         evidence += ", which explain the low utilisation (see those diagnoses)"

@@ -12,12 +12,12 @@ import pandas as pd
 from ngptune.profiling.diagnoses.checks import (
     NO_PHASES, Check, DiagnosisError, Suggestion, not_evaluated, plain_number, verdict,
 )
-from ngptune.profiling.runs import drop_warmup
+from ngptune.profiling.runs import CAPTURED, drop_warmup
 from ngptune.profiling.tables import PHASES_TABLE
 from trainer.contract import PHASES, TrainConfig
 
 __all__ = [
-    "ALL_PHASES", "EVALUATION_REQUIRED", "ProfileInputs", "past_warmup_phases", "phase_share_check",
+    "ALL_PHASES", "EVALUATION_REQUIRED", "ProfileInputs", "captured_step", "past_warmup_phases", "phase_share_check",
     "phases_timed", "rank_phase_means", "rank_share", "steps_past_occupancy_warmup", "summary_column",
     "warmup_sentence",
 ]
@@ -126,6 +126,13 @@ class ProfileInputs:
         """Number of ranks in the phases (else in the summary)."""
         ranks = self.phases["rank"] if len(self.phases) else self.summary["rank"]
         return int(ranks.nunique())
+
+
+def captured_step(inputs: ProfileInputs) -> bool:
+    """Whether the run's step is captured in a CUDA graph (the summary's ``step_kind``): its phase
+    times are then those of each interval's sampled eager step, not of the replays it runs."""
+    kinds = inputs.summary["step_kind"] if "step_kind" in inputs.summary.columns else pd.Series(dtype=object)
+    return bool((kinds == CAPTURED).any())
 
 
 def rank_phase_means(phases: pd.DataFrame, *, steady: bool = True) -> pd.DataFrame:

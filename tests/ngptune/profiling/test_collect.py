@@ -62,6 +62,9 @@ def test_named_phases_cover_at_least_90_percent_of_the_step(profiled_run: Profil
     assert f"steps {WINDOW[0] + 1}..{WINDOW[1] + 1} (torch.profiler window" in status.detail
     (row,) = summary.to_dict("records")
     assert row["phase_coverage"] >= 0.90, row
+    # the summary's parts add up to its step time
+    parts = row["compute_ms"] + row["data_ms"] + row["occupancy_update_ms"] + row["wait_ms"] + row["other_ms"]
+    assert parts == pytest.approx(row["step_time_ms"])
     # the coverage is what the phase table says: named phase time over step time
     steady = phases[phases["step"] > phases["step"].min()]
     per_step = steady.pivot_table(index="step", columns="phase", values="time_ms")
@@ -296,7 +299,7 @@ def test_a_captured_run_s_interval_records_and_its_steady_utilisation(tmp_path: 
     assert summary["throughput_samples_per_s"].tolist() == pytest.approx([7.5e7] * 2)
     assert summary["step_kind"].tolist() == ["captured", "captured"] and summary["steps"].tolist() == [1000, 1000]
     assert summary["compute_ms"].tolist() == pytest.approx([8.8, 8.8])  # the sampled eager step's phases
-    assert summary["phase_coverage"].isna().all()  # that step is not the replayed one
+    assert summary["phase_coverage"].isna().all() and summary["other_ms"].isna().all()  # not the replayed step
     detail = collected.sources["phase_timers"].detail
     assert "the record of step 900 (torch.profiler window 801:806 and its export) is left out" in detail
     assert "the phases are those of the sampled eager step of each interval" in detail

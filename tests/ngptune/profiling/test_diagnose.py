@@ -99,6 +99,58 @@ def test_warmup_interval_is_left_out() -> None:
     assert diagnose(inp) == []
 
 
+def captured_summary() -> pd.DataFrame:
+    return pd.DataFrame({"rank": [0], "step_kind": ["captured"]})
+
+
+def replay_kernels(drawing_ms: float) -> pd.DataFrame:
+    """The traced replays of rank 0: the ray kernel and the rest of a 100 ms window's kernels."""
+    return pd.DataFrame({"rank": [0, 0, 0], "name": ["_pinhole_rays_kernel", "_hash_grid_forward_kernel", "gemm"],
+                         "total_ms": [drawing_ms, 40.0, 30.0], "category": ["data", "hash_grid_fwd", "mlp"]})
+
+
+def window(ms: float = 100.0) -> pd.DataFrame:
+    return pd.DataFrame({"rank": [0], "window_ms": [ms], "compute_ms": [ms - 5.0], "comm_ms": [0.0],
+                         "exposed_comm_ms": [0.0], "overlapped_comm_ms": [0.0], "idle_ms": [5.0]})
+
+
+@pytest.mark.parametrize("drawing_ms, fires", [(9.9, False), (10.1, True)])
+def test_a_captured_step_is_judged_on_the_ray_kernels_of_its_replays(drawing_ms: float, fires: bool) -> None:
+    """The sampled eager step spends 11 % drawing (its data phase, which would fire); the replays'
+    ray kernel takes drawing_ms of the 100 ms traced window: that decides."""
+    eager = healthy(data=11.0, backward=29.0)  # 100 ms: data 11 %
+    c = check(inputs({0: eager}, summary=captured_summary(), kernels=replay_kernels(drawing_ms), overlap=window()),
+              "data_loading")
+    assert c.value == pytest.approx(drawing_ms / 100)
+    assert c.status == ("fired" if fires else "clear")
+    assert c.detail.startswith("captured CUDA graph, judged on its replays in the torch.profiler window: on rank 0 "
+                               f"the ray-drawing kernels (_pinhole_rays_kernel) take {drawing_ms:.3g} ms of the 100 ms "
+                               f"traced window ({drawing_ms:.1f}%)"), c.detail
+    assert "the data phase of the sampled eager step is not the replays' time" in c.detail
+
+
+def test_a_captured_step_without_its_replays_kernels_is_not_evaluated_and_says_why() -> None:
+    eager = healthy(data=11.0, backward=29.0)
+    no_trace = check(inputs({0: eager}, summary=captured_summary()), "data_loading")
+    assert no_trace.status == "not_evaluated" and math.isnan(no_trace.value)
+    assert no_trace.detail.startswith("the step is a captured CUDA graph: its replays draw the batch with kernels "
+                                      "inside the graph, which the phase timers do not see")
+    assert "kernels.csv" in no_trace.detail and "not collected" in no_trace.detail
+    unnamed = replay_kernels(5.0).assign(category=["other", "hash_grid_fwd", "mlp"])  # rays_backend torch
+    c = check(inputs({0: eager}, summary=captured_summary(), kernels=unnamed), "data_loading")
+    assert c.status == "not_evaluated" and "names no ray-drawing kernel" in c.detail
+
+
+def test_compute_underused_of_a_captured_step_is_not_explained_by_its_eager_step_s_data_phase() -> None:
+    """Low utilisation on a captured run whose replays draw little: the eager step's 11 % data
+    phase no longer explains it away."""
+    eager = healthy(data=11.0, backward=29.0)
+    inp = inputs({0: eager}, summary=captured_summary(), kernels=replay_kernels(1.0), overlap=window(),
+                 gpu_timeline=gpu_timeline(50.0))
+    c = check(inp, "compute_underused")
+    assert c.status == "fired" and "data 1.0% and exposed communication 0.0% of the step" in c.detail
+
+
 # ---------------------------------------------------------------------------- load imbalance
 def _rank1_compute_for(imbalance: float) -> float:
     """Rank 1's compute ms with rank 0 at 100 ms so that max/mean = ``imbalance``."""

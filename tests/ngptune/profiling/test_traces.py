@@ -173,6 +173,7 @@ def test_category_names() -> None:
     assert category_of_name("autograd::engine::evaluate_function: MmBackward0") == "mlp"
     assert category_of_name("sm90_xmma_gemm_f32f32_tf32f32") == "mlp"
     assert category_of_name("march_rays_kernel") == "march"
+    assert category_of_name("_pinhole_rays_kernel") == "data"  # a captured step's replays: only the name places it
     assert category_of_name("aten::mul") is None
 
 

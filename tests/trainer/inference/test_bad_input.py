@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import shutil
 
@@ -50,8 +52,6 @@ def test_a_missing_model_path_is_named_and_no_folder_is_made_for_it(tmp_path, ca
 
 
 def test_a_run_trained_on_cuda_names_device_on_a_machine_without_cuda(trained_run, tmp_path, capsys, monkeypatch):
-    import json
-
     import torch
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
@@ -72,6 +72,35 @@ def test_a_run_folder_without_snapshots(trained_run, tmp_path, capsys):
     shutil.copy(trained_run["run"] / "config.json", run / "config.json")
     _fails(["render", run, "--out", tmp_path / "f", "--quiet"], capsys,
            r"empty_run: no snapshot .* and no complete checkpoint .*--snapshot-every")
+
+
+def test_a_run_that_did_not_finish_is_named_so(tmp_path, capsys):
+    """A run folder whose status.json says running from a dead process (killed by SIGKILL), failed
+    or still training: the line on its model (or the error for its missing model) says so."""
+    import socket
+    import subprocess
+
+    from trainer.inference.loading import run_state_note
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # its pid now names no process
+    run = tmp_path / "killed"
+    run.mkdir()
+    (run / "status.json").write_text(json.dumps({"state": "running", "pid": dead.pid, "host": socket.gethostname()}))
+    _fails(["render", run, "--out", tmp_path / "f", "--quiet"], capsys,
+           rf"killed: no snapshot .*; its .*killed/status.json says the run did not finish \(stale \(process "
+           rf"{dead.pid} no longer exists\): it was killed before it could write its end\) before it kept one; ")
+    model = f"snapshot {run}/snapshots/step_0000040.pt (step 40)"
+    assert run_state_note(run, model) == (
+        f"{run}/status.json: the run did not finish (stale (process {dead.pid} no longer exists): it was killed "
+        f"before it could write its end); using its newest complete {model}")
+    (run / "status.json").write_text(json.dumps({"state": "failed", "reason": "killed by SIGKILL (process 7)"}))
+    assert run_state_note(run, model) == (f"{run}/status.json: the run did not finish (failed: killed by SIGKILL "
+                                          f"(process 7)); using its newest complete {model}")
+    (run / "status.json").write_text(json.dumps({"state": "running", "pid": os.getpid(), "host": socket.gethostname()}))
+    assert run_state_note(run, model) == f"{run}/status.json: the run is still training; using its newest {model} so far"
+    (run / "status.json").write_text(json.dumps({"state": "completed"}))
+    assert run_state_note(run, model) is None
 
 
 @pytest.mark.parametrize("argv, pattern", [

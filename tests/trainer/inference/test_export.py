@@ -199,3 +199,20 @@ def test_export_progress_and_its_last_line_read_in_human_units(trained_run, tmp_
     assert all(len(line) <= LINE_WIDTH for line in result if " " in line.strip()), result  # a long path stays whole
     assert re.search(r"; support \d+\.\d m?s\), threshold 2\.5 \(density \d+\.\d m?s, marching cubes "
                      r"\d+\.\d m?s\) -> ", joined(result)), result
+
+
+def test_a_piped_pointcloud_export_shows_its_progress_within_each_batch(trained_run, tmp_path, capsys, monkeypatch):
+    """Off a terminal (stderr captured) the export prints plain lines: the support's depth maps
+    view by view, then the rays cast within a batch, before its points are counted."""
+    import trainer.inference.progress as progress_module
+
+    monkeypatch.setattr(progress_module, "PLAIN_LINE_EVERY_S", 0.0)  # a line at every chunk (no timing read)
+    code, _, err = run_inference_cli(["export", "pointcloud", trained_run["run"], "--n-points", "1500", "--out",
+                                      tmp_path / "cloud.ply"], capsys)
+    lines = err.splitlines()
+    assert code == 0
+    views = [line for line in lines if line.startswith("support views ")]
+    assert views[0].startswith("support views 1/16  ") and views[-1].startswith("support views 16/16  "), views
+    first_batch = [line for line in lines if re.match(r"points 0/1500  [0-9.]+( [kM])? rays/s  ETA -$", line)]
+    assert first_batch, lines  # rays of the first batch before any point is counted
+    assert re.match(r"points 1500/1500  [0-9.]+( [kM])? rays/s  ETA 0 s$", lines[-1]), lines[-1]
