@@ -47,7 +47,9 @@ def test_two_rank_profile_writes_every_table_and_the_report(tmp_path: Path, demo
                                                                    lines[opening + 1:])))
     assert " on cpu, 2 ranks (" in statement and "CPU thread" in statement, proc.stdout
     assert "profile run: completed" in lines
-    assert any(line.startswith("steps: 9 on 2 ranks; step time ") and " ms (compute " in line for line in lines)
+    head = next(i for i, line in enumerate(lines) if line.startswith("steps: 9 on 2 ranks; step time "))
+    parts = joined(lines[head:head + 6])  # the step time, then the parts that add up to it
+    assert "after warm-up" in parts and "the parts of its " in parts and ": compute " in parts, proc.stdout
     assert any(line.startswith("throughput (all ranks): ") and line.endswith(" rays/s") for line in lines)
     assert any(line.startswith("per rank (its own rays): rank 0 ") and " rank 1 " in line for line in lines)
     assert any(line.startswith("diagnos") for line in lines)

@@ -28,3 +28,15 @@ def run_inference_cli(argv: list, capsys) -> tuple[int, str, str]:
     code = main([str(a) for a in argv])
     captured = capsys.readouterr()
     return code, captured.out, captured.err
+
+
+def first_statement(text: str) -> tuple[str, int]:
+    """The first statement of a command's output (its first line and the lines after it that
+    start with two spaces, as ``fit_lines`` breaks it) on one line, and how many lines it took."""
+    from trainer.contract.textlines import CONTINUATION, joined
+
+    lines = text.splitlines()
+    n = 1
+    while n < len(lines) and lines[n].startswith(CONTINUATION):
+        n += 1
+    return joined(lines[:n]), n

@@ -128,10 +128,6 @@ def seconds_text(seconds: float) -> str:
     return f"{seconds:.1f} s" if seconds >= 1 else f"{seconds * 1e3:.1f} ms"
 
 
-def _model_words(model: Any) -> str:
-    return f"{model.source} (step {model.step})"
-
-
 def _interrupted(what: str) -> int:
     print(f"interrupted: {what}", file=sys.stderr, flush=True)
     return INTERRUPTED_EXIT
@@ -313,10 +309,18 @@ def render_words(args: argparse.Namespace, job: Any) -> str:
     return f"{what} of {k.width}x{k.height}, spp {job.spp}"
 
 
-def render_opening_line(args: argparse.Namespace, located: Any, where: str) -> str:
-    """The first line, printed before the scene is loaded: ``rendering MODEL (step N) on DEVICE
-    (threads): WHAT`` (``WHAT``: :func:`planned_render_words`)."""
-    return f"rendering {_model_words(located)} {where}: {planned_render_words(args)}"
+def render_opening_lines(args: argparse.Namespace, located: Any, where: str) -> list[str]:
+    """The first statement, printed before the scene is loaded: ``rendering MODEL (step N) on
+    DEVICE (threads): WHAT`` (``WHAT``: :func:`planned_render_words`), in lines under 80 columns
+    (:func:`~trainer.contract.textlines.fit_lines`; :func:`~trainer.contract.textlines.joined`
+    gives it back on one line)."""
+    return fit_lines([f"rendering {located.source}", f"(step {located.step})", f"{where}:", planned_render_words(args)])
+
+
+def export_opening_lines(what: str, located: Any, where: str) -> list[str]:
+    """The first statement of an export, printed before the scene is loaded: ``exporting WHAT of
+    MODEL (step N) on DEVICE (threads)``, in lines under 80 columns (as :func:`render_opening_lines`)."""
+    return fit_lines([f"exporting {what} of", str(located.source), f"(step {located.step})", where])
 
 
 def render_detail_line(args: argparse.Namespace, job: Any, estimate: float | None) -> str | None:
@@ -433,7 +437,7 @@ def _render(args: argparse.Namespace) -> int:
         return _render_worker(args)
     located = locate_model(args.model)
     where = apply_threads(args, located.cfg, inference_device(located.cfg, args.device), 1)
-    print(render_opening_line(args, located, where), flush=True)
+    print("\n".join(render_opening_lines(args, located, where)), flush=True)
     for note in located.notes:
         print(f"warning: {note}", file=sys.stderr, flush=True)
     model = load_model(args.model, args.scene, args.device, located=located)
@@ -484,7 +488,8 @@ def _launch_render(args: argparse.Namespace) -> int:
         where = f"on cpu ({describe_cpu_threads(requested, args.nproc_per_node, setting)})"
     else:
         where = f"on {device.type}"
-    print(f"rendering {args.model} with {args.nproc_per_node} ranks {where}: --cameras {args.cameras}", flush=True)
+    print("\n".join(fit_lines([f"rendering {args.model}", f"with {args.nproc_per_node} ranks", f"{where}:",
+                                f"--cameras {args.cameras}"])), flush=True)
     logs = Path(tempfile.mkdtemp(prefix="ngptune-render-"))
     argv = _worker_argv(args.render_argv) + (["--out", str(args.out)] if args.out is not None and "--out" not in args.render_argv else [])
     try:
@@ -565,7 +570,7 @@ def _from_model(args: argparse.Namespace, what: str, extract: Any) -> Any:
 
     located = locate_model(args.model)
     where = apply_threads(args, located.cfg, inference_device(located.cfg, args.device), 1)
-    print(f"exporting {what} of {_model_words(located)} {where}", flush=True)
+    print("\n".join(export_opening_lines(what, located, where)), flush=True)
     for note in located.notes:
         print(f"warning: {note}", file=sys.stderr, flush=True)
     model = load_model(args.model, args.scene, args.device, located=located)

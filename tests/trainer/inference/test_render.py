@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.support.cli import run_inference_cli
+from tests.support.cli import first_statement, run_inference_cli
 from tests.support.scenes import tiny_config
 from trainer.data import load_scene
 from trainer.data.images import load_pixel_table
@@ -168,7 +168,8 @@ def test_ctrl_c_during_a_render_keeps_the_finished_frames_and_writes_no_video(tr
     frames, video = tmp_path / "frames", tmp_path / "orbit.mp4"
     code, stdout, err = run_inference_cli(["render", trained_run["run"], "--cameras", "orbit", "--frames", "5", "--width", "16",
                                  "--height", "16", "--video", video, "--out", frames, "--quiet"], capsys)
-    assert code == 130 and stdout.startswith("rendering ") and len(stdout.splitlines()) == 1  # the first line only
+    assert code == 130 and stdout.startswith("rendering ")
+    assert first_statement(stdout)[1] == len(stdout.splitlines())  # the first statement only
     assert err == (f"interrupted: render stopped after 2 of 5 frames; no video written; PNG 2 frames 00000.png to "
                    f"00001.png kept in {frames}\n")
     assert sorted(p.name for p in frames.iterdir()) == ["00000.png", "00001.png"]
@@ -207,7 +208,8 @@ def test_sigterm_during_a_video_render_says_so_and_leaves_no_temporary_file(trai
         assert signal.getsignal(signal.SIGTERM) is unhandled  # the render put the caller's handler back
     finally:
         signal.signal(signal.SIGTERM, before)
-    assert code == 143 and stdout.startswith("rendering ") and stdout.count("\n") == 1  # the first line only
+    assert code == 143 and stdout.startswith("rendering ")
+    assert first_statement(stdout)[1] == stdout.count("\n")  # the first statement only
     assert err.startswith("terminated (SIGTERM): render stopped after ") and "no video written" in err
     assert err.count("\n") == 1
     assert list(tmp_path.iterdir()) == []  # no video, no hidden .orbit.partial.mp4

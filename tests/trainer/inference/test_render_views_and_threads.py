@@ -12,7 +12,7 @@ import cv2
 import pytest
 import torch
 
-from tests.support.cli import run_inference_cli
+from tests.support.cli import first_statement, run_inference_cli
 from trainer.contract.textlines import LINE_WIDTH, joined
 from trainer.cpu_threads import available_cores
 from trainer.inference.loading import load_model
@@ -58,7 +58,8 @@ def test_render_takes_the_runs_thread_rule_and_says_so(trained_run, tmp_path, ca
                                "--height", "8", "--out", tmp_path / "a", "--quiet"], capsys)
     assert code == 0
     cores = available_cores()
-    first = stdout.splitlines()[0]
+    first, n = first_statement(stdout)
+    assert all(len(line) <= LINE_WIDTH for line in stdout.splitlines()[:n]), stdout
     assert first.startswith(f"rendering {trained_run['run']}/snapshots/step_0000080.pt (step 80) on cpu ({cores} CPU thread")
     assert f"per rank ({cores} cores // 1 rank)): 1 frame of orbit of 8x8, spp 1" in first, first
     assert torch.get_num_threads() == cores
@@ -68,13 +69,13 @@ def test_render_takes_the_runs_thread_rule_and_says_so(trained_run, tmp_path, ca
 def test_cpu_threads_flag_sets_the_threads_of_render_and_export(trained_run, tmp_path, capsys, restore_threads):
     code, stdout, _ = run_inference_cli(["render", trained_run["run"], "--cameras", "orbit", "--frames", "1", "--width", "8",
                                "--height", "8", "--out", tmp_path / "a", "--cpu-threads", "1", "--quiet"], capsys)
-    assert code == 0 and "on cpu (1 CPU thread per rank (--cpu-threads)): " in stdout.splitlines()[0]
+    assert code == 0 and "on cpu (1 CPU thread per rank (--cpu-threads)): " in first_statement(stdout)[0]
     assert torch.get_num_threads() == 1
     torch.set_num_threads(3)
     code, stdout, _ = run_inference_cli(["export", "mesh", trained_run["run"], "--resolution", "16", "--cpu-threads", "2",
                                "--out", tmp_path / "m.ply", "--quiet"], capsys)
     assert code == 0, stdout
-    assert stdout.splitlines()[0] == (f"exporting a 16^3 mesh of {trained_run['run']}/snapshots/step_0000080.pt "
+    assert first_statement(stdout)[0] == (f"exporting a 16^3 mesh of {trained_run['run']}/snapshots/step_0000080.pt "
                                       "(step 80) on cpu (2 CPU threads per rank (--cpu-threads))")
     assert torch.get_num_threads() == 2
     code, _, err = run_inference_cli(["export", "pointcloud", trained_run["run"], "--cpu-threads", "-1"], capsys)
@@ -135,7 +136,8 @@ def test_a_long_render_is_estimated_and_announced_before_it_starts(trained_run, 
     code, stdout, err = run_inference_cli(["render", trained_run["run"], "--cameras", "test", "--frames", "1", "--spp", "2",
                                  "--out", tmp_path / "v", "--quiet"], capsys)
     assert code == 0
-    first, second = stdout.splitlines()[:2]
+    first, n = first_statement(stdout)
+    second = stdout.splitlines()[n]
     assert first.startswith("rendering ") and first.endswith("): 1 test view, spp 2")  # before the scene was loaded
     assert second == "1 test view of 32x32, spp 2, estimated 2.0 h (measured on a sample of its rays)"
     assert err.splitlines()[0] == ("warning: this render is estimated at 2.0 h: --frames N renders fewer views (evenly "
@@ -187,12 +189,13 @@ def test_the_first_line_is_printed_before_the_scene_is_loaded(trained_run, tmp_p
                                         capsys)
     assert code == 0
     assert [what for what, _ in seen] == ["scene", "estimate"]
-    assert seen[0][1] == (f"rendering {trained_run['run']}/snapshots/step_0000080.pt (step 80) on cpu (1 CPU thread per "
-                          "rank (--cpu-threads)): 2 frames of orbit of 12x10, spp 1\n")
+    assert first_statement(seen[0][1]) == (
+        f"rendering {trained_run['run']}/snapshots/step_0000080.pt (step 80) on cpu (1 CPU thread per "
+        "rank (--cpu-threads)): 2 frames of orbit of 12x10, spp 1", seen[0][1].count("\n"))
     assert seen[1][1] == ""  # nothing more until the estimate is known
     assert stdout.splitlines()[0] == "2 frames of orbit of 12x10, spp 1, estimated 12 s (measured on a sample of its rays)"
     seen.clear()
     code, stdout, _ = run_inference_cli(["export", "mesh", trained_run["run"], "--resolution", "16", "--cpu-threads", "1",
                                          "--out", tmp_path / "m.ply", "--quiet"], capsys)
     assert code == 0 and seen[0][0] == "scene"
-    assert seen[0][1].startswith("exporting a 16^3 mesh of ") and seen[0][1].count("\n") == 1
+    assert seen[0][1].startswith("exporting a 16^3 mesh of") and first_statement(seen[0][1])[1] == seen[0][1].count("\n")

@@ -34,8 +34,8 @@ def _one_error(proc: subprocess.CompletedProcess) -> str:
 def test_a_folder_without_a_model_is_one_clear_error(tmp_path):
     assert _one_error(_view(tmp_path)) == (
         f"error: {tmp_path}: no snapshot (snapshots/step_N.pt or final.pt) and no complete checkpoint "
-        "(checkpoints/step_N/) in this folder; a run that finishes keeps its model there, and --snapshot-every N "
-        "keeps one along the way")
+        "(checkpoints/step_N/) in this folder; a run that finishes keeps its model there, Ctrl-C of a one-process "
+        "run keeps its last step's, and --snapshot-every N keeps one along the way")
     assert _one_error(_view(tmp_path / "missing")) == (
         f"error: {tmp_path / 'missing'}: no such file or folder (expected a run folder, a snapshot file or a "
         "checkpoint folder)")
