@@ -12,11 +12,13 @@
 #
 # Environment: SCENE (default .scenes/lego_400: ../shared/data/nerf_synthetic_lego_400 without its
 # val split), OUT (default /tmp/out), TIMEOUT_S (outer limit of each command, default 560 s).
-# Wheels carried in .whl/ (optuna, plotly, ... for sweeps) are installed into /tmp/site first.
+# Wheels carried in .whl/ (json5, plotly for reports), .whl-optuna/ (optuna and its needs, for sweeps)
+# and .whl-viser/ (viser and its needs, for the viewer) are installed into /tmp/site first; a call
+# carries only the folders its recipes need (the carry limit is 64 MiB with the scene).
 set -u -o pipefail
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
-if compgen -G ".whl/*.whl" >/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
+if compgen -G ".whl*/*.whl" >/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl*/*.whl || exit 1
 fi
 export PYTHONPATH=/tmp/site:$PWD
 S=${SCENE:-.scenes/lego_400}
@@ -294,7 +296,7 @@ recipe_sweep-pruning() {
 #: viewer [RUN]: the web viewer's frames/s at rest (spp 1) at 1280x720 and 1920x1080 of a lego_400 model
 # (RUN, default: 3000 steps trained here into /tmp/viewer_lego), and training steps/s with and without
 # --view (idle; and one headless Chromium page at rest when chromium is on PATH), 2 alternating rounds.
-# Needs viser (with its dependencies) among the wheels in .whl/.
+# Needs viser (with its dependencies): carry .whl-viser/.
 recipe_viewer() {
   local run=${1:-/tmp/viewer_lego} browser=()
   command -v chromium >/dev/null 2>&1 && browser=(--browser)
