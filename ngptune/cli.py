@@ -30,6 +30,7 @@ from trainer.contract import (
     add_view_arguments,
     add_trainer_arguments,
     inference_argv,
+    parse_command_line,
     plain_warning_format,
     print_error,
     tool_argv,
@@ -117,6 +118,19 @@ COMMAND_MODULES = (
 )
 
 
+def package_version() -> str:
+    """The installed ``ngptune`` distribution's version (``importlib.metadata``), or the
+    package's ``__version__`` when it runs from a checkout that is not installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("ngptune")
+    except PackageNotFoundError:
+        from ngptune import __version__
+
+        return __version__
+
+
 def _register(module_name: str, sub: argparse._SubParsersAction) -> None:
     import importlib
 
@@ -125,6 +139,7 @@ def _register(module_name: str, sub: argparse._SubParsersAction) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ngptune", description="Train, inspect, profile and autotune instant-NGP NeRFs.")
+    parser.add_argument("--version", action="version", version=f"ngptune {package_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("inspect", help="describe a scene: format, splits, sizes, intrinsics, box, skipped frames")
@@ -169,7 +184,7 @@ PASS_THROUGH = ("inspect", "demo-scene", "train", "render", "export", "view")
 def main(argv: Sequence[str] | None = None) -> int:
     plain_warning_format(PACKAGE_ROOT)
     raw = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(raw)
+    args = parse_command_line(build_parser(), raw)
     if args.command in PASS_THROUGH:
         args.tool_argv = raw[raw.index(args.command) + 1 :]
     try:

@@ -37,6 +37,7 @@ from trainer.contract.defaults import default_run_dir
 from trainer.contract.errors import ConfigError, TrainerError
 from trainer.parallel.net_env import check_socket_ifnames
 from trainer.contract.rundir import RunDir
+from trainer.contract.usage import parse_command_line
 from trainer.contract.runstatus import (
     COMPLETED, RUN_DIR_KEY, STATE_KEY, plain_warning_format, print_error, result_line, summary_lines,
 )
@@ -169,7 +170,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m trainer") -> 
     a refused or failed launch prints its ``error: `` line and returns 2."""
     plain_warning_format()
     raw = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser(prog).parse_args(raw)
+    args = parse_command_line(build_parser(prog), raw)
     try:
         return run_command(args, raw)
     except TrainerError as exc:

@@ -20,6 +20,7 @@ and nothing else of the trainer's)::
     defaults     what a run takes when a flag is left out: the CPU preset, the run folder
     backend      the process-group backend rule, the emulated interconnects
     formats      the scene-format table (name, flag, loader, splits, detection)
+    usage        parse_command_line: a mistyped flag reported by its sub-command, with a close match
     textlines    fit_lines: a summary's parts into lines under 80 columns; counted: 1 step, 2 steps
     errors       TrainerError → SceneError, ConfigError, SnapshotError, TrainingError, LaunchError
 
@@ -70,6 +71,7 @@ FACE: dict[str, tuple[str, ...]] = {
     "world": ("check_boxes_per_rank", "check_ranks_per_node", "check_world_size"),
     "backend": ("EMULATED_INTERCONNECT_ENV", "check_run_emulation", "choose_backend", "interconnect_env", "planned_backend"),
     "formats": ("FORMAT_CHOICES", "SCENE_FORMATS", "SPLITS", "SceneFormat", "format_named"),
+    "usage": ("chosen_parser", "close_flags", "parse_command_line"),
     "textlines": ("CONTINUATION", "LINE_WIDTH", "counted", "fit_lines", "joined", "listed"),
     "errors": ("ConfigError", "LaunchError", "SceneError", "SnapshotError", "TrainerError", "TrainingError"),
 }

@@ -42,6 +42,7 @@ from trainer.contract.errors import ConfigError, TrainerError
 from trainer.contract.metrics import si_number
 from trainer.contract.runstatus import print_error
 from trainer.contract.textlines import counted, fit_lines, listed
+from trainer.contract.usage import parse_command_line
 
 __all__ = ["build_parser", "export_command", "main", "mesh_result_lines", "pointcloud_result_lines", "render_command",
            "render_result_lines", "seconds_text"]
@@ -637,7 +638,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m trainer.infer
 
     plain_warning_format()
     raw = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser(prog).parse_args(raw)
+    args = parse_command_line(build_parser(prog), raw)
     if args.command == "render":
         args.render_argv = raw[raw.index("render") + 1 :]
     try:

@@ -10,7 +10,7 @@ import argparse
 import sys
 from typing import Sequence
 
-from trainer.contract import TrainerError, add_demo_scene_arguments, print_error
+from trainer.contract import TrainerError, add_demo_scene_arguments, parse_command_line, print_error
 
 __all__ = ["main"]
 
@@ -20,7 +20,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m trainer.tools.demo_scene", description="Write the demo scene.")
     add_demo_scene_arguments(parser, out_dir_required=False)
-    args = parser.parse_args(argv)
+    args = parse_command_line(parser, sys.argv[1:] if argv is None else argv)
     try:
         if args.out_dir is None:
             if args.frames is not None:

@@ -15,7 +15,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Sequence
 
-from trainer.contract import EncodingConfig, TrainerError, add_inspect_arguments, print_error
+from trainer.contract import EncodingConfig, TrainerError, add_inspect_arguments, parse_command_line, print_error
 from trainer.contract.commandline import scene_format_overrides
 from trainer.data import load_scene
 from trainer.data.capture_kind import classify_frames
@@ -134,7 +134,7 @@ def describe_scene(
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m trainer.tools.inspect", description="Describe a scene as JSON.")
     add_inspect_arguments(parser)
-    args = parser.parse_args(argv)
+    args = parse_command_line(parser, sys.argv[1:] if argv is None else argv)
     options = scene_format_overrides(args)
     try:
         info = describe_scene(args.scene, downscale=args.downscale, timing=args.timing, holdout_every=args.holdout_every,

@@ -17,6 +17,7 @@ from typing import Sequence
 from trainer.contract.commandline import add_view_arguments
 from trainer.contract.errors import ConfigError, TrainerError
 from trainer.contract.runstatus import print_error
+from trainer.contract.usage import parse_command_line
 
 __all__ = ["build_parser", "main"]
 
@@ -116,7 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from trainer.contract.runstatus import plain_warning_format
 
     plain_warning_format()
-    args = build_parser().parse_args(argv)
+    args = parse_command_line(build_parser(), sys.argv[1:] if argv is None else argv)
     try:
         return serve(args)
     except TrainerError as exc:

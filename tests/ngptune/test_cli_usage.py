@@ -1,0 +1,49 @@
+"""A mistyped flag of a sub-command: the sub-command's usage and error, with the close flag it
+knows; ``ngptune --version``."""
+
+from __future__ import annotations
+
+import pytest
+
+from ngptune.cli import main
+
+
+def _error(argv, capsys, monkeypatch) -> str:
+    monkeypatch.setenv("COLUMNS", "80")
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    return captured.err
+
+
+@pytest.mark.parametrize(("argv", "prog", "typo", "meant"), [
+    (["inspect", "X", "--jsn"], "ngptune inspect", "--jsn", "--json"),
+    (["train", "--time-budgt", "5"], "ngptune train", "--time-budgt 5", "--time-budget"),
+    (["train", "--time-budgt=5"], "ngptune train", "--time-budgt=5", "--time-budget"),
+    (["render", "R", "--frams", "1"], "ngptune render", "--frams 1", "--frames"),
+    (["export", "mesh", "R", "--resoluton", "32"], "ngptune export mesh", "--resoluton 32", "--resolution"),
+    (["sweep", "--stduy", "x"], "ngptune sweep", "--stduy x", "--study"),
+])
+def test_a_mistyped_flag_is_reported_by_its_sub_command(argv, prog, typo, meant, capsys, monkeypatch):
+    err = _error(argv, capsys, monkeypatch)
+    lines = err.splitlines()
+    assert lines[0].startswith(f"usage: {prog} ")
+    assert lines[-1] == f"{prog}: error: unrecognized arguments: {typo} (did you mean {meant}?)"
+    assert "{inspect,demo-scene" not in err  # not the list of every sub-command
+    assert all(len(line) <= 80 for line in lines[:-1])  # the usage fits the terminal
+
+
+def test_a_flag_close_to_none_gets_no_guess(capsys, monkeypatch):
+    err = _error(["export", "mesh", "R", "--bogus"], capsys, monkeypatch)
+    assert err.splitlines()[-1] == "ngptune export mesh: error: unrecognized arguments: --bogus"
+
+
+def test_version_prints_the_package_version(capsys):
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out == f"ngptune {version('ngptune')}\n"
