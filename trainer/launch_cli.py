@@ -37,6 +37,7 @@ from trainer.contract.defaults import default_run_dir
 from trainer.contract.errors import ConfigError, TrainerError
 from trainer.parallel.net_env import check_socket_ifnames
 from trainer.contract.rundir import RunDir
+from trainer.contract.textlines import fit_lines
 from trainer.contract.usage import parse_command_line
 from trainer.contract.runstatus import (
     COMPLETED, RUN_DIR_KEY, STATE_KEY, plain_warning_format, print_error, result_line, summary_lines,
@@ -111,7 +112,8 @@ def launch_command(args: argparse.Namespace, train_argv: list[str]) -> int:
     # stdout: stderr is for errors (one line each); the opening line even when quiet (a profile reads it)
     print(opening_line(cfg, args, args.nproc_per_node * args.nnodes, args.nproc_per_node), flush=True)
     if not cfg.training.quiet:
-        print(f"each rank's log: {RunDir(out).logs_dir}/rank<R>.log; rank 0's progress follows here", flush=True)
+        print("\n".join(fit_lines(["each rank's log:", f"{RunDir(out).logs_dir}/rank<R>.log;",
+                                    "rank 0's progress follows here"])), flush=True)
     follower = _rank0_follower(cfg, args, Path(out))
     try:
         with follower:
@@ -125,6 +127,7 @@ def launch_command(args: argparse.Namespace, train_argv: list[str]) -> int:
                 master_port=cfg.distributed.master_port,
                 timeout_s=cfg.distributed.timeout_s,
                 run_dir=Path(out),
+                env_extra=_console_prefix_env(args),
             )
     except KeyboardInterrupt:
         from trainer.contract.resumption import newest_model, resume_lines
@@ -139,6 +142,16 @@ def launch_command(args: argparse.Namespace, train_argv: list[str]) -> int:
     # rank 0's status.json: the keys a one-process run ends with (another node has only the outcome)
     print(result_line({STATE_KEY: COMPLETED, **status, RUN_DIR_KEY: str(out)}, nproc_per_node=args.nproc_per_node))
     return 0
+
+
+def _console_prefix_env(args: argparse.Namespace) -> dict[str, str]:
+    """The ranks' environment that tells rank 0 what prefix its lines get on this console (node
+    0 follows rank 0's log: :func:`_rank0_follower`), so it wraps them to fit; the other ranks
+    drop it (:mod:`trainer.parallel.launch`)."""
+    from trainer.contract.textlines import CONSOLE_PREFIX_ENV
+    from trainer.parallel.rank_log import RANK0_PREFIX
+
+    return {CONSOLE_PREFIX_ENV: RANK0_PREFIX} if args.node_rank == 0 else {}
 
 
 def _rank0_follower(cfg: Any, args: argparse.Namespace, out: Path) -> Any:

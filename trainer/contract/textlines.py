@@ -6,19 +6,38 @@ between parts, so a quantity and its unit stay on one line; the lines after the 
 :data:`CONTINUATION`. A part too long for a line of its own (a long path, a sentence) is broken
 at its spaces, or left whole when it has none. :func:`joined` puts such lines back on one line;
 :func:`counted` writes a count with its noun in the singular or the plural (``1 step``, ``2 steps``).
+
+A rank whose lines the launcher repeats on its console after a prefix (``rank 0: ``) learns the
+prefix from :data:`CONSOLE_PREFIX_ENV`; :func:`line_width`, the width :func:`fit_lines` fills by
+default, leaves room for it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 
-__all__ = ["CONTINUATION", "LINE_WIDTH", "counted", "fit_lines", "joined", "listed"]
+__all__ = ["CONSOLE_PREFIX_ENV", "CONTINUATION", "LINE_WIDTH", "counted", "fit_lines", "joined", "line_width",
+           "listed"]
 
 LINE_WIDTH = 79
 """Most characters of one line (an 80-column terminal does not wrap it)."""
 
 CONTINUATION = "  "
 """Start of each line that continues the one before it."""
+
+
+CONSOLE_PREFIX_ENV = "TRAINER_CONSOLE_PREFIX"
+"""Environment variable holding what a launcher puts before each line of this process's output
+on its console (``rank 0: ``); unset or empty when the lines are shown as they are."""
+
+
+def line_width(environ: Mapping[str, str] | None = None) -> int:
+    """Most characters of one line this process prints: :data:`LINE_WIDTH` less the length of
+    the prefix :data:`CONSOLE_PREFIX_ENV` names in ``environ`` (default ``os.environ``), but at
+    least half of :data:`LINE_WIDTH`."""
+    prefix = (os.environ if environ is None else environ).get(CONSOLE_PREFIX_ENV, "")
+    return max(LINE_WIDTH - len(prefix), LINE_WIDTH // 2)
 
 
 def counted(count: int, noun: str, plural: str | None = None) -> str:
@@ -39,14 +58,16 @@ def listed(parts: Sequence[str], separator: str = ",") -> list[str]:
     return [f"{part}{separator}" for part in parts[:-1]] + list(parts[-1:])
 
 
-def fit_lines(parts: Sequence[str], width: int = LINE_WIDTH, indent: str = CONTINUATION) -> list[str]:
-    """``parts`` joined by single spaces into lines of at most ``width`` characters (module
-    docstring); empty parts are left out, and the first keeps its leading spaces. Returns ``[]``
-    for no parts.
+def fit_lines(parts: Sequence[str], width: int | None = None, indent: str = CONTINUATION,
+              separator: str = " ") -> list[str]:
+    """``parts`` joined by ``separator`` (default a single space) into lines of at most ``width``
+    characters (default :func:`line_width`; module docstring); empty parts are left out, and the
+    first keeps its leading spaces. Returns ``[]`` for no parts.
 
     Raises:
         ValueError: ``width`` is not larger than ``len(indent)`` + 10.
     """
+    width = line_width() if width is None else width
     if width <= len(indent) + 10:
         raise ValueError(f"fit_lines: width {width} leaves no room after the indent {indent!r}")
     pieces: list[str] = []
@@ -63,8 +84,8 @@ def fit_lines(parts: Sequence[str], width: int = LINE_WIDTH, indent: str = CONTI
     lines: list[str] = []
     current = ""
     for piece in pieces:
-        if current and len(current) + 1 + len(piece.lstrip()) <= width:
-            current += " " + piece.lstrip()
+        if current and len(current) + len(separator) + len(piece.lstrip()) <= width:
+            current += separator + piece.lstrip()
         else:
             if current:
                 lines.append(current)

@@ -54,6 +54,7 @@ from trainer.contract.lifeline import stop_with_parent
 from trainer.parallel.local_launch import LauncherSignalled, run_ranks
 from trainer.parallel.ports import check_port_free, free_port
 from trainer.contract.rundir import RunDir
+from trainer.contract.textlines import CONSOLE_PREFIX_ENV
 from trainer.contract.runstatus import DIVERGED, STATE_KEY, error_or_last_line, failed_fields, is_diverged, strip_rank_prefix
 
 __all__ = ["RankFailure", "WorkersFailed", "launch_workers", "tail_lines"]
@@ -623,6 +624,8 @@ def _worker_main(args: list[str]) -> int:
     from trainer.parallel.dist_env import restart_count as elastic_restart_count
 
     rank = int(os.environ["RANK"])
+    if rank != 0:  # only rank 0's lines are repeated, prefixed, on the launcher's console
+        os.environ.pop(CONSOLE_PREFIX_ENV, None)
     restart_count = elastic_restart_count()
     _redirect_output(RunDir(Path(args[1])).log_path(rank), restart_count)
     print(

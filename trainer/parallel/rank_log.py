@@ -7,7 +7,9 @@ writes there what a single-process run prints off a TTY: a ``step N  loss ...`` 
 :class:`RankLogFollower` reads that log while the ranks run (a thread polling the file every
 ``poll_s``) and repeats those lines on the launcher's stdout as ``rank 0: <line>``: plain lines off
 a TTY (rank 0's own cadence), a rich progress bar on a TTY (advanced to each step rank 0 reports,
-the other lines printed above it).
+the other lines printed above it). The launcher tells rank 0 that prefix
+(:data:`trainer.contract.textlines.CONSOLE_PREFIX_ENV`), so that its lines, prefixed, still fit
+80 columns.
 
 Each new attempt's header line (``=== rank 0/W ... attempt A pid P: ...``, written by the worker
 entry point) becomes ``restart A of K: ...`` when ``A`` > 0: the elastic agent restarted the group
@@ -30,7 +32,11 @@ from typing import TextIO
 from trainer.contract.runstatus import ERROR_PREFIX, PROGRESS_PREFIX, SUMMARY_PREFIX, WARNING_PREFIX, strip_rank_prefix
 from trainer.contract.textlines import CONTINUATION
 
-__all__ = ["ATTEMPT_HEADER", "RankLogFollower", "reported_step", "restart_line"]
+__all__ = ["ATTEMPT_HEADER", "RANK0_PREFIX", "RankLogFollower", "reported_step", "restart_line"]
+
+RANK0_PREFIX = "rank 0: "
+"""What the follower puts before each of rank 0's lines on the launcher's console (rank 0 learns
+it through :data:`trainer.contract.textlines.CONSOLE_PREFIX_ENV` and wraps its lines shorter)."""
 
 ATTEMPT_HEADER = re.compile(r"^=== rank (\d+)/(\d+) local rank \d+ attempt (\d+) pid \d+:")
 """The first line of each attempt in a rank's log: groups rank, world size, attempt."""
@@ -162,7 +168,7 @@ class RankLogFollower:
             self._bar.update(self._task, completed=step)
             if line.startswith(PROGRESS_PREFIX):
                 return  # the bar shows it
-        self._emit(f"rank 0: {line}")
+        self._emit(f"{RANK0_PREFIX}{line}")
 
     def _emit(self, text: str) -> None:
         if self._bar is not None:

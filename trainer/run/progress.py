@@ -19,6 +19,7 @@ from typing import Any
 
 from trainer.contract.metrics import si_number
 from trainer.contract.runstatus import progress_line
+from trainer.contract.textlines import fit_lines
 
 __all__ = ["MIN_BAR", "PLAIN_PROGRESS_EVERY_S", "TrainProgress", "clock_text", "eta_seconds", "fit_progress_line"]
 
@@ -130,9 +131,11 @@ class TrainProgress:
                 f"psnr {psnr:.2f} dB" if isinstance(psnr, (int, float)) else "psnr -", *rates]
 
     def log(self, record: dict[str, Any]) -> None:
-        """A metrics record: a plain line off a TTY, else its figures on the live line."""
+        """A metrics record: a plain line off a TTY (broken before a figure where it would pass the
+        line width: :func:`trainer.contract.textlines.fit_lines`), else its figures on the live line."""
         if self.plain:
-            print(f"step {record['step']}  {'  '.join(self.figures(record))}  t={record['wall_time_s']:.1f}s", flush=True)
+            parts = [f"step {record['step']}", *self.figures(record), f"t={record['wall_time_s']:.1f}s"]
+            print("\n".join(fit_lines(parts, separator="  ")), flush=True)
             self._last_plain = time.perf_counter()
         else:
             self._state["extras"] = self.figures(record)

@@ -54,3 +54,18 @@ def test_a_runs_summary_fits_80_columns_with_its_quantities_whole():
         assert any(whole in line for line in lines), whole
     assert "after 1 restart (resumed from runs/lego/checkpoints/step_0000400 at step 400)," in text  # broken at spaces
     assert summary_lines({}) == []
+
+
+def test_a_console_prefix_narrows_the_default_width(monkeypatch):
+    from trainer.contract.textlines import CONSOLE_PREFIX_ENV, line_width
+
+    assert line_width({}) == LINE_WIDTH
+    assert line_width({CONSOLE_PREFIX_ENV: "rank 0: "}) == LINE_WIDTH - 8
+    assert line_width({CONSOLE_PREFIX_ENV: "x" * 200}) == LINE_WIDTH // 2  # never too narrow to use
+    parts = ["step 30", "loss 0.02236", "psnr 16.50 dB", "60.4 k samples/s", "334 rays/s", "t=7.6s"]
+    monkeypatch.delenv(CONSOLE_PREFIX_ENV, raising=False)
+    assert fit_lines(parts, separator="  ") == ["  ".join(parts)]  # 74 columns: one line
+    monkeypatch.setenv(CONSOLE_PREFIX_ENV, "rank 0: ")
+    lines = fit_lines(parts, separator="  ")
+    assert lines == ["  ".join(parts[:-1]), "  t=7.6s"]
+    assert all(len("rank 0: " + line) <= LINE_WIDTH for line in lines)

@@ -79,7 +79,7 @@ def test_two_rank_launch_prints_rank0_progress_before_the_summary(demo_scene, tm
     argv = ["train", "--nproc-per-node", "2", "--scene", str(scene), "--out", str(run), *tiny_flags(),
             "--n-steps", "10", "--no-eval", "--set", "distributed.timeout_s=30"]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-               PYTHONUNBUFFERED="1")
+               PYTHONUNBUFFERED="1", COLUMNS="80")
     proc = subprocess.run([sys.executable, "-m", "ngptune", *argv], cwd=REPO, env=env, text=True,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=110)
     assert proc.returncode == 0, proc.stdout[-3000:]
@@ -94,7 +94,16 @@ def test_two_rank_launch_prints_rank0_progress_before_the_summary(demo_scene, tm
     assert not any(line.startswith(("restart ", "rank 0: {", "rank 0: trained")) for line in lines)
     # rank 0's own summary lines are the launcher's: no "rank 0:" line after the last step (the
     # scene's notes before training may wrap onto "rank 0:   " lines)
-    assert not any(line.startswith("rank 0:") for line in lines[step_lines[-1] + 1:]), proc.stdout
+    after = step_lines[-1] + 1
+    while lines[after].startswith("rank 0:   "):
+        after += 1  # the last step line's own continuation
+    assert not any(line.startswith("rank 0:") for line in lines[after:]), proc.stdout
+    # rank 0 wraps its lines for the launcher's "rank 0: " prefix: the console's lines fit 80
+    # columns (the JSON line last is for programs, a warning is one line on stderr; a path without
+    # spaces cannot be broken)
+    wide = [line for line in lines[:-1] if len(line) > 80 and len(line.split()) > 2 and not line.startswith("warning: ")]
+    assert wide == [], proc.stdout
+    assert sum(line.startswith("rank 0: ") for line in lines) >= 3  # the rank's lines were there to check
     # the JSON line carries what a one-process run's does: step, times, throughput, the model, ...
     job = json.loads(lines[-1])
     one = subprocess.run([sys.executable, "-m", "ngptune", "train", "--scene", str(scene), *tiny_flags(), "--n-steps", "10",
