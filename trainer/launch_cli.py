@@ -130,11 +130,11 @@ def launch_command(args: argparse.Namespace, train_argv: list[str]) -> int:
                 env_extra=_console_prefix_env(args),
             )
     except KeyboardInterrupt:
-        from trainer.contract.resumption import newest_model, resume_lines
+        from trainer.contract.resumption import newest_model, resume_block
 
-        lines = resume_lines(RunDir(out), newest_model(RunDir(out)), args.nproc_per_node)
-        print("\n  ".join([f"interrupted: the ranks were stopped; logs in {RunDir(out).logs_dir}", *lines]),
-              file=sys.stderr)
+        lines = resume_block(RunDir(out), newest_model(RunDir(out)), args.nproc_per_node)
+        heading = fit_lines(["interrupted: the ranks were stopped;", f"logs in {RunDir(out).logs_dir}"])
+        print("\n".join([*heading, *lines]), file=sys.stderr)
         return 130
     status = (RunDir(out).read_status() if args.node_rank == 0 else None) or {}
     for line in summary_lines(status):

@@ -75,11 +75,15 @@ def test_ctrl_c_to_ngptune_reaches_the_training_once_and_keeps_the_model(tmp_pat
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "Traceback" not in stderr
     assert stderr.count("Ctrl-C: stopping after this step, keeping a snapshot of it") == 1
-    said = stderr.strip().splitlines()[-3:]  # where the run stopped, the snapshot kept, how to continue
+    lines = stderr.strip().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("interrupted: the run stopped at step "))
+    said = lines[start:]  # where the run stopped, the snapshot kept, how to continue (its command whole)
     step = int(said[0].removeprefix("interrupted: the run stopped at step "))
     snapshot = out / "snapshots" / f"step_{step:07d}.pt"
-    assert said[1] == f"  the newest complete snapshot is {snapshot} (step {step})"
-    assert said[2] == f"  continue with: ngptune train --config {out / 'config.json'} --resume {snapshot} --out {out}"
+    assert " ".join(" ".join(said[1:-2]).split()) == f"the newest complete snapshot is {snapshot} (step {step})"
+    assert said[-2:] == ["  continue with:",
+                         f"    ngptune train --config {out / 'config.json'} --resume {snapshot} --out {out}"]
+    assert all(len(line) <= 80 for line in lines[:-1] if len(line.split()) > 2), stderr
     assert load_snapshot(snapshot)["step"] == step
     status = json.loads((out / "status.json").read_text())
     assert status["state"] == "interrupted" and status["snapshot"] == str(snapshot)

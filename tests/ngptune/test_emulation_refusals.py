@@ -69,9 +69,11 @@ def test_ctrl_c_of_a_multi_rank_train_says_no_checkpoint_was_kept(tmp_path, monk
     except KeyboardInterrupt:
         pytest.fail("the KeyboardInterrupt left python -m trainer as a traceback")
     assert code == 130
-    assert capfd.readouterr().err.strip().splitlines() == [
-        f"interrupted: the ranks were stopped; logs in {out / 'logs'}",
-        f"  no snapshot or checkpoint was kept in {out} (--checkpoint-every N keeps one along the way)"]
+    said = capfd.readouterr().err.strip().splitlines()
+    assert " ".join(" ".join(said).split()) == (
+        f"interrupted: the ranks were stopped; logs in {out / 'logs'} "
+        f"no snapshot or checkpoint was kept in {out} (--checkpoint-every N keeps one along the way)")
+    assert all(len(line) <= 80 or len(line.split()) == 1 for line in said), said
 
 
 def _table(path: Path, **changes: str) -> Path:
@@ -110,7 +112,11 @@ def test_ctrl_c_after_a_checkpoint_says_how_to_continue(tmp_path, monkeypatch, c
 
     monkeypatch.setattr(trainer.parallel.launch, "launch_workers", interrupted_after_a_save)
     assert launcher_main(["--nproc-per-node", "2", "--n-steps", "10", "--out", str(out)]) == 130
-    assert capfd.readouterr().err.strip().splitlines() == [
-        f"interrupted: the ranks were stopped; logs in {out / 'logs'}",
-        f"  the newest complete checkpoint is {out / 'checkpoints' / 'step_0000005'} (step 5)",
-        f"  continue with: ngptune train --nproc-per-node 2 --config {out / 'config.json'} --resume {out} --out {out}"]
+    said = capfd.readouterr().err.strip().splitlines()
+    assert " ".join(" ".join(said[:-2]).split()) == (
+        f"interrupted: the ranks were stopped; logs in {out / 'logs'} "
+        f"the newest complete checkpoint is {out / 'checkpoints' / 'step_0000005'} (step 5)")
+    assert said[-2:] == [  # the command whole on its own line, to be copied
+        "  continue with:",
+        f"    ngptune train --nproc-per-node 2 --config {out / 'config.json'} --resume {out} --out {out}"]
+    assert all(len(line) <= 80 for line in said[:-1] if len(line.split()) > 2), said

@@ -11,6 +11,7 @@ import pytest
 from tests.support.paths import REPO
 from tests.support.scenes import tiny_config_file
 from trainer.contract.errors import TrainingError
+from trainer.contract.textlines import fit_lines
 
 
 def _run(*args, cwd):
@@ -88,7 +89,12 @@ def test_a_used_out_folder_is_refused_unless_resumed_and_a_missing_scene_writes_
     assert resumed.returncode == 0, resumed.stderr
     resumed_status = json.loads((out / "status.json").read_text())
     assert resumed_status["step"] == 10 and resumed_status["resumed_from_step"] == 5
-    assert f"resumed from {snapshot} at step 5" in resumed.stdout + resumed.stderr
+    said = resumed.stdout.splitlines()
+    start = next(i for i, line in enumerate(said) if line.startswith("resumed from"))
+    end = next(i for i in range(start + 1, len(said)) if not said[i].startswith("  "))
+    assert " ".join(" ".join(said[start:end]).split()).startswith(  # under 80 columns, the path whole
+        f"resumed from {snapshot} at step 5 (train_time_s includes its ")
+    assert all(len(line) <= 80 or len(line.split()) == 1 for line in said[start:end]), said[start:end]
 
     missing = tmp_path / "no_such_scene"
     lost = _run("--scene", str(missing), "--config", str(config), "--out", str(tmp_path / "never"), cwd=REPO)
@@ -213,9 +219,12 @@ def test_ctrl_c_says_where_the_newest_snapshot_is_and_the_command_that_continues
     assert train_command(args) == 130
     snapshot = run / "snapshots" / "step_0000006.pt"
     command = f"ngptune train --config {run / 'config.json'} --resume {snapshot} --out {run}"
-    assert capsys.readouterr().err.splitlines()[-3:] == [
-        "interrupted: the run stopped at step 8", f"  the newest complete snapshot is {snapshot} (step 6)",
-        f"  continue with: {command}"]
+    said = capsys.readouterr().err.splitlines()
+    start = said.index("interrupted: the run stopped at step 8")
+    # under 80 columns, the snapshot's path whole; the command whole on its own line, to be copied
+    assert said[start + 1:] == fit_lines(["  the newest complete snapshot is", str(snapshot), "(step 6)"],
+                                         indent="    ") + ["  continue with:", f"    {command}"]
+    assert all(len(line) <= 80 or len(line.split()) == 1 for line in said[start:-1]), said  # a lone path may pass
     assert json.loads((run / "status.json").read_text())["state"] == "interrupted"
     monkeypatch.undo()
     resumed = build_parser().parse_args(shlex.split(command)[2:] + ["--no-eval", "--quiet"])  # the command, as printed
@@ -228,6 +237,10 @@ def test_ctrl_c_says_where_the_newest_snapshot_is_and_the_command_that_continues
     args = build_parser().parse_args(["--scene", str(demo_scene), "--config", str(tiny_config_file(tmp_path)),
                                       "--n-steps", "10", "--out", str(nothing), "--quiet"])
     assert train_command(args) == 130
-    assert capsys.readouterr().err.splitlines()[-2:] == [
-        "interrupted: the run stopped at step 8",
-        f"  no snapshot or checkpoint was kept in {nothing} (--snapshot-every N keeps one along the way)"]
+    said = capsys.readouterr().err.splitlines()
+    start = said.index("interrupted: the run stopped at step 8")
+    assert said[start + 1:] == fit_lines(["  no snapshot or checkpoint was kept in", str(nothing),
+                                          "(--snapshot-every N keeps one along the way)"], indent="    ")
+    assert " ".join(" ".join(said[start + 1:]).split()) == (
+        f"no snapshot or checkpoint was kept in {nothing} (--snapshot-every N keeps one along the way)")
+    assert all(len(line) <= 80 or len(line.split()) == 1 for line in said[start:]), said

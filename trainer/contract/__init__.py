@@ -45,7 +45,7 @@ FACE: dict[str, tuple[str, ...]] = {
     ),
     "lifeline": ("command_stopping_with_parent", "set_parent_death_signal"),
     "rundir": ("RunDir", "atomic_write_text", "latest_checkpoint", "prepare_output_file"),
-    "resumption": ("newest_model", "resume_lines"),
+    "resumption": ("newest_model", "resume_block", "resume_lines"),
     "runstatus": (
         "COMPLETED", "DIVERGED", "FAILED", "INTERRUPTED", "PID_KEY", "PROGRESS_PREFIX", "REASON_KEY", "RUNNING",
         "RUN_DIR_KEY", "STATE_KEY", "SUMMARY_PREFIX", "TRAIN_START_KEY", "WARNING_PREFIX", "error_or_last_line",

@@ -1,5 +1,6 @@
 """What a stopped run says on how to continue it: its newest complete snapshot or checkpoint, and
-the command line that resumes it into the same folder (:func:`resume_lines`).
+the command line that resumes it into the same folder (:func:`resume_lines` as statements,
+:func:`resume_block` as lines under 80 columns).
 
 Printed by the trainer after Ctrl-C, by its launcher when it stops its ranks, and by ``ngptune
 train`` when the trainer it started was killed by a signal it could not catch (SIGKILL).
@@ -12,8 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from trainer.contract.rundir import RunDir, checkpoint_step, latest_checkpoint
+from trainer.contract.textlines import fit_lines
 
-__all__ = ["newest_model", "resume_lines"]
+__all__ = ["newest_model", "resume_block", "resume_lines"]
 
 
 def newest_model(run_dir: RunDir) -> Path | None:
@@ -23,8 +25,27 @@ def newest_model(run_dir: RunDir) -> Path | None:
     return latest_checkpoint(run_dir.root) or run_dir.latest_snapshot()
 
 
+def _model_parts(run_dir: RunDir, model: Path | None, nproc_per_node: int) -> tuple[list[str], str | None]:
+    """The statement naming ``model`` (or that there is none) as parts for
+    :func:`~trainer.contract.textlines.fit_lines`, and the command line that continues the run
+    (None without a model)."""
+    every = "--checkpoint-every N" if nproc_per_node > 1 else "--snapshot-every N"
+    if model is None:
+        return ["no snapshot or checkpoint was kept in", str(run_dir.root), f"({every} keeps one along the way)"], None
+    model = Path(model)
+    if model.is_dir():
+        kind, step, resume = "checkpoint", checkpoint_step(model), run_dir.root
+    else:
+        kind, resume = "snapshot", model
+        step = next((s for s, path in run_dir.snapshots() if path == model), None)
+    launch = f" --nproc-per-node {nproc_per_node}" if nproc_per_node > 1 else ""
+    command = f"ngptune train{launch} --config {run_dir.config_path} --resume {resume} --out {run_dir.root}"
+    return [f"the newest complete {kind} is", str(model), *([f"(step {step})"] if step is not None else [])], command
+
+
 def resume_lines(run_dir: RunDir, model: Path | None, nproc_per_node: int = 1) -> list[str]:
-    """What a stopped run prints on how to continue it: the newest complete snapshot or checkpoint
+    """What a stopped run says on how to continue it, one statement a string (for a one-line
+    message; :func:`resume_block` for lines to print): the newest complete snapshot or checkpoint
     ``model`` of ``run_dir`` (None: there is none) with its step, and the command line that resumes
     it into the same folder with the run's own ``config.json`` (``nproc_per_node`` > 1: a launched
     job of that many ranks per node).
@@ -32,16 +53,23 @@ def resume_lines(run_dir: RunDir, model: Path | None, nproc_per_node: int = 1) -
     >>> resume_lines(RunDir(Path("runs/x")), None)
     ['no snapshot or checkpoint was kept in runs/x (--snapshot-every N keeps one along the way)']
     """
-    every = "--checkpoint-every N" if nproc_per_node > 1 else "--snapshot-every N"
-    if model is None:
-        return [f"no snapshot or checkpoint was kept in {run_dir.root} ({every} keeps one along the way)"]
-    model = Path(model)
-    if model.is_dir():
-        kind, step, resume = "checkpoint", checkpoint_step(model), run_dir.root
-    else:
-        kind, resume = "snapshot", model
-        step = next((s for s, path in run_dir.snapshots() if path == model), None)
-    at = f" (step {step})" if step is not None else ""
-    launch = f" --nproc-per-node {nproc_per_node}" if nproc_per_node > 1 else ""
-    return [f"the newest complete {kind} is {model}{at}",
-            f"continue with: ngptune train{launch} --config {run_dir.config_path} --resume {resume} --out {run_dir.root}"]
+    parts, command = _model_parts(run_dir, model, nproc_per_node)
+    return [" ".join(parts), *([f"continue with: {command}"] if command else [])]
+
+
+def resume_block(run_dir: RunDir, model: Path | None, nproc_per_node: int = 1, indent: str = "  ") -> list[str]:
+    """The statements of :func:`resume_lines` as lines to print under a heading, each starting
+    with ``indent`` and under :func:`~trainer.contract.textlines.line_width` columns: the model's
+    statement broken between its parts (a path stays whole, its lines after the first indented
+    two more), then ``continue with:`` and on a line of its own the command line, whole (it is
+    copied as it is).
+
+    >>> resume_block(RunDir(Path("runs/x")), Path("runs/x/snapshots/step_0000060.pt"))[1:]
+    ['  continue with:', '    ngptune train --config runs/x/config.json --resume runs/x/snapshots/step_0000060.pt --out runs/x']
+    """
+    parts, command = _model_parts(run_dir, model, nproc_per_node)
+    deeper = indent + "  "
+    lines = fit_lines([indent + parts[0], *parts[1:]], indent=deeper)
+    if command is not None:
+        lines += [f"{indent}continue with:", deeper + command]
+    return lines

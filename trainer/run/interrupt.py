@@ -19,10 +19,18 @@ import signal
 import threading
 from typing import Any, Callable
 
-__all__ = ["FIRST_CTRL_C_LINE", "StopAfterStep", "StoppedAfterStep"]
+from trainer.contract.textlines import fit_lines
 
-FIRST_CTRL_C_LINE = "Ctrl-C: stopping after this step, keeping a snapshot of it (Ctrl-C again stops at once)"
-"""What the first Ctrl-C prints on stderr."""
+__all__ = ["FIRST_CTRL_C_PARTS", "StopAfterStep", "StoppedAfterStep", "first_ctrl_c_text"]
+
+FIRST_CTRL_C_PARTS = ("Ctrl-C: stopping after this step,", "keeping a snapshot of it", "(Ctrl-C again stops at once)")
+"""What the first Ctrl-C prints on stderr, as parts of lines under 80 columns (:func:`first_ctrl_c_text`)."""
+
+
+def first_ctrl_c_text() -> str:
+    """:data:`FIRST_CTRL_C_PARTS` in lines under :func:`~trainer.contract.textlines.line_width`
+    columns, joined by newlines (no newline at the end)."""
+    return "\n".join(fit_lines(FIRST_CTRL_C_PARTS))
 
 
 class StoppedAfterStep(KeyboardInterrupt):
@@ -46,6 +54,7 @@ class StopAfterStep:
         self.steps = steps
         self.requested = False
         self._previous: Any = None
+        self._said = f"\n{first_ctrl_c_text()}\n".encode()  # built here: the handler only writes it
 
     def __enter__(self) -> "StopAfterStep":
         if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
@@ -55,7 +64,7 @@ class StopAfterStep:
     def _ask(self, signum: int, frame: Any) -> None:
         self.requested = True
         signal.signal(signal.SIGINT, self._previous)  # a second Ctrl-C: KeyboardInterrupt at once
-        os.write(2, f"\n{FIRST_CTRL_C_LINE}\n".encode())  # no lock taken inside a handler
+        os.write(2, self._said)  # no lock taken inside a handler
 
     def check(self, *_: Any) -> None:
         """After a step (an ``on_step`` hook): raise :class:`StoppedAfterStep` when Ctrl-C asked to stop."""

@@ -38,7 +38,7 @@ from trainer.contract.runstatus import COMPLETED, RESTART_COUNT_KEY, STATE_KEY, 
 from trainer.run.checks import (
     check_before_start, check_n_steps_reach, distributed_env, resume_path, resume_source,
 )
-from trainer.contract.resumption import resume_lines
+from trainer.contract.resumption import resume_block
 from trainer.run.finish import finish_status, train_with_progress
 from trainer.run.interrupt import StopAfterStep, StoppedAfterStep
 from trainer.run.progress import TrainProgress
@@ -147,8 +147,9 @@ class OneProcess(Job):
             status["resumed_from"] = str(args.resume)
             status["resumed_from_step"] = trainer.step
             check_n_steps_reach(self.cfg, trainer.step, f"snapshot {args.resume}")
-            progress.message(f"resumed from {args.resume} at step {trainer.step} (train_time_s includes its "
-                             f"{trainer.train_time_s:.1f} s of training before the resume)")
+            progress.message("\n".join(fit_lines([
+                "resumed from", str(args.resume), f"at step {trainer.step}",
+                f"(train_time_s includes its {trainer.train_time_s:.1f} s", "of training before the resume)"])))
         warm_start = getattr(args, "warm_start", None)
         if warm_start is not None:
             status["warm_started_from"] = str(warm_start)
@@ -210,7 +211,8 @@ class Rank(Job):
             status["resumed_from_step"] = trainer.step
             check_n_steps_reach(cfg, trainer.step, f"checkpoint {status['resumed_from']}")
             after = f" after restart {self.restarts}" if self.restarts else ""
-            progress.message(f"resumed from checkpoint {status['resumed_from']} at step {trainer.step}{after}")
+            progress.message("\n".join(fit_lines(["resumed from checkpoint", status["resumed_from"],
+                                                   f"at step {trainer.step}{after}"])))
         elif self.restarts:
             progress.message(f"restart {self.restarts}: no complete checkpoint yet; training from step 0")
         return trainer
@@ -293,7 +295,7 @@ def run_training(cfg: TrainConfig, args: argparse.Namespace) -> dict[str, Any]:
         if isinstance(error, KeyboardInterrupt) and job.is_main:
             at = f" at step {trainer.step}" if trainer is not None else " before training started"
             env = getattr(job, "env", None)
-            error = RunInterrupted("\n  ".join([f"the run stopped{at}", *resume_lines(
+            error = RunInterrupted("\n".join([f"the run stopped{at}", *resume_block(
                 job.run_dir, job.last_model(), env.local_world_size if env is not None else 1)]))
         raise error from exc.__cause__
     finally:
