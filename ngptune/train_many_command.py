@@ -64,11 +64,11 @@ def _cmd_train_many(args: argparse.Namespace) -> int:
                                warm_start=args.warm_start, train_args=_train_args(args))
     board = RunsProgress()
 
-    def started(job) -> None:
-        board.update(job.name, None)
+    def started(job) -> None:  # --n-steps gives the total before the run writes its config.json
+        board.update(job.name, None, total=args.n_steps)
 
     def progressed(job, record) -> None:  # the metrics record, or the job's newer progress line
-        board.update(job.name, newest_progress(record, job.log_path), total=_n_steps(job.run_dir))
+        board.update(job.name, newest_progress(record, job.log_path), total=_n_steps(job.run_dir) or args.n_steps)
 
     def done(job, r) -> None:
         job_done(board, job.name, r)

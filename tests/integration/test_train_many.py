@@ -79,6 +79,12 @@ def test_train_many_warm_starts_fails_one_and_resumes(tmp_path):
     assert rows["0000"]["gpus"] == ("cpu" if not visible_gpus() else "0")
     assert rows["0001"]["warm_started_from"] == ""  # its predecessor failed: a cold start
     assert {"0000: completed", "missing: failed", "0001: completed"} <= set(first.stdout.splitlines()), first.stdout
+    said = first.stdout.splitlines()
+    steps = [line for line in said if line.startswith(("0000: step ", "0001: step "))]
+    assert steps and all("/4, eta " in line for line in steps), first.stdout  # --n-steps is the total from the start
+    assert not any("/?" in line for line in said), first.stdout
+    assert [line for line in said if line != line.rstrip()] == [], first.stdout  # the table's rows end in no spaces
+    assert any(line.startswith("0000 ") and line.endswith("completed") for line in said), first.stdout
     assert "data:image/png;base64," in (out / "summary.html").read_text()
     # one layout for every run: the final model in snapshots/, which render finds
     assert Path(rows["0000"]["model"]).parent == out / "0000" / "snapshots" and rows["0000"]["finished_at"]
