@@ -138,7 +138,7 @@ def test_a_long_render_is_estimated_and_announced_before_it_starts(trained_run, 
     assert code == 0
     first, n = first_statement(stdout)
     second, m = first_statement("\n".join(stdout.splitlines()[n:]))
-    assert first.startswith("rendering ") and first.endswith("): 1 test view, spp 2")  # before the scene was loaded
+    assert first.startswith("rendering") and first.endswith("): 1 test view, spp 2")  # before the scene was loaded
     assert second == "1 test view of 32x32, spp 2, estimated 2.0 h (measured on a sample of its rays)"
     assert all(len(line) <= LINE_WIDTH for line in stdout.splitlines()[n:n + m])
     assert err.splitlines()[0] == ("warning: this render is estimated at 2.0 h: --frames N renders fewer views (evenly "
