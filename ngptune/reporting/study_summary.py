@@ -50,7 +50,7 @@ def _confirmation_table(view: StudyView) -> Table | None:
     if summary is None:
         return None
     table = _table(f"Confirmation re-runs: trial #{summary.candidate} vs default #{summary.default} "
-                   f"(mean ± sd over n re-runs, new seeds)")
+                   f"(mean ± sd of n runs, new seeds)")
     for col in ("quantity", f"default #{summary.default}", f"trial #{summary.candidate}", "difference of means"):
         table.add_column(col, justify="left" if col == "quantity" else "right")
     for label, (default, candidate) in summary.rows.items():
@@ -76,6 +76,8 @@ def print_summary(study: optuna.Study, console: Console | None = None, show_reco
     console = console or make_console()
     for part in summary_parts(study, show_recommendation):
         if isinstance(part, Table):
+            for column in part.columns:
+                column.overflow = "fold"  # a name wider than its column wraps in it, never cut to "…"
             console.print(part, width=table_width(console), soft_wrap=False)
         else:
             console.print(part, soft_wrap=True, highlight=False)
@@ -130,7 +132,7 @@ def summary_parts(study: optuna.Study, show_recommendation: bool = True) -> list
     parts.append(quality)
     default_values = objective_values(view.default, view.names) if view.default is not None else None
     versus = _table(best_heading(view, "Best vs default"))
-    for col in ("objective", "default, single run", "best, single run", "best trial", "change"):
+    for col in ("objective", "default", "best", "trial", "change"):  # the title says they are single runs
         versus.add_column(col, justify="left" if col == "objective" else "right")
     for i, name in enumerate(view.names):
         pick = max if view.directions[i] == StudyDirection.MAXIMIZE else min

@@ -412,6 +412,7 @@ def _summary(study: optuna.Study) -> list[str]:
         print_summary(study, console)
         printed = console.file.getvalue().splitlines()
         assert printed and max(len(line) for line in printed) <= 80, [line for line in printed if len(line) > 80]
+        assert not any("…" in line for line in printed), printed  # a cell wraps, never cut short
     lines: list[str] = []
     for part in summary_parts(study):
         if isinstance(part, Table):
