@@ -132,7 +132,7 @@ class TrainProgress:
     def log(self, record: dict[str, Any]) -> None:
         """A metrics record: a plain line off a TTY, else its figures on the live line."""
         if self.plain:
-            print(f"step {record['step']}  {'  '.join(self.figures(record))}  t={record['wall_time_s']:.1f}s", flush=True)
+            print(f"step {record['step']}  {'  '.join(self.figures(record))}  t={record['wall_time_s']:.1f} s", flush=True)
             self._last_plain = time.perf_counter()
         else:
             self._state["extras"] = self.figures(record)
