@@ -48,6 +48,8 @@ from trainer.contract import (
     ConfigError,
     LaunchError,
     RunDir,
+    counted,
+    fit_lines,
     TrainConfig,
     atomic_write_text,
     choose_backend,
@@ -359,6 +361,11 @@ def bench_comm_command(args: argparse.Namespace) -> int:
     if keep and Path(args.out).exists() and not Path(args.out).is_dir():
         raise ConfigError(f"--out {args.out}: is a file, expected a folder for the ranks' logs")
     out_dir = Path(args.out) if keep else Path(tempfile.mkdtemp(prefix="ngptune-bench-comm-"))
+    runs = len(config.sizes_bytes) * len(config.ops) * max(1, len(config.nccl_settings))
+    print("\n".join(fit_lines([f"bench-comm: {counted(config.nproc_per_node, 'rank')} ({config.backend}) take",
+                                f"{counted(runs, 'measurement')} (sizes × operations × settings),",
+                                f"{config.warmup} warm-up and {config.iters} timed iterations each;",
+                                "the table follows when every rank is done"])), flush=True)
     try:
         frame = run_comm_bench(config, out_dir)
     except LaunchError:
