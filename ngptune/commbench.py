@@ -48,6 +48,8 @@ from trainer.contract import (
     ConfigError,
     LaunchError,
     RunDir,
+    counted,
+    fit_lines,
     TrainConfig,
     atomic_write_text,
     choose_backend,
@@ -329,19 +331,21 @@ def _config_from_args(args: argparse.Namespace) -> CommBenchConfig:
 
 
 def show_table(frame: pd.DataFrame, title: str) -> None:
-    """Print the results as a rich table (sizes in bytes, time in µs, bandwidths in GB/s)."""
-    from ngptune.console import make_console
+    """Print the results as a rich table at most 80 columns wide (sizes in bytes, time per
+    operation in ms, bandwidths in GB/s; the CSV keeps ``time_us``)."""
+    from ngptune.console import make_console, table_width
     from rich.table import Table
 
     table = Table(title=title, title_justify="left")
-    for header in ("settings", "op", "size (B)", "count", "time (µs)", "algbw (GB/s)", "busbw (GB/s)"):
+    for header in ("settings", "op", "size (B)", "count", "time (ms)", "algbw (GB/s)", "busbw (GB/s)"):
         text = header in ("settings", "op")
         table.add_column(header, justify="left" if text else "right", no_wrap=header == "op",
                          overflow="fold")  # a narrow terminal wraps, never cuts, a number
     for row in frame.itertuples(index=False):
-        table.add_row(row.settings.replace(",", "\n"), row.op, f"{row.size_bytes:,}", f"{row.count:,}", f"{row.time_us:.1f}",
+        table.add_row(row.settings.replace(",", "\n"), row.op, f"{row.size_bytes:,}", f"{row.count:,}", f"{row.time_us / 1e3:.3g}",
                       f"{row.algbw_gb_per_s:.3g}", f"{row.busbw_gb_per_s:.3g}")
-    make_console().print(table)
+    console = make_console()
+    console.print(table, width=table_width(console))
 
 
 def bench_comm_command(args: argparse.Namespace) -> int:
@@ -357,6 +361,11 @@ def bench_comm_command(args: argparse.Namespace) -> int:
     if keep and Path(args.out).exists() and not Path(args.out).is_dir():
         raise ConfigError(f"--out {args.out}: is a file, expected a folder for the ranks' logs")
     out_dir = Path(args.out) if keep else Path(tempfile.mkdtemp(prefix="ngptune-bench-comm-"))
+    runs = len(config.sizes_bytes) * len(config.ops) * max(1, len(config.nccl_settings))
+    print("\n".join(fit_lines([f"bench-comm: {counted(config.nproc_per_node, 'rank')} ({config.backend}) take",
+                                f"{counted(runs, 'measurement')} (sizes × operations × settings),",
+                                f"{config.warmup} warm-up and {config.iters} timed iterations each;",
+                                "the table follows when every rank is done"])), flush=True)
     try:
         frame = run_comm_bench(config, out_dir)
     except LaunchError:

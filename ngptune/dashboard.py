@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ngptune.errors import NgptuneError
+from trainer.contract import fit_lines
 
 __all__ = ["DashboardError", "dashboard_command", "open_study_storage", "register"]
 
@@ -90,7 +91,8 @@ def dashboard_command(args: argparse.Namespace) -> int:
         raise DashboardError(f"--host {args.host}: cannot listen there ({exc.strerror or exc})") from None
     host = f"[{args.host}]" if ":" in args.host else args.host
     studies = ", ".join(names) if names else "no study yet"
-    print(f"dashboard: http://{host}:{server.server_port} — {args.study_dir} ({studies}); Ctrl-C stops it", flush=True)
+    print("\n".join(fit_lines([f"dashboard: http://{host}:{server.server_port} —", f"{args.study_dir}", f"({studies});",
+                                "Ctrl-C stops it"])), flush=True)
     # The server answers requests in its own thread, so Ctrl-C always lands in this one: raised
     # inside a request, wsgiref's handler would catch it as the request's error and serve on.
     serving = threading.Thread(target=server.serve_forever, name="dashboard-server", daemon=True)

@@ -201,7 +201,8 @@ def run_config(args: argparse.Namespace) -> TrainConfig:
     on_cpu = runs_on_cpu(overrides.get("training.device"), cuda_device_count())
     path = default_config_path(args.config, on_cpu)  # as the trainer chooses
     if path is not None and args.config is None:
-        print(f"profile: no --config on a CPU: the profiled run uses the CPU preset {path}", flush=True)
+        print("\n".join(fit_lines(["profile: no --config on a CPU:", "the profiled run uses the CPU preset", str(path)])),
+              flush=True)
     if args.scene is not None:
         overrides["data.scene"] = str(args.scene)
     if args.emulate_interconnect is not None:

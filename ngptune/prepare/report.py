@@ -80,6 +80,8 @@ def print_report(report: RegistrationReport, console: Any) -> None:
     """Print ``report`` as a two-column rich table; warn (``warnings``) when less than half registered."""
     from rich.table import Table
 
+    from ngptune.console import table_width
+
     table = Table(title=f"prepared {report.scene}", show_header=False, title_justify="left")
     table.add_column(style="bold")
     table.add_column()
@@ -95,7 +97,7 @@ def print_report(report: RegistrationReport, console: Any) -> None:
     table.add_row("written", f"{report.scene / 'transforms.json'} (aabb_scale {report.aabb_scale}), "
                   f"{report.scene / 'images'}, {report.scene / 'colmap' / 'sparse' / '0'}")
     table.add_row("seconds", ", ".join(f"{stage} {seconds:.1f}" for stage, seconds in report.stage_seconds.items()))
-    console.print(table)
+    console.print(table, width=table_width(console))
     if report.registered < LOW_REGISTRATION_FRACTION * report.total:
         warnings.warn(f"only {report.registered} of {report.total} images registered; the scene covers part of the "
                       "capture (more overlap between views, or less motion blur, registers more)", stacklevel=2)

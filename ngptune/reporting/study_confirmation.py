@@ -14,14 +14,15 @@ from typing import Any
 import optuna
 
 from ngptune.reporting.study_data import CONFIRMATION_ATTR
-from ngptune.reporting.study_recommendation import objective_unit, verdict_of
+from ngptune.reporting.study_recommendation import verdict_of
+from trainer.contract import number_text, quantity_text
 
 __all__ = ["CONFIRMATION_QUANTITIES", "ConfirmationSummary", "Spread", "confirmation_summary", "spread_text"]
 
 
-#: Quantities of the confirmation's headline, after the objective: (key of a run's quality, label).
-CONFIRMATION_QUANTITIES: tuple[tuple[str, str], ...] = (
-    ("psnr_db", "psnr_db (dB)"), ("steps", "steps"), ("steps_per_s", "steps_per_s"), ("train_time_s", "train_time_s"))
+#: Quantities of the confirmation's headline, after the objective: keys of a run's quality, each
+#: the label of its row (its cells give the unit the name ends with).
+CONFIRMATION_QUANTITIES: tuple[str, ...] = ("psnr_db", "steps", "steps_per_s", "train_time_s")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,7 +50,7 @@ class ConfirmationSummary:
         objective: the objective judged.
         candidate, default: the trial numbers re-run (candidate: the best non-default trial).
         repeats: re-runs asked of each.
-        rows: quantity label → (default's :class:`Spread`, candidate's :class:`Spread`); the
+        rows: quantity name → (default's :class:`Spread`, candidate's :class:`Spread`); the
             objective first, then :data:`CONFIRMATION_QUANTITIES`.
         verdict: the recorded verdict, or None when the confirmation did not finish.
     """
@@ -86,20 +87,20 @@ def confirmation_summary(study: optuna.Study) -> ConfirmationSummary | None:
     if not by_trial[candidate] and not by_trial[default]:
         return None
     objective = str(record.get("objective", "objective"))
-    unit = objective_unit(objective)
-    rows = {f"{objective} ({unit})" if unit and unit != "/s" else objective:
-            (Spread.of([r.get("value") for r in by_trial[default]]),
-             Spread.of([r.get("value") for r in by_trial[candidate]]))}
-    for key, label in CONFIRMATION_QUANTITIES:
+    rows = {objective: (Spread.of([r.get("value") for r in by_trial[default]]),
+                        Spread.of([r.get("value") for r in by_trial[candidate]]))}
+    for key in CONFIRMATION_QUANTITIES:
         if key == "psnr_db" and objective == "psnr_at_budget_db":
             continue  # the objective's row
-        rows[label] = (Spread.of([(r.get("quality") or {}).get(key) for r in by_trial[default]]),
+        rows[key] = (Spread.of([(r.get("quality") or {}).get(key) for r in by_trial[default]]),
                        Spread.of([(r.get("quality") or {}).get(key) for r in by_trial[candidate]]))
     return ConfirmationSummary(objective, candidate, default, repeats, rows, verdict_of(record))
 
 
-def spread_text(spread: Spread) -> str:
-    """``mean ± sd (n=K)``, or ``no run`` when n is 0."""
+def spread_text(spread: Spread, name: str) -> str:
+    """``mean ± sd unit (n=K)`` of the quantity ``name`` at the precision it is read at
+    (:func:`trainer.contract.quantity_text`: ``19.31 ± 0.17 dB (n=3)``, ``8.4 ± 1.6 s (n=3)``,
+    ``7.90 ± 1.70 steps/s (n=3)``), or ``no run`` when n is 0."""
     if spread.n == 0:
         return "no run"
-    return f"{spread.mean:.4g} ± {spread.sd:.2g} (n={spread.n})"
+    return f"{number_text(name, spread.mean)} ± {quantity_text(name, spread.sd)} (n={spread.n})"

@@ -152,8 +152,8 @@ def confirmation_bars(summary: ConfirmationSummary) -> go.Figure:
     (blue), one subplot per quantity."""
     labels = [f"default #{summary.default}", f"trial #{summary.candidate}"]
     fig = make_subplots(rows=1, cols=len(summary.rows), subplot_titles=list(summary.rows))
-    for col, spreads in enumerate(summary.rows.values(), start=1):
-        text = [f"{s.mean:.4g} (n={s.n})" if s.n else "" for s in spreads]
+    for col, (name, spreads) in enumerate(summary.rows.items(), start=1):
+        text = [f"{quantity_text(name, s.mean)} (n={s.n})" if s.n else "" for s in spreads]
         fig.add_trace(go.Bar(x=labels, y=[s.mean for s in spreads], marker_color=["#9e9e9e", "#1f77b4"],
                              error_y={"type": "data", "array": [s.sd for s in spreads]}, showlegend=False,
                              text=text, textposition="auto"), row=1, col=col)

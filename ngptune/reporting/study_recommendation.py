@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ngptune.reporting.study_data import CONFIRMATION_ATTR, StudyView
+from trainer.contract import number_text
 
 __all__ = ["RE_RUN_VERDICTS", "Recommendation", "best_heading", "change_text", "objective_unit", "recommendation",
            "verdict_of"]
@@ -31,13 +32,16 @@ def objective_unit(name: str) -> str:
 
 def change_text(name: str, value: float, default: float) -> str:
     """A change against the default, in the quantity's own terms: a PSNR (dB) or a time (s, ms) as
-    a difference (``+0.8 dB``, ``-1.2 s``), anything else (throughput, counts) in percent of the
+    a difference at the precision it is read at (:func:`trainer.contract.number_text`: ``+0.80 dB``,
+    ``-0.06 dB``, ``+0.00 dB``, ``-1.2 s``), anything else (throughput, counts) in percent of the
     default; ``""`` when either value is missing."""
     if not (math.isfinite(value) and math.isfinite(default)):
         return ""
     unit = objective_unit(name)
     if unit in ("dB", "s", "ms"):
-        return f"{value - default:+.3g} {unit}"
+        text = number_text(f"value_{unit.lower()}", value - default).removeprefix("-")
+        sign = "-" if value < default and float(text) != 0 else "+"
+        return f"{sign}{text} {unit}"
     if default == 0:
         return ""
     return f"{(value - default) / abs(default) * 100.0:+.1f} %"

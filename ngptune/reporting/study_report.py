@@ -227,7 +227,8 @@ def _confirmation_section(view: StudyView) -> Section:
     rows = []
     for label, (default, candidate) in summary.rows.items():
         diff = change_text(label, candidate.mean, default.mean) if default.n and candidate.n else ""
-        rows.append({"quantity": label, default_label: spread_text(default), candidate_label: spread_text(candidate),
+        rows.append({"quantity": label, default_label: spread_text(default, label),
+                     candidate_label: spread_text(candidate, label),
                      "difference of means": diff})
     parts = [
         text_html(f"Trial #{summary.candidate} (the best non-default trial) and the default trial #{summary.default} "
@@ -252,7 +253,7 @@ def _quality_section(view: StudyView) -> Section:
         parts.append(text_html("No default and no completed trial: nothing to compare.", "missing"))
     else:
         table = pd.DataFrame({f"{view.label(t)}, single run": quality_values(t) for t in trials})
-        table.index = [f"{c} (dB)" if c == "psnr_db" else c for c in QUALITY_COLUMNS]
+        table.index = list(QUALITY_COLUMNS)
         if view.default is not None:
             base = table[f"{view.label(view.default)}, single run"]
             for t in trials[1:]:

@@ -9,7 +9,7 @@ import optuna
 from optuna.study import StudyDirection
 from rich.console import Console
 
-from ngptune.console import make_console
+from ngptune.console import fitted_text, make_console, table_width
 from ngptune.reporting.study_data import (
     QUALITY_COLUMNS,
     StudyView,
@@ -22,10 +22,11 @@ from ngptune.reporting.study_data import (
 from ngptune.reporting.study_confirmation import confirmation_summary, spread_text
 from ngptune.reporting.study_recommendation import best_heading, change_text, recommendation
 from rich.table import Table
+from rich.text import Text
 
-from trainer.contract import quantity_text
+from trainer.contract import LINE_WIDTH, quantity_text
 
-__all__ = ["print_summary", "write_trials_csv"]
+__all__ = ["print_summary", "summary_parts", "write_trials_csv"]
 
 
 def write_trials_csv(study: optuna.Study, path: Path) -> Path:
@@ -48,18 +49,43 @@ def _confirmation_table(view: StudyView) -> Table | None:
     summary = confirmation_summary(view.study)
     if summary is None:
         return None
-    table = Table(title=f"Confirmation re-runs: trial #{summary.candidate} vs default #{summary.default} "
-                        f"(mean ± sd over n re-runs, new seeds)")
+    table = _table(f"Confirmation re-runs: trial #{summary.candidate} vs default #{summary.default} "
+                   f"(mean ± sd of n runs, new seeds)")
     for col in ("quantity", f"default #{summary.default}", f"trial #{summary.candidate}", "difference of means"):
         table.add_column(col, justify="left" if col == "quantity" else "right")
     for label, (default, candidate) in summary.rows.items():
         diff = change_text(label, candidate.mean, default.mean) if default.n and candidate.n else ""
-        table.add_row(label, spread_text(default), spread_text(candidate), diff)
+        table.add_row(label, spread_text(default, label), spread_text(candidate, label), diff)
     return table
 
 
+def _table(title: str) -> Table:
+    """A table whose title stays on one line when it fits 80 columns (rich wraps a title at the
+    table's width)."""
+    return Table(title=title, min_width=min(len(title), LINE_WIDTH + 1))
+
+
 def print_summary(study: optuna.Study, console: Console | None = None, show_recommendation: bool = True) -> None:
-    """Print the recommendation, then the evidence, then the single runs: rich tables.
+    """Print :func:`summary_parts`: sentences as lines under 80 columns, tables at
+    :func:`ngptune.console.table_width` (80 columns at most, on a terminal and piped alike; a cell
+    too wide wraps in it).
+
+    Raises:
+        StudyReportError: bad trial attributes.
+    """
+    console = console or make_console()
+    for part in summary_parts(study, show_recommendation):
+        if isinstance(part, Table):
+            for column in part.columns:
+                column.overflow = "fold"  # a name wider than its column wraps in it, never cut to "…"
+            console.print(part, width=table_width(console), soft_wrap=False)
+        else:
+            console.print(part, soft_wrap=True, highlight=False)
+
+
+def summary_parts(study: optuna.Study, show_recommendation: bool = True) -> list[Text | Table]:
+    """The terminal summary: the recommendation, then the evidence, then the single runs, as rich
+    ``Text`` (lines under 80 columns, :func:`ngptune.console.fitted_text`) and ``Table`` objects.
 
     The first lines are the recommendation
     (:func:`~ngptune.reporting.study_recommendation.recommendation`; left out with
@@ -68,33 +94,34 @@ def print_summary(study: optuna.Study, console: Console | None = None, show_reco
     outcome, and the single runs — quality and time of default and best, each objective's best
     against the default (a change is :func:`~ngptune.reporting.study_recommendation.change_text`,
     never called better: one run is no evidence), the best settings. For several objectives the
-    "best" value of an objective is the best among the Pareto-front trials.
+    "best" value of an objective is the best among the Pareto-front trials. Every value carries its
+    unit (:func:`trainer.contract.quantity_text`).
 
     Raises:
         StudyReportError: bad trial attributes.
     """
-    console = console or make_console()
+    parts: list[Text | Table] = []
     view = StudyView.of(study)
     if show_recommendation:
         rec = recommendation(view)
-        console.print(rec.sentence, style="bold" if rec.confirmed else "bold yellow")
+        parts.append(fitted_text([rec.sentence], style="bold" if rec.confirmed else "bold yellow"))
     headline = _confirmation_table(view)
     if headline is not None:
-        console.print(headline)
+        parts.append(headline)
     elif view.best:
-        console.print("No confirmation re-runs are recorded: every number below is a single run.")
+        parts.append(fitted_text(["No confirmation re-runs are recorded: every number below is a single run."]))
 
-    outcomes = Table(title=f"Study {study.study_name}: {len(view.trials)} trials by outcome")
+    outcomes = _table(f"Study {study.study_name}: {len(view.trials)} trials by outcome")
     outcomes.add_column("outcome")
     outcomes.add_column("trials", justify="right")
     for outcome, count in view.frame["outcome"].value_counts().items():
         outcomes.add_row(str(outcome), str(count))
-    console.print(outcomes)
+    parts.append(outcomes)
 
     if not view.best:
-        console.print("No trial completed: no best trial, no best settings.")
-        return
-    quality = Table(title=best_heading(view, "Quality and time: best vs default"))
+        parts.append(fitted_text(["No trial completed: no best trial, no best settings."]))
+        return parts
+    quality = _table(best_heading(view, "Quality and time: best vs default"))
     quality.add_column("quantity")
     compared = view.compared()
     for t in compared:
@@ -102,10 +129,10 @@ def print_summary(study: optuna.Study, console: Console | None = None, show_reco
     rows = [quality_values(t) for t in compared]
     for column in QUALITY_COLUMNS:
         quality.add_row(column, *(_fmt(column, r[column]) for r in rows))
-    console.print(quality)
+    parts.append(quality)
     default_values = objective_values(view.default, view.names) if view.default is not None else None
-    versus = Table(title=best_heading(view, "Best vs default"))
-    for col in ("objective", "default, single run", "best, single run", "best trial", "change"):
+    versus = _table(best_heading(view, "Best vs default"))
+    for col in ("objective", "default", "best", "trial", "change"):  # the title says they are single runs
         versus.add_column(col, justify="left" if col == "objective" else "right")
     for i, name in enumerate(view.names):
         pick = max if view.directions[i] == StudyDirection.MAXIMIZE else min
@@ -117,9 +144,9 @@ def print_summary(study: optuna.Study, console: Console | None = None, show_reco
             change = f"{change} (same settings as the default: run-to-run noise)"
         versus.add_row(f"{name} ({view.direction_word(i)})", _fmt(name, default),
                        _fmt(name, best.values[i]), f"#{best.number}", change)
-    console.print(versus)
+    parts.append(versus)
 
-    settings = Table(title="Best settings" + (" (Pareto front)" if view.multi_objective else ""))
+    settings = _table("Best settings" + (" (Pareto front)" if view.multi_objective else ""))
     settings.add_column("parameter")
     # the default's column once, even when it is also (one of) the best
     shown = [t for t in view.best if view.default is None or t.number != view.default.number]
@@ -134,4 +161,5 @@ def print_summary(study: optuna.Study, console: Console | None = None, show_reco
             row.append(cell_text(view.default.params.get(name)))
         row.extend(cell_text(t.params.get(name)) for t in shown)
         settings.add_row(*row)
-    console.print(settings)
+    parts.append(settings)
+    return parts

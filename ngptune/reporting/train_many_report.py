@@ -14,10 +14,10 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from ngptune.console import print_trimmed
+from ngptune.console import print_trimmed, table_width
 from ngptune.reporting.html import Section, render_page, table_html, text_html
 from ngptune.reporting.study_data import write_text
-from trainer.contract import LINE_WIDTH, RunDir, counted, fit_lines, quantity_text
+from trainer.contract import RunDir, counted, fit_lines, quantity_text
 
 __all__ = ["SUMMARY_COLUMNS", "print_summary_table", "summary_frame", "write_summary_csv", "write_summary_html"]
 
@@ -83,7 +83,7 @@ def print_summary_table(results: Sequence, console: Console) -> None:
         status = f"[{colour}]{r.status}[/{colour}]" + ("*" if r.skipped_at else "")
         table.add_row(Path(r.scene).name, r.gpus, _cell("steps", r.steps), _cell("train_time_s", r.train_time_s),
                       _cell("psnr_db", r.psnr_db), status, "yes" if r.warm_started_from else "")
-    print_trimmed(console, table, min(console.width, LINE_WIDTH + 1))  # rows without trailing spaces
+    print_trimmed(console, table, table_width(console))  # rows without trailing spaces
     if any(r.skipped_at for r in results):
         console.print("\n".join(fit_lines(["* finished by an earlier run, skipped now", "(remove OUT/<scene>/job.json",
                                             "to train it again)"])), markup=False, highlight=False)

@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from trainer.contract import add_scene_format_arguments, positive_int, scene_format_overrides
+from trainer.contract import add_scene_format_arguments, fit_lines, positive_int, scene_format_overrides
 
 __all__ = ["DEFAULT_STUDY", "register"]
 
@@ -88,7 +88,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     try:
         result = run_sweep(options)
     except KeyboardInterrupt:
-        print("sweep interrupted: the running trial or confirmation re-run was stopped; run the same command again to resume")
+        print("\n".join(fit_lines(["sweep interrupted: the running trial or confirmation re-run was stopped;",
+                                   "run the same command again to resume"])))
         return 130
     pending = result.verdict is not None and result.verdict.status == "pending"  # another worker recommends
     return 0 if result.best_number is not None or pending else 1

@@ -47,6 +47,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ngptune.tuning.objectives import QUALITY_OBJECTIVES
+from trainer.contract import number_text, unit_of
 
 __all__ = [
     "ALPHA",
@@ -175,8 +176,26 @@ def spread(values: Sequence[float]) -> float:
     return statistics.stdev(values) if len(values) > 1 else 0.0
 
 
-def _describe(values: Sequence[float], unit: str) -> str:
-    return f"{statistics.fmean(values):.3g} ± {spread(values):.2g} {unit}".rstrip()
+def _number(objective: str, value: float, unit: str) -> str:
+    """``value`` of ``objective`` at the precision it is read at (:func:`trainer.contract.number_text`:
+    dB with 2 decimals, seconds with 1, rates with 3 significant digits)."""
+    return number_text(objective, value) if unit_of(objective) else f"{value:.4g}"
+
+
+def _unit(objective: str, unit: str) -> str:
+    return f" {unit_of(objective) or unit}".rstrip()
+
+
+def _describe(values: Sequence[float], objective: str, unit: str) -> str:
+    """``mean ± sd unit`` of re-run values (``19.31 ± 0.17 dB``)."""
+    return (f"{_number(objective, statistics.fmean(values), unit)} ± {_number(objective, spread(values), unit)}"
+            f"{_unit(objective, unit)}")
+
+
+def _signed(objective: str, value: float, unit: str) -> str:
+    """A difference with its sign and unit (``-0.06 dB``, ``+0.00 dB``)."""
+    text = _number(objective, value, unit).removeprefix("-")
+    return f"{'-' if value < 0 and float(text.split()[0]) != 0 else '+'}{text}{_unit(objective, unit)}"
 
 
 def welch_p_value(a: Sequence[float], b: Sequence[float]) -> float:
@@ -230,7 +249,8 @@ def decide(objective: str, direction: str, best_values: Sequence[float | None], 
     se = math.sqrt(spread(good_b) ** 2 / len(good_b) + spread(good_d) ** 2 / len(good_d))
     p = welch_p_value(good_b, good_d)
     test = f"{TEST_NAME}, alpha {ALPHA:g}"
-    shown = (f"{objective}: trial {best_trial} {_describe(good_b, unit)} vs default {_describe(good_d, unit)}, "
+    shown = (f"{objective}: trial {best_trial} {_describe(good_b, objective, unit)} vs default "
+             f"{_describe(good_d, objective, unit)}, "
              f"{len(good_b)} re-runs each (mean ± sd); Welch's t-test p = {p:.2g}")
     stats_ = dict(gain=gain, se=se, p_value=p, test=test)
     if p < ALPHA and gain > 0:
@@ -240,8 +260,8 @@ def decide(objective: str, direction: str, best_values: Sequence[float | None], 
         return Verdict("default_better", "default", **common, **stats_, sentence=(
             f"the default is significantly better than {who} and is recommended; {shown} < {ALPHA:g}"))
     return Verdict("no_significant_difference", "default", **common, **stats_, sentence=(
-        f"no significant difference between {who} and the default (gain {gain:+.3g} {unit}".rstrip()
-        + f"); the default is recommended; {shown} >= {ALPHA:g}"))
+        f"no significant difference between {who} and the default (gain {_signed(objective, gain, unit)}); "
+        f"the default is recommended; {shown} >= {ALPHA:g}"))
 
 
 def unconfirmed(objective: str, direction: str, why: str, *, best_trial: int | None,

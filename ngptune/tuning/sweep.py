@@ -60,7 +60,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from ngptune.console import make_console
+from ngptune.console import make_console, print_lines
 from ngptune.errors import TrialFailed
 from ngptune.processes import cuda_device_count
 
@@ -70,6 +70,7 @@ from ngptune.tuning.preflight import check_host
 from ngptune.tuning.provenance import record_worker
 from ngptune.tuning.retries import MAX_INFRA_RETRIES, TrialRetries, default_not_completed
 from ngptune.tuning.layout import StudyDir
+from ngptune.tuning.lines import confirmation_heading, rerun_line, study_heading
 from ngptune.tuning.confirm import (
     CONFIRMATION_ATTR, DEFAULT_REPEATS_CPU, DEFAULT_REPEATS_GPU, Verdict, confirm_study, no_candidate, pending,
     primary_objective, recorded_repeats, unconfirmed, verdict_runs,
@@ -86,7 +87,7 @@ from ngptune.tuning.storage import (
 from ngptune.tuning.study import DEMO_SCENE, STUDY_NAME_RULE, StudySpec, is_study_name, load_study
 from ngptune.tuning.trial_objective import TrialObjective
 from ngptune.tuning.space import trial_config
-from trainer.contract import ConfigError, RunDir, TrainConfig, choose_backend, dump_config
+from trainer.contract import ConfigError, RunDir, TrainConfig, choose_backend, dump_config, listed, quantity_text
 
 __all__ = ["SweepError", "SweepOptions", "SweepResult", "default_nproc_per_node", "nccl_is_active", "run_sweep"]
 # SweepError lives with the storage (ngptune.tuning.storage), which raises it too.
@@ -315,8 +316,9 @@ def _run(options: SweepOptions, spec: StudySpec, nproc: int, base_cfg: TrainConf
     trials_target = options.trials or spec.trials
     if not spec.params:
         trials_target = 1
-        console.print(f"[yellow]warning:[/yellow] {spec.path}: params: the search space is empty; running one "
-                      "trial of the default settings instead of identical repeats")
+        print_lines(console, ["warning:", f"{spec.path}: params: the search space is empty; running one trial of "
+                                          "the default settings instead of identical repeats"],
+                    marks=[("warning:", "yellow")])
     timeout_s = options.timeout_s or spec.timeout_s
     scene = _scene_path(spec)
     storage = open_storage(options.storage, study_dir)
@@ -336,36 +338,32 @@ def _run(options: SweepOptions, spec: StudySpec, nproc: int, base_cfg: TrainConf
         retries = TrialRetries()  # failures of the host's making, and a default that did not complete
         retried += retries.after_trials(study) + [n for n in [retries.default_again(study)] if n is not None]
     backend = "NCCL" if nccl_active else "gloo, NCCL parameters inactive"
-    _, counted = study_progress(study)
-    at_once = slots.at_once(trials_target - counted)  # never more trials at once than the study still needs
-    console.print(
-        f"[bold]study {name}[/bold] ({spec.path}): {trials_target} trials of {spec.budget.describe()} on "
-        f"{nproc} rank{'s' if nproc > 1 else ''} ({backend}); scene {scene}; storage {storage_text}"
-        + ("" if created else f"; resuming with {counted} of {trials_target} trials done or running"
-           if counted < trials_target else f"; resuming: {counted} trials done, no more to run (--trials N for more)")
-        + (f"; {at_once} trials at once" if at_once > 1 else "")
-        + (f"; retrying trial{'s' if len(retried) > 1 else ''} {', '.join(map(str, retried))}" if retried else "")
-    )
+    _, done = study_progress(study)
+    at_once = slots.at_once(trials_target - done)  # never more trials at once than the study still needs
+    print_lines(console, study_heading(name, str(spec.path), trials_target, spec.budget.describe(), nproc, backend,
+                                       scene, storage_text, resumed=None if created else done, at_once=at_once,
+                                       retried=retried),
+                marks=[(f"study {name}", "bold")])
     if slots.note:
-        console.print(f"note: {slots.note}")
+        print_lines(console, ["note:", slots.note])
     warning = throughput_only_warning(spec.objective_names)
     if warning is not None:
-        console.print(f"[yellow]warning: {warning}[/yellow]")
+        print_lines(console, [f"warning: {warning}"], style="yellow")
         study.set_user_attr("objective_warning", warning)
     objective = TrialObjective(spec=spec, base_cfg=base_cfg, scene=scene, nproc_per_node=nproc, nccl_active=nccl_active,
                            study_dir=study_dir, console=console, poll_s=options.poll_s, slots=slots)
 
     def enough() -> bool:
-        waiting, counted = study_progress(study)
-        return waiting == 0 and counted >= trials_target
+        waiting, done = study_progress(study)
+        return waiting == 0 and done >= trials_target
 
     def after_trial(study_, frozen) -> None:
         recover_trials(study, check_workers=not is_rdb, retry_interrupted=False)
         with setup_lock(study_dir, enabled=not is_rdb):
             again = retries.after_trials(study)
         if again:
-            console.print(f"trial{'s' if len(again) > 1 else ''} {', '.join(map(str, again))} will run again "
-                          f"(at most {MAX_INFRA_RETRIES} retries each)")
+            print_lines(console, [f"trial{'s' if len(again) > 1 else ''}", *listed([str(n) for n in again]),
+                                  f"will run again (at most {MAX_INFRA_RETRIES} retries each)"])
         if enough():
             study.stop()
 
@@ -411,23 +409,13 @@ def _confirm(options: SweepOptions, study, spec: StudySpec, study_dir: StudyDir,
     repeats = options.confirm_repeats or max(  # without --confirm-runs, every recorded pair counts
         DEFAULT_REPEATS_GPU if cuda_device_count() > 0 else DEFAULT_REPEATS_CPU,
         recorded_repeats(study.user_attrs.get(CONFIRMATION_ATTR), name, candidate.number, default.number))
-    console.print(f"[bold]confirmation[/bold]: trial {candidate.number} "
-                  + ("(the runner-up: the default won its single run) " if won else "(the best) ")
-                  + f"and default trial {default.number}, {repeats} re-runs each of {spec.budget.describe()} with new seeds, alternating "
-                  "(re-runs already recorded are reused)")
+    print_lines(console, confirmation_heading(candidate.number, default.number, repeats, spec.budget.describe(), won),
+                marks=[("confirmation", "bold")])
     launcher = RerunLauncher(spec=spec, objective=name, study_dir=study_dir, nproc_per_node=nproc,
                              nccl_active=nccl_active, poll_s=options.poll_s)
 
     def shown(run) -> None:
-        psnr_db = run.quality.get("psnr_db")
-        value = f"{name} = {run.value:.4g}" if run.value is not None else "no value"
-        if name == "psnr_at_budget_db" and run.value is not None:
-            value = f"PSNR {run.value:.2f} dB"
-        elif psnr_db is not None:
-            value += f", PSNR {psnr_db:.2f} dB"
-        which = "the default" if run.label == "default" else "the candidate"
-        console.print(f"  re-run {run.index} of trial {run.trial} ({which}, seed {run.seed}): "
-                      f"{run.outcome}, {value}" + (f" — {run.reason}" if run.reason else ""))
+        print_lines(console, rerun_line(run, name), indent="    ")
 
     return confirm_study(study, best=candidate, default=default, repeats=repeats, objective=name,
                          direction=direction, unit=OBJECTIVES[name].unit, base_seed=spec.base_config().training.seed,
@@ -444,7 +432,8 @@ def _target_missed_hint(study, spec: StudySpec) -> str | None:
         return None
     seen = [(t.user_attrs.get("quality", {}).get("psnr_db"), t.number) for t in missed]
     seen = [(p, n) for p, n in seen if isinstance(p, (int, float)) and math.isfinite(p)]
-    best = f"the best PSNR reached was {max(seen)[0]:.2f} dB (trial {max(seen)[1]})" if seen else "no PSNR was reached"
+    best = (f"the best PSNR reached was {quantity_text('psnr_db', max(seen)[0])} (trial {max(seen)[1]})" if seen
+            else "no PSNR was reached")
     return (f"{len(missed)} of {len(trials)} trials missed the time_to_psnr_s target of {targets[0]:g} dB; {best}: "
             "lower target_db or give the trials a longer budget")
 
@@ -484,15 +473,15 @@ def _write_outputs(study, spec: StudySpec, name: str, study_dir: StudyDir, nccl_
                         "no_significant_difference": "no significant difference in re-runs"}
             which = (f"recommended ({'the default' if verdict.recommend == 'default' else which}, "
                      f"{evidence.get(verdict.status, 'not confirmed')})")
-        console.print(f"{which}: trial {best.number} → {best_config}, {study_dir.best_env_path}")
+        print_lines(console, [f"{which}:", f"trial {best.number} → {best_config},", str(study_dir.best_env_path)])
     elif verdict is not None and verdict.status == "pending":
-        console.print(f"[yellow]{verdict.sentence}[/yellow]")
+        print_lines(console, [verdict.sentence], style="yellow")
     else:
-        console.print("[red]no trial completed: no best_config.json[/red]")
+        print_lines(console, ["no trial completed: no best_config.json"], style="red")
         missed = _target_missed_hint(study, spec)
         if missed:
-            console.print(f"[yellow]{missed}[/yellow]")
-    console.print(f"report: {report}; trials: {study_dir.trials_csv_path}")
+            print_lines(console, [missed], style="yellow")
+    print_lines(console, [f"report: {report};", f"trials: {study_dir.trials_csv_path}"])
     return SweepResult(
         study_name=name,
         out_dir=study_dir.root,

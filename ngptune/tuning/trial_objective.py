@@ -14,10 +14,12 @@ from typing import Any
 
 from rich.console import Console
 
+from ngptune.console import print_lines
 from ngptune.errors import USER_ERRORS, TrialFailed
 from ngptune.tuning import nccl
 from ngptune.tuning.concurrency import TrialSlots
 from ngptune.tuning.layout import StudyDir
+from ngptune.tuning.lines import trial_end_line, trial_start_line
 from ngptune.tuning.retries import INFRASTRUCTURE_ATTR
 from ngptune.tuning.objectives import (
     OBJECTIVES, TargetNotReached, intermediate_values, mean_phase_ms, objective_value, trial_quality,
@@ -26,7 +28,7 @@ from ngptune.tuning.space import check_combination, default_params, sample, spli
 from ngptune.tuning.specs import StudySpec
 from ngptune.tuning.storage import UNTUNED_ATTR, worker_id
 from ngptune.tuning.trial import TrialLaunch, run_trial, trial_argv
-from trainer.contract import ConfigError, RunDir, TrainConfig, atomic_write_text, dump_config
+from trainer.contract import ConfigError, RunDir, TrainConfig, atomic_write_text, dump_config, listed
 
 __all__ = ["TrialObjective", "trial_diagnoses"]
 
@@ -135,8 +137,7 @@ class TrialObjective:
             "trials_per_gpu": self.slots.trials_per_gpu,
             INFRASTRUCTURE_ATTR: False,
         }
-        self.console.print(f"[bold]trial {number}[/bold]{' (default)' if is_default else ''}: "
-                           + (", ".join(f"{k}={v}" for k, v in values.items()) or "base settings"))
+        print_lines(self.console, trial_start_line(number, is_default, values), marks=[(f"trial {number}", "bold")])
         try:
             cfg = trial_config(self.base_cfg, trainer_values, self.scene)
             attrs["emulated_interconnect"] = cfg.distributed.emulate_interconnect
@@ -165,7 +166,8 @@ class TrialObjective:
         attrs[INFRASTRUCTURE_ATTR] = run.infrastructure
         if run.leftover_pids:
             attrs["leftover_pids"] = run.leftover_pids
-            self.console.print(f"[red]trial {number}: processes {run.leftover_pids} survived SIGKILL[/red]")
+            print_lines(self.console, [f"trial {number}: processes", *listed([str(p) for p in run.leftover_pids]),
+                                       "survived SIGKILL"], style="red")
         outcome, reason = run.outcome, run.reason
         if outcome == "completed":
             absent = [name for name, value in attrs["objectives"].items() if value is None]
@@ -203,17 +205,10 @@ class TrialObjective:
         attrs.update(outcome=outcome, reason=reason)
         for key, value in attrs.items():
             trial.set_user_attr(key, value)
-        shown = ", ".join(f"{k} = {v:.4g}" for k, v in attrs["objectives"].items() if v is not None)
-        quality = attrs.get("quality", {})
-        psnr_db = quality.get("psnr_db")
-        if psnr_db is not None and "psnr_at_budget_db" not in attrs["objectives"]:
-            shown += f", PSNR {psnr_db:.2f} dB"
-        if quality.get("steps") is not None and quality.get("steps_per_s") is not None:
-            shown += f" ({quality['steps']} steps, {quality['steps_per_s']:.3g} steps/s)"
         colour = {"completed": "green", "pruned": "yellow", "failed": "red"}[outcome]
-        self.console.print(f"trial {trial.number}: [{colour}]{outcome}[/{colour}] in {attrs['duration_s']:.1f} s"
-                           + (f": {shown}" if shown and outcome == "completed" else "")
-                           + (f" — {reason}" if reason else ""))
+        print_lines(self.console, trial_end_line(trial.number, outcome, attrs["duration_s"], attrs["objectives"],
+                                                 attrs.get("quality", {}), reason),
+                    marks=[(outcome, colour)])
         if outcome == "pruned":
             raise optuna.TrialPruned(reason)
         if outcome == "failed":

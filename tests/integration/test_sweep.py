@@ -372,6 +372,8 @@ def test_confirmation_re_runs_best_and_default_and_records_them(tmp_path, tiny_s
     sentence, text = evidence["verdict"]["sentence"], " ".join(again.stdout.split())
     assert sentence.split(" (gain")[0] in text and sentence.split("; ")[-1] in text  # the verdict and its test
     assert len(evidence["runs"]) == 6  # the runs behind the verdict, whichever trial won its single run
+    for line in (result.stdout + again.stdout).splitlines():  # piped: every line and table under 80 columns
+        assert len(line) <= 80 or " " not in line.strip(), line  # but a path, whole on a line of its own
 
 
 def test_contradictory_or_useless_confirmation_flags_are_refused(tmp_path, tiny_study):

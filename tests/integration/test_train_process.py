@@ -131,7 +131,7 @@ def test_a_sigkilled_run_reads_as_stale_to_the_commands_that_read_its_status(tmp
     assert f"already holds a run (its status.json says '{stale}'); choose a new folder, or continue" in str(again.value)
     code, stdout, err = run_inference_cli(["render", out, "--cameras", "orbit", "--frames", "1", "--width", "8",
                                            "--height", "8", "--out", tmp_path / "frames", "--quiet"], capsys)
-    assert code == 0 and stdout.startswith("rendering ")
+    assert code == 0 and stdout.startswith("rendering")
     newest = sorted((out / "snapshots").glob("step_*.pt"))[-1]
     assert err.splitlines()[0] == (f"warning: {out / 'status.json'}: the run did not finish ({stale}: it was killed "
                                    f"before it could write its end); using its newest complete snapshot {newest} "

@@ -36,6 +36,9 @@ def test_two_gloo_ranks_write_the_nccl_tests_table(tmp_path, capfd):
     assert ratio == [1.0, 1.0, 0.5, 0.5]
     out = capfd.readouterr().out
     assert "bench-comm: 2 ranks, gloo" in out and "all_gather" in out
+    # said before the ranks start: what is measured (2 sizes x 2 operations x 1 setting)
+    assert out.startswith("bench-comm: 2 ranks (gloo) take 4 measurements (sizes × operations × settings),")
+    assert all(len(line) <= 80 for line in out.splitlines()), out
     assert "all_reduce 4096 B:" in (tmp_path / "logs" / "setting0" / "logs" / "rank0.log").read_text()
 
 

@@ -104,6 +104,16 @@ def test_a_narrow_terminal_wraps_numbers_instead_of_cutting_them(monkeypatch, ca
     assert "all_reduce" in out and "…" not in out  # before: "67,108,…" and "16,777,…"
 
 
+def test_the_table_fits_80_columns_on_a_wide_or_piped_console(monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", "200")
+    frame = pd.DataFrame([{"settings": "NCCL_ALGO=Ring,NCCL_PROTO=LL", "op": "all_reduce", "size_bytes": 67108864,
+                           "count": 16777216, "time_us": 141079.6, "algbw_gb_per_s": 0.123, "busbw_gb_per_s": 0.456}])
+    show_table(frame, "bench-comm")
+    lines = capsys.readouterr().out.splitlines()
+    assert max(len(line) for line in lines) <= 80, lines
+    assert any("141" in line and "141079" not in line for line in lines), lines  # ms, not µs
+
+
 def _start(tmp_path: Path) -> tuple[subprocess.Popen, list[int]]:
     """A bench-comm run that takes minutes; returns it and its two ranks' pids once both run."""
     logs = tmp_path / "logs"

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from ngptune.cli import main
+from tests.support.cli import first_statement
 from tests.support.served import Served
 
 pytest.importorskip("optuna_dashboard")
@@ -30,7 +31,9 @@ def test_dashboard_serves_the_study_of_a_sweep_folder_until_ctrl_c(tmp_path: Pat
     _journal_study(tmp_path)
     with Served(["ngptune", "dashboard", tmp_path]) as served:
         url = served.url()
-        assert served.lines[0] == f"dashboard: {url} — {tmp_path} (tiny); Ctrl-C stops it"
+        served.wait_for("Ctrl-C stops it$")
+        statement, n = first_statement("\n".join(served.lines))
+        assert statement == f"dashboard: {url} — {tmp_path} (tiny); Ctrl-C stops it"
         with urllib.request.urlopen(f"{url}/dashboard", timeout=60) as response:
             assert response.status == 200 and b"<html" in response.read().lower()
         with urllib.request.urlopen(f"{url}/api/studies", timeout=60) as response:
@@ -39,7 +42,7 @@ def test_dashboard_serves_the_study_of_a_sweep_folder_until_ctrl_c(tmp_path: Pat
         with urllib.request.urlopen(f"{url}/api/studies/{studies[0]['study_id']}", timeout=60) as response:
             assert len(json.loads(response.read())["trials"]) == 3
         assert served.interrupt() == 130
-        assert served.lines[1:] == ["dashboard stopped"]
+        assert served.lines[n:] == ["dashboard stopped"]
 
 
 def test_a_folder_without_a_study_is_one_clear_error(tmp_path: Path, capsys) -> None:

@@ -130,7 +130,7 @@ def seconds_text(seconds: float) -> str:
 
 
 def _interrupted(what: str) -> int:
-    print(f"interrupted: {what}", file=sys.stderr, flush=True)
+    print("\n".join(fit_lines(listed(f"interrupted: {what}".split("; "), ";"))), file=sys.stderr, flush=True)
     return INTERRUPTED_EXIT
 
 
@@ -324,13 +324,14 @@ def export_opening_lines(what: str, located: Any, where: str) -> list[str]:
     return fit_lines([f"exporting {what} of", str(located.source), f"(step {located.step})", where])
 
 
-def render_detail_line(args: argparse.Namespace, job: Any, estimate: float | None) -> str | None:
-    """The second line, once the cameras are built and the time measured: what is rendered
-    (:func:`render_words`) and the estimate; None when it would add nothing to the first line."""
+def render_detail_lines(args: argparse.Namespace, job: Any, estimate: float | None) -> list[str]:
+    """The second statement, once the cameras are built and the time measured: what is rendered
+    (:func:`render_words`) and the estimate, in lines under 80 columns; none when it would add
+    nothing to the first statement."""
     words = render_words(args, job)
     if estimate is None:
-        return None if words == planned_render_words(args) else words
-    return f"{words}, estimated {_duration_words(estimate)} (measured on a sample of its rays)"
+        return [] if words == planned_render_words(args) else fit_lines([words])
+    return fit_lines([f"{words},", f"estimated {_duration_words(estimate)}", "(measured on a sample of its rays)"])
 
 
 def long_render_warning(args: argparse.Namespace, estimate: float | None) -> str | None:
@@ -423,7 +424,7 @@ def render_command(args: argparse.Namespace) -> int:
 def _stopped(what: str, terminated: list[bool]) -> int:
     if not terminated:
         return _interrupted(what)
-    print(f"terminated (SIGTERM): {what}", file=sys.stderr, flush=True)
+    print("\n".join(fit_lines(listed(f"terminated (SIGTERM): {what}".split("; "), ";"))), file=sys.stderr, flush=True)
     return TERMINATED_EXIT
 
 
@@ -445,9 +446,9 @@ def _render(args: argparse.Namespace) -> int:
     try:
         job = _render_job(args, model)
         estimate = render_estimate_s(model, job)
-        detail = render_detail_line(args, job, estimate)
-        if detail is not None:
-            print(detail, flush=True)
+        detail = render_detail_lines(args, job, estimate)
+        if detail:
+            print("\n".join(detail), flush=True)
         warning = long_render_warning(args, estimate)
         if warning:
             print(f"warning: {warning}", file=sys.stderr, flush=True)

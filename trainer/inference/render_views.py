@@ -60,8 +60,8 @@ def interrupted_message(done: list[int], n_frames: int, frames_dir: Path | None,
     if frames_dir is not None and done:
         name = (lambda i: names[i]) if names is not None else _frame_name
         first, last = name(min(done)), name(max(done))
-        names = f"{first}.png" if len(done) == 1 else f"{len(done)} frames {first}.png to {last}.png"
-        parts.append(f"PNG {names} kept in {frames_dir}")
+        names = f"frame {first}.png" if len(done) == 1 else f"{len(done)} frames ({first}.png to {last}.png)"
+        parts.append(f"the {names} kept in {frames_dir}")
     elif frames_dir is not None:
         parts.append(f"no PNG frame was written to {frames_dir}")
     return "; ".join(parts)

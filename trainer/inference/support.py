@@ -32,6 +32,8 @@ unit cube is inside at least 5 training frusta, so that part alone removes nothi
 from __future__ import annotations
 
 import dataclasses
+import sys
+import time
 from typing import Any
 
 import numpy as np
@@ -50,6 +52,9 @@ SURFACE_OPACITY = 0.5
 #: Distance from a depth-map surface that still counts as on it: cell diagonals plus depth-map pixels.
 MARGIN_CELL_DIAGONALS = 2.0
 MARGIN_PIXELS = 2.0
+#: Seconds from which the depth maps' time, estimated from the first view, is announced with the
+#: flag that skips them.
+LONG_SUPPORT_S = 30.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,10 +103,17 @@ def camera_depth_maps(model: Any, side: int = DEPTH_MAP_SIDE, quiet: bool = True
     background = torch.zeros(3, device=trainer.device)
     out = []
     progress = Progress("support views", len(frames), quiet=quiet, rate_name="rays")
+    started = time.perf_counter()
     try:
         for frame in frames:
             out.append(_depth_map(trainer, frame, side, renderer, background))
             progress.advance(1, out[-1][1].numel())
+            if len(out) == 1 and len(frames) > 1:
+                estimate_s = (time.perf_counter() - started) * len(frames)
+                if estimate_s >= LONG_SUPPORT_S:
+                    minutes = f"{estimate_s / 60:.1f} min" if estimate_s >= 90 else f"{estimate_s:.0f} s"
+                    print(f"warning: the depth maps of {len(frames)} training views (what --min-views checks) take "
+                          f"about {minutes}; --min-views 0 skips them", file=sys.stderr, flush=True)
     finally:
         progress.close()
     return out

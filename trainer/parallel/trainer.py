@@ -226,7 +226,7 @@ class DistributedTrainerBase(Trainer, metaclass=abc.ABCMeta):
                 f"{folder}: checkpoint of parallel.mode {meta['mode']!r}, this run uses {self.mode!r}"
             )
         self.check_checkpoint_meta(folder, meta)
-        check_finest_resolution(folder, meta.get("trainer_state"), self.finest_resolution)
+        check_finest_resolution(folder, meta.get("trainer_state"), self.finest_resolution, meta.get("config"), self.cfg)
         check_scene_model(folder, meta.get("trainer_state"), self.scene_model)
         stored = ckpt.checkpoint_keys(folder)
         for name, p in self.named_parameters_for_optimizer().items():

@@ -31,12 +31,20 @@ def train_with_progress(trainer: Any, cfg: TrainConfig, progress: TrainProgress,
     def on_eval(result: dict[str, Any]) -> None:
         progress.message(f"eval step {result['step']}: {result['mean_psnr_db']:.2f} dB on {result['split']}")
 
-    def log(record: dict[str, Any]) -> None:
-        if "startup_s" in record and trainer.startup is not None:  # the first record after start-up
+    said_startup = False
+
+    def say_startup() -> None:  # once, as soon as the start-up is over: before any line of the clock's steps
+        nonlocal said_startup
+        if not said_startup and trainer.startup is not None:
+            said_startup = True
             progress.message(trainer.startup.line())
+
+    def log(record: dict[str, Any]) -> None:
+        say_startup()
         progress.log(record)
 
     def stepped(step: int, train_time_s: float) -> None:
+        say_startup()
         progress.step(step, train_time_s, started=trainer.startup is not None)  # no ETA from start-up time
 
     on_log, on_step = log, stepped
@@ -112,6 +120,7 @@ def finish_status(
         status["eval_time_s"] = time.perf_counter() - started
         if estimate is not None:
             status["eval_estimate_s"] = estimate
+        progress.close()  # the live line ends first: the result follows the finished bar, not the reverse
         progress.message(evaluation_result_text(n_images, result, status["eval_time_s"], estimate))
     progress.close()
     status["wall_s"] = time.perf_counter() - t0

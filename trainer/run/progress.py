@@ -134,7 +134,7 @@ class TrainProgress:
         """A metrics record: a plain line off a TTY (broken before a figure where it would pass the
         line width: :func:`trainer.contract.textlines.fit_lines`), else its figures on the live line."""
         if self.plain:
-            parts = [f"step {record['step']}", *self.figures(record), f"t={record['wall_time_s']:.1f}s"]
+            parts = [f"step {record['step']}", *self.figures(record), f"t={record['wall_time_s']:.1f} s"]
             print("\n".join(fit_lines(parts, separator="  ")), flush=True)
             self._last_plain = time.perf_counter()
         else:

@@ -27,7 +27,8 @@ __all__ = ["check_finest_resolution", "check_scene_model", "load_snapshot_into",
            "snapshot_payload", "warm_start_from", "warn_config_differences"]
 
 
-def check_finest_resolution(path: Path, trainer_state: Any, finest_resolution: int | None) -> None:
+def check_finest_resolution(path: Path, trainer_state: Any, finest_resolution: int | None, saved_config: Any = None,
+                            cfg: TrainConfig | None = None) -> None:
     """Refuse a snapshot or checkpoint whose hash grid was built with another finest resolution.
 
     The resolution is derived from the scene's views unless ``encoding.max_resolution`` is set
@@ -39,17 +40,24 @@ def check_finest_resolution(path: Path, trainer_state: Any, finest_resolution: i
         trainer_state: its ``trainer_state`` entry (``finest_resolution`` absent in older ones:
             not checked).
         finest_resolution: this trainer's N_max (None with ``encoding.per_level_scale``).
+        saved_config, cfg: the config it was written with (``{block: {key: value}}``) and this
+            run's; when they differ in other training settings too, the message asks for its
+            run's config.json (the override alone would only meet the next difference).
 
     Raises:
-        SnapshotError: the two differ; the message names both and the override.
+        SnapshotError: the two differ; the message names both and what to load it with.
     """
     stored = trainer_state.get("finest_resolution") if isinstance(trainer_state, dict) else None
     if stored is None or finest_resolution is None or int(stored) == finest_resolution:
         return
+    others = [line for line in (config_differences(saved_config, cfg) if isinstance(saved_config, dict) and cfg else [])
+              if not line.startswith("encoding.max_resolution:")]
+    cure = (f"it was trained with other settings too ({'; '.join(others[:3])}{'; ...' if len(others) > 3 else ''}): "
+            "pass its run's config.json as --config" if others
+            else f"load it with --set encoding.max_resolution={int(stored)}")
     raise SnapshotError(
         f"{path}: its hash grid was trained with a finest resolution of {int(stored)}, this config and "
-        f"scene give {finest_resolution} (encoding.max_resolution, else derived from the training views); "
-        f"load it with --set encoding.max_resolution={int(stored)}"
+        f"scene give {finest_resolution} (encoding.max_resolution, else derived from the training views); {cure}"
     )
 
 
@@ -152,7 +160,8 @@ def snapshot_payload(trainer: Any) -> dict[str, Any]:
 def _load_model_and_grid(trainer: Any, path: Path, payload: dict[str, Any]) -> None:
     """The checks of a snapshot against this trainer, then its model and occupancy grid."""
     warn_config_differences(path, payload.get("config"), trainer.cfg)
-    check_finest_resolution(path, payload.get("trainer_state"), trainer.finest_resolution)
+    check_finest_resolution(path, payload.get("trainer_state"), trainer.finest_resolution, payload.get("config"),
+                            trainer.cfg)
     check_scene_model(path, payload.get("trainer_state"), trainer.scene_model)
     trainer.stepper.forget_graph()  # the tensors a captured step reads are about to be replaced
     load_state_checked(trainer.field, payload["model"], "model", path)

@@ -17,6 +17,7 @@ from typing import Sequence
 from trainer.contract.commandline import add_view_arguments
 from trainer.contract.errors import ConfigError, TrainerError
 from trainer.contract.runstatus import print_error
+from trainer.contract.textlines import fit_lines
 from trainer.contract.usage import parse_command_line
 
 __all__ = ["build_parser", "main"]
@@ -88,8 +89,8 @@ def serve(args: argparse.Namespace) -> int:
         folder = args.model.parent if args.model.is_file() else args.model
         viewer = Viewer(model, settings, args.host, args.port, log=lambda line: print(line, flush=True), title=title,
                         save_dir=folder, save_hint=str(args.model))
-        print(f"viewer: {viewer.url} — {model.scene.root.name}, step {model.step} from {model.source}, "
-              f"on {model.device}; Ctrl-C stops it", flush=True)
+        print("\n".join(fit_lines([f"viewer: {viewer.url} —", f"{model.scene.root.name}, step {model.step} from",
+                                    f"{model.source},", f"on {model.device};", "Ctrl-C stops it"])), flush=True)
         renderer = threading.Thread(target=viewer.serve_forever, args=(stop,), name="viewer-render", daemon=True)
         renderer.start()
         while renderer.is_alive():

@@ -18,6 +18,7 @@ import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState
 from rich.console import Console
+from rich.table import Table
 
 from ngptune.reporting.study_report import (
     StudyReportError,
@@ -29,6 +30,7 @@ from ngptune.reporting.study_report import (
     write_study_report,
     write_trials_csv,
 )
+from ngptune.reporting.study_summary import summary_parts
 from tests.support.browser import view_in_browser
 from trainer.contract.rundir import RunDir
 from trainer.contract.metrics import MetricsWriter
@@ -299,7 +301,7 @@ def test_report_single_objective(single_study: optuna.Study, tmp_path: Path) -> 
     # run metrics: median throughput (950, 1500), last PSNR (21.5, 22.25)
     assert "run throughput_samples_per_s\t950 samples/s\t1.50 k samples/s\t+57.9 %" in text
     assert "run eval_psnr_db\t21.50 dB\t22.25 dB\t+0.75 dB" in text  # a PSNR gain in dB, never in percent
-    assert "comm_ms\t30.0 ms\t8.0 ms\t-22 ms" in text
+    assert "comm_ms\t30.0 ms\t8.0 ms\t-22.0 ms" in text
     assert "parallel.mode=subgrid\nparallel.num_subgrids=4\ntraining.lr=0.02" in text  # an int stays an int
     # settings that differ: mode, num_subgrids (absent in the default), lr; n_steps is equal
     assert "parallel.mode\tdata\tsubgrid" in text
@@ -402,10 +404,25 @@ def test_pruned_trials_show_as_pruned_with_their_intermediate_values(tmp_path: P
 
 
 def _summary(study: optuna.Study) -> list[str]:
-    """The summary's lines with table borders removed and blanks collapsed."""
-    console = Console(file=io.StringIO(), width=200, color_system=None)
-    print_summary(study, console)
-    return [" ".join(line.replace("│", " ").replace("┃", " ").split()) for line in console.file.getvalue().splitlines()]
+    """The summary's sentence lines and, for each table, its title, its header and each row, their
+    cells joined by single spaces (the printed table may wrap a cell over several lines). Printed
+    at 80 columns and piped (200 columns), every line fits 80 columns."""
+    for width in (80, 200):  # a terminal, and piped output (ngptune.console.PIPED_WIDTH)
+        console = Console(file=io.StringIO(), width=width, color_system=None)
+        print_summary(study, console)
+        printed = console.file.getvalue().splitlines()
+        assert printed and max(len(line) for line in printed) <= 80, [line for line in printed if len(line) > 80]
+        assert not any("…" in line for line in printed), printed  # a cell wraps, never cut short
+    lines: list[str] = []
+    for part in summary_parts(study):
+        if isinstance(part, Table):
+            lines.append(str(part.title))
+            lines.append(" ".join(str(c.header) for c in part.columns))
+            lines += [" ".join(" ".join(str(cell) for cell in row).split())
+                      for row in zip(*(list(c.cells) for c in part.columns))]
+        else:
+            lines += part.plain.splitlines()
+    return lines
 
 
 def test_summary_single_objective(single_study: optuna.Study) -> None:
@@ -440,7 +457,7 @@ def test_summary_shows_the_default_once_when_it_is_the_best(tmp_path: Path) -> N
 
 def test_summary_two_objectives_and_failed(pareto_study: optuna.Study, failed_study: optuna.Study) -> None:
     lines = _summary(pareto_study)
-    assert "psnr_at_budget_db (max) 20.00 dB 24.00 dB #1 +4 dB" in lines  # a PSNR change is a difference in dB
+    assert "psnr_at_budget_db (max) 20.00 dB 24.00 dB #1 +4.00 dB" in lines  # a PSNR change is a difference in dB
     assert "throughput_samples_per_s (max) 1.00 k samples/s 1.40 k samples/s #2 +40.0 %" in lines
     assert "parameter default #0 Pareto #1 Pareto #2" in lines
     assert "parallel.mode data data subgrid" in lines
@@ -563,7 +580,7 @@ def _confirmed_study(tmp_path: Path, best_runs: list[float], default_runs: list[
     _run_trial(study, tmp_path, {"parallel.mode": "subgrid"}, values=[single[1]],
                quality={"psnr_db": single[1], "train_time_s": 29.5, "samples_per_s": 1.2e6})
     runs = [{"label": label, "trial": trial, "index": i, "seed": 7 + i, "outcome": "completed", "value": value,
-             "quality": {"psnr_db": value, "steps": 300 + i, "steps_per_s": 50.0, "train_time_s": 6.0}}
+             "quality": {"psnr_db": value, "steps": 300 + i, "steps_per_s": 8.0 + i, "train_time_s": 8.0 + 0.5 * i}}
             for label, trial, values in (("best", 1, best_runs), ("default", 0, default_runs))
             for i, value in enumerate(values)]
     verdict = decide("psnr_at_budget_db", "maximize", best_runs, default_runs, unit="dB", best_trial=1,
@@ -582,16 +599,16 @@ def test_a_best_that_was_not_confirmed_leads_with_the_default_recommended(tmp_pa
     text = view_in_browser(write_study_report(_not_confirmed_study(tmp_path), tmp_path / "r", title="t",
                                               nccl_active=False)).text
     sentence = ("The default (trial #0) is recommended: no significant difference between trial 1 and the default "
-                "(gain +0.1 dB); psnr_at_budget_db: trial 1 24.1 ± 0.2 dB vs default 24 ± 0.2 dB, 3 re-runs each "
+                "(gain +0.10 dB); psnr_at_budget_db: trial 1 24.10 ± 0.20 dB vs default 24.00 ± 0.20 dB, 3 re-runs each "
                 "(mean ± sd); Welch's t-test p = 0.57 >= 0.05.")
     assert sentence in text
     assert text.index(sentence) < text.index("Confirmation re-runs") < text.index("Best single run: trial #1")
     assert "Best single run: trial #1. Recommended: trial #0 (the default), not confirmed by re-runs." in text
     assert "Quality and time: best vs default (single runs)" in text
     assert "Best vs default (single runs)" in text
-    changes = ["psnr_db (dB)\t24.00 dB\t24.80 dB\t+0.8 dB", "train_time_s\t30.0 s\t29.5 s\t-0.5 s",
+    changes = ["psnr_db\t24.00 dB\t24.80 dB\t+0.80 dB", "train_time_s\t30.0 s\t29.5 s\t-0.5 s",
                "samples_per_s\t1.00 M samples/s\t1.20 M samples/s\t+20.0 %",
-               "psnr_at_budget_db (max)\t24.00 dB\t24.80 dB\t+0.8 dB"]
+               "psnr_at_budget_db (max)\t24.00 dB\t24.80 dB\t+0.80 dB"]
     assert [row for row in changes if row not in text] == []
     assert "better" not in text.split("Quality and time")[1].split("Trials")[0]
 
@@ -646,8 +663,10 @@ def test_the_reports_first_comparison_reads_the_confirmation_runs(tmp_path: Path
     assert headings[:2] == ["Recommendation", "Confirmation re-runs"]
     first_table = next(tables[0] for _, tables in page.sections if tables)
     assert first_table[0] == ["quantity", "default #0", "trial #1", "difference of means"]
-    assert first_table[1] == ["psnr_at_budget_db (dB)", "27.3 ± 0.1 (n=3)", "28.9 ± 0.56 (n=3)", "+1.6 dB"]
+    assert first_table[1] == ["psnr_at_budget_db", "27.30 ± 0.10 dB (n=3)", "28.90 ± 0.56 dB (n=3)", "+1.60 dB"]
     assert ["steps", "301 ± 1 (n=3)", "301 ± 1 (n=3)", "+0.0 %"] in first_table
+    assert ["steps_per_s", "9.00 ± 1.00 steps/s (n=3)", "9.00 ± 1.00 steps/s (n=3)", "+0.0 %"] in first_table
+    assert ["train_time_s", "8.5 ± 0.5 s (n=3)", "8.5 ± 0.5 s (n=3)", "+0.0 s"] in first_table
     cells = {c for row in first_table for c in row}
     assert not any("18.4" in c or "10.5" in c for c in cells)  # the single runs are not the headline
     quality = dict(page.sections)[next(h for h in headings if h.startswith("Quality and time"))][0]
@@ -655,7 +674,7 @@ def test_the_reports_first_comparison_reads_the_confirmation_runs(tmp_path: Path
     lines = _summary(study)
     headline = next(i for i, line in enumerate(lines) if line.startswith("Confirmation re-runs: trial #1 vs default #0"))
     assert lines[0].startswith("Trial #1 is recommended: confirmed: trial 1 beats the default")
-    assert "psnr_at_budget_db (dB) 27.3 ± 0.1 (n=3) 28.9 ± 0.56 (n=3) +1.6 dB" in lines[headline:headline + 8]
+    assert "psnr_at_budget_db 27.30 ± 0.10 dB (n=3) 28.90 ± 0.56 dB (n=3) +1.60 dB" in lines[headline:headline + 8]
     assert headline < next(i for i, line in enumerate(lines) if "(single runs)" in line)
 
 
@@ -683,7 +702,7 @@ def test_the_terminal_summary_leads_with_a_recommendation_that_was_not_confirmed
     recommended = next(i for i, line in enumerate(lines) if line.startswith("The default (trial #0) is recommended"))
     assert recommended == 0 < first_table  # before the outcome table too
     assert "Best vs default (single runs)" in lines
-    assert "psnr_at_budget_db (max) 24.00 dB 24.80 dB #1 +0.8 dB" in lines
+    assert "psnr_at_budget_db (max) 24.00 dB 24.80 dB #1 +0.80 dB" in lines
 
 
 LAYOUT_PROBE = """() => {

@@ -48,7 +48,7 @@ def test_a_best_that_holds_up_is_confirmed_with_its_evidence() -> None:
     verdict = _confirm(study, {"best": [26.1, 25.9], "default": [25.0, 25.2]}, [])
     assert verdict.status == "confirmed" and verdict.recommend == "best" and verdict.confirmed
     assert verdict.gain == pytest.approx(0.9) and verdict.p_value < 0.05
-    assert "26 ± 0.14 dB vs default 25.1 ± 0.14 dB" in verdict.sentence
+    assert "26.00 ± 0.14 dB vs default 25.10 ± 0.14 dB" in verdict.sentence
 
 
 def test_the_p_value_is_welchs_two_sided_t_test() -> None:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import trimesh
 
-from tests.support.cli import run_inference_cli
+from tests.support.cli import first_statement, run_inference_cli
 from trainer.contract.textlines import LINE_WIDTH, joined
 from trainer.data.demo import surface_distance
 from trainer.contract.commandline import MAX_RAYS_PER_POINT
@@ -133,7 +133,8 @@ def test_ctrl_c_during_an_export_leaves_no_file_and_one_line(trained_run, tmp_pa
     monkeypatch.setattr(mesh, "density_grid", interrupted)
     out = tmp_path / "mesh.ply"
     code, _, err = run_inference_cli(["export", "mesh", trained_run["run"], "--resolution", "8", "--out", out, "--quiet"], capsys)
-    assert code == 130 and err == f"interrupted: export mesh stopped; {out} was not written\n"
+    assert code == 130 and first_statement(err) == (f"interrupted: export mesh stopped; {out} was not written",
+                                                    err.count("\n"))
     assert not list(tmp_path.iterdir())
 
 
@@ -216,3 +217,20 @@ def test_a_piped_pointcloud_export_shows_its_progress_within_each_batch(trained_
     first_batch = [line for line in lines if re.match(r"points 0/1500  [0-9.]+( [kM])? rays/s  ETA -$", line)]
     assert first_batch, lines  # rays of the first batch before any point is counted
     assert re.match(r"points 1500/1500  [0-9.]+( [kM])? rays/s  ETA 0 s$", lines[-1]), lines[-1]
+
+
+def test_long_support_depth_maps_are_announced_with_the_flag_that_skips_them(trained_run, tmp_path, capsys,
+                                                                             monkeypatch):
+    import trainer.inference.support as support
+
+    monkeypatch.setattr(support, "LONG_SUPPORT_S", 0.0)  # every estimate counts as long
+    out = tmp_path / "mesh.ply"
+    code, _, err = run_inference_cli(["export", "mesh", trained_run["run"], "--resolution", "16", "--out", out,
+                                      "--quiet"], capsys)
+    assert code == 0 and out.is_file()
+    warnings = [line for line in err.splitlines() if line.startswith("warning: the depth maps of ")]
+    assert len(warnings) == 1 and warnings[0].endswith("; --min-views 0 skips them"), err
+    assert " training views (what --min-views checks) take about " in warnings[0]
+    code, _, err = run_inference_cli(["export", "mesh", trained_run["run"], "--resolution", "16", "--out", out,
+                                      "--min-views", "0", "--quiet"], capsys)
+    assert code == 0 and "depth maps" not in err  # no support views: nothing to announce

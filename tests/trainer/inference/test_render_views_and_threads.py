@@ -137,9 +137,10 @@ def test_a_long_render_is_estimated_and_announced_before_it_starts(trained_run, 
                                  "--out", tmp_path / "v", "--quiet"], capsys)
     assert code == 0
     first, n = first_statement(stdout)
-    second = stdout.splitlines()[n]
-    assert first.startswith("rendering ") and first.endswith("): 1 test view, spp 2")  # before the scene was loaded
+    second, m = first_statement("\n".join(stdout.splitlines()[n:]))
+    assert first.startswith("rendering") and first.endswith("): 1 test view, spp 2")  # before the scene was loaded
     assert second == "1 test view of 32x32, spp 2, estimated 2.0 h (measured on a sample of its rays)"
+    assert all(len(line) <= LINE_WIDTH for line in stdout.splitlines()[n:n + m])
     assert err.splitlines()[0] == ("warning: this render is estimated at 2.0 h: --frames N renders fewer views (evenly "
                                    "spaced); --spp 1 is 2x faster; --downscale N renders smaller images; Ctrl-C keeps "
                                    "the frames written so far")
@@ -193,7 +194,7 @@ def test_the_first_line_is_printed_before_the_scene_is_loaded(trained_run, tmp_p
         f"rendering {trained_run['run']}/snapshots/step_0000080.pt (step 80) on cpu (1 CPU thread per "
         "rank (--cpu-threads)): 2 frames of orbit of 12x10, spp 1", seen[0][1].count("\n"))
     assert seen[1][1] == ""  # nothing more until the estimate is known
-    assert stdout.splitlines()[0] == "2 frames of orbit of 12x10, spp 1, estimated 12 s (measured on a sample of its rays)"
+    assert first_statement(stdout)[0] == "2 frames of orbit of 12x10, spp 1, estimated 12 s (measured on a sample of its rays)"
     seen.clear()
     code, stdout, _ = run_inference_cli(["export", "mesh", trained_run["run"], "--resolution", "16", "--cpu-threads", "1",
                                          "--out", tmp_path / "m.ply", "--quiet"], capsys)

@@ -214,3 +214,50 @@ def test_the_opening_line_is_printed_before_the_progress_display_starts(demo_sce
                                       "--device", "cpu", "--n-steps", "2", "--no-eval", "--out", str(tmp_path / "r")])
     assert train_command(args) == 0
     assert len(printed_before) == 1 and _opening(printed_before[0]).startswith(f"training {demo_scene} on cpu, 1 rank ")
+
+
+def test_the_start_up_line_comes_before_the_first_progress_line(demo_scene, tmp_path, monkeypatch, capsys):
+    """Off a TTY a progress line can come before the first metrics record: the start-up statement
+    is said as soon as the start-up is over, before any line of the clock's steps."""
+    import trainer.run.progress as progress_module
+    from trainer.cli import build_parser, train_command
+
+    monkeypatch.setattr(progress_module, "PLAIN_PROGRESS_EVERY_S", 0.0)  # a plain line at every step
+    args = build_parser().parse_args(["--scene", str(demo_scene), "--config", str(tiny_config_file(tmp_path)),
+                                      "--device", "cpu", "--n-steps", "6", "--no-eval", "--out", str(tmp_path / "r"),
+                                      "--set", "training.log_every=5"])
+    assert train_command(args) == 0
+    lines = capsys.readouterr().out.splitlines()
+    startup = [i for i, line in enumerate(lines) if line.startswith("start-up ")]
+    progress = [i for i, line in enumerate(lines) if re.match(r"(train )?step \d+/6", line) or
+                line.startswith("progress: step ")]
+    assert len(startup) == 1, lines
+    later = [i for i in progress if "step 1/" not in lines[i]]  # the start-up step's own line may come first
+    assert later and startup[0] < later[0], lines
+
+
+def test_the_evaluation_result_follows_the_finished_bar(demo_scene, tmp_path, monkeypatch):
+    """On a terminal the live bar stays on screen when it stops: it is stopped before the result
+    is printed, so the result is the last line and not above a frozen bar."""
+    import trainer.run.lifecycle as lifecycle
+    from trainer.cli import build_parser, train_command
+    from trainer.run.progress import TrainProgress
+
+    events = []
+
+    class Watched(TrainProgress):
+        def message(self, text):
+            events.append(("message", text))
+            super().message(text)
+
+        def close(self):
+            events.append(("close", self._live is not None or not self.plain))
+            super().close()
+
+    monkeypatch.setattr(lifecycle, "TrainProgress", Watched)
+    args = build_parser().parse_args(["--scene", str(demo_scene), "--config", str(tiny_config_file(tmp_path)),
+                                      "--device", "cpu", "--n-steps", "2", "--eval-max-images", "1",
+                                      "--out", str(tmp_path / "r")])
+    assert train_command(args) == 0
+    result = next(i for i, (kind, text) in enumerate(events) if kind == "message" and text.startswith("evaluation on "))
+    assert any(kind == "close" for kind, _ in events[:result]), events

@@ -69,3 +69,20 @@ def test_a_snapshot_of_another_finest_resolution_is_refused_with_the_override(de
     same.load(path)
     assert same.step == 3
     same.close()
+
+
+def test_a_snapshot_of_other_settings_too_asks_for_its_config(demo_scene, tmp_path):
+    """The override alone would only meet the next difference (another hash-grid level count):
+    the message asks for the run's config instead, naming what differs."""
+    scene = load_scene(demo_scene)
+    first = Trainer(_derived(), scene)
+    first.train()
+    path = first.save(tmp_path / "snap.pt")
+    finest = first.finest_resolution
+    first.close()
+    other = Trainer(_derived(encoding__max_resolution=finest * 2, encoding__n_features_per_level=4), scene)
+    with pytest.raises(SnapshotError, match=r"it was trained with other settings too \(encoding\.n_features_per_level: "
+                                            r"2 → 4\): "
+                                            r"pass its run's config\.json as --config$"):
+        other.load(path)
+    other.close()

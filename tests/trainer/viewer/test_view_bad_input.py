@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from tests.support.paths import REPO
+from tests.support.cli import first_statement
 from tests.support.served import Served
 
 pytest.importorskip("viser")
@@ -64,8 +65,10 @@ def test_a_cuda_model_without_cuda_is_served_from_the_cpu_with_a_note_and_ctrl_c
     (run / "config.json").write_text(json.dumps(config))
     with Served(["ngptune", "view", run]) as served:
         url = served.url()
-        assert served.lines == [
-            "note: the model trained on cuda and this machine has no CUDA device: rendering on the CPU, much more slowly",
-            f"viewer: {url} — scene, step 80 from {run}/snapshots/step_0000080.pt, on cpu; Ctrl-C stops it"]
+        served.wait_for("Ctrl-C stops it$")
+        assert served.lines[0] == (
+            "note: the model trained on cuda and this machine has no CUDA device: rendering on the CPU, much more slowly")
+        statement, n = first_statement("\n".join(served.lines[1:]))
+        assert statement == f"viewer: {url} — scene, step 80 from {run}/snapshots/step_0000080.pt, on cpu; Ctrl-C stops it"
         assert served.interrupt() == 130
-    assert served.lines[2:] == ["viewer stopped"]
+    assert served.lines[1 + n:] == ["viewer stopped"]

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from tests.support.browser import CHROMIUM_ARGS, chromium_path
+from tests.support.cli import first_statement
 from tests.support.served import Served
 
 pytest.importorskip("viser")
@@ -79,8 +80,9 @@ def test_view_serves_frames_that_match_render_and_follow_the_camera(trained_run,
     run = trained_run["run"]
     with Served(["ngptune", "view", run, "--max-resolution", MAX_RESOLUTION]) as served:
         url = served.url()
-        assert served.lines[0].startswith(f"viewer: {url} — scene, step 80 from {run}/snapshots/step_0000080.pt, "
-                                          "on cpu; Ctrl-C stops it")
+        served.wait_for("Ctrl-C stops it$")
+        assert first_statement("\n".join(served.lines))[0] == (
+            f"viewer: {url} — scene, step 80 from {run}/snapshots/step_0000080.pt, on cpu; Ctrl-C stops it")
         with sync_api.sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=executable, args=[*CHROMIUM_ARGS, "--headless"])
             try:
