@@ -6,8 +6,9 @@ last) the ``progress:`` lines the trainer prints every few seconds into its outp
 
 :class:`RunsProgress` shows one row per run: on a terminal a rich table redrawn in place (name,
 bar, ``step N/T``, ETA, samples/s; four short columns, so it fits 80 columns; no ETA from a record
-of start-up steps only), off a terminal one
-plain line per run at most every :data:`PLAIN_EVERY_S` seconds and when a run's state changes.
+of start-up steps only), off a terminal plain lines per run: when its state changes, when its
+first step is known, at each :data:`PLAIN_PARTS`-th of its steps, and every :data:`PLAIN_EVERY_S`
+seconds while its line has news (a line the same as the last is not repeated).
 """
 
 from __future__ import annotations
@@ -18,11 +19,12 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from trainer.contract import MetricsError, read_metrics, read_progress_line, si_number
+from trainer.contract import MetricsError, clock_text, read_metrics, read_progress_line, si_number
 
-__all__ = ["PLAIN_EVERY_S", "RunsProgress", "last_record", "log_progress", "newest_progress"]
+__all__ = ["PLAIN_EVERY_S", "PLAIN_PARTS", "RunsProgress", "last_record", "log_progress", "newest_progress"]
 
 PLAIN_EVERY_S = 10.0
+PLAIN_PARTS = 4  # off a terminal, also a line when a run reaches the next quarter of its steps
 NAME_WIDTH = 16  # a row: name, bar, "step N/T", "eta M:SS", "6.10 M samples/s": under 80 columns
 BAR_WIDTH = 12
 
@@ -70,13 +72,6 @@ def newest_progress(record: dict[str, Any] | None, log_path: Path) -> dict[str, 
     return record
 
 
-def _clock(seconds: float | None) -> str:
-    if seconds is None:
-        return "-:--"
-    seconds = int(round(seconds))
-    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}" if seconds >= 3600 else f"{seconds // 60}:{seconds % 60:02d}"
-
-
 class RunsProgress:
     """Rows of runs and how far each is.
 
@@ -91,7 +86,7 @@ class RunsProgress:
         self.out = out if out is not None else sys.stdout
         self.rows: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
-        self._last_plain: dict[str, float] = {}
+        self._last_plain: dict[str, tuple[float, str, int]] = {}  # a run's last plain line: when, what, part
         self._live = None
         if not plain and (console is not None or self.out.isatty()):
             from rich.live import Live
@@ -112,7 +107,7 @@ class RunsProgress:
         for name, row in rows:
             bar = ProgressBar(total=max(row["total"] or 1, 1), completed=row["step"], width=BAR_WIDTH)
             shown = name if len(name) <= NAME_WIDTH else name[: NAME_WIDTH - 1] + "…"
-            table.add_row(shown, bar, f"step {row['step']}/{row['total'] or '?'}", f"eta {_clock(row['eta_s'])}",
+            table.add_row(shown, bar, f"step {row['step']}/{row['total'] or '?'}", f"eta {clock_text(row['eta_s'])}",
                           row["state"] if row["state"] != "running" else row["rate"])
         return table
 
@@ -128,7 +123,8 @@ class RunsProgress:
         with self._lock:
             row = self.rows.setdefault(name, {"total": total, "step": 0, "eta_s": None, "rate": "", "state": "new",
                                               "t0": None})
-            began = row["state"] != "running" and record is not None  # its first record: said at once
+            began = record is not None and not row.get("reported")  # its first step known: said at once
+            row["reported"] = row.get("reported") or record is not None
             row["state"] = "running"
             total = total if total is not None else (record or {}).get("total")
             if total is not None:
@@ -158,17 +154,24 @@ class RunsProgress:
         self._plain(name, force=True)
 
     def _plain(self, name: str, force: bool = False) -> None:
+        """Off a terminal, the run's line when ``force``, or when it differs from its last one and
+        :data:`PLAIN_EVERY_S` seconds have passed or the run reached a new :data:`PLAIN_PARTS`-th
+        of its steps (module docstring)."""
         if self._live is not None:
             return
-        now = time.monotonic()
-        if not force and now - self._last_plain.get(name, 0.0) < PLAIN_EVERY_S:
-            return
-        self._last_plain[name] = now
         with self._lock:
             row = dict(self.rows[name])
-        what = row["state"] if row["state"] != "running" else f"step {row['step']}/{row['total'] or '?'}, eta {_clock(row['eta_s'])}"
+        what = row["state"] if row["state"] != "running" else f"step {row['step']}/{row['total'] or '?'}, eta {clock_text(row['eta_s'])}"
         extra = f", {row['rate']}" if row["state"] == "running" and row["rate"] else ""
-        print(f"{name}: {what}{extra}", file=self.out, flush=True)
+        line = f"{name}: {what}{extra}"
+        now = time.monotonic()
+        then, last, last_part = self._last_plain.get(name, (None, "", 0))
+        part = row["step"] * PLAIN_PARTS // row["total"] if row["total"] and row["step"] < row["total"] else last_part
+        due = then is None or now - then >= PLAIN_EVERY_S or part > last_part
+        if not force and (line == last or not due):
+            return
+        self._last_plain[name] = (now, line, max(part, last_part))
+        print(line, file=self.out, flush=True)
 
     def message(self, text: str) -> None:
         """A line above the table (or a plain line)."""

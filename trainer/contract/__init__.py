@@ -21,7 +21,8 @@ and nothing else of the trainer's)::
     backend      the process-group backend rule, the emulated interconnects
     formats      the scene-format table (name, flag, loader, splits, detection)
     usage        parse_command_line: a mistyped flag reported by its sub-command, with a close match
-    textlines    fit_lines: a summary's parts into lines under 80 columns; counted: 1 step, 2 steps
+    textlines    fit_lines: a summary's parts into lines under 80 columns; counted: 1 step, 2 steps;
+                 seconds_text (13.6 s, 42.1 ms) and clock_text (0:14) for durations
     errors       TrainerError → SceneError, ConfigError, SnapshotError, TrainingError, LaunchError
 
 Inside the trainer these modules are its lowest layer; the driver imports this face only
@@ -72,8 +73,8 @@ FACE: dict[str, tuple[str, ...]] = {
     "backend": ("EMULATED_INTERCONNECT_ENV", "check_run_emulation", "choose_backend", "interconnect_env", "planned_backend"),
     "formats": ("FORMAT_CHOICES", "SCENE_FORMATS", "SPLITS", "SceneFormat", "format_named"),
     "usage": ("chosen_parser", "close_flags", "parse_command_line"),
-    "textlines": ("CONSOLE_PREFIX_ENV", "CONTINUATION", "LINE_WIDTH", "counted", "fit_lines", "joined", "line_width",
-                  "listed"),
+    "textlines": ("CONSOLE_PREFIX_ENV", "CONTINUATION", "LINE_WIDTH", "clock_text", "counted", "fit_lines", "joined",
+                  "line_width", "listed", "seconds_text"),
     "errors": ("ConfigError", "LaunchError", "SceneError", "SnapshotError", "TrainerError", "TrainingError"),
 }
 """Module of the contract → the names the face gives of it."""

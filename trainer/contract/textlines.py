@@ -7,6 +7,9 @@ between parts, so a quantity and its unit stay on one line; the lines after the 
 at its spaces, or left whole when it has none. :func:`joined` puts such lines back on one line;
 :func:`counted` writes a count with its noun in the singular or the plural (``1 step``, ``2 steps``).
 
+Durations read the same in every command: a measured one with :func:`seconds_text` (``13.6 s``,
+``42.1 ms``), a time left or elapsed on a progress line with :func:`clock_text` (``eta 0:14``).
+
 A rank whose lines the launcher repeats on its console after a prefix (``rank 0: ``) learns the
 prefix from :data:`CONSOLE_PREFIX_ENV`; :func:`line_width`, the width :func:`fit_lines` fills by
 default, leaves room for it.
@@ -17,8 +20,8 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 
-__all__ = ["CONSOLE_PREFIX_ENV", "CONTINUATION", "LINE_WIDTH", "counted", "fit_lines", "joined", "line_width",
-           "listed"]
+__all__ = ["CONSOLE_PREFIX_ENV", "CONTINUATION", "LINE_WIDTH", "clock_text", "counted", "fit_lines", "joined",
+           "line_width", "listed", "seconds_text"]
 
 LINE_WIDTH = 79
 """Most characters of one line (an 80-column terminal does not wrap it)."""
@@ -44,6 +47,23 @@ def counted(count: int, noun: str, plural: str | None = None) -> str:
     """``count`` and ``noun``, plural unless ``count`` is 1 (``plural``, default ``noun + "s"``):
     ``1 step``, ``0 steps``, ``2 ranks``."""
     return f"{count} {noun if count == 1 else (plural or noun + 's')}"
+
+
+def seconds_text(seconds: float) -> str:
+    """A measured duration ``seconds`` (s) with one decimal: seconds from a second up (``12.3 s``),
+    milliseconds below (``42.1 ms``)."""
+    return f"{seconds:.1f} s" if seconds >= 1 else f"{seconds * 1e3:.1f} ms"
+
+
+def clock_text(seconds: float | None) -> str:
+    """A time left or elapsed, ``seconds`` (s) rounded to whole seconds, as a clock: ``M:SS``
+    (``0:14``, ``12:34``), ``H:MM:SS`` from an hour; ``-:--`` when unknown (None)."""
+    if seconds is None:
+        return "-:--"
+    seconds = int(round(seconds))
+    if seconds >= 3600:
+        return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+    return f"{seconds // 60}:{seconds % 60:02d}"
 
 
 def joined(lines: Sequence[str], indent: str = CONTINUATION) -> str:

@@ -41,11 +41,11 @@ from trainer.contract.commandline import (
 from trainer.contract.errors import ConfigError, TrainerError
 from trainer.contract.metrics import si_number
 from trainer.contract.runstatus import print_error
-from trainer.contract.textlines import counted, fit_lines, listed
+from trainer.contract.textlines import counted, fit_lines, listed, seconds_text
 from trainer.contract.usage import parse_command_line
 
 __all__ = ["build_parser", "export_command", "main", "mesh_result_lines", "pointcloud_result_lines", "render_command",
-           "render_result_lines", "seconds_text"]
+           "render_result_lines"]
 
 ESTIMATE_MIN_RAYS = 200_000  # renders with fewer rays start without measuring their time first
 LONG_RENDER_S = 600.0  # an estimated render longer than this gets a warning on how to shorten it
@@ -121,12 +121,6 @@ def apply_threads(args: argparse.Namespace, cfg: Any, device: Any, local_ranks: 
                           else (cfg.training.cpu_threads, "the run's training.cpu_threads"))
     apply_cpu_threads(requested, local_ranks)
     return f"on cpu ({describe_cpu_threads(requested, local_ranks, setting)})"
-
-
-def seconds_text(seconds: float) -> str:
-    """A duration at the precision it is read at, with one decimal: seconds from a second up
-    (``12.3 s``), milliseconds below (``42.1 ms``)."""
-    return f"{seconds:.1f} s" if seconds >= 1 else f"{seconds * 1e3:.1f} ms"
 
 
 def _interrupted(what: str) -> int:

@@ -1,4 +1,6 @@
-"""Progress of a render or an export: a rich bar on a terminal, plain lines otherwise."""
+"""Progress of a render or an export: a rich bar on a terminal, plain lines otherwise; both give
+the time left as the training's progress line does (``eta 0:14``, ``eta -:--`` before the first
+unit is done: :func:`trainer.contract.textlines.clock_text`)."""
 
 from __future__ import annotations
 
@@ -6,6 +8,7 @@ import sys
 import time
 
 from trainer.contract.metrics import si_number
+from trainer.contract.textlines import clock_text
 
 __all__ = ["Progress"]
 
@@ -30,12 +33,12 @@ class Progress:
         self._last_line = self.t0
         self._bar = None
         if not quiet and sys.stderr.isatty():
-            from rich.progress import BarColumn, Progress as RichProgress, TextColumn, TimeRemainingColumn
+            from rich.progress import BarColumn, Progress as RichProgress, TextColumn
 
             self._bar = RichProgress(TextColumn(f"[bold]{what}"), BarColumn(),
                                      TextColumn("{task.completed}/{task.total}"), TextColumn("{task.fields[rate]}"),
-                                     TextColumn("ETA"), TimeRemainingColumn(), transient=False)
-            self._task = self._bar.add_task(what, total=self.total, rate="")
+                                     TextColumn("eta {task.fields[eta]}"), transient=False)
+            self._task = self._bar.add_task(what, total=self.total, rate="", eta=self.eta_text())
             self._bar.start()
 
     @property
@@ -47,6 +50,12 @@ class Progress:
         rate = self.items / max(self.elapsed_s, 1e-9)
         return f"{si_number(rate)} {self.rate_name}/s"
 
+    def eta_text(self) -> str:
+        """The time left at the mean rate of the units done so far, as a clock (``0:14``;
+        ``-:--`` before the first unit is done)."""
+        left = (self.total - self.done) * self.elapsed_s / self.done if self.done else None
+        return clock_text(left)
+
     def advance(self, units: int = 1, items: int = 0) -> None:
         """``units`` more done, ``items`` more rays/points (``units`` 0: rays of work under way,
         so that a long unit shows progress; off a terminal a line at most every
@@ -56,13 +65,13 @@ class Progress:
         if self.quiet:
             return
         if self._bar is not None:
-            self._bar.update(self._task, completed=self.done, rate=self.rate_text())
+            self._bar.update(self._task, completed=self.done, rate=self.rate_text(), eta=self.eta_text())
             return
         now = time.perf_counter()
         if now - self._last_line >= PLAIN_LINE_EVERY_S or self.done >= self.total:
             self._last_line = now
-            left = f"{(self.total - self.done) * self.elapsed_s / self.done:.0f} s" if self.done else "-"
-            print(f"{self.what} {self.done}/{self.total}  {self.rate_text()}  ETA {left}", file=sys.stderr, flush=True)
+            print(f"{self.what} {self.done}/{self.total}  {self.rate_text()}  eta {self.eta_text()}", file=sys.stderr,
+                  flush=True)
 
     def close(self) -> None:
         if self._bar is not None:

@@ -9,6 +9,17 @@ samples/s, then PSNR, loss last (:func:`fit_progress_line`). At 80 columns a lin
 ━━━━━━━━━━━━━━ step 101/2000 eta 12:34 0:01:02 loss 0.01235 psnr 23.46 dB``. The ETA is ``-:--``
 until a training rate is known: after the start-up steps (whose time is not training time) and
 one timed step after them.
+
+Off a TTY each metrics record prints a plain line that starts with the same three, then the
+figures (going on in an indented line past 80 columns)::
+
+    step 101/2000  eta 9:30  t=30.3 s  loss 0.01235  psnr 23.46 dB
+      6.10 M samples/s  77.6 k rays/s
+
+and between records a ``progress:`` line
+(:func:`trainer.contract.runstatus.progress_line`) every :data:`PLAIN_PROGRESS_EVERY_S` seconds
+and at each tenth of the steps, so that a short run's steps show too (the driver follows them:
+``ngptune profile``, ``ngptune train-many``).
 """
 
 from __future__ import annotations
@@ -19,12 +30,16 @@ from typing import Any
 
 from trainer.contract.metrics import si_number
 from trainer.contract.runstatus import progress_line
-from trainer.contract.textlines import fit_lines
+from trainer.contract.textlines import clock_text, fit_lines, seconds_text
 
-__all__ = ["MIN_BAR", "PLAIN_PROGRESS_EVERY_S", "TrainProgress", "clock_text", "eta_seconds", "fit_progress_line"]
+__all__ = ["MIN_BAR", "PLAIN_PROGRESS_EVERY_S", "PLAIN_PROGRESS_PARTS", "TrainProgress", "eta_seconds",
+           "fit_progress_line"]
 
 PLAIN_PROGRESS_EVERY_S = 10.0
-"""Off a TTY (or with --quiet), a plain progress line at most this often (s), besides the log lines."""
+"""Off a TTY (or with --quiet), a plain progress line this often (s), besides the log lines."""
+
+PLAIN_PROGRESS_PARTS = 10
+"""Off a TTY (or with --quiet), also a plain progress line at each 1/this of ``n_steps`` (but the last)."""
 
 MIN_BAR = 8  # bar characters kept however narrow the terminal
 MAX_BAR = 40
@@ -43,14 +58,6 @@ def eta_seconds(step: int, train_time_s: float, n_steps: int, time_budget_s: flo
     if time_budget_s is not None:
         left = min(left, time_budget_s - train_time_s)
     return max(0.0, left)
-
-
-def clock_text(seconds: float | None) -> str:
-    """``M:SS`` or ``H:MM:SS``; ``-:--`` when unknown."""
-    if seconds is None:
-        return "-:--"
-    seconds = int(round(seconds))
-    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}" if seconds >= 3600 else f"{seconds // 60}:{seconds % 60:02d}"
 
 
 def fit_progress_line(width: int, label: str, fraction: float, kept: list[str], extras: list[str]) -> str:
@@ -80,8 +87,10 @@ class TrainProgress:
 
     On a TTY (and without ``quiet``) a rich live line (:func:`fit_progress_line` at the terminal's
     width) advanced after every step, and during the evaluation after every chunk of rays; off a
-    TTY plain lines: each log record, a ``progress:`` line every :data:`PLAIN_PROGRESS_EVERY_S`
-    seconds, and during the evaluation an ``evaluating:`` line as often.
+    TTY plain lines: each log record (with the step count and the ETA), a ``progress:`` line every
+    :data:`PLAIN_PROGRESS_EVERY_S` seconds and at each :data:`PLAIN_PROGRESS_PARTS`-th of the
+    steps, and during the evaluation an ``evaluating:`` line every
+    :data:`PLAIN_PROGRESS_EVERY_S` seconds.
 
     Args:
         total: ``training.n_steps``.
@@ -99,7 +108,8 @@ class TrainProgress:
         self._started = time.perf_counter()
         self._live = None
         self._rate_from: tuple[int, float] | None = None  # (step, train_time_s) the ETA's rate counts from
-        self._state: dict[str, Any] = {"label": "train", "fraction": 0.0, "kept": [f"step 0/{total}", "eta -:--"],
+        self._part = 0  # the last PLAIN_PROGRESS_PARTS-th of the steps a plain progress line was printed at
+        self._state: dict[str, Any] = {"label": "train", "fraction": 0.0, "kept": [self.steps_text(0), "eta -:--"],
                                        "extras": []}
         if not self.plain:
             from rich.live import Live
@@ -130,32 +140,48 @@ class TrainProgress:
         return [f"loss {loss:.4g}" if isinstance(loss, (int, float)) else "loss - (no samples yet)",
                 f"psnr {psnr:.2f} dB" if isinstance(psnr, (int, float)) else "psnr -", *rates]
 
+    def steps_text(self, step: int) -> str:
+        """``step 101/2000`` (``step 101`` without a total)."""
+        return f"step {step}/{self.total}" if self.total else f"step {step}"
+
+    def eta(self, step: int, train_time_s: float) -> float | None:
+        """Seconds of training left at ``step`` after ``train_time_s`` seconds of training (the
+        rate from the first step after the start-up, :func:`eta_seconds`); None before it is known."""
+        if self._rate_from is None:
+            return None
+        return eta_seconds(step, train_time_s, self.total or step, self.time_budget_s, self._rate_from)
+
     def log(self, record: dict[str, Any]) -> None:
-        """A metrics record: a plain line off a TTY (broken before a figure where it would pass the
-        line width: :func:`trainer.contract.textlines.fit_lines`), else its figures on the live line."""
+        """A metrics record: off a TTY a plain line that starts as the live line does (step count,
+        ETA, time trained: ``step 100/2000  eta 9:30  t=30.0 s  loss ...``; broken before a part
+        where it would pass the line width, :func:`trainer.contract.textlines.fit_lines`), else
+        its figures on the live line."""
         if self.plain:
-            parts = [f"step {record['step']}", *self.figures(record), f"t={record['wall_time_s']:.1f} s"]
+            eta = self.eta(int(record["step"]), float(record["wall_time_s"]))
+            parts = [self.steps_text(record["step"]), f"eta {clock_text(eta)}", f"t={record['wall_time_s']:.1f} s",
+                     *self.figures(record)]
             print("\n".join(fit_lines(parts, separator="  ")), flush=True)
             self._last_plain = time.perf_counter()
         else:
             self._state["extras"] = self.figures(record)
 
     def step(self, step: int, train_time_s: float, started: bool = True) -> None:
-        """After every training step: advance the line (plain: a line when the interval has
-        passed). ``started``: the start-up steps are over; the ETA counts the rate from the first
-        step seen after them (module docstring)."""
+        """After every training step: advance the line (plain: a ``progress:`` line when the
+        interval has passed or the step reached the next :data:`PLAIN_PROGRESS_PARTS`-th of
+        ``total``, before the last step). ``started``: the start-up steps are over; the ETA counts
+        the rate from the first step seen after them (module docstring)."""
         if not started:
             self._rate_from = None
         elif self._rate_from is None:
             self._rate_from = (step, train_time_s)
-        eta = (None if self._rate_from is None else
-               eta_seconds(step, train_time_s, self.total or step, self.time_budget_s, self._rate_from))
+        eta = self.eta(step, train_time_s)
         if not self.plain:
-            self._state.update(fraction=step / max(self.total or step, 1), kept=[f"step {step}/{self.total}", f"eta {clock_text(eta)}"])
+            self._state.update(fraction=step / max(self.total or step, 1), kept=[self.steps_text(step), f"eta {clock_text(eta)}"])
             return
         now = time.perf_counter()
-        if now - self._last_plain >= PLAIN_PROGRESS_EVERY_S:
-            self._last_plain = now
+        part = step * PLAIN_PROGRESS_PARTS // self.total if self.total and step < self.total else self._part
+        if now - self._last_plain >= PLAIN_PROGRESS_EVERY_S or part > self._part:
+            self._last_plain, self._part = now, max(part, self._part)
             print(progress_line(step, self.total or step, train_time_s, clock_text(eta)), flush=True)
 
     def start_evaluation(self) -> None:
@@ -177,7 +203,7 @@ class TrainProgress:
         if now - self._last_plain >= PLAIN_PROGRESS_EVERY_S and done < total:
             self._last_plain = now
             print(f"evaluating: {100 * done / max(total, 1):.0f} % of the rays ({si_number(done)} of "
-                  f"{si_number(total)}) in {elapsed:.0f} s, eta {clock_text(eta)}", flush=True)
+                  f"{si_number(total)}) in {seconds_text(elapsed)}, eta {clock_text(eta)}", flush=True)
 
     def refresh(self) -> None:
         """Redraw the live line now (it also redraws by itself four times a second)."""
