@@ -114,3 +114,56 @@ def test_the_profile_shows_the_trainer_s_progress_lines_before_its_only_record(t
     assert capsys.readouterr().out.splitlines() == [
         "profile run: starting", "trainer: training demo on cpu, 1 rank (2 CPU threads per rank)",
         "profile run: step 0/30, eta -:--", "profile run: step 7/30, eta 0:33"]
+
+
+def test_off_a_terminal_a_job_s_steps_show_as_its_log_reports_them(tmp_path, monkeypatch):
+    """train-many, piped: a job reports its step from the progress lines of its log before its
+    first metrics record; a line comes when the step is first known and at each quarter, never
+    the same line twice, then the outcome."""
+    import ngptune.progress as progress_module
+    from ngptune.progress import newest_progress
+    from trainer.contract import progress_line
+
+    monkeypatch.setattr(progress_module, "PLAIN_EVERY_S", float("inf"))  # no line from the clock
+    log = tmp_path / "0000.log"
+    out = io.StringIO()
+    board = RunsProgress(out=out, plain=True)
+    board.update("0000", None, total=60)  # the job started (train-many's on_start)
+    board.update("0000", newest_progress(None, log), total=60)  # no log yet
+    for step in range(6, 60, 6):  # the trainer's lines at each tenth; train-many looks after each
+        with open(log, "a") as f:
+            f.write(progress_line(step, 60, step / 10, "0:01") + "\n")
+        board.update("0000", newest_progress(None, log), total=60)
+    board.finish("0000", "completed")
+    assert out.getvalue().splitlines() == ["0000: step 0/60, eta -:--", "0000: step 6/60, eta 0:09",
+                                           "0000: step 18/60, eta 0:05", "0000: step 30/60, eta 0:03",
+                                           "0000: step 48/60, eta 0:01", "0000: completed"]
+
+
+def test_the_profile_follows_a_short_run_s_steps_from_the_trainer_s_lines(tmp_path, capsys, monkeypatch):
+    """``ngptune profile --steps 30``: the trainer (its plain output into the profile's log)
+    says how far it is at each tenth of its steps, so the profile's line shows steps between
+    0 and 30, though the run is shorter than the plain lines' interval."""
+    import contextlib
+
+    import ngptune.progress as progress_module
+    import trainer.run.progress as trainer_progress
+    from ngptune.profile_command import RunWatcher
+    from ngptune.profiling.collect import ProfileDir
+    from trainer.run.progress import TrainProgress
+
+    monkeypatch.setattr(progress_module, "PLAIN_EVERY_S", float("inf"))
+    monkeypatch.setattr(trainer_progress, "PLAIN_PROGRESS_EVERY_S", float("inf"))
+    profile = ProfileDir(tmp_path / "profile")
+    profile.trainer_log_path.parent.mkdir(parents=True)
+    watcher = RunWatcher(profile, 30)
+    with open(profile.trainer_log_path, "w") as log, contextlib.redirect_stdout(log):
+        print("training demo on cpu, 1 rank (2 CPU threads per rank)", flush=True)
+        trained = TrainProgress(30, quiet=True)
+        trained.step(1, 0.0, started=False)
+        for step in range(2, 30):
+            trained.step(step, 0.1 * step)
+            watcher.poll()  # the profile looks between the trainer's steps
+    watcher.board.close()
+    steps = [int(m.group(1)) for m in re.finditer(r"^profile run: step (\d+)/30", capsys.readouterr().out, re.M)]
+    assert steps == [3, 9, 15, 24], steps

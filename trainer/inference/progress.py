@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import Any
 
 from trainer.contract.metrics import si_number
 from trainer.contract.textlines import clock_text
@@ -23,21 +24,24 @@ class Progress:
         total: units in all.
         quiet: no bar and no lines.
         rate_name: what :meth:`advance`'s ``items`` are (shown as a rate, e.g. "rays").
+        console: a rich console to draw the bar on (default: stderr's, when it is a terminal).
     """
 
-    def __init__(self, what: str, total: int, quiet: bool = False, rate_name: str = "rays") -> None:
+    def __init__(self, what: str, total: int, quiet: bool = False, rate_name: str = "rays", console: Any = None) -> None:
         self.what, self.total, self.quiet, self.rate_name = what, int(total), quiet, rate_name
         self.done = 0
         self.items = 0
         self.t0 = time.perf_counter()
         self._last_line = self.t0
         self._bar = None
-        if not quiet and sys.stderr.isatty():
+        if not quiet and (console is not None or sys.stderr.isatty()):
+            from rich.console import Console
             from rich.progress import BarColumn, Progress as RichProgress, TextColumn
 
             self._bar = RichProgress(TextColumn(f"[bold]{what}"), BarColumn(),
                                      TextColumn("{task.completed}/{task.total}"), TextColumn("{task.fields[rate]}"),
-                                     TextColumn("eta {task.fields[eta]}"), transient=False)
+                                     TextColumn("eta {task.fields[eta]}"),
+                                     console=console if console is not None else Console(stderr=True), transient=False)
             self._task = self._bar.add_task(what, total=self.total, rate="", eta=self.eta_text())
             self._bar.start()
 

@@ -1,9 +1,10 @@
 """Live progress of a distributed run on the launcher's console: following rank 0's log.
 
 The ranks' output goes to ``RUN_DIR/logs/rank<R>.log`` (:mod:`trainer.parallel.launch`). Rank 0
-writes there what a single-process run prints off a TTY: a ``step N  loss ...`` line per
+writes there what a single-process run prints off a TTY: a ``step N/T  eta M:SS  ...`` line per
 ``training.log_every`` steps, a ``progress: step N/T ..., eta M:SS`` line every
-:data:`trainer.run.progress.PLAIN_PROGRESS_EVERY_S` seconds, the resume and evaluation messages.
+:data:`trainer.run.progress.PLAIN_PROGRESS_EVERY_S` seconds and at each tenth of the steps, the
+resume and evaluation messages.
 :class:`RankLogFollower` reads that log while the ranks run (a thread polling the file every
 ``poll_s``) and repeats those lines on the launcher's stdout as ``rank 0: <line>``: plain lines off
 a TTY (rank 0's own cadence), a rich progress bar on a TTY (advanced to each step rank 0 reports,
@@ -45,8 +46,8 @@ _STEP_LINE = re.compile(r"^(?:progress: )?step (\d+)\b")
 
 
 def reported_step(line: str) -> int | None:
-    """The step a rank's progress line reports (``step 40  loss ...`` or ``progress: step 40/200
-    ...``), else None."""
+    """The step a rank's progress line reports (``step 40/200  eta 0:48  ...`` or ``progress: step
+    40/200 ...``), else None."""
     m = _STEP_LINE.match(line)
     return int(m.group(1)) if m else None
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from trainer.contract.runstatus import SUMMARY_PREFIX, summary_lines
-from trainer.contract.textlines import LINE_WIDTH, counted, fit_lines, joined, listed
+from trainer.contract.textlines import LINE_WIDTH, clock_text, counted, fit_lines, joined, listed, seconds_text
 
 
 def test_parts_are_packed_into_lines_under_80_columns_and_broken_only_between_parts():
@@ -27,6 +27,13 @@ def test_joined_puts_the_lines_of_a_statement_back_on_one_line():
 def test_a_count_takes_the_singular_only_for_one():
     assert [counted(n, "step") for n in (0, 1, 2)] == ["0 steps", "1 step", "2 steps"]
     assert counted(1, "match", "matches") == "1 match" and counted(3, "match", "matches") == "3 matches"
+
+
+def test_durations_read_with_one_decimal_and_times_left_as_a_clock():
+    assert [seconds_text(s) for s in (183.4712, 13.62, 1.0, 0.35, 0.04213, 0.0)] == [
+        "183.5 s", "13.6 s", "1.0 s", "350.0 ms", "42.1 ms", "0.0 ms"]
+    assert [clock_text(s) for s in (None, 0.0, 14.4, 59.6, 754.0, 3600.0, 3725.0)] == [
+        "-:--", "0:00", "0:14", "1:00", "12:34", "1:00:00", "1:02:05"]
 
 
 def test_a_part_longer_than_a_line_is_broken_at_its_spaces_and_a_word_is_kept_whole():

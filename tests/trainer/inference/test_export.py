@@ -177,20 +177,41 @@ def test_the_export_result_lines_fit_80_columns():
         "point cloud: 1 point from 1 ray (opacity >= 0.5) -> p.ply"]
 
 
-def test_export_progress_and_its_last_line_read_in_human_units(trained_run, tmp_path, capsys, monkeypatch):
+def test_progress_lines_and_the_bar_give_the_time_left_as_the_training_does(capsys, monkeypatch):
+    """Off a terminal and on one the time left reads ``eta M:SS`` (``eta -:--`` before the first
+    unit is done), as the training's progress line writes it."""
+    import io
+
+    from rich.console import Console
+
     import trainer.inference.progress as progress_module
-    from trainer.inference.cli import seconds_text
     from trainer.inference.progress import Progress
 
-    clock = iter([100.0, 101.0, 102.0, 102.0, 102.0])  # start, then one chunk a second
-    monkeypatch.setattr(progress_module.time, "perf_counter", lambda: next(clock))
-    counter = Progress("density", 2, rate_name="points")
+    monkeypatch.setattr(progress_module, "PLAIN_LINE_EVERY_S", 0.0)  # a line at every advance
+    now = [100.0]
+    monkeypatch.setattr(progress_module.time, "perf_counter", lambda: now[0])
+    counter = Progress("density", 75, rate_name="points")
+    counter.advance(0, 0)
+    now[0] = 101.0  # the first chunk took a second: 74 more to go
     counter.advance(1, 133_000)
-    counter.advance(1, 133_000)
-    assert capsys.readouterr().err == "density 2/2  133 k points/s  ETA 0 s\n"
+    assert counter.eta_text() == "1:14"
+    now[0] = 102.0
+    counter.advance(74, 133_000)
+    assert capsys.readouterr().err.splitlines() == ["density 0/75  0 points/s  eta -:--",
+                                                    "density 1/75  133 k points/s  eta 1:14",
+                                                    "density 75/75  133 k points/s  eta 0:00"]
     monkeypatch.undo()
-    assert seconds_text(183.4712) == "183.5 s" and seconds_text(0.04213) == "42.1 ms" and seconds_text(1.0) == "1.0 s"
+    screen = io.StringIO()
+    bar = Progress("render", 4, console=Console(file=screen, width=80, force_terminal=True, color_system=None))
+    bar.advance(2, 1000)
+    bar.close()  # the bar's last frame stays on the screen
+    drawn = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", screen.getvalue()).replace("\r", "\n").splitlines()
+    shown = [line for line in drawn if "2/4" in line]
+    assert shown and re.search(r" eta \d+:\d\d$", shown[-1].rstrip()), drawn
+    assert "ETA" not in screen.getvalue() and "-:--:--" not in screen.getvalue()
 
+
+def test_export_progress_and_its_last_line_read_in_human_units(trained_run, tmp_path, capsys):
     code, stdout, err = run_inference_cli(["export", "mesh", trained_run["run"], "--resolution", "16",
                                            "--out", tmp_path / "m.ply"], capsys)
     assert code == 0 and "points/s" in err and "e+" not in err + stdout, err
@@ -214,9 +235,9 @@ def test_a_piped_pointcloud_export_shows_its_progress_within_each_batch(trained_
     assert code == 0
     views = [line for line in lines if line.startswith("support views ")]
     assert views[0].startswith("support views 1/16  ") and views[-1].startswith("support views 16/16  "), views
-    first_batch = [line for line in lines if re.match(r"points 0/1500  [0-9.]+( [kM])? rays/s  ETA -$", line)]
+    first_batch = [line for line in lines if re.match(r"points 0/1500  [0-9.]+( [kM])? rays/s  eta -:--$", line)]
     assert first_batch, lines  # rays of the first batch before any point is counted
-    assert re.match(r"points 1500/1500  [0-9.]+( [kM])? rays/s  ETA 0 s$", lines[-1]), lines[-1]
+    assert re.match(r"points 1500/1500  [0-9.]+( [kM])? rays/s  eta 0:00$", lines[-1]), lines[-1]
 
 
 def test_long_support_depth_maps_are_announced_with_the_flag_that_skips_them(trained_run, tmp_path, capsys,

@@ -55,6 +55,7 @@ def test_follower_repeats_progress_and_reports_a_restart(tmp_path):
     follower.poll()
     assert out.getvalue().splitlines()[-1] == "rank 0: step 1  loss 0.5"
     assert reported_step("progress: step 7/20 (35 %)") == 7 and reported_step("stepping") is None
+    assert reported_step("step 10/20  eta 0:04  t=2.0 s  loss 0.5") == 10
 
 
 def _capture_with_a_missing_image(demo_scene: Path, scene: Path) -> Path:

@@ -187,6 +187,67 @@ def test_no_eta_until_a_training_rate_is_known(capsys, monkeypatch):
     assert [line.rsplit("eta ", 1)[1] for line in lines] == ["-:--", "-:--", "16:38"], lines  # not 0:00 at step 1
 
 
+def test_a_plain_metrics_line_keeps_the_step_count_and_eta_of_the_live_line(capsys):
+    from trainer.run.progress import TrainProgress
+
+    progress = TrainProgress(2000, quiet=True)
+    progress.log({**_record(100), "wall_time_s": 30.0})  # before a rate is known
+    progress.step(100, 30.0)  # the first step seen: the rate counts from here
+    progress.log({**_record(101), "wall_time_s": 30.3})
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == ["step 100/2000  eta -:--  t=30.0 s  loss 0.01235  psnr 23.46 dB",
+                     "  6.10 M samples/s  77.6 k rays/s",
+                     "step 101/2000  eta 9:30  t=30.3 s  loss 0.01235  psnr 23.46 dB",
+                     "  6.10 M samples/s  77.6 k rays/s"], lines
+    assert all(len(line) <= LINE_WIDTH for line in lines)
+
+
+def test_a_short_run_prints_a_progress_line_at_each_tenth_of_its_steps(capsys, monkeypatch):
+    """Off a TTY a run too short for the timed interval still says how far it is (the driver's
+    ``profile`` and ``train-many`` follow these lines); its last step has its metrics line."""
+    import trainer.run.progress as progress_module
+    from trainer.contract.runstatus import read_progress_line
+    from trainer.run.progress import TrainProgress
+
+    monkeypatch.setattr(progress_module, "PLAIN_PROGRESS_EVERY_S", float("inf"))  # no line from the clock
+    progress = TrainProgress(30, quiet=True)
+    progress.step(1, 0.0, started=False)
+    for step in range(2, 31):
+        progress.step(step, 0.1 * step)
+    lines = capsys.readouterr().out.splitlines()
+    assert [read_progress_line(line)[:2] for line in lines] == [(s, 30) for s in range(3, 30, 3)], lines
+    assert lines[-1].endswith("eta 0:00") and "eta -:--" not in lines[1], lines
+
+
+def test_each_evaluated_view_says_its_time_as_the_other_durations_do():
+    from trainer.run.finish import evaluated_views_text
+
+    image = {"name": "./test/r_0", "psnr_db": 22.4871}
+    assert evaluated_views_text(1, 4, 0.35, image) == "  evaluated 1/4 views in 350.0 ms (last: ./test/r_0, PSNR 22.49 dB)"
+    assert evaluated_views_text(2, 4, 13.62, image) == "  evaluated 2/4 views in 13.6 s (last: ./test/r_0, PSNR 22.49 dB)"
+    long = evaluated_views_text(3, 4, 2.0, {**image, "name": "./test/" + "r" * 40})
+    assert len(long.splitlines()) == 2 and all(len(line) <= LINE_WIDTH for line in long.splitlines()), long
+    assert long.splitlines()[1].startswith("    ") and "PSNR 22.49 dB)" in long
+
+
+def test_the_plain_evaluation_line_says_its_time_with_one_decimal(capsys, monkeypatch):
+    import trainer.run.progress as progress_module
+    from trainer.run.progress import TrainProgress
+
+    now = [50.0]
+    monkeypatch.setattr(progress_module.time, "perf_counter", lambda: now[0])
+    monkeypatch.setattr(progress_module, "PLAIN_PROGRESS_EVERY_S", 0.0)  # a line at every chunk
+    progress = TrainProgress(100, quiet=True)
+    progress.start_evaluation()
+    now[0] = 50.4
+    progress.evaluation_rays(1000, 4000)
+    now[0] = 63.6
+    progress.evaluation_rays(3000, 4000)
+    assert capsys.readouterr().out.splitlines() == [
+        "evaluating: 25 % of the rays (1.00 k of 4.00 k) in 400.0 ms, eta 0:01",
+        "evaluating: 75 % of the rays (3.00 k of 4.00 k) in 13.6 s, eta 0:05"]
+
+
 def test_the_evaluation_result_fits_80_columns():
     from trainer.run.finish import evaluation_result_text
 
