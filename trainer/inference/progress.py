@@ -27,7 +27,8 @@ class Progress:
         console: a rich console to draw the bar on (default: stderr's, when it is a terminal).
     """
 
-    def __init__(self, what: str, total: int, quiet: bool = False, rate_name: str = "rays", console: Any = None) -> None:
+    def __init__(self, what: str, total: int, quiet: bool = False, rate_name: str = "rays",
+                 console: Any = None) -> None:
         self.what, self.total, self.quiet, self.rate_name = what, int(total), quiet, rate_name
         self.done = 0
         self.items = 0

@@ -144,6 +144,13 @@ class TrainProgress:
         """``step 101/2000`` (``step 101`` without a total)."""
         return f"step {step}/{self.total}" if self.total else f"step {step}"
 
+    def _reached_part(self, step: int) -> int:
+        """How many :data:`PLAIN_PROGRESS_PARTS`-ths of ``total`` ``step`` has reached: never fewer
+        than at the last plain line, and unchanged at the last step (its metrics line says it)."""
+        if not self.total or step >= self.total:
+            return self._part
+        return max(self._part, step * PLAIN_PROGRESS_PARTS // self.total)
+
     def eta(self, step: int, train_time_s: float) -> float | None:
         """Seconds of training left at ``step`` after ``train_time_s`` seconds of training (the
         rate from the first step after the start-up, :func:`eta_seconds`); None before it is known."""
@@ -161,7 +168,8 @@ class TrainProgress:
             parts = [self.steps_text(record["step"]), f"eta {clock_text(eta)}", f"t={record['wall_time_s']:.1f} s",
                      *self.figures(record)]
             print("\n".join(fit_lines(parts, separator="  ")), flush=True)
-            self._last_plain = time.perf_counter()
+            # this line says how far the run is: no progress line for this step nor for its part
+            self._last_plain, self._part = time.perf_counter(), self._reached_part(int(record["step"]))
         else:
             self._state["extras"] = self.figures(record)
 
@@ -176,12 +184,13 @@ class TrainProgress:
             self._rate_from = (step, train_time_s)
         eta = self.eta(step, train_time_s)
         if not self.plain:
-            self._state.update(fraction=step / max(self.total or step, 1), kept=[self.steps_text(step), f"eta {clock_text(eta)}"])
+            self._state.update(fraction=step / max(self.total or step, 1),
+                               kept=[self.steps_text(step), f"eta {clock_text(eta)}"])
             return
         now = time.perf_counter()
-        part = step * PLAIN_PROGRESS_PARTS // self.total if self.total and step < self.total else self._part
+        part = self._reached_part(step)
         if now - self._last_plain >= PLAIN_PROGRESS_EVERY_S or part > self._part:
-            self._last_plain, self._part = now, max(part, self._part)
+            self._last_plain, self._part = now, part
             print(progress_line(step, self.total or step, train_time_s, clock_text(eta)), flush=True)
 
     def start_evaluation(self) -> None:

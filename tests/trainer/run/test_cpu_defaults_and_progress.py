@@ -213,9 +213,13 @@ def test_a_short_run_prints_a_progress_line_at_each_tenth_of_its_steps(capsys, m
     progress = TrainProgress(30, quiet=True)
     progress.step(1, 0.0, started=False)
     for step in range(2, 31):
+        if step == 15:  # a metrics record at a tenth: its line says the step, no progress line repeats it
+            progress.log({**_record(15), "wall_time_s": 1.5})
         progress.step(step, 0.1 * step)
-    lines = capsys.readouterr().out.splitlines()
-    assert [read_progress_line(line)[:2] for line in lines] == [(s, 30) for s in range(3, 30, 3)], lines
+    lines = [line for line in capsys.readouterr().out.splitlines() if not line.startswith("  ")]
+    assert [line.split(" ", 1)[0] for line in lines] == ["progress:"] * 4 + ["step"] + ["progress:"] * 4, lines
+    lines.pop(4)
+    assert [read_progress_line(line)[:2] for line in lines] == [(s, 30) for s in (3, 6, 9, 12, 18, 21, 24, 27)]
     assert lines[-1].endswith("eta 0:00") and "eta -:--" not in lines[1], lines
 
 
@@ -223,8 +227,10 @@ def test_each_evaluated_view_says_its_time_as_the_other_durations_do():
     from trainer.run.finish import evaluated_views_text
 
     image = {"name": "./test/r_0", "psnr_db": 22.4871}
-    assert evaluated_views_text(1, 4, 0.35, image) == "  evaluated 1/4 views in 350.0 ms (last: ./test/r_0, PSNR 22.49 dB)"
-    assert evaluated_views_text(2, 4, 13.62, image) == "  evaluated 2/4 views in 13.6 s (last: ./test/r_0, PSNR 22.49 dB)"
+    assert evaluated_views_text(1, 4, 0.35, image) == ("  evaluated 1/4 views in 350.0 ms "
+                                                       "(last: ./test/r_0, PSNR 22.49 dB)")
+    assert evaluated_views_text(2, 4, 13.62, image) == ("  evaluated 2/4 views in 13.6 s "
+                                                        "(last: ./test/r_0, PSNR 22.49 dB)")
     long = evaluated_views_text(3, 4, 2.0, {**image, "name": "./test/" + "r" * 40})
     assert len(long.splitlines()) == 2 and all(len(line) <= LINE_WIDTH for line in long.splitlines()), long
     assert long.splitlines()[1].startswith("    ") and "PSNR 22.49 dB)" in long
