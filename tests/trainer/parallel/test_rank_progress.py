@@ -86,7 +86,7 @@ def test_two_rank_launch_prints_rank0_progress_before_the_summary(demo_scene, tm
     assert proc.returncode == 0, proc.stdout[-3000:]
     lines = proc.stdout.splitlines()  # stdout and stderr in the order they were written
     step_lines = [i for i, line in enumerate(lines) if line.startswith("rank 0: step ")]
-    assert [lines[i].split()[3] for i in step_lines] == ["5", "10"], proc.stdout
+    assert [lines[i].split()[3] for i in step_lines] == ["5/10", "10/10"], proc.stdout
     summary = next(i for i, line in enumerate(lines) if line.startswith("trained to step 10"))
     warning = [i for i, line in enumerate(lines) if line.startswith("warning: ") and "r_missing.png" in line]
     assert len(warning) == 1 and warning[0] < step_lines[0], proc.stdout  # said once, before training
