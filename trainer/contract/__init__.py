@@ -73,8 +73,8 @@ FACE: dict[str, tuple[str, ...]] = {
     "backend": ("EMULATED_INTERCONNECT_ENV", "check_run_emulation", "choose_backend", "interconnect_env", "planned_backend"),
     "formats": ("FORMAT_CHOICES", "SCENE_FORMATS", "SPLITS", "SceneFormat", "format_named"),
     "usage": ("chosen_parser", "close_flags", "parse_command_line"),
-    "textlines": ("CONSOLE_PREFIX_ENV", "CONTINUATION", "LINE_WIDTH", "clock_text", "counted", "fit_lines", "joined",
-                  "line_width", "listed", "seconds_text"),
+    "textlines": ("CONSOLE_PREFIX_ENV", "CONTINUATION", "LINE_WIDTH", "clock_text", "counted", "estimate_text",
+                  "fit_lines", "joined", "line_width", "listed", "seconds_text"),
     "errors": ("ConfigError", "LaunchError", "SceneError", "SnapshotError", "TrainerError", "TrainingError"),
 }
 """Module of the contract → the names the face gives of it."""

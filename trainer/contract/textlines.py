@@ -20,8 +20,8 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 
-__all__ = ["CONSOLE_PREFIX_ENV", "CONTINUATION", "LINE_WIDTH", "clock_text", "counted", "fit_lines", "joined",
-           "line_width", "listed", "seconds_text"]
+__all__ = ["CONSOLE_PREFIX_ENV", "CONTINUATION", "LINE_WIDTH", "clock_text", "counted", "estimate_text", "fit_lines",
+           "joined", "line_width", "listed", "seconds_text"]
 
 LINE_WIDTH = 79
 """Most characters of one line (an 80-column terminal does not wrap it)."""
@@ -53,6 +53,15 @@ def seconds_text(seconds: float) -> str:
     """A measured duration ``seconds`` (s) with one decimal: seconds from a second up (``12.3 s``),
     milliseconds below (``42.1 ms``)."""
     return f"{seconds:.1f} s" if seconds >= 1 else f"{seconds * 1e3:.1f} ms"
+
+
+def estimate_text(seconds: float) -> str:
+    """An estimated duration ``seconds`` (s) at the precision an estimate is read at: whole
+    seconds under 90 s (``42 s``), minutes with one decimal under 90 minutes (``4.9 min``), hours
+    from there (``2.0 h``)."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.1f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
 
 
 def clock_text(seconds: float | None) -> str:

@@ -41,7 +41,7 @@ from trainer.contract.commandline import (
 from trainer.contract.errors import ConfigError, TrainerError
 from trainer.contract.metrics import si_number
 from trainer.contract.runstatus import print_error
-from trainer.contract.textlines import counted, fit_lines, listed, seconds_text
+from trainer.contract.textlines import counted, estimate_text, fit_lines, listed, seconds_text
 from trainer.contract.usage import parse_command_line
 
 __all__ = ["build_parser", "export_command", "main", "mesh_result_lines", "pointcloud_result_lines", "render_command",
@@ -123,8 +123,13 @@ def apply_threads(args: argparse.Namespace, cfg: Any, device: Any, local_ranks: 
     return f"on cpu ({describe_cpu_threads(requested, local_ranks, setting)})"
 
 
+def _say_stopped(how: str, what: str) -> None:
+    """``HOW: WHAT`` on stderr, broken after its semicolons into lines under 80 columns."""
+    print("\n".join(fit_lines(listed(f"{how}: {what}".split("; "), ";"))), file=sys.stderr, flush=True)
+
+
 def _interrupted(what: str) -> int:
-    print("\n".join(fit_lines(listed(f"interrupted: {what}".split("; "), ";"))), file=sys.stderr, flush=True)
+    _say_stopped("interrupted", what)
     return INTERRUPTED_EXIT
 
 
@@ -252,12 +257,6 @@ def _render_job(args: argparse.Namespace, model: Any) -> Any:
                      compare=args.compare)
 
 
-def _duration_words(seconds: float) -> str:
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    return f"{seconds / 60:.1f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
-
-
 def render_estimate_s(model: Any, job: Any) -> float | None:
     """Seconds the render of ``job`` will take, measured on a sample of its rays
     (:func:`trainer.train.eval_estimate.measure_eval_seconds`), or None for a small render (fewer
@@ -325,7 +324,7 @@ def render_detail_lines(args: argparse.Namespace, job: Any, estimate: float | No
     words = render_words(args, job)
     if estimate is None:
         return [] if words == planned_render_words(args) else fit_lines([words])
-    return fit_lines([f"{words},", f"estimated {_duration_words(estimate)}", "(measured on a sample of its rays)"])
+    return fit_lines([f"{words},", f"estimated {estimate_text(estimate)}", "(measured on a sample of its rays)"])
 
 
 def long_render_warning(args: argparse.Namespace, estimate: float | None) -> str | None:
@@ -336,7 +335,7 @@ def long_render_warning(args: argparse.Namespace, estimate: float | None) -> str
     if args.spp > 1:
         shorter.append(f"--spp 1 is {args.spp}x faster")
     shorter.append("--downscale N renders smaller images")
-    return (f"this render is estimated at {_duration_words(estimate)}: {'; '.join(shorter)}; Ctrl-C keeps the "
+    return (f"this render is estimated at {estimate_text(estimate)}: {'; '.join(shorter)}; Ctrl-C keeps the "
             "frames written so far")
 
 
@@ -418,7 +417,7 @@ def render_command(args: argparse.Namespace) -> int:
 def _stopped(what: str, terminated: list[bool]) -> int:
     if not terminated:
         return _interrupted(what)
-    print("\n".join(fit_lines(listed(f"terminated (SIGTERM): {what}".split("; "), ";"))), file=sys.stderr, flush=True)
+    _say_stopped("terminated (SIGTERM)", what)
     return TERMINATED_EXIT
 
 

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from trainer.contract.textlines import estimate_text
 from trainer.inference.cameras import resize_cameras
 
 __all__ = ["DEPTH_MAP_SIDE", "SUPPORT_RESOLUTION", "SupportGrid", "build_support", "camera_depth_maps"]
@@ -111,9 +112,8 @@ def camera_depth_maps(model: Any, side: int = DEPTH_MAP_SIDE, quiet: bool = True
             if len(out) == 1 and len(frames) > 1:
                 estimate_s = (time.perf_counter() - started) * len(frames)
                 if estimate_s >= LONG_SUPPORT_S:
-                    minutes = f"{estimate_s / 60:.1f} min" if estimate_s >= 90 else f"{estimate_s:.0f} s"
                     print(f"warning: the depth maps of {len(frames)} training views (what --min-views checks) take "
-                          f"about {minutes}; --min-views 0 skips them", file=sys.stderr, flush=True)
+                          f"about {estimate_text(estimate_s)}; --min-views 0 skips them", file=sys.stderr, flush=True)
     finally:
         progress.close()
     return out

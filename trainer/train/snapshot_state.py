@@ -50,7 +50,7 @@ def check_finest_resolution(path: Path, trainer_state: Any, finest_resolution: i
     stored = trainer_state.get("finest_resolution") if isinstance(trainer_state, dict) else None
     if stored is None or finest_resolution is None or int(stored) == finest_resolution:
         return
-    others = [line for line in (config_differences(saved_config, cfg) if isinstance(saved_config, dict) and cfg else [])
+    others = [line for line in (config_differences(saved_config, cfg) if cfg is not None else [])
               if not line.startswith("encoding.max_resolution:")]
     cure = (f"it was trained with other settings too ({'; '.join(others[:3])}{'; ...' if len(others) > 3 else ''}): "
             "pass its run's config.json as --config" if others

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from trainer.contract.runstatus import SUMMARY_PREFIX, summary_lines
-from trainer.contract.textlines import LINE_WIDTH, clock_text, counted, fit_lines, joined, listed, seconds_text
+from trainer.contract.textlines import LINE_WIDTH, clock_text, counted, estimate_text, fit_lines, joined, listed, seconds_text
 
 
 def test_parts_are_packed_into_lines_under_80_columns_and_broken_only_between_parts():
@@ -76,3 +76,8 @@ def test_a_console_prefix_narrows_the_default_width(monkeypatch):
     lines = fit_lines(parts, separator="  ")
     assert lines == ["  ".join(parts[:-1]), "  t=7.6s"]
     assert all(len("rank 0: " + line) <= LINE_WIDTH for line in lines)
+
+
+def test_estimates_read_in_seconds_minutes_or_hours():
+    assert [estimate_text(s) for s in (0.4, 42.0, 89.4, 90.0, 294.0, 5399.0, 5400.0, 7200.0)] == [
+        "0 s", "42 s", "89 s", "1.5 min", "4.9 min", "90.0 min", "1.5 h", "2.0 h"]

@@ -53,13 +53,19 @@ def test_the_trainer_builds_its_finest_level_from_the_scene(demo_scene):
     explicit.close()
 
 
-def test_a_snapshot_of_another_finest_resolution_is_refused_with_the_override(demo_scene, tmp_path):
+def _trained_snapshot(demo_scene, tmp_path):
+    """The scene, a 3-step snapshot of it with the derived N_max, and that N_max."""
     scene = load_scene(demo_scene)
     first = Trainer(_derived(), scene)
     first.train()
     path = first.save(tmp_path / "snap.pt")
     finest = first.finest_resolution
     first.close()
+    return scene, path, finest
+
+
+def test_a_snapshot_of_another_finest_resolution_is_refused_with_the_override(demo_scene, tmp_path):
+    scene, path, finest = _trained_snapshot(demo_scene, tmp_path)
     other = Trainer(_derived(encoding__max_resolution=finest * 2), scene)
     with pytest.raises(SnapshotError, match=rf"snap\.pt: its hash grid was trained with a finest resolution of {finest}, "
                                             rf"this config and scene give {finest * 2} .*--set encoding\.max_resolution={finest}"):
@@ -72,14 +78,9 @@ def test_a_snapshot_of_another_finest_resolution_is_refused_with_the_override(de
 
 
 def test_a_snapshot_of_other_settings_too_asks_for_its_config(demo_scene, tmp_path):
-    """The override alone would only meet the next difference (another hash-grid level count):
+    """The override alone would only meet the next difference (another feature count per level):
     the message asks for the run's config instead, naming what differs."""
-    scene = load_scene(demo_scene)
-    first = Trainer(_derived(), scene)
-    first.train()
-    path = first.save(tmp_path / "snap.pt")
-    finest = first.finest_resolution
-    first.close()
+    scene, path, finest = _trained_snapshot(demo_scene, tmp_path)
     other = Trainer(_derived(encoding__max_resolution=finest * 2, encoding__n_features_per_level=4), scene)
     with pytest.raises(SnapshotError, match=r"it was trained with other settings too \(encoding\.n_features_per_level: "
                                             r"2 → 4\): "
