@@ -18,6 +18,7 @@ a ``<name>_compare.png`` holds the render and the ground truth side by side.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import shutil
 import time
@@ -67,21 +68,44 @@ def interrupted_message(done: list[int], n_frames: int, frames_dir: Path | None,
     return "; ".join(parts)
 
 
-@dataclasses.dataclass
 class RenderedView:
-    """One rendered camera.
+    """One rendered camera, kept on the device; each host copy is made when first asked for (a
+    frame written only as a PNG or video frame moves its 8-bit colour alone, 1 byte per channel).
 
-    Attributes:
+    Args:
+        rgb: [h, w, 3] float32 in [0, 1] on the model's device.
+        opacity: [h, w] float32 accumulated opacity, same device.
+        depth: [h, w] float32 expected termination distance (below), same device.
+
+    Attributes (host NumPy arrays, computed once):
         rgb: [h, w, 3] float32 in [0, 1].
+        rgb8: [h, w, 3] uint8, ``rgb`` rounded as :func:`trainer.inference.outputs.to_uint8` does
+            (computed on the device: the same float32 arithmetic, so the same bytes).
         opacity: [h, w] float32 accumulated opacity.
         depth: [h, w] float32 expected termination distance of the rays that terminate
             (``Σ w_i t_i / Σ w_i``) in the scene's source units; 0 where the opacity is below
             :data:`MIN_DEPTH_OPACITY`.
     """
 
-    rgb: np.ndarray
-    opacity: np.ndarray
-    depth: np.ndarray
+    def __init__(self, rgb: torch.Tensor, opacity: torch.Tensor, depth: torch.Tensor) -> None:
+        self._device = {"rgb": rgb, "opacity": opacity, "depth": depth}
+
+    @functools.cached_property
+    def rgb(self) -> np.ndarray:
+        return self._device["rgb"].cpu().numpy()
+
+    @functools.cached_property
+    def rgb8(self) -> np.ndarray:
+        rgb = self._device["rgb"]
+        return (rgb.clamp(0.0, 1.0) * 255.0 + 0.5).to(torch.uint8).cpu().numpy()
+
+    @functools.cached_property
+    def opacity(self) -> np.ndarray:
+        return self._device["opacity"].cpu().numpy()
+
+    @functools.cached_property
+    def depth(self) -> np.ndarray:
+        return self._device["depth"].cpu().numpy()
 
 
 def subgrid_sample_renderer(trainer: Any, with_depth: bool) -> Callable[[Any, torch.Tensor, int], RenderedRays]:
@@ -141,9 +165,8 @@ def render_camera(model: LoadedModel, frame: Frame, background: torch.Tensor, sp
     opacity = out.opacity.reshape(h, w)
     depth = torch.where(opacity >= MIN_DEPTH_OPACITY, out.depth.reshape(h, w) / opacity.clamp_min(1e-12),
                         torch.zeros_like(opacity))
-    return RenderedView(rgb=out.rgb.reshape(h, w, 3).clamp(0.0, 1.0).cpu().numpy(),
-                        opacity=opacity.cpu().numpy(),
-                        depth=(depth * units_per_cube_unit(model.scene)).cpu().numpy())
+    return RenderedView(rgb=out.rgb.reshape(h, w, 3).clamp(0.0, 1.0), opacity=opacity,
+                        depth=depth * units_per_cube_unit(model.scene))
 
 
 @dataclasses.dataclass
@@ -252,7 +275,7 @@ def render_job(model: LoadedModel, job: RenderJob, rank: int = 0, world_size: in
                 generator = torch.Generator(device=device)
                 generator.manual_seed(job.seed + index)
             view = render_camera(model, camera, background, job.spp, generator, with_depth=job.depth)
-            rgb8 = to_uint8(view.rgb)
+            rgb8 = view.rgb8
             name = job.name(index)
             if frames_dir is not None:
                 write_png(frames_dir / f"{name}.png", rgb8)

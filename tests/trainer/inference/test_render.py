@@ -214,3 +214,25 @@ def test_sigterm_during_a_video_render_says_so_and_leaves_no_temporary_file(trai
     assert err.startswith("terminated (SIGTERM): render stopped after ") and "no video written" in err
     assert first_statement(err)[1] == err.count("\n")  # one statement
     assert list(tmp_path.iterdir()) == []  # no video, no hidden .orbit.partial.mp4
+
+
+def test_rendered_view_moves_host_copies_on_demand_and_rounds_as_to_uint8():
+    from trainer.inference.outputs import to_uint8
+    from trainer.inference.render_views import RenderedView
+
+    generator = torch.Generator().manual_seed(5)
+    rgb = torch.rand(16, 9, 3, generator=generator)
+    # values on and either side of every rounding boundary k/255 - 0.5/255, and the ends
+    edges = (torch.arange(256, dtype=torch.float32) - 0.5) / 255.0
+    rgb.view(-1)[:256] = edges
+    rgb.view(-1)[1:256:3] = torch.nextafter(edges[1:256:3], torch.tensor(2.0))
+    rgb.view(-1)[2:256:3] = torch.nextafter(edges[2:256:3], torch.tensor(-1.0))
+    rgb = rgb.clamp(0.0, 1.0)
+    opacity, depth = torch.rand(16, 9, generator=generator), torch.rand(16, 9, generator=generator)
+    view = RenderedView(rgb, opacity, depth)
+    assert "rgb" not in view.__dict__ and "depth" not in view.__dict__  # nothing copied yet
+    assert view.rgb8.dtype == np.uint8 and view.rgb8.shape == (16, 9, 3)
+    assert np.array_equal(view.rgb8, to_uint8(rgb.numpy()))
+    assert "rgb" not in view.__dict__  # the 8-bit colour alone was moved
+    assert np.array_equal(view.rgb, rgb.numpy()) and np.array_equal(view.depth, depth.numpy())
+    assert view.opacity is view.opacity  # one copy, kept
