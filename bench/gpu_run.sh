@@ -96,6 +96,23 @@ recipe_baseline-ab() {
   done
 }
 
+#: render-ab DIR [SECONDS]: a lego_400 model trained SECONDS (default 60) here, then the 1920x1080 orbit
+# (16 frames, spp 1) rendered by another checkout (DIR, as in baseline-ab) and by this one, A B A B
+recipe_render-ab() {
+  local dir=$1 seconds=${2:-60} round scene orbit=(--skip-test --orbit-width 1920 --orbit-height 1080
+    --orbit-frames 16 --no-video --mesh-resolutions)
+  scene=$(realpath "$S")
+  run render_ab.txt python3 bench/time_to_psnr.py --scene "$S" --budget-s "$seconds" --eval-every-s "$seconds" \
+    --final-images 20 --out /tmp/render_ab_model --save-snapshot | tail -3
+  for round in 1 2; do
+    echo "== round $round $dir" | tee -a "$keep/render_ab.txt"
+    (cd "$dir" && PYTHONPATH=/tmp/site:$PWD run render_ab.txt python3 bench/render.py --run /tmp/render_ab_model \
+      --scene "$scene" "${orbit[@]}" | tail -2)
+    echo "== round $round this checkout" | tee -a "$keep/render_ab.txt"
+    run render_ab.txt python3 bench/render.py --run /tmp/render_ab_model --scene "$S" "${orbit[@]}" | tail -2
+  done
+}
+
 #: launch-count [FLAGS]: kernel launches per step by phase and operator (bench/launch_count.py flags)
 recipe_launch-count() { run launch_count.txt python3 bench/launch_count.py --scene "$S" "$@" | sed -n 1,30p; }
 
