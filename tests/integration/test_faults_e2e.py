@@ -196,7 +196,7 @@ def test_a_distributed_resume_with_other_settings_warns_on_the_terminal(demo_sce
     assert main(_train_argv(demo_scene, run, "--n-steps", "4", "--resume", str(run), "--set", "loss.otype=Huber")) == 0
     err = capfd.readouterr().err
     said = err.splitlines()
-    start = max(i for i, line in enumerate(said) if line.startswith("warning: "))
+    start = max(i for i, line in enumerate(said) if line.startswith("warning:"))
     warning = said[start:]  # the last warning and the lines that go on from it, refitted by the launcher
     assert "resuming with settings other than it was trained with: loss.otype: 'L2' → 'Huber'" in joined(warning), err
     assert all(len(line) <= 79 for line in warning if " " in line.strip()), warning  # a long path stays whole
