@@ -79,6 +79,23 @@ recipe_ab() {
   done
 }
 
+#: baseline-ab DIR [FLAGS_DIR [FLAGS_HERE]]: the training step of another checkout (DIR, e.g. `git archive
+# COMMIT trainer bench configs pyproject.toml` unpacked into the ignored .baseline/, with that commit's
+# defaults) and of this one, alternated on one host, A B A B (warm-up 1000, 500 timed steps each)
+recipe_baseline-ab() {
+  local dir=$1 flags_dir=${2:-} flags_here=${3:-} round scene
+  scene=$(realpath "$S")
+  for round in 1 2; do
+    echo "== round $round $dir ${flags_dir:-defaults}" | tee -a "$keep/baseline_ab.txt"
+    # shellcheck disable=SC2086  # the flags are words on purpose
+    (cd "$dir" && PYTHONPATH=/tmp/site:$PWD run baseline_ab.txt python3 bench/train_step.py --scene "$scene" \
+      --warmup 1000 --steps 500 $flags_dir | sed -n 1,4p)
+    echo "== round $round this checkout ${flags_here:-defaults}" | tee -a "$keep/baseline_ab.txt"
+    # shellcheck disable=SC2086
+    run baseline_ab.txt python3 bench/train_step.py --scene "$S" --warmup 1000 --steps 500 $flags_here | sed -n 1,4p
+  done
+}
+
 #: launch-count [FLAGS]: kernel launches per step by phase and operator (bench/launch_count.py flags)
 recipe_launch-count() { run launch_count.txt python3 bench/launch_count.py --scene "$S" "$@" | sed -n 1,30p; }
 

@@ -80,6 +80,14 @@ class HashGridBackend(abc.ABC):
         """
         raise TypeError(f"hash-grid backend {self.name!r} owns its parameters; use build_module()")
 
+    def encode_counted(self, x: torch.Tensor, table: torch.Tensor, cfg: HashGridConfig,
+                       count: torch.Tensor) -> torch.Tensor:
+        """:meth:`encode` without autograd where only the first ``count`` rows of ``x`` are wanted
+        (``count``: a [] integer tensor on the device, never read on the host). Rows past it may
+        be left uninitialised; this default encodes every row."""
+        with torch.no_grad():
+            return self.encode(x, table, cfg)
+
     def build_module(
         self, cfg: HashGridConfig, table_dtype: torch.dtype, device: torch.device
     ) -> nn.Module:
@@ -299,6 +307,24 @@ class HashGridEncoding(nn.Module):
             features = self.backend_module(x.float().contiguous())
         else:
             features = self.backend.encode(x, self.table, self.cfg)
+        return features if features.dtype == torch.float64 else features.float()
+
+    def encode_counted(self, x: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+        """Features of the first ``count`` positions, without autograd (what a density pass over
+        a fixed-capacity buffer needs).
+
+        Args:
+            x: [n, 3] float, positions in the unit cube.
+            count: [] integer tensor on ``x``'s device (never read on the host): the live rows.
+
+        Returns:
+            [n, L·F] float32 features; rows from ``count`` on may be uninitialised (the Triton
+            backend skips them; the others encode every row).
+        """
+        if self.backend_module is not None:
+            with torch.no_grad():
+                return self.forward(x)
+        features = self.backend.encode_counted(x, self.table, self.cfg, count)
         return features if features.dtype == torch.float64 else features.float()
 
     def extra_repr(self) -> str:

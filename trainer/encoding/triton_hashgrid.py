@@ -177,6 +177,7 @@ def _hash_grid_forward_kernel(
     table_ptr,  # [total_entries, F] float16 / float32, contiguous
     level_meta_ptr,  # [L, 3] int32
     out_ptr,  # float32, element (i, l·F + f) at i·stride_out_point + (l·F + f)·stride_out_feature
+    count_ptr,  # [] integer: points from this count on are not encoded (read when HAS_COUNT)
     n_points,
     stride_out_point,
     stride_out_feature,
@@ -184,13 +185,17 @@ def _hash_grid_forward_kernel(
     N_FEATURES: tl.constexpr,
     BLOCK: tl.constexpr,
     WIDE_INDEX: tl.constexpr,
+    HAS_COUNT: tl.constexpr,
 ):
     level = tl.program_id(1)
     points = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     if WIDE_INDEX:
         points = points.to(tl.int64)
         level = level.to(tl.int64)
-    point_mask = points < n_points
+    n_live = n_points
+    if HAS_COUNT:  # masked loads and stores past the live count: no memory traffic for them
+        n_live = tl.minimum(tl.load(count_ptr).to(points.dtype), n_points)
+    point_mask = points < n_live
     tx0, tx1, ty0, ty1, tz0, tz1, fx, fy, fz, dense, first_row = _level_setup(
         x_ptr, level_meta_ptr, level, points, point_mask
     )
@@ -315,6 +320,7 @@ def hash_grid_forward_triton(
     *,
     out: torch.Tensor | None = None,
     feature_major_output: bool = True,
+    count: torch.Tensor | None = None,
     block: int = FORWARD_BLOCK,
     num_warps: int = FORWARD_NUM_WARPS,
     wide_index: bool | None = None,
@@ -330,6 +336,9 @@ def hash_grid_forward_triton(
         out: optional [n, L·F] float32 destination, any strides (every element is overwritten).
         feature_major_output: when ``out`` is None, allocate ``[L·F, n]`` and return its
             transpose (coalesced writes, strides ``(1, n)``); False allocates row-major [n, L·F].
+        count: optional [] integer tensor on ``x``'s device: only the first ``count`` points are
+            encoded (read by the kernel, never on the host); the rows after them are left as
+            they were (uninitialised in a new output).
         block, num_warps: launch configuration (points per program, warps per program).
         wide_index: int64 element offsets; None picks them only when an offset could pass
             2^31 − 1 (int32 offsets are cheaper).
@@ -360,6 +369,7 @@ def hash_grid_forward_triton(
             table,
             level_metadata(cfg, x.device),
             out,
+            count if count is not None else out,
             n_points,
             out.stride(0),
             out.stride(1),
@@ -367,6 +377,7 @@ def hash_grid_forward_triton(
             N_FEATURES=cfg.n_features_per_level,
             BLOCK=block,
             WIDE_INDEX=_needs_wide_index(n_points, cfg) if wide_index is None else wide_index,
+            HAS_COUNT=count is not None,
             num_warps=num_warps,
             **_COMPILE_OPTIONS,
         )
@@ -502,6 +513,13 @@ class TritonBackend(HashGridBackend):
     def encode(self, x: torch.Tensor, table: torch.Tensor, cfg: HashGridConfig) -> torch.Tensor:
         """See :func:`hash_grid_encode_triton`."""
         return hash_grid_encode_triton(x, table, cfg)
+
+    def encode_counted(self, x: torch.Tensor, table: torch.Tensor, cfg: HashGridConfig,
+                       count: torch.Tensor) -> torch.Tensor:
+        """The forward kernel on the first ``count`` points only (:func:`hash_grid_forward_triton`;
+        later rows uninitialised), without autograd."""
+        _check_inputs(x, table, cfg)
+        return hash_grid_forward_triton(x.detach(), table.detach(), cfg, count=count)
 
 
 register_backend(TritonBackend())

@@ -197,14 +197,20 @@ class NGPField(nn.Module):
         Args:
             positions: [S, 3] floating, world units.
             count: optional [] integer device tensor: only the first ``count`` positions are
-                samples; the fused kernel skips the MLP for the rest and gives them density 0
-                (other paths compute every row; callers ignore rows past the count).
+                samples; with the fused MLP the hash grid (where its backend can,
+                :meth:`HashGridEncoding.encode_counted`) and the MLP skip the rest, which get
+                density 0 (other paths compute every row; callers ignore rows past the count).
 
         Returns:
             sigma: [S] float32 >= 0, in 1/world units.
         """
         assert positions.ndim == 2 and positions.shape[1] == 3, tuple(positions.shape)
-        features = self.encoding(self.normalise_positions(positions))
+        normalised = self.normalise_positions(positions)
+        if count is not None and self._fused_applies(normalised) and not torch.is_grad_enabled():
+            # the hash grid and the MLP both stop at the live count (rows past it: density 0)
+            features = self.encoding.encode_counted(normalised, count)
+            return _triton_mlp().fused_density(features, self.density_mlp.weights(), self.mlp_precision, count)
+        features = self.encoding(normalised)
         if self._fused_applies(features) and not torch.is_grad_enabled():
             return _triton_mlp().fused_density(features, self.density_mlp.weights(), self.mlp_precision, count)
         return self._density_head(features)[0]

@@ -38,7 +38,8 @@ import torch
 import triton
 import triton.language as tl
 
-__all__ = ["DOT_PRECISIONS", "KERNEL_SETTINGS", "fused_density", "fused_field_head", "fused_head_supported"]
+__all__ = ["DOT_PRECISIONS", "KERNEL_SETTINGS", "dense_features", "fused_density", "fused_field_head",
+           "fused_head_supported"]
 
 DOT_PRECISIONS = {"ieee": 0, "tf32": 1, "bf16": 2}  # tl.dot input precision → the kernels' DOT constant
 # Launch settings (tile rows, warps, persistent programs per SM); bench/mlp.py times alternatives.
@@ -114,12 +115,13 @@ def _load_t(w_ptr, row_stride, col0, K: tl.constexpr, N: tl.constexpr, k_lo, k_h
 
 
 @triton.jit
-def _forward_tile(x_ptr, sh_ptr, rows, rmask, n_in, n_sh, sh_stride,
+def _forward_tile(x_ptr, sh_ptr, rows, rmask, n_in, x_row_stride, x_col_stride, n_sh, sh_stride,
                   wd1t, wd2t, wgt, wst, wc2t, wc3t,
                   IN: tl.constexpr, W: tl.constexpr, G: tl.constexpr, SHP: tl.constexpr, DOT: tl.constexpr):
     """Activations of one tile of samples: x, h1, h, sh, c1, c2, o (pre-sigmoid colour)."""
     cin = tl.arange(0, IN)[None, :]
-    x = tl.load(x_ptr + rows[:, None] * n_in + cin, mask=rmask[:, None] & (cin < n_in), other=0.0)
+    x = tl.load(x_ptr + rows[:, None] * x_row_stride + cin * x_col_stride, mask=rmask[:, None] & (cin < n_in),
+                other=0.0)
     h1 = tl.maximum(_mm(x, wd1t, DOT), 0.0)
     h = _mm(h1, wd2t, DOT)
     csh = tl.arange(0, SHP)[None, :]
@@ -147,7 +149,7 @@ def _weights(wd1_ptr, wd2_ptr, wc1_ptr, wc2_ptr, wc3_ptr, n_in, n_sh,
 
 @triton.jit
 def _head_forward_kernel(x_ptr, sh_ptr, wd1_ptr, wd2_ptr, wc1_ptr, wc2_ptr, wc3_ptr, sigma_ptr, rgb_ptr,
-                         n, n_in, n_sh, sh_stride,
+                         n, n_in, x_row_stride, x_col_stride, n_sh, sh_stride,
                          ROWS: tl.constexpr, IN: tl.constexpr, W: tl.constexpr, G: tl.constexpr,
                          SHP: tl.constexpr, OUTP: tl.constexpr, DOT: tl.constexpr):
     wd1t, wd2t, wgt, wst, wc2t, wc3t = _weights(wd1_ptr, wd2_ptr, wc1_ptr, wc2_ptr, wc3_ptr, n_in, n_sh,
@@ -157,15 +159,16 @@ def _head_forward_kernel(x_ptr, sh_ptr, wd1_ptr, wd2_ptr, wc1_ptr, wc2_ptr, wc3_
     for tile in range(tl.program_id(0), tl.cdiv(n, ROWS), tl.num_programs(0)):
         rows = (tile * ROWS + tl.arange(0, ROWS)).to(tl.int64)
         rmask = rows < n
-        x, h1, h, sh, c1, c2, o = _forward_tile(x_ptr, sh_ptr, rows, rmask, n_in, n_sh, sh_stride,
-                                                wd1t, wd2t, wgt, wst, wc2t, wc3t, IN, W, G, SHP, DOT)
+        x, h1, h, sh, c1, c2, o = _forward_tile(x_ptr, sh_ptr, rows, rmask, n_in, x_row_stride, x_col_stride,
+                                                n_sh, sh_stride, wd1t, wd2t, wgt, wst, wc2t, wc3t, IN, W, G, SHP,
+                                                DOT)
         h0 = tl.sum(tl.where(cg == 0, h, 0.0), axis=1)
         tl.store(sigma_ptr + rows, tl.exp(h0), mask=rmask)
         tl.store(rgb_ptr + rows[:, None] * 3 + co, tl.sigmoid(o), mask=rmask[:, None] & (co < 3))
 
 
 @triton.jit
-def _density_kernel(x_ptr, wd1_ptr, wd2_ptr, sigma_ptr, count_ptr, n, n_in,
+def _density_kernel(x_ptr, wd1_ptr, wd2_ptr, sigma_ptr, count_ptr, n, n_in, x_row_stride, x_col_stride,
                     ROWS: tl.constexpr, IN: tl.constexpr, W: tl.constexpr, G: tl.constexpr,
                     HAS_COUNT: tl.constexpr, DOT: tl.constexpr):
     n_live = n
@@ -179,7 +182,8 @@ def _density_kernel(x_ptr, wd1_ptr, wd2_ptr, sigma_ptr, count_ptr, n, n_in,
         rows = (tile * ROWS + tl.arange(0, ROWS)).to(tl.int64)
         if tile * ROWS < n_live:
             rmask = rows < n_live
-            x = tl.load(x_ptr + rows[:, None] * n_in + cin, mask=rmask[:, None] & (cin < n_in), other=0.0)
+            x = tl.load(x_ptr + rows[:, None] * x_row_stride + cin * x_col_stride,
+                        mask=rmask[:, None] & (cin < n_in), other=0.0)
             h1 = tl.maximum(_mm(x, wd1t, DOT), 0.0)
             h0 = tl.sum(h1 * w0[None, :], axis=1)
             tl.store(sigma_ptr + rows, tl.where(rmask, tl.exp(h0), 0.0), mask=rows < n)
@@ -197,7 +201,8 @@ def _store_partial(ptr, tile_t, row_stride, col0, K: tl.constexpr, N: tl.constex
 
 
 @triton.jit
-def _backward_tile(x_ptr, sh_ptr, g_sigma_ptr, g_rgb_ptr, g_x_ptr, tile, n, n_in, n_sh, sh_stride,
+def _backward_tile(x_ptr, sh_ptr, g_sigma_ptr, g_rgb_ptr, g_x_ptr, tile, n, n_in, x_row_stride, x_col_stride,
+                   g_row_stride, g_col_stride, n_sh, sh_stride,
                    wd1t, wd2t, wgt, wst, wc2t, wc3t, acc_d1, acc_d2, acc_g, acc_s, acc_c2, acc_c3,
                    ROWS: tl.constexpr, IN: tl.constexpr, W: tl.constexpr, G: tl.constexpr, SHP: tl.constexpr,
                    OUTP: tl.constexpr, EXP_MAX: tl.constexpr, DOT: tl.constexpr):
@@ -208,8 +213,8 @@ def _backward_tile(x_ptr, sh_ptr, g_sigma_ptr, g_rgb_ptr, g_x_ptr, tile, n, n_in
     cin = tl.arange(0, IN)[None, :]
     rows = (tile * ROWS + tl.arange(0, ROWS)).to(tl.int64)
     rmask = rows < n
-    x, h1, h, sh, c1, c2, o = _forward_tile(x_ptr, sh_ptr, rows, rmask, n_in, n_sh, sh_stride,
-                                            wd1t, wd2t, wgt, wst, wc2t, wc3t, IN, W, G, SHP, DOT)
+    x, h1, h, sh, c1, c2, o = _forward_tile(x_ptr, sh_ptr, rows, rmask, n_in, x_row_stride, x_col_stride,
+                                            n_sh, sh_stride, wd1t, wd2t, wgt, wst, wc2t, wc3t, IN, W, G, SHP, DOT)
     rgb = tl.sigmoid(o)
     g_rgb = tl.load(g_rgb_ptr + rows[:, None] * 3 + co, mask=rmask[:, None] & (co < 3), other=0.0)
     d_o = g_rgb * rgb * (1.0 - rgb)
@@ -228,14 +233,15 @@ def _backward_tile(x_ptr, sh_ptr, g_sigma_ptr, g_rgb_ptr, g_x_ptr, tile, n, n_in
     d_h1 = tl.where(h1 > 0.0, _mm(d_h, tl.trans(wd2t), DOT), 0.0)
     acc_d1 += _mm(tl.trans(x), d_h1, DOT)
     d_x = _mm(d_h1, tl.trans(wd1t), DOT)
-    tl.store(g_x_ptr + rows[:, None] * n_in + cin, d_x, mask=rmask[:, None] & (cin < n_in))
+    tl.store(g_x_ptr + rows[:, None] * g_row_stride + cin * g_col_stride, d_x, mask=rmask[:, None] & (cin < n_in))
     return acc_d1, acc_d2, acc_g, acc_s, acc_c2, acc_c3
 
 
 @triton.jit
 def _head_backward_kernel(x_ptr, sh_ptr, wd1_ptr, wd2_ptr, wc1_ptr, wc2_ptr, wc3_ptr,
                           g_sigma_ptr, g_rgb_ptr, g_x_ptr, partial_ptr,
-                          n, n_in, n_sh, sh_stride, partial_stride, off_d2, off_c1, off_c2, off_c3,
+                          n, n_in, x_row_stride, x_col_stride, g_row_stride, g_col_stride, n_sh, sh_stride,
+                          partial_stride, off_d2, off_c1, off_c2, off_c3,
                           ROWS: tl.constexpr, TILES: tl.constexpr, IN: tl.constexpr, W: tl.constexpr,
                           G: tl.constexpr, SHP: tl.constexpr, OUTP: tl.constexpr, EXP_MAX: tl.constexpr,
                           DOT: tl.constexpr):
@@ -251,13 +257,15 @@ def _head_backward_kernel(x_ptr, sh_ptr, wd1_ptr, wd2_ptr, wc1_ptr, wc2_ptr, wc3
     if TILES > 0:  # TILES consecutive tiles per program, a loop of known length
         for t in range(TILES):
             acc_d1, acc_d2, acc_g, acc_s, acc_c2, acc_c3 = _backward_tile(
-                x_ptr, sh_ptr, g_sigma_ptr, g_rgb_ptr, g_x_ptr, pid * TILES + t, n, n_in, n_sh, sh_stride,
+                x_ptr, sh_ptr, g_sigma_ptr, g_rgb_ptr, g_x_ptr, pid * TILES + t, n, n_in, x_row_stride,
+                x_col_stride, g_row_stride, g_col_stride, n_sh, sh_stride,
                 wd1t, wd2t, wgt, wst, wc2t, wc3t, acc_d1, acc_d2, acc_g, acc_s, acc_c2, acc_c3,
                 ROWS, IN, W, G, SHP, OUTP, EXP_MAX, DOT)
     else:  # persistent: every num_programs-th tile
         for tile in range(tl.program_id(0), tl.cdiv(n, ROWS), tl.num_programs(0)):
             acc_d1, acc_d2, acc_g, acc_s, acc_c2, acc_c3 = _backward_tile(
-                x_ptr, sh_ptr, g_sigma_ptr, g_rgb_ptr, g_x_ptr, tile, n, n_in, n_sh, sh_stride,
+                x_ptr, sh_ptr, g_sigma_ptr, g_rgb_ptr, g_x_ptr, tile, n, n_in, x_row_stride, x_col_stride,
+                g_row_stride, g_col_stride, n_sh, sh_stride,
                 wd1t, wd2t, wgt, wst, wc2t, wc3t, acc_d1, acc_d2, acc_g, acc_s, acc_c2, acc_c3,
                 ROWS, IN, W, G, SHP, OUTP, EXP_MAX, DOT)
     base = partial_ptr + pid * partial_stride
@@ -296,6 +304,16 @@ def _programs(t: torch.Tensor, n: int, rows: int) -> int:
     return max(1, min(triton.cdiv(n, rows), limit))
 
 
+def dense_features(features: torch.Tensor) -> torch.Tensor:
+    """``features`` [S, K] itself when the kernels read it in place, row-major (strides ``(K, 1)``)
+    or feature-major (strides ``(1, S)``, the Triton hash grid's transposed output: each column's
+    rows are contiguous, so a tile's loads stay coalesced), else a row-major copy."""
+    n, k = features.shape
+    if features.stride() == (k, 1) or features.stride() == (1, n) or features.is_contiguous():
+        return features
+    return features.contiguous()
+
+
 def _dot(precision: str) -> int:
     try:
         return DOT_PRECISIONS[precision]
@@ -315,7 +333,8 @@ class _FusedHead(torch.autograd.Function):
             rows = KERNEL_SETTINGS["forward_rows"]
             with _device(x):
                 _head_forward_kernel[(_programs(x, n, rows),)](
-                    x, sh, *weights, sigma, rgb, n, meta["n_in"], meta["n_sh"], meta["sh_stride"],
+                    x, sh, *weights, sigma, rgb, n, meta["n_in"], x.stride(0), x.stride(1), meta["n_sh"],
+                    meta["sh_stride"],
                     ROWS=rows, IN=meta["IN"], W=meta["W"], G=meta["G"], SHP=meta["SHP"], OUTP=meta["OUTP"],
                     DOT=dot, num_warps=KERNEL_SETTINGS["forward_warps"],
                 )
@@ -339,12 +358,13 @@ class _FusedHead(torch.autograd.Function):
         # samples there is no program, and the gradients are zeros
         alloc = torch.empty if n else torch.zeros
         partial = alloc(n_programs, sum(sizes), dtype=torch.float32, device=x.device)
-        g_x = torch.empty_like(x)
+        g_x = torch.empty_like(x)  # the features' layout (row-major or feature-major)
         if n:
             with _device(x):
                 _head_backward_kernel[(n_programs,)](
-                    x, sh, *weights, g_sigma, g_rgb, g_x, partial, n, meta["n_in"], meta["n_sh"],
-                    meta["sh_stride"], partial.stride(0), offsets[1], offsets[2], offsets[3], offsets[4],
+                    x, sh, *weights, g_sigma, g_rgb, g_x, partial, n, meta["n_in"], x.stride(0), x.stride(1),
+                    g_x.stride(0), g_x.stride(1), meta["n_sh"], meta["sh_stride"], partial.stride(0), offsets[1],
+                    offsets[2], offsets[3], offsets[4],
                     ROWS=rows, TILES=tiles, IN=meta["IN"], W=meta["W"], G=meta["G"], SHP=meta["SHP"],
                     OUTP=meta["OUTP"], EXP_MAX=_TRUNC_EXP_GRAD_MAX, DOT=ctx.dot,
                     num_warps=KERNEL_SETTINGS["backward_warps"],
@@ -360,7 +380,9 @@ def fused_field_head(features: torch.Tensor, sh: torch.Tensor, density_weights: 
     """Density and colour of samples from their hash-grid features and SH of their directions.
 
     Args:
-        features: [S, L·F] float32, contiguous (the hash grid's output; its gradient is returned).
+        features: [S, L·F] float32 (the hash grid's output; its gradient is returned), read in
+            place when row-major or feature-major (strides ``(1, S)``, the Triton hash grid's
+            output), else copied to row-major first; the gradient has the same layout.
         sh: [S, ≥ n_sh] float32 with unit column stride: the first ``n_sh`` columns are used, where
             ``n_sh`` = the colour MLP's inputs − 15 (degree² of the SH encoding). No gradient.
         density_weights: the density MLP's two ``[out, in]`` float32 weight matrices.
@@ -387,7 +409,7 @@ def fused_field_head(features: torch.Tensor, sh: torch.Tensor, density_weights: 
             or sh.stride(1) != 1:
         raise ValueError(f"fused_field_head: sh must be [{features.shape[0]}, >= {n_sh}] float32 with unit "
                          f"column stride, got {tuple(sh.shape)} {sh.dtype}")
-    return _FusedHead.apply(features.contiguous(), sh.detach(), dot, *density_weights, *rgb_weights)
+    return _FusedHead.apply(dense_features(features), sh.detach(), dot, *density_weights, *rgb_weights)
 
 
 def fused_density(features: torch.Tensor, density_weights: list[torch.Tensor], precision: str = "ieee",
@@ -396,7 +418,8 @@ def fused_density(features: torch.Tensor, density_weights: list[torch.Tensor], p
     compaction's density pass and the occupancy-grid update need).
 
     Args:
-        features: [S, L·F] float32 (the hash grid's output).
+        features: [S, L·F] float32 (the hash grid's output; read in place when row-major or
+            feature-major, as :func:`fused_field_head`).
         density_weights: the density MLP's two ``[out, in]`` float32 weight matrices (shapes as
             :func:`fused_head_supported` requires).
         precision: the products' input precision, a key of :data:`DOT_PRECISIONS`.
@@ -414,7 +437,7 @@ def fused_density(features: torch.Tensor, density_weights: list[torch.Tensor], p
     if features.dtype != torch.float32 or features.ndim != 2 or features.shape[1] != wd1.shape[1]:
         raise ValueError(f"fused_density: features must be [S, {wd1.shape[1]}] float32, "
                          f"got {tuple(features.shape)} {features.dtype}")
-    features = features.detach().contiguous()
+    features = dense_features(features.detach())
     n = features.shape[0]
     sigma = torch.empty(n, dtype=torch.float32, device=features.device)
     if n:
@@ -422,7 +445,7 @@ def fused_density(features: torch.Tensor, density_weights: list[torch.Tensor], p
         with _device(features):
             _density_kernel[(_programs(features, n, rows),)](
                 features, wd1.detach(), wd2.detach(), sigma, count if count is not None else sigma, n,
-                features.shape[1], ROWS=rows, IN=_next_pow2(features.shape[1]), W=wd1.shape[0], G=GEOMETRY_DIM,
+                features.shape[1], features.stride(0), features.stride(1), ROWS=rows, IN=_next_pow2(features.shape[1]), W=wd1.shape[0], G=GEOMETRY_DIM,
                 HAS_COUNT=count is not None, DOT=dot, num_warps=KERNEL_SETTINGS["density_warps"],
             )
     return sigma

@@ -72,6 +72,7 @@ CONFIGS = {
 # Interpreter cases. Cost is ~0.1 s per program (L × blocks, per launch), so blocks are chosen to
 # cover tails and several blocks while keeping the file fast. Every case checks the forward kernel
 # (poisoned feature-major output) and the backward kernel; ``extras`` adds the row-major output, a
+# forward of a device count of live points (the rows after it untouched), a
 # strided upstream gradient, int64 offsets, and the autograd path (gradient dtype, expanded
 # upstream gradient, no gradient for x).
 # (name, config, table dtype, n points, block or None for the module default, extras)
@@ -191,6 +192,14 @@ def observe_case(case: tuple, device: str, seed: int) -> dict:
     grad_t = grad_features.t().contiguous().t()
     grad32_t = hash_grid_backward_triton(x, grad_t, cfg, block=backward_block)
     seen["backward_strided_rel_err"] = _rel_err(grad32_t, table_ref32.grad)
+
+    # A device count of live points: the first count rows as without it, the rest left as they were.
+    count = n // 3
+    poisoned = torch.full((width, n), float("nan"), device=device).t()
+    counted = hash_grid_forward_triton(x, table, cfg, out=poisoned, block=forward_block,
+                                       count=torch.tensor(count, device=device))
+    seen["counted_forward_rel_err"] = _rel_err(counted[:count], reference[:count]) if count else 0.0
+    seen["counted_rows_untouched"] = bool(torch.isnan(counted[count:]).all())
 
     # int64 offsets (chosen automatically only for huge tables or batches).
     out_wide = hash_grid_forward_triton(x, table, cfg, block=forward_block, wide_index=True)
@@ -318,6 +327,8 @@ def _check_case(seen: dict, table_dtype: str, extras: bool, backward_tol: float 
     if not extras:
         return
     assert seen["backward_strided_rel_err"] < backward_tol, where
+    assert seen["counted_forward_rel_err"] < REL_TOL, where
+    assert seen["counted_rows_untouched"], where
     assert seen["wide_forward_rel_err"] < REL_TOL, where
     assert seen["wide_backward_rel_err"] < backward_tol, where
     assert seen["encode_dtype"] == "torch.float32", where
