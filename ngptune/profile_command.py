@@ -99,8 +99,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="torch.profiler records steps A..B-1 (default: 5 steps in the steady state, in the last "
                         "fifth of --steps and after the occupancy warm-up when the run is long enough)")
     p.add_argument("--eval-images", type=int, default=0, metavar="N",
-                   help="score the trained model on N test views after the profiled steps (default 0: no "
-                        "evaluation); the background_collapse diagnosis needs it")
+                   help="score the trained model on at most N test views after the profiled steps, on any "
+                        "device (training.eval_max_images; default 0: no evaluation); the background_collapse "
+                        "diagnosis needs it")
     p.add_argument("--nsys", action="store_true", help="run under Nsight Systems when nsys is on PATH")
     p.add_argument("--ncu", action="store_true", help="profile the hash-grid kernels with Nsight Compute (separate short run)")
     p.add_argument("--nvml-interval-ms", type=float, default=100.0, help="NVML sampling interval (default 100 ms)")
@@ -460,8 +461,11 @@ class RunWatcher:
             self.board.update("profile run", record)
 
     def close(self, completed: bool) -> None:
+        """The run's last progress, then its outcome with the step its ``status.json`` ended at."""
         self.poll()
-        self.board.finish("profile run", "completed" if completed else "ended")
+        step = (self.profile.run.read_status() or {}).get("step")
+        self.board.finish("profile run", "completed" if completed else "ended",
+                          step=step if isinstance(step, int) else None)
         self.board.close()
 
 

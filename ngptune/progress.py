@@ -8,7 +8,8 @@ last) the ``progress:`` lines the trainer prints every few seconds into its outp
 bar, ``step N/T``, ETA, samples/s; four short columns, so it fits 80 columns; no ETA from a record
 of start-up steps only), off a terminal plain lines per run: when its state changes, when its
 first step is known, at each :data:`PLAIN_PARTS`-th of its steps, and every :data:`PLAIN_EVERY_S`
-seconds while its line has news (a line the same as the last is not repeated).
+seconds while its line has news (a line the same as the last is not repeated), and its outcome
+with the step it ended at (``0000: completed at step 100/100``).
 """
 
 from __future__ import annotations
@@ -144,13 +145,18 @@ class RunsProgress:
                     row["rate"] = f"{si_number(rate)} samples/s"  # (a progress line has none: the last stays)
         self._plain(name, force=began)
 
-    def finish(self, name: str, state: str) -> None:
-        """The run ended: ``state`` (completed, failed, ...) replaces its rate."""
+    def finish(self, name: str, state: str, step: int | None = None) -> None:
+        """The run ended: ``state`` (completed, failed, ...) replaces its rate; ``step``, the step
+        it ended at (its status), replaces the last one seen, which a look between two of the
+        run's records may have left behind. Off a terminal its line ends with the step:
+        ``0000: completed at step 100/100``."""
         with self._lock:
             row = self.rows.setdefault(name, {"total": None, "step": 0, "eta_s": None, "rate": "", "state": state,
                                               "t0": None})
-            row["state"] = state
+            row["state"], row["ended"] = state, True
             row["eta_s"] = 0.0 if state == "completed" else row["eta_s"]
+            if step is not None:
+                row["step"], row["reported"] = int(step), True
         self._plain(name, force=True)
 
     def _plain(self, name: str, force: bool = False) -> None:
@@ -161,7 +167,10 @@ class RunsProgress:
             return
         with self._lock:
             row = dict(self.rows[name])
-        what = row["state"] if row["state"] != "running" else f"step {row['step']}/{row['total'] or '?'}, eta {clock_text(row['eta_s'])}"
+        what = row["state"] if row["state"] != "running" else \
+            f"step {row['step']}/{row['total'] or '?'}, eta {clock_text(row['eta_s'])}"
+        if row.get("ended") and row.get("reported"):  # a run that ended: where it ended
+            what += f" at step {row['step']}" + (f"/{row['total']}" if row["total"] else "")
         extra = f", {row['rate']}" if row["state"] == "running" and row["rate"] else ""
         line = f"{name}: {what}{extra}"
         now = time.monotonic()

@@ -42,15 +42,16 @@ def _n_steps(run_dir: Path) -> int | None:
 def job_done(board, name: str, result) -> None:
     """Say on ``board`` (:class:`ngptune.progress.RunsProgress`) that job ``name`` ended with
     ``result`` (:class:`ngptune.train_many.JobResult`): its row's final state, after a line with
-    the reason of a failure; a job an earlier run finished gets one line (under 80 columns) and
-    no row."""
+    the reason of a failure, and the step it ended at (``result.steps``, from its status: the
+    last look at its progress may be a few steps short of it); a job an earlier run finished gets
+    one line (under 80 columns) and no row."""
     if result.skipped_at:
         when = f", {result.finished_at}" if result.finished_at else ""
         board.message("\n".join(fit_lines([f"{name}: skipped,", f"finished earlier (step {result.steps}{when})"])))
         return
     if result.reason:
         board.message(f"{name}: {result.status}: {result.reason}")
-    board.finish(name, result.status)
+    board.finish(name, result.status, step=result.steps)
 
 
 def _cmd_train_many(args: argparse.Namespace) -> int:
@@ -101,7 +102,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="override a config key in every job")
     p.add_argument("--n-steps", type=positive_int, default=None, help="training steps per scene")
     p.add_argument("--time-budget", type=float, default=None, metavar="S", help="training seconds per scene")
-    p.add_argument("--eval-max-images", type=positive_int, default=None, help="evaluate at most N test views per scene")
+    p.add_argument("--eval-max-images", type=positive_int, default=None, metavar="N",
+                   help="evaluate at most N test views per scene, on any device")
     p.add_argument("--device", default=None, help="cpu, cuda or auto (as ngptune train)")
     p.add_argument("--no-eval", action="store_true", help="skip the final evaluation (no PSNR, no thumbnail)")
     p.set_defaults(func=_cmd_train_many)

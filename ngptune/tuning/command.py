@@ -126,8 +126,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--concurrent-trials", type=_concurrent, default=None, metavar="N|auto",
                    help="trials running at once, each on its own GPUs (auto: visible GPUs // G; default 1)")
     p.add_argument("--trials-per-gpu", type=positive_int, default=None, metavar="K",
-                   help="let K trials share one GPU (default: 1; a step-budget study on GPUs packs "
-                        "ngptune.tuning.concurrency.STEP_BUDGET_TRIALS_PER_GPU); a seconds budget or a throughput "
+                   help="let K trials share one GPU (default 1; a step-budget study on GPUs takes "
+                        "$NGPTUNE_STEP_BUDGET_TRIALS_PER_GPU when it is set); a seconds budget or a throughput "
                         "objective then needs --allow-shared-gpu")
     p.add_argument("--allow-shared-gpu", action="store_true",
                    help="accept --trials-per-gpu > 1 with a throughput or time objective (not comparable)")

@@ -22,6 +22,7 @@ from trainer.parallel.checkpoint import COMPLETE_MARKER
 from trainer.parallel.rank_log import restart_line
 from trainer.contract.rundir import RunDir
 from trainer.contract.metrics import read_metrics
+from trainer.contract.textlines import joined
 
 
 pytestmark = pytest.mark.timeout(150)
@@ -194,5 +195,9 @@ def test_a_distributed_resume_with_other_settings_warns_on_the_terminal(demo_sce
     capfd.readouterr()
     assert main(_train_argv(demo_scene, run, "--n-steps", "4", "--resume", str(run), "--set", "loss.otype=Huber")) == 0
     err = capfd.readouterr().err
-    assert "resuming with settings other than it was trained with: loss.otype: 'L2' → 'Huber'" in err, err
+    said = err.splitlines()
+    start = max(i for i, line in enumerate(said) if line.startswith("warning:"))
+    warning = said[start:]  # the last warning and the lines that go on from it, refitted by the launcher
+    assert "resuming with settings other than it was trained with: loss.otype: 'L2' → 'Huber'" in joined(warning), err
+    assert all(len(line) <= 79 for line in warning if " " in line.strip()), warning  # a long path stays whole
     assert err.strip().endswith("(rank 0)")

@@ -45,8 +45,8 @@ def test_two_rank_profile_writes_every_table_and_the_report(tmp_path: Path, demo
     opening = next(i for i, line in enumerate(lines) if line.startswith("trainer: training "))
     statement = joined(lines[opening:opening + 1] + list(takewhile(lambda line: line.startswith("  "),
                                                                    lines[opening + 1:])))
-    assert " on cpu, 2 ranks (" in statement and "CPU thread" in statement, proc.stdout
-    assert "profile run: completed" in lines
+    assert " on cpu, 2 ranks, " in statement and "CPU thread" in statement, proc.stdout
+    assert "profile run: completed at step 9/9" in lines
     head = next(i for i, line in enumerate(lines) if line.startswith("steps: 9 on 2 ranks; step time "))
     parts = joined(lines[head:head + 6])  # the step time, then the parts that add up to it
     assert "after warm-up" in parts and "the parts of its " in parts and ": compute " in parts, proc.stdout

@@ -47,3 +47,42 @@ def test_version_prints_the_package_version(capsys):
         main(["--version"])
     assert exc.value.code == 0
     assert capsys.readouterr().out == f"ngptune {version('ngptune')}\n"
+
+
+def _help(argv, capsys, monkeypatch, columns: int) -> str:
+    monkeypatch.setenv("COLUMNS", str(columns))
+    with pytest.raises(SystemExit) as exc:
+        main([*argv, "-h"])
+    assert exc.value.code == 0
+    return capsys.readouterr().out
+
+
+def _bare(token: str) -> str:
+    return token.strip("()[]{},;:.'\"")
+
+
+def _sub_commands() -> list[str]:
+    from ngptune.cli import build_parser
+
+    action = next(a for a in build_parser()._actions if a.__class__.__name__ == "_SubParsersAction")
+    return sorted(action.choices)
+
+
+@pytest.mark.parametrize("command", _sub_commands())
+def test_help_breaks_lines_only_between_words(command, capsys, monkeypatch):
+    """At 80 columns no help line ends or starts with a piece of a word the help holds whole (a
+    constant, a flag, a path), as argparse's own wrapping left ``...STEP_BU`` / ``DGET_...`` in
+    ``sweep -h``."""
+    whole = {_bare(token) for token in _help([command], capsys, monkeypatch, 400).split()}
+    lines = _help([command], capsys, monkeypatch, 80).splitlines()
+    edges = [_bare(line.split()[i]) for line in lines if line.split() for i in (0, -1)]
+    pieces = [edge for edge in edges if edge and edge not in whole and any(edge in word for word in whole)]
+    assert pieces == [], pieces
+
+
+def test_sweep_help_names_the_variable_that_sets_the_trials_per_gpu(capsys, monkeypatch):
+    from ngptune.tuning.concurrency import STEP_BUDGET_TRIALS_PER_GPU, STEP_BUDGET_TRIALS_PER_GPU_ENV
+
+    text = " ".join(_help(["sweep"], capsys, monkeypatch, 80).split())
+    assert (f"--trials-per-gpu K let K trials share one GPU (default {STEP_BUDGET_TRIALS_PER_GPU}; a step-budget "
+            f"study on GPUs takes ${STEP_BUDGET_TRIALS_PER_GPU_ENV} when it is set)") in text

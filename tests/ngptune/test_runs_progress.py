@@ -24,7 +24,7 @@ def test_plain_lines_name_the_run_its_step_eta_and_throughput():
     board.finish("0001", "failed")
     board.finish("0002", "skipped: done before")  # a job an earlier run finished: no start, no record
     assert out.getvalue().splitlines() == ["0000: waiting", "0000: step 40/100, eta 0:30, 1.23 k samples/s",
-                                           "0000: completed", "0001: waiting", "0001: failed",
+                                           "0000: completed at step 40/100", "0001: waiting", "0001: failed",
                                            "0002: skipped: done before"]
 
 
@@ -134,10 +134,10 @@ def test_off_a_terminal_a_job_s_steps_show_as_its_log_reports_them(tmp_path, mon
         with open(log, "a") as f:
             f.write(progress_line(step, 60, step / 10, "0:01") + "\n")
         board.update("0000", newest_progress(None, log), total=60)
-    board.finish("0000", "completed")
+    board.finish("0000", "completed", step=60)  # its last look saw step 54: the job's status has 60
     assert out.getvalue().splitlines() == ["0000: step 0/60, eta -:--", "0000: step 6/60, eta 0:09",
                                            "0000: step 18/60, eta 0:05", "0000: step 30/60, eta 0:03",
-                                           "0000: step 48/60, eta 0:01", "0000: completed"]
+                                           "0000: step 48/60, eta 0:01", "0000: completed at step 60/60"]
 
 
 def test_the_profile_follows_a_short_run_s_steps_from_the_trainer_s_lines(tmp_path, capsys, monkeypatch):

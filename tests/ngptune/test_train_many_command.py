@@ -31,5 +31,18 @@ def test_a_job_that_ran_ends_its_row():
     out = io.StringIO()
     board = RunsProgress(out=out, plain=True)
     job_done(board, "0001", _result())
-    job_done(board, "0002", _result(status="failed", reason="scene path does not exist"))
-    assert out.getvalue().splitlines() == ["0001: completed", "0002: failed: scene path does not exist", "0002: failed"]
+    job_done(board, "0002", _result(status="failed", steps=None, reason="scene path does not exist"))
+    assert out.getvalue().splitlines() == ["0001: completed at step 2000", "0002: failed: scene path does not exist",
+                                           "0002: failed"]
+
+
+def test_a_finished_job_s_last_piped_line_has_its_final_step():
+    """Piped, the last look at a job's progress may be a few steps short of its end (step 90 of
+    100): its final line takes the step from the job's status."""
+    out = io.StringIO()
+    board = RunsProgress(out=out, plain=True)
+    board.update("0003", None, total=100)
+    board.update("0003", {"step": 90, "total": 100, "wall_time_s": 9.0}, total=100)
+    job_done(board, "0003", _result(steps=100))
+    lines = out.getvalue().splitlines()
+    assert lines[-2].startswith("0003: step 90/100, ") and lines[-1] == "0003: completed at step 100/100", lines

@@ -40,3 +40,16 @@ def first_statement(text: str) -> tuple[str, int]:
     while n < len(lines) and lines[n].startswith(CONTINUATION):
         n += 1
     return joined(lines[:n]), n
+
+
+def deepest_bracket(text: str) -> int:
+    """How deep round brackets nest in ``text``: 0 without any, 1 for ``a (b) (c)``, 2 for
+    ``a (b (c))``."""
+    depth = deepest = 0
+    for char in text:
+        if char == "(":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char == ")":
+            depth = max(depth - 1, 0)
+    return deepest

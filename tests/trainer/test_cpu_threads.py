@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.cli import deepest_bracket
 from tests.support.paths import REPO
 from tests.support.scenes import tiny_config_file
 from trainer.contract.textlines import CONTINUATION, LINE_WIDTH, joined
@@ -45,9 +46,10 @@ def _opening_line(tmp_path: Path, name: str, *extra: str) -> str:
 def test_the_opening_line_names_the_threads_and_the_flag_overrides_them(tmp_path):
     cores = available_cores()
     auto = _opening_line(tmp_path, "auto")
-    assert re.search(rf", 1 rank \({cores} CPU threads? per rank \({cores} cores // 1 rank\)\), config ", auto), auto
+    assert re.search(rf", 1 rank, {cores} CPU threads? per rank \({cores} cores // 1 rank\), config ", auto), auto
     given = _opening_line(tmp_path, "given", "--cpu-threads", "3")
-    assert ", 1 rank (3 CPU threads per rank (training.cpu_threads)), config " in given, given
+    assert ", 1 rank, 3 CPU threads per rank (training.cpu_threads), config " in given, given
+    assert deepest_bracket(auto) == deepest_bracket(given) == 1, (auto, given)  # no "(... (...))"
     assert json.loads((tmp_path / "given" / "config.json").read_text())["training"]["cpu_threads"] == 3
 
 
@@ -72,6 +74,6 @@ def test_the_launchers_opening_line_divides_the_cores_among_the_hosts_ranks(tmp_
     cores = available_cores()
     line = joined(opening_line(cfg, args, 4, 2).splitlines())  # 2 nodes of 2 ranks
     per_rank = max(1, cores // 2)
-    assert f"on cpu, 4 ranks ({per_rank} CPU thread{'s' if per_rank != 1 else ''} per rank ({cores} cores // 2 ranks)), " in line, line
+    assert f"on cpu, 4 ranks, {per_rank} CPU thread{'s' if per_rank != 1 else ''} per rank ({cores} cores // 2 ranks), " in line, line
     given = joined(opening_line(apply_overrides(cfg, {"training.cpu_threads": 1}), args, 4, 2).splitlines())
-    assert "4 ranks (1 CPU thread per rank (training.cpu_threads)), " in given, given
+    assert "4 ranks, 1 CPU thread per rank (training.cpu_threads), " in given, given

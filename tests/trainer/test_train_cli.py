@@ -4,6 +4,7 @@ that no camera ray crosses."""
 import json
 import subprocess
 import sys
+from itertools import takewhile
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from tests.support.paths import REPO
 from tests.support.scenes import tiny_config_file
 from trainer.contract.errors import TrainingError
-from trainer.contract.textlines import fit_lines
+from trainer.contract.textlines import CONTINUATION, LINE_WIDTH, fit_lines, joined
 
 
 def _run(*args, cwd):
@@ -137,7 +138,12 @@ def test_an_interrupted_final_evaluation_keeps_the_trained_model(demo_scene, tmp
     snapshot = run / "snapshots" / "step_0000006.pt"
     assert status["snapshot"] == str(snapshot) and load_snapshot(snapshot)["step"] == 6
     out = capsys.readouterr().out
-    assert f"evaluation interrupted; the trained model (step 6) is in {snapshot}" in out
+    lines = out.splitlines()
+    said = next(i for i, line in enumerate(lines) if line.startswith("evaluation interrupted;"))
+    note = lines[said:said + 1] + list(takewhile(lambda line: line.startswith(CONTINUATION), lines[said + 1:]))
+    assert joined(note) == (f"evaluation interrupted; the trained model (step 6) is in {snapshot}; --resume it "
+                            "with --n-steps 6 to evaluate later")
+    assert all(len(line) <= LINE_WIDTH for line in note if " " in line.strip()), note  # a long path stays whole
     assert "evaluating 4 test views" in out
 
 
@@ -160,8 +166,15 @@ def test_resume_names_changed_settings_and_refuses_fewer_steps(demo_scene, tmp_p
     changed = _run("--scene", str(demo_scene), "--config", str(config), "--n-steps", "8", "--resume", str(tmp_path / "s.pt"),
                    "--set", "loss.otype=Huber", "--out", str(tmp_path / "run2"), "--no-eval", cwd=REPO)
     assert changed.returncode == 0, changed.stderr
-    assert (f"warning: {tmp_path / 's.pt'}: resuming with settings other than it was trained with: "
-            "loss.otype: 'L2' → 'Huber'; pass its run's config.json as --config") in changed.stderr
+    lines = changed.stderr.splitlines()
+    said = [i for i, line in enumerate(lines) if line.startswith("warning:")]
+    assert len(said) == 1, changed.stderr
+    warning = lines[said[0]:said[0] + 1] + list(takewhile(lambda line: line.startswith(CONTINUATION),
+                                                          lines[said[0] + 1:]))
+    assert joined(warning) == (f"warning: {tmp_path / 's.pt'}: resuming with settings other than it was trained "
+                               "with: loss.otype: 'L2' → 'Huber'; pass its run's config.json as --config to continue "
+                               "the same training")
+    assert len(warning) > 1 and all(len(line) <= LINE_WIDTH for line in warning if " " in line.strip()), warning
     same = _run("--scene", str(demo_scene), "--config", str(config), "--n-steps", "8", "--resume", str(tmp_path / "s.pt"),
                 "--out", str(tmp_path / "run3"), "--no-eval", cwd=REPO)
     assert same.returncode == 0 and "resuming with settings" not in same.stderr, same.stderr

@@ -12,7 +12,7 @@ and nothing else of the trainer's)::
     rundir       RunDir: the run-directory layout, the only place its paths are built; atomic writes;
                  the complete checkpoints of a folder
     resumption   what a stopped run says on how to continue it (its newest model, the command line)
-    runstatus    status.json keys and states; the one-line "error: " / "warning: " protocol
+    runstatus    status.json keys and states; the one-line "error: " and the "warning: " protocol
     metrics      metrics.jsonl columns (unit in the name), PHASES, MetricsWriter / read_metrics
     evaluation   eval.json keys, read_evaluation, the collapse-to-the-background rule
     config       the typed config: twelve blocks of checked fields, I/O, overrides, resume diff
@@ -50,7 +50,7 @@ FACE: dict[str, tuple[str, ...]] = {
     "runstatus": (
         "COMPLETED", "DIVERGED", "FAILED", "INTERRUPTED", "PID_KEY", "PROGRESS_PREFIX", "REASON_KEY", "RUNNING",
         "RUN_DIR_KEY", "STATE_KEY", "SUMMARY_PREFIX", "TRAIN_START_KEY", "WARNING_PREFIX", "error_or_last_line",
-        "failed_fields", "is_completed", "is_diverged", "last_error_message", "plain_warning_format", "print_error",
+        "failed_fields", "fitted_warning", "is_completed", "is_diverged", "last_error_message", "plain_warning_format", "print_error",
         "process_fields", "progress_line", "read_progress_line", "result_line", "stale_pid", "state_of",
         "state_text", "summary_lines",
     ),

@@ -147,7 +147,9 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write a snapshot (distributed: a sharded checkpoint) into the run directory every N steps")
     parser.add_argument("--keep-checkpoints", type=positive_int, default=3, help="distributed: keep the newest N checkpoints (default 3)")
     parser.add_argument("--eval-every", type=int, default=None, help="evaluate every N steps (0: only at the end)")
-    parser.add_argument("--eval-max-images", type=int, default=None, help="evaluate at most this many images")
+    parser.add_argument("--eval-max-images", type=int, default=None, metavar="N",
+                        help="evaluate at most N views, evenly spaced, on any device (training.eval_max_images; "
+                             "default: every view, the CPU preset 4)")
     parser.add_argument("--no-eval", action="store_true", help="skip the final evaluation")
     parser.add_argument("--out", type=Path, default=None, help="run directory (default: runs/<time>-<scene>)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help="override a config key, e.g. --set training.log_every=10")

@@ -14,6 +14,8 @@ import datetime as _dt
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from trainer.contract.textlines import fit_lines
+
 if TYPE_CHECKING:
     from trainer.contract.config import TrainConfig
 
@@ -50,15 +52,15 @@ def default_config_path(config: Path | None, on_cpu: bool) -> Path | None:
 
 
 def cpu_config_warning(cfg: TrainConfig, on_cpu: bool) -> str | None:
-    """A one-line hint when a GPU-sized config is about to train on the CPU (each step of the
-    default 2^18-sample config takes seconds there), else None."""
+    """A hint, in lines under 80 columns (:func:`~trainer.contract.textlines.fit_lines`), when a
+    GPU-sized config is about to train on the CPU (each step of the default 2^18-sample config
+    takes seconds there), else None."""
     if not on_cpu or cfg.training.target_samples_per_step <= CPU_FRIENDLY_SAMPLES_PER_STEP:
         return None
-    return (
+    return "\n".join(fit_lines([
         f"note: training on the CPU with {cfg.training.target_samples_per_step} samples per step, "
         "a GPU-sized config (seconds per step); for a quick CPU run use --config configs/small.json "
-        "(fewer samples, a smaller grid and fewer march steps)"
-    )
+        "(fewer samples, a smaller grid and fewer march steps)"]))
 
 
 def default_run_dir(scene_path: Path) -> Path:

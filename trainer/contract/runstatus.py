@@ -35,8 +35,9 @@ line :func:`progress_line` writes and :func:`read_progress_line` reads back (``p
 A process of the trainer, the launcher or ``ngptune`` that refuses its input or fails prints ONE
 line ``error: <message>`` on stderr (:func:`print_error`) and exits with status 2 (1 for a failed
 profile); :func:`last_error_message` reads it back from a captured output or a rank's log. Their
-own warnings are lines ``warning: <message>`` (:func:`plain_warning_format`); the launcher repeats
-rank 0's on its own stderr.
+own warnings are lines ``warning: <message>`` (:func:`plain_warning_format`); a long one goes on
+in lines that start with :data:`~trainer.contract.textlines.CONTINUATION` (:func:`fitted_warning`);
+the launcher repeats rank 0's on its own stderr.
 
 Stdlib only: both the trainer and the ngptune driver import it.
 """
@@ -287,6 +288,15 @@ def error_or_last_line(text: str) -> str:
 
 TRAINER_ROOT = Path(__file__).resolve().parents[1]
 """The folder of the ``trainer`` package (whose UserWarnings :func:`plain_warning_format` shortens)."""
+
+
+def fitted_warning(text: str) -> str:
+    """``text`` as the message of a warning whose printed form, ``warning: <message>``
+    (:func:`plain_warning_format`), is broken at its spaces into lines under 80 columns
+    (:func:`~trainer.contract.textlines.fit_lines`: the lines after the first start with
+    :data:`~trainer.contract.textlines.CONTINUATION`, a path stays whole);
+    :func:`~trainer.contract.textlines.joined` gives back ``text`` with single spaces."""
+    return "\n".join(fit_lines([WARNING_PREFIX + text]))[len(WARNING_PREFIX):]
 
 
 def plain_warning_format(*roots: Path) -> None:

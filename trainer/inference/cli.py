@@ -108,19 +108,36 @@ def check_cpu_threads_flag(cpu_threads: int | None) -> None:
         raise ConfigError(f"--cpu-threads {cpu_threads}: expected an integer >= 0 (0: cores // ranks)")
 
 
+def _requested_threads(args: argparse.Namespace, cfg: Any) -> tuple[int, str]:
+    """The thread count asked for and what asked for it: ``--cpu-threads``, else the run's
+    ``training.cpu_threads``."""
+    if args.cpu_threads is not None:
+        return args.cpu_threads, "--cpu-threads"
+    return cfg.training.cpu_threads, "the run's training.cpu_threads"
+
+
+def device_words(args: argparse.Namespace, cfg: Any, device_type: str, local_ranks: int) -> str:
+    """Where the first line says the work runs, with no bracket inside another: ``on cpu, 1 CPU
+    thread per rank (--cpu-threads)`` (:func:`trainer.cpu_threads.describe_cpu_threads` for
+    ``local_ranks`` ranks on the host), or ``on cuda:0``."""
+    from trainer.cpu_threads import describe_cpu_threads
+
+    if device_type != "cpu":
+        return f"on {device_type}"
+    requested, setting = _requested_threads(args, cfg)
+    return f"on cpu, {describe_cpu_threads(requested, local_ranks, setting)}"
+
+
 def apply_threads(args: argparse.Namespace, cfg: Any, device: Any, local_ranks: int) -> str:
     """Set this process's intra-op threads on a CPU (``--cpu-threads``, else the run's
     ``training.cpu_threads``, by :func:`trainer.cpu_threads.apply_cpu_threads` for ``local_ranks``
-    ranks on the host) and return the words for the first line: ``on cpu (1 CPU thread per rank
-    (training.cpu_threads))`` or ``on cuda:0``."""
-    from trainer.cpu_threads import apply_cpu_threads, describe_cpu_threads
+    ranks on the host) and return the words for the first line (:func:`device_words`)."""
+    from trainer.cpu_threads import apply_cpu_threads
 
     if device.type != "cpu":
         return f"on {device}"
-    requested, setting = ((args.cpu_threads, "--cpu-threads") if args.cpu_threads is not None
-                          else (cfg.training.cpu_threads, "the run's training.cpu_threads"))
-    apply_cpu_threads(requested, local_ranks)
-    return f"on cpu ({describe_cpu_threads(requested, local_ranks, setting)})"
+    apply_cpu_threads(_requested_threads(args, cfg)[0], local_ranks)
+    return device_words(args, cfg, "cpu", local_ranks)
 
 
 def _say_stopped(how: str, what: str) -> None:
@@ -475,14 +492,7 @@ def _launch_render(args: argparse.Namespace) -> int:
 
     cfg = model_config(args.model)
     device = resolve_device(args.device or cfg.training.device)
-    if device.type == "cpu":
-        from trainer.cpu_threads import describe_cpu_threads
-
-        requested, setting = ((args.cpu_threads, "--cpu-threads") if args.cpu_threads is not None
-                              else (cfg.training.cpu_threads, "the run's training.cpu_threads"))
-        where = f"on cpu ({describe_cpu_threads(requested, args.nproc_per_node, setting)})"
-    else:
-        where = f"on {device.type}"
+    where = device_words(args, cfg, device.type, args.nproc_per_node)
     print("\n".join(fit_lines([f"rendering {args.model}", f"with {args.nproc_per_node} ranks", f"{where}:",
                                 f"--cameras {args.cameras}"])), flush=True)
     logs = Path(tempfile.mkdtemp(prefix="ngptune-render-"))
@@ -587,15 +597,20 @@ def _export_mesh(args: argparse.Namespace, out: Path) -> int:
 
 
 def mesh_result_lines(mesh: dict[str, Any], args: argparse.Namespace, out: Path) -> list[str]:
-    """The lines after a mesh export (under 80 columns): vertices and triangles, those left out
-    for too little support, the threshold, the time of each stage, the file."""
+    """The lines after a mesh export (under 80 columns, no bracket inside another): vertices and
+    triangles, the threshold, those left out for too little support, one statement of the time
+    (the whole export, then its stages), the file."""
     parts = [f"mesh: {counted(len(mesh['vertices']), 'vertex', 'vertices')},",
-             f"{counted(len(mesh['faces']), 'triangle')} at {args.resolution}^3,"]
+             f"{counted(len(mesh['faces']), 'triangle')} at {args.resolution}^3,", f"threshold {args.threshold:g},"]
     if args.min_views > 0:
         parts += [f"{mesh['faces_unsupported']} left out", f"(on the surface of fewer than {args.min_views}",
-                  "training views;", f"support {seconds_text(mesh['support_s'])}),"]
-    parts += [f"threshold {args.threshold:g}", f"(density {seconds_text(mesh['density_s'])},",
-              f"marching cubes {seconds_text(mesh['marching_s'])})", f"-> {out}"]
+                  "training views),"]
+    stages = [f"density {seconds_text(mesh['density_s'])}", f"marching cubes {seconds_text(mesh['marching_s'])}"]
+    if args.min_views > 0:
+        stages.append(f"support {seconds_text(mesh['support_s'])}")
+    parts += [f"in {seconds_text(mesh['seconds'])}", f"({stages[0]},", *listed(stages[1:])]
+    parts[-1] += ")"
+    parts.append(f"-> {out}")
     return fit_lines(parts)
 
 
@@ -616,13 +631,13 @@ def _export_pointcloud(args: argparse.Namespace, out: Path) -> int:
 
 
 def pointcloud_result_lines(cloud: dict[str, Any], args: argparse.Namespace, out: Path) -> list[str]:
-    """The lines after a point-cloud export (under 80 columns): points, the rays cast, the
-    opacity bound, those left out for too little support, the file."""
+    """The lines after a point-cloud export (under 80 columns, no bracket inside another): points,
+    the rays cast, the opacity bound, those left out for too little support, the file."""
     parts = [f"point cloud: {counted(len(cloud['points']), 'point')}", f"from {counted(cloud['rays'], 'ray')}",
-             f"(opacity >= {args.min_opacity:g}" + (")" if args.min_views <= 0 else ",")]
+             f"(opacity >= {args.min_opacity:g})" + ("," if args.min_views > 0 else "")]
     if args.min_views > 0:
         parts += [f"{cloud['unsupported']} left out", f"(on the surface of fewer than {args.min_views}",
-                  "training views))"]
+                  "training views)"]
     parts.append(f"-> {out}")
     return fit_lines(parts)
 

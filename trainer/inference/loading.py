@@ -336,12 +336,13 @@ def load_model(path: Path, scene_path: Path | None = None, device: str | None = 
         mode = "single"
     else:
         from trainer.parallel.build import build_distributed_trainer
+        from trainer.train.snapshot_state import ConfigDifferenceWarning
 
         meta = found.payload if found.payload is not None else {}
         cfg = _trained_scene_model(cfg, meta.get("trainer_state"))
         trainer = build_distributed_trainer(cfg, _load_scene(cfg, scene_path), None)
         with warnings.catch_warnings():  # the placement and world size differ on purpose
-            warnings.filterwarnings("ignore", message=".*resuming with settings other than")
+            warnings.filterwarnings("ignore", category=ConfigDifferenceWarning)
             trainer.load_checkpoint(source)
         mode = trainer.mode
     trainer.field.eval()

@@ -213,7 +213,8 @@ def extract_mesh(model: LoadedModel, resolution: int = 256, threshold: float = D
         ``{"vertices": [V, 3] float64 source world, "faces": [F, 3] int64, "normals": [V, 3]
         outward unit normals (source world), "colours": [V, 3] float32 in [0, 1],
         "box_cube": [2, 3] the unit-cube box meshed, "faces_unsupported": faces left out by
-        ``min_views`` (0 when it is 0), "density_s", "marching_s", "support_s"}``.
+        ``min_views`` (0 when it is 0), "density_s", "marching_s", "support_s": the stages' seconds,
+        "seconds": the whole extraction's}``.
 
     Raises:
         ConfigError: nothing in the box reaches ``threshold``, or every lattice point exceeds
@@ -234,7 +235,7 @@ def extract_mesh(model: LoadedModel, resolution: int = 256, threshold: float = D
             raise ConfigError(f"--aabb {' '.join(f'{v:g}' for v in aabb_world)}: the box lies outside the scene box")
     else:
         box = occupied_box(trainer)
-    t0 = time.perf_counter()
+    t0 = started = time.perf_counter()
     sigma = density_grid(trainer, box, resolution, quiet=quiet)
     density_s = time.perf_counter() - t0
     peak = float(sigma.max()) if sigma.size else 0.0
@@ -269,7 +270,7 @@ def extract_mesh(model: LoadedModel, resolution: int = 256, threshold: float = D
     return {"vertices": cube_to_world(verts_cube, scene), "faces": faces.astype(np.int64),
             "normals": _world_directions(outward, scene), "colours": colours, "box_cube": box,
             "faces_unsupported": n_unsupported, "density_s": density_s, "marching_s": marching_s,
-            "support_s": support_s}
+            "support_s": support_s, "seconds": time.perf_counter() - started}
 
 
 def write_mesh(mesh: dict[str, Any], out: Path) -> Path:

@@ -12,9 +12,14 @@ images). Two views fix a point by triangulation and a third checks it, hence the
 How it is computed, once per export:
 
 1. Depth maps: each training camera renders its expected depth ``Σ w_i t_i / Σ w_i`` through the
-   trained model, one ray per pixel centre of a grid at most :data:`DEPTH_MAP_SIDE` pixels on its
-   longer side (the evaluation renderer); a pixel whose opacity stays below
-   :data:`SURFACE_OPACITY` shows no surface.
+   trained model, one ray per pixel centre of a grid (the evaluation renderer); a pixel whose
+   opacity stays below :data:`SURFACE_OPACITY` shows no surface. The grid is as fine as the
+   lattice of step 2 needs and no finer (:func:`depth_map_side`): a pixel spans
+   :data:`CELLS_PER_DEPTH_PIXEL` lattice cells at the box's distance from the camera, with at most
+   :data:`DEPTH_MAP_SIDE` pixels on its longer side, so the depth maps of a coarse mesh cost a
+   fraction of a fine one's (lego's 400-pixel training views and the box of its object: 37 to 39
+   pixels a side for a 64³ mesh, a tenth of the rays at 128; 73 to 78 for the 128³ lattice of a
+   256³ mesh).
 2. The centres of a G³ lattice of cells over the exported box are projected into every camera
    (pinhole; lens distortion moves points by a few pixels of the full image, less than a pixel of
    the depth map) and count the views in which they are on the surface. The margin is
@@ -32,6 +37,7 @@ unit cube is inside at least 5 training frusta, so that part alone removes nothi
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
 import time
 from typing import Any
@@ -42,12 +48,19 @@ import torch
 from trainer.contract.textlines import estimate_text
 from trainer.inference.cameras import resize_cameras
 
-__all__ = ["DEPTH_MAP_SIDE", "SUPPORT_RESOLUTION", "SupportGrid", "build_support", "camera_depth_maps"]
+__all__ = ["CELLS_PER_DEPTH_PIXEL", "DEPTH_MAP_SIDE", "SUPPORT_RESOLUTION", "SupportGrid", "build_support",
+           "camera_depth_maps", "depth_map_side"]
 
 #: Cells per axis of the support lattice.
 SUPPORT_RESOLUTION = 128
-#: Longer side of the depth maps, pixels (never more than the training image).
+#: Longest side of the depth maps, pixels (never more than the training image).
 DEPTH_MAP_SIDE = 128
+#: Lattice cells one depth-map pixel spans at the box's distance from its camera: a cell is judged
+#: within :data:`MARGIN_CELL_DIAGONALS` cell diagonals plus :data:`MARGIN_PIXELS` pixels of the
+#: surface, so a finer map changes little; a coarser one blurs silhouettes over more cells.
+CELLS_PER_DEPTH_PIXEL = 2.0
+#: Shortest longer side of a depth map, pixels (unless the image is smaller).
+MIN_DEPTH_MAP_SIDE = 16
 #: Opacity from which a depth-map pixel shows a surface.
 SURFACE_OPACITY = 0.5
 #: Distance from a depth-map surface that still counts as on it: cell diagonals plus depth-map pixels.
@@ -90,11 +103,40 @@ class SupportGrid:
         return float(np.mean(self.views >= self.min_views))
 
 
+def depth_map_side(frame: Any, box: np.ndarray, resolution: int, longest: int = DEPTH_MAP_SIDE) -> int:
+    """Longer side (pixels) of ``frame``'s depth map for a lattice of ``resolution`` cells per axis
+    over ``box`` ([2, 3] unit cube): a pixel :data:`CELLS_PER_DEPTH_PIXEL` cells (the largest cell
+    edge) wide at the distance from the camera to the box's centre (at least half the box's
+    diagonal: a camera inside the box looks at its walls), within [:data:`MIN_DEPTH_MAP_SIDE`,
+    ``longest``] and never more than the image's longer side.
+
+    Raises:
+        ValueError: ``resolution`` or ``longest`` below 1.
+    """
+    if resolution < 1 or longest < 1:
+        raise ValueError(f"depth_map_side: expected resolution >= 1 and longest >= 1, got {resolution}, {longest}")
+    k = frame.intrinsics
+    box = np.asarray(box, dtype=np.float64)
+    image_side = max(k.width, k.height)
+    cell = float(np.max(box[1] - box[0])) / resolution
+    distance = max(float(np.linalg.norm(np.asarray(frame.c2w, dtype=np.float64)[:3, 3] - box.mean(axis=0))),
+                   0.5 * float(np.linalg.norm(box[1] - box[0])))
+    if cell <= 0 or distance <= 0:
+        return min(image_side, longest)
+    image_px_per_pixel = CELLS_PER_DEPTH_PIXEL * cell * max(k.fx, k.fy) / distance  # image pixels one map pixel spans
+    side = math.ceil(image_side / max(image_px_per_pixel, 1e-9))
+    return max(1, min(image_side, longest, max(side, MIN_DEPTH_MAP_SIDE)))
+
+
 @torch.no_grad()
-def camera_depth_maps(model: Any, side: int = DEPTH_MAP_SIDE, quiet: bool = True) -> list[tuple[Any, torch.Tensor]]:
+def camera_depth_maps(model: Any, side: int = DEPTH_MAP_SIDE, quiet: bool = True, box: np.ndarray | None = None,
+                      resolution: int | None = None) -> list[tuple[Any, torch.Tensor]]:
     """``(frame with shrunk intrinsics, depth [h, w] float32 on the device)`` per training camera
-    (module docstring, step 1); depth is distance along the unit ray, NaN where no surface.
-    Progress by views (a bar on a terminal, plain lines off one) unless ``quiet``."""
+    (module docstring, step 1); depth is distance along the unit ray, NaN where no surface. Each
+    map's longer side is ``side`` pixels, or with ``box`` and ``resolution`` (the support lattice)
+    :func:`depth_map_side` of at most ``side``. Progress by views (a bar on a terminal, plain
+    lines off one) unless ``quiet``; a warning, after the first view, when all of them would take
+    :data:`LONG_SUPPORT_S` or more."""
     from trainer.inference.progress import Progress
     from trainer.inference.render_views import subgrid_sample_renderer
 
@@ -107,7 +149,8 @@ def camera_depth_maps(model: Any, side: int = DEPTH_MAP_SIDE, quiet: bool = True
     started = time.perf_counter()
     try:
         for frame in frames:
-            out.append(_depth_map(trainer, frame, side, renderer, background))
+            own_side = side if box is None or resolution is None else depth_map_side(frame, box, resolution, side)
+            out.append(_depth_map(trainer, frame, own_side, renderer, background))
             progress.advance(1, out[-1][1].numel())
             if len(out) == 1 and len(frames) > 1:
                 estimate_s = (time.perf_counter() - started) * len(frames)
@@ -150,7 +193,8 @@ def build_support(model: Any, box: np.ndarray, min_views: int, resolution: int =
         box: [2, 3] unit-cube corners of the lattice.
         min_views: cameras a supported cell needs (>= 1).
         resolution: cells per axis.
-        depth_side: longer side of the depth maps, pixels.
+        depth_side: most pixels on the longer side of a depth map (:func:`depth_map_side` sizes
+            each for the lattice).
         quiet: no progress of the depth maps (:func:`camera_depth_maps`).
     """
     device = model.trainer.device
@@ -160,7 +204,7 @@ def build_support(model: Any, box: np.ndarray, min_views: int, resolution: int =
     grid = torch.stack(torch.meshgrid(*centres, indexing="ij"), dim=-1).reshape(-1, 3)
     cell_margin = MARGIN_CELL_DIAGONALS * float(np.linalg.norm((box[1] - box[0]) / resolution))
     views = torch.zeros(grid.shape[0], dtype=torch.int32, device=device)
-    for frame, depth in camera_depth_maps(model, depth_side, quiet):
+    for frame, depth in camera_depth_maps(model, depth_side, quiet, box=box, resolution=resolution):
         k = frame.intrinsics
         c2w = torch.as_tensor(np.asarray(frame.c2w, dtype=np.float32), device=device)
         local = (grid - c2w[:3, 3]) @ c2w[:3, :3]  # camera axes: x right, y up, looking down −z

@@ -14,8 +14,10 @@ the other lines printed above it). The launcher tells rank 0 that prefix
 
 Each new attempt's header line (``=== rank 0/W ... attempt A pid P: ...``, written by the worker
 entry point) becomes ``restart A of K: ...`` when ``A`` > 0: the elastic agent restarted the group
-(``--max-restarts``). ``warning:`` lines go to stderr as they come, each once, as
-``warning: ... (rank 0)`` (a scene's skipped frames are said before training starts). Left out:
+(``--max-restarts``). Warnings go to stderr as they come, each once, as ``warning: ... (rank 0)``
+(a scene's skipped frames are said before training starts); a warning rank 0 fitted into lines
+(a ``warning:`` line and those that go on from it, :data:`~trainer.contract.textlines.CONTINUATION`)
+is repeated whole, refitted under 80 columns. Left out:
 that header, ``error:`` lines and tracebacks (the launcher reports the failed rank itself), and
 rank 0's closing summary and JSON lines (the launcher prints its own).
 
@@ -31,7 +33,7 @@ from pathlib import Path
 from typing import TextIO
 
 from trainer.contract.runstatus import ERROR_PREFIX, PROGRESS_PREFIX, SUMMARY_PREFIX, WARNING_PREFIX, strip_rank_prefix
-from trainer.contract.textlines import CONTINUATION
+from trainer.contract.textlines import CONTINUATION, fit_lines, joined
 
 __all__ = ["ATTEMPT_HEADER", "RANK0_PREFIX", "RankLogFollower", "reported_step", "restart_line"]
 
@@ -89,6 +91,7 @@ class RankLogFollower:
         self._partial = ""
         self._in_traceback = False
         self._in_summary = False
+        self._warning: list[str] = []  # the lines of a warning being read
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._bar = None
@@ -114,6 +117,7 @@ class RankLogFollower:
         if self._partial:
             self._line(self._partial)
             self._partial = ""
+        self._say_warning()
         if self._bar is not None:
             self._bar.stop()
 
@@ -139,6 +143,21 @@ class RankLogFollower:
         *lines, self._partial = text.split("\n")
         for line in lines:
             self._line(line.rstrip("\r"))
+        if not self._partial:  # a warning is written at once: read up to a line's end, it is whole
+            self._say_warning()
+
+    def _say_warning(self) -> None:
+        """The warning read so far, on stderr unless said before: one line as it came, or the
+        lines of one the rank fitted, joined and refitted with the mark."""
+        if not self._warning:
+            return
+        lines, self._warning = self._warning, []
+        statement = joined(lines)
+        if statement in self.warnings_seen:
+            return
+        self.warnings_seen.add(statement)
+        said = [f"{statement} (rank 0)"] if len(lines) == 1 else fit_lines([statement, "(rank 0)"])
+        print("\n".join(said), file=self.err, flush=True)
 
     def _line(self, raw: str) -> None:
         line = strip_rank_prefix(raw).rstrip()
@@ -152,10 +171,13 @@ class RankLogFollower:
             return
         if line.startswith("Traceback (most recent call last)"):
             self._in_traceback = True
+        if self._warning:
+            if line.startswith(CONTINUATION) and line.strip():
+                self._warning.append(line)
+                return
+            self._say_warning()
         if line.startswith(WARNING_PREFIX) and not self._in_traceback:
-            if line not in self.warnings_seen:
-                self.warnings_seen.add(line)
-                print(f"{line} (rank 0)", file=self.err, flush=True)
+            self._warning = [line]
             return
         if line.startswith(SUMMARY_PREFIX) or (self._in_summary and line.startswith(CONTINUATION)):
             self._in_summary = True  # rank 0's summary lines: the launcher prints its own

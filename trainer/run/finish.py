@@ -101,7 +101,7 @@ def finish_status(
             result = trainer.evaluate()
         except (KeyboardInterrupt, Terminated):
             status["interrupted_during"] = "evaluation"
-            progress.message(f"evaluation interrupted; {model_kept_text(trainer, status)}")
+            progress.message("\n".join(fit_lines([f"evaluation interrupted; {model_kept_text(trainer, status)}"])))
             raise
         except Exception as exc:
             raise TrainingError(f"trained; evaluation failed: {type(exc).__name__}: {exc} "
@@ -177,10 +177,11 @@ def evaluation_notice(trainer: Any, last: dict[str, Any] | None = None, with_est
     pixels (``32.4 k pixels``), an estimated
     time (single process: measured by rendering a sample of their rays with the trained field and
     occupancy grid, :func:`~trainer.train.eval_estimate.measure_eval_seconds`; distributed: from
-    the training's own rate), and on a CPU the cap of views in effect and how to change it (it
-    renders every pixel of every view and is not in the time budget). With ``with_estimate``:
+    the samples/s of the last training interval, :func:`~trainer.train.eval_estimate.eval_seconds_estimate`),
+    the cap of views in effect and how to change it (``training.eval_max_images``, on any device),
+    and on a CPU that it is not in the time budget. With ``with_estimate``:
     ``(line, estimated seconds or None)``."""
-    from trainer.train.eval_estimate import eval_seconds_estimate, measure_eval_seconds
+    from trainer.train.eval_estimate import EVAL_SPEEDUP_OVER_TRAINING, eval_seconds_estimate, measure_eval_seconds
     from trainer.train.evaluate import eval_split_name, evaluation_frames
 
     split = eval_split_name(trainer)
@@ -192,18 +193,20 @@ def evaluation_notice(trainer: Any, last: dict[str, Any] | None = None, with_est
     parts = [f"evaluating {counted(len(chosen), split + ' view')}", f"({si_number(pixels)} pixels,",
              f"{counted(spp, 'render')} each)"]
     if getattr(trainer, "world_size", 1) == 1:
-        estimate, how = measure_eval_seconds(trainer, [f for _, f in chosen], spp), "measured on a sample of its rays"
+        estimate, how = measure_eval_seconds(trainer, [f for _, f in chosen], spp), ["measured on a sample of its rays"]
     else:
-        estimate, how = eval_seconds_estimate(pixels, spp, last), "at this run's training rate"
+        estimate = eval_seconds_estimate(pixels, spp, last)
+        how = ["not measured: from the last", "training interval's samples/s,",
+               f"rendering taken as {EVAL_SPEEDUP_OVER_TRAINING:g}x as fast", "as training"]
     if estimate is not None:
         took = f"{estimate:.0f} s" if estimate < 90 else f"{estimate / 60:.1f} min"
         parts[-1] += ","
-        parts += [f"estimated {took}", f"({how})"]
+        parts += [f"estimated {took}", f"({how[0]}", *how[1:]]
+        parts[-1] += ")"
+    if cap is not None and cap < len(views):
+        parts[-1] += ";"
+        parts += [f"at most {cap} of the {len(views)} views", "(--eval-max-images N,", "training.eval_max_images)"]
     if trainer.device.type == "cpu":
-        if cap is not None and cap < len(views):
-            parts[-1] += ";"
-            parts += [f"on a CPU at most {cap} of the {len(views)} views", "(training.eval_max_images;",
-                      "--eval-max-images N)"]
         parts[-1] += ";"
         parts += ["not counted in --time-budget,", "--no-eval skips it"]
     if estimate is not None and estimate > LONG_EVALUATION_S:

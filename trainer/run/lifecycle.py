@@ -154,8 +154,8 @@ class OneProcess(Job):
         if warm_start is not None:
             status["warm_started_from"] = str(warm_start)
             status["warm_started_from_step"] = trainer.warm_start(Path(warm_start))
-            progress.message(f"warm start from {warm_start} (its step {status['warm_started_from_step']}); "
-                             "optimiser and step counter start afresh")
+            progress.message(_fitted(f"warm start from {warm_start} (its step {status['warm_started_from_step']}); "
+                                     "optimiser and step counter start afresh"))
         return trainer
 
 

@@ -21,9 +21,10 @@ import torch
 from trainer.contract.config import TrainConfig, config_differences, config_to_dict
 from trainer.contract.errors import SnapshotError
 from trainer.contract.metrics import truncate_metrics_after
+from trainer.contract.runstatus import fitted_warning
 from trainer.train.snapshot import load_snapshot, load_state_checked
 
-__all__ = ["check_finest_resolution", "check_scene_model", "load_snapshot_into", "restore_counters", "rng_state", "set_rng_state",
+__all__ = ["ConfigDifferenceWarning", "check_finest_resolution", "check_scene_model", "load_snapshot_into", "restore_counters", "rng_state", "set_rng_state",
            "snapshot_payload", "warm_start_from", "warn_config_differences"]
 
 
@@ -83,17 +84,24 @@ def check_scene_model(path: Path, trainer_state: Any, scene_model: str) -> None:
     )
 
 
+class ConfigDifferenceWarning(UserWarning):
+    """A run resumes a model with training settings other than the ones it was trained with."""
+
+
 def warn_config_differences(path: Path, saved: Any, cfg: TrainConfig) -> None:
-    """Warn (one line) when a run resumes ``path`` with training settings other than the ones it
-    was written with (:func:`trainer.contract.config.config_differences`): legal, but usually a forgotten
+    """Warn (:class:`ConfigDifferenceWarning`, in lines under 80 columns:
+    :func:`~trainer.contract.runstatus.fitted_warning`) when a run resumes ``path`` with training
+    settings other than the ones it was written with
+    (:func:`trainer.contract.config.config_differences`): legal, but usually a forgotten
     ``--config``."""
     if not isinstance(saved, dict):
         return
     lines = config_differences(saved, cfg)
     if lines:
         more = f" (and {len(lines) - 6} more)" if len(lines) > 6 else ""
-        warnings.warn(f"{path}: resuming with settings other than it was trained with: {'; '.join(lines[:6])}{more}; "
-                      "pass its run's config.json as --config to continue the same training", stacklevel=2)
+        warnings.warn(fitted_warning(f"{path}: resuming with settings other than it was trained with: "
+                                     f"{'; '.join(lines[:6])}{more}; pass its run's config.json as --config to "
+                                     "continue the same training"), ConfigDifferenceWarning, stacklevel=2)
 
 
 def rng_state(trainer: Any, **extra: torch.Tensor) -> dict[str, Any]:

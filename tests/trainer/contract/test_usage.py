@@ -45,3 +45,26 @@ def test_chosen_parser_and_close_flags():
     assert close_flags(run, "--time-budgt=3") == ["--time-budget"]
     assert close_flags(run, "--qiet") == ["--quiet"]
     assert close_flags(run, "--zzz") == [] and close_flags(run, "budget") == []
+
+
+def test_help_is_wrapped_at_spaces_only(monkeypatch):
+    from trainer.contract.usage import WholeWordsHelpFormatter, keep_words_whole
+
+    monkeypatch.setenv("COLUMNS", "60")
+    top = _parser()
+    run = chosen_parser(top, argparse.Namespace(command="run"), ["run"])
+    name = "SOME_RATHER_LONG_ENVIRONMENT_VARIABLE_NAME_OF_THE_TOOL"
+    run.add_argument("--trials-per-gpu", help=f"share a GPU between trials a--hyphenated-flag--of-some-length {name}")
+    assert name not in run.format_help()  # argparse breaks it
+    keep_words_whole(top)
+    text = run.format_help()
+    assert name in text and "a--hyphenated-flag--of-some-length" in text, text
+    mesh = chosen_parser(top, argparse.Namespace(command="export"), ["export", "mesh"])
+    assert mesh.formatter_class is WholeWordsHelpFormatter  # every sub-command, at any depth
+
+
+def test_a_parser_with_a_formatter_of_its_own_keeps_it():
+    from trainer.contract.usage import keep_words_whole
+
+    raw = argparse.ArgumentParser(prog="raw", formatter_class=argparse.RawDescriptionHelpFormatter)
+    assert keep_words_whole(raw).formatter_class is argparse.RawDescriptionHelpFormatter

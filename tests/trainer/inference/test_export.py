@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import trimesh
 
-from tests.support.cli import first_statement, run_inference_cli
+from tests.support.cli import deepest_bracket, first_statement, run_inference_cli
 from trainer.contract.textlines import LINE_WIDTH, joined
 from trainer.data.demo import surface_distance
 from trainer.contract.commandline import MAX_RAYS_PER_POINT
@@ -166,15 +166,24 @@ def test_the_export_result_lines_fit_80_columns():
     args = argparse.Namespace(resolution=512, min_views=3, threshold=2.5, min_opacity=0.5)
     out = Path("runs/lego-with-a-rather-long-name/exports/lego-mesh-at-full-resolution.ply")
     mesh = {"vertices": [0] * 1_234_567, "faces": [0] * 2_469_134, "faces_unsupported": 20_311, "support_s": 12.34,
-            "density_s": 3.456, "marching_s": 0.0391}
+            "density_s": 3.456, "marching_s": 0.0391, "seconds": 16.2}
     lines = mesh_result_lines(mesh, args, out)
     assert len(lines) > 1 and all(len(line) <= LINE_WIDTH for line in lines), lines  # was one line of 200
-    assert joined(lines) == ("mesh: 1234567 vertices, 2469134 triangles at 512^3, 20311 left out (on the surface "
-                             "of fewer than 3 training views; support 12.3 s), threshold 2.5 (density 3.5 s, "
-                             f"marching cubes 39.1 ms) -> {out}")
+    # one statement of the time (it had two bracketed ones), no bracket inside another
+    assert joined(lines) == ("mesh: 1234567 vertices, 2469134 triangles at 512^3, threshold 2.5, 20311 left out "
+                             "(on the surface of fewer than 3 training views), in 16.2 s (density 3.5 s, "
+                             f"marching cubes 39.1 ms, support 12.3 s) -> {out}")
+    everything = mesh_result_lines(mesh, argparse.Namespace(resolution=64, min_views=0, threshold=2.5), Path("m.ply"))
+    assert joined(everything) == ("mesh: 1234567 vertices, 2469134 triangles at 64^3, threshold 2.5, in 16.2 s "
+                                  "(density 3.5 s, marching cubes 39.1 ms) -> m.ply")
     cloud = {"points": [0], "rays": 1, "unsupported": 0}
     assert pointcloud_result_lines(cloud, argparse.Namespace(min_views=0, min_opacity=0.5), Path("p.ply")) == [
         "point cloud: 1 point from 1 ray (opacity >= 0.5) -> p.ply"]
+    cloud = {"points": [0] * 5, "rays": 9, "unsupported": 3}
+    supported = joined(pointcloud_result_lines(cloud, argparse.Namespace(min_views=3, min_opacity=0.5), Path("p.ply")))
+    assert supported == ("point cloud: 5 points from 9 rays (opacity >= 0.5), 3 left out (on the surface of fewer "
+                         "than 3 training views) -> p.ply")  # was "(opacity >= 0.5, 3 left out (... views))"
+    assert max(deepest_bracket(joined(lines)), deepest_bracket(supported)) == 1
 
 
 def test_progress_lines_and_the_bar_give_the_time_left_as_the_training_does(capsys, monkeypatch):
@@ -219,8 +228,9 @@ def test_export_progress_and_its_last_line_read_in_human_units(trained_run, tmp_
     lines = stdout.splitlines()
     result = lines[next(i for i, line in enumerate(lines) if line.startswith("mesh: ")):]
     assert all(len(line) <= LINE_WIDTH for line in result if " " in line.strip()), result  # a long path stays whole
-    assert re.search(r"; support \d+\.\d m?s\), threshold 2\.5 \(density \d+\.\d m?s, marching cubes "
-                     r"\d+\.\d m?s\) -> ", joined(result)), result
+    assert re.search(r", threshold 2\.5, \d+ left out \(on the surface of fewer than 3 training views\), "
+                     r"in \d+\.\d m?s \(density \d+\.\d m?s, marching cubes \d+\.\d m?s, support \d+\.\d m?s\) -> ",
+                     joined(result)), result
 
 
 def test_a_piped_pointcloud_export_shows_its_progress_within_each_batch(trained_run, tmp_path, capsys, monkeypatch):

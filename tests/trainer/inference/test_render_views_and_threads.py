@@ -12,7 +12,7 @@ import cv2
 import pytest
 import torch
 
-from tests.support.cli import first_statement, run_inference_cli
+from tests.support.cli import deepest_bracket, first_statement, run_inference_cli
 from trainer.contract.textlines import LINE_WIDTH, joined
 from trainer.cpu_threads import available_cores
 from trainer.inference.loading import load_model
@@ -60,8 +60,9 @@ def test_render_takes_the_runs_thread_rule_and_says_so(trained_run, tmp_path, ca
     cores = available_cores()
     first, n = first_statement(stdout)
     assert all(len(line) <= LINE_WIDTH for line in stdout.splitlines()[:n]), stdout
-    assert first.startswith(f"rendering {trained_run['run']}/snapshots/step_0000080.pt (step 80) on cpu ({cores} CPU thread")
-    assert f"per rank ({cores} cores // 1 rank)): 1 frame of orbit of 8x8, spp 1" in first, first
+    assert first.startswith(f"rendering {trained_run['run']}/snapshots/step_0000080.pt (step 80) on cpu, {cores} CPU thread")
+    assert f"per rank ({cores} cores // 1 rank): 1 frame of orbit of 8x8, spp 1" in first, first
+    assert deepest_bracket(first) == 1, first  # no "(... (...))"
     assert torch.get_num_threads() == cores
     assert re.search(r" frames/s, [0-9.]+( [kMG])? rays/s", _result(stdout)), stdout  # 64.0 k, not 6.4e+04
 
@@ -69,14 +70,16 @@ def test_render_takes_the_runs_thread_rule_and_says_so(trained_run, tmp_path, ca
 def test_cpu_threads_flag_sets_the_threads_of_render_and_export(trained_run, tmp_path, capsys, restore_threads):
     code, stdout, _ = run_inference_cli(["render", trained_run["run"], "--cameras", "orbit", "--frames", "1", "--width", "8",
                                "--height", "8", "--out", tmp_path / "a", "--cpu-threads", "1", "--quiet"], capsys)
-    assert code == 0 and "on cpu (1 CPU thread per rank (--cpu-threads)): " in first_statement(stdout)[0]
+    assert code == 0 and "on cpu, 1 CPU thread per rank (--cpu-threads): " in first_statement(stdout)[0]
     assert torch.get_num_threads() == 1
     torch.set_num_threads(3)
     code, stdout, _ = run_inference_cli(["export", "mesh", trained_run["run"], "--resolution", "16", "--cpu-threads", "2",
                                "--out", tmp_path / "m.ply", "--quiet"], capsys)
     assert code == 0, stdout
-    assert first_statement(stdout)[0] == (f"exporting a 16^3 mesh of {trained_run['run']}/snapshots/step_0000080.pt "
-                                      "(step 80) on cpu (2 CPU threads per rank (--cpu-threads))")
+    first = first_statement(stdout)[0]
+    assert first == (f"exporting a 16^3 mesh of {trained_run['run']}/snapshots/step_0000080.pt "
+                     "(step 80) on cpu, 2 CPU threads per rank (--cpu-threads)")
+    assert deepest_bracket(first) == 1, first
     assert torch.get_num_threads() == 2
     code, _, err = run_inference_cli(["export", "pointcloud", trained_run["run"], "--cpu-threads", "-1"], capsys)
     assert code == 2 and err == "error: --cpu-threads -1: expected an integer >= 0 (0: cores // ranks)\n"
@@ -191,8 +194,8 @@ def test_the_first_line_is_printed_before_the_scene_is_loaded(trained_run, tmp_p
     assert code == 0
     assert [what for what, _ in seen] == ["scene", "estimate"]
     assert first_statement(seen[0][1]) == (
-        f"rendering {trained_run['run']}/snapshots/step_0000080.pt (step 80) on cpu (1 CPU thread per "
-        "rank (--cpu-threads)): 2 frames of orbit of 12x10, spp 1", seen[0][1].count("\n"))
+        f"rendering {trained_run['run']}/snapshots/step_0000080.pt (step 80) on cpu, 1 CPU thread per "
+        "rank (--cpu-threads): 2 frames of orbit of 12x10, spp 1", seen[0][1].count("\n"))
     assert seen[1][1] == ""  # nothing more until the estimate is known
     assert first_statement(stdout)[0] == "2 frames of orbit of 12x10, spp 1, estimated 12 s (measured on a sample of its rays)"
     seen.clear()
@@ -200,3 +203,20 @@ def test_the_first_line_is_printed_before_the_scene_is_loaded(trained_run, tmp_p
                                          "--out", tmp_path / "m.ply", "--quiet"], capsys)
     assert code == 0 and seen[0][0] == "scene"
     assert seen[0][1].startswith("exporting a 16^3 mesh of") and first_statement(seen[0][1])[1] == seen[0][1].count("\n")
+
+
+def test_a_launched_render_says_its_threads_without_nested_brackets():
+    """``render --nproc-per-node 2`` on a CPU: the threads each of the ranks takes, in one bracket."""
+    import argparse
+
+    from trainer.contract.config import load_config
+    from trainer.inference.cli import device_words
+
+    cfg = load_config(None)
+    cores = available_cores()
+    per_rank = max(1, cores // 2)
+    words = device_words(argparse.Namespace(cpu_threads=None), cfg, "cpu", 2)
+    assert words == (f"on cpu, {per_rank} CPU thread{'s' if per_rank != 1 else ''} per rank "
+                     f"({cores} cores // 2 ranks)"), words
+    assert device_words(argparse.Namespace(cpu_threads=1), cfg, "cpu", 2) == "on cpu, 1 CPU thread per rank (--cpu-threads)"
+    assert device_words(argparse.Namespace(cpu_threads=None), cfg, "cuda", 2) == "on cuda"

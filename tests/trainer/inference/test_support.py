@@ -72,3 +72,42 @@ def test_a_negative_min_views_is_refused_before_any_work(trained_run, tmp_path, 
                                 tmp_path / "x.ply", "--quiet"], capsys)
         assert code == 2 and err.startswith("error: --min-views -1: expected an integer >= 0"), err
     assert not list(tmp_path.iterdir())
+
+
+def _camera(side: int, distance: float, focal: float):
+    """A frame of ``side``² pixels at ``distance`` from the unit cube's centre, looking at it."""
+    import types
+
+    c2w = np.eye(4)
+    c2w[:3, 3] = [0.5, 0.5, 0.5 + distance]  # looking down −z at the centre
+    return types.SimpleNamespace(intrinsics=types.SimpleNamespace(width=side, height=side, fx=focal, fy=focal), c2w=c2w)
+
+
+def test_the_depth_maps_are_as_fine_as_the_lattice_needs() -> None:
+    """A depth-map pixel spans two lattice cells at the box's distance: the maps of a coarse
+    lattice are smaller (a 64³ mesh's fewer rays than a 256³ one's), within the cap and the image."""
+    from trainer.inference.support import CELLS_PER_DEPTH_PIXEL, DEPTH_MAP_SIDE, MIN_DEPTH_MAP_SIDE, depth_map_side
+
+    box = np.array([[0.2, 0.2, 0.2], [0.8, 0.8, 0.8]])
+    frame = _camera(400, 1.3, 555.0)  # lego's 400-pixel views
+    sides = {resolution: depth_map_side(frame, box, resolution) for resolution in (16, 32, 64, 128)}
+    cell_px = 0.6 / 64 * 555.0 / 1.3  # image pixels a 64³ cell spans at the box's centre
+    assert sides[64] == int(np.ceil(400 / (CELLS_PER_DEPTH_PIXEL * cell_px)))  # 50
+    assert sides[16] == MIN_DEPTH_MAP_SIDE < sides[32] < sides[64] < sides[128] == 100
+    assert depth_map_side(frame, box, 512) == DEPTH_MAP_SIDE  # the cap
+    assert depth_map_side(_camera(32, 1.3, 44.0), box, 512) == 32  # never more than the image
+    inside = depth_map_side(_camera(400, 0.0, 555.0), box, 64)  # a camera in the box: its walls' distance
+    assert inside == int(np.ceil(400 / (CELLS_PER_DEPTH_PIXEL * 0.6 / 64 * 555.0 / (0.5 * 0.6 * np.sqrt(3)))))
+    with pytest.raises(ValueError, match="resolution >= 1"):
+        depth_map_side(frame, box, 0)
+
+
+def test_a_coarse_lattice_renders_smaller_depth_maps(model) -> None:
+    from trainer.inference.support import MIN_DEPTH_MAP_SIDE, camera_depth_maps
+
+    box = np.array([[0.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
+    fine = camera_depth_maps(model, box=box, resolution=128)
+    coarse = camera_depth_maps(model, box=box, resolution=4)
+    assert all(max(depth.shape) == 32 for _, depth in fine)  # the 32-pixel views: as large as the image
+    assert all(max(depth.shape) == MIN_DEPTH_MAP_SIDE for _, depth in coarse)
+    assert all(max(f.intrinsics.width, f.intrinsics.height) == MIN_DEPTH_MAP_SIDE for f, _ in coarse)

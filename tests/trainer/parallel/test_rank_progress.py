@@ -116,3 +116,26 @@ def test_two_rank_launch_prints_rank0_progress_before_the_summary(demo_scene, tm
     assert job["step"] == alone["step"] == 10 and job["nproc_per_node"] == 2 and job["run_dir"] == str(run)
     for key in ("train_time_s", "throughput_samples_per_s", "wall_s", "startup_s"):
         assert isinstance(job[key], (int, float)) and isinstance(alone[key], (int, float)), key
+
+
+def test_a_warning_that_goes_on_in_more_lines_is_repeated_whole_and_once(tmp_path):
+    """Rank 0 fits a long warning into lines under 80 columns (less the ``rank 0: `` prefix): the
+    launcher repeats it on stderr as one warning, refitted with ``(rank 0)``, and nothing of it on
+    stdout."""
+    from trainer.contract.runstatus import fitted_warning
+    from trainer.contract.textlines import joined
+
+    text = ("runs/a-run-folder-with-a-long-name/checkpoints/step_0000100: resuming with settings other than it was "
+            "trained with: loss.otype: 'L2' → 'Huber'; pass its run's config.json as --config to continue the same "
+            "training")
+    printed = f"warning: {fitted_warning(text)}\n"
+    assert printed.count("\n") > 1 and joined(printed.splitlines()) == f"warning: {text}"
+    log = tmp_path / "rank0.log"
+    out, err = io.StringIO(), io.StringIO()
+    follower = RankLogFollower(log, 20, 0, plain=True, out=out, err=err)
+    _append(log, "step 5  loss 0.1\n" + printed + "step 6  loss 0.1\n" + printed)
+    follower.poll()
+    assert out.getvalue().splitlines() == ["rank 0: step 5  loss 0.1", "rank 0: step 6  loss 0.1"]
+    lines = err.getvalue().splitlines()
+    assert joined(lines) == f"warning: {text} (rank 0)"  # once
+    assert len(lines) > 1 and all(len(line) <= 79 for line in lines), lines

@@ -46,7 +46,7 @@ def test_no_config_on_a_cpu_takes_the_preset_and_says_so(demo_scene, tmp_path):
     out = _train("--scene", str(demo_scene), "--n-steps", "2", "--no-eval", "--out", str(tmp_path / "a"), cwd=REPO)
     assert out.returncode == 0, out.stderr
     first = _opening(out.stdout)
-    assert re.match(rf"training {re.escape(str(demo_scene))} on cpu, 1 rank \(1 CPU thread per rank \(training\.cpu_threads\)\), config .*configs/small\.json "
+    assert re.match(rf"training {re.escape(str(demo_scene))} on cpu, 1 rank, 1 CPU thread per rank \(training\.cpu_threads\), config .*configs/small\.json "
                     r"\(the CPU preset: no --config on a CPU\), up to 2 steps$", first), first
     preset = json.loads((tmp_path / "a" / "config.json").read_text())
     assert preset["training"]["target_samples_per_step"] == 4096
@@ -117,6 +117,57 @@ def test_a_long_evaluation_says_how_to_shorten_it(demo_scene, monkeypatch):
     monkeypatch.setattr(eval_estimate, "measure_eval_seconds", lambda *args: 12.0)
     assert "that is long" not in evaluation_notice(trainer)
     trainer.close()
+
+
+def test_the_evaluation_notice_names_the_cap_of_views_on_any_device(demo_scene, monkeypatch):
+    """The cap (``--eval-max-images``) holds on a GPU as on a CPU, and the notice says it on both;
+    a distributed run's estimate says plainly that it is not measured and what it is from."""
+    import torch
+
+    import trainer.train.eval_estimate as eval_estimate
+    from tests.support.scenes import tiny_config
+    from trainer.data import load_scene
+    from trainer.run.finish import evaluation_notice
+    from trainer.train.loop import Trainer
+
+    trainer = Trainer(tiny_config(training__eval_max_images=1), load_scene(demo_scene))
+    monkeypatch.setattr(eval_estimate, "measure_eval_seconds", lambda *args: 12.0)
+    try:
+        on_cpu = joined(evaluation_notice(trainer).splitlines())
+        assert "; at most 1 of the 4 views (--eval-max-images N, training.eval_max_images); not counted in " \
+               "--time-budget" in on_cpu, on_cpu
+        assert "on a CPU" not in on_cpu
+        trainer.device = torch.device("cuda")  # only read for what the notice says
+        on_gpu = joined(evaluation_notice(trainer).splitlines())
+        assert on_gpu.endswith("estimated 12 s (measured on a sample of its rays); at most 1 of the 4 views "
+                               "(--eval-max-images N, training.eval_max_images)"), on_gpu
+        trainer.world_size = 2
+        last = {"rays_per_step": 1000.0, "samples_per_step": 50_000.0, "throughput_samples_per_s": 1e6}
+        lines = evaluation_notice(trainer, last).splitlines()
+        assert all(len(line) <= LINE_WIDTH for line in lines), lines
+        two_ranks = joined(lines)
+        assert "training rate" not in two_ranks
+        assert re.search(r", estimated [0-9]+ s \(not measured: from the last training interval's samples/s, "
+                         r"rendering taken as 3x as fast as training\);", two_ranks), two_ranks
+    finally:
+        trainer.device = torch.device("cpu")
+        trainer.close()
+
+
+def test_the_eval_max_images_flag_is_said_to_cap_the_views_on_any_device(monkeypatch):
+    import argparse
+
+    from trainer.contract.commandline import add_train_arguments
+    from trainer.contract.config import load_config
+    from trainer.contract.usage import keep_words_whole
+
+    monkeypatch.setenv("COLUMNS", "80")
+    parser = argparse.ArgumentParser(prog="python -m trainer")
+    add_train_arguments(parser)
+    text = " ".join(keep_words_whole(parser).format_help().split())
+    preset = load_config(REPO / "configs" / "small.json").training.eval_max_images
+    assert (f"--eval-max-images N evaluate at most N views, evenly spaced, on any device (training.eval_max_images; "
+            f"default: every view, the CPU preset {preset})") in text, text
 
 
 def _record(step: int) -> dict:

@@ -193,9 +193,14 @@ def test_evaluation_subset_is_spread_over_the_split():
 def test_cpu_runs_of_gpu_sized_configs_get_a_hint():
     from trainer.contract.defaults import cpu_config_warning
     from trainer.contract.config import apply_overrides, load_config
+    from trainer.contract.textlines import LINE_WIDTH, joined
 
     big = apply_overrides(load_config(None), {"training.device": "cpu"})
-    assert "configs/small.json" in cpu_config_warning(big, on_cpu=True)
+    lines = cpu_config_warning(big, on_cpu=True).splitlines()
+    assert len(lines) > 1 and all(len(line) <= LINE_WIDTH for line in lines), lines  # was one line of 200
+    assert joined(lines) == (f"note: training on the CPU with {big.training.target_samples_per_step} samples per "
+                             "step, a GPU-sized config (seconds per step); for a quick CPU run use --config "
+                             "configs/small.json (fewer samples, a smaller grid and fewer march steps)")
     assert cpu_config_warning(tiny_config(), on_cpu=True) is None
     assert cpu_config_warning(big, on_cpu=False) is None
 

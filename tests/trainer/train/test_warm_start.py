@@ -7,6 +7,7 @@ import argparse
 import json
 import subprocess
 import sys
+from itertools import takewhile
 
 import pytest
 import torch
@@ -16,6 +17,7 @@ from trainer.run.lifecycle import run_training
 from trainer.contract.config import dump_config
 from trainer.data import load_scene
 from trainer.contract.errors import ConfigError, SnapshotError
+from trainer.contract.textlines import CONTINUATION, LINE_WIDTH, joined
 from trainer.train.loop import Trainer
 
 
@@ -69,3 +71,8 @@ def test_warm_start_on_the_command_line(demo_scene, tmp_path):
     assert result.returncode == 0, result.stderr
     status = json.loads((out / "status.json").read_text())
     assert (status["state"], status["step"], status["warm_started_from_step"]) == ("completed", 2, 3)
+    lines = result.stdout.splitlines()
+    said = next(i for i, line in enumerate(lines) if line.startswith("warm start from"))
+    note = lines[said:said + 1] + list(takewhile(lambda line: line.startswith(CONTINUATION), lines[said + 1:]))
+    assert joined(note) == f"warm start from {snap} (its step 3); optimiser and step counter start afresh"
+    assert all(len(line) <= LINE_WIDTH for line in note if " " in line.strip()), note  # a long path stays whole
