@@ -53,7 +53,9 @@ recipe_tests() {
   local paths=("$@")  # (pytest options such as -k may follow the paths)
   [ ${#paths[@]} -gt 0 ] || paths=(tests/trainer/*/test_triton_*.py tests/trainer/train/test_kernel_backends.py
                                    tests/trainer/render/test_compact.py tests/trainer/train/test_compaction.py)
-  run gpu_tests.txt python3 -m pytest -q -p no:cacheprovider -rf --tb=line "${paths[@]}" | tail -20 | cut -c1-400
+  # a test past FAULT_S seconds dumps every thread's stack (where it waits), then goes on
+  run gpu_tests.txt python3 -m pytest -q -p no:cacheprovider -rf --tb=line -o "faulthandler_timeout=${FAULT_S:-120}" \
+    "${paths[@]}" | tail -40 | cut -c1-400
 }
 
 #: encoding: hash-grid forward and forward+backward throughput, torch and Triton
