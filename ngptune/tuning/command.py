@@ -11,6 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from ngptune.tuning.packing import STEP_BUDGET_TRIALS_PER_GPU, STEP_BUDGET_TRIALS_PER_GPU_ENV
 from trainer.contract import add_scene_format_arguments, fit_lines, positive_int, scene_format_overrides
 
 __all__ = ["DEFAULT_STUDY", "register"]
@@ -126,9 +127,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--concurrent-trials", type=_concurrent, default=None, metavar="N|auto",
                    help="trials running at once, each on its own GPUs (auto: visible GPUs // G; default 1)")
     p.add_argument("--trials-per-gpu", type=positive_int, default=None, metavar="K",
-                   help="let K trials share one GPU (default 1; a step-budget study on GPUs takes "
-                        "$NGPTUNE_STEP_BUDGET_TRIALS_PER_GPU when it is set); a seconds budget or a throughput "
-                        "objective then needs --allow-shared-gpu")
+                   help=f"let K trials share one GPU (default 1; a step-budget study on GPUs packs "
+                        f"{STEP_BUDGET_TRIALS_PER_GPU}, or ${STEP_BUDGET_TRIALS_PER_GPU_ENV} when it is set); a seconds "
+                        "budget or a throughput objective then needs --allow-shared-gpu")
     p.add_argument("--allow-shared-gpu", action="store_true",
                    help="accept --trials-per-gpu > 1 with a throughput or time objective (not comparable)")
     p.add_argument("--no-confirm", dest="confirm", action="store_false",

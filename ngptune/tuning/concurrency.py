@@ -29,17 +29,12 @@ import threading
 
 from ngptune.scheduling.slots import SlotPool, slots_per_node, visible_gpus
 from ngptune.tuning.objectives import OBJECTIVES
+from ngptune.tuning.packing import STEP_BUDGET_TRIALS_PER_GPU, STEP_BUDGET_TRIALS_PER_GPU_ENV
 from ngptune.tuning.study import StudySpec
 from trainer.contract import ConfigError
 
-__all__ = ["STEP_BUDGET_TRIALS_PER_GPU", "TrialSlots", "default_trials_per_gpu", "host_cores", "plan_trial_slots",
-           "shared_gpu_distorts"]
-
-#: Trials per GPU of a step-budget study on a GPU host when ``--trials-per-gpu`` is not given: the K
-#: of the most trials per hour on one GPU (``bench/sweep_fidelity.py packing``, docs/benchmarks.md); an
-#: environment variable of this name overrides it.
-STEP_BUDGET_TRIALS_PER_GPU = 1
-STEP_BUDGET_TRIALS_PER_GPU_ENV = "NGPTUNE_STEP_BUDGET_TRIALS_PER_GPU"
+__all__ = ["STEP_BUDGET_TRIALS_PER_GPU", "STEP_BUDGET_TRIALS_PER_GPU_ENV", "TrialSlots", "default_trials_per_gpu",
+           "host_cores", "plan_trial_slots", "shared_gpu_distorts"]
 
 
 def default_trials_per_gpu(spec: StudySpec, n_gpus: int) -> int:

@@ -84,5 +84,5 @@ def test_sweep_help_names_the_variable_that_sets_the_trials_per_gpu(capsys, monk
     from ngptune.tuning.concurrency import STEP_BUDGET_TRIALS_PER_GPU, STEP_BUDGET_TRIALS_PER_GPU_ENV
 
     text = " ".join(_help(["sweep"], capsys, monkeypatch, 80).split())
-    assert (f"--trials-per-gpu K let K trials share one GPU (default {STEP_BUDGET_TRIALS_PER_GPU}; a step-budget "
-            f"study on GPUs takes ${STEP_BUDGET_TRIALS_PER_GPU_ENV} when it is set)") in text
+    assert (f"--trials-per-gpu K let K trials share one GPU (default 1; a step-budget study on GPUs packs "
+            f"{STEP_BUDGET_TRIALS_PER_GPU}, or ${STEP_BUDGET_TRIALS_PER_GPU_ENV} when it is set)") in text
