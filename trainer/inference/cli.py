@@ -44,7 +44,7 @@ from trainer.contract.runstatus import print_error
 from trainer.contract.textlines import counted, estimate_text, fit_lines, listed, seconds_text
 from trainer.contract.usage import parse_command_line
 
-__all__ = ["build_parser", "export_command", "main", "mesh_result_lines", "pointcloud_result_lines", "render_command",
+__all__ = ["build_parser", "export_command", "frame_rate_text", "main", "mesh_result_lines", "pointcloud_result_lines", "render_command",
            "render_result_lines"]
 
 ESTIMATE_MIN_RAYS = 200_000  # renders with fewer rays start without measuring their time first
@@ -356,14 +356,23 @@ def long_render_warning(args: argparse.Namespace, estimate: float | None) -> str
             "frames written so far")
 
 
+def frame_rate_text(frames_per_s: float) -> str:
+    """A render's pace: frames per second from one a second up (``4.00 frames/s``), seconds per
+    frame below (``18.7 s per frame``, not ``0.0535 frames/s``)."""
+    if frames_per_s >= 1 or frames_per_s <= 0:
+        return f"{si_number(frames_per_s)} frames/s"
+    return f"{seconds_text(1.0 / frames_per_s)} per frame"
+
+
 def render_result_lines(summary: dict[str, Any], job: Any, ranks: int = 1) -> list[str]:
     """The lines after a render (under 80 columns, :func:`~trainer.contract.textlines.fit_lines`):
-    the frames, their size and spp, the time, frames/s and rays/s (of ``ranks`` ranks together),
+    the frames, their size and spp, the time, the pace (:func:`frame_rate_text`) and rays/s (of
+    ``ranks`` ranks together),
     where they went, and with scores the mean PSNR and SSIM against the ground truth."""
     k = job.cameras[0].intrinsics
     rays = f"{si_number(summary['rays_per_s'])} rays/s" + (f" ({ranks} ranks)" if ranks > 1 else "")
     parts = [f"rendered {counted(summary['frames'], 'frame')} of {k.width}x{k.height},", f"spp {job.spp},",
-             f"in {seconds_text(summary['seconds'])}:", f"{si_number(summary['frames_per_s'])} frames/s,", rays]
+             f"in {seconds_text(summary['seconds'])}:", f"{frame_rate_text(summary['frames_per_s'])},", rays]
     where = [w for w in (summary.get("out_dir"), summary.get("video")) if w]
     if where:
         parts += listed([f"-> {where[0]}", *where[1:]])

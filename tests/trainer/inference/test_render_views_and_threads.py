@@ -44,12 +44,21 @@ def test_the_render_result_fits_80_columns_and_counts_in_words():
                "scores_path": "runs/lego-with-a-rather-long-name/views/scores.json"}
     lines = render_result_lines(summary, job, ranks=2)
     assert len(lines) > 1 and all(len(line) <= LINE_WIDTH for line in lines), lines  # was one line of ~200
-    assert joined(lines) == ("rendered 8 frames of 400x400, spp 8, in 183.4 s: 0.0436 frames/s, 6.98 k rays/s "
+    assert joined(lines) == ("rendered 8 frames of 400x400, spp 8, in 183.4 s: 22.9 s per frame, 6.98 k rays/s "
                              "(2 ranks) -> runs/lego-with-a-rather-long-name/views; against the ground truth: "
                              "PSNR 23.04 dB, SSIM 0.812 (mean over the views, per view in "
                              "runs/lego-with-a-rather-long-name/views/scores.json)")
     one = render_result_lines({"frames": 1, "seconds": 0.25, "frames_per_s": 4.0, "rays_per_s": 6.4e5}, job)
     assert one == ["rendered 1 frame of 400x400, spp 8, in 250.0 ms: 4.00 frames/s, 640 k rays/s"]
+
+
+def test_a_slow_render_reads_in_seconds_per_frame():
+    from trainer.inference.cli import frame_rate_text
+
+    assert frame_rate_text(0.0535) == "18.7 s per frame"  # not "0.0535 frames/s"
+    assert frame_rate_text(1.0) == "1.00 frames/s"
+    assert frame_rate_text(25.3) == "25.3 frames/s"
+    assert frame_rate_text(0.5) == "2.0 s per frame"
 
 
 def test_render_takes_the_runs_thread_rule_and_says_so(trained_run, tmp_path, capsys, restore_threads):
@@ -64,7 +73,7 @@ def test_render_takes_the_runs_thread_rule_and_says_so(trained_run, tmp_path, ca
     assert f"per rank ({cores} cores // 1 rank): 1 frame of orbit of 8x8, spp 1" in first, first
     assert deepest_bracket(first) == 1, first  # no "(... (...))"
     assert torch.get_num_threads() == cores
-    assert re.search(r" frames/s, [0-9.]+( [kMG])? rays/s", _result(stdout)), stdout  # 64.0 k, not 6.4e+04
+    assert re.search(r" (frames/s|s per frame), [0-9.]+( [kMG])? rays/s", _result(stdout)), stdout  # 64.0 k, not 6.4e+04
 
 
 def test_cpu_threads_flag_sets_the_threads_of_render_and_export(trained_run, tmp_path, capsys, restore_threads):
