@@ -256,6 +256,15 @@ def error_line(message: object) -> str:
     return f"{ERROR_PREFIX}{one_line(message)}"
 
 
+def fitted_error_lines(message: object) -> list[str]:
+    """:func:`error_line` of ``message`` broken at its spaces into lines under 80 columns
+    (:func:`~trainer.contract.textlines.fit_lines`: the lines after the first start with
+    :data:`~trainer.contract.textlines.CONTINUATION`, a path stays whole), for a person at a
+    terminal; :func:`~trainer.contract.textlines.joined` gives back the one line. A process whose
+    output another reads for its ``error:`` line (a rank) prints :func:`error_line` instead."""
+    return fit_lines([error_line(message)])
+
+
 def print_error(message: object) -> None:
     """Print :func:`error_line` of ``message`` on stderr."""
     print(error_line(message), file=sys.stderr)

@@ -1,8 +1,9 @@
 """``render`` and ``export`` command lines (``python -m trainer.inference``; ``ngptune render|export``
 runs this process, with the same flags: :mod:`trainer.contract.commandline`).
 
-Every flag is checked before the model is loaded; bad input ends with one ``error:`` line naming
-the flag, file or key, exit status 2, and nothing is written. Ctrl-C ends with one
+Every flag is checked before the model is loaded; bad input ends with one ``error:`` statement
+naming the flag, file or key (in lines under 80 columns; a rank of ``--nproc-per-node`` prints it
+on one line for the launcher to read), exit status 2, and nothing is written. Ctrl-C ends with one
 ``interrupted:`` line (how far it got, what was kept), exit status 130.
 
 On a CPU each rank takes the threads of the trainer's rule (:mod:`trainer.cpu_threads`: the run's
@@ -40,7 +41,7 @@ from trainer.contract.commandline import (
 )
 from trainer.contract.errors import ConfigError, TrainerError
 from trainer.contract.metrics import si_number
-from trainer.contract.runstatus import print_error
+from trainer.contract.runstatus import fitted_error_lines, print_error
 from trainer.contract.textlines import counted, estimate_text, fit_lines, listed, seconds_text
 from trainer.contract.usage import parse_command_line
 
@@ -662,5 +663,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m trainer.infer
     try:
         return int(args.func(args))
     except TrainerError as exc:
-        print_error(exc)
+        if "TORCHELASTIC_RUN_ID" in os.environ:  # a rank: the launcher reads its one error line
+            print_error(exc)
+        else:
+            print("\n".join(fitted_error_lines(exc)), file=sys.stderr)
         return 2

@@ -100,7 +100,7 @@ def find_model_source(path: Path) -> tuple[str, Path, Path | None]:
         state = unfinished_state(path)
         ended = "" if state is None else f"; its {run.status_path} says " + (
             "the run is still training" if state == "still training"
-            else f"the run did not finish ({state}) before it kept one")
+            else f"the run did not finish before it kept one: {state}")
         raise SnapshotError(
             f"{path}: no snapshot (snapshots/step_N.pt or final.pt) and no complete checkpoint (checkpoints/step_N/) "
             f"in this folder{ended}; a run that finishes keeps its model there, Ctrl-C of a one-process run keeps "

@@ -9,15 +9,20 @@ import shutil
 
 import pytest
 
-from tests.support.cli import run_inference_cli
+from trainer.contract.textlines import LINE_WIDTH
+
+from tests.support.cli import deepest_bracket, first_statement, run_inference_cli
 from tests.support.scenes import tiny_config
 
 
 def _fails(argv, capsys, pattern):
+    """The one ``error:`` statement of a refused command (its lines under 80 columns), joined."""
     code, out, err = run_inference_cli(argv, capsys)
-    assert code == 2 and err.startswith("error: ") and err.count("\n") == 1, err
-    assert re.search(pattern, err), err
-    return err
+    statement, n = first_statement(err)
+    assert code == 2 and statement.startswith("error: ") and n == err.count("\n"), err
+    assert all(len(line) <= LINE_WIDTH or len(line.split()) == 1 for line in err.splitlines()), err  # a long path stays whole
+    assert re.search(pattern, statement), err
+    return statement
 
 
 def test_a_snapshot_of_another_config_names_the_entry(trained_run, tmp_path, capsys, demo_scene):
@@ -70,8 +75,16 @@ def test_a_run_folder_without_snapshots(trained_run, tmp_path, capsys):
     run = tmp_path / "empty_run"
     run.mkdir()
     shutil.copy(trained_run["run"] / "config.json", run / "config.json")
-    _fails(["render", run, "--out", tmp_path / "f", "--quiet"], capsys,
-           r"empty_run: no snapshot .* and no complete checkpoint .*--snapshot-every")
+    said = _fails(["render", run, "--out", tmp_path / "f", "--quiet"], capsys,
+                  r"empty_run: no snapshot .* and no complete checkpoint .*--snapshot-every")
+    assert deepest_bracket(said) == 1, said
+    bare = tmp_path / "dir_without_model"  # the walkthrough's ~270-character line
+    bare.mkdir()
+    code, _, err = run_inference_cli(["render", bare, "--cameras", "test"], capsys)
+    lines = err.splitlines()
+    assert code == 2 and len(lines) > 1 and first_statement(err)[0].startswith(f"error: {bare}: no snapshot"), err
+    assert all(len(line) <= LINE_WIDTH or line.strip() == f"{bare}:" for line in lines), err
+    assert deepest_bracket(err) == 1, err
 
 
 def test_a_run_that_did_not_finish_is_named_so(tmp_path, capsys):
@@ -88,8 +101,8 @@ def test_a_run_that_did_not_finish_is_named_so(tmp_path, capsys):
     run.mkdir()
     (run / "status.json").write_text(json.dumps({"state": "running", "pid": dead.pid, "host": socket.gethostname()}))
     _fails(["render", run, "--out", tmp_path / "f", "--quiet"], capsys,
-           rf"killed: no snapshot .*; its .*killed/status.json says the run did not finish \(stale \(process "
-           rf"{dead.pid} no longer exists\): it was killed before it could write its end\) before it kept one; ")
+           rf"killed: no snapshot .*; its .*killed/status.json says the run did not finish before it kept one: "
+           rf"stale \(process {dead.pid} no longer exists\): it was killed before it could write its end; ")
     model = f"snapshot {run}/snapshots/step_0000040.pt (step 40)"
     assert run_state_note(run, model) == (
         f"{run}/status.json: the run did not finish (stale (process {dead.pid} no longer exists): it was killed "
@@ -156,7 +169,7 @@ def test_ngptune_render_and_export_run_the_trainers_program(trained_run, tmp_pat
     assert main(["render", str(trained_run["run"]), "--spp", "0"]) == 2
     assert "--spp 0" in capfd.readouterr().err
     assert main(["export", "pointcloud", str(trained_run["run"]), "--out", str(tmp_path / "c.txt")]) == 2
-    assert "unknown point-cloud extension '.txt'" in capfd.readouterr().err
+    assert "unknown point-cloud extension '.txt'" in first_statement(capfd.readouterr().err)[0]
 
 
 def test_an_export_to_a_place_that_cannot_hold_a_file_is_refused_before_the_work(trained_run, capsys, monkeypatch):
