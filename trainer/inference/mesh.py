@@ -36,10 +36,12 @@ from trainer.contract.rundir import atomic_write, prepare_output_file
 
 __all__ = [
     "DEFAULT_THRESHOLD",
+    "DensityInterrupted",
     "MESH_EXTENSIONS",
     "check_mesh_request",
     "check_min_views",
     "density_grid",
+    "density_seconds_estimate",
     "extract_mesh",
     "mesh_memory_bytes",
     "occupied_box",
@@ -50,6 +52,7 @@ __all__ = [
 DEFAULT_THRESHOLD = DEFAULT_MESH_THRESHOLD  # σ, instant-ngp's marching-cubes default
 MESH_EXTENSIONS = (".ply", ".obj", ".glb")
 CHUNK_POINTS = 2**18
+PROBE_POINTS = 2**14  # points :func:`density_seconds_estimate` times (a few ms on a GPU, tens on a CPU)
 # Bytes per lattice point while meshing: the float32 grid, scikit-image's float64 working copy and
 # its per-cell edge tables (measured peak ~22 B/point at 256³, rounded up).
 BYTES_PER_GRID_POINT = 32
@@ -132,6 +135,18 @@ def occupied_box(trainer: Any) -> np.ndarray:
     return np.stack([np.maximum(lo, scene_box[0]), np.minimum(hi, scene_box[1])])
 
 
+class DensityInterrupted(KeyboardInterrupt):
+    """Ctrl-C during :func:`density_grid`; the message says how far it got: ``after 226 of 512
+    density slices`` (slices: the lattice's planes along x whose σ was all computed)."""
+
+
+def _lattice_sigma(trainer: Any, points: torch.Tensor) -> torch.Tensor:
+    """[n] float32 σ at ``points`` [n, 3] (unit cube), 0 where the occupancy grid marks them empty."""
+    with precision_autocast(trainer):
+        sigma = trainer.field.density(points).float()
+    return torch.where(trainer.grid.occupied(points), sigma, torch.zeros_like(sigma))
+
+
 @torch.no_grad()
 def density_grid(trainer: Any, box: np.ndarray, resolution: int, quiet: bool = True) -> np.ndarray:
     """σ on the N³ lattice of ``box`` (module docstring, step 2).
@@ -143,25 +158,51 @@ def density_grid(trainer: Any, box: np.ndarray, resolution: int, quiet: bool = T
 
     Returns:
         [N, N, N] float32, indexed ``[i, j, k]`` along unit-cube x, y, z.
+
+    Raises:
+        DensityInterrupted: Ctrl-C, with the slices done of N.
     """
     device = trainer.device
     axes = [torch.linspace(float(box[0, a]), float(box[1, a]), resolution, device=device) for a in range(3)]
     out = torch.empty(resolution**3, dtype=torch.float32)
     n = resolution**3
+    done = 0
     progress = Progress("density", (n + CHUNK_POINTS - 1) // CHUNK_POINTS, quiet=quiet, rate_name="points")
     try:
         for start in range(0, n, CHUNK_POINTS):
             index = torch.arange(start, min(start + CHUNK_POINTS, n), device=device)
             i, j, k = index // (resolution * resolution), (index // resolution) % resolution, index % resolution
             points = torch.stack([axes[0][i], axes[1][j], axes[2][k]], dim=-1)
-            with precision_autocast(trainer):
-                sigma = trainer.field.density(points).float()
-            sigma = torch.where(trainer.grid.occupied(points), sigma, torch.zeros_like(sigma))
-            out[start : start + index.numel()] = sigma.cpu()
+            out[start : start + index.numel()] = _lattice_sigma(trainer, points).cpu()
+            done = start + index.numel()
             progress.advance(1, index.numel())
+    except KeyboardInterrupt:
+        raise DensityInterrupted(f"after {done // resolution**2} of {resolution} density slices") from None
     finally:
         progress.close()
     return out.reshape(resolution, resolution, resolution).numpy()
+
+
+@torch.no_grad()
+def density_seconds_estimate(trainer: Any, resolution: int, probe_points: int = PROBE_POINTS, seed: int = 0) -> float:
+    """Seconds :func:`density_grid` will take for an N³ lattice (``resolution`` N), measured on
+    ``probe_points`` points drawn uniformly in the scene box: one warm-up call, then the mean of
+    two timed calls, scaled to N³ points (the time per point does not depend on where they lie:
+    every point is evaluated, the occupancy grid only zeroes σ). Well under a second on a CPU."""
+    import time
+
+    gen = torch.Generator().manual_seed(seed)
+    aabb = torch.as_tensor(np.asarray(trainer.scene.aabb, dtype=np.float32))
+    points = (aabb[0] + torch.rand(probe_points, 3, generator=gen) * (aabb[1] - aabb[0])).to(trainer.device)
+
+    def timed() -> float:
+        t0 = time.perf_counter()
+        _lattice_sigma(trainer, points).cpu()
+        return time.perf_counter() - t0
+
+    timed()  # first-call costs are no part of the lattice's rate
+    per_point = (timed() + timed()) / 2 / probe_points
+    return per_point * resolution**3
 
 
 @torch.no_grad()

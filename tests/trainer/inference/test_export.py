@@ -139,6 +139,66 @@ def test_ctrl_c_during_an_export_leaves_no_file_and_one_line(trained_run, tmp_pa
     assert not list(tmp_path.iterdir())
 
 
+def test_ctrl_c_during_the_density_pass_says_how_many_slices_were_done(trained_run, tmp_path, capsys, monkeypatch):
+    from trainer.inference import mesh
+    from trainer.inference.progress import Progress
+
+    class StopsAfterThree(Progress):
+        def advance(self, units=1, items=0):
+            super().advance(units, items)
+            if self.done == 3:
+                raise KeyboardInterrupt
+
+    monkeypatch.setattr(mesh, "CHUNK_POINTS", 2 * 8 * 8)  # two slices of the 8^3 lattice a chunk
+    monkeypatch.setattr(mesh, "Progress", StopsAfterThree)
+    out = tmp_path / "mesh.ply"
+    code, _, err = run_inference_cli(["export", "mesh", trained_run["run"], "--resolution", "8", "--out", out, "--quiet"], capsys)
+    assert code == 130 and first_statement(err) == (
+        f"interrupted: export mesh stopped after 6 of 8 density slices; {out} was not written", err.count("\n"))
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_mesh_export_says_its_density_estimate_before_the_pass(trained_run, tmp_path, capsys, monkeypatch):
+    from trainer.inference import cli, mesh
+
+    seen = []
+    real = mesh.density_grid
+    monkeypatch.setattr(mesh, "density_grid", lambda *a, **k: seen.append(capsys.readouterr()) or real(*a, **k))
+    out = tmp_path / "mesh.ply"
+    code, _, _ = run_inference_cli(["export", "mesh", trained_run["run"], "--resolution", "16", "--out", out,
+                                    "--quiet"], capsys)
+    assert code == 0 and len(seen) == 1
+    said = seen[0].out.splitlines()
+    n = first_statement(seen[0].out)[1]
+    assert re.fullmatch(r"density of 16\^3 points estimated [0-9]+ s \(measured on a sample of them\)",
+                        first_statement("\n".join(said[n:]))[0]), said
+    assert "warning" not in seen[0].err
+    assert cli.mesh_estimate_lines(512, 662.0) == ["density of 512^3 points estimated 11.0 min (measured on a sample of them)"]
+    assert cli.long_mesh_warning(512, 500.0) is None
+    assert cli.long_mesh_warning(512, 662.0) == ("this export's density pass is estimated at 11.0 min; --resolution 256 "
+                                                 "is 8x faster; Ctrl-C writes nothing")
+    monkeypatch.setattr(mesh, "density_grid", real)
+    monkeypatch.setattr(cli, "LONG_RENDER_S", 0.0)  # every estimate counts as long
+    code, _, err = run_inference_cli(["export", "mesh", trained_run["run"], "--resolution", "16", "--out", out,
+                                      "--quiet"], capsys)
+    warning, n = first_statement(err)
+    assert code == 0 and all(len(line) <= LINE_WIDTH for line in err.splitlines()[:n]), err
+    assert re.fullmatch(r"warning: this export's density pass is estimated at [0-9]+ s; --resolution 8 is "
+                        r"8x faster; Ctrl-C writes nothing", warning), err
+
+
+def test_the_density_estimate_scales_a_probe_to_the_lattice(trained_run):
+    from trainer.inference.mesh import density_seconds_estimate
+
+    model = load_model(trained_run["run"], None, "cpu")
+    try:
+        small = density_seconds_estimate(model.trainer, 8)
+        large = density_seconds_estimate(model.trainer, 512)
+    finally:
+        model.close()
+    assert 0 < small < large  # 2^18 times the points: the probe's time per point scaled to each lattice
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--resolution", "0"], "--resolution 0: expected an integer >= 2"),
     (["--resolution", "-3"], "--resolution -3: expected an integer >= 2"),
@@ -154,8 +214,9 @@ def test_bad_mesh_requests_are_refused_before_any_work(trained_run, tmp_path, ca
     (tmp_path / "file").write_text("a file where a folder is expected")
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
     code, _, err = run_inference_cli(["export", "mesh", trained_run["run"], *argv, "--quiet"], capsys)
-    assert code == 2 and err.count("\n") == 1
-    assert re.search(message, err), err
+    statement, n = first_statement(err)
+    assert code == 2 and err.count("\n") == n and statement.startswith("error: "), err
+    assert re.search(message, statement), err
     assert not list(tmp_path.glob("*.ply")) and not (trained_run["run"] / "mesh.ply").exists()
 
 
