@@ -278,16 +278,21 @@ def _render_job(args: argparse.Namespace, model: Any) -> Any:
                      compare=args.compare)
 
 
-def render_estimate_s(model: Any, job: Any) -> float | None:
-    """Seconds the render of ``job`` will take, measured on a sample of its rays
-    (:func:`trainer.train.eval_estimate.measure_eval_seconds`), or None for a small render (fewer
-    than :data:`ESTIMATE_MIN_RAYS` rays) or a subgrid model (rendered by another path)."""
-    from trainer.train.eval_estimate import measure_eval_seconds
+def render_estimate_s(model: Any, job: Any, cameras: list | None = None) -> float | None:
+    """Seconds the render of ``cameras`` (default all of ``job``'s; a rank's share) at ``job.spp``
+    will take, measured before the first frame on a small batch of rays of the first camera alone
+    (:func:`trainer.train.eval_estimate.measure_eval_seconds` of that camera: a few hundred rays,
+    well under a second on a CPU, however large the frames or many the cameras) and scaled to all
+    their rays; None for a small render (fewer than :data:`ESTIMATE_MIN_RAYS` rays) or a subgrid
+    model (rendered by another path)."""
+    from trainer.train import eval_estimate
 
-    rays = sum(c.intrinsics.width * c.intrinsics.height for c in job.cameras) * job.spp
-    if rays < ESTIMATE_MIN_RAYS or model.mode == "subgrid":
+    cameras = job.cameras if cameras is None else cameras
+    sizes = [c.intrinsics.width * c.intrinsics.height for c in cameras]
+    if not sizes or sum(sizes) * job.spp < ESTIMATE_MIN_RAYS or model.mode == "subgrid":
         return None
-    return measure_eval_seconds(model.trainer, job.cameras, job.spp)
+    first = eval_estimate.measure_eval_seconds(model.trainer, cameras[:1], 1)
+    return first * sum(sizes) / sizes[0] * job.spp
 
 
 def _split_words(split: str, count: int | None) -> str:

@@ -144,7 +144,7 @@ def test_a_long_render_is_estimated_and_announced_before_it_starts(trained_run, 
     import trainer.train.eval_estimate as eval_estimate
 
     monkeypatch.setattr(inference_cli, "ESTIMATE_MIN_RAYS", 1)
-    monkeypatch.setattr(eval_estimate, "measure_eval_seconds", lambda trainer, frames, spp: 7200.0)
+    monkeypatch.setattr(eval_estimate, "measure_eval_seconds", lambda trainer, frames, spp: 3600.0)  # x spp 2
     code, stdout, err = run_inference_cli(["render", trained_run["run"], "--cameras", "test", "--frames", "1", "--spp", "2",
                                  "--out", tmp_path / "v", "--quiet"], capsys)
     assert code == 0
@@ -156,6 +156,59 @@ def test_a_long_render_is_estimated_and_announced_before_it_starts(trained_run, 
     assert err.splitlines()[0] == ("warning: this render is estimated at 2.0 h: --frames N renders fewer views (evenly "
                                    "spaced); --spp 1 is 2x faster; --downscale N renders smaller images; Ctrl-C keeps "
                                    "the frames written so far")
+
+
+def test_the_estimate_probes_the_first_camera_before_the_first_frame(trained_run, tmp_path, capsys, monkeypatch):
+    """A render whose first frame takes minutes says its estimate before that frame: the probe
+    renders a few hundred rays of the first camera only, scaled to every camera's rays."""
+    import trainer.inference.cli as inference_cli
+    import trainer.inference.render_views as render_views
+    import trainer.train.eval_estimate as eval_estimate
+
+    probed, before_first_frame = [], []
+    real_measure, real_render = eval_estimate.measure_eval_seconds, render_views.render_camera
+
+    def measure(trainer, frames, spp):
+        probed.append(([(f.intrinsics.width, f.intrinsics.height) for f in frames], spp))
+        return real_measure(trainer, frames, spp)
+
+    def render_camera(*args, **kwargs):
+        if not before_first_frame:
+            before_first_frame.append(capsys.readouterr().out)
+        return real_render(*args, **kwargs)
+
+    monkeypatch.setattr(inference_cli, "ESTIMATE_MIN_RAYS", 1)
+    monkeypatch.setattr(eval_estimate, "measure_eval_seconds", measure)
+    monkeypatch.setattr(render_views, "render_camera", render_camera)
+    code, stdout, _ = run_inference_cli(["render", trained_run["run"], "--cameras", "orbit", "--frames", "3", "--width",
+                                         "40", "--height", "30", "--spp", "2", "--out", tmp_path / "o", "--quiet"], capsys)
+    assert code == 0 and probed == [([(40, 30)], 1)]  # the first camera alone, one render per pixel
+    said = before_first_frame[0].splitlines()
+    n = first_statement(before_first_frame[0])[1]
+    assert re.fullmatch(r"3 frames of orbit of 40x30, spp 2, estimated [0-9]+ s \(measured on a sample of its rays\)",
+                        first_statement("\n".join(said[n:]))[0]), said
+    assert "rendered 3 frames" in stdout
+
+
+def test_the_estimate_scales_the_first_camera_to_every_ray():
+    import types
+
+    import trainer.inference.cli as inference_cli
+    import trainer.train.eval_estimate as eval_estimate
+
+    def camera(w, h):
+        return types.SimpleNamespace(intrinsics=types.SimpleNamespace(width=w, height=h))
+
+    job = types.SimpleNamespace(cameras=[camera(1920, 1080)] * 300, spp=4)
+    model = types.SimpleNamespace(mode="single", trainer=None)
+    real = eval_estimate.measure_eval_seconds
+    try:
+        eval_estimate.measure_eval_seconds = lambda trainer, frames, spp: 2.5 if len(frames) == 1 and spp == 1 else 0.0
+        assert inference_cli.render_estimate_s(model, job) == 2.5 * 300 * 4
+        assert inference_cli.render_estimate_s(model, job, job.cameras[:150]) == 2.5 * 150 * 4  # a rank's share
+        assert inference_cli.render_estimate_s(model, types.SimpleNamespace(cameras=[camera(8, 8)], spp=1)) is None
+    finally:
+        eval_estimate.measure_eval_seconds = real
 
 
 def test_scores_json_is_strict_json_with_a_reason_for_each_null(tmp_path):
@@ -192,7 +245,7 @@ def test_the_first_line_is_printed_before_the_scene_is_loaded(trained_run, tmp_p
 
     def measure(trainer, frames, spp):
         seen.append(("estimate", capsys.readouterr().out))
-        return 12.0
+        return 6.0  # the first of the 2 frames
 
     monkeypatch.setattr(loading, "_load_scene", load_scene)
     monkeypatch.setattr(inference_cli, "ESTIMATE_MIN_RAYS", 1)
