@@ -329,12 +329,15 @@ def render_words(args: argparse.Namespace, job: Any) -> str:
     return f"{what} of {k.width}x{k.height}, spp {job.spp}"
 
 
-def render_opening_lines(args: argparse.Namespace, located: Any, where: str) -> list[str]:
+def render_opening_lines(args: argparse.Namespace, located: Any, where: str, ranks: int = 1) -> list[str]:
     """The first statement, printed before the scene is loaded: ``rendering MODEL (step N) on
-    DEVICE (threads): WHAT`` (``WHAT``: :func:`planned_render_words`), in lines under 80 columns
+    DEVICE (threads): WHAT`` (``WHAT``: :func:`planned_render_words`; ``with 2 ranks`` before
+    ``on`` for ``ranks`` > 1), in lines under 80 columns
     (:func:`~trainer.contract.textlines.fit_lines`; :func:`~trainer.contract.textlines.joined`
     gives it back on one line)."""
-    return fit_lines([f"rendering {located.source}", f"(step {located.step})", f"{where}:", planned_render_words(args)])
+    with_ranks = [f"with {counted(ranks, 'rank')}"] if ranks > 1 else []
+    return fit_lines([f"rendering {located.source}", f"(step {located.step})", *with_ranks, f"{where}:",
+                      planned_render_words(args)])
 
 
 def export_opening_lines(what: str, located: Any, where: str) -> list[str]:
@@ -504,20 +507,24 @@ def _worker_argv(argv: list[str]) -> list[str]:
 
 
 def _launch_render(args: argparse.Namespace) -> int:
-    from trainer.inference.loading import model_config
+    from trainer.inference.loading import locate_model
+    from trainer.inference.opening import OPENING_ENV, OpeningRelay
     from trainer.parallel.launch import launch_workers
     from trainer.train.build import resolve_device
 
-    cfg = model_config(args.model)
-    device = resolve_device(args.device or cfg.training.device)
-    where = device_words(args, cfg, device.type, args.nproc_per_node)
-    print("\n".join(fit_lines([f"rendering {args.model}", f"with {args.nproc_per_node} ranks", f"{where}:",
-                                f"--cameras {args.cameras}"])), flush=True)
+    located = locate_model(args.model)
+    device = resolve_device(args.device or located.cfg.training.device)
+    where = device_words(args, located.cfg, device.type, args.nproc_per_node)
+    print("\n".join(render_opening_lines(args, located, where, args.nproc_per_node)), flush=True)
+    for note in located.notes:
+        print(f"warning: {note}", file=sys.stderr, flush=True)
     logs = Path(tempfile.mkdtemp(prefix="ngptune-render-"))
     argv = _worker_argv(args.render_argv) + (["--out", str(args.out)] if args.out is not None and "--out" not in args.render_argv else [])
     try:
-        launch_workers(["-m", "trainer.inference", "render", *argv], args.nproc_per_node, run_dir=logs,
-                       timeout_s=300, env_extra={"NGPTUNE_RENDER_SUMMARY": str(logs / "summary.json")})
+        with OpeningRelay(logs / "opening.json"):
+            launch_workers(["-m", "trainer.inference", "render", *argv], args.nproc_per_node, run_dir=logs,
+                           timeout_s=300, env_extra={"NGPTUNE_RENDER_SUMMARY": str(logs / "summary.json"),
+                                                     OPENING_ENV: str(logs / "opening.json")})
     except TrainerError as exc:
         raise type(exc)(f"{exc} (rank logs in {logs}/logs)") from None
     except KeyboardInterrupt:
@@ -541,6 +548,7 @@ def _render_worker(args: argparse.Namespace) -> int:
 
     from trainer.contract.config import apply_overrides, load_config
     from trainer.inference.loading import load_model
+    from trainer.inference.opening import OPENING_ENV
     from trainer.inference.render_views import render_job
     from trainer.parallel.dist_env import detect_dist_env, init_distributed
 
@@ -550,6 +558,13 @@ def _render_worker(args: argparse.Namespace) -> int:
     try:
         apply_threads(args, model.trainer.cfg, model.device, env.local_world_size)
         job = _render_job(args, model)
+        opening = os.environ.get(OPENING_ENV)
+        if env.rank == 0 and opening:  # the launcher shows what a one-process render says second
+            from trainer.inference.opening import write_opening
+
+            share = job.cameras[0:len(job.cameras):env.world_size]
+            estimate = render_estimate_s(model, job, share)
+            write_opening(Path(opening), render_detail_lines(args, job, estimate), long_render_warning(args, estimate))
         init_distributed(env, RENDER_GROUP_TIMEOUT_S)
         summary = render_job(model, job, env.rank, env.world_size, barrier=dist.barrier if env.world_size > 1 else None)
         if env.rank == 0:

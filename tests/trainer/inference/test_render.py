@@ -135,6 +135,9 @@ def test_two_ranks_render_the_frames_of_one_process(trained_run, tmp_path, capsy
     assert run_inference_cli(common + ["--out", one], capsys)[0] == 0
     code, stdout, _ = run_inference_cli(common + ["--out", two, "--nproc-per-node", "2"], capsys)
     assert code == 0 and "(2 ranks)" in stdout
+    first, n = first_statement(stdout)  # as one process opens, from rank 0
+    assert first.startswith(f"rendering {trained_run['run']}/snapshots/step_0000080.pt (step 80) with 2 ranks on cpu, ")
+    assert first.endswith(": 3 frames of orbit of 16x16, spp 2"), first
     import cv2
 
     for i in range(3):

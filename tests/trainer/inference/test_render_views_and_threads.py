@@ -282,3 +282,46 @@ def test_a_launched_render_says_its_threads_without_nested_brackets():
                      f"({cores} cores // 2 ranks)"), words
     assert device_words(argparse.Namespace(cpu_threads=1), cfg, "cpu", 2) == "on cpu, 1 CPU thread per rank (--cpu-threads)"
     assert device_words(argparse.Namespace(cpu_threads=None), cfg, "cuda", 2) == "on cuda"
+
+
+def test_rank_0s_opening_lines_reach_the_launchers_console(tmp_path, capsys):
+    """``render --nproc-per-node 2``: what one process says second (frames, size, estimate), written
+    by rank 0 while the launcher waits, is printed once, as soon as it is written."""
+    import threading
+
+    from trainer.inference.opening import OpeningRelay, write_opening
+
+    path = tmp_path / "opening.json"
+    lines = ["3 test views of 800x800, spp 8, estimated 4.2 min (measured on a sample of its", "  rays)"]
+    with OpeningRelay(path, poll_s=0.01) as relay:
+        assert not relay.printed and capsys.readouterr().out == ""
+        write_opening(path, lines, "this render is estimated at 4.2 min: ...")
+        waited = threading.Event()
+        for _ in range(500):  # the ranks are still rendering: the relay prints without waiting for them
+            if relay.printed:
+                break
+            waited.wait(0.01)
+        assert relay.printed
+        said = capsys.readouterr()
+        assert said.out.splitlines() == lines
+        assert said.err == "warning: this render is estimated at 4.2 min: ...\n"
+    assert capsys.readouterr().out == ""  # once
+    with OpeningRelay(tmp_path / "never.json", poll_s=10.0):
+        pass  # rank 0 failed before it wrote them: nothing to print
+    assert capsys.readouterr() == ("", "")
+
+
+def test_the_opening_line_of_several_ranks_names_the_model_and_its_step():
+    import argparse
+    import types
+
+    from trainer.inference.cli import render_opening_lines
+
+    args = argparse.Namespace(cameras="test", frames=8, spp=8, width=None, height=None)
+    located = types.SimpleNamespace(source="runs/lego/snapshots/final.pt", step=2000)
+    where = "on cpu, 1 CPU thread per rank (2 cores // 2 ranks)"
+    assert joined(render_opening_lines(args, located, where, 2)) == (
+        "rendering runs/lego/snapshots/final.pt (step 2000) with 2 ranks on cpu, 1 CPU thread per rank "
+        "(2 cores // 2 ranks): 8 test views, spp 8")
+    assert joined(render_opening_lines(args, located, where)).startswith("rendering runs/lego/snapshots/final.pt (step "
+                                                                           "2000) on cpu, ")
