@@ -281,17 +281,17 @@ def _render_job(args: argparse.Namespace, model: Any) -> Any:
 def render_estimate_s(model: Any, job: Any, cameras: list | None = None) -> float | None:
     """Seconds the render of ``cameras`` (default all of ``job``'s; a rank's share) at ``job.spp``
     will take, measured before the first frame on a small batch of rays of the first camera alone
-    (:func:`trainer.train.eval_estimate.measure_eval_seconds` of that camera: a few hundred rays,
-    well under a second on a CPU, however large the frames or many the cameras) and scaled to all
-    their rays; None for a small render (fewer than :data:`ESTIMATE_MIN_RAYS` rays) or a subgrid
-    model (rendered by another path)."""
-    from trainer.train import eval_estimate
+    (:func:`trainer.inference.estimate.first_camera_seconds`: a few hundred rays, well under a
+    second on a CPU, however large the frames or many the cameras) and scaled to all their rays;
+    None for a small render (fewer than :data:`ESTIMATE_MIN_RAYS` rays) or a subgrid model
+    (rendered by another path)."""
+    from trainer.inference import estimate
 
     cameras = job.cameras if cameras is None else cameras
     sizes = [c.intrinsics.width * c.intrinsics.height for c in cameras]
     if not sizes or sum(sizes) * job.spp < ESTIMATE_MIN_RAYS or model.mode == "subgrid":
         return None
-    first = eval_estimate.measure_eval_seconds(model.trainer, cameras[:1], 1)
+    first = estimate.first_camera_seconds(model.trainer, cameras[0])
     return first * sum(sizes) / sizes[0] * job.spp
 
 

@@ -136,15 +136,15 @@ def test_compare_needs_the_views_of_a_split_at_their_own_size(trained_run, tmp_p
     assert code == 2 and err.startswith("error: --compare: needs the views of a split at their own size")
     code, _, err = run_inference_cli(["render", trained_run["run"], "--cameras", "test", "--width", "16", "--compare",
                             "--out", tmp_path / "o"], capsys)
-    assert code == 2 and err.rstrip().endswith("got --cameras test with a new size")
+    assert code == 2 and first_statement(err)[0].endswith("got --cameras test with a new size")
 
 
 def test_a_long_render_is_estimated_and_announced_before_it_starts(trained_run, tmp_path, capsys, monkeypatch):
     import trainer.inference.cli as inference_cli
-    import trainer.train.eval_estimate as eval_estimate
+    import trainer.inference.estimate as estimate
 
     monkeypatch.setattr(inference_cli, "ESTIMATE_MIN_RAYS", 1)
-    monkeypatch.setattr(eval_estimate, "measure_eval_seconds", lambda trainer, frames, spp: 3600.0)  # x spp 2
+    monkeypatch.setattr(estimate, "first_camera_seconds", lambda trainer, frame: 3600.0)  # x spp 2
     code, stdout, err = run_inference_cli(["render", trained_run["run"], "--cameras", "test", "--frames", "1", "--spp", "2",
                                  "--out", tmp_path / "v", "--quiet"], capsys)
     assert code == 0
@@ -163,14 +163,14 @@ def test_the_estimate_probes_the_first_camera_before_the_first_frame(trained_run
     renders a few hundred rays of the first camera only, scaled to every camera's rays."""
     import trainer.inference.cli as inference_cli
     import trainer.inference.render_views as render_views
-    import trainer.train.eval_estimate as eval_estimate
+    import trainer.inference.estimate as estimate
 
     probed, before_first_frame = [], []
-    real_measure, real_render = eval_estimate.measure_eval_seconds, render_views.render_camera
+    real_measure, real_render = estimate.first_camera_seconds, render_views.render_camera
 
-    def measure(trainer, frames, spp):
-        probed.append(([(f.intrinsics.width, f.intrinsics.height) for f in frames], spp))
-        return real_measure(trainer, frames, spp)
+    def measure(trainer, frame):
+        probed.append((frame.intrinsics.width, frame.intrinsics.height))
+        return real_measure(trainer, frame)
 
     def render_camera(*args, **kwargs):
         if not before_first_frame:
@@ -178,11 +178,11 @@ def test_the_estimate_probes_the_first_camera_before_the_first_frame(trained_run
         return real_render(*args, **kwargs)
 
     monkeypatch.setattr(inference_cli, "ESTIMATE_MIN_RAYS", 1)
-    monkeypatch.setattr(eval_estimate, "measure_eval_seconds", measure)
+    monkeypatch.setattr(estimate, "first_camera_seconds", measure)
     monkeypatch.setattr(render_views, "render_camera", render_camera)
     code, stdout, _ = run_inference_cli(["render", trained_run["run"], "--cameras", "orbit", "--frames", "3", "--width",
                                          "40", "--height", "30", "--spp", "2", "--out", tmp_path / "o", "--quiet"], capsys)
-    assert code == 0 and probed == [([(40, 30)], 1)]  # the first camera alone, one render per pixel
+    assert code == 0 and probed == [(40, 30)]  # the first camera alone
     said = before_first_frame[0].splitlines()
     n = first_statement(before_first_frame[0])[1]
     assert re.fullmatch(r"3 frames of orbit of 40x30, spp 2, estimated [0-9]+ s \(measured on a sample of its rays\)",
@@ -190,25 +190,39 @@ def test_the_estimate_probes_the_first_camera_before_the_first_frame(trained_run
     assert "rendered 3 frames" in stdout
 
 
-def test_the_estimate_scales_the_first_camera_to_every_ray():
+def test_the_estimate_scales_the_first_camera_to_every_ray(monkeypatch):
     import types
 
     import trainer.inference.cli as inference_cli
-    import trainer.train.eval_estimate as eval_estimate
+    import trainer.inference.estimate as estimate
 
     def camera(w, h):
         return types.SimpleNamespace(intrinsics=types.SimpleNamespace(width=w, height=h))
 
     job = types.SimpleNamespace(cameras=[camera(1920, 1080)] * 300, spp=4)
     model = types.SimpleNamespace(mode="single", trainer=None)
-    real = eval_estimate.measure_eval_seconds
+    monkeypatch.setattr(estimate, "first_camera_seconds", lambda trainer, frame: 2.5)
+    assert inference_cli.render_estimate_s(model, job) == 2.5 * 300 * 4
+    assert inference_cli.render_estimate_s(model, job, job.cameras[:150]) == 2.5 * 150 * 4  # a rank's share
+    assert inference_cli.render_estimate_s(model, types.SimpleNamespace(cameras=[camera(8, 8)], spp=1)) is None
+
+
+def test_the_probe_builds_the_rays_of_the_pixels_it_renders(trained_run):
+    from trainer.data.rays import camera_rays_for_image
+    from trainer.inference.estimate import pixel_rays, first_camera_seconds
+    from trainer.inference.cameras import orbit_cameras, scene_orbit
+    from trainer.data.scene import Intrinsics
+
+    model = load_model(trained_run["run"], None, "cpu")
     try:
-        eval_estimate.measure_eval_seconds = lambda trainer, frames, spp: 2.5 if len(frames) == 1 and spp == 1 else 0.0
-        assert inference_cli.render_estimate_s(model, job) == 2.5 * 300 * 4
-        assert inference_cli.render_estimate_s(model, job, job.cameras[:150]) == 2.5 * 150 * 4  # a rank's share
-        assert inference_cli.render_estimate_s(model, types.SimpleNamespace(cameras=[camera(8, 8)], spp=1)) is None
+        frame = orbit_cameras(scene_orbit(model.scene), 1, Intrinsics(width=40, height=30, fx=35, fy=35, cx=20, cy=15))[0]
+        pixels = torch.tensor([0, 39, 40, 1199, 617])
+        o, d = pixel_rays(frame, pixels, torch.device("cpu"))
+        all_o, all_d = camera_rays_for_image(frame)
+        assert torch.allclose(o, all_o[pixels]) and torch.allclose(d, all_d[pixels])
+        assert first_camera_seconds(model.trainer, frame) > 0
     finally:
-        eval_estimate.measure_eval_seconds = real
+        model.close()
 
 
 def test_scores_json_is_strict_json_with_a_reason_for_each_null(tmp_path):
@@ -234,7 +248,7 @@ def test_the_first_line_is_printed_before_the_scene_is_loaded(trained_run, tmp_p
     model, device, threads and what is asked are said before any of it, the estimate after."""
     import trainer.inference.cli as inference_cli
     import trainer.inference.loading as loading
-    import trainer.train.eval_estimate as eval_estimate
+    import trainer.inference.estimate as estimate
 
     seen = []
     real_load_scene = loading._load_scene
@@ -243,13 +257,13 @@ def test_the_first_line_is_printed_before_the_scene_is_loaded(trained_run, tmp_p
         seen.append(("scene", capsys.readouterr().out))
         return real_load_scene(cfg, scene_path)
 
-    def measure(trainer, frames, spp):
+    def measure(trainer, frame):
         seen.append(("estimate", capsys.readouterr().out))
         return 6.0  # the first of the 2 frames
 
     monkeypatch.setattr(loading, "_load_scene", load_scene)
     monkeypatch.setattr(inference_cli, "ESTIMATE_MIN_RAYS", 1)
-    monkeypatch.setattr(eval_estimate, "measure_eval_seconds", measure)
+    monkeypatch.setattr(estimate, "first_camera_seconds", measure)
     code, stdout, _ = run_inference_cli(["render", trained_run["run"], "--cameras", "orbit", "--frames", "2", "--width",
                                          "12", "--height", "10", "--out", tmp_path / "o", "--cpu-threads", "1", "--quiet"],
                                         capsys)
