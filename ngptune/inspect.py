@@ -69,7 +69,8 @@ def description_rows(info: dict[str, Any]) -> list[tuple[str, str]]:
     rows.append(("scene model (auto)", f"{info['scene_model']} (training.scene_model overrides: box or unbounded)"))
     finest = info["finest_resolution"]
     how = ("instant-ngp's 2048 · aabb_scale: no view to measure" if finest["footprint"] is None else
-           f"views' pixels span cells at {finest['footprint']:g}, rounded up to a power of two")
+           f"a cell is one pixel wide at resolution {round(finest['footprint'])} across the box, "
+           "rounded up to a power of two")
     rows.append(("finest hash-grid level", f"{finest['default']} ({how}; encoding.max_resolution overrides)"))
     rows.append(("pixel memory", f"{info['pixel_memory_bytes'] / 2**20:.1f} MiB (all splits, at the chosen resolution)"))
     rows.append(("skipped frames", str(len(info["skipped"]))))

@@ -117,7 +117,7 @@ def test_simulated_oom_names_the_rank_and_the_oom(demo_scene, tmp_path, capfd):
          "encoding kernels and bench/encoding.py: Adam's moments and its epsilon underflow in float16 and the loss "
          "turns NaN)"),
         (["--set", "distributed.timeout_s=1e15"],
-         "error: overrides: distributed.timeout_s: expected a number in (0, 2000000], got 1000000000000000.0"),
+         "error: --set distributed.timeout_s: expected a number in (0, 2000000], got 1000000000000000.0"),
     ],
     ids=["num_subgrids", "gpu_capabilities", "world_size", "faults_ranks", "table_dtype", "timeout_s"],
 )

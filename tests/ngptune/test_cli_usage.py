@@ -86,3 +86,14 @@ def test_sweep_help_names_the_variable_that_sets_the_trials_per_gpu(capsys, monk
     text = " ".join(_help(["sweep"], capsys, monkeypatch, 80).split())
     assert (f"--trials-per-gpu K let K trials share one GPU (default 1; a step-budget study on GPUs packs "
             f"{STEP_BUDGET_TRIALS_PER_GPU}, or ${STEP_BUDGET_TRIALS_PER_GPU_ENV} when it is set)") in text
+
+
+def test_the_top_level_usage_fits_80_columns_and_the_help_lists_the_commands(capsys, monkeypatch):
+    err = _error(["bogus"], capsys, monkeypatch)
+    usage = err.splitlines()[0]
+    assert usage == "usage: ngptune [-h] [--version] COMMAND ..." and "invalid choice: 'bogus'" in err
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert "{inspect" not in out and all(len(line) <= 80 for line in out.splitlines())
+    assert all(f"\n    {name}" in out for name in ("inspect", "demo-scene", "train", "sweep", "train-many"))

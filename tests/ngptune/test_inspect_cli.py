@@ -1,6 +1,7 @@
 """`ngptune inspect` on the real scenes (the issue's done-when) and on the demo scene."""
 
 import json
+import re
 
 import pytest
 
@@ -45,6 +46,9 @@ def test_fox_table_reports_skipped_frames_once_and_labels_intrinsics(capfd):
     assert "1375.52 / 1374.49" in out and "554.558 / 965.268" in out  # one value per key when frames agree
     assert "scene model (auto)" in out and "unbounded (training.scene_model overrides" in out
     assert "capture" in out and "360 (no alpha; views spread to 52°" in out
+    joined_out = " ".join(out.split())
+    assert re.search(r"a cell is one pixel wide at resolution \d+ across the box, rounded up to a power of two",
+                     joined_out), out
 
 
 @needs_shared
@@ -91,6 +95,7 @@ def test_demo_scene_and_timing(capfd, tmp_path):
     info = _inspect_json(capfd, str(tmp_path / "demo"), "--timing")
     assert info["splits"] == {"train": 32, "val": 4, "test": 8}
     assert info["timing"]["images"] == 32 and info["timing"]["first_load_s"] > 0
+    assert info["timing"]["speedup"] == round(info["timing"]["speedup"], 2)
     assert main(["inspect", str(tmp_path / "missing")]) == 2
     assert "scene path does not exist" in capfd.readouterr().err
 

@@ -110,7 +110,10 @@ COLUMNS_BY_NAME: dict[str, Column] = {c.name: c for c in METRICS_COLUMNS}
 
 _UNIT_SUFFIXES: tuple[tuple[str, str, str], ...] = (
     # (name suffix, unit, style): "fixed2" two decimals, "fixed1" one, "fixed0" none, "si" 3
-    # significant digits with an SI prefix, "sig3" 3 significant digits
+    # significant digits with an SI prefix, "sig3" 3 significant digits, "percent1" a fraction
+    # as a percentage with one decimal
+    ("occupancy_fraction", "%", "percent1"),
+    ("samples_per_ray", "", "fixed1"),
     ("_gb_per_s", "GB/s", "sig3"),
     ("_kib_per_s", "KiB/s", "si"),
     ("_per_s", "/s", "si"),
@@ -173,7 +176,8 @@ def unit_of(name: str) -> str:
 
 def number_text(name: str, value: Any) -> str:
     """``value`` of the quantity ``name`` at the precision it is read at, without its unit: dB and
-    ms with 2 and 1 decimals, seconds with 1, rates with 3 significant digits and an SI prefix,
+    ms with 2 and 1 decimals, seconds and samples per ray with 1, the occupancy fraction as a
+    percentage with 1 (``7.6`` %), rates with 3 significant digits and an SI prefix,
     counts as integers, ratios (SSIM, imbalance, fractions) with 3 significant digits; ``""`` for
     None or NaN; text as it is."""
     if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -187,6 +191,8 @@ def number_text(name: str, value: Any) -> str:
                 return si_number(float(value))
             if style == "sig3":
                 return significant(float(value))
+            if style == "percent1":
+                return f"{100 * float(value):.1f}"
             return f"{float(value):.{int(style[-1])}f}"
     if isinstance(value, int) or float(value).is_integer() and abs(value) < 1e15 and not any(
             word in base for word in _PLAIN_SIG3):

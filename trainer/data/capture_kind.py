@@ -122,9 +122,9 @@ def classify_cameras(c2w: np.ndarray, transparent: float | None) -> CaptureKind:
         return CaptureKind("360", f"{alpha_text} and no training camera to measure", transparent, spread)
     if spread <= FORWARD_FACING_MAX_DEG:
         return CaptureKind("forward-facing", f"{alpha_text}; every view within {spread:.0f}° of the mean view "
-                           f"direction (<= {FORWARD_FACING_MAX_DEG:.0f}°)", transparent, spread)
-    return CaptureKind("360", f"{alpha_text}; views spread to {spread:.0f}° from the mean view direction "
-                       f"(> {FORWARD_FACING_MAX_DEG:.0f}°)", transparent, spread)
+                           f"direction, at most {FORWARD_FACING_MAX_DEG:.0f}°", transparent, spread)
+    return CaptureKind("360", f"{alpha_text}; views spread to {spread:.0f}° from the mean view direction, "
+                       f"over {FORWARD_FACING_MAX_DEG:.0f}°", transparent, spread)
 
 
 def transparent_share(frames: Sequence[Frame], n_images: int = ALPHA_IMAGES) -> float | None:

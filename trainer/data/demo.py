@@ -443,9 +443,16 @@ def write_demo_sequence(out_dir: Path, frames: int, *, resolution: int = 64, **v
 
     Raises:
         ConfigError: ``frames`` < 1 or another argument out of range (names it).
-        SceneError: if a folder cannot be written.
+        SceneError: ``out_dir`` already holds time steps from ``frames`` on (a longer sequence's,
+            which a reader of the folder would take for this one's; names the folder), or a folder
+            cannot be written.
     """
     frames = _check_count("frames", frames, 1)
+    out_dir = Path(out_dir)
+    later = sorted(p.name for p in out_dir.glob("[0-9][0-9][0-9][0-9]") if p.is_dir() and int(p.name) >= frames)
+    if later:
+        raise SceneError(f"{out_dir}: already holds time steps {later[0]}..{later[-1]} of a longer sequence; "
+                         f"writing {frames} would leave them: remove them or write to an empty folder")
     return [write_demo_scene(Path(out_dir) / f"{i:04d}", resolution=resolution, time=float(i), **views)
             for i in range(frames)]
 

@@ -85,9 +85,9 @@ def factor_and_reason(full_width: int, full_height: int, requested: int | None, 
         rule = would = "the automatic rule keeps this format at full size"
     if requested is not None:
         return requested, f"data.downscale / --downscale {requested}, as given" + (
-            f" ({would})" if requested != auto else "")
+            f"; {would}" if requested != auto else "")
     if minimum > auto:
-        return minimum, f"data.min_downscale {minimum}, a floor above the automatic factor ({would})"
+        return minimum, f"data.min_downscale {minimum}, a floor above the automatic factor; {would}"
     if not automatic:
         return 1, rule
     floor = f"; data.min_downscale {minimum} asks for no more" if minimum > 1 else ""

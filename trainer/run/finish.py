@@ -16,7 +16,7 @@ from trainer.contract.textlines import counted, fit_lines, seconds_text
 from trainer.run.progress import TrainProgress
 from trainer.run.status import Terminated
 
-__all__ = ["LONG_EVALUATION_S", "evaluated_views_text", "evaluation_notice", "evaluation_result_text", "finish_status",
+__all__ = ["LONG_EVALUATION_S", "budget_stop_text", "evaluated_views_text", "evaluation_notice", "evaluation_result_text", "finish_status",
            "keep_final_model", "model_kept_text", "train_with_progress"]
 
 
@@ -81,9 +81,8 @@ def finish_status(
     t = trainer.cfg.training
     if trainer.step < t.n_steps and t.time_budget_s is not None:
         status["stopped_by"] = "time_budget"
-        progress.message("\n".join(fit_lines([
-            f"stopped at step {trainer.step} of {t.n_steps}:", f"the time budget of {t.time_budget_s:g} s",
-            "(training.time_budget_s, --time-budget) was reached"])))
+        progress.message(budget_stop_text(trainer.step, t.n_steps, trainer.train_time_s,
+                                          trainer.projected_train_time_s(), t.time_budget_s))
     keep_final_model(trainer, args, status)
     if not args.no_eval:
         notice, estimate = evaluation_notice(trainer, last, with_estimate=True)
@@ -123,6 +122,17 @@ def finish_status(
         progress.message(evaluation_result_text(n_images, result, status["eval_time_s"], estimate))
     progress.close()
     status["wall_s"] = time.perf_counter() - t0
+
+
+def budget_stop_text(step: int, n_steps: int, train_time_s: float, projected_s: float, budget_s: float) -> str:
+    """The line of a run the time budget stopped (under 80 columns): where, after how many
+    training seconds, and that the next step, expected to end at ``projected_s`` (s of training),
+    would have passed ``budget_s`` (the look-ahead of :mod:`trainer.train.budget`)."""
+    next_s = max(projected_s - train_time_s, 0.0)
+    return "\n".join(fit_lines([
+        f"stopped at step {step} of {n_steps}", f"after {seconds_text(train_time_s)}:",
+        f"the next step, expected to take {seconds_text(next_s)},", "would pass the time budget of",
+        f"{budget_s:g} s (training.time_budget_s, --time-budget)"]))
 
 
 def evaluated_views_text(done: int, total: int, seconds: float, image: dict[str, Any]) -> str:

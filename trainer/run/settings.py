@@ -4,6 +4,8 @@ flags; the CPU preset on a CPU), its scene, and the line that opens the run."""
 from __future__ import annotations
 
 import argparse
+import re
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +15,7 @@ from trainer.contract.defaults import default_config_path, runs_on_cpu
 from trainer.contract.errors import ConfigError
 from trainer.contract.textlines import counted, fit_lines
 
-__all__ = ["config_source", "device_name", "on_cpu", "opening_line", "resolve_config", "scene_path_of"]
+__all__ = ["FLAG_OF_KEY", "config_source", "device_name", "named_by_flag", "on_cpu", "opening_line", "resolve_config", "scene_path_of"]
 
 
 def on_cpu(device: str | None) -> bool:
@@ -72,10 +74,45 @@ def opening_line(cfg: TrainConfig, args: argparse.Namespace, ranks: int, local_r
                                 *threads, f"config {config_source(args)},", f"up to {stop}"]))
 
 
+FLAG_OF_KEY = {
+    "training.n_steps": "--n-steps", "training.time_budget_s": "--time-budget", "training.device": "--device",
+    "training.precision": "--precision", "training.eval_every": "--eval-every",
+    "training.eval_max_images": "--eval-max-images", "training.cpu_threads": "--cpu-threads",
+    "training.snapshot_every": "--snapshot-every", "data.downscale": "--downscale",
+    "profile.trace_steps": "--trace-steps", "distributed.emulate_interconnect": "--emulate-interconnect",
+    "data.format": "--format", "data.camera_convention": "--camera-convention", "data.aabb_scale": "--aabb-scale",
+    "data.scene": "--scene",
+}
+"""The config key each dedicated flag of ``train`` sets (an error in its value names the flag)."""
+
+_OVERRIDE_ERROR = re.compile(r"overrides: ([\w.]+): (.*)", re.DOTALL)
+
+
+def named_by_flag(error: ConfigError, flag_keys: Collection[str]) -> ConfigError:
+    """``error`` of :func:`~trainer.contract.config.load_config`'s overrides, naming where the
+    value came from: ``--time-budget: expected ...`` for a key of ``flag_keys``
+    (:data:`FLAG_OF_KEY`), ``--set training.seed: expected ...`` for another key, ``--set: ...``
+    for an error about no one key; any other error unchanged."""
+    message = str(error)
+    found = _OVERRIDE_ERROR.fullmatch(message)
+    if found and found.group(1) in flag_keys:
+        return ConfigError(f"{FLAG_OF_KEY[found.group(1)]}: {found.group(2)}")
+    if found:
+        return ConfigError(f"--set {found.group(1)}: {found.group(2)}")
+    if message.startswith("overrides: "):
+        return ConfigError("--set: " + message[len("overrides: "):])
+    return error
+
+
 def resolve_config(args: argparse.Namespace) -> TrainConfig:
     """Config file (``--config``; without it the CPU preset on a CPU, :func:`default_config_path`)
     + ``--set`` overrides + dedicated flags, validated. Sets ``args.config_chosen`` to the preset
-    path when it was chosen."""
+    path when it was chosen.
+
+    Raises:
+        ConfigError: a bad value, naming its flag (``--time-budget: ...``) or ``--set`` key
+            (:func:`named_by_flag`); a bad config file, naming the file.
+    """
     overrides: dict[str, Any] = {}
     for item in args.overrides:
         key, value = parse_override(item)
@@ -95,13 +132,16 @@ def resolve_config(args: argparse.Namespace) -> TrainConfig:
         "profile.trace_steps": getattr(args, "trace_steps", None),
         "distributed.emulate_interconnect": getattr(args, "emulate_interconnect", None),
     }
-    overrides.update({k: v for k, v in flag_map.items() if v is not None})
-    overrides.update(scene_format_overrides(args))
+    flagged = {k: v for k, v in flag_map.items() if v is not None} | scene_format_overrides(args)
     if args.scene is not None:
-        overrides["data.scene"] = str(args.scene)
+        flagged["data.scene"] = str(args.scene)
+    overrides.update(flagged)
     if args.quiet:
         overrides["training.quiet"] = True
-    return load_config(path, overrides)  # file and flags checked together, once
+    try:
+        return load_config(path, overrides)  # file and flags checked together, once
+    except ConfigError as exc:
+        raise named_by_flag(exc, flagged) from None
 
 
 def scene_path_of(cfg: TrainConfig) -> Path:

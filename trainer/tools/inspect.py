@@ -126,7 +126,7 @@ def describe_scene(
             "images": len(train),
             "first_load_s": first_s,
             "second_load_s": second_s,
-            "speedup": first_s / max(second_s, 1e-9),
+            "speedup": round(first_s / max(second_s, 1e-9), 2),
         }
     return info
 

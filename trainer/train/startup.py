@@ -63,7 +63,7 @@ class StartupReport:
         start-up seconds, where the kernels came from, the step."""
         kernels = ("kernels from the cache" if self.kernels_compiled == 0
                    else f"{counted(self.kernels_compiled, 'kernel')} compiled")
-        step = self.step_kind + (f" ({self.step_reason})" if self.step_reason else "")
+        step = self.step_kind + (f" — {self.step_reason}" if self.step_reason else "")
         return "\n".join(fit_lines([f"start-up {self.startup_s:.1f} s", f"({kernels};",
                                     f"{counted(self.startup_steps, 'step')}),", "then the clock;", f"step: {step}"]))
 

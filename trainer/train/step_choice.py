@@ -32,7 +32,7 @@ def capture_blockers(trainer: Any) -> list[str]:
     """Why this trainer's step cannot be captured (empty: it can)."""
     cfg, t = trainer.cfg, trainer.cfg.training
     if trainer.device.type != "cuda":
-        return [f"training.device is {trainer.device} (capture needs CUDA)"]
+        return [f"training.device is {trainer.device}: capture needs CUDA"]
     reasons = []
     if trainer.march_backend != "triton":
         reasons.append("training.march_backend is not the Triton marcher")
@@ -82,7 +82,7 @@ def choose_step(trainer: Any, parallel_step: Callable[[Any], Step] | None = None
             raise ConfigError(f"training.cuda_graphs: {mode!r} runs one process; distributed trainers take "
                               "'auto' or 'dynamic'")
         ranks = f"{trainer.world_size} rank{'s' if trainer.world_size > 1 else ''}"
-        return parallel_step(trainer), StepChoice("dynamic", f"{ranks} (the distributed steps are not captured)")
+        return parallel_step(trainer), StepChoice("dynamic", f"{ranks}: the distributed steps are not captured")
     if mode == "dynamic":
         return DynamicStep(trainer), StepChoice("dynamic", "training.cuda_graphs is 'dynamic'")
     blockers = capture_blockers(trainer)

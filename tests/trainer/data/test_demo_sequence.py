@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from trainer.data.demo import CAMERA_ANGLE_X, look_at_origin, render_demo_view, write_demo_scene, write_demo_sequence
-from trainer.contract.errors import ConfigError
+from trainer.contract.errors import ConfigError, SceneError
 
 FOCAL = 0.5 * 32 / np.tan(0.5 * CAMERA_ANGLE_X)
 TOP_VIEW = look_at_origin((0.3, -0.2, 3.98))  # from above: all three primitives are in view
@@ -47,3 +47,12 @@ def test_demo_scene_frames_flag(tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == [str(tmp_path / "seq" / "0000"), str(tmp_path / "seq" / "0001")]
     assert (Path(result.stdout.split()[1]) / "transforms_test.json").is_file()
+
+
+def test_a_shorter_sequence_into_a_longer_ones_folder_is_refused(tmp_path):
+    write_demo_sequence(tmp_path / "seq", 4, resolution=16, n_train=2, n_val=0, n_test=1)
+    with pytest.raises(SceneError) as exc:
+        write_demo_sequence(tmp_path / "seq", 2, resolution=16, n_train=2, n_val=0, n_test=1)
+    assert str(exc.value) == (f"{tmp_path / 'seq'}: already holds time steps 0002..0003 of a longer sequence; "
+                              "writing 2 would leave them: remove them or write to an empty folder")
+    assert len(write_demo_sequence(tmp_path / "seq", 4, resolution=16, n_train=2, n_val=0, n_test=1)) == 4

@@ -71,8 +71,8 @@ def test_images_n_folder_is_used_when_present(tmp_path) -> None:
     assert frame.image_path.parent.name == "images_2"
     intr = frame.intrinsics
     assert (intr.width, intr.height, intr.fx, intr.cx, intr.cy) == (20, 15, RING_FOCAL / 2, 10.0, 7.5)
-    assert ("llff: trained at 20x15 (downscale 2: data.downscale / --downscale 2, as given (the automatic rule would "
-            "pick 1: longest side 40 px → 40 px ≤ 1600 px)); images from images_2/ as they are") in scene.notes
+    assert ("llff: trained at 20x15 (downscale 2: data.downscale / --downscale 2, as given; the automatic rule would "
+            "pick 1: longest side 40 px → 40 px ≤ 1600 px); images from images_2/ as they are") in scene.notes
 
 
 def test_images_folder_with_downscale_when_images_n_is_absent(tmp_path) -> None:

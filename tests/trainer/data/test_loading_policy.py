@@ -113,8 +113,8 @@ def test_an_incomplete_images_n_folder_gives_way_to_images_shrunk_when_decoded(t
     scene = load_scene(tmp_path, downscale=8)
     frame = scene.frames("train")[0]
     assert frame.image_path.parent.name == "images" and scene.downscale == 8 and frame.intrinsics.width == 40
-    assert scene.size_rule == ("colmap: trained at 40x30 (downscale 8: data.downscale / --downscale 8, as given (the "
-                               "automatic rule would pick 1: longest side 320 px → 320 px ≤ 1600 px)); images from "
+    assert scene.size_rule == ("colmap: trained at 40x30 (downscale 8: data.downscale / --downscale 8, as given; the "
+                               "automatic rule would pick 1: longest side 320 px → 320 px ≤ 1600 px); images from "
                                "images/, shrunk by 8 when decoded (images_8/ lacks 5 of the 8 images, e.g. frame_3.png; "
                                "images/ holds them all)")
 

@@ -36,7 +36,7 @@ def test_fox_frames_skipped_and_splits(fox) -> None:
     scene, caught = fox
     assert scene.format == "instant-ngp"
     assert scene.split_counts == {"train": 43, "test": 7}
-    assert len(caught) == 1 and "skipping 17 frame(s)" in str(caught[0].message)
+    assert len(caught) == 1 and "skipping 17 frames" in str(caught[0].message)
     assert [s.frame for s in scene.skipped] == [f"images/{n}.jpg" for n in FOX_MISSING]
     assert all(s.reason.startswith("image file not found: ") for s in scene.skipped)
     names = [f.name for f in scene.frames("train") + scene.frames("test")]

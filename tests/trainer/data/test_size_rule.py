@@ -42,8 +42,8 @@ def test_the_presets_floor_never_overrides_the_captures_size_rule(tmp_path):
 
     explicit = load_scene(scene_path, downscale=2, min_downscale=2)  # --downscale 2: as given
     assert explicit.size_rule == (
-        "llff: trained at 2016x1512 (downscale 2: data.downscale / --downscale 2, as given (the automatic rule would "
-        "pick 4: longest side 4032 px → 1008 px ≤ 1600 px)); images from images/, shrunk by 2 when decoded")
+        "llff: trained at 2016x1512 (downscale 2: data.downscale / --downscale 2, as given; the automatic rule would "
+        "pick 4: longest side 4032 px → 1008 px ≤ 1600 px); images from images/, shrunk by 2 when decoded")
 
 
 def test_a_blender_scene_takes_the_floor_and_says_so(tmp_path):
@@ -51,8 +51,8 @@ def test_a_blender_scene_takes_the_floor_and_says_so(tmp_path):
 
     scene_path = write_demo_scene(tmp_path / "demo", resolution=32, n_train=2, n_val=1, n_test=1)
     assert load_scene(scene_path, min_downscale=2).size_rule == (
-        "blender: trained at 16x16 (downscale 2: data.min_downscale 2, a floor above the automatic factor (the "
-        "automatic rule keeps this format at full size)); shrunk when decoded")
+        "blender: trained at 16x16 (downscale 2: data.min_downscale 2, a floor above the automatic factor; the "
+        "automatic rule keeps this format at full size); shrunk when decoded")
     assert load_scene(scene_path).size_rule == (
         "blender: trained at 32x32 (downscale 1: the automatic rule keeps this format at full size); images at full size")
 
@@ -73,3 +73,17 @@ def test_training_on_a_cpu_says_which_size_rule_won_in_its_first_lines(tmp_path,
     statement = lines[size_rule:size_rule + 1] + list(takewhile(lambda line: line.startswith(CONTINUATION),
                                                                 lines[size_rule + 1:]))
     assert joined(statement) == PHONE_4032 and all(len(line) <= LINE_WIDTH for line in statement), statement
+
+
+def test_no_size_rule_nests_brackets():
+    from trainer.data.resolution import factor_and_reason, size_rule_line
+
+    for requested, minimum, automatic in ((8, 1, False), (2, 1, True), (None, 4, True), (None, 2, False),
+                                          (None, 1, True)):
+        factor, reason = factor_and_reason(4032, 3024, requested, minimum, automatic=automatic)
+        line = size_rule_line("llff", factor, reason, "100x75", "shrunk when decoded")
+        depth = 0
+        for char in line:
+            depth += {"(": 1, ")": -1}.get(char, 0)
+            assert 0 <= depth <= 1, line
+        assert depth == 0, line

@@ -331,7 +331,7 @@ def test_the_opening_line_is_printed_before_the_progress_display_starts(demo_sce
     args = build_parser().parse_args(["--scene", str(demo_scene), "--config", str(tiny_config_file(tmp_path)),
                                       "--device", "cpu", "--n-steps", "2", "--no-eval", "--out", str(tmp_path / "r")])
     assert train_command(args) == 0
-    assert len(printed_before) == 1 and _opening(printed_before[0]).startswith(f"training {demo_scene} on cpu, 1 rank ")
+    assert len(printed_before) == 1 and _opening(printed_before[0]).startswith(f"training {demo_scene} on cpu, 1 rank, ")
 
 
 def test_the_start_up_line_comes_before_the_first_progress_line(demo_scene, tmp_path, monkeypatch, capsys):

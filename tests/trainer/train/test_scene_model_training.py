@@ -113,7 +113,7 @@ def test_the_first_lines_name_the_scene_model(rgb_demo, tmp_path):
         lines[name] = [joined(statement)]
     assert lines["auto"] == ["scene model: unbounded (training.scene_model auto); capture: a 360° capture with "
                              f"background (no alpha; views spread to {_spread(rgb_demo):.0f}° from the mean view "
-                             "direction (> 30°))"]
+                             "direction, over 30°)"]
     assert lines["box"][0].startswith("scene model: box (training.scene_model box); capture: a 360° capture")
 
 

@@ -13,5 +13,24 @@ def test_the_start_up_line_counts_in_words_and_fits_80_columns():
                            step_reason="the captured step needs CUDA and a fixed-capacity march; this run has neither")
     lines = cached.line().splitlines()
     assert len(lines) > 1 and all(len(line) <= LINE_WIDTH for line in lines), lines
-    assert joined(lines) == ("start-up 14.0 s (kernels from the cache; 3 steps), then the clock; step: dynamic (the "
-                             "captured step needs CUDA and a fixed-capacity march; this run has neither)")
+    assert joined(lines) == ("start-up 14.0 s (kernels from the cache; 3 steps), then the clock; step: dynamic — the "
+                             "captured step needs CUDA and a fixed-capacity march; this run has neither")
+
+
+def bracket_depth(text: str) -> int:
+    """The deepest nesting of round brackets in ``text``; -1 when they do not balance."""
+    depth = deepest = 0
+    for char in text:
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        deepest = max(deepest, depth)
+        if depth < 0:
+            return -1
+    return deepest if depth == 0 else -1
+
+
+def test_the_step_line_nests_no_brackets_for_any_reason():
+    for reason in ("training.device is cpu: capture needs CUDA", "2 ranks: the distributed steps are not captured",
+                   "training.precision fp16 (the captured step covers fp32, tf32 and bf16)"):
+        report = StartupReport(startup_s=1.0, startup_steps=1, kernels_compiled=0, step_kind="dynamic",
+                               step_reason=reason)
+        assert bracket_depth(joined(report.line().splitlines())) == 1, report.line()

@@ -33,11 +33,15 @@ def apply_overrides(cfg: TrainConfig, overrides: Mapping[str, object]) -> TrainC
 
     Raises:
         ConfigError: ``"overrides: unknown key 'training.n_step' (did you mean
-            'training.n_steps'?)"`` or ``"overrides: <dotted key>: expected ..., got ..."``.
+            'training.n_steps'?)"``, ``"overrides: training is a block; set one of its keys, e.g.
+            training.n_steps"`` or ``"overrides: <dotted key>: expected ..., got ..."``.
     """
     data = config_to_dict(cfg)
     for dotted, value in overrides.items():
         block, _, name = str(dotted).partition(".")
+        if block in data and not name and data[block]:
+            raise ConfigError(f"overrides: {block} is a block; set one of its keys, e.g. "
+                              f"{block}.{next(iter(data[block]))}")
         if block not in data or name not in data[block]:
             raise ConfigError(f"overrides: {unknown_key('', dotted, _dotted_keys())}")
         data[block][name] = value

@@ -51,6 +51,8 @@ from trainer.data.imageinfo import exif_orientation, image_size
 from trainer.data.options import SceneOptions, check_aabb_scale
 from trainer.data.scene import Frame, Intrinsics, Scene, SkippedFrame
 from trainer.contract.errors import SceneError
+from trainer.contract.runstatus import fitted_warning
+from trainer.contract.textlines import counted
 
 #: Extensions tried, in order, for a ``file_path`` that does not name an existing file.
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".PNG", ".JPG", ".JPEG")
@@ -513,6 +515,21 @@ def missing_images_error(json_path: Path, missing: list[FrameEntry]) -> SceneErr
     )
 
 
+SKIPPED_NAMES_SHOWN = 3
+"""How many of the skipped frames' file names the warning lists before ``and N more``."""
+
+
+def skipped_frames_warning(json_path: Path, names: list[str]) -> str:
+    """The warning about frames skipped for their missing image files ``names`` (non-empty):
+    the first :data:`SKIPPED_NAMES_SHOWN` names, then ``and N more``, broken into lines under 80
+    columns (:func:`~trainer.contract.runstatus.fitted_warning`)."""
+    shown = ", ".join(names[:SKIPPED_NAMES_SHOWN])
+    more = len(names) - SKIPPED_NAMES_SHOWN
+    listed_names = shown + (f" and {more} more" if more > 0 else "")
+    return fitted_warning(f"{json_path}: skipping {counted(len(names), 'frame')} whose image file is missing: "
+                          f"{listed_names}")
+
+
 def transforms_path(path: Path) -> Path:
     """The ``transforms.json`` that ``path`` (the file or its folder) names.
 
@@ -557,11 +574,7 @@ def load(path: Path, opts: SceneOptions) -> Scene:
             raise missing_images_error(json_path, missing)
         base = json_path.parent
         skipped = [SkippedFrame(e.name, f"image file not found: {base / e.name}") for e in missing]
-        warnings.warn(
-            f"{json_path}: skipping {len(missing)} frame(s) whose image file is missing: "
-            + ", ".join(e.name for e in missing),
-            stacklevel=2,
-        )
+        warnings.warn(skipped_frames_warning(json_path, [e.name for e in missing]), stacklevel=2)
         entries = [e for e in entries if e.image_path is not None]
         if not entries:
             raise SceneError(f"{json_path}: none of the {len(missing)} frames has an image file")

@@ -1,0 +1,13 @@
+"""The line of a run the time budget stopped says why it stopped short of the budget."""
+
+from __future__ import annotations
+
+from trainer.contract.textlines import LINE_WIDTH, joined
+from trainer.run.finish import budget_stop_text
+
+
+def test_the_budget_line_names_the_next_steps_expected_length():
+    lines = budget_stop_text(205, 1000, 57.6, 60.4, 60.0).splitlines()
+    assert all(len(line) <= LINE_WIDTH for line in lines), lines
+    assert joined(lines) == ("stopped at step 205 of 1000 after 57.6 s: the next step, expected to take 2.8 s, "
+                             "would pass the time budget of 60 s (training.time_budget_s, --time-budget)")
