@@ -177,10 +177,11 @@ def test_resume_after_kill_keeps_completed_trials_and_retries_the_running_one(tm
     assert launched.training.n_steps == 20  # the trial budget ...
     assert (chosen.training.n_steps, chosen.training.time_budget_s) == (35000, None)  # ... is the base's again
     assert launched.data.scene is not None and chosen.data.scene is None  # the study's scene stays behind
-    # nothing else differs but the study's run-control settings (logging), back at the base's
+    # nothing else differs but the study's run-control and machine settings (logging, threads), back at the base's
     assert chosen == apply_overrides(launched, {"training.n_steps": 35000, "data.scene": None,
                                                 "training.log_every": TrainConfig().training.log_every,
-                                                "training.device": TrainConfig().training.device})
+                                                "training.device": TrainConfig().training.device,
+                                                "training.cpu_threads": TrainConfig().training.cpu_threads})
     header = study_dir.best_config_path.read_text().splitlines()[:3]
     assert header[0].startswith(f"// Recommended by study t ({tiny_study}): trial {best.number}")
     assert "unconfirmed: confirmation skipped (--no-confirm)" in header[2]
@@ -321,7 +322,8 @@ def test_several_objectives_from_evaluations(tmp_path, demo_scene):
     restore = {"training.n_steps": chosen.training.n_steps, "training.time_budget_s": None, "data.scene": None,
                "training.log_every": TrainConfig().training.log_every,
                "training.eval_max_images": TrainConfig().training.eval_max_images,
-               "training.device": TrainConfig().training.device}
+               "training.device": TrainConfig().training.device,
+               "training.cpu_threads": TrainConfig().training.cpu_threads}  # machine settings are not recommended
     assert any(apply_overrides(load_config(_trials(study)[n].user_attrs["config_path"]), restore) == chosen for n in best)
 
 
