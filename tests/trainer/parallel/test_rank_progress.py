@@ -88,7 +88,9 @@ def test_two_rank_launch_prints_rank0_progress_before_the_summary(demo_scene, tm
     step_lines = [i for i, line in enumerate(lines) if line.startswith("rank 0: step ")]
     assert [lines[i].split()[3] for i in step_lines] == ["5/10", "10/10"], proc.stdout
     summary = next(i for i, line in enumerate(lines) if line.startswith("trained to step 10"))
-    warning = [i for i, line in enumerate(lines) if line.startswith("warning: ") and "r_missing.png" in line]
+    # the warning and its wrapped lines (indented) name the missing file
+    warning = [i for i, line in enumerate(lines) if line.startswith("warning:")
+               and "r_missing.png" in " ".join([line] + [x for x in lines[i + 1:i + 4] if x.startswith("  ")])]
     assert len(warning) == 1 and warning[0] < step_lines[0], proc.stdout  # said once, before training
     assert step_lines[-1] < summary and lines[-1].startswith('{"state": "completed"')
     assert all(line.startswith("  ") for line in lines[summary + 1:-1])  # the summary's own lines, then the JSON
