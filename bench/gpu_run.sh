@@ -17,8 +17,10 @@
 # carries only the folders its recipes need (the carry limit is 64 MiB with the scene).
 set -u -o pipefail
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
-if compgen -G ".whl*/*.whl" >/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl*/*.whl || exit 1
+if compgen -G ".whl*/*.whl" >/dev/null; then  # each package once, its wheel for this python picked by pip
+  names=$(for f in .whl*/*.whl; do basename "$f" | cut -d- -f1; done | sort -u)
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
+    $(printf -- '--find-links %s ' .whl*/) $names || exit 1
 fi
 export PYTHONPATH=/tmp/site:$PWD
 S=${SCENE:-.scenes/lego_400}

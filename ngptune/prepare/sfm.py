@@ -98,35 +98,74 @@ def pycolmap_module() -> Any:
 
 
 def run_cancellable(stage: str, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """``call(*args, cancellation_token=token, **kwargs)`` in a worker thread; Ctrl-C cancels it.
+    """``call(*args, cancellation_token=token, **kwargs)`` in a worker thread; Ctrl-C or SIGTERM
+    cancels it.
+
+    While the call runs (in the main thread), SIGINT and SIGTERM only cancel the token and are
+    remembered; once the worker has returned, the first of them goes to the handler that was in
+    place before (so Ctrl-C raises ``KeyboardInterrupt`` and ``ngptune prepare``'s SIGTERM handler
+    its ``Terminated``). No exception can leave this function while pycolmap still works on the
+    scratch folder, which the caller then removes.
 
     Raises:
         PrepareError: the call raised, naming ``stage`` and pycolmap's message.
-        KeyboardInterrupt: after the cancelled call has returned.
+        KeyboardInterrupt: (or what the previous handler raises) after the cancelled call returned.
     """
     pycolmap = pycolmap_module()
     token = pycolmap.CancellationToken()
     outcome: dict[str, Any] = {}
+    done = threading.Event()
 
     def work() -> None:
         try:
             outcome["value"] = call(*args, cancellation_token=token, **kwargs)
         except BaseException as exc:  # handed to the caller's thread
             outcome["error"] = exc
+        finally:
+            done.set()
 
     worker = threading.Thread(target=work, name=f"pycolmap-{stage}", daemon=True)
-    worker.start()
-    try:
-        while worker.is_alive():
-            worker.join(0.2)
-    except KeyboardInterrupt:
+    stops: list[int] = []
+
+    def stop(signum: int, frame: Any) -> None:
+        stops.append(signum)
         token.cancel()
+
+    handled = (signal.SIGINT, signal.SIGTERM)
+    main = threading.current_thread() is threading.main_thread()
+    previous = {}
+    for signum in handled if main else ():
+        current = signal.getsignal(signum)
+        if current is not None and current != signal.SIG_IGN:  # None: a handler not set from Python
+            previous[signum] = signal.signal(signum, stop)
+    try:
+        worker.start()
+        while not done.wait(0.2):
+            pass
         worker.join()
-        raise
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    if stops:
+        deliver_signal(stops[0], previous.get(stops[0]))
     if "error" in outcome:
         exc = outcome["error"]
         raise PrepareError(f"{stage}: COLMAP failed: {type(exc).__name__}: {exc}") from exc
     return outcome.get("value")
+
+
+def deliver_signal(signum: int, handler: Any) -> None:
+    """Hand ``signum``, held back while pycolmap worked, to ``handler`` (the one it replaced): call
+    a Python handler, or re-send the signal for ``SIG_DFL`` (the process ends as it would have).
+
+    Raises:
+        What the handler raises; else ``KeyboardInterrupt``, since the stage was cancelled.
+    """
+    if callable(handler):
+        handler(signum, None)
+    else:
+        signal.raise_signal(signum)
+    raise KeyboardInterrupt(f"signal {signum}: the stage was cancelled")
 
 
 def _batches(items: list, per_batch: int) -> list[list]:
