@@ -119,7 +119,7 @@ def _forward_tile(x_ptr, sh_ptr, rows, rmask, n_in, x_row_stride, x_col_stride, 
                   wd1t, wd2t, wgt, wst, wc2t, wc3t,
                   IN: tl.constexpr, W: tl.constexpr, G: tl.constexpr, SHP: tl.constexpr, DOT: tl.constexpr):
     """Activations of one tile of samples: x, h1, h, sh, c1, c2, o (pre-sigmoid colour)."""
-    cin = tl.arange(0, IN)[None, :]
+    cin = tl.arange(0, IN).to(tl.int64)[None, :]  # × a feature-major column stride (S) passes 2^31
     x = tl.load(x_ptr + rows[:, None] * x_row_stride + cin * x_col_stride, mask=rmask[:, None] & (cin < n_in),
                 other=0.0)
     h1 = tl.maximum(_mm(x, wd1t, DOT), 0.0)
@@ -177,7 +177,7 @@ def _density_kernel(x_ptr, wd1_ptr, wd2_ptr, sigma_ptr, count_ptr, n, n_in, x_ro
     wd1t = _load_t(wd1_ptr, n_in, 0, IN, W, 0, n_in, W)
     # only the density logit's column of the second layer: h₀ = relu(W_d1 · x) · W_d2[0]
     w0 = tl.load(wd2_ptr + tl.arange(0, W))
-    cin = tl.arange(0, IN)[None, :]
+    cin = tl.arange(0, IN).to(tl.int64)[None, :]  # × a feature-major column stride (S) passes 2^31
     for tile in range(tl.program_id(0), tl.cdiv(n, ROWS), tl.num_programs(0)):
         rows = (tile * ROWS + tl.arange(0, ROWS)).to(tl.int64)
         if tile * ROWS < n_live:
@@ -210,7 +210,7 @@ def _backward_tile(x_ptr, sh_ptr, g_sigma_ptr, g_rgb_ptr, g_x_ptr, tile, n, n_in
     accumulators (returned)."""
     cg = tl.arange(0, G)[None, :]
     co = tl.arange(0, OUTP)[None, :]
-    cin = tl.arange(0, IN)[None, :]
+    cin = tl.arange(0, IN).to(tl.int64)[None, :]  # × a feature-major column stride (S) passes 2^31
     rows = (tile * ROWS + tl.arange(0, ROWS)).to(tl.int64)
     rmask = rows < n
     x, h1, h, sh, c1, c2, o = _forward_tile(x_ptr, sh_ptr, rows, rmask, n_in, x_row_stride, x_col_stride,

@@ -254,12 +254,14 @@ def render_ray_buffers(
     return out
 
 
-EVAL_BATCH_SAMPLES = {"cpu": 2**16, "cuda": 2**62}
+EVAL_BATCH_SAMPLES = {"cpu": 2**16, "cuda": 2**24}
 """Samples per field evaluation when rendering (:func:`render_ray_buffers`): on a CPU small enough
 that the estimate's probe evaluates the field as the evaluation does (a whole chunk of 2^11 rays
 of 512 samples, 2^20, made the fox CPU line's estimate 3× too low and the evaluation slower:
-docs/benchmarks.md, "Evaluation on a CPU"); on a GPU no limit: a chunk of 2^18 rays is composited
-in one launch."""
+docs/benchmarks.md, "Evaluation on a CPU"); on a GPU 2^24: a chunk of 2^18 rays of a synthetic
+scene (≈ 7 samples per ray) is composited in one launch, while a real capture's chunk (hundreds of
+samples per ray, ~10^8 samples) goes in batches whose features (2^24 × 32 float32, 2 GiB) and
+hidden activations stay far from the memory's size."""
 
 
 def eval_chunk_rays(device: torch.device) -> int:

@@ -103,6 +103,36 @@ def test_both_layouts_give_the_same_results_on_cuda():
     _check(observe("cuda", random_seed()), CUDA_SIZES)
 
 
+#: Samples past which a feature-major column offset (feature index × S) no longer fits in int32.
+PAST_INT32 = 2**26 + 2**25  # 31 · S ≈ 3.1e9 > 2^31
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (about 45 GiB of GPU memory)")
+def test_feature_major_offsets_past_2_31_elements_on_cuda():
+    """The last rows of a feature-major batch whose column offsets pass 2^31 (a real capture's
+    evaluation chunk marches ~10^8 samples) give what the same rows give alone, forward and back."""
+    from trainer.model.triton_mlp import fused_density, fused_field_head
+
+    generator = torch.Generator(device="cuda").manual_seed(random_seed())
+    density_w, rgb_w = _weights(torch.Generator().manual_seed(3), "cuda")
+    features = torch.empty(N_IN, PAST_INT32, device="cuda").uniform_(-1, 1, generator=generator).t()
+    sh = torch.empty(PAST_INT32, N_SH, device="cuda").uniform_(-1, 1, generator=generator)
+    tail = slice(PAST_INT32 - 1000, PAST_INT32)
+    g_sigma = torch.zeros(PAST_INT32, device="cuda")
+    g_sigma[tail] = 1.0
+    x = features.requires_grad_(True)
+    sigma, rgb = fused_field_head(x, sh, density_w, rgb_w, "ieee")
+    sigma.backward(g_sigma)
+    density = fused_density(features.detach(), density_w, "ieee")
+
+    alone = features.detach()[tail].contiguous().requires_grad_(True)
+    sigma_alone, rgb_alone = fused_field_head(alone, sh[tail].contiguous(), density_w, rgb_w, "ieee")
+    sigma_alone.backward(torch.ones(1000, device="cuda"))
+    assert torch.equal(sigma[tail], sigma_alone) and torch.equal(rgb[tail], rgb_alone)
+    assert torch.equal(density[tail], fused_density(alone.detach(), density_w, "ieee"))
+    assert torch.equal(x.grad[tail], alone.grad)
+
+
 def test_dense_features_keeps_both_layouts_and_copies_the_rest():
     from trainer.model.triton_mlp import dense_features
 
