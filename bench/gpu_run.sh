@@ -331,6 +331,17 @@ recipe_sweep-pruning() {
   cp /tmp/sweep_fidelity/pruning_*.json "$keep/" 2>/dev/null
 }
 
+#: study FILE DIR [SWEEP FLAGS]: `ngptune sweep --study FILE --out DIR` run (or resumed) and stopped by SIGINT
+# after STUDY_S seconds (default 500; a stopped sweep resumes where it was), then DIR without models and
+# images packed into $OUT/study.tgz: carry DIR in the next call to go on (needs .whl-optuna)
+recipe_study() {
+  local file=$1 dir=$2; shift 2
+  run study.txt timeout -s INT -k 30 "${STUDY_S:-500}" python3 -m ngptune sweep --study "$file" --out "$dir" "$@" | tail -40
+  tar -C "$(dirname "$dir")" -czf "$out/study.tgz" --exclude='*.pt' --exclude='*.png' --exclude='*.jpg' \
+    --exclude='*.mp4' "$(basename "$dir")"
+  cp "$dir"/trials.csv "$dir"/best_config*.json "$keep/" 2>/dev/null
+}
+
 #: viewer [RUN]: the web viewer's frames/s at rest (spp 1) at 1280x720 and 1920x1080 of a lego_400 model
 # (RUN, default: 3000 steps trained here into /tmp/viewer_lego), and training steps/s with and without
 # --view (idle; and one headless Chromium page at rest when chromium is on PATH), 2 alternating rounds.
