@@ -14,7 +14,7 @@ import torch
 
 from tests.support.cli import deepest_bracket, first_statement, run_inference_cli
 from trainer.contract.textlines import LINE_WIDTH, joined
-from trainer.cpu_threads import available_cores
+from trainer.contract.threads import available_cores
 from trainer.inference.loading import load_model
 
 
