@@ -76,7 +76,7 @@ def killed_line(pid: int, signum: int, run: RunDir | None, nproc_per_node: int |
     if run is None:
         parts.append("it wrote no run folder")
         return "; ".join(parts)
-    if mark_killed(run, f"killed by {name} (process {pid})"):
+    if mark_killed(run, f"process {pid} was killed by {name}"):  # no bracket: readers show it inside theirs
         parts.append(f"{run.status_path} now says failed")
     if launched:
         parts.append(f"each rank's log: {run.logs_dir}/rank<R>.log")

@@ -19,7 +19,9 @@ interconnect), read from ``--bench-comm-csv``, or given as a number. Afterwards 
 collected (:mod:`ngptune.profiling.collect`), diagnosed (:func:`ngptune.profiling.diagnoses.assess`,
 with the link's busbw) and rendered (:func:`ngptune.reporting.profile_report.write_profile_report`).
 
-The console shows the trainer's opening line (device, ranks, threads), the run's progress from
+The console's first line names the steps, the device, the ranks and on a CPU the threads of each
+(:func:`opening_lines`, in the words of every command's first line); then it shows the trainer's
+opening line (device, ranks, threads), the run's progress from
 rank 0's metrics (:class:`ngptune.progress.RunsProgress`) and, at the end, a one-screen summary
 (:func:`summary_lines`): step time and its compute and wait shares, the job's and each rank's
 throughput, the evaluation when there was one, and every fired diagnosis with its knob.
@@ -191,19 +193,42 @@ def _check_args(args: argparse.Namespace) -> None:
                           f"it cannot be combined with --link-busbw {args.link_busbw}")
 
 
+def preset_path(args: argparse.Namespace) -> Path | None:
+    """The config file the profiled run reads: ``--config``, else on a CPU (``--set
+    training.device`` or none) the CPU preset, as the trainer chooses
+    (:func:`trainer.contract.default_config_path`); None for the built-in defaults."""
+    from ngptune.processes import cuda_device_count
+    from trainer.contract import default_config_path, parse_override
+
+    device = dict(parse_override(item) for item in args.overrides).get("training.device")
+    return default_config_path(args.config, runs_on_cpu(device, cuda_device_count()))
+
+
+def opening_lines(args: argparse.Namespace, cfg: TrainConfig, ranks: int, window: tuple[int, int],
+                  log_path: Path) -> list[str]:
+    """The profile's first lines (under 80 columns, :func:`~trainer.contract.textlines.fit_lines`;
+    no bracket inside another): its steps, the device, the ranks and, on a CPU, the threads of
+    each rank in the words every command's first line uses
+    (:func:`trainer.contract.describe_cpu_threads`), the logging interval of ``cfg``, the
+    torch.profiler ``window`` and where the trainer's output goes (``log_path``)."""
+    from ngptune.processes import cuda_device_count
+    from trainer.contract import describe_cpu_threads, run_device
+
+    device = run_device(cfg.training.device, cuda_device_count())
+    threads = [f"{describe_cpu_threads(cfg.training.cpu_threads, ranks)},"] if device == "cpu" else []
+    return fit_lines([f"profile: {counted(args.steps, 'step')} on {device},", f"{counted(ranks, 'rank')},", *threads,
+                      f"a metrics record every {counted(cfg.training.log_every, 'step')},",
+                      f"torch.profiler steps {window[0]}:{window[1]};", "trainer output in", str(log_path)])
+
+
 def run_config(args: argparse.Namespace) -> TrainConfig:
     """The profiled run's config (``--config``, ``--set``, ``--scene``, ``--emulate-interconnect``)
     with the profile's logging interval (:func:`profile_log_every`) unless ``--set`` gives one;
     validates them before anything is written."""
-    from ngptune.processes import cuda_device_count
-    from trainer.contract import apply_overrides, default_config_path, load_config, parse_override, runs_on_cpu
+    from trainer.contract import apply_overrides, load_config, parse_override
 
     overrides = dict(parse_override(item) for item in args.overrides)
-    on_cpu = runs_on_cpu(overrides.get("training.device"), cuda_device_count())
-    path = default_config_path(args.config, on_cpu)  # as the trainer chooses
-    if path is not None and args.config is None:
-        print("\n".join(fit_lines(["profile: no --config on a CPU:", "the profiled run uses the CPU preset", str(path)])),
-              flush=True)
+    path = preset_path(args)  # as the trainer chooses
     if args.scene is not None:
         overrides["data.scene"] = str(args.scene)
     if args.emulate_interconnect is not None:
@@ -355,7 +380,12 @@ def profile_command(args: argparse.Namespace) -> int:
         found = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
         raise ConfigError(f"--out {profile.root}: is not empty (holds {found}); a profile needs its own folder")
     profile.root.mkdir(parents=True, exist_ok=True)
-    # (after every check that can refuse the run)
+    # (after every check that can refuse the run) the first line: device and threads, as every command's
+    print("\n".join(opening_lines(args, cfg, ranks, window, profile.trainer_log_path)), flush=True)
+    preset = preset_path(args)
+    if preset is not None and args.config is None:
+        print("\n".join(fit_lines(["profile: no --config on a CPU:", "the profiled run uses the CPU preset",
+                                    str(preset)])), flush=True)
     heavy = cpu_config_warning(cfg, runs_on_cpu(cfg.training.device, cuda_device_count()))
     if heavy is not None:
         print(heavy, file=sys.stderr, flush=True)
@@ -370,10 +400,6 @@ def profile_command(args: argparse.Namespace) -> int:
         argv = nsight.nsys_command(nsys, profile.nsys_report_base, argv)
 
     link_busbw, sources["link_busbw"] = link_from_csv or _link_busbw(parse_link_busbw(args.link_busbw), cfg, ranks, profile)
-    print("\n".join(fit_lines([f"profile: {counted(args.steps, 'step')} on {counted(ranks, 'rank')},",
-                               f"a metrics record every {counted(log_every, 'step')},",
-                               f"torch.profiler steps {window[0]}:{window[1]};", "trainer output in",
-                               str(profile.trainer_log_path)])), flush=True)
     watcher = RunWatcher(profile, args.steps)
     sampler = NvmlSampler(args.nvml_interval_ms / 1e3).start()
     exit_code = None

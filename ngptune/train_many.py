@@ -41,7 +41,8 @@ from ngptune.scheduling.slots import SlotPool, visible_gpus
 from ngptune.tuning.trial import TrialLaunch, run_trial
 from trainer.contract import ConfigError, RunDir, atomic_write_text, command_stopping_with_parent, trainer_argv
 
-__all__ = ["Job", "JobResult", "TrainManyOptions", "devices_text", "discover_scenes", "job_names", "run_train_many"]
+__all__ = ["Job", "JobResult", "Plan", "TrainManyOptions", "devices_text", "discover_scenes", "job_names",
+           "run_train_many"]
 
 JOB_FILE = "job.json"
 
@@ -63,6 +64,23 @@ class TrainManyOptions:
     gpus_per_job: int | None = None
     warm_start: str | None = None
     train_args: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What a run of ``train-many`` will do, known once its input is checked.
+
+    Attributes:
+        jobs: scenes in the sequence (finished ones included: they are skipped).
+        gpus: the GPUs its jobs share (none on a host without GPUs).
+        gpus_per_job: GPUs of each job on a GPU host.
+        at_once: jobs that run side by side.
+    """
+
+    jobs: int
+    gpus: tuple[int, ...]
+    gpus_per_job: int
+    at_once: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -253,11 +271,13 @@ def _warm_start_snapshot(previous: Job) -> Path | None:
     return model if model is not None and model.is_file() else None
 
 
-def run_train_many(options: TrainManyOptions, *, on_start=None, on_done=None, on_progress=None) -> list[JobResult]:
+def run_train_many(options: TrainManyOptions, *, on_begin=None, on_start=None, on_done=None,
+                   on_progress=None) -> list[JobResult]:
     """Train every scene of ``options.source`` (see the module docstring); returns a result per
-    scene, in sequence order (``on_start(job)`` / ``on_done(job, result)`` are called as jobs start
-    and end, ``on_progress(job, record)`` with the job's newest metrics record (None before its
-    first) while it trains; all from worker threads).
+    scene, in sequence order (``on_begin(plan)`` is called with the :class:`Plan` once the input
+    is checked, before any job; ``on_start(job)`` / ``on_done(job, result)`` as jobs start and
+    end, ``on_progress(job, record)`` with the job's newest metrics record (None before its
+    first) while it trains; these three from worker threads).
 
     Raises:
         ConfigError: bad source (:func:`discover_scenes`), ``--gpus-per-job`` 0 or above the
@@ -278,6 +298,8 @@ def run_train_many(options: TrainManyOptions, *, on_start=None, on_done=None, on
     out = Path(options.out_dir)
     jobs = [Job(i, name, scene, out / name, out / "logs" / f"{name}.log")
             for i, (name, scene) in enumerate(zip(job_names(scenes), scenes))]
+    if on_begin is not None:
+        on_begin(Plan(len(jobs), tuple(gpus), per_job, pool.capacity))
     (out / "logs").mkdir(parents=True, exist_ok=True)
     done = [threading.Event() for _ in jobs]
     results: list[JobResult | None] = [None] * len(jobs)

@@ -1,5 +1,7 @@
 """``ngptune train-many SOURCE --out OUT``: train a scene sequence as jobs on GPU slots
-(:mod:`ngptune.train_many`); shows each running job's step, ETA and throughput
+(:mod:`ngptune.train_many`); says first what it will do (:func:`opening_lines`: the scenes, the
+device, on a CPU the threads of each job in the words of every command's first line, the jobs
+side by side); shows each running job's step, ETA and throughput
 (:class:`ngptune.progress.RunsProgress`: from its metrics records and, between them, the progress
 lines in its log; plain lines every few seconds when stdout is no terminal), writes
 ``OUT/summary.csv``, ``OUT/summary.html`` and prints a table."""
@@ -10,9 +12,9 @@ import argparse
 import json
 from pathlib import Path
 
-from trainer.contract import RunDir, fit_lines, positive_int
+from trainer.contract import RunDir, counted, fit_lines, positive_int
 
-__all__ = ["job_done", "register"]
+__all__ = ["job_done", "opening_lines", "register"]
 
 
 def _train_args(args: argparse.Namespace) -> tuple[str, ...]:
@@ -37,6 +39,41 @@ def _n_steps(run_dir: Path) -> int | None:
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return value if isinstance(value, int) else None
+
+
+def _cpu_threads_requested(args: argparse.Namespace) -> int:
+    """``training.cpu_threads`` of the jobs on a CPU: their config (``--config``, else the CPU
+    preset, as the trainer chooses) with the ``--set`` overrides.
+
+    Raises:
+        ConfigError: a bad config file or override (every job would refuse it).
+    """
+    from trainer.contract import default_config_path, load_config, parse_override
+
+    overrides = dict(parse_override(item) for item in args.overrides)
+    return load_config(default_config_path(args.config, True), overrides).training.cpu_threads
+
+
+def opening_lines(args: argparse.Namespace, plan) -> list[str]:
+    """The first lines of ``train-many`` (under 80 columns, no bracket inside another) for
+    ``plan`` (:class:`ngptune.train_many.Plan`): the scenes and their source, the device and, on
+    a CPU, the threads of each job (one rank) in the words every command's first line uses
+    (:func:`trainer.contract.describe_cpu_threads`), else the GPUs and those of each job; the
+    jobs side by side.
+
+    Raises:
+        ConfigError: on a CPU, the jobs' config is refused (:func:`_cpu_threads_requested`).
+    """
+    from ngptune.train_many import devices_text
+    from trainer.contract import describe_cpu_threads
+
+    parts = [f"train-many: {counted(plan.jobs, 'scene')} of {args.source}"]
+    if devices_text(list(plan.gpus), _train_args(args)) == "cpu":
+        parts += ["on cpu,", f"{describe_cpu_threads(_cpu_threads_requested(args), 1)},"]
+    else:
+        parts += [f"on GPUs {','.join(map(str, plan.gpus))},", f"{counted(plan.gpus_per_job, 'GPU')} per job,"]
+    parts.append("one job at a time" if plan.at_once == 1 else f"{plan.at_once} jobs at once")
+    return fit_lines(parts)
 
 
 def job_done(board, name: str, result) -> None:
@@ -65,6 +102,9 @@ def _cmd_train_many(args: argparse.Namespace) -> int:
                                warm_start=args.warm_start, train_args=_train_args(args))
     board = RunsProgress()
 
+    def begin(plan) -> None:  # the first line: what runs where, with how many threads
+        board.message("\n".join(opening_lines(args, plan)))
+
     def started(job) -> None:  # --n-steps gives the total before the run writes its config.json
         board.update(job.name, None, total=args.n_steps)
 
@@ -75,7 +115,7 @@ def _cmd_train_many(args: argparse.Namespace) -> int:
         job_done(board, job.name, r)
 
     try:
-        results = run_train_many(options, on_start=started, on_done=done, on_progress=progressed)
+        results = run_train_many(options, on_begin=begin, on_start=started, on_done=done, on_progress=progressed)
     finally:
         board.close()
     csv_path = write_summary_csv(results, args.out / "summary.csv")

@@ -9,11 +9,16 @@ from the next in the last bits, and the tests that compare two trainings exactly
 that runs the trainer's command line in this process sets the rank's own thread count
 (``trainer.cpu_threads``), so every test is put back to one thread afterwards.
 
+The host counts as idle for the CPU thread rule (``TRAINER_HOST_LOAD=0``, inherited by the
+processes the tests start): the machine is shared, and the counts a test reads must not follow
+its load. The tests of the rule give the load they want.
+
 Fixtures: ``demo_scene`` (the tiny demo scene), ``ring`` (cameras on a ring), ``trained_run`` (a
 tiny trained model's run folder). Helpers live in ``tests/support``; a fixture used by one folder
 only lives in that folder's conftest.py.
 """
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -22,8 +27,10 @@ import torch
 
 from tests.support.scene_formats import ring_c2w
 from tests.support.scenes import tiny_config, write_tiny_demo_scene
+from trainer.contract.threads import LOAD_ENV
 
 torch.set_num_threads(1)
+os.environ[LOAD_ENV] = "0"
 
 
 @pytest.fixture(autouse=True)

@@ -86,8 +86,8 @@ def launch_command(args: argparse.Namespace, train_argv: list[str]) -> int:
     """
     from trainer.contract.backend import check_run_emulation
     from trainer.contract.defaults import runs_on_cpu
+    from trainer.contract.threads import available_cores
     from trainer.contract.world import check_ranks_per_node, check_world_size
-    from trainer.cpu_threads import available_cores
     from trainer.parallel.cuda_count import cuda_device_count
     from trainer.parallel.launch import launch_workers
     from trainer.train.trainable import check_trainable

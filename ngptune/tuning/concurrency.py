@@ -9,7 +9,8 @@ Bounded by the host and by the study, never by the flags alone:
   sharing is fair for it: a study with ``budget.steps`` packs :data:`STEP_BUDGET_TRIALS_PER_GPU`
   trials per GPU by default (with as many at once as fit).
 * CPU host (no GPU): a trial takes ``--nproc-per-node`` ranks × ``training.cpu_threads`` threads
-  (0: every core, the trainer's ``cores // ranks`` rule); at most ``cores // that`` trials run at
+  (0: every core, the trainer's ``cores // ranks`` rule on an idle host, fewer where other work keeps
+  cores busy: :mod:`trainer.contract.threads`); at most ``cores // that`` trials run at
   once (at least one), and more ranks than cores are refused. ``--concurrent-trials`` above the
   bound runs the bound, and says so (:attr:`TrialSlots.note`). On a CPU host trials never share cores.
 * Never more trials at once than the study still has to run (:meth:`TrialSlots.at_once`).
@@ -169,7 +170,7 @@ def _cpu_slots(nproc: int, concurrent_trials: int | str | None, trials_per_gpu: 
     if nproc > cores:
         raise ConfigError(f"--nproc-per-node {nproc}: this host has {cores} CPU core{plural} and no GPU; each gloo "
                           f"rank needs a core of its own (give --nproc-per-node {cores} or fewer)")
-    threads = cpu_threads if cpu_threads >= 1 else max(1, cores // nproc)  # 0: the trainer's cores // ranks
+    threads = cpu_threads if cpu_threads >= 1 else max(1, cores // nproc)  # 0: the trainer's rule, idle host
     per_trial = nproc * threads
     fit = max(1, cores // per_trial)
     asked = fit if concurrent_trials == "auto" else int(concurrent_trials or 1)

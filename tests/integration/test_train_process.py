@@ -124,7 +124,7 @@ def test_a_sigkilled_run_reads_as_stale_to_the_commands_that_read_its_status(tmp
     proc.wait(timeout=30)
     status = json.loads((out / "status.json").read_text())
     assert status["state"] == "running" and status["pid"] == proc.pid
-    stale = f"stale (process {proc.pid} no longer exists)"
+    stale = f"stale: process {proc.pid} no longer exists"
     cfg = load_config(None, {"data.scene": str(demo_scene)})
     with pytest.raises(ConfigError) as again:
         check_before_start(cfg, out, None)
@@ -133,8 +133,8 @@ def test_a_sigkilled_run_reads_as_stale_to_the_commands_that_read_its_status(tmp
                                            "--height", "8", "--out", tmp_path / "frames", "--quiet"], capsys)
     assert code == 0 and stdout.startswith("rendering")
     newest = sorted((out / "snapshots").glob("step_*.pt"))[-1]
-    assert err.splitlines()[0] == (f"warning: {out / 'status.json'}: the run did not finish ({stale}: it was killed "
-                                   f"before it could write its end); using its newest complete snapshot {newest} "
+    assert err.splitlines()[0] == (f"warning: {out / 'status.json'}: the run did not finish: {stale}, killed before "
+                                   f"it could write its end; using its newest complete snapshot {newest} "
                                    f"(step {int(newest.stem.removeprefix('step_'))})")
 
 
@@ -167,4 +167,4 @@ def test_a_trainer_killed_by_sigkill_gets_one_line_and_a_failed_status(tmp_path,
                  f"runs/{out.name}/snapshots/{newest.name} --out runs/{out.name}"):
         assert part in line, (part, line)
     status = json.loads((out / "status.json").read_text())
-    assert status["state"] == "failed" and status["reason"] == f"killed by SIGKILL (process {trainer})"
+    assert status["state"] == "failed" and status["reason"] == f"process {trainer} was killed by SIGKILL"

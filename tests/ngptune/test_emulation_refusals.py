@@ -34,7 +34,7 @@ def test_multi_rank_train_refuses_emulation_on_gloo_before_the_ranks_start(link,
 
 @pytest.mark.parametrize("command", ["train", "profile"])
 def test_more_ranks_than_cpu_cores_are_refused_before_anything_starts(command, tmp_path, capfd):
-    from trainer.cpu_threads import available_cores
+    from trainer.contract.threads import available_cores
 
     cores = available_cores()
     out = tmp_path / "out"

@@ -66,6 +66,37 @@ def test_the_profiled_run_logs_every_interval_and_the_user_s_set_wins(tmp_path: 
     assert sets[-1] == "training.log_every=7"  # the user's --set comes last: the trainer takes it
 
 
+@pytest.mark.parametrize("load", ["0", "3.8"])
+def test_the_first_line_says_the_device_and_the_threads(tmp_path: Path, monkeypatch, capsys, demo_scene,
+                                                        load: str) -> None:
+    """``ngptune profile``'s first line, before anything runs: the steps, the device, the ranks and
+    the threads of each, in the words of train's, render's and export's first line."""
+    import ngptune.profile_command as profile_command
+    from tests.support.cli import first_statement
+    from trainer.contract import LOAD_ENV, available_cores, describe_cpu_threads
+
+    class Started(Exception):
+        """The profiled run would start here."""
+
+    def started(*args, **kwargs):
+        raise Started
+
+    monkeypatch.setenv(LOAD_ENV, load)
+    monkeypatch.setattr(profile_command, "RunWatcher", started)
+    args = _args("--scene", str(demo_scene), "--config", str(SMALL), "--steps", "30", "--set", "training.device=cpu",
+                 "--set", "training.cpu_threads=0", "--out", str(tmp_path / "p"))
+    with pytest.raises(Started):
+        profile_command.profile_command(args)
+    said = capsys.readouterr().out
+    statement, n = first_statement(said)
+    threads = describe_cpu_threads(0, 1)
+    assert statement.startswith(f"profile: 30 steps on cpu, 1 rank, {threads}, a metrics record every "), said
+    assert "; trainer output in " in statement, said
+    cores = available_cores()
+    assert (f"({cores} cores, load 3.8)" if load == "3.8" and cores > 1 else f"({cores} cores // 1 rank)") in statement
+    assert all(len(line) <= 79 for line in said.splitlines()[:n] if " " in line.strip()), said
+
+
 def test_the_default_trace_window_lies_in_the_steady_state() -> None:
     cfg = _config()  # occupancy warm-up 256 steps, log_every 100
     assert default_trace_window(5000, cfg) == (4001, 4006)  # the last fifth, after the sampled eager step 4000

@@ -1,13 +1,20 @@
-"""``ngptune train-many`` on the console: a job an earlier run finished is said once, in one line
-under 80 columns; a job that ran gets its row's final state."""
+"""``ngptune train-many`` on the console: its first line says the device and, on a CPU, the threads
+of each job as every command's first line does; a job an earlier run finished is said once, in one
+line under 80 columns; a job that ran gets its row's final state."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
+import json
+
+import pytest
 
 from ngptune.progress import RunsProgress
 from ngptune.train_many import JobResult
 from ngptune.train_many_command import job_done
+from tests.support.cli import first_statement
+from trainer.contract import LOAD_ENV, available_cores, describe_cpu_threads
 
 
 def _result(**fields) -> JobResult:
@@ -46,3 +53,47 @@ def test_a_finished_job_s_last_piped_line_has_its_final_step():
     job_done(board, "0003", _result(steps=100))
     lines = out.getvalue().splitlines()
     assert lines[-2].startswith("0003: step 90/100, ") and lines[-1] == "0003: completed at step 100/100", lines
+
+
+def _finished_sequence(tmp_path) -> tuple:
+    """A sequence of two scenes whose jobs an earlier run finished (the command trains nothing)."""
+    seq, out = tmp_path / "seq", tmp_path / "out"
+    for name in ("a", "b"):
+        (seq / name).mkdir(parents=True)
+        (out / name).mkdir(parents=True)
+        job = _result(scene=str(seq / name), run_dir=str(out / name), log_path=str(out / "logs" / f"{name}.log"))
+        (out / name / "job.json").write_text(json.dumps(dataclasses.asdict(job)))
+    return seq, out
+
+
+@pytest.mark.parametrize("load", ["0", "3.8"])
+def test_the_first_line_says_the_device_and_the_threads_of_each_job(tmp_path, monkeypatch, capsys, load):
+    from ngptune.cli import main
+
+    monkeypatch.setenv("NGPTUNE_FAKE_GPUS", "0")  # a host without GPUs
+    monkeypatch.setenv(LOAD_ENV, load)
+    seq, out = _finished_sequence(tmp_path)
+    assert main(["train-many", str(seq), "--out", str(out), "--set", "training.cpu_threads=0"]) == 0
+    said = capsys.readouterr().out
+    statement, n = first_statement(said)
+    threads = describe_cpu_threads(0, 1)  # the words of train's, render's and export's first line
+    assert statement == f"train-many: 2 scenes of {seq} on cpu, {threads}, one job at a time", said
+    cores = available_cores()
+    if load == "3.8" and cores > 1:
+        assert f"({cores} cores, load 3.8)" in statement
+    else:
+        assert f"({cores} cores // 1 rank)" in statement
+    assert all(len(line) <= 79 for line in said.splitlines()[:n] if " " in line.strip())
+    assert main(["train-many", str(seq), "--out", str(out), "--set", "training.cpu_threads=3"]) == 0
+    assert first_statement(capsys.readouterr().out)[0].endswith(
+        " on cpu, 3 CPU threads per rank (training.cpu_threads), one job at a time")
+
+
+def test_on_gpus_the_first_line_says_the_gpus_of_each_job(tmp_path, monkeypatch, capsys):
+    from ngptune.cli import main
+
+    monkeypatch.setenv("NGPTUNE_FAKE_GPUS", "2")
+    seq, out = _finished_sequence(tmp_path)
+    assert main(["train-many", str(seq), "--out", str(out)]) == 0
+    assert first_statement(capsys.readouterr().out)[0] == (
+        f"train-many: 2 scenes of {seq} on GPUs 0,1, 1 GPU per job, 2 jobs at once")

@@ -20,6 +20,8 @@ and nothing else of the trainer's)::
     defaults     what a run takes when a flag is left out: the CPU preset, the run folder
     backend      the process-group backend rule, the emulated interconnects
     formats      the scene-format table (name, flag, loader, splits, detection)
+    threads      the CPU thread rule (training.cpu_threads, else the cores other processes leave
+                 free // ranks) and the words every first line names the count with
     usage        parse_command_line: a mistyped flag reported by its sub-command, with a close match
     textlines    fit_lines: a summary's parts into lines under 80 columns; counted: 1 step, 2 steps;
                  seconds_text (13.6 s, 42.1 ms) and clock_text (0:14) for durations
@@ -68,10 +70,13 @@ FACE: dict[str, tuple[str, ...]] = {
         "config_from_dict", "config_to_dict", "dump_config", "field_rule", "is_int", "is_number", "load_config",
         "parse_override", "parse_step_window", "show_value",
     ),
-    "defaults": ("CPU_PRESET", "cpu_config_warning", "default_config_path", "default_run_dir", "runs_on_cpu"),
+    "defaults": ("CPU_PRESET", "cpu_config_warning", "default_config_path", "default_run_dir", "run_device",
+                 "runs_on_cpu"),
     "world": ("check_boxes_per_rank", "check_ranks_per_node", "check_world_size"),
     "backend": ("EMULATED_INTERCONNECT_ENV", "check_run_emulation", "choose_backend", "interconnect_env", "planned_backend"),
     "formats": ("FORMAT_CHOICES", "SCENE_FORMATS", "SPLITS", "SceneFormat", "format_named"),
+    "threads": ("LOAD_ENV", "CpuThreads", "HostLoad", "available_cores", "cpu_threads", "cpu_threads_per_rank",
+                "describe_cpu_threads", "host_load"),
     "usage": ("chosen_parser", "close_flags", "parse_command_line"),
     "textlines": ("CONSOLE_PREFIX_ENV", "CONTINUATION", "LINE_WIDTH", "clock_text", "counted", "estimate_text",
                   "fit_lines", "joined", "line_width", "listed", "seconds_text"),

@@ -160,7 +160,8 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
     parser.add_argument("--quiet", action="store_true", help="plain log lines, no progress bar")
     parser.add_argument("--cpu-threads", dest="cpu_threads", type=int, default=None, metavar="N",
-                        help="intra-op threads of each rank on a CPU; 0: cores // ranks on the host (training.cpu_threads)")
+                        help="intra-op threads of each rank on a CPU; 0: the cores other processes leave free // ranks on the "
+                             "host (training.cpu_threads)")
     parser.add_argument("--view", action="store_true",
                         help="serve a web viewer of the model as it trains (one process, or rank 0); the first lines "
                              "give its address")
@@ -300,7 +301,8 @@ def add_render_arguments(p: argparse.ArgumentParser) -> None:
 
 def _add_threads_and_quiet(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cpu-threads", type=int, default=None, metavar="N",
-                   help="intra-op threads of each rank on a CPU (default: the run's training.cpu_threads; 0: cores // ranks)")
+                   help="intra-op threads of each rank on a CPU (default: the run's training.cpu_threads; 0: the cores "
+                        "other processes leave free // ranks)")
     p.add_argument("--quiet", action="store_true", help="no progress display")
 
 

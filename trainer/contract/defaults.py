@@ -25,6 +25,7 @@ __all__ = [
     "cpu_config_warning",
     "default_config_path",
     "default_run_dir",
+    "run_device",
     "runs_on_cpu",
 ]
 
@@ -40,6 +41,15 @@ def runs_on_cpu(device: str | None, cuda_device_count: int) -> bool:
     CPU of a host that shows ``cuda_device_count`` CUDA devices: ``cpu``, or ``auto`` without one.
     A ``cuda`` device is not the CPU (without one, the config check refuses it)."""
     return device == "cpu" or (device in (None, "auto") and cuda_device_count == 0)
+
+
+def run_device(device: str | None, cuda_device_count: int) -> str:
+    """The device a run with ``training.device`` ``device`` (None: the default ``auto``) trains on,
+    as its first line names it: ``cpu`` (:func:`runs_on_cpu`), ``cuda`` for ``auto`` with a CUDA
+    device, else ``device`` as given (``cuda:1``)."""
+    if runs_on_cpu(device, cuda_device_count):
+        return "cpu"
+    return "cuda" if device in (None, "auto") else device
 
 
 def default_config_path(config: Path | None, on_cpu: bool) -> Path | None:

@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.contract.metrics import quantity_text
-from trainer.contract.textlines import fit_lines, listed
+from trainer.contract.textlines import CONTINUATION, fit_lines, listed
 
 STATE_KEY = "state"
 REASON_KEY = "reason"
@@ -231,12 +231,13 @@ def stale_pid(status: Mapping[str, Any] | None) -> int | None:
 
 
 def state_text(status: Mapping[str, Any] | None) -> str:
-    """The state of a read ``status.json`` for a person: its ``state``, or ``stale (process PID
-    no longer exists)`` for a ``running`` run whose process is gone (:func:`stale_pid`);
-    ``unknown`` without a state."""
+    """The state of a read ``status.json`` for a person: its ``state``, or ``stale: process PID
+    no longer exists`` for a ``running`` run whose process is gone (:func:`stale_pid`);
+    ``unknown`` without a state. Never a bracket: the commands show it inside theirs (``--out
+    runs/x: already holds a run (its status.json says 'stale: process 123 no longer exists')``)."""
     pid = stale_pid(status)
     if pid is not None:
-        return f"stale (process {pid} no longer exists)"
+        return f"stale: process {pid} no longer exists"
     return str((status or {}).get(STATE_KEY, "unknown"))
 
 
@@ -260,9 +261,20 @@ def fitted_error_lines(message: object) -> list[str]:
     """:func:`error_line` of ``message`` broken at its spaces into lines under 80 columns
     (:func:`~trainer.contract.textlines.fit_lines`: the lines after the first start with
     :data:`~trainer.contract.textlines.CONTINUATION`, a path stays whole), for a person at a
-    terminal; :func:`~trainer.contract.textlines.joined` gives back the one line. A process whose
-    output another reads for its ``error:`` line (a rank) prints :func:`error_line` instead."""
-    return fit_lines([error_line(message)])
+    terminal; :func:`~trainer.contract.textlines.joined` gives back the one line. An error with
+    remedies (:class:`~trainer.contract.errors.TrainerError`'s ``remedies``) reads ``error:
+    <problem>``, then each remedy on a line of its own after
+    :data:`~trainer.contract.textlines.CONTINUATION` (going on after four spaces where it is
+    longer than a line): render, export and view say it alike, and :func:`last_error_message`
+    reads back the problem. A process whose output another reads for its ``error:`` line (a rank)
+    prints :func:`error_line` instead."""
+    remedies = getattr(message, "remedies", ())
+    if not remedies:
+        return fit_lines([error_line(message)])
+    lines = fit_lines([error_line(getattr(message, "problem", message))])
+    for remedy in remedies:
+        lines += fit_lines([CONTINUATION + one_line(remedy)], indent=CONTINUATION * 2)
+    return lines
 
 
 def print_error(message: object) -> None:

@@ -8,7 +8,8 @@ at its spaces, or left whole when it has none. :func:`joined` puts such lines ba
 :func:`counted` writes a count with its noun in the singular or the plural (``1 step``, ``2 steps``).
 
 Durations read the same in every command: a measured one with :func:`seconds_text` (``13.6 s``,
-``42.1 ms``), a time left or elapsed on a progress line with :func:`clock_text` (``eta 0:14``).
+``42.1 ms``), an estimated one with :func:`estimate_text` (``9.1 s``, ``4 min 54 s``), a time left
+or elapsed on a progress line with :func:`clock_text` (``eta 0:14``).
 
 A rank whose lines the launcher repeats on its console after a prefix (``rank 0: ``) learns the
 prefix from :data:`CONSOLE_PREFIX_ENV`; :func:`line_width`, the width :func:`fit_lines` fills by
@@ -56,12 +57,17 @@ def seconds_text(seconds: float) -> str:
 
 
 def estimate_text(seconds: float) -> str:
-    """An estimated duration ``seconds`` (s) at the precision an estimate is read at: whole
-    seconds under 90 s (``42 s``), minutes with one decimal under 90 minutes (``4.9 min``), hours
-    from there (``2.0 h``)."""
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    return f"{seconds / 60:.1f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
+    """An estimated duration ``seconds`` (s), the one way every estimate is written (the final
+    evaluation's before it and beside its measured time, a render's, a mesh export's): seconds
+    with one decimal under a minute (``9.1 s``, ``0.4 s``), minutes and whole seconds under an
+    hour (``4 min 54 s``), hours and whole minutes from there (``2 h 0 min``)."""
+    if round(seconds, 1) < 60:
+        return f"{max(seconds, 0.0):.1f} s"
+    whole = int(round(seconds))
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60} s"
+    minutes = int(round(seconds / 60))
+    return f"{minutes // 60} h {minutes % 60} min"
 
 
 def clock_text(seconds: float | None) -> str:

@@ -6,8 +6,9 @@ naming the flag, file or key (in lines under 80 columns; a rank of ``--nproc-per
 on one line for the launcher to read), exit status 2, and nothing is written. Ctrl-C ends with one
 ``interrupted:`` line (how far it got, what was kept), exit status 130.
 
-On a CPU each rank takes the threads of the trainer's rule (:mod:`trainer.cpu_threads`: the run's
-``training.cpu_threads``, or ``--cpu-threads N``; 0 = cores // ranks), and the first line, printed
+On a CPU each rank takes the threads of the trainer's rule (:mod:`trainer.contract.threads`: the
+run's ``training.cpu_threads``, or ``--cpu-threads N``; 0 = the cores other processes leave free //
+ranks), and the first line, printed
 before the scene is loaded, says what computes where: the model, its step, the device and the
 threads, and for a render what the flags ask for. Once the cameras are built, a render's second
 line gives the frames and their size where the first could not, and, for more than
@@ -122,9 +123,9 @@ def _requested_threads(args: argparse.Namespace, cfg: Any) -> tuple[int, str]:
 
 def device_words(args: argparse.Namespace, cfg: Any, device_type: str, local_ranks: int) -> str:
     """Where the first line says the work runs, with no bracket inside another: ``on cpu, 1 CPU
-    thread per rank (--cpu-threads)`` (:func:`trainer.cpu_threads.describe_cpu_threads` for
+    thread per rank (--cpu-threads)`` (:func:`trainer.contract.threads.describe_cpu_threads` for
     ``local_ranks`` ranks on the host), or ``on cuda:0``."""
-    from trainer.cpu_threads import describe_cpu_threads
+    from trainer.contract.threads import describe_cpu_threads
 
     if device_type != "cpu":
         return f"on {device_type}"
@@ -135,13 +136,14 @@ def device_words(args: argparse.Namespace, cfg: Any, device_type: str, local_ran
 def apply_threads(args: argparse.Namespace, cfg: Any, device: Any, local_ranks: int) -> str:
     """Set this process's intra-op threads on a CPU (``--cpu-threads``, else the run's
     ``training.cpu_threads``, by :func:`trainer.cpu_threads.apply_cpu_threads` for ``local_ranks``
-    ranks on the host) and return the words for the first line (:func:`device_words`)."""
+    ranks on the host) and return the words for the first line, those of the count it set
+    (as :func:`device_words` writes them)."""
     from trainer.cpu_threads import apply_cpu_threads
 
     if device.type != "cpu":
         return f"on {device}"
-    apply_cpu_threads(_requested_threads(args, cfg)[0], local_ranks)
-    return device_words(args, cfg, "cpu", local_ranks)
+    requested, setting = _requested_threads(args, cfg)
+    return f"on cpu, {apply_cpu_threads(requested, local_ranks, setting).words}"
 
 
 def _say_stopped(how: str, what: str) -> None:

@@ -84,7 +84,8 @@ def find_model_source(path: Path) -> tuple[str, Path, Path | None]:
 
     Raises:
         SnapshotError: ``path`` does not exist, or is a folder without any snapshot or complete
-            checkpoint (names it).
+            checkpoint (names it; its ``remedies``: where a model would be, what the run's
+            status says, how a run keeps one).
     """
     from trainer.parallel.checkpoint import latest_checkpoint
 
@@ -97,19 +98,25 @@ def find_model_source(path: Path) -> tuple[str, Path, Path | None]:
     snapshot = run.model_snapshot()
     config = run.config_path if run.config_path.is_file() else None
     if checkpoint is None and snapshot is None:
-        state = unfinished_state(path)
-        ended = "" if state is None else f"; its {run.status_path} says " + (
-            "the run is still training" if state == "still training"
-            else f"the run did not finish before it kept one: {state}")
-        raise SnapshotError(
-            f"{path}: no snapshot (snapshots/step_N.pt or final.pt) and no complete checkpoint (checkpoints/step_N/) "
-            f"in this folder{ended}; a run that finishes keeps its model there, Ctrl-C of a one-process run keeps "
-            "its last step's, and --snapshot-every N keeps one along the way"
-        )
+        raise SnapshotError(f"{path}: no trained model in this folder", remedies=_no_model_remedies(path))
     if checkpoint is not None and (snapshot is None or _checkpoint_step(checkpoint) >= _snapshot_step(run, snapshot)):
         in_run = config if checkpoint.parent.parent == path else None
         return "checkpoint", checkpoint, in_run
     return "snapshot", snapshot, config
+
+
+def _no_model_remedies(path: Path) -> list[str]:
+    """What to look for and do when run folder ``path`` holds no model: where a model would be,
+    what its ``status.json`` says of the run when it did not finish, and how a run keeps one; each
+    a short statement (a line of its own on the console)."""
+    lines = ["looked for snapshots/step_N.pt, final.pt and a complete checkpoints/step_N/"]
+    state = unfinished_state(path)
+    if state == "still training":
+        lines.append(f"{RunDir(path).status_path} says the run is still training")
+    elif state is not None:
+        lines.append(f"{RunDir(path).status_path} says the run did not finish before it kept one: {state}")
+    return lines + ["a run that finishes keeps its model here", "Ctrl-C of a one-process run keeps its last step's",
+                    "--snapshot-every N keeps one along the way"]
 
 
 def _snapshot_step(run: RunDir, snapshot: Path) -> int:
@@ -215,10 +222,11 @@ class ModelSource:
 
 
 def unfinished_state(path: Path) -> str | None:
-    """How the run in folder ``path`` did not finish, from its ``status.json``: ``stale (process
-    PID no longer exists): it was killed before it could write its end``, ``still training``,
-    ``failed: <reason>``, ``interrupted: <reason>``, ``diverged: <reason>``; None for a completed
-    run, a folder without a status, or a file."""
+    """How the run in folder ``path`` did not finish, from its ``status.json``: ``stale: process
+    PID no longer exists, killed before it could write its end``, ``still training``, ``failed:
+    <reason>``, ``interrupted: <reason>``, ``diverged: <reason>``; None for a completed run, a
+    folder without a status, or a file. No bracket of its own (a reason may hold one): the lines
+    that show it put it after a colon, never inside a bracket."""
     from trainer.contract.runstatus import COMPLETED, REASON_KEY, RUNNING, stale_pid, state_of, state_text
 
     status = RunDir(path).read_status() if Path(path).is_dir() else None
@@ -227,7 +235,7 @@ def unfinished_state(path: Path) -> str | None:
         return None
     if state == RUNNING:
         if stale_pid(status) is not None:
-            return f"{state_text(status)}: it was killed before it could write its end"
+            return f"{state_text(status)}, killed before it could write its end"
         return "still training"
     if status.get("interrupted_during") == "evaluation":
         return f"{state} during its final evaluation, after training"
@@ -246,7 +254,7 @@ def run_state_note(path: Path, model: str) -> str | None:
     status_path = RunDir(path).status_path
     if state == "still training":
         return f"{status_path}: the run is still training; using its newest {model} so far"
-    return f"{status_path}: the run did not finish ({state}); using its newest complete {model}"
+    return f"{status_path}: the run did not finish: {state}; using its newest complete {model}"
 
 
 def locate_model(path: Path) -> ModelSource:

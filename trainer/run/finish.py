@@ -12,7 +12,7 @@ from trainer.contract.config import TrainConfig
 from trainer.contract.errors import TrainingError
 from trainer.contract.rundir import NULL_REASONS_KEY
 from trainer.contract.metrics import si_number
-from trainer.contract.textlines import counted, fit_lines, seconds_text
+from trainer.contract.textlines import counted, estimate_text, fit_lines, seconds_text
 from trainer.run.progress import TrainProgress
 from trainer.run.status import Terminated
 
@@ -147,10 +147,12 @@ def evaluated_views_text(done: int, total: int, seconds: float, image: dict[str,
 def evaluation_result_text(n_images: int, result: dict[str, Any], took_s: float, estimate_s: float | None) -> str:
     """The lines (under 80 columns, :func:`~trainer.contract.textlines.fit_lines`) after the final
     evaluation: ``evaluation on 4 test images in 13.3 s (estimated 17.0 s): PSNR 23.04 dB, SSIM
-    0.812``, the scores on a line of their own when the whole is too long."""
-    estimated = f" (estimated {estimate_s:.1f} s)" if estimate_s is not None else ""
+    0.812``, the scores on a line of their own when the whole is too long; the time taken and the
+    estimate written alike, as the estimate before the evaluation
+    (:func:`~trainer.contract.textlines.estimate_text`: ``in 20 min 35 s (estimated 19 min 47 s)``)."""
+    estimated = f" (estimated {estimate_text(estimate_s)})" if estimate_s is not None else ""
     return "\n".join(fit_lines([
-        f"evaluation on {n_images} {result['split']} image{'s' if n_images != 1 else ''} in {took_s:.1f} s{estimated}:",
+        f"evaluation on {n_images} {result['split']} image{'s' if n_images != 1 else ''} in {estimate_text(took_s)}{estimated}:",
         f"PSNR {result['mean_psnr_db']:.2f} dB, SSIM {result['mean_ssim']:.3f}"]))
 
 
@@ -184,8 +186,8 @@ LONG_EVALUATION_S = 600.0
 
 def evaluation_notice(trainer: Any, last: dict[str, Any] | None = None, with_estimate: bool = False) -> Any:
     """The lines (under 80 columns) printed before the final evaluation: which views, how many
-    pixels (``32.4 k pixels``), an estimated
-    time (single process: measured by rendering a sample of their rays with the trained field and
+    pixels (``32.4 k pixels``), an estimated time
+    (:func:`~trainer.contract.textlines.estimate_text`, as the line after the evaluation writes it; single process: measured by rendering a sample of their rays with the trained field and
     occupancy grid, :func:`~trainer.train.eval_estimate.measure_eval_seconds`; distributed: from
     the samples/s of the last training interval, :func:`~trainer.train.eval_estimate.eval_seconds_estimate`),
     the cap of views in effect and how to change it (``training.eval_max_images``, on any device),
@@ -209,9 +211,8 @@ def evaluation_notice(trainer: Any, last: dict[str, Any] | None = None, with_est
         how = ["not measured: from the last", "training interval's samples/s,",
                f"rendering taken as {EVAL_SPEEDUP_OVER_TRAINING:g}x as fast", "as training"]
     if estimate is not None:
-        took = f"{estimate:.0f} s" if estimate < 90 else f"{estimate / 60:.1f} min"
         parts[-1] += ","
-        parts += [f"estimated {took}", f"({how[0]}", *how[1:]]
+        parts += [f"estimated {estimate_text(estimate)}", f"({how[0]}", *how[1:]]
         parts[-1] += ")"
     if cap is not None and cap < len(views):
         parts[-1] += ";"

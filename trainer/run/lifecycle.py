@@ -112,9 +112,8 @@ class OneProcess(Job):
             self.run_dir.archive_eval()  # the folder's eval.json is of an earlier step
         self.run_dir.write_json(self.run_dir.config_path, config_to_dict(cfg))
         cpu = on_cpu(cfg.training.device)
-        if cpu:
-            apply_cpu_threads(cfg.training.cpu_threads, 1)
-        print(opening_line(cfg, args, 1), flush=True)  # before the progress bar shows
+        threads = apply_cpu_threads(cfg.training.cpu_threads, 1).words if cpu else None
+        print(opening_line(cfg, args, 1, threads=threads), flush=True)  # before the progress bar shows
         warning = cpu_config_warning(cfg, cpu)
         if warning:
             print(warning, flush=True)
@@ -275,6 +274,7 @@ def run_training(cfg: TrainConfig, args: argparse.Namespace) -> dict[str, Any]:
     status.write()  # a killed run still says it was running
     trainer = None
     try:
+        progress.startup_begins()  # off a TTY: a line now, the next at the start-up's end with its seconds
         trainer = job.build(status, progress)
         live = start_live_view(args, trainer, job.run_dir, progress.message, is_main=job.is_main)  # --view
         status[TRAIN_START_KEY] = time.time()

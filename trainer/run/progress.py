@@ -19,7 +19,8 @@ figures (going on in an indented line past 80 columns)::
 and between records a ``progress:`` line
 (:func:`trainer.contract.runstatus.progress_line`) every :data:`PLAIN_PROGRESS_EVERY_S` seconds
 and at each tenth of the steps, so that a short run's steps show too (the driver follows them:
-``ngptune profile``, ``ngptune train-many``).
+``ngptune profile``, ``ngptune train-many``). The start-up, which may take minutes on a busy
+CPU, is said off a TTY when it begins (:data:`STARTUP_BEGINS`) and, with its seconds, when it ends.
 """
 
 from __future__ import annotations
@@ -32,14 +33,17 @@ from trainer.contract.metrics import si_number
 from trainer.contract.runstatus import progress_line
 from trainer.contract.textlines import clock_text, fit_lines, seconds_text
 
-__all__ = ["MIN_BAR", "PLAIN_PROGRESS_EVERY_S", "PLAIN_PROGRESS_PARTS", "TrainProgress", "eta_seconds",
-           "fit_progress_line"]
+__all__ = ["MIN_BAR", "PLAIN_PROGRESS_EVERY_S", "PLAIN_PROGRESS_PARTS", "STARTUP_BEGINS", "TrainProgress",
+           "eta_seconds", "fit_progress_line"]
 
 PLAIN_PROGRESS_EVERY_S = 10.0
 """Off a TTY (or with --quiet), a plain progress line this often (s), besides the log lines."""
 
 PLAIN_PROGRESS_PARTS = 10
 """Off a TTY (or with --quiet), also a plain progress line at each 1/this of ``n_steps`` (but the last)."""
+
+STARTUP_BEGINS = "start-up: loading the scene and the model, first steps (not training time)"
+"""Off a TTY, the line said when the start-up begins (:meth:`TrainProgress.startup_begins`)."""
 
 MIN_BAR = 8  # bar characters kept however narrow the terminal
 MAX_BAR = 40
@@ -192,6 +196,14 @@ class TrainProgress:
         if now - self._last_plain >= PLAIN_PROGRESS_EVERY_S or part > self._part:
             self._last_plain, self._part = now, part
             print(progress_line(step, self.total or step, train_time_s, clock_text(eta)), flush=True)
+
+    def startup_begins(self) -> None:
+        """The start-up begins (the scene loaded, the model built, its first steps run: none of it
+        training time, :mod:`trainer.train.startup`): off a TTY the line :data:`STARTUP_BEGINS`,
+        so that a long start-up does not pass without a word; its end is said with its seconds
+        (:meth:`trainer.train.startup.StartupReport.line`). On a TTY the live line's clock runs."""
+        if self.plain:
+            print("\n".join(fit_lines([STARTUP_BEGINS])), flush=True)
 
     def start_evaluation(self) -> None:
         """The evaluation begins: the live line (or the plain lines) count its rays from here."""

@@ -58,18 +58,22 @@ def config_source(args: argparse.Namespace) -> str:
     return "built-in defaults"
 
 
-def opening_line(cfg: TrainConfig, args: argparse.Namespace, ranks: int, local_ranks: int | None = None) -> str:
+def opening_line(cfg: TrainConfig, args: argparse.Namespace, ranks: int, local_ranks: int | None = None,
+                 threads: str | None = None) -> str:
     """The first lines of a run (under 80 columns, :func:`~trainer.contract.textlines.fit_lines`;
     :func:`~trainer.contract.textlines.joined` gives the statement; no bracket inside another):
-    scene, device, ranks (on a CPU then the threads per rank, for ``local_ranks`` ranks on this
-    host, default ``ranks``), config and the stopping rule."""
-    from trainer.cpu_threads import describe_cpu_threads
+    scene, device, ranks (on a CPU then the threads per rank: ``threads``, the words of the count
+    this process set, else :func:`trainer.contract.threads.describe_cpu_threads` for
+    ``local_ranks`` ranks on this host, default ``ranks``), config and the stopping rule."""
+    from trainer.contract.threads import describe_cpu_threads
 
     stop = counted(cfg.training.n_steps, "step")
     if cfg.training.time_budget_s is not None:
         stop += f" or {cfg.training.time_budget_s:g} s"
     device = device_name(cfg.training.device)
-    threads = [f"{describe_cpu_threads(cfg.training.cpu_threads, local_ranks or ranks)},"] if device == "cpu" else []
+    if device == "cpu" and threads is None:
+        threads = describe_cpu_threads(cfg.training.cpu_threads, local_ranks or ranks)
+    threads = [f"{threads},"] if device == "cpu" else []
     return "\n".join(fit_lines([f"training {scene_path_of(cfg)}", f"on {device},", f"{counted(ranks, 'rank')},",
                                 *threads, f"config {config_source(args)},", f"up to {stop}"]))
 

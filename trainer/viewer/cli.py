@@ -1,8 +1,9 @@
 """``python -m trainer.viewer MODEL`` (``ngptune view MODEL``): a web viewer of a trained model.
 
 The flags are the contract's (:func:`trainer.contract.commandline.add_view_arguments`). Every flag
-is checked before the model loads; bad input ends with one ``error:`` line naming the flag, file or
-key, exit status 2. The first line on stdout gives the address. Ctrl-C stops the server with one
+is checked before the model loads; bad input ends with one ``error:`` statement naming the flag,
+file or key, exit status 2, written as render and export write theirs (lines under 80 columns,
+remedies each on a line of its own: :func:`trainer.contract.runstatus.fitted_error_lines`). The first line on stdout gives the address. Ctrl-C stops the server with one
 line, exit status 130.
 """
 
@@ -16,7 +17,7 @@ from typing import Sequence
 
 from trainer.contract.commandline import add_view_arguments
 from trainer.contract.errors import ConfigError, TrainerError
-from trainer.contract.runstatus import print_error
+from trainer.contract.runstatus import fitted_error_lines
 from trainer.contract.textlines import fit_lines
 from trainer.contract.usage import parse_command_line
 
@@ -121,8 +122,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_command_line(build_parser(), sys.argv[1:] if argv is None else argv)
     try:
         return serve(args)
-    except TrainerError as exc:
-        print_error(exc)
+    except TrainerError as exc:  # as render and export say it (remedies on lines of their own)
+        print("\n".join(fitted_error_lines(exc)), file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # before the server started
         print("viewer stopped", file=sys.stderr, flush=True)

@@ -71,23 +71,27 @@ def test_a_run_trained_on_cuda_names_device_on_a_machine_without_cuda(trained_ru
            r"--device cuda: no CUDA device is available on this machine; use --device cpu")
 
 
-def test_a_run_folder_without_snapshots(trained_run, tmp_path, capsys):
+def test_a_run_folder_without_snapshots(trained_run, tmp_path, capsys, monkeypatch):
     run = tmp_path / "empty_run"
     run.mkdir()
     shutil.copy(trained_run["run"] / "config.json", run / "config.json")
     said = _fails(["render", run, "--out", tmp_path / "f", "--quiet"], capsys,
-                  r"empty_run: no snapshot .* and no complete checkpoint .*--snapshot-every")
-    assert deepest_bracket(said) == 1, said
-    bare = tmp_path / "dir_without_model"  # the walkthrough's ~270-character line
-    bare.mkdir()
-    code, _, err = run_inference_cli(["render", bare, "--cameras", "test"], capsys)
-    lines = err.splitlines()
-    assert code == 2 and len(lines) > 1 and first_statement(err)[0].startswith(f"error: {bare}: no snapshot"), err
-    assert all(len(line) <= LINE_WIDTH or line.strip() == f"{bare}:" for line in lines), err
-    assert deepest_bracket(err) == 1, err
+                  r"empty_run: no trained model in this folder .*snapshots/step_N\.pt.*--snapshot-every")
+    assert deepest_bracket(said) == 0, said
+    monkeypatch.chdir(tmp_path)  # the folder as a user names it: runs/x
+    (tmp_path / "runs" / "x").mkdir(parents=True)  # one line of ~270 columns before
+    for command in (["render", "runs/x", "--cameras", "test"], ["export", "mesh", "runs/x"],
+                    ["export", "pointcloud", "runs/x"]):
+        code, _, err = run_inference_cli(command, capsys)
+        assert code == 2 and err.splitlines() == [
+            "error: runs/x: no trained model in this folder",
+            "  looked for snapshots/step_N.pt, final.pt and a complete checkpoints/step_N/",
+            "  a run that finishes keeps its model here",
+            "  Ctrl-C of a one-process run keeps its last step's",
+            "  --snapshot-every N keeps one along the way"], err
 
 
-def test_a_run_that_did_not_finish_is_named_so(tmp_path, capsys):
+def test_a_run_that_did_not_finish_is_named_so(tmp_path, capsys, monkeypatch):
     """A run folder whose status.json says running from a dead process (killed by SIGKILL), failed
     or still training: the line on its model (or the error for its missing model) says so."""
     import socket
@@ -100,16 +104,24 @@ def test_a_run_that_did_not_finish_is_named_so(tmp_path, capsys):
     run = tmp_path / "killed"
     run.mkdir()
     (run / "status.json").write_text(json.dumps({"state": "running", "pid": dead.pid, "host": socket.gethostname()}))
-    _fails(["render", run, "--out", tmp_path / "f", "--quiet"], capsys,
-           rf"killed: no snapshot .*; its .*killed/status.json says the run did not finish before it kept one: "
-           rf"stale \(process {dead.pid} no longer exists\): it was killed before it could write its end; ")
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_inference_cli(["render", "killed", "--out", tmp_path / "f", "--quiet"], capsys)
+    assert code == 2 and err.splitlines()[:3] == [
+        "error: killed: no trained model in this folder",
+        "  looked for snapshots/step_N.pt, final.pt and a complete checkpoints/step_N/",
+        "  killed/status.json says the run did not finish before it kept one: stale:"], err
+    assert err.splitlines()[3] == f"    process {dead.pid} no longer exists, killed before it could write its end", err
+    assert deepest_bracket(err) == 0, err
     model = f"snapshot {run}/snapshots/step_0000040.pt (step 40)"
-    assert run_state_note(run, model) == (
-        f"{run}/status.json: the run did not finish (stale (process {dead.pid} no longer exists): it was killed "
-        f"before it could write its end); using its newest complete {model}")
-    (run / "status.json").write_text(json.dumps({"state": "failed", "reason": "killed by SIGKILL (process 7)"}))
-    assert run_state_note(run, model) == (f"{run}/status.json: the run did not finish (failed: killed by SIGKILL "
-                                          f"(process 7)); using its newest complete {model}")
+    note = run_state_note(run, model)
+    assert note == (f"{run}/status.json: the run did not finish: stale: process {dead.pid} no longer exists, killed "
+                    f"before it could write its end; using its newest complete {model}")
+    assert deepest_bracket(note) == 1, note  # no "(stale (process ...))"
+    (run / "status.json").write_text(json.dumps({"state": "failed", "reason": "process 7 was killed by SIGKILL"}))
+    assert run_state_note(run, model) == (f"{run}/status.json: the run did not finish: failed: process 7 was killed "
+                                          f"by SIGKILL; using its newest complete {model}")
+    (run / "status.json").write_text(json.dumps({"state": "failed", "reason": "RuntimeError: crash (step 3)"}))
+    assert deepest_bracket(run_state_note(run, model)) == 1  # a reason's own bracket is never put inside another
     (run / "status.json").write_text(json.dumps({"state": "running", "pid": os.getpid(), "host": socket.gethostname()}))
     assert run_state_note(run, model) == f"{run}/status.json: the run is still training; using its newest {model} so far"
     (run / "status.json").write_text(json.dumps({"state": "completed"}))

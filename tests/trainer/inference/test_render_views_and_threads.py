@@ -14,7 +14,7 @@ import torch
 
 from tests.support.cli import deepest_bracket, first_statement, run_inference_cli
 from trainer.contract.textlines import LINE_WIDTH, joined
-from trainer.cpu_threads import available_cores
+from trainer.contract.threads import available_cores
 from trainer.inference.loading import load_model
 
 
@@ -151,9 +151,9 @@ def test_a_long_render_is_estimated_and_announced_before_it_starts(trained_run, 
     first, n = first_statement(stdout)
     second, m = first_statement("\n".join(stdout.splitlines()[n:]))
     assert first.startswith("rendering") and first.endswith("): 1 test view, spp 2")  # before the scene was loaded
-    assert second == "1 test view of 32x32, spp 2, estimated 2.0 h (measured on a sample of its rays)"
+    assert second == "1 test view of 32x32, spp 2, estimated 2 h 0 min (measured on a sample of its rays)"
     assert all(len(line) <= LINE_WIDTH for line in stdout.splitlines()[n:n + m])
-    assert err.splitlines()[0] == ("warning: this render is estimated at 2.0 h: --frames N renders fewer views (evenly "
+    assert err.splitlines()[0] == ("warning: this render is estimated at 2 h 0 min: --frames N renders fewer views (evenly "
                                    "spaced); --spp 1 is 2x faster; --downscale N renders smaller images; Ctrl-C keeps "
                                    "the frames written so far")
 
@@ -185,7 +185,7 @@ def test_the_estimate_probes_the_first_camera_before_the_first_frame(trained_run
     assert code == 0 and probed == [(40, 30)]  # the first camera alone
     said = before_first_frame[0].splitlines()
     n = first_statement(before_first_frame[0])[1]
-    assert re.fullmatch(r"3 frames of orbit of 40x30, spp 2, estimated [0-9]+ s \(measured on a sample of its rays\)",
+    assert re.fullmatch(r"3 frames of orbit of 40x30, spp 2, estimated [0-9]+\.[0-9] s \(measured on a sample of its rays\)",
                         first_statement("\n".join(said[n:]))[0]), said
     assert "rendered 3 frames" in stdout
 
@@ -273,7 +273,7 @@ def test_the_first_line_is_printed_before_the_scene_is_loaded(trained_run, tmp_p
         f"rendering {trained_run['run']}/snapshots/step_0000080.pt (step 80) on cpu, 1 CPU thread per "
         "rank (--cpu-threads): 2 frames of orbit of 12x10, spp 1", seen[0][1].count("\n"))
     assert seen[1][1] == ""  # nothing more until the estimate is known
-    assert first_statement(stdout)[0] == "2 frames of orbit of 12x10, spp 1, estimated 12 s (measured on a sample of its rays)"
+    assert first_statement(stdout)[0] == "2 frames of orbit of 12x10, spp 1, estimated 12.0 s (measured on a sample of its rays)"
     seen.clear()
     code, stdout, _ = run_inference_cli(["export", "mesh", trained_run["run"], "--resolution", "16", "--cpu-threads", "1",
                                          "--out", tmp_path / "m.ply", "--quiet"], capsys)
@@ -306,10 +306,10 @@ def test_rank_0s_opening_lines_reach_the_launchers_console(tmp_path, capsys):
     from trainer.inference.opening import OpeningRelay, write_opening
 
     path = tmp_path / "opening.json"
-    lines = ["3 test views of 800x800, spp 8, estimated 4.2 min (measured on a sample of its", "  rays)"]
+    lines = ["3 test views of 800x800, spp 8, estimated 4 min 12 s (measured on a sample of", "  its rays)"]
     with OpeningRelay(path, poll_s=0.01) as relay:
         assert not relay.printed and capsys.readouterr().out == ""
-        write_opening(path, lines, "this render is estimated at 4.2 min: ...")
+        write_opening(path, lines, "this render is estimated at 4 min 12 s: ...")
         waited = threading.Event()
         for _ in range(500):  # the ranks are still rendering: the relay prints without waiting for them
             if relay.printed:
@@ -318,7 +318,7 @@ def test_rank_0s_opening_lines_reach_the_launchers_console(tmp_path, capsys):
         assert relay.printed
         said = capsys.readouterr()
         assert said.out.splitlines() == lines
-        assert said.err == "warning: this render is estimated at 4.2 min: ...\n"
+        assert said.err == "warning: this render is estimated at 4 min 12 s: ...\n"
     assert capsys.readouterr().out == ""  # once
     with OpeningRelay(tmp_path / "never.json", poll_s=10.0):
         pass  # rank 0 failed before it wrote them: nothing to print

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tests.support.paths import REPO
 from tests.support.scenes import tiny_config_file
-from trainer.contract.textlines import CONTINUATION, LINE_WIDTH, joined
+from trainer.contract.textlines import CONTINUATION, LINE_WIDTH, estimate_text, joined
 
 
 def _train(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -83,14 +83,16 @@ def test_the_evaluation_says_its_estimate_first_and_its_time_after(tmp_path):
     notice_lines = lines[notice:notice + 1] + list(takewhile(lambda line: line.startswith(CONTINUATION),
                                                              lines[notice + 1:]))
     assert all(len(line) <= LINE_WIDTH for line in notice_lines), notice_lines
-    assert re.match(r"evaluating 3 test views \(12\.3 k pixels, 1 render each\), estimated [0-9.]+ (s|min) "
+    assert re.match(r"evaluating 3 test views \(12\.3 k pixels, 1 render each\), estimated [0-9.]+ s "
                     r"\(measured on a sample of its rays\)", joined(notice_lines)), notice_lines  # not 0.01 M pixels
     status = json.loads(out.stdout.strip().splitlines()[-1])
     took, estimate = status["eval_time_s"], status["eval_estimate_s"]
     assert took > 0 and estimate > 0, (estimate, took)  # how close they are: docs/benchmarks.md, a timing
     lines = out.stdout.splitlines()
     result = next(i for i, line in enumerate(lines) if line.startswith("evaluation on "))
-    assert re.match(rf"evaluation on 3 test images in {took:.1f} s \(estimated {estimate:.1f} s\):( |$)", lines[result])
+    said = f"evaluation on 3 test images in {estimate_text(took)} (estimated {estimate_text(estimate)}):"
+    assert lines[result] == said or lines[result].startswith(said + " "), lines[result]
+    assert f", estimated {estimate_text(estimate)} (" in joined(notice_lines)  # the same estimate, written alike
     summary = next(i for i, line in enumerate(lines) if line.startswith("trained to step 5 in "))
     assert result < summary and lines[-1].startswith("{")  # readable, then the JSON line
     assert "PSNR " in " ".join(lines[result:result + 2]) and " SSIM " in " ".join(lines[result:result + 2])
@@ -111,7 +113,7 @@ def test_a_long_evaluation_says_how_to_shorten_it(demo_scene, monkeypatch):
     lines = evaluation_notice(trainer).splitlines()
     assert all(len(line) <= LINE_WIDTH for line in lines), lines
     line = joined(lines)
-    assert "estimated 87.0 min (measured on a sample of its rays)" in line
+    assert "estimated 1 h 27 min (measured on a sample of its rays)" in line
     assert line.endswith("that is long: Ctrl-C keeps the trained model, and fewer views (--eval-max-images 1) or "
                          "smaller images (--downscale N) shorten it")
     monkeypatch.setattr(eval_estimate, "measure_eval_seconds", lambda *args: 12.0)
@@ -139,7 +141,7 @@ def test_the_evaluation_notice_names_the_cap_of_views_on_any_device(demo_scene, 
         assert "on a CPU" not in on_cpu
         trainer.device = torch.device("cuda")  # only read for what the notice says
         on_gpu = joined(evaluation_notice(trainer).splitlines())
-        assert on_gpu.endswith("estimated 12 s (measured on a sample of its rays); at most 1 of the 4 views "
+        assert on_gpu.endswith("estimated 12.0 s (measured on a sample of its rays); at most 1 of the 4 views "
                                "(--eval-max-images N, training.eval_max_images)"), on_gpu
         trainer.world_size = 2
         last = {"rays_per_step": 1000.0, "samples_per_step": 50_000.0, "throughput_samples_per_s": 1e6}
@@ -147,11 +149,40 @@ def test_the_evaluation_notice_names_the_cap_of_views_on_any_device(demo_scene, 
         assert all(len(line) <= LINE_WIDTH for line in lines), lines
         two_ranks = joined(lines)
         assert "training rate" not in two_ranks
-        assert re.search(r", estimated [0-9]+ s \(not measured: from the last training interval's samples/s, "
+        assert re.search(r", estimated [0-9]+\.[0-9] s \(not measured: from the last training interval's samples/s, "
                          r"rendering taken as 3x as fast as training\);", two_ranks), two_ranks
     finally:
         trainer.device = torch.device("cpu")
         trainer.close()
+
+
+def test_the_evaluation_estimate_reads_the_same_before_and_after(demo_scene, monkeypatch):
+    """The estimate before the evaluation and beside its measured time after it: one formatter,
+    one decimal under a minute (it read "9 s" before and "9.1 s" after)."""
+    import trainer.train.eval_estimate as eval_estimate
+    from tests.support.scenes import tiny_config
+    from trainer.data import load_scene
+    from trainer.run.finish import evaluation_notice, evaluation_result_text
+    from trainer.train.loop import Trainer
+
+    trainer = Trainer(tiny_config(), load_scene(demo_scene))
+    monkeypatch.setattr(eval_estimate, "measure_eval_seconds", lambda *args: 9.14)
+    try:
+        notice, estimate = evaluation_notice(trainer, with_estimate=True)
+    finally:
+        trainer.close()
+    assert ", estimated 9.1 s (measured on a sample of its rays)" in joined(notice.splitlines()), notice
+    result = {"split": "test", "mean_psnr_db": 23.0412, "mean_ssim": 0.81234}
+    assert evaluation_result_text(4, result, 8.66, estimate).startswith("evaluation on 4 test images in 8.7 s "
+                                                                         "(estimated 9.1 s):")
+    monkeypatch.setattr(eval_estimate, "measure_eval_seconds", lambda *args: 75.4)
+    trainer = Trainer(tiny_config(), load_scene(demo_scene))
+    try:
+        notice = evaluation_notice(trainer)
+    finally:
+        trainer.close()
+    assert ", estimated 1 min 15 s (" in joined(notice.splitlines()), notice
+    assert "(estimated 1 min 15 s)" in evaluation_result_text(4, result, 80.2, 75.4)
 
 
 def test_the_eval_max_images_flag_is_said_to_cap_the_views_on_any_device(monkeypatch):
@@ -310,7 +341,7 @@ def test_the_evaluation_result_fits_80_columns():
 
     result = {"split": "test", "mean_psnr_db": 23.0412, "mean_ssim": 0.81234}
     text = evaluation_result_text(200, result, 1234.56, 1187.04)
-    assert text.splitlines() == ["evaluation on 200 test images in 1234.6 s (estimated 1187.0 s):",
+    assert text.splitlines() == ["evaluation on 200 test images in 20 min 35 s (estimated 19 min 47 s):",
                                  "  PSNR 23.04 dB, SSIM 0.812"]
     assert evaluation_result_text(1, result, 3.0, None) == "evaluation on 1 test image in 3.0 s: PSNR 23.04 dB, SSIM 0.812"
 

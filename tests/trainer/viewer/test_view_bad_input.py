@@ -1,10 +1,11 @@
-"""``ngptune view`` on bad input: one ``error:`` line naming the folder or flag, exit status 2; a
-model trained on CUDA, on a machine without CUDA, is served from the CPU with a note; Ctrl-C stops
-the viewer with one line."""
+"""``ngptune view`` on bad input: one ``error:`` statement naming the folder or flag (in lines
+under 80 columns, as render and export write theirs), exit status 2; a model trained on CUDA, on a
+machine without CUDA, is served from the CPU with a note; Ctrl-C stops the viewer with one line."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -14,29 +15,40 @@ import pytest
 import torch
 
 from tests.support.paths import REPO
-from tests.support.cli import first_statement
+from tests.support.cli import first_statement, run_inference_cli
 from tests.support.served import Served
+from trainer.contract.textlines import LINE_WIDTH
 
 pytest.importorskip("viser")
 
 
-def _view(*args) -> subprocess.CompletedProcess:
+def _view(*args, cwd=REPO) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "ngptune", "view", *map(str, args)], capture_output=True, text=True,
-                          cwd=REPO, timeout=300)
+                          cwd=cwd, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
 
 
 def _one_error(proc: subprocess.CompletedProcess) -> str:
+    """The one ``error:`` statement of a refused view (its lines under 80 columns), joined."""
     assert proc.returncode == 2, proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
-    return lines[0]
+    statement, n = first_statement(proc.stderr)
+    assert statement.startswith("error: ") and n == proc.stderr.count("\n"), proc.stderr
+    assert all(len(line) <= LINE_WIDTH or len(line.split()) == 1 for line in proc.stderr.splitlines()), proc.stderr
+    return statement
 
 
-def test_a_folder_without_a_model_is_one_clear_error(tmp_path):
-    assert _one_error(_view(tmp_path)) == (
-        f"error: {tmp_path}: no snapshot (snapshots/step_N.pt or final.pt) and no complete checkpoint "
-        "(checkpoints/step_N/) in this folder; a run that finishes keeps its model there, Ctrl-C of a one-process "
-        "run keeps its last step's, and --snapshot-every N keeps one along the way")
+def test_a_folder_without_a_model_is_said_as_render_and_export_say_it(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the folder as a user names it: runs/x
+    (tmp_path / "runs" / "x").mkdir(parents=True)
+    said = _view("runs/x", cwd=tmp_path)
+    assert said.returncode == 2
+    assert said.stderr.splitlines() == [
+        "error: runs/x: no trained model in this folder",
+        "  looked for snapshots/step_N.pt, final.pt and a complete checkpoints/step_N/",
+        "  a run that finishes keeps its model here",
+        "  Ctrl-C of a one-process run keeps its last step's",
+        "  --snapshot-every N keeps one along the way"], said.stderr  # one line of ~270 columns before
+    assert run_inference_cli(["render", "runs/x"], capsys)[2] == said.stderr
+    assert run_inference_cli(["export", "mesh", "runs/x"], capsys)[2] == said.stderr
     assert _one_error(_view(tmp_path / "missing")) == (
         f"error: {tmp_path / 'missing'}: no such file or folder (expected a run folder, a snapshot file or a "
         "checkpoint folder)")

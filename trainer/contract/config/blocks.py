@@ -344,7 +344,7 @@ class TrainingConfig(Block):
             subgrid mode.
         quiet: no progress output on the console.
         cpu_threads: intra-op threads of each rank on a CPU (>= 1), or 0 for the rule
-            ``cores // ranks on the host`` (:mod:`trainer.cpu_threads`).
+            ``the cores other processes leave free // ranks on the host`` (:mod:`trainer.contract.threads`).
     """
 
     _PATH: ClassVar[str] = "training"
