@@ -1,17 +1,14 @@
 """How long a render will take, measured before its first frame on rays of its first camera.
 
 :func:`first_camera_seconds` draws :data:`PROBE_RAYS` pixels uniformly from the first camera,
-builds only their rays (not the whole image's: a 1920x1080 frame has 2 M), renders them after a
-warm-up, 1/8 of them and all of them once each, and fits ``time = per_call + per_ray × rays``:
-the render's fixed cost counts once per chunk of rays a frame is rendered in
-(:func:`trainer.train.evaluate.eval_chunk_rays`), the per-ray cost for every pixel. Three small
-render calls: well under a second on a CPU, whatever the frames' size or number.
+(more on a GPU), builds only their rays (not the whole image's: a 1920x1080 frame has 2 M) and
+times them as the evaluation's estimate does (:func:`trainer.train.eval_estimate.fitted_render_seconds`:
+1/8 of them and all of them, a warm-up and one timed call each). Four small render calls: well
+under a second on a CPU, whatever the frames' size or number.
 """
 
 from __future__ import annotations
 
-import math
-import time
 from typing import Any
 
 import numpy as np
@@ -40,35 +37,13 @@ def pixel_rays(frame: Any, pixels: torch.Tensor, device: torch.device) -> tuple[
 def first_camera_seconds(trainer: Any, frame: Any, probe_rays: int = PROBE_RAYS, seed: int = 0) -> float:
     """Seconds one render per pixel of ``frame`` (a scene frame: ``intrinsics.width`` ×
     ``height`` pixels, ``c2w``) takes with ``trainer``'s field and occupancy grid (module
-    docstring); ``probe_rays`` >= 8."""
-    from trainer.train.evaluate import eval_chunk_rays, render_rays
+    docstring); ``probe_rays`` >= 8 on a CPU (:func:`trainer.train.eval_estimate.probe_ray_count`)."""
+    from trainer.train.eval_estimate import fitted_render_seconds, probe_ray_count
 
     pixels = frame.intrinsics.width * frame.intrinsics.height
     if pixels == 0:
         return 0.0
     gen = torch.Generator().manual_seed(seed)
-    n = min(probe_rays, pixels)
+    n = min(probe_ray_count(probe_rays, trainer.device), pixels)
     rays_o, rays_d = pixel_rays(frame, torch.randint(0, pixels, (n,), generator=gen), trainer.device)
-    background = torch.zeros(3, device=trainer.device)
-
-    def timed(count: int) -> float:
-        t0 = time.perf_counter()
-        render_rays(trainer, rays_o[:count], rays_d[:count], background, spp=1)
-        if trainer.device.type == "cuda":
-            torch.cuda.synchronize(trainer.device)
-        return time.perf_counter() - t0
-
-    small = max(1, n // 8)
-    was_training = trainer.field.training
-    trainer.field.eval()
-    try:
-        with torch.no_grad(), trainer.inference_weights():
-            timed(small)  # warm-up: first-call costs are no part of the render's rate
-            t_small, t_big = timed(small), timed(n)
-    finally:
-        trainer.field.train(was_training)
-    per_ray = (t_big - t_small) / max(n - small, 1)
-    if per_ray <= 0:  # noise on a loaded machine: the larger call's mean cost per ray
-        return t_big * pixels / n
-    per_call = max(0.0, t_small - small * per_ray)
-    return math.ceil(pixels / eval_chunk_rays(trainer.device)) * per_call + pixels * per_ray
+    return fitted_render_seconds(trainer, rays_o, rays_d, [pixels])

@@ -1,7 +1,7 @@
 """How long the final evaluation will take, measured before it starts.
 
-:func:`measure_eval_seconds` renders a few hundred rays drawn uniformly from every pixel of the
-views to be evaluated, with the field and occupancy grid as they are at the end of training (an
+:func:`measure_eval_seconds` renders a few hundred rays (a CPU; thousands on a GPU) drawn
+uniformly from every pixel of the views to be evaluated, with the field and occupancy grid as they are at the end of training (an
 occupancy grid still full after a short run makes each ray march many samples: the probe pays
 that cost too), and scales the time to all of their pixels. :func:`eval_seconds_estimate` is the
 fallback where no probe can run (a distributed trainer's collective renderer): the training rate
@@ -16,10 +16,15 @@ from typing import Any
 
 import torch
 
-__all__ = ["EVAL_SPEEDUP_OVER_TRAINING", "PROBE_RAYS", "eval_seconds_estimate", "measure_eval_seconds"]
+__all__ = ["EVAL_SPEEDUP_OVER_TRAINING", "PROBE_RAYS", "PROBE_RAYS_CUDA", "eval_seconds_estimate",
+           "fitted_render_seconds", "measure_eval_seconds", "probe_ray_count"]
 
 PROBE_RAYS = 512
-"""Rays the probe renders (a few per cent of one 100×100 view)."""
+"""Rays the probe renders on a CPU (a few per cent of one 100×100 view)."""
+
+PROBE_RAYS_CUDA = 2**14
+"""Rays the probe renders at least on a GPU, where a few hundred time the kernel launches only: a
+full-resolution fox evaluation (14.5 M pixels) was estimated at 104 s from 512 rays and took 6.3 s."""
 
 EVAL_SPEEDUP_OVER_TRAINING = 3.0
 """Rendering a sample costs about a third of training on it (no backward pass, no optimiser step)."""
@@ -40,34 +45,87 @@ def eval_seconds_estimate(pixels: int, spp: int, last: dict[str, Any] | None) ->
     return pixels * spp * (samples / rays) / (rate * EVAL_SPEEDUP_OVER_TRAINING)
 
 
-def measure_eval_seconds(trainer: Any, frames: list, spp: int, probe_rays: int = PROBE_RAYS, seed: int = 0) -> float:
-    """Seconds the evaluation of ``frames`` (scene frames) at ``spp`` renders per pixel will take.
+def probe_ray_count(probe_rays: int, device: torch.device) -> int:
+    """Rays a probe renders on ``device``: ``probe_rays`` on a CPU, at least
+    :data:`PROBE_RAYS_CUDA` on a GPU (a few hundred rays there time the launches, not the rays)."""
+    return probe_rays if device.type == "cpu" else max(probe_rays, PROBE_RAYS_CUDA)
 
-    Rays drawn uniformly over all their pixels are rendered after a warm-up: 1/8 of
-    ``probe_rays`` and ``probe_rays`` rays, twice each, fitting ``time = per_call + per_ray × rays``
-    to the mean of each pair (a load spike during the probe is as likely during the evaluation);
-    a render call's fixed cost counts once per chunk of rays the evaluation renders
-    (:func:`~trainer.train.evaluate.render_ray_buffers`' chunks, several per view on large views),
-    the per-ray cost for every pixel. The probe renders through the same field batches.
+
+def fitted_render_seconds(trainer: Any, rays_o: torch.Tensor, rays_d: torch.Tensor, sizes: list[int],
+                          repeats: int = 1) -> float:
+    """Seconds to render every pixel of views of ``sizes`` pixels once, fitted on probe rays.
+
+    The probe renders 1/8 of the rays and all of them, once each as a warm-up (first-call costs,
+    such as a GPU compiling kernels for a new size, are no part of the rate), then ``repeats``
+    times each, and fits ``time = per_call + per_ray × rays`` to the means (a load spike during
+    the probe is as likely during the render). A render call's fixed cost counts once per chunk of
+    rays a view is rendered in (:func:`~trainer.train.evaluate.eval_chunk_rays`), the per-ray cost
+    for every pixel.
+
+    Args:
+        trainer: a single-process trainer (field, occupancy grid, device, ``inference_weights``).
+        rays_o, rays_d: [n, 3] float32 probe rays on the trainer's device, drawn from the pixels.
+        sizes: pixels of each view.
+        repeats: timed calls of each size (>= 1).
+
+    Returns:
+        Estimated wall-clock seconds for ``sum(sizes)`` rays.
+    """
+    from trainer.train.evaluate import eval_chunk_rays, render_rays
+
+    n = rays_o.shape[0]
+    total = sum(sizes)
+    if total == 0 or n == 0:
+        return 0.0
+    background = torch.zeros(3, device=trainer.device)
+
+    def timed(count: int) -> float:
+        t0 = time.perf_counter()
+        render_rays(trainer, rays_o[:count], rays_d[:count], background, spp=1)
+        if trainer.device.type == "cuda":
+            torch.cuda.synchronize(trainer.device)
+        return time.perf_counter() - t0
+
+    small = max(1, n // 8)
+    was_training = trainer.field.training
+    trainer.field.eval()
+    try:
+        with torch.no_grad(), trainer.inference_weights():
+            timed(small), timed(n)  # warm-up of both sizes
+            t_small = sum(timed(small) for _ in range(repeats)) / repeats
+            t_big = sum(timed(n) for _ in range(repeats)) / repeats
+    finally:
+        trainer.field.train(was_training)
+    per_ray = (t_big - t_small) / max(n - small, 1)
+    if per_ray <= 0:  # noise on a loaded machine: the larger probe's mean cost per ray
+        return t_big * total / n
+    per_call = max(0.0, t_small - small * per_ray)
+    chunk = eval_chunk_rays(trainer.device)
+    return sum(math.ceil(size / chunk) for size in sizes) * per_call + total * per_ray
+
+
+def measure_eval_seconds(trainer: Any, frames: list, spp: int, probe_rays: int = PROBE_RAYS, seed: int = 0) -> float:
+    """Seconds the evaluation of ``frames`` (scene frames) at ``spp`` renders per pixel will take:
+    :func:`fitted_render_seconds` on rays drawn uniformly over all their pixels, twice each size,
+    times ``spp``. The probe renders through the same chunks and field batches as the evaluation.
 
     Args:
         trainer: a single-process :class:`~trainer.train.loop.Trainer` (field, occupancy grid, device).
         frames: the views to be evaluated (each with ``intrinsics.width`` × ``height`` pixels).
         spp: renders per pixel (``training.eval_spp``).
-        probe_rays: the larger probe's rays (>= 8).
+        probe_rays: the larger probe's rays on a CPU (>= 8; :func:`probe_ray_count` on a GPU).
 
     Returns:
         Estimated seconds (wall clock) for all pixels × ``spp``.
     """
     from trainer.data.rays import camera_rays_for_image
-    from trainer.train.evaluate import eval_chunk_rays, render_rays
 
     sizes = [f.intrinsics.width * f.intrinsics.height for f in frames]
     total = sum(sizes)
     if total == 0:
         return 0.0
     gen = torch.Generator().manual_seed(seed)
-    picks = torch.randint(0, total, (min(probe_rays, total),), generator=gen)
+    picks = torch.randint(0, total, (min(probe_ray_count(probe_rays, trainer.device), total),), generator=gen)
     starts = torch.tensor([0] + sizes[:-1]).cumsum(0)
     which = torch.searchsorted(starts, picks, right=True) - 1
     origins, directions = [], []
@@ -78,29 +136,4 @@ def measure_eval_seconds(trainer: Any, frames: list, spp: int, probe_rays: int =
         directions.append(d[idx])
     perm = torch.randperm(len(picks), generator=gen).to(trainer.device)
     rays_o, rays_d = torch.cat(origins)[perm], torch.cat(directions)[perm]
-    background = torch.zeros(3, device=trainer.device)
-
-    def timed(n: int) -> float:
-        t0 = time.perf_counter()
-        render_rays(trainer, rays_o[:n], rays_d[:n], background, spp=1)
-        if trainer.device.type == "cuda":
-            torch.cuda.synchronize(trainer.device)
-        return time.perf_counter() - t0
-
-    was_training = trainer.field.training
-    trainer.field.eval()
-    try:
-        with torch.no_grad(), trainer.inference_weights():
-            small = max(1, len(picks) // 8)
-            timed(small)  # warm-up: first-call costs are no part of the evaluation's rate
-            t_small = (timed(small) + timed(small)) / 2
-            t_big = (timed(len(picks)) + timed(len(picks))) / 2
-    finally:
-        trainer.field.train(was_training)
-    per_ray = (t_big - t_small) / max(len(picks) - small, 1)
-    if per_ray <= 0:  # noise on a loaded machine: the larger probe's mean cost per ray
-        return t_big * total * spp / len(picks)
-    per_call = max(0.0, t_small - small * per_ray)
-    chunk = eval_chunk_rays(trainer.device)
-    calls = sum(math.ceil(size / chunk) for size in sizes)
-    return (calls * per_call + total * per_ray) * spp
+    return fitted_render_seconds(trainer, rays_o, rays_d, sizes, repeats=2) * spp

@@ -83,7 +83,7 @@ def test_the_evaluation_says_its_estimate_first_and_its_time_after(tmp_path):
     notice_lines = lines[notice:notice + 1] + list(takewhile(lambda line: line.startswith(CONTINUATION),
                                                              lines[notice + 1:]))
     assert all(len(line) <= LINE_WIDTH for line in notice_lines), notice_lines
-    assert re.match(r"evaluating 3 test views \(12\.3 k pixels, 1 render each\), estimated [0-9.]+ s "
+    assert re.match(r"evaluating 3 test views \(12\.3 k pixels, 1 render each\), estimated (?:[0-9.]+ s|[0-9]+ min [0-9]+ s|[0-9]+ h [0-9]+ min) "
                     r"\(measured on a sample of its rays\)", joined(notice_lines)), notice_lines  # not 0.01 M pixels
     status = json.loads(out.stdout.strip().splitlines()[-1])
     took, estimate = status["eval_time_s"], status["eval_estimate_s"]
