@@ -44,7 +44,7 @@ from trainer.contract.commandline import (
 )
 from trainer.contract.errors import ConfigError, TrainerError
 from trainer.contract.metrics import si_number
-from trainer.contract.runstatus import fitted_error_lines, print_error
+from trainer.contract.runstatus import fitted_error_lines, fitted_warning, print_error
 from trainer.contract.textlines import counted, estimate_text, fit_lines, listed, seconds_text
 from trainer.contract.usage import parse_command_line
 
@@ -474,7 +474,7 @@ def _render(args: argparse.Namespace) -> int:
     where = apply_threads(args, located.cfg, inference_device(located.cfg, args.device), 1)
     print("\n".join(render_opening_lines(args, located, where)), flush=True)
     for note in located.notes:
-        print(f"warning: {note}", file=sys.stderr, flush=True)
+        print(f"warning: {fitted_warning(note)}", file=sys.stderr, flush=True)
     model = load_model(args.model, args.scene, args.device, located=located)
     try:
         job = _render_job(args, model)
@@ -484,13 +484,13 @@ def _render(args: argparse.Namespace) -> int:
             print("\n".join(detail), flush=True)
         warning = long_render_warning(args, estimate)
         if warning:
-            print(f"warning: {warning}", file=sys.stderr, flush=True)
+            print(f"warning: {fitted_warning(warning)}", file=sys.stderr, flush=True)
         summary = render_job(model, job)
         _record_scores(summary, args, model, job)
     finally:
         model.close()
     for note in summary["notes"]:
-        print(f"warning: {note}", file=sys.stderr)
+        print(f"warning: {fitted_warning(note)}", file=sys.stderr)
     print("\n".join(render_result_lines(summary, job)), flush=True)
     return 0
 
@@ -519,7 +519,7 @@ def _launch_render(args: argparse.Namespace) -> int:
     where = device_words(args, located.cfg, device.type, args.nproc_per_node)
     print("\n".join(render_opening_lines(args, located, where, args.nproc_per_node)), flush=True)
     for note in located.notes:
-        print(f"warning: {note}", file=sys.stderr, flush=True)
+        print(f"warning: {fitted_warning(note)}", file=sys.stderr, flush=True)
     logs = Path(tempfile.mkdtemp(prefix="ngptune-render-"))
     argv = _worker_argv(args.render_argv) + (["--out", str(args.out)] if args.out is not None and "--out" not in args.render_argv else [])
     try:
@@ -538,7 +538,7 @@ def _launch_render(args: argparse.Namespace) -> int:
     summary = json.loads((logs / "summary.json").read_text(encoding="utf-8"))
     shutil.rmtree(logs, ignore_errors=True)
     for note in summary["notes"]:
-        print(f"warning: {note}", file=sys.stderr)
+        print(f"warning: {fitted_warning(note)}", file=sys.stderr)
     print("\n".join(summary["lines"]), flush=True)
     return 0
 
@@ -616,7 +616,7 @@ def _from_model(args: argparse.Namespace, what: str, extract: Any) -> Any:
     where = apply_threads(args, located.cfg, inference_device(located.cfg, args.device), 1)
     print("\n".join(export_opening_lines(what, located, where)), flush=True)
     for note in located.notes:
-        print(f"warning: {note}", file=sys.stderr, flush=True)
+        print(f"warning: {fitted_warning(note)}", file=sys.stderr, flush=True)
     model = load_model(args.model, args.scene, args.device, located=located)
     try:
         return extract(model)
@@ -692,7 +692,7 @@ def _export_pointcloud(args: argparse.Namespace, out: Path) -> int:
     write_pointcloud(cloud, out)
     note = shortfall_note(cloud, args.n_points, args.min_opacity)
     if note is not None:
-        print(f"warning: {note}", file=sys.stderr)
+        print(f"warning: {fitted_warning(note)}", file=sys.stderr)
     print("\n".join(pointcloud_result_lines(cloud, args, out)), flush=True)
     return 0
 

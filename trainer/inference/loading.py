@@ -115,8 +115,9 @@ def _no_model_remedies(path: Path) -> list[str]:
         lines.append(f"{RunDir(path).status_path} says the run is still training")
     elif state is not None:
         lines.append(f"{RunDir(path).status_path} says the run did not finish before it kept one: {state}")
-    return lines + ["a run that finishes keeps its model here", "Ctrl-C of a one-process run keeps its last step's",
-                    "--snapshot-every N keeps one along the way"]
+    return lines + ["train the run to its end: a finished run keeps its model here",
+                    "or press Ctrl-C once: a one-process run keeps the model of its last step",
+                    "or train with --snapshot-every N: a model is kept every N steps"]
 
 
 def _snapshot_step(run: RunDir, snapshot: Path) -> int:

@@ -15,6 +15,8 @@ import sys
 import threading
 from pathlib import Path
 
+from trainer.contract.runstatus import fitted_warning
+
 __all__ = ["OPENING_ENV", "OpeningRelay", "write_opening"]
 
 OPENING_ENV = "NGPTUNE_RENDER_OPENING"
@@ -70,6 +72,6 @@ class OpeningRelay:
             if said["lines"]:
                 print("\n".join(said["lines"]), flush=True)
             if said.get("warning"):
-                print(f"warning: {said['warning']}", file=sys.stderr, flush=True)
+                print(f"warning: {fitted_warning(said['warning'])}", file=sys.stderr, flush=True)
             self.printed = True
             return True

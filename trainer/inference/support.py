@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from trainer.contract.runstatus import fitted_warning
 from trainer.contract.textlines import estimate_text
 from trainer.inference.cameras import resize_cameras
 
@@ -155,8 +156,9 @@ def camera_depth_maps(model: Any, side: int = DEPTH_MAP_SIDE, quiet: bool = True
             if len(out) == 1 and len(frames) > 1:
                 estimate_s = (time.perf_counter() - started) * len(frames)
                 if estimate_s >= LONG_SUPPORT_S:
-                    print(f"warning: the depth maps of {len(frames)} training views (what --min-views checks) take "
-                          f"about {estimate_text(estimate_s)}; --min-views 0 skips them", file=sys.stderr, flush=True)
+                    print("warning: " + fitted_warning(f"the depth maps of {len(frames)} training views (what --min-views checks) take "
+                                       f"about {estimate_text(estimate_s)}; --min-views 0 skips them"),
+                          file=sys.stderr, flush=True)
     finally:
         progress.close()
     return out

@@ -86,9 +86,9 @@ def test_a_run_folder_without_snapshots(trained_run, tmp_path, capsys, monkeypat
         assert code == 2 and err.splitlines() == [
             "error: runs/x: no trained model in this folder",
             "  looked for snapshots/step_N.pt, final.pt and a complete checkpoints/step_N/",
-            "  a run that finishes keeps its model here",
-            "  Ctrl-C of a one-process run keeps its last step's",
-            "  --snapshot-every N keeps one along the way"], err
+            "  train the run to its end: a finished run keeps its model here",
+            "  or press Ctrl-C once: a one-process run keeps the model of its last step",
+            "  or train with --snapshot-every N: a model is kept every N steps"], err
 
 
 def test_a_run_that_did_not_finish_is_named_so(tmp_path, capsys, monkeypatch):

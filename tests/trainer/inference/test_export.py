@@ -100,14 +100,20 @@ def test_pointcloud_points_lie_on_the_surface(trained_run, tmp_path, capsys):
 
 def test_pointcloud_stops_at_the_ray_cap_and_says_so(trained_run, tmp_path, capsys):
     """10^12 points: every training pixel (16 views of 32x32) is cast once, what reaches the
-    opacity is written, one warning line says the cloud fell short."""
+    opacity is written, one warning (in lines under 80 columns) says the cloud fell short."""
     out = tmp_path / "cloud.ply"
     code, stdout, err = run_inference_cli(["export", "pointcloud", trained_run["run"], "--n-points", 10**12, "--out", out,
                                  "--quiet"], capsys)
-    assert code == 0 and err.count("\n") == 1, err
+    lines = err.strip().splitlines()
+    assert all(len(line) <= LINE_WIDTH for line in lines), lines
+    starts = [i for i, line in enumerate(lines) if line.startswith("warning: ")] + [len(lines)]
+    warnings = [lines[a:b] for a, b in zip(starts, starts[1:])]  # a slow machine adds the depth maps' warning
+    shortfall = [w for w in warnings if w[0].startswith("warning: --n-points")]
+    assert code == 0 and len(shortfall) == 1, err
+    lines = shortfall[0]
     found = re.search(r"^warning: --n-points 1000000000000: only (\d+) rays of 16384 cast reached opacity 0\.5"
                       r"( on the surface of --min-views training views \(\d+ others left out\))? before "
-                      r"the ray cap \(every pixel of the training images\); the cloud has \1 points$", err.strip())
+                      r"the ray cap \(every pixel of the training images\); the cloud has \1 points$", joined(lines))
     assert found, err
     assert f"point cloud: {found.group(1)} points from 16384 rays" in stdout
     assert len(trimesh.load(str(out)).vertices) == int(found.group(1)) < 16384
@@ -321,8 +327,9 @@ def test_long_support_depth_maps_are_announced_with_the_flag_that_skips_them(tra
     code, _, err = run_inference_cli(["export", "mesh", trained_run["run"], "--resolution", "16", "--out", out,
                                       "--quiet"], capsys)
     assert code == 0 and out.is_file()
-    warnings = [line for line in err.splitlines() if line.startswith("warning: the depth maps of ")]
-    assert len(warnings) == 1 and warnings[0].endswith("; --min-views 0 skips them"), err
+    assert all(len(line) <= LINE_WIDTH for line in err.splitlines()), err
+    warnings = [w for w in joined(err.splitlines()).split("warning: ")[1:] if w.startswith("the depth maps of ")]
+    assert len(warnings) == 1 and warnings[0].rstrip().endswith("; --min-views 0 skips them"), err
     assert " training views (what --min-views checks) take about " in warnings[0]
     code, _, err = run_inference_cli(["export", "mesh", trained_run["run"], "--resolution", "16", "--out", out,
                                       "--min-views", "0", "--quiet"], capsys)

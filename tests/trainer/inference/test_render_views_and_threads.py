@@ -153,7 +153,9 @@ def test_a_long_render_is_estimated_and_announced_before_it_starts(trained_run, 
     assert first.startswith("rendering") and first.endswith("): 1 test view, spp 2")  # before the scene was loaded
     assert second == "1 test view of 32x32, spp 2, estimated 2 h 0 min (measured on a sample of its rays)"
     assert all(len(line) <= LINE_WIDTH for line in stdout.splitlines()[n:n + m])
-    assert err.splitlines()[0] == ("warning: this render is estimated at 2 h 0 min: --frames N renders fewer views (evenly "
+    warning, k = first_statement(err)
+    assert all(len(line) <= LINE_WIDTH for line in err.splitlines()[:k]), err
+    assert warning == ("warning: this render is estimated at 2 h 0 min: --frames N renders fewer views (evenly "
                                    "spaced); --spp 1 is 2x faster; --downscale N renders smaller images; Ctrl-C keeps "
                                    "the frames written so far")
 

@@ -44,9 +44,9 @@ def test_a_folder_without_a_model_is_said_as_render_and_export_say_it(tmp_path, 
     assert said.stderr.splitlines() == [
         "error: runs/x: no trained model in this folder",
         "  looked for snapshots/step_N.pt, final.pt and a complete checkpoints/step_N/",
-        "  a run that finishes keeps its model here",
-        "  Ctrl-C of a one-process run keeps its last step's",
-        "  --snapshot-every N keeps one along the way"], said.stderr  # one line of ~270 columns before
+        "  train the run to its end: a finished run keeps its model here",
+        "  or press Ctrl-C once: a one-process run keeps the model of its last step",
+        "  or train with --snapshot-every N: a model is kept every N steps"], said.stderr  # one line of ~270 columns before
     assert run_inference_cli(["render", "runs/x"], capsys)[2] == said.stderr
     assert run_inference_cli(["export", "mesh", "runs/x"], capsys)[2] == said.stderr
     assert _one_error(_view(tmp_path / "missing")) == (
