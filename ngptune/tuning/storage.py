@@ -26,9 +26,11 @@ from trainer.contract import TrainConfig
 
 __all__ = [
     "DEFINITION_ATTR",
+    "DRIVER_PACKAGES",
     "SweepError",
     "UNTUNED_ATTR",
     "masked_url",
+    "missing_driver",
     "open_storage",
     "definition_differences",
     "open_study",
@@ -104,6 +106,10 @@ def open_storage(url: str | None, study_dir: StudyDir):
             except Exception as exc:  # SQLAlchemy / driver errors have no common base worth naming
                 error = exc
         detail = " ".join(str(error).split())[:300]
+        driver = missing_driver(url, error)
+        if driver is not None:
+            raise SweepError(f"--storage {masked_url(url)}: cannot open the study storage: its database driver is not "
+                             f"installed (pip install {driver})")
         raise SweepError(f"--storage {masked_url(url)}: cannot open the study storage ({type(error).__name__}: {detail})")
 
 
@@ -286,3 +292,20 @@ def open_study(storage, name: str, spec: StudySpec, fingerprint: str, attrs: dic
         study.set_user_attr(DEFINITION_ATTR, definition)
     study.set_user_attr(_READY_ATTR, fingerprint)  # last: the study is ready for other workers
     return study, True
+
+
+#: The package that provides each SQLAlchemy driver named in a storage URL (``dialect+driver://``).
+DRIVER_PACKAGES = {"psycopg2": "psycopg2-binary", "psycopg": "psycopg[binary]", "pymysql": "pymysql",
+                   "mysqldb": "mysqlclient", "asyncpg": "asyncpg"}
+
+
+def missing_driver(url: str, error: BaseException | None) -> str | None:
+    """The pip package to install when ``error`` says the database driver of storage ``url`` could
+    not be imported (SQLAlchemy raises ImportError or ModuleNotFoundError); None otherwise."""
+    if not isinstance(error, ImportError):
+        return None
+    scheme = url.split("://", 1)[0]
+    dialect, _, driver = scheme.partition("+")
+    if not driver:
+        driver = {"postgresql": "psycopg2", "mysql": "mysqldb"}.get(dialect, "")
+    return DRIVER_PACKAGES.get(driver.lower(), driver or None)
