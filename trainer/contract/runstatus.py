@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.contract.metrics import quantity_text
-from trainer.contract.textlines import CONTINUATION, fit_lines, listed
+from trainer.contract.textlines import CONTINUATION, estimate_text, fit_lines, listed
 
 STATE_KEY = "state"
 REASON_KEY = "reason"
@@ -139,7 +139,7 @@ def summary_lines(status: Mapping[str, Any]) -> list[str]:
         took = status.get("eval_time_s")
         parts.append(f"evaluation on {status.get('eval_split', 'test')}: PSNR {status['eval_psnr_db']:.2f} dB"
                      + (f", SSIM {status['eval_ssim']:.3f}" if isinstance(status.get("eval_ssim"), (int, float)) else "")
-                     + (f" ({took:.1f} s)" if isinstance(took, (int, float)) else ""))
+                     + (f" ({estimate_text(took)})" if isinstance(took, (int, float)) else ""))  # as its own line
     model = status.get("snapshot") or status.get("checkpoint")
     if parts and isinstance(model, str):
         parts.append(f"model: {model}")

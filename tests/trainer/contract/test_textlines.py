@@ -62,6 +62,8 @@ def test_a_runs_summary_fits_80_columns_with_its_quantities_whole():
         assert any(whole in line for line in lines), whole
     assert "after 1 restart (resumed from runs/lego/checkpoints/step_0000400 at step 400)," in text  # broken at spaces
     assert summary_lines({}) == []
+    long_evaluation = summary_lines({**status, "eval_time_s": 182.2})
+    assert "SSIM 0.812 (3 min 2 s)," in joined(long_evaluation)  # as the evaluation's own line writes it
 
 
 def test_a_console_prefix_narrows_the_default_width(monkeypatch):
