@@ -317,7 +317,10 @@ def fitted_warning(text: str) -> str:
     (:func:`~trainer.contract.textlines.fit_lines`: the lines after the first start with
     :data:`~trainer.contract.textlines.CONTINUATION`, a path stays whole);
     :func:`~trainer.contract.textlines.joined` gives back ``text`` with single spaces."""
-    return "\n".join(fit_lines([WARNING_PREFIX + text]))[len(WARNING_PREFIX):]
+    lines = fit_lines([WARNING_PREFIX + text])
+    if len(lines) > 1 and lines[0] == WARNING_PREFIX.rstrip():  # a first word too long for any line
+        lines[:2] = [WARNING_PREFIX + lines[1].lstrip()]  # stays beside the prefix, whole
+    return "\n".join(lines)[len(WARNING_PREFIX):]
 
 
 def plain_warning_format(*roots: Path) -> None:
