@@ -32,7 +32,7 @@ from ngptune.scheduling.slots import SlotPool, slots_per_node, visible_gpus
 from ngptune.tuning.objectives import OBJECTIVES
 from ngptune.tuning.packing import STEP_BUDGET_TRIALS_PER_GPU, STEP_BUDGET_TRIALS_PER_GPU_ENV
 from ngptune.tuning.study import StudySpec
-from trainer.contract import ConfigError
+from trainer.contract import ConfigError, available_cores
 
 __all__ = ["STEP_BUDGET_TRIALS_PER_GPU", "STEP_BUDGET_TRIALS_PER_GPU_ENV", "TrialSlots", "default_trials_per_gpu",
            "host_cores", "plan_trial_slots", "shared_gpu_distorts"]
@@ -67,8 +67,9 @@ def shared_gpu_distorts(spec: StudySpec) -> list[str]:
 
 
 def host_cores() -> int:
-    """CPU cores this process may run on (its affinity mask), at least 1."""
-    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    """CPU cores this process may run on (its affinity mask), at least 1: the contract's
+    :func:`~trainer.contract.available_cores`, the count the trainer's thread rule divides."""
+    return available_cores()
 
 
 @dataclasses.dataclass
