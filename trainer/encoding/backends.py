@@ -2,8 +2,9 @@
 
 Backends:
 
-* ``"torch"`` — :func:`~trainer.encoding.hashgrid.hash_grid_encode_reference`, always available,
-  every device, tables in float16 / bfloat16 / float32 / float64.
+* ``"torch"`` — PyTorch, always available, every device, tables in float16 / bfloat16 / float32 /
+  float64: :func:`~trainer.encoding.corner_hashgrid.hash_grid_encode_corners` on a CPU (its fast
+  path; float64 excepted), :func:`~trainer.encoding.hashgrid.hash_grid_encode_reference` elsewhere.
 * ``"triton"`` — a fused GPU kernel, registered by :mod:`trainer.encoding.triton_hashgrid` when
   that module exists and imports (it must call :func:`register_backend` at import time). Looked
   up lazily, so this module works without Triton installed.
@@ -28,6 +29,7 @@ from typing import ClassVar
 import torch
 from torch import nn
 
+from trainer.encoding.corner_hashgrid import corners_apply, hash_grid_encode_corners
 from trainer.encoding.hashgrid import (
     HashGridConfig,
     hash_grid_encode_reference,
@@ -99,7 +101,8 @@ class HashGridBackend(abc.ABC):
 
 
 class TorchBackend(HashGridBackend):
-    """The readable PyTorch reference (:func:`hash_grid_encode_reference`)."""
+    """PyTorch: :func:`hash_grid_encode_corners` where it applies (CPU tensors, no float64), else
+    the readable reference :func:`hash_grid_encode_reference` (its slow twin)."""
 
     name = "torch"
     _DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -111,6 +114,8 @@ class TorchBackend(HashGridBackend):
         return dtype in self._DTYPES
 
     def encode(self, x: torch.Tensor, table: torch.Tensor, cfg: HashGridConfig) -> torch.Tensor:
+        if corners_apply(x, table):
+            return hash_grid_encode_corners(x, table, cfg)
         return hash_grid_encode_reference(x, table, cfg)
 
 

@@ -25,11 +25,14 @@ class Progress:
         quiet: no bar and no lines.
         rate_name: what :meth:`advance`'s ``items`` are (shown as a rate, e.g. "rays").
         console: a rich console to draw the bar on (default: stderr's, when it is a terminal).
+        total_items: the rays or points of all the units, when known: the time left then comes
+            from the items done (a render's rays), so that it is known before the first unit ends.
     """
 
     def __init__(self, what: str, total: int, quiet: bool = False, rate_name: str = "rays",
-                 console: Any = None) -> None:
+                 console: Any = None, total_items: int | None = None) -> None:
         self.what, self.total, self.quiet, self.rate_name = what, int(total), quiet, rate_name
+        self.total_items = total_items
         self.done = 0
         self.items = 0
         self.t0 = time.perf_counter()
@@ -57,9 +60,13 @@ class Progress:
 
     def eta_text(self) -> str:
         """The time left at the mean rate of the units done so far, as a clock (``0:14``;
-        ``-:--`` before the first unit is done)."""
-        left = (self.total - self.done) * self.elapsed_s / self.done if self.done else None
-        return clock_text(left)
+        ``-:--`` before the first unit is done); with ``total_items``, at the mean rate of the
+        items done (``-:--`` before the first)."""
+        if self.total_items:
+            left = (self.total_items - self.items) * self.elapsed_s / self.items if self.items else None
+        else:
+            left = (self.total - self.done) * self.elapsed_s / self.done if self.done else None
+        return clock_text(None if left is None else max(left, 0.0))
 
     def advance(self, units: int = 1, items: int = 0) -> None:
         """``units`` more done, ``items`` more rays/points (``units`` 0: rays of work under way,

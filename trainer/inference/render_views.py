@@ -141,7 +141,8 @@ def subgrid_sample_renderer(trainer: Any, with_depth: bool) -> Callable[[Any, to
 
 
 def render_camera(model: LoadedModel, frame: Frame, background: torch.Tensor, spp: int = 1,
-                  generator: torch.Generator | None = None, with_depth: bool = False) -> RenderedView:
+                  generator: torch.Generator | None = None, with_depth: bool = False,
+                  on_rays: Callable[[int], None] | None = None) -> RenderedView:
     """Render one camera (module docstring).
 
     Args:
@@ -151,6 +152,7 @@ def render_camera(model: LoadedModel, frame: Frame, background: torch.Tensor, sp
         spp: jittered renders averaged per pixel (>= 1).
         generator: the jitter's source, required for spp > 1.
         with_depth: subgrid runs compute depth only when asked (others always do).
+        on_rays: called with the rays (× spp) of each chunk rendered (a frame's progress).
 
     Raises:
         ValueError: spp < 1, or spp > 1 without a generator.
@@ -160,7 +162,7 @@ def render_camera(model: LoadedModel, frame: Frame, background: torch.Tensor, sp
     renderer = subgrid_sample_renderer(trainer, with_depth) if model.mode == "subgrid" else None
     with trainer.inference_weights():
         out = render_ray_buffers(trainer, rays_o, rays_d, background, spp=spp, generator=generator,
-                                 render_samples=renderer)
+                                 render_samples=renderer, on_rays=on_rays)
     h, w = frame.intrinsics.height, frame.intrinsics.width
     opacity = out.opacity.reshape(h, w)
     depth = torch.where(opacity >= MIN_DEPTH_OPACITY, out.depth.reshape(h, w) / opacity.clamp_min(1e-12),
@@ -264,7 +266,8 @@ def render_job(model: LoadedModel, job: RenderJob, rank: int = 0, world_size: in
     depth_scale = depth_scale_for(model, job.cameras)
     truth = _GroundTruth(model, [job.cameras[i] for i in mine], background) if job.score else None
     scores: list[dict[str, Any]] = []
-    progress = Progress("render", len(mine), quiet=job.quiet or rank != 0)
+    rays = [job.cameras[i].intrinsics.width * job.cameras[i].intrinsics.height * job.spp for i in mine]
+    progress = Progress("render", len(mine), quiet=job.quiet or rank != 0, total_items=sum(rays))
     t0 = time.perf_counter()
     done: list[int] = []
     try:
@@ -274,7 +277,8 @@ def render_job(model: LoadedModel, job: RenderJob, rank: int = 0, world_size: in
             if job.spp > 1:
                 generator = torch.Generator(device=device)
                 generator.manual_seed(job.seed + index)
-            view = render_camera(model, camera, background, job.spp, generator, with_depth=job.depth)
+            view = render_camera(model, camera, background, job.spp, generator, with_depth=job.depth,
+                                 on_rays=lambda n: progress.advance(0, n))
             rgb8 = view.rgb8
             name = job.name(index)
             if frames_dir is not None:
@@ -289,7 +293,7 @@ def render_job(model: LoadedModel, job: RenderJob, rank: int = 0, world_size: in
             if video is not None:
                 video.append(rgb8)
             done.append(index)
-            progress.advance(1, camera.intrinsics.width * camera.intrinsics.height * job.spp)
+            progress.advance(1)  # its rays were counted chunk by chunk
         seconds = time.perf_counter() - t0
         if truth is not None and frames_dir is not None and world_size > 1:
             _write_rank_scores(frames_dir, rank, scores)

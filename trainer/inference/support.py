@@ -50,7 +50,7 @@ from trainer.contract.textlines import estimate_text
 from trainer.inference.cameras import resize_cameras
 
 __all__ = ["CELLS_PER_DEPTH_PIXEL", "DEPTH_MAP_SIDE", "SUPPORT_RESOLUTION", "SupportGrid", "build_support",
-           "camera_depth_maps", "depth_map_side"]
+           "camera_depth_maps", "depth_map_side", "depth_map_size"]
 
 #: Cells per axis of the support lattice.
 SUPPORT_RESOLUTION = 128
@@ -145,16 +145,19 @@ def camera_depth_maps(model: Any, side: int = DEPTH_MAP_SIDE, quiet: bool = True
     frames = trainer.scene.frames("train")
     renderer = subgrid_sample_renderer(trainer, True) if model.mode == "subgrid" else None
     background = torch.zeros(3, device=trainer.device)
+    sides = [side if box is None or resolution is None else depth_map_side(frame, box, resolution, side)
+             for frame in frames]
+    rays = [depth_map_size(frame, own_side)[0] * depth_map_size(frame, own_side)[1]
+            for frame, own_side in zip(frames, sides)]
     out = []
-    progress = Progress("support views", len(frames), quiet=quiet, rate_name="rays")
+    progress = Progress("support views", len(frames), quiet=quiet, rate_name="rays", total_items=sum(rays))
     started = time.perf_counter()
     try:
-        for frame in frames:
-            own_side = side if box is None or resolution is None else depth_map_side(frame, box, resolution, side)
+        for frame, own_side in zip(frames, sides):
             out.append(_depth_map(trainer, frame, own_side, renderer, background))
             progress.advance(1, out[-1][1].numel())
-            if len(out) == 1 and len(frames) > 1:
-                estimate_s = (time.perf_counter() - started) * len(frames)
+            if len(out) == 1 and len(frames) > 1:  # the first view's rate, over every view's rays
+                estimate_s = (time.perf_counter() - started) * sum(rays) / max(rays[0], 1)
                 if estimate_s >= LONG_SUPPORT_S:
                     print("warning: " + fitted_warning(f"the depth maps of {len(frames)} training views (what --min-views checks) take "
                                        f"about {estimate_text(estimate_s)}; --min-views 0 skips them"),
@@ -164,15 +167,22 @@ def camera_depth_maps(model: Any, side: int = DEPTH_MAP_SIDE, quiet: bool = True
     return out
 
 
+def depth_map_size(frame: Any, side: int) -> tuple[int, int]:
+    """``(width, height)`` of ``frame``'s depth map whose longer side is ``side`` pixels (the
+    image's own size when that is smaller), the image's aspect kept."""
+    k = frame.intrinsics
+    factor = max(1.0, max(k.width, k.height) / side)
+    return max(1, round(k.width / factor)), max(1, round(k.height / factor))
+
+
 def _depth_map(trainer: Any, frame: Any, side: int, renderer: Any, background: torch.Tensor) -> tuple[Any, torch.Tensor]:
     """One training camera's entry of :func:`camera_depth_maps`."""
     from trainer.data.rays import IntrinsicsTensors, generate_rays
     from trainer.train.evaluate import render_ray_buffers
 
     device = trainer.device
-    k = frame.intrinsics
-    factor = max(1.0, max(k.width, k.height) / side)
-    small = resize_cameras([frame], width=max(1, round(k.width / factor)), height=max(1, round(k.height / factor)))[0]
+    width, height = depth_map_size(frame, side)
+    small = resize_cameras([frame], width=width, height=height)[0]
     w, h = small.intrinsics.width, small.intrinsics.height
     v, u = torch.meshgrid(torch.arange(h, device=device), torch.arange(w, device=device), indexing="ij")
     c2w = torch.as_tensor(np.asarray(small.c2w, dtype=np.float32)[:3, :4], device=device).expand(h * w, 3, 4)

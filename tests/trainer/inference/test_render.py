@@ -239,3 +239,38 @@ def test_rendered_view_moves_host_copies_on_demand_and_rounds_as_to_uint8():
     assert "rgb" not in view.__dict__  # the 8-bit colour alone was moved
     assert np.array_equal(view.rgb, rgb.numpy()) and np.array_equal(view.depth, depth.numpy())
     assert view.opacity is view.opacity  # one copy, kept
+
+
+def test_a_render_gives_its_time_left_from_the_rays_before_its_first_frame_ends(trained_run, tmp_path, capsys,
+                                                                                monkeypatch):
+    """The progress counts a frame's rays chunk by chunk (2^11 rays on a CPU): one 96×64 frame
+    shows its rate and time left after each of its 3 chunks, before the frame is done."""
+    import re
+
+    import trainer.inference.progress as progress_module
+
+    monkeypatch.setattr(progress_module, "PLAIN_LINE_EVERY_S", 0.0)  # a line at every advance
+    code, _, err = run_inference_cli(["render", trained_run["run"], "--cameras", "orbit", "--frames", "1",
+                                      "--width", "96", "--height", "64", "--out", tmp_path / "frames"], capsys)
+    assert code == 0
+    lines = [line for line in err.splitlines() if line.startswith("render ")]
+    within = [line for line in lines if re.fullmatch(r"render 0/1  [0-9.]+( [kM])? rays/s  eta \d+:\d\d", line)]
+    assert len(within) == 3, lines  # 2048 + 2048 + 2048 rays, each with a time left
+    assert re.fullmatch(r"render 1/1  [0-9.]+( [kM])? rays/s  eta 0:00", lines[-1]), lines
+
+
+def test_a_progress_with_its_items_known_gives_the_time_left_from_them(capsys, monkeypatch):
+    import trainer.inference.progress as progress_module
+    from trainer.inference.progress import Progress
+
+    now = [50.0]
+    monkeypatch.setattr(progress_module.time, "perf_counter", lambda: now[0])
+    counter = Progress("render", 2, quiet=True, total_items=40_000)
+    assert counter.eta_text() == "-:--"
+    now[0] = 60.0  # 10 000 rays of the first frame in 10 s: 30 000 more to go
+    counter.advance(0, 10_000)
+    assert counter.eta_text() == "0:30"
+    now[0] = 80.0
+    counter.advance(1, 10_000)
+    counter.advance(1, 20_000)
+    assert counter.eta_text() == "0:00"

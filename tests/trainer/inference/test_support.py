@@ -111,3 +111,31 @@ def test_a_coarse_lattice_renders_smaller_depth_maps(model) -> None:
     assert all(max(depth.shape) == 32 for _, depth in fine)  # the 32-pixel views: as large as the image
     assert all(max(depth.shape) == MIN_DEPTH_MAP_SIDE for _, depth in coarse)
     assert all(max(f.intrinsics.width, f.intrinsics.height) == MIN_DEPTH_MAP_SIDE for f, _ in coarse)
+
+
+def test_the_depth_maps_time_is_estimated_from_the_first_views_rate_over_every_views_rays(monkeypatch, capsys) -> None:
+    """Views of different sizes: the first (32×32, 1024 rays) takes 1.024 s at 1 ms a ray; the
+    three others (128×64, 8192 rays each) make 25.6 s in all, not 4 × 1.024 s."""
+    import types
+
+    import torch
+
+    import trainer.inference.support as support
+
+    frames = [types.SimpleNamespace(intrinsics=types.SimpleNamespace(width=w, height=h))
+              for w, h in ((32, 32), (256, 128), (256, 128), (256, 128))]
+    model = types.SimpleNamespace(mode="single", trainer=types.SimpleNamespace(
+        scene=types.SimpleNamespace(frames=lambda split: frames), device=torch.device("cpu")))
+    now = [0.0]
+
+    def depth_map(trainer, frame, side, renderer, background):
+        width, height = support.depth_map_size(frame, side)
+        now[0] += width * height * 1e-3
+        return frame, torch.zeros(height, width)
+
+    monkeypatch.setattr(support, "_depth_map", depth_map)
+    monkeypatch.setattr(support.time, "perf_counter", lambda: now[0])
+    monkeypatch.setattr(support, "LONG_SUPPORT_S", 0.0)  # every estimate is announced
+    maps = support.camera_depth_maps(model, side=128)
+    assert [tuple(depth.shape) for _, depth in maps] == [(32, 32), (64, 128), (64, 128), (64, 128)]
+    assert "take about 25.6 s; --min-views 0 skips them" in " ".join(capsys.readouterr().err.split())
