@@ -7,7 +7,8 @@ line); it behaves as if the user had started it:
 
 * it runs in a process group of its own (stdin: nothing to read), and the driver passes on
   SIGINT (Ctrl-C), SIGTERM and SIGHUP, so each reaches it once whether the terminal or ``kill``
-  sent it to the driver;
+  sent it to the driver; it starts with their default handling, also where the driver inherited
+  one of them ignored (a script's background job), since the driver takes them to pass them on;
 * it gets SIGTERM when the driver dies (``prctl(PR_SET_PDEATHSIG)``), so no trainer outlives a
   driver killed with SIGKILL;
 * its exit status is the command's (a child ended by signal N: 128 + N, as a shell reports it).
@@ -62,6 +63,8 @@ class ProcessResult:
 
 def _child_setup() -> None:
     os.setpgid(0, 0)
+    for sig in FORWARDED_SIGNALS:  # the driver takes and passes them on: the child acts on them, even
+        signal.signal(sig, signal.SIG_DFL)  # where the driver was started with one ignored (a background job)
     set_parent_death_signal(signal.SIGTERM)
 
 

@@ -41,7 +41,7 @@ from ngptune.scheduling.slots import SlotPool, visible_gpus
 from ngptune.tuning.trial import TrialLaunch, run_trial
 from trainer.contract import ConfigError, RunDir, atomic_write_text, command_stopping_with_parent, trainer_argv
 
-__all__ = ["Job", "JobResult", "Plan", "TrainManyOptions", "devices_text", "discover_scenes", "job_names",
+__all__ = ["Job", "JobResult", "Plan", "TrainManyInterrupted", "TrainManyOptions", "devices_text", "discover_scenes", "job_names",
            "run_train_many"]
 
 JOB_FILE = "job.json"
@@ -109,7 +109,7 @@ class JobResult:
     steps: int | None
     train_time_s: float | None
     psnr_db: float | None
-    status: str  # completed | failed
+    status: str  # completed | failed | interrupted (Ctrl-C stopped it; a job Ctrl-C came before has no row)
     log_path: str
     run_dir: str
     warm_started_from: str
@@ -222,9 +222,14 @@ def trained_model(run_dir: Path, status: dict[str, Any] | None = None) -> Path |
 
 
 def _run_job(job: Job, options: TrainManyOptions, pool: SlotPool, warm_from: Path | None, on_start=None,
-             on_progress=None) -> JobResult:
+             on_progress=None, stop: threading.Event | None = None) -> JobResult | None:
+    """The job's result, or None when ``stop`` was set before it started."""
+    slot = pool.claim(stop=stop)
+    if slot is None or (stop is not None and stop.is_set()):
+        if slot is not None:
+            pool.release(slot, [])
+        return None
     _move_aside(job)
-    slot = pool.claim()
     if on_start is not None:
         on_start(job)
     leftover: list[int] = []
@@ -237,13 +242,16 @@ def _run_job(job: Job, options: TrainManyOptions, pool: SlotPool, warm_from: Pat
         if on_progress is not None:
             def watch(records: list[dict[str, Any]]) -> None:
                 on_progress(job, records[-1] if records else None)
-        run = run_trial(launch, on_progress=watch)
+        run = run_trial(launch, on_progress=watch, stop=stop)
         leftover = run.leftover_pids
     finally:
         pool.release(slot, leftover)
     completed = run.outcome == "completed" and trained_model(job.run_dir, run.status) is not None
-    outcome = "completed" if completed else "failed"
+    outcome = "completed" if completed else "interrupted" if run.outcome == "interrupted" else "failed"
     reason = run.reason if run.outcome != "completed" else "" if completed else "the run kept no trained model"
+    if outcome == "interrupted":
+        kept = trained_model(job.run_dir)
+        reason = (f"{reason}; its newest model: {kept}" if kept is not None else f"{reason}; no model was kept")
     result = _result(job, run.status, outcome, reason, devices_text(slot.gpus, options.train_args), warm_from)
     if outcome == "completed":
         atomic_write_text(job.job_path, json.dumps(dataclasses.asdict(result), indent=2) + "\n")
@@ -304,7 +312,9 @@ def run_train_many(options: TrainManyOptions, *, on_begin=None, on_start=None, o
     done = [threading.Event() for _ in jobs]
     results: list[JobResult | None] = [None] * len(jobs)
 
-    def work(job: Job) -> JobResult:
+    stopping = threading.Event()  # Ctrl-C: running jobs stop, jobs not started never start
+
+    def work(job: Job) -> JobResult | None:
         try:
             if _is_finished(job):
                 result = _finished_result(job)
@@ -314,14 +324,32 @@ def run_train_many(options: TrainManyOptions, *, on_begin=None, on_start=None, o
                     done[job.index - 1].wait()
                     previous = jobs[job.index - 1]
                     warm_from = _warm_start_snapshot(previous) if _is_finished(previous) else None
-                result = _run_job(job, options, pool, warm_from, on_start, on_progress)
+                result = None if stopping.is_set() else _run_job(job, options, pool, warm_from, on_start,
+                                                                  on_progress, stopping)
             results[job.index] = result
-            if on_done is not None:
+            if on_done is not None and result is not None:
                 on_done(job, result)
             return result
         finally:
             done[job.index].set()
 
-    with ThreadPoolExecutor(max_workers=pool.capacity) as executor:
-        list(executor.map(work, jobs))  # map preserves order; a job waits only on earlier ones
+    executor = ThreadPoolExecutor(max_workers=pool.capacity)
+    try:
+        for future in [executor.submit(work, job) for job in jobs]:  # a job waits only on earlier ones
+            future.result()
+    except KeyboardInterrupt:
+        stopping.set()
+        executor.shutdown(wait=True)  # each running job is stopped at its next poll
+        raise TrainManyInterrupted([r for r in results if r is not None], len(jobs)) from None
+    finally:
+        executor.shutdown(wait=True)
     return [r for r in results if r is not None]
+
+
+class TrainManyInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped :func:`run_train_many`: ``results`` of the jobs that finished or were
+    stopped (in sequence order), of ``jobs`` in all."""
+
+    def __init__(self, results: list[JobResult], jobs: int) -> None:
+        super().__init__(f"{len(results)} of {jobs} jobs ran")
+        self.results, self.jobs = results, jobs

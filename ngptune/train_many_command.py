@@ -4,12 +4,15 @@ device, on a CPU the threads of each job in the words of every command's first l
 side by side); shows each running job's step, ETA and throughput
 (:class:`ngptune.progress.RunsProgress`: from its metrics records and, between them, the progress
 lines in its log; plain lines every few seconds when stdout is no terminal), writes
-``OUT/summary.csv``, ``OUT/summary.html`` and prints a table."""
+``OUT/summary.csv``, ``OUT/summary.html`` and prints a table. Ctrl-C stops the running jobs (each
+keeps the model of its step under way), starts no other, writes the summary of what ran and exits
+with status 130."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from trainer.contract import RunDir, counted, fit_lines, positive_int
@@ -95,7 +98,7 @@ def _cmd_train_many(args: argparse.Namespace) -> int:
     from ngptune.console import make_console
     from ngptune.progress import RunsProgress, newest_progress
     from ngptune.reporting.train_many_report import print_summary_table, write_summary_csv, write_summary_html
-    from ngptune.train_many import TrainManyOptions, run_train_many
+    from ngptune.train_many import TrainManyInterrupted, TrainManyOptions, run_train_many
 
     console = make_console(soft_wrap=True)
     options = TrainManyOptions(source=args.source, out_dir=args.out, gpus_per_job=args.gpus_per_job,
@@ -114,15 +117,35 @@ def _cmd_train_many(args: argparse.Namespace) -> int:
     def done(job, r) -> None:
         job_done(board, job.name, r)
 
+    interrupted = None
     try:
         results = run_train_many(options, on_begin=begin, on_start=started, on_done=done, on_progress=progressed)
+    except TrainManyInterrupted as exc:
+        interrupted, results = exc, exc.results
     finally:
         board.close()
     csv_path = write_summary_csv(results, args.out / "summary.csv")
     html_path = write_summary_html(results, args.out / "summary.html", title=f"ngptune train-many: {args.source}")
     print_summary_table(results, console)
     console.print("\n".join(fit_lines(["summary:", f"{csv_path},", str(html_path)])), markup=False, highlight=False)
+    if interrupted is not None:
+        print("\n".join(fit_lines(interrupted_parts(results, interrupted.jobs))), file=sys.stderr, flush=True)
+        return 130
     return 0 if all(r.status != "failed" for r in results) else 1
+
+
+def interrupted_parts(results, jobs: int) -> list[str]:
+    """What Ctrl-C of ``train-many`` did, as parts of lines (:func:`fit_lines`): the jobs
+    finished, stopped (their snapshots kept) and not started, and that the same command goes on
+    (finished jobs are skipped, the others train again)."""
+    completed = sum(r.status == "completed" for r in results)
+    stopped = [Path(r.run_dir).name for r in results if r.status == "interrupted"]
+    parts = [f"interrupted: {completed} of {jobs} jobs finished,",
+             f"{len(stopped)} stopped ({', '.join(stopped)}; the model each kept:" if stopped else "none stopped,",
+             *(["summary.csv's reason),"] if stopped else []),
+             f"{jobs - len(results)} not started;",
+             "the same command again skips the finished jobs", "and trains the others anew"]
+    return parts
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -7,7 +7,8 @@ job when the launcher's environment (torchrun / torch elastic / ``python -m trai
 --nproc-per-node``, or SLURM) reports several ranks or ``--resume`` names a folder of sharded
 checkpoints. The last line on stdout is the run's status as one JSON object; bad input is one
 ``error: `` line on stderr and exit status 2; Ctrl-C exits 130 and SIGTERM 143, after
-``status.json`` says interrupted.
+``status.json`` says interrupted (while the loop trains, either keeps a snapshot of the step under
+way first: :mod:`trainer.run.interrupt`).
 
 Flags instant-ngp users know are accepted as aliases: ``--scene``, ``--network``, ``--n_steps``,
 ``--save_snapshot``, ``--load_snapshot`` (:mod:`trainer.contract.commandline`).
@@ -24,7 +25,7 @@ from trainer.contract.errors import TrainerError
 from trainer.contract.runstatus import print_error, result_line, summary_lines
 from trainer.run.lifecycle import run_training
 from trainer.run.settings import config_source, resolve_config
-from trainer.run.status import RunInterrupted, Terminated, raise_terminated
+from trainer.run.status import RunInterrupted, RunTerminated, Terminated, raise_terminated
 
 __all__ = ["build_parser", "train_command"]
 
@@ -59,8 +60,9 @@ def train_command(args: argparse.Namespace) -> int:
         where = str(exc) if isinstance(exc, RunInterrupted) else ""  # where the newest model is, how to continue
         print("interrupted" + (f": {where}" if where else ""), file=sys.stderr)
         return 130
-    except Terminated:
-        print("terminated", file=sys.stderr)
+    except Terminated as exc:
+        where = str(exc) if isinstance(exc, RunTerminated) else ""  # where the newest model is, how to continue
+        print("terminated" + (f": {where}" if where else ""), file=sys.stderr)
         return 143
     for line in summary_lines(status):
         print(line, flush=True)  # readable, before the JSON line that stays last

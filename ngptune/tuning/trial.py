@@ -32,6 +32,7 @@ import os
 import re
 import signal
 import subprocess
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping
@@ -238,13 +239,17 @@ def _read_records(run_dir: RunDir) -> list[dict[str, Any]]:
         return []  # not written yet (or being written): try again at the next poll
 
 
-def run_trial(launch: TrialLaunch, on_progress: Callable[[list[dict[str, Any]]], str | None] | None = None) -> TrialRun:
+def run_trial(launch: TrialLaunch, on_progress: Callable[[list[dict[str, Any]]], str | None] | None = None,
+              stop: threading.Event | None = None) -> TrialRun:
     """Run one trial to its end and stop its whole process tree.
 
     Args:
         launch: the command, environment, run directory, log file and timeout.
         on_progress: called with rank 0's metrics records at every poll while the trial runs;
             returns a reason to prune the trial now (it is stopped), or None.
+        stop: when set (from another thread: the caller's Ctrl-C), the trial is stopped at the next
+            poll (SIGTERM: a one-process run keeps the model of its step under way) and ends as
+            ``interrupted``.
 
     Returns:
         The :class:`TrialRun`. A ``KeyboardInterrupt`` (Ctrl-C, or SIGTERM turned into one by the
@@ -263,6 +268,9 @@ def run_trial(launch: TrialLaunch, on_progress: Callable[[list[dict[str, Any]]],
     try:
         while popen.poll() is None:
             tree.refresh()
+            if stop is not None and stop.is_set():
+                outcome, reason = "interrupted", "stopped by Ctrl-C"
+                break
             if on_progress is not None:
                 prune = on_progress(_read_records(run_dir))
                 if prune:

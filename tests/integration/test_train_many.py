@@ -106,3 +106,35 @@ def test_train_many_warm_starts_fails_one_and_resumes(tmp_path):
     assert rows["0000"]["reason"].startswith("skipped: finished by an earlier run at ")
     assert (out / "0001.unfinished-1" / "status.json").is_file()  # the earlier attempt is kept
     assert json.loads((out / "0001" / "job.json").read_text())["status"] == "completed"
+
+
+def test_ctrl_c_stops_the_running_job_keeps_its_model_and_writes_the_summary(tmp_path):
+    """SIGINT to the driver (Ctrl-C): the running job is stopped and keeps the model of its step
+    under way, the next job never starts, summary.csv lists what ran, exit status 130, no traceback."""
+    import signal
+    import time
+
+    write_demo_sequence(tmp_path / "seq", 2, resolution=16, n_train=4, n_val=1, n_test=1)
+    config = tmp_path / "tiny.json"
+    config.write_text(dump_config(tiny_config()))
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "ngptune", "train-many", str(tmp_path / "seq"), "--out", str(out), "--config",
+           str(config), "--n-steps", "100000", "--no-eval"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    deadline = time.monotonic() + 200
+    while time.monotonic() < deadline and not (out / "0000" / "metrics.jsonl").is_file():
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "Traceback" not in stderr, stderr
+    said = " ".join(stderr.split())
+    assert "interrupted: 0 of 2 jobs finished, 1 stopped (0000; the model each kept: summary.csv's reason), " \
+           "1 not started; the same command again skips the finished jobs and trains the others anew" in said, stderr
+    with open(out / "summary.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [(Path(r["scene"]).name, r["status"]) for r in rows] == [("0000", "interrupted")]
+    kept = sorted((out / "0000" / "snapshots").glob("step_*.pt"))
+    assert kept and f"its newest model: {kept[-1]}" in rows[0]["reason"]
+    assert json.loads((out / "0000" / "status.json").read_text())["state"] == "interrupted"
+    assert not (out / "0001").exists()

@@ -89,6 +89,53 @@ def test_ctrl_c_to_ngptune_reaches_the_training_once_and_keeps_the_model(tmp_pat
     assert status["state"] == "interrupted" and status["snapshot"] == str(snapshot)
 
 
+def test_sigterm_to_ngptune_keeps_the_model_of_the_step_under_way(tmp_path, demo_scene):
+    """SIGTERM (``timeout``, ``docker stop``, SLURM) ends the run as terminated, exit status 143,
+    with the same snapshot and continue lines as Ctrl-C."""
+    from trainer.train.snapshot import load_snapshot
+
+    proc, out = _long_run(tmp_path, demo_scene)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 143 and "Traceback" not in stderr
+    assert stderr.count("SIGTERM: stopping after this step, keeping a snapshot of it") == 1
+    lines = stderr.strip().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("terminated: the run stopped at step "))
+    said = lines[start:]
+    step = int(said[0].removeprefix("terminated: the run stopped at step "))
+    snapshot = out / "snapshots" / f"step_{step:07d}.pt"
+    assert " ".join(" ".join(said[1:-2]).split()) == f"the newest complete snapshot is {snapshot} (step {step})"
+    assert said[-1] == f"    ngptune train --config {out / 'config.json'} --resume {snapshot} --out {out}"
+    assert load_snapshot(snapshot)["step"] == step
+    status = json.loads((out / "status.json").read_text())
+    assert status["state"] == "interrupted" and status["snapshot"] == str(snapshot)
+
+
+def test_ctrl_c_reaches_a_training_that_ngptune_started_with_sigint_ignored(tmp_path, demo_scene):
+    """A background job of a script starts with SIGINT ignored; ngptune takes SIGINT to pass it
+    on, so its trainer takes it too: ``kill -INT`` stops the run after its step, as Ctrl-C does."""
+    proc, out = _long_run_ignoring_sigint(tmp_path, demo_scene)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "interrupted: the run stopped at step " in stderr
+    assert list((out / "snapshots").glob("step_*.pt"))
+
+
+def _long_run_ignoring_sigint(tmp_path: Path, demo_scene: Path) -> tuple[subprocess.Popen, Path]:
+    out = tmp_path / "run"
+    flags = [f"{key}={json.dumps(value)}" for key, value in {**TINY, "training.log_every": 1}.items()]
+    argv = [sys.executable, "-m", "ngptune", "train", "--scene", str(demo_scene), "--n-steps", "100000",
+            "--no-eval", "--quiet", "--out", str(out), *sum((["--set", f] for f in flags), [])]
+    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (out / "metrics.jsonl").is_file():
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.2)
+    return proc, out
+
+
 def test_a_killed_ngptune_leaves_no_training_behind(tmp_path, demo_scene):
     proc, out = _long_run(tmp_path, demo_scene)
     trainers = _children(proc.pid)

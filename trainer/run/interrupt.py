@@ -8,6 +8,11 @@ it lands in (at the same point a ``--snapshot-every`` snapshot is written), :met
 :class:`StoppedAfterStep`, and the run writes the snapshot before it ends as interrupted. A second
 Ctrl-C stops at once (Python's handler is back), keeping only the snapshots already written.
 
+SIGTERM (what ``timeout``, ``docker stop``, SLURM and a sweep send) is taken the same way while the
+loop trains: the step under way finishes, its snapshot is kept, and the run ends as terminated
+(:class:`TerminatedAfterStep`, exit status 143); a second SIGTERM stops at once. Outside the loop
+(start-up, evaluation) SIGTERM keeps its handler (:func:`trainer.run.status.raise_terminated`).
+
 A job of several ranks keeps Python's handler: each rank would stop after its own step, and a rank
 one step ahead would wait in a collective for the others (its checkpoints are ``--checkpoint-every``'s).
 """
@@ -20,17 +25,23 @@ import threading
 from typing import Any, Callable
 
 from trainer.contract.textlines import fit_lines
+from trainer.run.status import Terminated, raise_terminated
 
-__all__ = ["FIRST_CTRL_C_PARTS", "StopAfterStep", "StoppedAfterStep", "first_ctrl_c_text"]
+__all__ = ["FIRST_CTRL_C_PARTS", "FIRST_SIGTERM_PARTS", "StopAfterStep", "StoppedAfterStep", "TerminatedAfterStep",
+           "first_ctrl_c_text"]
 
 FIRST_CTRL_C_PARTS = ("Ctrl-C: stopping after this step,", "keeping a snapshot of it", "(Ctrl-C again stops at once)")
 """What the first Ctrl-C prints on stderr, as parts of lines under 80 columns (:func:`first_ctrl_c_text`)."""
 
 
-def first_ctrl_c_text() -> str:
-    """:data:`FIRST_CTRL_C_PARTS` in lines under :func:`~trainer.contract.textlines.line_width`
-    columns, joined by newlines (no newline at the end)."""
-    return "\n".join(fit_lines(FIRST_CTRL_C_PARTS))
+FIRST_SIGTERM_PARTS = ("SIGTERM: stopping after this step,", "keeping a snapshot of it", "(SIGTERM again stops at once)")
+"""What the first SIGTERM during training prints on stderr (parts of lines, as Ctrl-C's)."""
+
+
+def first_ctrl_c_text(parts: tuple[str, ...] = FIRST_CTRL_C_PARTS) -> str:
+    """``parts`` (:data:`FIRST_CTRL_C_PARTS` by default) in lines under
+    :func:`~trainer.contract.textlines.line_width` columns, joined by newlines (no newline at the end)."""
+    return "\n".join(fit_lines(parts))
 
 
 class StoppedAfterStep(KeyboardInterrupt):
@@ -41,10 +52,19 @@ class StoppedAfterStep(KeyboardInterrupt):
         self.step = step
 
 
+class TerminatedAfterStep(Terminated):
+    """SIGTERM asked the run to stop, and the step it came in has finished (``step``: the steps done)."""
+
+    def __init__(self, step: int) -> None:
+        super().__init__(f"terminated by signal {int(signal.SIGTERM)} after step {step}")
+        self.step = step
+
+
 class StopAfterStep:
-    """A context around the training loop in which the first SIGINT asks to stop after the step
-    under way (module docstring). Outside the main thread, or where SIGINT is not Python's default
-    handler (ignored, or another handler), it changes nothing.
+    """A context around the training loop in which the first SIGINT or SIGTERM asks to stop after
+    the step under way (module docstring). Outside the main thread it changes nothing, and it
+    leaves a signal alone whose handler is not the one it expects (SIGINT: Python's default;
+    SIGTERM: :func:`~trainer.run.status.raise_terminated`), e.g. an ignored SIGINT.
 
     Args:
         steps: the number of steps done so far (read when the stop is raised).
@@ -52,24 +72,32 @@ class StopAfterStep:
 
     def __init__(self, steps: Callable[[], int]) -> None:
         self.steps = steps
-        self.requested = False
-        self._previous: Any = None
-        self._said = f"\n{first_ctrl_c_text()}\n".encode()  # built here: the handler only writes it
+        self.requested: int | None = None  # the signal that asked to stop
+        self._previous: dict[int, Any] = {}
+        self._said = {signal.SIGINT: f"\n{first_ctrl_c_text()}\n".encode(),  # built here: the handler only writes
+                      signal.SIGTERM: f"\n{first_ctrl_c_text(FIRST_SIGTERM_PARTS)}\n".encode()}
 
     def __enter__(self) -> "StopAfterStep":
-        if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-            self._previous = signal.signal(signal.SIGINT, self._ask)
+        if threading.current_thread() is threading.main_thread():
+            if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+                self._previous[signal.SIGINT] = signal.signal(signal.SIGINT, self._ask)
+            if signal.getsignal(signal.SIGTERM) is raise_terminated:
+                self._previous[signal.SIGTERM] = signal.signal(signal.SIGTERM, self._ask)
         return self
 
     def _ask(self, signum: int, frame: Any) -> None:
-        self.requested = True
-        signal.signal(signal.SIGINT, self._previous)  # a second Ctrl-C: KeyboardInterrupt at once
-        os.write(2, self._said)  # no lock taken inside a handler
+        if self.requested is None:
+            self.requested = signum
+        signal.signal(signum, self._previous[signum])  # the same signal again: at once
+        os.write(2, self._said[signum])  # no lock taken inside a handler
 
     def check(self, *_: Any) -> None:
-        """After a step (an ``on_step`` hook): raise :class:`StoppedAfterStep` when Ctrl-C asked to stop."""
-        if self.requested:
-            self.requested = False
+        """After a step (an ``on_step`` hook): raise :class:`StoppedAfterStep` when Ctrl-C asked to
+        stop, :class:`TerminatedAfterStep` when SIGTERM did."""
+        requested, self.requested = self.requested, None
+        if requested == signal.SIGTERM:
+            raise TerminatedAfterStep(self.steps())
+        if requested is not None:
             raise StoppedAfterStep(self.steps())
 
     def after(self, on_step: Callable[[int, float], None] | None) -> Callable[[int, float], None]:
@@ -83,8 +111,9 @@ class StopAfterStep:
         return hook
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        if self._previous is not None and signal.getsignal(signal.SIGINT) == self._ask:
-            signal.signal(signal.SIGINT, self._previous)
-        self._previous = None
+        for signum, previous in self._previous.items():
+            if signal.getsignal(signum) == self._ask:
+                signal.signal(signum, previous)
+        self._previous = {}
         if exc_type is None:
-            self.check()  # Ctrl-C after the last step's hook: stop before the evaluation
+            self.check()  # a signal after the last step's hook: stop before the evaluation

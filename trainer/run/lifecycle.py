@@ -40,10 +40,10 @@ from trainer.run.checks import (
 )
 from trainer.contract.resumption import resume_block
 from trainer.run.finish import finish_status, train_with_progress
-from trainer.run.interrupt import StopAfterStep, StoppedAfterStep
+from trainer.run.interrupt import StopAfterStep, StoppedAfterStep, TerminatedAfterStep
 from trainer.run.progress import TrainProgress
 from trainer.run.settings import on_cpu, opening_line, scene_path_of
-from trainer.run.status import RunInterrupted, RunStatus, keeping_finite_model
+from trainer.run.status import RunInterrupted, RunStatus, RunTerminated, Terminated, keeping_finite_model
 from trainer.viewer.live import start_live_view
 
 __all__ = ["Job", "OneProcess", "Rank", "run_training"]
@@ -79,7 +79,7 @@ class Job(abc.ABC):
         return contextlib.nullcontext()
 
     def keep_interrupted_model(self, trainer: Any, status: RunStatus, progress: TrainProgress) -> None:
-        """After Ctrl-C stopped the training between two steps: keep the model of the last step
+        """After Ctrl-C or SIGTERM stopped the training between two steps: keep the model of the last step
         (a rank: nothing; its checkpoints are ``--checkpoint-every``'s)."""
 
     def keep_model(self, trainer: Any, status: RunStatus) -> None:
@@ -255,8 +255,9 @@ def run_training(cfg: TrainConfig, args: argparse.Namespace) -> dict[str, Any]:
         SceneError: the scene does not exist or cannot be loaded.
         LaunchError: the process group could not be formed, or a peer did not finish.
         KeyboardInterrupt, Terminated: Ctrl-C or SIGTERM (``status.json`` says interrupted); after
-            Ctrl-C, the process that owns the run directory raises :class:`RunInterrupted`, whose
-            message says where the newest complete model is and how to continue.
+            Ctrl-C (SIGTERM), the process that owns the run directory raises :class:`RunInterrupted`
+            (:class:`RunTerminated`), whose message says where the newest complete model is and how
+            to continue; SIGTERM while the loop trains keeps the step under way's snapshot first.
     """
     if args.save_snapshot:
         prepare_output_file(args.save_snapshot, "--save-snapshot")
@@ -288,15 +289,16 @@ def run_training(cfg: TrainConfig, args: argparse.Namespace) -> dict[str, Any]:
         return status
     except BaseException as exc:
         progress.close()
-        if isinstance(exc, StoppedAfterStep):
+        if isinstance(exc, (StoppedAfterStep, TerminatedAfterStep)):
             job.keep_interrupted_model(trainer, status, progress)
         error = keeping_finite_model(exc, status, job.last_model())
         status.end(error)
-        if isinstance(error, KeyboardInterrupt) and job.is_main:
+        if isinstance(error, (KeyboardInterrupt, Terminated)) and job.is_main:
             at = f" at step {trainer.step}" if trainer is not None else " before training started"
             env = getattr(job, "env", None)
-            error = RunInterrupted("\n".join([f"the run stopped{at}", *resume_block(
-                job.run_dir, job.last_model(), env.local_world_size if env is not None else 1)]))
+            where = "\n".join([f"the run stopped{at}", *resume_block(
+                job.run_dir, job.last_model(), env.local_world_size if env is not None else 1)])
+            error = RunInterrupted(where) if isinstance(error, KeyboardInterrupt) else RunTerminated(where)
         raise error from exc.__cause__
     finally:
         if trainer is not None:

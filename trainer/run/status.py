@@ -24,6 +24,11 @@ class Terminated(BaseException):
     """SIGTERM arrived (a launcher or a sweep stopping the run); unwinds so status.json is written."""
 
 
+class RunTerminated(Terminated):
+    """SIGTERM stopped a run; the message says at which step, where its newest complete snapshot or
+    checkpoint is and the command line that continues it (as :class:`RunInterrupted`'s)."""
+
+
 def raise_terminated(signum: int, frame: Any) -> None:
     """A SIGTERM handler: raise :class:`Terminated`."""
     raise Terminated(f"terminated by signal {signum}")

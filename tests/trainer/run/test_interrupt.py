@@ -8,7 +8,8 @@ import signal
 
 import pytest
 
-from trainer.run.interrupt import StopAfterStep, StoppedAfterStep
+from trainer.run.interrupt import StopAfterStep, StoppedAfterStep, TerminatedAfterStep
+from trainer.run.status import Terminated, raise_terminated
 
 
 @pytest.fixture
@@ -53,3 +54,30 @@ def test_an_ignored_sigint_stays_ignored():
             stop.check()
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def test_the_first_sigterm_stops_after_the_step_as_terminated_and_the_second_at_once(capfd):
+    previous = signal.signal(signal.SIGTERM, raise_terminated)
+    try:
+        with pytest.raises(TerminatedAfterStep) as stopped:
+            with StopAfterStep(lambda: 5) as stop:
+                os.kill(os.getpid(), signal.SIGTERM)  # inside a step: nothing raised there
+                with pytest.raises(Terminated) as again:
+                    os.kill(os.getpid(), signal.SIGTERM)  # the second: the previous handler, at once
+                assert not isinstance(again.value, TerminatedAfterStep)
+                stop.check()
+        assert stopped.value.step == 5 and isinstance(stopped.value, Terminated)
+        assert signal.getsignal(signal.SIGTERM) is raise_terminated
+        assert "SIGTERM: stopping after this step, keeping a snapshot of it" in capfd.readouterr().err
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_a_sigterm_handler_of_another_kind_is_left_alone():
+    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        with StopAfterStep(lambda: 0) as stop:
+            assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+            stop.check()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
