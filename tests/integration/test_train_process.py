@@ -33,13 +33,15 @@ def test_print_config_and_refusals_match_python_m_trainer():
     assert bad.returncode == 2 and "usage: ngptune train" in bad.stderr and "invalid choice: 'fp8'" in bad.stderr
 
 
-def _long_run(tmp_path: Path, demo_scene: Path) -> tuple[subprocess.Popen, Path]:
-    """``ngptune train`` of many steps, once it has trained a few."""
+def _long_run(tmp_path: Path, demo_scene: Path, ignore_sigint: bool = False) -> tuple[subprocess.Popen, Path]:
+    """``ngptune train`` of many steps, once it has trained a few (started with SIGINT ignored,
+    as a script's background job, with ``ignore_sigint``)."""
     out = tmp_path / "run"
     flags = [f"{key}={json.dumps(value)}" for key, value in {**TINY, "training.log_every": 1}.items()]
     argv = [sys.executable, "-m", "ngptune", "train", "--scene", str(demo_scene), "--n-steps", "100000",
             "--no-eval", "--quiet", "--out", str(out), *sum((["--set", f] for f in flags), [])]
-    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if ignore_sigint else None)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not (out / "metrics.jsonl").is_file():
         assert proc.poll() is None, proc.communicate()
@@ -114,26 +116,12 @@ def test_sigterm_to_ngptune_keeps_the_model_of_the_step_under_way(tmp_path, demo
 def test_ctrl_c_reaches_a_training_that_ngptune_started_with_sigint_ignored(tmp_path, demo_scene):
     """A background job of a script starts with SIGINT ignored; ngptune takes SIGINT to pass it
     on, so its trainer takes it too: ``kill -INT`` stops the run after its step, as Ctrl-C does."""
-    proc, out = _long_run_ignoring_sigint(tmp_path, demo_scene)
+    proc, out = _long_run(tmp_path, demo_scene, ignore_sigint=True)
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr
     assert "interrupted: the run stopped at step " in stderr
     assert list((out / "snapshots").glob("step_*.pt"))
-
-
-def _long_run_ignoring_sigint(tmp_path: Path, demo_scene: Path) -> tuple[subprocess.Popen, Path]:
-    out = tmp_path / "run"
-    flags = [f"{key}={json.dumps(value)}" for key, value in {**TINY, "training.log_every": 1}.items()]
-    argv = [sys.executable, "-m", "ngptune", "train", "--scene", str(demo_scene), "--n-steps", "100000",
-            "--no-eval", "--quiet", "--out", str(out), *sum((["--set", f] for f in flags), [])]
-    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not (out / "metrics.jsonl").is_file():
-        assert proc.poll() is None, proc.communicate()
-        time.sleep(0.2)
-    return proc, out
 
 
 def test_a_killed_ngptune_leaves_no_training_behind(tmp_path, demo_scene):

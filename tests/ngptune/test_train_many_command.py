@@ -84,9 +84,9 @@ def test_the_first_line_says_the_device_and_the_threads_of_each_job(tmp_path, mo
     else:
         assert f"({cores} cores // 1 rank)" in statement
     assert all(len(line) <= 79 for line in said.splitlines()[:n] if " " in line.strip())
-    assert main(["train-many", str(seq), "--out", str(out), "--set", "training.cpu_threads=3"]) == 0
+    assert main(["train-many", str(seq), "--out", str(out), "--set", "training.cpu_threads=1"]) == 0
     assert first_statement(capsys.readouterr().out)[0].endswith(
-        " on cpu, 3 CPU threads per rank (training.cpu_threads), one job at a time")
+        " on cpu, 1 CPU thread per rank (training.cpu_threads), one job at a time")
 
 
 def test_on_gpus_the_first_line_says_the_gpus_of_each_job(tmp_path, monkeypatch, capsys):

@@ -30,9 +30,16 @@ def test_the_rule_divides_the_cores_among_the_ranks():
     assert cpu_threads_per_rank(0, 1, cores=8, load=IDLE) == 8
     assert cpu_threads_per_rank(0, 3, cores=8, load=IDLE) == 2
     assert cpu_threads_per_rank(0, 4, cores=2, load=IDLE) == 1  # never below one
-    assert cpu_threads_per_rank(3, 4, cores=2, load=IDLE) == 3  # an explicit count is taken as given
+    assert cpu_threads_per_rank(2, 4, cores=2, load=IDLE) == 2  # an explicit count is taken as given
+    assert cpu_threads_per_rank(3, 4, cores=8, load=IDLE) == 3
     with pytest.raises(ValueError):
         cpu_threads_per_rank(-1, 1, cores=2)
+
+
+def test_an_explicit_count_above_the_cores_is_capped_there_and_said():
+    chosen = cpu_threads(999, 1, "--cpu-threads", cores=2, load=IDLE)
+    assert chosen.count == 2
+    assert chosen.words == "2 CPU threads per rank (--cpu-threads 999, capped at the host's 2 cores)"
 
 
 def _loaded(monkeypatch, average: float, runnable_others: int, own_cpu_s: float = 0.0, host_cpus: int = 2) -> None:
@@ -56,7 +63,7 @@ def test_the_cores_other_processes_keep_busy_are_left_to_them(monkeypatch):
     assert cpu_threads(0, 1, cores=8).words == "4 CPU threads per rank (8 cores, load 3.8)"  # 4 of 8 busy, rounded
     assert cpu_threads(0, 2, cores=8).words == "2 CPU threads per rank (8 cores, load 3.8: 4 free // 2 ranks)"
     assert cpu_threads(3, 1, cores=8).words == "3 CPU threads per rank (training.cpu_threads)"  # obeyed as is
-    assert describe_cpu_threads(3, 1, "--cpu-threads") == "3 CPU threads per rank (--cpu-threads)"
+    assert describe_cpu_threads(1, 1, "--cpu-threads") == "1 CPU thread per rank (--cpu-threads)"
 
 
 def test_a_load_the_rule_does_not_count(monkeypatch):
@@ -106,10 +113,10 @@ def test_the_opening_line_names_the_threads_and_the_flag_overrides_them(tmp_path
     cores = available_cores()
     auto = _opening_line(tmp_path, "auto")
     assert re.search(rf", 1 rank, {cores} CPU threads? per rank \({cores} cores // 1 rank\), config ", auto), auto
-    given = _opening_line(tmp_path, "given", "--cpu-threads", "3")
-    assert ", 1 rank, 3 CPU threads per rank (training.cpu_threads), config " in given, given
+    given = _opening_line(tmp_path, "given", "--cpu-threads", "1")
+    assert ", 1 rank, 1 CPU thread per rank (training.cpu_threads), config " in given, given
     assert deepest_bracket(auto) == deepest_bracket(given) == 1, (auto, given)  # no "(... (...))"
-    assert json.loads((tmp_path / "given" / "config.json").read_text())["training"]["cpu_threads"] == 3
+    assert json.loads((tmp_path / "given" / "config.json").read_text())["training"]["cpu_threads"] == 1
 
 
 def test_a_loaded_host_lowers_the_threads_and_the_opening_line_says_why(tmp_path):
@@ -147,11 +154,11 @@ def test_off_a_terminal_the_start_up_is_said_when_it_begins_and_when_it_ends(tmp
 def test_the_threads_are_applied_to_the_process(tmp_path):
     code = ("import torch; from trainer.cpu_threads import apply_cpu_threads; "
             "n = apply_cpu_threads(0, 1).count; assert torch.get_num_threads() == n, (n, torch.get_num_threads()); "
-            "apply_cpu_threads(3, 1); print(torch.get_num_threads())")
+            "apply_cpu_threads(1, 1); print(torch.get_num_threads())")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,
                          env={"PATH": "", "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"})
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "3"
+    assert out.stdout.strip() == "1"
 
 
 def test_the_launchers_opening_line_divides_the_cores_among_the_hosts_ranks(tmp_path):

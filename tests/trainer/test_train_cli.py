@@ -98,6 +98,15 @@ def test_a_used_out_folder_is_refused_unless_resumed_and_a_missing_scene_writes_
         f"resumed from {snapshot} at step 5 (train_time_s includes its ")
     assert all(len(line) <= 80 or len(line.split()) == 1 for line in said[start:end]), said[start:end]
 
+    # a time budget already spent before the resume is said, with what trains on
+    trained_s = json.loads((out / "status.json").read_text())["train_time_s"]
+    spent = _run(*common, "--n-steps", "15", "--resume", str(out / "snapshots" / "step_0000010.pt"),
+                 "--time-budget", f"{trained_s:.6f}", cwd=REPO)
+    assert spent.returncode == 0, spent.stderr
+    assert (f"warning: the time budget of {float(f'{trained_s:.6f}'):g} s (--time-budget, training.time_budget_s) "
+            f"counts the {trained_s:.1f} s trained before the resume") in " ".join(spent.stdout.split()), spent.stdout
+    assert "a larger --time-budget trains on" in " ".join(spent.stdout.split())
+
     missing = tmp_path / "no_such_scene"
     lost = _run("--scene", str(missing), "--config", str(config), "--out", str(tmp_path / "never"), cwd=REPO)
     assert lost.returncode == 2

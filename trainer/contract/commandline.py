@@ -275,7 +275,9 @@ def add_render_arguments(p: argparse.ArgumentParser) -> None:
                    help="jittered renders averaged per pixel (default 1)")
     p.add_argument("--width", type=int, default=None, help="image width in pixels (default: the cameras')")
     p.add_argument("--height", type=int, default=None, help="image height in pixels (default: the cameras')")
-    p.add_argument("--downscale", type=int, default=None, help="shrink the cameras' images by this factor")
+    p.add_argument("--downscale", type=int, default=None,
+                   help="shrink the images by this factor (after --width/--height: --width 1920 --height 1080 "
+                        "--downscale 8 renders 240x135)")
     p.add_argument("--frames", type=int, default=None,
                    help="frames of an orbit or path (default fps × seconds); for a split: this many views, evenly spaced")
     p.add_argument("--fps", type=float, default=None, help=f"frames per second (default: the path file's, else {DEFAULT_FPS:g})")

@@ -147,6 +147,14 @@ def si_number(value: float, digits: int = 3) -> str:
     return significant(rounded, digits)
 
 
+def si_count(count: int | float, digits: int = 3) -> str:
+    """A count (rays, points, samples) with an SI prefix from 1000 on, whole below it: ``64``,
+    ``512``, ``10.2 k`` (:func:`si_number` would write ``64.0``)."""
+    if math.isfinite(count) and abs(count) < 1000 and count == int(count):
+        return str(int(count))
+    return si_number(count, digits)
+
+
 def significant(value: float, digits: int = 3) -> str:
     """``value`` rounded to ``digits`` significant digits, in fixed notation (``0.0123``, ``34.2``)."""
     if not math.isfinite(value):

@@ -44,6 +44,7 @@ Stdlib only: both the trainer and the ngptune driver import it.
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import warnings
@@ -150,10 +151,14 @@ def result_line(status: Mapping[str, Any], **extra: Any) -> str:
     """The JSON line that ends a run's output: the fields of its ``status.json`` (the scene left
     out: the first line names it) and ``extra`` (a launcher's ``nproc_per_node``). One process and a
     launched job end with the same keys: ``state``, ``step``, ``train_time_s``, the throughput, the
-    evaluation, the model, ``run_dir``."""
+    evaluation, the model, ``run_dir``. Strict JSON, as ``status.json``: a NaN or an infinity is
+    ``null`` with its reason (:func:`~trainer.contract.rundir.json_ready`)."""
     import json
 
-    return json.dumps({**{k: v for k, v in status.items() if k != "scene"}, **extra}, default=str)
+    from trainer.contract.rundir import json_ready
+
+    fields = {**{k: v for k, v in status.items() if k != "scene"}, **extra}
+    return json.dumps(json_ready(fields), default=str, allow_nan=False)
 
 
 def failed_fields(reason: str, *, failed_rank: int | None = None, failed_log: str | None = None) -> dict[str, Any]:
@@ -278,8 +283,14 @@ def fitted_error_lines(message: object) -> list[str]:
 
 
 def print_error(message: object) -> None:
-    """Print :func:`error_line` of ``message`` on stderr."""
-    print(error_line(message), file=sys.stderr)
+    """Print ``message`` as an error on stderr: :func:`fitted_error_lines` for a person at a
+    terminal, else :func:`error_line` (one line, for whatever reads the output; a rank of a job
+    always prints one line, which its launcher reads)."""
+    rank = any(key in os.environ for key in ("TORCHELASTIC_RUN_ID", "LOCAL_RANK"))
+    if not rank and sys.stderr.isatty():
+        print("\n".join(fitted_error_lines(message)), file=sys.stderr)
+    else:
+        print(error_line(message), file=sys.stderr)
 
 
 def strip_rank_prefix(line: str) -> str:

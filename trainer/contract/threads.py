@@ -146,8 +146,9 @@ def cpu_threads(requested: int, local_ranks: int, setting: str = "training.cpu_t
     """The threads of one rank by the rule (module docstring) and the words that say so.
 
     Args:
-        requested: ``training.cpu_threads``: >= 1 is taken as given; 0 (:data:`AUTO`) applies
-            the rule ``max(1, (cores - busy cores) // local_ranks)``.
+        requested: ``training.cpu_threads``: >= 1 is taken as given up to the host's cores (more
+            is capped there, and the words say so); 0 (:data:`AUTO`) applies the rule
+            ``max(1, (cores - busy cores) // local_ranks)``.
         local_ranks: ranks sharing this host (>= 1).
         setting: what set ``requested`` when it is >= 1, for the words (e.g. ``--cpu-threads``).
         cores: cores of the host, or None for :func:`available_cores`.
@@ -158,9 +159,12 @@ def cpu_threads(requested: int, local_ranks: int, setting: str = "training.cpu_t
     """
     if requested < 0 or local_ranks < 1:
         raise ValueError(f"cpu threads: expected requested >= 0 and local_ranks >= 1, got {requested}, {local_ranks}")
+    cores = available_cores() if cores is None else cores
+    if requested > cores:  # more threads than cores only slow this rank and everything else on the host
+        return CpuThreads(cores, f"{counted(cores, 'CPU thread')} per rank ({setting} {requested}, "
+                                 f"capped at the host's {counted(cores, 'core')})")
     if requested >= 1:
         return CpuThreads(requested, f"{counted(requested, 'CPU thread')} per rank ({setting})")
-    cores = available_cores() if cores is None else cores
     load = host_load(cores) if load is None else load
     idle = max(1, cores // local_ranks)
     free = max(1, cores - load.busy_cores)

@@ -99,7 +99,9 @@ def hash_grid_encode_corners(x: torch.Tensor, table: torch.Tensor, cfg: HashGrid
         [n, L·F] float32 features, level-major; equal to the reference's within float32 rounding
         (the sums run in another order).
 
-    Differentiable with respect to ``table`` and ``x`` as the reference is.
+    Differentiable once with respect to ``table`` and ``x``, as training needs (the backward is
+    written by hand: a gradient of the gradient with respect to the table is not defined here; the
+    reference, all autograd, has it).
 
     Raises:
         ValueError: float64 inputs or a table of another shape (the reference takes float64).

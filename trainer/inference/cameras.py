@@ -72,20 +72,21 @@ def split_cameras(scene: Scene, split: str) -> list[Frame]:
 def resize_cameras(frames: list[Frame], width: int | None = None, height: int | None = None,
                    downscale: int | None = None) -> list[Frame]:
     """The same cameras with images of ``width`` × ``height`` pixels (one given: the other keeps
-    the aspect ratio), or shrunk by ``downscale``; focal lengths and principal point scale along.
+    the aspect ratio; none: the cameras' own size), then shrunk by ``downscale`` (``--width 1920
+    --height 1080 --downscale 8``: 240 × 135); focal lengths and principal point scale along.
     Nothing given: unchanged."""
     out = []
     for frame in frames:
         k = frame.intrinsics
         w, h = k.width, k.height
-        if downscale:
-            w, h = max(1, round(w / downscale)), max(1, round(h / downscale))
         if width and height:
             w, h = width, height
         elif width:
             w, h = width, max(1, round(k.height * width / k.width))
         elif height:
             w, h = max(1, round(k.width * height / k.height)), height
+        if downscale:
+            w, h = max(1, round(w / downscale)), max(1, round(h / downscale))
         sx, sy = w / k.width, h / k.height
         scaled = dataclasses.replace(k, width=w, height=h, fx=k.fx * sx, fy=k.fy * sy, cx=k.cx * sx, cy=k.cy * sy)
         out.append(dataclasses.replace(frame, intrinsics=scaled))

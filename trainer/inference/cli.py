@@ -253,6 +253,8 @@ def build_cameras(args: argparse.Namespace, model: Any) -> list:
     width = args.width or path.width or first.intrinsics.width
     height = args.height or path.height or (first.intrinsics.height if not args.width else
                                             round(first.intrinsics.height * width / first.intrinsics.width))
+    if args.downscale:  # after the size asked for, as for the other cameras
+        width, height = max(1, round(width / args.downscale)), max(1, round(height / args.downscale))
     fps = args.fps or path.fps or DEFAULT_FPS
     n = args.frames or max(1, round(fps * (args.seconds or path.seconds or DEFAULT_SECONDS)))
     return cams.path_cameras(path, n, width, height)

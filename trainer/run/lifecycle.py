@@ -34,7 +34,9 @@ from trainer.contract.defaults import cpu_config_warning, default_run_dir
 from trainer.contract.errors import ConfigError, LaunchError
 from trainer.contract.rundir import RunDir, prepare_output_file
 from trainer.contract.textlines import fit_lines
-from trainer.contract.runstatus import COMPLETED, RESTART_COUNT_KEY, STATE_KEY, TRAIN_START_KEY, failed_fields, is_completed
+from trainer.contract.runstatus import (
+    COMPLETED, RESTART_COUNT_KEY, STATE_KEY, TRAIN_START_KEY, failed_fields, fitted_warning, is_completed,
+)
 from trainer.run.checks import (
     check_before_start, check_n_steps_reach, distributed_env, resume_path, resume_source,
 )
@@ -149,6 +151,12 @@ class OneProcess(Job):
             progress.message("\n".join(fit_lines([
                 "resumed from", str(args.resume), f"at step {trainer.step}",
                 f"(train_time_s includes its {trainer.train_time_s:.1f} s", "of training before the resume)"])))
+            budget = self.cfg.training.time_budget_s
+            if budget and trainer.train_time_s >= 0.9 * budget:
+                progress.message("warning: " + fitted_warning(
+                    f"the time budget of {budget:g} s (--time-budget, training.time_budget_s) counts the "
+                    f"{trainer.train_time_s:.1f} s trained before the resume, so the run stops within "
+                    f"{max(budget - trainer.train_time_s, 0):.1f} s; a larger --time-budget trains on"))
         warm_start = getattr(args, "warm_start", None)
         if warm_start is not None:
             status["warm_started_from"] = str(warm_start)

@@ -29,7 +29,7 @@ import sys
 import time
 from typing import Any
 
-from trainer.contract.metrics import si_number
+from trainer.contract.metrics import si_count, si_number
 from trainer.contract.runstatus import progress_line
 from trainer.contract.textlines import clock_text, fit_lines, seconds_text
 
@@ -218,13 +218,13 @@ class TrainProgress:
         elapsed = now - self._eval_started
         eta = elapsed * (total - done) / done if done else None
         if not self.plain:
-            self._state.update(fraction=done / max(total, 1), kept=[f"{si_number(done)}/{si_number(total)} rays",
+            self._state.update(fraction=done / max(total, 1), kept=[f"{si_count(done)}/{si_count(total)} rays",
                                                                      f"eta {clock_text(eta)}"])
             return
         if now - self._last_plain >= PLAIN_PROGRESS_EVERY_S and done < total:
             self._last_plain = now
-            print(f"evaluating: {100 * done / max(total, 1):.0f} % of the rays ({si_number(done)} of "
-                  f"{si_number(total)}) in {seconds_text(elapsed)}, eta {clock_text(eta)}", flush=True)
+            print(f"evaluating: {100 * done / max(total, 1):.0f} % of the rays ({si_count(done)} of "
+                  f"{si_count(total)}) in {seconds_text(elapsed)}, eta {clock_text(eta)}", flush=True)
 
     def refresh(self) -> None:
         """Redraw the live line now (it also redraws by itself four times a second)."""

@@ -207,7 +207,8 @@ def render_ray_buffers(
         background: [3] float32 colour composited behind the rays.
         chunk_rays: rays per chunk (default 2^18 on CUDA, 2^11 on CPU).
         batch_samples: samples per field evaluation (default :func:`eval_batch_samples`).
-        on_rays: called with the number of rays (× ``spp``) each finished chunk rendered (progress).
+        on_rays: called with the number of rays of a chunk each time one of its ``spp`` renders is
+            done (progress: ``n × spp`` calls' worth in all).
         spp: renders averaged per ray (>= 1); with more than one, each marches with random
             first-sample offsets drawn from ``generator`` (instant-ngp's test-view ``spp``).
         generator: where the offsets come from (on the trainer's device); required when spp > 1.
@@ -242,15 +243,14 @@ def render_ray_buffers(
             if samples.ray_indices.shape[0] == 0:
                 total[0] += background
                 total[3] += 1.0
-                continue
-            for first, end in ray_batches(samples, batch_samples):
+            for first, end in ray_batches(samples, batch_samples) if samples.ray_indices.shape[0] else ():
                 rendered = render_samples(samples.rays(first, end), background, end - first)
                 for acc, value in zip(total, rendered):
                     acc[first:end] += value.float()
+            if on_rays is not None:
+                on_rays(n)  # each of the spp renders of the chunk: progress within a long chunk
         for buffer, acc in zip(out, total):
             buffer[start : start + n] = acc / spp
-        if on_rays is not None:
-            on_rays(n * spp)
     return out
 
 

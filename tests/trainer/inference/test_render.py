@@ -274,3 +274,21 @@ def test_a_progress_with_its_items_known_gives_the_time_left_from_them(capsys, m
     counter.advance(1, 10_000)
     counter.advance(1, 20_000)
     assert counter.eta_text() == "0:00"
+
+
+def test_downscale_shrinks_the_size_asked_for_with_width_and_height(trained_run, tmp_path, capsys):
+    """The long-render warning offers --downscale N; with --width/--height given it divides them."""
+    from trainer.inference.cameras import resize_cameras
+
+    model = load_model(trained_run["run"], device="cpu")
+    try:
+        frame = model.scene.frames("train")[0]
+        small = resize_cameras([frame], 1920, 1080, 8)[0].intrinsics
+        assert (small.width, small.height) == (240, 135)
+        assert small.fx == pytest.approx(frame.intrinsics.fx * 240 / frame.intrinsics.width)
+    finally:
+        model.close()
+    code, stdout, _ = run_inference_cli(["render", trained_run["run"], "--cameras", "orbit", "--frames", "1",
+                                         "--width", "64", "--height", "48", "--downscale", "4", "--out",
+                                         tmp_path / "frames", "--quiet"], capsys)
+    assert code == 0 and "rendered 1 frame of 16x12" in stdout, stdout
