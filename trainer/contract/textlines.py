@@ -58,9 +58,12 @@ def seconds_text(seconds: float) -> str:
 
 def estimate_text(seconds: float) -> str:
     """An estimated duration ``seconds`` (s), the one way every estimate is written (the final
-    evaluation's before it and beside its measured time, a render's, a mesh export's): seconds
-    with one decimal under a minute (``9.1 s``, ``0.4 s``), minutes and whole seconds under an
-    hour (``4 min 54 s``), hours and whole minutes from there (``2 h 0 min``)."""
+    evaluation's before it and beside its measured time, a render's, a mesh export's):
+    milliseconds with one decimal under a second (``42.1 ms``, as :func:`seconds_text`), seconds
+    with one decimal under a minute (``9.1 s``), minutes and whole seconds under an hour
+    (``4 min 54 s``), hours and whole minutes from there (``2 h 0 min``)."""
+    if seconds < 0.9995:  # what would read "1000.0 ms" reads "1.0 s"
+        return seconds_text(max(seconds, 0.0))
     if round(seconds, 1) < 60:
         return f"{max(seconds, 0.0):.1f} s"
     whole = int(round(seconds))

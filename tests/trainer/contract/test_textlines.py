@@ -84,6 +84,7 @@ def test_a_console_prefix_narrows_the_default_width(monkeypatch):
 def test_estimates_read_in_seconds_then_minutes_and_seconds():
     """One formatter for every estimate: one decimal under a minute, minutes and seconds above,
     so the evaluation's estimate reads the same before it and beside its measured time."""
-    assert [estimate_text(s) for s in (0.4, 9.1, 9.14, 42.0, 59.94, 59.96, 89.4, 294.0, 3599.4, 5400.0, 7230.0)] == [
-        "0.4 s", "9.1 s", "9.1 s", "42.0 s", "59.9 s", "1 min 0 s", "1 min 29 s", "4 min 54 s", "59 min 59 s",
+    assert [estimate_text(s) for s in (0.0, 0.03, 0.4, 0.9996, 9.1, 9.14, 42.0, 59.94, 59.96, 89.4, 294.0, 3599.4,
+                                       5400.0, 7230.0)] == [
+        "0.0 ms", "30.0 ms", "400.0 ms", "1.0 s", "9.1 s", "9.1 s", "42.0 s", "59.9 s", "1 min 0 s", "1 min 29 s", "4 min 54 s", "59 min 59 s",
         "1 h 30 min", "2 h 0 min"]
