@@ -331,18 +331,21 @@ def _config_from_args(args: argparse.Namespace) -> CommBenchConfig:
 
 
 def show_table(frame: pd.DataFrame, title: str) -> None:
-    """Print the results as a rich table at most 80 columns wide (sizes in bytes, time per
-    operation in ms, bandwidths in GB/s; the CSV keeps ``time_us``)."""
+    """Print the results as a rich table at most 80 columns wide (sizes in bytes and counts with
+    SI prefixes, ``1.05 M``; time per operation in ms, bandwidths in GB/s; the CSV keeps every
+    digit and ``time_us``); numbers are never broken across lines, the settings column wraps."""
     from ngptune.console import make_console, table_width
+    from trainer.contract.metrics import si_count
     from rich.table import Table
 
     table = Table(title=title, title_justify="left")
-    for header in ("settings", "op", "size (B)", "count", "time (ms)", "algbw (GB/s)", "busbw (GB/s)"):
+    for header in ("settings", "op", "size\n(B)", "count", "time\n(ms)", "algbw\n(GB/s)", "busbw\n(GB/s)"):
         text = header in ("settings", "op")
-        table.add_column(header, justify="left" if text else "right", no_wrap=header == "op",
-                         overflow="fold")  # a narrow terminal wraps, never cuts, a number
+        table.add_column(header, justify="left" if text else "right", no_wrap=header != "settings",
+                         overflow="fold", min_width=16 if header == "settings" else None)  # numbers stay whole
     for row in frame.itertuples(index=False):
-        table.add_row(row.settings.replace(",", "\n"), row.op, f"{row.size_bytes:,}", f"{row.count:,}", f"{row.time_us / 1e3:.3g}",
+        table.add_row(row.settings.replace(",", "\n"), row.op, si_count(row.size_bytes), si_count(row.count),
+                      f"{row.time_us / 1e3:.3g}",
                       f"{row.algbw_gb_per_s:.3g}", f"{row.busbw_gb_per_s:.3g}")
     console = make_console()
     console.print(table, width=table_width(console))

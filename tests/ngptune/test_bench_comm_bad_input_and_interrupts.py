@@ -102,6 +102,7 @@ def test_a_narrow_terminal_wraps_numbers_instead_of_cutting_them(monkeypatch, ca
     show_table(frame, "bench-comm")
     out = capsys.readouterr().out
     assert "all_reduce" in out and "…" not in out  # before: "67,108,…" and "16,777,…"
+    assert "67.1 M" in out and "16.8 M" in out  # whole on their lines (before: "1,048,57" then "6")
 
 
 def test_the_table_fits_80_columns_on_a_wide_or_piped_console(monkeypatch, capsys):

@@ -330,6 +330,8 @@ def render_words(args: argparse.Namespace, job: Any) -> str:
     k = job.cameras[0].intrinsics
     n = len(job.cameras)
     what = _split_words(args.cameras, n) if args.cameras in SPLITS else _frame_words(n, _camera_label(args.cameras))
+    if args.cameras in SPLITS and args.frames is not None and args.frames > n:
+        what += f" (all of them: --frames {args.frames} asks for more than the split has)"
     return f"{what} of {k.width}x{k.height}, spp {job.spp}"
 
 

@@ -107,9 +107,14 @@ def find_model_source(path: Path) -> tuple[str, Path, Path | None]:
 
 def _no_model_remedies(path: Path) -> list[str]:
     """What to look for and do when run folder ``path`` holds no model: where a model would be,
-    what its ``status.json`` says of the run when it did not finish, and how a run keeps one; each
-    a short statement (a line of its own on the console)."""
+    what its ``status.json`` says of the run when it did not finish, and how a run keeps one, or,
+    for a folder of runs (``train-many``'s), a few of them to give instead; each a short statement
+    (a line of its own on the console)."""
     lines = ["looked for snapshots/step_N.pt, final.pt and a complete checkpoints/step_N/"]
+    runs = sorted(p.parent.name for p in Path(path).glob("*/status.json"))
+    if runs:  # a folder of runs (train-many's --out): each job's folder holds its model
+        shown = ", ".join(str(Path(path) / name) for name in runs[:3]) + (" ..." if len(runs) > 3 else "")
+        return lines + [f"this folder holds {len(runs)} runs; give one of them: {shown}"]
     state = unfinished_state(path)
     if state == "still training":
         lines.append(f"{RunDir(path).status_path} says the run is still training")

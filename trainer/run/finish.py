@@ -5,6 +5,7 @@ fields in ``status.json``."""
 from __future__ import annotations
 
 import argparse
+import math
 import time
 from typing import Any
 
@@ -153,7 +154,16 @@ def evaluation_result_text(n_images: int, result: dict[str, Any], took_s: float,
     estimated = f" (estimated {estimate_text(estimate_s)})" if estimate_s is not None else ""
     return "\n".join(fit_lines([
         f"evaluation on {n_images} {result['split']} image{'s' if n_images != 1 else ''} in {estimate_text(took_s)}{estimated}:",
-        f"PSNR {result['mean_psnr_db']:.2f} dB, SSIM {result['mean_ssim']:.3f}"]))
+        f"PSNR {result['mean_psnr_db']:.2f} dB, {ssim_text(result.get('mean_ssim'))}"]))
+
+
+def ssim_text(mean_ssim: float | None) -> str:
+    """``SSIM 0.812``, or why there is none (every view smaller than SSIM's window)."""
+    if mean_ssim is None or not math.isfinite(mean_ssim):
+        from trainer.metrics_image import SSIM_WINDOW
+
+        return f"no SSIM (no view of at least {SSIM_WINDOW}x{SSIM_WINDOW} pixels)"
+    return f"SSIM {mean_ssim:.3f}"
 
 
 def keep_final_model(trainer: Any, args: argparse.Namespace, status: dict[str, Any]) -> None:

@@ -32,7 +32,7 @@ def capture_blockers(trainer: Any) -> list[str]:
     """Why this trainer's step cannot be captured (empty: it can)."""
     cfg, t = trainer.cfg, trainer.cfg.training
     if trainer.device.type != "cuda":
-        return [f"training.device is {trainer.device}: capture needs CUDA"]
+        return [f"training.device is {trainer.device}: CUDA graph capture needs CUDA"]
     reasons = []
     if trainer.march_backend != "triton":
         reasons.append("training.march_backend is not the Triton marcher")

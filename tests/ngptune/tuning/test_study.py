@@ -121,9 +121,11 @@ def _param(name: str, body: str) -> str:
     [
         ({"settings": {"training.precision": "fp8"}}, r"^settings\.training\.precision: expected one of fp32, tf32, bf16, fp16, got 'fp8'"),
         ({"settings": {"training.n_step": 5}}, r"^settings: unknown key 'training\.n_step' \(did you mean 'training\.n_steps'\?\)"),
-        ({"settings": {"LD_PRELOAD": "/tmp/x.so"}},  # the closest keys, not all of them
-         r"^settings: unknown key 'LD_PRELOAD' \(closest: [a-z_]+\.[a-z0-9_]+, [a-z_]+\.[a-z0-9_]+, [a-z_]+\.[a-z0-9_]+; "
+        ({"settings": {"LD_PRELOAD": "/tmp/x.so"}},  # at most the 3 closest keys, not all of them
+         r"^settings: unknown key 'LD_PRELOAD' \((closest: [a-z_]+\.[a-z0-9_]+(, [a-z_]+\.[a-z0-9_]+){0,2}; )?"
          r"one of \d+ keys, listed in trainer/contract/config/blocks\.py\)$"),
+        ({"settings": {"foo.bar": 1}},  # nothing like it: no suggestion
+         r"^settings: unknown key 'foo\.bar' \(one of \d+ keys, listed in trainer/contract/config/blocks\.py\)$"),
         ({"settings": {"training.max_rays_per_step": 16}}, r"^settings\.training\.max_rays_per_step: expected an integer >= training\.initial_rays_per_step"),
         ({"settings": {"training.time_budget_s": 5}}, r"^settings\.training\.time_budget_s: training\.time_budget_s cannot be set in a study: set by the budget"),
         ({"settings": {"distributed.master_port": 29500}}, r"^settings\.distributed\.master_port: .*free rendezvous port"),

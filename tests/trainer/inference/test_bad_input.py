@@ -91,6 +91,22 @@ def test_a_run_folder_without_snapshots(trained_run, tmp_path, capsys, monkeypat
             "  or train with --snapshot-every N: a model is kept every N steps"], err
 
 
+def test_a_folder_of_runs_names_the_runs_to_give_instead(tmp_path, capsys, monkeypatch):
+    """train-many's --out holds a run per job: render of that folder names a few of them."""
+    monkeypatch.chdir(tmp_path)
+    for name in ("0000", "0001", "0002", "0003"):
+        (tmp_path / "many" / name).mkdir(parents=True)
+        (tmp_path / "many" / name / "status.json").write_text('{"state": "completed"}')
+    code, _, err = run_inference_cli(["render", "many", "--cameras", "test"], capsys)
+    lines = err.splitlines()
+    assert code == 2 and lines[:2] == [
+        "error: many: no trained model in this folder",
+        "  looked for snapshots/step_N.pt, final.pt and a complete checkpoints/step_N/"], err
+    assert " ".join(" ".join(lines[2:]).split()) == (
+        "this folder holds 4 runs; give one of them: many/0000, many/0001, many/0002 ..."), err
+    assert all(len(line) <= 80 for line in lines), err
+
+
 def test_a_run_that_did_not_finish_is_named_so(tmp_path, capsys, monkeypatch):
     """A run folder whose status.json says running from a dead process (killed by SIGKILL), failed
     or still training: the line on its model (or the error for its missing model) says so."""

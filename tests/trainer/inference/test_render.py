@@ -292,3 +292,12 @@ def test_downscale_shrinks_the_size_asked_for_with_width_and_height(trained_run,
                                          "--width", "64", "--height", "48", "--downscale", "4", "--out",
                                          tmp_path / "frames", "--quiet"], capsys)
     assert code == 0 and "rendered 1 frame of 16x12" in stdout, stdout
+
+
+def test_more_frames_than_the_split_has_render_all_of_them_and_say_so(trained_run, tmp_path, capsys):
+    code, stdout, _ = run_inference_cli(["render", trained_run["run"], "--cameras", "test", "--frames", "1000",
+                                         "--out", tmp_path / "frames", "--quiet"], capsys)
+    n = len(load_scene(trained_run["scene"]).frames("test"))
+    assert code == 0 and f"rendered {n} frames of 32x32" in stdout, stdout
+    assert (f"{n} test views (all of them: --frames 1000 asks for more than the split has) of 32x32"
+            in " ".join(stdout.split())), stdout

@@ -29,7 +29,7 @@ def bracket_depth(text: str) -> int:
 
 
 def test_the_step_line_nests_no_brackets_for_any_reason():
-    for reason in ("training.device is cpu: capture needs CUDA", "2 ranks: the distributed steps are not captured",
+    for reason in ("training.device is cpu: CUDA graph capture needs CUDA", "2 ranks: the distributed steps are not captured",
                    "training.precision fp16 (the captured step covers fp32, tf32 and bf16)"):
         report = StartupReport(startup_s=1.0, startup_steps=1, kernels_compiled=0, step_kind="dynamic",
                                step_reason=reason)

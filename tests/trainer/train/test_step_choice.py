@@ -42,7 +42,7 @@ def test_a_cpu_trainer_runs_the_step_of_training_cuda_graphs(demo_scene, mode, s
     assert type(trainer.stepper) is step_class and trainer.step_choice.kind == kind
     assert getattr(trainer.stepper, "graph", None) is graph
     if mode == "auto":  # the reason names what blocks capture here
-        assert "training.device is cpu: capture needs CUDA" in trainer.step_choice.reason
+        assert "training.device is cpu: CUDA graph capture needs CUDA" in trainer.step_choice.reason
     # the dynamic step prepares its input ahead (training.prefetch_march); the fixed one never waits
     assert (trainer.prefetcher is not None) == (step_class is DynamicStep)
     trainer.close()
@@ -50,7 +50,7 @@ def test_a_cpu_trainer_runs_the_step_of_training_cuda_graphs(demo_scene, mode, s
 
 def test_capture_asked_for_where_it_cannot_run_names_the_blockers(demo_scene):
     with pytest.raises(ConfigError, match=r"training.cuda_graphs: 'on' cannot capture this step: "
-                                          r"training.device is cpu: capture needs CUDA"):
+                                          r"training.device is cpu: CUDA graph capture needs CUDA"):
         Trainer(tiny_config(training__cuda_graphs="on"), load_scene(demo_scene))
 
 

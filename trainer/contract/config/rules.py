@@ -323,12 +323,13 @@ class Block:
 
 #: An unknown key's error lists every candidate up to this many; beyond, the closest few.
 LISTED_KEYS_MAX = 12
+MIN_LIKENESS = 0.5  # a key less like the unknown one than this is no suggestion
 
 
 def unknown_key(path: str, key: object, candidates: list[str]) -> ConfigError:
     """The error for a key that is not in ``candidates``: difflib's closest suggestion; without
     one, every candidate of a short list, else the three closest (difflib's ratio to the dotted
-    key or its last part, case ignored) and how many there are."""
+    key or its last part, case ignored; none below :data:`MIN_LIKENESS`) and how many there are."""
     dotted = f"{path}.{key}" if path else str(key)
     close = difflib.get_close_matches(str(key), candidates, n=1)
     if close:
@@ -341,8 +342,9 @@ def unknown_key(path: str, key: object, candidates: list[str]) -> ConfigError:
         return max(difflib.SequenceMatcher(None, word, part).ratio()
                    for part in (candidate.lower(), candidate.lower().rsplit(".", 1)[-1]))
 
-    nearest = sorted(candidates, key=lambda c: -likeness(c))[:3]
-    return ConfigError(f"unknown key {dotted!r} (closest: {', '.join(nearest)}; one of {len(candidates)} keys, "
+    nearest = [c for c in sorted(candidates, key=lambda c: -likeness(c))[:3] if likeness(c) >= MIN_LIKENESS]
+    closest = f"closest: {', '.join(nearest)}; " if nearest else ""
+    return ConfigError(f"unknown key {dotted!r} ({closest}one of {len(candidates)} keys, "
                        "listed in trainer/contract/config/blocks.py)")
 
 
