@@ -24,7 +24,7 @@ from ngptune.reporting.study_recommendation import best_heading, change_text, re
 from rich.table import Table
 from rich.text import Text
 
-from trainer.contract import LINE_WIDTH, quantity_text
+from trainer.contract import LINE_WIDTH, counted, quantity_text
 
 __all__ = ["print_summary", "summary_parts", "write_trials_csv"]
 
@@ -111,12 +111,17 @@ def summary_parts(study: optuna.Study, show_recommendation: bool = True) -> list
     elif view.best:
         parts.append(fitted_text(["No confirmation re-runs are recorded: every number below is a single run."]))
 
-    outcomes = _table(f"Study {study.study_name}: {len(view.trials)} trials by outcome")
-    outcomes.add_column("outcome")
-    outcomes.add_column("trials", justify="right")
-    for outcome, count in view.frame["outcome"].value_counts().items():
-        outcomes.add_row(str(outcome), str(count))
-    parts.append(outcomes)
+    counts = view.frame["outcome"].value_counts()
+    if len(counts) == 1:  # one outcome: a sentence, not a table of one row
+        parts.append(fitted_text([f"Study {study.study_name}: {counted(len(view.trials), 'trial')},",
+                                  f"{'all ' if len(view.trials) > 1 else ''}{counts.index[0]}."]))
+    else:
+        outcomes = _table(f"Study {study.study_name}: {len(view.trials)} trials by outcome")
+        outcomes.add_column("outcome")
+        outcomes.add_column("trials", justify="right")
+        for outcome, count in counts.items():
+            outcomes.add_row(str(outcome), str(count))
+        parts.append(outcomes)
 
     if not view.best:
         parts.append(fitted_text(["No trial completed: no best trial, no best settings."]))
@@ -131,12 +136,17 @@ def summary_parts(study: optuna.Study, show_recommendation: bool = True) -> list
         quality.add_row(column, *(_fmt(column, r[column]) for r in rows))
     parts.append(quality)
     default_values = objective_values(view.default, view.names) if view.default is not None else None
+    bests = [(max if view.directions[i] == StudyDirection.MAXIMIZE else min)(view.best, key=lambda t: t.values[i])
+             for i in range(len(view.names))]
+    if view.default is not None and all(best.number == view.default.number for best in bests):
+        parts.append(fitted_text([f"Best vs default: the default (trial #{view.default.number})",
+                                  "has the best single-run value of every objective."]))
+        bests = []
     versus = _table(best_heading(view, "Best vs default"))
     for col in ("objective", "default", "best", "trial", "change"):  # the title says they are single runs
         versus.add_column(col, justify="left" if col == "objective" else "right")
-    for i, name in enumerate(view.names):
-        pick = max if view.directions[i] == StudyDirection.MAXIMIZE else min
-        best = pick(view.best, key=lambda t: t.values[i])
+    for i, name in enumerate(view.names if bests else ()):
+        best = bests[i]
         default = default_values[i] if default_values is not None else math.nan
         change = change_text(name, best.values[i], default)
         if change and view.default is not None and best.number != view.default.number \
@@ -144,7 +154,8 @@ def summary_parts(study: optuna.Study, show_recommendation: bool = True) -> list
             change = f"{change} (same settings as the default: run-to-run noise)"
         versus.add_row(f"{name} ({view.direction_word(i)})", _fmt(name, default),
                        _fmt(name, best.values[i]), f"#{best.number}", change)
-    parts.append(versus)
+    if bests:
+        parts.append(versus)
 
     settings = _table("Best settings" + (" (Pareto front)" if view.multi_objective else ""))
     settings.add_column("parameter")

@@ -464,7 +464,7 @@ def test_summary_two_objectives_and_failed(pareto_study: optuna.Study, failed_st
     assert "training.lr 0.01 0.03 0.02" in lines
     assert "parallel.num_subgrids 2" in lines
     lines = _summary(failed_study)
-    assert "failed 2" in lines
+    assert "Study broken: 2 trials, all failed." in lines  # one outcome: a sentence
     assert "No trial completed: no best trial, no best settings." in lines
     assert math.isnan(float(trials_frame(failed_study)["throughput_samples_per_s"][0]))
 
@@ -765,3 +765,11 @@ def test_no_one_bar_chart_when_the_best_is_the_default(tmp_path: Path) -> None:
     assert "The best is the default trial: no chart, its values are in the table below." in section
     assert "Objectives" not in section and "Step-time breakdown" not in section
     assert "psnr_at_budget_db (max)\t24.00 dB" in section
+
+
+def test_a_default_that_won_every_single_run_is_said_in_a_sentence_not_a_table(tmp_path: Path) -> None:
+    lines = _summary(_confirmed_study(tmp_path, [24.1, 24.3, 23.9], [24.0, 24.2, 23.8], single=(24.8, 24.0)))
+    assert "Study psnr: 2 trials, all completed." in lines
+    assert ("Best vs default: the default (trial #0) has the best single-run value of every objective."
+            in " ".join(" ".join(lines).split()))
+    assert "Best vs default (single runs)" not in lines and not any("trials by outcome" in line for line in lines)
