@@ -281,11 +281,41 @@ def locate_model(path: Path) -> ModelSource:
         step = int(payload["step"])
     else:
         named = [step for step, snap in RunDir(Path(path)).snapshots() if snap == source] if run_config else []
-        payload = None if named else load_snapshot(source)
+        skipped = None
+        if named:  # a run folder: its newest snapshot that loads (a killed save may have left one broken)
+            source, step, payload, skipped = _newest_loadable(RunDir(Path(path)), named[0])
+        else:
+            payload = load_snapshot(source)
+            step = int(payload["step"])
         cfg = _read_run_config(run_config) if run_config else _config_from(payload.get("config"), source)
-        step = named[0] if named else int(payload["step"])
+    notes = [skipped] if skipped is not None else []
     note = run_state_note(Path(path), f"{kind} {source} (step {step})")
-    return ModelSource(kind, source, step, cfg, payload, (note,) if note is not None else ())
+    notes += [note] if note is not None else []
+    return ModelSource(kind, source, step, cfg, payload, tuple(notes))
+
+
+def _newest_loadable(run: RunDir, newest_step: int) -> tuple[Path, int, dict, str | None]:
+    """``(snapshot, step, contents, note)`` of the newest snapshot of ``run`` up to step
+    ``newest_step`` that loads; ``note`` names the newer ones that did not (None when the newest
+    loaded).
+
+    Raises:
+        SnapshotError: the newest one's error, when none of them loads.
+    """
+    from trainer.train.snapshot import load_snapshot
+
+    failed: list[SnapshotError] = []
+    for step, snapshot in reversed([(s, p) for s, p in run.snapshots() if s <= newest_step]):
+        try:
+            payload = load_snapshot(snapshot)
+        except SnapshotError as exc:
+            failed.append(exc)
+            continue
+        note = None if not failed else (
+            f"{failed[0]}; using the newest snapshot that loads, {snapshot} (step {step})"
+            + (f", after {len(failed)} that do not" if len(failed) > 1 else ""))
+        return snapshot, step, payload, note
+    raise failed[0]
 
 
 def model_config(path: Path) -> TrainConfig:

@@ -49,6 +49,21 @@ def test_a_truncated_snapshot_is_named(trained_run, tmp_path, capsys):
     assert not (tmp_path / "m.ply").exists()
 
 
+def test_a_run_folder_whose_newest_snapshot_is_broken_uses_the_newest_that_loads(trained_run, tmp_path, capsys):
+    run = tmp_path / "run"
+    shutil.copytree(trained_run["run"], run)
+    good = sorted((run / "snapshots").glob("step_*.pt"))[-1]
+    broken = run / "snapshots" / "step_9999999.pt"
+    broken.write_bytes(good.read_bytes()[:1000])
+    code, stdout, err = run_inference_cli(["render", run, "--cameras", "test", "--frames", "1", "--out",
+                                           tmp_path / "frames", "--quiet"], capsys)
+    said = " ".join(err.split())
+    assert code == 0 and f"{broken}: truncated or corrupt snapshot" in said, err
+    assert f"using the newest snapshot that loads, {good} (step {int(good.stem[5:])})" in said, err
+    good.unlink()  # none left that loads: the newest one's error
+    _fails(["render", run, "--out", tmp_path / "f2", "--quiet"], capsys, r"step_9999999\.pt: truncated or corrupt")
+
+
 @pytest.mark.parametrize("command", [["render"], ["export", "mesh"], ["export", "pointcloud"]])
 def test_a_missing_model_path_is_named_and_no_folder_is_made_for_it(tmp_path, capsys, command):
     missing = tmp_path / "nonexist.pt"
