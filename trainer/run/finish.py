@@ -132,8 +132,8 @@ def budget_stop_text(step: int, n_steps: int, train_time_s: float, projected_s: 
     next_s = max(projected_s - train_time_s, 0.0)
     return "\n".join(fit_lines([
         f"stopped at step {step} of {n_steps}", f"after {seconds_text(train_time_s)}:",
-        f"the next step, expected to take {seconds_text(next_s)},", "would pass the time budget of",
-        f"{budget_s:g} s (training.time_budget_s, --time-budget)"]))
+        f"the next step, expected to take {seconds_text(next_s)},", f"would pass the time budget of {budget_s:g} s",
+        "(training.time_budget_s, --time-budget)"]))
 
 
 def evaluated_views_text(done: int, total: int, seconds: float, image: dict[str, Any]) -> str:

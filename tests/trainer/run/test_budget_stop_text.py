@@ -11,3 +11,4 @@ def test_the_budget_line_names_the_next_steps_expected_length():
     assert all(len(line) <= LINE_WIDTH for line in lines), lines
     assert joined(lines) == ("stopped at step 205 of 1000 after 57.6 s: the next step, expected to take 2.8 s, "
                              "would pass the time budget of 60 s (training.time_budget_s, --time-budget)")
+    assert any("would pass the time budget of 60 s" in line for line in lines), lines  # the budget beside its words
