@@ -273,6 +273,7 @@ def locate_model(path: Path) -> ModelSource:
     from trainer.train.snapshot import load_snapshot
 
     kind, source, run_config = find_model_source(Path(path))
+    skipped = None  # a newer snapshot of the run folder that does not load
     if kind == "checkpoint":
         from trainer.parallel.checkpoint import load_meta
 
@@ -281,7 +282,6 @@ def locate_model(path: Path) -> ModelSource:
         step = int(payload["step"])
     else:
         named = [step for step, snap in RunDir(Path(path)).snapshots() if snap == source] if run_config else []
-        skipped = None
         if named:  # a run folder: its newest snapshot that loads (a killed save may have left one broken)
             source, step, payload, skipped = _newest_loadable(RunDir(Path(path)), named[0])
         else:

@@ -176,7 +176,7 @@ def test_a_mesh_export_says_its_density_estimate_before_the_pass(trained_run, tm
     assert code == 0 and len(seen) == 1
     said = seen[0].out.splitlines()
     n = first_statement(seen[0].out)[1]
-    assert re.fullmatch(r"density of 16\^3 points estimated [0-9]+\.[0-9] s \(measured on a sample of them\)",
+    assert re.fullmatch(r"density of 16\^3 points estimated [0-9]+\.[0-9] m?s \(measured on a sample of them\)",
                         first_statement("\n".join(said[n:]))[0]), said
     assert "warning" not in seen[0].err
     assert cli.mesh_estimate_lines(512, 662.0) == ["density of 512^3 points estimated 11 min 2 s (measured on a sample of them)"]
@@ -189,7 +189,7 @@ def test_a_mesh_export_says_its_density_estimate_before_the_pass(trained_run, tm
                                       "--quiet"], capsys)
     warning, n = first_statement(err)
     assert code == 0 and all(len(line) <= LINE_WIDTH for line in err.splitlines()[:n]), err
-    assert re.fullmatch(r"warning: this export's density pass is estimated at [0-9]+\.[0-9] s; --resolution 8 is "
+    assert re.fullmatch(r"warning: this export's density pass is estimated at [0-9]+\.[0-9] m?s; --resolution 8 is "
                         r"8x faster; Ctrl-C writes nothing", warning), err
 
 

@@ -187,7 +187,7 @@ def test_the_estimate_probes_the_first_camera_before_the_first_frame(trained_run
     assert code == 0 and probed == [(40, 30)]  # the first camera alone
     said = before_first_frame[0].splitlines()
     n = first_statement(before_first_frame[0])[1]
-    assert re.fullmatch(r"3 frames of orbit of 40x30, spp 2, estimated [0-9]+\.[0-9] s \(measured on a sample of its rays\)",
+    assert re.fullmatch(r"3 frames of orbit of 40x30, spp 2, estimated [0-9]+\.[0-9] m?s \(measured on a sample of its rays\)",
                         first_statement("\n".join(said[n:]))[0]), said
     assert "rendered 3 frames" in stdout
 

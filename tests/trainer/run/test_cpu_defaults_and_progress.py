@@ -149,7 +149,7 @@ def test_the_evaluation_notice_names_the_cap_of_views_on_any_device(demo_scene, 
         assert all(len(line) <= LINE_WIDTH for line in lines), lines
         two_ranks = joined(lines)
         assert "training rate" not in two_ranks
-        assert re.search(r", estimated [0-9]+\.[0-9] s \(not measured: from the last training interval's samples/s, "
+        assert re.search(r", estimated [0-9]+\.[0-9] m?s \(not measured: from the last training interval's samples/s, "
                          r"rendering taken as 3x as fast as training\);", two_ranks), two_ranks
     finally:
         trainer.device = torch.device("cpu")
