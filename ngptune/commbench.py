@@ -335,7 +335,7 @@ def show_table(frame: pd.DataFrame, title: str) -> None:
     SI prefixes, ``1.05 M``; time per operation in ms, bandwidths in GB/s; the CSV keeps every
     digit and ``time_us``); numbers are never broken across lines, the settings column wraps."""
     from ngptune.console import make_console, table_width
-    from trainer.contract.metrics import si_count
+    from trainer.contract import si_count
     from rich.table import Table
 
     table = Table(title=title, title_justify="left")

@@ -57,7 +57,7 @@ FACE: dict[str, tuple[str, ...]] = {
         "state_text", "summary_lines",
     ),
     "metrics": ("METRICS_COLUMNS", "PHASES", "Column", "MetricsError", "number_text", "phase_column", "quantity_text",
-                "read_metrics", "si_number", "unit_of"),
+                "read_metrics", "si_count", "si_number", "unit_of"),
     "evaluation": (
         "COLLAPSE_CURES", "COLLAPSE_MARGIN_DB", "EVALUATION_KEYS", "EvaluationError", "collapse_cures",
         "collapse_gap_db", "collapse_message", "past_occupancy_warmup", "read_evaluation",
