@@ -324,8 +324,7 @@ def run_train_many(options: TrainManyOptions, *, on_begin=None, on_start=None, o
                     done[job.index - 1].wait()
                     previous = jobs[job.index - 1]
                     warm_from = _warm_start_snapshot(previous) if _is_finished(previous) else None
-                result = None if stopping.is_set() else _run_job(job, options, pool, warm_from, on_start,
-                                                                  on_progress, stopping)
+                result = _run_job(job, options, pool, warm_from, on_start, on_progress, stopping)
             results[job.index] = result
             if on_done is not None and result is not None:
                 on_done(job, result)
@@ -333,17 +332,16 @@ def run_train_many(options: TrainManyOptions, *, on_begin=None, on_start=None, o
         finally:
             done[job.index].set()
 
-    executor = ThreadPoolExecutor(max_workers=pool.capacity)
-    try:
-        for future in [executor.submit(work, job) for job in jobs]:  # a job waits only on earlier ones
-            future.result()
-    except KeyboardInterrupt:
-        stopping.set()
-        executor.shutdown(wait=True)  # each running job is stopped at its next poll
-        raise TrainManyInterrupted([r for r in results if r is not None], len(jobs)) from None
-    finally:
-        executor.shutdown(wait=True)
-    return [r for r in results if r is not None]
+    with ThreadPoolExecutor(max_workers=pool.capacity) as executor:  # leaving it waits for every job
+        try:
+            for future in [executor.submit(work, job) for job in jobs]:  # a job waits only on earlier ones
+                future.result()
+        except KeyboardInterrupt:
+            stopping.set()  # each running job is stopped at its next poll
+    ran = [r for r in results if r is not None]
+    if stopping.is_set():
+        raise TrainManyInterrupted(ran, len(jobs))
+    return ran
 
 
 class TrainManyInterrupted(KeyboardInterrupt):

@@ -141,20 +141,18 @@ def summary_parts(study: optuna.Study, show_recommendation: bool = True) -> list
     if view.default is not None and all(best.number == view.default.number for best in bests):
         parts.append(fitted_text([f"Best vs default: the default (trial #{view.default.number})",
                                   "has the best single-run value of every objective."]))
-        bests = []
-    versus = _table(best_heading(view, "Best vs default"))
-    for col in ("objective", "default", "best", "trial", "change"):  # the title says they are single runs
-        versus.add_column(col, justify="left" if col == "objective" else "right")
-    for i, name in enumerate(view.names if bests else ()):
-        best = bests[i]
-        default = default_values[i] if default_values is not None else math.nan
-        change = change_text(name, best.values[i], default)
-        if change and view.default is not None and best.number != view.default.number \
-                and best.params == view.default.params:
-            change = f"{change} (same settings as the default: run-to-run noise)"
-        versus.add_row(f"{name} ({view.direction_word(i)})", _fmt(name, default),
-                       _fmt(name, best.values[i]), f"#{best.number}", change)
-    if bests:
+    else:
+        versus = _table(best_heading(view, "Best vs default"))
+        for col in ("objective", "default", "best", "trial", "change"):  # the title says they are single runs
+            versus.add_column(col, justify="left" if col == "objective" else "right")
+        for i, (name, best) in enumerate(zip(view.names, bests)):
+            default = default_values[i] if default_values is not None else math.nan
+            change = change_text(name, best.values[i], default)
+            if change and view.default is not None and best.number != view.default.number \
+                    and best.params == view.default.params:
+                change = f"{change} (same settings as the default: run-to-run noise)"
+            versus.add_row(f"{name} ({view.direction_word(i)})", _fmt(name, default),
+                           _fmt(name, best.values[i]), f"#{best.number}", change)
         parts.append(versus)
 
     settings = _table("Best settings" + (" (Pareto front)" if view.multi_objective else ""))

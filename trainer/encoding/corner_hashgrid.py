@@ -106,7 +106,8 @@ def hash_grid_encode_corners(x: torch.Tensor, table: torch.Tensor, cfg: HashGrid
     Raises:
         ValueError: float64 inputs or a table of another shape (the reference takes float64).
     """
-    total_entries = level_offsets(cfg)[-1]
+    offsets = level_offsets(cfg)
+    total_entries = offsets[-1]
     if x.ndim != 2 or x.shape[1] != 3:
         raise ValueError(f"hash_grid_encode_corners: x must be [n, 3], got {tuple(x.shape)}")
     if table.shape != (total_entries, cfg.n_features_per_level):
@@ -119,8 +120,7 @@ def hash_grid_encode_corners(x: torch.Tensor, table: torch.Tensor, cfg: HashGrid
     hash_mask = cfg.hashmap_size - 1  # < 2^32, so masking the int64 XOR equals the uint32 hash's mask
     rows = torch.empty(cfg.n_levels, 8, n, dtype=torch.int64, device=x.device)  # corner k = bx + 2·by + 4·bz
     weights = []  # per level, [8, n]
-    for level, (resolution, dense) in enumerate(zip(level_resolutions(cfg), level_is_dense(cfg))):
-        offset = level_offsets(cfg)[level]
+    for level, (resolution, dense, offset) in enumerate(zip(level_resolutions(cfg), level_is_dense(cfg), offsets)):
         pos = x * resolution
         cell = torch.floor(pos).clamp_(0, resolution - 1)
         frac = (pos - cell).unbind(1)

@@ -266,8 +266,8 @@ def render_job(model: LoadedModel, job: RenderJob, rank: int = 0, world_size: in
     depth_scale = depth_scale_for(model, job.cameras)
     truth = _GroundTruth(model, [job.cameras[i] for i in mine], background) if job.score else None
     scores: list[dict[str, Any]] = []
-    rays = [job.cameras[i].intrinsics.width * job.cameras[i].intrinsics.height * job.spp for i in mine]
-    progress = Progress("render", len(mine), quiet=job.quiet or rank != 0, total_items=sum(rays))
+    rays = sum(job.cameras[i].intrinsics.width * job.cameras[i].intrinsics.height for i in mine) * job.spp
+    progress = Progress("render", len(mine), quiet=job.quiet or rank != 0, total_items=rays)
     t0 = time.perf_counter()
     done: list[int] = []
     try:

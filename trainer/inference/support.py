@@ -145,16 +145,15 @@ def camera_depth_maps(model: Any, side: int = DEPTH_MAP_SIDE, quiet: bool = True
     frames = trainer.scene.frames("train")
     renderer = subgrid_sample_renderer(trainer, True) if model.mode == "subgrid" else None
     background = torch.zeros(3, device=trainer.device)
-    sides = [side if box is None or resolution is None else depth_map_side(frame, box, resolution, side)
-             for frame in frames]
-    rays = [depth_map_size(frame, own_side)[0] * depth_map_size(frame, own_side)[1]
-            for frame, own_side in zip(frames, sides)]
+    sizes = [depth_map_size(frame, side if box is None or resolution is None
+                            else depth_map_side(frame, box, resolution, side)) for frame in frames]
+    rays = [width * height for width, height in sizes]
     out = []
     progress = Progress("support views", len(frames), quiet=quiet, rate_name="rays", total_items=sum(rays))
     started = time.perf_counter()
     try:
-        for frame, own_side in zip(frames, sides):
-            out.append(_depth_map(trainer, frame, own_side, renderer, background))
+        for frame, size in zip(frames, sizes):
+            out.append(_depth_map(trainer, frame, size, renderer, background))
             progress.advance(1, out[-1][1].numel())
             if len(out) == 1 and len(frames) > 1:  # the first view's rate, over every view's rays
                 estimate_s = (time.perf_counter() - started) * sum(rays) / max(rays[0], 1)
@@ -175,14 +174,15 @@ def depth_map_size(frame: Any, side: int) -> tuple[int, int]:
     return max(1, round(k.width / factor)), max(1, round(k.height / factor))
 
 
-def _depth_map(trainer: Any, frame: Any, side: int, renderer: Any, background: torch.Tensor) -> tuple[Any, torch.Tensor]:
-    """One training camera's entry of :func:`camera_depth_maps`."""
+def _depth_map(trainer: Any, frame: Any, size: tuple[int, int], renderer: Any,
+               background: torch.Tensor) -> tuple[Any, torch.Tensor]:
+    """One training camera's entry of :func:`camera_depth_maps`, its map ``size`` (width, height)
+    pixels (:func:`depth_map_size`)."""
     from trainer.data.rays import IntrinsicsTensors, generate_rays
     from trainer.train.evaluate import render_ray_buffers
 
     device = trainer.device
-    width, height = depth_map_size(frame, side)
-    small = resize_cameras([frame], width=width, height=height)[0]
+    small = resize_cameras([frame], width=size[0], height=size[1])[0]
     w, h = small.intrinsics.width, small.intrinsics.height
     v, u = torch.meshgrid(torch.arange(h, device=device), torch.arange(w, device=device), indexing="ij")
     c2w = torch.as_tensor(np.asarray(small.c2w, dtype=np.float32)[:3, :4], device=device).expand(h * w, 3, 4)

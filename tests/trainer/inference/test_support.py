@@ -128,8 +128,8 @@ def test_the_depth_maps_time_is_estimated_from_the_first_views_rate_over_every_v
         scene=types.SimpleNamespace(frames=lambda split: frames), device=torch.device("cpu")))
     now = [0.0]
 
-    def depth_map(trainer, frame, side, renderer, background):
-        width, height = support.depth_map_size(frame, side)
+    def depth_map(trainer, frame, size, renderer, background):
+        width, height = size
         now[0] += width * height * 1e-3
         return frame, torch.zeros(height, width)
 
