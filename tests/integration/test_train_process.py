@@ -67,47 +67,30 @@ def _children(pid: int) -> list[int]:
             and f[0] != "Z"]
 
 
-def test_ctrl_c_to_ngptune_reaches_the_training_once_and_keeps_the_model(tmp_path, demo_scene):
-    """Without --snapshot-every, Ctrl-C finishes the step under way and keeps a snapshot of it,
-    which the lines after ``interrupted`` name and resume."""
+@pytest.mark.parametrize("sig, code, said_first, ended", [
+    (signal.SIGINT, 130, "Ctrl-C", "interrupted"),
+    (signal.SIGTERM, 143, "SIGTERM", "terminated"),  # timeout, docker stop, SLURM
+])
+def test_ctrl_c_or_sigterm_to_ngptune_reaches_the_training_once_and_keeps_the_model(tmp_path, demo_scene, sig, code,
+                                                                                     said_first, ended):
+    """Without --snapshot-every, Ctrl-C (SIGTERM) finishes the step under way and keeps a snapshot
+    of it, which the lines after ``interrupted`` (``terminated``) name and resume."""
     from trainer.train.snapshot import load_snapshot
 
     proc, out = _long_run(tmp_path, demo_scene)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     _, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 130 and "Traceback" not in stderr
-    assert stderr.count("Ctrl-C: stopping after this step, keeping a snapshot of it") == 1
+    assert proc.returncode == code and "Traceback" not in stderr
+    assert stderr.count(f"{said_first}: stopping after this step, keeping a snapshot of it") == 1
     lines = stderr.strip().splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("interrupted: the run stopped at step "))
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"{ended}: the run stopped at step "))
     said = lines[start:]  # where the run stopped, the snapshot kept, how to continue (its command whole)
-    step = int(said[0].removeprefix("interrupted: the run stopped at step "))
+    step = int(said[0].removeprefix(f"{ended}: the run stopped at step "))
     snapshot = out / "snapshots" / f"step_{step:07d}.pt"
     assert " ".join(" ".join(said[1:-2]).split()) == f"the newest complete snapshot is {snapshot} (step {step})"
     assert said[-2:] == ["  continue with:",
                          f"    ngptune train --config {out / 'config.json'} --resume {snapshot} --out {out}"]
     assert all(len(line) <= 80 for line in lines[:-1] if len(line.split()) > 2), stderr
-    assert load_snapshot(snapshot)["step"] == step
-    status = json.loads((out / "status.json").read_text())
-    assert status["state"] == "interrupted" and status["snapshot"] == str(snapshot)
-
-
-def test_sigterm_to_ngptune_keeps_the_model_of_the_step_under_way(tmp_path, demo_scene):
-    """SIGTERM (``timeout``, ``docker stop``, SLURM) ends the run as terminated, exit status 143,
-    with the same snapshot and continue lines as Ctrl-C."""
-    from trainer.train.snapshot import load_snapshot
-
-    proc, out = _long_run(tmp_path, demo_scene)
-    proc.send_signal(signal.SIGTERM)
-    _, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 143 and "Traceback" not in stderr
-    assert stderr.count("SIGTERM: stopping after this step, keeping a snapshot of it") == 1
-    lines = stderr.strip().splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("terminated: the run stopped at step "))
-    said = lines[start:]
-    step = int(said[0].removeprefix("terminated: the run stopped at step "))
-    snapshot = out / "snapshots" / f"step_{step:07d}.pt"
-    assert " ".join(" ".join(said[1:-2]).split()) == f"the newest complete snapshot is {snapshot} (step {step})"
-    assert said[-1] == f"    ngptune train --config {out / 'config.json'} --resume {snapshot} --out {out}"
     assert load_snapshot(snapshot)["step"] == step
     status = json.loads((out / "status.json").read_text())
     assert status["state"] == "interrupted" and status["snapshot"] == str(snapshot)
