@@ -369,6 +369,23 @@ recipe_background() {
     --variant defaults | tail -5
 }
 
+#: eval-estimate [SECONDS]: `ngptune train` as a user runs it, SECONDS (default 30) of training on
+# .scenes/fox and on $SCENE: the evaluation's estimate against the seconds it took (status.json)
+recipe_eval-estimate() {
+  local seconds=${1:-30} scene name
+  for scene in .scenes/fox "$S"; do
+    name=$(basename "$scene")
+    run eval_estimate.txt python3 -m ngptune train --scene "$scene" --time-budget "$seconds" \
+      --out "/tmp/eval_estimate_$name" | tail -4
+    python3 - "/tmp/eval_estimate_$name/status.json" "$name" <<'PY' | tee -a "$keep/eval_estimate.txt"
+import json, sys
+s = json.load(open(sys.argv[1]))
+print(f"{sys.argv[2]}: step {s.get('step')}, evaluation estimated {s.get('eval_estimate_s')} s, "
+      f"took {s.get('eval_time_s')} s, PSNR {s.get('eval_psnr_db')} dB")
+PY
+  done
+}
+
 #: help: this list
 recipe_help() { awk '/^#: /{on=1; sub(/^#: /, "  "); print; next} on && /^# /{sub(/^# /, "      "); print; next} {on=0}' "$0"; }
 

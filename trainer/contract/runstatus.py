@@ -17,6 +17,9 @@ atomically at the start and at the end of a run::
     resumed_from_step, throughput_samples_per_s, eval_psnr_db, eval_ssim, eval_split, stopped_by
     startup_s, kernels_compiled, step_kind   start-up before the training clock (trainer.train.startup):
                           seconds, Triton kernels compiled (0: all from the cache), the training step
+    skipped_frames        frames of the scene left out for their missing image files (only when
+                          some were; SKIPPED_FRAMES_KEY): a command that reloads the run's scene
+                          repeats the loader's warning only when it skips another number
     train_start_unix_s    wall clock (``time.time()``, s) at which the training loop started
                           (TRAIN_START_KEY; the profile's GPU timeline counts from it)
     failed_rank, failed_log   a failed distributed job: the root-cause rank and its log (launcher)
@@ -58,6 +61,7 @@ from trainer.contract.textlines import CONTINUATION, estimate_text, fit_lines, l
 STATE_KEY = "state"
 REASON_KEY = "reason"
 RUN_DIR_KEY = "run_dir"
+SKIPPED_FRAMES_KEY = "skipped_frames"
 FAILED_RANK_KEY = "failed_rank"
 FAILED_LOG_KEY = "failed_log"
 RESTART_COUNT_KEY = "restart_count"

@@ -45,9 +45,9 @@ def line_width(environ: Mapping[str, str] | None = None) -> int:
 
 
 def counted(count: int, noun: str, plural: str | None = None) -> str:
-    """``count`` and ``noun``, plural unless ``count`` is 1 (``plural``, default ``noun + "s"``):
-    ``1 step``, ``0 steps``, ``2 ranks``."""
-    return f"{count} {noun if count == 1 else (plural or noun + 's')}"
+    """``count`` and ``noun``, plural unless ``count`` is 1 (``plural``, default ``noun + "s"``),
+    thousands separated by commas: ``1 step``, ``0 steps``, ``2 ranks``, ``2,819,456 triangles``."""
+    return f"{count:,} {noun if count == 1 else (plural or noun + 's')}"
 
 
 def seconds_text(seconds: float) -> str:

@@ -13,7 +13,7 @@ from trainer.contract.formats import SceneFormat, format_by_flag
 from trainer.contract.formats import detect_formats as detect_scene_formats
 from trainer.data.options import SceneOptions
 from trainer.data.resolution import factor_and_reason, size_rule_line
-from trainer.data.scene import SPLITS, Frame, Intrinsics, Scene, SkippedFrame
+from trainer.data.scene import SPLITS, Frame, Intrinsics, Scene, SkippedFrame, SkippedFramesWarning
 
 __all__ = [
     "SPLITS",
@@ -23,6 +23,7 @@ __all__ = [
     "SceneError",
     "SceneOptions",
     "SkippedFrame",
+    "SkippedFramesWarning",
     "detect_format",
     "detect_formats",
     "load_scene",

@@ -90,6 +90,12 @@ class Frame:
     sharpness: float | None = None
 
 
+class SkippedFramesWarning(UserWarning):
+    """Frames the scene lists are left out (their image files are missing); the frames are in
+    :attr:`Scene.skipped`. A command that reloads the scene of a trained run leaves it unsaid when
+    the run skipped as many (``status.json``'s ``skipped_frames``)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class SkippedFrame:
     """A frame listed by the scene that is not used, and why."""

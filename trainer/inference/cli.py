@@ -674,7 +674,7 @@ def mesh_result_lines(mesh: dict[str, Any], args: argparse.Namespace, out: Path)
     parts = [f"mesh: {counted(len(mesh['vertices']), 'vertex', 'vertices')},",
              f"{counted(len(mesh['faces']), 'triangle')} at {args.resolution}^3,", f"threshold {args.threshold:g},"]
     if args.min_views > 0:
-        parts += [f"{mesh['faces_unsupported']} left out", f"(on the surface of fewer than {args.min_views}",
+        parts += [f"{mesh['faces_unsupported']:,} left out", f"(on the surface of fewer than {args.min_views}",
                   "training views),"]
     stages = [f"density {seconds_text(mesh['density_s'])}", f"marching cubes {seconds_text(mesh['marching_s'])}"]
     if args.min_views > 0:
@@ -707,7 +707,7 @@ def pointcloud_result_lines(cloud: dict[str, Any], args: argparse.Namespace, out
     parts = [f"point cloud: {counted(len(cloud['points']), 'point')}", f"from {counted(cloud['rays'], 'ray')}",
              f"(opacity >= {args.min_opacity:g})" + ("," if args.min_views > 0 else "")]
     if args.min_views > 0:
-        parts += [f"{cloud['unsupported']} left out", f"(on the surface of fewer than {args.min_views}",
+        parts += [f"{cloud['unsupported']:,} left out", f"(on the surface of fewer than {args.min_views}",
                   "training views)"]
     parts.append(f"-> {out}")
     return fit_lines(parts)

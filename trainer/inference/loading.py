@@ -32,7 +32,8 @@ from trainer.contract.errors import ConfigError, SceneError, SnapshotError
 from trainer.contract.rundir import RunDir
 
 __all__ = ["LoadedModel", "ModelSource", "check_model_path", "find_model_source", "inference_device", "load_model",
-           "locate_model", "model_config", "precision_autocast", "run_state_note", "unfinished_state"]
+           "locate_model", "model_config", "precision_autocast", "run_state_note", "trained_skipped_frames",
+           "unfinished_state"]
 
 
 @dataclasses.dataclass
@@ -188,18 +189,43 @@ def _trained_scene_model(cfg: TrainConfig, trainer_state: Any) -> TrainConfig:
     return apply_overrides(cfg, {"training.scene_model": str(trainer_state.get("scene_model", "box"))})
 
 
-def _load_scene(cfg: TrainConfig, scene_path: Path | None) -> Any:
-    from trainer.data import load_scene
+def trained_skipped_frames(path: Path) -> int | None:
+    """How many frames the run that ``path`` (a run folder, or a snapshot or checkpoint in one)
+    comes from left out for missing image files: its ``status.json``'s ``skipped_frames`` (0 when
+    the run recorded none), None when no run folder with a status is found."""
+    from trainer.contract.runstatus import SKIPPED_FRAMES_KEY
+
+    path = Path(path)
+    for folder in (path, path.parent, path.parent.parent) if path.is_dir() else (path.parent, path.parent.parent):
+        run = RunDir(folder)
+        if run.status_path.is_file():
+            status = run.read_status() or {}
+            return int(status.get(SKIPPED_FRAMES_KEY, 0))
+    return None
+
+
+def _load_scene(cfg: TrainConfig, scene_path: Path | None, trained_skips: int | None = None) -> Any:
+    """The run's scene (or ``scene_path``); the loader's warning about frames skipped for missing
+    image files is left unsaid when the run skipped as many (``trained_skips``: the user was told
+    when it trained), every other warning passes."""
+    from trainer.data import SkippedFramesWarning, load_scene
 
     if scene_path is None:
         from trainer.data.demo import demo_scene_path
 
         scene_path = Path(cfg.data.scene) if cfg.data.scene else demo_scene_path()
     try:
-        return load_scene(Path(scene_path), downscale=cfg.data.downscale, min_downscale=cfg.data.min_downscale,
-                          holdout_every=cfg.data.holdout_every, aabb_scale=cfg.data.aabb_scale)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            scene = load_scene(Path(scene_path), downscale=cfg.data.downscale, min_downscale=cfg.data.min_downscale,
+                               holdout_every=cfg.data.holdout_every, aabb_scale=cfg.data.aabb_scale)
     except SceneError as exc:
         raise SceneError(f"{exc} (the run's scene, data.scene; give another place with --scene)") from None
+    for warning in caught:
+        if issubclass(warning.category, SkippedFramesWarning) and trained_skips == len(scene.skipped):
+            continue
+        warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
+    return scene
 
 
 @dataclasses.dataclass(frozen=True)
@@ -371,7 +397,7 @@ def load_model(path: Path, scene_path: Path | None = None, device: str | None = 
         from trainer.train.loop import Trainer
         from trainer.train.snapshot_state import check_finest_resolution, check_scene_model
 
-        trainer = Trainer(cfg, _load_scene(cfg, scene_path), None)
+        trainer = Trainer(cfg, _load_scene(cfg, scene_path, trained_skipped_frames(path)), None)
         check_finest_resolution(source, payload.get("trainer_state"), trainer.finest_resolution)
         check_scene_model(source, payload.get("trainer_state"), trainer.scene_model)
         load_state_checked(trainer.field, payload["model"], "model", source)
@@ -384,7 +410,7 @@ def load_model(path: Path, scene_path: Path | None = None, device: str | None = 
 
         meta = found.payload if found.payload is not None else {}
         cfg = _trained_scene_model(cfg, meta.get("trainer_state"))
-        trainer = build_distributed_trainer(cfg, _load_scene(cfg, scene_path), None)
+        trainer = build_distributed_trainer(cfg, _load_scene(cfg, scene_path, trained_skipped_frames(path)), None)
         with warnings.catch_warnings():  # the placement and world size differ on purpose
             warnings.filterwarnings("ignore", category=ConfigDifferenceWarning)
             trainer.load_checkpoint(source)

@@ -38,12 +38,24 @@ from trainer.inference.loading import LoadedModel
 from trainer.inference.progress import Progress
 from trainer.inference.worldframe import cube_to_world
 from trainer.contract.rundir import atomic_write, prepare_output_file
+from trainer.contract.textlines import counted
 
-__all__ = ["MAX_RAYS_PER_POINT", "check_pointcloud_request", "extract_pointcloud", "shortfall_note", "write_pointcloud"]
+__all__ = ["MAX_RAYS_PER_POINT", "check_pointcloud_request", "extract_pointcloud", "rays_foreseen", "shortfall_note",
+           "write_pointcloud"]
 
 MIN_RAY_BATCH = 2**10  # rays of the smallest batch
 MAX_RAY_BATCH = 2**18  # rays of the largest batch (its rays, buffers and render)
 BATCH_MARGIN = 1.2  # a batch after the first casts this much more than the hit rate so far asks for
+
+
+def rays_foreseen(n_points: int, have: int, cast: int, batch: int, max_rays: int) -> int:
+    """The rays the cloud is foreseen to cast in all, for its time left: those cast, the batch
+    about to be, and what the hit rate so far needs for the points still missing after it (one
+    hit per ray before any batch is done), within the ray cap."""
+    rate = have / cast if cast else 1.0
+    after = max(n_points - have - batch * rate, 0.0)
+    need = after / max(rate, 1.0 / MAX_RAYS_PER_POINT)
+    return int(min(cast + batch + math.ceil(need), max_rays))
 
 
 def check_pointcloud_request(n_points: int, min_opacity: float, out: Path, min_views: int = DEFAULT_MIN_VIEWS) -> None:
@@ -117,6 +129,7 @@ def extract_pointcloud(model: LoadedModel, n_points: int = 200_000, min_opacity:
     try:
         while have < n_points and cast < max_rays:
             batch = order[cast : cast + _next_batch(n_points, have, cast, max_rays)]
+            progress.expect_items(rays_foreseen(n_points, have, cast, batch.size, max_rays))
             cast += batch.size
             frame_ids = np.searchsorted(starts, batch, side="right") - 1
             local = batch - starts[frame_ids]
@@ -157,9 +170,9 @@ def shortfall_note(cloud: dict[str, Any], n_points: int, min_opacity: float) -> 
     cap = ("every pixel of the training images" if cloud["max_rays"] == cloud["pixels"]
            else f"{MAX_RAYS_PER_POINT} rays per point asked for")
     left_out = cloud.get("unsupported", 0)
-    supported = f" on the surface of --min-views training views ({left_out} others left out)" if left_out else ""
-    return (f"--n-points {n_points}: only {found} rays of {cloud['rays']} cast reached opacity {min_opacity:g}"
-            f"{supported} before the ray cap ({cap}); the cloud has {found} points")
+    supported = f" on the surface of --min-views training views ({left_out:,} others left out)" if left_out else ""
+    return (f"--n-points {n_points}: only {found:,} rays of {cloud['rays']:,} cast reached opacity {min_opacity:g}"
+            f"{supported} before the ray cap ({cap}); the cloud has {counted(found, 'point')}")
 
 
 def write_pointcloud(cloud: dict[str, Any], out: Path) -> Path:

@@ -68,6 +68,11 @@ class Progress:
             left = (self.total - self.done) * self.elapsed_s / self.done if self.done else None
         return clock_text(None if left is None else max(left, 0.0))
 
+    def expect_items(self, total_items: int) -> None:
+        """The rays or points of all the units, as now foreseen (a point cloud knows how many rays
+        its points need only from the hit rate so far): the time left comes from it from now on."""
+        self.total_items = max(int(total_items), self.items)
+
     def advance(self, units: int = 1, items: int = 0) -> None:
         """``units`` more done, ``items`` more rays/points (``units`` 0: rays of work under way,
         so that a long unit shows progress; off a terminal a line at most every

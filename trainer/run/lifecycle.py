@@ -35,7 +35,8 @@ from trainer.contract.errors import ConfigError, LaunchError
 from trainer.contract.rundir import RunDir, prepare_output_file
 from trainer.contract.textlines import fit_lines
 from trainer.contract.runstatus import (
-    COMPLETED, RESTART_COUNT_KEY, STATE_KEY, TRAIN_START_KEY, failed_fields, fitted_warning, is_completed,
+    COMPLETED, RESTART_COUNT_KEY, SKIPPED_FRAMES_KEY, STATE_KEY, TRAIN_START_KEY, failed_fields, fitted_warning,
+    is_completed,
 )
 from trainer.run.checks import (
     check_before_start, check_n_steps_reach, distributed_env, resume_path, resume_source,
@@ -285,6 +286,8 @@ def run_training(cfg: TrainConfig, args: argparse.Namespace) -> dict[str, Any]:
     try:
         progress.startup_begins()  # off a TTY: a line now, the next at the start-up's end with its seconds
         trainer = job.build(status, progress)
+        if trainer.scene.skipped:
+            status[SKIPPED_FRAMES_KEY] = len(trainer.scene.skipped)
         live = start_live_view(args, trainer, job.run_dir, progress.message, is_main=job.is_main)  # --view
         status[TRAIN_START_KEY] = time.time()
         t0 = time.perf_counter()

@@ -90,7 +90,7 @@ def test_pointcloud_points_lie_on_the_surface(trained_run, tmp_path, capsys):
     out = tmp_path / "cloud.ply"
     code, stdout, _ = run_inference_cli(["export", "pointcloud", trained_run["run"], "--n-points", "1500", "--out", out,
                                "--quiet"], capsys)
-    rays = int(re.search(r"point cloud: 1500 points from (\d+) rays", stdout).group(1))
+    rays = int(re.search(r"point cloud: 1,500 points from ([\d,]+) rays", stdout).group(1).replace(",", ""))
     assert code == 0 and 1500 < rays <= MAX_RAYS_PER_POINT * 1500
     cloud = trimesh.load(str(out))
     points = np.asarray(cloud.vertices)
@@ -111,12 +111,12 @@ def test_pointcloud_stops_at_the_ray_cap_and_says_so(trained_run, tmp_path, caps
     shortfall = [w for w in warnings if w[0].startswith("warning: --n-points")]
     assert code == 0 and len(shortfall) == 1, err
     lines = shortfall[0]
-    found = re.search(r"^warning: --n-points 1000000000000: only (\d+) rays of 16384 cast reached opacity 0\.5"
-                      r"( on the surface of --min-views training views \(\d+ others left out\))? before "
+    found = re.search(r"^warning: --n-points 1000000000000: only ([\d,]+) rays of 16,384 cast reached opacity 0\.5"
+                      r"( on the surface of --min-views training views \([\d,]+ others left out\))? before "
                       r"the ray cap \(every pixel of the training images\); the cloud has \1 points$", joined(lines))
     assert found, err
-    assert f"point cloud: {found.group(1)} points from 16384 rays" in stdout
-    assert len(trimesh.load(str(out)).vertices) == int(found.group(1)) < 16384
+    assert f"point cloud: {found.group(1)} points from 16,384 rays" in stdout  # thousands separated
+    assert len(trimesh.load(str(out)).vertices) == int(found.group(1).replace(",", "")) < 16384
 
 
 def test_a_threshold_below_every_density_of_the_box_is_named(trained_run, tmp_path, capsys):
@@ -238,11 +238,11 @@ def test_the_export_result_lines_fit_80_columns():
     lines = mesh_result_lines(mesh, args, out)
     assert len(lines) > 1 and all(len(line) <= LINE_WIDTH for line in lines), lines  # was one line of 200
     # one statement of the time (it had two bracketed ones), no bracket inside another
-    assert joined(lines) == ("mesh: 1234567 vertices, 2469134 triangles at 512^3, threshold 2.5, 20311 left out "
+    assert joined(lines) == ("mesh: 1,234,567 vertices, 2,469,134 triangles at 512^3, threshold 2.5, 20,311 left out "
                              "(on the surface of fewer than 3 training views), in 16.2 s (density 3.5 s, "
                              f"marching cubes 39.1 ms, support 12.3 s) -> {out}")
     everything = mesh_result_lines(mesh, argparse.Namespace(resolution=64, min_views=0, threshold=2.5), Path("m.ply"))
-    assert joined(everything) == ("mesh: 1234567 vertices, 2469134 triangles at 64^3, threshold 2.5, in 16.2 s "
+    assert joined(everything) == ("mesh: 1,234,567 vertices, 2,469,134 triangles at 64^3, threshold 2.5, in 16.2 s "
                                   "(density 3.5 s, marching cubes 39.1 ms) -> m.ply")
     cloud = {"points": [0], "rays": 1, "unsupported": 0}
     assert pointcloud_result_lines(cloud, argparse.Namespace(min_views=0, min_opacity=0.5), Path("p.ply")) == [
@@ -303,7 +303,8 @@ def test_export_progress_and_its_last_line_read_in_human_units(trained_run, tmp_
 
 def test_a_piped_pointcloud_export_shows_its_progress_within_each_batch(trained_run, tmp_path, capsys, monkeypatch):
     """Off a terminal (stderr captured) the export prints plain lines: the support's depth maps
-    view by view, then the rays cast within a batch, before its points are counted."""
+    view by view, then the rays cast within a batch, before its points are counted, each with
+    the time left (from the rays foreseen)."""
     import trainer.inference.progress as progress_module
 
     monkeypatch.setattr(progress_module, "PLAIN_LINE_EVERY_S", 0.0)  # a line at every chunk (no timing read)
@@ -313,8 +314,9 @@ def test_a_piped_pointcloud_export_shows_its_progress_within_each_batch(trained_
     assert code == 0
     views = [line for line in lines if line.startswith("support views ")]
     assert views[0].startswith("support views 1/16  ") and views[-1].startswith("support views 16/16  "), views
-    first_batch = [line for line in lines if re.match(r"points 0/1500  [0-9.]+( [kM])? rays/s  eta -:--$", line)]
-    assert first_batch, lines  # rays of the first batch before any point is counted
+    first_batch = [line for line in lines if line.startswith("points 0/1500  ")]
+    assert first_batch, lines  # rays of the first batch before any point is counted, with the time left
+    assert all(re.match(r"points 0/1500  [0-9.]+( [kM])? rays/s  eta \d+:\d\d$", line) for line in first_batch), first_batch
     assert re.match(r"points 1500/1500  [0-9.]+( [kM])? rays/s  eta 0:00$", lines[-1]), lines[-1]
 
 
@@ -334,3 +336,13 @@ def test_long_support_depth_maps_are_announced_with_the_flag_that_skips_them(tra
     code, _, err = run_inference_cli(["export", "mesh", trained_run["run"], "--resolution", "16", "--out", out,
                                       "--min-views", "0", "--quiet"], capsys)
     assert code == 0 and "depth maps" not in err  # no support views: nothing to announce
+
+
+def test_the_rays_a_point_cloud_foresees_follow_its_hit_rate():
+    from trainer.inference.pointcloud import MAX_RAYS_PER_POINT, rays_foreseen
+
+    assert rays_foreseen(1000, 0, 0, 1000, 10**6) == 1000  # before any batch: one hit per ray
+    assert rays_foreseen(1000, 250, 1000, 3600, 10**6) == 4600  # 1 in 4 hit: the batch covers the 750 missing
+    assert rays_foreseen(1000, 250, 1000, 1000, 10**6) == 4000  # 1 in 4 hit: 2000 more after the batch
+    assert rays_foreseen(1000, 0, 1000, 5000, 10**6) == 1000 + 5000 + 1000 * MAX_RAYS_PER_POINT  # none hit yet
+    assert rays_foreseen(1000, 250, 1000, 3600, 2000) == 2000  # within the ray cap

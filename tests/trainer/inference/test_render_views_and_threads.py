@@ -255,9 +255,9 @@ def test_the_first_line_is_printed_before_the_scene_is_loaded(trained_run, tmp_p
     seen = []
     real_load_scene = loading._load_scene
 
-    def load_scene(cfg, scene_path):
+    def load_scene(cfg, scene_path, *rest):
         seen.append(("scene", capsys.readouterr().out))
-        return real_load_scene(cfg, scene_path)
+        return real_load_scene(cfg, scene_path, *rest)
 
     def measure(trainer, frame):
         seen.append(("estimate", capsys.readouterr().out))

@@ -49,7 +49,7 @@ from trainer.data.convention import (
 from trainer.data.camera_checks import warn_about_layout
 from trainer.data.imageinfo import exif_orientation, image_size
 from trainer.data.options import SceneOptions, check_aabb_scale
-from trainer.data.scene import Frame, Intrinsics, Scene, SkippedFrame
+from trainer.data.scene import Frame, Intrinsics, Scene, SkippedFrame, SkippedFramesWarning
 from trainer.contract.errors import SceneError
 from trainer.contract.runstatus import fitted_warning
 from trainer.contract.textlines import counted
@@ -574,7 +574,7 @@ def load(path: Path, opts: SceneOptions) -> Scene:
             raise missing_images_error(json_path, missing)
         base = json_path.parent
         skipped = [SkippedFrame(e.name, f"image file not found: {base / e.name}") for e in missing]
-        warnings.warn(skipped_frames_warning(json_path, [e.name for e in missing]), stacklevel=2)
+        warnings.warn(skipped_frames_warning(json_path, [e.name for e in missing]), SkippedFramesWarning, stacklevel=2)
         entries = [e for e in entries if e.image_path is not None]
         if not entries:
             raise SceneError(f"{json_path}: none of the {len(missing)} frames has an image file")
