@@ -386,6 +386,19 @@ PY
   done
 }
 
+#: fog SECONDS WEIGHT [WEIGHT ...]: the distortion regulariser on captures with background: fox with the
+# defaults and with loss.distortion_weight=WEIGHT for each WEIGHT, SECONDS of training each (samples per ray,
+# rays per step, held-out PSNR on its 7 held-out views: bench/samples_per_ray.py), then lego_400 the same way
+# (20 views), so that the synthetic scene shows any harm
+recipe_fog() {
+  local seconds=$1 w variants=(--variant defaults); shift
+  for w in "$@"; do variants+=(--variant "dist$w:loss.distortion_weight=$w"); done
+  run fog.txt python3 bench/samples_per_ray.py --scene .scenes/fox --time-budget "$seconds" --eval-images 7 \
+    "${variants[@]}" | tail -8
+  run fog.txt python3 bench/samples_per_ray.py --scene "$S" --time-budget "$seconds" --eval-images 20 \
+    "${variants[@]}" | tail -8
+}
+
 #: help: this list
 recipe_help() { awk '/^#: /{on=1; sub(/^#: /, "  "); print; next} on && /^# /{sub(/^# /, "      "); print; next} {on=0}' "$0"; }
 

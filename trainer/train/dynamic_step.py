@@ -21,7 +21,8 @@ from trainer.render.march import PackedSamples
 from trainer.train.batch_size import KEPT_READ_LAG
 from trainer.train.loss import drop_rays
 from trainer.train.phases import (
-    appearance_rgb, compacted_samples, density_without_grad, field_outputs, loss_and_mse, render_rgb,
+    appearance_rgb, compacted_samples, density_without_grad, distortion_term, field_outputs, loss_and_mse,
+    render_rgb,
 )
 from trainer.train.prefetch import StepInput
 from trainer.train.step import Step, StepOutcome, StepStats
@@ -103,6 +104,9 @@ class DynamicStep(Step):
             rgb = appearance_rgb(tr.field, rgb, step_input.batch.image_index)
             rgb = drop_rays(rgb, ray_fits, step_input.target)
             loss, mse = loss_and_mse(rgb, step_input.target, n_rays, tr.cfg.loss)
+            distortion = distortion_term(sigmas.float(), samples, n_rays, tr.cfg.loss)
+            if distortion is not None:
+                loss = loss + distortion
         tr.optim.backward(loss)
         skipped = tr.optim.step(tr.step)
         tr.step += 1

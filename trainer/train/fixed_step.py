@@ -55,7 +55,9 @@ from trainer.render.volrend import EARLY_STOP_TRANSMITTANCE
 from trainer.train import optimization
 from trainer.train.capture import WARMUP_STEPS
 from trainer.train.device_metrics import DeviceIntervalMetrics
-from trainer.train.phases import appearance_rgb, density_without_grad, field_outputs, loss_and_mse, render_rgb
+from trainer.train.phases import (
+    appearance_rgb, density_without_grad, distortion_term, field_outputs, loss_and_mse, render_rgb,
+)
 from trainer.train.records import Interval
 from trainer.train.step import Step, StepOutcome, StepStats
 
@@ -179,6 +181,9 @@ class FixedCapacityStep(Step):
             rgb = appearance_rgb(tr.field, rgb, batch.image_index)
             rgb = torch.where(ray_ok[:, None], rgb, target)
             loss, mse_all = loss_and_mse(rgb, target, self.n_live, tr.cfg.loss)
+            distortion = distortion_term(sigmas.float(), samples, self.n_live, tr.cfg.loss)
+            if distortion is not None:
+                loss = loss + distortion
             mse = mse_all * (self.ray_capacity / self.n_live)  # rays past n_live predict exactly
         tr.optim.backward(loss)
         skipped = self._optimizer_step(marched.n_valid)
