@@ -27,8 +27,8 @@ def no_jitter(trainer) -> None:
     trainer.march = lambda o, d, jitter: march(o, d, jitter=False)
 
 
-def parity_rank(rank: int, world_size: int, scene: str, batches: list) -> dict:
-    trainer = DataParallelTrainer(tiny_config(**PARITY), load_scene(Path(scene)))
+def parity_rank(rank: int, world_size: int, scene: str, batches: list, extra: dict | None = None) -> dict:
+    trainer = DataParallelTrainer(tiny_config(**PARITY, **(extra or {})), load_scene(Path(scene)))
     no_jitter(trainer)
     trainer.inputs.draw_batch = lambda n: batches[rank]
     stats, loss, _ = trainer.train_step()
@@ -43,14 +43,15 @@ def parity_rank(rank: int, world_size: int, scene: str, batches: list) -> dict:
     return out
 
 
-def parity_reference(scene: Path, world_size: int, n_rays: int = 64):
+def parity_reference(scene: Path, world_size: int, n_rays: int = 64, extra: dict | None = None):
     """One data-parallel step in one process on ``n_rays`` rays (the first step's global rays),
-    and those rays cut into ``world_size`` equal consecutive parts for the ranks.
+    and those rays cut into ``world_size`` equal consecutive parts for the ranks (``extra``: more
+    config overrides, given to :func:`parity_rank` too).
 
     Returns:
         (reference trainer after its step, its loss, its parameters before the step, the parts).
     """
-    ref = DataParallelTrainer(tiny_config(**PARITY), load_scene(scene))
+    ref = DataParallelTrainer(tiny_config(**PARITY, **(extra or {})), load_scene(scene))
     no_jitter(ref)
     batch = ref.sampler.sample(n_rays)
     size = n_rays // world_size

@@ -28,6 +28,17 @@ def test_one_step_on_two_ranks_equals_one_process_on_both_ray_sets(demo_scene, t
     ref.close()
 
 
+def test_the_distortion_term_on_two_ranks_equals_one_process_on_both_ray_sets(demo_scene, tmp_path):
+    extra = {"loss__distortion_weight": 0.5}
+    ref, ref_loss, initial, halves = parity_reference(demo_scene, 2, extra=extra)
+    plain, plain_loss, _, _ = parity_reference(demo_scene, 2)
+    plain.close()
+    assert ref_loss > plain_loss  # the term is in the loss the ranks must agree on
+    results = run_ranks(parity_rank, 2, tmp_path, str(demo_scene), halves, extra)
+    assert_parity(results, ref, ref_loss, initial)
+    ref.close()
+
+
 def _uneven_rank(rank: int, world_size: int, scene: str) -> dict:
     cfg = tiny_config(
         distributed__gpu_capabilities=[{"rank": 0, "compute_power": 9.0}, {"rank": 1, "compute_power": 1.0}],
