@@ -98,7 +98,7 @@ def _cmd_train_many(args: argparse.Namespace) -> int:
     from ngptune.console import make_console
     from ngptune.progress import RunsProgress, newest_progress
     from ngptune.reporting.train_many_report import print_summary_table, write_summary_csv, write_summary_html
-    from ngptune.train_many import TrainManyInterrupted, TrainManyOptions, run_train_many
+    from ngptune.train_many import JOB_FILE, TrainManyInterrupted, TrainManyOptions, run_train_many
 
     console = make_console(soft_wrap=True)
     options = TrainManyOptions(source=args.source, out_dir=args.out, gpus_per_job=args.gpus_per_job,
@@ -126,7 +126,7 @@ def _cmd_train_many(args: argparse.Namespace) -> int:
         board.close()
     csv_path = write_summary_csv(results, args.out / "summary.csv")
     html_path = write_summary_html(results, args.out / "summary.html", title=f"ngptune train-many: {args.source}")
-    print_summary_table(results, console)
+    print_summary_table(results, console, JOB_FILE)
     console.print("\n".join(fit_lines(["summary:", f"{csv_path},", str(html_path)])), markup=False, highlight=False)
     if interrupted is not None:
         print("\n".join(fit_lines(interrupted_parts(results, interrupted.jobs))), file=sys.stderr, flush=True)

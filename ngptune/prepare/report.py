@@ -88,7 +88,7 @@ def print_report(report: RegistrationReport, console: Any) -> None:
     table.add_row("images", report.images_note)
     table.add_row("registered", f"{report.registered} / {report.total} images"
                   + (f" (largest of {report.n_models} models)" if report.n_models > 1 else ""))
-    table.add_row("reprojection error", f"{report.mean_reprojection_error_px:.3f} px mean, {report.n_points} sparse points")
+    table.add_row("reprojection error", f"{report.mean_reprojection_error_px:.3f} px mean, {report.n_points:,} sparse points")
     for i, line in enumerate(report.cameras):
         table.add_row("cameras" if i == 0 else "", line)
     if report.unregistered:

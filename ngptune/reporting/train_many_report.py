@@ -68,11 +68,11 @@ def _cell(name: str, value) -> str:
     return quantity_text(name, value) if value != "" else ""
 
 
-def print_summary_table(results: Sequence, console: Console) -> None:
+def print_summary_table(results: Sequence, console: Console, job_file: str) -> None:
     """A table of the jobs that fits 80 columns (a scene name over 20 characters wraps in its
     cell): scene, GPUs, steps, training seconds, PSNR, status (``completed*`` for a job an earlier
-    run finished, with a note under the table), warm start; then, under 80 columns too, why each
-    failed job failed."""
+    run finished, with a note under the table naming the first such job's ``job_file`` to remove),
+    warm start; then, under 80 columns too, why each failed job failed."""
     table = Table(title=f"train-many: {counted(len(results), 'scene')}", box=box.SIMPLE_HEAD, show_edge=False,
                   pad_edge=False)
     for col in ("scene", "gpus", "steps", "training", "PSNR", "status", "warm"):
@@ -84,9 +84,11 @@ def print_summary_table(results: Sequence, console: Console) -> None:
         table.add_row(Path(r.scene).name, r.gpus, _cell("steps", r.steps), _cell("train_time_s", r.train_time_s),
                       _cell("psnr_db", r.psnr_db), status, "yes" if r.warm_started_from else "")
     print_trimmed(console, table, table_width(console))  # rows without trailing spaces
-    if any(r.skipped_at for r in results):
-        console.print("\n".join(fit_lines(["* finished by an earlier run, skipped now", "(remove OUT/<scene>/job.json",
-                                            "to train it again)"])), markup=False, highlight=False)
+    skipped = [r for r in results if r.skipped_at]
+    if skipped:
+        example = Path(skipped[0].run_dir) / job_file
+        console.print("\n".join(fit_lines(["* finished by an earlier run, skipped now", f"(remove its {job_file},",
+                                            f"e.g. {example},", "to train it again)"])), markup=False, highlight=False)
     for r in results:
         if r.status == "failed":
             console.print("\n".join(fit_lines([f"{r.scene}:", r.reason, f"(log: {r.log_path})"])), markup=False,

@@ -61,16 +61,28 @@ def default_config_path(config: Path | None, on_cpu: bool) -> Path | None:
     return CPU_PRESET
 
 
+#: ``training.precision`` values that autocast to 16-bit floats: on a CPU they run slower than float32.
+HALF_PRECISIONS = ("bf16", "fp16")
+
+
 def cpu_config_warning(cfg: TrainConfig, on_cpu: bool) -> str | None:
     """A hint, in lines under 80 columns (:func:`~trainer.contract.textlines.fit_lines`), when a
     GPU-sized config is about to train on the CPU (each step of the default 2^18-sample config
-    takes seconds there), else None."""
-    if not on_cpu or cfg.training.target_samples_per_step <= CPU_FRIENDLY_SAMPLES_PER_STEP:
+    takes seconds there), or a 16-bit precision (a CPU has no fast 16-bit products: the README's
+    fox line trained at half the samples/s with ``--precision bf16``), else None."""
+    if not on_cpu:
         return None
-    return "\n".join(fit_lines([
-        f"note: training on the CPU with {cfg.training.target_samples_per_step} samples per step, "
-        "a GPU-sized config (seconds per step); for a quick CPU run use --config configs/small.json "
-        "(fewer samples, a smaller grid and fewer march steps)"]))
+    notes = []
+    if cfg.training.target_samples_per_step > CPU_FRIENDLY_SAMPLES_PER_STEP:
+        notes.append(
+            f"note: training on the CPU with {cfg.training.target_samples_per_step:,} samples per step, "
+            "a GPU-sized config (seconds per step); for a quick CPU run use --config configs/small.json "
+            "(fewer samples, a smaller grid and fewer march steps)")
+    if cfg.training.precision in HALF_PRECISIONS:
+        notes.append(
+            f"note: training.precision {cfg.training.precision} on the CPU: 16-bit products are slower "
+            "than float32 there (about half the samples/s); fp32 or tf32 (the default) trains faster")
+    return "\n".join("\n".join(fit_lines([note])) for note in notes) or None
 
 
 def default_run_dir(scene_path: Path) -> Path:

@@ -601,10 +601,11 @@ def export_command(args: argparse.Namespace) -> int:
     check_cpu_threads_flag(args.cpu_threads)
     out = args.out or _model_folder(args.model) / ("mesh.ply" if args.kind == "mesh" else "pointcloud.ply")
     from trainer.inference.mesh import DensityInterrupted
+    from trainer.inference.pointcloud import PointsInterrupted
 
     try:
         return _export_mesh(args, out) if args.kind == "mesh" else _export_pointcloud(args, out)
-    except DensityInterrupted as exc:
+    except (DensityInterrupted, PointsInterrupted) as exc:
         return _interrupted(f"export {args.kind} stopped {exc}; {out} was not written")
     except KeyboardInterrupt:
         return _interrupted(f"export {args.kind} stopped; {out} was not written")
@@ -691,7 +692,7 @@ def _export_pointcloud(args: argparse.Namespace, out: Path) -> int:
     )
 
     check_pointcloud_request(args.n_points, args.min_opacity, out, args.min_views)
-    cloud = _from_model(args, f"a point cloud of {args.n_points} points", lambda model: extract_pointcloud(
+    cloud = _from_model(args, f"a point cloud of {counted(args.n_points, 'point')}", lambda model: extract_pointcloud(
         model, args.n_points, args.min_opacity, args.seed, quiet=args.quiet, min_views=args.min_views))
     write_pointcloud(cloud, out)
     note = shortfall_note(cloud, args.n_points, args.min_opacity)

@@ -40,12 +40,17 @@ from trainer.inference.worldframe import cube_to_world
 from trainer.contract.rundir import atomic_write, prepare_output_file
 from trainer.contract.textlines import counted
 
-__all__ = ["MAX_RAYS_PER_POINT", "check_pointcloud_request", "extract_pointcloud", "rays_foreseen", "shortfall_note",
-           "write_pointcloud"]
+__all__ = ["MAX_RAYS_PER_POINT", "PointsInterrupted", "check_pointcloud_request", "extract_pointcloud", "rays_foreseen",
+           "shortfall_note", "write_pointcloud"]
 
 MIN_RAY_BATCH = 2**10  # rays of the smallest batch
 MAX_RAY_BATCH = 2**18  # rays of the largest batch (its rays, buffers and render)
 BATCH_MARGIN = 1.2  # a batch after the first casts this much more than the hit rate so far asks for
+
+
+class PointsInterrupted(KeyboardInterrupt):
+    """Ctrl-C while the point cloud's rays were cast; the message says how far it got: ``after
+    N rays cast, with P of M points``."""
 
 
 def rays_foreseen(n_points: int, have: int, cast: int, batch: int, max_rays: int) -> int:
@@ -153,6 +158,9 @@ def extract_pointcloud(model: LoadedModel, n_points: int = 200_000, min_opacity:
             colours.append(rgb)
             have += len(found)
             progress.advance(len(found))
+    except KeyboardInterrupt:
+        raise PointsInterrupted(f"after {counted(progress.items, 'ray')} cast, with {have:,} of "
+                                f"{counted(n_points, 'point')}") from None
     finally:
         progress.close()
     cube = np.concatenate(points) if points else np.zeros((0, 3))

@@ -43,15 +43,20 @@ class Progress:
             from rich.progress import BarColumn, Progress as RichProgress, TextColumn
 
             self._bar = RichProgress(TextColumn(f"[bold]{what}"), BarColumn(),
-                                     TextColumn("{task.completed}/{task.total}"), TextColumn("{task.fields[rate]}"),
+                                     TextColumn("{task.fields[count]}"), TextColumn("{task.fields[rate]}"),
                                      TextColumn("eta {task.fields[eta]}"),
                                      console=console if console is not None else Console(stderr=True), transient=False)
-            self._task = self._bar.add_task(what, total=self.total, rate="", eta=self.eta_text())
+            self._task = self._bar.add_task(what, total=self.total, count=self.count_text(), rate="",
+                                            eta=self.eta_text())
             self._bar.start()
 
     @property
     def elapsed_s(self) -> float:
         return time.perf_counter() - self.t0
+
+    def count_text(self) -> str:
+        """The units done of all, thousands separated: ``1,024/500,000``."""
+        return f"{self.done:,}/{self.total:,}"
 
     def rate_text(self) -> str:
         """The rays or points per second so far, with an SI prefix: ``133 k points/s``."""
@@ -82,12 +87,13 @@ class Progress:
         if self.quiet:
             return
         if self._bar is not None:
-            self._bar.update(self._task, completed=self.done, rate=self.rate_text(), eta=self.eta_text())
+            self._bar.update(self._task, completed=self.done, count=self.count_text(), rate=self.rate_text(),
+                             eta=self.eta_text())
             return
         now = time.perf_counter()
         if now - self._last_line >= PLAIN_LINE_EVERY_S or self.done >= self.total:
             self._last_line = now
-            print(f"{self.what} {self.done}/{self.total}  {self.rate_text()}  eta {self.eta_text()}", file=sys.stderr,
+            print(f"{self.what} {self.count_text()}  {self.rate_text()}  eta {self.eta_text()}", file=sys.stderr,
                   flush=True)
 
     def close(self) -> None:

@@ -22,6 +22,7 @@ import time
 from typing import Any, Callable
 
 from trainer.contract.errors import ConfigError
+from trainer.contract.textlines import fit_lines
 
 __all__ = ["LIVE_BAND_S", "LiveView", "start_live_view"]
 
@@ -79,7 +80,8 @@ class LiveView:
     def close(self) -> None:
         run = self.viewer.save_hint
         self.viewer.close()
-        self._message(f"viewer: stopped with the training; ngptune view {run} shows the saved model")
+        self._message("\n".join(fit_lines(["viewer: stopped with the training;", f"ngptune view {run}",
+                                            "shows the saved model"])))
 
 
 def start_live_view(args: Any, trainer: Any, run_dir: Any, message: Callable[[str], None],
@@ -115,5 +117,6 @@ def start_live_view(args: Any, trainer: Any, run_dir: Any, message: Callable[[st
     viewer = Viewer(model, ViewerSettings(background=background), args.view_host, args.view_port, log=message,
                     live=True, title=title, save_dir=run_dir.root, save_hint=str(run_dir.root),
                     flags=("--view-host", "--view-port"), band_s=LIVE_BAND_S)
-    message(f"viewer: {viewer.url} — the model as it trains (frames rendered between steps)")
+    message("\n".join(fit_lines([f"viewer: {viewer.url} —", "the model as it trains",
+                                 "(frames rendered between steps)"])))
     return LiveView(viewer, message)

@@ -7,7 +7,8 @@ import io
 from rich.console import Console
 
 from ngptune.reporting.train_many_report import print_summary_table
-from ngptune.train_many import JobResult
+from ngptune.train_many import JOB_FILE, JobResult
+from trainer.contract.textlines import joined
 
 
 def _result(scene: str, **fields) -> JobResult:
@@ -24,11 +25,13 @@ def test_a_re_runs_table_fits_80_columns_in_a_pipe_and_on_a_terminal():
                        train_time_s=None, psnr_db=None, reason="scene path does not exist: " + "/seq/0002" * 8)]
     for width in (200, 80):  # piped output is 200 columns wide (ngptune.console)
         screen = io.StringIO()
-        print_summary_table(results, Console(file=screen, width=width, color_system=None))
+        print_summary_table(results, Console(file=screen, width=width, color_system=None), JOB_FILE)
         lines = screen.getvalue().splitlines()
         assert all(len(line) <= 80 for line in lines), [line for line in lines if len(line) > 80]  # 96 before
         rows = [line for line in lines if " 1234.5 s " in line]
         assert len(rows) == 2 and all("23.46 dB" in row and "completed*" in row for row in rows), lines
         assert rows[0].startswith("0000-a-scene-name ") and rows[1].rstrip().endswith("yes")
-        assert any(line.startswith("* finished by an earlier run, skipped now") for line in lines)
+        note = next(i for i, line in enumerate(lines) if line.startswith("* finished by an earlier run, skipped now"))
+        assert joined(lines[note:note + 2]) == ("* finished by an earlier run, skipped now (remove its job.json, "
+                                                "e.g. runs/seq/0000-a-scene-name/job.json, to train it again)")
         assert any(line.startswith("/seq/0002-a-scene-with-a-name-far-longer-than-its-column:") for line in lines)

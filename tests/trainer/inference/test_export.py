@@ -164,6 +164,28 @@ def test_ctrl_c_during_the_density_pass_says_how_many_slices_were_done(trained_r
     assert not list(tmp_path.iterdir())
 
 
+def test_ctrl_c_while_casting_a_point_clouds_rays_says_how_far_it_got(trained_run, tmp_path, capsys, monkeypatch):
+    from trainer.inference import pointcloud
+    from trainer.inference.progress import Progress
+
+    class StopsAtTheSecondBatch(Progress):
+        def advance(self, units=1, items=0):
+            super().advance(units, items)
+            if self.done > 0:  # the first batch's points are counted
+                raise KeyboardInterrupt
+
+    monkeypatch.setattr(pointcloud, "Progress", StopsAtTheSecondBatch)
+    out = tmp_path / "cloud.ply"
+    code, _, err = run_inference_cli(["export", "pointcloud", trained_run["run"], "--n-points", "1500", "--min-views",
+                                      "0", "--out", out, "--quiet"], capsys)
+    statement, _ = first_statement(err)
+    found = re.fullmatch(r"interrupted: export pointcloud stopped after 1,500 rays cast, with ([\d,]+) of 1,500 "
+                         rf"points; {re.escape(str(out))} was not written", statement)
+    assert code == 130 and found, err  # the first batch casts n-points rays
+    assert 0 < int(found.group(1).replace(",", "")) <= 1500
+    assert not out.exists()
+
+
 def test_a_mesh_export_says_its_density_estimate_before_the_pass(trained_run, tmp_path, capsys, monkeypatch):
     from trainer.inference import cli, mesh
 
@@ -314,10 +336,10 @@ def test_a_piped_pointcloud_export_shows_its_progress_within_each_batch(trained_
     assert code == 0
     views = [line for line in lines if line.startswith("support views ")]
     assert views[0].startswith("support views 1/16  ") and views[-1].startswith("support views 16/16  "), views
-    first_batch = [line for line in lines if line.startswith("points 0/1500  ")]
+    first_batch = [line for line in lines if line.startswith("points 0/1,500  ")]
     assert first_batch, lines  # rays of the first batch before any point is counted, with the time left
-    assert all(re.match(r"points 0/1500  [0-9.]+( [kM])? rays/s  eta \d+:\d\d$", line) for line in first_batch), first_batch
-    assert re.match(r"points 1500/1500  [0-9.]+( [kM])? rays/s  eta 0:00$", lines[-1]), lines[-1]
+    assert all(re.match(r"points 0/1,500  [0-9.]+( [kM])? rays/s  eta \d+:\d\d$", line) for line in first_batch), first_batch
+    assert re.match(r"points 1,500/1,500  [0-9.]+( [kM])? rays/s  eta 0:00$", lines[-1]), lines[-1]
 
 
 def test_long_support_depth_maps_are_announced_with_the_flag_that_skips_them(trained_run, tmp_path, capsys,

@@ -198,11 +198,19 @@ def test_cpu_runs_of_gpu_sized_configs_get_a_hint():
     big = apply_overrides(load_config(None), {"training.device": "cpu"})
     lines = cpu_config_warning(big, on_cpu=True).splitlines()
     assert len(lines) > 1 and all(len(line) <= LINE_WIDTH for line in lines), lines  # was one line of 200
-    assert joined(lines) == (f"note: training on the CPU with {big.training.target_samples_per_step} samples per "
+    assert joined(lines) == ("note: training on the CPU with 262,144 samples per "
                              "step, a GPU-sized config (seconds per step); for a quick CPU run use --config "
                              "configs/small.json (fewer samples, a smaller grid and fewer march steps)")
     assert cpu_config_warning(tiny_config(), on_cpu=True) is None
     assert cpu_config_warning(big, on_cpu=False) is None
+    half = cpu_config_warning(tiny_config(training__precision="bf16"), on_cpu=True).splitlines()
+    assert all(len(line) <= LINE_WIDTH for line in half), half
+    assert joined(half) == ("note: training.precision bf16 on the CPU: 16-bit products are slower than float32 "
+                            "there (about half the samples/s); fp32 or tf32 (the default) trains faster")
+    both = cpu_config_warning(apply_overrides(big, {"training.precision": "fp16"}), on_cpu=True).splitlines()
+    assert [line for line in both if line.startswith("note: ")] == [lines[0], "note: training.precision fp16 on "
+                                                                    "the CPU: 16-bit products are slower than"]
+    assert cpu_config_warning(tiny_config(training__precision="bf16"), on_cpu=False) is None
 
 
 def test_resume_into_the_same_run_keeps_one_record_per_interval(demo_scene, tmp_path):

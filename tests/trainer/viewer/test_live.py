@@ -16,6 +16,7 @@ import pytest
 from tests.support.paths import REPO
 from tests.support.scenes import TINY, tiny_config
 from tests.support.served import Served
+from trainer.contract.textlines import CONTINUATION, LINE_WIDTH, joined
 
 pytest.importorskip("viser")
 
@@ -46,8 +47,19 @@ def test_an_idle_live_view_renders_nothing_between_steps(demo_scene, tmp_path): 
     finally:
         live.close()
         trainer.close()
-    assert lines[0] == f"viewer: {live.viewer.url} — the model as it trains (frames rendered between steps)"
-    assert lines[-1] == f"viewer: stopped with the training; ngptune view {run.root} shows the saved model"
+    first, last = lines[0].splitlines(), lines[-1].splitlines()
+    assert joined(first) == f"viewer: {live.viewer.url} — the model as it trains (frames rendered between steps)"
+    assert joined(last) == f"viewer: stopped with the training; ngptune view {run.root} shows the saved model"
+    assert all(len(line) <= LINE_WIDTH for line in first + last if str(run.root) not in line), (first, last)
+
+
+def _statement(lines: list[str], start: str) -> str:
+    """The statement whose first line starts with ``start``, its continuation lines joined."""
+    first = next(i for i, line in enumerate(lines) if line.startswith(start))
+    rest = [line.strip() for line in lines[first + 1:]]
+    count = next((i for i, line in enumerate(lines[first + 1:]) if not line.startswith((CONTINUATION, "rank 0:   "))),
+                 len(rest))
+    return " ".join([lines[first], *(r.removeprefix("rank 0:").strip() for r in rest[:count])])
 
 
 def _tiny_sets() -> list[str]:
@@ -64,7 +76,8 @@ def test_train_view_serves_the_page_while_it_trains(demo_scene, tmp_path):  # no
         with urllib.request.urlopen(url, timeout=60) as response:
             assert response.status == 200 and b"<html" in response.read().lower()
         assert served.finish(timeout=600) == 0
-    assert f"viewer: stopped with the training; ngptune view {out} shows the saved model" in served.lines
+    assert _statement(served.lines, "viewer: stopped with the training;") == (
+        f"viewer: stopped with the training; ngptune view {out} shows the saved model")
     assert json.loads((out / "status.json").read_text())["state"] == "completed"
 
 
@@ -106,6 +119,7 @@ def test_rank_0_of_a_data_parallel_run_serves_the_page(demo_scene, tmp_path):  #
         with urllib.request.urlopen(url, timeout=60) as response:
             assert response.status == 200
         assert served.finish(timeout=600) == 0
-    assert f"rank 0: viewer: stopped with the training; ngptune view {out} shows the saved model" in served.lines
+    assert _statement(served.lines, "rank 0: viewer: stopped with the training;") == (
+        f"rank 0: viewer: stopped with the training; ngptune view {out} shows the saved model")
     assert sum("viewer: http" in line for line in served.lines) == 1  # rank 1 serves nothing
     assert len(list(out.glob("events.out.tfevents.*"))) == 1  # rank 0's TensorBoard events
