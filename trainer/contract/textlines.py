@@ -4,7 +4,8 @@ A summary is built from parts (``trained to step 530 in 90.0 s,``, ``6.10 M samp
 :func:`fit_lines` packs them into lines of at most :data:`LINE_WIDTH` characters, breaking only
 between parts, so a quantity and its unit stay on one line; the lines after the first start with
 :data:`CONTINUATION`. A part too long for a line of its own (a long path, a sentence) is broken
-at its spaces, or left whole when it has none. :func:`joined` puts such lines back on one line;
+at its spaces (never between a number and its unit: ``-0.06 dB``, ``76.2 k samples/s``), or left
+whole when it has none. :func:`joined` puts such lines back on one line;
 :func:`counted` writes a count with its noun in the singular or the plural (``1 step``, ``2 steps``).
 
 Durations read the same in every command: a measured one with :func:`seconds_text` (``13.6 s``,
@@ -19,10 +20,11 @@ default, leaves room for it.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping, Sequence
 
 __all__ = ["CONSOLE_PREFIX_ENV", "CONTINUATION", "LINE_WIDTH", "clock_text", "counted", "estimate_text", "fit_lines",
-           "joined", "line_width", "listed", "seconds_text"]
+           "joined", "line_width", "listed", "seconds_text", "unit_words"]
 
 LINE_WIDTH = 79
 """Most characters of one line (an 80-column terminal does not wrap it)."""
@@ -96,6 +98,24 @@ def listed(parts: Sequence[str], separator: str = ",") -> list[str]:
     return [f"{part}{separator}" for part in parts[:-1]] + list(parts[-1:])
 
 
+#: a word that is a unit (with the punctuation after it): kept on the line of the number before it
+UNIT_WORD = re.compile(r"^(dB|ms|s|min|h|%|px|[kMGT]?B|[kMGT]iB|[kMGT]?B/s|[a-z]+/s|[kMGT])\W*$")
+#: a word that ends a quantity a unit can follow: a number, or a number and its SI prefix
+QUANTITY_END = re.compile(r"(\d|\d [kMGT])$")
+
+
+def unit_words(text: str) -> list[str]:
+    """``text`` split at its spaces, each unit joined to the number before it (and an SI prefix's
+    unit to both): ``"gain -0.06 dB); 76.2 k samples/s"`` → ``["gain", "-0.06 dB);", "76.2 k samples/s"]``."""
+    words: list[str] = []
+    for word in text.split():
+        if words and UNIT_WORD.match(word) and QUANTITY_END.search(words[-1]):
+            words[-1] += " " + word
+        else:
+            words.append(word)
+    return words
+
+
 def fit_lines(parts: Sequence[str], width: int | None = None, indent: str = CONTINUATION,
               separator: str = " ") -> list[str]:
     """``parts`` joined by ``separator`` (default a single space) into lines of at most ``width``
@@ -115,7 +135,7 @@ def fit_lines(parts: Sequence[str], width: int | None = None, indent: str = CONT
         if len(indent) + len(part.strip()) <= width:
             pieces.append(part.rstrip())
             continue
-        words = part.split()  # no line holds it whole: broken at its spaces, its words are parts then
+        words = unit_words(part)  # no line holds it whole: broken at its spaces, its words are parts then
         if not pieces:
             words[0] = part[: len(part) - len(part.lstrip())] + words[0]
         pieces += words

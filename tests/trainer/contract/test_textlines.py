@@ -88,3 +88,16 @@ def test_estimates_read_in_seconds_then_minutes_and_seconds():
                                        5400.0, 7230.0)] == [
         "0.0 ms", "30.0 ms", "400.0 ms", "1.0 s", "9.1 s", "9.1 s", "42.0 s", "59.9 s", "1 min 0 s", "1 min 29 s", "4 min 54 s", "59 min 59 s",
         "1 h 30 min", "2 h 0 min"]
+
+
+def test_a_long_sentence_is_never_broken_between_a_number_and_its_unit():
+    from trainer.contract.textlines import unit_words
+
+    assert unit_words("gain -0.06 dB); 76.2 k samples/s, 3 steps of 12.5 s, 5 % of 2 GB/s, a dB") == [
+        "gain", "-0.06 dB);", "76.2 k samples/s,", "3", "steps", "of", "12.5 s,", "5 %", "of", "2 GB/s,", "a", "dB"]
+    sentence = ("The default (trial #0) is recommended: no significant difference between trial 4 (the runner-up: "
+                "the default won its single run) and the default (gain -0.06 dB); psnr_at_budget_db: trial 4 "
+                "19.27 ± 0.17 dB vs default 19.33 ± 0.21 dB")
+    lines = fit_lines([sentence])
+    assert joined(lines) == sentence and all(len(line) <= LINE_WIDTH for line in lines), lines
+    assert not any(line.strip().startswith("dB") for line in lines[1:]), lines  # "-0.06" and "dB)" split before
