@@ -52,13 +52,15 @@ def test_studies_that_share_a_gpu_or_run_on_a_cpu_use_step_budgets_and_gpu_studi
     assert capture.budget.seconds == 60 and capture.trials >= 24
     assert {"data.aabb_scale", "encoding.max_resolution_factor", "training.cone_angle", "training.occupancy_threshold",
             "training.occupancy_decay", "training.near_distance", "training.target_samples_per_step",
-            "optimizer.learning_rate", "training.scene_model", "training.background_steps"} == {p.name for p in capture.params}
+            "optimizer.learning_rate", "training.scene_model", "training.background_steps",
+            "loss.distortion_weight"} == {p.name for p in capture.params}
     from ngptune.tuning.space import default_params
 
     derived = default_params(capture, capture.base_config())  # the trainer derives box and cone angle
     assert "data.aabb_scale" not in derived and "training.cone_angle" not in derived
     assert derived["encoding.max_resolution_factor"] == 1.0 and derived["training.near_distance"] == 0.0
     assert derived["training.scene_model"] == "auto" and derived["training.background_steps"] == 64
+    assert derived["loss.distortion_weight"] == 0.0
 
 
 def test_quality_time_has_two_objectives_and_no_pruner():
