@@ -108,7 +108,7 @@ class DataParallelStep(DistributedStep):
                 rgb = appearance_rgb(tr.field, rgb, step_input.batch.image_index)
                 rgb = drop_rays(rgb, ray_fits, step_input.target)
                 loss_sum = photometric_loss(rgb, step_input.target, tr.cfg.loss)
-                distortion = distortion_term(sigmas.float(), samples, 1, tr.cfg.loss)  # a sum, as loss_sum
+                distortion = distortion_term(sigmas.float(), samples, 1, tr.distortion_weight)  # a sum, as loss_sum
                 if distortion is not None:
                     loss_sum = loss_sum + distortion * 3  # the backward divides by 3 · global rays
                 sq_err_sum = ((rgb.detach() - step_input.target) ** 2).sum()

@@ -57,6 +57,17 @@ def _fitted(statement: str) -> str:
     return "\n".join(fit_lines([statement]))
 
 
+def scene_model_text(trainer: Any) -> str:
+    """The scene model and the capture it was chosen for, and the distortion regulariser when it
+    is on (``loss.distortion_weight``, null: on with the unbounded model)."""
+    line = trainer.scene_choice.line()
+    if trainer.distortion_weight > 0:
+        why = ("loss.distortion_weight null: on with the unbounded model" if trainer.cfg.loss.distortion_weight is None
+               else "loss.distortion_weight")
+        line += f"; distortion regulariser {trainer.distortion_weight:g} ({why})"
+    return line
+
+
 class Job(abc.ABC):
     """How one process's run differs from a rank's (the stages in the module docstring)."""
 
@@ -144,7 +155,7 @@ class OneProcess(Job):
         args = self.args
         trainer = train_from_config(self.cfg, self.scene_path, self.run_dir, resume=args.resume)
         progress.message(_fitted(trainer.scene.size_rule))  # which size rule won, and why
-        progress.message(_fitted(trainer.scene_choice.line()))  # the scene model, and the capture it was chosen for
+        progress.message(_fitted(scene_model_text(trainer)))  # the scene model, and the capture it was chosen for
         if args.resume is not None:
             status["resumed_from"] = str(args.resume)
             status["resumed_from_step"] = trainer.step
@@ -211,7 +222,7 @@ class Rank(Job):
         scene = load_scene(self.scene_path, **cfg.data.scene_options())
         progress.message(_fitted(scene.size_rule))  # which size rule won, and why (rank 0)
         trainer = build_distributed_trainer(cfg, scene, self.run_dir)
-        progress.message(_fitted(trainer.scene_choice.line()))  # the scene model, and the capture it was chosen for
+        progress.message(_fitted(scene_model_text(trainer)))  # the scene model, and the capture it was chosen for
         trainer.keep_checkpoints = self.args.keep_checkpoints
         resume = resume_source(self.args.resume, self.run_dir)
         if resume is not None:

@@ -104,7 +104,7 @@ class DynamicStep(Step):
             rgb = appearance_rgb(tr.field, rgb, step_input.batch.image_index)
             rgb = drop_rays(rgb, ray_fits, step_input.target)
             loss, mse = loss_and_mse(rgb, step_input.target, n_rays, tr.cfg.loss)
-            distortion = distortion_term(sigmas.float(), samples, n_rays, tr.cfg.loss)
+            distortion = distortion_term(sigmas.float(), samples, n_rays, tr.distortion_weight)
             if distortion is not None:
                 loss = loss + distortion
         tr.optim.backward(loss)

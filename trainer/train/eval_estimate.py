@@ -3,7 +3,8 @@
 :func:`measure_eval_seconds` renders a few hundred rays (a CPU; thousands on a GPU) drawn
 uniformly from every pixel of the views to be evaluated, with the field and occupancy grid as they are at the end of training (an
 occupancy grid still full after a short run makes each ray march many samples: the probe pays
-that cost too), and scales the time to all of their pixels. :func:`eval_seconds_estimate` is the
+that cost too), and scales the time to all of their pixels; it adds the work besides rendering
+(decoding the images, scoring, encoding the PNGs), timed on one view. :func:`eval_seconds_estimate` is the
 fallback where no probe can run (a distributed trainer's collective renderer): the training rate
 of the last metrics record.
 """
@@ -17,7 +18,7 @@ from typing import Any
 import torch
 
 __all__ = ["EVAL_SPEEDUP_OVER_TRAINING", "PROBE_RAYS", "PROBE_RAYS_CUDA", "eval_seconds_estimate",
-           "fitted_render_seconds", "measure_eval_seconds", "probe_ray_count"]
+           "fitted_render_seconds", "measure_eval_seconds", "probe_ray_count", "view_overhead_seconds"]
 
 PROBE_RAYS = 512
 """Rays the probe renders on a CPU (a few per cent of one 100×100 view)."""
@@ -104,10 +105,40 @@ def fitted_render_seconds(trainer: Any, rays_o: torch.Tensor, rays_d: torch.Tens
     return sum(math.ceil(size / chunk) for size in sizes) * per_call + total * per_ray
 
 
+def view_overhead_seconds(trainer: Any, frame: Any, save_render: bool) -> float:
+    """Seconds of the evaluation's work on one view besides rendering it, timed on ``frame``:
+    decoding its image and compositing the ground truth, its camera rays, the scores
+    (:func:`~trainer.train.evaluate.view_scores`: PSNR, affine PSNR, SSIM, on the ground truth
+    standing in for the render, which costs the same) and, with ``save_render``, the PNG encoding
+    of :func:`~trainer.train.evaluate.render_bgr` (in memory; nothing is written). On a GPU with
+    full-resolution views these are most of an evaluation (fox: 1.0 of its 1.3 s per view)."""
+    import cv2
+
+    from trainer.data.images import load_pixel_table
+    from trainer.data.rays import camera_rays_for_image
+    from trainer.train.evaluate import ground_truth, render_bgr, view_scores
+
+    t0 = time.perf_counter()
+    table = load_pixel_table([frame], downscale=trainer.scene.downscale)
+    background = torch.full((3,), 1.0 if trainer.scene.white_background else 0.0, device=trainer.device)
+    _, gt = ground_truth(table, 0, background)
+    gt_img = gt.reshape(frame.intrinsics.height, frame.intrinsics.width, 3)
+    camera_rays_for_image(frame, trainer.device)
+    view_scores(gt_img, gt_img, background)
+    if save_render:
+        cv2.imencode(".png", render_bgr(gt_img))
+    if trainer.device.type == "cuda":
+        torch.cuda.synchronize(trainer.device)
+    return time.perf_counter() - t0
+
+
 def measure_eval_seconds(trainer: Any, frames: list, spp: int, probe_rays: int = PROBE_RAYS, seed: int = 0) -> float:
     """Seconds the evaluation of ``frames`` (scene frames) at ``spp`` renders per pixel will take:
     :func:`fitted_render_seconds` on rays drawn uniformly over all their pixels, twice each size,
-    times ``spp``. The probe renders through the same chunks and field batches as the evaluation.
+    times ``spp``, plus the work besides rendering (:func:`view_overhead_seconds` on the largest
+    view, scaled to every view by pixels; the PNG encoding when the trainer has a run folder, where
+    the evaluation saves its renders). The probe renders through the same chunks and field batches
+    as the evaluation.
 
     Args:
         trainer: a single-process :class:`~trainer.train.loop.Trainer` (field, occupancy grid, device).
@@ -136,4 +167,6 @@ def measure_eval_seconds(trainer: Any, frames: list, spp: int, probe_rays: int =
         directions.append(d[idx])
     perm = torch.randperm(len(picks), generator=gen).to(trainer.device)
     rays_o, rays_d = torch.cat(origins)[perm], torch.cat(directions)[perm]
-    return fitted_render_seconds(trainer, rays_o, rays_d, sizes, repeats=2) * spp
+    largest = max(range(len(frames)), key=lambda k: sizes[k])
+    overhead = view_overhead_seconds(trainer, frames[largest], getattr(trainer, "run_dir", None) is not None)
+    return fitted_render_seconds(trainer, rays_o, rays_d, sizes, repeats=2) * spp + overhead * total / sizes[largest]

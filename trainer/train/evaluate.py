@@ -310,6 +310,21 @@ def ground_truth(table: PixelTable, position: int, background: torch.Tensor) -> 
     return rgba, composite_background(rgba[:, :3], rgba[:, 3:4], background)
 
 
+def view_scores(pred_img: torch.Tensor, gt_img: torch.Tensor, background: torch.Tensor) -> dict[str, Any]:
+    """The scores of one rendered view ``pred_img`` [H, W, 3] (in [0, 1]) against ``gt_img``
+    [H, W, 3] composited over ``background`` [3]: ``mse``, ``psnr_db``, ``psnr_affine_db``,
+    ``ssim`` (None below SSIM's window) and ``background_psnr_db`` (painting it ``background``)."""
+    mse = float(torch.mean((pred_img.double() - gt_img.double()) ** 2))
+    background_mse = float(torch.mean((background.double() - gt_img.double()) ** 2))
+    return {"mse": mse, "psnr_db": psnr(pred_img, gt_img), "psnr_affine_db": view_affine_psnr(pred_img, gt_img),
+            "ssim": view_ssim(pred_img, gt_img), "background_psnr_db": float(mse_to_psnr(background_mse))}
+
+
+def render_bgr(pred_img: torch.Tensor) -> np.ndarray:
+    """A rendered view [H, W, 3] in [0, 1] as the [H, W, 3] uint8 BGR array its PNG holds."""
+    return (pred_img.cpu().numpy()[..., ::-1] * 255.0 + 0.5).astype(np.uint8)
+
+
 def evaluation_frames(frames: list, max_images: int | None) -> list[tuple[int, Any]]:
     """``(index in split, frame)`` pairs to evaluate: all frames, or ``max_images`` of them evenly
     spaced over the split (the first views of a split are often not representative: on lego the
@@ -405,19 +420,13 @@ def evaluate(
             _, gt = ground_truth(table, position, background)
             pred_img = rgb.reshape(h, w, 3).clamp(0.0, 1.0)
             gt_img = gt.reshape(h, w, 3)
-            mse = float(torch.mean((pred_img.double() - gt_img.double()) ** 2))
-            background_mse = float(torch.mean((background.double() - gt_img.double()) ** 2))
-            images.append({"index": index, "name": frame.name, "mse": mse, "psnr_db": psnr(pred_img, gt_img),
-                           "psnr_affine_db": view_affine_psnr(pred_img, gt_img),
-                           "ssim": view_ssim(pred_img, gt_img),
-                           "background_psnr_db": float(mse_to_psnr(background_mse))})
+            images.append({"index": index, "name": frame.name, **view_scores(pred_img, gt_img, background)})
             if trainer.eval_progress is not None:
                 trainer.eval_progress(position + 1, len(chosen), images[-1])
             if save_renders and trainer.run_dir is not None:
                 path = trainer.run_dir.render_path(split, index)
                 path.parent.mkdir(parents=True, exist_ok=True)
-                bgr = (pred_img.cpu().numpy()[..., ::-1] * 255.0 + 0.5).astype(np.uint8)
-                cv2.imwrite(str(path), bgr)
+                cv2.imwrite(str(path), render_bgr(pred_img))
     finally:
         trainer.field.train(was_training)
     if not score:

@@ -181,7 +181,7 @@ class FixedCapacityStep(Step):
             rgb = appearance_rgb(tr.field, rgb, batch.image_index)
             rgb = torch.where(ray_ok[:, None], rgb, target)
             loss, mse_all = loss_and_mse(rgb, target, self.n_live, tr.cfg.loss)
-            distortion = distortion_term(sigmas.float(), samples, self.n_live, tr.cfg.loss)
+            distortion = distortion_term(sigmas.float(), samples, self.n_live, tr.distortion_weight)
             if distortion is not None:
                 loss = loss + distortion
             mse = mse_all * (self.ray_capacity / self.n_live)  # rays past n_live predict exactly

@@ -77,19 +77,20 @@ def loss_and_mse(rgb: torch.Tensor, target: torch.Tensor, n_rays: int | torch.Te
 
 
 def distortion_term(sigmas: torch.Tensor, samples: PackedSamples, n_rays: int | torch.Tensor,
-                    loss_cfg: LossConfig) -> torch.Tensor | None:
-    """``loss.distortion_weight`` times the distortion of densities ``sigmas`` [S] float32 at
-    ``samples`` (:func:`trainer.render.distortion.distortion_loss` over the compositing weights,
-    early stop included) summed over the rays and divided by ``n_rays``, a 0-dim tensor; None when
-    the weight is 0."""
-    if loss_cfg.distortion_weight <= 0:
+                    weight: float) -> torch.Tensor | None:
+    """``weight`` (the trainer's resolved ``loss.distortion_weight``) times the distortion of
+    densities ``sigmas`` [S] float32 at ``samples``
+    (:func:`trainer.render.distortion.distortion_loss` over the compositing weights, early stop
+    included) summed over the rays and divided by ``n_rays``, a 0-dim tensor; None when the weight
+    is 0."""
+    if weight <= 0:
         return None
     from trainer.render.distortion import distortion_loss
     from trainer.render.volrend import render_weights
 
     weights, _, _ = render_weights(sigmas, samples.dt, samples.ray_indices, samples.n_rays)
     per_ray = distortion_loss(weights, samples.t, samples.dt, samples.ray_indices, samples.n_rays)
-    return per_ray.sum() * (loss_cfg.distortion_weight / n_rays)
+    return per_ray.sum() * (weight / n_rays)
 
 
 def compacted_samples(

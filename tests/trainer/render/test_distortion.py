@@ -63,7 +63,15 @@ def test_bad_shapes_are_named():
 
 
 def test_the_config_takes_a_weight_and_refuses_it_in_subgrid_mode():
-    assert load_config(None).loss.distortion_weight == 0
+    from trainer.contract.config.blocks import UNBOUNDED_DISTORTION_WEIGHT
+
+    loss = load_config(None).loss
+    assert loss.distortion_weight is None  # null: on with the unbounded scene model only
+    assert loss.resolved_distortion_weight(unbounded=True) == UNBOUNDED_DISTORTION_WEIGHT == 0.05
+    assert loss.resolved_distortion_weight(unbounded=False) == 0.0
+    off = apply_overrides(load_config(None), {"loss.distortion_weight": 0.0}).loss
+    assert off.resolved_distortion_weight(unbounded=True) == 0.0
+    assert apply_overrides(load_config(None), {"parallel.mode": "subgrid"}).loss.distortion_weight is None
     assert apply_overrides(load_config(None), {"loss.distortion_weight": 0.01}).loss.distortion_weight == 0.01
     with pytest.raises(ConfigError, match="loss.distortion_weight"):
         apply_overrides(load_config(None), {"loss.distortion_weight": -1.0})

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 
+import numpy as np
 import pytest
 import torch
 
@@ -61,3 +62,32 @@ def test_no_pixels_cost_nothing(fake_clock) -> None:
     rays = torch.zeros(8, 3)
     assert eval_estimate.fitted_render_seconds(FakeTrainer(), rays, rays, [0]) == 0.0
     assert fake_clock["calls"] == []
+
+
+def test_the_estimate_adds_the_work_besides_rendering_scaled_by_pixels(demo_scene, monkeypatch) -> None:
+    """Decoding, scoring and encoding are timed on the largest view and scaled to every view by
+    its pixels; the PNG is encoded (in memory) only where the evaluation saves its renders."""
+    import cv2
+
+    from tests.support.scenes import tiny_config
+    from trainer.data import load_scene
+    from trainer.train.loop import Trainer
+
+    trainer = Trainer(tiny_config(), load_scene(demo_scene))
+    frames = trainer.scene.frames("test")
+    encoded = []
+    monkeypatch.setattr(cv2, "imencode", lambda ext, image: encoded.append((ext, image.shape, image.dtype)) or (True, b""))
+    try:
+        assert eval_estimate.view_overhead_seconds(trainer, frames[0], save_render=False) > 0 and encoded == []
+        eval_estimate.view_overhead_seconds(trainer, frames[0], save_render=True)
+        h, w = frames[0].intrinsics.height, frames[0].intrinsics.width
+        assert encoded == [(".png", (h, w, 3), np.dtype(np.uint8))]
+        seen = []
+        monkeypatch.setattr(eval_estimate, "fitted_render_seconds", lambda *args, **kwargs: 2.0)
+        monkeypatch.setattr(eval_estimate, "view_overhead_seconds",
+                            lambda trainer_, frame, save_render: seen.append((frame, save_render)) or 0.25)
+        seconds = eval_estimate.measure_eval_seconds(trainer, frames, spp=3)
+        assert seconds == pytest.approx(2.0 * 3 + 0.25 * len(frames))  # the demo's test views share one size
+        assert seen == [(frames[0], False)]  # no run folder: nothing would be saved
+    finally:
+        trainer.close()

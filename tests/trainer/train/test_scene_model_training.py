@@ -39,6 +39,11 @@ def test_a_capture_without_alpha_trains_the_unbounded_model(rgb_demo):
     assert trainer.scene_model == "unbounded" and trainer.scene_choice.capture.kind == "360"
     assert trainer.grid.levels == trainer.grid.cascades + 1 and trainer.field.contraction is not None
     assert trainer.background_steps == 64
+    assert trainer.distortion_weight == 0.05  # loss.distortion_weight null: on with the unbounded model
+    from trainer.run.lifecycle import scene_model_text
+
+    assert scene_model_text(trainer).endswith(
+        "; distortion regulariser 0.05 (loss.distortion_weight null: on with the unbounded model)")
     torch.testing.assert_close(trainer.field.aabb, torch.tensor([[-0.5] * 3, [1.5] * 3]))  # twice the unit box
     trainer.train()
     batch = trainer.sampler.sample(256)
@@ -57,6 +62,7 @@ def test_an_object_with_alpha_keeps_the_box_model(demo_scene):
     assert trainer.scene_model == "box" and trainer.scene_choice.capture.kind == "object"
     assert trainer.grid.levels == trainer.grid.cascades and not trainer.grid.shell
     assert trainer.field.contraction is None and trainer.background_steps == 0
+    assert trainer.distortion_weight == 0.0  # the box model: no regulariser unless asked for
     torch.testing.assert_close(trainer.field.aabb, torch.tensor(scene.aabb, dtype=torch.float32))
     # the finest hash-grid level as before the unbounded model: the views' footprint over the scene box
     footprint = footprint_resolution(scene.frames("train"), scene.aabb)
@@ -113,8 +119,10 @@ def test_the_first_lines_name_the_scene_model(rgb_demo, tmp_path):
         lines[name] = [joined(statement)]
     assert lines["auto"] == ["scene model: unbounded (training.scene_model auto); capture: a 360° capture with "
                              f"background (no alpha; views spread to {_spread(rgb_demo):.0f}° from the mean view "
-                             "direction, over 30°)"]
+                             "direction, over 30°); distortion regulariser 0.05 (loss.distortion_weight null: on "
+                             "with the unbounded model)"]
     assert lines["box"][0].startswith("scene model: box (training.scene_model box); capture: a 360° capture")
+    assert "distortion" not in lines["box"][0]
 
 
 def _spread(scene: Path) -> float:
