@@ -41,7 +41,6 @@ __all__ = [
     "RGBNetworkConfig",
     "TrainConfig",
     "TrainingConfig",
-    "UNBOUNDED_DISTORTION_WEIGHT",
     "field_rule",
 ]
 
