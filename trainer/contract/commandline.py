@@ -381,6 +381,9 @@ def add_view_arguments(p: argparse.ArgumentParser) -> None:
                    help="cpu | cuda | cuda:N (default: the run's training.device; the CPU, with a note, when that "
                         "is CUDA and this machine has none)")
     p.add_argument("--scene", type=Path, default=None, help="the scene, when it moved since training (default: the run's)")
+    p.add_argument("--cpu-threads", type=int, default=None, metavar="N",
+                   help="intra-op threads on a CPU (default: the run's training.cpu_threads; 0: the cores other "
+                        "processes leave free)")
 
 
 def viewer_argv(argv: Sequence[str]) -> list[str]:

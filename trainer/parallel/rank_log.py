@@ -7,8 +7,10 @@ writes there what a single-process run prints off a TTY: a ``step N/T  eta M:SS 
 resume and evaluation messages.
 :class:`RankLogFollower` reads that log while the ranks run (a thread polling the file every
 ``poll_s``) and repeats those lines on the launcher's stdout as ``rank 0: <line>``: plain lines off
-a TTY (rank 0's own cadence), a rich progress bar on a TTY (advanced to each step rank 0 reports,
-the other lines printed above it). The launcher tells rank 0 that prefix
+a TTY (rank 0's own cadence), on a TTY one live line as a single-process run draws it
+(:func:`trainer.run.progress.fit_progress_line`: ``train (rank 0)``, a bar, the step count, rank 0's
+last ETA and the time elapsed, then loss and PSNR as they fit), advanced to each step rank 0
+reports, the other lines printed above it. The launcher tells rank 0 that prefix
 (:data:`trainer.contract.textlines.CONSOLE_PREFIX_ENV`), so that its lines, prefixed, still fit
 80 columns.
 
@@ -29,11 +31,13 @@ from __future__ import annotations
 import re
 import sys
 import threading
+import time
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from trainer.contract.runstatus import ERROR_PREFIX, PROGRESS_PREFIX, SUMMARY_PREFIX, WARNING_PREFIX, strip_rank_prefix
-from trainer.contract.textlines import CONTINUATION, fit_lines, joined
+from trainer.contract.textlines import CONTINUATION, clock_text, fit_lines, joined
+from trainer.run.progress import fit_progress_line
 
 __all__ = ["ATTEMPT_HEADER", "RANK0_PREFIX", "RankLogFollower", "reported_step", "restart_line"]
 
@@ -45,6 +49,10 @@ ATTEMPT_HEADER = re.compile(r"^=== rank (\d+)/(\d+) local rank \d+ attempt (\d+)
 """The first line of each attempt in a rank's log: groups rank, world size, attempt."""
 
 _STEP_LINE = re.compile(r"^(?:progress: )?step (\d+)\b")
+_ETA = re.compile(r"\beta (\S+?),?(?:\s|$)")
+_FIGURES = (re.compile(r"\b(loss \S+)"), re.compile(r"\b(psnr \S+ dB)"))
+
+BAR_LABEL = "train (rank 0)"
 
 
 def reported_step(line: str) -> int | None:
@@ -94,17 +102,19 @@ class RankLogFollower:
         self._warning: list[str] = []  # the lines of a warning being read
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._bar = None
-        self._task = None
+        self._live = None
+        self._started = time.perf_counter()
+        self._step = 0
+        self._eta = "-:--"
+        self._figures: dict[int, str] = {}  # loss, PSNR: rank 0's last values
 
     def __enter__(self) -> "RankLogFollower":
         if not self.plain:
-            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+            from rich.live import Live
 
-            self._bar = Progress(TextColumn("[bold]train (rank 0)"), BarColumn(),
-                                 TextColumn("step {task.completed}/{task.total}"), TimeElapsedColumn())
-            self._task = self._bar.add_task("train", total=self.total_steps)
-            self._bar.start()
+            self._started = time.perf_counter()
+            self._live = Live(self, refresh_per_second=4, transient=False)
+            self._live.start()
         self._thread = threading.Thread(target=self._run, name="rank0-log-follower", daemon=True)
         self._thread.start()
         return self
@@ -118,8 +128,25 @@ class RankLogFollower:
             self._line(self._partial)
             self._partial = ""
         self._say_warning()
-        if self._bar is not None:
-            self._bar.stop()
+        if self._live is not None:
+            self._live.stop()
+
+    def bar_line(self, width: int) -> str:
+        """The live line at ``width`` columns: ``train (rank 0)``, the bar, ``step N/T``, rank 0's
+        last ``eta M:SS``, the time elapsed since the launch, then loss and PSNR as they fit."""
+        total = self.total_steps
+        steps = f"step {self._step}/{total}" if total else f"step {self._step}"
+        elapsed = clock_text(time.perf_counter() - self._started)
+        extras = [self._figures[k] for k in sorted(self._figures)]
+        return fit_progress_line(width, BAR_LABEL, self._step / max(total or self._step, 1),
+                                 [steps, f"eta {self._eta}", elapsed], extras)
+
+    def __rich__(self) -> Any:
+        """The live line at the console's width (rich calls this at each refresh)."""
+        from rich.text import Text
+
+        width = self._live.console.width - 1 if self._live is not None else 80
+        return Text(self.bar_line(width))
 
     def _run(self) -> None:
         while not self._stop.wait(self.poll_s):
@@ -187,15 +214,22 @@ class RankLogFollower:
                 or line.startswith("{") and line.endswith("}")):
             return
         step = reported_step(line)
-        if step is not None and self._bar is not None:
-            self._bar.update(self._task, completed=step)
-            if line.startswith(PROGRESS_PREFIX):
-                return  # the bar shows it
+        if step is not None:
+            self._step = step
+            eta = _ETA.search(line)
+            if eta:
+                self._eta = eta.group(1)
+        for k, pattern in enumerate(_FIGURES):
+            figure = pattern.search(line)
+            if figure:
+                self._figures[k] = figure.group(1)
+        if step is not None and self._live is not None and line.startswith(PROGRESS_PREFIX):
+            return  # the live line shows it
         self._emit(f"{RANK0_PREFIX}{line}")
 
     def _emit(self, text: str) -> None:
-        if self._bar is not None:
-            self._bar.console.print(text, markup=False, highlight=False)
+        if self._live is not None:
+            self._live.console.print(text, markup=False, highlight=False)
         else:
             print(text, file=self.out, flush=True)
 

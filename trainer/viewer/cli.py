@@ -43,7 +43,7 @@ def check_flags(args: argparse.Namespace) -> None:
         ConfigError: one line naming the flag (a port in use included).
         SnapshotError: the model path does not exist.
     """
-    from trainer.inference.cli import check_device_flag
+    from trainer.inference.cli import check_cpu_threads_flag, check_device_flag
     from trainer.inference.loading import check_model_path
     from trainer.inference.outputs import parse_background
     from trainer.viewer.server import check_port_free
@@ -56,6 +56,7 @@ def check_flags(args: argparse.Namespace) -> None:
     if args.background is not None:
         parse_background(args.background)
     check_device_flag(args.device)
+    check_cpu_threads_flag(args.cpu_threads)
     check_port_free(args.host, args.port)
 
 
@@ -70,6 +71,7 @@ def require_viser(flag: str) -> None:
 
 def serve(args: argparse.Namespace) -> int:
     """Load the model, serve it until Ctrl-C. Returns the exit status."""
+    from trainer.inference.cli import apply_threads
     from trainer.inference.loading import load_model
     from trainer.inference.outputs import parse_background
     from trainer.viewer.server import Viewer, ViewerSettings
@@ -77,6 +79,7 @@ def serve(args: argparse.Namespace) -> int:
     require_viser("view")
     check_flags(args)
     model = load_model(args.model, args.scene, args.device, cpu_fallback=True)
+    where = apply_threads(args, model.trainer.cfg, model.device, 1)
     viewer = renderer = None
     stop = threading.Event()
     try:
@@ -91,7 +94,7 @@ def serve(args: argparse.Namespace) -> int:
         viewer = Viewer(model, settings, args.host, args.port, log=lambda line: print(line, flush=True), title=title,
                         save_dir=folder, save_hint=str(args.model))
         print("\n".join(fit_lines([f"viewer: {viewer.url} —", f"{model.scene.root.name}, step {model.step} from",
-                                    f"{model.source},", f"on {model.device};", "Ctrl-C stops it"])), flush=True)
+                                    f"{model.source},", f"{where};", "Ctrl-C stops it"])), flush=True)
         renderer = threading.Thread(target=viewer.serve_forever, args=(stop,), name="viewer-render", daemon=True)
         renderer.start()
         while renderer.is_alive():

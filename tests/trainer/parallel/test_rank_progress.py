@@ -141,3 +141,18 @@ def test_a_warning_that_goes_on_in_more_lines_is_repeated_whole_and_once(tmp_pat
     lines = err.getvalue().splitlines()
     assert joined(lines) == f"warning: {text} (rank 0)"  # once
     assert len(lines) > 1 and all(len(line) <= 79 for line in lines), lines
+
+
+def test_live_line_keeps_step_eta_and_elapsed_at_any_width(tmp_path):
+    log = tmp_path / "rank0.log"
+    follower = RankLogFollower(log, 2000, 0, plain=True, out=io.StringIO(), err=io.StringIO())
+    assert "step 0/2000 eta -:-- 0:00" in follower.bar_line(80)  # before rank 0 said anything
+    _append(log, "step 100/2000  eta 9:30  t=30.0 s  loss 0.01235\n  psnr 23.46 dB  6.10 M samples/s\n"
+                 "progress: step 133/2000 (7 %), 40 s trained, eta 9:20\n")
+    follower.poll()
+    line = follower.bar_line(80)
+    assert len(line) <= 80 and line.startswith("train (rank 0) ")
+    assert "step 133/2000 eta 9:20 0:0" in line  # the newest step and ETA, then the time elapsed
+    assert line.endswith("loss 0.01235 psnr 23.46 dB")  # the figures of a line broken in two
+    narrow = follower.bar_line(50)
+    assert len(narrow) <= 50 and "step 133/2000 eta 9:20" in narrow and "loss" not in narrow

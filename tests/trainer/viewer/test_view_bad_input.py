@@ -18,6 +18,7 @@ from tests.support.paths import REPO
 from tests.support.cli import first_statement, run_inference_cli
 from tests.support.served import Served
 from trainer.contract.textlines import LINE_WIDTH
+from trainer.contract.threads import describe_cpu_threads
 
 pytest.importorskip("viser")
 
@@ -66,6 +67,8 @@ def test_a_port_in_use_and_bad_flags_are_one_clear_error(trained_run):
         "error: --max-resolution 8: expected an integer >= 16 (pixels)")
     assert _one_error(_view(trained_run["run"], "--background", "teal")) == (
         "error: --background 'teal': expected white, black or #RRGGBB")
+    assert _one_error(_view(trained_run["run"], "--cpu-threads", -1)) == (
+        "error: --cpu-threads -1: expected an integer >= 0 (0: cores // ranks)")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: the model would render there")
@@ -81,6 +84,7 @@ def test_a_cuda_model_without_cuda_is_served_from_the_cpu_with_a_note_and_ctrl_c
         assert served.lines[0] == (
             "note: the model trained on cuda and this machine has no CUDA device: rendering on the CPU, much more slowly")
         statement, n = first_statement("\n".join(served.lines[1:]))
-        assert statement == f"viewer: {url} — scene, step 80 from {run}/snapshots/step_0000080.pt, on cpu; Ctrl-C stops it"
+        assert statement == (f"viewer: {url} — scene, step 80 from {run}/snapshots/step_0000080.pt, on cpu, "
+                             f"{describe_cpu_threads(0, 1)}; Ctrl-C stops it")  # the run's training.cpu_threads: 0
         assert served.interrupt() == 130
     assert served.lines[1 + n:] == ["viewer stopped"]

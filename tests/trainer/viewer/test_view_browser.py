@@ -78,11 +78,12 @@ def test_view_serves_frames_that_match_render_and_follow_the_camera(trained_run,
     sync_api = pytest.importorskip("playwright.sync_api")
     executable = chromium_path()
     run = trained_run["run"]
-    with Served(["ngptune", "view", run, "--max-resolution", MAX_RESOLUTION]) as served:
+    with Served(["ngptune", "view", run, "--max-resolution", MAX_RESOLUTION, "--cpu-threads", "1"]) as served:
         url = served.url()
         served.wait_for("Ctrl-C stops it$")
         assert first_statement("\n".join(served.lines))[0] == (
-            f"viewer: {url} — scene, step 80 from {run}/snapshots/step_0000080.pt, on cpu; Ctrl-C stops it")
+            f"viewer: {url} — scene, step 80 from {run}/snapshots/step_0000080.pt, on cpu, 1 CPU thread per rank "
+            "(--cpu-threads); Ctrl-C stops it")
         with sync_api.sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=executable, args=[*CHROMIUM_ARGS, "--headless"])
             try:
