@@ -14,7 +14,7 @@ from pathlib import Path
 from ngptune.tuning.packing import STEP_BUDGET_TRIALS_PER_GPU, STEP_BUDGET_TRIALS_PER_GPU_ENV
 from trainer.contract import add_scene_format_arguments, fit_lines, positive_int, scene_format_overrides
 
-__all__ = ["DEFAULT_STUDY", "register"]
+__all__ = ["DEFAULT_STUDY", "folder_argument", "register", "study_folder_problem"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]  # as ngptune.tuning.study.REPO_ROOT (not imported: it loads pandas)
 DEFAULT_STUDY = REPO_ROOT / "studies" / "demo.toml"
@@ -62,11 +62,34 @@ def _confirm_runs(text: str) -> int:
     return value
 
 
+def folder_argument(text: str) -> Path:
+    """``--out``: a folder path; an empty value is refused (it would mean the working directory)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("expected a folder, got an empty value")
+    return Path(text)
+
+
+def study_folder_problem(out: Path) -> str | None:
+    """Why ``--out`` cannot hold a study (it is a file, or cannot be created), else None; the
+    folder is created."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        return "not a folder (a file of that name exists)"
+    except OSError as exc:
+        return f"cannot create the folder ({exc.strerror or exc})"
+    return None
+
+
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from ngptune.tuning.sweep import SweepOptions, run_sweep
 
     if not args.confirm and args.confirm_runs is not None:
         print(f"error: --no-confirm and --confirm-runs {args.confirm_runs}: give one of them", file=sys.stderr)
+        return 2
+    problem = study_folder_problem(args.out) if args.out is not None else None
+    if problem is not None:
+        print(f"error: --out {args.out}: {problem}", file=sys.stderr)
         return 2
 
     options = SweepOptions(
@@ -121,7 +144,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="Optuna study name (default: the study file's name)")
     p.add_argument("--nproc-per-node", type=positive_int, default=None,
                    help="ranks per trial (default: every GPU, or 2 gloo ranks without a GPU)")
-    p.add_argument("--out", type=Path, default=None, help="study folder (default: reports/<study-name>)")
+    p.add_argument("--out", type=folder_argument, default=None, help="study folder (default: reports/<study-name>)")
     p.add_argument("--gpus-per-trial", type=int, default=None, metavar="G",
                    help="GPUs of each trial, a set no other running trial uses (default: every visible GPU)")
     p.add_argument("--concurrent-trials", type=_concurrent, default=None, metavar="N|auto",

@@ -20,14 +20,16 @@ Welch's t-test (unequal variances, two-sided, :func:`scipy.stats.ttest_ind` with
 * ``no_significant_difference``: p >= ALPHA: the default is recommended (a change needs evidence);
 * ``not_confirmed``: a re-run of the candidate gave no value (crash, out of memory, target not
   reached): the default is recommended;
-* ``unconfirmed``: no evidence: ``--no-confirm``, the default trial or a default re-run gave no
-  value, or no other trial completed. ``confirmed`` is false and the verdict lists no runs.
+* ``unconfirmed``: no evidence: ``--no-confirm``, the default trial gave no value, fewer than
+  :data:`MIN_REPEATS` of the default's re-runs gave one, or no other trial completed. ``confirmed`` is false and the verdict lists no runs.
 
 ``Verdict.confirmed`` is true only for ``confirmed`` and ``default_better``, which always carry
 their re-runs: nothing is called confirmed without runs. Two samples without spread (every re-run
 equal) have p = 0 when their means differ, else 1.
 
-K is at least 2 (:data:`MIN_REPEATS`): one re-run each gives no estimate of the noise.
+K is at least 2 (:data:`MIN_REPEATS`): one re-run each gives no estimate of the noise. A
+default re-run without a value (a rank killed from outside) leaves the others as evidence: the
+test is taken on those that gave one when at least :data:`MIN_REPEATS` did.
 
 Every re-run is recorded in the study's user attribute ``confirmation`` as soon as it ends
 (:data:`CONFIRMATION_ATTR`), under its trial number and index: re-run ``i`` of a trial is the
@@ -240,9 +242,10 @@ def decide(objective: str, direction: str, best_values: Sequence[float | None], 
         return Verdict("not_confirmed", "default", **common, sentence=(
             f"not confirmed: {who} gave no {objective} in {failed} of its {len(best_values)} re-runs: "
             "the default is recommended"))
-    if not default_values or len(good_d) < len(default_values) or len(good_b) < MIN_REPEATS:
+    if len(good_d) < MIN_REPEATS or len(good_b) < MIN_REPEATS:
         return Verdict("unconfirmed", "default" if default_won_single_run else "best", **common, sentence=(
-            f"unconfirmed: a re-run of the default gave no {objective}, so there is no evidence either way; "
+            f"unconfirmed: {len(default_values) - len(good_d)} of the default's {len(default_values)} re-runs gave "
+            f"no {objective}, so there is no evidence either way; "
             + ("the default is recommended" if default_won_single_run else f"{who} is recommended")))
     sign = 1.0 if direction == "maximize" else -1.0
     gain = sign * (statistics.fmean(good_b) - statistics.fmean(good_d))
@@ -251,7 +254,7 @@ def decide(objective: str, direction: str, best_values: Sequence[float | None], 
     test = f"{TEST_NAME}, alpha {ALPHA:g}"
     shown = (f"{objective}: trial {best_trial} {_describe(good_b, objective, unit)} vs default "
              f"{_describe(good_d, objective, unit)}, "
-             f"{len(good_b)} re-runs each (mean ± sd); Welch's t-test p = {p:.2g}")
+             f"{_runs_counted(len(good_b), len(good_d), len(default_values))} (mean ± sd); Welch's t-test p = {p:.2g}")
     stats_ = dict(gain=gain, se=se, p_value=p, test=test)
     if p < ALPHA and gain > 0:
         return Verdict("confirmed", "best", **common, **stats_,
@@ -262,6 +265,14 @@ def decide(objective: str, direction: str, best_values: Sequence[float | None], 
     return Verdict("no_significant_difference", "default", **common, **stats_, sentence=(
         f"no significant difference between {who} and the default (gain {_signed(objective, gain, unit)}); "
         f"the default is recommended; {shown} >= {ALPHA:g}"))
+
+
+def _runs_counted(n_best: int, n_default: int, default_runs: int) -> str:
+    """``3 re-runs each``, or ``3 re-runs of the candidate and 2 of the default's 3 (1 gave no value)``."""
+    if n_best == n_default == default_runs:
+        return f"{n_best} re-runs each"
+    return (f"{n_best} re-runs of the candidate and {n_default} of the default's {default_runs} "
+            f"({default_runs - n_default} gave no value)")
 
 
 def unconfirmed(objective: str, direction: str, why: str, *, best_trial: int | None,

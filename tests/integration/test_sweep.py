@@ -388,6 +388,17 @@ def test_contradictory_or_useless_confirmation_flags_are_refused(tmp_path, tiny_
         assert not (tmp_path / "o").exists()
 
 
+def test_an_unusable_study_folder_is_refused_in_one_line(tmp_path, tiny_study):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    for out, message in ((a_file, f"error: --out {a_file}: not a folder (a file of that name exists)"),
+                         (a_file / "sub", f"error: --out {a_file / 'sub'}: cannot create the folder (Not a directory)"),
+                         ("", "argument --out: expected a folder, got an empty value")):
+        result = run_command(SWEEP + ["--study", tiny_study, "--out", out, "--no-confirm"])
+        assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr, result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file", "tiny.toml"]  # nothing created beside them
+
+
 def test_a_reopened_study_draws_new_points(tmp_path, tiny_study):
     # Re-running a sweep reopens its study; a sampler seeded as at the start would repeat the
     # start-up draws of the first session (wasted trials), so it is offset by the trials so far.

@@ -217,3 +217,13 @@ def test_a_failed_re_run_counts_once_and_runs_again_in_the_next_sweep() -> None:
     assert [(label, i) for label, i, _ in again] == [("default", 1)]  # only the failed one
     assert verdict.status == "confirmed"
     assert recorded_repeats(study.user_attrs[CONFIRMATION_ATTR], "psnr_at_budget_db", 1, 0) == 2
+
+
+def test_a_default_re_run_without_a_value_leaves_the_others_as_evidence() -> None:
+    verdict = decide("psnr_at_budget_db", "maximize", [19.0, 19.1, 19.2], [20.0, 20.1, None], best_trial=4,
+                     default_trial=0)
+    assert verdict.status == "default_better" and verdict.recommend == "default" and verdict.confirmed
+    assert "3 re-runs of the candidate and 2 of the default's 3 (1 gave no value)" in verdict.sentence
+    too_few = decide("psnr_at_budget_db", "maximize", [19.0, 19.1, 19.2], [20.0, None, None], best_trial=4,
+                     default_trial=0)
+    assert too_few.status == "unconfirmed" and "2 of the default's 3 re-runs gave no" in too_few.sentence
