@@ -24,8 +24,10 @@ checked once (:mod:`ngptune.tuning.preflight`).
 4. Run trials until the study holds ``trials`` finished ones (completed, pruned or failed; not
    counting retried ones) and no waiting one, or until ``--timeout``. Several workers may
    overshoot the target by at most one trial each.
-5. Confirm (:mod:`ngptune.tuning.confirm`, unless ``--no-confirm``): re-run the best and the
-   default K times each; recommend the best only when it still beats the default.
+5. Confirm (:mod:`ngptune.tuning.confirm`): re-run the best and the default K times each;
+   recommend the best only when it still beats the default. ``--no-confirm`` launches no re-run:
+   re-runs of the same pair recorded by an earlier sweep still decide, else the verdict is
+   ``unconfirmed`` (and replaces a recorded verdict of another pair, whose runs stay recorded).
 6. Write ``best_config.json`` (the recommended configuration), ``best_config.confirmation.json``
    (the evidence), ``best_env.sh`` (:mod:`ngptune.tuning.outputs`), ``report.html``
    (:mod:`ngptune.reporting.study_report`), ``trials.csv`` and a terminal summary
@@ -72,7 +74,8 @@ from ngptune.tuning.retries import MAX_INFRA_RETRIES, TrialRetries, default_not_
 from ngptune.tuning.layout import StudyDir
 from ngptune.tuning.lines import confirmation_heading, rerun_line, study_heading
 from ngptune.tuning.confirm import (
-    CONFIRMATION_ATTR, DEFAULT_REPEATS_CPU, DEFAULT_REPEATS_GPU, Verdict, confirm_study, no_candidate, pending,
+    CONFIRMATION_ATTR, DEFAULT_REPEATS_CPU, DEFAULT_REPEATS_GPU, MIN_REPEATS, Verdict, confirm_study, no_candidate,
+    pending,
     primary_objective, recorded_repeats, unconfirmed, verdict_runs,
 )
 from ngptune.tuning.objectives import OBJECTIVES, throughput_only_warning
@@ -404,8 +407,21 @@ def _confirm(options: SweepOptions, study, spec: StudySpec, study_dir: StudyDir,
         return no_candidate(name, direction, default.number)
     won = best.number == default.number  # the default won its single run: re-run the runner-up against it
     if not options.confirm:
-        return unconfirmed(name, direction, "confirmation skipped (--no-confirm)", best_trial=candidate.number,
-                           default_trial=default.number, recommend="default" if won else "best")
+        record = study.user_attrs.get(CONFIRMATION_ATTR)
+        recorded = recorded_repeats(record, name, candidate.number, default.number)
+        if recorded >= MIN_REPEATS:  # re-runs of this pair recorded by an earlier sweep decide; none is launched
+            print_lines(console, [f"confirmation: --no-confirm; the {recorded} re-runs each of trial {candidate.number} "
+                                  f"and default trial {default.number} recorded earlier decide"],
+                        marks=[("confirmation", "bold")])
+            return confirm_study(study, best=candidate, default=default, repeats=recorded, objective=name,
+                                 direction=direction, unit=OBJECTIVES[name].unit,
+                                 base_seed=spec.base_config().training.seed, launch=_launch_nothing,
+                                 default_won_single_run=won)
+        verdict = unconfirmed(name, direction, "confirmation skipped (--no-confirm)", best_trial=candidate.number,
+                              default_trial=default.number, recommend="default" if won else "best")
+        if isinstance(record, dict):  # the report and the files say this sweep's verdict; the runs stay recorded
+            study.set_user_attr(CONFIRMATION_ATTR, {**record, "verdict": verdict.to_dict()})
+        return verdict
     repeats = options.confirm_repeats or max(  # without --confirm-runs, every recorded pair counts
         DEFAULT_REPEATS_GPU if cuda_device_count() > 0 else DEFAULT_REPEATS_CPU,
         recorded_repeats(study.user_attrs.get(CONFIRMATION_ATTR), name, candidate.number, default.number))
@@ -420,6 +436,11 @@ def _confirm(options: SweepOptions, study, spec: StudySpec, study_dir: StudyDir,
     return confirm_study(study, best=candidate, default=default, repeats=repeats, objective=name,
                          direction=direction, unit=OBJECTIVES[name].unit, base_seed=spec.base_config().training.seed,
                          launch=launcher, on_run=shown, default_won_single_run=won)
+
+
+def _launch_nothing(label: str, trial, index: int, seed: int):
+    """The launcher of a confirmation taken on recorded re-runs only (``--no-confirm``)."""
+    raise SweepError(f"--no-confirm: re-run {index} of trial {trial.number} is not recorded and is not launched")
 
 
 def _target_missed_hint(study, spec: StudySpec) -> str | None:

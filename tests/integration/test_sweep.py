@@ -374,6 +374,14 @@ def test_confirmation_re_runs_best_and_default_and_records_them(tmp_path, tiny_s
     sentence, text = evidence["verdict"]["sentence"], " ".join(again.stdout.split())
     assert sentence.split(" (gain")[0] in text and sentence.split("; ")[-1] in text  # the verdict and its test
     assert len(evidence["runs"]) == 6  # the runs behind the verdict, whichever trial won its single run
+    # --no-confirm launches nothing; the re-runs recorded earlier still decide, in the files and the headline
+    skipped = run_command(SWEEP + ["--study", tiny_study, "--out", out, "--nproc-per-node", "1", "--trials", "2",
+                                   "--no-confirm"])
+    assert skipped.returncode == 0 and "  re-run " not in skipped.stdout, skipped.stdout + skipped.stderr
+    kept = json.loads(StudyDir(out).confirmation_path.read_text())
+    assert kept["verdict"]["status"] == evidence["verdict"]["status"] and len(kept["runs"]) == 6
+    assert kept["recommended_trial"] == evidence["recommended_trial"]
+    assert "the 3 re-runs each of trial" in " ".join(skipped.stdout.split())
     for line in (result.stdout + again.stdout).splitlines():  # piped: every line and table under 80 columns
         assert len(line) <= 80 or " " not in line.strip(), line  # but a path, whole on a line of its own
 
