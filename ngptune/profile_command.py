@@ -359,6 +359,8 @@ def profile_command(args: argparse.Namespace) -> int:
     _check_args(args)
     given_window = parse_trace_window(args.trace_steps) if args.trace_steps else None
     cfg = run_config(args)
+    if cfg.data.scene and not Path(cfg.data.scene).exists():  # refused before the profile folder is made
+        raise ConfigError(f"--scene {cfg.data.scene}: scene path does not exist")
     log_every = cfg.training.log_every
     window = given_window if given_window is not None else default_trace_window(args.steps, cfg)
     check_run_emulation(cfg, cuda_device_count())  # the trainer would refuse it after the profile folder was made

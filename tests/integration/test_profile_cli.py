@@ -152,6 +152,9 @@ def test_bad_arguments_are_one_clear_error(tmp_path: Path, demo_scene: Path) -> 
     proc = _profile(tmp_path / "p", demo_scene, "--trace-steps", "5:3")
     assert proc.returncode == 2
     assert proc.stderr.strip() == "error: --trace-steps: expected \"A:B\" with 0 <= A < B, got '5:3'"
+    proc = _profile(tmp_path / "nope", tmp_path / "no_scene", "--steps", "2")
+    assert proc.returncode == 2 and proc.stderr.strip() == f"error: --scene {tmp_path / 'no_scene'}: scene path does not exist"
+    assert not (tmp_path / "nope").exists()  # nothing written
     (tmp_path / "used" / "run").mkdir(parents=True)
     proc = _profile(tmp_path / "used", demo_scene, "--steps", "2")
     assert proc.returncode == 2 and "already holds a profile" in proc.stderr
