@@ -49,7 +49,7 @@ from trainer.run.settings import on_cpu, opening_line, scene_path_of
 from trainer.run.status import RunInterrupted, RunStatus, RunTerminated, Terminated, keeping_finite_model
 from trainer.viewer.live import start_live_view
 
-__all__ = ["Job", "OneProcess", "Rank", "run_training"]
+__all__ = ["Job", "OneProcess", "Rank", "run_training", "saved_config"]
 
 
 def _fitted(statement: str) -> str:
@@ -67,6 +67,16 @@ def scene_model_text(trainer: Any) -> str:
         line += f"; distortion regulariser {trainer.distortion_weight:g} ({why})"
     return line
 
+
+
+def saved_config(cfg: Any) -> dict[str, Any]:
+    """The run's ``config.json``: ``cfg`` as a dict with ``data.scene`` made absolute, so that the
+    command that continues the run (``--config RUN/config.json --resume ...``) works from any
+    working directory."""
+    saved = config_to_dict(cfg)
+    if saved.get("data", {}).get("scene"):
+        saved["data"]["scene"] = str(Path(saved["data"]["scene"]).resolve())
+    return saved
 
 class Job(abc.ABC):
     """How one process's run differs from a rank's (the stages in the module docstring)."""
@@ -124,7 +134,7 @@ class OneProcess(Job):
         self.run_dir.remove_stale_temp_files()
         if args.resume is not None:
             self.run_dir.archive_eval()  # the folder's eval.json is of an earlier step
-        self.run_dir.write_json(self.run_dir.config_path, config_to_dict(cfg))
+        self.run_dir.write_json(self.run_dir.config_path, saved_config(cfg))
         cpu = on_cpu(cfg.training.device)
         threads = apply_cpu_threads(cfg.training.cpu_threads, 1).words if cpu else None
         print(opening_line(cfg, args, 1, threads=threads), flush=True)  # before the progress bar shows
@@ -218,7 +228,7 @@ class Rank(Job):
         cfg = self.cfg
         init_distributed(self.env, cfg.distributed.timeout_s)
         if self.env.is_main:
-            self.run_dir.write_json(self.run_dir.config_path, config_to_dict(cfg))
+            self.run_dir.write_json(self.run_dir.config_path, saved_config(cfg))
         scene = load_scene(self.scene_path, **cfg.data.scene_options())
         progress.message(_fitted(scene.size_rule))  # which size rule won, and why (rank 0)
         trainer = build_distributed_trainer(cfg, scene, self.run_dir)
