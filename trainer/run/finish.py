@@ -128,7 +128,13 @@ def finish_status(
 def budget_stop_text(step: int, n_steps: int, train_time_s: float, projected_s: float, budget_s: float) -> str:
     """The line of a run the time budget stopped (under 80 columns): where, after how many
     training seconds, and that the next step, expected to end at ``projected_s`` (s of training),
-    would have passed ``budget_s`` (the look-ahead of :mod:`trainer.train.budget`)."""
+    would have passed ``budget_s`` (the look-ahead of :mod:`trainer.train.budget`); or, when the
+    last step itself ended past ``budget_s`` (slower than the steps before it foretold), by how much."""
+    if train_time_s > budget_s:  # the last step itself ran past the budget (a step slower than foreseen)
+        return "\n".join(fit_lines([
+            f"stopped at step {step} of {n_steps}", f"after {seconds_text(train_time_s)}:",
+            f"the last step ran {seconds_text(train_time_s - budget_s)} past the time budget of {budget_s:g} s",
+            "(training.time_budget_s, --time-budget), longer than the steps before it"]))
     next_s = max(projected_s - train_time_s, 0.0)
     return "\n".join(fit_lines([
         f"stopped at step {step} of {n_steps}", f"after {seconds_text(train_time_s)}:",

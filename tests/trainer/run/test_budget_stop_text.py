@@ -12,3 +12,10 @@ def test_the_budget_line_names_the_next_steps_expected_length():
     assert joined(lines) == ("stopped at step 205 of 1000 after 57.6 s: the next step, expected to take 2.8 s, "
                              "would pass the time budget of 60 s (training.time_budget_s, --time-budget)")
     assert any("would pass the time budget of 60 s" in line for line in lines), lines  # the budget beside its words
+
+
+def test_a_last_step_past_the_budget_is_said_as_such():
+    lines = budget_stop_text(17, 2000, 6.3, 6.46, 5.0).splitlines()
+    assert all(len(line) <= LINE_WIDTH for line in lines), lines
+    assert joined(lines) == ("stopped at step 17 of 2000 after 6.3 s: the last step ran 1.3 s past the time budget "
+                             "of 5 s (training.time_budget_s, --time-budget), longer than the steps before it")
