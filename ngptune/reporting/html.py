@@ -77,7 +77,9 @@ class Section:
 
 def figure_html(fig: Any) -> str:
     """A plotly figure as a ``<div>`` without plotly.js (the page embeds it once)."""
-    return fig.to_html(full_html=False, include_plotlyjs=False, config={"displaylogo": False})
+    fig.update_layout(width=None, autosize=True)  # as wide as the page's column, never wider
+    return fig.to_html(full_html=False, include_plotlyjs=False, default_width="100%",
+                       config={"displaylogo": False, "responsive": True})
 
 
 def table_html(df: pd.DataFrame, *, index: bool = False, quantity_column: str | None = None,
@@ -104,7 +106,17 @@ def table_html(df: pd.DataFrame, *, index: bool = False, quantity_column: str | 
                 continue
             cells.append(_cell_html(name, value, column in long))
         rows.append(f"<tr>{''.join(cells)}</tr>")
-    return f'<table class="report"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+    # a table wider than the page's column scrolls inside its box; the page itself never does
+    return f'<div class="wide"><table class="report"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>'
+
+
+def transposed(df: pd.DataFrame, key: str, label: str) -> pd.DataFrame:
+    """A table of few rows and many columns turned to fit a page: one row per column of ``df``
+    (its name in a first column called ``label``), one column per row of ``df``, headed by that
+    row's ``key`` value (e.g. ``rank 0``). For :func:`table_html` with ``quantity_column=label``."""
+    turned = df.set_index(key).T
+    turned.columns = [f"{key} {v}" for v in turned.columns]
+    return turned.rename_axis(label).reset_index()
 
 
 LONG_TEXT = 32

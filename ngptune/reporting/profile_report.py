@@ -34,7 +34,7 @@ from ngptune.errors import NgptuneError
 from ngptune.profiling.collect import ProfileDir, read_csv_table
 from ngptune.profiling.diagnoses import LINK_UNDERUSED_FRACTION, SEVERITIES, diagnosis_measure_text, rank_phase_means
 from ngptune.profiling.runs import CAPTURED
-from ngptune.reporting.html import Section, figure_html, render_page, table_html, text_html
+from ngptune.reporting.html import Section, figure_html, render_page, table_html, text_html, transposed
 from ngptune.profiling.tables import (
     COMPUTE_PHASES,
     DIAGNOSES_TABLE,
@@ -232,7 +232,10 @@ def _summary_section(p: _Profile) -> Section:
     else:
         text += (" compute_ms, wait_ms, data_ms, occupancy_update_ms and other_ms (the time outside every named "
                  "phase) add up to step_time_ms.")
-    return Section("Summary per rank", table_html(p.tables["summary"]) + text_html(text))
+    summary = p.tables["summary"]  # one row per rank, ~20 quantities: a column per rank fits the page
+    table = (table_html(transposed(summary, "rank", "quantity"), quantity_column="quantity") if "rank" in summary.columns
+             else table_html(summary))
+    return Section("Summary per rank", table + text_html(text))
 
 
 def _rank_labels(index: pd.Index) -> list[str]:

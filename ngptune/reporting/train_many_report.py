@@ -60,7 +60,7 @@ def write_summary_html(results: Sequence, path: Path, *, title: str) -> Path:
         for r in results
     )
     sections = [Section("Scenes", text_html(f"{len(df)} scenes ({counts}).") + cards),
-                Section("Jobs", f'<div style="overflow-x:auto">{table_html(df)}</div>')]
+                Section("Jobs", table_html(df))]
     return write_text(Path(path), render_page(title, sections), "the train-many summary page")
 
 
