@@ -437,7 +437,8 @@ def _read_objectives(reader: _Reader, data: Mapping, budget: BudgetSpec) -> tupl
 def _read_budget(reader: _Reader, data: Mapping) -> BudgetSpec:
     table = reader.table(data, "budget")
     reader.only(table, "budget", ["steps", "seconds", "trial_timeout_s"])
-    steps = reader.value(table, "budget", "steps", lambda v: is_int(v) and v >= 1, "an integer >= 1")
+    steps = reader.value(table, "budget", "steps", lambda v: is_int(v) and 1 <= v <= BUDGET_STEPS_CAP,
+                         f"an integer in 1..{BUDGET_STEPS_CAP:,}")
     seconds = reader.value(table, "budget", "seconds", lambda v: is_number(v) and v > 0, "a number > 0 (s)")
     if (steps is None) == (seconds is None):
         raise reader.error("budget", "expected exactly one of steps, seconds")
@@ -518,7 +519,31 @@ def _read_pruner(reader: _Reader, data: Mapping, objectives: tuple[ObjectiveSpec
     if kind == "hyperband" and values["max_resource"] == "auto" and values["eval_every_steps"] is not None:
         # the budget is the largest resource a trial gets (steps, or whole seconds of training)
         values["max_resource"] = int(budget.steps if budget.steps is not None else math.floor(budget.seconds))
+    if kind in ("successive_halving", "hyperband") and values["eval_every_steps"] is not None:
+        _check_rungs(reader, kind, values, budget)
     return dataclasses.replace(spec, **values)
+
+
+def _check_rungs(reader: _Reader, kind: str, values: Mapping[str, Any], budget: BudgetSpec) -> None:
+    """Refuse resources under which the pruner could never stop a trial: its first rung (where
+    trials are first compared) at or past the budget, or a largest resource past it."""
+    most = int(budget.steps if budget.steps is not None else math.floor(budget.seconds))
+    unit = "steps" if budget.steps is not None else "s"
+    where = f"budget.steps ({most})" if budget.steps is not None else f"budget.seconds ({most} whole s)"
+    if kind == "hyperband":
+        top = values["max_resource"]
+        if top > most:
+            raise reader.error("pruner.max_resource", f"expected at most {where}, got {top}")
+        if values["min_resource"] >= top:
+            raise reader.error("pruner.min_resource", f"expected less than pruner.max_resource ({top}), "
+                               f"got {values['min_resource']}")
+        return
+    first = values["min_resource"] * values["reduction_factor"] ** values["min_early_stopping_rate"]
+    if first >= most:
+        how = ("pruner.min_resource" if values["min_early_stopping_rate"] == 0 else
+               "pruner.min_resource × reduction_factor ^ min_early_stopping_rate")
+        raise reader.error("pruner.min_resource", f"the first rung, {how} = {first} {unit}, is not inside "
+                           f"{where}: no trial could be stopped early")
 
 
 def load_study(path: str | Path, *, scene: str | Path | None = None) -> StudySpec:
