@@ -8,6 +8,7 @@ gloo ranks on a machine without one, and writes ``reports/demo/`` (report, ``tri
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -70,14 +71,17 @@ def folder_argument(text: str) -> Path:
 
 
 def study_folder_problem(out: Path) -> str | None:
-    """Why ``--out`` cannot hold a study (it is a file, or cannot be created), else None; the
-    folder is created."""
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except FileExistsError:
-        return "not a folder (a file of that name exists)"
-    except OSError as exc:
-        return f"cannot create the folder ({exc.strerror or exc})"
+    """Why ``--out`` cannot hold a study (it is a file, or a folder cannot be made there), else
+    None; nothing is created (a study that fails its checks leaves no folder)."""
+    if out.exists():
+        return None if out.is_dir() else "not a folder (a file of that name exists)"
+    parent = out.absolute().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        return f"cannot create the folder ({parent} is a file)"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"cannot create the folder ({parent} is not writable)"
     return None
 
 

@@ -81,7 +81,10 @@ def open_storage(url: str | None, study_dir: StudyDir):
     if url is None:
         from optuna.storages.journal import JournalFileBackend
 
-        study_dir.root.mkdir(parents=True, exist_ok=True)
+        try:
+            study_dir.root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise SweepError(f"--out {study_dir.root}: cannot create the folder ({exc.strerror or exc})") from None
         return optuna.storages.JournalStorage(JournalFileBackend(str(study_dir.journal_path)))
     from sqlalchemy.exc import IntegrityError, ProgrammingError
 

@@ -349,6 +349,10 @@ def _run(options: SweepOptions, spec: StudySpec, nproc: int, base_cfg: TrainConf
                 marks=[(f"study {name}", "bold")])
     if slots.note:
         print_lines(console, ["note:", slots.note])
+    if spec.budget.seconds is not None and cuda_device_count() == 0:
+        print_lines(console, [f"warning: {spec.path}: budget.seconds on a CPU: each trial trains as many steps as the "
+                              "machine's load leaves it, so the load decides as much as the settings; use budget.steps "
+                              "(studies/README.md)"], style="yellow")
     warning = throughput_only_warning(spec.objective_names)
     if warning is not None:
         print_lines(console, [f"warning: {warning}"], style="yellow")

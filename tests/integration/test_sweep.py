@@ -20,6 +20,7 @@ from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 from optuna.trial import TrialState
 
+from ngptune.processes import cuda_device_count
 from ngptune.tuning.command import register
 from ngptune.tuning.layout import StudyDir
 from tests.support.cli import SWEEP, run_command
@@ -315,6 +316,8 @@ def test_several_objectives_from_evaluations(tmp_path, demo_scene):
         assert throughput > 0 and trial.user_attrs["settings"]["training.time_budget_s"] == 5.0
     best = [t.number for t in study.best_trials]
     text = " ".join(result.stdout.split())
+    if cuda_device_count() == 0:  # the rule of studies/README.md, said where the trials run on a CPU
+        assert f"warning: {path}: budget.seconds on a CPU: each trial trains as many steps as the machine's" in text
     assert ("recommended (representative of the Pareto front, not confirmed): trial" in text  # the front's knee,
             or "recommended (the default, not confirmed): trial 0" in text)  # or the default, which won its run
     chosen = load_config(StudyDir(out).best_config_path)
@@ -400,7 +403,7 @@ def test_an_unusable_study_folder_is_refused_in_one_line(tmp_path, tiny_study):
     a_file = tmp_path / "a_file"
     a_file.write_text("x")
     for out, message in ((a_file, f"error: --out {a_file}: not a folder (a file of that name exists)"),
-                         (a_file / "sub", f"error: --out {a_file / 'sub'}: cannot create the folder (Not a directory)"),
+                         (a_file / "sub", f"error: --out {a_file / 'sub'}: cannot create the folder ({a_file} is a file)"),
                          ("", "argument --out: expected a folder, got an empty value")):
         result = run_command(SWEEP + ["--study", tiny_study, "--out", out, "--no-confirm"])
         assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr, result.stderr
