@@ -515,7 +515,9 @@ def _worker_argv(argv: list[str]) -> list[str]:
 def _launch_render(args: argparse.Namespace) -> int:
     from trainer.inference.loading import locate_model
     from trainer.inference.opening import OPENING_ENV, OpeningRelay
+    from trainer.contract.rundir import RunDir
     from trainer.parallel.launch import launch_workers
+    from trainer.parallel.rank_log import RankLogFollower
     from trainer.train.build import resolve_device
 
     located = locate_model(args.model)
@@ -527,16 +529,23 @@ def _launch_render(args: argparse.Namespace) -> int:
     logs = Path(tempfile.mkdtemp(prefix="ngptune-render-"))
     argv = _worker_argv(args.render_argv) + (["--out", str(args.out)] if args.out is not None and "--out" not in args.render_argv else [])
     try:
-        with OpeningRelay(logs / "opening.json"):
+        # rank 0's progress lines (plain, every few seconds) repeated here as "rank 0: ..."
+        with OpeningRelay(logs / "opening.json"), RankLogFollower(RunDir(logs).log_path(0), None, 0, plain=True):
             launch_workers(["-m", "trainer.inference", "render", *argv], args.nproc_per_node, run_dir=logs,
                            timeout_s=300, env_extra={"NGPTUNE_RENDER_SUMMARY": str(logs / "summary.json"),
                                                      OPENING_ENV: str(logs / "opening.json")})
     except TrainerError as exc:
-        raise type(exc)(f"{exc} (rank logs in {logs}/logs)") from None
+        said = f"{exc} (rank logs in {logs}/logs)"
+        try:
+            error = type(exc)(said)
+        except TypeError:  # an error that carries more than its message (the launcher's WorkersFailed)
+            error = TrainerError(said)
+        raise error from None
     except KeyboardInterrupt:
         from trainer.inference.render_views import RenderInterrupted
 
-        kept = f"; the PNG frames written so far are in {args.out}" if args.out is not None else ""
+        frames = len(list(args.out.glob("*.png"))) if args.out is not None and args.out.is_dir() else 0
+        kept = f"; the {frames} PNG frames written so far are in {args.out}" if args.out is not None else ""
         video = "; no video written" if args.video is not None else ""
         raise RenderInterrupted(f"render stopped, the ranks were stopped{video}{kept} (rank logs in {logs}/logs)") from None
     summary = json.loads((logs / "summary.json").read_text(encoding="utf-8"))

@@ -133,8 +133,10 @@ def test_two_ranks_render_the_frames_of_one_process(trained_run, tmp_path, capsy
     common = ["render", trained_run["run"], "--cameras", "orbit", "--frames", "3", "--width", "16", "--height", "16",
               "--spp", "2", "--device", "cpu", "--quiet"]
     assert run_inference_cli(common + ["--out", one], capsys)[0] == 0
-    code, stdout, _ = run_inference_cli(common + ["--out", two, "--nproc-per-node", "2"], capsys)
+    shown = [a for a in common if a != "--quiet"]  # rank 0's progress, repeated by the launching process
+    code, stdout, _ = run_inference_cli(shown + ["--out", two, "--nproc-per-node", "2"], capsys)
     assert code == 0 and "(2 ranks)" in stdout
+    assert "rank 0: render 2/2 " in stdout  # rank 0's frames 0 and 2: its last progress line
     first, n = first_statement(stdout)  # as one process opens, from rank 0
     assert first.startswith(f"rendering {trained_run['run']}/snapshots/step_0000080.pt (step 80) with 2 ranks on cpu, ")
     assert first.endswith(": 3 frames of orbit of 16x16, spp 2"), first
