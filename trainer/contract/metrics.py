@@ -212,11 +212,16 @@ def number_text(name: str, value: Any) -> str:
 
 def quantity_text(name: str, value: Any) -> str:
     """:func:`number_text` with the unit of :func:`unit_of`: ``34.22 dB``, ``30.0 s``,
-    ``6.10 M samples/s``, ``12.3 ms``; ``""`` for a missing value."""
+    ``6.10 M samples/s``, ``12.3 ms``; ``""`` for a missing value. Microseconds from 1000 on are
+    written in ms, GB/s below 1 in MB/s."""
     text = number_text(name, value)
     unit = unit_of(name)
     if not text or not unit or not isinstance(value, (int, float)) or isinstance(value, bool):
         return text
+    if unit == "µs" and abs(value) >= 1000:  # a kernel's total time: 208.3 ms, not 208259.7 µs
+        return f"{value / 1000:.1f} ms"
+    if unit == "GB/s" and 0 < abs(value) < 1:  # a slow link: 59.4 MB/s, not 0.0594 GB/s
+        return f"{significant(value * 1000)} MB/s"
     return f"{text} {unit}"
 
 
