@@ -106,14 +106,22 @@ QUANTITY_END = re.compile(r"(\d|\d [kMGT])$")
 
 def unit_words(text: str) -> list[str]:
     """``text`` split at its spaces, each unit joined to the number before it (and an SI prefix's
-    unit to both): ``"gain -0.06 dB); 76.2 k samples/s"`` → ``["gain", "-0.06 dB);", "76.2 k samples/s"]``."""
+    unit to both), a mean ``±`` its spread kept whole and :data:`NUMBERED_WORDS` kept with their
+    number: ``"gain -0.06 dB); 76.2 k samples/s"`` → ``["gain", "-0.06 dB);", "76.2 k samples/s"]``,
+    ``"trial 4 19.27 ± 0.17 dB"`` → ``["trial 4", "19.27 ± 0.17 dB"]``."""
     words: list[str] = []
     for word in text.split():
-        if words and UNIT_WORD.match(word) and QUANTITY_END.search(words[-1]):
+        if words and (word == "±" or words[-1].endswith(" ±")  # a mean ± its sd stays whole
+                      or (words[-1] in NUMBERED_WORDS and word[:1].isdigit())  # "trial 4", "rank 1"
+                      or (UNIT_WORD.match(word) and QUANTITY_END.search(words[-1]))):
             words[-1] += " " + word
         else:
             words.append(word)
     return words
+
+
+NUMBERED_WORDS = ("trial", "rank", "step")
+"""Words kept on a line with the number after them by :func:`unit_words`."""
 
 
 def fit_lines(parts: Sequence[str], width: int | None = None, indent: str = CONTINUATION,

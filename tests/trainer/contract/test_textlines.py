@@ -101,3 +101,11 @@ def test_a_long_sentence_is_never_broken_between_a_number_and_its_unit():
     lines = fit_lines([sentence])
     assert joined(lines) == sentence and all(len(line) <= LINE_WIDTH for line in lines), lines
     assert not any(line.strip().startswith("dB") for line in lines[1:]), lines  # "-0.06" and "dB)" split before
+
+
+def test_a_mean_and_its_spread_and_a_numbered_trial_stay_whole():
+    from trainer.contract.textlines import unit_words
+
+    assert unit_words("trial 4 19.27 ± 0.17 dB vs default 19.33 ± 0.21 dB") == [
+        "trial 4", "19.27 ± 0.17 dB", "vs", "default", "19.33 ± 0.21 dB"]
+    assert unit_words("rank 1 of 2, step 40/200") == ["rank 1", "of", "2,", "step 40/200"]
