@@ -60,6 +60,7 @@ from trainer.contract import (
     fit_lines,
     joined,
     last_error_message,
+    nonnegative_int,
     print_error,
     runs_on_cpu,
     scene_format_overrides,
@@ -114,6 +115,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "measures it with bench-comm before training (more than one rank), or GB/s, or off")
     p.add_argument("--bench-comm-csv", type=Path, default=None, metavar="FILE",
                    help="with --link-busbw auto: take the link's busbw from a table `ngptune bench-comm --csv` wrote")
+    p.add_argument("--cpu-threads", type=nonnegative_int, default=None, metavar="N",
+                   help="intra-op threads of each rank on a CPU; 0: the cores other processes leave free // ranks "
+                        "(training.cpu_threads)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="trainer config override (repeatable)")
     p.add_argument("--out", type=Path, default=None, help="profile folder (default: reports/<time>-<scene>)")
@@ -235,6 +239,8 @@ def run_config(args: argparse.Namespace) -> TrainConfig:
         overrides["distributed.emulate_interconnect"] = args.emulate_interconnect
     if args.downscale is not None:
         overrides["data.downscale"] = args.downscale
+    if args.cpu_threads is not None:
+        overrides["training.cpu_threads"] = args.cpu_threads
     overrides.update(scene_format_overrides(args))
     cfg = load_config(path, overrides)
     if "training.log_every" in overrides:  # the user's --set wins
@@ -259,7 +265,8 @@ def trainer_command(args: argparse.Namespace, run_dir: Path, window: tuple[int, 
     """The ``python -m trainer`` command line of the profiled run (:func:`trainer.contract.trainer_argv`):
     one metrics record per ``log_every`` steps (``training.log_every``, before ``--set`` so the user's wins)."""
     overrides = [f"training.log_every={log_every}", *(["profile.cuda_profiler_range=true"] if cuda_profiler_range else []),
-                 *([f"data.downscale={args.downscale}"] if args.downscale is not None else []), *args.overrides, *(f"{key}={json.dumps(value)}" for key, value in scene_format_overrides(args).items())]
+                 *([f"data.downscale={args.downscale}"] if args.downscale is not None else []),
+                 *([f"training.cpu_threads={args.cpu_threads}"] if args.cpu_threads is not None else []), *args.overrides, *(f"{key}={json.dumps(value)}" for key, value in scene_format_overrides(args).items())]
     return trainer_argv(nproc_per_node=args.nproc_per_node, n_steps=args.steps, out=run_dir, quiet=True,
                         evaluate=args.eval_images > 0, eval_max_images=args.eval_images or None, trace_steps=window,
                         scene=args.scene, config=args.config, emulate_interconnect=args.emulate_interconnect,

@@ -15,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-from trainer.contract import RunDir, counted, fit_lines, positive_int
+from trainer.contract import RunDir, counted, fit_lines, nonnegative_int, positive_int
 
 __all__ = ["job_done", "opening_lines", "register"]
 
@@ -27,7 +27,8 @@ def _train_args(args: argparse.Namespace) -> tuple[str, ...]:
     for item in args.overrides:
         out += ["--set", item]
     for flag, value in (("--n-steps", args.n_steps), ("--time-budget", args.time_budget),
-                        ("--eval-max-images", args.eval_max_images), ("--device", args.device)):
+                        ("--eval-max-images", args.eval_max_images), ("--device", args.device),
+                        ("--cpu-threads", args.cpu_threads)):
         if value is not None:
             out += [flag, str(value)]
     if args.no_eval:
@@ -168,5 +169,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--eval-max-images", type=positive_int, default=None, metavar="N",
                    help="evaluate at most N test views per scene, on any device")
     p.add_argument("--device", default=None, help="cpu, cuda or auto (as ngptune train)")
+    p.add_argument("--cpu-threads", type=nonnegative_int, default=None, metavar="N",
+                   help="intra-op threads of each job on a CPU, as ngptune train (training.cpu_threads)")
     p.add_argument("--no-eval", action="store_true", help="skip the final evaluation (no PSNR, no thumbnail)")
     p.set_defaults(func=_cmd_train_many)

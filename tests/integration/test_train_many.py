@@ -68,7 +68,7 @@ def test_train_many_warm_starts_fails_one_and_resumes(tmp_path):
     listing.write_text("seq/0000\nseq/missing\nseq/0001\n")
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "ngptune", "train-many", str(listing), "--out", str(out), "--config", str(config),
-           "--n-steps", "4", "--eval-max-images", "1", "--warm-start", "previous"]
+           "--n-steps", "4", "--eval-max-images", "1", "--warm-start", "previous", "--cpu-threads", "1"]
     first = subprocess.run(cmd, capture_output=True, text=True, timeout=400, cwd=REPO)
     assert first.returncode == 1, first.stdout + first.stderr  # one scene failed
     with open(out / "summary.csv", newline="") as f:
@@ -78,6 +78,7 @@ def test_train_many_warm_starts_fails_one_and_resumes(tmp_path):
     assert rows["0000"]["steps"] == "4" and float(rows["0000"]["psnr_db"]) > 0
     assert rows["0000"]["gpus"] == ("cpu" if not visible_gpus() else "0")
     assert rows["0001"]["warm_started_from"] == ""  # its predecessor failed: a cold start
+    assert json.loads((out / "0000" / "config.json").read_text())["training"]["cpu_threads"] == 1  # --cpu-threads
     # each job's final line has its final step (the last look at its progress may be short of it)
     assert {"0000: completed at step 4/4", "missing: failed", "0001: completed at step 4/4"} <= set(
         first.stdout.splitlines()), first.stdout

@@ -166,3 +166,12 @@ def test_the_console_summary_gives_the_parts_that_add_up_to_the_step_time() -> N
                         "waiting for other ranks 0.0 ms, outside the named phases 0.2 ms")
     total, *parts = _ms(lines[1])
     assert sum(parts) == pytest.approx(total)
+
+
+def test_cpu_threads_reach_the_config_and_the_profiled_run(tmp_path: Path) -> None:
+    args = _args("--config", str(SMALL), "--steps", "60", "--cpu-threads", "1")
+    assert run_config(args).training.cpu_threads == 1
+    argv = trainer_command(args, tmp_path / "run", (0, 5), log_every=50, cuda_profiler_range=False)
+    assert argv[argv.index("training.cpu_threads=1") - 1] == "--set"
+    with pytest.raises(SystemExit):
+        _args("--cpu-threads", "-1")

@@ -61,6 +61,7 @@ __all__ = [
     "add_view_arguments",
     "bench_comm_argv",
     "inference_argv",
+    "nonnegative_int",
     "positive_int",
     "scene_format_overrides",
     "tool_argv",
@@ -90,6 +91,17 @@ DEFAULT_MIN_VIEWS = 3
 """``export mesh|pointcloud --min-views N``: keep only what lies on the rendered surface of at least N
 training views (:mod:`trainer.inference.support`); two views triangulate a point, a third checks it.
 0 keeps everything."""
+
+
+def nonnegative_int(text: str) -> int:
+    """argparse type: an integer >= 0 (ArgumentTypeError otherwise)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
+    return value
 
 
 def positive_int(text: str) -> int:
