@@ -61,6 +61,7 @@ __all__ = [
     "add_view_arguments",
     "bench_comm_argv",
     "inference_argv",
+    "integer_at_least",
     "nonnegative_int",
     "positive_int",
     "scene_format_overrides",
@@ -93,29 +94,25 @@ training views (:mod:`trainer.inference.support`); two views triangulate a point
 0 keeps everything."""
 
 
-def nonnegative_int(text: str) -> int:
-    """argparse type: an integer >= 0 (ArgumentTypeError otherwise)."""
+def integer_at_least(text: str, minimum: int) -> int:
+    """``text`` as an integer >= ``minimum``, for argparse types (ArgumentTypeError otherwise)."""
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
+        raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {text!r}") from None
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {value}")
     return value
+
+
+def nonnegative_int(text: str) -> int:
+    """argparse type: an integer >= 0 (ArgumentTypeError otherwise)."""
+    return integer_at_least(text, 0)
 
 
 def positive_int(text: str) -> int:
     """argparse type: an integer >= 1 (ArgumentTypeError otherwise)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
-    return value
-
-
-# ---------------------------------------------------------------------------- python -m trainer
+    return integer_at_least(text, 1)
 
 
 def add_scene_format_arguments(parser: argparse.ArgumentParser) -> None:
