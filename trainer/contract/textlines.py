@@ -23,8 +23,9 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 
-__all__ = ["CONSOLE_PREFIX_ENV", "CONTINUATION", "LINE_WIDTH", "clock_text", "counted", "estimate_text", "fit_lines",
-           "joined", "line_width", "listed", "seconds_text", "unit_words"]
+__all__ = ["CONSOLE_PREFIX_ENV", "CONTINUATION", "LINE_WIDTH", "MAX_BAR", "MIN_BAR", "NUMBERED_WORDS", "clock_text",
+           "counted", "estimate_text", "fit_lines", "fit_progress_line", "joined", "line_width", "listed", "seconds_text",
+           "unit_words"]
 
 LINE_WIDTH = 79
 """Most characters of one line (an 80-column terminal does not wrap it)."""
@@ -104,6 +105,10 @@ UNIT_WORD = re.compile(r"^(dB|ms|s|min|h|%|px|[kMGT]?B|[kMGT]iB|[kMGT]?B/s|[a-z]
 QUANTITY_END = re.compile(r"(\d|\d [kMGT])$")
 
 
+NUMBERED_WORDS = ("trial", "rank", "step")
+"""Words kept on a line with the number after them by :func:`unit_words`."""
+
+
 def unit_words(text: str) -> list[str]:
     """``text`` split at its spaces, each unit joined to the number before it (and an SI prefix's
     unit to both), a mean ``±`` its spread kept whole and :data:`NUMBERED_WORDS` kept with their
@@ -119,9 +124,6 @@ def unit_words(text: str) -> list[str]:
             words.append(word)
     return words
 
-
-NUMBERED_WORDS = ("trial", "rank", "step")
-"""Words kept on a line with the number after them by :func:`unit_words`."""
 
 
 def fit_lines(parts: Sequence[str], width: int | None = None, indent: str = CONTINUATION,
@@ -159,3 +161,29 @@ def fit_lines(parts: Sequence[str], width: int | None = None, indent: str = CONT
     if current:
         lines.append(current)
     return lines
+
+
+MIN_BAR = 8  # bar characters kept however narrow the terminal
+MAX_BAR = 40
+
+
+def fit_progress_line(width: int, label: str, fraction: float, kept: list[str], extras: list[str]) -> str:
+    """One progress line of at most ``width`` characters: ``label``, a bar of ``fraction`` (0..1),
+    the ``kept`` parts (never left out), then as many ``extras`` as fit, in order (the last ones
+    drop first). The bar takes the room left, between :data:`MIN_BAR` and :data:`MAX_BAR`
+    characters; below ``MIN_BAR`` columns of room it shrinks, and a line that still does not fit
+    is cut at ``width`` (the kept parts first)."""
+    fixed = " ".join(kept)
+    shown: list[str] = []
+    for extra in extras:
+        if len(label) + 1 + MIN_BAR + 1 + len(" ".join([fixed, *shown, extra])) <= width:
+            shown.append(extra)
+        else:
+            break
+    tail = " ".join([fixed, *shown])
+    room = width - len(label) - 2 - len(tail)
+    bar_width = max(0, min(MAX_BAR, room))
+    filled = round(max(0.0, min(1.0, fraction)) * bar_width)
+    bar = "━" * filled + "─" * (bar_width - filled) if bar_width else ""
+    line = " ".join(part for part in (label, bar, tail) if part)
+    return line[:width]

@@ -8,7 +8,7 @@ resume and evaluation messages.
 :class:`RankLogFollower` reads that log while the ranks run (a thread polling the file every
 ``poll_s``) and repeats those lines on the launcher's stdout as ``rank 0: <line>``: plain lines off
 a TTY (rank 0's own cadence), on a TTY one live line as a single-process run draws it
-(:func:`trainer.run.progress.fit_progress_line`: ``train (rank 0)``, a bar, the step count, rank 0's
+(:func:`trainer.contract.textlines.fit_progress_line`: ``train (rank 0)``, a bar, the step count, rank 0's
 last ETA and the time elapsed, then loss and PSNR as they fit), advanced to each step rank 0
 reports, the other lines printed above it. The launcher tells rank 0 that prefix
 (:data:`trainer.contract.textlines.CONSOLE_PREFIX_ENV`), so that its lines, prefixed, still fit
@@ -36,8 +36,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from trainer.contract.runstatus import ERROR_PREFIX, PROGRESS_PREFIX, SUMMARY_PREFIX, WARNING_PREFIX, strip_rank_prefix
-from trainer.contract.textlines import CONTINUATION, clock_text, fit_lines, joined
-from trainer.run.progress import fit_progress_line
+from trainer.contract.textlines import CONTINUATION, clock_text, fit_lines, fit_progress_line, joined
 
 __all__ = ["ATTEMPT_HEADER", "RANK0_PREFIX", "RankLogFollower", "reported_step", "restart_line"]
 
@@ -112,7 +111,6 @@ class RankLogFollower:
         if not self.plain:
             from rich.live import Live
 
-            self._started = time.perf_counter()
             self._live = Live(self, refresh_per_second=4, transient=False)
             self._live.start()
         self._thread = threading.Thread(target=self._run, name="rank0-log-follower", daemon=True)

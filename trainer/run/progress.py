@@ -3,9 +3,9 @@ place by rich), plain lines off a TTY (or with ``--quiet``), for training and fo
 evaluation.
 
 The line keeps what says how far the run is: the step count, the ETA and the elapsed time always;
-the bar takes the room left (at least :data:`MIN_BAR`); the figures of the last interval follow,
+the bar takes the room left (at least :data:`~trainer.contract.textlines.MIN_BAR`); the figures of the last interval follow,
 most important first, and drop from the end when the terminal is narrow: rays/s first, then
-samples/s, then PSNR, loss last (:func:`fit_progress_line`). At 80 columns a line reads ``train
+samples/s, then PSNR, loss last (:func:`~trainer.contract.textlines.fit_progress_line`). At 80 columns a line reads ``train
 ━━━━━━━━━━━━━━ step 101/2000 eta 12:34 0:01:02 loss 0.01235 psnr 23.46 dB``. The ETA is ``-:--``
 until a training rate is known: after the start-up steps (whose time is not training time) and
 one timed step after them.
@@ -31,10 +31,9 @@ from typing import Any
 
 from trainer.contract.metrics import si_count, si_number
 from trainer.contract.runstatus import progress_line
-from trainer.contract.textlines import clock_text, fit_lines, seconds_text
+from trainer.contract.textlines import clock_text, fit_lines, fit_progress_line, seconds_text
 
-__all__ = ["MIN_BAR", "PLAIN_PROGRESS_EVERY_S", "PLAIN_PROGRESS_PARTS", "STARTUP_BEGINS", "TrainProgress",
-           "eta_seconds", "fit_progress_line"]
+__all__ = ["PLAIN_PROGRESS_EVERY_S", "PLAIN_PROGRESS_PARTS", "STARTUP_BEGINS", "TrainProgress", "eta_seconds"]
 
 PLAIN_PROGRESS_EVERY_S = 10.0
 """Off a TTY (or with --quiet), a plain progress line this often (s), besides the log lines."""
@@ -44,10 +43,6 @@ PLAIN_PROGRESS_PARTS = 10
 
 STARTUP_BEGINS = "start-up: loading the scene and the model, first steps (not training time)"
 """Off a TTY, the line said when the start-up begins (:meth:`TrainProgress.startup_begins`)."""
-
-MIN_BAR = 8  # bar characters kept however narrow the terminal
-MAX_BAR = 40
-
 
 def eta_seconds(step: int, train_time_s: float, n_steps: int, time_budget_s: float | None,
                 since: tuple[int, float] = (0, 0.0)) -> float | None:
@@ -64,32 +59,10 @@ def eta_seconds(step: int, train_time_s: float, n_steps: int, time_budget_s: flo
     return max(0.0, left)
 
 
-def fit_progress_line(width: int, label: str, fraction: float, kept: list[str], extras: list[str]) -> str:
-    """One progress line of at most ``width`` characters: ``label``, a bar of ``fraction`` (0..1),
-    the ``kept`` parts (never left out), then as many ``extras`` as fit, in order (the last ones
-    drop first). The bar takes the room left, between :data:`MIN_BAR` and :data:`MAX_BAR`
-    characters; below ``MIN_BAR`` columns of room it shrinks, and a line that still does not fit
-    is cut at ``width`` (the kept parts first)."""
-    fixed = " ".join(kept)
-    shown: list[str] = []
-    for extra in extras:
-        if len(label) + 1 + MIN_BAR + 1 + len(" ".join([fixed, *shown, extra])) <= width:
-            shown.append(extra)
-        else:
-            break
-    tail = " ".join([fixed, *shown])
-    room = width - len(label) - 2 - len(tail)
-    bar_width = max(0, min(MAX_BAR, room))
-    filled = round(max(0.0, min(1.0, fraction)) * bar_width)
-    bar = "━" * filled + "─" * (bar_width - filled) if bar_width else ""
-    line = " ".join(part for part in (label, bar, tail) if part)
-    return line[:width]
-
-
 class TrainProgress:
     """The console display of one process's training and final evaluation.
 
-    On a TTY (and without ``quiet``) a rich live line (:func:`fit_progress_line` at the terminal's
+    On a TTY (and without ``quiet``) a rich live line (:func:`~trainer.contract.textlines.fit_progress_line` at the terminal's
     width) advanced after every step, and during the evaluation after every chunk of rays; off a
     TTY plain lines: each log record (with the step count and the ETA), a ``progress:`` line every
     :data:`PLAIN_PROGRESS_EVERY_S` seconds and at each :data:`PLAIN_PROGRESS_PARTS`-th of the

@@ -207,7 +207,8 @@ def _record(step: int) -> dict:
 
 
 def test_the_progress_line_fits_80_columns_keeping_step_eta_loss_and_psnr():
-    from trainer.run.progress import TrainProgress, fit_progress_line
+    from trainer.contract.textlines import fit_progress_line
+    from trainer.run.progress import TrainProgress
 
     figures = TrainProgress.figures(_record(101))
     line = fit_progress_line(79, "train", 101 / 2000, ["step 101/2000", "eta 12:34", "0:01:02"], figures)
