@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from ngptune.cli import main
-from ngptune.commbench import COLUMNS, CommBenchConfig, parse_nccl_settings, parse_sizes, register
+from ngptune.commbench import COLUMNS, CommBenchConfig, parse_nccl_settings, parse_sizes, register, show_table
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -99,3 +99,15 @@ def test_register_adds_the_subcommand_to_a_fresh_parser():
     assert (args.sizes, args.ops, args.iters, args.warmup) == ("1M,16M,64M", "all_reduce,all_gather", 20, 5)
     assert args.backend == "auto"
     assert args.nccl_settings == ["NCCL_ALGO=Ring", "NCCL_ALGO=Tree"] and args.emulate_interconnect == "none"
+
+
+def test_the_table_stays_within_80_columns_for_slow_links_and_long_settings(capfd):
+    # gloo on a loaded CPU: sub-MB/s bandwidths and second-long operations, beside NCCL settings
+    rows = [dict(settings=settings, op=op, size_bytes=4096, count=1024, time_us=time_us,
+                 algbw_gb_per_s=bw, busbw_gb_per_s=bw / 2)
+            for settings in ("default", "NCCL_ALGO=Ring,NCCL_PROTO=Simple")
+            for op, time_us, bw in (("all_reduce", 5360.0, 0.000764), ("all_gather", 1.23e6, 1.23e-5))]
+    show_table(pd.DataFrame(rows), "bench-comm: 2 ranks, gloo, 3 iterations; GB = 10^9 B")
+    lines = capfd.readouterr().out.splitlines()
+    assert lines and all(len(line) <= 80 for line in lines), "\n".join(lines)
+    assert any("1230" in line and "1.23e-05" in line and "6.15e-06" in line for line in lines)
