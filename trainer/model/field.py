@@ -115,7 +115,8 @@ class NGPField(nn.Module):
         fused_mlp: run both MLPs (and the density MLP of :meth:`density` without gradient) in the
             fused Triton kernels of :mod:`trainer.model.triton_mlp` where they apply (float32
             without autocast, instant-ngp's MLP shapes; the caller checks that Triton can run on
-            the device); elsewhere the PyTorch path, their twin.
+            the device, and :func:`~trainer.model.triton_mlp.fused_kernels_problem` that they fit
+            it: where not, :attr:`fused_mlp_problem` says why); elsewhere the PyTorch path, their twin.
         mlp_precision: the fused kernels' product precision, ``"ieee"`` (float32), ``"tf32"`` or
             ``"bf16"`` (:data:`trainer.model.triton_mlp.DOT_PRECISIONS`); with ``"bf16"`` the fused
             path also runs under bfloat16 autocast (it casts the products' inputs itself).
@@ -174,6 +175,11 @@ class NGPField(nn.Module):
             and _triton_mlp() is not None
             and _triton_mlp().fused_head_supported(self.density_mlp.weights(), self.rgb_mlp.weights(), activations)
         )
+        self.fused_mlp_problem: str | None = None
+        if self.fused_mlp:  # shapes the kernels take may still not fit the GPU's shared memory
+            self.fused_mlp_problem = _triton_mlp().fused_kernels_problem(
+                self.density_mlp.weights(), self.rgb_mlp.weights(), mlp_precision)
+            self.fused_mlp = self.fused_mlp_problem is None
 
     def normalise_positions(self, positions: torch.Tensor) -> torch.Tensor:
         """World positions [S, 3] → [S, 3] float32 in [0, 1]³: contracted first with the unbounded

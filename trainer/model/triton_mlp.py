@@ -38,8 +38,10 @@ import torch
 import triton
 import triton.language as tl
 
-__all__ = ["DOT_PRECISIONS", "KERNEL_SETTINGS", "dense_features", "fused_density", "fused_field_head",
-           "fused_head_supported"]
+from trainer.triton_support import INTERPRET
+
+__all__ = ["DOT_PRECISIONS", "KERNEL_SETTINGS", "PROBE_SAMPLES", "dense_features", "fused_density",
+           "fused_field_head", "fused_head_supported", "fused_kernels_problem"]
 
 DOT_PRECISIONS = {"ieee": 0, "tf32": 1, "bf16": 2}  # tl.dot input precision → the kernels' DOT constant
 # Launch settings (tile rows, warps, persistent programs per SM); bench/mlp.py times alternatives.
@@ -56,6 +58,8 @@ GEOMETRY_DIM = 16  # the density MLP's output: the density logit h₀ and 15 geo
 SH_PAD = 16  # SH coefficients, padded to the degree-4 count
 OUT_PAD = 16  # colour outputs (3), padded to tl.dot's minimum
 _TRUNC_EXP_GRAD_MAX = 15.0
+PROBE_SAMPLES = 16  # samples of the launches that check the kernels fit the device
+_PROBED: dict[tuple, str | None] = {}  # (device, width, inputs, SH inputs, precision) → problem
 
 
 def _next_pow2(n: int) -> int:
@@ -449,3 +453,47 @@ def fused_density(features: torch.Tensor, density_weights: list[torch.Tensor], p
                 HAS_COUNT=count is not None, DOT=dot, num_warps=KERNEL_SETTINGS["density_warps"],
             )
     return sigma
+
+
+def fused_kernels_problem(density_weights: list[torch.Tensor], rgb_weights: list[torch.Tensor],
+                          precision: str = "ieee") -> str | None:
+    """Why the fused kernels cannot run these MLPs on their weights' device, or None when they can.
+
+    Each kernel the field launches (head forward and backward, density with and without a live
+    count) runs once on :data:`PROBE_SAMPLES` zero samples, which compiles it for these shapes. A
+    kernel that needs more of a GPU's resources than it has fails at its first launch with Triton's
+    ``OutOfResources`` (the head's backward at width 128 asks 260,352 bytes of shared memory per
+    block; an H100 or H200 has 232,448), and its message is returned. The answer is kept per
+    device, shapes and precision, so later fields do not launch again. Weights on a CPU outside
+    Triton's interpreter are not probed (no kernel launches there): None.
+
+    Args:
+        density_weights, rgb_weights: as :func:`fused_field_head` (shapes it supports).
+        precision: a key of :data:`DOT_PRECISIONS`.
+
+    Raises:
+        ValueError: as :func:`fused_field_head`.
+    """
+    device = density_weights[0].device
+    n_in = density_weights[0].shape[1]
+    n_sh = rgb_weights[0].shape[1] - (GEOMETRY_DIM - 1)
+    key = (str(device), density_weights[0].shape[0], n_in, n_sh, precision)
+    if device.type != "cuda" and not INTERPRET:
+        return None
+    if key not in _PROBED:
+        with torch.inference_mode(False):
+            # feature-major, as the Triton hash grid hands the features over (the same compiled variant)
+            x = torch.zeros(n_in, PROBE_SAMPLES, device=device).t().requires_grad_()
+            sh = torch.zeros(PROBE_SAMPLES, n_sh, device=device)
+            weights = [w.detach().clone().requires_grad_() for w in (*density_weights, *rgb_weights)]
+        problem = None
+        try:  # (a field built under inference mode or no_grad still probes the backward)
+            with torch.inference_mode(False), torch.enable_grad():
+                sigma, rgb = fused_field_head(x, sh, weights[:2], weights[2:], precision)
+                (sigma.sum() + rgb.sum()).backward()
+            fused_density(x.detach(), weights[:2], precision)
+            fused_density(x.detach(), weights[:2], precision, torch.tensor(PROBE_SAMPLES, device=device))
+        except triton.runtime.errors.OutOfResources as error:
+            problem = str(error)
+        _PROBED[key] = problem
+    return _PROBED[key]

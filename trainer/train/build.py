@@ -81,7 +81,7 @@ def build_field(
     ``contraction`` (the unbounded scene model) positions are contracted into ``aabb`` first."""
     table_dtype = torch.float16 if cfg.encoding.table_dtype == "float16" else torch.float32
     field = NGPField(
-        aabb=aabb,
+        aabb=aabb.to(device),  # built where it runs: the fused kernels are checked on that device
         grid_cfg=hash_grid_config(cfg.encoding, aabb_scale, footprint_resolution),
         density_net=MLPConfig(
             n_neurons=cfg.network.n_neurons,
@@ -103,7 +103,11 @@ def build_field(
         n_appearance_images=n_train_images if cfg.training.appearance == "affine" else 0,
         contraction=contraction,
     )
-    if cfg.training.mlp_backend == "triton":
+    if field.fused_mlp_problem is not None:
+        warnings.warn(f"training.mlp_backend: the fused MLP kernels do not fit this GPU at width "
+                      f"{cfg.network.n_neurons} ({field.fused_mlp_problem}); the PyTorch path runs the MLPs",
+                      stacklevel=2)
+    elif cfg.training.mlp_backend == "triton":
         if not field.fused_mlp:
             warnings.warn("training.mlp_backend: 'triton' does not apply to these MLPs (the fused kernels take a "
                           "density MLP with 1 hidden layer and a colour MLP with 2, one width of 16-128, ReLU, no "

@@ -1,0 +1,82 @@
+"""A field whose fused MLP kernels do not fit the GPU runs its MLPs on the PyTorch path.
+
+:func:`trainer.model.triton_mlp.fused_kernels_problem` launches each fused kernel once on a few
+samples when a field is built; a kernel that asks for more shared memory than the device has
+raises Triton's ``OutOfResources`` at that first launch (the head's backward at width 128 on an
+H100), and the field then keeps the PyTorch twin, says why (``fused_mlp_problem``), and
+:func:`trainer.train.build.build_field` warns naming the width. In Triton's interpreter (a fresh
+subprocess, tests/support/triton_worker.py), where nothing runs out of resources, the failure is
+made by a kernel that raises the error Triton raises on the GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import warnings
+
+import pytest
+import torch
+
+from tests.support.triton_worker import observe_in_interpreter
+
+SHARED_ASKED, SHARED_LIMIT = 260352, 232448  # the H100's answer for the backward at width 128
+
+
+def observe() -> dict:
+    from triton.runtime.errors import OutOfResources
+
+    from trainer.contract.config import TrainConfig, apply_overrides
+    from trainer.model import triton_mlp
+    from trainer.model.field import NGPField
+    from trainer.train.build import build_field
+
+    aabb = torch.tensor([[-1.0, -1.0, -1.0], [1.0, 1.0, 1.0]])
+    seen: dict = {"fits": NGPField(aabb, backend="torch", fused_mlp=True).fused_mlp}
+
+    class TooLarge:  # a kernel as Triton's launcher sees it, failing as on a GPU without the room
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                raise OutOfResources(SHARED_ASKED, SHARED_LIMIT, "shared memory")
+            return launch
+
+    triton_mlp._PROBED.clear()
+    triton_mlp._head_backward_kernel = TooLarge()
+    field = NGPField(aabb, backend="torch", fused_mlp=True)
+    seen["too_large"] = {"fused_mlp": field.fused_mlp, "problem": field.fused_mlp_problem}
+    triton_mlp._PROBED.clear()
+    cfg = apply_overrides(TrainConfig(), {"training.mlp_backend": "triton"})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        built = build_field(cfg, aabb, 1, torch.device("cpu"))
+    seen["built"] = {"fused_mlp": built.fused_mlp, "warnings": [str(w.message) for w in caught]}
+    # the PyTorch path trains: a backward through the field gives every MLP weight a gradient
+    sigma, rgb = field(torch.rand(64, 3) * 2 - 1, torch.nn.functional.normalize(torch.randn(64, 3), dim=-1))
+    (sigma.sum() + rgb.sum()).backward()
+    seen["grads"] = all(w.grad is not None for w in field.density_mlp.weights() + field.rgb_mlp.weights())
+    return seen
+
+
+@pytest.fixture(scope="module")
+def seen() -> dict:
+    return observe_in_interpreter(__file__, 0)
+
+
+def test_kernels_that_fit_are_kept(seen):
+    assert seen["fits"] is True
+
+
+def test_a_kernel_out_of_shared_memory_leaves_the_pytorch_path_and_says_why(seen):
+    too_large = seen["too_large"]
+    assert too_large["fused_mlp"] is False
+    assert "shared memory" in too_large["problem"] and str(SHARED_ASKED) in too_large["problem"]
+    assert seen["grads"] is True
+    built = seen["built"]
+    assert built["fused_mlp"] is False
+    (message,) = [m for m in built["warnings"] if m.startswith("training.mlp_backend")]
+    assert "do not fit this GPU at width 64" in message and str(SHARED_LIMIT) in message
+    assert message.endswith("the PyTorch path runs the MLPs")
+
+
+if __name__ == "__main__":
+    print(json.dumps(observe()))
