@@ -65,8 +65,9 @@ def test_no_pixels_cost_nothing(fake_clock) -> None:
 
 
 def test_the_estimate_adds_the_work_besides_rendering_scaled_by_pixels(demo_scene, monkeypatch) -> None:
-    """Decoding, scoring and encoding are timed on the largest view and scaled to every view by
-    its pixels; the PNG is encoded (in memory) only where the evaluation saves its renders."""
+    """Decoding, scoring and encoding are timed twice on the largest view: the first time counts
+    once, the second is scaled to the other views by their pixels; the PNG is encoded (in memory)
+    only where the evaluation saves its renders."""
     import cv2
 
     from tests.support.scenes import tiny_config
@@ -84,10 +85,16 @@ def test_the_estimate_adds_the_work_besides_rendering_scaled_by_pixels(demo_scen
         assert encoded == [(".png", (h, w, 3), np.dtype(np.uint8))]
         seen = []
         monkeypatch.setattr(eval_estimate, "fitted_render_seconds", lambda *args, **kwargs: 2.0)
+        # the first view pays for what is set up on first use, once; the others what a second costs
         monkeypatch.setattr(eval_estimate, "view_overhead_seconds",
-                            lambda trainer_, frame, save_render: seen.append((frame, save_render)) or 0.25)
+                            lambda trainer_, frame, save_render: seen.append((frame, save_render)) or (
+                                1.5 if len(seen) == 1 else 0.25))
         seconds = eval_estimate.measure_eval_seconds(trainer, frames, spp=3)
-        assert seconds == pytest.approx(2.0 * 3 + 0.25 * len(frames))  # the demo's test views share one size
-        assert seen == [(frames[0], False)]  # no run folder: nothing would be saved
+        assert len(frames) > 1
+        assert seconds == pytest.approx(2.0 * 3 + 1.5 + 0.25 * (len(frames) - 1))  # the views share one size
+        assert seen == [(frames[0], False)] * 2  # no run folder: nothing would be saved
+        seen.clear()
+        assert eval_estimate.measure_eval_seconds(trainer, frames[:1], spp=1) == pytest.approx(2.0 + 1.5)
+        assert len(seen) == 1  # one view: no second timing
     finally:
         trainer.close()
