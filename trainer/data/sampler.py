@@ -216,10 +216,10 @@ class _Cameras:
             )
 
     @property
-    def pinhole(self) -> bool:
-        """Rays come from focal length and principal point alone (no distortion, no direction
-        map): what :func:`trainer.data.triton_rays.pinhole_rays_triton` computes."""
-        return self.direction_map is None and not self.intrinsics.has_distortion
+    def kernel_ready(self) -> bool:
+        """Rays come from focal length and principal point alone (no distortion) or from the
+        direction map: what :func:`trainer.data.triton_rays.pinhole_rays_triton` computes."""
+        return self.direction_map is not None or not self.intrinsics.has_distortion
 
     def rays(
         self,
@@ -518,8 +518,9 @@ class RaySampler:
             centre (instant-ngp trains this way; the colour is the pixel's). Ignored for cameras
             served from a direction map.
         triton_rays: build rays and decode colours with one Triton kernel
-            (:mod:`trainer.data.triton_rays`) where the cameras allow it (no lens distortion, no
-            direction map); the caller checks that Triton can run on ``device``.
+            (:mod:`trainer.data.triton_rays`) where the cameras allow it (no lens distortion, or
+            a direction map of the distorted cameras); the caller checks that Triton can run on
+            ``device``.
 
     Raises:
         ConfigError: an unknown placement or a bad window/prefetch size.
@@ -569,7 +570,7 @@ class RaySampler:
         if placement != "stream" and table is None:
             table = load_pixel_table(frames, downscale=downscale)
         self._cameras = _Cameras(frames, self.device, direction_maps)
-        self.triton_rays = bool(triton_rays) and self._cameras.pinhole
+        self.triton_rays = bool(triton_rays) and self._cameras.kernel_ready
         self._jitter_generator: torch.Generator | None = None
         if subpixel_jitter:
             self._jitter_generator = torch.Generator(device=self.device)
@@ -613,7 +614,8 @@ class RaySampler:
             cameras = self._cameras
             rays_o, rays_d, rgb, alpha = pinhole_rays_triton(
                 image_index, local_index, rgba, cameras.widths, cameras.intrinsics.focal,
-                cameras.intrinsics.principal, cameras.c2w, subpixel,
+                cameras.intrinsics.principal, cameras.c2w, subpixel, cameras.direction_map,
+                cameras.map_base if cameras.direction_map is not None else None,
             )
             return RayBatch(rays_o=rays_o, rays_d=rays_d, rgb=rgb, alpha=alpha, image_index=image_index)
         rays_o, rays_d = self._cameras.rays(image_index, local_index, subpixel)

@@ -20,6 +20,7 @@ from typing import Any, Callable
 import torch
 
 from trainer.contract.errors import ConfigError
+from trainer.data.sampler import MAX_DIRECTION_MAP_PIXELS
 from trainer.train.capture import CapturedStep
 from trainer.train.dynamic_step import DynamicStep
 from trainer.train.fixed_step import FixedCapacityStep
@@ -38,8 +39,12 @@ def capture_blockers(trainer: Any) -> list[str]:
         reasons.append("training.march_backend is not the Triton marcher")
     if not trainer.triton_render:
         reasons.append("training.render_backend is not Triton")
-    if not trainer.sampler.triton_rays or trainer.sampler.placement != "device":
-        reasons.append("the ray sampler is not the Triton one over device-resident pixels (data.placement device)")
+    if not trainer.sampler.triton_rays:
+        reasons.append("the training rays are not built by the Triton kernel (training.rays_backend torch, or "
+                       "distorted cameras whose direction maps would pass "
+                       f"{MAX_DIRECTION_MAP_PIXELS:,} pixels)")
+    if trainer.sampler.placement != "device":
+        reasons.append(f"the training pixels are not on the device (data.placement {trainer.sampler.placement})")
     if t.precision == "fp16":
         reasons.append("training.precision fp16 (the captured step covers fp32, tf32 and bf16)")
     if cfg.optimizer.ema_decay is not None:

@@ -7,8 +7,12 @@ kernel is defined) and on CUDA:
   principal points), random pixels of random frames, odd batch sizes (tails of the last block),
   uint8 / float16 / float32 colours, pixel centres and random sub-pixel points, against
   ``pixel_to_camera_dirs`` + ``camera_dirs_to_world`` and the reference decoding;
+- kernel level with a direction map (distorted cameras): random camera-space directions per
+  pixel of each distinct camera, frames pointing into the map at random bases, against
+  ``camera_dirs_to_world`` of the looked-up directions (sub-pixel points unused, as the reference);
 - sampler level: two :class:`RaySampler` of the demo scene from one seed, one with
-  ``triton_rays``, draw the same pixels and the same batches.
+  ``triton_rays``, draw the same pixels and the same batches; again with lens distortion, where
+  both serve the rays from the sampler's direction map.
 
 Directions agree to float32 rounding (the reference's sum over the rotated components is a torch
 reduction), colours to one ulp (torch's CUDA division by a scalar), origins and pixels exactly. The seed is in the messages (``NGPTUNE_TEST_SEED`` replays).
@@ -91,6 +95,38 @@ def _kernel_cases(device: str, seed: int) -> list[dict]:
     return seen
 
 
+def _map_cases(device: str, seed: int) -> list[dict]:
+    from trainer.data.rays import camera_dirs_to_world
+    from trainer.data.triton_rays import pinhole_rays_triton
+
+    generator = torch.Generator().manual_seed(seed + 1)
+    seen = []
+    for n in SIZES:
+        for jitter in (False, True):
+            n_frames = int(torch.randint(1, 6, (), generator=generator))
+            widths, heights, focal, principal, c2w = _random_cameras(generator, n_frames)
+            pixels = widths * heights
+            # one map entry per pixel of each frame's camera, at a random base per frame
+            bases = torch.cumsum(pixels, 0) - pixels + torch.randint(0, 7, (n_frames,), generator=generator)
+            direction_map = torch.randn(int(bases[-1] + pixels[-1]) + 3, 3, generator=generator)
+            image_index = torch.randint(0, n_frames, (n,), generator=generator)
+            local_index = (torch.rand(n, generator=generator) * pixels[image_index]).long()
+            rgba = torch.randint(0, 256, (n, 4), generator=generator, dtype=torch.uint8)
+            subpixel = torch.rand(n, 2, generator=generator) if jitter else None
+            inputs = [t.to(device) if t is not None else None
+                      for t in (image_index, local_index, rgba, widths, focal, principal, c2w, subpixel,
+                                direction_map, bases)]
+            fast = pinhole_rays_triton(*inputs)
+            image_index, local_index, c2w, direction_map, bases = (
+                inputs[0], inputs[1], inputs[6], inputs[8], inputs[9])
+            ref_o, ref_d = camera_dirs_to_world(c2w[image_index], direction_map[bases[image_index] + local_index])
+            seen.append({"n": n, "jitter": jitter, "seed": seed,
+                         "origin_equal": bool(torch.equal(fast[0], ref_o)),
+                         "direction_err": float((fast[1] - ref_d).abs().max()) if n else 0.0,
+                         "colour_err": float((fast[2] - inputs[2][:, :3].float() / 255).abs().max()) if n else 0.0})
+    return seen
+
+
 def _sampler_case(device: str) -> dict:
     from trainer.data.demo import write_demo_scene
     from trainer.data.sampler import RaySampler
@@ -114,11 +150,30 @@ def _sampler_case(device: str) -> dict:
                 "colour_err": float(max((ref.rgb - fast.rgb).abs().max(), (ref.alpha - fast.alpha).abs().max())),
                 "direction_err": float((ref.rays_d - fast.rays_d).abs().max()),
             }
+        # lens distortion: both serve the rays from the sampler's direction map
+        distorted = [dataclasses.replace(f, intrinsics=dataclasses.replace(f.intrinsics, k1=0.1, p1=0.01))
+                     for f in frames]
+        batches = []
+        for triton_rays in (False, True):
+            sampler = RaySampler(distorted, placement="device", device=device, seed=3, triton_rays=triton_rays)
+            out[f"distorted_uses_triton_{triton_rays}"] = sampler.triton_rays
+            batches.append(sampler.sample(333))
+            sampler.close()
+        ref, fast = batches
+        out["distorted"] = {
+            "same_pixels": bool(torch.equal(ref.image_index, fast.image_index) and torch.equal(ref.rays_o, fast.rays_o)),
+            "colour_err": float(max((ref.rgb - fast.rgb).abs().max(), (ref.alpha - fast.alpha).abs().max())),
+            "direction_err": float((ref.rays_d - fast.rays_d).abs().max()),
+        }
+        # the distortion moved the rays away from the pinhole's (the map is not the pinhole rule)
+        pinhole = RaySampler(frames, placement="device", device=device, seed=3)
+        out["distorted"]["moved_from_pinhole"] = float((pinhole.sample(333).rays_d - fast.rays_d).abs().max())
+        pinhole.close()
     return out
 
 
 def observe(device: str, seed: int) -> dict:
-    return {"kernel": _kernel_cases(device, seed), "sampler": _sampler_case(device)}
+    return {"kernel": _kernel_cases(device, seed), "map": _map_cases(device, seed), "sampler": _sampler_case(device)}
 
 
 def _check(seen: dict) -> None:
@@ -133,6 +188,15 @@ def _check(seen: dict) -> None:
     for jitter in (False, True):
         assert s[f"jitter_{jitter}"]["same_pixels"] and s[f"jitter_{jitter}"]["colour_err"] <= COLOUR_TOL, s
         assert s[f"jitter_{jitter}"]["direction_err"] <= DIRECTION_TOL, s
+    assert len(seen["map"]) == len(SIZES) * 2
+    for r in seen["map"]:
+        assert r["origin_equal"] and r["colour_err"] <= COLOUR_TOL, r
+        # the map's directions are not unit vectors: the normalisation's rounding scales with them
+        assert r["direction_err"] <= 4 * DIRECTION_TOL, r
+    assert s["distorted_uses_triton_True"] and not s["distorted_uses_triton_False"]
+    d = s["distorted"]
+    assert d["same_pixels"] and d["colour_err"] <= COLOUR_TOL and d["direction_err"] <= DIRECTION_TOL, d
+    assert d["moved_from_pinhole"] > 1e-3, d
 
 
 def test_triton_rays_match_the_reference_in_the_interpreter():
@@ -144,7 +208,7 @@ def test_triton_rays_match_the_reference_on_cuda():
     _check(observe("cuda", random_seed()))
 
 
-def test_distorted_cameras_keep_the_reference_path(tmp_path):
+def test_distorted_cameras_without_a_direction_map_keep_the_reference_path(tmp_path):
     from trainer.data.demo import write_demo_scene
     from trainer.data.sampler import RaySampler
     from trainer.data import load_scene
@@ -155,6 +219,9 @@ def test_distorted_cameras_keep_the_reference_path(tmp_path):
     assert not sampler.triton_rays  # distortion needs the reference's undistortion
     assert len(sampler.sample(10)) == 10
     sampler.close()
+    with_maps = RaySampler(frames, placement="device", device="cpu", triton_rays=True)  # maps by default
+    assert with_maps.triton_rays
+    with_maps.close()
 
 
 def test_bad_inputs_are_refused_naming_the_argument():

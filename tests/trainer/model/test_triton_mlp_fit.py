@@ -78,5 +78,24 @@ def test_a_kernel_out_of_shared_memory_leaves_the_pytorch_path_and_says_why(seen
     assert message.endswith("the PyTorch path runs the MLPs")
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_a_128_wide_field_trains_on_cuda_on_the_path_that_fits():
+    from trainer.model.field import NGPField
+    from trainer.model.mlp import MLPConfig
+
+    aabb = torch.tensor([[-1.0, -1.0, -1.0], [1.0, 1.0, 1.0]], device="cuda")
+    for precision in ("ieee", "tf32", "bf16"):
+        field = NGPField(aabb, density_net=MLPConfig(n_neurons=128, n_hidden_layers=1),
+                         rgb_net=MLPConfig(n_neurons=128, n_hidden_layers=2), fused_mlp=True, mlp_precision=precision)
+        assert field.fused_mlp == (field.fused_mlp_problem is None), precision
+        assert field.fused_mlp_problem is None or "shared memory" in field.fused_mlp_problem, field.fused_mlp_problem
+        positions = torch.rand(4096, 3, device="cuda") * 2 - 1
+        directions = torch.nn.functional.normalize(torch.randn(4096, 3, device="cuda"), dim=-1)
+        sigma, rgb = field(positions, directions)
+        (sigma.sum() + rgb.sum()).backward()
+        assert torch.isfinite(sigma).all() and torch.isfinite(rgb).all(), precision
+        assert all(w.grad is not None and torch.isfinite(w.grad).all() for w in field.rgb_mlp.weights()), precision
+
+
 if __name__ == "__main__":
     print(json.dumps(observe()))

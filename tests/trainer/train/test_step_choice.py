@@ -54,6 +54,28 @@ def test_capture_asked_for_where_it_cannot_run_names_the_blockers(demo_scene):
         Trainer(tiny_config(training__cuda_graphs="on"), load_scene(demo_scene))
 
 
+def test_each_capture_blocker_of_a_cuda_trainer_is_named_on_its_own(demo_scene):
+    import torch
+
+    from trainer.train.step_choice import capture_blockers
+
+    trainer = Trainer(tiny_config(), load_scene(demo_scene))
+    try:
+        def on_cuda(triton_rays: bool, placement: str) -> list[str]:  # what a CUDA trainer would see
+            sampler = types.SimpleNamespace(triton_rays=triton_rays, placement=placement)
+            return capture_blockers(types.SimpleNamespace(cfg=trainer.cfg, device=torch.device("cuda"),
+                                                          march_backend="triton", triton_render=True,
+                                                          sampler=sampler))
+        assert not any("Triton kernel" in r or "placement" in r for r in on_cuda(True, "device"))
+        rays, pixels = on_cuda(False, "device"), on_cuda(True, "pinned")
+        assert any("not built by the Triton kernel" in r and "direction maps would pass 8,388,608 pixels" in r
+                   for r in rays) and not any("placement" in r for r in rays)
+        assert any(r == "the training pixels are not on the device (data.placement pinned)" for r in pixels)
+        assert not any("Triton kernel" in r for r in pixels)
+    finally:
+        trainer.close()
+
+
 @pytest.mark.parametrize("cls, step_class, overrides", [
     (DataParallelTrainer, DataParallelStep, {}),
     (SubgridTrainer, SubgridStep, {"parallel__mode": "subgrid", "parallel__num_subgrids": 2}),

@@ -335,8 +335,9 @@ class TrainingConfig(Block):
             (:mod:`trainer.render.triton_volrend`, twin :func:`trainer.render.volrend.composite`),
             kept-sample counts and compaction's per-slot copies (:mod:`trainer.render.triton_compact`).
         rays_backend: the same choice for building training rays and decoding their colours
-            (:mod:`trainer.data.triton_rays`, one kernel for distortion-free cameras; twin: the
-            sampler's PyTorch path, which distorted cameras always take).
+            (:mod:`trainer.data.triton_rays`, one kernel for distortion-free cameras and for
+            distorted ones through their direction map; twin: the sampler's PyTorch path, which
+            distorted cameras too large for a map take).
         mlp_backend: the same choice for both MLPs of the field: one fused Triton launch
             forward and one backward (:mod:`trainer.model.triton_mlp`; float32 training and
             instant-ngp's MLP shapes, else the PyTorch path, its twin). On one H200 it lifted a
