@@ -115,6 +115,18 @@ def positive_int(text: str) -> int:
     return integer_at_least(text, 1)
 
 
+def aabb_scale_value(text: str) -> int:
+    """argparse type of ``--aabb-scale``: an integer that ``data.aabb_scale`` accepts (a power of
+    two in [1, 128]; ArgumentTypeError otherwise, so every command names the flag alike)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a power of two in [1, 128], got {text!r}") from None
+    if not field_rule("data.aabb_scale").accepts(value):
+        raise argparse.ArgumentTypeError(f"expected a power of two in [1, 128], got {value}")
+    return value
+
+
 def add_scene_format_arguments(parser: argparse.ArgumentParser) -> None:
     """``--format``, ``--camera-convention`` and ``--aabb-scale`` (config keys ``data.format``,
     ``data.camera_convention``, ``data.aabb_scale``)."""
@@ -123,7 +135,7 @@ def add_scene_format_arguments(parser: argparse.ArgumentParser) -> None:
                              f"{' > '.join(FORMAT_CHOICES)}; data.format)")
     parser.add_argument("--camera-convention", choices=field_rule("data.camera_convention").choices, default=None,
                         help="camera axes of transforms*.json poses (default opengl; data.camera_convention)")
-    parser.add_argument("--aabb-scale", type=int, default=None,
+    parser.add_argument("--aabb-scale", type=aabb_scale_value, default=None,
                         help="scene box: this power of two (1..128) instead of the scene's or the derived one (data.aabb_scale)")
 
 

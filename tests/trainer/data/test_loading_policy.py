@@ -269,3 +269,15 @@ def test_flags_set_the_data_keys() -> None:
     assert (cfg.data.format, cfg.data.camera_convention, cfg.data.aabb_scale) == ("llff", "opencv", 8)
     assert cfg.data.scene_options()["format"] == "llff"
     assert resolve_config(parser.parse_args([])).data.scene_options()["format"] is None
+
+
+@pytest.mark.parametrize("value, shown", [("3", "3"), ("256", "256"), ("0", "0"), ("eight", "'eight'")])
+def test_an_aabb_scale_that_is_no_power_of_two_is_refused_by_the_flag(value, shown, capsys) -> None:
+    from trainer.contract.commandline import add_scene_format_arguments
+
+    parser = argparse.ArgumentParser(prog="ngptune sweep")  # every command that takes the flag alike
+    add_scene_format_arguments(parser)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--aabb-scale", value])
+    assert f"argument --aabb-scale: expected a power of two in [1, 128], got {shown}" in capsys.readouterr().err
+    assert parser.parse_args(["--aabb-scale", "128"]).aabb_scale == 128
