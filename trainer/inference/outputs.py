@@ -45,6 +45,8 @@ __all__ = [
     "depth_preview",
     "parse_background",
     "prepare_output_dir",
+    "side_by_side",
+    "to_uint8",
     "write_depth_pngs",
     "write_png",
     "write_depth_scale",
@@ -150,6 +152,40 @@ def write_png(path: Path, image: np.ndarray) -> Path:
     if not ok:
         raise OSError(f"{path}: the PNG encoder failed")
     return atomic_write(Path(path), lambda f: f.write(encoded.tobytes()))
+
+
+def side_by_side(render: np.ndarray, truth: np.ndarray, psnr_db: float | None = None) -> np.ndarray:
+    """The render beside its ground truth under a caption band: ``render, PSNR 31.24 dB`` over the
+    left half, ``ground truth`` over the right (``--compare``'s ``<view>_compare.png``).
+
+    Args:
+        render, truth: [h, w, 3] RGB uint8 of one size.
+        psnr_db: the render's PSNR against ``truth`` (dB), or None to leave it out.
+
+    Returns:
+        [h + band, 2·w, 3] uint8, black text on a white band of ``max(14, h // 12)`` rows (the
+        text shrinks to its half's width down to a legible size, then is cut at the half's edge;
+        OpenCV's Hershey font).
+    """
+    import cv2
+
+    h, w = render.shape[:2]
+    band = max(14, h // 12)
+    canvas = np.full((h + band, 2 * w, 3), 255, dtype=np.uint8)
+    canvas[band:, :w], canvas[band:, w:] = render, truth
+    captions = ["render" + (f", PSNR {psnr_db:.2f} dB" if psnr_db is not None else ""), "ground truth"]
+    font = cv2.FONT_HERSHEY_SIMPLEX
+    for half, text in enumerate(captions):
+        # drawn on a copy of its half of the band: the text cannot run into the images or the other
+        # half (on views too narrow for it, it is cut at the half's edge)
+        strip = np.ascontiguousarray(canvas[:band, half * w:(half + 1) * w])
+        (width, height), baseline = cv2.getTextSize(text, font, 1.0, 1)
+        # the text with its descenders fits the band, its width the half
+        scale = max(min((band - 4) / (height + baseline), (w - 6) / width), 0.2)
+        y = band - 2 - int(round(baseline * scale))
+        cv2.putText(strip, text, (3, y), font, scale, (0, 0, 0), 1, cv2.LINE_AA)
+        canvas[:band, half * w:(half + 1) * w] = strip
+    return canvas
 
 
 def to_uint8(rgb: np.ndarray) -> np.ndarray:

@@ -12,7 +12,7 @@ them as PNGs; rank 0 encodes the video from them after a barrier. Frame i's jitt
 Frames of a split's views are named after the views (``test_007.png``, as the evaluation's
 renders); with ``score`` each is compared with its ground-truth image (PSNR, SSIM, as evaluation
 scores it, over the job's background) into ``scores.json`` beside the frames, and with ``compare``
-a ``<name>_compare.png`` holds the render and the ground truth side by side.
+a ``<name>_compare.png`` holds the render and the ground truth side by side, captioned.
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ from trainer.data.rays import camera_rays_for_image
 from trainer.data.scene import Frame
 from trainer.inference.loading import LoadedModel, precision_autocast
 from trainer.inference.outputs import (
-    DEPTH_MAX_COUNT, VideoFile, VideoUnavailable, to_uint8, write_depth_pngs, write_depth_scale, write_png,
+    DEPTH_MAX_COUNT, VideoFile, VideoUnavailable, side_by_side, to_uint8, write_depth_pngs, write_depth_scale,
+    write_png,
 )
 from trainer.inference.progress import Progress
 from trainer.inference.worldframe import units_per_cube_unit
@@ -289,7 +290,7 @@ def render_job(model: LoadedModel, job: RenderJob, rank: int = 0, world_size: in
                 record, gt = truth.score(position, view.rgb)
                 scores.append({"index": index, "name": camera.name, "file": f"{name}.png", **record})
                 if job.compare and frames_dir is not None:
-                    write_png(frames_dir / f"{name}_compare.png", np.concatenate([rgb8, to_uint8(gt)], axis=1))
+                    write_png(frames_dir / f"{name}_compare.png", side_by_side(rgb8, to_uint8(gt), record["psnr_db"]))
             if video is not None:
                 video.append(rgb8)
             done.append(index)

@@ -9,6 +9,7 @@ import re
 import shutil
 
 import cv2
+import numpy as np
 import pytest
 import torch
 
@@ -127,7 +128,28 @@ def test_test_views_are_named_after_the_views_and_scored_against_the_ground_trut
     assert f"against the ground truth: PSNR {scores['mean_psnr_db']:.2f} dB" in _result(stdout)
     side = cv2.imread(str(out / f"{names[0]}_compare.png"))
     alone = cv2.imread(str(out / f"{names[0]}.png"))
-    assert side.shape == (32, 64, 3) and (side[:, :32] == alone).all()
+    band = 14  # the caption band: max(14, h // 12) rows of black text on white
+    assert side.shape == (32 + band, 64, 3) and (side[band:, :32] == alone).all()
+    assert (side[:band] < 128).any() and (side[:band, :32] < 128).any() and (side[:band, 32:] < 128).any()
+    assert (side[:band] == 255).mean() > 0.5  # text on a white band
+
+
+def test_side_by_side_captions_each_half_within_its_width():
+    from trainer.inference.outputs import side_by_side
+
+    render = np.zeros((480, 640, 3), np.uint8)
+    truth = np.full((480, 640, 3), 200, np.uint8)
+    image = side_by_side(render, truth, 31.237)
+    assert image.shape == (480 + 40, 1280, 3)  # band 480 // 12 rows
+    assert (image[40:, :640] == 0).all() and (image[40:, 640:] == 200).all()
+    caption = image[:40]
+    inked = np.flatnonzero((caption < 128).any(axis=(0, 2)))
+    assert inked.min() < 640 <= inked.max()  # a caption over each half
+    assert not (caption[:, 638:642] < 128).any()  # neither runs into the other
+    assert side_by_side(render, truth).shape == image.shape  # without a PSNR
+    tiny = side_by_side(render[:24, :24], truth[:24, :24], 31.237)  # too narrow for the caption: cut
+    assert tiny.shape == (24 + 14, 48, 3) and (tiny[:14, :24] < 128).any() and (tiny[:14, 24:] < 128).any()
+    assert not (tiny[:14, 24:26] < 128).any()  # the left caption stops at its half's edge (the right one starts 3 px in)
 
 
 def test_compare_needs_the_views_of_a_split_at_their_own_size(trained_run, tmp_path, capsys):
