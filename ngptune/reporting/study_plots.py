@@ -156,7 +156,8 @@ def confirmation_bars(summary: ConfirmationSummary) -> go.Figure:
         text = [f"{quantity_text(name, s.mean)} (n={s.n})" if s.n else "" for s in spreads]
         fig.add_trace(go.Bar(x=labels, y=[s.mean for s in spreads], marker_color=["#9e9e9e", "#1f77b4"],
                              error_y={"type": "data", "array": [s.sd for s in spreads]}, showlegend=False,
-                             text=text, textposition="auto"), row=1, col=col)
+                             text=text, textposition="inside", insidetextanchor="middle"),  # clear of the error bars
+                      row=1, col=col)
     fig.update_layout(title="Confirmation re-runs: mean ± sd", height=380)
     return fig
 
@@ -207,7 +208,8 @@ class Comparison:
         for col, (name, column) in enumerate(values.items(), start=1):
             text = [quantity_text(name, v) if math.isfinite(v) else "" for v in column]
             fig.add_trace(go.Bar(x=self.labels, y=column, marker_color=self.colors, showlegend=False,
-                                 text=text, textposition="auto"), row=1, col=col)
+                                 text=text, textposition="inside", insidetextanchor="middle"),  # clear of the error bars
+                      row=1, col=col)
         fig.update_layout(title=title, height=380)
         return fig
 

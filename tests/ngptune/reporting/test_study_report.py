@@ -773,3 +773,19 @@ def test_a_default_that_won_every_single_run_is_said_in_a_sentence_not_a_table(t
     assert ("Best vs default: the default (trial #0) has the best single-run value of every objective."
             in " ".join(" ".join(lines).split()))
     assert "Best vs default (single runs)" not in lines and not any("trials by outcome" in line for line in lines)
+
+
+def test_confirmation_bars_carry_mean_and_count_inside_each_bar_clear_of_its_error_bar():
+    from ngptune.reporting.study_confirmation import ConfirmationSummary, Spread
+    from ngptune.reporting.study_plots import confirmation_bars
+
+    summary = ConfirmationSummary(
+        objective="psnr_db", candidate=4, default=0, repeats=3, verdict=None,
+        rows={"psnr_db": (Spread.of([19.1, 19.3, 19.6]), Spread.of([19.0, 19.2, 19.6])),
+              "steps": (Spread.of([80, 82]), Spread.of([]))})
+    fig = confirmation_bars(summary)
+    assert [list(trace.x) for trace in fig.data] == [["default #0", "trial #4"]] * 2
+    psnr, steps = fig.data
+    assert psnr.textposition == "inside" and psnr.insidetextanchor == "middle"  # labels mid-bar
+    assert list(psnr.error_y.array) == pytest.approx([Spread.of([19.1, 19.3, 19.6]).sd, Spread.of([19.0, 19.2, 19.6]).sd])
+    assert psnr.text[0].endswith("(n=3)") and steps.text[0].endswith("(n=2)") and steps.text[1] == ""
