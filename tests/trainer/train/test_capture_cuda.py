@@ -52,3 +52,31 @@ def test_the_default_on_cuda_is_the_captured_step_and_its_steady_state_never_wai
     assert trainer.stepper.graph.graph is not None
     trainer.close()
 
+
+
+def test_a_capture_with_lens_distortion_takes_the_captured_step(demo_scene, tmp_path):
+    """Distorted cameras are served from the sampler's direction map by the Triton ray kernel, so
+    nothing blocks capture (fox, COLMAP captures); the steady state still never waits."""
+    import json
+    import shutil
+
+    scene = tmp_path / "distorted"
+    shutil.copytree(demo_scene, scene)
+    for path in scene.glob("transforms_*.json"):
+        data = json.loads(path.read_text())
+        path.write_text(json.dumps({**data, "k1": 0.05, "k2": -0.01, "p1": 0.002, "p2": -0.001}))
+    cfg = tiny_config(training__device="cuda", encoding__backend="triton", training__n_steps=10**6,
+                      training__log_every=20, training__occupancy_warmup_steps=16)
+    trainer = Trainer(cfg, load_scene(scene), None)
+    assert trainer.sampler.triton_rays and trainer.step_choice.kind == "captured", trainer.step_choice
+    records: list[dict] = []
+    trainer.train(n_steps=200, on_log=records.append)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(20):
+            trainer.train_step()
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    assert records[-1]["loss"] < 0.85 * records[0]["loss"], records
+    trainer.close()
