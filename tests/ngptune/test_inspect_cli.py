@@ -118,6 +118,29 @@ def test_folder_with_two_formats_lists_the_ignored_one_and_the_box(capfd, tmp_pa
     assert "also found, ignored: llff" in out and "pixel memory" in out
 
 
+def test_an_aabb_scale_flag_is_credited_to_the_flag_on_blender_and_instant_ngp_scenes(capfd, tmp_path):
+    import json
+
+    from trainer.data.demo import write_demo_scene
+
+    scene = write_demo_scene(tmp_path / "scene", resolution=16, n_train=4, n_val=1, n_test=1)
+    info = _inspect_json(capfd, str(scene))
+    assert info["box_source"] == "file"
+    info = _inspect_json(capfd, str(scene), "--aabb-scale", "8")
+    assert (info["aabb_scale"], info["box_source"]) == (8, "override")
+    ngp = tmp_path / "ngp"  # one transforms.json with its own aabb_scale
+    ngp.mkdir()
+    data = json.loads((scene / "transforms_train.json").read_text())
+    for frame in data["frames"]:
+        frame["file_path"] = str((scene / frame["file_path"]).resolve())
+    (ngp / "transforms.json").write_text(json.dumps({**data, "aabb_scale": 4}))
+    assert _inspect_json(capfd, str(ngp))["box_source"] == "file"
+    info = _inspect_json(capfd, str(ngp), "--aabb-scale", "16")
+    assert (info["format"], info["aabb_scale"], info["box_source"]) == ("instant-ngp", 16, "override")
+    assert main(["inspect", str(ngp), "--aabb-scale", "16"]) == 0
+    assert "aabb_scale 16 (--aabb-scale)" in " ".join(capfd.readouterr().out.split())
+
+
 def test_a_train_only_blender_scene_shows_the_frames_training_holds_out(capsys, tmp_path):
     from trainer.data.demo import write_demo_scene
 

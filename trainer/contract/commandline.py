@@ -118,10 +118,9 @@ def positive_int(text: str) -> int:
 def aabb_scale_value(text: str) -> int:
     """argparse type of ``--aabb-scale``: an integer that ``data.aabb_scale`` accepts (a power of
     two in [1, 128]; ArgumentTypeError otherwise, so every command names the flag alike)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a power of two in [1, 128], got {text!r}") from None
+    if not (text.isascii() and text.isdigit()):  # int() would take "1_6", "+8", " 4" and other scripts' digits
+        raise argparse.ArgumentTypeError(f"expected a power of two in [1, 128], got {text!r}")
+    value = int(text)
     if not field_rule("data.aabb_scale").accepts(value):
         raise argparse.ArgumentTypeError(f"expected a power of two in [1, 128], got {value}")
     return value

@@ -515,8 +515,9 @@ class RaySampler:
         direction_maps: precompute per-camera ray directions (True/False), or None to do so when
             the cameras are distorted and the maps take at most ``MAX_DIRECTION_MAP_PIXELS``.
         subpixel_jitter: rays pass through a uniformly random point of their pixel instead of its
-            centre (instant-ngp trains this way; the colour is the pixel's). Ignored for cameras
-            served from a direction map.
+            centre (instant-ngp trains this way; the colour is the pixel's). Ignored when the
+            cameras are served from a direction map (built for every camera of a scene in which
+            any camera has lens distortion).
         triton_rays: build rays and decode colours with one Triton kernel
             (:mod:`trainer.data.triton_rays`) where the cameras allow it (no lens distortion, or
             a direction map of the distorted cameras); the caller checks that Triton can run on

@@ -75,7 +75,7 @@ def _pinhole_rays_kernel(
         + tl.load(base + 6, mask=mask, other=0.0) * z
     d2 = tl.load(base + 8, mask=mask, other=0.0) * x + tl.load(base + 9, mask=mask, other=0.0) * y \
         + tl.load(base + 10, mask=mask, other=0.0) * z
-    norm = tl.math.sqrt_rn(d0 * d0 + d1 * d1 + d2 * d2)
+    norm = tl.where(mask, tl.math.sqrt_rn(d0 * d0 + d1 * d1 + d2 * d2), 1.0)  # (no 0/0 in lanes past n)
     tl.store(rays_d_ptr + row * 3 + 0, tl.math.div_rn(d0, norm), mask=mask)
     tl.store(rays_d_ptr + row * 3 + 1, tl.math.div_rn(d1, norm), mask=mask)
     tl.store(rays_d_ptr + row * 3 + 2, tl.math.div_rn(d2, norm), mask=mask)

@@ -56,6 +56,8 @@ __all__ = [
 UNSUPPORTED_VIDEO_CONTAINERS = {".webm": "WebM holds only VP8, VP9 or AV1 video"}
 _NAMED_BACKGROUNDS = {"white": (1.0, 1.0, 1.0), "black": (0.0, 0.0, 0.0)}
 DEPTH_MAX_COUNT = 65535
+CAPTION_BAND_MAX = 48  # rows of a compare image's caption band, at most (tall views)
+CAPTION_MIN_SCALE = 0.3  # the smallest legible Hershey font scale (about 7 pixels high)
 
 
 class VideoUnavailable(RuntimeError):
@@ -163,28 +165,36 @@ def side_by_side(render: np.ndarray, truth: np.ndarray, psnr_db: float | None = 
         psnr_db: the render's PSNR against ``truth`` (dB), or None to leave it out.
 
     Returns:
-        [h + band, 2·w, 3] uint8, black text on a white band of ``max(14, h // 12)`` rows (the
-        text shrinks to its half's width down to a legible size, then is cut at the half's edge;
-        OpenCV's Hershey font).
+        [h + band, 2·w, 3] uint8: black text on a white band of ``h // 12`` rows (14 to 48), a grey
+        line under it. Both captions share one size, the largest at which each fits its half; on
+        narrow views the captions shorten (``PSNR 31.24 dB``, ``31.24 dB``, ``31.24``; ``truth``) before
+        the text would go below a legible size, and only then is cut at the half's edge (OpenCV's
+        Hershey font).
     """
     import cv2
 
     h, w = render.shape[:2]
-    band = max(14, h // 12)
+    band = min(max(14, h // 12), CAPTION_BAND_MAX)
     canvas = np.full((h + band, 2 * w, 3), 255, dtype=np.uint8)
     canvas[band:, :w], canvas[band:, w:] = render, truth
-    captions = ["render" + (f", PSNR {psnr_db:.2f} dB" if psnr_db is not None else ""), "ground truth"]
+    canvas[band - 1] = 160  # the band's edge, seen against a white background
     font = cv2.FONT_HERSHEY_SIMPLEX
-    for half, text in enumerate(captions):
-        # drawn on a copy of its half of the band: the text cannot run into the images or the other
-        # half (on views too narrow for it, it is cut at the half's edge)
-        strip = np.ascontiguousarray(canvas[:band, half * w:(half + 1) * w])
+    psnr = f"{psnr_db:.2f}" if psnr_db is not None else None
+    choices = [[f"render, PSNR {psnr} dB", f"PSNR {psnr} dB", f"{psnr} dB", psnr] if psnr else ["render"],
+               ["ground truth", "truth"]]
+
+    def scale_of(text: str) -> tuple[float, int]:  # the size that fits band and half, and the descent
         (width, height), baseline = cv2.getTextSize(text, font, 1.0, 1)
-        # the text with its descenders fits the band, its width the half
-        scale = max(min((band - 4) / (height + baseline), (w - 6) / width), 0.2)
-        y = band - 2 - int(round(baseline * scale))
+        return min((band - 5) / (height + baseline), (w - 6) / width), baseline
+
+    captions = [next((t for t in texts if scale_of(t)[0] >= CAPTION_MIN_SCALE), texts[-1]) for texts in choices]
+    scale = max(min(scale_of(t)[0] for t in captions), CAPTION_MIN_SCALE)
+    for half, text in enumerate(captions):
+        # drawn on a copy of its half of the band: the text cannot run into the images or the other half
+        strip = np.ascontiguousarray(canvas[:band - 1, half * w:(half + 1) * w])
+        y = band - 3 - int(round(scale_of(text)[1] * scale))
         cv2.putText(strip, text, (3, y), font, scale, (0, 0, 0), 1, cv2.LINE_AA)
-        canvas[:band, half * w:(half + 1) * w] = strip
+        canvas[:band - 1, half * w:(half + 1) * w] = strip
     return canvas
 
 

@@ -59,6 +59,7 @@ SH_PAD = 16  # SH coefficients, padded to the degree-4 count
 OUT_PAD = 16  # colour outputs (3), padded to tl.dot's minimum
 _TRUNC_EXP_GRAD_MAX = 15.0
 PROBE_SAMPLES = 16  # samples of the launches that check the kernels fit the device
+PROBE_TOLERANCE = 0.05  # their outputs against the float32 reference: bfloat16 rounding passes, garbage fails
 _PROBED: dict[tuple, str | None] = {}  # (device, width, inputs, SH inputs, precision) → problem
 
 
@@ -455,15 +456,26 @@ def fused_density(features: torch.Tensor, density_weights: list[torch.Tensor], p
     return sigma
 
 
+def _reference_head(x: torch.Tensor, sh: torch.Tensor, weights: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """σ [S] and rgb [S, 3] of the module docstring's formula in float32 PyTorch (the probe's twin)."""
+    wd1, wd2, wc1, wc2, wc3 = (w.float() for w in weights)
+    h = torch.relu(x.float() @ wd1.t()) @ wd2.t()
+    hidden = torch.relu(torch.relu(torch.cat([h[:, 1:], sh.float()], dim=1) @ wc1.t()) @ wc2.t())
+    return torch.exp(h[:, 0]), torch.sigmoid(hidden @ wc3.t())
+
+
 def fused_kernels_problem(density_weights: list[torch.Tensor], rgb_weights: list[torch.Tensor],
                           precision: str = "ieee") -> str | None:
     """Why the fused kernels cannot run these MLPs on their weights' device, or None when they can.
 
     Each kernel the field launches (head forward and backward, density with and without a live
-    count) runs once on :data:`PROBE_SAMPLES` zero samples, which compiles it for these shapes. A
+    count) runs once on :data:`PROBE_SAMPLES` random samples, which compiles it for these shapes. A
     kernel that needs more of a GPU's resources than it has fails at its first launch with Triton's
     ``OutOfResources`` (the head's backward at width 128 asks 260,352 bytes of shared memory per
-    block; an H100 or H200 has 232,448), and its message is returned. The answer is kept per
+    block; an H100 or H200 has 232,448), and its message is returned. The samples (drawn from a
+    generator of their own) must also give σ and rgb within :data:`PROBE_TOLERANCE` of the float32
+    reference, or the kernels compute wrong values on this device (bfloat16 products in Triton's
+    CPU interpreter), and that is the problem returned. The answer is kept per
     device, shapes and precision, so later fields do not launch again. Weights on a CPU outside
     Triton's interpreter are not probed (no kernel launches there): None.
 
@@ -481,18 +493,27 @@ def fused_kernels_problem(density_weights: list[torch.Tensor], rgb_weights: list
     if device.type != "cuda" and not INTERPRET:
         return None
     if key not in _PROBED:
+        draws = torch.Generator().manual_seed(0)  # its own draws: the run's generators are untouched
         with torch.inference_mode(False):
             # feature-major, as the Triton hash grid hands the features over (the same compiled variant)
-            x = torch.zeros(n_in, PROBE_SAMPLES, device=device).t().requires_grad_()
-            sh = torch.zeros(PROBE_SAMPLES, n_sh, device=device)
+            x = (torch.rand(n_in, PROBE_SAMPLES, generator=draws) * 2 - 1).to(device).t().requires_grad_()
+            sh = (torch.rand(PROBE_SAMPLES, n_sh, generator=draws) * 2 - 1).to(device)
             weights = [w.detach().clone().requires_grad_() for w in (*density_weights, *rgb_weights)]
         problem = None
         try:  # (a field built under inference mode or no_grad still probes the backward)
             with torch.inference_mode(False), torch.enable_grad():
                 sigma, rgb = fused_field_head(x, sh, weights[:2], weights[2:], precision)
                 (sigma.sum() + rgb.sum()).backward()
-            fused_density(x.detach(), weights[:2], precision)
+            density = fused_density(x.detach(), weights[:2], precision)
             fused_density(x.detach(), weights[:2], precision, torch.tensor(PROBE_SAMPLES, device=device))
+            expected_sigma, expected_rgb = _reference_head(x.detach(), sh, [w.detach() for w in weights])
+            close = all(torch.allclose(got.detach(), want, rtol=PROBE_TOLERANCE, atol=PROBE_TOLERANCE)
+                        for got, want in ((sigma, expected_sigma), (density, expected_sigma), (rgb, expected_rgb)))
+            if not close:
+                worst = float((sigma.detach() - expected_sigma).abs().max())
+                problem = (f"their {precision} products give wrong values here (σ off by {worst:.3g} from "
+                           "the float32 reference"
+                           + ("; Triton's interpreter has no bfloat16 products" if INTERPRET else "") + ")")
         except triton.runtime.errors.OutOfResources as error:
             problem = str(error)
         _PROBED[key] = problem

@@ -104,14 +104,14 @@ def build_field(
         contraction=contraction,
     )
     if field.fused_mlp_problem is not None:
-        warnings.warn(f"training.mlp_backend: the fused MLP kernels do not fit this GPU at width "
+        warnings.warn(f"training.mlp_backend: the fused MLP kernels cannot run on {device} at width "
                       f"{cfg.network.n_neurons} ({field.fused_mlp_problem}); the PyTorch path runs the MLPs",
                       stacklevel=2)
     elif cfg.training.mlp_backend == "triton":
         if not field.fused_mlp:
             warnings.warn("training.mlp_backend: 'triton' does not apply to these MLPs (the fused kernels take a "
-                          "density MLP with 1 hidden layer and a colour MLP with 2, one width of 16-128, ReLU, no "
-                          "output activation); the PyTorch path runs them", stacklevel=2)
+                          "density MLP with 1 hidden layer and a colour MLP with 2, one width of 16, 32, 64 or 128, "
+                          "ReLU, no output activation, at most 64 hash-grid features); the PyTorch path runs them", stacklevel=2)
         elif cfg.training.precision == "fp16":
             warnings.warn("training.mlp_backend: 'triton' runs fp32, tf32 and bf16 steps; with training.precision "
                           "'fp16' the PyTorch path runs the MLPs", stacklevel=2)

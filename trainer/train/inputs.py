@@ -19,7 +19,7 @@ import torch
 from trainer.contract.config import TrainConfig
 from trainer.data import Frame
 from trainer.data.images import PixelTable, load_pixel_table, pixel_table_nbytes
-from trainer.data.sampler import RayBatch, RaySampler, choose_placement, placement_note
+from trainer.data.sampler import MAX_DIRECTION_MAP_PIXELS, RayBatch, RaySampler, choose_placement, placement_note
 from trainer.render.march import PackedSamples
 from trainer.train.build import use_triton_kernels
 from trainer.train.prefetch import InputPrefetcher, StepInput
@@ -51,7 +51,7 @@ def build_sampler(cfg: TrainConfig, frames: list[Frame], downscale: int, device:
             threads=cfg.data.decode_threads,
             cache_dir=Path(cfg.data.cache_dir) if cfg.data.cache_dir else None,
         )
-    return RaySampler(
+    sampler = RaySampler(
         frames,
         pixel_table if placement != "stream" else None,
         placement=placement,
@@ -62,6 +62,11 @@ def build_sampler(cfg: TrainConfig, frames: list[Frame], downscale: int, device:
         subpixel_jitter=t.subpixel_jitter,
         triton_rays=use_triton_kernels("rays_backend", t.rays_backend, device),
     )
+    if t.rays_backend == "triton" and not sampler.triton_rays:
+        warnings.warn(f"training.rays_backend: 'triton' does not apply to these cameras: they have lens distortion "
+                      f"and their direction maps would take more than {MAX_DIRECTION_MAP_PIXELS:,} pixels; the "
+                      "PyTorch path undistorts each batch", stacklevel=3)
+    return sampler
 
 
 class StepInputs:

@@ -271,7 +271,8 @@ def test_flags_set_the_data_keys() -> None:
     assert resolve_config(parser.parse_args([])).data.scene_options()["format"] is None
 
 
-@pytest.mark.parametrize("value, shown", [("3", "3"), ("256", "256"), ("0", "0"), ("eight", "'eight'")])
+@pytest.mark.parametrize("value, shown", [("3", "3"), ("256", "256"), ("0", "0"), ("eight", "'eight'"),
+                                          ("1_6", "'1_6'"), ("+8", "'+8'"), (" 4", "' 4'"), ("\u0668", "'\u0668'")])
 def test_an_aabb_scale_that_is_no_power_of_two_is_refused_by_the_flag(value, shown, capsys) -> None:
     from trainer.contract.commandline import add_scene_format_arguments
 

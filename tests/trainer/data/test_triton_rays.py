@@ -24,6 +24,7 @@ import dataclasses
 import json
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 
 import pytest
@@ -83,7 +84,9 @@ def _kernel_cases(device: str, seed: int) -> list[dict]:
                 subpixel = torch.rand(n, 2, generator=generator) if jitter else None
                 inputs = [t.to(device) if t is not None else None
                           for t in (image_index, local_index, rgba, widths, focal, principal, c2w, subpixel)]
-                fast = pinhole_rays_triton(*inputs)
+                with warnings.catch_warnings():  # lanes past n divide nothing by zero
+                    warnings.simplefilter("error", RuntimeWarning)
+                    fast = pinhole_rays_triton(*inputs)
                 ref = _reference(*inputs)
                 seen.append({
                     "n": n, "dtype": str(dtype), "jitter": jitter, "seed": seed,
@@ -116,7 +119,9 @@ def _map_cases(device: str, seed: int) -> list[dict]:
             inputs = [t.to(device) if t is not None else None
                       for t in (image_index, local_index, rgba, widths, focal, principal, c2w, subpixel,
                                 direction_map, bases)]
-            fast = pinhole_rays_triton(*inputs)
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", RuntimeWarning)
+                fast = pinhole_rays_triton(*inputs)
             image_index, local_index, c2w, direction_map, bases = (
                 inputs[0], inputs[1], inputs[6], inputs[8], inputs[9])
             ref_o, ref_d = camera_dirs_to_world(c2w[image_index], direction_map[bases[image_index] + local_index])
@@ -222,6 +227,31 @@ def test_distorted_cameras_without_a_direction_map_keep_the_reference_path(tmp_p
     with_maps = RaySampler(frames, placement="device", device="cpu", triton_rays=True)  # maps by default
     assert with_maps.triton_rays
     with_maps.close()
+
+
+def test_triton_rays_asked_for_where_the_maps_would_be_too_large_warn_and_keep_the_reference(tmp_path, monkeypatch):
+    from tests.support.scenes import tiny_config
+    from trainer.data import load_scene
+    from trainer.data import sampler as sampler_module
+    from trainer.data.demo import write_demo_scene
+    from trainer.train import inputs
+
+    frames = load_scene(write_demo_scene(tmp_path / "scene", resolution=16, n_train=2, n_val=1, n_test=1)).frames("train")
+    frames = [dataclasses.replace(f, intrinsics=dataclasses.replace(f.intrinsics, k1=0.1)) for f in frames]
+    monkeypatch.setattr(sampler_module, "MAX_DIRECTION_MAP_PIXELS", 100)  # 16 × 16 pixels will not fit
+    monkeypatch.setattr(inputs, "use_triton_kernels", lambda key, backend, device: True)  # as under the interpreter
+    cfg = tiny_config(training__rays_backend="triton")
+    with pytest.warns(UserWarning, match=r"training.rays_backend: 'triton' does not apply to these cameras: they "
+                                         r"have lens distortion and their direction maps would take more than"):
+        sampler = inputs.build_sampler(cfg, frames, 1, torch.device("cpu"), seed=0)
+    assert not sampler.triton_rays and len(sampler.sample(10)) == 10
+    sampler.close()
+    monkeypatch.setattr(sampler_module, "MAX_DIRECTION_MAP_PIXELS", 1 << 23)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # with room for the maps: the kernel applies, nothing to say
+        sampler = inputs.build_sampler(cfg, frames, 1, torch.device("cpu"), seed=0)
+    assert sampler.triton_rays
+    sampler.close()
 
 
 def test_bad_inputs_are_refused_naming_the_argument():

@@ -147,6 +147,16 @@ def test_side_by_side_captions_each_half_within_its_width():
     assert inked.min() < 640 <= inked.max()  # a caption over each half
     assert not (caption[:, 638:642] < 128).any()  # neither runs into the other
     assert side_by_side(render, truth).shape == image.shape  # without a PSNR
+    # captions shorten before they shrink below a legible size: the 46-pixel-wide halves of 64-row
+    # views hold "31.24 dB" and "truth" at one size, not "render, PSNR 31.24 dB" cut after "PSNR"
+    narrow = side_by_side(render[:64, :46], truth[:64, :46], 31.237)
+    shorter = side_by_side(render[:64, :46], truth[:64, :46], None)
+    left_ink = np.flatnonzero((narrow[:13, :46] < 128).any(axis=(0, 2)))
+    assert left_ink.max() < 45  # "31.24 dB" ends inside its half: not cut at the edge
+    assert (shorter[:13, :46] < 128).any()  # "render" without a PSNR
+    tall = side_by_side(render[:, :20].repeat(5, axis=0), truth[:, :20].repeat(5, axis=0), 30.0)
+    assert tall.shape[0] == 2400 + 48  # the band stays at 48 rows under tall views
+    assert (image[39] == 160).all()  # a grey line under the band
     tiny = side_by_side(render[:24, :24], truth[:24, :24], 31.237)  # too narrow for the caption: cut
     assert tiny.shape == (24 + 14, 48, 3) and (tiny[:14, :24] < 128).any() and (tiny[:14, 24:] < 128).any()
     assert not (tiny[:14, 24:26] < 128).any()  # the left caption stops at its half's edge (the right one starts 3 px in)

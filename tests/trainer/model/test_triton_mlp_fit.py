@@ -1,4 +1,5 @@
-"""A field whose fused MLP kernels do not fit the GPU runs its MLPs on the PyTorch path.
+"""A field whose fused MLP kernels do not fit the GPU, or compute wrong values there, runs its MLPs
+on the PyTorch path.
 
 :func:`trainer.model.triton_mlp.fused_kernels_problem` launches each fused kernel once on a few
 samples when a field is built; a kernel that asks for more shared memory than the device has
@@ -32,7 +33,10 @@ def observe() -> dict:
     from trainer.train.build import build_field
 
     aabb = torch.tensor([[-1.0, -1.0, -1.0], [1.0, 1.0, 1.0]])
-    seen: dict = {"fits": NGPField(aabb, backend="torch", fused_mlp=True).fused_mlp}
+    seen: dict = {"fits": NGPField(aabb, backend="torch", fused_mlp=True).fused_mlp,
+                  "fits_tf32": NGPField(aabb, backend="torch", fused_mlp=True, mlp_precision="tf32").fused_mlp}
+    bf16 = NGPField(aabb, backend="torch", fused_mlp=True, mlp_precision="bf16")  # no bfloat16 products here
+    seen["bf16"] = {"fused_mlp": bf16.fused_mlp, "problem": bf16.fused_mlp_problem}
 
     class TooLarge:  # a kernel as Triton's launcher sees it, failing as on a GPU without the room
         def __getitem__(self, grid):
@@ -63,7 +67,14 @@ def seen() -> dict:
 
 
 def test_kernels_that_fit_are_kept(seen):
-    assert seen["fits"] is True
+    assert seen["fits"] is True and seen["fits_tf32"] is True
+
+
+def test_kernels_that_compute_wrong_values_here_are_not_used(seen):
+    # Triton's interpreter has no bfloat16 products: its σ is far from the float32 reference
+    assert seen["bf16"]["fused_mlp"] is False
+    assert "bf16 products give wrong values here" in seen["bf16"]["problem"]
+    assert "interpreter has no bfloat16 products" in seen["bf16"]["problem"]
 
 
 def test_a_kernel_out_of_shared_memory_leaves_the_pytorch_path_and_says_why(seen):
@@ -74,8 +85,18 @@ def test_a_kernel_out_of_shared_memory_leaves_the_pytorch_path_and_says_why(seen
     built = seen["built"]
     assert built["fused_mlp"] is False
     (message,) = [m for m in built["warnings"] if m.startswith("training.mlp_backend")]
-    assert "do not fit this GPU at width 64" in message and str(SHARED_LIMIT) in message
+    assert "cannot run on cpu at width 64" in message and str(SHARED_LIMIT) in message
     assert message.endswith("the PyTorch path runs the MLPs")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_the_default_width_keeps_the_fused_kernels_on_cuda_in_every_precision():
+    from trainer.model.field import NGPField
+
+    aabb = torch.tensor([[-1.0, -1.0, -1.0], [1.0, 1.0, 1.0]], device="cuda")
+    for precision in ("ieee", "tf32", "bf16"):  # the probe's tolerance passes bfloat16 rounding
+        field = NGPField(aabb, fused_mlp=True, mlp_precision=precision)
+        assert field.fused_mlp and field.fused_mlp_problem is None, (precision, field.fused_mlp_problem)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

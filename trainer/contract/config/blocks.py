@@ -322,7 +322,8 @@ class TrainingConfig(Block):
             closer are never marched, in training, evaluation and rendering (floaters in front of
             a capture's cameras); 0 marches from the camera (or the box entry).
         subpixel_jitter: training rays pass through a random point of their pixel rather than its
-            centre (cameras with lens distortion always use pixel centres). Off by default:
+            centre (a scene with lens distortion in any camera uses pixel centres in every frame:
+            its rays come from per-camera direction maps of the pixel centres). Off by default:
             evaluation renders one ray through each pixel centre (the NeRF protocol), and training
             on pixel centres then scores 1.4 dB higher on lego_400 after 3000 steps (32.2 vs
             30.8 dB, ``bench/psnr_at_steps.py``, docs/benchmarks.md); instant-ngp jitters and

@@ -101,6 +101,7 @@ def load(path: Path, opts: SceneOptions) -> Scene:
         root=folder,
         splits=splits,
         aabb_scale=aabb_scale,
+        box_source="override" if opts.aabb_scale is not None else "file",
         white_background=True,
         notes=notes,
         downscale=opts.fixed_downscale,

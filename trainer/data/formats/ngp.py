@@ -592,6 +592,7 @@ def load(path: Path, opts: SceneOptions) -> Scene:
         root=json_path,
         splits=holdout_splits(frames, opts.holdout_every),
         aabb_scale=aabb_scale,
+        box_source="override" if opts.aabb_scale is not None else "file",
         white_background=False,
         notes=notes,
         skipped=skipped,
