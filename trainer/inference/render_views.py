@@ -28,6 +28,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from trainer.contract.errors import SnapshotError
 from trainer.data.rays import camera_rays_for_image
 from trainer.data.scene import Frame
 from trainer.inference.loading import LoadedModel, precision_autocast
@@ -94,6 +95,10 @@ class RenderedView:
     @functools.cached_property
     def rgb(self) -> np.ndarray:
         return self._device["rgb"].cpu().numpy()
+
+    def non_finite_pixels(self) -> int:
+        """Pixels with a NaN or infinite colour channel (counted on the device)."""
+        return int((~torch.isfinite(self._device["rgb"]).all(dim=-1)).sum())
 
     @functools.cached_property
     def rgb8(self) -> np.ndarray:
@@ -280,8 +285,13 @@ def render_job(model: LoadedModel, job: RenderJob, rank: int = 0, world_size: in
                 generator.manual_seed(job.seed + index)
             view = render_camera(model, camera, background, job.spp, generator, with_depth=job.depth,
                                  on_rays=lambda n: progress.advance(0, n))
-            rgb8 = view.rgb8
             name = job.name(index)
+            broken = view.non_finite_pixels()
+            if broken:  # nothing is written from it (a diverged model, or a precision that overflowed)
+                raise SnapshotError(f"{model.source}: {camera.name or name} rendered {broken} pixel(s) of "
+                                    "NaN or infinite colour: the model's values are not usable (was its training "
+                                    "diverging, or does it render at a precision that overflows?)")
+            rgb8 = view.rgb8
             if frames_dir is not None:
                 write_png(frames_dir / f"{name}.png", rgb8)
                 if job.depth:

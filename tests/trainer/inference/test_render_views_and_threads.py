@@ -171,6 +171,27 @@ def test_compare_needs_the_views_of_a_split_at_their_own_size(trained_run, tmp_p
     assert code == 2 and first_statement(err)[0].endswith("got --cameras test with a new size")
 
 
+def test_a_model_that_renders_nan_is_one_error_line_and_writes_nothing(trained_run, tmp_path, capsys, monkeypatch):
+    from trainer.inference import render_views
+
+    real = render_views.render_camera
+
+    def poisoned(*args, **kwargs):  # what a diverged model (or an overflowing precision) renders
+        view = real(*args, **kwargs)
+        rgb = view._device["rgb"].clone()
+        rgb[0, :3] = float("nan")
+        return render_views.RenderedView(rgb, view._device["opacity"], view._device["depth"])
+
+    monkeypatch.setattr(render_views, "render_camera", poisoned)
+    out = tmp_path / "views"
+    code, _, err = run_inference_cli(["render", trained_run["run"], "--cameras", "test", "--frames", "2", "--out", out,
+                                      "--quiet"], capsys)
+    assert code != 0 and "Traceback" not in err
+    statement = " ".join(first_statement(err)[0].split())
+    assert statement.startswith("error: ") and "rendered 3 pixel(s) of NaN or infinite colour" in statement, err
+    assert not list(out.glob("*.png"))
+
+
 def test_a_long_render_is_estimated_and_announced_before_it_starts(trained_run, tmp_path, capsys, monkeypatch):
     import trainer.inference.cli as inference_cli
     import trainer.inference.estimate as estimate
