@@ -208,7 +208,7 @@ class Comparison:
         for col, (name, column) in enumerate(values.items(), start=1):
             text = [quantity_text(name, v) if math.isfinite(v) else "" for v in column]
             fig.add_trace(go.Bar(x=self.labels, y=column, marker_color=self.colors, showlegend=False,
-                                 text=text, textposition="inside", insidetextanchor="middle"),  # clear of the error bars
+                                 text=text, textposition="inside", insidetextanchor="middle"),  # mid-bar
                       row=1, col=col)
         fig.update_layout(title=title, height=380)
         return fig

@@ -115,6 +115,9 @@ def positive_int(text: str) -> int:
     return integer_at_least(text, 1)
 
 
+# ---------------------------------------------------------------------------- python -m trainer
+
+
 def aabb_scale_value(text: str) -> int:
     """argparse type of ``--aabb-scale``: an integer that ``data.aabb_scale`` accepts (a power of
     two in [1, 128]; ArgumentTypeError otherwise, so every command names the flag alike)."""

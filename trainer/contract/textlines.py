@@ -125,7 +125,6 @@ def unit_words(text: str) -> list[str]:
     return words
 
 
-
 def fit_lines(parts: Sequence[str], width: int | None = None, indent: str = CONTINUATION,
               separator: str = " ") -> list[str]:
     """``parts`` joined by ``separator`` (default a single space) into lines of at most ``width``

@@ -204,6 +204,7 @@ class _Cameras:
                 self.intrinsics.has_distortion and map_pixels <= MAX_DIRECTION_MAP_PIXELS
             )
         self.direction_map: torch.Tensor | None = None
+        self.map_base: torch.Tensor | None = None  # [F] each frame's first row in the map (with one)
         if direction_maps:
             maps, bases, base = [], [], 0
             for f in first_frame:
@@ -615,8 +616,7 @@ class RaySampler:
             cameras = self._cameras
             rays_o, rays_d, rgb, alpha = pinhole_rays_triton(
                 image_index, local_index, rgba, cameras.widths, cameras.intrinsics.focal,
-                cameras.intrinsics.principal, cameras.c2w, subpixel, cameras.direction_map,
-                cameras.map_base if cameras.direction_map is not None else None,
+                cameras.intrinsics.principal, cameras.c2w, subpixel, cameras.direction_map, cameras.map_base,
             )
             return RayBatch(rays_o=rays_o, rays_d=rays_d, rgb=rgb, alpha=alpha, image_index=image_index)
         rays_o, rays_d = self._cameras.rays(image_index, local_index, subpixel)

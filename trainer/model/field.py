@@ -178,7 +178,7 @@ class NGPField(nn.Module):
         self.fused_mlp_problem: str | None = None
         if self.fused_mlp:  # shapes the kernels take may still not fit the GPU's shared memory
             self.fused_mlp_problem = _triton_mlp().fused_kernels_problem(
-                self.density_mlp.weights(), self.rgb_mlp.weights(), mlp_precision)
+                self.density_mlp.weights(), self.rgb_mlp.weights(), mlp_precision, self.reference_heads)
             self.fused_mlp = self.fused_mlp_problem is None
 
     def normalise_positions(self, positions: torch.Tensor) -> torch.Tensor:
@@ -249,9 +249,14 @@ class NGPField(nn.Module):
             sh = _encode_directions(directions.detach().float(), SH_MAX_DEGREE)
             return _triton_mlp().fused_field_head(features, sh, self.density_mlp.weights(), self.rgb_mlp.weights(),
                                                   self.mlp_precision)
+        return self.reference_heads(features, _encode_directions(directions.float(), self.sh_degree))
+
+    def reference_heads(self, features: torch.Tensor, sh: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The PyTorch path of both MLPs (the fused kernels' twin): σ [S] float32 (1/world units)
+        and rgb [S, 3] float32 in [0, 1] from hash-grid features [S, L·F] and the SH encoding of
+        the directions [S, sh_degree²]; the MLPs run in the autocast dtype when autocast is on."""
         sigma, geometry = self._density_head(features)
-        sh = _encode_directions(directions.float(), self.sh_degree).to(geometry.dtype)
-        rgb = torch.sigmoid(self.rgb_mlp(torch.cat([geometry, sh], dim=1)).float())
+        rgb = torch.sigmoid(self.rgb_mlp(torch.cat([geometry, sh.to(geometry.dtype)], dim=1)).float())
         return sigma, rgb
 
     def mlp_weight_parameters(self) -> list[nn.Parameter]:

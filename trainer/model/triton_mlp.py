@@ -33,6 +33,7 @@ not for its capacity.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 
 import torch
 import triton
@@ -456,16 +457,8 @@ def fused_density(features: torch.Tensor, density_weights: list[torch.Tensor], p
     return sigma
 
 
-def _reference_head(x: torch.Tensor, sh: torch.Tensor, weights: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """σ [S] and rgb [S, 3] of the module docstring's formula in float32 PyTorch (the probe's twin)."""
-    wd1, wd2, wc1, wc2, wc3 = (w.float() for w in weights)
-    h = torch.relu(x.float() @ wd1.t()) @ wd2.t()
-    hidden = torch.relu(torch.relu(torch.cat([h[:, 1:], sh.float()], dim=1) @ wc1.t()) @ wc2.t())
-    return torch.exp(h[:, 0]), torch.sigmoid(hidden @ wc3.t())
-
-
-def fused_kernels_problem(density_weights: list[torch.Tensor], rgb_weights: list[torch.Tensor],
-                          precision: str = "ieee") -> str | None:
+def fused_kernels_problem(density_weights: list[torch.Tensor], rgb_weights: list[torch.Tensor], precision: str,
+                          reference: Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]) -> str | None:
     """Why the fused kernels cannot run these MLPs on their weights' device, or None when they can.
 
     Each kernel the field launches (head forward and backward, density with and without a live
@@ -473,8 +466,8 @@ def fused_kernels_problem(density_weights: list[torch.Tensor], rgb_weights: list
     kernel that needs more of a GPU's resources than it has fails at its first launch with Triton's
     ``OutOfResources`` (the head's backward at width 128 asks 260,352 bytes of shared memory per
     block; an H100 or H200 has 232,448), and its message is returned. The samples (drawn from a
-    generator of their own) must also give σ and rgb within :data:`PROBE_TOLERANCE` of the float32
-    reference, or the kernels compute wrong values on this device (bfloat16 products in Triton's
+    generator of their own) must also give σ and rgb within :data:`PROBE_TOLERANCE` of the
+    ``reference`` path in float32, or the kernels compute wrong values on this device (bfloat16 products in Triton's
     CPU interpreter), and that is the problem returned. The answer is kept per
     device, shapes and precision, so later fields do not launch again. Weights on a CPU outside
     Triton's interpreter are not probed (no kernel launches there): None.
@@ -482,6 +475,8 @@ def fused_kernels_problem(density_weights: list[torch.Tensor], rgb_weights: list
     Args:
         density_weights, rgb_weights: as :func:`fused_field_head` (shapes it supports).
         precision: a key of :data:`DOT_PRECISIONS`.
+        reference: ``(features [S, L·F], sh [S, n_sh]) -> (σ [S], rgb [S, 3])`` with these weights
+            in PyTorch (:meth:`trainer.model.field.NGPField.reference_heads`, the kernels' twin).
 
     Raises:
         ValueError: as :func:`fused_field_head`.
@@ -506,7 +501,8 @@ def fused_kernels_problem(density_weights: list[torch.Tensor], rgb_weights: list
                 (sigma.sum() + rgb.sum()).backward()
             density = fused_density(x.detach(), weights[:2], precision)
             fused_density(x.detach(), weights[:2], precision, torch.tensor(PROBE_SAMPLES, device=device))
-            expected_sigma, expected_rgb = _reference_head(x.detach(), sh, [w.detach() for w in weights])
+            with torch.no_grad(), torch.autocast(device.type, enabled=False):  # float32 whatever the caller's
+                expected_sigma, expected_rgb = reference(x.detach(), sh)
             close = all(torch.allclose(got.detach(), want, rtol=PROBE_TOLERANCE, atol=PROBE_TOLERANCE)
                         for got, want in ((sigma, expected_sigma), (density, expected_sigma), (rgb, expected_rgb)))
             if not close:
