@@ -28,6 +28,7 @@ from trainer.contract import (
     RENDER_HELP,
     VIEW_HELP,
     add_view_arguments,
+    resume_flags,
     add_trainer_arguments,
     inference_argv,
     parse_command_line,
@@ -78,7 +79,7 @@ def _train(argv: list[str], out: Path | None, nproc_per_node: int | None) -> int
     result = run_foreground(argv)
     if result.killed_by is not None and result.killed_by not in result.signals:
         run = find_run_folder(out, result.pid, started)
-        print_error(killed_line(result.pid, result.killed_by, run, nproc_per_node))
+        print_error(killed_line(result.pid, result.killed_by, run, nproc_per_node, resume_flags(argv)))
     return result.returncode
 
 

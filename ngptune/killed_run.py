@@ -15,6 +15,7 @@ killed process, else the one written last since the trainer started.
 from __future__ import annotations
 
 import signal
+from collections.abc import Sequence
 from pathlib import Path
 
 from trainer.contract import (
@@ -62,11 +63,14 @@ def mark_killed(run: RunDir, reason: str) -> bool:
     return True
 
 
-def killed_line(pid: int, signum: int, run: RunDir | None, nproc_per_node: int | None) -> str:
+def killed_line(pid: int, signum: int, run: RunDir | None, nproc_per_node: int | None,
+                flags: Sequence[str] = ()) -> str:
     """The message of the ``error:`` line after the trainer process ``pid`` (the launcher of
     ``nproc_per_node`` ranks per node when given) was ended by signal ``signum``: what was killed,
     by which signal, the run's status, records or logs, newest model and how to continue (one
-    line, parts joined by ``; ``). Marks the run failed (:func:`mark_killed`)."""
+    line, parts joined by ``; ``); the command that continues the run repeats ``flags``
+    (:func:`trainer.contract.resume_flags` of the trainer's command line). Marks the run failed
+    (:func:`mark_killed`)."""
     launched = nproc_per_node is not None
     who = f"the launcher of the ranks (process {pid})" if launched else f"the trainer (process {pid})"
     name = signal_name(signum)
@@ -82,5 +86,5 @@ def killed_line(pid: int, signum: int, run: RunDir | None, nproc_per_node: int |
         parts.append(f"each rank's log: {run.logs_dir}/rank<R>.log")
     else:
         parts.append(f"its output is above, its records in {run.metrics_path(0)}")
-    parts += resume_lines(run, newest_model(run), nproc_per_node or 1)
+    parts += resume_lines(run, newest_model(run), nproc_per_node or 1, flags)
     return "; ".join(parts)

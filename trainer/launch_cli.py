@@ -32,7 +32,7 @@ from typing import Any, Sequence
 from trainer.cli import train_command
 from trainer.run.checks import check_before_start
 from trainer.run.settings import opening_line, resolve_config, scene_path_of
-from trainer.contract.commandline import add_trainer_arguments, worker_argv
+from trainer.contract.commandline import add_trainer_arguments, resume_flags, worker_argv
 from trainer.contract.defaults import default_run_dir
 from trainer.contract.errors import ConfigError, TrainerError
 from trainer.parallel.net_env import check_socket_ifnames
@@ -132,7 +132,8 @@ def launch_command(args: argparse.Namespace, train_argv: list[str]) -> int:
     except KeyboardInterrupt:
         from trainer.contract.resumption import newest_model, resume_block
 
-        lines = resume_block(RunDir(out), newest_model(RunDir(out)), args.nproc_per_node)
+        lines = resume_block(RunDir(out), newest_model(RunDir(out)), args.nproc_per_node,
+                             flags=resume_flags(train_argv))
         heading = fit_lines(["interrupted: the ranks were stopped;", f"logs in {RunDir(out).logs_dir}"])
         print("\n".join([*heading, *lines]), file=sys.stderr)
         return 130
@@ -184,6 +185,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m trainer") -> 
     plain_warning_format()
     raw = list(sys.argv[1:] if argv is None else argv)
     args = parse_command_line(build_parser(prog), raw)
+    args.resume_flags = resume_flags(raw)  # repeated by the command that continues a stopped run
     try:
         return run_command(args, raw)
     except TrainerError as exc:

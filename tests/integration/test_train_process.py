@@ -74,7 +74,8 @@ def _children(pid: int) -> list[int]:
 def test_ctrl_c_or_sigterm_to_ngptune_reaches_the_training_once_and_keeps_the_model(tmp_path, demo_scene, sig, code,
                                                                                      said_first, ended):
     """Without --snapshot-every, Ctrl-C (SIGTERM) finishes the step under way and keeps a snapshot
-    of it, which the lines after ``interrupted`` (``terminated``) name and resume."""
+    of it, which the lines after ``interrupted`` (``terminated``) name and resume (with the run's
+    ``--no-eval``, which its ``config.json`` does not keep)."""
     from trainer.train.snapshot import load_snapshot
 
     proc, out = _long_run(tmp_path, demo_scene)
@@ -89,7 +90,7 @@ def test_ctrl_c_or_sigterm_to_ngptune_reaches_the_training_once_and_keeps_the_mo
     snapshot = out / "snapshots" / f"step_{step:07d}.pt"
     assert " ".join(" ".join(said[1:-2]).split()) == f"the newest complete snapshot is {snapshot} (step {step})"
     assert said[-2:] == ["  continue with:",
-                         f"    ngptune train --config {out / 'config.json'} --resume {snapshot} --out {out}"]
+                         f"    ngptune train --config {out / 'config.json'} --resume {snapshot} --out {out} --no-eval"]
     assert all(len(line) <= 80 for line in lines[:-1] if len(line.split()) > 2), stderr
     assert load_snapshot(snapshot)["step"] == step
     status = json.loads((out / "status.json").read_text())
@@ -183,7 +184,8 @@ def test_a_trainer_killed_by_sigkill_gets_one_line_and_a_failed_status(tmp_path,
     for part in (f"; runs/{out.name}/status.json now says failed;", f"its records in runs/{out.name}/metrics.jsonl;",
                  f"the newest complete snapshot is runs/{out.name}/snapshots/{newest.name} (step {step});",
                  f"continue with: ngptune train --config runs/{out.name}/config.json --resume "
-                 f"runs/{out.name}/snapshots/{newest.name} --out runs/{out.name}"):
+                 f"runs/{out.name}/snapshots/{newest.name} --out runs/{out.name} --no-eval"):
         assert part in line, (part, line)
+    assert line.endswith(" --no-eval"), line  # the flag config.json does not keep, repeated
     status = json.loads((out / "status.json").read_text())
     assert status["state"] == "failed" and status["reason"] == f"process {trainer} was killed by SIGKILL"

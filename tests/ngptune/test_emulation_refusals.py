@@ -111,12 +111,13 @@ def test_ctrl_c_after_a_checkpoint_says_how_to_continue(tmp_path, monkeypatch, c
         raise KeyboardInterrupt
 
     monkeypatch.setattr(trainer.parallel.launch, "launch_workers", interrupted_after_a_save)
-    assert launcher_main(["--nproc-per-node", "2", "--n-steps", "10", "--out", str(out)]) == 130
+    assert launcher_main(["--nproc-per-node", "2", "--n-steps", "10", "--keep-checkpoints", "4", "--out", str(out)]) == 130
     said = capfd.readouterr().err.strip().splitlines()
     assert " ".join(" ".join(said[:-2]).split()) == (
         f"interrupted: the ranks were stopped; logs in {out / 'logs'} "
         f"the newest complete checkpoint is {out / 'checkpoints' / 'step_0000005'} (step 5)")
     assert said[-2:] == [  # the command whole on its own line, to be copied
         "  continue with:",
-        f"    ngptune train --nproc-per-node 2 --config {out / 'config.json'} --resume {out} --out {out}"]
+        f"    ngptune train --nproc-per-node 2 --config {out / 'config.json'} --resume {out} --out {out} "
+        "--keep-checkpoints 4"]  # a flag config.json does not keep is repeated
     assert all(len(line) <= 80 for line in said[:-1] if len(line.split()) > 2), said

@@ -43,7 +43,7 @@ FACE: dict[str, tuple[str, ...]] = {
         "BENCH_COMM_OPS", "BENCH_COMM_RESULT_FILE", "EXPORT_HELP", "LAUNCH_FLAGS", "RENDER_HELP", "TOOLS", "VIEW_HELP",
         "add_demo_scene_arguments", "add_export_arguments", "add_inspect_arguments", "add_render_arguments",
         "add_scene_format_arguments", "add_trainer_arguments", "add_view_arguments", "bench_comm_argv",
-        "inference_argv", "integer_at_least", "nonnegative_int", "positive_int", "scene_format_overrides", "tool_argv", "trainer_argv", "viewer_argv",
+        "inference_argv", "integer_at_least", "nonnegative_int", "positive_int", "resume_flags", "scene_format_overrides", "tool_argv", "trainer_argv", "viewer_argv",
         "worker_argv",
     ),
     "lifeline": ("command_stopping_with_parent", "set_parent_death_signal"),

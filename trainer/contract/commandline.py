@@ -64,6 +64,7 @@ __all__ = [
     "integer_at_least",
     "nonnegative_int",
     "positive_int",
+    "resume_flags",
     "scene_format_overrides",
     "tool_argv",
     "trainer_argv",
@@ -191,6 +192,24 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--view-host", default="127.0.0.1",
                         help="--view: address to listen on (default 127.0.0.1, this machine only)")
     parser.add_argument("--view-port", type=int, default=0, help="--view: port to listen on (default: a free port)")
+
+
+def resume_flags(argv: Sequence[str]) -> list[str]:
+    """The flags of a training command line ``argv`` (``python -m trainer`` / ``ngptune train``
+    flags) that its run's ``config.json`` does not keep, as the command that resumes the run must
+    repeat them: ``--no-eval`` and ``--keep-checkpoints N``. Unknown flags are ignored.
+
+    >>> resume_flags(["--scene", "s", "--no-eval", "--keep-checkpoints=5", "--set", "a.b=1"])
+    ['--no-eval', '--keep-checkpoints', '5']
+    """
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--no-eval", action="store_true")
+    parser.add_argument("--keep-checkpoints", default=None)
+    known, _ = parser.parse_known_args(list(argv))
+    flags = ["--no-eval"] if known.no_eval else []
+    if known.keep_checkpoints is not None:
+        flags += ["--keep-checkpoints", str(known.keep_checkpoints)]
+    return flags
 
 
 def add_launch_arguments(parser: argparse.ArgumentParser) -> None:

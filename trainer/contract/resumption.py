@@ -10,6 +10,7 @@ Stdlib only: both the trainer and the ngptune driver import it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from trainer.contract.rundir import RunDir, checkpoint_step, latest_checkpoint
@@ -25,10 +26,11 @@ def newest_model(run_dir: RunDir) -> Path | None:
     return latest_checkpoint(run_dir.root) or run_dir.latest_snapshot()
 
 
-def _model_parts(run_dir: RunDir, model: Path | None, nproc_per_node: int) -> tuple[list[str], str | None]:
+def _model_parts(run_dir: RunDir, model: Path | None, nproc_per_node: int,
+                 flags: Sequence[str]) -> tuple[list[str], str | None]:
     """The statement naming ``model`` (or that there is none) as parts for
     :func:`~trainer.contract.textlines.fit_lines`, and the command line that continues the run
-    (None without a model)."""
+    with ``flags`` after it (None without a model)."""
     every = "--checkpoint-every N" if nproc_per_node > 1 else "--snapshot-every N"
     if model is None:
         return ["no snapshot or checkpoint was kept in", str(run_dir.root), f"({every} keeps one along the way)"], None
@@ -40,24 +42,28 @@ def _model_parts(run_dir: RunDir, model: Path | None, nproc_per_node: int) -> tu
         step = next((s for s, path in run_dir.snapshots() if path == model), None)
     launch = f" --nproc-per-node {nproc_per_node}" if nproc_per_node > 1 else ""
     command = f"ngptune train{launch} --config {run_dir.config_path} --resume {resume} --out {run_dir.root}"
+    command = " ".join([command, *flags])
     return [f"the newest complete {kind} is", str(model), *([f"(step {step})"] if step is not None else [])], command
 
 
-def resume_lines(run_dir: RunDir, model: Path | None, nproc_per_node: int = 1) -> list[str]:
+def resume_lines(run_dir: RunDir, model: Path | None, nproc_per_node: int = 1,
+                 flags: Sequence[str] = ()) -> list[str]:
     """What a stopped run says on how to continue it, one statement a string (for a one-line
     message; :func:`resume_block` for lines to print): the newest complete snapshot or checkpoint
     ``model`` of ``run_dir`` (None: there is none) with its step, and the command line that resumes
     it into the same folder with the run's own ``config.json`` (``nproc_per_node`` > 1: a launched
-    job of that many ranks per node).
+    job of that many ranks per node), followed by ``flags``: those of the stopped run that its
+    ``config.json`` does not keep (:func:`~trainer.contract.commandline.resume_flags`).
 
     >>> resume_lines(RunDir(Path("runs/x")), None)
     ['no snapshot or checkpoint was kept in runs/x (--snapshot-every N keeps one along the way)']
     """
-    parts, command = _model_parts(run_dir, model, nproc_per_node)
+    parts, command = _model_parts(run_dir, model, nproc_per_node, flags)
     return [" ".join(parts), *([f"continue with: {command}"] if command else [])]
 
 
-def resume_block(run_dir: RunDir, model: Path | None, nproc_per_node: int = 1, indent: str = "  ") -> list[str]:
+def resume_block(run_dir: RunDir, model: Path | None, nproc_per_node: int = 1, indent: str = "  ",
+                 flags: Sequence[str] = ()) -> list[str]:
     """The statements of :func:`resume_lines` as lines to print under a heading, each starting
     with ``indent`` and under :func:`~trainer.contract.textlines.line_width` columns: the model's
     statement broken between its parts (a path stays whole, its lines after the first indented
@@ -67,7 +73,7 @@ def resume_block(run_dir: RunDir, model: Path | None, nproc_per_node: int = 1, i
     >>> resume_block(RunDir(Path("runs/x")), Path("runs/x/snapshots/step_0000060.pt"))[1:]
     ['  continue with:', '    ngptune train --config runs/x/config.json --resume runs/x/snapshots/step_0000060.pt --out runs/x']
     """
-    parts, command = _model_parts(run_dir, model, nproc_per_node)
+    parts, command = _model_parts(run_dir, model, nproc_per_node, flags)
     deeper = indent + "  "
     lines = fit_lines([indent + parts[0], *parts[1:]], indent=deeper)
     if command is not None:

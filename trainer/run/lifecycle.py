@@ -329,7 +329,8 @@ def run_training(cfg: TrainConfig, args: argparse.Namespace) -> dict[str, Any]:
             at = f" at step {trainer.step}" if trainer is not None else " before training started"
             env = getattr(job, "env", None)
             where = "\n".join([f"the run stopped{at}", *resume_block(
-                job.run_dir, job.last_model(), env.local_world_size if env is not None else 1)])
+                job.run_dir, job.last_model(), env.local_world_size if env is not None else 1,
+                flags=getattr(args, "resume_flags", ()))])
             error = RunInterrupted(where) if isinstance(error, KeyboardInterrupt) else RunTerminated(where)
         raise error from exc.__cause__
     finally:

@@ -15,6 +15,7 @@ from trainer.contract import (
     LAUNCH_FLAGS,
     add_trainer_arguments,
     field_rule,
+    resume_flags,
     tool_argv,
     trainer_argv,
     worker_argv,
@@ -50,6 +51,17 @@ def test_every_keyword_arrives_as_its_flag():
 def test_defaults_add_no_flag_and_texts_pass_as_given():
     assert trainer_argv() == [sys.executable, "-m", "trainer"]
     assert trainer_argv(overrides=["training.seed=3"])[3:] == ["--set", "training.seed=3"]
+
+
+def test_resume_flags_are_the_run_flags_config_json_does_not_keep():
+    """The command that continues a stopped run repeats --no-eval and --keep-checkpoints (in either
+    spelling) and nothing that the run's config.json already holds."""
+    argv = trainer_argv(scene="s", n_steps=5, evaluate=False, quiet=True, overrides={"training.batch_size": 4096},
+                        extra=["--keep-checkpoints=2", "--snapshot-every", "3"])
+    assert resume_flags(argv[3:]) == ["--no-eval", "--keep-checkpoints", "2"]
+    assert resume_flags(trainer_argv(scene="s", n_steps=5, time_budget_s=6.0)[3:]) == []
+    parsed = _parse([sys.executable, "-m", "trainer", *resume_flags(argv[3:])])
+    assert parsed.no_eval and parsed.keep_checkpoints == 2
 
 
 def test_worker_argv_leaves_out_the_launch_flags_in_both_spellings():
