@@ -3,12 +3,15 @@ job that torchrun or srun started, or as the launcher of ``--nproc-per-node N`` 
 (:mod:`trainer.launch_cli`; ``ngptune train`` is an alias)."""
 
 import os
+import signal
 import sys
 
 from trainer.launch_cli import main
 
 if __name__ == "__main__":
     code = main()
+    for signum in (signal.SIGINT, signal.SIGTERM):  # the run has ended: a signal now ends the process at
+        signal.signal(signum, signal.SIG_DFL)  # once, not as an exception inside the interpreter's teardown
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         from trainer.parallel.dist_env import exit_without_teardown
 

@@ -23,6 +23,7 @@ from trainer.contract.commandline import add_train_arguments
 from trainer.contract.config import dump_config
 from trainer.contract.errors import TrainerError
 from trainer.contract.runstatus import print_error, result_line, summary_lines
+from trainer.run.interrupt import signals_held
 from trainer.run.lifecycle import run_training
 from trainer.run.settings import config_source, resolve_config
 from trainer.run.status import RunInterrupted, RunTerminated, Terminated, raise_terminated
@@ -58,11 +59,13 @@ def train_command(args: argparse.Namespace) -> int:
         return 2
     except KeyboardInterrupt as exc:
         where = str(exc) if isinstance(exc, RunInterrupted) else ""  # where the newest model is, how to continue
-        print("interrupted" + (f": {where}" if where else ""), file=sys.stderr)
+        with signals_held():
+            print("interrupted" + (f": {where}" if where else ""), file=sys.stderr)
         return 130
     except Terminated as exc:
         where = str(exc) if isinstance(exc, RunTerminated) else ""  # where the newest model is, how to continue
-        print("terminated" + (f": {where}" if where else ""), file=sys.stderr)
+        with signals_held():
+            print("terminated" + (f": {where}" if where else ""), file=sys.stderr)
         return 143
     for line in summary_lines(status):
         print(line, flush=True)  # readable, before the JSON line that stays last

@@ -269,3 +269,40 @@ def test_ctrl_c_says_where_the_newest_snapshot_is_and_the_command_that_continues
     assert " ".join(" ".join(said[start + 1:]).split()) == (
         f"no snapshot or checkpoint was kept in {nothing} (--snapshot-every N keeps one along the way)")
     assert all(len(line) <= 80 or len(line.split()) == 1 for line in said[start:]), said
+
+
+def test_a_second_ctrl_c_while_the_run_ends_is_noted_and_the_end_is_written(demo_scene, tmp_path, monkeypatch,
+                                                                            capsys):
+    """The first Ctrl-C stops after its step; a second one that comes while the snapshot of that
+    step is written (Python's own handler is back by then) does not cut the end short: the
+    snapshot is kept, status.json says interrupted, and the run says how to continue."""
+    import os
+    import signal
+
+    from trainer.cli import build_parser, train_command
+    from trainer.run.lifecycle import OneProcess
+    from trainer.train.loop import Trainer
+
+    real_step, real_keep = Trainer.train_step, OneProcess.keep_interrupted_model
+
+    def first_ctrl_c_at_step_4(self):
+        if self.step == 4:
+            os.kill(os.getpid(), signal.SIGINT)
+        return real_step(self)
+
+    def second_ctrl_c_during_the_snapshot(self, *args):
+        os.kill(os.getpid(), signal.SIGINT)
+        return real_keep(self, *args)
+
+    monkeypatch.setattr(Trainer, "train_step", first_ctrl_c_at_step_4)
+    monkeypatch.setattr(OneProcess, "keep_interrupted_model", second_ctrl_c_during_the_snapshot)
+    run = tmp_path / "run"
+    args = build_parser().parse_args(["--scene", str(demo_scene), "--config", str(tiny_config_file(tmp_path)),
+                                      "--n-steps", "10", "--out", str(run), "--quiet"])
+    assert train_command(args) == 130
+    said = capsys.readouterr().err
+    assert "interrupted: the run stopped at step 5" in said and "Traceback" not in said, said
+    status = json.loads((run / "status.json").read_text())
+    assert status["state"] == "interrupted" and status["snapshot"] == str(run / "snapshots" / "step_0000005.pt")
+    assert (run / "snapshots" / "step_0000005.pt").is_file()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers are back after the run

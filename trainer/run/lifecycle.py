@@ -43,7 +43,7 @@ from trainer.run.checks import (
 )
 from trainer.contract.resumption import resume_block
 from trainer.run.finish import finish_status, train_with_progress
-from trainer.run.interrupt import StopAfterStep, StoppedAfterStep, TerminatedAfterStep
+from trainer.run.interrupt import StopAfterStep, StoppedAfterStep, TerminatedAfterStep, signals_held
 from trainer.run.progress import TrainProgress
 from trainer.run.settings import on_cpu, opening_line, scene_path_of
 from trainer.run.status import RunInterrupted, RunStatus, RunTerminated, Terminated, keeping_finite_model
@@ -320,20 +320,22 @@ def run_training(cfg: TrainConfig, args: argparse.Namespace) -> dict[str, Any]:
         status.end()
         return status
     except BaseException as exc:
-        progress.close()
-        if isinstance(exc, (StoppedAfterStep, TerminatedAfterStep)):
-            job.keep_interrupted_model(trainer, status, progress)
-        error = keeping_finite_model(exc, status, job.last_model())
-        status.end(error)
-        if isinstance(error, (KeyboardInterrupt, Terminated)) and job.is_main:
-            at = f" at step {trainer.step}" if trainer is not None else " before training started"
-            env = getattr(job, "env", None)
-            where = "\n".join([f"the run stopped{at}", *resume_block(
-                job.run_dir, job.last_model(), env.local_world_size if env is not None else 1,
-                flags=getattr(args, "resume_flags", ()))])
-            error = RunInterrupted(where) if isinstance(error, KeyboardInterrupt) else RunTerminated(where)
+        with signals_held():  # a second Ctrl-C must not cut the run's end short (status.json left running)
+            progress.close()
+            if isinstance(exc, (StoppedAfterStep, TerminatedAfterStep)):
+                job.keep_interrupted_model(trainer, status, progress)
+            error = keeping_finite_model(exc, status, job.last_model())
+            status.end(error)
+            if isinstance(error, (KeyboardInterrupt, Terminated)) and job.is_main:
+                at = f" at step {trainer.step}" if trainer is not None else " before training started"
+                env = getattr(job, "env", None)
+                where = "\n".join([f"the run stopped{at}", *resume_block(
+                    job.run_dir, job.last_model(), env.local_world_size if env is not None else 1,
+                    flags=getattr(args, "resume_flags", ()))])
+                error = RunInterrupted(where) if isinstance(error, KeyboardInterrupt) else RunTerminated(where)
         raise error from exc.__cause__
     finally:
-        if trainer is not None:
-            trainer.close()
-        job.end(status)
+        with signals_held():
+            if trainer is not None:
+                trainer.close()
+            job.end(status)
