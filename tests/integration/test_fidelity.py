@@ -19,7 +19,7 @@ from ngptune.tuning.concurrency import STEP_BUDGET_TRIALS_PER_GPU_ENV, plan_tria
 from ngptune.tuning.layout import StudyDir
 from ngptune.tuning.objectives import intermediate_values
 from ngptune.tuning.study import load_study
-from tests.support.paths import REPO
+from tests.support.paths import REPO, repo_python_path
 from tests.support.studies import write_study
 from trainer.contract import ConfigError, RunDir, read_metrics
 
@@ -29,7 +29,7 @@ PSNR = '[[objectives]]\nname = "psnr_at_budget_db"\n'
 def _sweep(args: list, env: dict | None = None, timeout_s: float = 500) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "ngptune", "sweep", *map(str, args)]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=REPO,
-                          env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})})
+                          env={**os.environ, "PYTHONPATH": repo_python_path(), **(env or {})})
 
 
 def _trials(out, name: str = "t") -> list:

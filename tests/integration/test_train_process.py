@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.paths import REPO
+from tests.support.paths import REPO, repo_python_path
 from tests.support.scenes import TINY
 
 pytestmark = pytest.mark.timeout(180)
@@ -166,7 +166,7 @@ def test_a_trainer_killed_by_sigkill_gets_one_line_and_a_failed_status(tmp_path,
     flags = [f"{key}={json.dumps(value)}" for key, value in TINY.items()]
     argv = [sys.executable, "-m", "ngptune", "train", "--scene", str(demo_scene), "--n-steps", "100000",
             "--snapshot-every", "2", "--no-eval", "--quiet", *sum((["--set", f] for f in flags), [])]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": repo_python_path()}
     proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not list(tmp_path.glob("runs/*/snapshots/step_*.pt")):

@@ -14,7 +14,7 @@ import subprocess
 import sys
 from typing import Any
 
-from tests.support.paths import REPO
+from tests.support.paths import REPO, repo_python_path
 
 
 def random_seed() -> int:
@@ -29,7 +29,7 @@ def observe_in_interpreter(test_file: str, seed: int, timeout_s: float = 600) ->
     Raises:
         AssertionError: the worker failed (its stderr tail and the seed in the message).
     """
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": repo_python_path()}
     proc = subprocess.run([sys.executable, test_file, str(seed)], capture_output=True, text=True, env=env,
                           timeout=timeout_s, cwd=REPO)
     assert proc.returncode == 0, f"seed {seed}: worker failed:\n{proc.stderr[-3000:]}"

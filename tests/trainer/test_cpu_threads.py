@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli import deepest_bracket
-from tests.support.paths import REPO
+from tests.support.paths import REPO, repo_python_path
 from tests.support.scenes import tiny_config_file
 from trainer.contract.textlines import CONTINUATION, LINE_WIDTH, joined
 from trainer.contract.threads import (
@@ -156,7 +156,7 @@ def test_the_threads_are_applied_to_the_process(tmp_path):
             "n = apply_cpu_threads(0, 1).count; assert torch.get_num_threads() == n, (n, torch.get_num_threads()); "
             "apply_cpu_threads(1, 1); print(torch.get_num_threads())")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,
-                         env={"PATH": "", "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"})
+                         env={"PATH": "", "PYTHONPATH": repo_python_path(), "OMP_NUM_THREADS": "1"})
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "1"
 

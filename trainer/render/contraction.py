@@ -58,7 +58,9 @@ class SceneContraction:
         return cls(half_side=0.5 * aabb_scale)
 
     def _centre(self, points: Tensor) -> Tensor:
-        return torch.tensor(self.centre, dtype=points.dtype, device=points.device)
+        """[3] ``points``' dtype and device: the centre, filled on the device (no copy from the host,
+        which a CUDA graph capture refuses)."""
+        return torch.stack([points.new_full((), value) for value in self.centre])
 
     def contract(self, points: Tensor) -> Tensor:
         """Contract world points.

@@ -125,8 +125,10 @@ class OccupancyGrid(nn.Module):
     @property
     def aabb(self) -> Tensor:
         """[2, 3] float32: the scene box (min corner, max corner), on the grid's device."""
-        half = 0.5 * self.aabb_scale
-        return torch.tensor([[0.5 - half] * 3, [0.5 + half] * 3], device=self.density.device)
+        half = 0.5 * self.aabb_scale  # filled on the device: no copy from the host inside a graph capture
+        corners = torch.empty(2, 3, dtype=torch.float32, device=self.density.device)
+        corners[0], corners[1] = 0.5 - half, 0.5 + half
+        return corners
 
     def step_sizes(self) -> Tensor:
         """[levels] float32: Δt_c = √3/1024·2^c, the step by which σ is scaled when stored (the

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.paths import REPO
+from tests.support.paths import REPO, repo_python_path
 from tests.support.processes import as_from_a_terminal
 
 pytest.importorskip("pycolmap")
@@ -22,7 +22,7 @@ pytest.importorskip("pycolmap")
 def _stop_during_sfm(photos: Path, out: Path, sig: int) -> subprocess.CompletedProcess:
     log = out.parent / "prepare.log"
     out.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": repo_python_path()}
     with open(log, "w") as sink:
         proc = subprocess.Popen([sys.executable, "-m", "ngptune", "prepare", str(photos), "--out", str(out)],
                                 cwd=REPO, env=env, stdout=sink, stderr=subprocess.STDOUT, text=True,

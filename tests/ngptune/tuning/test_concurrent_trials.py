@@ -18,7 +18,7 @@ from ngptune.scheduling.slots import CLAIMS_DIR_ENV, FAKE_GPUS_ENV
 from ngptune.tuning.concurrency import plan_trial_slots
 from ngptune.tuning.layout import StudyDir
 from ngptune.tuning.study import load_study
-from tests.support.paths import REPO
+from tests.support.paths import REPO, repo_python_path
 from tests.support.studies import write_study
 from trainer.contract.errors import ConfigError
 
@@ -63,7 +63,7 @@ def test_two_workers_run_trials_side_by_side_on_disjoint_gpus(tmp_path, demo_sce
     study = write_study(tmp_path / "c.toml", scene=demo_scene, budget="steps = 3\ntrial_timeout_s = 200", trials=4,
                         params='[params."parallel.bucket_mib"]\ntype = "categorical"\nchoices = [1.0, 25.0]\n')
     out = tmp_path / "out"
-    env = {**os.environ, FAKE_GPUS_ENV: "3", CLAIMS_DIR_ENV: str(tmp_path / "claims"), "PYTHONPATH": str(REPO)}
+    env = {**os.environ, FAKE_GPUS_ENV: "3", CLAIMS_DIR_ENV: str(tmp_path / "claims"), "PYTHONPATH": repo_python_path()}
     cmd = [sys.executable, "-m", "ngptune", "sweep", "--study", str(study), "--out", str(out), "--nproc-per-node", "1",
            "--gpus-per-trial", "1", "--concurrent-trials", "2", "--trials", "4"]
     workers = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO, env=env)

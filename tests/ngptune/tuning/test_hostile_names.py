@@ -17,7 +17,7 @@ import pytest
 from ngptune.tuning.layout import StudyDir
 from ngptune.tuning.outputs import write_best_env
 from ngptune.tuning.study import load_study
-from tests.support.paths import REPO
+from tests.support.paths import REPO, repo_python_path
 from trainer.contract.errors import ConfigError
 
 HOSTILE = [
@@ -38,7 +38,7 @@ def _no_pwned(folder: Path) -> list[str]:
 def test_a_hostile_study_name_on_the_command_line_is_one_error_line(name, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "ngptune", "sweep", "--study-name", name, "--out", str(tmp_path / "s")],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
+                          env={**os.environ, "PYTHONPATH": repo_python_path()})
     assert proc.returncode == 2
     assert proc.stderr.splitlines() == [f"error: --study-name: expected a name of letters, digits, '.', '_' or '-', "
                                         f"got {name!r}"]  # one line: no usage, no raw newline
@@ -50,7 +50,7 @@ def test_an_error_naming_a_file_with_a_line_break_stays_one_line(tmp_path):
     study.write_text('[study]\nname = "a\\nb"\n')
     proc = subprocess.run([sys.executable, "-m", "ngptune", "sweep", "--study", str(study), "--out", str(tmp_path / "s")],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
+                          env={**os.environ, "PYTHONPATH": repo_python_path()})
     assert proc.returncode == 2
     shown = str(study).replace("\n", "\\n")
     assert proc.stderr.splitlines() == [f"error: {shown}: study.name: expected a name of letters, digits, '.', '_' or "

@@ -54,9 +54,12 @@ def test_the_default_on_cuda_is_the_captured_step_and_its_steady_state_never_wai
 
 
 
-def test_a_capture_with_lens_distortion_takes_the_captured_step(demo_scene, tmp_path):
+@pytest.mark.parametrize("scene_model", ["box", "unbounded"])
+def test_a_capture_with_lens_distortion_takes_the_captured_step(demo_scene, tmp_path, scene_model):
     """Distorted cameras are served from the sampler's direction map by the Triton ray kernel, so
-    nothing blocks capture (fox, COLMAP captures); the steady state still never waits."""
+    nothing blocks capture (fox, COLMAP captures); the steady state still never waits. The
+    unbounded scene model (what fox gets) captures too: its contraction and distortion loss copy
+    nothing from the host inside the capture."""
     import json
     import shutil
 
@@ -66,8 +69,9 @@ def test_a_capture_with_lens_distortion_takes_the_captured_step(demo_scene, tmp_
         data = json.loads(path.read_text())
         path.write_text(json.dumps({**data, "k1": 0.05, "k2": -0.01, "p1": 0.002, "p2": -0.001}))
     cfg = tiny_config(training__device="cuda", encoding__backend="triton", training__n_steps=10**6,
-                      training__log_every=20, training__occupancy_warmup_steps=16)
+                      training__log_every=20, training__occupancy_warmup_steps=16, training__scene_model=scene_model)
     trainer = Trainer(cfg, load_scene(scene), None)
+    assert trainer.scene_choice.model == scene_model, trainer.scene_choice
     assert trainer.sampler.triton_rays and trainer.step_choice.kind == "captured", trainer.step_choice
     records: list[dict] = []
     trainer.train(n_steps=200, on_log=records.append)

@@ -14,7 +14,7 @@ import sys
 import pytest
 import torch
 
-from tests.support.paths import REPO
+from tests.support.paths import REPO, repo_python_path
 from tests.support.cli import first_statement, run_inference_cli
 from tests.support.served import Served
 from trainer.contract.textlines import LINE_WIDTH
@@ -25,7 +25,7 @@ pytest.importorskip("viser")
 
 def _view(*args, cwd=REPO) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "ngptune", "view", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
+                          cwd=cwd, timeout=300, env={**os.environ, "PYTHONPATH": repo_python_path()})
 
 
 def _one_error(proc: subprocess.CompletedProcess) -> str:
