@@ -36,7 +36,7 @@ agree within noise (``tests/trainer/train/test_fixed_step.py``).
 
 Host reads left: the PyTorch march twin reads its sample count (:mod:`trainer.render.fixed_march`);
 an fp16 run with ``optimizer.ema_decay`` reads whether the step overflowed (the weight average
-skips such steps), and a non-fused optimiser (the CPU) reads GradScaler's flag as torch does.
+skips such steps; fp16 is not captured), and a non-fused optimiser (the CPU) reads GradScaler's flag as torch does.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ __all__ = ["StepChoice", "capture_blockers", "choose_step"]
 
 def capture_blockers(trainer: Any) -> list[str]:
     """Why this trainer's step cannot be captured (empty: it can)."""
-    cfg, t = trainer.cfg, trainer.cfg.training
+    t = trainer.cfg.training
     if trainer.device.type != "cuda":
         return [f"training.device is {trainer.device}: CUDA graph capture needs CUDA"]
     reasons = []
@@ -47,8 +47,6 @@ def capture_blockers(trainer: Any) -> list[str]:
         reasons.append(f"the training pixels are not on the device (data.placement {trainer.sampler.placement})")
     if t.precision == "fp16":
         reasons.append("training.precision fp16 (the captured step covers fp32, tf32 and bf16)")
-    if cfg.optimizer.ema_decay is not None:
-        reasons.append("optimizer.ema_decay is set (the weight average counts its updates on the host)")
     if not hasattr(torch.cuda.CUDAGraph, "register_generator_state"):
         reasons.append(f"torch {torch.__version__} cannot register custom generators with a CUDA graph")
     return reasons

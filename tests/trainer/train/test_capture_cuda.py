@@ -84,3 +84,27 @@ def test_a_capture_with_lens_distortion_takes_the_captured_step(demo_scene, tmp_
         torch.cuda.set_sync_debug_mode(0)
     assert records[-1]["loss"] < 0.85 * records[0]["loss"], records
     trainer.close()
+
+
+def test_the_weight_average_is_part_of_the_captured_step(demo_scene):
+    """optimizer.ema_decay does not block capture: the average and its update count live on the
+    device, so every replayed step folds the weights in (count = steps) without waiting."""
+    cfg = tiny_config(training__device="cuda", encoding__backend="triton", training__n_steps=10**6,
+                      training__log_every=20, optimizer__ema_decay=0.95)
+    trainer = Trainer(cfg, load_scene(demo_scene), None)
+    assert trainer.step_choice.kind == "captured", trainer.step_choice
+    trainer.train(n_steps=100)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(20):
+            trainer.train_step()
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    assert trainer.stepper.graph.graph is not None
+    params = list(trainer.field.parameters())
+    assert all(trainer.weight_ema.updates(p) == trainer.step for p in params), trainer.step
+    with trainer.weight_ema.applied(params):
+        averaged = [p.detach().clone() for p in params]
+    assert any(not torch.equal(a, p.detach()) for a, p in zip(averaged, params))  # the average, not the weights
+    trainer.close()
