@@ -12,6 +12,19 @@ from trainer.train.loop import Trainer
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
+def steps_without_waiting(trainer: Trainer, steps: int) -> None:
+    """``steps`` training steps under ``torch.cuda.set_sync_debug_mode("error")``: any host
+    synchronisation inside them raises."""
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(steps):
+            trainer.train_step()
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    torch.cuda.synchronize()
+
+
 def _losses(scene, mode: str) -> tuple[list[float], Trainer]:
     cfg = tiny_config(training__device="cuda", encoding__backend="triton", training__cuda_graphs=mode,
                       training__n_steps=200, training__log_every=20)
@@ -41,17 +54,9 @@ def test_the_default_on_cuda_is_the_captured_step_and_its_steady_state_never_wai
     assert trainer.step_choice.kind == "captured", trainer.step_choice
     trainer.train(n_steps=40)  # start-up, the warm-up occupancy updates, a steady-state update
     assert trainer.startup is not None and trainer.startup.step_kind == "captured"
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        for _ in range(40):  # holds occupancy updates (every 16 steps) and graph replays
-            trainer.train_step()
-    finally:
-        torch.cuda.set_sync_debug_mode(0)
-    torch.cuda.synchronize()
+    steps_without_waiting(trainer, 40)  # holds occupancy updates (every 16 steps) and graph replays
     assert trainer.stepper.graph.graph is not None
     trainer.close()
-
 
 
 @pytest.mark.parametrize("scene_model", ["box", "unbounded"])
@@ -75,13 +80,7 @@ def test_a_capture_with_lens_distortion_takes_the_captured_step(demo_scene, tmp_
     assert trainer.sampler.triton_rays and trainer.step_choice.kind == "captured", trainer.step_choice
     records: list[dict] = []
     trainer.train(n_steps=200, on_log=records.append)
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        for _ in range(20):
-            trainer.train_step()
-    finally:
-        torch.cuda.set_sync_debug_mode(0)
+    steps_without_waiting(trainer, 20)
     assert records[-1]["loss"] < 0.85 * records[0]["loss"], records
     trainer.close()
 
@@ -94,13 +93,7 @@ def test_the_weight_average_is_part_of_the_captured_step(demo_scene):
     trainer = Trainer(cfg, load_scene(demo_scene), None)
     assert trainer.step_choice.kind == "captured", trainer.step_choice
     trainer.train(n_steps=100)
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        for _ in range(20):
-            trainer.train_step()
-    finally:
-        torch.cuda.set_sync_debug_mode(0)
+    steps_without_waiting(trainer, 20)
     assert trainer.stepper.graph.graph is not None
     params = list(trainer.field.parameters())
     assert all(trainer.weight_ema.updates(p) == trainer.step for p in params), trainer.step
