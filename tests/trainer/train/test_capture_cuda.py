@@ -64,7 +64,8 @@ def test_a_capture_with_lens_distortion_takes_the_captured_step(demo_scene, tmp_
     """Distorted cameras are served from the sampler's direction map by the Triton ray kernel, so
     nothing blocks capture (fox, COLMAP captures); the steady state still never waits. The
     unbounded scene model (what fox gets) captures too: its contraction and distortion loss copy
-    nothing from the host inside the capture."""
+    nothing from the host inside the capture, and its losses follow the eager twin's (they rise
+    while the distortion term grows with the density: measured on an H200, 0.017 → 0.056 both)."""
     import json
     import shutil
 
@@ -73,16 +74,28 @@ def test_a_capture_with_lens_distortion_takes_the_captured_step(demo_scene, tmp_
     for path in scene.glob("transforms_*.json"):
         data = json.loads(path.read_text())
         path.write_text(json.dumps({**data, "k1": 0.05, "k2": -0.01, "p1": 0.002, "p2": -0.001}))
-    cfg = tiny_config(training__device="cuda", encoding__backend="triton", training__n_steps=10**6,
-                      training__log_every=20, training__occupancy_warmup_steps=16, training__scene_model=scene_model)
-    trainer = Trainer(cfg, load_scene(scene), None)
-    assert trainer.scene_choice.model == scene_model, trainer.scene_choice
-    assert trainer.sampler.triton_rays and trainer.step_choice.kind == "captured", trainer.step_choice
-    records: list[dict] = []
-    trainer.train(n_steps=200, on_log=records.append)
-    steps_without_waiting(trainer, 20)
-    assert records[-1]["loss"] < 0.85 * records[0]["loss"], records
-    trainer.close()
+    losses = {}
+    for mode in ("on", "off"):
+        cfg = tiny_config(training__device="cuda", encoding__backend="triton", training__n_steps=10**6,
+                          training__log_every=20, training__occupancy_warmup_steps=16,
+                          training__scene_model=scene_model, training__cuda_graphs=mode)
+        trainer = Trainer(cfg, load_scene(scene), None)
+        assert trainer.scene_choice.model == scene_model, trainer.scene_choice
+        assert trainer.sampler.triton_rays
+        records: list[dict] = []
+        trainer.train(n_steps=200, on_log=records.append)
+        losses[mode] = [r["loss"] for r in records]
+        if mode == "on":
+            assert trainer.step_choice.kind == "captured", trainer.step_choice
+            steps_without_waiting(trainer, 20)
+            assert trainer.stepper.graph.graph is not None
+        trainer.close()
+    # same kernels and draws; float atomics in the grid's backward let the runs drift by rounding
+    # (on an H200 the unbounded runs' last intervals once differed by 10 %: 0.052 against 0.047)
+    assert losses["on"] == pytest.approx(losses["off"], rel=0.25), losses
+    assert sum(losses["on"]) == pytest.approx(sum(losses["off"]), rel=0.1), losses
+    if scene_model == "box":
+        assert losses["on"][-1] < 0.85 * losses["on"][0], losses
 
 
 def test_the_weight_average_is_part_of_the_captured_step(demo_scene):
