@@ -26,6 +26,7 @@ import abc
 import argparse
 import contextlib
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -221,7 +222,7 @@ class Rank(Job):
                          **{RESTART_COUNT_KEY: self.restarts})
 
     def build(self, status: RunStatus, progress: TrainProgress) -> Any:
-        from trainer.data import load_scene
+        from trainer.data import SkippedFramesWarning, load_scene
         from trainer.parallel.build import build_distributed_trainer
         from trainer.parallel.dist_env import init_distributed
 
@@ -229,7 +230,10 @@ class Rank(Job):
         init_distributed(self.env, cfg.distributed.timeout_s)
         if self.env.is_main:
             self.run_dir.write_json(self.run_dir.config_path, saved_config(cfg))
-        scene = load_scene(self.scene_path, **cfg.data.scene_options())
+        with warnings.catch_warnings():
+            if not self.env.is_main:  # rank 0 says it, above its progress line; another rank's copy
+                warnings.simplefilter("ignore", SkippedFramesWarning)  # would land inside that line
+            scene = load_scene(self.scene_path, **cfg.data.scene_options())
         progress.message(_fitted(scene.size_rule))  # which size rule won, and why (rank 0)
         trainer = build_distributed_trainer(cfg, scene, self.run_dir)
         progress.message(_fitted(scene_model_text(trainer)))  # the scene model, and the capture it was chosen for
