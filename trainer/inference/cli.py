@@ -601,8 +601,8 @@ def _render_worker(args: argparse.Namespace) -> int:
 
 
 def export_command(args: argparse.Namespace) -> int:
-    """``export mesh|pointcloud``. Returns the exit status (130 after Ctrl-C: nothing is written,
-    the files appear only when complete)."""
+    """``export mesh|pointcloud``. Returns the exit status (130 after Ctrl-C, 143 after SIGTERM,
+    with one line saying how far it got: nothing is written, the files appear only when complete)."""
     from trainer.inference.loading import check_model_path
 
     check_model_path(args.model)
@@ -612,12 +612,13 @@ def export_command(args: argparse.Namespace) -> int:
     from trainer.inference.mesh import DensityInterrupted
     from trainer.inference.pointcloud import PointsInterrupted
 
-    try:
-        return _export_mesh(args, out) if args.kind == "mesh" else _export_pointcloud(args, out)
-    except (DensityInterrupted, PointsInterrupted) as exc:
-        return _interrupted(f"export {args.kind} stopped {exc}; {out} was not written")
-    except KeyboardInterrupt:
-        return _interrupted(f"export {args.kind} stopped; {out} was not written")
+    with _sigterm_unwinds() as terminated:
+        try:
+            return _export_mesh(args, out) if args.kind == "mesh" else _export_pointcloud(args, out)
+        except (DensityInterrupted, PointsInterrupted) as exc:
+            return _stopped(f"export {args.kind} stopped {exc}; {out} was not written", terminated)
+        except KeyboardInterrupt:
+            return _stopped(f"export {args.kind} stopped; {out} was not written", terminated)
 
 
 def _from_model(args: argparse.Namespace, what: str, extract: Any) -> Any:

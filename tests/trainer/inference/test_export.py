@@ -145,6 +145,34 @@ def test_ctrl_c_during_an_export_leaves_no_file_and_one_line(trained_run, tmp_pa
     assert not list(tmp_path.iterdir())
 
 
+def test_sigterm_during_an_export_says_so_and_leaves_no_file(trained_run, tmp_path, capsys, monkeypatch):
+    """SIGTERM (``timeout``, a scheduler) stops an export as Ctrl-C does, with one line and 143."""
+    import os
+    import signal
+
+    from trainer.inference import mesh
+
+    def terminated(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        raise AssertionError("the export did not take SIGTERM")
+
+    def unhandled(signum, frame):
+        raise AssertionError("SIGTERM reached the caller: the export did not handle it")
+
+    monkeypatch.setattr(mesh, "density_grid", terminated)
+    out = tmp_path / "mesh.ply"
+    before = signal.signal(signal.SIGTERM, unhandled)
+    try:
+        code, _, err = run_inference_cli(["export", "mesh", trained_run["run"], "--resolution", "8", "--out", out,
+                                          "--quiet"], capsys)
+        assert signal.getsignal(signal.SIGTERM) is unhandled  # the caller's handler is back
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert code == 143 and first_statement(err) == (
+        f"terminated (SIGTERM): export mesh stopped; {out} was not written", err.count("\n"))
+    assert not list(tmp_path.iterdir())
+
+
 def test_ctrl_c_during_the_density_pass_says_how_many_slices_were_done(trained_run, tmp_path, capsys, monkeypatch):
     from trainer.inference import mesh
     from trainer.inference.progress import Progress
