@@ -586,9 +586,12 @@ def summary_lines(summary: "pd.DataFrame", checks: list, evaluation: dict | None
         lines += fit_lines([f"evaluation: PSNR {q('psnr_db', evaluation['mean_psnr_db'])} on",
                             f"{counted(len(evaluation.get('images', [])), evaluation.get('split', 'test') + ' view')}"])
     fired = [c for c in checks if c.diagnosis is not None]
+    unchecked = [c.bottleneck for c in checks if c.status == "not_evaluated"]
     if not fired:
-        ran = sum(c.status != "not_evaluated" for c in checks)
-        lines.append(f"diagnoses: none fired ({ran} of {len(checks)} checks had their inputs)")
+        lines.append(f"diagnoses: none fired ({len(checks) - len(unchecked)} of {len(checks)} checks could run)")
+    if unchecked:  # "none fired" must not read as a clean bill when most checks could not look
+        lines += fit_lines(["  not run, their inputs missing (report.html says which;", "more --steps supply most):",
+                            *listed(unchecked)], indent="    ")
     for c in fired:
         lines += fit_lines([f"diagnosis: {c.bottleneck} ({c.diagnosis.severity}):", c.detail])
         lines += fit_lines([f"  try: {c.diagnosis.knob}"], indent="    ")

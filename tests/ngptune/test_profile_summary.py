@@ -40,6 +40,22 @@ def test_the_profile_summary_fits_80_columns_with_quantities_whole():
     assert all(line.startswith("    ") for line in lines[tries + 1:])  # the knob's own continuation
 
 
+def test_checks_that_could_not_run_are_named_beside_none_fired():
+    """A short profile leaves most checks without inputs: "none fired" says how many could run,
+    and the next lines name the others."""
+    from ngptune.profiling.diagnoses.checks import not_evaluated
+
+    clear = Check("data_loading", "clear", 0.01, 0.1, "data takes 1.0 % of the step")
+    missing = [not_evaluated("communication", 0.2, "one rank"), not_evaluated("collapse", 0.5, "no eval.json")]
+    lines = summary_lines(_summary(), [clear, *missing], None)
+    start = lines.index("diagnoses: none fired (1 of 3 checks could run)")
+    assert " ".join(" ".join(lines[start + 1:]).split()) == (
+        "not run, their inputs missing (report.html says which; more --steps supply most): communication, collapse")
+    assert all(len(line) <= 79 for line in lines)
+    everything = summary_lines(_summary(), [clear], None)
+    assert everything[-1] == "diagnoses: none fired (1 of 1 checks could run)"
+
+
 def test_the_trainers_opening_lines_are_read_whole_once_written(tmp_path):
     from ngptune.profile_command import opening_statement
 
