@@ -83,6 +83,7 @@ class TrainProgress:
         self.time_budget_s = time_budget_s
         self._last_plain = time.perf_counter()
         self._started = time.perf_counter()
+        self._trained: tuple[float, float] | None = None  # (seconds trained, when) at the last step after start-up
         self._live = None
         self._rate_from: tuple[int, float] | None = None  # (step, train_time_s) the ETA's rate counts from
         self._part = 0  # the last PLAIN_PROGRESS_PARTS-th of the steps a plain progress line was printed at
@@ -101,7 +102,8 @@ class TrainProgress:
 
         width = self._live.console.width - 1 if self._live is not None else 80
         s = self._state
-        elapsed = clock_text(time.perf_counter() - self._started)
+        now = time.perf_counter()  # the seconds trained once training runs (the budget's clock), else since the start
+        elapsed = clock_text(self._trained[0] + now - self._trained[1] if self._trained else now - self._started)
         return Text(fit_progress_line(width, s["label"], s["fraction"], [*s["kept"], elapsed], s["extras"]))
 
     @staticmethod
@@ -161,8 +163,11 @@ class TrainProgress:
             self._rate_from = (step, train_time_s)
         eta = self.eta(step, train_time_s)
         if not self.plain:
-            self._state.update(fraction=step / max(self.total or step, 1),
-                               kept=[self.steps_text(step), f"eta {clock_text(eta)}"])
+            fraction = step / max(self.total or step, 1)
+            if self.time_budget_s:  # the bar fills by whichever ends the run first
+                fraction = max(fraction, min(train_time_s / self.time_budget_s, 1.0))
+            self._trained = (train_time_s, time.perf_counter()) if started else None
+            self._state.update(fraction=fraction, kept=[self.steps_text(step), f"eta {clock_text(eta)}"])
             return
         now = time.perf_counter()
         part = self._reached_part(step)
@@ -182,7 +187,7 @@ class TrainProgress:
         """The evaluation begins: the live line (or the plain lines) count its rays from here."""
         self._eval_started = self._last_plain = time.perf_counter()
         if self._live is not None:
-            self._started = self._eval_started
+            self._started, self._trained = self._eval_started, None
             self._state = {"label": "evaluate", "fraction": 0.0, "kept": ["0 rays", "eta -:--"], "extras": []}
 
     def evaluation_rays(self, done: int, total: int) -> None:

@@ -270,6 +270,29 @@ def test_no_eta_until_a_training_rate_is_known(capsys, monkeypatch):
     assert [line.rsplit("eta ", 1)[1] for line in lines] == ["-:--", "-:--", "16:38"], lines  # not 0:00 at step 1
 
 
+def test_the_live_clock_counts_training_seconds_and_a_time_budget_fills_the_bar():
+    """After the start-up the live line's clock is the seconds trained (the budget's clock, not
+    the wall since the start-up began), and with a time budget the bar fills by whichever of
+    steps and seconds ends the run first."""
+    import io
+
+    from rich.console import Console
+
+    from trainer.run.progress import TrainProgress
+
+    screen = io.StringIO()
+    progress = TrainProgress(10_000, quiet=False, time_budget_s=60.0,
+                             console=Console(file=screen, width=80, force_terminal=True, color_system=None))
+    progress.step(1, 0.0, started=False)  # a start-up step
+    progress.step(500, 45.0)  # 5 % of the steps, 75 % of the budget
+    progress.refresh()
+    progress.close()
+    line = [line for line in _drawn(screen) if line.startswith("train ")][-1]
+    assert re.search(r" step 500/10000 eta \S+ 0:45$", line), line  # 45 s trained, whatever the wall
+    bar = line.split(" step ")[0].removeprefix("train ").strip()
+    assert 0.7 <= bar.count("━") / len(bar) <= 0.8, line  # filled by the budget's 75 %
+
+
 def test_a_plain_metrics_line_keeps_the_step_count_and_eta_of_the_live_line(capsys):
     from trainer.run.progress import TrainProgress
 
