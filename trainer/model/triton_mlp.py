@@ -465,7 +465,9 @@ def fused_kernels_problem(density_weights: list[torch.Tensor], rgb_weights: list
     count) runs once on :data:`PROBE_SAMPLES` random samples, which compiles it for these shapes. A
     kernel that needs more of a GPU's resources than it has fails at its first launch with Triton's
     ``OutOfResources`` (the head's backward at width 128 asks 260,352 bytes of shared memory per
-    block; an H100 or H200 has 232,448), and its message is returned. The samples (drawn from a
+    block; an H100 or H200 has 232,448), and its message is returned; any other Triton error at
+    that launch (a compiler, or an interpreter, that cannot run them: Triton 3.6's interpreter
+    takes no loop that starts at the program id) is returned by its name and message. The samples (drawn from a
     generator of their own) must also give σ and rgb within :data:`PROBE_TOLERANCE` of the
     ``reference`` path in float32, or the kernels compute wrong values on this device (bfloat16 products in Triton's
     CPU interpreter), and that is the problem returned. The answer is kept per
@@ -512,5 +514,7 @@ def fused_kernels_problem(density_weights: list[torch.Tensor], rgb_weights: list
                            + ("; Triton's interpreter has no bfloat16 products" if INTERPRET else "") + ")")
         except triton.runtime.errors.OutOfResources as error:
             problem = str(error)
+        except triton.runtime.errors.TritonError as error:  # e.g. a compiler or interpreter that cannot run them
+            problem = f"they do not run here ({type(error).__name__}: {str(error).strip()[:200]})"
         _PROBED[key] = problem
     return _PROBED[key]

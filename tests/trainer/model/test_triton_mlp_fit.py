@@ -19,13 +19,13 @@ import warnings
 import pytest
 import torch
 
-from tests.support.triton_worker import observe_in_interpreter
+from tests.support.triton_worker import observe_in_interpreter, skip_without_program_loops
 
 SHARED_ASKED, SHARED_LIMIT = 260352, 232448  # the H100's answer for the backward at width 128
 
 
 def observe() -> dict:
-    from triton.runtime.errors import OutOfResources
+    from triton.runtime.errors import OutOfResources, PTXASError
 
     from trainer.contract.config import TrainConfig, apply_overrides
     from trainer.model import triton_mlp
@@ -48,6 +48,17 @@ def observe() -> dict:
     triton_mlp._head_backward_kernel = TooLarge()
     field = NGPField(aabb, backend="torch", fused_mlp=True)
     seen["too_large"] = {"fused_mlp": field.fused_mlp, "problem": field.fused_mlp_problem}
+    class Broken:  # a kernel that another Triton error stops at its first launch (a compiler's)
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                raise PTXASError("ptxas fatal : out of registers")
+            return launch
+
+    triton_mlp._PROBED.clear()
+    real_forward, triton_mlp._head_forward_kernel = triton_mlp._head_forward_kernel, Broken()
+    broken = NGPField(aabb, backend="torch", fused_mlp=True)
+    seen["broken"] = {"fused_mlp": broken.fused_mlp, "problem": broken.fused_mlp_problem}
+    triton_mlp._head_forward_kernel = real_forward
     triton_mlp._PROBED.clear()
     cfg = apply_overrides(TrainConfig(), {"training.mlp_backend": "triton"})
     with warnings.catch_warnings(record=True) as caught:
@@ -63,6 +74,8 @@ def observe() -> dict:
 
 @pytest.fixture(scope="module")
 def seen() -> dict:
+    skip_without_program_loops()  # Triton 3.6 (a GPU host's): a field there takes the PyTorch path and names
+    # the error (the "broken" case below); the CPU suite's Triton runs these
     return observe_in_interpreter(__file__, 0)
 
 
@@ -75,6 +88,11 @@ def test_kernels_that_compute_wrong_values_here_are_not_used(seen):
     assert seen["bf16"]["fused_mlp"] is False
     assert "bf16 products give wrong values here" in seen["bf16"]["problem"]
     assert "interpreter has no bfloat16 products" in seen["bf16"]["problem"]
+
+
+def test_a_kernel_that_another_triton_error_stops_leaves_the_pytorch_path_and_names_it(seen):
+    assert seen["broken"]["fused_mlp"] is False
+    assert seen["broken"]["problem"] == "they do not run here (PTXASError: PTXAS error: ptxas fatal : out of registers)"
 
 
 def test_a_kernel_out_of_shared_memory_leaves_the_pytorch_path_and_says_why(seen):
