@@ -83,6 +83,29 @@ def check_pointcloud_request(n_points: int, min_opacity: float, out: Path, min_v
     prepare_output_file(Path(out), "--out")
 
 
+LONG_CAST_S = 30.0
+"""Seconds from which the first batch's estimated time is said before it is cast."""
+
+
+def _announce_long_cast(trainer: Any, frame: Any, rays: int) -> None:
+    """A warning on stderr when the first batch of ``rays`` rays (one per point asked: a point is
+    kept where a ray meets a surface) is estimated to take :data:`LONG_CAST_S` or more, timed on
+    rays of ``frame`` (:func:`trainer.inference.estimate.first_camera_seconds`)."""
+    import sys
+
+    from trainer.contract.runstatus import fitted_warning
+    from trainer.contract.textlines import estimate_text
+    from trainer.inference.estimate import first_camera_seconds
+
+    pixels = frame.intrinsics.width * frame.intrinsics.height
+    estimate_s = first_camera_seconds(trainer, frame) * rays / max(pixels, 1)
+    if estimate_s >= LONG_CAST_S:
+        print("warning: " + fitted_warning(f"the first {rays:,} rays (one per point asked; a point is kept where a "
+                                           f"ray meets a surface) take about {estimate_text(estimate_s)}, and more "
+                                           "follow where rays miss; a smaller --n-points is faster"),
+              file=sys.stderr, flush=True)
+
+
 def _next_batch(n_points: int, have: int, cast: int, max_rays: int) -> int:
     """Rays of the next batch: ``n_points`` at first, then what the hit rate so far needs for the
     rest (with :data:`BATCH_MARGIN`, assuming at worst one hit per ``MAX_RAYS_PER_POINT`` rays),
@@ -128,6 +151,7 @@ def extract_pointcloud(model: LoadedModel, n_points: int = 200_000, min_opacity:
         from trainer.inference.support import build_support
 
         support = build_support(model, occupied_box(trainer), min_views, quiet=quiet)
+    _announce_long_cast(trainer, frames[0], _next_batch(n_points, 0, 0, max_rays))
     points, colours = [], []
     have = cast = unsupported = 0
     progress = Progress("points", n_points, quiet=quiet, rate_name="rays")

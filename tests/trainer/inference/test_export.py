@@ -214,6 +214,25 @@ def test_ctrl_c_while_casting_a_point_clouds_rays_says_how_far_it_got(trained_ru
     assert not out.exists()
 
 
+def test_a_point_cloud_whose_first_rays_take_long_says_so_before_casting(trained_run, tmp_path, capsys, monkeypatch):
+    """Before the first batch is cast (one ray per point asked), its estimated time is said when
+    it is long; a short one says nothing."""
+    from trainer.inference import estimate
+
+    out = tmp_path / "cloud.ply"
+    argv = ["export", "pointcloud", trained_run["run"], "--n-points", "1500", "--min-views", "0", "--out", out, "--quiet"]
+    code, _, err = run_inference_cli(argv, capsys)
+    assert code == 0 and "warning" not in err, err
+    monkeypatch.setattr(estimate, "first_camera_seconds", lambda trainer, frame: 1e6)  # far too slow a camera
+    out.unlink()
+    code, _, err = run_inference_cli(argv, capsys)
+    warning, n = first_statement(err)
+    assert code == 0 and re.fullmatch(r"warning: the first 1,500 rays \(one per point asked; a point is kept where a ray "
+                                      r"meets a surface\) take about .+, and more follow where rays miss; a smaller "
+                                      r"--n-points is faster", warning), err
+    assert all(len(line) <= LINE_WIDTH for line in err.splitlines()[:n]), err
+
+
 def test_a_mesh_export_says_its_density_estimate_before_the_pass(trained_run, tmp_path, capsys, monkeypatch):
     from trainer.inference import cli, mesh
 
