@@ -50,6 +50,7 @@ ATTEMPT_HEADER = re.compile(r"^=== rank (\d+)/(\d+) local rank \d+ attempt (\d+)
 _STEP_LINE = re.compile(r"^(?:progress: )?step (\d+)\b")
 _ETA = re.compile(r"\beta (\S+?),?(?:\s|$)")
 _FIGURES = (re.compile(r"\b(loss \S+)"), re.compile(r"\b(psnr \S+ dB)"))
+_TRAINED = re.compile(r"(?:\bt=(\d+(?:\.\d+)?) s\b|\b(\d+(?:\.\d+)?) s trained\b)")  # metrics / progress lines
 
 BAR_LABEL = "train (rank 0)"
 
@@ -105,6 +106,7 @@ class RankLogFollower:
         self._started = time.perf_counter()
         self._step = 0
         self._eta = "-:--"
+        self._trained: tuple[float, float] | None = None  # (seconds trained, when read) of rank 0's last step line
         self._figures: dict[int, str] = {}  # loss, PSNR: rank 0's last values
 
     def __enter__(self) -> "RankLogFollower":
@@ -131,10 +133,12 @@ class RankLogFollower:
 
     def bar_line(self, width: int) -> str:
         """The live line at ``width`` columns: ``train (rank 0)``, the bar, ``step N/T``, rank 0's
-        last ``eta M:SS``, the time elapsed since the launch, then loss and PSNR as they fit."""
+        last ``eta M:SS``, the seconds trained (once rank 0 has said them; the time since the
+        launch before), then loss and PSNR as they fit."""
         total = self.total_steps
         steps = f"step {self._step}/{total}" if total else f"step {self._step}"
-        elapsed = clock_text(time.perf_counter() - self._started)
+        now = time.perf_counter()
+        elapsed = clock_text(self._trained[0] + now - self._trained[1] if self._trained else now - self._started)
         extras = [self._figures[k] for k in sorted(self._figures)]
         return fit_progress_line(width, BAR_LABEL, self._step / max(total or self._step, 1),
                                  [steps, f"eta {self._eta}", elapsed], extras)
@@ -217,6 +221,9 @@ class RankLogFollower:
             eta = _ETA.search(line)
             if eta:
                 self._eta = eta.group(1)
+            trained = _TRAINED.search(line)
+            if trained:
+                self._trained = (float(trained.group(1) or trained.group(2)), time.perf_counter())
         for k, pattern in enumerate(_FIGURES):
             figure = pattern.search(line)
             if figure:

@@ -152,7 +152,7 @@ def test_live_line_keeps_step_eta_and_elapsed_at_any_width(tmp_path):
     follower.poll()
     line = follower.bar_line(80)
     assert len(line) <= 80 and line.startswith("train (rank 0) ")
-    assert "step 133/2000 eta 9:20 0:0" in line  # the newest step and ETA, then the time elapsed
+    assert "step 133/2000 eta 9:20 0:40" in line  # the newest step and ETA, then the seconds trained
     assert line.endswith("loss 0.01235 psnr 23.46 dB")  # the figures of a line broken in two
     narrow = follower.bar_line(50)
     assert len(narrow) <= 50 and "step 133/2000 eta 9:20" in narrow and "loss" not in narrow
