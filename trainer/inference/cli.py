@@ -321,7 +321,10 @@ def planned_render_words(args: argparse.Namespace) -> str:
                             "orbit")
     else:
         what = _frame_words(args.frames, _camera_label(args.cameras))
-    size = f" of {args.width}x{args.height}" if args.width and args.height else ""
+    size = ""
+    if args.width and args.height:  # --downscale shrinks after --width/--height (at least 1 pixel)
+        shrink = args.downscale or 1
+        size = f" of {max(1, round(args.width / shrink))}x{max(1, round(args.height / shrink))}"
     return f"{what}{size}, spp {args.spp}"
 
 

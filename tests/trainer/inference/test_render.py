@@ -303,3 +303,17 @@ def test_more_frames_than_the_split_has_render_all_of_them_and_say_so(trained_ru
     assert code == 0 and f"rendered {n} frames of 32x32" in stdout, stdout
     assert (f"{n} test views (all of them: --frames 1000 asks for more than the split has) of 32x32"
             in " ".join(stdout.split())), stdout
+
+
+def test_the_planned_size_is_the_one_rendered_after_downscale():
+    """The first line, said before the model is loaded, gives the size the frames will have:
+    --width/--height shrunk by --downscale (as the cameras are)."""
+    import argparse
+
+    from trainer.inference.cli import planned_render_words
+
+    args = argparse.Namespace(cameras="orbit", frames=4, fps=None, seconds=None, width=1920, height=1080, downscale=8,
+                              spp=1)
+    assert planned_render_words(args) == "4 frames of orbit of 240x135, spp 1"
+    args.downscale = None
+    assert planned_render_words(args) == "4 frames of orbit of 1920x1080, spp 1"
