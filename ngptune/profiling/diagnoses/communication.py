@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 
 from ngptune.profiling.diagnoses.checks import (
@@ -41,6 +43,15 @@ KNOB: tuple[Suggestion | str, ...] = (
 )
 
 
+def on_gloo(config: Any) -> bool:
+    """Whether the run's ranks talked through gloo (``distributed.backend`` gloo, or auto on a CPU
+    device), where no NCCL variable acts; False when the config is unknown."""
+    if config is None:
+        return False
+    backend = config.distributed.backend
+    return backend == "gloo" or (backend == "auto" and str(config.training.device).startswith("cpu"))
+
+
 def check(inputs: ProfileInputs, means: pd.DataFrame | None) -> Check:
     name, threshold, summary, world_size = NAME, THRESHOLD, inputs.summary, inputs.world_size
     link_busbw_gb_per_s = inputs.link_busbw_gb_per_s
@@ -65,4 +76,6 @@ def check(inputs: ProfileInputs, means: pd.DataFrame | None) -> Check:
             knob = KNOB_LINK_UNDERUSED if fraction < LINK_UNDERUSED_FRACTION else KNOB_LINK_BUSY
         else:
             evidence += " (link bandwidth unknown)"
+    if on_gloo(inputs.config):  # NCCL variables do nothing there
+        knob = tuple(s for s in knob if not (isinstance(s, Suggestion) and s.key.startswith("NCCL_")))
     return verdict(name, value, threshold, 0.0, evidence, knob, inputs.config, fires=value > threshold)

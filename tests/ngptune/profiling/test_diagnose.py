@@ -207,6 +207,19 @@ def test_communication_knob_follows_the_link_use(busbw: float, knob_part: str) -
     assert f"{busbw:.3g} GB/s of the link's 26 GB/s ({busbw / 26:.0%})" in c.detail
 
 
+def test_communication_on_gloo_suggests_no_nccl_variable() -> None:
+    """gloo ranks (a CPU run) are not told to set NCCL_ALGO: it would do nothing there."""
+    from trainer.contract.config import TrainConfig, apply_overrides
+
+    summary = pd.DataFrame({"rank": [0, 1], "comm_busbw_gb_per_s": [1.0, 2.0]})
+    per_rank = {0: healthy(comm=40.0), 1: healthy(comm=40.0)}
+    for device, backend, nccl in (("cpu", "auto", False), ("cuda", "gloo", False), ("cuda", "auto", True)):
+        config = apply_overrides(TrainConfig(), {"training.device": device, "distributed.backend": backend})
+        c = check(inputs(per_rank, summary=summary, link_busbw_gb_per_s=26.0, config=config), "communication")
+        assert c.status == "fired" and ("NCCL_ALGO" in c.diagnosis.knob) == nccl, (device, backend, c.diagnosis.knob)
+        assert "parallel.bucket_mib" in c.diagnosis.knob
+
+
 def test_communication_without_link_bandwidth_says_so() -> None:
     summary = pd.DataFrame({"rank": [0, 1], "comm_busbw_gb_per_s": [1.0, float("nan")]})
     c = check(inputs({0: healthy(comm=40.0), 1: healthy(comm=40.0)}, summary=summary), "communication")
