@@ -183,16 +183,22 @@ PASS_THROUGH = ("inspect", "demo-scene", "train", "render", "export", "view")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    plain_warning_format(PACKAGE_ROOT)
-    raw = list(sys.argv[1:] if argv is None else argv)
-    args = parse_command_line(build_parser(), raw)
-    if args.command in PASS_THROUGH:
-        args.tool_argv = raw[raw.index(args.command) + 1 :]
+    """``ngptune``: parse ``argv`` (default ``sys.argv[1:]``) and run its command; returns the exit
+    status (2 after an ``error:`` line; 130 after a Ctrl-C that no command took, e.g. while the
+    flags are read, with one line)."""
     try:
+        plain_warning_format(PACKAGE_ROOT)
+        raw = list(sys.argv[1:] if argv is None else argv)
+        args = parse_command_line(build_parser(), raw)
+        if args.command in PASS_THROUGH:
+            args.tool_argv = raw[raw.index(args.command) + 1 :]
         return int(args.func(args))
     except USER_ERRORS as exc:
         print_error(exc)
         return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -590,8 +590,8 @@ def summary_lines(summary: "pd.DataFrame", checks: list, evaluation: dict | None
     if not fired:
         lines.append(f"diagnoses: none fired ({len(checks) - len(unchecked)} of {len(checks)} checks could run)")
     if unchecked:  # "none fired" must not read as a clean bill when most checks could not look
-        lines += fit_lines(["  not run, their inputs missing (report.html says which;", "more --steps supply most):",
-                            *listed(unchecked)], indent="    ")
+        lines += fit_lines(["  not run, their inputs missing (report.html says which):", *listed(unchecked)],
+                           indent="    ")
     for c in fired:
         lines += fit_lines([f"diagnosis: {c.bottleneck} ({c.diagnosis.severity}):", c.detail])
         lines += fit_lines([f"  try: {c.diagnosis.knob}"], indent="    ")

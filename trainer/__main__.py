@@ -6,12 +6,16 @@ import os
 import signal
 import sys
 
-from trainer.launch_cli import main
-
 if __name__ == "__main__":
-    code = main()
-    for signum in (signal.SIGINT, signal.SIGTERM):  # the run has ended: a signal now ends the process at
-        signal.signal(signum, signal.SIG_DFL)  # once, not as an exception inside the interpreter's teardown
+    try:
+        from trainer.launch_cli import main
+
+        code = main()
+    except KeyboardInterrupt:  # Ctrl-C before the run could take it (while its modules load)
+        print("interrupted before the run started", file=sys.stderr)
+        code = 130
+    for signum in (signal.SIGINT, signal.SIGTERM):  # the run has ended and said how: a late signal (a copy
+        signal.signal(signum, signal.SIG_IGN)  # passed on by ngptune) changes neither that nor the exit status
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         from trainer.parallel.dist_env import exit_without_teardown
 

@@ -23,7 +23,7 @@ from trainer.contract.commandline import add_train_arguments
 from trainer.contract.config import dump_config
 from trainer.contract.errors import TrainerError
 from trainer.contract.runstatus import print_error, result_line, summary_lines
-from trainer.run.interrupt import signals_held
+from trainer.contract.signals import signals_held
 from trainer.run.lifecycle import run_training
 from trainer.run.settings import config_source, resolve_config
 from trainer.run.status import RunInterrupted, RunTerminated, Terminated, raise_terminated

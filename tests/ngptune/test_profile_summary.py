@@ -50,7 +50,7 @@ def test_checks_that_could_not_run_are_named_beside_none_fired():
     lines = summary_lines(_summary(), [clear, *missing], None)
     start = lines.index("diagnoses: none fired (1 of 3 checks could run)")
     assert " ".join(" ".join(lines[start + 1:]).split()) == (
-        "not run, their inputs missing (report.html says which; more --steps supply most): communication, collapse")
+        "not run, their inputs missing (report.html says which): communication, collapse")
     assert all(len(line) <= 79 for line in lines)
     everything = summary_lines(_summary(), [clear], None)
     assert everything[-1] == "diagnoses: none fired (1 of 1 checks could run)"

@@ -9,6 +9,7 @@ and nothing else of the trainer's)::
                  trainer.inference, trainer.viewer, trainer.tools.<tool>); worker_argv for the
                  launcher's ranks
     lifeline     children that stop when the process that started them dies
+    signals      signals_held: a second Ctrl-C or SIGTERM noted, not raised, while a command writes its end
     rundir       RunDir: the run-directory layout, the only place its paths are built; atomic writes;
                  the complete checkpoints of a folder
     resumption   what a stopped run says on how to continue it (its newest model, the command line)

@@ -208,7 +208,8 @@ def resume_flags(argv: Sequence[str]) -> list[str]:
     known, _ = parser.parse_known_args(list(argv))
     flags = ["--no-eval"] if known.no_eval else []
     if known.keep_checkpoints is not None:
-        flags += ["--keep-checkpoints", str(known.keep_checkpoints)]
+        value = known.keep_checkpoints.strip()
+        flags += ["--keep-checkpoints", str(int(value)) if value.lstrip("+-").isdigit() else value]
     return flags
 
 

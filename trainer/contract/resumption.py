@@ -10,6 +10,7 @@ Stdlib only: both the trainer and the ngptune driver import it.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -41,8 +42,9 @@ def _model_parts(run_dir: RunDir, model: Path | None, nproc_per_node: int,
         kind, resume = "snapshot", model
         step = next((s for s, path in run_dir.snapshots() if path == model), None)
     launch = f" --nproc-per-node {nproc_per_node}" if nproc_per_node > 1 else ""
-    command = f"ngptune train{launch} --config {run_dir.config_path} --resume {resume} --out {run_dir.root}"
-    command = " ".join([command, *flags])
+    paths = (shlex.quote(str(path)) for path in (run_dir.config_path, resume, run_dir.root))  # pasted into a shell
+    command = "ngptune train{} --config {} --resume {} --out {}".format(launch, *paths)
+    command = " ".join([command, *(shlex.quote(flag) for flag in flags)])
     return [f"the newest complete {kind} is", str(model), *([f"(step {step})"] if step is not None else [])], command
 
 

@@ -426,23 +426,32 @@ class _Terminated(KeyboardInterrupt):
 
 
 @contextlib.contextmanager
-def _sigterm_unwinds() -> Iterator[list[bool]]:
-    """SIGTERM raises :class:`_Terminated` in the main thread while the block runs; the yielded
-    list holds True once it arrived."""
+def _stops_once() -> Iterator[list[bool]]:
+    """While the block runs (main thread), the first SIGTERM raises :class:`_Terminated` and the
+    first Ctrl-C ``KeyboardInterrupt`` (where Python's own handler was in place); any signal
+    after the first is only noted, so the unwinding and the line that says how far the command
+    got are not cut short. The yielded list holds True once SIGTERM arrived."""
     seen: list[bool] = []
     if threading.current_thread() is not threading.main_thread():
         yield seen
         return
+    stopped: list[int] = []
 
     def stop(signum: int, frame: Any) -> None:
-        seen.append(True)
-        raise _Terminated(f"signal {signum}")
+        if signum == signal.SIGTERM:
+            seen.append(True)
+        stopped.append(signum)
+        if len(stopped) == 1:
+            raise _Terminated(f"signal {signum}") if signum == signal.SIGTERM else KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, stop)
+    previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, stop)}
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        previous[signal.SIGINT] = signal.signal(signal.SIGINT, stop)
     try:
         yield seen
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
 
 
 def render_command(args: argparse.Namespace) -> int:
@@ -451,7 +460,7 @@ def render_command(args: argparse.Namespace) -> int:
     got; an unfinished video's temporary file is removed)."""
     from trainer.inference.render_views import RenderInterrupted
 
-    with _sigterm_unwinds() as terminated:
+    with _stops_once() as terminated:
         try:
             return _render(args)
         except RenderInterrupted as exc:
@@ -462,6 +471,8 @@ def render_command(args: argparse.Namespace) -> int:
 
 
 def _stopped(what: str, terminated: list[bool]) -> int:
+    """Say how far a stopped command got (one line) and return its exit status (inside
+    :func:`_stops_once`, a further signal is only noted)."""
     if not terminated:
         return _interrupted(what)
     _say_stopped("terminated (SIGTERM)", what)
@@ -615,7 +626,7 @@ def export_command(args: argparse.Namespace) -> int:
     from trainer.inference.mesh import DensityInterrupted
     from trainer.inference.pointcloud import PointsInterrupted
 
-    with _sigterm_unwinds() as terminated:
+    with _stops_once() as terminated:
         try:
             return _export_mesh(args, out) if args.kind == "mesh" else _export_pointcloud(args, out)
         except (DensityInterrupted, PointsInterrupted) as exc:

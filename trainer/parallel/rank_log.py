@@ -81,7 +81,8 @@ class RankLogFollower:
         plain: plain lines (True: off a TTY or ``--quiet``); else a rich progress bar.
         poll_s: seconds between reads of the file.
         out: where plain lines go (default ``sys.stdout``).
-        err: where warnings go (default ``sys.stderr``).
+        err: where warnings go (default: ``sys.stderr`` as it is when one is said, so that on a
+            terminal rich's live display puts it above the bar, not into it).
     """
 
     def __init__(self, log_path: Path, total_steps: int | None, max_restarts: int, *, plain: bool,
@@ -92,7 +93,7 @@ class RankLogFollower:
         self.plain = plain
         self.poll_s = poll_s
         self.out = out if out is not None else sys.stdout
-        self.err = err if err is not None else sys.stderr
+        self.err = err  # None: sys.stderr when a warning is said (rich's stand-in above the live bar)
         self.warnings_seen: set[str] = set()
         self.restarts_seen = 0
         self._offset = 0
@@ -186,7 +187,7 @@ class RankLogFollower:
             return
         self.warnings_seen.add(statement)
         said = [f"{statement} (rank 0)"] if len(lines) == 1 else fit_lines([statement, "(rank 0)"])
-        print("\n".join(said), file=self.err, flush=True)
+        print("\n".join(said), file=self.err if self.err is not None else sys.stderr, flush=True)
 
     def _line(self, raw: str) -> None:
         line = strip_rank_prefix(raw).rstrip()

@@ -14,9 +14,9 @@ loop trains: the step under way finishes, its snapshot is kept, and the run ends
 (start-up, evaluation) SIGTERM keeps its handler (:func:`trainer.run.status.raise_terminated`).
 
 Once the run is ending (the snapshot of the last step, status.json, the lines that say how to
-continue), a further SIGINT or SIGTERM is noted and not acted on (:func:`signals_held`): that
-bookkeeping takes a moment, and an exception in its middle would leave status.json saying
-``running``.
+continue), a further SIGINT or SIGTERM is noted and not acted on
+(:func:`trainer.contract.signals.signals_held`): that bookkeeping takes a moment, and an exception
+in its middle would leave status.json saying ``running``.
 
 A job of several ranks keeps Python's handler: each rank would stop after its own step, and a rank
 one step ahead would wait in a collective for the others (its checkpoints are ``--checkpoint-every``'s).
@@ -24,18 +24,16 @@ one step ahead would wait in a collective for the others (its checkpoints are ``
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import threading
-from collections.abc import Iterator
 from typing import Any, Callable
 
 from trainer.contract.textlines import fit_lines
 from trainer.run.status import Terminated, raise_terminated
 
 __all__ = ["FIRST_CTRL_C_PARTS", "FIRST_SIGTERM_PARTS", "StopAfterStep", "StoppedAfterStep", "TerminatedAfterStep",
-           "first_ctrl_c_text", "signals_held"]
+           "first_ctrl_c_text"]
 
 FIRST_CTRL_C_PARTS = ("Ctrl-C: stopping after this step,", "keeping a snapshot of it", "(Ctrl-C again stops at once)")
 """What the first Ctrl-C prints on stderr, as parts of lines under 80 columns (:func:`first_ctrl_c_text`)."""
@@ -124,21 +122,3 @@ class StopAfterStep:
         self._previous = {}
         if exc_type is None:
             self.check()  # a signal after the last step's hook: stop before the evaluation
-
-
-@contextlib.contextmanager
-def signals_held() -> Iterator[list[int]]:
-    """Inside, SIGINT and SIGTERM are noted (the list yielded gets their numbers) and not acted on;
-    their handlers are back on leaving. For the end of a run that is already stopping (module
-    docstring). Outside the main thread it changes nothing (and notes nothing)."""
-    noted: list[int] = []
-    if threading.current_thread() is not threading.main_thread():
-        yield noted
-        return
-    previous = {signum: signal.signal(signum, lambda number, frame: noted.append(number))
-                for signum in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield noted
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, signal.SIG_DFL if handler is None else handler)

@@ -44,7 +44,8 @@ from trainer.run.checks import (
 )
 from trainer.contract.resumption import resume_block
 from trainer.run.finish import finish_status, train_with_progress
-from trainer.run.interrupt import StopAfterStep, StoppedAfterStep, TerminatedAfterStep, signals_held
+from trainer.contract.signals import signals_held
+from trainer.run.interrupt import StopAfterStep, StoppedAfterStep, TerminatedAfterStep
 from trainer.run.progress import TrainProgress
 from trainer.run.settings import on_cpu, opening_line, scene_path_of
 from trainer.run.status import RunInterrupted, RunStatus, RunTerminated, Terminated, keeping_finite_model

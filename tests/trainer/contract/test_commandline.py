@@ -60,8 +60,23 @@ def test_resume_flags_are_the_run_flags_config_json_does_not_keep():
                         extra=["--keep-checkpoints=2", "--snapshot-every", "3"])
     assert resume_flags(argv[3:]) == ["--no-eval", "--keep-checkpoints", "2"]
     assert resume_flags(trainer_argv(scene="s", n_steps=5, time_budget_s=6.0)[3:]) == []
+    assert resume_flags(["--keep-checkpoints", " 3"]) == ["--keep-checkpoints", "3"]  # as the flag's int reads it
     parsed = _parse([sys.executable, "-m", "trainer", *resume_flags(argv[3:])])
     assert parsed.no_eval and parsed.keep_checkpoints == 2
+
+
+def test_the_resume_command_can_be_pasted_into_a_shell_whatever_the_folder_name():
+    import shlex
+
+    from trainer.contract import RunDir, resume_lines
+
+    run = RunDir(Path("runs/a run's folder"))
+    snapshot = run.root / "snapshots" / "step_0000060.pt"
+    said = resume_lines(run, snapshot, flags=["--no-eval"])[1]
+    assert said.startswith("continue with: ngptune train --config ")
+    assert shlex.split(said.removeprefix("continue with: ")) == [
+        "ngptune", "train", "--config", str(run.config_path), "--resume", str(snapshot), "--out", str(run.root),
+        "--no-eval"]
 
 
 def test_worker_argv_leaves_out_the_launch_flags_in_both_spellings():

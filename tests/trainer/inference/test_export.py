@@ -171,6 +171,26 @@ def test_sigterm_during_an_export_says_so_and_leaves_no_file(trained_run, tmp_pa
     assert code == 143 and first_statement(err) == (
         f"terminated (SIGTERM): export mesh stopped; {out} was not written", err.count("\n"))
     assert not list(tmp_path.iterdir())
+    # more signals while it stops (a scheduler's second SIGTERM, an impatient Ctrl-C): only noted
+    from trainer.inference import cli
+
+    real_say = cli._say_stopped
+
+    def said_under_more_signals(*args):
+        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), signal.SIGINT)
+        return real_say(*args)
+
+    monkeypatch.setattr(cli, "_say_stopped", said_under_more_signals)
+    before = signal.signal(signal.SIGTERM, unhandled)
+    try:
+        code, _, err = run_inference_cli(["export", "mesh", trained_run["run"], "--resolution", "8", "--out", out,
+                                          "--quiet"], capsys)
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert code == 143 and first_statement(err) == (
+        f"terminated (SIGTERM): export mesh stopped; {out} was not written", err.count("\n"))
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 def test_ctrl_c_during_the_density_pass_says_how_many_slices_were_done(trained_run, tmp_path, capsys, monkeypatch):

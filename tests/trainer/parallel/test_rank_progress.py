@@ -143,6 +143,19 @@ def test_a_warning_that_goes_on_in_more_lines_is_repeated_whole_and_once(tmp_pat
     assert len(lines) > 1 and all(len(line) <= 79 for line in lines), lines
 
 
+def test_a_warning_goes_to_stderr_as_it_is_when_said(tmp_path, monkeypatch):
+    """On a terminal rich's live bar stands in for sys.stderr while it runs, so a warning written
+    there goes above the bar; the follower must not keep the stderr it was built with (a warning
+    written to it landed inside the bar)."""
+    log = tmp_path / "rank0.log"
+    follower = RankLogFollower(log, 20, 0, plain=True, out=io.StringIO())
+    stand_in = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", stand_in)  # what rich's live display does once it starts
+    _append(log, "warning: scene.json: skipping 1 frame whose image file is missing: a.png\n")
+    follower.poll()
+    assert stand_in.getvalue() == "warning: scene.json: skipping 1 frame whose image file is missing: a.png (rank 0)\n"
+
+
 def test_live_line_keeps_step_eta_and_elapsed_at_any_width(tmp_path):
     log = tmp_path / "rank0.log"
     follower = RankLogFollower(log, 2000, 0, plain=True, out=io.StringIO(), err=io.StringIO())

@@ -1,0 +1,35 @@
+"""Signals held while a stopping command writes its end.
+
+A command that Ctrl-C or SIGTERM asked to stop still has work to finish: a run writes the snapshot
+of its last step, ``status.json`` and the lines that say how to continue; ``render`` and
+``export`` say how far they got. A second signal in the middle of that would raise an exception
+there (a traceback instead of the line, ``status.json`` left ``running``), so while it runs the
+signals are only noted (:func:`signals_held`). Stdlib only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
+
+__all__ = ["signals_held"]
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[list[int]]:
+    """Inside, SIGINT and SIGTERM are noted (the list yielded gets their numbers) and not acted on;
+    their handlers are back on leaving. For the end of a command that is already stopping (module
+    docstring). Outside the main thread it changes nothing (and notes nothing)."""
+    noted: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield noted
+        return
+    previous = {signum: signal.signal(signum, lambda number, frame: noted.append(number))
+                for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield noted
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
