@@ -3,19 +3,19 @@ job that torchrun or srun started, or as the launcher of ``--nproc-per-node N`` 
 (:mod:`trainer.launch_cli`; ``ngptune train`` is an alias)."""
 
 import os
-import signal
 import sys
 
-if __name__ == "__main__":
-    try:
-        from trainer.launch_cli import main
+from trainer.contract.signals import main_to_its_end
 
-        code = main()
-    except KeyboardInterrupt:  # Ctrl-C before the run could take it (while its modules load)
-        print("interrupted before the run started", file=sys.stderr)
-        code = 130
-    for signum in (signal.SIGINT, signal.SIGTERM):  # the run has ended and said how: a late signal (a copy
-        signal.signal(signum, signal.SIG_IGN)  # passed on by ngptune) changes neither that nor the exit status
+
+def _main():
+    from trainer.launch_cli import main
+
+    return main
+
+
+if __name__ == "__main__":
+    code = main_to_its_end(_main, "run")
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         from trainer.parallel.dist_env import exit_without_teardown
 

@@ -97,3 +97,15 @@ def test_the_top_level_usage_fits_80_columns_and_the_help_lists_the_commands(cap
     out = capsys.readouterr().out
     assert "{inspect" not in out and all(len(line) <= 80 for line in out.splitlines())
     assert all(f"\n    {name}" in out for name in ("inspect", "demo-scene", "train", "sweep", "train-many"))
+
+
+def test_a_ctrl_c_that_no_command_took_ends_with_one_line(monkeypatch, capsys):
+    """Ctrl-C while ngptune reads its flags (before a command takes it): 130 and one line, no traceback."""
+    from ngptune import cli
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "build_parser", interrupted)
+    assert cli.main(["train"]) == 130
+    assert capsys.readouterr().err == "interrupted\n"

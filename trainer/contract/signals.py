@@ -4,17 +4,19 @@ A command that Ctrl-C or SIGTERM asked to stop still has work to finish: a run w
 of its last step, ``status.json`` and the lines that say how to continue; ``render`` and
 ``export`` say how far they got. A second signal in the middle of that would raise an exception
 there (a traceback instead of the line, ``status.json`` left ``running``), so while it runs the
-signals are only noted (:func:`signals_held`). Stdlib only.
+signals are only noted (:func:`signals_held`); once a program's ``main`` has returned, a late
+signal is ignored (:func:`main_to_its_end`). Stdlib only.
 """
 
 from __future__ import annotations
 
 import contextlib
 import signal
+import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
-__all__ = ["signals_held"]
+__all__ = ["main_to_its_end", "signals_held"]
 
 
 @contextlib.contextmanager
@@ -33,3 +35,19 @@ def signals_held() -> Iterator[list[int]]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+
+
+def main_to_its_end(load_main: Callable[[], Callable[[], int]], what: str) -> int:
+    """The exit status of ``load_main()()`` — an entry point's ``main``, imported inside (a
+    program's modules take a moment to load) — run as ``python -m`` does: a Ctrl-C before
+    ``main`` could take it ends with one line, ``interrupted before the WHAT started``, and 130.
+    Afterwards SIGINT and SIGTERM are ignored: the command has ended and said how, and a late
+    copy of the signal (one passed on by ``ngptune``) must change neither that nor the status."""
+    try:
+        code = load_main()()
+    except KeyboardInterrupt:
+        print(f"interrupted before the {what} started", file=sys.stderr)
+        code = 130
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
+    return code
