@@ -29,7 +29,8 @@ from ngptune.reporting.study_confirmation import ConfirmationSummary
 from ngptune.reporting.study_recommendation import change_text
 from trainer.contract import quantity_text
 
-__all__ = ["Comparison", "absent", "confirmation_bars", "optuna_figure", "per_objective", "plotted_study"]
+__all__ = ["ABSENT_TEXT", "Comparison", "absent", "absent_values_named", "confirmation_bars", "optuna_figure",
+           "per_objective", "plotted_study", "readable_axis_labels"]
 
 # PED-ANOVA warns that it ranks for *low* targets whenever a target is given; maximised objectives are
 # negated before they reach it, so the warning is expected and not shown in the report.
@@ -105,6 +106,45 @@ def plotted_study(view: StudyView) -> optuna.Study:
     return copy
 
 
+def _axis_name(tick: str, names: list[str]) -> str:
+    """The name of ``names`` a parallel-coordinate axis label stands for: Optuna cuts a name of 20
+    characters or more to 17 and ``...`` (``parallel.num_subg...``); a label matching none is itself."""
+    cut = tick.endswith("...")
+    return next((n for n in names if n == tick or (cut and n.startswith(tick[:-3]))), tick)
+
+
+ABSENT_TEXT = "not used"
+"""What the parallel-coordinate figure says for a parameter a trial does not have."""
+
+
+def absent_values_named(fig: go.Figure, study: optuna.Study, names: list[str]) -> go.Figure:
+    """Optuna's parallel-coordinate figure writes ``None`` for a parameter a trial does not have (a
+    conditional one: ``parallel.compression`` in a subgrid trial), beside a choice ``"none"`` on the
+    same axis; on each axis whose parameter cannot take None, that ``None`` (its axis label and its
+    hover value) reads :data:`ABSENT_TEXT` instead."""
+    ticks = list(fig.layout.xaxis.ticktext or [])
+    distributions: dict[str, BaseDistribution] = {}
+    for trial in study.trials:
+        for name, distribution in trial.distributions.items():
+            distributions.setdefault(name, distribution)
+    absent_axes = set()
+    for i, tick in enumerate(ticks):
+        distribution = distributions.get(_axis_name(tick, names))
+        if distribution is not None and not (isinstance(distribution, CategoricalDistribution)
+                                             and None in distribution.choices):
+            absent_axes.add(i)
+    if not absent_axes:
+        return fig
+    for annotation in fig.layout.annotations:
+        if annotation.text == "None" and annotation.x in absent_axes:
+            annotation.text = ABSENT_TEXT
+    for trace in fig.data:
+        if getattr(trace, "customdata", None) is not None and len(trace.customdata) == len(ticks):
+            trace.customdata = [[label, ABSENT_TEXT if i in absent_axes and value == "None" else value]
+                                for i, (label, value) in enumerate(trace.customdata)]
+    return fig
+
+
 def readable_axis_labels(fig: go.Figure, names: list[str]) -> go.Figure:
     """Optuna's parallel-coordinate figure with its axis labels whole: Optuna cuts a name of 20
     characters or more to 17 and ``...`` (``parallel.num_subg...``); each label is replaced by the
@@ -113,11 +153,7 @@ def readable_axis_labels(fig: go.Figure, names: list[str]) -> go.Figure:
     ticks = list(fig.layout.xaxis.ticktext or [])
     if not ticks:
         return fig
-    whole = []
-    for tick in ticks:
-        cut = tick.endswith("...")
-        found = next((n for n in names if n == tick or (cut and n.startswith(tick[:-3]))), tick)
-        whole.append(found.replace(".", ".<br>"))
+    whole = [_axis_name(tick, names).replace(".", ".<br>") for tick in ticks]
     lines = max(label.count("<br>") + 1 for label in whole)
     fig.update_xaxes(ticktext=whole)
     fig.update_layout(margin={"b": 40 + 18 * lines})

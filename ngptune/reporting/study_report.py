@@ -58,7 +58,8 @@ from ngptune.reporting.study_recommendation import Recommendation, best_heading,
 from ngptune.reporting.study_sampling import SETUP_ATTR, sampling_facts
 from ngptune.reporting.study_confirmation import confirmation_summary, spread_text
 from ngptune.reporting.study_plots import (
-    Comparison, absent, confirmation_bars, optuna_figure, per_objective, plotted_study, readable_axis_labels,
+    Comparison, absent, absent_values_named, confirmation_bars, optuna_figure, per_objective, plotted_study,
+    readable_axis_labels,
 )
 from ngptune.reporting.study_summary import print_summary, write_trials_csv
 
@@ -161,8 +162,8 @@ def _parallel_section(view: StudyView) -> Section:
         body = absent("the completed trials have no sampled parameters.")
     else:
         names = [*view.names, *dict.fromkeys(p for t in view.trials for p in t.params)]
-        body = per_objective(view, lambda study, **kw: readable_axis_labels(
-            optuna.visualization.plot_parallel_coordinate(study, **kw), names))
+        body = per_objective(view, lambda study, **kw: readable_axis_labels(absent_values_named(
+            optuna.visualization.plot_parallel_coordinate(study, **kw), study, names), names))
     return Section("Parallel coordinates", body)
 
 
