@@ -15,8 +15,25 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from typing import Any
 
-__all__ = ["main_to_its_end", "signals_held"]
+__all__ = ["handlers_replaced", "main_to_its_end", "signals_held"]
+
+
+@contextlib.contextmanager
+def handlers_replaced(handlers: dict[int, Callable[[int, Any], None]]) -> Iterator[None]:
+    """Inside, each signal of ``handlers`` has the handler given for it; the previous ones are back
+    on leaving (a handler Python did not install: the default). Only the main thread may set
+    handlers: elsewhere nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {signum: signal.signal(signum, handler) for signum, handler in handlers.items()}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
 
 
 @contextlib.contextmanager
@@ -25,16 +42,9 @@ def signals_held() -> Iterator[list[int]]:
     their handlers are back on leaving. For the end of a command that is already stopping (module
     docstring). Outside the main thread it changes nothing (and notes nothing)."""
     noted: list[int] = []
-    if threading.current_thread() is not threading.main_thread():
+    with handlers_replaced({signum: lambda number, frame: noted.append(number)
+                            for signum in (signal.SIGINT, signal.SIGTERM)}):
         yield noted
-        return
-    previous = {signum: signal.signal(signum, lambda number, frame: noted.append(number))
-                for signum in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield noted
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
 
 
 def main_to_its_end(load_main: Callable[[], Callable[[], int]], what: str) -> int:

@@ -29,7 +29,6 @@ import shutil
 import signal
 import sys
 import tempfile
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Sequence
@@ -45,6 +44,7 @@ from trainer.contract.commandline import (
 from trainer.contract.errors import ConfigError, TrainerError
 from trainer.contract.metrics import si_number
 from trainer.contract.runstatus import fitted_error_lines, fitted_warning, print_error
+from trainer.contract.signals import handlers_replaced
 from trainer.contract.textlines import counted, estimate_text, fit_lines, listed, seconds_text
 from trainer.contract.usage import parse_command_line
 
@@ -426,32 +426,21 @@ class _Terminated(KeyboardInterrupt):
 
 
 @contextlib.contextmanager
-def _stops_once() -> Iterator[list[bool]]:
+def _stops_once() -> Iterator[list[int]]:
     """While the block runs (main thread), the first SIGTERM raises :class:`_Terminated` and the
     first Ctrl-C ``KeyboardInterrupt`` (where Python's own handler was in place); any signal
     after the first is only noted, so the unwinding and the line that says how far the command
-    got are not cut short. The yielded list holds True once SIGTERM arrived."""
-    seen: list[bool] = []
-    if threading.current_thread() is not threading.main_thread():
-        yield seen
-        return
-    stopped: list[int] = []
+    got are not cut short. The yielded list gets the numbers of the signals that came."""
+    came: list[int] = []
 
     def stop(signum: int, frame: Any) -> None:
-        if signum == signal.SIGTERM:
-            seen.append(True)
-        stopped.append(signum)
-        if len(stopped) == 1:
+        came.append(signum)
+        if len(came) == 1:
             raise _Terminated(f"signal {signum}") if signum == signal.SIGTERM else KeyboardInterrupt
 
-    previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, stop)}
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-        previous[signal.SIGINT] = signal.signal(signal.SIGINT, stop)
-    try:
-        yield seen
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+    stops = [signal.SIGTERM, *([signal.SIGINT] if signal.getsignal(signal.SIGINT) is signal.default_int_handler else [])]
+    with handlers_replaced({signum: stop for signum in stops}):
+        yield came
 
 
 def render_command(args: argparse.Namespace) -> int:
@@ -460,20 +449,20 @@ def render_command(args: argparse.Namespace) -> int:
     got; an unfinished video's temporary file is removed)."""
     from trainer.inference.render_views import RenderInterrupted
 
-    with _stops_once() as terminated:
+    with _stops_once() as came:
         try:
             return _render(args)
         except RenderInterrupted as exc:
-            return _stopped(str(exc), terminated)
+            return _stopped(str(exc), came)
         except KeyboardInterrupt:
             video = "; no video written" if args.video is not None else ""
-            return _stopped(f"render stopped before the first frame was rendered{video}", terminated)
+            return _stopped(f"render stopped before the first frame was rendered{video}", came)
 
 
-def _stopped(what: str, terminated: list[bool]) -> int:
-    """Say how far a stopped command got (one line) and return its exit status (inside
-    :func:`_stops_once`, a further signal is only noted)."""
-    if not terminated:
+def _stopped(what: str, came: list[int]) -> int:
+    """Say how far a stopped command got (one line) and return its exit status: a SIGTERM among the
+    signals that ``came`` (inside :func:`_stops_once`, a further signal is only noted) says so."""
+    if signal.SIGTERM not in came:
         return _interrupted(what)
     _say_stopped("terminated (SIGTERM)", what)
     return TERMINATED_EXIT
@@ -626,13 +615,13 @@ def export_command(args: argparse.Namespace) -> int:
     from trainer.inference.mesh import DensityInterrupted
     from trainer.inference.pointcloud import PointsInterrupted
 
-    with _stops_once() as terminated:
+    with _stops_once() as came:
         try:
             return _export_mesh(args, out) if args.kind == "mesh" else _export_pointcloud(args, out)
         except (DensityInterrupted, PointsInterrupted) as exc:
-            return _stopped(f"export {args.kind} stopped {exc}; {out} was not written", terminated)
+            return _stopped(f"export {args.kind} stopped {exc}; {out} was not written", came)
         except KeyboardInterrupt:
-            return _stopped(f"export {args.kind} stopped; {out} was not written", terminated)
+            return _stopped(f"export {args.kind} stopped; {out} was not written", came)
 
 
 def _from_model(args: argparse.Namespace, what: str, extract: Any) -> Any:

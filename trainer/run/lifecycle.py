@@ -43,8 +43,8 @@ from trainer.run.checks import (
     check_before_start, check_n_steps_reach, distributed_env, resume_path, resume_source,
 )
 from trainer.contract.resumption import resume_block
-from trainer.run.finish import finish_status, train_with_progress
 from trainer.contract.signals import signals_held
+from trainer.run.finish import finish_status, train_with_progress
 from trainer.run.interrupt import StopAfterStep, StoppedAfterStep, TerminatedAfterStep
 from trainer.run.progress import TrainProgress
 from trainer.run.settings import on_cpu, opening_line, scene_path_of
@@ -232,8 +232,8 @@ class Rank(Job):
         if self.env.is_main:
             self.run_dir.write_json(self.run_dir.config_path, saved_config(cfg))
         with warnings.catch_warnings():
-            if not self.env.is_main:  # rank 0 says it, above its progress line; another rank's copy
-                warnings.simplefilter("ignore", SkippedFramesWarning)  # would land inside that line
+            if not self.env.is_main:  # rank 0 says it; where ranks share a terminal (torchrun, srun)
+                warnings.simplefilter("ignore", SkippedFramesWarning)  # another rank's copy would repeat it
             scene = load_scene(self.scene_path, **cfg.data.scene_options())
         progress.message(_fitted(scene.size_rule))  # which size rule won, and why (rank 0)
         trainer = build_distributed_trainer(cfg, scene, self.run_dir)
