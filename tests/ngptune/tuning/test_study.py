@@ -61,6 +61,11 @@ def test_studies_that_share_a_gpu_or_run_on_a_cpu_use_step_budgets_and_gpu_studi
     assert derived["encoding.max_resolution_factor"] == 1.0 and derived["training.near_distance"] == 0.0
     assert derived["training.scene_model"] == "auto" and derived["training.background_steps"] == 64
     assert "loss.distortion_weight" not in derived  # null: the trainer takes 0.05 for fox's unbounded model
+    # the default trial is `ngptune train`'s defaults, not instant-ngp's base.json (Huber, weight average)
+    from trainer.contract.config import TrainConfig
+
+    base = capture.base_config()
+    assert (base.loss, base.optimizer) == (TrainConfig().loss, TrainConfig().optimizer)
 
 
 def test_quality_time_has_two_objectives_and_no_pruner():

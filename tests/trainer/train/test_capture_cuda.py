@@ -98,19 +98,26 @@ def test_a_capture_with_lens_distortion_takes_the_captured_step(demo_scene, tmp_
         assert losses["on"][-1] < 0.85 * losses["on"][0], losses
 
 
-def test_the_weight_average_is_part_of_the_captured_step(demo_scene):
+@pytest.mark.parametrize("scene_model", ["box", "unbounded"])
+def test_the_weight_average_is_part_of_the_captured_step(demo_scene, scene_model):
     """optimizer.ema_decay does not block capture: the average and its update count live on the
-    device, so every replayed step folds the weights in (count = steps) without waiting."""
+    device, so every replayed step folds the weights in (count = steps) without waiting, and the
+    average follows the weights (β = 0.95 spans the last ~20 steps: it lies far nearer the weights
+    now than the weights at the start) with the box and the unbounded scene model alike."""
     cfg = tiny_config(training__device="cuda", encoding__backend="triton", training__n_steps=10**6,
-                      training__log_every=20, optimizer__ema_decay=0.95)
+                      training__log_every=20, optimizer__ema_decay=0.95, training__scene_model=scene_model)
     trainer = Trainer(cfg, load_scene(demo_scene), None)
     assert trainer.step_choice.kind == "captured", trainer.step_choice
-    trainer.train(n_steps=100)
+    params = list(trainer.field.parameters())
+    start = [p.detach().clone() for p in params]
+    trainer.train(n_steps=300)
     steps_without_waiting(trainer, 20)
     assert trainer.stepper.graph.graph is not None
-    params = list(trainer.field.parameters())
     assert all(trainer.weight_ema.updates(p) == trainer.step for p in params), trainer.step
     with trainer.weight_ema.applied(params):
         averaged = [p.detach().clone() for p in params]
     assert any(not torch.equal(a, p.detach()) for a, p in zip(averaged, params))  # the average, not the weights
+    moved = torch.cat([(p.detach() - s).flatten() for p, s in zip(params, start)]).norm()
+    lag = torch.cat([(a - p.detach()).flatten() for a, p in zip(averaged, params)]).norm()
+    assert moved > 0 and lag < 0.5 * moved, (float(lag), float(moved))
     trainer.close()
