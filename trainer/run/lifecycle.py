@@ -25,6 +25,7 @@ from __future__ import annotations
 import abc
 import argparse
 import contextlib
+import os
 import time
 import warnings
 from pathlib import Path
@@ -34,7 +35,7 @@ from trainer.contract.config import TrainConfig, apply_overrides, config_to_dict
 from trainer.contract.defaults import cpu_config_warning, default_run_dir
 from trainer.contract.errors import ConfigError, LaunchError
 from trainer.contract.rundir import RunDir, prepare_output_file
-from trainer.contract.textlines import fit_lines
+from trainer.contract.textlines import CONSOLE_PREFIX_ENV, fit_lines
 from trainer.contract.runstatus import (
     COMPLETED, RESTART_COUNT_KEY, SKIPPED_FRAMES_KEY, STATE_KEY, TRAIN_START_KEY, failed_fields, fitted_warning,
     is_completed,
@@ -280,6 +281,15 @@ class Rank(Job):
             raise peer_error
 
 
+def launcher_says_how_to_continue(env: Any) -> bool:
+    """Whether this rank's lines are repeated on the console of ``python -m trainer
+    --nproc-per-node``'s launcher (rank 0 of its node 0: the console prefix is set, see
+    :mod:`trainer.parallel.rank_log`), which prints the newest model and the command that continues
+    the run once every rank has stopped: the rank then says only where it stopped, so the block is
+    not printed twice. Ranks started by torchrun or srun print it themselves."""
+    return env is not None and bool(os.environ.get(CONSOLE_PREFIX_ENV))
+
+
 def run_training(cfg: TrainConfig, args: argparse.Namespace) -> dict[str, Any]:
     """Train as configured (the stages of the module docstring): one process, or this process's
     rank of a job; returns the status fields (also in ``status.json``).
@@ -334,9 +344,9 @@ def run_training(cfg: TrainConfig, args: argparse.Namespace) -> dict[str, Any]:
             if isinstance(error, (KeyboardInterrupt, Terminated)) and job.is_main:
                 at = f" at step {trainer.step}" if trainer is not None else " before training started"
                 env = getattr(job, "env", None)
-                where = "\n".join([f"the run stopped{at}", *resume_block(
+                where = "\n".join([f"the run stopped{at}", *([] if launcher_says_how_to_continue(env) else resume_block(
                     job.run_dir, job.last_model(), env.local_world_size if env is not None else 1,
-                    flags=getattr(args, "resume_flags", ()))])
+                    flags=getattr(args, "resume_flags", ())))])
                 error = RunInterrupted(where) if isinstance(error, KeyboardInterrupt) else RunTerminated(where)
         raise error from exc.__cause__
     finally:
