@@ -10,7 +10,8 @@ whole when it has none. :func:`joined` puts such lines back on one line;
 
 Durations read the same in every command: a measured one with :func:`seconds_text` (``13.6 s``,
 ``42.1 ms``), an estimated one with :func:`estimate_text` (``9.1 s``, ``4 min 54 s``), a time left
-or elapsed on a progress line with :func:`clock_text` (``eta 0:14``).
+or elapsed on a progress line with :func:`clock_text` (``eta 0:14``); a live line's running clock
+with :class:`TrainedClock` (the seconds trained, the budget's clock).
 
 A rank whose lines the launcher repeats on its console after a prefix (``rank 0: ``) learns the
 prefix from :data:`CONSOLE_PREFIX_ENV`; :func:`line_width`, the width :func:`fit_lines` fills by
@@ -21,9 +22,10 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from collections.abc import Mapping, Sequence
 
-__all__ = ["CONSOLE_PREFIX_ENV", "CONTINUATION", "LINE_WIDTH", "MAX_BAR", "MIN_BAR", "NUMBERED_WORDS", "clock_text",
+__all__ = ["CONSOLE_PREFIX_ENV", "CONTINUATION", "LINE_WIDTH", "MAX_BAR", "MIN_BAR", "NUMBERED_WORDS", "TrainedClock", "clock_text",
            "counted", "estimate_text", "fit_lines", "fit_progress_line", "joined", "line_width", "listed", "seconds_text",
            "unit_words"]
 
@@ -85,6 +87,30 @@ def clock_text(seconds: float | None) -> str:
     if seconds >= 3600:
         return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
     return f"{seconds // 60}:{seconds % 60:02d}"
+
+
+class TrainedClock:
+    """The clock of a live progress line: the seconds trained as last reported, running on from
+    that report between reports (a step's time budget counts these seconds, not start-up), or
+    before any report the seconds since the clock started (start-up, an evaluation).
+    """
+
+    def __init__(self) -> None:
+        self.started = time.perf_counter()
+        self.trained: tuple[float, float] | None = None  # (seconds trained, perf_counter when reported)
+
+    def report(self, train_time_s: float | None) -> None:
+        """Training has run ``train_time_s`` seconds now (None: not yet, the clock counts from its start)."""
+        self.trained = None if train_time_s is None else (float(train_time_s), time.perf_counter())
+
+    def restart(self) -> None:
+        """Count from now, with nothing trained reported (an evaluation begins)."""
+        self.started, self.trained = time.perf_counter(), None
+
+    def text(self) -> str:
+        """The clock now, as :func:`clock_text` writes it."""
+        now = time.perf_counter()
+        return clock_text(self.trained[0] + now - self.trained[1] if self.trained else now - self.started)
 
 
 def joined(lines: Sequence[str], indent: str = CONTINUATION) -> str:

@@ -31,12 +31,11 @@ from __future__ import annotations
 import re
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any, TextIO
 
 from trainer.contract.runstatus import ERROR_PREFIX, PROGRESS_PREFIX, SUMMARY_PREFIX, WARNING_PREFIX, strip_rank_prefix
-from trainer.contract.textlines import CONTINUATION, clock_text, fit_lines, fit_progress_line, joined
+from trainer.contract.textlines import CONTINUATION, TrainedClock, fit_lines, fit_progress_line, joined
 
 __all__ = ["ATTEMPT_HEADER", "RANK0_PREFIX", "RankLogFollower", "reported_step", "restart_line"]
 
@@ -104,10 +103,9 @@ class RankLogFollower:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._live = None
-        self._started = time.perf_counter()
         self._step = 0
         self._eta = "-:--"
-        self._trained: tuple[float, float] | None = None  # (seconds trained, when read) of rank 0's last step line
+        self._clock = TrainedClock()  # rank 0's seconds trained from its last step line, else since the launch
         self._figures: dict[int, str] = {}  # loss, PSNR: rank 0's last values
 
     def __enter__(self) -> "RankLogFollower":
@@ -138,8 +136,7 @@ class RankLogFollower:
         launch before), then loss and PSNR as they fit."""
         total = self.total_steps
         steps = f"step {self._step}/{total}" if total else f"step {self._step}"
-        now = time.perf_counter()
-        elapsed = clock_text(self._trained[0] + now - self._trained[1] if self._trained else now - self._started)
+        elapsed = self._clock.text()
         extras = [self._figures[k] for k in sorted(self._figures)]
         return fit_progress_line(width, BAR_LABEL, self._step / max(total or self._step, 1),
                                  [steps, f"eta {self._eta}", elapsed], extras)
@@ -224,7 +221,7 @@ class RankLogFollower:
                 self._eta = eta.group(1)
             trained = _TRAINED.search(line)
             if trained:
-                self._trained = (float(trained.group(1) or trained.group(2)), time.perf_counter())
+                self._clock.report(float(trained.group(1) or trained.group(2)))
         for k, pattern in enumerate(_FIGURES):
             figure = pattern.search(line)
             if figure:

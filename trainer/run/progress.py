@@ -31,7 +31,7 @@ from typing import Any
 
 from trainer.contract.metrics import si_count, si_number
 from trainer.contract.runstatus import progress_line
-from trainer.contract.textlines import clock_text, fit_lines, fit_progress_line, seconds_text
+from trainer.contract.textlines import TrainedClock, clock_text, fit_lines, fit_progress_line, seconds_text
 
 __all__ = ["PLAIN_PROGRESS_EVERY_S", "PLAIN_PROGRESS_PARTS", "STARTUP_BEGINS", "TrainProgress", "eta_seconds"]
 
@@ -82,8 +82,7 @@ class TrainProgress:
         self.total = total
         self.time_budget_s = time_budget_s
         self._last_plain = time.perf_counter()
-        self._started = time.perf_counter()
-        self._trained: tuple[float, float] | None = None  # (seconds trained, when) at the last step after start-up
+        self._clock = TrainedClock()  # the seconds trained once training runs (the budget's clock), else since the start
         self._live = None
         self._rate_from: tuple[int, float] | None = None  # (step, train_time_s) the ETA's rate counts from
         self._part = 0  # the last PLAIN_PROGRESS_PARTS-th of the steps a plain progress line was printed at
@@ -102,9 +101,7 @@ class TrainProgress:
 
         width = self._live.console.width - 1 if self._live is not None else 80
         s = self._state
-        now = time.perf_counter()  # the seconds trained once training runs (the budget's clock), else since the start
-        elapsed = clock_text(self._trained[0] + now - self._trained[1] if self._trained else now - self._started)
-        return Text(fit_progress_line(width, s["label"], s["fraction"], [*s["kept"], elapsed], s["extras"]))
+        return Text(fit_progress_line(width, s["label"], s["fraction"], [*s["kept"], self._clock.text()], s["extras"]))
 
     @staticmethod
     def figures(record: dict[str, Any]) -> list[str]:
@@ -166,7 +163,7 @@ class TrainProgress:
             fraction = step / max(self.total or step, 1)
             if self.time_budget_s:  # the bar fills by whichever ends the run first
                 fraction = max(fraction, min(train_time_s / self.time_budget_s, 1.0))
-            self._trained = (train_time_s, time.perf_counter()) if started else None
+            self._clock.report(train_time_s if started else None)
             self._state.update(fraction=fraction, kept=[self.steps_text(step), f"eta {clock_text(eta)}"])
             return
         now = time.perf_counter()
@@ -187,7 +184,7 @@ class TrainProgress:
         """The evaluation begins: the live line (or the plain lines) count its rays from here."""
         self._eval_started = self._last_plain = time.perf_counter()
         if self._live is not None:
-            self._started, self._trained = self._eval_started, None
+            self._clock.restart()
             self._state = {"label": "evaluate", "fraction": 0.0, "kept": ["0 rays", "eta -:--"], "extras": []}
 
     def evaluation_rays(self, done: int, total: int) -> None:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from trainer.contract.runstatus import SUMMARY_PREFIX, summary_lines
-from trainer.contract.textlines import LINE_WIDTH, clock_text, counted, estimate_text, fit_lines, joined, listed, seconds_text
+from trainer.contract.textlines import (LINE_WIDTH, TrainedClock, clock_text, counted, estimate_text, fit_lines, joined,
+                                       listed, seconds_text)
 
 
 def test_parts_are_packed_into_lines_under_80_columns_and_broken_only_between_parts():
@@ -109,3 +110,21 @@ def test_a_mean_and_its_spread_and_a_numbered_trial_stay_whole():
     assert unit_words("trial 4 19.27 ± 0.17 dB vs default 19.33 ± 0.21 dB") == [
         "trial 4", "19.27 ± 0.17 dB", "vs", "default", "19.33 ± 0.21 dB"]
     assert unit_words("rank 1 of 2, step 40/200") == ["rank 1", "of", "2,", "step 40/200"]
+
+
+def test_the_trained_clock_runs_on_from_the_last_report_and_counts_from_its_start_before_any(monkeypatch):
+    import trainer.contract.textlines as textlines
+
+    now = [100.0]
+    monkeypatch.setattr(textlines.time, "perf_counter", lambda: now[0])
+    clock = TrainedClock()
+    now[0] = 113.0
+    assert clock.text() == "0:13"  # start-up: seconds since the clock started
+    clock.report(2.0)  # training has run 2 s
+    now[0] = 120.0
+    assert clock.text() == "0:09"  # 2 s trained + 7 s since that report
+    clock.report(None)
+    assert clock.text() == "0:20"
+    clock.restart()
+    now[0] = 125.0
+    assert clock.text() == "0:05"
