@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -89,7 +90,7 @@ def launch_command(args: argparse.Namespace, train_argv: list[str]) -> int:
     from trainer.contract.threads import available_cores
     from trainer.contract.world import check_ranks_per_node, check_world_size
     from trainer.parallel.cuda_count import cuda_device_count
-    from trainer.parallel.launch import launch_workers
+    from trainer.parallel.launch import RanksStopped, launch_workers
     from trainer.train.trainable import check_trainable
 
     if args.nproc_per_node < 1:
@@ -129,14 +130,17 @@ def launch_command(args: argparse.Namespace, train_argv: list[str]) -> int:
                 run_dir=Path(out),
                 env_extra=_console_prefix_env(args),
             )
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, RanksStopped) as exc:
         from trainer.contract.resumption import newest_model, resume_block
 
         lines = resume_block(RunDir(out), newest_model(RunDir(out)), args.nproc_per_node,
                              flags=resume_flags(train_argv))
-        heading = fit_lines(["interrupted: the ranks were stopped;", f"logs in {RunDir(out).logs_dir}"])
+        # rank 0 said where it stopped (the follower repeated it); what was kept and how to continue is said here
+        how, code = ("interrupted", 130) if isinstance(exc, KeyboardInterrupt) else (
+            f"terminated ({exc.signal_name})", 128 + signal.Signals[exc.signal_name].value)
+        heading = fit_lines([f"{how}: the ranks were stopped;", f"logs in {RunDir(out).logs_dir}"])
         print("\n".join([*heading, *lines]), file=sys.stderr)
-        return 130
+        return code
     status = (RunDir(out).read_status() if args.node_rank == 0 else None) or {}
     for line in summary_lines(status):
         print(line, flush=True)  # before the JSON line, which stays last

@@ -53,6 +53,7 @@ from trainer.contract import (
 )
 
 __all__ = [
+    "OUTSIDE_STOP_STATUSES",
     "ProcessTree",
     "STOP_GRACE_S",
     "TrialLaunch",
@@ -323,6 +324,9 @@ def _tail(path: Path) -> str:
         return ""
 
 
+OUTSIDE_STOP_STATUSES = (128 + 1, 128 + 15)
+"""Exit statuses of a launcher or trainer stopped by SIGHUP or SIGTERM (it stopped its ranks first)."""
+
 #: Launcher messages of failures that come from the host, not from a trial's settings: a rank
 #: killed by a signal from outside (an operator, the OOM killer, a scheduler's preemption), the
 #: launcher itself signalled, a group that never formed, a port taken by another process.
@@ -339,8 +343,9 @@ def infrastructure_cause(returncode: int | None, reason: str) -> str | None:
     Returns:
         A few words for the trial's reason: "killed from outside" or "launch error".
     """
-    if returncode is not None and returncode < 0:
-        return "killed from outside"  # the launcher itself; the sweep's own stops never get here
+    if returncode is not None and (returncode < 0 or returncode in OUTSIDE_STOP_STATUSES):
+        return "killed from outside"  # the launcher itself (SIGKILL; SIGTERM or SIGHUP, which it passes on to its
+        # ranks before it exits 128 + the signal); the sweep's own stops never get here
     found = _INFRASTRUCTURE.search(reason)
     if found is None:
         return None
@@ -372,6 +377,9 @@ def classify_exit(
     rank_texts = [_tail(run_dir.log_path(rank)) for rank in range(world_size)]
     if returncode == 0:
         return "failed", f"the launcher exited 0 but status.json says {state_of(status)!r}; log: {log_path}"
+    if returncode in OUTSIDE_STOP_STATUSES:
+        name = "SIGHUP" if returncode == 128 + 1 else "SIGTERM"
+        return "failed", f"stopped by {name} from outside the sweep (exit status {returncode}); log: {log_path}"
     if _OOM.search(message) or any(_OOM.search(t) for t in rank_texts):
         return "failed", f"out of memory: {message}"
     if _NCCL_ERROR.search(message) or any(_NCCL_ERROR.search(t) for t in rank_texts):

@@ -57,7 +57,7 @@ from trainer.contract.rundir import RunDir
 from trainer.contract.textlines import CONSOLE_PREFIX_ENV
 from trainer.contract.runstatus import DIVERGED, STATE_KEY, error_or_last_line, failed_fields, is_diverged, strip_rank_prefix
 
-__all__ = ["RankFailure", "WorkersFailed", "launch_workers", "tail_lines"]
+__all__ = ["RankFailure", "RanksStopped", "WorkersFailed", "launch_workers", "tail_lines"]
 
 LOG_TAIL_LINES = 20  # lines of the failed rank's log printed and kept in the exception
 SHUTDOWN_GRACE_S = 5  # seconds between SIGTERM and SIGKILL when the agent stops survivors
@@ -151,6 +151,19 @@ class RankFailure:
                 return 1
             return 0
         return 0 if self.signal is not None else 1
+
+
+class RanksStopped(LaunchError):
+    """SIGTERM or SIGHUP reached the launcher while the ranks trained; they were stopped (each
+    rank's end is in its log).
+
+    Attributes:
+        signal_name: ``"SIGTERM"`` or ``"SIGHUP"``.
+    """
+
+    def __init__(self, signal_name: str, logs_dir: Path) -> None:
+        super().__init__(f"the launcher received {signal_name}; workers in {logs_dir} were stopped")
+        self.signal_name = signal_name
 
 
 class WorkersFailed(LaunchError):
@@ -414,6 +427,8 @@ def launch_workers(
             starts); the rendezvous failing or timing out.
         WorkersFailed: a rank raised, was killed or exited non-zero and no restart was left;
             the message names the rank and the cause, its log tail is printed to stderr.
+        RanksStopped: SIGTERM or SIGHUP reached this process; the ranks were stopped first.
+        KeyboardInterrupt: SIGINT (Ctrl-C) reached this process; the ranks were stopped first.
     """
     argv = [str(a) for a in argv_for_worker]
     _check_worker_argv(argv)
@@ -493,9 +508,7 @@ def _launch_local(entry_args: list[str], nproc_per_node: int, *, host: str, port
             exits = run_ranks([sys.executable, *entry_args], nproc_per_node, master_addr=host,
                               master_port=master_port, run_id=run_id, env=env, grace_s=SHUTDOWN_GRACE_S)
         except LauncherSignalled as exc:
-            raise LaunchError(
-                f"the launcher received {exc.signal_name}; workers in {run_dir.logs_dir} were stopped"
-            ) from None
+            raise RanksStopped(exc.signal_name, run_dir.logs_dir) from None
         if not exits:
             return
         found = [(_rank_failure(e.rank, e.rank, e.exitcode, e.error, run_dir), e.time) for e in exits]
@@ -566,9 +579,7 @@ def _launch_elastic(entry_args: list[str], nproc_per_node: int, *, nnodes: int, 
         except SignalException as exc:
             if exc.sigval == signal.SIGINT:
                 raise KeyboardInterrupt from None
-            raise LaunchError(
-                f"the launcher received {exc.sigval.name}; workers in {rd.logs_dir} were stopped"
-            ) from None
+            raise RanksStopped(exc.sigval.name, rd.logs_dir) from None
         except RendezvousError as exc:
             detail = _shorten(str(exc)) or (f"not all {nnodes} nodes joined (is every node started with the "
                                              f"same --rdzv-endpoint and --nnodes {nnodes}?)")

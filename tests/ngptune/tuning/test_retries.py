@@ -18,6 +18,8 @@ from ngptune.tuning.trial import infrastructure_cause
     (2, "crash (exit status 2): rank 0 was killed by SIGKILL (exit code -9); log: x/rank0.log", "killed from outside"),
     (2, "crash (exit status 2): rank 1 was killed by SIGTERM (exit code 143); also failed: rank 0", "killed from outside"),
     (-9, "crash (exit status -9): no output", "killed from outside"),
+    (143, "crash (exit status 143): (--checkpoint-every N keeps one along the way)", "killed from outside"),
+    (129, "crash (exit status 129): no output", "killed from outside"),
     (2, "crash (exit status 2): rendezvous at 127.0.0.1:4 failed within 60 s (distributed.timeout_s): X", "launch error"),
     (2, "crash (exit status 2): rank 0 raised ValueError: bad", None),
     (2, "crash (exit status 2): rank 0 was killed by SIGSEGV (exit code -11)", None),  # the process's own fault
@@ -88,3 +90,17 @@ def test_a_diverged_default_is_not_run_again_and_the_verdict_says_why():
     assert default_not_completed(study) == (
         f"the default trial diverged (trial 0: {reason}); nothing is compared with it, and it is not run again "
         "(the same settings diverge again): change the study's settings")
+
+
+def test_a_launcher_stopped_by_sigterm_from_outside_is_a_failure_of_the_host(tmp_path):
+    """A trial's launcher that SIGTERM (or SIGHUP) reached from outside the sweep stops its ranks,
+    says how to continue and exits 128 + the signal: the trial failed for the host's reasons."""
+    from trainer.contract.rundir import RunDir
+    from ngptune.tuning.trial import classify_exit
+
+    log = tmp_path / "0.launch.log"
+    log.write_text("terminated (SIGTERM): the ranks were stopped; logs in x/logs\n"
+                   "  no snapshot or checkpoint was kept in x\n    (--checkpoint-every N keeps one along the way)\n")
+    outcome, reason = classify_exit(143, log, RunDir(tmp_path / "run"), {"state": "interrupted"}, 2)
+    assert outcome == "failed" and reason.startswith("stopped by SIGTERM from outside the sweep (exit status 143)")
+    assert infrastructure_cause(143, reason) == "killed from outside"

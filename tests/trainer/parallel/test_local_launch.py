@@ -144,10 +144,15 @@ def test_a_signal_to_the_launcher_stops_the_ranks(tmp_path, sig):
     assert not any(_alive(p) for p in pids)
 
 
-def test_ctrl_c_to_a_two_rank_training_says_how_to_continue_once(demo_scene, tmp_path):
-    """Ctrl-C in a terminal reaches the launcher and both ranks. Rank 0's lines are repeated on the
-    launcher's console, so rank 0 says only where it stopped, and the launcher, once every rank
-    has stopped, says what was kept and how to continue: once, not twice."""
+@pytest.mark.parametrize("sig, code, heading", [
+    (signal.SIGINT, 130, "interrupted: the ranks were stopped; logs in"),  # Ctrl-C: the whole foreground group
+    (signal.SIGTERM, 143, "terminated (SIGTERM): the ranks were stopped; logs in"),  # timeout, SLURM: the launcher
+])
+def test_a_stopped_two_rank_training_says_how_to_continue_once(demo_scene, tmp_path, sig, code, heading):
+    """Ctrl-C in a terminal reaches the launcher and both ranks; SIGTERM the launcher, which stops
+    the ranks. Rank 0's lines are repeated on the launcher's console, so rank 0 says only where it
+    stopped, and the launcher, once every rank has stopped, says what was kept and how to
+    continue: once, not twice, and not never."""
     run = tmp_path / "run"
     argv = [sys.executable, "-m", "trainer", "--nproc-per-node", "2", "--scene", str(demo_scene), "--out", str(run),
             *tiny_flags(), "--n-steps", "100000", "--no-eval", "--set", "distributed.timeout_s=30",
@@ -159,17 +164,20 @@ def test_ctrl_c_to_a_two_rank_training_says_how_to_continue_once(demo_scene, tmp
         while not (run / "metrics.jsonl").is_file() or not (run / "metrics.jsonl").read_text():
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
             time.sleep(0.2)
-        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C sends: the whole foreground group
+        if sig == signal.SIGINT:
+            os.killpg(proc.pid, sig)
+        else:
+            proc.send_signal(sig)
         out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
     said = out + err
-    assert proc.returncode == 130, said[-3000:]
+    assert proc.returncode == code, said[-3000:]
     assert re.search(r"rank 0: (interrupted|terminated): the run stopped at step \d+", out), said[-3000:]
     assert said.count("no snapshot or checkpoint was kept") + said.count("continue with:") == 1, said[-3000:]
-    assert "interrupted: the ranks were stopped; logs in" in err and "Traceback" not in said
+    assert heading in err and "Traceback" not in said and "error:" not in err, err
 
 
 _COUNT = ("import json, sys; from trainer.parallel.cuda_count import cuda_device_count, torch_build; "
