@@ -90,7 +90,7 @@ def launch_command(args: argparse.Namespace, train_argv: list[str]) -> int:
     from trainer.contract.threads import available_cores
     from trainer.contract.world import check_ranks_per_node, check_world_size
     from trainer.parallel.cuda_count import cuda_device_count
-    from trainer.parallel.launch import RanksStopped, launch_workers
+    from trainer.parallel.launch import RanksStopped, WorkersFailed, launch_workers
     from trainer.train.trainable import check_trainable
 
     if args.nproc_per_node < 1:
@@ -130,6 +130,15 @@ def launch_command(args: argparse.Namespace, train_argv: list[str]) -> int:
                 run_dir=Path(out),
                 env_extra=_console_prefix_env(args),
             )
+    except WorkersFailed as exc:  # a rank failed or was stopped from outside (a signal to the ranks alone)
+        from trainer.contract.resumption import newest_model, resume_block
+
+        print_error(exc)
+        model = newest_model(RunDir(out)) if args.node_rank == 0 else None
+        if model is not None:  # what the run kept, and how to continue once the cause is dealt with
+            print("\n".join(resume_block(RunDir(out), model, args.nproc_per_node, flags=resume_flags(train_argv))),
+                  file=sys.stderr)
+        return 2
     except (KeyboardInterrupt, RanksStopped) as exc:
         from trainer.contract.resumption import newest_model, resume_block
 

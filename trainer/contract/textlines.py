@@ -92,7 +92,8 @@ def clock_text(seconds: float | None) -> str:
 class TrainedClock:
     """The clock of a live progress line: the seconds trained as last reported, running on from
     that report between reports (a step's time budget counts these seconds, not start-up), or
-    before any report the seconds since the clock started (start-up, an evaluation).
+    before any report the seconds since the clock started (start-up, an evaluation); an
+    evaluation restarts it and may report its own seconds the same way.
     """
 
     def __init__(self) -> None:
@@ -100,7 +101,8 @@ class TrainedClock:
         self.trained: tuple[float, float] | None = None  # (seconds trained, perf_counter when reported)
 
     def report(self, train_time_s: float | None) -> None:
-        """Training has run ``train_time_s`` seconds now (None: not yet, the clock counts from its start)."""
+        """Training (or the evaluation under way) has run ``train_time_s`` seconds now (None: not
+        yet, the clock counts from its start)."""
         self.trained = None if train_time_s is None else (float(train_time_s), time.perf_counter())
 
     def restart(self) -> None:

@@ -35,9 +35,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from trainer.contract.runstatus import ERROR_PREFIX, PROGRESS_PREFIX, SUMMARY_PREFIX, WARNING_PREFIX, strip_rank_prefix
-from trainer.contract.textlines import CONTINUATION, TrainedClock, fit_lines, fit_progress_line, joined
+from trainer.contract.textlines import CONTINUATION, TrainedClock, clock_text, fit_lines, fit_progress_line, joined
 
-__all__ = ["ATTEMPT_HEADER", "RANK0_PREFIX", "RankLogFollower", "reported_step", "restart_line"]
+__all__ = ["ATTEMPT_HEADER", "BAR_LABEL", "EVAL_BAR_LABEL", "RANK0_PREFIX", "RankLogFollower", "reported_step", "restart_line"]
 
 RANK0_PREFIX = "rank 0: "
 """What the follower puts before each of rank 0's lines on the launcher's console (rank 0 learns
@@ -51,7 +51,12 @@ _ETA = re.compile(r"\beta (\S+?),?(?:\s|$)")
 _FIGURES = (re.compile(r"\b(loss \S+)"), re.compile(r"\b(psnr \S+ dB)"))
 _TRAINED = re.compile(r"(?:\bt=(\d+(?:\.\d+)?) s\b|\b(\d+(?:\.\d+)?) s trained\b)")  # metrics / progress lines
 
+_EVAL_NOTICE = re.compile(r"^evaluating \d+ ")  # the line before the final evaluation: "evaluating 7 test views (..."
+_EVAL_RAYS = re.compile(r"^evaluating: (\d+) % of the rays\b.* in (\d+(?:\.\d+)?) (ms|s), eta (\S+)")
+_EVAL_VIEWS = re.compile(r"^\s*evaluated (\d+)/(\d+) views in (\d+(?:\.\d+)?) (ms|s)\b")
+
 BAR_LABEL = "train (rank 0)"
+EVAL_BAR_LABEL = "evaluate (rank 0)"
 
 
 def reported_step(line: str) -> int | None:
@@ -106,6 +111,7 @@ class RankLogFollower:
         self._step = 0
         self._eta = "-:--"
         self._clock = TrainedClock()  # rank 0's seconds trained from its last step line, else since the launch
+        self._evaluated: tuple[float, str] | None = None  # the final evaluation's share done and how rank 0 said it
         self._figures: dict[int, str] = {}  # loss, PSNR: rank 0's last values
 
     def __enter__(self) -> "RankLogFollower":
@@ -133,7 +139,12 @@ class RankLogFollower:
     def bar_line(self, width: int) -> str:
         """The live line at ``width`` columns: ``train (rank 0)``, the bar, ``step N/T``, rank 0's
         last ``eta M:SS``, the seconds trained (once rank 0 has said them; the time since the
-        launch before), then loss and PSNR as they fit."""
+        launch before), then loss and PSNR as they fit. Once rank 0 announces its final
+        evaluation: ``evaluate (rank 0)``, the share of its rays, its ``eta`` and the seconds it
+        has taken."""
+        if self._evaluated is not None:
+            fraction, done = self._evaluated
+            return fit_progress_line(width, EVAL_BAR_LABEL, fraction, [done, f"eta {self._eta}", self._clock.text()], [])
         total = self.total_steps
         steps = f"step {self._step}/{total}" if total else f"step {self._step}"
         elapsed = self._clock.text()
@@ -213,6 +224,21 @@ class RankLogFollower:
         if (self._in_traceback or not line.strip() or line.startswith(ERROR_PREFIX)
                 or line.startswith("{") and line.endswith("}")):
             return
+        if _EVAL_NOTICE.match(line):  # the final evaluation begins: the live line counts its rays from here
+            self._evaluated, self._eta = (0.0, "0 % of the rays"), "-:--"
+            self._clock.restart()
+        rays, views = _EVAL_RAYS.match(line), _EVAL_VIEWS.match(line)
+        if rays:
+            self._evaluated, self._eta = (int(rays.group(1)) / 100, f"{rays.group(1)} % of the rays"), rays.group(4)
+            self._clock.report(float(rays.group(2)) / (1e3 if rays.group(3) == "ms" else 1.0))
+            if self._live is not None:
+                return  # the live line shows it
+        elif views and self._evaluated is not None:
+            done, total = int(views.group(1)), int(views.group(2))
+            seconds = float(views.group(3)) / (1e3 if views.group(4) == "ms" else 1.0)
+            self._evaluated = (done / max(total, 1), f"{done}/{total} views")
+            self._eta = clock_text(seconds * (total - done) / done) if done else "-:--"  # the views so far, at their pace
+            self._clock.report(seconds)
         step = reported_step(line)
         if step is not None:
             self._step = step

@@ -281,13 +281,14 @@ class Rank(Job):
             raise peer_error
 
 
-def launcher_says_how_to_continue(env: Any) -> bool:
-    """Whether this rank's lines are repeated on the console of ``python -m trainer
-    --nproc-per-node``'s launcher (rank 0 of its node 0: the console prefix is set, see
-    :mod:`trainer.parallel.rank_log`), which prints the newest model and the command that continues
-    the run once every rank has stopped: the rank then says only where it stopped, so the block is
-    not printed twice. Ranks started by torchrun or srun print it themselves."""
-    return env is not None and bool(os.environ.get(CONSOLE_PREFIX_ENV))
+def launcher_says_how_to_continue() -> bool:
+    """Whether this process's lines are repeated on the console of ``python -m trainer
+    --nproc-per-node``'s launcher (rank 0 of its node 0, one rank or several: the console prefix is
+    set, see :mod:`trainer.parallel.rank_log`), which prints the newest model and the command that
+    continues the run once every rank has stopped (stopped by a signal, or failed with a model
+    kept): the rank then says only where it stopped, so the block is not printed twice. Ranks
+    started by torchrun or srun, and a run without a launcher, print it themselves."""
+    return bool(os.environ.get(CONSOLE_PREFIX_ENV))
 
 
 def run_training(cfg: TrainConfig, args: argparse.Namespace) -> dict[str, Any]:
@@ -344,7 +345,7 @@ def run_training(cfg: TrainConfig, args: argparse.Namespace) -> dict[str, Any]:
             if isinstance(error, (KeyboardInterrupt, Terminated)) and job.is_main:
                 at = f" at step {trainer.step}" if trainer is not None else " before training started"
                 env = getattr(job, "env", None)
-                where = "\n".join([f"the run stopped{at}", *([] if launcher_says_how_to_continue(env) else resume_block(
+                where = "\n".join([f"the run stopped{at}", *([] if launcher_says_how_to_continue() else resume_block(
                     job.run_dir, job.last_model(), env.local_world_size if env is not None else 1,
                     flags=getattr(args, "resume_flags", ())))])
                 error = RunInterrupted(where) if isinstance(error, KeyboardInterrupt) else RunTerminated(where)

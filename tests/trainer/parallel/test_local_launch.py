@@ -144,30 +144,40 @@ def test_a_signal_to_the_launcher_stops_the_ranks(tmp_path, sig):
     assert not any(_alive(p) for p in pids)
 
 
-@pytest.mark.parametrize("sig, code, heading", [
-    (signal.SIGINT, 130, "interrupted: the ranks were stopped; logs in"),  # Ctrl-C: the whole foreground group
-    (signal.SIGTERM, 143, "terminated (SIGTERM): the ranks were stopped; logs in"),  # timeout, SLURM: the launcher
+@pytest.mark.parametrize("nproc, stop, code, heading", [
+    (2, "ctrl-c", 130, "interrupted: the ranks were stopped; logs in"),  # the terminal's whole foreground group
+    (2, "sigterm", 143, "terminated (SIGTERM): the ranks were stopped; logs in"),  # timeout, SLURM: the launcher
+    (1, "sigterm", 143, "terminated (SIGTERM): the ranks were stopped; logs in"),
+    (2, "sigterm-ranks", 2, "error: rank "),  # an operator signalling the ranks alone: a failure, the model kept
 ])
-def test_a_stopped_two_rank_training_says_how_to_continue_once(demo_scene, tmp_path, sig, code, heading):
-    """Ctrl-C in a terminal reaches the launcher and both ranks; SIGTERM the launcher, which stops
-    the ranks. Rank 0's lines are repeated on the launcher's console, so rank 0 says only where it
-    stopped, and the launcher, once every rank has stopped, says what was kept and how to
-    continue: once, not twice, and not never."""
+def test_a_stopped_launched_training_says_how_to_continue_once(demo_scene, tmp_path, nproc, stop, code, heading):
+    """Ctrl-C reaches the launcher (the ranks run in sessions of their own and get its SIGTERM);
+    SIGTERM to the launcher stops the ranks; SIGTERM to the ranks alone fails the run. Rank 0's
+    lines are repeated on the launcher's console, so rank 0 says only where it stopped, and the
+    launcher, once every rank has stopped, says what was kept and how to continue: once, not twice,
+    and not never."""
+    from trainer.contract.resumption import newest_model
+    from trainer.contract.rundir import RunDir
+
     run = tmp_path / "run"
-    argv = [sys.executable, "-m", "trainer", "--nproc-per-node", "2", "--scene", str(demo_scene), "--out", str(run),
-            *tiny_flags(), "--n-steps", "100000", "--no-eval", "--set", "distributed.timeout_s=30",
-            "--set", "training.log_every=5"]
+    argv = [sys.executable, "-m", "trainer", "--nproc-per-node", str(nproc), "--scene", str(demo_scene), "--out",
+            str(run), *tiny_flags(), "--n-steps", "100000", "--no-eval", "--set", "distributed.timeout_s=30",
+            "--set", "training.log_every=5", "--checkpoint-every" if nproc > 1 else "--snapshot-every", "5"]
     proc = subprocess.Popen(argv, cwd=REPO, env=_env(), text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True)
     try:
         deadline = time.monotonic() + 90
-        while not (run / "metrics.jsonl").is_file() or not (run / "metrics.jsonl").read_text():
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        while newest_model(RunDir(run)) is None:  # a model kept, so there is a run to continue
+            assert proc.poll() is None and time.monotonic() < deadline, "no model kept in 90 s"
             time.sleep(0.2)
-        if sig == signal.SIGINT:
-            os.killpg(proc.pid, sig)
+        if stop == "ctrl-c":
+            os.killpg(proc.pid, signal.SIGINT)
+        elif stop == "sigterm":
+            proc.send_signal(signal.SIGTERM)
         else:
-            proc.send_signal(sig)
+            for rank in range(nproc):
+                log = (run / "logs" / f"rank{rank}.log").read_text()
+                os.kill(int(re.search(r" pid (\d+):", log).group(1)), signal.SIGTERM)
         out, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
@@ -176,8 +186,9 @@ def test_a_stopped_two_rank_training_says_how_to_continue_once(demo_scene, tmp_p
     said = out + err
     assert proc.returncode == code, said[-3000:]
     assert re.search(r"rank 0: (interrupted|terminated): the run stopped at step \d+", out), said[-3000:]
-    assert said.count("no snapshot or checkpoint was kept") + said.count("continue with:") == 1, said[-3000:]
-    assert heading in err and "Traceback" not in said and "error:" not in err, err
+    assert said.count("continue with:") == 1 and "no snapshot or checkpoint was kept" not in said, said[-3000:]
+    assert heading in err and "Traceback" not in said, err
+    assert ("error:" in err) == (stop == "sigterm-ranks"), err
 
 
 _COUNT = ("import json, sys; from trainer.parallel.cuda_count import cuda_device_count, torch_build; "

@@ -169,3 +169,25 @@ def test_live_line_keeps_step_eta_and_elapsed_at_any_width(tmp_path):
     assert line.endswith("loss 0.01235 psnr 23.46 dB")  # the figures of a line broken in two
     narrow = follower.bar_line(50)
     assert len(narrow) <= 50 and "step 133/2000 eta 9:20" in narrow and "loss" not in narrow
+
+
+def test_live_line_follows_rank_0_into_its_final_evaluation(tmp_path):
+    """Rank 0 announces its final evaluation and then says the share of its rays: the live line
+    turns to the evaluation, its clock from the evaluation's start (not the seconds trained)."""
+    log = tmp_path / "rank0.log"
+    out = io.StringIO()
+    follower = RankLogFollower(log, 100000, 0, plain=True, out=out, err=io.StringIO())
+    _append(log, "progress: step 126/100000 (0 %), 6 s trained, eta 0:00\n"
+                 "evaluating 7 test views (14.5 M pixels, 1 render each), estimated 9.1 s\n")
+    follower.poll()
+    line = follower.bar_line(80)
+    assert line.startswith("evaluate (rank 0) ") and "0 % of the rays eta -:-- 0:00" in line, line
+    _append(log, "evaluating: 41 % of the rays (52.9 k of 130 k) in 54.7 s, eta 1:19\n")
+    follower.poll()
+    line = follower.bar_line(80)
+    assert len(line) <= 80 and "41 % of the rays eta 1:19 0:5" in line, line  # 54.7 s and running on
+    assert "rank 0: evaluating: 41 % of the rays" in out.getvalue()  # plain: repeated as said
+    _append(log, "  evaluated 4/7 views in 61.5 s (last: ./test/r_3, PSNR 20.04 dB)\n")
+    follower.poll()
+    line = follower.bar_line(80)
+    assert "4/7 views eta 0:46 1:0" in line, line  # the views done, their pace (61.5 s · 3/4), the evaluation's seconds
