@@ -41,10 +41,11 @@ from trainer.contract.rundir import RunDir
 from trainer.contract.textlines import fit_lines
 from trainer.contract.usage import parse_command_line
 from trainer.contract.runstatus import (
-    COMPLETED, RUN_DIR_KEY, STATE_KEY, plain_warning_format, print_error, result_line, summary_lines,
+    COMPLETED, FAILED, REASON_KEY, RUN_DIR_KEY, RUNNING, STATE_KEY, interrupted_fields, plain_warning_format,
+    print_error, result_line, summary_lines,
 )
 
-__all__ = ["build_parser", "launch_command", "main", "run_command"]
+__all__ = ["build_parser", "launch_command", "main", "run_command", "status_of_stopped_run"]
 
 
 def build_parser(prog: str = "python -m trainer") -> argparse.ArgumentParser:
@@ -149,6 +150,8 @@ def launch_command(args: argparse.Namespace, train_argv: list[str]) -> int:
             f"terminated ({exc.signal_name})", 128 + signal.Signals[exc.signal_name].value)
         heading = fit_lines([f"{how}: the ranks were stopped;", f"logs in {RunDir(out).logs_dir}"])
         print("\n".join([*heading, *lines]), file=sys.stderr)
+        if args.node_rank == 0:
+            status_of_stopped_run(RunDir(out), how)
         return code
     status = (RunDir(out).read_status() if args.node_rank == 0 else None) or {}
     for line in summary_lines(status):
@@ -156,6 +159,24 @@ def launch_command(args: argparse.Namespace, train_argv: list[str]) -> int:
     # rank 0's status.json: the keys a one-process run ends with (another node has only the outcome)
     print(result_line({STATE_KEY: COMPLETED, **status, RUN_DIR_KEY: str(out)}, nproc_per_node=args.nproc_per_node))
     return 0
+
+
+def status_of_stopped_run(run_dir: RunDir, how: str) -> None:
+    """After the launcher stopped the ranks (``how``: ``interrupted`` or ``terminated (SIGTERM)``),
+    ``status.json`` says so: rank 0 may have been cut off inside a collective by a peer that
+    stopped first (a gloo or NCCL error, ``failed``) or before it wrote its end (``running``); such
+    a status becomes ``interrupted``, the rank's own reason kept after the launcher's. Any other
+    state (rank 0's own ``interrupted``, ``completed``, ``diverged``) stays as it is."""
+    status = run_dir.read_status()
+    if status is None or status.get(STATE_KEY) not in (RUNNING, FAILED):
+        return
+    reason = f"{how}: the launcher stopped the ranks"
+    if status.get(REASON_KEY):
+        reason += f" (rank 0 ended with: {status[REASON_KEY]})"
+    try:
+        run_dir.write_json(run_dir.status_path, {**status, **interrupted_fields(reason)})
+    except OSError as exc:  # e.g. a full disk: the lines said how the run stopped
+        print(f"warning: could not record the stop in {run_dir.status_path}: {exc}", file=sys.stderr, flush=True)
 
 
 def _console_prefix_env(args: argparse.Namespace) -> dict[str, str]:

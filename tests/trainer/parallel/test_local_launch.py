@@ -191,6 +191,32 @@ def test_a_stopped_launched_training_says_how_to_continue_once(demo_scene, tmp_p
     assert ("error:" in err) == (stop == "sigterm-ranks"), err
 
 
+@pytest.mark.parametrize("before, after", [
+    ({"state": "failed", "reason": "RuntimeError: [gloo] Connection closed by peer"}, "interrupted"),
+    ({"state": "running"}, "interrupted"),
+    ({"state": "interrupted", "reason": "terminated by signal 15 after step 70"}, "interrupted"),
+    ({"state": "completed"}, "completed"),
+    ({"state": "diverged", "reason": "loss is nan"}, "diverged"),
+])
+def test_a_run_whose_ranks_the_launcher_stopped_reads_as_interrupted(tmp_path, before, after):
+    """Rank 0 cut off inside a collective by a peer that stopped first wrote ``failed`` (a gloo
+    error); after the launcher stopped the ranks on purpose the run reads ``interrupted``, rank
+    0's own reason kept. A state rank 0 ended in by itself stays."""
+    from trainer.contract.rundir import RunDir
+    from trainer.launch_cli import status_of_stopped_run
+
+    run = RunDir(tmp_path)
+    run.write_json(run.status_path, {"pid": 1, **before})
+    status_of_stopped_run(run, "terminated (SIGTERM)")
+    status = run.read_status()
+    assert status["state"] == after and status["pid"] == 1
+    if before["state"] in ("failed", "running"):
+        assert status["reason"].startswith("terminated (SIGTERM): the launcher stopped the ranks")
+        assert before.get("reason", "") in status["reason"]
+    else:
+        assert status.get("reason") == before.get("reason")
+
+
 _COUNT = ("import json, sys; from trainer.parallel.cuda_count import cuda_device_count, torch_build; "
           "n = cuda_device_count(); print(json.dumps({'count': n, 'build': torch_build(), 'torch': 'torch' in sys.modules}))")
 
