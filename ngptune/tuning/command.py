@@ -86,7 +86,7 @@ def study_folder_problem(out: Path) -> str | None:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    from ngptune.tuning.sweep import SweepOptions, run_sweep
+    from ngptune.tuning.sweep import SweepOptions, SweepTerminated, run_sweep
 
     if not args.confirm and args.confirm_runs is not None:
         print(f"error: --no-confirm and --confirm-runs {args.confirm_runs}: give one of them", file=sys.stderr)
@@ -115,10 +115,11 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     )
     try:
         result = run_sweep(options)
-    except KeyboardInterrupt:
-        print("\n".join(fit_lines(["sweep interrupted: the running trial or confirmation re-run was stopped;",
+    except KeyboardInterrupt as exc:
+        how, code = ("sweep terminated (SIGTERM)", 143) if isinstance(exc, SweepTerminated) else ("sweep interrupted", 130)
+        print("\n".join(fit_lines([f"{how}: the running trial or confirmation re-run was stopped;",
                                    "run the same command again to resume"])))
-        return 130
+        return code
     pending = result.verdict is not None and result.verdict.status == "pending"  # another worker recommends
     return 0 if result.best_number is not None or pending else 1
 

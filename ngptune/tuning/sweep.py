@@ -92,7 +92,8 @@ from ngptune.tuning.trial_objective import TrialObjective
 from ngptune.tuning.space import trial_config
 from trainer.contract import ConfigError, RunDir, TrainConfig, choose_backend, dump_config, listed, quantity_text
 
-__all__ = ["SweepError", "SweepOptions", "SweepResult", "default_nproc_per_node", "nccl_is_active", "run_sweep"]
+__all__ = ["SweepError", "SweepOptions", "SweepResult", "SweepTerminated", "default_nproc_per_node", "nccl_is_active",
+           "run_sweep", "sigterm_as_interrupt"]
 # SweepError lives with the storage (ngptune.tuning.storage), which raises it too.
 
 
@@ -192,15 +193,21 @@ def _quiet_optuna() -> Iterator[None]:
         optuna.logging.set_verbosity(verbosity)
 
 
+class SweepTerminated(KeyboardInterrupt):
+    """SIGTERM reached the sweep (``timeout``, ``docker stop``, a scheduler): it stops as after
+    Ctrl-C (the running trial stopped and retried at the next start), and exits 143."""
+
+
 @contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM raises KeyboardInterrupt in the main thread (so a stopped sweep stops its trial)."""
+def sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises :class:`SweepTerminated`, a KeyboardInterrupt, in the main thread (so a
+    stopped sweep stops its trial)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def handler(signum, frame):
-        raise KeyboardInterrupt(f"signal {signum}")
+        raise SweepTerminated(f"signal {signum}")
 
     previous = signal.signal(signal.SIGTERM, handler)
     try:
@@ -374,7 +381,7 @@ def _run(options: SweepOptions, spec: StudySpec, nproc: int, base_cfg: TrainConf
         if enough():
             study.stop()
 
-    with _sigterm_as_interrupt():
+    with sigterm_as_interrupt():
         if not enough():
             try:
                 study.optimize(objective, n_trials=None, timeout=timeout_s, callbacks=[after_trial],

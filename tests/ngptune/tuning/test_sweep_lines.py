@@ -70,3 +70,29 @@ def test_the_confirmation_lines_fit_80_columns() -> None:
     failed = ConfirmRun("best", 4, 2, 1002, None, {}, "failed", "out of memory")
     assert _lines(rerun_line(failed, "psnr_at_budget_db"), "    ") == [
         "  re-run 2 of trial 4 (the candidate, seed 1002): failed, no value —", "    out of memory"]
+
+
+def test_sigterm_to_the_sweep_stops_it_as_ctrl_c_does_and_exits_143(monkeypatch, capsys, tmp_path) -> None:
+    """SIGTERM raises SweepTerminated (a KeyboardInterrupt: the running trial is stopped the same
+    way); the command says so and exits 143, Ctrl-C 130."""
+    import os
+    import signal
+
+    import pytest
+
+    import ngptune.tuning.sweep as sweep
+    from ngptune import cli
+
+    with pytest.raises(sweep.SweepTerminated):
+        with sweep.sigterm_as_interrupt():
+            os.kill(os.getpid(), signal.SIGTERM)
+            signal.pause() if hasattr(signal, "pause") else None
+    for raised, code, said in ((sweep.SweepTerminated("signal 15"), 143, "sweep terminated (SIGTERM): "),
+                               (KeyboardInterrupt(), 130, "sweep interrupted: ")):
+        def stopped(options, raised=raised):
+            raise raised
+
+        monkeypatch.setattr(sweep, "run_sweep", stopped)
+        assert cli.main(["sweep", "--out", str(tmp_path / "study")]) == code
+        out = capsys.readouterr().out
+        assert out.startswith(said) and "run the same command again to resume" in out, out
