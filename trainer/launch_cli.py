@@ -143,9 +143,9 @@ def launch_command(args: argparse.Namespace, train_argv: list[str]) -> int:
     except (KeyboardInterrupt, RanksStopped) as exc:
         from trainer.contract.resumption import newest_model, resume_block
 
+        # rank 0 said where it stopped (the follower repeated it); what was kept and how to continue is said here
         lines = resume_block(RunDir(out), newest_model(RunDir(out)), args.nproc_per_node,
                              flags=resume_flags(train_argv))
-        # rank 0 said where it stopped (the follower repeated it); what was kept and how to continue is said here
         how, code = ("interrupted", 130) if isinstance(exc, KeyboardInterrupt) else (
             f"terminated ({exc.signal_name})", 128 + signal.Signals[exc.signal_name].value)
         heading = fit_lines([f"{how}: the ranks were stopped;", f"logs in {RunDir(out).logs_dir}"])

@@ -56,7 +56,6 @@ import logging
 import math
 import os
 import signal
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -90,7 +89,9 @@ from ngptune.tuning.storage import (
 from ngptune.tuning.study import DEMO_SCENE, STUDY_NAME_RULE, StudySpec, is_study_name, load_study
 from ngptune.tuning.trial_objective import TrialObjective
 from ngptune.tuning.space import trial_config
-from trainer.contract import ConfigError, RunDir, TrainConfig, choose_backend, dump_config, listed, quantity_text
+from trainer.contract import (
+    ConfigError, RunDir, TrainConfig, choose_backend, dump_config, handlers_replaced, listed, quantity_text,
+)
 
 __all__ = ["SweepError", "SweepOptions", "SweepResult", "SweepTerminated", "default_nproc_per_node", "nccl_is_active",
            "run_sweep", "sigterm_as_interrupt"]
@@ -201,19 +202,12 @@ class SweepTerminated(KeyboardInterrupt):
 @contextlib.contextmanager
 def sigterm_as_interrupt() -> Iterator[None]:
     """SIGTERM raises :class:`SweepTerminated`, a KeyboardInterrupt, in the main thread (so a
-    stopped sweep stops its trial)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
+    stopped sweep stops its trial); outside the main thread nothing changes."""
     def handler(signum, frame):
         raise SweepTerminated(f"signal {signum}")
 
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
+    with handlers_replaced({signal.SIGTERM: handler}):
         yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _scene_path(spec: StudySpec) -> str:

@@ -324,7 +324,7 @@ def _tail(path: Path) -> str:
         return ""
 
 
-OUTSIDE_STOP_STATUSES = (128 + 1, 128 + 15)
+OUTSIDE_STOP_STATUSES = (128 + signal.SIGHUP, 128 + signal.SIGTERM)
 """Exit statuses of a launcher or trainer stopped by SIGHUP or SIGTERM (it stopped its ranks first)."""
 
 #: Launcher messages of failures that come from the host, not from a trial's settings: a rank
@@ -378,7 +378,7 @@ def classify_exit(
     if returncode == 0:
         return "failed", f"the launcher exited 0 but status.json says {state_of(status)!r}; log: {log_path}"
     if returncode in OUTSIDE_STOP_STATUSES:
-        name = "SIGHUP" if returncode == 128 + 1 else "SIGTERM"
+        name = signal.Signals(returncode - 128).name
         return "failed", f"stopped by {name} from outside the sweep (exit status {returncode}); log: {log_path}"
     if _OOM.search(message) or any(_OOM.search(t) for t in rank_texts):
         return "failed", f"out of memory: {message}"

@@ -56,6 +56,11 @@ _EVAL_RAYS = re.compile(r"^evaluating: (\d+) % of the rays\b.* in (\d+(?:\.\d+)?
 _EVAL_VIEWS = re.compile(r"^\s*evaluated (\d+)/(\d+) views in (\d+(?:\.\d+)?) (ms|s)\b")
 
 BAR_LABEL = "train (rank 0)"
+
+
+def _said_seconds(number: str, unit: str) -> float:
+    """Seconds of a duration as :func:`~trainer.contract.textlines.seconds_text` writes it (``ms`` or ``s``)."""
+    return float(number) / (1e3 if unit == "ms" else 1.0)
 EVAL_BAR_LABEL = "evaluate (rank 0)"
 
 
@@ -230,12 +235,12 @@ class RankLogFollower:
         rays, views = _EVAL_RAYS.match(line), _EVAL_VIEWS.match(line)
         if rays:
             self._evaluated, self._eta = (int(rays.group(1)) / 100, f"{rays.group(1)} % of the rays"), rays.group(4)
-            self._clock.report(float(rays.group(2)) / (1e3 if rays.group(3) == "ms" else 1.0))
+            self._clock.report(_said_seconds(rays.group(2), rays.group(3)))
             if self._live is not None:
                 return  # the live line shows it
         elif views and self._evaluated is not None:
             done, total = int(views.group(1)), int(views.group(2))
-            seconds = float(views.group(3)) / (1e3 if views.group(4) == "ms" else 1.0)
+            seconds = _said_seconds(views.group(3), views.group(4))
             self._evaluated = (done / max(total, 1), f"{done}/{total} views")
             self._eta = clock_text(seconds * (total - done) / done) if done else "-:--"  # the views so far, at their pace
             self._clock.report(seconds)
