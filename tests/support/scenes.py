@@ -9,6 +9,7 @@ from trainer.contract.config import TrainConfig, apply_overrides, config_to_dict
 
 TINY = {
     "encoding.n_levels": 4,
+    "encoding.n_features_per_level": 2,
     "encoding.log2_hashmap_size": 12,
     "encoding.base_resolution": 8,
     "encoding.per_level_scale": 2.0,

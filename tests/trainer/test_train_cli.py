@@ -44,7 +44,7 @@ def test_print_config_and_bad_override_are_one_line(tmp_path):
     bad = _run("--print-config", "--set", "encoding.log2_hashmap_size=32", cwd=REPO)
     assert bad.returncode == 2
     assert bad.stderr.strip().splitlines() == [
-        "error: --set encoding.log2_hashmap_size: expected an integer in [10, 24], got 32"
+        "error: --set encoding.log2_hashmap_size: expected null or an integer in [10, 24], got 32"
     ]
 
 

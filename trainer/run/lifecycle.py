@@ -61,9 +61,15 @@ def _fitted(statement: str) -> str:
 
 
 def scene_model_text(trainer: Any) -> str:
-    """The scene model and the capture it was chosen for, and the distortion regulariser when it
-    is on (``loss.distortion_weight``, null: on with the unbounded model)."""
+    """The scene model and the capture it was chosen for, the hash grid's F and T when the scene
+    model chose them (``encoding.n_features_per_level`` or ``encoding.log2_hashmap_size`` null),
+    and the distortion regulariser when it is on (``loss.distortion_weight``, null: on with the
+    unbounded model)."""
     line = trainer.scene_choice.line()
+    enc, unbounded = trainer.cfg.encoding, trainer.scene_choice.unbounded
+    if enc.n_features_per_level is None or enc.log2_hashmap_size is None:
+        line += (f"; hash grid F={enc.resolved_features_per_level(unbounded)}, "
+                 f"T=2^{enc.resolved_log2_hashmap_size(unbounded)} (encoding null: the {trainer.scene_model} model's)")
     if trainer.distortion_weight > 0:
         why = ("loss.distortion_weight null: on with the unbounded model" if trainer.cfg.loss.distortion_weight is None
                else "loss.distortion_weight")

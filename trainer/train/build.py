@@ -56,14 +56,17 @@ def use_triton_kernels(key: str, backend: str, device: torch.device) -> bool:
     return usable and (backend == "triton" or device.type == "cuda")
 
 
-def hash_grid_config(enc: EncodingConfig, aabb_scale: int, footprint_resolution: float | None = None) -> HashGridConfig:
+def hash_grid_config(enc: EncodingConfig, aabb_scale: int, footprint_resolution: float | None = None,
+                     unbounded: bool = False) -> HashGridConfig:
     """The encoding block as a :class:`HashGridConfig` for a scene of this ``aabb_scale`` whose
-    training views have this pixel-footprint resolution (None: not measured); the finest resolution
-    from :meth:`~trainer.contract.config.EncodingConfig.finest_resolution`."""
+    training views have this pixel-footprint resolution (None: not measured), trained with the
+    unbounded scene model or not (``unbounded``): the finest resolution from
+    :meth:`~trainer.contract.config.EncodingConfig.finest_resolution`, F and T from its
+    ``resolved_features_per_level`` and ``resolved_log2_hashmap_size``."""
     return HashGridConfig(
         n_levels=enc.n_levels,
-        n_features_per_level=enc.n_features_per_level,
-        log2_hashmap_size=enc.log2_hashmap_size,
+        n_features_per_level=enc.resolved_features_per_level(unbounded),
+        log2_hashmap_size=enc.resolved_log2_hashmap_size(unbounded),
         base_resolution=enc.base_resolution,
         per_level_scale=enc.per_level_scale,
         max_resolution=enc.finest_resolution(aabb_scale, footprint_resolution),
@@ -82,7 +85,7 @@ def build_field(
     table_dtype = torch.float16 if cfg.encoding.table_dtype == "float16" else torch.float32
     field = NGPField(
         aabb=aabb.to(device),  # built where it runs: the fused kernels are checked on that device
-        grid_cfg=hash_grid_config(cfg.encoding, aabb_scale, footprint_resolution),
+        grid_cfg=hash_grid_config(cfg.encoding, aabb_scale, footprint_resolution, unbounded=contraction is not None),
         density_net=MLPConfig(
             n_neurons=cfg.network.n_neurons,
             n_hidden_layers=cfg.network.n_hidden_layers,

@@ -94,11 +94,15 @@ def _error(data: object) -> str:
 
 
 def test_defaults_are_instant_ngp_values() -> None:
-    """instant-ngp's values, except the loss (L2, measured better on lego_400; see LossConfig)."""
+    """instant-ngp's values, except the loss (L2, measured better on lego_400; see LossConfig) and
+    the hash grid's F and T, which the scene model chooses (4 and 2^18 with the box, instant-ngp's
+    2 and 2^19 with the unbounded model; see EncodingConfig)."""
     cfg = TrainConfig()
     enc = cfg.encoding
-    assert (enc.otype, enc.n_levels, enc.n_features_per_level) == ("HashGrid", 16, 2)
-    assert (enc.log2_hashmap_size, enc.base_resolution) == (19, 16)
+    assert (enc.otype, enc.n_levels, enc.n_features_per_level) == ("HashGrid", 16, None)
+    assert (enc.log2_hashmap_size, enc.base_resolution) == (None, 16)
+    assert (enc.resolved_features_per_level(unbounded=False), enc.resolved_log2_hashmap_size(unbounded=False)) == (4, 18)
+    assert (enc.resolved_features_per_level(unbounded=True), enc.resolved_log2_hashmap_size(unbounded=True)) == (2, 19)
     assert enc.per_level_scale is None and enc.max_resolution is None
     assert (enc.backend, enc.table_dtype) == ("auto", "float32")
     assert (cfg.network.n_neurons, cfg.network.n_hidden_layers) == (64, 1)
@@ -148,11 +152,12 @@ def test_direct_construction_validates_with_the_dotted_key() -> None:
 def test_repo_presets_load() -> None:
     base = load_config(REPO / "configs" / "base.json")
     # instant-ngp's base config differs from the defaults only by its weight EMA, its later
-    # learning-rate decay and its loss.
+    # learning-rate decay, its loss and its hash grid's F=2, T=2^19 named for every scene model.
     expected = dataclasses.replace(
         TrainConfig(), optimizer=dataclasses.replace(OptimizerConfig(), ema_decay=0.95, decay_start=20000,
                                                      decay_interval=10000),
         loss=LossConfig(otype="Huber"),
+        encoding=dataclasses.replace(EncodingConfig(), n_features_per_level=2, log2_hashmap_size=19),
     )
     assert base == expected
 
@@ -237,7 +242,7 @@ NESTED_BAD_LR = {
     [
         (
             {"encoding": {"log2_hashmap_size": 32}},
-            "encoding.log2_hashmap_size: expected an integer in [10, 24], got 32",
+            "encoding.log2_hashmap_size: expected null or an integer in [10, 24], got 32",
         ),
         ({"encoding": {"n_levels": 0}}, "encoding.n_levels: expected an integer in [1, 32], got 0"),
         (
@@ -256,7 +261,7 @@ NESTED_BAD_LR = {
         ),
         (
             {"encoding": {"n_features_per_level": 3}},
-            "encoding.n_features_per_level: expected one of 1, 2, 4, 8, got 3",
+            "encoding.n_features_per_level: expected null or one of 1, 2, 4, 8, got 3",
         ),
         (
             {
@@ -406,7 +411,7 @@ def test_value_error_in_a_file_names_the_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         load_config(path)
     assert str(info.value) == (
-        f"{path}: encoding.log2_hashmap_size: expected an integer in [10, 24], got 32"
+        f"{path}: encoding.log2_hashmap_size: expected null or an integer in [10, 24], got 32"
     )
 
 
@@ -438,7 +443,7 @@ def test_apply_overrides() -> None:
     with pytest.raises(ConfigError) as info:
         apply_overrides(cfg, {"encoding.log2_hashmap_size": 32})
     assert str(info.value) == (
-        "overrides: encoding.log2_hashmap_size: expected an integer in [10, 24], got 32"
+        "overrides: encoding.log2_hashmap_size: expected null or an integer in [10, 24], got 32"
     )
 
 

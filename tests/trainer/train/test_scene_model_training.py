@@ -130,3 +130,27 @@ def _spread(scene: Path) -> float:
 
     frames = load_scene(scene).frames("train")
     return view_spread_deg(np.stack([f.c2w for f in frames]))
+
+
+def test_the_scene_model_chooses_the_hash_grid_features_and_table_size(rgb_demo, demo_scene):
+    """encoding.n_features_per_level and log2_hashmap_size null: F=4, T=2^18 with the box model,
+    F=2, T=2^19 with the unbounded one (2^20 features per level either way); a set value wins."""
+    from trainer.run.lifecycle import scene_model_text
+
+    derived = {"encoding__n_features_per_level": None, "encoding__log2_hashmap_size": None}
+    for scene, model, features, log2_size in ((demo_scene, "box", 4, 18), (rgb_demo, "unbounded", 2, 19)):
+        trainer = Trainer(tiny_config(**derived), load_scene(scene), None)
+        grid = trainer.field.encoding.cfg
+        assert trainer.scene_model == model
+        assert (grid.n_features_per_level, grid.log2_hashmap_size) == (features, log2_size)
+        assert trainer.field.encoding.output_dim == 4 * features  # the tiny config's 4 levels
+        assert f"; hash grid F={features}, T=2^{log2_size} (encoding null: the {model} model's)" in scene_model_text(trainer)
+        trainer.close()
+    # F set, T null: the table keeps 2^20 features; both set: no hash-grid words on the line
+    trainer = Trainer(tiny_config(encoding__n_features_per_level=8, encoding__log2_hashmap_size=None),
+                      load_scene(demo_scene), None)
+    assert trainer.field.encoding.cfg.log2_hashmap_size == 17
+    trainer.close()
+    trainer = Trainer(tiny_config(), load_scene(demo_scene), None)
+    assert trainer.field.encoding.cfg.n_features_per_level == 2 and "hash grid" not in scene_model_text(trainer)
+    trainer.close()

@@ -11,7 +11,7 @@ Missing blocks and keys take the defaults of :mod:`trainer.contract.config.block
 defaults, DESIGN.md §2).
 Unknown keys and bad values raise :class:`~trainer.contract.errors.ConfigError` with a one-line message
 that names the source, the dotted key and the value, e.g.
-``configs/x.json: encoding.log2_hashmap_size: expected an integer in [10, 24], got 32``.
+``configs/x.json: encoding.log2_hashmap_size: expected null or an integer in [10, 24], got 32``.
 Types are strict: ``true`` is not an integer, ``16.0`` is not an integer, but an integer is
 accepted where a number is expected (and stored as a float).
 

@@ -49,6 +49,18 @@ __all__ = [
 NGP_DESIRED_RESOLUTION = 2048
 
 
+#: ``encoding.n_features_per_level`` null with the box scene model: on lego_400 F=4 with T=2^18
+#: scored 35.4 dB on all 200 test views after 180 s (two runs: 35.43, 35.38) against 35.1 with
+#: F=2, T=2^19, at the same step rate on one H100 (docs/benchmarks.md, "Features per level").
+BOX_FEATURES_PER_LEVEL = 4
+#: ``encoding.n_features_per_level`` null with the unbounded scene model: instant-ngp's F=2 (fox
+#: scored 30.6 dB with F=4 against 30.9 dB with F=2 at 3000 steps, one run each).
+UNBOUNDED_FEATURES_PER_LEVEL = 2
+#: log2 of the features each level's table holds when ``encoding.log2_hashmap_size`` is null:
+#: instant-ngp's F=2 · T=2^19 (4 MiB of float32 per level), kept whatever F is.
+LOG2_FEATURES_PER_TABLE = 20
+
+
 @dataclasses.dataclass(frozen=True)
 class EncodingConfig(Block):
     """Multiresolution hash encoding of positions (Müller et al. 2022, §3).
@@ -56,8 +68,13 @@ class EncodingConfig(Block):
     Attributes:
         otype: ``"HashGrid"`` (the only encoding).
         n_levels: L, number of levels (1..32).
-        n_features_per_level: F, features per level (1, 2, 4 or 8).
-        log2_hashmap_size: log2 of T, the table size per level ([10, 24]).
+        n_features_per_level: F, features per level (1, 2, 4 or 8), or null (the default):
+            :data:`BOX_FEATURES_PER_LEVEL` with the box scene model and
+            :data:`UNBOUNDED_FEATURES_PER_LEVEL` with the unbounded one
+            (:meth:`resolved_features_per_level`).
+        log2_hashmap_size: log2 of T, the table size per level ([10, 24]), or null (the
+            default): each level's table holds 2^20 features, T = 2^20 / F (instant-ngp's F=2,
+            T=2^19; :meth:`resolved_log2_hashmap_size`).
         base_resolution: N_min, resolution of the coarsest level (>= 2).
         per_level_scale: b, growth factor between levels (> 1), or null.
         max_resolution: N_max, resolution of the finest level, or null (derived from the scene's
@@ -76,8 +93,8 @@ class EncodingConfig(Block):
 
     otype: str = rule_field("HashGrid", OneOf("HashGrid"))
     n_levels: int = rule_field(16, IntRule(1, 32))
-    n_features_per_level: int = rule_field(2, OneOf(1, 2, 4, 8))
-    log2_hashmap_size: int = rule_field(19, IntRule(10, 24))
+    n_features_per_level: int | None = rule_field(None, OptionalRule(OneOf(1, 2, 4, 8)))
+    log2_hashmap_size: int | None = rule_field(None, OptionalRule(IntRule(10, 24)))
     base_resolution: int = rule_field(16, IntRule(2))
     per_level_scale: float | None = rule_field(None, OptionalRule(FloatRule(1, lo_open=True)))
     max_resolution: int | None = rule_field(None, OptionalRule(IntRule(2)))
@@ -102,6 +119,23 @@ class EncodingConfig(Block):
                 f"encoding.max_resolution: expected an integer > encoding.base_resolution "
                 f"({self.base_resolution}), got {self.max_resolution}"
             )
+
+    def resolved_features_per_level(self, unbounded: bool) -> int:
+        """F a run trains with: ``n_features_per_level``, or when it is null
+        :data:`UNBOUNDED_FEATURES_PER_LEVEL` for the unbounded scene model and
+        :data:`BOX_FEATURES_PER_LEVEL` for the box."""
+        if self.n_features_per_level is not None:
+            return self.n_features_per_level
+        return UNBOUNDED_FEATURES_PER_LEVEL if unbounded else BOX_FEATURES_PER_LEVEL
+
+    def resolved_log2_hashmap_size(self, unbounded: bool) -> int:
+        """log2 T a run trains with: ``log2_hashmap_size``, or when it is null
+        :data:`LOG2_FEATURES_PER_TABLE` − log2 F (F from :meth:`resolved_features_per_level`;
+        at least 10): every level's table holds the same 2^20 features whatever F is."""
+        if self.log2_hashmap_size is not None:
+            return self.log2_hashmap_size
+        features = self.resolved_features_per_level(unbounded)
+        return max(10, LOG2_FEATURES_PER_TABLE - int(math.log2(features)))
 
     def finest_resolution(self, aabb_scale: int, footprint_resolution: float | None = None) -> int | None:
         """N_max, the resolution of the finest level for a scene of this ``aabb_scale``; None when
