@@ -270,6 +270,15 @@ def test_ctrl_c_says_where_the_newest_snapshot_is_and_the_command_that_continues
         f"no snapshot or checkpoint was kept in {nothing} (--snapshot-every N keeps one along the way)")
     assert all(len(line) <= 80 or len(line.split()) == 1 for line in said[start:]), said
 
+    early = tmp_path / "early"  # --snapshot-every given, the stop before its first snapshot
+    args = build_parser().parse_args(["--scene", str(demo_scene), "--config", str(tiny_config_file(tmp_path)),
+                                      "--n-steps", "20", "--snapshot-every", "9", "--out", str(early), "--quiet"])
+    assert train_command(args) == 130
+    said = capsys.readouterr().err.splitlines()
+    start = said.index("interrupted: the run stopped at step 8")
+    assert " ".join(" ".join(said[start + 1:]).split()) == (
+        f"no snapshot or checkpoint was kept in {early} (it stopped before --snapshot-every 9 kept one)")
+
 
 def test_a_second_ctrl_c_while_the_run_ends_is_noted_and_the_end_is_written(demo_scene, tmp_path, monkeypatch,
                                                                             capsys):

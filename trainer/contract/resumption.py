@@ -10,6 +10,7 @@ Stdlib only: both the trainer and the ngptune driver import it.
 
 from __future__ import annotations
 
+import json
 import shlex
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,7 +18,7 @@ from pathlib import Path
 from trainer.contract.rundir import RunDir, checkpoint_step, latest_checkpoint
 from trainer.contract.textlines import fit_lines
 
-__all__ = ["newest_model", "resume_block", "resume_lines"]
+__all__ = ["newest_model", "resume_block", "resume_lines", "snapshot_every"]
 
 
 def newest_model(run_dir: RunDir) -> Path | None:
@@ -27,14 +28,30 @@ def newest_model(run_dir: RunDir) -> Path | None:
     return latest_checkpoint(run_dir.root) or run_dir.latest_snapshot()
 
 
+def snapshot_every(run_dir: RunDir) -> int | None:
+    """``training.snapshot_every`` of the run's ``config.json`` (``--snapshot-every`` or
+    ``--checkpoint-every``): a positive number of steps, else None (not set, 0, or no readable
+    config)."""
+    try:
+        saved = json.loads(run_dir.config_path.read_text())
+        steps = saved["training"]["snapshot_every"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return steps if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0 else None
+
+
 def _model_parts(run_dir: RunDir, model: Path | None, nproc_per_node: int,
                  flags: Sequence[str]) -> tuple[list[str], str | None]:
     """The statement naming ``model`` (or that there is none) as parts for
     :func:`~trainer.contract.textlines.fit_lines`, and the command line that continues the run
     with ``flags`` after it (None without a model)."""
-    every = "--checkpoint-every N" if nproc_per_node > 1 else "--snapshot-every N"
+    flag = "--checkpoint-every" if nproc_per_node > 1 else "--snapshot-every"
     if model is None:
-        return ["no snapshot or checkpoint was kept in", str(run_dir.root), f"({every} keeps one along the way)"], None
+        steps = snapshot_every(run_dir)
+        if steps:
+            return ["no snapshot or checkpoint was kept in", str(run_dir.root),
+                    f"(it stopped before {flag} {steps} kept one)"], None
+        return ["no snapshot or checkpoint was kept in", str(run_dir.root), f"({flag} N keeps one along the way)"], None
     model = Path(model)
     if model.is_dir():
         kind, step, resume = "checkpoint", checkpoint_step(model), run_dir.root
