@@ -72,6 +72,11 @@ def description_rows(info: dict[str, Any]) -> list[tuple[str, str]]:
            f"a cell is one pixel wide at resolution {round(finest['footprint'])} across the box, "
            "rounded up to a power of two")
     rows.append(("finest hash-grid level", f"{finest['default']} ({how}; encoding.max_resolution overrides)"))
+    grid = info.get("hash_grid")
+    if grid:
+        rows.append(("hash-grid features, table", f"F={grid['n_features_per_level']}, T=2^{grid['log2_hashmap_size']} "
+                                                  f"(the {info['scene_model']} model's; encoding.n_features_per_level "
+                                                  "and encoding.log2_hashmap_size override)"))
     rows.append(("pixel memory", f"{info['pixel_memory_bytes'] / 2**20:.1f} MiB (all splits, at the chosen resolution)"))
     rows.append(("skipped frames", str(len(info["skipped"]))))
     rows += [("note", note) for note in info["notes"]]

@@ -31,6 +31,7 @@ def test_fox(capfd):
     assert info["capture"]["kind"] == "360" and info["capture"]["transparent_share"] == 0.0
     assert info["scene_model"] == "unbounded"
     assert info["finest_resolution"]["default"] == 8192
+    assert info["hash_grid"] == {"n_features_per_level": 2, "log2_hashmap_size": 19}  # the unbounded model's
 
 
 @needs_shared
@@ -87,6 +88,7 @@ def test_lego_400(capfd):
     assert info["pixel_memory_bytes"] == 400 * 400 * 4 * 400
     assert info["capture"]["kind"] == "object" and info["scene_model"] == "box"
     assert info["finest_resolution"]["default"] == 512  # the box model's, as before
+    assert info["hash_grid"] == {"n_features_per_level": 4, "log2_hashmap_size": 18}
 
 
 def test_demo_scene_and_timing(capfd, tmp_path):

@@ -189,6 +189,21 @@ def _trained_scene_model(cfg: TrainConfig, trainer_state: Any) -> TrainConfig:
     return apply_overrides(cfg, {"training.scene_model": str(trainer_state.get("scene_model", "box"))})
 
 
+def _trained_hash_grid(cfg: TrainConfig, trainer_state: Any) -> TrainConfig:
+    """The run's config with a null ``encoding.n_features_per_level`` or
+    ``encoding.log2_hashmap_size`` replaced by the value the model was trained with
+    (``trainer_state["hash_grid"]``, :func:`trainer.train.snapshot_state.stored_hash_grid`), so a
+    model renders as it trained whatever the scene model would choose today."""
+    from trainer.train.snapshot_state import HASH_GRID_KEYS, stored_hash_grid
+
+    stored = stored_hash_grid(trainer_state)
+    if stored is None:
+        return cfg
+    pinned = {f"encoding.{key}": value for key, value in zip(HASH_GRID_KEYS, stored)
+              if getattr(cfg.encoding, key) is None}
+    return apply_overrides(cfg, pinned) if pinned else cfg
+
+
 def trained_skipped_frames(path: Path) -> int | None:
     """How many frames the run that ``path`` (a run folder, or a snapshot or checkpoint in one)
     comes from left out for missing image files: its ``status.json``'s ``skipped_frames`` (0 when
@@ -393,13 +408,14 @@ def load_model(path: Path, scene_path: Path | None = None, device: str | None = 
     cfg = _inference_config(found.cfg, device, cpu_fallback, notes)
     if found.kind == "snapshot":
         payload = found.payload if found.payload is not None else load_snapshot(source)
-        cfg = _trained_scene_model(cfg, payload.get("trainer_state"))
+        cfg = _trained_hash_grid(_trained_scene_model(cfg, payload.get("trainer_state")), payload.get("trainer_state"))
         from trainer.train.loop import Trainer
-        from trainer.train.snapshot_state import check_finest_resolution, check_scene_model
+        from trainer.train.snapshot_state import check_finest_resolution, check_hash_grid, check_scene_model
 
         trainer = Trainer(cfg, _load_scene(cfg, scene_path, trained_skipped_frames(path)), None)
         check_finest_resolution(source, payload.get("trainer_state"), trainer.finest_resolution)
         check_scene_model(source, payload.get("trainer_state"), trainer.scene_model)
+        check_hash_grid(source, payload.get("trainer_state"), payload.get("config"), trainer.hash_grid)
         load_state_checked(trainer.field, payload["model"], "model", source)
         load_state_checked(trainer.grid, payload["occupancy"], "occupancy grid", source)
         trainer.step = int(payload["step"])
@@ -409,7 +425,7 @@ def load_model(path: Path, scene_path: Path | None = None, device: str | None = 
         from trainer.train.snapshot_state import ConfigDifferenceWarning
 
         meta = found.payload if found.payload is not None else {}
-        cfg = _trained_scene_model(cfg, meta.get("trainer_state"))
+        cfg = _trained_hash_grid(_trained_scene_model(cfg, meta.get("trainer_state")), meta.get("trainer_state"))
         trainer = build_distributed_trainer(cfg, _load_scene(cfg, scene_path, trained_skipped_frames(path)), None)
         with warnings.catch_warnings():  # the placement and world size differ on purpose
             warnings.filterwarnings("ignore", category=ConfigDifferenceWarning)

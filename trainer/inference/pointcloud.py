@@ -87,11 +87,16 @@ LONG_CAST_S = 30.0
 """Seconds from which the first batch's estimated time is said before it is cast."""
 
 
-def _announce_long_cast(trainer: Any, frame: Any, rays: int) -> None:
+def _announce_long_cast(model: LoadedModel, frame: Any, rays: int) -> None:
     """A warning on stderr when the first batch of ``rays`` rays (one per point asked: a point is
     kept where a ray meets a surface) is estimated to take :data:`LONG_CAST_S` or more, timed on
-    rays of ``frame`` (:func:`trainer.inference.estimate.first_camera_seconds`)."""
+    rays of ``frame`` (:func:`trainer.inference.estimate.first_camera_seconds`); none for a subgrid
+    model, whose boxes' fields render through its segment compositing, not the one-field probe."""
     import sys
+
+    if model.mode == "subgrid":
+        return
+    trainer = model.trainer
 
     from trainer.contract.runstatus import fitted_warning
     from trainer.contract.textlines import estimate_text
@@ -151,7 +156,7 @@ def extract_pointcloud(model: LoadedModel, n_points: int = 200_000, min_opacity:
         from trainer.inference.support import build_support
 
         support = build_support(model, occupied_box(trainer), min_views, quiet=quiet)
-    _announce_long_cast(trainer, frames[0], _next_batch(n_points, 0, 0, max_rays))
+    _announce_long_cast(model, frames[0], _next_batch(n_points, 0, 0, max_rays))
     points, colours = [], []
     have = cast = unsupported = 0
     progress = Progress("points", n_points, quiet=quiet, rate_name="rays")

@@ -44,7 +44,8 @@ from trainer.train.divergence import check_state_dict
 from trainer.train.hostcopy import HostCopy
 from trainer.train.loop import Trainer
 from trainer.train.snapshot_state import (
-    check_finest_resolution, check_scene_model, restore_counters, rng_state, set_rng_state, warn_config_differences,
+    check_finest_resolution, check_hash_grid, check_scene_model, hash_grid_state, restore_counters, rng_state,
+    set_rng_state, warn_config_differences,
 )
 
 __all__ = [
@@ -141,6 +142,7 @@ class DistributedTrainerBase(Trainer, metaclass=abc.ABCMeta):
                 "train_time_s": self.train_time_s,
                 "finest_resolution": self.finest_resolution,
                 "scene_model": self.scene_model,
+                "hash_grid": hash_grid_state(self.hash_grid),
             },
         }
 
@@ -218,7 +220,7 @@ class DistributedTrainerBase(Trainer, metaclass=abc.ABCMeta):
             for skipped in ckpt.skipped_incomplete(folder):
                 warnings.warn(f"{skipped}: incomplete checkpoint (no {ckpt.COMPLETE_MARKER} marker: the run stopped "
                               f"while writing it) skipped; resuming from {folder.name}", stacklevel=2)
-            warn_config_differences(folder, meta.get("config"), self.cfg)
+            warn_config_differences(folder, meta.get("config"), self.cfg, meta.get("trainer_state"), self.hash_grid)
         if meta.get("format") != CHECKPOINT_FORMAT or meta.get("version") != CHECKPOINT_VERSION:
             raise SnapshotError(f"{folder}: not an ngptune distributed checkpoint of version {CHECKPOINT_VERSION}")
         if meta["mode"] != self.mode:
@@ -228,6 +230,7 @@ class DistributedTrainerBase(Trainer, metaclass=abc.ABCMeta):
         self.check_checkpoint_meta(folder, meta)
         check_finest_resolution(folder, meta.get("trainer_state"), self.finest_resolution, meta.get("config"), self.cfg)
         check_scene_model(folder, meta.get("trainer_state"), self.scene_model)
+        check_hash_grid(folder, meta.get("trainer_state"), meta.get("config"), self.hash_grid)
         stored = ckpt.checkpoint_keys(folder)
         for name, p in self.named_parameters_for_optimizer().items():
             if f"optimizer.{name}.step" in stored and p not in self.optimizer.state:

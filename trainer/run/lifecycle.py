@@ -66,10 +66,11 @@ def scene_model_text(trainer: Any) -> str:
     and the distortion regulariser when it is on (``loss.distortion_weight``, null: on with the
     unbounded model)."""
     line = trainer.scene_choice.line()
-    enc, unbounded = trainer.cfg.encoding, trainer.scene_choice.unbounded
-    if enc.n_features_per_level is None or enc.log2_hashmap_size is None:
-        line += (f"; hash grid F={enc.resolved_features_per_level(unbounded)}, "
-                 f"T=2^{enc.resolved_log2_hashmap_size(unbounded)} (encoding null: the {trainer.scene_model} model's)")
+    enc, (features, log2_size) = trainer.cfg.encoding, trainer.hash_grid
+    why = ([f"F from the {trainer.scene_model} model"] if enc.n_features_per_level is None else []) + (
+        ["T = 2^20 / F"] if enc.log2_hashmap_size is None else [])
+    if why:
+        line += f"; hash grid F={features}, T=2^{log2_size} (encoding null: {', '.join(why)})"
     if trainer.distortion_weight > 0:
         why = ("loss.distortion_weight null: on with the unbounded model" if trainer.cfg.loss.distortion_weight is None
                else "loss.distortion_weight")

@@ -42,7 +42,9 @@ def describe_scene(
     model ``training.scene_model`` auto trains it with: ``box`` or ``unbounded``),
     ``finest_resolution`` (``{footprint, default}``: the training views'
     pixel-footprint resolution across the box the field spans in that scene model and the finest
-    hash-grid resolution the default encoding derives from it) and, with ``timing``, ``timing`` (``first_load_s``, ``second_load_s``
+    hash-grid resolution the default encoding derives from it), ``hash_grid``
+    (``{n_features_per_level, log2_hashmap_size}``: the defaults' F and log2 T for that scene
+    model) and, with ``timing``, ``timing`` (``first_load_s``, ``second_load_s``
     of the training images). ``downscale`` None applies the automatic rule; ``scene_options`` are
     further :class:`trainer.data.SceneOptions` fields (``format``, ``camera_convention``, ``aabb_scale``).
 
@@ -109,6 +111,11 @@ def describe_scene(
     info["finest_resolution"] = {
         "footprint": None if footprint is None else round(footprint, 1),
         "default": EncodingConfig().finest_resolution(side, footprint),
+    }
+    unbounded = info["scene_model"] == "unbounded"
+    info["hash_grid"] = {  # the defaults' F and log2 T for that scene model
+        "n_features_per_level": EncodingConfig().resolved_features_per_level(unbounded),
+        "log2_hashmap_size": EncodingConfig().resolved_log2_hashmap_size(unbounded),
     }
     if timing:
         train = scene.frames("train")

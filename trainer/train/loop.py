@@ -111,6 +111,9 @@ class Trainer:
         self.contraction = SceneContraction.of_box(self.aabb_scale) if self.scene_choice.unbounded else None
         self.background_steps = t.background_steps if self.scene_choice.unbounded else 0
         self.distortion_weight = cfg.loss.resolved_distortion_weight(self.scene_choice.unbounded)
+        # (F, log2 T) of the hash grid: encoding's values, null ones chosen by the scene model
+        self.hash_grid = (cfg.encoding.resolved_features_per_level(self.scene_choice.unbounded),
+                          cfg.encoding.resolved_log2_hashmap_size(self.scene_choice.unbounded))
         field_box_np, self.field_scale = field_box(self.aabb_scale, self.scene_model)
         self.field_aabb = torch.tensor(field_box_np, dtype=torch.float32, device=self.device)
         self.footprint_resolution = footprint_resolution(self.train_frames, field_box_np)

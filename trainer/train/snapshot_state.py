@@ -6,7 +6,7 @@ written and read by :mod:`trainer.train.snapshot`; the payload's layout is in it
 Random states are those of a step boundary: a prefetched input (:mod:`trainer.train.prefetch`)
 is dropped and its draws rewound first, so a resumed run draws the rays the uninterrupted one
 draws. The checks here (:func:`check_finest_resolution`, :func:`check_scene_model`,
-:func:`warn_config_differences`) apply
+:func:`check_hash_grid`, :func:`warn_config_differences`) apply
 to the distributed checkpoints too.
 """
 
@@ -18,13 +18,14 @@ from typing import Any, Iterable
 
 import torch
 
-from trainer.contract.config import TrainConfig, config_differences, config_to_dict
+from trainer.contract.config import TrainConfig, config_differences, config_to_dict, is_int
 from trainer.contract.errors import SnapshotError
 from trainer.contract.metrics import truncate_metrics_after
 from trainer.contract.runstatus import fitted_warning
 from trainer.train.snapshot import load_snapshot, load_state_checked
 
-__all__ = ["ConfigDifferenceWarning", "check_finest_resolution", "check_scene_model", "load_snapshot_into", "restore_counters", "rng_state", "set_rng_state",
+__all__ = ["ConfigDifferenceWarning", "HASH_GRID_KEYS", "check_finest_resolution", "check_hash_grid", "check_scene_model",
+           "hash_grid_state", "stored_hash_grid", "load_snapshot_into", "restore_counters", "rng_state", "set_rng_state",
            "snapshot_payload", "warm_start_from", "warn_config_differences"]
 
 
@@ -62,6 +63,47 @@ def check_finest_resolution(path: Path, trainer_state: Any, finest_resolution: i
     )
 
 
+HASH_GRID_KEYS = ("n_features_per_level", "log2_hashmap_size")
+"""The ``encoding`` keys of the hash grid's F and log2 T (null: chosen by the scene model)."""
+
+
+def hash_grid_state(hash_grid: tuple[int, int]) -> dict[str, int]:
+    """``trainer_state["hash_grid"]`` of a snapshot or checkpoint: the F and log2 T the grid was
+    built with (``trainer.hash_grid``), so a config whose values are null loads it as trained."""
+    return dict(zip(HASH_GRID_KEYS, (int(v) for v in hash_grid)))
+
+
+def stored_hash_grid(trainer_state: Any, saved_config: Any = None) -> tuple[int, int] | None:
+    """(F, log2 T) a snapshot or checkpoint was trained with: its ``trainer_state["hash_grid"]``,
+    else (written before that entry) the integers of the ``encoding`` block it was written with;
+    None when neither gives both."""
+    grid = trainer_state.get("hash_grid") if isinstance(trainer_state, dict) else None
+    if not isinstance(grid, dict):
+        grid = saved_config.get("encoding") if isinstance(saved_config, dict) else None
+    values = tuple(grid.get(key) for key in HASH_GRID_KEYS) if isinstance(grid, dict) else (None, None)
+    return (int(values[0]), int(values[1])) if all(is_int(v) for v in values) else None
+
+
+def check_hash_grid(path: Path, trainer_state: Any, saved_config: Any, hash_grid: tuple[int, int]) -> None:
+    """Refuse a snapshot or checkpoint whose hash grid has another F or T than this trainer's
+    (``hash_grid``: ``trainer.hash_grid``), before the tensors' shapes would: with
+    ``encoding.n_features_per_level`` and ``encoding.log2_hashmap_size`` null the scene model
+    chooses them, so a config that leaves them out may build another grid than the run trained.
+
+    Raises:
+        SnapshotError: they differ; the message names both and the ``--set`` flags that load it.
+    """
+    stored = stored_hash_grid(trainer_state, saved_config)
+    if stored is None or stored == tuple(hash_grid):
+        return
+    flags = " ".join(f"--set encoding.{key}={value}" for key, value in zip(HASH_GRID_KEYS, stored))
+    raise SnapshotError(
+        f"{path}: its hash grid was trained with F={stored[0]}, T=2^{stored[1]}, this config and scene give "
+        f"F={hash_grid[0]}, T=2^{hash_grid[1]} (encoding.n_features_per_level and encoding.log2_hashmap_size; "
+        f"null: chosen by the scene model); load it with {flags}"
+    )
+
+
 def check_scene_model(path: Path, trainer_state: Any, scene_model: str) -> None:
     """Refuse a snapshot or checkpoint trained with another scene model (``training.scene_model``,
     :mod:`trainer.render.scene_model`): the field's domain and the occupancy grid's levels differ.
@@ -88,15 +130,20 @@ class ConfigDifferenceWarning(UserWarning):
     """A run resumes a model with training settings other than the ones it was trained with."""
 
 
-def warn_config_differences(path: Path, saved: Any, cfg: TrainConfig) -> None:
+def warn_config_differences(path: Path, saved: Any, cfg: TrainConfig, trainer_state: Any = None,
+                            hash_grid: tuple[int, int] | None = None) -> None:
     """Warn (:class:`ConfigDifferenceWarning`, in lines under 80 columns:
     :func:`~trainer.contract.runstatus.fitted_warning`) when a run resumes ``path`` with training
     settings other than the ones it was written with
     (:func:`trainer.contract.config.config_differences`): legal, but usually a forgotten
-    ``--config``."""
+    ``--config``. A null hash-grid F or T against the value it resolved to is no difference: with
+    ``trainer_state`` and this trainer's ``hash_grid`` given, those keys are left out when the grid
+    it was trained with is this one (:func:`stored_hash_grid`)."""
     if not isinstance(saved, dict):
         return
     lines = config_differences(saved, cfg)
+    if hash_grid is not None and stored_hash_grid(trainer_state, saved) == tuple(hash_grid):
+        lines = [line for line in lines if not line.startswith(tuple(f"encoding.{key}:" for key in HASH_GRID_KEYS))]
     if lines:
         more = f" (and {len(lines) - 6} more)" if len(lines) > 6 else ""
         warnings.warn(fitted_warning(f"{path}: resuming with settings other than it was trained with: "
@@ -149,6 +196,7 @@ def snapshot_payload(trainer: Any) -> dict[str, Any]:
         "kept_pending": sizing["kept_pending"],
         "finest_resolution": trainer.finest_resolution,
         "scene_model": trainer.scene_model,
+        "hash_grid": hash_grid_state(trainer.hash_grid),
     }
     step_state = trainer.stepper.state_dict()
     if step_state:
@@ -167,10 +215,11 @@ def snapshot_payload(trainer: Any) -> dict[str, Any]:
 
 def _load_model_and_grid(trainer: Any, path: Path, payload: dict[str, Any]) -> None:
     """The checks of a snapshot against this trainer, then its model and occupancy grid."""
-    warn_config_differences(path, payload.get("config"), trainer.cfg)
+    warn_config_differences(path, payload.get("config"), trainer.cfg, payload.get("trainer_state"), trainer.hash_grid)
     check_finest_resolution(path, payload.get("trainer_state"), trainer.finest_resolution, payload.get("config"),
                             trainer.cfg)
     check_scene_model(path, payload.get("trainer_state"), trainer.scene_model)
+    check_hash_grid(path, payload.get("trainer_state"), payload.get("config"), trainer.hash_grid)
     trainer.stepper.forget_graph()  # the tensors a captured step reads are about to be replaced
     load_state_checked(trainer.field, payload["model"], "model", path)
     load_state_checked(trainer.grid, payload["occupancy"], "occupancy grid", path)

@@ -80,7 +80,7 @@ def test_default_trial_takes_base_values_where_the_space_has_them(spec):
     base = spec.base_config()
     defaults = default_params(spec, base)
     # parallel.mode data (base) → compression none (base); num_subgrids inactive; log2 12 (TINY
-    # value removed → trainer default 19) is outside 13..16; max_march_steps 1024 not a choice;
+    # value removed → trainer default null) is outside 13..16; max_march_steps 1024 not a choice;
     # NCCL never (NCCL's own choice).
     assert defaults == {"parallel.mode": "data", "parallel.compression": "none"}
     study = optuna.create_study()

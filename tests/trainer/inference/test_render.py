@@ -125,6 +125,12 @@ def test_subgrid_checkpoint_renders_through_segment_compositing(demo_scene, tmp_
         model.close()
         assert torch.allclose(torch.from_numpy(view.rgb), expected, atol=1e-6)
         assert np.all(np.isfinite(view.depth)) and view.depth.max() > 0
+    from trainer.inference.pointcloud import extract_pointcloud
+
+    model = load_model(run.root, device="cpu")  # a point cloud of it (its first batch's estimate probed one field)
+    cloud = extract_pointcloud(model, n_points=20, min_opacity=0.01, min_views=0)
+    model.close()
+    assert cloud["rays"] > 0 and cloud["points"].shape[1] == 3 and np.all(np.isfinite(cloud["points"]))
 
 
 @pytest.mark.slow

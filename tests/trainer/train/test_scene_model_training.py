@@ -144,13 +144,66 @@ def test_the_scene_model_chooses_the_hash_grid_features_and_table_size(rgb_demo,
         assert trainer.scene_model == model
         assert (grid.n_features_per_level, grid.log2_hashmap_size) == (features, log2_size)
         assert trainer.field.encoding.output_dim == 4 * features  # the tiny config's 4 levels
-        assert f"; hash grid F={features}, T=2^{log2_size} (encoding null: the {model} model's)" in scene_model_text(trainer)
+        assert (f"; hash grid F={features}, T=2^{log2_size} (encoding null: F from the {model} model, T = 2^20 / F)"
+                in scene_model_text(trainer))
         trainer.close()
     # F set, T null: the table keeps 2^20 features; both set: no hash-grid words on the line
     trainer = Trainer(tiny_config(encoding__n_features_per_level=8, encoding__log2_hashmap_size=None),
                       load_scene(demo_scene), None)
-    assert trainer.field.encoding.cfg.log2_hashmap_size == 17
+    assert trainer.field.encoding.cfg.log2_hashmap_size == 17 and trainer.hash_grid == (8, 17)
+    assert "; hash grid F=8, T=2^17 (encoding null: T = 2^20 / F)" in scene_model_text(trainer)
     trainer.close()
     trainer = Trainer(tiny_config(), load_scene(demo_scene), None)
     assert trainer.field.encoding.cfg.n_features_per_level == 2 and "hash grid" not in scene_model_text(trainer)
     trainer.close()
+
+
+def test_a_snapshot_keeps_the_hash_grid_it_was_trained_with(demo_scene, tmp_path, monkeypatch):
+    """A snapshot records the F and T it was built with: a resume with other values is refused
+    before the shapes are, naming the flags that load it (a snapshot written before the record
+    too, from its explicit config); equal values resolved from null are no config difference;
+    render and export load it as trained even if the scene model's choice changes."""
+    import warnings
+
+    import trainer.contract.config.blocks as blocks
+    from trainer.inference.loading import load_model
+    from trainer.train.snapshot import save_snapshot
+
+    derived = {"encoding__n_features_per_level": None, "encoding__log2_hashmap_size": None}
+    boxed = Trainer(tiny_config(training__n_steps=2, **derived), load_scene(demo_scene), None)
+    boxed.train()
+    state = boxed.state_dict()
+    boxed.close()
+    assert state["trainer_state"]["hash_grid"] == {"n_features_per_level": 4, "log2_hashmap_size": 18}
+    path = save_snapshot(tmp_path / "f4.pt", state)
+
+    other = Trainer(tiny_config(encoding__log2_hashmap_size=None), load_scene(demo_scene), None)  # F=2, T=2^19
+    with pytest.raises(SnapshotError, match=r"trained with F=4, T=2\^18, this config and scene give F=2, T=2\^19 .*"
+                                            r"load it with --set encoding\.n_features_per_level=4 "
+                                            r"--set encoding\.log2_hashmap_size=18$"):
+        other.load(path)
+    other.close()
+    same = Trainer(tiny_config(encoding__n_features_per_level=4, encoding__log2_hashmap_size=18), load_scene(demo_scene), None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        same.load(path)
+    assert not [w for w in caught if "encoding." in str(w.message)], [str(w.message) for w in caught]
+    same.close()
+
+    # written before the record: its config's explicit F=2, T=2^19 says what it was trained with
+    old_state = Trainer(tiny_config(training__n_steps=1, encoding__log2_hashmap_size=19), load_scene(demo_scene), None)
+    old_state.train()
+    old = old_state.state_dict()
+    old_state.close()
+    old["trainer_state"].pop("hash_grid")
+    old_path = save_snapshot(tmp_path / "old.pt", old)
+    nulls = Trainer(tiny_config(training__n_steps=3, **derived), load_scene(demo_scene), None)
+    with pytest.raises(SnapshotError, match=r"trained with F=2, T=2\^19, this config and scene give F=4, T=2\^18 .*"
+                                            r"encoding\.n_features_per_level=2 --set encoding\.log2_hashmap_size=19$"):
+        nulls.load(old_path)
+    nulls.close()
+
+    monkeypatch.setattr(blocks, "BOX_FEATURES_PER_LEVEL", 2)  # the box model's choice changed since
+    loaded = load_model(path, scene_path=demo_scene, device="cpu")
+    assert loaded.trainer.hash_grid == (4, 18) and loaded.trainer.field.encoding.cfg.n_features_per_level == 4
+    loaded.trainer.close()

@@ -47,5 +47,13 @@ def config_differences(saved: Mapping[str, Any], current: TrainConfig) -> list[s
             if dotted in RUN_CONTROL_KEYS or key not in theirs:
                 continue
             if theirs[key] != value:
-                lines.append(f"{dotted}: {theirs[key]!r} → {value!r}")
+                lines.append(f"{dotted}: {_shown(theirs[key])} → {_shown(value)}")
     return lines
+
+
+def _shown(value: Any) -> str:
+    """A config value in a difference line as its JSON reads (``null``, ``true``), strings and
+    numbers as Python writes them (``'L2'``, ``0.05``)."""
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)
+    return repr(value)
