@@ -70,7 +70,7 @@ def scene_model_text(trainer: Any) -> str:
     why = ([f"F from the {trainer.scene_model} model"] if enc.n_features_per_level is None else []) + (
         ["T = 2^20 / F"] if enc.log2_hashmap_size is None else [])
     if why:
-        line += f"; hash grid F={features}, T=2^{log2_size} (encoding null: {', '.join(why)})"
+        line += f"; hash grid F={features}, T=2^{log2_size} (not set in the config: {', '.join(why)})"
     if trainer.distortion_weight > 0:
         why = ("loss.distortion_weight null: on with the unbounded model" if trainer.cfg.loss.distortion_weight is None
                else "loss.distortion_weight")

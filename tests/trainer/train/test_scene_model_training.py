@@ -144,14 +144,14 @@ def test_the_scene_model_chooses_the_hash_grid_features_and_table_size(rgb_demo,
         assert trainer.scene_model == model
         assert (grid.n_features_per_level, grid.log2_hashmap_size) == (features, log2_size)
         assert trainer.field.encoding.output_dim == 4 * features  # the tiny config's 4 levels
-        assert (f"; hash grid F={features}, T=2^{log2_size} (encoding null: F from the {model} model, T = 2^20 / F)"
+        assert (f"; hash grid F={features}, T=2^{log2_size} (not set in the config: F from the {model} model, T = 2^20 / F)"
                 in scene_model_text(trainer))
         trainer.close()
     # F set, T null: the table keeps 2^20 features; both set: no hash-grid words on the line
     trainer = Trainer(tiny_config(encoding__n_features_per_level=8, encoding__log2_hashmap_size=None),
                       load_scene(demo_scene), None)
     assert trainer.field.encoding.cfg.log2_hashmap_size == 17 and trainer.hash_grid == (8, 17)
-    assert "; hash grid F=8, T=2^17 (encoding null: T = 2^20 / F)" in scene_model_text(trainer)
+    assert "; hash grid F=8, T=2^17 (not set in the config: T = 2^20 / F)" in scene_model_text(trainer)
     trainer.close()
     trainer = Trainer(tiny_config(), load_scene(demo_scene), None)
     assert trainer.field.encoding.cfg.n_features_per_level == 2 and "hash grid" not in scene_model_text(trainer)
