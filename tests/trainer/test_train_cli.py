@@ -132,6 +132,20 @@ def test_a_run_stopped_by_its_time_budget_says_so(demo_scene, tmp_path):
     assert all(len(line) < 80 for line in lines[said:end])  # an 80-column terminal
 
 
+def test_the_summary_throughput_is_the_mean_over_the_run(demo_scene, tmp_path):
+    """status.json's (and the summary's) samples/s: every record's timed steps, not the last interval's."""
+    out = tmp_path / "run"
+    result = _run("--scene", str(demo_scene), "--config", str(tiny_config_file(tmp_path)), "--n-steps", "22",
+                  "--no-eval", "--quiet", "--out", str(out), cwd=REPO)
+    assert result.returncode == 0, result.stderr
+    status = json.loads((out / "status.json").read_text())
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    timed = [(r["throughput_samples_per_s"], r["timed_steps"] / r["steps_per_s"]) for r in records if r["timed_steps"]]
+    assert len(timed) >= 2
+    mean = sum(rate * seconds for rate, seconds in timed) / sum(seconds for _, seconds in timed)
+    assert status["throughput_samples_per_s"] == pytest.approx(mean, rel=1e-9)
+
+
 def test_an_interrupted_final_evaluation_keeps_the_trained_model(demo_scene, tmp_path, monkeypatch, capsys):
     from trainer.cli import build_parser, train_command
     from trainer.train.loop import Trainer

@@ -71,10 +71,14 @@ def finish_status(
     trainer: Any, args: argparse.Namespace, status: dict[str, Any], progress: TrainProgress,
     last: dict[str, Any], t0: float,
 ) -> None:
-    """After training: throughput of the ``last`` record, ``--save-snapshot`` (the path the
-    trainer wrote), the final evaluation unless ``--no-eval``, and wall time since ``t0``; all
-    into ``status``."""
-    if last:
+    """After training: the job's throughput over this process's timed steps
+    (:class:`~trainer.train.records.RunThroughput`; the ``last`` record's when none was timed),
+    ``--save-snapshot`` (the path the trainer wrote), the final evaluation unless ``--no-eval``, and
+    wall time since ``t0``; all into ``status``."""
+    mean = trainer.run_throughput.samples_per_s()
+    if mean is not None:
+        status["throughput_samples_per_s"] = mean
+    elif last:
         status["throughput_samples_per_s"] = last.get("throughput_samples_per_s")
     if trainer.startup is not None:
         status.update(startup_s=trainer.startup.startup_s, kernels_compiled=trainer.startup.kernels_compiled,

@@ -36,6 +36,7 @@ from trainer.render.occupancy import MIN_STEP_SIZE, OccupancyGrid
 from trainer.render.scene_model import SceneModelChoice, choose_scene_model, field_box
 from trainer.train.batch_size import BatchSizer
 from trainer.train.budget import StepDurations
+from trainer.train.records import RunThroughput
 from trainer.train.build import build_field, resolve_device, seed_everything, use_triton_kernels
 from trainer.train.trainable import check_trainable
 from trainer.train.evaluate import evaluate
@@ -146,6 +147,7 @@ class Trainer:
         self.step = 0
         self.train_time_s = 0.0
         self.step_durations = StepDurations()
+        self.run_throughput = RunThroughput()  # the job's samples/s over this process's records
         # called after each scored view of an evaluation: (views done, views in all, image record),
         # and after each chunk of its rays: (rays done, rays in all)
         self.eval_progress: Callable[[int, int, dict[str, Any]], None] | None = None

@@ -33,7 +33,7 @@ from trainer.contract.metrics import PHASES, MetricsWriter
 from trainer.metrics_tensorboard import open_scalars
 from trainer.train.divergence import check_interval
 
-__all__ = ["Interval", "IntervalRecords", "memory_record"]
+__all__ = ["Interval", "IntervalRecords", "RunThroughput", "memory_record"]
 
 
 @dataclasses.dataclass
@@ -154,6 +154,31 @@ def interval_record(trainer: Any, interval: Interval) -> dict[str, Any]:
     return record
 
 
+class RunThroughput:
+    """The job's samples per second over the timed steps of every record of this process (since
+    its start or resume): the sum over records of ``throughput_samples_per_s`` × the record's timed
+    seconds (``timed_steps`` / ``steps_per_s``), over the sum of those seconds. A run's summary and
+    its ``status.json`` give this mean, not the last interval's rate (which a short last interval
+    makes noisy)."""
+
+    def __init__(self) -> None:
+        self.samples = 0.0
+        self.seconds = 0.0
+
+    def add(self, record: dict[str, Any]) -> None:
+        """Count a record's timed steps (a record of start-up steps only has none)."""
+        timed, steps_per_s, rate = record.get("timed_steps"), record.get("steps_per_s"), record.get("throughput_samples_per_s")
+        if not timed or not steps_per_s or rate is None or not (math.isfinite(steps_per_s) and math.isfinite(rate)):
+            return
+        seconds = timed / steps_per_s
+        self.samples += rate * seconds
+        self.seconds += seconds
+
+    def samples_per_s(self) -> float | None:
+        """The mean, or None before a timed step was recorded."""
+        return self.samples / self.seconds if self.seconds > 0 else None
+
+
 class IntervalRecords:
     """The records of one :meth:`~trainer.train.loop.Trainer.train` call.
 
@@ -210,6 +235,7 @@ class IntervalRecords:
             record["eval_ssim"] = eval_result["mean_ssim"]
         if self.writer:
             self.writer.write(record)
+        self.trainer.run_throughput.add(record)
         if self.on_log:
             self.on_log(record)
         check_interval(record, self.trainer.field, self.trainer.step)
