@@ -164,7 +164,9 @@ class TrainProgress:
             if self.time_budget_s:  # the bar fills by whichever ends the run first
                 fraction = max(fraction, min(train_time_s / self.time_budget_s, 1.0))
             self._clock.report(train_time_s if started else None)
-            self._state.update(fraction=fraction, kept=[self.steps_text(step), f"eta {clock_text(eta)}"])
+            if started or self._state["label"] != "start-up":  # the start-up's words stay until it ends
+                self._state.update(fraction=fraction, kept=[self.steps_text(step), f"eta {clock_text(eta)}"],
+                                   label="train")
             return
         now = time.perf_counter()
         part = self._reached_part(step)
@@ -176,9 +178,12 @@ class TrainProgress:
         """The start-up begins (the scene loaded, the model built, its first steps run: none of it
         training time, :mod:`trainer.train.startup`): off a TTY the line :data:`STARTUP_BEGINS`,
         so that a long start-up does not pass without a word; its end is said with its seconds
-        (:meth:`trainer.train.startup.StartupReport.line`). On a TTY the live line's clock runs."""
+        (:meth:`trainer.train.startup.StartupReport.line`). On a TTY the live line reads
+        ``start-up`` and ``not training time`` with its clock running until the first training step."""
         if self.plain:
             print("\n".join(fit_lines([STARTUP_BEGINS])), flush=True)
+        else:
+            self._state.update(label="start-up", kept=["first steps", "not training time"])
 
     def start_evaluation(self) -> None:
         """The evaluation begins: the live line (or the plain lines) count its rays from here."""

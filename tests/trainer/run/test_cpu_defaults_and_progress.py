@@ -283,7 +283,11 @@ def test_the_live_clock_counts_training_seconds_and_a_time_budget_fills_the_bar(
     screen = io.StringIO()
     progress = TrainProgress(10_000, quiet=False, time_budget_s=60.0,
                              console=Console(file=screen, width=80, force_terminal=True, color_system=None))
+    progress.startup_begins()
     progress.step(1, 0.0, started=False)  # a start-up step
+    progress.refresh()
+    startup = [line for line in _drawn(screen) if line.startswith("start-up ")]
+    assert startup and " first steps not training time " in startup[-1], _drawn(screen)  # not "train step 1"
     progress.step(500, 45.0)  # 5 % of the steps, 75 % of the budget
     progress.refresh()
     progress.close()
