@@ -329,3 +329,28 @@ def test_a_second_ctrl_c_while_the_run_ends_is_noted_and_the_end_is_written(demo
     assert status["state"] == "interrupted" and status["snapshot"] == str(run / "snapshots" / "step_0000005.pt")
     assert (run / "snapshots" / "step_0000005.pt").is_file()
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers are back after the run
+
+
+def test_a_refused_resume_leaves_the_run_config_it_was_trained_with(demo_scene, tmp_path, capsys):
+    """A resume into a run folder replaces its config.json only once the model has loaded: one
+    refused (here another hash grid than the snapshot's) leaves the folder's config, with which the
+    run still resumes and renders."""
+    from trainer.cli import build_parser, train_command
+
+    config = tiny_config_file(tmp_path)
+    run = tmp_path / "run"
+    nulls = ["--set", "encoding.n_features_per_level=null", "--set", "encoding.log2_hashmap_size=null"]
+    args = build_parser().parse_args(["--scene", str(demo_scene), "--config", str(config), "--n-steps", "4",
+                                      "--no-eval", "--quiet", "--out", str(run), *nulls])
+    assert train_command(args) == 0
+    saved = (run / "config.json").read_text()
+    snapshot = run / "snapshots" / "step_0000004.pt"
+    args = build_parser().parse_args(["--scene", str(demo_scene), "--config", str(config), "--n-steps", "8",
+                                      "--no-eval", "--quiet", "--out", str(run), "--resume", str(snapshot)])
+    assert train_command(args) != 0
+    assert "its hash grid was trained with F=4, T=2^18" in capsys.readouterr().err
+    assert (run / "config.json").read_text() == saved  # unchanged: F and T still null there
+    args = build_parser().parse_args(["--config", str(run / "config.json"), "--n-steps", "8", "--no-eval", "--quiet",
+                                      "--out", str(run), "--resume", str(snapshot)])
+    assert train_command(args) == 0
+    assert json.loads((run / "config.json").read_text())["training"]["n_steps"] == 8  # replaced once loaded

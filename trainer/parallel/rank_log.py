@@ -37,7 +37,8 @@ from typing import Any, TextIO
 from trainer.contract.runstatus import ERROR_PREFIX, PROGRESS_PREFIX, SUMMARY_PREFIX, WARNING_PREFIX, strip_rank_prefix
 from trainer.contract.textlines import CONTINUATION, TrainedClock, clock_text, fit_lines, fit_progress_line, joined
 
-__all__ = ["ATTEMPT_HEADER", "BAR_LABEL", "EVAL_BAR_LABEL", "RANK0_PREFIX", "RankLogFollower", "reported_step", "restart_line"]
+__all__ = ["ATTEMPT_HEADER", "BAR_LABEL", "EVAL_BAR_LABEL", "RANK0_PREFIX", "RankLogFollower", "STARTUP_BAR_LABEL",
+           "reported_step", "restart_line"]
 
 RANK0_PREFIX = "rank 0: "
 """What the follower puts before each of rank 0's lines on the launcher's console (rank 0 learns
@@ -56,6 +57,11 @@ _EVAL_RAYS = re.compile(r"^evaluating: (\d+) % of the rays\b.* in (\d+(?:\.\d+)?
 _EVAL_VIEWS = re.compile(r"^\s*evaluated (\d+)/(\d+) views in (\d+(?:\.\d+)?) (ms|s)\b")
 
 BAR_LABEL = "train (rank 0)"
+STARTUP_BAR_LABEL = "start-up (rank 0)"
+"""The live line's label from rank 0's ``start-up: ...`` line (the start-up begins) to its first
+step or its ``start-up N s ...`` line (the start-up's end)."""
+_STARTUP_BEGINS = re.compile(r"^start-up: ")
+_STARTUP_ENDS = re.compile(r"^start-up \d")
 
 
 def _said_seconds(number: str, unit: str) -> float:
@@ -118,6 +124,7 @@ class RankLogFollower:
         self._clock = TrainedClock()  # rank 0's seconds trained from its last step line, else since the launch
         self._evaluated: tuple[float, str] | None = None  # the final evaluation's share done and how rank 0 said it
         self._figures: dict[int, str] = {}  # loss, PSNR: rank 0's last values
+        self._starting = False  # rank 0 said its start-up began and has not ended it
 
     def __enter__(self) -> "RankLogFollower":
         if not self.plain:
@@ -144,12 +151,17 @@ class RankLogFollower:
     def bar_line(self, width: int) -> str:
         """The live line at ``width`` columns: ``train (rank 0)``, the bar, ``step N/T``, rank 0's
         last ``eta M:SS``, the seconds trained (once rank 0 has said them; the time since the
-        launch before), then loss and PSNR as they fit. Once rank 0 announces its final
+        launch before), then loss and PSNR as they fit; during rank 0's start-up
+        (:data:`STARTUP_BAR_LABEL`) ``first steps``, ``not training time`` and the time since the
+        launch. Once rank 0 announces its final
         evaluation: ``evaluate (rank 0)``, the share of its rays, its ``eta`` and the seconds it
         has taken."""
         if self._evaluated is not None:
             fraction, done = self._evaluated
             return fit_progress_line(width, EVAL_BAR_LABEL, fraction, [done, f"eta {self._eta}", self._clock.text()], [])
+        if self._starting:
+            return fit_progress_line(width, STARTUP_BAR_LABEL, 0.0, ["first steps", "not training time",
+                                                                      self._clock.text()], [])
         total = self.total_steps
         steps = f"step {self._step}/{total}" if total else f"step {self._step}"
         elapsed = self._clock.text()
@@ -229,6 +241,8 @@ class RankLogFollower:
         if (self._in_traceback or not line.strip() or line.startswith(ERROR_PREFIX)
                 or line.startswith("{") and line.endswith("}")):
             return
+        if _STARTUP_BEGINS.match(line) or _STARTUP_ENDS.match(line):
+            self._starting = bool(_STARTUP_BEGINS.match(line))
         if _EVAL_NOTICE.match(line):  # the final evaluation begins: the live line counts its rays from here
             self._evaluated, self._eta = (0.0, "0 % of the rays"), "-:--"
             self._clock.restart()
@@ -246,7 +260,7 @@ class RankLogFollower:
             self._clock.report(seconds)
         step = reported_step(line)
         if step is not None:
-            self._step = step
+            self._step, self._starting = step, False
             eta = _ETA.search(line)
             if eta:
                 self._eta = eta.group(1)

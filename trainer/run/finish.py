@@ -72,14 +72,12 @@ def finish_status(
     last: dict[str, Any], t0: float,
 ) -> None:
     """After training: the job's throughput over this process's timed steps
-    (:class:`~trainer.train.records.RunThroughput`; the ``last`` record's when none was timed),
-    ``--save-snapshot`` (the path the trainer wrote), the final evaluation unless ``--no-eval``, and
-    wall time since ``t0``; all into ``status``."""
+    (:class:`~trainer.train.records.RunThroughput`; none when no step was timed, e.g. a run of
+    start-up steps only), ``--save-snapshot`` (the path the trainer wrote), the final evaluation
+    unless ``--no-eval``, and wall time since ``t0``; all into ``status``."""
     mean = trainer.run_throughput.samples_per_s()
     if mean is not None:
         status["throughput_samples_per_s"] = mean
-    elif last:
-        status["throughput_samples_per_s"] = last.get("throughput_samples_per_s")
     if trainer.startup is not None:
         status.update(startup_s=trainer.startup.startup_s, kernels_compiled=trainer.startup.kernels_compiled,
                       step_kind=trainer.startup.step_kind)

@@ -144,7 +144,10 @@ class OneProcess(Job):
         self.run_dir.remove_stale_temp_files()
         if args.resume is not None:
             self.run_dir.archive_eval()  # the folder's eval.json is of an earlier step
-        self.run_dir.write_json(self.run_dir.config_path, saved_config(cfg))
+        if args.resume is None or not self.run_dir.config_path.is_file():
+            self.run_dir.write_json(self.run_dir.config_path, saved_config(cfg))
+        # (a resume into the folder replaces its config.json once the snapshot has loaded: a refused
+        # resume leaves the config the folder's models were trained with)
         cpu = on_cpu(cfg.training.device)
         threads = apply_cpu_threads(cfg.training.cpu_threads, 1).words if cpu else None
         print(opening_line(cfg, args, 1, threads=threads), flush=True)  # before the progress bar shows
@@ -174,6 +177,8 @@ class OneProcess(Job):
 
         args = self.args
         trainer = train_from_config(self.cfg, self.scene_path, self.run_dir, resume=args.resume)
+        if args.resume is not None:  # loaded: the folder's config is this run's from here on
+            self.run_dir.write_json(self.run_dir.config_path, saved_config(self.cfg))
         progress.message(_fitted(trainer.scene.size_rule))  # which size rule won, and why
         progress.message(_fitted(scene_model_text(trainer)))  # the scene model, and the capture it was chosen for
         if args.resume is not None:
@@ -237,7 +242,10 @@ class Rank(Job):
 
         cfg = self.cfg
         init_distributed(self.env, cfg.distributed.timeout_s)
-        if self.env.is_main:
+        resume = resume_source(self.args.resume, self.run_dir)
+        # a resume into the folder replaces its config.json once the checkpoint has loaded: a
+        # refused resume leaves the config the folder's models were trained with
+        if self.env.is_main and (resume is None or not self.run_dir.config_path.is_file()):
             self.run_dir.write_json(self.run_dir.config_path, saved_config(cfg))
         with warnings.catch_warnings():
             if not self.env.is_main:  # rank 0 says it; where ranks share a terminal (torchrun, srun)
@@ -247,9 +255,10 @@ class Rank(Job):
         trainer = build_distributed_trainer(cfg, scene, self.run_dir)
         progress.message(_fitted(scene_model_text(trainer)))  # the scene model, and the capture it was chosen for
         trainer.keep_checkpoints = self.args.keep_checkpoints
-        resume = resume_source(self.args.resume, self.run_dir)
         if resume is not None:
             status["resumed_from"] = str(trainer.load_checkpoint(Path(resume)))
+            if self.env.is_main:
+                self.run_dir.write_json(self.run_dir.config_path, saved_config(cfg))
             status["resumed_from_step"] = trainer.step
             check_n_steps_reach(cfg, trainer.step, f"checkpoint {status['resumed_from']}")
             after = f" after restart {self.restarts}" if self.restarts else ""

@@ -160,6 +160,13 @@ def test_live_line_keeps_step_eta_and_elapsed_at_any_width(tmp_path):
     log = tmp_path / "rank0.log"
     follower = RankLogFollower(log, 2000, 0, plain=True, out=io.StringIO(), err=io.StringIO())
     assert "step 0/2000 eta -:-- 0:00" in follower.bar_line(80)  # before rank 0 said anything
+    _append(log, "start-up: loading the scene and the model, first steps (not training time)\n")
+    follower.poll()
+    line = follower.bar_line(80)  # rank 0's start-up: not "train ... step 0"
+    assert line.startswith("start-up (rank 0) ") and "first steps not training time 0:0" in line, line
+    _append(log, "start-up 2.4 s (kernels from the cache; 1 step), then the clock;\n")
+    follower.poll()
+    assert follower.bar_line(80).startswith("train (rank 0) ")
     _append(log, "step 100/2000  eta 9:30  t=30.0 s  loss 0.01235\n  psnr 23.46 dB  6.10 M samples/s\n"
                  "progress: step 133/2000 (7 %), 40 s trained, eta 9:20\n")
     follower.poll()
