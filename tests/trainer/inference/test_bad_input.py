@@ -29,7 +29,7 @@ def test_a_snapshot_of_another_config_names_the_entry(trained_run, tmp_path, cap
     from trainer.data import load_scene
     from trainer.train.loop import Trainer
 
-    other = Trainer(tiny_config(encoding__log2_hashmap_size=10, data__scene=str(demo_scene)), load_scene(demo_scene))
+    other = Trainer(tiny_config(network__n_neurons=32, data__scene=str(demo_scene)), load_scene(demo_scene))
     run = tmp_path / "run"
     shutil.copytree(trained_run["run"], run)
     (run / "snapshots" / trained_run["snapshot"].name).unlink()

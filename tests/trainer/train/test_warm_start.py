@@ -45,8 +45,13 @@ def test_warm_start_takes_model_and_grid_not_optimiser_or_step(demo_scene, tmp_p
     cold.close()
     assert float(loss_warm) < float(loss_cold)
 
-    other = _trainer(demo_scene, encoding__log2_hashmap_size=10)
+    other = _trainer(demo_scene, network__n_neurons=32)
     with pytest.raises(SnapshotError, match=r"snap\.pt: model entry .* has shape"):
+        other.warm_start(snap)
+    other.close()
+    other = _trainer(demo_scene, encoding__log2_hashmap_size=10)  # another table: named before any shape
+    with pytest.raises(SnapshotError, match=r"snap\.pt: its hash grid was trained with F=2, T=2\^12, this config "
+                                            r"and scene give F=2, T=2\^10 .*--set encoding\.log2_hashmap_size=12$"):
         other.warm_start(snap)
     other.close()
 
