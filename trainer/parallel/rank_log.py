@@ -241,8 +241,9 @@ class RankLogFollower:
         if (self._in_traceback or not line.strip() or line.startswith(ERROR_PREFIX)
                 or line.startswith("{") and line.endswith("}")):
             return
-        if _STARTUP_BEGINS.match(line) or _STARTUP_ENDS.match(line):
-            self._starting = bool(_STARTUP_BEGINS.match(line))
+        begins = _STARTUP_BEGINS.match(line) is not None
+        if begins or _STARTUP_ENDS.match(line):
+            self._starting = begins
         if _EVAL_NOTICE.match(line):  # the final evaluation begins: the live line counts its rays from here
             self._evaluated, self._eta = (0.0, "0 % of the rays"), "-:--"
             self._clock.restart()

@@ -130,12 +130,11 @@ class EncodingConfig(Block):
 
     def resolved_log2_hashmap_size(self, unbounded: bool) -> int:
         """log2 T a run trains with: ``log2_hashmap_size``, or when it is null
-        :data:`LOG2_FEATURES_PER_TABLE` − log2 F (F from :meth:`resolved_features_per_level`;
-        at least 10): every level's table holds the same 2^20 features whatever F is."""
+        :data:`LOG2_FEATURES_PER_TABLE` − log2 F (F from :meth:`resolved_features_per_level`; 17
+        to 20 for F of 8 to 1): every level's table holds the same 2^20 features whatever F is."""
         if self.log2_hashmap_size is not None:
             return self.log2_hashmap_size
-        features = self.resolved_features_per_level(unbounded)
-        return max(10, LOG2_FEATURES_PER_TABLE - int(math.log2(features)))
+        return LOG2_FEATURES_PER_TABLE - int(math.log2(self.resolved_features_per_level(unbounded)))
 
     def finest_resolution(self, aabb_scale: int, footprint_resolution: float | None = None) -> int | None:
         """N_max, the resolution of the finest level for a scene of this ``aabb_scale``; None when
