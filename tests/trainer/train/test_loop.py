@@ -149,6 +149,18 @@ def test_short_training_beats_the_untrained_model_by_a_wide_margin(demo_scene, t
     assert run.eval_path.is_file() and run.render_path("test", 0).is_file()
 
 
+def test_periodic_evaluations_score_their_views_and_write_no_renders(demo_scene, tmp_path):
+    run = RunDir(tmp_path / "run").create()
+    trainer = _trainer(demo_scene, run, training__n_steps=40, training__log_every=20,
+                       training__eval_every_max_images=1)
+    trainer.train(eval_every=20)
+    trainer.close()
+    marks = [r for r in read_metrics(run.metrics_path(0)) if r.get("eval_psnr_db") is not None]
+    assert [r["step"] for r in marks] == [20]  # the last step is the final evaluation's, not a mark
+    assert math.isfinite(marks[0]["eval_psnr_db"])
+    assert run.eval_path.is_file() and not (run.root / "renders").exists()
+
+
 def test_time_budget_stop_still_writes_the_last_interval(demo_scene, tmp_path):
     run = RunDir(tmp_path / "run").create()
     trainer = _trainer(demo_scene, run, training__log_every=1000, training__n_steps=1000)
