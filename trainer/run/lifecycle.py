@@ -338,12 +338,12 @@ def run_training(cfg: TrainConfig, args: argparse.Namespace) -> dict[str, Any]:
     trainer = None
     try:
         progress.startup_begins()  # off a TTY: a line now, the next at the start-up's end with its seconds
+        t0 = time.perf_counter()  # wall_s: from here (scene loading, the start-up) to the run's end
         trainer = job.build(status, progress)
         if trainer.scene.skipped:
             status[SKIPPED_FRAMES_KEY] = len(trainer.scene.skipped)
         live = start_live_view(args, trainer, job.run_dir, progress.message, is_main=job.is_main)  # --view
         status[TRAIN_START_KEY] = time.time()
-        t0 = time.perf_counter()
         with job.stop_request(trainer) as stop:
             last = train_with_progress(trainer, job.cfg, progress, live, stop)
         status.update({STATE_KEY: COMPLETED, "step": trainer.step, "train_time_s": trainer.train_time_s})
