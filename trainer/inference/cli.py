@@ -293,10 +293,10 @@ def render_estimate_s(model: Any, job: Any, cameras: list | None = None) -> floa
 
     cameras = job.cameras if cameras is None else cameras
     sizes = [c.intrinsics.width * c.intrinsics.height for c in cameras]
-    if not sizes or sum(sizes) * job.spp < ESTIMATE_MIN_RAYS or model.mode == "subgrid":
+    if not sizes or sum(sizes) * job.spp < ESTIMATE_MIN_RAYS:
         return None
-    first = estimate.first_camera_seconds(model.trainer, cameras[0])
-    return first * sum(sizes) / sizes[0] * job.spp
+    first = estimate.model_camera_seconds(model, cameras[0])
+    return None if first is None else first * sum(sizes) / sizes[0] * job.spp
 
 
 def _split_words(split: str, count: int | None) -> str:

@@ -4,7 +4,9 @@
 (more on a GPU), builds only their rays (not the whole image's: a 1920x1080 frame has 2 M) and
 times them as the evaluation's estimate does (:func:`trainer.train.eval_estimate.fitted_render_seconds`:
 1/8 of them and all of them, a warm-up and one timed call each). Four small render calls: well
-under a second on a CPU, whatever the frames' size or number.
+under a second on a CPU, whatever the frames' size or number. :func:`model_camera_seconds` is the
+same for a loaded model, and declines a subgrid model (its boxes' fields render through segment
+compositing, not the one-field probe).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["PROBE_RAYS", "first_camera_seconds", "pixel_rays"]
+__all__ = ["PROBE_RAYS", "first_camera_seconds", "model_camera_seconds", "pixel_rays"]
 
 PROBE_RAYS = 256
 """Rays of the first camera the probe renders."""
@@ -47,3 +49,11 @@ def first_camera_seconds(trainer: Any, frame: Any, probe_rays: int = PROBE_RAYS,
     n = min(probe_ray_count(probe_rays, trainer.device), pixels)
     rays_o, rays_d = pixel_rays(frame, torch.randint(0, pixels, (n,), generator=gen), trainer.device)
     return fitted_render_seconds(trainer, rays_o, rays_d, [pixels])
+
+
+def model_camera_seconds(model: Any, frame: Any) -> float | None:
+    """:func:`first_camera_seconds` of a loaded model (:class:`trainer.inference.loading.LoadedModel`:
+    ``mode``, ``trainer``) on ``frame``; None for a subgrid model, which the probe cannot time."""
+    if model.mode == "subgrid":
+        return None
+    return first_camera_seconds(model.trainer, frame)

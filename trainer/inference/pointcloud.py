@@ -94,16 +94,15 @@ def _announce_long_cast(model: LoadedModel, frame: Any, rays: int) -> None:
     model, whose boxes' fields render through its segment compositing, not the one-field probe."""
     import sys
 
-    if model.mode == "subgrid":
-        return
-    trainer = model.trainer
-
     from trainer.contract.runstatus import fitted_warning
     from trainer.contract.textlines import estimate_text
-    from trainer.inference.estimate import first_camera_seconds
+    from trainer.inference.estimate import model_camera_seconds
 
+    first_s = model_camera_seconds(model, frame)
+    if first_s is None:
+        return
     pixels = frame.intrinsics.width * frame.intrinsics.height
-    estimate_s = first_camera_seconds(trainer, frame) * rays / max(pixels, 1)
+    estimate_s = first_s * rays / max(pixels, 1)
     if estimate_s >= LONG_CAST_S:
         print("warning: " + fitted_warning(f"the first {rays:,} rays (one per point asked; a point is kept where a "
                                            f"ray meets a surface) take about {estimate_text(estimate_s)}, and more "
