@@ -52,9 +52,9 @@ FACE: dict[str, tuple[str, ...]] = {
     "rundir": ("RunDir", "atomic_write_text", "latest_checkpoint", "prepare_output_file"),
     "resumption": ("newest_model", "resume_block", "resume_lines"),
     "runstatus": (
-        "COMPLETED", "DIVERGED", "FAILED", "INTERRUPTED", "PID_KEY", "PROGRESS_PREFIX", "REASON_KEY", "RUNNING",
-        "RUN_DIR_KEY", "STATE_KEY", "SUMMARY_PREFIX", "TRAIN_START_KEY", "WARNING_PREFIX", "error_or_last_line",
-        "failed_fields", "fitted_warning", "is_completed", "is_diverged", "last_error_message", "plain_warning_format", "print_error",
+        "COMPLETED", "DERIVED_KEY", "DIVERGED", "FAILED", "INTERRUPTED", "PID_KEY", "PROGRESS_PREFIX", "REASON_KEY", "RUNNING",
+        "RUN_DIR_KEY", "STATE_KEY", "SUMMARY_PREFIX", "TRAIN_START_KEY", "WARNING_PREFIX", "derived_settings_of",
+        "error_or_last_line", "failed_fields", "fitted_warning", "is_completed", "is_diverged", "last_error_message", "plain_warning_format", "print_error",
         "process_fields", "progress_line", "read_progress_line", "result_line", "stale_pid", "state_of",
         "state_text", "summary_lines",
     ),
@@ -65,7 +65,7 @@ FACE: dict[str, tuple[str, ...]] = {
         "collapse_gap_db", "collapse_message", "past_occupancy_warmup", "read_evaluation",
     ),
     "config": (
-        "BLOCKS", "DataConfig", "DirEncodingConfig", "DistributedConfig", "EncodingConfig", "FaultsConfig",
+        "BLOCKS", "DERIVED_SETTINGS", "DataConfig", "DirEncodingConfig", "DistributedConfig", "EncodingConfig", "FaultsConfig",
         "GpuCapability", "IGNORED_NGP_BLOCKS", "LossConfig", "MAX_TIMEOUT_S", "NGP_DESIRED_RESOLUTION",
         "NetworkConfig", "OptimizerConfig", "ParallelConfig", "ProfileConfig", "RGBNetworkConfig",
         "RUN_CONTROL_KEYS", "Rule", "TrainConfig", "TrainingConfig", "apply_overrides", "config_differences",

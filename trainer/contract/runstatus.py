@@ -22,6 +22,10 @@ atomically at the start and at the end of a run::
     skipped_frames        frames of the scene left out for their missing image files (only when
                           some were; SKIPPED_FRAMES_KEY): a command that reloads the run's scene
                           repeats the loader's warning only when it skips another number
+    derived_settings      dotted key → the value the run chose for each setting of
+                          trainer.contract.config.DERIVED_SETTINGS its config leaves null
+                          (DERIVED_KEY; written once the trainer is built: the scene's box, the
+                          hash grid's F and T, the cone angle, ...; derived_settings_of reads it)
     train_start_unix_s    wall clock (``time.time()``, s) at which the training loop started
                           (TRAIN_START_KEY; the profile's GPU timeline counts from it)
     failed_rank, failed_log   a failed distributed job: the root-cause rank and its log (launcher)
@@ -74,6 +78,10 @@ HOST_KEY = "host"
 TRAIN_START_KEY = "train_start_unix_s"
 """``status.json`` key: wall clock (``time.time()``, s) at which the training loop started; the
 profile's GPU timeline counts from it."""
+
+DERIVED_KEY = "derived_settings"
+"""``status.json`` key: dotted key → the value the run chose for a setting of
+:data:`trainer.contract.config.DERIVED_SETTINGS` that its config leaves null."""
 
 RUNNING = "running"
 COMPLETED = "completed"
@@ -180,6 +188,22 @@ def failed_fields(reason: str, *, failed_rank: int | None = None, failed_log: st
 def diverged_fields(reason: str, step: int, tensor: str) -> dict[str, Any]:
     """``status.json`` fields of a run stopped because its loss or a parameter became NaN or infinite."""
     return {STATE_KEY: DIVERGED, REASON_KEY: reason, DIVERGED_STEP_KEY: step, NONFINITE_TENSOR_KEY: tensor}
+
+
+def derived_settings_of(status: Mapping[str, Any] | None) -> dict[str, int | float]:
+    """The values a run chose for the settings its config leaves null (``status``'s
+    :data:`DERIVED_KEY`: dotted key → number), or ``{}`` when it records none (no ``status.json``, a
+    run that stopped before its trainer was built, or one of an older trainer); an entry that is
+    not a number is left out.
+
+    >>> derived_settings_of({"derived_settings": {"training.cone_angle": 0.0, "data.aabb_scale": 4}})
+    {'training.cone_angle': 0.0, 'data.aabb_scale': 4}
+    """
+    recorded = (status or {}).get(DERIVED_KEY)
+    if not isinstance(recorded, Mapping):
+        return {}
+    return {str(key): value for key, value in recorded.items()
+            if isinstance(value, (int, float)) and not isinstance(value, bool)}
 
 
 def is_diverged(status: Mapping[str, Any] | None) -> bool:

@@ -11,7 +11,8 @@ how:
 2. ``status.json`` written as running (by the process that owns the folder: rank 0);
 3. build — the trainer (one process: from a snapshot when resuming, warm-started when asked; a
    rank: the process group joined, the data-parallel or subgrid trainer built, resumed from the
-   newest checkpoint — after a restart by the elastic agent its own);
+   newest checkpoint — after a restart by the elastic agent its own); the values it chose for the
+   config's null settings go into the status (``derived_settings``);
 4. train, with progress lines (and ``--view``'s viewer, :mod:`trainer.viewer.live`), until
    ``training.n_steps`` or the time budget (one process: Ctrl-C stops after the step under way and
    keeps a snapshot of it, :mod:`trainer.run.interrupt`);
@@ -37,7 +38,7 @@ from trainer.contract.errors import ConfigError, LaunchError
 from trainer.contract.rundir import RunDir, prepare_output_file
 from trainer.contract.textlines import CONSOLE_PREFIX_ENV, fit_lines
 from trainer.contract.runstatus import (
-    COMPLETED, RESTART_COUNT_KEY, SKIPPED_FRAMES_KEY, STATE_KEY, TRAIN_START_KEY, failed_fields, fitted_warning,
+    COMPLETED, DERIVED_KEY, RESTART_COUNT_KEY, SKIPPED_FRAMES_KEY, STATE_KEY, TRAIN_START_KEY, failed_fields, fitted_warning,
     is_completed,
 )
 from trainer.run.checks import (
@@ -340,6 +341,7 @@ def run_training(cfg: TrainConfig, args: argparse.Namespace) -> dict[str, Any]:
         progress.startup_begins()  # off a TTY: a line now, the next at the start-up's end with its seconds
         t0 = time.perf_counter()  # wall_s: from here (scene loading, the start-up) to the run's end
         trainer = job.build(status, progress)
+        status[DERIVED_KEY] = trainer.derived_settings()  # what the config's nulls became for this scene
         if trainer.scene.skipped:
             status[SKIPPED_FRAMES_KEY] = len(trainer.scene.skipped)
         live = start_live_view(args, trainer, job.run_dir, progress.message, is_main=job.is_main)  # --view

@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 import torch
 
-from trainer.contract.config import TrainConfig
+from trainer.contract.config import DERIVED_SETTINGS, TrainConfig
 from trainer.contract.errors import SceneError
 from trainer.contract.rundir import RunDir
 from trainer.contract.world import check_world_size
@@ -37,7 +37,7 @@ from trainer.render.scene_model import SceneModelChoice, choose_scene_model, fie
 from trainer.train.batch_size import BatchSizer
 from trainer.train.budget import StepDurations
 from trainer.train.records import RunThroughput
-from trainer.train.build import build_field, resolve_device, seed_everything, use_triton_kernels
+from trainer.train.build import build_field, hash_grid_config, resolve_device, seed_everything, use_triton_kernels
 from trainer.train.trainable import check_trainable
 from trainer.train.evaluate import evaluate
 from trainer.train.faults import phase_faults
@@ -201,6 +201,34 @@ class Trainer:
     @property
     def prefetcher(self) -> InputPrefetcher | None:
         return self.inputs.prefetcher
+
+    def derived_settings(self) -> dict[str, int | float]:
+        """The value this run chose for each setting of
+        :data:`~trainer.contract.config.DERIVED_SETTINGS` that its config leaves null (``status.json``'s
+        ``derived_settings``): dotted key → the scene's box (``data.aabb_scale``), the size rule's
+        factor (``data.downscale``), the hash grid's F and log2 T, its per-level scale b and finest
+        resolution N_max (the one the config does not give), the distortion weight and the cone
+        angle the run trains with."""
+        enc = self.cfg.encoding
+        features, log2_size = self.hash_grid
+        chosen: dict[str, int | float | None] = {
+            "data.aabb_scale": self.aabb_scale,
+            "data.downscale": self.scene.downscale,
+            "encoding.n_features_per_level": features,
+            "encoding.log2_hashmap_size": log2_size,
+            "encoding.per_level_scale": hash_grid_config(enc, self.field_scale, self.footprint_resolution,
+                                                         self.scene_choice.unbounded).growth_factor,
+            "encoding.max_resolution": self.finest_resolution,  # None: per_level_scale gives the levels
+            "loss.distortion_weight": self.distortion_weight,
+            "training.cone_angle": self.cone_angle,
+        }
+        assert tuple(chosen) == DERIVED_SETTINGS, "every derived setting has its value here"
+
+        def unset(key: str) -> bool:
+            block, _, name = key.partition(".")
+            return getattr(getattr(self.cfg, block), name) is None
+
+        return {key: value for key, value in chosen.items() if value is not None and unset(key)}
 
     def march(self, rays_o: torch.Tensor, rays_d: torch.Tensor, jitter: bool,
               generator: torch.Generator | None = None) -> PackedSamples:

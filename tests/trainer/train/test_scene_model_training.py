@@ -158,6 +158,32 @@ def test_the_scene_model_chooses_the_hash_grid_features_and_table_size(rgb_demo,
     trainer.close()
 
 
+def test_the_trainer_records_what_the_configs_null_settings_became(rgb_demo, demo_scene):
+    """derived_settings (status.json's record): the value of each setting of DERIVED_SETTINGS that
+    the config leaves null, the ones the run trains with; a set value is not listed."""
+    from trainer.contract.config import DERIVED_SETTINGS
+
+    nulls = {"encoding__n_features_per_level": None, "encoding__log2_hashmap_size": None,
+             "encoding__per_level_scale": None}
+    for scene, features, distortion in ((demo_scene, 4, 0.0), (rgb_demo, 2, 0.05)):
+        trainer = Trainer(tiny_config(**nulls), load_scene(scene), None)
+        grid = trainer.field.encoding.cfg
+        derived = trainer.derived_settings()
+        assert list(derived) == list(DERIVED_SETTINGS)  # the tiny config sets none of them
+        assert derived == {"data.aabb_scale": 1, "data.downscale": trainer.scene.downscale,
+                           "encoding.n_features_per_level": features, "encoding.log2_hashmap_size": 20 - features // 2,
+                           "encoding.per_level_scale": pytest.approx(grid.growth_factor),
+                           "encoding.max_resolution": grid.max_resolution,
+                           "loss.distortion_weight": distortion, "training.cone_angle": 0.0}
+        trainer.close()
+    trainer = Trainer(tiny_config(training__cone_angle=0.01, data__aabb_scale=2), load_scene(demo_scene), None)
+    derived = trainer.derived_settings()
+    assert "training.cone_angle" not in derived and "data.aabb_scale" not in derived
+    assert "encoding.max_resolution" not in derived  # the tiny config's per_level_scale gives the levels
+    assert derived["loss.distortion_weight"] == 0.0 and "encoding.n_features_per_level" not in derived
+    trainer.close()
+
+
 def test_a_snapshot_keeps_the_hash_grid_it_was_trained_with(demo_scene, tmp_path, monkeypatch):
     """A snapshot records the F and T it was built with: a resume with other values is refused
     before the shapes are, naming the flags that load it (a snapshot written before the record

@@ -5,7 +5,8 @@
 Derived values are computed here from the config and the scene (its ``aabb_scale``, its views'
 pixel footprint) and never written back: the finest hash-grid resolution
 (:meth:`EncodingConfig.finest_resolution`) and the cone angle
-(:meth:`TrainingConfig.resolved_cone_angle`).
+(:meth:`TrainingConfig.resolved_cone_angle`). :data:`DERIVED_SETTINGS` names every setting whose null
+a run resolves so.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from trainer.contract.world import check_boxes_per_rank, check_rank_entries
 
 __all__ = [
     "BLOCKS",
+    "DERIVED_SETTINGS",
     "DataConfig",
     "DirEncodingConfig",
     "DistributedConfig",
@@ -59,6 +61,23 @@ UNBOUNDED_FEATURES_PER_LEVEL = 2
 #: log2 of the features each level's table holds when ``encoding.log2_hashmap_size`` is null:
 #: instant-ngp's F=2 · T=2^19 (4 MiB of float32 per level), kept whatever F is.
 LOG2_FEATURES_PER_TABLE = 20
+
+DERIVED_SETTINGS: tuple[str, ...] = (
+    "data.aabb_scale",
+    "data.downscale",
+    "encoding.n_features_per_level",
+    "encoding.log2_hashmap_size",
+    "encoding.per_level_scale",
+    "encoding.max_resolution",
+    "loss.distortion_weight",
+    "training.cone_angle",
+)
+"""Dotted keys whose null a run resolves from its scene: the scene's box, the automatic size rule,
+the hash grid's F and T of the scene model, the per-level scale and finest resolution of the
+views' pixel footprint, the distortion weight of the scene model, the cone angle of the box. A
+run's ``status.json`` gives the values it chose (:data:`trainer.contract.runstatus.DERIVED_KEY`);
+another null setting (``optimizer.ema_decay``, ``training.time_budget_s``, ...) means off, none
+or all, not a value the run chooses."""
 
 
 @dataclasses.dataclass(frozen=True)
