@@ -18,6 +18,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from ngptune.errors import NgptuneError, USER_ERRORS
 from trainer.contract import (
+    DERIVED_SETTINGS,
     PHASES,
     MetricsError,
     RunDir,
@@ -30,6 +31,10 @@ from trainer.contract import (
 __all__ = [
     "OUTCOMES",
     "CONFIRMATION_ATTR",
+    "DERIVED_NOTE",
+    "DERIVED_TEXT",
+    "NCCL_UNSET_TEXT",
+    "NOT_RECORDED_TEXT",
     "StudyReportError",
     "StudyView",
     "best_trials",
@@ -61,7 +66,20 @@ STATE_OUTCOME: dict[TrialState, str] = {
 }
 
 
-DICT_ATTRS = ("settings", "nccl_env", "nccl_applied", "objectives", "phase_ms")
+DICT_ATTRS = ("settings", "nccl_env", "nccl_applied", "objectives", "phase_ms", "derived_settings")
+
+DERIVED_TEXT = "derived"
+"""What the default trial ran with for a setting its config leaves null for the run to choose from
+the scene (:data:`trainer.contract.config.DERIVED_SETTINGS`) when the run recorded no value; a
+recorded value is shown with it in brackets: ``0.00390625 (derived)``."""
+DERIVED_NOTE = ("(derived): the default's config leaves the setting null and the trainer chose the value from the "
+                "scene (its box, its views, the scene model), as the run recorded it; \"derived\" alone: the run "
+                "recorded no value")
+"""The sentence under a table whose default column shows a derived setting."""
+NCCL_UNSET_TEXT = "not set"
+"""What the default trial ran with for an NCCL variable it did not set: NCCL's own choice."""
+NOT_RECORDED_TEXT = "not recorded"
+"""What the default trial ran with for a setting when its config file cannot be read."""
 
 
 
@@ -81,7 +99,7 @@ def check_attrs(study: optuna.Study, trial: FrozenTrial) -> None:
             raise StudyReportError(
                 f"{where}: user attribute {key!r} must be a dict, got {type(attrs[key]).__name__}"
             )
-    for key in ("objectives", "phase_ms"):
+    for key in ("objectives", "phase_ms", "derived_settings"):
         for name, value in attrs.get(key, {}).items():
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
                 raise StudyReportError(f"{where}: user attribute {key!r}[{name!r}] must be a number, got {value!r}")
@@ -203,16 +221,22 @@ def trials_frame(study: optuna.Study) -> pd.DataFrame:
     ("" when none), ``duration_s`` (s), one column per objective (named by :func:`objective_names`;
     ``trial.values`` for completed trials, the ``objectives`` attribute otherwise, NaN if absent),
     :data:`QUALITY_COLUMNS` (NaN where not recorded; ``psnr_db`` the final evaluation's PSNR),
-    ``param_<name>`` per sampled parameter (first appearance order; empty where a trial lacks it),
-    ``gpus`` (the trial's GPUs, ``"0,1"``; empty on a host without GPUs) and ``log_path``.
+    ``param_<name>`` per sampled parameter (first appearance order; empty where a trial lacks it;
+    the default trial's row holds what it ran with for a parameter it did not sample,
+    :meth:`StudyView.default_params`: the base config's value, the value the run chose for a
+    null one, or :data:`DERIVED_TEXT` where the run recorded none), ``gpus`` (the trial's GPUs,
+    ``"0,1"``; empty on a host without GPUs) and ``log_path``.
 
     Raises:
         StudyReportError: a trial's user attributes have the wrong types (names trial and attribute).
     """
-    trials = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
-    for trial in trials:
-        check_attrs(study, trial)
-    names = objective_names(study)
+    return StudyView.of(study).frame
+
+
+def frame_of(trials: list[FrozenTrial], names: list[str], default_number: int | None,
+             default_params: Mapping[str, Any]) -> pd.DataFrame:
+    """The rows of :func:`trials_frame` for ``trials`` (sorted by number, attributes checked):
+    objective columns ``names``; the trial numbered ``default_number`` takes ``default_params``."""
     param_names = list(dict.fromkeys(p for t in trials for p in t.params))
     rows = []
     for trial in trials:
@@ -227,8 +251,9 @@ def trials_frame(study: optuna.Study) -> pd.DataFrame:
         row.update(quality_values(trial))
         rows.append(row)
     df = pd.DataFrame(rows, columns=["number", "state", "outcome", "reason", "duration_s", *names, *QUALITY_COLUMNS])
+    params = [default_params if t.number == default_number else t.params for t in trials]
     for p in param_names:
-        df[f"param_{p}"] = param_column([t.params.get(p) for t in trials])
+        df[f"param_{p}"] = param_column([ran.get(p) for ran in params])
     df["gpus"] = [",".join(map(str, t.user_attrs.get("gpus", []))) for t in trials]
     df["log_path"] = [t.user_attrs.get("log_path", "") for t in trials]
     return df
@@ -260,20 +285,29 @@ class StudyView:
 
     @classmethod
     def of(cls, study: optuna.Study) -> "StudyView":
-        frame = trials_frame(study)  # validates the attributes first
+        """The view of ``study``.
+
+        Raises:
+            StudyReportError: a trial's user attributes have the wrong types (names trial and attribute).
+        """
         trials = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)
+        for trial in trials:  # the attributes are checked first
+            check_attrs(study, trial)
         default = default_trial(study)
-        return cls(
+        names = objective_names(study)
+        view = cls(
             study=study,
-            names=objective_names(study),
+            names=names,
             directions=list(study.directions),
             trials=trials,
             completed=[t for t in trials if is_completed(t)],
             default=default,
             best=best_trials(study),
-            frame=frame,
+            frame=pd.DataFrame(),
             default_config=None if default is None else trial_config_dict(default),
         )
+        frame = frame_of(trials, names, None if default is None else default.number, view.default_params())
+        return dataclasses.replace(view, frame=frame)
 
     @property
     def multi_objective(self) -> bool:
@@ -297,26 +331,90 @@ class StudyView:
             roles.append("Pareto front" if self.multi_objective else "best")
         return ", ".join(roles)
 
-    def default_setting(self, key: str) -> tuple[bool, Any]:
-        """``(found, value)`` of a dotted trainer key in the default trial's config (the base config
-        with the study's fixed settings); ``(False, None)`` for an NCCL variable or an unknown config."""
+    def config_setting(self, key: str) -> tuple[bool, Any]:
+        """``(found, value)`` of a dotted trainer key in the default trial's config file (the base
+        config with the study's fixed settings), null as None; ``(False, None)`` for an NCCL variable
+        or an unknown config."""
         block, _, name = key.partition(".")
         section = (self.default_config or {}).get(block) if name else None
         if not isinstance(section, dict) or name not in section:
             return False, None
         return True, section[name]
 
+    def derived_value(self, key: str) -> Any:
+        """The value the default trial's run chose for ``key``, a setting of
+        :data:`~trainer.contract.config.DERIVED_SETTINGS` its config leaves null (user attribute
+        ``derived_settings``, from its ``status.json``), or None where it recorded none."""
+        recorded = self.default.user_attrs.get("derived_settings") if self.default is not None else None
+        return (recorded or {}).get(key)
+
+    def default_setting(self, key: str) -> tuple[bool, Any]:
+        """``(found, value)`` of a dotted trainer key for the default trial: its config's value
+        (:meth:`config_setting`); for a null that the run chooses from the scene
+        (:data:`~trainer.contract.config.DERIVED_SETTINGS`) the value it chose
+        (:meth:`derived_value`), else :data:`DERIVED_TEXT`; ``(False, None)`` for an NCCL variable
+        or an unknown config."""
+        found, value = self.config_setting(key)
+        if found and value is None and key in DERIVED_SETTINGS:
+            chosen = self.derived_value(key)
+            value = DERIVED_TEXT if chosen is None else chosen
+        return found, value
+
+    def is_derived(self, name: str) -> bool:
+        """Whether the default trial ran ``name`` at a value its run chose: a setting of
+        :data:`~trainer.contract.config.DERIVED_SETTINGS` that it was not given and its config
+        leaves null."""
+        if self.default is None or name in self.default.params or name in self.default.user_attrs.get("settings", {}):
+            return False
+        found, value = self.config_setting(name)
+        return found and value is None and name in DERIVED_SETTINGS
+
+    def is_conditional(self, name: str) -> bool:
+        """Whether a completed trial other than the default lacks the parameter ``name`` (a
+        conditional one, which the default too may not have used)."""
+        others = [t for t in self.completed if self.default is None or t.number != self.default.number]
+        return not all(name in t.params for t in others)
+
+    def default_text(self, name: str) -> str:
+        """What the default trial ran with for a parameter or setting, as the report's tables and
+        the summary show it; never empty while there is a default trial ("" without one).
+
+        ``name`` is a dotted trainer key, an NCCL variable, or ``env NCCL_...`` (the settings
+        table's name of one). The text: the value the trial was given (sampled or a fixed
+        setting); else its config's (:meth:`default_setting`; ``none`` for a null that means off,
+        :func:`category_text`); for a null the run chooses from the scene, the value it chose with
+        ``(derived)`` after it (``0.00390625 (derived)``), or :data:`DERIVED_TEXT` where the run
+        recorded none; for an NCCL variable it did not set :data:`NCCL_UNSET_TEXT`;
+        :data:`NOT_RECORDED_TEXT` when its config cannot be read.
+        """
+        if self.default is None:
+            return ""
+        key = name.removeprefix("env ")
+        given = {**self.default.user_attrs.get("settings", {}), **self.default.params}
+        if key in given:
+            return category_text(given[key])
+        if "." not in key:  # an NCCL variable
+            env = self.default.user_attrs.get("nccl_env", {})
+            return category_text(env[key]) if key in env else NCCL_UNSET_TEXT
+        found, value = self.default_setting(key)
+        if not found:
+            return NOT_RECORDED_TEXT
+        if self.is_derived(key) and value != DERIVED_TEXT:
+            return f"{category_text(value)} ({DERIVED_TEXT})"
+        return category_text(value)
+
     def default_params(self) -> dict[str, Any]:
-        """The default trial's parameters, with the base config's value (:meth:`default_setting`)
-        for each parameter it was not given (the base value lies outside the parameter's range)
-        that every other completed trial has (a conditional parameter stays absent)."""
+        """The default trial's parameters, with its config's value (:meth:`default_setting`: for a
+        null the run chooses, the value it chose or :data:`DERIVED_TEXT`) for each parameter it was
+        not given (the base value lies outside the parameter's range, or is null) that every other
+        completed trial has (a conditional parameter stays absent)."""
         if self.default is None:
             return {}
         params = dict(self.default.params)
         others = [t for t in self.completed if t.number != self.default.number]
         for name in dict.fromkeys(p for t in others for p in t.params):
             found, value = self.default_setting(name)
-            if name not in params and found and all(name in t.params for t in others):
+            if name not in params and found and not self.is_conditional(name):
                 params[name] = value
         return params
 

@@ -3,7 +3,9 @@
 The report reads an Optuna study whose trials carry the user attributes the sweep writes
 (listed in :mod:`ngptune.tuning.sweep`'s docstring): ``outcome``, ``reason``, ``log_path``, ``run_dir``, ``duration_s``,
 ``is_default``, ``settings``, ``nccl_env``, ``nccl_applied``, ``emulated_interconnect``, ``objectives``,
-``phase_ms``, ``quality``, ``diagnoses`` and ``diagnoses_note``, and the study's user attributes
+``phase_ms``, ``quality``, ``diagnoses``, ``diagnoses_note`` and ``derived_settings`` (what the
+run chose for the config's null settings: the default's column shows it, marked ``(derived)``, or
+``derived`` where the run recorded none), and the study's user attributes
 ``confirmation`` (the re-runs of best and default, :mod:`ngptune.tuning.confirm`),
 ``objective_warning`` (a throughput-only study) and the sampler, pruner and worker records of
 :mod:`ngptune.tuning.provenance` (stated in the overview with whether parallel workers make the
@@ -40,6 +42,7 @@ from optuna.trial import FrozenTrial
 
 from ngptune.reporting.html import Section, figure_html, render_page, table_html, text_html
 from ngptune.reporting.study_data import (
+    DERIVED_NOTE,
     QUALITY_COLUMNS,
     StudyReportError,
     quality_values,
@@ -288,7 +291,7 @@ def _settings_diff_html(view: StudyView, trials: list[FrozenTrial]) -> str:
     keys = list(dict.fromkeys(k for t in trials for k in settings[t.number]))
     base = settings[view.default.number]
     for key in keys:  # what the default ran: its base config's value of a setting it did not sample
-        found, value = view.default_setting(key)
+        found, value = view.default_setting(key)  # a null the run chose: its value, or "derived"
         if key not in base and found:
             base[key] = value
     differing = [k for k in keys if any(_differs(settings[t.number].get(k), base.get(k)) for t in trials[1:])]
@@ -296,10 +299,17 @@ def _settings_diff_html(view: StudyView, trials: list[FrozenTrial]) -> str:
     if not differing:
         return head + text_html("None: the best trial ran the default settings.")
     table = pd.DataFrame(
-        {view.label(t): [cell_text(settings[t.number].get(k)) for k in differing] for t in trials},
+        {view.label(t): [view.default_text(k) if t.number == view.default.number else cell_text(settings[t.number].get(k))
+                         for k in differing] for t in trials},
         index=pd.Index(differing, name="setting"),
     )
-    return head + table_html(table.reset_index())
+    return head + table_html(table.reset_index()) + _derived_note(view, differing)
+
+
+def _derived_note(view: StudyView, keys: list[str]) -> str:
+    """A sentence under a table whose default column shows settings the run chose from the scene
+    (``(derived)``, or ``derived`` alone where the run recorded no value); "" when it shows none."""
+    return text_html(f"{DERIVED_NOTE}.") if any(view.is_derived(k) for k in keys) else ""
 
 
 def _main_diagnosis(trial: FrozenTrial) -> str:
@@ -324,7 +334,8 @@ def _trials_section(view: StudyView) -> Section:
     df["outcome"] = [o if not r and o == "completed" else f"{o}: {r}" + (f"\nlog: {_short_path(log)}" if log else "")
                      for o, r, log in zip(df["outcome"], df["reason"], df["log_path"])]
     df.insert(df.columns.get_loc("log_path"), "params",  # from the trial: an int stays an int; one a line
-              ["\n".join(f"{name}={category_text(v)}" for name, v in by_number[n].params.items()) for n in df["number"]])
+              ["\n".join(f"{name}={_param_text(view, by_number[n], name)}" for name in _params_shown(view, by_number[n]))
+               for n in df["number"]])
     df.insert(df.columns.get_loc("log_path"), "main_diagnosis", [_main_diagnosis(by_number[n]) for n in df["number"]])
     interconnects = [by_number[n].user_attrs.get("emulated_interconnect", "") for n in df["number"]]
     if any(i not in ("", "none") for i in interconnects):
@@ -334,6 +345,20 @@ def _trials_section(view: StudyView) -> Section:
     df = df.drop(columns=param_cols + left_out + ["number", "reason", "log_path"])
     note = text_html(f"{len(df)} trials ({counts or 'none'}). trials.csv has every column, and each log's full path.")
     return Section("Trials", note + f'<div class="wide">{table_html(df)}</div>')
+
+
+def _params_shown(view: StudyView, trial: FrozenTrial) -> list[str]:
+    """The parameters the trials table lists for ``trial``: the ones it sampled; for the default
+    trial also those it ran at its config's value (:meth:`StudyView.default_params`)."""
+    if view.default is not None and trial.number == view.default.number:
+        return list(view.default_params())
+    return list(trial.params)
+
+
+def _param_text(view: StudyView, trial: FrozenTrial, name: str) -> str:
+    if view.default is not None and trial.number == view.default.number:
+        return view.default_text(name)
+    return category_text(trial.params[name])
 
 
 def _short_path(path: Any) -> str:

@@ -11,6 +11,7 @@ from rich.console import Console
 
 from ngptune.console import fitted_text, make_console, table_width
 from ngptune.reporting.study_data import (
+    DERIVED_NOTE,
     QUALITY_COLUMNS,
     StudyView,
     cell_text,
@@ -93,7 +94,9 @@ def summary_parts(study: optuna.Study, show_recommendation: bool = True) -> list
     re-runs of the candidate and the default (mean ± sd, n; the verdict's test). Then trials by
     outcome, and the single runs — quality and time of default and best, each objective's best
     against the default (a change is :func:`~ngptune.reporting.study_recommendation.change_text`,
-    never called better: one run is no evidence), the best settings. For several objectives the
+    never called better: one run is no evidence), the best settings (the default's column: what it
+    ran with, :meth:`~ngptune.reporting.study_data.StudyView.default_text`, a value its run chose
+    for a null setting marked ``(derived)``). For several objectives the
     "best" value of an objective is the best among the Pareto-front trials. Every value carries its
     unit (:func:`trainer.contract.quantity_text`).
 
@@ -149,7 +152,7 @@ def summary_parts(study: optuna.Study, show_recommendation: bool = True) -> list
             default = default_values[i] if default_values is not None else math.nan
             change = change_text(name, best.values[i], default)
             if change and view.default is not None and best.number != view.default.number \
-                    and best.params == view.default.params:
+                    and best.params == view.default_params():
                 change = f"{change} (same settings as the default: run-to-run noise)"
             versus.add_row(f"{name} ({view.direction_word(i)})", _fmt(name, default),
                            _fmt(name, best.values[i]), f"#{best.number}", change)
@@ -164,11 +167,17 @@ def summary_parts(study: optuna.Study, show_recommendation: bool = True) -> list
         settings.add_column(view.label(view.default) + (" (also the best)" if best_too else ""))
     for t in shown:
         settings.add_column(view.label(t))
-    for name in dict.fromkeys(p for t in view.best for p in t.params):
+    # where the default is among the best, its rows are what it ran with: sampled, or its config's (a derived value too)
+    filled = view.default_params()
+    ran = [filled if view.default is not None and t.number == view.default.number else t.params for t in view.best]
+    names = list(dict.fromkeys(p for params in ran for p in params))
+    for name in names:
         row = [name]
-        if view.default is not None:
-            row.append(cell_text(view.default.params.get(name)))
+        if view.default is not None:  # blank, as in the other columns, for a conditional parameter it did not use
+            row.append(view.default_text(name) if name in filled or not view.is_conditional(name) else "")
         row.extend(cell_text(t.params.get(name)) for t in shown)
         settings.add_row(*row)
     parts.append(settings)
+    if any(view.is_derived(n) for n in names):
+        parts.append(fitted_text((DERIVED_NOTE + ".").split(" ")))
     return parts

@@ -41,7 +41,8 @@ runs, and records the user attributes the report reads (``outcome``, ``reason``,
 ``run_dir``, ``config_path``, ``duration_s``, ``is_default``, ``settings``, ``nccl_env``,
 ``nccl_applied``, ``nccl_active``, ``emulated_interconnect``, ``objectives``, ``phase_ms``,
 ``quality``, ``diagnoses``, ``diagnoses_note``, ``gpus``, ``gpus_held_unix_s``,
-``trials_per_gpu``); the worker records the sampler, the pruner and itself as study attributes
+``trials_per_gpu``, ``derived_settings``: the values the run chose for the config's null settings,
+from its ``status.json``); the worker records the sampler, the pruner and itself as study attributes
 (:mod:`ngptune.tuning.provenance`). Every trial runs the final evaluation on the
 held-out views, so every completed trial has a PSNR (``quality``:
 :func:`ngptune.tuning.objectives.trial_quality`) whatever the objectives. One bad trial never

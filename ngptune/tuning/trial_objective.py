@@ -28,7 +28,9 @@ from ngptune.tuning.space import check_combination, default_params, sample, spli
 from ngptune.tuning.specs import StudySpec
 from ngptune.tuning.storage import UNTUNED_ATTR, worker_id
 from ngptune.tuning.trial import TrialLaunch, run_trial, trial_argv
-from trainer.contract import ConfigError, RunDir, TrainConfig, atomic_write_text, dump_config, listed
+from trainer.contract import (
+    ConfigError, RunDir, TrainConfig, atomic_write_text, derived_settings_of, dump_config, listed,
+)
 
 __all__ = ["TrialObjective", "trial_diagnoses"]
 
@@ -130,6 +132,7 @@ class TrialObjective:
             "objectives": {o.name: None for o in self.spec.objectives},
             "phase_ms": {},
             "quality": {},
+            "derived_settings": {},  # the values the run chose for the config's nulls (status.json)
             "diagnoses": [],
             "diagnoses_note": "the trial did not complete",
             "duration_s": 0.0,
@@ -160,6 +163,7 @@ class TrialObjective:
         attrs["duration_s"] = run.duration_s
         attrs["phase_ms"] = mean_phase_ms(run.records)
         attrs["quality"] = trial_quality(run.records, run.status or {})
+        attrs["derived_settings"] = derived_settings_of(run.status)
         if self.nccl_active:
             attrs["nccl_applied"] = nccl.parse_applied(rundir.log_path(r) for r in range(self.nproc))
         attrs["objectives"], missed = self._objective_values(run)

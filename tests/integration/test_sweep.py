@@ -446,3 +446,21 @@ def test_a_target_no_trial_reaches_ends_with_the_best_psnr_seen(tmp_path, demo_s
     text = " ".join(result.stdout.split())
     assert re.search(r"1 of 1 trials missed the time_to_psnr_s target of 99 dB; the best PSNR reached was "
                      r"\d+\.\d\d dB \(trial 0\): lower target_db or give the trials a longer budget", text), text
+
+
+def test_the_default_of_a_null_parameter_is_the_value_its_run_chose(tmp_path, demo_scene):
+    """training.cone_angle is null in the base config (the trainer takes 0 for the demo's unit box):
+    the default trial samples it not, its run records what it chose in status.json, and the summary,
+    report.html and trials.csv show that value, marked derived."""
+    params = '[params."training.cone_angle"]\ntype = "categorical"\nchoices = [0.0, 0.0078125]\n'
+    path = write_study(tmp_path / "t.toml", scene=demo_scene, params=params, trials=2)
+    out = tmp_path / "out"
+    result = run_command(SWEEP + ["--study", path, "--out", out, "--nproc-per-node", "1", "--no-confirm"])
+    assert result.returncode == 0, result.stdout + result.stderr
+    default = _trials(_load(out))[0]
+    assert default.params == {} and default.user_attrs["derived_settings"]["training.cone_angle"] == 0.0
+    assert RunDir(Path(default.user_attrs["run_dir"])).read_status()["derived_settings"]["training.cone_angle"] == 0.0
+    row = next(line for line in result.stdout.splitlines() if line.startswith("│ training.cone_angle "))
+    assert row.split("│")[2].strip() == "0.0 (derived)", result.stdout  # the default's column of the best settings
+    assert "training.cone_angle=0.0 (derived)" in (out / "report.html").read_text()
+    assert (out / "trials.csv").read_text().splitlines()[1].split(",")[-3] == "0.0"  # param_training.cone_angle

@@ -43,6 +43,8 @@ SPACE = {
     "parallel.num_subgrids": IntDistribution(2, 8),
     "training.lr": FloatDistribution(1e-3, 1e-1, log=True),
     "encoding.log2_hashmap_size": IntDistribution(11, 13),
+    "training.cone_angle": CategoricalDistribution([0.0, 0.00390625, 0.015625]),
+    "loss.distortion_weight": CategoricalDistribution([0.0, 0.01, 0.05]),
 }
 
 
@@ -64,8 +66,10 @@ def _run_trial(
     record_objectives: bool = True,
     quality: dict[str, float] | None = None,
     worker: str | None = None,
+    derived: dict[str, float] | None = None,
 ) -> int:
-    """One trial as the sweep records it; ``metrics`` = (throughput, eval PSNR or None) records for its run."""
+    """One trial as the sweep records it; ``metrics`` = (throughput, eval PSNR or None) records for its run;
+    ``derived`` = what its run chose for the config's null settings (status.json's derived_settings)."""
     study.enqueue_trial(params)
     space = {k: v for k, v in SPACE.items() if k in params}
     trial = study.ask(space)
@@ -88,6 +92,7 @@ def _run_trial(
         "phase_ms": phase_ms or {},
         "diagnoses": diagnoses or [],
         "quality": quality or {},
+        "derived_settings": derived or {},
     }
     if worker is not None:
         attrs["worker"] = worker
@@ -694,6 +699,36 @@ def test_the_default_trial_is_shown_with_its_base_config_values(tmp_path: Path) 
     assert "1 varying parameters" in text  # the marginal plot of encoding.log2_hashmap_size: 15 and 11
     assert "encoding.log2_hashmap_size\t15\t11" in text.split("Settings that differ from the default")[1]
     assert "encoding.log2_hashmap_size=11\t" in text and "=11.0" not in text
+
+
+def test_a_parameter_the_default_left_null_shows_what_its_run_chose_never_a_blank(tmp_path: Path) -> None:
+    """The default trial samples no parameter whose base value is null (the trainer chooses it from
+    the scene): the report, the summary and trials.csv show the value its run recorded (status.json's
+    derived_settings) marked "(derived)", or "derived" where the run recorded none."""
+    from trainer.contract.config import TrainConfig, dump_config
+
+    study = optuna.create_study(study_name="nulls", direction="maximize")
+    study.set_metric_names(["psnr_at_budget_db"])
+    _run_trial(study, tmp_path, {}, values=[20.0], derived={"training.cone_angle": 0.00390625})  # distortion: none
+    config_path = Path(study.trials[0].user_attrs["config_path"])
+    config_path.parent.mkdir(parents=True)
+    config_path.write_text(dump_config(TrainConfig()))  # cone_angle and distortion_weight null
+    _run_trial(study, tmp_path, {"training.cone_angle": 0.0, "loss.distortion_weight": 0.01}, values=[21.0])
+    _run_trial(study, tmp_path, {"training.cone_angle": 0.015625, "loss.distortion_weight": 0.05}, values=[20.5])
+    lines = _summary(study)
+    assert "parameter default #0 best #1" in lines
+    assert "training.cone_angle 0.00390625 (derived) 0.0" in lines
+    assert "loss.distortion_weight derived 0.01" in lines
+    assert any(line.startswith("(derived): the default's config leaves the setting null") for line in lines)
+    text = view_in_browser(write_study_report(study, tmp_path / "r", title="t", nccl_active=False)).text
+    differing = text.split("Settings that differ from the default")[1].split("\nTrials\n")[0]
+    assert "training.cone_angle\t0.00390625 (derived)\t0.0" in differing
+    assert "loss.distortion_weight\tderived\t0.01" in differing
+    assert "(derived): the default's config leaves the setting null and the trainer chose the value" in differing
+    assert "#0 default\tcompleted" in text and "training.cone_angle=0.00390625 (derived)\nloss.distortion_weight=derived" in text
+    csv = pd.read_csv(write_trials_csv(study, tmp_path / "trials.csv"), keep_default_na=False, dtype=str)
+    assert csv.loc[0, "param_training.cone_angle"] == "0.00390625" and csv.loc[0, "param_loss.distortion_weight"] == "derived"
+    assert list(csv["param_training.cone_angle"][1:]) == ["0.0", "0.015625"]
 
 
 def test_the_terminal_summary_leads_with_a_recommendation_that_was_not_confirmed(tmp_path: Path) -> None:
