@@ -194,6 +194,28 @@ recipe_time-to-psnr() {
   done
 }
 
+#: backgrounds NAME FLAGS [NAME FLAGS ...]: 180 s of time to PSNR per run (model kept, the 20-view curve
+# every 60 s), then all test views rendered over black and over white and scored against the ground
+# truth composited on that colour: a model trained on one background colour that hides floaters of
+# that colour loses on the other
+recipe_backgrounds() {
+  local name flags bg
+  while [ $# -ge 2 ]; do
+    name=$1; flags=$2; shift 2
+    # shellcheck disable=SC2086
+    run "backgrounds_$name.txt" python3 bench/time_to_psnr.py --scene "$S" --budget-s 180 --eval-every-s 60 \
+      --out "/tmp/ttp_$name" --save-snapshot $flags | tail -6
+    for bg in black white; do
+      run "backgrounds_$name.txt" python3 -m ngptune render "/tmp/ttp_$name" --scene "$S" --cameras test \
+        --background "$bg" --compare --quiet --out "/tmp/bg_${name}_$bg" | tail -3
+      cp "/tmp/bg_${name}_$bg/scores.json" "$keep/scores_${name}_$bg.json" 2>/dev/null
+      python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(sys.argv[2], sys.argv[3], 'mean_psnr_db', round(d['mean_psnr_db'], 2))" \
+        "/tmp/bg_${name}_$bg/scores.json" "$name" "$bg" | tee -a "$keep/backgrounds.txt"
+    done
+    pack; elapsed "backgrounds $name"
+  done
+}
+
 #: error-breakdown NAME: where the test error of time-to-psnr run NAME lies (background, silhouette,
 # interior pixels); four of its renders come back
 recipe_error-breakdown() {
