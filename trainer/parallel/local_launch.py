@@ -12,7 +12,9 @@ Each rank gets ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, `
 ``MASTER_PORT``, ``TORCHELASTIC_RESTART_COUNT=0``, ``TORCHELASTIC_MAX_RESTARTS=0``,
 ``TORCHELASTIC_RUN_ID`` and ``TORCHELASTIC_ERROR_FILE`` (where torch elastic's ``@record``
 writes an uncaught exception, read back into :attr:`RankExit.error`). The ranks run in their own
-session, as under torch elastic: a Ctrl-C on the terminal reaches the launcher, which stops them.
+session, as under torch elastic: a Ctrl-C on the terminal reaches the launcher, which passes it on
+(SIGINT, so that each rank, rank 0's lines and ``status.json`` say interrupted, as after a Ctrl-C
+of one process); SIGTERM or SIGHUP to the launcher stops them with SIGTERM (terminated).
 
 :func:`trainer.parallel.launch.launch_workers` uses this for ``nnodes == 1`` and
 ``max_restarts == 0``, and reports the failures it returns.
@@ -146,14 +148,15 @@ class _SignalsRaise:
                 signal.signal(signum, handler)
 
 
-def _stop(procs: Sequence[subprocess.Popen], grace_s: float) -> dict[int, float]:
-    """SIGTERM every rank still running, SIGKILL those left after ``grace_s``; returns when each
-    one ended (wall-clock s), by index."""
+def _stop(procs: Sequence[subprocess.Popen], grace_s: float,
+          stop_signal: int = signal.SIGTERM) -> dict[int, float]:
+    """``stop_signal`` (SIGTERM, or SIGINT after a Ctrl-C) to every rank still running, SIGKILL
+    to those left after ``grace_s``; returns when each one ended (wall-clock s), by index."""
     ended: dict[int, float] = {}
     for p in procs:
         if p.poll() is None:
             try:
-                p.send_signal(signal.SIGTERM)
+                p.send_signal(stop_signal)
             except ProcessLookupError:
                 pass
     deadline = time.monotonic() + grace_s
@@ -201,8 +204,10 @@ def run_ranks(command: Sequence[str], nproc: int, *, master_addr: str, master_po
         are in the list too, unless they had already finished cleanly.
 
     Raises:
-        KeyboardInterrupt: SIGINT (Ctrl-C) reached the launcher; the ranks were stopped first.
-        LauncherSignalled: SIGTERM or SIGHUP reached the launcher; the ranks were stopped first.
+        KeyboardInterrupt: SIGINT (Ctrl-C) reached the launcher; the ranks were stopped first
+            (SIGINT passed on, then SIGKILL after ``grace_s``).
+        LauncherSignalled: SIGTERM or SIGHUP reached the launcher; the ranks were stopped first
+            (SIGTERM, then SIGKILL after ``grace_s``).
         OSError: a rank could not be started (those already started are stopped).
     """
     procs: list[subprocess.Popen] = []
@@ -222,9 +227,10 @@ def run_ranks(command: Sequence[str], nproc: int, *, master_addr: str, master_po
                     exits[i] = (code, when)
             except _Stop as stop:
                 signals.armed = False
-                _stop(procs, grace_s)
-                if stop.signum == signal.SIGINT:
+                if stop.signum == signal.SIGINT:  # Ctrl-C: the ranks stop as interrupted, not terminated
+                    _stop(procs, grace_s, signal.SIGINT)
                     raise KeyboardInterrupt from None
+                _stop(procs, grace_s)
                 raise LauncherSignalled(signal.Signals(stop.signum).name) from None
             except BaseException:
                 signals.armed = False

@@ -142,20 +142,24 @@ def test_a_signal_to_the_launcher_stops_the_ranks(tmp_path, sig):
                 else f"the launcher received SIGTERM; workers in {tmp_path / 'logs'} were stopped")
     assert report == {"outcome": expected, "torch": False}, err
     assert not any(_alive(p) for p in pids)
+    # Ctrl-C is passed on as SIGINT (the sleeping rank raises KeyboardInterrupt), SIGTERM as SIGTERM
+    assert ("KeyboardInterrupt" in (tmp_path / "logs" / "rank1.log").read_text()) == (sig == signal.SIGINT)
 
 
-@pytest.mark.parametrize("nproc, stop, code, heading", [
-    (2, "ctrl-c", 130, "interrupted: the ranks were stopped; logs in"),  # the terminal's whole foreground group
-    (2, "sigterm", 143, "terminated (SIGTERM): the ranks were stopped; logs in"),  # timeout, SLURM: the launcher
-    (1, "sigterm", 143, "terminated (SIGTERM): the ranks were stopped; logs in"),
-    (2, "sigterm-ranks", 2, "error: rank "),  # an operator signalling the ranks alone: a failure, the model kept
+@pytest.mark.parametrize("nproc, stop, code, heading, rank0", [
+    (2, "ctrl-c", 130, "interrupted: the ranks were stopped; logs in", "interrupted"),  # a terminal's Ctrl-C
+    (2, "sigterm", 143, "terminated (SIGTERM): the ranks were stopped; logs in", "terminated"),  # timeout, SLURM
+    (1, "sigterm", 143, "terminated (SIGTERM): the ranks were stopped; logs in", "terminated"),
+    (2, "sigterm-ranks", 2, "error: rank ", "terminated"),  # an operator signalling the ranks alone: a failure
 ])
-def test_a_stopped_launched_training_says_how_to_continue_once(demo_scene, tmp_path, nproc, stop, code, heading):
-    """Ctrl-C reaches the launcher (the ranks run in sessions of their own and get its SIGTERM);
-    SIGTERM to the launcher stops the ranks; SIGTERM to the ranks alone fails the run. Rank 0's
-    lines are repeated on the launcher's console, so rank 0 says only where it stopped, and the
-    launcher, once every rank has stopped, says what was kept and how to continue: once, not twice,
-    and not never."""
+def test_a_stopped_launched_training_says_how_to_continue_once(demo_scene, tmp_path, nproc, stop, code, heading,
+                                                               rank0):
+    """Ctrl-C reaches the launcher (the ranks run in sessions of their own), which passes it on:
+    rank 0 and ``status.json`` say interrupted, as one process does after Ctrl-C; SIGTERM to the
+    launcher stops the ranks as terminated; SIGTERM to the ranks alone fails the run (the model
+    kept). Rank 0's lines are repeated on the launcher's console, so rank 0 says only where it
+    stopped, and the launcher, once every rank has stopped, says what was kept and how to continue:
+    once, not twice, and not never."""
     from trainer.contract.resumption import newest_model
     from trainer.contract.rundir import RunDir
 
@@ -185,11 +189,15 @@ def test_a_stopped_launched_training_says_how_to_continue_once(demo_scene, tmp_p
             proc.communicate()
     said = out + err
     assert proc.returncode == code, said[-3000:]
-    assert re.search(r"rank 0: (interrupted|terminated): the run stopped at step \d+", out), said[-3000:]
+    assert re.search(rf"rank 0: {rank0}: the run stopped at step \d+", out), said[-3000:]
     assert said.count("continue with:") == 1 and "no snapshot or checkpoint was kept" not in said, said[-3000:]
     # the heading is fitted to 80 columns: where it breaks depends on the length of the logs' path
     assert heading in " ".join(err.split()) and "Traceback" not in said, err
     assert ("error:" in err) == (stop == "sigterm-ranks"), err
+    if stop != "sigterm-ranks":  # stopped by the launcher: interrupted, the reason in the launcher's signal's words
+        status = json.loads((run / "status.json").read_text())
+        assert status["state"] == "interrupted", status
+        assert status["reason"].startswith("terminated") == (stop == "sigterm"), status
 
 
 @pytest.mark.parametrize("before, after", [
