@@ -21,6 +21,7 @@ Checkpoints (:mod:`trainer.parallel.checkpoint`) replace the single-process snap
 from __future__ import annotations
 
 import abc
+import signal
 import warnings
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from trainer.contract.config import TrainConfig, config_to_dict
 from trainer.contract.errors import SnapshotError
 from trainer.contract.metrics import truncate_metrics_after
 from trainer.contract.rundir import RunDir
+from trainer.contract.signals import signals_held
 from trainer.data import Scene
 from trainer.data.images import PixelTable
 from trainer.parallel import checkpoint as ckpt
@@ -186,8 +188,19 @@ class DistributedTrainerBase(Trainer, metaclass=abc.ABCMeta):
         return path
 
     def periodic_save(self) -> None:
-        """The checkpoint written every ``snapshot_every`` steps."""
-        self.save_checkpoint()
+        """The checkpoint written every ``snapshot_every`` steps. A Ctrl-C or SIGTERM that arrives
+        while it is written waits for its end and then acts (its handler runs): inside, torch's
+        distributed checkpoint catches the KeyboardInterrupt of a rank's own write and waits on
+        peers that have stopped. A write that fails while such a signal is held (its peers stopped
+        for the same signal) ends as that signal, not as the collective's error."""
+        with signals_held() as noted:
+            try:
+                self.save_checkpoint()
+            except Exception:
+                if not noted:
+                    raise
+        if noted:
+            signal.raise_signal(noted[0])
 
     def load_checkpoint(self, path: Path) -> Path:
         """Resume from the newest complete checkpoint at ``path`` (a checkpoint folder, a

@@ -349,3 +349,36 @@ def test_partial_folders_of_killed_writes_are_not_checkpoints_and_go_once_a_newe
     assert [s for s, _ in ckpt.list_checkpoints(run.checkpoints_dir)] == [2, 6]
     assert ckpt.prune_checkpoints(run.checkpoints_dir, keep=3) == [killed]
     assert sorted(p.name for p in run.checkpoints_dir.iterdir()) == ["step_0000002", "step_0000006"]
+
+
+@pytest.mark.parametrize("save_fails", [False, True])
+def test_a_ctrl_c_during_the_periodic_checkpoint_waits_for_its_end(save_fails):
+    """Ctrl-C while the ranks write a checkpoint: the write is not cut (torch's distributed
+    checkpoint would swallow the KeyboardInterrupt and wait on stopped peers); the interrupt comes
+    after it, and a write that peers stopping for that signal broke ends as the interrupt."""
+    import os
+    import signal
+    import types
+
+    written = []
+
+    def save_checkpoint():
+        os.kill(os.getpid(), signal.SIGINT)  # delivered inside the write
+        if save_fails:
+            raise RuntimeError("[gloo] Connection closed by peer")
+        written.append("done")
+
+    trainer = types.SimpleNamespace(save_checkpoint=save_checkpoint)
+    with pytest.raises(KeyboardInterrupt):
+        DataParallelTrainer.periodic_save(trainer)
+    assert written == ([] if save_fails else ["done"])
+
+
+def test_a_failed_periodic_checkpoint_without_a_signal_raises_its_error():
+    import types
+
+    def save_checkpoint():
+        raise RuntimeError("disk full")
+
+    with pytest.raises(RuntimeError, match="disk full"):
+        DataParallelTrainer.periodic_save(types.SimpleNamespace(save_checkpoint=save_checkpoint))
