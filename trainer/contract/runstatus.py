@@ -15,8 +15,9 @@ atomically at the start and at the end of a run::
                           name); its ``snapshot`` (if any) is the last finite one
     run_dir, scene, world_size, step, train_time_s, wall_s, checkpoint, snapshot, resumed_from,
     resumed_from_step, throughput_samples_per_s, eval_psnr_db, eval_ssim, eval_split, stopped_by
-    wall_s                seconds from the scene's loading to the run's end: start-up, training and
-                          the final evaluation (>= startup_s + train_time_s)
+    wall_s                this process's seconds from the scene's loading to the run's end: start-up,
+                          training and the final evaluation (>= startup_s + train_time_s for a fresh
+                          run; a resumed run's train_time_s counts the training before it too)
     startup_s, kernels_compiled, step_kind   start-up before the training clock (trainer.train.startup):
                           seconds, Triton kernels compiled (0: all from the cache), the training step
     skipped_frames        frames of the scene left out for their missing image files (only when

@@ -339,7 +339,7 @@ def run_training(cfg: TrainConfig, args: argparse.Namespace) -> dict[str, Any]:
     trainer = None
     try:
         progress.startup_begins()  # off a TTY: a line now, the next at the start-up's end with its seconds
-        t0 = time.perf_counter()  # wall_s: from here (scene loading, the start-up) to the run's end
+        t0 = time.perf_counter()  # wall_s: this process's, from here (scene loading, the start-up) to its end
         trainer = job.build(status, progress)
         status[DERIVED_KEY] = trainer.derived_settings()  # what the config's nulls became for this scene
         if trainer.scene.skipped:

@@ -118,7 +118,7 @@ def test_two_rank_launch_prints_rank0_progress_before_the_summary(demo_scene, tm
     assert job["step"] == alone["step"] == 10 and job["nproc_per_node"] == 2 and job["run_dir"] == str(run)
     for key in ("train_time_s", "throughput_samples_per_s", "wall_s", "startup_s"):
         assert isinstance(job[key], (int, float)) and isinstance(alone[key], (int, float)), key
-    for status in (job, alone):  # wall time holds the start-up (scene loading included) and the training
+    for status in (job, alone):  # a fresh run's wall time holds the start-up (scene loading included) and the training
         assert status["wall_s"] >= status["startup_s"] + status["train_time_s"], status
 
 
