@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from trainer.contract.config import TrainConfig, apply_overrides, config_from_dict
+from trainer.contract.config import TrainConfig, apply_overrides, config_from_dict, is_int
 from trainer.contract.errors import ConfigError, SceneError, SnapshotError
 from trainer.contract.rundir import RunDir
 
@@ -192,15 +192,21 @@ def _trained_scene_model(cfg: TrainConfig, trainer_state: Any) -> TrainConfig:
 def _trained_hash_grid(cfg: TrainConfig, trainer_state: Any) -> TrainConfig:
     """The run's config with a null ``encoding.n_features_per_level`` or
     ``encoding.log2_hashmap_size`` replaced by the value the model was trained with
-    (``trainer_state["hash_grid"]``, :func:`trainer.train.snapshot_state.stored_hash_grid`), so a
-    model renders as it trained whatever the scene model would choose today."""
+    (``trainer_state["hash_grid"]``, :func:`trainer.train.snapshot_state.stored_hash_grid`), and a
+    derived finest resolution (``encoding.max_resolution`` and ``per_level_scale`` null) by the one
+    it trained with (``trainer_state["finest_resolution"]``), so a model renders as it trained
+    whatever the scene model would choose today or the scene given (another size, a scene that
+    moved) would derive."""
     from trainer.train.snapshot_state import HASH_GRID_KEYS, stored_hash_grid
 
+    pinned: dict[str, int] = {}
     stored = stored_hash_grid(trainer_state)
-    if stored is None:
-        return cfg
-    pinned = {f"encoding.{key}": value for key, value in zip(HASH_GRID_KEYS, stored)
-              if getattr(cfg.encoding, key) is None}
+    if stored is not None:
+        pinned.update({f"encoding.{key}": value for key, value in zip(HASH_GRID_KEYS, stored)
+                       if getattr(cfg.encoding, key) is None})
+    finest = trainer_state.get("finest_resolution") if isinstance(trainer_state, dict) else None
+    if is_int(finest) and cfg.encoding.max_resolution is None and cfg.encoding.per_level_scale is None:
+        pinned["encoding.max_resolution"] = int(finest)
     return apply_overrides(cfg, pinned) if pinned else cfg
 
 

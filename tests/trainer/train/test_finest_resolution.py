@@ -87,3 +87,22 @@ def test_a_snapshot_of_other_settings_too_asks_for_its_config(demo_scene, tmp_pa
                                             r"pass its run's config\.json as --config$"):
         other.load(path)
     other.close()
+
+
+def test_a_model_of_a_derived_finest_resolution_renders_with_another_scene(demo_scene, tmp_path):
+    """Render and export load a model whose N_max the training views derived with the N_max it
+    trained with, whatever the scene given derives (here the same views at twice the pixels)."""
+    from trainer.contract.config import config_to_dict
+    from trainer.contract.rundir import RunDir
+    from trainer.data.demo import write_demo_scene
+    from trainer.inference.loading import load_model
+
+    scene, path, finest = _trained_snapshot(demo_scene, tmp_path)
+    run = RunDir(tmp_path / "run").create()
+    run.write_json(run.config_path, config_to_dict(_derived(data__scene=str(demo_scene))))
+    run.snapshot_path(3).parent.mkdir(parents=True, exist_ok=True)
+    path.rename(run.snapshot_path(3))
+    finer = write_demo_scene(tmp_path / "finer", resolution=64, n_train=16, n_val=2, n_test=4)
+    assert Trainer(_derived(), load_scene(finer)).finest_resolution != finest  # it would derive another
+    model = load_model(run.root, scene_path=finer)
+    assert model.trainer.finest_resolution == finest and model.trainer.step == 3
