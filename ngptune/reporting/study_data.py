@@ -220,7 +220,8 @@ def trials_frame(study: optuna.Study) -> pd.DataFrame:
     (completed | pruned | failed; the state's meaning when the sweep recorded none), ``reason``
     ("" when none), ``duration_s`` (s), one column per objective (named by :func:`objective_names`;
     ``trial.values`` for completed trials, the ``objectives`` attribute otherwise, NaN if absent),
-    :data:`QUALITY_COLUMNS` (NaN where not recorded; ``psnr_db`` the final evaluation's PSNR),
+    :data:`QUALITY_COLUMNS` but those an objective already names (``steps_per_s`` as an objective
+    is one column; NaN where not recorded; ``psnr_db`` the final evaluation's PSNR),
     ``param_<name>`` per sampled parameter (first appearance order; empty where a trial lacks it;
     the default trial's row holds what it ran with for a parameter it did not sample,
     :meth:`StudyView.default_params`: the base config's value, the value the run chose for a
@@ -236,7 +237,9 @@ def trials_frame(study: optuna.Study) -> pd.DataFrame:
 def frame_of(trials: list[FrozenTrial], names: list[str], default_number: int | None,
              default_params: Mapping[str, Any]) -> pd.DataFrame:
     """The rows of :func:`trials_frame` for ``trials`` (sorted by number, attributes checked):
-    objective columns ``names``; the trial numbered ``default_number`` takes ``default_params``."""
+    objective columns ``names``, then the quality columns no objective names; the trial numbered
+    ``default_number`` takes ``default_params``."""
+    quality_columns = [c for c in QUALITY_COLUMNS if c not in names]  # one column per name
     param_names = list(dict.fromkeys(p for t in trials for p in t.params))
     rows = []
     for trial in trials:
@@ -248,9 +251,10 @@ def frame_of(trials: list[FrozenTrial], names: list[str], default_number: int | 
             "duration_s": trial_duration_s(trial),
         }
         row.update(zip(names, objective_values(trial, names)))
-        row.update(quality_values(trial))
+        quality = quality_values(trial)
+        row.update((c, quality[c]) for c in quality_columns)
         rows.append(row)
-    df = pd.DataFrame(rows, columns=["number", "state", "outcome", "reason", "duration_s", *names, *QUALITY_COLUMNS])
+    df = pd.DataFrame(rows, columns=["number", "state", "outcome", "reason", "duration_s", *names, *quality_columns])
     params = [default_params if t.number == default_number else t.params for t in trials]
     for p in param_names:
         df[f"param_{p}"] = param_column([ran.get(p) for ran in params])

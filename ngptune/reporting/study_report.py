@@ -340,7 +340,8 @@ def _trials_section(view: StudyView) -> Section:
     interconnects = [by_number[n].user_attrs.get("emulated_interconnect", "") for n in df["number"]]
     if any(i not in ("", "none") for i in interconnects):
         df.insert(df.columns.get_loc("log_path"), "emulated_interconnect", interconnects)
-    left_out = [c for c in TRIALS_TABLE_LEFT_OUT if c in df.columns and (c != "gpus" or not df[c].astype(bool).any())]
+    left_out = [c for c in TRIALS_TABLE_LEFT_OUT  # an objective's column stays, whatever its name
+                if c in df.columns and c not in view.names and (c != "gpus" or not df[c].astype(bool).any())]
     counts = ", ".join(f"{o}: {n}" for o, n in view.frame["outcome"].value_counts().items())
     df = df.drop(columns=param_cols + left_out + ["number", "reason", "log_path"])
     note = text_html(f"{len(df)} trials ({counts or 'none'}). trials.csv has every column, and each log's full path.")

@@ -824,3 +824,26 @@ def test_confirmation_bars_carry_mean_and_count_inside_each_bar_clear_of_its_err
     assert psnr.textposition == "inside" and psnr.insidetextanchor == "middle"  # labels mid-bar
     assert list(psnr.error_y.array) == pytest.approx([Spread.of([19.1, 19.3, 19.6]).sd, Spread.of([19.0, 19.2, 19.6]).sd])
     assert psnr.text[0].endswith("(n=3)") and steps.text[0].endswith("(n=2)") and steps.text[1] == ""
+
+
+
+@pytest.mark.parametrize("speed", ["steps_per_s", "rays_per_s"])
+def test_an_objective_named_like_a_quality_column_is_one_column_and_the_report_is_written(
+        tmp_path: Path, speed: str) -> None:
+    """Objectives psnr_at_budget_db and a speed (studies/README.md pairs them) that is also a quality
+    column: trials.csv has it once, and report.html is written with it in the trials table (rays_per_s
+    too, a quality column the page's table otherwise leaves out)."""
+    study = optuna.create_study(study_name="speed", directions=["maximize", "maximize"])
+    study.set_metric_names(["psnr_at_budget_db", speed])
+    _run_trial(study, tmp_path, {"parallel.mode": "data"}, values=[20.0, 50.0],
+               quality={"psnr_db": 20.0, "steps_per_s": 50.0, "rays_per_s": 50.0, "samples_per_s": 4e5})
+    _run_trial(study, tmp_path, {"parallel.mode": "subgrid"}, values=[21.0, 40.0],
+               quality={"psnr_db": 21.0, "steps_per_s": 40.0, "rays_per_s": 40.0, "samples_per_s": 3e5})
+    frame = trials_frame(study)
+    assert list(frame.columns).count(speed) == 1 and list(frame[speed]) == [50.0, 40.0]
+    csv = pd.read_csv(write_trials_csv(study, tmp_path / "trials.csv"))
+    assert list(csv.columns).count(speed) == 1 and f"{speed}.1" not in csv.columns
+    assert list(csv["samples_per_s"]) == [4e5, 3e5]
+    text = view_in_browser(write_study_report(study, tmp_path / "r", title="t", nccl_active=False)).text
+    header = text.split("\nTrials\n")[1].splitlines()[3]
+    assert header.startswith(f"trial\toutcome\tduration_s\tpsnr_at_budget_db\t{speed}\tpsnr_db\t"), header
