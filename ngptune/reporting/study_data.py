@@ -17,6 +17,7 @@ from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
 from ngptune.errors import NgptuneError, USER_ERRORS
+from ngptune.reporting.study_sampling import DEFINITION_ATTR
 from trainer.contract import (
     DERIVED_SETTINGS,
     PHASES,
@@ -379,6 +380,31 @@ class StudyView:
         others = [t for t in self.completed if self.default is None or t.number != self.default.number]
         return not all(name in t.params for t in others)
 
+    def conditions(self, name: str) -> list[tuple[str, list[Any]]] | None:
+        """The ``when`` conditions ``(parameter, allowed values)`` of the parameter ``name`` as the
+        study's definition records them (user attribute ``definition``; [] for an unconditional
+        one), or None where the study records no definition or no such parameter."""
+        definition = self.study.user_attrs.get(DEFINITION_ATTR)
+        params = definition.get("params") if isinstance(definition, Mapping) else None
+        spec = next((p for p in params or [] if isinstance(p, Mapping) and p.get("name") == name), None)
+        if spec is None or not isinstance(spec.get("when", []), list):
+            return None
+        return [(key, list(allowed)) for key, allowed in spec.get("when", [])]
+
+    def default_uses(self, name: str) -> bool:
+        """Whether the default trial used the parameter ``name``: each of its ``when`` conditions
+        (:meth:`conditions`) holds for what the default ran with (the value it was given, else its
+        config's); False where the conditions are not recorded or a named value is unknown."""
+        conditions = self.conditions(name)
+        if self.default is None or conditions is None:
+            return False
+        given = {**self.default.user_attrs.get("settings", {}), **self.default.params}
+        for key, allowed in conditions:
+            found, value = (True, given[key]) if key in given else self.config_setting(key)
+            if not found or not any(type(value) is type(a) and value == a for a in allowed):
+                return False
+        return True
+
     def default_text(self, name: str) -> str:
         """What the default trial ran with for a parameter or setting, as the report's tables and
         the summary show it; never empty while there is a default trial ("" without one).
@@ -411,14 +437,15 @@ class StudyView:
         """The default trial's parameters, with its config's value (:meth:`default_setting`: for a
         null the run chooses, the value it chose or :data:`DERIVED_TEXT`) for each parameter it was
         not given (the base value lies outside the parameter's range, or is null) that every other
-        completed trial has (a conditional parameter stays absent)."""
+        completed trial has, or that its own ``when`` conditions made it use
+        (:meth:`default_uses`; a conditional parameter it did not use stays absent)."""
         if self.default is None:
             return {}
         params = dict(self.default.params)
         others = [t for t in self.completed if t.number != self.default.number]
         for name in dict.fromkeys(p for t in others for p in t.params):
             found, value = self.default_setting(name)
-            if name not in params and found and not self.is_conditional(name):
+            if name not in params and found and (not self.is_conditional(name) or self.default_uses(name)):
                 params[name] = value
         return params
 

@@ -10,13 +10,16 @@ from typing import Any
 
 import optuna
 
-__all__ = ["PRUNER_ATTR", "SAMPLER_ATTR", "SETUP_ATTR", "WORKER_ATTR_PREFIX", "SamplingFacts", "sampling_facts",
-           "spec_text", "worker_records"]
+__all__ = ["DEFINITION_ATTR", "PRUNER_ATTR", "SAMPLER_ATTR", "SETUP_ATTR", "WORKER_ATTR_PREFIX", "SamplingFacts",
+           "sampling_facts", "spec_text", "worker_records"]
 
 SAMPLER_ATTR = "sampler"  #: {"type", "seed", ...} of the study file's sampler
 PRUNER_ATTR = "pruner"  #: {"type", ...} of the study file's pruner
 WORKER_ATTR_PREFIX = "worker:"  #: + worker id: {"host", "pid", "concurrent_trials", "sampler_seed", ...}
 SETUP_ATTR = "setup"  #: {"base_config" (path or None), "settings", "nccl_settings"} of the study file
+#: What defines the study's trials (``StudySpec.definition``: base config, scene, space, objectives);
+#: the report reads its ``params`` (each parameter's ``name`` and ``when`` conditions).
+DEFINITION_ATTR = "definition"
 
 
 def worker_records(user_attrs: Mapping[str, Any]) -> dict[str, dict[str, Any]]:

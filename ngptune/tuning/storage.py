@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ngptune.errors import NgptuneError
+from ngptune.reporting.study_sampling import DEFINITION_ATTR
 from ngptune.tuning.layout import StudyDir
 from ngptune.tuning.samplers import build_pruner, build_sampler
 from ngptune.tuning.space import default_params
@@ -52,7 +53,6 @@ MAX_RETRIES = 2  # a trial whose worker died is retried at most this many times
 SCHEMA_ATTEMPTS = 8  # RDB storage: tries to open it while another worker creates its tables
 READY_WAIT_S = 60.0  # a worker that loads a study waits this long for its creator to finish setting it up
 _READY_ATTR = "fingerprint"  # study user attribute written last by the creating worker
-DEFINITION_ATTR = "definition"  # the definition the fingerprint was taken of (StudySpec.definition)
 # definition keys that a study file's [budget] sets: a refusal names the study-file key too
 BUDGET_KEYS = {"config.training.time_budget_s": "budget.seconds", "config.training.n_steps": "budget.steps"}
 # Trial user attribute of the enqueued untuned default (and of its retries, which copy it);

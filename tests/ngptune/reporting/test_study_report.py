@@ -847,3 +847,30 @@ def test_an_objective_named_like_a_quality_column_is_one_column_and_the_report_i
     text = view_in_browser(write_study_report(study, tmp_path / "r", title="t", nccl_active=False)).text
     header = text.split("\nTrials\n")[1].splitlines()[3]
     assert header.startswith(f"trial\toutcome\tduration_s\tpsnr_at_budget_db\t{speed}\tpsnr_db\t"), header
+
+
+def test_a_conditional_parameter_the_default_used_shows_its_value_though_other_trials_lack_it(tmp_path: Path) -> None:
+    """training.cone_angle sampled only in data mode (``when``, as the study's definition records
+    it), null in the base config: the default ran data mode and so used it; subgrid trials lack it,
+    yet the default's column, its trials-table row and trials.csv show the value its run chose."""
+    from trainer.contract.config import TrainConfig, dump_config
+
+    study = optuna.create_study(study_name="when", direction="maximize")
+    study.set_metric_names(["psnr_at_budget_db"])
+    study.set_user_attr("definition", {"params": [
+        {"name": "parallel.mode", "when": []},
+        {"name": "parallel.num_subgrids", "when": [["parallel.mode", ["subgrid"]]]},
+        {"name": "training.cone_angle", "when": [["parallel.mode", ["data"]]]}]})
+    _run_trial(study, tmp_path, {"parallel.mode": "data"}, values=[20.0], derived={"training.cone_angle": 0.00390625})
+    config_path = Path(study.trials[0].user_attrs["config_path"])
+    config_path.parent.mkdir(parents=True)
+    config_path.write_text(dump_config(TrainConfig()))  # cone_angle null
+    _run_trial(study, tmp_path, {"parallel.mode": "data", "training.cone_angle": 0.0}, values=[21.0])
+    _run_trial(study, tmp_path, {"parallel.mode": "subgrid", "parallel.num_subgrids": 4}, values=[20.5])
+    assert "training.cone_angle 0.00390625 (derived) 0.0" in _summary(study)
+    csv = pd.read_csv(write_trials_csv(study, tmp_path / "trials.csv"), keep_default_na=False, dtype=str)
+    assert list(csv["param_training.cone_angle"]) == ["0.00390625", "0.0", ""]
+    assert list(csv["param_parallel.num_subgrids"]) == ["", "", "4"]  # data mode: the default did not use it
+    text = view_in_browser(write_study_report(study, tmp_path / "r", title="t", nccl_active=False)).text
+    assert "#0 default\tcompleted\t" in text
+    assert "parallel.mode=data\ntraining.cone_angle=0.00390625 (derived)\t" in text
