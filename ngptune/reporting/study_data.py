@@ -226,7 +226,7 @@ def trials_frame(study: optuna.Study) -> pd.DataFrame:
     ``param_<name>`` per sampled parameter (first appearance order; empty where a trial lacks it;
     the default trial's row holds what it ran with for a parameter it did not sample,
     :meth:`StudyView.default_params`: the base config's value, the value the run chose for a
-    null one, or :data:`DERIVED_TEXT` where the run recorded none), ``gpus`` (the trial's GPUs,
+    null one, empty where the run recorded none: a column holds numbers only), ``gpus`` (the trial's GPUs,
     ``"0,1"``; empty on a host without GPUs) and ``log_path``.
 
     Raises:
@@ -311,7 +311,9 @@ class StudyView:
             frame=pd.DataFrame(),
             default_config=None if default is None else trial_config_dict(default),
         )
-        frame = frame_of(trials, names, None if default is None else default.number, view.default_params())
+        # a value the run did not record is an empty cell, never DERIVED_TEXT in a column of numbers
+        ran = {k: v for k, v in view.default_params().items() if not (v == DERIVED_TEXT and view.is_derived(k))}
+        frame = frame_of(trials, names, None if default is None else default.number, ran)
         return dataclasses.replace(view, frame=frame)
 
     @property

@@ -727,8 +727,12 @@ def test_a_parameter_the_default_left_null_shows_what_its_run_chose_never_a_blan
     assert "(derived): the default's config leaves the setting null and the trainer chose the value" in differing
     assert "#0 default\tcompleted" in text and "training.cone_angle=0.00390625 (derived)\nloss.distortion_weight=derived" in text
     csv = pd.read_csv(write_trials_csv(study, tmp_path / "trials.csv"), keep_default_na=False, dtype=str)
-    assert csv.loc[0, "param_training.cone_angle"] == "0.00390625" and csv.loc[0, "param_loss.distortion_weight"] == "derived"
+    assert csv.loc[0, "param_training.cone_angle"] == "0.00390625" and csv.loc[0, "param_loss.distortion_weight"] == ""
     assert list(csv["param_training.cone_angle"][1:]) == ["0.0", "0.015625"]
+    # trials.csv holds numbers only: a value the run did not record is an empty cell, not "derived"
+    numbers = pd.read_csv(tmp_path / "trials.csv")
+    assert numbers["param_loss.distortion_weight"].dtype == float
+    assert numbers["param_loss.distortion_weight"].mean() == pytest.approx(0.03)
 
 
 def test_the_terminal_summary_leads_with_a_recommendation_that_was_not_confirmed(tmp_path: Path) -> None:
