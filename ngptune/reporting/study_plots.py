@@ -80,7 +80,10 @@ def _widened(distribution: BaseDistribution, value: Any) -> BaseDistribution | N
 def plotted_study(view: StudyView) -> optuna.Study:
     """The study the plots draw: ``view.study`` itself, or, when the default trial lacks parameters
     that the base config sets (:meth:`StudyView.default_params`), an in-memory copy whose default
-    trial holds them (each parameter's distribution widened to the base value)."""
+    trial holds them: each parameter's distribution widened to the base value, or, for a value it
+    cannot hold (a value the run derived off an int step, or :data:`~ngptune.reporting.study_data.DERIVED_TEXT`
+    where the run recorded none), made categorical in every trial of the copy, the trials' values
+    and the default's as its choices; the default never reads as not having the parameter."""
     filled = view.default_params()
     if view.default is None or filled == view.default.params:
         return view.study
@@ -88,22 +91,41 @@ def plotted_study(view: StudyView) -> optuna.Study:
     for t in view.completed:
         for name, dist in t.distributions.items():
             distributions.setdefault(name, dist)
+    placed: dict[str, BaseDistribution] = {}  # the default's distribution of each value it is given
+    as_choices: dict[str, CategoricalDistribution] = {}  # parameters every trial of the copy draws as categories
+    for name, value in filled.items():
+        if name in view.default.params or name not in distributions:
+            continue
+        widened = _widened(distributions[name], value)
+        if widened is None:
+            seen = _ordered({t.params[name] for t in view.trials if name in t.params and t.params[name] != value})
+            widened = as_choices[name] = CategoricalDistribution([*seen, value])
+        placed[name] = widened
     copy = optuna.create_study(study_name=view.study.study_name, directions=view.directions)
     if view.study.metric_names is not None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             copy.set_metric_names(list(view.study.metric_names))
     for t in view.trials:
-        if t.number == view.default.number:
+        is_default = t.number == view.default.number
+        if is_default or any(name in t.params for name in as_choices):
             params, dists = dict(t.params), dict(t.distributions)
-            for name, value in filled.items():
-                widened = _widened(distributions[name], value) if name in distributions else None
-                if name not in params and widened is not None:
-                    params[name], dists[name] = value, widened
+            dists.update((name, dist) for name, dist in as_choices.items() if name in params)
+            if is_default:
+                params.update((name, filled[name]) for name in placed)
+                dists.update(placed)
             t = optuna.trial.create_trial(state=t.state, values=t.values, params=params, distributions=dists,
                                           user_attrs=t.user_attrs, intermediate_values=t.intermediate_values)
         copy.add_trial(t)
     return copy
+
+
+def _ordered(values: set[Any]) -> list[Any]:
+    """``values`` in ascending order, or by their text where they do not compare (numbers and strings)."""
+    try:
+        return sorted(values)
+    except TypeError:
+        return sorted(values, key=str)
 
 
 def _axis_name(tick: str, names: list[str]) -> str:

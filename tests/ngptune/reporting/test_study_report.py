@@ -878,3 +878,33 @@ def test_a_conditional_parameter_the_default_used_shows_its_value_though_other_t
     text = view_in_browser(write_study_report(study, tmp_path / "r", title="t", nccl_active=False)).text
     assert "#0 default\tcompleted\t" in text
     assert "parallel.mode=data\ntraining.cone_angle=0.00390625 (derived)\t" in text
+
+
+def test_the_parallel_coordinates_show_the_default_at_the_value_its_run_derived_never_not_used(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default's derived log2_hashmap_size 15 lies off the sampled grid 12, 14, 16, and its
+    distortion_weight is "derived" (no value recorded) on a float axis: neither reads "not used"."""
+    from ngptune.reporting.study_data import StudyView
+    from ngptune.reporting.study_plots import ABSENT_TEXT, absent_values_named, plotted_study
+    from trainer.contract.config import TrainConfig, dump_config
+
+    monkeypatch.setitem(SPACE, "encoding.log2_hashmap_size", IntDistribution(12, 16, step=2))
+    monkeypatch.setitem(SPACE, "loss.distortion_weight", FloatDistribution(0.0, 0.1))
+    study = optuna.create_study(study_name="grid", direction="maximize")
+    study.set_metric_names(["psnr_at_budget_db"])
+    _run_trial(study, tmp_path, {}, values=[20.0], derived={"encoding.log2_hashmap_size": 15})
+    config_path = Path(study.trials[0].user_attrs["config_path"])
+    config_path.parent.mkdir(parents=True)
+    config_path.write_text(dump_config(TrainConfig()))  # both null
+    _run_trial(study, tmp_path, {"encoding.log2_hashmap_size": 12, "loss.distortion_weight": 0.01}, values=[21.0])
+    _run_trial(study, tmp_path, {"encoding.log2_hashmap_size": 16, "loss.distortion_weight": 0.05}, values=[20.5])
+    plotted = plotted_study(StudyView.of(study))
+    assert plotted.trials[0].params == {"encoding.log2_hashmap_size": 15, "loss.distortion_weight": "derived"}
+    names = ["psnr_at_budget_db", "encoding.log2_hashmap_size", "loss.distortion_weight"]
+    fig = absent_values_named(optuna.visualization.plot_parallel_coordinate(plotted), plotted, names)
+    texts = [a.text for a in fig.layout.annotations]
+    assert ABSENT_TEXT not in texts and "None" not in texts and "derived" in texts and "15" in texts
+    default_line = next(trace.customdata for trace in fig.data
+                        if trace.customdata is not None and trace.customdata[0][1] == "20")
+    assert [value for _, value in default_line[1:]] == ["15", "derived"]
+    assert "Parallel coordinates" in write_study_report(study, tmp_path / "r", title="t", nccl_active=False).read_text()
