@@ -345,7 +345,8 @@ def _trials_section(view: StudyView) -> Section:
     counts = ", ".join(f"{o}: {n}" for o, n in view.frame["outcome"].value_counts().items())
     df = df.drop(columns=param_cols + left_out + ["number", "reason", "log_path"])
     note = text_html(f"{len(df)} trials ({counts or 'none'}). trials.csv has every column, and each log's full path.")
-    return Section("Trials", note + f'<div class="wide">{table_html(df)}</div>')
+    shown = list(view.default_params()) if view.default is not None else []  # the default's row
+    return Section("Trials", note + f'<div class="wide">{table_html(df)}</div>' + _derived_note(view, shown))
 
 
 def _params_shown(view: StudyView, trial: FrozenTrial) -> list[str]:

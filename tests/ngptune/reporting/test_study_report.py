@@ -908,3 +908,22 @@ def test_the_parallel_coordinates_show_the_default_at_the_value_its_run_derived_
                         if trace.customdata is not None and trace.customdata[0][1] == "20")
     assert [value for _, value in default_line[1:]] == ["15", "derived"]
     assert "Parallel coordinates" in write_study_report(study, tmp_path / "r", title="t", nccl_active=False).read_text()
+
+
+def test_the_derived_note_stands_under_the_trials_table_when_the_default_is_the_best(tmp_path: Path) -> None:
+    """The best trial is the default, so there is no settings-diff table; the trials table shows
+    "(derived)" and "derived", and the note explaining them stands under it."""
+    from trainer.contract.config import TrainConfig, dump_config
+
+    study = optuna.create_study(study_name="best_default", direction="maximize")
+    study.set_metric_names(["psnr_at_budget_db"])
+    _run_trial(study, tmp_path, {}, values=[22.0], derived={"training.cone_angle": 0.00390625})
+    config_path = Path(study.trials[0].user_attrs["config_path"])
+    config_path.parent.mkdir(parents=True)
+    config_path.write_text(dump_config(TrainConfig()))
+    _run_trial(study, tmp_path, {"training.cone_angle": 0.0, "loss.distortion_weight": 0.01}, values=[21.0])
+    text = view_in_browser(write_study_report(study, tmp_path / "r", title="t", nccl_active=False)).text
+    assert "Settings that differ from the default" not in text
+    trials = text.split("\nTrials\n")[1].split("\nBottlenecks per trial\n")[0]
+    assert "training.cone_angle=0.00390625 (derived)\nloss.distortion_weight=derived" in trials
+    assert "(derived): the default's config leaves the setting null and the trainer chose the value" in trials
