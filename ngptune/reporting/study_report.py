@@ -43,6 +43,7 @@ from optuna.trial import FrozenTrial
 from ngptune.reporting.html import Section, figure_html, render_page, table_html, text_html
 from ngptune.reporting.study_data import (
     DERIVED_NOTE,
+    DERIVED_TEXT,
     QUALITY_COLUMNS,
     StudyReportError,
     quality_values,
@@ -294,16 +295,27 @@ def _settings_diff_html(view: StudyView, trials: list[FrozenTrial]) -> str:
         found, value = view.default_setting(key)  # a null the run chose: its value, or "derived"
         if key not in base and found:
             base[key] = value
-    differing = [k for k in keys if any(_differs(settings[t.number].get(k), base.get(k)) for t in trials[1:])]
+    # a null the default's run recorded no value for is unknown: no difference can be told
+    unknown = [k for k in keys if base.get(k) == DERIVED_TEXT and view.is_derived(k)]
+    differing = [k for k in keys if k not in unknown
+                 and any(_differs(settings[t.number].get(k), base.get(k)) for t in trials[1:])]
     head = "<h3>Settings that differ from the default</h3>"
+    not_compared = text_html(
+        "Not compared with the default: " + "; ".join(
+            f"{k} (" + ", ".join(f"{view.label(t)}: {cell_text(settings[t.number].get(k))}" for t in trials[1:]) + ")"
+            for k in unknown)
+        + ". The default's config leaves these settings null for the trainer to choose from the scene, and its "
+          "run recorded no value (derived), so whether they differ is unknown.") if unknown else ""
     if not differing:
+        if unknown:
+            return head + text_html("None of the settings that can be compared.") + not_compared
         return head + text_html("None: the best trial ran the default settings.")
     table = pd.DataFrame(
         {view.label(t): [view.default_text(k) if t.number == view.default.number else cell_text(settings[t.number].get(k))
                          for k in differing] for t in trials},
         index=pd.Index(differing, name="setting"),
     )
-    return head + table_html(table.reset_index()) + _derived_note(view, differing)
+    return head + table_html(table.reset_index()) + _derived_note(view, differing) + not_compared
 
 
 def _derived_note(view: StudyView, keys: list[str]) -> str:

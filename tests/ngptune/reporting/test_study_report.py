@@ -723,7 +723,10 @@ def test_a_parameter_the_default_left_null_shows_what_its_run_chose_never_a_blan
     text = view_in_browser(write_study_report(study, tmp_path / "r", title="t", nccl_active=False)).text
     differing = text.split("Settings that differ from the default")[1].split("\nTrials\n")[0]
     assert "training.cone_angle\t0.00390625 (derived)\t0.0" in differing
-    assert "loss.distortion_weight\tderived\t0.01" in differing
+    # no value recorded: unknown, so not called a difference
+    assert "loss.distortion_weight\t" not in differing
+    assert ("Not compared with the default: loss.distortion_weight (best #1: 0.01). The default's config leaves "
+            "these settings null") in differing
     assert "(derived): the default's config leaves the setting null and the trainer chose the value" in differing
     assert "#0 default\tcompleted" in text and "training.cone_angle=0.00390625 (derived)\nloss.distortion_weight=derived" in text
     csv = pd.read_csv(write_trials_csv(study, tmp_path / "trials.csv"), keep_default_na=False, dtype=str)
@@ -927,3 +930,22 @@ def test_the_derived_note_stands_under_the_trials_table_when_the_default_is_the_
     trials = text.split("\nTrials\n")[1].split("\nBottlenecks per trial\n")[0]
     assert "training.cone_angle=0.00390625 (derived)\nloss.distortion_weight=derived" in trials
     assert "(derived): the default's config leaves the setting null and the trainer chose the value" in trials
+
+
+def test_a_setting_the_default_recorded_no_value_for_is_not_called_a_difference(tmp_path: Path) -> None:
+    """The default's run recorded no value for loss.distortion_weight (null in its config): the best's
+    0.01 is not listed as differing, nor is the best said to run the default settings."""
+    from trainer.contract.config import TrainConfig, dump_config
+
+    study = optuna.create_study(study_name="unknown", direction="maximize")
+    study.set_metric_names(["psnr_at_budget_db"])
+    _run_trial(study, tmp_path, {}, values=[20.0])
+    config_path = Path(study.trials[0].user_attrs["config_path"])
+    config_path.parent.mkdir(parents=True)
+    config_path.write_text(dump_config(TrainConfig()))
+    _run_trial(study, tmp_path, {"loss.distortion_weight": 0.01}, values=[21.0])
+    text = view_in_browser(write_study_report(study, tmp_path / "r", title="t", nccl_active=False)).text
+    differing = text.split("Settings that differ from the default")[1].split("\nTrials\n")[0]
+    assert "loss.distortion_weight\t" not in differing and "the best trial ran the default settings" not in differing
+    assert "None of the settings that can be compared." in differing
+    assert "Not compared with the default: loss.distortion_weight (best #1: 0.01)." in differing
