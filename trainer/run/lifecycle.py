@@ -89,6 +89,20 @@ def saved_config(cfg: Any) -> dict[str, Any]:
         saved["data"]["scene"] = str(Path(saved["data"]["scene"]).resolve())
     return saved
 
+def write_config_before_build(run_dir: RunDir, cfg: Any, resuming: bool) -> None:
+    """The run's ``config.json`` (:func:`saved_config`) before its trainer is built, unless the run
+    resumes into a folder that has one: a resume replaces it only once its snapshot or checkpoint
+    has loaded (:func:`write_config_after_load`), so a refused resume leaves the config the
+    folder's models were trained with."""
+    if not resuming or not run_dir.config_path.is_file():
+        run_dir.write_json(run_dir.config_path, saved_config(cfg))
+
+
+def write_config_after_load(run_dir: RunDir, cfg: Any) -> None:
+    """A resume has loaded: the folder's ``config.json`` is this run's from here on."""
+    run_dir.write_json(run_dir.config_path, saved_config(cfg))
+
+
 class Job(abc.ABC):
     """How one process's run differs from a rank's (the stages in the module docstring)."""
 
@@ -145,10 +159,7 @@ class OneProcess(Job):
         self.run_dir.remove_stale_temp_files()
         if args.resume is not None:
             self.run_dir.archive_eval()  # the folder's eval.json is of an earlier step
-        if args.resume is None or not self.run_dir.config_path.is_file():
-            self.run_dir.write_json(self.run_dir.config_path, saved_config(cfg))
-        # (a resume into the folder replaces its config.json once the snapshot has loaded: a refused
-        # resume leaves the config the folder's models were trained with)
+        write_config_before_build(self.run_dir, cfg, resuming=args.resume is not None)
         cpu = on_cpu(cfg.training.device)
         threads = apply_cpu_threads(cfg.training.cpu_threads, 1).words if cpu else None
         print(opening_line(cfg, args, 1, threads=threads), flush=True)  # before the progress bar shows
@@ -178,8 +189,8 @@ class OneProcess(Job):
 
         args = self.args
         trainer = train_from_config(self.cfg, self.scene_path, self.run_dir, resume=args.resume)
-        if args.resume is not None:  # loaded: the folder's config is this run's from here on
-            self.run_dir.write_json(self.run_dir.config_path, saved_config(self.cfg))
+        if args.resume is not None:
+            write_config_after_load(self.run_dir, self.cfg)
         progress.message(_fitted(trainer.scene.size_rule))  # which size rule won, and why
         progress.message(_fitted(scene_model_text(trainer)))  # the scene model, and the capture it was chosen for
         if args.resume is not None:
@@ -244,10 +255,8 @@ class Rank(Job):
         cfg = self.cfg
         init_distributed(self.env, cfg.distributed.timeout_s)
         resume = resume_source(self.args.resume, self.run_dir)
-        # a resume into the folder replaces its config.json once the checkpoint has loaded: a
-        # refused resume leaves the config the folder's models were trained with
-        if self.env.is_main and (resume is None or not self.run_dir.config_path.is_file()):
-            self.run_dir.write_json(self.run_dir.config_path, saved_config(cfg))
+        if self.env.is_main:
+            write_config_before_build(self.run_dir, cfg, resuming=resume is not None)
         with warnings.catch_warnings():
             if not self.env.is_main:  # rank 0 says it; where ranks share a terminal (torchrun, srun)
                 warnings.simplefilter("ignore", SkippedFramesWarning)  # another rank's copy would repeat it
@@ -259,7 +268,7 @@ class Rank(Job):
         if resume is not None:
             status["resumed_from"] = str(trainer.load_checkpoint(Path(resume)))
             if self.env.is_main:
-                self.run_dir.write_json(self.run_dir.config_path, saved_config(cfg))
+                write_config_after_load(self.run_dir, cfg)
             status["resumed_from_step"] = trainer.step
             check_n_steps_reach(cfg, trainer.step, f"checkpoint {status['resumed_from']}")
             after = f" after restart {self.restarts}" if self.restarts else ""
