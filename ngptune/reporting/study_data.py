@@ -323,8 +323,17 @@ class StudyView:
     def direction_word(self, i: int) -> str:
         return "max" if self.directions[i] == StudyDirection.MAXIMIZE else "min"
 
+    def is_default(self, trial: FrozenTrial) -> bool:
+        """Whether ``trial`` is the study's default trial."""
+        return self.default is not None and trial.number == self.default.number
+
+    def params_of(self, trial: FrozenTrial) -> dict[str, Any]:
+        """What ``trial`` ran with for the study's parameters: its own, or for the default trial
+        :meth:`default_params` (those it was not given too)."""
+        return self.default_params() if self.is_default(trial) else dict(trial.params)
+
     def label(self, trial: FrozenTrial) -> str:
-        if self.default is not None and trial.number == self.default.number:
+        if self.is_default(trial):
             return f"default #{trial.number}"
         if not any(b.number == trial.number for b in self.best):
             return f"runner-up #{trial.number}"
@@ -332,7 +341,7 @@ class StudyView:
 
     def role(self, trial: FrozenTrial) -> str:
         roles = []
-        if self.default is not None and trial.number == self.default.number:
+        if self.is_default(trial):
             roles.append("default")
         if any(b.number == trial.number for b in self.best):
             roles.append("Pareto front" if self.multi_objective else "best")

@@ -311,7 +311,7 @@ def _settings_diff_html(view: StudyView, trials: list[FrozenTrial]) -> str:
             return head + text_html("None of the settings that can be compared.") + not_compared
         return head + text_html("None: the best trial ran the default settings.")
     table = pd.DataFrame(
-        {view.label(t): [view.default_text(k) if t.number == view.default.number else cell_text(settings[t.number].get(k))
+        {view.label(t): [view.default_text(k) if view.is_default(t) else cell_text(settings[t.number].get(k))
                          for k in differing] for t in trials},
         index=pd.Index(differing, name="setting"),
     )
@@ -346,7 +346,7 @@ def _trials_section(view: StudyView) -> Section:
     df["outcome"] = [o if not r and o == "completed" else f"{o}: {r}" + (f"\nlog: {_short_path(log)}" if log else "")
                      for o, r, log in zip(df["outcome"], df["reason"], df["log_path"])]
     df.insert(df.columns.get_loc("log_path"), "params",  # from the trial: an int stays an int; one a line
-              ["\n".join(f"{name}={_param_text(view, by_number[n], name)}" for name in _params_shown(view, by_number[n]))
+              ["\n".join(f"{name}={_param_text(view, by_number[n], name)}" for name in view.params_of(by_number[n]))
                for n in df["number"]])
     df.insert(df.columns.get_loc("log_path"), "main_diagnosis", [_main_diagnosis(by_number[n]) for n in df["number"]])
     interconnects = [by_number[n].user_attrs.get("emulated_interconnect", "") for n in df["number"]]
@@ -361,16 +361,8 @@ def _trials_section(view: StudyView) -> Section:
     return Section("Trials", note + f'<div class="wide">{table_html(df)}</div>' + _derived_note(view, shown))
 
 
-def _params_shown(view: StudyView, trial: FrozenTrial) -> list[str]:
-    """The parameters the trials table lists for ``trial``: the ones it sampled; for the default
-    trial also those it ran at its config's value (:meth:`StudyView.default_params`)."""
-    if view.default is not None and trial.number == view.default.number:
-        return list(view.default_params())
-    return list(trial.params)
-
-
 def _param_text(view: StudyView, trial: FrozenTrial, name: str) -> str:
-    if view.default is not None and trial.number == view.default.number:
+    if view.is_default(trial):
         return view.default_text(name)
     return category_text(trial.params[name])
 

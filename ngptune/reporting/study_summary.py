@@ -169,8 +169,7 @@ def summary_parts(study: optuna.Study, show_recommendation: bool = True) -> list
         settings.add_column(view.label(t))
     # where the default is among the best, its rows are what it ran with: sampled, or its config's (a derived value too)
     filled = view.default_params()
-    ran = [filled if view.default is not None and t.number == view.default.number else t.params for t in view.best]
-    names = list(dict.fromkeys(p for params in ran for p in params))
+    names = list(dict.fromkeys(p for t in view.best for p in view.params_of(t)))
     for name in names:
         row = [name]
         if view.default is not None:  # blank, as in the other columns, for a conditional parameter it did not use

@@ -89,6 +89,7 @@ def saved_config(cfg: Any) -> dict[str, Any]:
         saved["data"]["scene"] = str(Path(saved["data"]["scene"]).resolve())
     return saved
 
+
 def write_config_before_build(run_dir: RunDir, cfg: Any, resuming: bool) -> None:
     """The run's ``config.json`` (:func:`saved_config`) before its trainer is built, unless the run
     resumes into a folder that has one: a resume replaces it only once its snapshot or checkpoint
