@@ -112,14 +112,15 @@ class Trainer:
         self.contraction = SceneContraction.of_box(self.aabb_scale) if self.scene_choice.unbounded else None
         self.background_steps = t.background_steps if self.scene_choice.unbounded else 0
         self.distortion_weight = cfg.loss.resolved_distortion_weight(self.scene_choice.unbounded)
-        # (F, log2 T) of the hash grid: encoding's values, null ones chosen by the scene model
-        self.hash_grid = (cfg.encoding.resolved_features_per_level(self.scene_choice.unbounded),
-                          cfg.encoding.resolved_log2_hashmap_size(self.scene_choice.unbounded))
         field_box_np, self.field_scale = field_box(self.aabb_scale, self.scene_model)
         self.field_aabb = torch.tensor(field_box_np, dtype=torch.float32, device=self.device)
         self.footprint_resolution = footprint_resolution(self.train_frames, field_box_np)
-        self.finest_resolution = cfg.encoding.finest_resolution(self.field_scale, self.footprint_resolution)
         check_trainable(cfg)
+        # the hash grid as built: encoding's values, null ones chosen by the scene model and the views
+        self.grid_config = hash_grid_config(cfg.encoding, self.field_scale, self.footprint_resolution,
+                                            self.scene_choice.unbounded)
+        self.hash_grid = (self.grid_config.n_features_per_level, self.grid_config.log2_hashmap_size)  # (F, log2 T)
+        self.finest_resolution = self.grid_config.max_resolution
         self.field = self.build_model()
         self.grid = OccupancyGrid(aabb_scale=self.aabb_scale, resolution=t.occupancy_resolution,
                                   decay=t.occupancy_decay, threshold=t.occupancy_threshold,
@@ -209,15 +210,13 @@ class Trainer:
         factor (``data.downscale``), the hash grid's F and log2 T, its per-level scale b and finest
         resolution N_max (the one the config does not give), the distortion weight and the cone
         angle the run trains with."""
-        enc = self.cfg.encoding
         features, log2_size = self.hash_grid
         chosen: dict[str, int | float | None] = {
             "data.aabb_scale": self.aabb_scale,
             "data.downscale": self.scene.downscale,
             "encoding.n_features_per_level": features,
             "encoding.log2_hashmap_size": log2_size,
-            "encoding.per_level_scale": hash_grid_config(enc, self.field_scale, self.footprint_resolution,
-                                                         self.scene_choice.unbounded).growth_factor,
+            "encoding.per_level_scale": self.grid_config.growth_factor,
             "encoding.max_resolution": self.finest_resolution,  # None: per_level_scale gives the levels
             "loss.distortion_weight": self.distortion_weight,
             "training.cone_angle": self.cone_angle,
