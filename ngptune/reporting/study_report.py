@@ -306,16 +306,34 @@ def _settings_diff_html(view: StudyView, trials: list[FrozenTrial]) -> str:
             for k in unknown)
         + ". The default's config leaves these settings null for the trainer to choose from the scene, and its "
           "run recorded no value (derived), so whether they differ is unknown.") if unknown else ""
-    if not differing:
+    followed = _derived_differences(view, trials, keys)
+    if not differing and not followed:
         if unknown:
             return head + text_html("None of the settings that can be compared.") + not_compared
         return head + text_html("None: the best trial ran the default settings.")
-    table = pd.DataFrame(
-        {view.label(t): [view.default_text(k) if view.is_default(t) else cell_text(settings[t.number].get(k))
-                         for k in differing] for t in trials},
-        index=pd.Index(differing, name="setting"),
-    )
-    return head + table_html(table.reset_index()) + _derived_note(view, differing) + not_compared
+    rows = {k: [view.default_text(k) if view.is_default(t) else cell_text(settings[t.number].get(k)) for t in trials]
+            for k in differing}
+    rows.update(followed)
+    table = pd.DataFrame(rows, index=[view.label(t) for t in trials]).T
+    table.index.name = "setting"
+    return head + table_html(table.reset_index()) + _derived_note(view, list(rows)) + not_compared
+
+
+def _derived_differences(view: StudyView, trials: list[FrozenTrial], given: list[str]) -> dict[str, list[str]]:
+    """Settings no compared trial was given whose value another trial's run chose differently from
+    the default's run (each run's ``derived_settings``: a T that followed a sampled F, a cone angle
+    that followed a box): setting → one cell per trial, ``value (derived)``, or ``derived`` where
+    a run recorded none."""
+    recorded = {t.number: t.user_attrs.get("derived_settings") or {} for t in trials}
+    base = recorded[view.default.number] if view.default is not None else {}
+    rows: dict[str, list[str]] = {}
+    for key in dict.fromkeys(k for r in recorded.values() for k in r):
+        if key in given or key not in base or not view.is_derived(key):
+            continue
+        if any(key in recorded[t.number] and _differs(recorded[t.number][key], base[key]) for t in trials):
+            rows[key] = [f"{category_text(recorded[t.number][key])} ({DERIVED_TEXT})" if key in recorded[t.number]
+                         else DERIVED_TEXT for t in trials]
+    return rows
 
 
 def _derived_note(view: StudyView, keys: list[str]) -> str:

@@ -949,3 +949,25 @@ def test_a_setting_the_default_recorded_no_value_for_is_not_called_a_difference(
     assert "loss.distortion_weight\t" not in differing and "the best trial ran the default settings" not in differing
     assert "None of the settings that can be compared." in differing
     assert "Not compared with the default: loss.distortion_weight (best #1: 0.01)." in differing
+
+
+def test_a_setting_that_followed_the_best_trials_own_setting_is_listed_as_derived(tmp_path: Path) -> None:
+    """The best trial was given F = 2 and its run chose log2 T = 19 (T follows F) where the default's
+    chose 18: the settings that differ list both, T marked "(derived)" in each column; a derived
+    value both runs chose alike (the cone angle) is not listed."""
+    from trainer.contract.config import TrainConfig, dump_config
+
+    study = optuna.create_study(study_name="followed", direction="maximize")
+    study.set_metric_names(["psnr_at_budget_db"])
+    _run_trial(study, tmp_path, {}, values=[20.0], derived={
+        "encoding.n_features_per_level": 4, "encoding.log2_hashmap_size": 18, "training.cone_angle": 0.00390625})
+    config_path = Path(study.trials[0].user_attrs["config_path"])
+    config_path.parent.mkdir(parents=True)
+    config_path.write_text(dump_config(TrainConfig()))
+    _run_trial(study, tmp_path, {"encoding.n_features_per_level": 2}, values=[21.0],
+               derived={"encoding.log2_hashmap_size": 19, "training.cone_angle": 0.00390625})
+    text = view_in_browser(write_study_report(study, tmp_path / "r", title="t", nccl_active=False)).text
+    differing = text.split("Settings that differ from the default")[1].split("\nTrials\n")[0]
+    assert "encoding.log2_hashmap_size\t18 (derived)\t19 (derived)" in differing
+    assert "encoding.n_features_per_level\t4 (derived)\t2\n" in differing and "training.cone_angle" not in differing
+    assert "(derived): the default's config leaves the setting null" in differing
