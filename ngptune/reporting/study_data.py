@@ -340,9 +340,14 @@ class StudyView:
         return f"{'Pareto' if self.multi_objective else 'best'} #{trial.number}"
 
     def role(self, trial: FrozenTrial) -> str:
+        """The trial's part in the study, as the trials table names it: ``default``, ``best`` (or
+        ``Pareto front``), both, ``default, another attempt`` for an attempt at the default that is
+        not the default trial (one that failed and was retried), or ""."""
         roles = []
         if self.is_default(trial):
             roles.append("default")
+        elif trial.user_attrs.get("is_default") is True:
+            roles.append("default, another attempt")
         if any(b.number == trial.number for b in self.best):
             roles.append("Pareto front" if self.multi_objective else "best")
         return ", ".join(roles)

@@ -67,6 +67,7 @@ def _run_trial(
     quality: dict[str, float] | None = None,
     worker: str | None = None,
     derived: dict[str, float] | None = None,
+    is_default: bool | None = None,
 ) -> int:
     """One trial as the sweep records it; ``metrics`` = (throughput, eval PSNR or None) records for its run;
     ``derived`` = what its run chose for the config's null settings (status.json's derived_settings)."""
@@ -83,7 +84,7 @@ def _run_trial(
         "run_dir": str(run_dir),
         "config_path": str(RunDir(run_dir).config_path),
         "duration_s": duration_s,
-        "is_default": number == 0,
+        "is_default": number == 0 if is_default is None else is_default,
         "settings": {"training.n_steps": 200, **params},
         "nccl_env": nccl_env or {},
         "nccl_applied": nccl_applied or {},
@@ -971,3 +972,16 @@ def test_a_setting_that_followed_the_best_trials_own_setting_is_listed_as_derive
     assert "encoding.log2_hashmap_size\t18 (derived)\t19 (derived)" in differing
     assert "encoding.n_features_per_level\t4 (derived)\t2\n" in differing and "training.cone_angle" not in differing
     assert "(derived): the default's config leaves the setting null" in differing
+
+
+def test_an_attempt_at_the_default_that_failed_is_named_in_the_trials_table(tmp_path: Path) -> None:
+    """Trial 0, the default, crashed and trial 1 retried it and completed: #1 is the default, #0
+    reads "default, another attempt" rather than nothing."""
+    study = optuna.create_study(study_name="retried_default", direction="maximize")
+    study.set_metric_names(["psnr_at_budget_db"])
+    _run_trial(study, tmp_path, {}, state=TrialState.FAIL, reason=CRASH_REASON)
+    _run_trial(study, tmp_path, {}, values=[20.0], is_default=True)
+    _run_trial(study, tmp_path, {"training.lr": 0.02}, values=[21.0])
+    text = view_in_browser(write_study_report(study, tmp_path / "r", title="t", nccl_active=False)).text
+    trials = text.split("\nTrials\n")[1]
+    assert "#0 default, another attempt" in trials and "#1 default" in trials and "#2 best" in trials
