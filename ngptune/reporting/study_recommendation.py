@@ -56,12 +56,16 @@ class Recommendation:
         is_default: whether the recommended trial is the default.
         confirmed: whether re-runs (recorded, of both configurations) uphold the recommendation.
         sentence: one sentence saying what is recommended and why.
+        re_run: whether the recommendation is the verdict of the test on complete re-runs of both
+            (:data:`RE_RUN_VERDICTS`: a confirmed gain, or the default kept because the best did
+            not beat it significantly).
     """
 
     trial: int | None
     is_default: bool
     confirmed: bool
     sentence: str
+    re_run: bool = False
 
 
 def verdict_of(record: Any) -> dict[str, Any] | None:
@@ -96,7 +100,8 @@ def recommendation(view: StudyView) -> Recommendation:
     sentence = str(verdict.get("sentence") or "no verdict sentence recorded").rstrip(".")
     sentence = sentence.replace("; the default is recommended;", ";").replace(" and is recommended;", ";")
     return Recommendation(number, is_default, confirmed,
-                          f"{lead} is recommended{'' if tested else ' (not confirmed by re-runs)'}: {sentence}.")
+                          f"{lead} is recommended{'' if tested else ' (not confirmed by re-runs)'}: {sentence}.",
+                          re_run=tested)
 
 
 #: Verdicts taken by the test on complete re-runs (``ngptune.tuning.confirm``): their

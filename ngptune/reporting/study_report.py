@@ -490,7 +490,8 @@ def _overview_section(view: StudyView, nccl_active: bool, out_dir: Path) -> Sect
         parts.append(text_html(f"{word}: " + ", ".join(f"trial #{t.number}" for t in view.best)
                                + f". Recommended: trial #{rec.trial}"
                                + (" (the default)" if rec.is_default else "")
-                               + (", confirmed by re-runs." if rec.confirmed else ", not confirmed by re-runs.")))
+                               + (", confirmed by re-runs." if rec.confirmed
+                                  else ", as the re-runs decided." if rec.re_run else ", not confirmed by re-runs.")))
     parts.extend(text_html(line) for line in sampling_facts(view.study).sentences())
     parts.append(text_html("NCCL parameters active (nccl backend)." if nccl_active
                            else "NCCL parameters inactive (gloo backend)."))

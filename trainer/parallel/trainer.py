@@ -242,8 +242,8 @@ class DistributedTrainerBase(Trainer, metaclass=abc.ABCMeta):
             )
         self.check_checkpoint_meta(folder, meta)
         check_finest_resolution(folder, meta.get("trainer_state"), self.finest_resolution, meta.get("config"), self.cfg)
-        check_scene_model(folder, meta.get("trainer_state"), self.scene_model)
-        check_hash_grid(folder, meta.get("trainer_state"), meta.get("config"), self.hash_grid)
+        check_scene_model(folder, meta.get("trainer_state"), self.scene_model, meta.get("config"), self.cfg)
+        check_hash_grid(folder, meta.get("trainer_state"), meta.get("config"), self.hash_grid, self.cfg)
         stored = ckpt.checkpoint_keys(folder)
         for name, p in self.named_parameters_for_optimizer().items():
             if f"optimizer.{name}.step" in stored and p not in self.optimizer.state:

@@ -52,15 +52,23 @@ def check_finest_resolution(path: Path, trainer_state: Any, finest_resolution: i
     stored = trainer_state.get("finest_resolution") if isinstance(trainer_state, dict) else None
     if stored is None or finest_resolution is None or int(stored) == finest_resolution:
         return
-    others = [line for line in (config_differences(saved_config, cfg) if cfg is not None else [])
-              if not line.startswith("encoding.max_resolution:")]
-    cure = (f"it was trained with other settings too ({'; '.join(others[:3])}{'; ...' if len(others) > 3 else ''}): "
-            "pass its run's config.json as --config" if others
-            else f"load it with --set encoding.max_resolution={int(stored)}")
+    cure = _cure_text(f"--set encoding.max_resolution={int(stored)}", saved_config, cfg, ("encoding.max_resolution",))
     raise SnapshotError(
         f"{path}: its hash grid was trained with a finest resolution of {int(stored)}, this config and "
         f"scene give {finest_resolution} (encoding.max_resolution, else derived from the training views); {cure}"
     )
+
+
+def _cure_text(flags: str, saved_config: Any, cfg: TrainConfig | None, keys: tuple[str, ...]) -> str:
+    """What loads a model refused for the settings ``keys``: ``flags`` (the ``--set`` overrides of
+    them), or, when ``cfg`` differs from ``saved_config`` in other training settings too, its
+    run's config.json (the overrides alone would only meet the next difference)."""
+    others = [line for line in (config_differences(saved_config, cfg) if cfg is not None else [])
+              if line.partition(":")[0] not in keys]
+    if others:
+        return (f"it was trained with other settings too ({'; '.join(others[:3])}{'; ...' if len(others) > 3 else ''}): "
+                "pass its run's config.json as --config")
+    return f"load it with {flags}"
 
 
 HASH_GRID_KEYS = ("n_features_per_level", "log2_hashmap_size")
@@ -84,27 +92,33 @@ def stored_hash_grid(trainer_state: Any, saved_config: Any = None) -> tuple[int,
     return (int(values[0]), int(values[1])) if all(is_int(v) for v in values) else None
 
 
-def check_hash_grid(path: Path, trainer_state: Any, saved_config: Any, hash_grid: tuple[int, int]) -> None:
+def check_hash_grid(path: Path, trainer_state: Any, saved_config: Any, hash_grid: tuple[int, int],
+                    cfg: TrainConfig | None = None) -> None:
     """Refuse a snapshot or checkpoint whose hash grid has another F or T than this trainer's
     (``hash_grid``: ``trainer.hash_grid``), before the tensors' shapes would: with
     ``encoding.n_features_per_level`` and ``encoding.log2_hashmap_size`` null the scene model
     chooses them, so a config that leaves them out may build another grid than the run trained.
 
+    ``cfg``: this run's config; when it differs from ``saved_config`` in other training settings
+    too, the message asks for its run's config.json instead of the ``--set`` flags.
+
     Raises:
-        SnapshotError: they differ; the message names both and the ``--set`` flags that load it.
+        SnapshotError: they differ; the message names both and what loads it.
     """
     stored = stored_hash_grid(trainer_state, saved_config)
     if stored is None or stored == tuple(hash_grid):
         return
     flags = " ".join(f"--set encoding.{key}={value}" for key, value in zip(HASH_GRID_KEYS, stored))
+    cure = _cure_text(flags, saved_config, cfg, tuple(f"encoding.{key}" for key in HASH_GRID_KEYS))
     raise SnapshotError(
         f"{path}: its hash grid was trained with F={stored[0]}, T=2^{stored[1]}, this config and scene give "
         f"F={hash_grid[0]}, T=2^{hash_grid[1]} (encoding.n_features_per_level and encoding.log2_hashmap_size; "
-        f"null: chosen by the scene model); load it with {flags}"
+        f"null: chosen by the scene model); {cure}"
     )
 
 
-def check_scene_model(path: Path, trainer_state: Any, scene_model: str) -> None:
+def check_scene_model(path: Path, trainer_state: Any, scene_model: str, saved_config: Any = None,
+                      cfg: TrainConfig | None = None) -> None:
     """Refuse a snapshot or checkpoint trained with another scene model (``training.scene_model``,
     :mod:`trainer.render.scene_model`): the field's domain and the occupancy grid's levels differ.
 
@@ -113,16 +127,19 @@ def check_scene_model(path: Path, trainer_state: Any, scene_model: str) -> None:
         trainer_state: its ``trainer_state`` entry (``scene_model`` absent: written before the
             unbounded model existed, a box model).
         scene_model: this trainer's scene model.
+        saved_config, cfg: the config it was written with and this run's; when they differ in
+            other training settings too, the message asks for its run's config.json.
 
     Raises:
-        SnapshotError: the two differ; the message names both and the override.
+        SnapshotError: the two differ; the message names both and what loads it.
     """
     stored = trainer_state.get("scene_model", "box") if isinstance(trainer_state, dict) else "box"
     if stored == scene_model:
         return
+    cure = _cure_text(f"--set training.scene_model={stored}", saved_config, cfg, ("training.scene_model",))
     raise SnapshotError(
         f"{path}: trained with the scene model {stored!r}, this config and scene give {scene_model!r} "
-        f"(training.scene_model); load it with --set training.scene_model={stored}"
+        f"(training.scene_model); {cure}"
     )
 
 
@@ -218,8 +235,8 @@ def _load_model_and_grid(trainer: Any, path: Path, payload: dict[str, Any]) -> N
     warn_config_differences(path, payload.get("config"), trainer.cfg, payload.get("trainer_state"), trainer.hash_grid)
     check_finest_resolution(path, payload.get("trainer_state"), trainer.finest_resolution, payload.get("config"),
                             trainer.cfg)
-    check_scene_model(path, payload.get("trainer_state"), trainer.scene_model)
-    check_hash_grid(path, payload.get("trainer_state"), payload.get("config"), trainer.hash_grid)
+    check_scene_model(path, payload.get("trainer_state"), trainer.scene_model, payload.get("config"), trainer.cfg)
+    check_hash_grid(path, payload.get("trainer_state"), payload.get("config"), trainer.hash_grid, trainer.cfg)
     trainer.stepper.forget_graph()  # the tensors a captured step reads are about to be replaced
     load_state_checked(trainer.field, payload["model"], "model", path)
     load_state_checked(trainer.grid, payload["occupancy"], "occupancy grid", path)

@@ -609,7 +609,7 @@ def test_a_best_that_was_not_confirmed_leads_with_the_default_recommended(tmp_pa
                 "(mean ± sd); Welch's t-test p = 0.57 >= 0.05.")
     assert sentence in text
     assert text.index(sentence) < text.index("Confirmation re-runs") < text.index("Best single run: trial #1")
-    assert "Best single run: trial #1. Recommended: trial #0 (the default), not confirmed by re-runs." in text
+    assert "Best single run: trial #1. Recommended: trial #0 (the default), as the re-runs decided." in text
     assert "Quality and time: best vs default (single runs)" in text
     assert "Best vs default (single runs)" in text
     changes = ["psnr_db\t24.00 dB\t24.80 dB\t+0.80 dB", "train_time_s\t30.0 s\t29.5 s\t-0.5 s",

@@ -106,3 +106,24 @@ def test_a_model_of_a_derived_finest_resolution_renders_with_another_scene(demo_
     assert Trainer(_derived(), load_scene(finer)).finest_resolution != finest  # it would derive another
     model = load_model(run.root, scene_path=finer)
     assert model.trainer.finest_resolution == finest and model.trainer.step == 3
+
+
+def test_a_snapshot_of_another_hash_grid_is_refused_with_the_override_or_its_config(demo_scene, tmp_path):
+    """Another F and T alone: the message names the --set flags, and they load it. Another F and T
+    with another network too: the flags would only meet the next difference, so it asks for the
+    run's config.json, naming that difference."""
+    scene, path, finest = _trained_snapshot(demo_scene, tmp_path)
+    grid = {"encoding__n_features_per_level": 4, "encoding__log2_hashmap_size": 10}
+    other = Trainer(_derived(**grid), scene)
+    probe = Trainer(_derived(), scene)
+    stored = probe.hash_grid
+    probe.close()
+    flags = rf"--set encoding\.n_features_per_level={stored[0]} --set encoding\.log2_hashmap_size={stored[1]}"
+    with pytest.raises(SnapshotError, match=rf"its hash grid was trained with F={stored[0]}, .*; load it with {flags}$"):
+        other.load(path)
+    other.close()
+    wider = Trainer(_derived(**grid, network__n_neurons=32), scene)
+    with pytest.raises(SnapshotError, match=r"other settings too \(network\.n_neurons: \d+ → 32\): "
+                                            r"pass its run's config\.json as --config$"):
+        wider.load(path)
+    wider.close()
