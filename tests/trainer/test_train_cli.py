@@ -106,9 +106,18 @@ def test_a_used_out_folder_is_refused_unless_resumed_and_a_missing_scene_writes_
     spent = _run(*common, "--n-steps", "15", "--resume", str(out / "snapshots" / "step_0000010.pt"),
                  "--time-budget", f"{trained_s:.6f}", cwd=REPO)
     assert spent.returncode == 0, spent.stderr
-    assert (f"warning: the time budget of {float(f'{trained_s:.6f}'):g} s (--time-budget, training.time_budget_s) "
+    assert (f"warning: the time budget of {float(f'{trained_s:.6f}'):g} s (--time-budget) "
             f"counts the {trained_s:.1f} s trained before the resume") in " ".join(spent.stdout.split()), spent.stdout
     assert "a larger --time-budget trains on" in " ".join(spent.stdout.split())
+    # the same budget kept by the run's config.json, as the README resumes: the warning names where it came from
+    kept = tmp_path / "kept.json"
+    saved = json.loads((out / "config.json").read_text())
+    saved["training"]["time_budget_s"] = trained_s
+    kept.write_text(json.dumps(saved))
+    from_config = _run(*[a if a != str(config) else str(kept) for a in common], "--n-steps", "15",
+                       "--resume", str(out / "snapshots" / "step_0000010.pt"), cwd=REPO)
+    assert from_config.returncode == 0, from_config.stderr
+    assert f"s (training.time_budget_s of --config {kept}) counts the" in " ".join(from_config.stdout.split())
 
     missing = tmp_path / "no_such_scene"
     lost = _run("--scene", str(missing), "--config", str(config), "--out", str(tmp_path / "never"), cwd=REPO)

@@ -142,7 +142,7 @@ def summary_lines(status: Mapping[str, Any]) -> list[str]:
         took = status.get("train_time_s")
         parts.append(f"{SUMMARY_PREFIX}{status['step']}" + (f" in {took:.1f} s" if isinstance(took, (int, float)) else ""))
         if status.get("stopped_by") == "time_budget":
-            parts[-1] += " (stopped before a step that would pass the time budget)"
+            parts[-1] += " (the time budget stopped it)"  # how: the stop line before says
     restarts = status.get(RESTART_COUNT_KEY)
     if isinstance(restarts, int) and restarts > 0:
         resumed = status.get("resumed_from")

@@ -203,8 +203,11 @@ class OneProcess(Job):
                 f"(train_time_s includes its {trainer.train_time_s:.1f} s", "of training before the resume)"])))
             budget = self.cfg.training.time_budget_s
             if budget and trainer.train_time_s >= 0.9 * budget:
+                source = ("--time-budget" if getattr(args, "time_budget_s", None) is not None
+                          else f"training.time_budget_s of --config {args.config}" if getattr(args, "config", None)
+                          else "training.time_budget_s")
                 progress.message("warning: " + fitted_warning(
-                    f"the time budget of {budget:g} s (--time-budget, training.time_budget_s) counts the "
+                    f"the time budget of {budget:g} s ({source}) counts the "
                     f"{trainer.train_time_s:.1f} s trained before the resume, so the run stops within "
                     f"{max(budget - trainer.train_time_s, 0):.1f} s; a larger --time-budget trains on"))
         warm_start = getattr(args, "warm_start", None)

@@ -54,8 +54,8 @@ def test_a_runs_summary_fits_80_columns_with_its_quantities_whole():
               "throughput_samples_per_s": 6_104_850.0, "eval_psnr_db": 23.041, "eval_ssim": 0.8123,
               "eval_split": "test", "eval_time_s": 13.31, "snapshot": "runs/lego/snapshots/step_0000530.pt"}
     lines = summary_lines(status)
-    assert joined(lines).startswith(f"{SUMMARY_PREFIX}530 in 90.0 s (stopped before a step that would pass the "
-                                   "time budget),")
+    # "the time budget stopped it", not how: the stop line says whether a step ran past it or would have
+    assert joined(lines).startswith(f"{SUMMARY_PREFIX}530 in 90.0 s (the time budget stopped it),")
     assert len(lines) > 1 and all(len(line) <= LINE_WIDTH for line in lines), lines
     assert all(line.startswith("  ") for line in lines[1:])
     text = " ".join(line.strip() for line in lines)
