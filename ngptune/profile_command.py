@@ -535,6 +535,7 @@ def summary_lines(summary: "pd.DataFrame", checks: list, evaluation: dict | None
     there was one, and each fired diagnosis with its evidence and knob (or that none fired and how
     many checks ran). Each line is under 80 columns (``fit_lines``: a statement too long for one
     line goes on in lines that start with two spaces)."""
+    from ngptune.profiling.diagnoses import WARMUP_PHRASE
     from ngptune.profiling.runs import CAPTURED
     from trainer.contract import listed
     from trainer.contract import quantity_text as q
@@ -592,6 +593,10 @@ def summary_lines(summary: "pd.DataFrame", checks: list, evaluation: dict | None
     if unchecked:  # "none fired" must not read as a clean bill when most checks could not look
         lines += fit_lines(["  not run, their inputs missing (report.html says which):", *listed(unchecked)],
                            indent="    ")
+        warm = next((c.detail for c in checks if c.status == "not_evaluated" and c.detail.startswith(WARMUP_PHRASE)),
+                    None)
+        if warm is not None:  # the one missing input a longer profile supplies
+            lines += fit_lines([f"  {warm}"], indent="    ")
     for c in fired:
         lines += fit_lines([f"diagnosis: {c.bottleneck} ({c.diagnosis.severity}):", c.detail])
         lines += fit_lines([f"  try: {c.diagnosis.knob}"], indent="    ")

@@ -68,3 +68,20 @@ def test_the_trainers_opening_lines_are_read_whole_once_written(tmp_path):
     with open(log, "a") as f:
         f.write("step 1  loss 0.1\n")
     assert opening_statement(log) == "training /data/fox on cpu, 1 rank (2 CPU threads per rank), up to 1 step"
+
+
+def test_a_profile_inside_the_occupancy_warm_up_says_how_many_steps_judge_it():
+    """Every step lay inside the occupancy warm-up: the console repeats, once for its checks, the
+    sentence that names the --steps that would judge them (not only report.html)."""
+    from ngptune.profiling.diagnoses.checks import not_evaluated
+    from ngptune.profiling.diagnoses.inputs import steps_past_occupancy_warmup, warmup_sentence
+    from trainer.contract import TrainConfig
+
+    why = warmup_sentence(TrainConfig(), 30)
+    checks = [not_evaluated("occupancy_update", 0.2, why), not_evaluated("wasted_samples", 0.5, why),
+              not_evaluated("collapse", 0.5, "no eval.json")]
+    lines = summary_lines(_summary(), checks, None)
+    text = " ".join(" ".join(lines).split())
+    assert text.count("the profile's steps are all inside the occupancy warm-up") == 1
+    assert text.endswith(f"judging it needs --steps {steps_past_occupancy_warmup(TrainConfig())} or more"), text
+    assert all(len(line) <= 79 for line in lines)

@@ -54,6 +54,7 @@ from ngptune.profiling.diagnoses.assess import assess, diagnose, diagnoses_table
 from ngptune.profiling.diagnoses.checks import SEVERITIES, Check, Diagnosis, DiagnosisError, Suggestion, knob_text
 from ngptune.profiling.diagnoses.communication import LINK_UNDERUSED_FRACTION
 from ngptune.profiling.diagnoses.inputs import (
+    WARMUP_PHRASE,
     ProfileInputs,
     past_warmup_phases,
     rank_phase_means,
@@ -70,7 +71,7 @@ from ngptune.profiling.diagnoses.runs import (
 )
 
 __all__ = [
-    "BOTTLENECKS", "DIAGNOSES", "LINK_UNDERUSED_FRACTION", "SEVERITIES", "Check", "Diagnosis", "DiagnosisDef",
+    "BOTTLENECKS", "DIAGNOSES", "LINK_UNDERUSED_FRACTION", "SEVERITIES", "WARMUP_PHRASE", "Check", "Diagnosis", "DiagnosisDef",
     "DiagnosisError", "ProfileInputs", "Suggestion", "assess", "assess_run", "config_of_run", "diagnose",
     "diagnose_run", "diagnoses_table", "diagnosis_measure_text", "evaluation_of_run", "inputs_from_run", "knob_text", "occupancy_records",
     "past_warmup_phases", "rank_phase_means", "steps_past_occupancy_warmup",

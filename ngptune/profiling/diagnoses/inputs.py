@@ -19,7 +19,7 @@ from trainer.contract import PHASES, TrainConfig
 __all__ = [
     "ALL_PHASES", "EVALUATION_REQUIRED", "ProfileInputs", "captured_step", "past_warmup_phases", "phase_share_check",
     "phases_timed", "rank_phase_means", "rank_share", "steps_past_occupancy_warmup", "summary_column",
-    "warmup_sentence",
+    "WARMUP_PHRASE", "warmup_sentence",
 ]
 
 # Columns the checks read (subsets of ngptune.profiling.tables' GPU_TIMELINE_TABLE, KERNELS_TABLE, OVERLAP_TABLE).
@@ -192,12 +192,16 @@ def summary_column(summary: pd.DataFrame, column: str) -> pd.Series | None:
     return values if len(values) else None
 
 
+WARMUP_PHRASE = "the profile's steps are all inside the occupancy warm-up"
+"""How :func:`warmup_sentence` begins (the console repeats that sentence once for its checks)."""
+
+
 def warmup_sentence(config: TrainConfig, last_step: int | None) -> str:
     """Why an occupancy check is not evaluated on a run that never left the occupancy warm-up,
     with the ``--steps`` that would leave it (:func:`steps_past_occupancy_warmup`)."""
     t = config.training
     ended = "" if last_step is None else f", the last record is at step {last_step}"
-    return (f"the profile's steps are all inside the occupancy warm-up (training.occupancy_warmup_steps = "
+    return (f"{WARMUP_PHRASE} (training.occupancy_warmup_steps = "
             f"{t.occupancy_warmup_steps}{ended}), where every cell is updated every step; judging it needs "
             f"--steps {steps_past_occupancy_warmup(config)} or more")
 
