@@ -30,6 +30,7 @@ import torch
 from trainer.contract.config import TrainConfig, apply_overrides, config_from_dict, is_int
 from trainer.contract.errors import ConfigError, SceneError, SnapshotError
 from trainer.contract.rundir import RunDir
+from trainer.contract.textlines import counted
 
 __all__ = ["LoadedModel", "ModelSource", "check_model_path", "find_model_source", "inference_device", "load_model",
            "locate_model", "model_config", "precision_autocast", "run_state_note", "trained_skipped_frames",
@@ -115,7 +116,7 @@ def _no_model_remedies(path: Path) -> list[str]:
     runs = sorted(p.parent.name for p in Path(path).glob("*/status.json"))
     if runs:  # a folder of runs (train-many's --out): each job's folder holds its model
         shown = ", ".join(str(Path(path) / name) for name in runs[:3]) + (" ..." if len(runs) > 3 else "")
-        return lines + [f"this folder holds {len(runs)} runs; give one of them: {shown}"]
+        return lines + [f"this folder holds {counted(len(runs), 'run')}; give one of them: {shown}"]
     state = unfinished_state(path)
     if state == "still training":
         lines.append(f"{RunDir(path).status_path} says the run is still training")

@@ -99,8 +99,8 @@ def named_by_flag(error: ConfigError, flag_keys: Collection[str]) -> ConfigError
     for an error about no one key; any other error unchanged."""
     message = str(error)
     found = _OVERRIDE_ERROR.fullmatch(message)
-    if found and found.group(1) in flag_keys:
-        return ConfigError(f"{FLAG_OF_KEY[found.group(1)]}: {found.group(2)}")
+    if found and found.group(1) in flag_keys:  # a flag cannot say null: its absence does
+        return ConfigError(f"{FLAG_OF_KEY[found.group(1)]}: {found.group(2).replace('expected null or ', 'expected ', 1)}")
     if found:
         return ConfigError(f"--set {found.group(1)}: {found.group(2)}")
     if message.startswith("overrides: "):

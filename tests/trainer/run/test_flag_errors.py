@@ -23,7 +23,7 @@ def _resolve(argv: list[str]) -> TrainConfig:
 def test_a_bad_flag_value_names_the_flag():
     with pytest.raises(ConfigError) as exc:
         _resolve(["--time-budget", "-5"])
-    assert str(exc.value) == "--time-budget: expected null or a number > 0, got -5.0"
+    assert str(exc.value) == "--time-budget: expected a number > 0, got -5.0"  # a flag cannot say null
 
 
 def test_a_bad_set_value_names_set_and_its_key():
