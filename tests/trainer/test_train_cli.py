@@ -124,6 +124,13 @@ def test_a_used_out_folder_is_refused_unless_resumed_and_a_missing_scene_writes_
     assert lost.returncode == 2
     assert lost.stderr.strip() == f"error: --scene {missing}: scene path does not exist"
     assert not (tmp_path / "never").exists()
+    images = tmp_path / "images_only"  # a capture's images/ given for the capture: no scene format in it
+    images.mkdir()
+    (images / "0.png").write_bytes(b"")
+    none = _run("--scene", str(images), "--config", str(config), "--out", str(tmp_path / "never"), cwd=REPO)
+    assert none.returncode == 2
+    assert none.stderr.strip().startswith(f"error: {images}: no scene found (looked for "), none.stderr
+    assert "training" not in none.stdout and not (tmp_path / "never").exists()
 
 
 def test_a_run_stopped_by_its_time_budget_says_so(demo_scene, tmp_path):
