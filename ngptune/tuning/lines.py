@@ -75,9 +75,13 @@ def trial_start_line(number: int, is_default: bool, values: Mapping[str, Any]) -
 
 def trial_end_line(number: int, outcome: str, duration_s: float, objectives: Mapping[str, float | None],
                    quality: Mapping[str, Any], reason: str = "") -> list[str]:
-    """The parts of the line a trial ends with: its outcome and duration; for a completed trial
-    its objectives' values, the PSNR (unless an objective is it), steps and steps/s; the reason."""
+    """The parts of the line a trial ends with: its outcome and duration (the trial's wall time,
+    start-up and evaluation included, with its seconds of training beside it when the run recorded
+    them); for a completed trial its objectives' values, the PSNR (unless an objective is it),
+    steps and steps/s; the reason."""
     parts = [f"trial {number}: {outcome}", f"in {quantity_text('duration_s', duration_s)}"]
+    if isinstance(quality.get("train_time_s"), (int, float)):
+        parts += [f"({quantity_text('train_time_s', quality['train_time_s'])}", "of training)"]
     shown = [f"{k} = {quantity_text(k, v)}" for k, v in objectives.items() if v is not None]
     if outcome == "completed" and shown:
         if quality.get("psnr_db") is not None and "psnr_at_budget_db" not in objectives:

@@ -51,6 +51,11 @@ def test_a_trials_end_gives_each_value_its_unit_and_consistent_digits() -> None:
     psnr = joined(_lines(trial_end_line(5, "completed", 9.0, {"time_to_psnr_s": 8.04},
                                         {"psnr_db": 25.126, "steps": 1, "steps_per_s": 10.43})))
     assert psnr == "trial 5: completed in 9.0 s: time_to_psnr_s = 8.0 s, PSNR 25.13 dB (1 step, 10.4 steps/s)"
+    trained = joined(_lines(trial_end_line(0, "completed", 6.4, {"psnr_at_budget_db": 20.0},
+                                           {"psnr_db": 20.0, "train_time_s": 1.94, "steps": 60, "steps_per_s": 31.0})))
+    # the wall time with its seconds of training beside it: start-up and evaluation are the difference
+    assert trained == ("trial 0: completed in 6.4 s (1.9 s of training): psnr_at_budget_db = 20.00 dB "
+                       "(60 steps, 31.0 steps/s)")
     reason = "invalid combination: " + "a reason that goes on " * 6
     pruned = _lines(trial_end_line(2, "pruned", 0.0, {"psnr_at_budget_db": None}, {}, reason))
     assert joined(pruned) == f"trial 2: pruned in 0.0 s — {reason.strip()}" and len(pruned) == 3
