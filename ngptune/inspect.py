@@ -77,6 +77,10 @@ def description_rows(info: dict[str, Any]) -> list[tuple[str, str]]:
         rows.append(("hash-grid features, table", f"F={grid['n_features_per_level']}, T=2^{grid['log2_hashmap_size']} "
                                                   f"(the {info['scene_model']} model's; encoding.n_features_per_level "
                                                   "and encoding.log2_hashmap_size override)"))
+    if info.get("cpu_preset"):
+        rows.append(("described with", f"the trainer's defaults; on this machine (no CUDA) train without --config "
+                                        f"reads the CPU preset {info['cpu_preset']}, which sets its own image size "
+                                        "and hash grid"))
     rows.append(("pixel memory", f"{info['pixel_memory_bytes'] / 2**20:.1f} MiB (all splits, at the chosen resolution)"))
     rows.append(("skipped frames", str(len(info["skipped"]))))
     rows += [("note", note) for note in info["notes"]]

@@ -32,6 +32,11 @@ def test_fox(capfd):
     assert info["scene_model"] == "unbounded"
     assert info["finest_resolution"]["default"] == 8192
     assert info["hash_grid"] == {"n_features_per_level": 2, "log2_hashmap_size": 19}  # the unbounded model's
+    import torch
+
+    # described with the defaults; without CUDA, train reads the CPU preset instead: the description says so
+    assert info.get("cpu_preset", "").endswith("configs/small.json") or torch.cuda.is_available(), info
+    assert "cpu_preset" not in info or not torch.cuda.is_available()
 
 
 @needs_shared

@@ -17,6 +17,7 @@ from typing import Any, Sequence
 
 from trainer.contract import EncodingConfig, TrainerError, add_inspect_arguments, parse_command_line, print_error
 from trainer.contract.commandline import scene_format_overrides
+from trainer.contract.defaults import default_config_path, runs_on_cpu
 from trainer.data import load_scene
 from trainer.data.capture_kind import classify_frames
 from trainer.data.footprint import footprint_resolution
@@ -44,7 +45,9 @@ def describe_scene(
     pixel-footprint resolution across the box the field spans in that scene model and the finest
     hash-grid resolution the default encoding derives from it), ``hash_grid``
     (``{n_features_per_level, log2_hashmap_size}``: the defaults' F and log2 T for that scene
-    model) and, with ``timing``, ``timing`` (``first_load_s``, ``second_load_s``
+    model), on a machine without CUDA ``cpu_preset`` (the config file ``train`` reads there without
+    ``--config``, :func:`~trainer.contract.defaults.default_config_path`: its size, grid and
+    steps, not the defaults described) and, with ``timing``, ``timing`` (``first_load_s``, ``second_load_s``
     of the training images). ``downscale`` None applies the automatic rule; ``scene_options`` are
     further :class:`trainer.data.SceneOptions` fields (``format``, ``camera_convention``, ``aabb_scale``).
 
@@ -117,6 +120,11 @@ def describe_scene(
         "n_features_per_level": EncodingConfig().resolved_features_per_level(unbounded),
         "log2_hashmap_size": EncodingConfig().resolved_log2_hashmap_size(unbounded),
     }
+    import torch
+
+    preset = default_config_path(None, runs_on_cpu(None, torch.cuda.device_count()))
+    if preset is not None:  # what train reads here instead of the defaults described above
+        info["cpu_preset"] = str(preset)
     if timing:
         train = scene.frames("train")
         cache_dir = Path(tempfile.mkdtemp(prefix="ngptune-inspect-cache-"))
