@@ -439,7 +439,7 @@ def viewer_argv(argv: Sequence[str]) -> list[str]:
 
 def add_inspect_arguments(p: argparse.ArgumentParser) -> None:
     """The flags of ``inspect`` (``python -m trainer.tools.inspect``, ``ngptune inspect``)."""
-    p.add_argument("scene", type=Path)
+    p.add_argument("scene", type=Path, help="scene folder or file (transforms.json, a COLMAP or LLFF folder)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--downscale", type=positive_int, default=None,
                    help="describe the images as shrunk by this factor (as train --downscale; default: the automatic rule)")
