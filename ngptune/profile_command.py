@@ -362,12 +362,15 @@ def profile_command(args: argparse.Namespace) -> int:
     from ngptune.profiling.runs import metrics_frame
     from ngptune.profiling.link import parse_link_busbw, read_link_busbw
     from ngptune.profiling.nvml import NvmlSampler
+    from trainer.contract.formats import check_scene_found
 
     _check_args(args)
     given_window = parse_trace_window(args.trace_steps) if args.trace_steps else None
     cfg = run_config(args)
-    if cfg.data.scene and not Path(cfg.data.scene).exists():  # refused before the profile folder is made
-        raise ConfigError(f"--scene {cfg.data.scene}: scene path does not exist")
+    if cfg.data.scene:  # refused before the profile folder is made: a missing path, a folder of no scene
+        if not Path(cfg.data.scene).exists():
+            raise ConfigError(f"--scene {cfg.data.scene}: scene path does not exist")
+        check_scene_found(cfg.data.scene, cfg.data.format)
     log_every = cfg.training.log_every
     window = given_window if given_window is not None else default_trace_window(args.steps, cfg)
     check_run_emulation(cfg, cuda_device_count())  # the trainer would refuse it after the profile folder was made

@@ -175,3 +175,21 @@ def test_cpu_threads_reach_the_config_and_the_profiled_run(tmp_path: Path) -> No
     assert argv[argv.index("training.cpu_threads=1") - 1] == "--set"
     with pytest.raises(SystemExit):
         _args("--cpu-threads", "-1")
+
+
+def test_a_scene_folder_of_no_scene_is_refused_before_the_profile_folder(tmp_path: Path, capsys) -> None:
+    """A capture's images/ given as the scene, or a format the folder does not hold: one error line,
+    exit 2, no profile folder (as train refuses them)."""
+    from ngptune.cli import main
+
+    images = tmp_path / "images"
+    images.mkdir()
+    (images / "0.png").write_bytes(b"")
+    assert main(["profile", "--scene", str(images), "--steps", "10", "--out", str(tmp_path / "p")]) == 2
+    assert capsys.readouterr().err.strip().startswith(f"error: {images}: no scene found (looked for ")
+    (images / "transforms.json").write_text("{}")
+    assert main(["profile", "--scene", str(images), "--format", "blender", "--steps", "10",
+                 "--out", str(tmp_path / "p")]) == 2
+    assert capsys.readouterr().err.strip() == (f"error: {images}: --format blender: no blender scene here "
+                                               "(found: instant-ngp)")
+    assert not (tmp_path / "p").exists()

@@ -26,6 +26,8 @@ __all__ = [
     "SCENE_FORMATS",
     "SPLITS",
     "SceneFormat",
+    "check_scene_found",
+    "chosen_format",
     "detect_formats",
     "format_by_flag",
     "format_named",
@@ -127,3 +129,30 @@ def detect_formats(path: str | Path) -> list[SceneFormat]:
     if not found:
         raise SceneError(f"{p}: no scene found (looked for {', '.join(fmt.markers[0] for fmt in SCENE_FORMATS)})")
     return found
+
+
+def chosen_format(path: str | Path, found: list[SceneFormat], requested: str | None) -> SceneFormat:
+    """Of the formats ``found`` at ``path`` (:func:`detect_formats`), the one a run loads:
+    ``requested`` (a ``--format`` value or a format's name; None or ``"auto"``: the first found).
+
+    Raises:
+        SceneError: ``requested`` is not a format, or not one found (naming those that are).
+    """
+    if requested in (None, "auto"):
+        return found[0]
+    wanted = format_by_flag(requested)
+    if wanted not in found:
+        raise SceneError(f"{path}: --format {requested}: no {wanted.name} scene here "
+                         f"(found: {', '.join(f.name for f in found)})")
+    return wanted
+
+
+def check_scene_found(path: str | Path, requested: str | None = None) -> SceneFormat:
+    """The format a run will load from ``path`` (:func:`chosen_format`), from the folder's files
+    alone, before anything is written: what the loader refuses first.
+
+    Raises:
+        SceneError: the path does not exist, holds no scene (:func:`detect_formats`), or none of
+            the requested format.
+    """
+    return chosen_format(path, detect_formats(path), requested)

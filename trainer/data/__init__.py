@@ -9,7 +9,7 @@ import importlib
 from pathlib import Path
 
 from trainer.contract.errors import SceneError
-from trainer.contract.formats import SceneFormat, format_by_flag
+from trainer.contract.formats import SceneFormat, chosen_format
 from trainer.contract.formats import detect_formats as detect_scene_formats
 from trainer.data.options import SceneOptions
 from trainer.data.resolution import factor_and_reason, size_rule_line
@@ -40,16 +40,6 @@ def detect_formats(path: str | Path) -> list[str]:
     return [fmt.name for fmt in detect_scene_formats(path)]
 
 
-def _chosen_format(path: str | Path, found: list[SceneFormat], requested: str | None) -> SceneFormat:
-    if requested is None:
-        return found[0]
-    wanted = format_by_flag(requested)
-    if wanted not in found:
-        raise SceneError(f"{path}: --format {requested}: no {wanted.name} scene here "
-                         f"(found: {', '.join(f.name for f in found)})")
-    return wanted
-
-
 def detect_format(path: str | Path, requested: str | None = None) -> str:
     """Name the scene format to load from ``path``: ``requested`` if given (it must be present),
     else the first of :func:`detect_formats`.
@@ -65,7 +55,7 @@ def detect_format(path: str | Path, requested: str | None = None) -> str:
     Raises:
         SceneError: nothing found, or the requested format is not stored there (naming those that are).
     """
-    return _chosen_format(path, detect_scene_formats(path), requested).name
+    return chosen_format(path, detect_scene_formats(path), requested).name
 
 
 def load_scene(path: str | Path, **options: object) -> Scene:
@@ -94,7 +84,7 @@ def load_scene(path: str | Path, **options: object) -> Scene:
     except TypeError as exc:
         raise SceneError(f"load_scene: {exc}") from None
     found = detect_scene_formats(path)
-    fmt = _chosen_format(path, found, opts.format)
+    fmt = chosen_format(path, found, opts.format)
     ignored = [f for f in found if f != fmt]
     try:
         scene = importlib.import_module(fmt.loader).load(Path(path), opts)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from trainer.contract.config import TrainConfig
 from trainer.contract.errors import ConfigError, SceneError
-from trainer.contract.formats import detect_formats
+from trainer.contract.formats import check_scene_found
 from trainer.contract.rundir import RunDir
 from trainer.run.settings import scene_path_of
 
@@ -24,15 +24,14 @@ def check_before_start(cfg: TrainConfig, out: Path | None, resume: Path | None) 
     it and may be restarted into it.
 
     Raises:
-        SceneError: the scene path does not exist, or (``data.format`` auto) holds no scene
-            (:func:`~trainer.contract.formats.detect_formats`).
+        SceneError: the scene path does not exist, or holds no scene (of ``data.format``:
+            :func:`~trainer.contract.formats.check_scene_found`).
         ConfigError: ``--out`` holds a run (names the folder and what is in it).
     """
     scene_path = scene_path_of(cfg)
     if not scene_path.exists():
         raise SceneError(f"--scene {scene_path}: scene path does not exist")
-    if cfg.data.format == "auto":  # a folder of none of the formats (its images/, say), before the run folder
-        detect_formats(scene_path)
+    check_scene_found(scene_path, cfg.data.format)  # a folder of no scene (a capture's images/), before the run folder
     if out is None or resume is not None:
         return
     run_dir = RunDir(out)
