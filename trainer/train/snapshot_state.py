@@ -67,7 +67,7 @@ def _cure_text(flags: str, saved_config: Any, cfg: TrainConfig | None, keys: tup
               if line.partition(":")[0] not in keys]
     if others:
         return (f"it was trained with other settings too ({'; '.join(others[:3])}{'; ...' if len(others) > 3 else ''}): "
-                "pass its run's config.json as --config")
+                "pass its run's config.json as --config, without a flag or --set that changes these")
     return f"load it with {flags}"
 
 
