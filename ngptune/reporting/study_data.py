@@ -341,13 +341,13 @@ class StudyView:
 
     def role(self, trial: FrozenTrial) -> str:
         """The trial's part in the study, as the trials table names it: ``default``, ``best`` (or
-        ``Pareto front``), both, ``default, another attempt`` for an attempt at the default that is
-        not the default trial (one that failed and was retried), or ""."""
+        ``Pareto front``), both, ``default, earlier attempt`` for an attempt at the default before
+        the default trial (one that failed and was retried: the default trial is the first completed), or ""."""
         roles = []
         if self.is_default(trial):
             roles.append("default")
         elif trial.user_attrs.get("is_default") is True:
-            roles.append("default, another attempt")
+            roles.append("default, earlier attempt")
         if any(b.number == trial.number for b in self.best):
             roles.append("Pareto front" if self.multi_objective else "best")
         return ", ".join(roles)

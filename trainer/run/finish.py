@@ -85,7 +85,8 @@ def finish_status(
     if trainer.step < t.n_steps and t.time_budget_s is not None:
         status["stopped_by"] = "time_budget"
         progress.message(budget_stop_text(trainer.step, t.n_steps, trainer.train_time_s,
-                                          trainer.projected_train_time_s(), t.time_budget_s))
+                                          trainer.projected_train_time_s(), t.time_budget_s,
+                                          resumed_step=status.get("resumed_from_step")))
     keep_final_model(trainer, args, status)
     if not args.no_eval:
         notice, estimate = evaluation_notice(trainer, last, with_estimate=True)
@@ -127,11 +128,19 @@ def finish_status(
     status["wall_s"] = time.perf_counter() - t0
 
 
-def budget_stop_text(step: int, n_steps: int, train_time_s: float, projected_s: float, budget_s: float) -> str:
+def budget_stop_text(step: int, n_steps: int, train_time_s: float, projected_s: float, budget_s: float,
+                     resumed_step: int | None = None) -> str:
     """The line of a run the time budget stopped (under 80 columns): where, after how many
     training seconds, and that the next step, expected to end at ``projected_s`` (s of training),
     would have passed ``budget_s`` (the look-ahead of :mod:`trainer.train.budget`); or, when the
-    last step itself ended past ``budget_s`` (slower than the steps before it foretold), by how much."""
+    last step itself ended past ``budget_s`` (slower than the steps before it foretold), by how much;
+    or, for a run resumed at ``resumed_step`` that took no step, that the budget was spent before
+    the resume."""
+    if resumed_step is not None and step == resumed_step:  # no step here: the seconds are the snapshot's
+        return "\n".join(fit_lines([
+            f"stopped at step {step} of {n_steps},", "where it resumed:",
+            f"the time budget of {budget_s:g} s", "(training.time_budget_s, --time-budget)",
+            f"was spent before the resume ({seconds_text(train_time_s)} of training)"]))
     if train_time_s > budget_s:  # the last step itself ran past the budget (a step slower than foreseen)
         return "\n".join(fit_lines([
             f"stopped at step {step} of {n_steps}", f"after {seconds_text(train_time_s)}:",

@@ -206,10 +206,12 @@ class OneProcess(Job):
                 source = ("--time-budget" if getattr(args, "time_budget_s", None) is not None
                           else f"training.time_budget_s of --config {args.config}" if getattr(args, "config", None)
                           else "training.time_budget_s")
+                left = budget - trainer.train_time_s
                 progress.message("warning: " + fitted_warning(
                     f"the time budget of {budget:g} s ({source}) counts the "
-                    f"{trainer.train_time_s:.1f} s trained before the resume, so the run stops within "
-                    f"{max(budget - trainer.train_time_s, 0):.1f} s; a larger --time-budget trains on"))
+                    f"{trainer.train_time_s:.1f} s trained before the resume, so "
+                    + (f"the run stops within about {left:.1f} s" if left > 0 else "it is spent: no step runs")
+                    + "; a larger --time-budget trains on"))
         warm_start = getattr(args, "warm_start", None)
         if warm_start is not None:
             status["warm_started_from"] = str(warm_start)

@@ -976,7 +976,7 @@ def test_a_setting_that_followed_the_best_trials_own_setting_is_listed_as_derive
 
 def test_an_attempt_at_the_default_that_failed_is_named_in_the_trials_table(tmp_path: Path) -> None:
     """Trial 0, the default, crashed and trial 1 retried it and completed: #1 is the default, #0
-    reads "default, another attempt" rather than nothing."""
+    reads "default, earlier attempt" rather than nothing."""
     study = optuna.create_study(study_name="retried_default", direction="maximize")
     study.set_metric_names(["psnr_at_budget_db"])
     _run_trial(study, tmp_path, {}, state=TrialState.FAIL, reason=CRASH_REASON)
@@ -984,4 +984,4 @@ def test_an_attempt_at_the_default_that_failed_is_named_in_the_trials_table(tmp_
     _run_trial(study, tmp_path, {"training.lr": 0.02}, values=[21.0])
     text = view_in_browser(write_study_report(study, tmp_path / "r", title="t", nccl_active=False)).text
     trials = text.split("\nTrials\n")[1]
-    assert "#0 default, another attempt" in trials and "#1 default" in trials and "#2 best" in trials
+    assert "#0 default, earlier attempt" in trials and "#1 default" in trials and "#2 best" in trials
