@@ -343,7 +343,7 @@ NESTED_BAD_LR = {
         ),
         (
             {"training": {"time_budget_s": math.inf}},
-            "training.time_budget_s: expected null or a number > 0, got inf",
+            "training.time_budget_s: expected null or a number > 0, got inf (not a finite number)",
         ),
         (
             {"parallel": {"mode": "subgrid", "num_subgrids": 2}, "distributed": {"world_size": 4}},

@@ -91,7 +91,9 @@ class Rule(abc.ABC):
 
     def check(self, key: str, value: object) -> None:
         if not self.accepts(value):
-            raise ConfigError(f"{key}: expected {self.description}, got {show_value(value)}")
+            infinite = isinstance(value, float) and not math.isfinite(value)  # > 0, yet not a number a run can use
+            raise ConfigError(f"{key}: expected {self.description}, got {show_value(value)}"
+                              + (" (not a finite number)" if infinite else ""))
 
     def from_json(self, key: str, value: object) -> Any:
         self.check(key, value)
