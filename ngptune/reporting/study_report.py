@@ -273,6 +273,13 @@ def _quality_section(view: StudyView) -> Section:
     return Section(best_heading(view, "Quality and time: best vs default"), "".join(parts))
 
 
+def _without_log(reason: str) -> str:
+    """A trial's reason without the ``; log: PATH`` the sweep's line ends it with (the trials
+    table gives the log on a line of its own)."""
+    head, sep, _ = str(reason).rpartition("; log: ")
+    return head if sep else str(reason)
+
+
 def _settings_of(trial: FrozenTrial) -> dict[str, Any]:
     settings = dict(trial.user_attrs.get("settings", {}))
     settings.update({f"env {k}": v for k, v in trial.user_attrs.get("nccl_env", {}).items()})
@@ -361,7 +368,8 @@ def _trials_section(view: StudyView) -> Section:
     by_number = {t.number: t for t in view.trials}
     df.insert(1, "trial", [f"#{n} {view.role(by_number[n])}".rstrip() for n in df["number"]])
     # the outcome with its reason and, for a trial that did not complete, where its log is
-    df["outcome"] = [o if not r and o == "completed" else f"{o}: {r}" + (f"\nlog: {_short_path(log)}" if log else "")
+    df["outcome"] = [o if not r and o == "completed"
+                     else f"{o}: {_without_log(r)}" + (f"\nlog: {_short_path(log)}" if log else "")
                      for o, r, log in zip(df["outcome"], df["reason"], df["log_path"])]
     df.insert(df.columns.get_loc("log_path"), "params",  # from the trial: an int stays an int; one a line
               ["\n".join(f"{name}={_param_text(view, by_number[n], name)}" for name in view.params_of(by_number[n]))

@@ -985,3 +985,17 @@ def test_an_attempt_at_the_default_that_failed_is_named_in_the_trials_table(tmp_
     text = view_in_browser(write_study_report(study, tmp_path / "r", title="t", nccl_active=False)).text
     trials = text.split("\nTrials\n")[1]
     assert "#0 default, earlier attempt" in trials and "#1 default" in trials and "#2 best" in trials
+
+
+def test_a_reason_that_ends_with_its_log_gives_the_log_once_in_the_trials_table(tmp_path: Path) -> None:
+    """The sweep ends a failed trial's reason with "; log: PATH"; the trials table gives the log on
+    a line of its own, so the reason loses that ending there."""
+    study = optuna.create_study(study_name="log_once", direction="maximize")
+    study.set_metric_names(["psnr_at_budget_db"])
+    _run_trial(study, tmp_path, {}, values=[20.0])
+    _run_trial(study, tmp_path, {"training.lr": 0.02}, state=TrialState.FAIL,
+               reason="stopped by SIGKILL from outside the sweep (exit status -9); log: /x/trials/0001.launch.log")
+    text = view_in_browser(write_study_report(study, tmp_path / "r", title="t", nccl_active=False)).text
+    trials = text.split("\nTrials\n")[1]
+    assert "failed: stopped by SIGKILL from outside the sweep (exit status -9)\nlog:" in trials, trials
+    assert trials.count("log:") == 1
