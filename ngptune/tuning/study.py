@@ -584,7 +584,7 @@ def load_study(path: str | Path, *, scene: str | Path | None = None) -> StudySpe
     if scene is not None:
         scene_path = Path(scene).expanduser()
         if not scene_path.exists():
-            raise ConfigError(f"--scene {scene}: not found")
+            raise ConfigError(f"--scene {scene}: scene path does not exist")
         scene_value = str(scene_path.resolve())
     elif scene_text == DEMO_SCENE:
         scene_value = DEMO_SCENE

@@ -54,3 +54,10 @@ def test_an_empty_search_space_runs_one_default_trial_with_one_warning(tmp_path,
     assert out.count("the search space is empty; running one trial of the default settings") == 1
     assert result.best_number == 0
     assert sorted(p.name for p in (tmp_path / "out" / "trials").iterdir() if p.is_dir()) == ["0"]
+
+
+def test_a_missing_scene_is_worded_as_train_words_it(tmp_path):
+    missing = tmp_path / "foxx"
+    with pytest.raises(ConfigError) as exc:
+        load_study(write_study(tmp_path / "s.toml"), scene=missing)
+    assert str(exc.value) == f"--scene {missing}: scene path does not exist"
