@@ -52,22 +52,26 @@ def check_finest_resolution(path: Path, trainer_state: Any, finest_resolution: i
     stored = trainer_state.get("finest_resolution") if isinstance(trainer_state, dict) else None
     if stored is None or finest_resolution is None or int(stored) == finest_resolution:
         return
-    cure = _cure_text(f"--set encoding.max_resolution={int(stored)}", saved_config, cfg, ("encoding.max_resolution",))
+    cure = _cure_text(path, f"--set encoding.max_resolution={int(stored)}", saved_config, cfg,
+                      ("encoding.max_resolution",))
     raise SnapshotError(
         f"{path}: its hash grid was trained with a finest resolution of {int(stored)}, this config and "
         f"scene give {finest_resolution} (encoding.max_resolution, else derived from the training views); {cure}"
     )
 
 
-def _cure_text(flags: str, saved_config: Any, cfg: TrainConfig | None, keys: tuple[str, ...]) -> str:
-    """What loads a model refused for the settings ``keys``: ``flags`` (the ``--set`` overrides of
-    them), or, when ``cfg`` differs from ``saved_config`` in other training settings too, its
-    run's config.json (the overrides alone would only meet the next difference)."""
+def _cure_text(path: Path, flags: str, saved_config: Any, cfg: TrainConfig | None, keys: tuple[str, ...]) -> str:
+    """What loads the model at ``path`` refused for the settings ``keys``: ``flags`` (the ``--set``
+    overrides of them), or, when ``cfg`` differs from ``saved_config`` in other training settings
+    too, its run's config.json (the overrides alone would only meet the next difference), by its
+    path when the model lies in its run folder (``RUN/snapshots/step_N.pt``, ``RUN/checkpoints/step_N``)."""
     others = [line for line in (config_differences(saved_config, cfg) if cfg is not None else [])
               if line.partition(":")[0] not in keys]
     if others:
+        beside = Path(path).parent.parent / "config.json"
+        config = str(beside) if beside.is_file() else "its run's config.json"
         return (f"it was trained with other settings too ({'; '.join(others[:3])}{'; ...' if len(others) > 3 else ''}): "
-                "pass its run's config.json as --config, without a flag or --set that changes these")
+                f"pass {config} as --config, without a flag or --set that changes these")
     return f"load it with {flags}"
 
 
@@ -109,7 +113,7 @@ def check_hash_grid(path: Path, trainer_state: Any, saved_config: Any, hash_grid
     if stored is None or stored == tuple(hash_grid):
         return
     flags = " ".join(f"--set encoding.{key}={value}" for key, value in zip(HASH_GRID_KEYS, stored))
-    cure = _cure_text(flags, saved_config, cfg, tuple(f"encoding.{key}" for key in HASH_GRID_KEYS))
+    cure = _cure_text(path, flags, saved_config, cfg, tuple(f"encoding.{key}" for key in HASH_GRID_KEYS))
     raise SnapshotError(
         f"{path}: its hash grid was trained with F={stored[0]}, T=2^{stored[1]}, this config and scene give "
         f"F={hash_grid[0]}, T=2^{hash_grid[1]} (encoding.n_features_per_level and encoding.log2_hashmap_size; "
@@ -136,7 +140,7 @@ def check_scene_model(path: Path, trainer_state: Any, scene_model: str, saved_co
     stored = trainer_state.get("scene_model", "box") if isinstance(trainer_state, dict) else "box"
     if stored == scene_model:
         return
-    cure = _cure_text(f"--set training.scene_model={stored}", saved_config, cfg, ("training.scene_model",))
+    cure = _cure_text(path, f"--set training.scene_model={stored}", saved_config, cfg, ("training.scene_model",))
     raise SnapshotError(
         f"{path}: trained with the scene model {stored!r}, this config and scene give {scene_model!r} "
         f"(training.scene_model); {cure}"

@@ -3,6 +3,8 @@ says otherwise, and a snapshot is never loaded into a grid of another finest res
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -129,3 +131,17 @@ def test_a_snapshot_of_another_hash_grid_is_refused_with_the_override_or_its_con
                                             r"changes these$"):
         wider.load(path)
     wider.close()
+
+
+def test_the_advice_names_the_config_json_of_the_run_folder_the_snapshot_lies_in(demo_scene, tmp_path):
+    """A snapshot in RUN/snapshots/ beside RUN/config.json: the advice gives that file's path."""
+    scene, path, finest = _trained_snapshot(demo_scene, tmp_path)
+    run = tmp_path / "run"
+    (run / "snapshots").mkdir(parents=True)
+    inside = run / "snapshots" / "step_0000003.pt"
+    path.rename(inside)
+    (run / "config.json").write_text("{}")
+    other = Trainer(_derived(encoding__n_features_per_level=4, network__n_neurons=32), scene)
+    with pytest.raises(SnapshotError, match=rf"pass {re.escape(str(run / 'config.json'))} as --config, without"):
+        other.load(inside)
+    other.close()
