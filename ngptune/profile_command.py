@@ -362,7 +362,7 @@ def profile_command(args: argparse.Namespace) -> int:
     from ngptune.profiling.runs import metrics_frame
     from ngptune.profiling.link import parse_link_busbw, read_link_busbw
     from ngptune.profiling.nvml import NvmlSampler
-    from trainer.contract.formats import check_scene_found
+    from trainer.contract import check_scene_found
 
     _check_args(args)
     given_window = parse_trace_window(args.trace_steps) if args.trace_steps else None

@@ -76,7 +76,7 @@ FACE: dict[str, tuple[str, ...]] = {
                  "runs_on_cpu"),
     "world": ("check_boxes_per_rank", "check_ranks_per_node", "check_world_size"),
     "backend": ("EMULATED_INTERCONNECT_ENV", "check_run_emulation", "choose_backend", "interconnect_env", "planned_backend"),
-    "formats": ("FORMAT_CHOICES", "SCENE_FORMATS", "SPLITS", "SceneFormat", "format_named"),
+    "formats": ("FORMAT_CHOICES", "SCENE_FORMATS", "SPLITS", "SceneFormat", "check_scene_found", "format_named"),
     "threads": ("LOAD_ENV", "CpuThreads", "HostLoad", "available_cores", "cpu_threads", "cpu_threads_per_rank",
                 "describe_cpu_threads", "host_load"),
     "usage": ("chosen_parser", "close_flags", "parse_command_line"),

@@ -340,7 +340,10 @@ def test_partial_folders_of_killed_writes_are_not_checkpoints_and_go_once_a_newe
     (killed / "__0_0.distcp").write_bytes(b"half")
     assert ckpt.list_checkpoints(run.checkpoints_dir) == []
     assert ckpt.latest_checkpoint(tmp_path) is None
-    cfg = apply_overrides(TrainConfig(), {"data.scene": str(tmp_path)})
+    scene = tmp_path / "scene"  # a folder the start checks take for a scene: the check here is the run folder's
+    scene.mkdir()
+    (scene / "transforms.json").write_text("{}")
+    cfg = apply_overrides(TrainConfig(), {"data.scene": str(scene)})
     with pytest.raises(ConfigError, match=r"it has no snapshot or checkpoint to resume from"):
         check_before_start(cfg, tmp_path, None)  # the partial folder is no checkpoint to --resume
     ckpt.save_checkpoint(ckpt.checkpoint_dir(run, 2), {"w": torch.zeros(2)}, {}, {"step": 2}, rank=0)
