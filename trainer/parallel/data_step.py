@@ -39,7 +39,7 @@ from trainer.parallel.grad_sync import allreduce_bandwidth_gb_per_s
 from trainer.train.dynamic_step import host_training_samples
 from trainer.train.hostcopy import HostCopy
 from trainer.train.loss import drop_rays, photometric_loss
-from trainer.train.phases import appearance_rgb, density_without_grad, distortion_term, field_outputs, render_rgb
+from trainer.train.phases import alpha_term, appearance_rgb, density_without_grad, distortion_term, field_outputs, render_rgb
 from trainer.train.records import Interval
 from trainer.train.step import StepOutcome, StepStats
 from trainer.train.timing import DeviceClock
@@ -111,6 +111,9 @@ class DataParallelStep(DistributedStep):
                 distortion = distortion_term(sigmas.float(), samples, 1, tr.distortion_weight)  # a sum, as loss_sum
                 if distortion is not None:
                     loss_sum = loss_sum + distortion * 3  # the backward divides by 3 · global rays
+                opacity = alpha_term(sigmas.float(), samples, step_input.batch.alpha, ray_fits, 1, tr.alpha_weight)
+                if opacity is not None:
+                    loss_sum = loss_sum + opacity * 3
                 sq_err_sum = ((rgb.detach() - step_input.target) ** 2).sum()
             with timer.phase("backward"):
                 tr.scaler.scale(loss_sum / (3 * global_rays)).backward()

@@ -64,8 +64,9 @@ def _fitted(statement: str) -> str:
 def scene_model_text(trainer: Any) -> str:
     """The scene model and the capture it was chosen for, the hash grid's F and T when the scene
     model chose them (``encoding.n_features_per_level`` or ``encoding.log2_hashmap_size`` null),
-    and the distortion regulariser when it is on (``loss.distortion_weight``, null: on with the
-    unbounded model)."""
+    the distortion regulariser when it is on (``loss.distortion_weight``, null: on with the
+    unbounded model), and the opacity term when it is on or set for images without alpha
+    (``loss.alpha_weight``)."""
     line = trainer.scene_choice.line()
     enc, (features, log2_size) = trainer.cfg.encoding, trainer.hash_grid
     why = ([f"F from the {trainer.scene_model} model"] if enc.n_features_per_level is None else []) + (
@@ -76,6 +77,10 @@ def scene_model_text(trainer: Any) -> str:
         why = ("loss.distortion_weight null: on with the unbounded model" if trainer.cfg.loss.distortion_weight is None
                else "loss.distortion_weight")
         line += f"; distortion regulariser {trainer.distortion_weight:g} ({why})"
+    if trainer.alpha_weight > 0:
+        line += f"; opacity term {trainer.alpha_weight:g} (loss.alpha_weight)"
+    elif trainer.cfg.loss.alpha_weight > 0:
+        line += "; loss.alpha_weight off: the images carry no alpha"
     return line
 
 

@@ -21,7 +21,7 @@ from trainer.render.march import PackedSamples
 from trainer.train.batch_size import KEPT_READ_LAG
 from trainer.train.loss import drop_rays
 from trainer.train.phases import (
-    appearance_rgb, compacted_samples, density_without_grad, distortion_term, field_outputs, loss_and_mse,
+    alpha_term, appearance_rgb, compacted_samples, density_without_grad, distortion_term, field_outputs, loss_and_mse,
     render_rgb,
 )
 from trainer.train.prefetch import StepInput
@@ -107,6 +107,9 @@ class DynamicStep(Step):
             distortion = distortion_term(sigmas.float(), samples, n_rays, tr.distortion_weight)
             if distortion is not None:
                 loss = loss + distortion
+            opacity = alpha_term(sigmas.float(), samples, step_input.batch.alpha, ray_fits, n_rays, tr.alpha_weight)
+            if opacity is not None:
+                loss = loss + opacity
         tr.optim.backward(loss)
         skipped = tr.optim.step(tr.step)
         tr.step += 1

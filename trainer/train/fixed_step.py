@@ -56,7 +56,7 @@ from trainer.train import optimization
 from trainer.train.capture import WARMUP_STEPS
 from trainer.train.device_metrics import DeviceIntervalMetrics
 from trainer.train.phases import (
-    appearance_rgb, density_without_grad, distortion_term, field_outputs, loss_and_mse, render_rgb,
+    alpha_term, appearance_rgb, density_without_grad, distortion_term, field_outputs, loss_and_mse, render_rgb,
 )
 from trainer.train.records import Interval
 from trainer.train.step import Step, StepOutcome, StepStats
@@ -184,6 +184,9 @@ class FixedCapacityStep(Step):
             distortion = distortion_term(sigmas.float(), samples, self.n_live, tr.distortion_weight)
             if distortion is not None:
                 loss = loss + distortion
+            opacity = alpha_term(sigmas.float(), samples, batch.alpha, ray_ok, self.n_live, tr.alpha_weight)
+            if opacity is not None:
+                loss = loss + opacity
             mse = mse_all * (self.ray_capacity / self.n_live)  # rays past n_live predict exactly
         tr.optim.backward(loss)
         skipped = self._optimizer_step(marched.n_valid)

@@ -112,6 +112,7 @@ class Trainer:
         self.contraction = SceneContraction.of_box(self.aabb_scale) if self.scene_choice.unbounded else None
         self.background_steps = t.background_steps if self.scene_choice.unbounded else 0
         self.distortion_weight = cfg.loss.resolved_distortion_weight(self.scene_choice.unbounded)
+        self.alpha_weight = cfg.loss.resolved_alpha_weight(self.scene_choice.capture.kind == "object")
         field_box_np, self.field_scale = field_box(self.aabb_scale, self.scene_model)
         self.field_aabb = torch.tensor(field_box_np, dtype=torch.float32, device=self.device)
         self.footprint_resolution = footprint_resolution(self.train_frames, field_box_np)

@@ -23,7 +23,7 @@ from trainer.train.precision import autocast
 from trainer.train.prefetch import StepInput
 from trainer.train.timing import PhaseTimer
 
-__all__ = ["OccupancyRefresh", "appearance_rgb", "compacted_samples", "density_without_grad", "distortion_term",
+__all__ = ["OccupancyRefresh", "appearance_rgb", "compacted_samples", "density_without_grad", "alpha_term", "distortion_term",
            "field_outputs", "loss_and_mse", "render_rgb"]
 
 
@@ -91,6 +91,25 @@ def distortion_term(sigmas: torch.Tensor, samples: PackedSamples, n_rays: int | 
     weights, _, _ = render_weights(sigmas, samples.dt, samples.ray_indices, samples.n_rays)
     per_ray = distortion_loss(weights, samples.t, samples.dt, samples.ray_indices, samples.n_rays)
     return per_ray.sum() * (weight / n_rays)
+
+
+def alpha_term(sigmas: torch.Tensor, samples: PackedSamples, alpha: torch.Tensor, ray_ok: torch.Tensor | None,
+               n_rays: int | torch.Tensor, weight: float) -> torch.Tensor | None:
+    """``weight`` (the trainer's resolved ``loss.alpha_weight``) times the squared difference
+    between each ray's accumulated opacity ``1 − exp(−Σ σ·Δt)`` over ``samples`` (densities
+    ``sigmas`` [S] float32, padding with Δt = 0 adds nothing) and its pixel's alpha ``alpha``
+    [n_rays, 1] in [0, 1], summed over the rays ``ray_ok`` [n_rays] bool (None: all) and divided
+    by ``n_rays``: a 0-dim tensor; None when the weight is 0. The opacity is the compositing's
+    ``1 − T`` (volume rendering, Max 1995) up to the early stop's T < 1e-4."""
+    if weight <= 0:
+        return None
+    optical_depth = torch.zeros(samples.n_rays, dtype=torch.float32, device=sigmas.device)
+    optical_depth = optical_depth.index_add(0, samples.ray_indices, sigmas * samples.dt)
+    opacity = 1.0 - torch.exp(-optical_depth)
+    squared = (opacity - alpha.reshape(-1).float()) ** 2
+    if ray_ok is not None:
+        squared = torch.where(ray_ok, squared, 0.0)
+    return squared.sum() * (weight / n_rays)
 
 
 def compacted_samples(

@@ -28,8 +28,9 @@ def test_one_step_on_two_ranks_equals_one_process_on_both_ray_sets(demo_scene, t
     ref.close()
 
 
-def test_the_distortion_term_on_two_ranks_equals_one_process_on_both_ray_sets(demo_scene, tmp_path):
-    extra = {"loss__distortion_weight": 0.5}
+@pytest.mark.parametrize("extra", [{"loss__distortion_weight": 0.5}, {"loss__alpha_weight": 0.5}],
+                         ids=["distortion", "alpha"])
+def test_a_loss_term_on_two_ranks_equals_one_process_on_both_ray_sets(demo_scene, tmp_path, extra):
     ref, ref_loss, initial, halves = parity_reference(demo_scene, 2, extra=extra)
     plain, plain_loss, _, _ = parity_reference(demo_scene, 2)
     plain.close()

@@ -305,6 +305,13 @@ class LossConfig(Block):
             instead of 141 and scored 31.0 dB instead of 27.3 dB held out; lego_400 scored the same
             with it at a 16 % slower step (docs/benchmarks.md). mip-NeRF 360 uses 0.01, nerfacto
             0.002. Not in subgrid mode.
+        alpha_weight: weight (>= 0) of the opacity term: the mean over the step's rays of
+            (A − α)², where A = 1 − exp(−Σ σ·Δt) is the ray's accumulated opacity over its trained
+            samples and α its pixel's alpha (:func:`trainer.train.phases.alpha_term`), added to the
+            photometric loss. It applies to captures whose images carry alpha (an object without
+            background, such as NeRF-synthetic) and is 0 for the others, whose pixels all read α = 1.
+            The random training background supervises A only through colour, with the noise of
+            its draw; this term does so directly. Not in subgrid mode.
     """
 
     _PATH: ClassVar[str] = "loss"
@@ -312,6 +319,12 @@ class LossConfig(Block):
     otype: str = rule_field("L2", OneOf("Huber", "L2", "L1", "RelativeL2"))
     huber_delta: float = rule_field(0.1, FloatRule(0, lo_open=True))
     distortion_weight: float | None = rule_field(None, OptionalRule(FloatRule(0)))
+    alpha_weight: float = rule_field(0.0, FloatRule(0))
+
+    def resolved_alpha_weight(self, images_carry_alpha: bool) -> float:
+        """The opacity term's weight a run trains with: ``alpha_weight`` for a capture whose images
+        carry alpha, else 0."""
+        return float(self.alpha_weight) if images_carry_alpha else 0.0
 
     def resolved_distortion_weight(self, unbounded: bool) -> float:
         """The distortion weight a run trains with: ``distortion_weight``, or when it is null
@@ -707,8 +720,8 @@ class TrainConfig:
     Raises:
         ConfigError: for settings that contradict each other across blocks
             (``parallel.num_subgrids`` below ``distributed.world_size`` in subgrid mode,
-            ``training.appearance`` other than "off" or a ``loss.distortion_weight`` above 0
-            in subgrid mode).
+            ``training.appearance`` other than "off", or a ``loss.distortion_weight`` or
+            ``loss.alpha_weight`` above 0 in subgrid mode).
     """
 
     encoding: EncodingConfig = dataclasses.field(default_factory=EncodingConfig)
@@ -733,6 +746,11 @@ class TrainConfig:
             raise ConfigError(
                 f"loss.distortion_weight: expected 0 in subgrid mode (a ray's weights are split across "
                 f"ranks), got {self.loss.distortion_weight:g}"
+            )
+        if self.parallel.mode == "subgrid" and self.loss.alpha_weight > 0:
+            raise ConfigError(
+                f"loss.alpha_weight: expected 0 in subgrid mode (a ray's samples are split across "
+                f"ranks), got {self.loss.alpha_weight:g}"
             )
         if self.parallel.mode == "subgrid" and self.training.appearance != "off":
             raise ConfigError(
