@@ -50,6 +50,10 @@ class SceneFormat:
         markers: paths inside a folder whose presence shows the format (``"sparse/"``: a folder).
         file_pattern: a regular expression a file's name fully matches when the file alone is a
             scene of this format, or None.
+        model_globs: glob patterns inside the folder of which one must match for the scene to be
+            loadable (COLMAP: a ``cameras`` file in ``sparse/``, a ``sparse/<k>`` or the folder);
+            empty: the markers suffice.
+        model_hint: those patterns in words, for the error that finds none.
     """
 
     name: str
@@ -58,6 +62,12 @@ class SceneFormat:
     has_splits: bool
     markers: tuple[str, ...]
     file_pattern: str | None = None
+    model_globs: tuple[str, ...] = ()
+    model_hint: str = ""
+
+    def model_missing(self, folder: Path) -> bool:
+        """Whether ``folder``, which shows this format's markers, lacks every :attr:`model_globs`."""
+        return bool(self.model_globs) and not any(any(folder.glob(g)) for g in self.model_globs)
 
     def in_folder(self, folder: Path) -> bool:
         """Whether ``folder`` holds a scene of this format (one of :attr:`markers` is there)."""
@@ -73,7 +83,10 @@ class SceneFormat:
 
 
 SCENE_FORMATS: tuple[SceneFormat, ...] = (
-    SceneFormat("colmap", "colmap", "trainer.data.formats.colmap", False, ("sparse/", "cameras.bin", "cameras.txt")),
+    SceneFormat("colmap", "colmap", "trainer.data.formats.colmap", False, ("sparse/", "cameras.bin", "cameras.txt"),
+                model_globs=tuple(f"{where}cameras.{ext}" for where in ("sparse/*/", "sparse/", "")
+                                  for ext in ("bin", "txt")),
+                model_hint="cameras.bin or cameras.txt in sparse/<k>/, in sparse/ or in the folder"),
     SceneFormat("llff", "llff", "trainer.data.formats.llff", False, ("poses_bounds.npy",), r"poses_bounds\.npy"),
     SceneFormat("blender", "blender", "trainer.data.formats.blender", True,
                 tuple(f"transforms_{split}.json" for split in SPLITS), rf"transforms_({'|'.join(SPLITS)})\.json"),
@@ -152,7 +165,11 @@ def check_scene_found(path: str | Path, requested: str | None = None) -> SceneFo
     alone, before anything is written: what the loader refuses first.
 
     Raises:
-        SceneError: the path does not exist, holds no scene (:func:`detect_formats`), or none of
-            the requested format.
+        SceneError: the path does not exist, holds no scene (:func:`detect_formats`), none of
+            the requested format, or a folder of the format without its model (a COLMAP
+            ``sparse/`` with no ``cameras`` file in it or its subfolders).
     """
-    return chosen_format(path, detect_formats(path), requested)
+    fmt = chosen_format(path, detect_formats(path), requested)
+    if Path(path).is_dir() and fmt.model_missing(Path(path)):
+        raise SceneError(f"{path}: no {fmt.name} model (expected {fmt.model_hint})")
+    return fmt

@@ -8,7 +8,7 @@ import importlib
 import pytest
 
 from trainer.contract import SCENE_FORMATS, SceneError, format_named
-from trainer.contract.formats import detect_formats
+from trainer.contract.formats import check_scene_found, detect_formats
 
 
 def test_a_folder_with_several_formats_lists_them_most_camera_information_first(tmp_path):
@@ -44,3 +44,20 @@ def test_every_entry_has_a_loader_and_a_unique_name_and_flag():
         assert format_named(fmt.flag) is format_named(fmt.name) is fmt
     with pytest.raises(KeyError):
         format_named("nerfstudio")
+
+
+@pytest.mark.parametrize("model", ["sparse/0/cameras.bin", "sparse/cameras.txt", "cameras.bin"])
+def test_a_colmap_folder_passes_the_start_check_with_a_model_where_the_loader_looks(tmp_path, model):
+    (tmp_path / model).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / model).write_bytes(b"")
+    assert check_scene_found(tmp_path).name == "colmap"
+
+
+def test_a_colmap_folder_with_an_empty_sparse_is_refused_before_the_run_starts(tmp_path):
+    (tmp_path / "sparse" / "0").mkdir(parents=True)
+    (tmp_path / "images").mkdir()
+    with pytest.raises(SceneError, match=r": no colmap model \(expected cameras\.bin or cameras\.txt in "
+                                         r"sparse/<k>/, in sparse/ or in the folder\)$"):
+        check_scene_found(tmp_path)
+    (tmp_path / "transforms.json").write_text("{}")  # another format beside it: --format picks it
+    assert check_scene_found(tmp_path, "ngp").name == "instant-ngp"
