@@ -14,7 +14,7 @@ import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from ngptune.errors import NgptuneError
 from ngptune.reporting.study_sampling import DEFINITION_ATTR
@@ -23,19 +23,22 @@ from ngptune.tuning.samplers import build_pruner, build_sampler
 from ngptune.tuning.space import default_params
 from ngptune.tuning.specs import StudySpec
 from ngptune.tuning.trial import proc_stat
-from trainer.contract import TrainConfig
+from trainer.contract import TrainConfig, config_to_dict
 
 __all__ = [
     "DEFINITION_ATTR",
     "DRIVER_PACKAGES",
+    "OpenedStudy",
     "SweepError",
     "UNTUNED_ATTR",
     "masked_url",
     "missing_driver",
     "open_storage",
     "definition_differences",
+    "definition_leaves",
     "open_study",
     "recover_trials",
+    "settings_added_since",
     "setup_lock",
     "study_lock",
     "study_progress",
@@ -229,18 +232,40 @@ def session_seed(study_seed: int, trials_before: int) -> int:
     return (study_seed + trials_before) % 2**32
 
 
+def definition_leaves(value: Any, prefix: str = "") -> dict[str, Any]:
+    """A study definition's leaves by dotted key (``{"config.training.seed": 1337, ...}``); a value
+    that is not a dict is one leaf under ``prefix``."""
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            out.update(definition_leaves(item, f"{prefix}.{key}" if prefix else str(key)))
+        return out
+    return {prefix: value}
+
+
+def settings_added_since(stored: Any, current: dict[str, Any]) -> list[str] | None:
+    """The trainer settings that ``current`` (this trainer's definition of the study) holds and
+    the ``stored`` definition lacks, as ``"key = value"`` (e.g. ``"loss.alpha_weight = 0.0"``), when
+    they are the only differences and each is at the trainer's default: the study was made by a
+    trainer without those settings, which keep its behaviour at their defaults. None when anything
+    else differs (or nothing does, or no definition was stored)."""
+    if not isinstance(stored, dict):
+        return None
+    old, new = definition_leaves(stored), definition_leaves(current)
+    defaults = definition_leaves(config_to_dict(TrainConfig()), "config")
+    missing = object()
+    changed = [key for key in sorted(set(old) | set(new)) if old.get(key, missing) != new.get(key, missing)]
+    if not changed or any(key in old or not key.startswith("config.") or key not in defaults
+                          or new[key] != defaults[key] for key in changed):
+        return None
+    return [f"{key.removeprefix('config.')} = {json.dumps(new[key])}" for key in changed]
+
+
 def definition_differences(stored: Any, current: dict[str, Any], limit: int = 4) -> list[str]:
     """``"key: stored → current"`` for the leaves in which two study definitions differ (dotted
     keys, e.g. ``config.training.time_budget_s: 2.0 → 3.0``), at most ``limit`` of them."""
-    def leaves(value: Any, prefix: str) -> dict[str, Any]:
-        if isinstance(value, dict):
-            out: dict[str, Any] = {}
-            for key, item in value.items():
-                out.update(leaves(item, f"{prefix}.{key}" if prefix else str(key)))
-            return out
-        return {prefix: value}
-
-    old, new = leaves(stored if isinstance(stored, dict) else {}, ""), leaves(current, "")
+    old = definition_leaves(stored if isinstance(stored, dict) else {})
+    new = definition_leaves(current)
     missing = object()
     lines = [f"{BUDGET_KEYS[key] + ' (' + key + ')' if key in BUDGET_KEYS else key}: "
              f"{json.dumps(old.get(key))} → {json.dumps(new.get(key))}"
@@ -248,10 +273,27 @@ def definition_differences(stored: Any, current: dict[str, Any], limit: int = 4)
     return lines[:limit] + ([f"and {len(lines) - limit} more"] if len(lines) > limit else [])
 
 
+class OpenedStudy(NamedTuple):
+    """What :func:`open_study` opened: the Optuna study, whether this call created it, and the
+    trainer settings added since the study was made (:func:`settings_added_since`; empty when its
+    definition is this trainer's)."""
+
+    study: Any
+    created: bool
+    added_settings: list[str]
+
+
 def open_study(storage, name: str, spec: StudySpec, fingerprint: str, attrs: dict[str, Any], study_dir: StudyDir,
-               base_cfg: TrainConfig, is_rdb: bool, definition: dict[str, Any] | None = None):
+               base_cfg: TrainConfig, is_rdb: bool, definition: dict[str, Any] | None = None) -> OpenedStudy:
     """Create the study (enqueue the default trial) or load it and check it is the same study
-    (the same ``fingerprint``; a refusal names what differs from the stored ``definition``)."""
+    (the same ``fingerprint``; a refusal names what differs from the stored ``definition``). A
+    study whose definition differs only by trainer settings added since, at their defaults, is the
+    same study (a trainer upgraded while a study is under way): they are returned to be said.
+
+    Raises:
+        SweepError: the study was set up incompletely or from another definition, or this folder
+            holds trials of another study.
+    """
     import optuna
 
     sampler, pruner = build_sampler(spec.sampler), build_pruner(spec.pruner)
@@ -264,7 +306,10 @@ def open_study(storage, name: str, spec: StudySpec, fingerprint: str, attrs: dic
         while _READY_ATTR not in study.user_attrs and time.monotonic() < deadline:
             time.sleep(0.5)  # the creating worker is still setting the study up
         found = study.user_attrs.get(_READY_ATTR)
-        if found != fingerprint:
+        added: list[str] = []
+        if found is not None and found != fingerprint and definition is not None:
+            added = settings_added_since(study.user_attrs.get(DEFINITION_ATTR), definition) or []
+        if found != fingerprint and not added:
             changed = definition_differences(study.user_attrs.get(DEFINITION_ATTR), definition or {})
             if found is None:
                 why = "was not set up completely"
@@ -278,7 +323,7 @@ def open_study(storage, name: str, spec: StudySpec, fingerprint: str, attrs: dic
         # offset by the trials so far: reproducible, and new points for this session (or worker).
         reseeded = dataclasses.replace(spec.sampler, seed=session_seed(spec.sampler.seed, len(study.trials)))
         study = optuna.load_study(study_name=name, storage=storage, sampler=build_sampler(reseeded), pruner=pruner)
-        return study, False
+        return OpenedStudy(study, False, added)
     if study_dir.trials_dir.is_dir() and any(study_dir.trials_dir.iterdir()):
         optuna.delete_study(study_name=name, storage=storage)  # refused: leave the storage as it was
         raise SweepError(
@@ -294,7 +339,7 @@ def open_study(storage, name: str, spec: StudySpec, fingerprint: str, attrs: dic
     if definition is not None:
         study.set_user_attr(DEFINITION_ATTR, definition)
     study.set_user_attr(_READY_ATTR, fingerprint)  # last: the study is ready for other workers
-    return study, True
+    return OpenedStudy(study, True, [])
 
 
 #: The package that provides each SQLAlchemy driver named in a storage URL (``dialect+driver://``).

@@ -335,8 +335,8 @@ def _run(options: SweepOptions, spec: StudySpec, nproc: int, base_cfg: TrainConf
              "storage": storage_text}
 
     with setup_lock(study_dir, enabled=not is_rdb):
-        study, created = open_study(storage, name, spec, fingerprint, attrs, study_dir, base_cfg, is_rdb,
-                                    definition=definition)
+        study, created, added_settings = open_study(storage, name, spec, fingerprint, attrs, study_dir, base_cfg,
+                                                    is_rdb, definition=definition)
         seed = spec.sampler.seed if created else session_seed(spec.sampler.seed, len(study.trials))
         record_worker(study, spec, worker_id(), concurrent_trials=slots.concurrent, sampler_seed=seed)
         retried = recover_trials(study, check_workers=not is_rdb, retry_interrupted=True)
@@ -349,6 +349,9 @@ def _run(options: SweepOptions, spec: StudySpec, nproc: int, base_cfg: TrainConf
                                        scene, storage_text, resumed=None if created else done, at_once=at_once,
                                        retried=retried),
                 marks=[(f"study {name}", "bold")])
+    if added_settings:
+        print_lines(console, ["note:", "the study began before these trainer settings existed;", "its trials from now on",
+                              "run them at their defaults:", *listed(added_settings)])
     if slots.note:
         print_lines(console, ["note:", slots.note])
     if spec.budget.seconds is not None and cuda_device_count() == 0:

@@ -428,10 +428,10 @@ def test_a_reopened_study_draws_new_points(tmp_path, tiny_study):
             study.tell(trial, 0.0)
         return values
 
-    first, created = open_study(storage, "t", spec, "fp", {"storage": "journal"}, study_dir, spec.base_config(), False)
+    first, created, _ = open_study(storage, "t", spec, "fp", {"storage": "journal"}, study_dir, spec.base_config(), False)
     assert created
     first_draws = draws(first, 3)  # the enqueued default trial, then two draws
-    again, created = open_study(storage, "t", spec, "fp", {"storage": "journal"}, study_dir, spec.base_config(), False)
+    again, created, _ = open_study(storage, "t", spec, "fp", {"storage": "journal"}, study_dir, spec.base_config(), False)
     assert not created
     assert not set(draws(again, 2)) & set(first_draws[1:])
 

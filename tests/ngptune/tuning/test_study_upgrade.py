@@ -1,0 +1,69 @@
+"""A study under way stays resumable by a trainer that added settings since it began, as long as
+they sit at their defaults; any other difference is still refused, naming it."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+optuna = pytest.importorskip("optuna")
+
+from optuna.storages import JournalStorage  # noqa: E402
+from optuna.storages.journal import JournalFileBackend  # noqa: E402
+
+from ngptune.tuning.layout import StudyDir  # noqa: E402
+from ngptune.tuning.storage import SweepError, open_study, settings_added_since  # noqa: E402
+from ngptune.tuning.study import load_study  # noqa: E402
+from tests.support.studies import write_study  # noqa: E402
+
+
+def _without(definition: dict, block: str, key: str) -> dict:
+    older = copy.deepcopy(definition)
+    del older["config"][block][key]
+    return older
+
+
+@pytest.fixture
+def spec(tmp_path, demo_scene):
+    params = '[params."parallel.bucket_mib"]\ntype = "categorical"\nchoices = [1.0, 25.0]\n'
+    return load_study(write_study(tmp_path / "tiny.toml", scene=demo_scene, params=params))
+
+
+def test_only_settings_at_their_defaults_that_the_stored_definition_lacks_count_as_added(spec):
+    current = spec.definition("scene", 1)
+    assert settings_added_since(_without(current, "loss", "alpha_weight"), current) == ["loss.alpha_weight = 0.0"]
+    assert settings_added_since(current, current) is None  # nothing differs
+    assert settings_added_since(None, current) is None  # no stored definition to compare
+    changed = copy.deepcopy(current)
+    changed["config"]["loss"]["alpha_weight"] = 0.5  # a setting the study's trials ran with: not added
+    assert settings_added_since(_without(current, "loss", "alpha_weight"), changed) is None
+    other = _without(current, "loss", "alpha_weight")
+    other["config"]["training"]["seed"] = 7  # added, and something else differs
+    assert settings_added_since(other, current) is None
+    assert settings_added_since(current, _without(current, "loss", "alpha_weight")) is None  # removed, not added
+
+
+def _open(spec, tmp_path, definition: dict, fingerprint: str):
+    storage = JournalStorage(JournalFileBackend(str(tmp_path / "journal.log")))
+    return open_study(storage, "t", spec, fingerprint, {"storage": "journal"}, StudyDir(tmp_path / "out"),
+                      spec.base_config(), False, definition=definition)
+
+
+def test_a_study_made_before_a_setting_existed_resumes_and_says_so(spec, tmp_path):
+    current = spec.definition("scene", 1)
+    older = _without(current, "loss", "alpha_weight")
+    made = _open(spec, tmp_path, older, "older")
+    assert made.created and made.added_settings == []
+    resumed = _open(spec, tmp_path, current, "current")
+    assert not resumed.created and resumed.added_settings == ["loss.alpha_weight = 0.0"]
+    assert len(resumed.study.trials) == 1  # the default trial enqueued when it was made, not again
+
+
+def test_a_study_of_another_definition_is_still_refused(spec, tmp_path):
+    current = spec.definition("scene", 1)
+    _open(spec, tmp_path, current, "current")
+    changed = copy.deepcopy(current)
+    changed["config"]["training"]["seed"] = 7
+    with pytest.raises(SweepError, match=r"was made from another definition: config\.training\.seed: 1337 → 7;"):
+        _open(spec, tmp_path, changed, "changed")
