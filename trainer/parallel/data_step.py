@@ -39,7 +39,9 @@ from trainer.parallel.grad_sync import allreduce_bandwidth_gb_per_s
 from trainer.train.dynamic_step import host_training_samples
 from trainer.train.hostcopy import HostCopy
 from trainer.train.loss import drop_rays, photometric_loss
-from trainer.train.phases import alpha_term, appearance_rgb, density_without_grad, distortion_term, field_outputs, render_rgb
+from trainer.train.phases import (
+    alpha_term, appearance_rgb, density_without_grad, distortion_term, field_outputs, render_rgb,
+)
 from trainer.train.records import Interval
 from trainer.train.step import StepOutcome, StepStats
 from trainer.train.timing import DeviceClock

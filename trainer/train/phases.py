@@ -23,8 +23,8 @@ from trainer.train.precision import autocast
 from trainer.train.prefetch import StepInput
 from trainer.train.timing import PhaseTimer
 
-__all__ = ["OccupancyRefresh", "appearance_rgb", "compacted_samples", "density_without_grad", "alpha_term", "distortion_term",
-           "field_outputs", "loss_and_mse", "render_rgb"]
+__all__ = ["OccupancyRefresh", "alpha_term", "appearance_rgb", "compacted_samples", "density_without_grad",
+           "distortion_term", "field_outputs", "loss_and_mse", "render_rgb"]
 
 
 def field_outputs(field: torch.nn.Module, samples: PackedSamples, device: torch.device,
