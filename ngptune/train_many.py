@@ -16,11 +16,16 @@ the predecessor's ``status.json`` names, else its run folder's
 (:meth:`trainer.rundir.RunDir.model_snapshot`, which also finds ``final.pt`` in the root, where
 train-many kept it before).
 
+An entry that holds no scene (:func:`trainer.contract.check_scene_found`) fails alone, before a
+slot or a launch; a source that is itself a scene is refused, and the ``--out`` folder inside a
+source folder is not taken for a scene.
+
 Resumable: a job is finished when ``OUT/<job>/job.json`` exists (written atomically after the
 trainer reported ``completed``); re-running the same command skips finished jobs (their row keeps
 its outcome, ``completed``, and says when it finished and when it was skipped) and reruns the
 others, after moving an unfinished folder aside to ``OUT/<job>.unfinished-<k>`` (its log and
-checkpoints are kept). A killed job never leaves a ``job.json``.
+checkpoints are kept). A killed job never leaves a ``job.json``. ``job.json`` keeps the job's
+training flags; a finished job skipped by a run with other flags says both.
 """
 
 from __future__ import annotations
@@ -39,7 +44,9 @@ from typing import Any
 
 from ngptune.scheduling.slots import SlotPool, visible_gpus
 from ngptune.tuning.trial import TrialLaunch, run_trial
-from trainer.contract import ConfigError, RunDir, atomic_write_text, command_stopping_with_parent, trainer_argv
+from trainer.contract import (
+    ConfigError, RunDir, SceneError, atomic_write_text, check_scene_found, command_stopping_with_parent, trainer_argv,
+)
 
 __all__ = ["Job", "JobResult", "Plan", "TrainManyInterrupted", "TrainManyOptions", "devices_text", "discover_scenes", "job_names",
            "run_train_many"]
@@ -123,16 +130,27 @@ def _natural_key(path: Path) -> list[Any]:
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path.name)]
 
 
-def discover_scenes(source: Path) -> list[Path]:
-    """The scenes of ``source`` in order (see the module docstring).
+def discover_scenes(source: Path, out_dir: Path | None = None) -> list[Path]:
+    """The scenes of ``source`` in order (see the module docstring); a folder's subfolder that is
+    ``out_dir`` (the jobs' own output) or hidden is not a scene.
 
     Raises:
-        ConfigError: ``source`` missing, empty, or two entries naming the same folder (one line
-            naming the path and the entries).
+        ConfigError: ``source`` missing, empty, a scene itself rather than a folder of scenes, or
+            two entries naming the same folder (one line naming the path and the entries). An
+            entry that holds no scene fails alone, without a launch (:func:`run_train_many`).
     """
     source = Path(source)
+    out_resolved = Path(out_dir).resolve() if out_dir is not None else None
     if source.is_dir():
-        scenes = sorted((p for p in source.iterdir() if p.is_dir() and not p.name.startswith(".")), key=_natural_key)
+        try:
+            own = check_scene_found(source)
+        except SceneError:
+            own = None
+        if own is not None:
+            raise ConfigError(f"{source}: a {own.name} scene, not a folder of scenes: train it with "
+                              f"`ngptune train --scene {source}`, or give train-many the folder that holds it")
+        scenes = sorted((p for p in source.iterdir() if p.is_dir() and not p.name.startswith(".")
+                         and p.resolve() != out_resolved), key=_natural_key)
         what = "scene folders"
     elif source.is_file():
         lines = [line.split("#", 1)[0].strip() for line in source.read_text(encoding="utf-8").splitlines()]
@@ -224,6 +242,10 @@ def trained_model(run_dir: Path, status: dict[str, Any] | None = None) -> Path |
 def _run_job(job: Job, options: TrainManyOptions, pool: SlotPool, warm_from: Path | None, on_start=None,
              on_progress=None, stop: threading.Event | None = None) -> JobResult | None:
     """The job's result, or None when ``stop`` was set before it started."""
+    try:
+        check_scene_found(job.scene)
+    except SceneError as exc:  # fails alone, before a slot, a launch or a run folder
+        return _result(job, None, "failed", str(exc), "", warm_from)
     slot = pool.claim(stop=stop)
     if slot is None or (stop is not None and stop.is_set()):
         if slot is not None:
@@ -254,17 +276,22 @@ def _run_job(job: Job, options: TrainManyOptions, pool: SlotPool, warm_from: Pat
         reason = (f"{reason}; its newest model: {kept}" if kept is not None else f"{reason}; no model was kept")
     result = _result(job, run.status, outcome, reason, devices_text(slot.gpus, options.train_args), warm_from)
     if outcome == "completed":
-        atomic_write_text(job.job_path, json.dumps(dataclasses.asdict(result), indent=2) + "\n")
+        record = dict(dataclasses.asdict(result), train_args=list(options.train_args))
+        atomic_write_text(job.job_path, json.dumps(record, indent=2) + "\n")
     return result
 
 
-def _finished_result(job: Job) -> JobResult:
-    """The row of a job an earlier run finished: its outcome as recorded, when it was skipped."""
+def _finished_result(job: Job, train_args: tuple[str, ...]) -> JobResult:
+    """The row of a job an earlier run finished: its outcome as recorded, when it was skipped, and
+    the training flags it ran with when they differ from ``train_args`` (this run's)."""
     found = json.loads(job.job_path.read_text())
     found["status"] = "completed"
     when = f" at {found['finished_at']}" if found.get("finished_at") else ""
-    found["reason"] = (f"skipped: finished by an earlier run{when} (step {found.get('steps', '?')}); remove "
-                       f"{job.job_path} to train it again")
+    recorded = found.get("train_args")
+    other = (f" with other training flags ({' '.join(recorded) or 'none'}; this run's: "
+             f"{' '.join(train_args) or 'none'})") if isinstance(recorded, list) and tuple(recorded) != train_args else ""
+    found["reason"] = (f"skipped: finished by an earlier run{when}{other} (step {found.get('steps', '?')}); "
+                       f"remove {job.job_path} to train it again")
     found["skipped_at"] = _now()
     if not found.get("model"):
         model = trained_model(job.run_dir)
@@ -293,7 +320,7 @@ def run_train_many(options: TrainManyOptions, *, on_begin=None, on_start=None, o
     """
     if options.warm_start not in (None, "previous"):
         raise ConfigError(f"--warm-start: expected 'previous', got {options.warm_start!r}")
-    scenes = discover_scenes(options.source)
+    scenes = discover_scenes(options.source, options.out_dir)
     gpus = visible_gpus()
     if options.gpus_per_job is not None and options.gpus_per_job < 1:
         raise ConfigError(f"--gpus-per-job: expected an integer >= 1, got {options.gpus_per_job}")
@@ -317,7 +344,7 @@ def run_train_many(options: TrainManyOptions, *, on_begin=None, on_start=None, o
     def work(job: Job) -> JobResult | None:
         try:
             if _is_finished(job):
-                result = _finished_result(job)
+                result = _finished_result(job, tuple(options.train_args))
             else:
                 warm_from = None
                 if options.warm_start and job.index > 0:

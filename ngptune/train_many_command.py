@@ -85,9 +85,13 @@ def job_done(board, name: str, result) -> None:
     ``result`` (:class:`ngptune.train_many.JobResult`): its row's final state, after a line with
     the reason of a failure, and the step it ended at (``result.steps``, from its status: the
     last look at its progress may be a few steps short of it); a job an earlier run finished gets
-    one line (under 80 columns) and no row."""
+    one line (under 80 columns) and no row, or the whole reason when it ran with other training
+    flags than this run's."""
     if result.skipped_at:
         when = f", {result.finished_at}" if result.finished_at else ""
+        if " with other training flags " in result.reason:  # the user may expect it trained anew
+            board.message("\n".join(fit_lines([f"{name}:", result.reason])))
+            return
         board.message("\n".join(fit_lines([f"{name}: skipped,", f"finished earlier (step {result.steps}{when})"])))
         return
     if result.reason:

@@ -75,6 +75,7 @@ def test_train_many_warm_starts_fails_one_and_resumes(tmp_path):
         rows = {Path(r["scene"]).name: r for r in csv.DictReader(f)}
     assert [rows[n]["status"] for n in ("0000", "missing", "0001")] == ["completed", "failed", "completed"]
     assert "scene path does not exist" in rows["missing"]["reason"]
+    assert not (out / "logs" / "missing.log").exists()  # refused before a launch
     assert rows["0000"]["steps"] == "4" and float(rows["0000"]["psnr_db"]) > 0
     assert rows["0000"]["gpus"] == ("cpu" if not visible_gpus() else "0")
     assert rows["0001"]["warm_started_from"] == ""  # its predecessor failed: a cold start

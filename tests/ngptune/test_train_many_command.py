@@ -34,6 +34,17 @@ def test_a_skipped_job_is_said_once_in_one_line():
     assert len(lines[0]) <= 79
 
 
+def test_a_job_skipped_though_it_ran_with_other_flags_gets_its_whole_reason():
+    out = io.StringIO()
+    board = RunsProgress(out=out, plain=True)
+    reason = ("skipped: finished by an earlier run at 2026-12-02T10:11:12 with other training flags (--n-steps 30; "
+              "this run's: --n-steps 60) (step 30); remove runs/seq/0000/job.json to train it again")
+    job_done(board, "0000", _result(steps=30, skipped_at="2026-12-03T09:00:00+01:00", reason=reason))
+    lines = out.getvalue().splitlines()
+    assert " ".join(line.strip() for line in lines) == f"0000: {reason}"
+    assert "this run's: --n-steps 60" in out.getvalue() and all(len(line) <= 79 for line in lines)
+
+
 def test_a_job_that_ran_ends_its_row():
     out = io.StringIO()
     board = RunsProgress(out=out, plain=True)
