@@ -68,8 +68,8 @@ class LoadedModel:
 
 
 def check_model_path(path: Path) -> None:
-    """Refuse a model path that does not exist (the command line calls this before it makes any
-    output folder beside the model).
+    """Refuse a model path that does not exist, or a scene folder given for a run (the command
+    line calls this before it makes any output folder beside the model).
 
     Raises:
         SnapshotError: one line naming the path.
@@ -77,6 +77,12 @@ def check_model_path(path: Path) -> None:
     if not Path(path).exists():
         raise SnapshotError(f"{path}: no such file or folder (expected a run folder, a snapshot file or a "
                             "checkpoint folder)")
+    run = RunDir(path)
+    if Path(path).is_dir() and not run.status_path.is_file() and not run.config_path.is_file():
+        scene = _scene_format(Path(path))
+        if scene is not None:
+            raise SnapshotError(f"{path}: a {scene} scene, not a run: train it first (ngptune train --scene {path} "
+                                "--out RUN), then give RUN")
 
 
 def find_model_source(path: Path) -> tuple[str, Path, Path | None]:
@@ -85,9 +91,9 @@ def find_model_source(path: Path) -> tuple[str, Path, Path | None]:
     folder (else None).
 
     Raises:
-        SnapshotError: ``path`` does not exist, or is a folder without any snapshot or complete
-            checkpoint (names it; its ``remedies``: where a model would be, what the run's
-            status says, how a run keeps one).
+        SnapshotError: ``path`` does not exist or is a scene folder (:func:`check_model_path`),
+            or is a folder without any snapshot or complete checkpoint (names it; its ``remedies``: where a model
+            would be, what the run's status says, how a run keeps one).
     """
     from trainer.parallel.checkpoint import latest_checkpoint
 
@@ -105,6 +111,17 @@ def find_model_source(path: Path) -> tuple[str, Path, Path | None]:
         in_run = config if checkpoint.parent.parent == path else None
         return "checkpoint", checkpoint, in_run
     return "snapshot", snapshot, config
+
+
+def _scene_format(path: Path) -> str | None:
+    """The name of the scene format folder ``path`` holds (:func:`trainer.contract.formats.check_scene_found`),
+    or None when it holds none."""
+    from trainer.contract.formats import check_scene_found
+
+    try:
+        return check_scene_found(path).name
+    except SceneError:
+        return None
 
 
 def _no_model_remedies(path: Path) -> list[str]:

@@ -106,6 +106,17 @@ def test_a_run_folder_without_snapshots(trained_run, tmp_path, capsys, monkeypat
             "  or train with --snapshot-every N: a model is kept every N steps"], err
 
 
+def test_a_scene_folder_given_for_a_run_says_to_train_it_first(demo_scene, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(demo_scene, tmp_path / "scenes" / "demo")
+    for command in (["render", "scenes/demo", "--cameras", "test"], ["export", "mesh", "scenes/demo"]):
+        code, _, err = run_inference_cli(command, capsys)
+        assert code == 2 and " ".join(err.split()) == (
+            "error: scenes/demo: a blender scene, not a run: train it first (ngptune train --scene scenes/demo "
+            "--out RUN), then give RUN"), err
+    assert not (tmp_path / "scenes" / "demo" / "render-test").exists()
+
+
 def test_a_folder_of_runs_names_the_runs_to_give_instead(tmp_path, capsys, monkeypatch):
     """train-many's --out holds a run per job: render of that folder names a few of them."""
     monkeypatch.chdir(tmp_path)
