@@ -8,7 +8,7 @@ import argparse
 from pathlib import Path
 
 from trainer.contract.config import TrainConfig
-from trainer.contract.errors import ConfigError, SceneError
+from trainer.contract.errors import ConfigError, SceneError, SnapshotError
 from trainer.contract.formats import check_scene_found
 from trainer.contract.rundir import RunDir
 from trainer.run.settings import scene_path_of
@@ -19,19 +19,23 @@ __all__ = ["check_before_start", "check_n_steps_reach", "distributed_env", "has_
 
 def check_before_start(cfg: TrainConfig, out: Path | None, resume: Path | None) -> None:
     """What the process that starts a job checks before it writes anything: the scene exists,
-    and an ``--out`` folder that already holds a run is refused unless ``--resume`` continues it
+    a ``--resume`` path exists, and an ``--out`` folder that already holds a run is refused unless ``--resume`` continues it
     (two runs never mix their metrics in one folder). Workers do not check the folder: they share
     it and may be restarted into it.
 
     Raises:
         SceneError: the scene path does not exist, or holds no scene (of ``data.format``:
             :func:`~trainer.contract.formats.check_scene_found`).
+        SnapshotError: the ``--resume`` path does not exist.
         ConfigError: ``--out`` holds a run (names the folder and what is in it).
     """
     scene_path = scene_path_of(cfg)
     if not scene_path.exists():
         raise SceneError(f"--scene {scene_path}: scene path does not exist")
     check_scene_found(scene_path, cfg.data.format)  # a folder of no scene (a capture's images/), before the run folder
+    if resume is not None and not Path(resume).exists():
+        raise SnapshotError(f"--resume {resume}: no such file or folder (expected a snapshot file, a run folder or a "
+                            "checkpoint folder)")
     if out is None or resume is not None:
         return
     run_dir = RunDir(out)
