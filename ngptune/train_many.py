@@ -147,7 +147,7 @@ def discover_scenes(source: Path, out_dir: Path | None = None) -> list[Path]:
         except SceneError:
             own = None
         if own is not None:
-            raise ConfigError(f"{source}: a {own.name} scene, not a folder of scenes: train it with "
+            raise ConfigError(f"{source}: {own.with_article}, not a folder of scenes: train it with "
                               f"`ngptune train --scene {source}`, or give train-many the folder that holds it")
         scenes = sorted((p for p in source.iterdir() if p.is_dir() and not p.name.startswith(".")
                          and p.resolve() != out_resolved), key=_natural_key)

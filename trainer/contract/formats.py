@@ -77,6 +77,11 @@ class SceneFormat:
                 return True
         return False
 
+    @property
+    def with_article(self) -> str:
+        """``"a blender scene"``, ``"an instant-ngp scene"``: the format in a sentence."""
+        return f"{'an' if self.name[0] in 'aeiou' else 'a'} {self.name} scene"
+
     def is_file(self, path: Path) -> bool:
         """Whether the file ``path`` alone is a scene of this format."""
         return self.file_pattern is not None and re.fullmatch(self.file_pattern, path.name) is not None
@@ -93,6 +98,9 @@ SCENE_FORMATS: tuple[SceneFormat, ...] = (
     SceneFormat("instant-ngp", "ngp", "trainer.data.formats.ngp", False, ("transforms.json",), r".+\.json"),
 )
 """Every format, in the loading policy's order (most camera information first)."""
+
+PHOTO_SUFFIXES: tuple[str, ...] = (".jpg", ".jpeg", ".png", ".tif", ".tiff", ".exr", ".heic", ".webp")
+"""Image files whose presence in a folder of no scene suggests raw photos (``ngptune prepare``'s input)."""
 
 FORMAT_CHOICES: tuple[str, ...] = tuple(f.flag for f in SCENE_FORMATS)
 """The values ``--format`` and ``data.format`` accept (besides ``data.format``'s ``"auto"``)."""
@@ -127,7 +135,9 @@ def detect_formats(path: str | Path) -> list[SceneFormat]:
     format).
 
     Raises:
-        SceneError: the path does not exist, or holds none of the formats (naming what was looked for).
+        SceneError: the path does not exist, or holds none of the formats (naming what was looked
+            for, and the parent folder when it holds a scene, else ``ngptune prepare`` when the
+            folder holds photos).
     """
     p = Path(path)
     if not p.exists():
@@ -140,7 +150,11 @@ def detect_formats(path: str | Path) -> list[SceneFormat]:
         raise SceneError(f"{p}: not a scene file (expected one of {files})")
     found = [fmt for fmt in SCENE_FORMATS if fmt.in_folder(p)]
     if not found:
-        raise SceneError(f"{p}: no scene found (looked for {', '.join(fmt.markers[0] for fmt in SCENE_FORMATS)})")
+        parent = [fmt for fmt in SCENE_FORMATS if fmt.in_folder(p.parent)] if p.parent != p else []
+        photos = any(f.suffix.lower() in PHOTO_SUFFIXES for f in p.iterdir() if f.is_file())
+        hint = (f"; its parent folder {p.parent} holds {parent[0].with_article}" if parent else
+                f"; a folder of photos: `ngptune prepare {p} --out SCENE` makes a scene of them" if photos else "")
+        raise SceneError(f"{p}: no scene found (looked for {', '.join(fmt.markers[0] for fmt in SCENE_FORMATS)}){hint}")
     return found
 
 

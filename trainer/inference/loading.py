@@ -81,7 +81,7 @@ def check_model_path(path: Path) -> None:
     if Path(path).is_dir() and not run.status_path.is_file() and not run.config_path.is_file():
         scene = _scene_format(Path(path))
         if scene is not None:
-            raise SnapshotError(f"{path}: a {scene} scene, not a run: train it first (ngptune train --scene {path} "
+            raise SnapshotError(f"{path}: {scene}, not a run: train it first (ngptune train --scene {path} "
                                 "--out RUN), then give RUN")
 
 
@@ -114,12 +114,12 @@ def find_model_source(path: Path) -> tuple[str, Path, Path | None]:
 
 
 def _scene_format(path: Path) -> str | None:
-    """The name of the scene format folder ``path`` holds (:func:`trainer.contract.formats.check_scene_found`),
-    or None when it holds none."""
+    """The scene format folder ``path`` holds, with its article (``"a blender scene"``,
+    :func:`trainer.contract.formats.check_scene_found`), or None when it holds none."""
     from trainer.contract.formats import check_scene_found
 
     try:
-        return check_scene_found(path).name
+        return check_scene_found(path).with_article
     except SceneError:
         return None
 

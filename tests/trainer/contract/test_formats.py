@@ -61,3 +61,18 @@ def test_a_colmap_folder_with_an_empty_sparse_is_refused_before_the_run_starts(t
         check_scene_found(tmp_path)
     (tmp_path / "transforms.json").write_text("{}")  # another format beside it: --format picks it
     assert check_scene_found(tmp_path, "ngp").name == "instant-ngp"
+
+
+def test_a_folder_of_photos_is_pointed_at_prepare(tmp_path):
+    (tmp_path / "IMG_0001.JPG").write_bytes(b"")
+    with pytest.raises(SceneError, match=r"\)\; a folder of photos: `ngptune prepare .+ --out SCENE` makes a scene "
+                                         r"of them$"):
+        detect_formats(tmp_path)
+
+
+def test_a_captures_image_folder_is_pointed_at_its_parent(tmp_path):
+    (tmp_path / "transforms.json").write_text("{}")
+    (tmp_path / "images").mkdir()
+    (tmp_path / "images" / "0001.jpg").write_bytes(b"")
+    with pytest.raises(SceneError, match=rf"\)\; its parent folder {tmp_path} holds an instant-ngp scene$"):
+        detect_formats(tmp_path / "images")
