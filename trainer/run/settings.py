@@ -110,7 +110,8 @@ def named_by_flag(error: ConfigError, flag_keys: Collection[str]) -> ConfigError
 
 def resolve_config(args: argparse.Namespace) -> TrainConfig:
     """Config file (``--config``; without it the CPU preset on a CPU, :func:`default_config_path`)
-    + ``--set`` overrides + dedicated flags, validated. Sets ``args.config_chosen`` to the preset
+    + ``--set`` overrides + dedicated flags (a flag wins over ``--set`` of its key, whose value
+    must still be valid), validated. Sets ``args.config_chosen`` to the preset
     path when it was chosen.
 
     Raises:
@@ -139,6 +140,12 @@ def resolve_config(args: argparse.Namespace) -> TrainConfig:
     flagged = {k: v for k, v in flag_map.items() if v is not None} | scene_format_overrides(args)
     if args.scene is not None:
         flagged["data.scene"] = str(args.scene)
+    for key in sorted(set(overrides) & set(flagged)):  # the flag wins; a bad --set value is still refused
+        if overrides[key] != flagged[key]:
+            try:
+                load_config(path, {key: overrides[key]})
+            except ConfigError as exc:
+                raise named_by_flag(exc, ()) from None
     overrides.update(flagged)
     if args.quiet:
         overrides["training.quiet"] = True

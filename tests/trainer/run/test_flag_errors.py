@@ -32,6 +32,13 @@ def test_a_bad_set_value_names_set_and_its_key():
     assert str(exc.value) == "--set training.n_steps: expected an integer >= 1, got 0"
 
 
+def test_a_bad_set_value_is_refused_though_a_flag_of_its_key_wins():
+    with pytest.raises(ConfigError) as exc:
+        _resolve(["--set", "training.n_steps=-5", "--n-steps", "1"])
+    assert str(exc.value) == "--set training.n_steps: expected an integer >= 1, got -5"
+    assert _resolve(["--set", "training.n_steps=7", "--n-steps", "3"]).training.n_steps == 3  # a valid one: the flag
+
+
 def test_a_block_given_a_value_is_told_it_is_a_block():
     with pytest.raises(ConfigError) as exc:
         _resolve(["--set", "training=3"])
