@@ -233,7 +233,6 @@ class DistributedTrainerBase(Trainer, metaclass=abc.ABCMeta):
             for skipped in ckpt.skipped_incomplete(folder):
                 warnings.warn(f"{skipped}: incomplete checkpoint (no {ckpt.COMPLETE_MARKER} marker: the run stopped "
                               f"while writing it) skipped; resuming from {folder.name}", stacklevel=2)
-            warn_config_differences(folder, meta.get("config"), self.cfg, meta.get("trainer_state"), self.hash_grid)
         if meta.get("format") != CHECKPOINT_FORMAT or meta.get("version") != CHECKPOINT_VERSION:
             raise SnapshotError(f"{folder}: not an ngptune distributed checkpoint of version {CHECKPOINT_VERSION}")
         if meta["mode"] != self.mode:
@@ -244,6 +243,8 @@ class DistributedTrainerBase(Trainer, metaclass=abc.ABCMeta):
         check_finest_resolution(folder, meta.get("trainer_state"), self.finest_resolution, meta.get("config"), self.cfg)
         check_scene_model(folder, meta.get("trainer_state"), self.scene_model, meta.get("config"), self.cfg)
         check_hash_grid(folder, meta.get("trainer_state"), meta.get("config"), self.hash_grid, self.cfg)
+        if self.rank == 0:  # after the refusals, which name the differences themselves
+            warn_config_differences(folder, meta.get("config"), self.cfg, meta.get("trainer_state"), self.hash_grid)
         stored = ckpt.checkpoint_keys(folder)
         for name, p in self.named_parameters_for_optimizer().items():
             if f"optimizer.{name}.step" in stored and p not in self.optimizer.state:

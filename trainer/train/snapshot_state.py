@@ -236,11 +236,12 @@ def snapshot_payload(trainer: Any) -> dict[str, Any]:
 
 def _load_model_and_grid(trainer: Any, path: Path, payload: dict[str, Any]) -> None:
     """The checks of a snapshot against this trainer, then its model and occupancy grid."""
-    warn_config_differences(path, payload.get("config"), trainer.cfg, payload.get("trainer_state"), trainer.hash_grid)
     check_finest_resolution(path, payload.get("trainer_state"), trainer.finest_resolution, payload.get("config"),
                             trainer.cfg)
     check_scene_model(path, payload.get("trainer_state"), trainer.scene_model, payload.get("config"), trainer.cfg)
     check_hash_grid(path, payload.get("trainer_state"), payload.get("config"), trainer.hash_grid, trainer.cfg)
+    # after the refusals, which name the differences themselves
+    warn_config_differences(path, payload.get("config"), trainer.cfg, payload.get("trainer_state"), trainer.hash_grid)
     trainer.stepper.forget_graph()  # the tensors a captured step reads are about to be replaced
     load_state_checked(trainer.field, payload["model"], "model", path)
     load_state_checked(trainer.grid, payload["occupancy"], "occupancy grid", path)

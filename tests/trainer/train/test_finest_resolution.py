@@ -4,6 +4,7 @@ says otherwise, and a snapshot is never loaded into a grid of another finest res
 from __future__ import annotations
 
 import re
+import warnings
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ from trainer.data.scene import Frame, Intrinsics
 from trainer.encoding.hashgrid import level_resolutions
 from trainer.contract.errors import SnapshotError
 from trainer.train.loop import Trainer
+from trainer.train.snapshot_state import ConfigDifferenceWarning
 
 UNIT_BOX = np.array([[0.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
 
@@ -84,11 +86,14 @@ def test_a_snapshot_of_other_settings_too_asks_for_its_config(demo_scene, tmp_pa
     the message asks for the run's config instead, naming what differs."""
     scene, path, finest = _trained_snapshot(demo_scene, tmp_path)
     other = Trainer(_derived(encoding__max_resolution=finest * 2, encoding__n_features_per_level=4), scene)
-    with pytest.raises(SnapshotError, match=r"it was trained with other settings too \(encoding\.n_features_per_level: "
-                                            r"2 → 4\): "
-                                            r"pass its run's config\.json as --config, without a flag or --set that "
-                                            r"changes these$"):
-        other.load(path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(SnapshotError, match=r"it was trained with other settings too \(encoding\.n_features_per_level: "
+                                                r"2 → 4\): "
+                                                r"pass its run's config\.json as --config, without a flag or --set that "
+                                                r"changes these$"):
+            other.load(path)
+    assert not [w for w in caught if issubclass(w.category, ConfigDifferenceWarning)]  # the refusal says it once
     other.close()
 
 
