@@ -23,8 +23,10 @@ source folder is not taken for a scene.
 Resumable: a job is finished when ``OUT/<job>/job.json`` exists (written atomically after the
 trainer reported ``completed``); re-running the same command skips finished jobs (their row keeps
 its outcome, ``completed``, and says when it finished and when it was skipped) and reruns the
-others, after moving an unfinished folder aside to ``OUT/<job>.unfinished-<k>`` (its log and
-checkpoints are kept). A killed job never leaves a ``job.json``. ``job.json`` keeps the job's
+others: a job Ctrl-C stopped after it kept a model is resumed from it (``--resume OUT/<job>``, the
+same training flags; its earlier log kept as ``OUT/logs/<job>.<k>.log``), any other unfinished
+folder is moved aside to ``OUT/<job>.unfinished-<k>`` (its log and checkpoints are kept) and the job
+trains anew. A killed job never leaves a ``job.json``. ``job.json`` keeps the job's
 training flags; a finished job skipped by a run with other flags says both.
 """
 
@@ -193,12 +195,34 @@ def _move_aside(job: Job) -> None:
         shutil.move(str(job.log_path), str(aside / "launch.log"))
 
 
-def job_argv(job: Job, options: TrainManyOptions, gpus: int, warm_from: Path | None) -> list[str]:
+def job_argv(job: Job, options: TrainManyOptions, gpus: int, warm_from: Path | None, resume: bool = False) -> list[str]:
     """The job's command: ``python -m trainer [--nproc-per-node G] --scene S --out RUN --quiet
-    [--warm-start PREVIOUS] <training flags>``."""
+    [--warm-start PREVIOUS | --resume RUN] <training flags>``."""
     argv = trainer_argv(nproc_per_node=gpus if gpus > 1 else None, scene=job.scene, out=job.run_dir, quiet=True,
-                        warm_start=warm_from, extra=options.train_args)
+                        warm_start=None if resume else warm_from, resume=job.run_dir if resume else None,
+                        extra=options.train_args)
     return command_stopping_with_parent(argv)
+
+
+def interrupted_model(job: Job) -> Path | None:
+    """The model a job stopped by Ctrl-C kept (its run folder's ``status.json`` says
+    ``interrupted`` and names or holds a snapshot or checkpoint), which the next run resumes;
+    None for any other unfinished job (failed, killed, or stopped before it kept a model), which
+    trains anew."""
+    status = RunDir(job.run_dir).read_status()
+    if not isinstance(status, dict) or status.get("state") != "interrupted":
+        return None
+    return trained_model(job.run_dir, status)
+
+
+def _keep_log(job: Job) -> None:
+    """The log of the job's interrupted run, before its resume writes a new one: ``<job>.<k>.log``."""
+    if not job.log_path.is_file():
+        return
+    k = 1
+    while (kept := job.log_path.with_name(f"{job.log_path.stem}.{k}.log")).exists():
+        k += 1
+    job.log_path.rename(kept)
 
 
 def devices_text(gpus: list[int], train_args: tuple[str, ...] = ()) -> str:
@@ -251,13 +275,19 @@ def _run_job(job: Job, options: TrainManyOptions, pool: SlotPool, warm_from: Pat
         if slot is not None:
             pool.release(slot, [])
         return None
-    _move_aside(job)
+    resume_from = interrupted_model(job)
+    if resume_from is None:
+        _move_aside(job)
+    else:
+        _keep_log(job)
+        warm_from = None  # the run continues from its own model
     if on_start is not None:
         on_start(job)
     leftover: list[int] = []
     try:
         n_gpus = max(len(slot.gpus), 1)
-        launch = TrialLaunch(argv=job_argv(job, options, len(slot.gpus), warm_from), env=slot.env(os.environ),
+        launch = TrialLaunch(argv=job_argv(job, options, len(slot.gpus), warm_from, resume=resume_from is not None),
+                             env=slot.env(os.environ),
                              run_dir=job.run_dir, log_path=job.log_path, world_size=n_gpus if len(slot.gpus) > 1 else 1,
                              timeout_s=float("inf"))
         watch = None
@@ -271,6 +301,8 @@ def _run_job(job: Job, options: TrainManyOptions, pool: SlotPool, warm_from: Pat
     completed = run.outcome == "completed" and trained_model(job.run_dir, run.status) is not None
     outcome = "completed" if completed else "interrupted" if run.outcome == "interrupted" else "failed"
     reason = run.reason if run.outcome != "completed" else "" if completed else "the run kept no trained model"
+    if resume_from is not None:
+        reason = f"{reason} (resuming from {resume_from})" if reason else f"resumed from {resume_from}"
     if outcome == "interrupted":
         kept = trained_model(job.run_dir)
         reason = (f"{reason}; its newest model: {kept}" if kept is not None else f"{reason}; no model was kept")

@@ -142,14 +142,16 @@ def _cmd_train_many(args: argparse.Namespace) -> int:
 def interrupted_parts(results, jobs: int) -> list[str]:
     """What Ctrl-C of ``train-many`` did, as parts of lines (:func:`fit_lines`): the jobs
     finished, stopped (their snapshots kept) and not started, and that the same command goes on
-    (finished jobs are skipped, the others train again)."""
+    (finished jobs are skipped, stopped ones resume from their models, the others train anew)."""
     completed = sum(r.status == "completed" for r in results)
     stopped = [Path(r.run_dir).name for r in results if r.status == "interrupted"]
     parts = [f"interrupted: {completed} of {jobs} jobs finished,",
              f"{len(stopped)} stopped ({', '.join(stopped)}; the model each kept:" if stopped else "none stopped,",
              *(["summary.csv's reason),"] if stopped else []),
              f"{jobs - len(results)} not started;",
-             "the same command again skips the finished jobs", "and trains the others anew"]
+             "the same command again skips the finished jobs,",
+             *(["resumes the stopped ones from their models"] if stopped else []),
+             "and trains the others anew" if stopped else "and trains the others"]
     return parts
 
 
@@ -159,7 +161,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "train-many", help="train a sequence of scenes as independent jobs on GPU slots (resumable)",
         description="Train every scene of a folder of scene folders (natural order) or of a list file, each as "
                     "its own job on --gpus-per-job GPUs; writes OUT/<scene>/, OUT/summary.csv, OUT/summary.html. "
-                    "Running the same command again skips finished scenes.")
+                    "Running the same command again skips finished scenes and resumes those Ctrl-C stopped.")
     p.add_argument("source", type=Path, help="folder of scene folders, or a text file of scene paths")
     p.add_argument("--out", type=Path, required=True, help="folder of the jobs' runs and the summaries")
     p.add_argument("--gpus-per-job", type=int, default=None, metavar="G", help="GPUs of each job (default 1)")

@@ -132,7 +132,8 @@ def test_ctrl_c_stops_the_running_job_keeps_its_model_and_writes_the_summary(tmp
     assert proc.returncode == 130 and "Traceback" not in stderr, stderr
     said = " ".join(stderr.split())
     assert "interrupted: 0 of 2 jobs finished, 1 stopped (0000; the model each kept: summary.csv's reason), " \
-           "1 not started; the same command again skips the finished jobs and trains the others anew" in said, stderr
+           "1 not started; the same command again skips the finished jobs, resumes the stopped ones from their " \
+           "models and trains the others anew" in said, stderr
     with open(out / "summary.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     assert [(Path(r["scene"]).name, r["status"]) for r in rows] == [("0000", "interrupted")]
@@ -140,3 +141,16 @@ def test_ctrl_c_stops_the_running_job_keeps_its_model_and_writes_the_summary(tmp
     assert kept and f"its newest model: {kept[-1]}" in rows[0]["reason"]
     assert json.loads((out / "0000" / "status.json").read_text())["state"] == "interrupted"
     assert not (out / "0001").exists()
+
+    # the same command again resumes the stopped job from its model (to a total of 5 more steps)
+    kept_step = int(kept[-1].stem.removeprefix("step_"))
+    again = [*cmd[:cmd.index("--n-steps") + 1], str(kept_step + 5), *cmd[cmd.index("--n-steps") + 2:]]
+    second = subprocess.run(again, capture_output=True, text=True, timeout=400, cwd=REPO)
+    assert second.returncode == 0, second.stdout + second.stderr
+    with open(out / "summary.csv", newline="") as f:
+        rows = {Path(r["scene"]).name: r for r in csv.DictReader(f)}
+    assert rows["0000"]["status"] == "completed" and rows["0000"]["steps"] == str(kept_step + 5)
+    assert rows["0000"]["reason"] == f"resumed from {kept[-1]}"
+    assert not list(out.glob("0000.unfinished-*"))  # resumed in place, not moved aside
+    assert (out / "logs" / "0000.1.log").is_file() and (out / "logs" / "0000.log").is_file()  # both runs' logs
+    assert rows["0001"]["status"] == "completed" and rows["0001"]["reason"] == ""
