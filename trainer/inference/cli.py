@@ -311,9 +311,22 @@ def _frame_words(count: int | None, label: str) -> str:
     return f"{count} frame{'s' if count != 1 else ''} of {label}"
 
 
+def _output_words(args: argparse.Namespace) -> str:
+    """What the flags add to each frame: ``, over #202020, with depth, beside the ground truth``."""
+    words = []
+    if getattr(args, "background", None) is not None:
+        words.append(f"over {args.background}")
+    if getattr(args, "depth", False):
+        words.append("with depth")
+    if getattr(args, "compare", False):
+        words.append("beside the ground truth")
+    return "".join(f", {w}" for w in words)
+
+
 def planned_render_words(args: argparse.Namespace) -> str:
     """What ``args`` ask to render, in the words of :func:`render_words`, as far as the flags say it
-    without the scene: ``300 frames of orbit of 1920x1080, spp 1``, ``the test views, spp 8``."""
+    without the scene: ``300 frames of orbit of 1920x1080, spp 1``, ``the test views, spp 8``,
+    ``1 test view, spp 1, over #202020, with depth``."""
     if args.cameras in SPLITS:
         what = _split_words(args.cameras, args.frames)
     elif args.cameras == "orbit":
@@ -325,7 +338,7 @@ def planned_render_words(args: argparse.Namespace) -> str:
     if args.width and args.height:  # --downscale shrinks after --width/--height (at least 1 pixel)
         shrink = args.downscale or 1
         size = f" of {max(1, round(args.width / shrink))}x{max(1, round(args.height / shrink))}"
-    return f"{what}{size}, spp {args.spp}"
+    return f"{what}{size}, spp {args.spp}{_output_words(args)}"
 
 
 def render_words(args: argparse.Namespace, job: Any) -> str:
@@ -335,7 +348,7 @@ def render_words(args: argparse.Namespace, job: Any) -> str:
     what = _split_words(args.cameras, n) if args.cameras in SPLITS else _frame_words(n, _camera_label(args.cameras))
     if args.cameras in SPLITS and args.frames is not None and args.frames > n:
         what += f" (all of them: --frames {args.frames} asks for more than the split has)"
-    return f"{what} of {k.width}x{k.height}, spp {job.spp}"
+    return f"{what} of {k.width}x{k.height}, spp {job.spp}{_output_words(args)}"
 
 
 def render_opening_lines(args: argparse.Namespace, located: Any, where: str, ranks: int = 1) -> list[str]:

@@ -323,3 +323,5 @@ def test_the_planned_size_is_the_one_rendered_after_downscale():
     assert planned_render_words(args) == "4 frames of orbit of 240x135, spp 1"
     args.downscale = None
     assert planned_render_words(args) == "4 frames of orbit of 1920x1080, spp 1"
+    args.background, args.depth, args.compare = "#202020", True, False
+    assert planned_render_words(args) == "4 frames of orbit of 1920x1080, spp 1, over #202020, with depth"
