@@ -54,6 +54,9 @@ __all__ = ["Job", "JobResult", "Plan", "TrainManyInterrupted", "TrainManyOptions
            "run_train_many"]
 
 JOB_FILE = "job.json"
+#: written in a job's run folder when a run resumes it: a resume that fails (flags that do not fit
+#: the model) leaves the job resumable, so that the kept model is not trained over
+RESUME_FILE = "resuming.json"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,11 +137,12 @@ def _natural_key(path: Path) -> list[Any]:
 
 def discover_scenes(source: Path, out_dir: Path | None = None) -> list[Path]:
     """The scenes of ``source`` in order (see the module docstring); a folder's subfolder that is
-    ``out_dir`` (the jobs' own output) or hidden is not a scene.
+    ``out_dir`` (the jobs' own output), an earlier run's output (it holds a ``summary.csv``) or
+    hidden is not a scene.
 
     Raises:
-        ConfigError: ``source`` missing, empty, a scene itself rather than a folder of scenes, or
-            two entries naming the same folder (one line naming the path and the entries). An
+        ConfigError: ``source`` missing, empty, a scene itself rather than a folder of scenes,
+            ``out_dir`` inside one of its scenes, or two entries naming the same folder (one line naming the path and the entries). An
             entry that holds no scene fails alone, without a launch (:func:`run_train_many`).
     """
     source = Path(source)
@@ -152,7 +156,7 @@ def discover_scenes(source: Path, out_dir: Path | None = None) -> list[Path]:
             raise ConfigError(f"{source}: {own.with_article}, not a folder of scenes: train it with "
                               f"`ngptune train --scene {source}`, or give train-many the folder that holds it")
         scenes = sorted((p for p in source.iterdir() if p.is_dir() and not p.name.startswith(".")
-                         and p.resolve() != out_resolved), key=_natural_key)
+                         and p.resolve() != out_resolved and not (p / "summary.csv").is_file()), key=_natural_key)
         what = "scene folders"
     elif source.is_file():
         lines = [line.split("#", 1)[0].strip() for line in source.read_text(encoding="utf-8").splitlines()]
@@ -168,13 +172,20 @@ def discover_scenes(source: Path, out_dir: Path | None = None) -> list[Path]:
         if resolved in seen:
             raise ConfigError(f"{source}: entries {seen[resolved]} and {scene} are the same folder {resolved}")
         seen[resolved] = scene
+        if out_resolved is not None and out_resolved.is_relative_to(resolved):
+            raise ConfigError(f"--out {out_dir}: inside the scene {scene}; choose a folder outside the scenes")
     return scenes
 
 
+#: names in ``OUT`` that are not a job's folder
+RESERVED_NAMES = ("logs", "summary.csv", "summary.html")
+
+
 def job_names(scenes: list[Path]) -> list[str]:
-    """A folder name per scene: its own name, or ``<index>-<name>`` when names repeat."""
+    """A folder name per scene: its own name, or ``<index>-<name>`` when names repeat or one is
+    a name of ``OUT``'s own (:data:`RESERVED_NAMES`)."""
     names = [s.name or "scene" for s in scenes]
-    if len(set(names)) == len(names):
+    if len(set(names)) == len(names) and not set(names) & set(RESERVED_NAMES):
         return names
     return [f"{i:04d}-{n}" for i, n in enumerate(names)]
 
@@ -212,11 +223,13 @@ def job_argv(job: Job, options: TrainManyOptions, gpus: int, warm_from: Path | N
 
 def interrupted_model(job: Job) -> Path | None:
     """The model a job stopped by Ctrl-C kept (its run folder's ``status.json`` says
-    ``interrupted`` and names or holds a snapshot or checkpoint), which the next run resumes;
-    None for any other unfinished job (failed, killed, or stopped before it kept a model), which
-    trains anew."""
+    ``interrupted``, or an attempt to resume it ended without finishing: :data:`RESUME_FILE`, and
+    the folder names or holds a snapshot or checkpoint), which the next run resumes; None for any
+    other unfinished job (failed, killed, or stopped before it kept a model), which trains anew."""
     status = RunDir(job.run_dir).read_status()
-    if not isinstance(status, dict) or status.get("state") != "interrupted":
+    if not isinstance(status, dict):
+        return None
+    if status.get("state") != "interrupted" and not (job.run_dir / RESUME_FILE).is_file():
         return None
     return trained_model(job.run_dir, status)
 
@@ -271,7 +284,7 @@ def _run_job(job: Job, options: TrainManyOptions, pool: SlotPool, warm_from: Pat
     try:
         check_scene_found(job.scene)
     except SceneError as exc:  # fails alone, before a slot, a launch or a run folder
-        return _result(job, None, "failed", str(exc), "", warm_from)
+        return dataclasses.replace(_result(job, None, "failed", str(exc), "", None), log_path="")
     slot = pool.claim(stop=stop)
     if slot is None or (stop is not None and stop.is_set()):
         if slot is not None:
@@ -282,6 +295,7 @@ def _run_job(job: Job, options: TrainManyOptions, pool: SlotPool, warm_from: Pat
         _move_aside(job)
     else:
         _keep_log(job)
+        atomic_write_text(job.run_dir / RESUME_FILE, json.dumps({"model": str(resume_from)}) + "\n")
         warm_from = None  # the run continues from its own model
     if on_start is not None:
         on_start(job)
@@ -304,7 +318,8 @@ def _run_job(job: Job, options: TrainManyOptions, pool: SlotPool, warm_from: Pat
     outcome = "completed" if completed else "interrupted" if run.outcome == "interrupted" else "failed"
     reason = run.reason if run.outcome != "completed" else "" if completed else "the run kept no trained model"
     if resume_from is not None:
-        reason = f"{reason} (resuming from {resume_from})" if reason else f"resumed from {resume_from}"
+        reason = (f"{reason} (resuming from {resume_from}; the next run resumes it again: remove or rename "
+                  f"{job.run_dir} to train it anew)" if reason else f"resumed from {resume_from}")
     if outcome == "interrupted":
         kept = trained_model(job.run_dir)
         reason = (f"{reason}; its newest model: {kept}" if kept is not None else f"{reason}; no model was kept")

@@ -6,6 +6,7 @@ flags says so."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -54,3 +55,43 @@ def test_a_finished_job_skipped_by_a_run_with_other_flags_names_both(tmp_path):
                              "to train it again")
     same = TrainManyOptions(source=tmp_path / "seq", out_dir=tmp_path / "out", train_args=("--n-steps", "30"))
     assert "other training flags" not in run_train_many(same)[0].reason
+
+
+def test_a_scene_named_as_out_s_own_folders_gets_an_indexed_job_name():
+    from ngptune.train_many import job_names
+
+    assert job_names([Path("s/a"), Path("s/logs")]) == ["0000-a", "0001-logs"]  # OUT/logs holds the jobs' logs
+    assert job_names([Path("s/a"), Path("s/b")]) == ["a", "b"]
+
+
+def test_an_out_inside_a_scene_is_refused_and_an_earlier_runs_out_is_no_scene(tmp_path):
+    write_demo_sequence(tmp_path / "seq", 2, resolution=16, n_train=2, n_val=1, n_test=1)
+    with pytest.raises(ConfigError, match=r"^--out .*0001/runs: inside the scene .*0001; choose a folder outside"):
+        discover_scenes(tmp_path / "seq", tmp_path / "seq" / "0001" / "runs")
+    (tmp_path / "seq" / "old_runs").mkdir()
+    (tmp_path / "seq" / "old_runs" / "summary.csv").write_text("scene\n")  # the --out of an earlier run
+    assert [p.name for p in discover_scenes(tmp_path / "seq", tmp_path / "seq" / "runs")] == ["0000", "0001"]
+
+
+def test_an_entry_failed_before_a_launch_names_no_log_and_no_warm_start(tmp_path):
+    write_demo_sequence(tmp_path / "seq", 1, resolution=16, n_train=2, n_val=1, n_test=1)
+    listing = tmp_path / "scenes.txt"
+    listing.write_text("seq/missing\n")
+    [result] = run_train_many(TrainManyOptions(source=listing, out_dir=tmp_path / "out", warm_start="previous"))
+    assert result.status == "failed" and result.log_path == "" and result.warm_started_from == ""
+
+
+def test_a_job_whose_resume_failed_stays_resumable(tmp_path):
+    from ngptune.train_many import RESUME_FILE, Job, interrupted_model
+
+    run = tmp_path / "out" / "0000"
+    (run / "snapshots").mkdir(parents=True)
+    snapshot = run / "snapshots" / "step_0000033.pt"
+    snapshot.write_bytes(b"")
+    job = Job(0, "0000", tmp_path / "scene", run, tmp_path / "out" / "logs" / "0000.log")
+    (run / "status.json").write_text(json.dumps({"state": "interrupted"}))
+    assert interrupted_model(job) == snapshot
+    (run / "status.json").write_text(json.dumps({"state": "failed"}))  # a resume refused over its flags
+    assert interrupted_model(job) is None  # a failed run of its own trains anew
+    (run / RESUME_FILE).write_text("{}")
+    assert interrupted_model(job) == snapshot  # a failed resume keeps the kept model resumable

@@ -10,7 +10,7 @@ from pathlib import Path
 from trainer.contract.config import TrainConfig
 from trainer.contract.errors import ConfigError, SceneError, SnapshotError
 from trainer.contract.formats import check_scene_found
-from trainer.contract.rundir import RunDir
+from trainer.contract.rundir import RunDir, latest_checkpoint
 from trainer.run.settings import scene_path_of
 
 __all__ = ["check_before_start", "check_n_steps_reach", "distributed_env", "has_checkpoint", "resume_path",
@@ -26,7 +26,8 @@ def check_before_start(cfg: TrainConfig, out: Path | None, resume: Path | None) 
     Raises:
         SceneError: the scene path does not exist, or holds no scene (of ``data.format``:
             :func:`~trainer.contract.formats.check_scene_found`).
-        SnapshotError: the ``--resume`` path does not exist.
+        SnapshotError: the ``--resume`` path does not exist, or is a folder without a snapshot or
+            a complete checkpoint (a scene folder is named so).
         ConfigError: ``--out`` holds a run (names the folder and what is in it).
     """
     scene_path = scene_path_of(cfg)
@@ -36,6 +37,14 @@ def check_before_start(cfg: TrainConfig, out: Path | None, resume: Path | None) 
     if resume is not None and not Path(resume).exists():
         raise SnapshotError(f"--resume {resume}: no such file or folder (expected a snapshot file, a run folder or a "
                             "checkpoint folder)")
+    if resume is not None and Path(resume).is_dir() and RunDir(resume).model_snapshot() is None \
+            and latest_checkpoint(Path(resume)) is None:
+        try:
+            what = f"{check_scene_found(resume).with_article}, not a run"
+        except SceneError:
+            what = "no snapshot or complete checkpoint in this folder"
+        raise SnapshotError(f"--resume {resume}: {what} (expected a snapshot file, a run folder or a checkpoint "
+                            "folder)")
     if out is None or resume is not None:
         return
     run_dir = RunDir(out)
