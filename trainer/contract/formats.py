@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import shlex
 from pathlib import Path
 
 from trainer.contract.errors import SceneError
@@ -102,6 +103,9 @@ SCENE_FORMATS: tuple[SceneFormat, ...] = (
 PHOTO_SUFFIXES: tuple[str, ...] = (".jpg", ".jpeg", ".png", ".tif", ".tiff", ".exr", ".heic", ".webp")
 """Image files whose presence in a folder of no scene suggests raw photos (``ngptune prepare``'s input)."""
 
+VIDEO_SUFFIXES: tuple[str, ...] = (".mp4", ".mov", ".avi", ".mkv", ".webm", ".m4v")
+"""Video files, the other input of ``ngptune prepare``."""
+
 FORMAT_CHOICES: tuple[str, ...] = tuple(f.flag for f in SCENE_FORMATS)
 """The values ``--format`` and ``data.format`` accept (besides ``data.format``'s ``"auto"``)."""
 
@@ -147,13 +151,16 @@ def detect_formats(path: str | Path) -> list[SceneFormat]:
             if fmt.is_file(p):
                 return [fmt]
         files = ", ".join(fmt.markers[0] for fmt in SCENE_FORMATS if fmt.file_pattern is not None)
-        raise SceneError(f"{p}: not a scene file (expected one of {files})")
+        hint = (f"; a video: `ngptune prepare {shlex.quote(str(p))} --out SCENE` makes a scene of its frames"
+                if p.suffix.lower() in VIDEO_SUFFIXES else "")
+        raise SceneError(f"{p}: not a scene file (expected one of {files}){hint}")
     found = [fmt for fmt in SCENE_FORMATS if fmt.in_folder(p)]
     if not found:
         parent = [fmt for fmt in SCENE_FORMATS if fmt.in_folder(p.parent)] if p.parent != p else []
-        photos = any(f.suffix.lower() in PHOTO_SUFFIXES for f in p.iterdir() if f.is_file())
+        photos = any(f.suffix.lower() in PHOTO_SUFFIXES + VIDEO_SUFFIXES for f in p.iterdir() if f.is_file())
         hint = (f"; its parent folder {p.parent} holds {parent[0].with_article}" if parent else
-                f"; a folder of photos: `ngptune prepare {p} --out SCENE` makes a scene of them" if photos else "")
+                f"; a folder of photos: `ngptune prepare {shlex.quote(str(p))} --out SCENE` makes a scene of them"
+                if photos else "")
         raise SceneError(f"{p}: no scene found (looked for {', '.join(fmt.markers[0] for fmt in SCENE_FORMATS)}){hint}")
     return found
 

@@ -76,3 +76,9 @@ def test_a_captures_image_folder_is_pointed_at_its_parent(tmp_path):
     (tmp_path / "images" / "0001.jpg").write_bytes(b"")
     with pytest.raises(SceneError, match=rf"\)\; its parent folder {tmp_path} holds an instant-ngp scene$"):
         detect_formats(tmp_path / "images")
+
+
+def test_a_video_is_pointed_at_prepare_with_its_path_quoted(tmp_path):
+    (tmp_path / "my clip.MP4").write_bytes(b"")
+    with pytest.raises(SceneError, match=r"\)\; a video: `ngptune prepare '.+my clip\.MP4' --out SCENE` makes a scene"):
+        detect_formats(tmp_path / "my clip.MP4")
