@@ -77,6 +77,11 @@ def check_model_path(path: Path) -> None:
     if not Path(path).exists():
         raise SnapshotError(f"{path}: no such file or folder (expected a run folder, a snapshot file or a "
                             "checkpoint folder)")
+    if Path(path).is_file() and Path(path).suffix.lower() in (".json", ".npy"):
+        scene = _scene_format(Path(path))
+        if scene is not None:
+            raise SnapshotError(f"{path}: the file of {scene}, not a model: train it first (ngptune train --scene "
+                                f"{path} --out RUN), then give RUN")
     run = RunDir(path)
     if Path(path).is_dir() and not run.status_path.is_file() and not run.config_path.is_file():
         scene = _scene_format(Path(path))

@@ -115,6 +115,10 @@ def test_a_scene_folder_given_for_a_run_says_to_train_it_first(demo_scene, tmp_p
             "error: scenes/demo: a blender scene, not a run: train it first (ngptune train --scene scenes/demo "
             "--out RUN), then give RUN"), err
     assert not (tmp_path / "scenes" / "demo" / "render-test").exists()
+    code, _, err = run_inference_cli(["render", "scenes/demo/transforms_train.json"], capsys)
+    assert code == 2 and " ".join(err.split()) == (
+        "error: scenes/demo/transforms_train.json: the file of a blender scene, not a model: train it first "
+        "(ngptune train --scene scenes/demo/transforms_train.json --out RUN), then give RUN"), err
 
 
 def test_a_folder_of_runs_names_the_runs_to_give_instead(tmp_path, capsys, monkeypatch):
