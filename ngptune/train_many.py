@@ -142,8 +142,9 @@ def discover_scenes(source: Path, out_dir: Path | None = None) -> list[Path]:
 
     Raises:
         ConfigError: ``source`` missing, empty, a scene itself rather than a folder of scenes,
-            ``out_dir`` inside one of its scenes, or two entries naming the same folder (one line naming the path and the entries). An
-            entry that holds no scene fails alone, without a launch (:func:`run_train_many`).
+            ``out_dir`` inside one of its scenes, or two entries naming the same folder (one line
+            naming the path and the entries). An entry that holds no scene fails alone, without a
+            launch (:func:`run_train_many`).
     """
     source = Path(source)
     out_resolved = Path(out_dir).resolve() if out_dir is not None else None
