@@ -47,7 +47,8 @@ from typing import Any
 from ngptune.scheduling.slots import SlotPool, visible_gpus
 from ngptune.tuning.trial import TrialLaunch, run_trial
 from trainer.contract import (
-    ConfigError, RunDir, SceneError, atomic_write_text, check_scene_found, command_stopping_with_parent, trainer_argv,
+    ConfigError, RunDir, SceneError, atomic_write_text, check_scene_found, command_stopping_with_parent, held_scene,
+    trainer_argv,
 )
 
 __all__ = ["Job", "JobResult", "Plan", "TrainManyInterrupted", "TrainManyOptions", "devices_text", "discover_scenes", "job_names",
@@ -149,10 +150,7 @@ def discover_scenes(source: Path, out_dir: Path | None = None) -> list[Path]:
     source = Path(source)
     out_resolved = Path(out_dir).resolve() if out_dir is not None else None
     if source.is_dir():
-        try:
-            own = check_scene_found(source)
-        except SceneError:
-            own = None
+        own = held_scene(source)
         if own is not None:
             raise ConfigError(f"{source}: {own.with_article}, not a folder of scenes: train it with "
                               f"`ngptune train --scene {source}`, or give train-many the folder that holds it")

@@ -35,6 +35,7 @@ __all__ = [
     "missing_driver",
     "open_storage",
     "definition_differences",
+    "changed_leaves",
     "definition_leaves",
     "open_study",
     "recover_trials",
@@ -243,6 +244,13 @@ def definition_leaves(value: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix: value}
 
 
+def changed_leaves(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """The dotted keys (sorted) whose leaf differs between two :func:`definition_leaves`, a key
+    present in only one of them included."""
+    missing = object()
+    return [key for key in sorted(set(old) | set(new)) if old.get(key, missing) != new.get(key, missing)]
+
+
 def settings_added_since(stored: Any, current: dict[str, Any]) -> list[str] | None:
     """The trainer settings that ``current`` (this trainer's definition of the study) holds and
     the ``stored`` definition lacks, as ``"key = value"`` (e.g. ``"loss.alpha_weight = 0.0"``), when
@@ -253,8 +261,7 @@ def settings_added_since(stored: Any, current: dict[str, Any]) -> list[str] | No
         return None
     old, new = definition_leaves(stored), definition_leaves(current)
     defaults = definition_leaves(config_to_dict(TrainConfig()), "config")
-    missing = object()
-    changed = [key for key in sorted(set(old) | set(new)) if old.get(key, missing) != new.get(key, missing)]
+    changed = changed_leaves(old, new)
     if not changed or any(key in old or not key.startswith("config.") or key not in defaults
                           or new[key] != defaults[key] for key in changed):
         return None
@@ -266,10 +273,8 @@ def definition_differences(stored: Any, current: dict[str, Any], limit: int = 4)
     keys, e.g. ``config.training.time_budget_s: 2.0 → 3.0``), at most ``limit`` of them."""
     old = definition_leaves(stored if isinstance(stored, dict) else {})
     new = definition_leaves(current)
-    missing = object()
     lines = [f"{BUDGET_KEYS[key] + ' (' + key + ')' if key in BUDGET_KEYS else key}: "
-             f"{json.dumps(old.get(key))} → {json.dumps(new.get(key))}"
-             for key in sorted(set(old) | set(new)) if old.get(key, missing) != new.get(key, missing)]
+             f"{json.dumps(old.get(key))} → {json.dumps(new.get(key))}" for key in changed_leaves(old, new)]
     return lines[:limit] + ([f"and {len(lines) - limit} more"] if len(lines) > limit else [])
 
 

@@ -32,6 +32,7 @@ __all__ = [
     "detect_formats",
     "format_by_flag",
     "format_named",
+    "held_scene",
 ]
 
 SPLITS = ("train", "val", "test")
@@ -194,3 +195,12 @@ def check_scene_found(path: str | Path, requested: str | None = None) -> SceneFo
     if Path(path).is_dir() and fmt.model_missing(Path(path)):
         raise SceneError(f"{path}: no {fmt.name} model (expected {fmt.model_hint})")
     return fmt
+
+
+def held_scene(path: str | Path) -> SceneFormat | None:
+    """The format :func:`check_scene_found` finds at ``path``, or None where it finds no scene
+    (for messages about a scene given where something else was expected)."""
+    try:
+        return check_scene_found(path)
+    except SceneError:
+        return None

@@ -29,6 +29,7 @@ import torch
 
 from trainer.contract.config import TrainConfig, apply_overrides, config_from_dict, is_int
 from trainer.contract.errors import ConfigError, SceneError, SnapshotError
+from trainer.contract.formats import held_scene
 from trainer.contract.rundir import RunDir
 from trainer.contract.textlines import counted
 
@@ -78,16 +79,16 @@ def check_model_path(path: Path) -> None:
         raise SnapshotError(f"{path}: no such file or folder (expected a run folder, a snapshot file or a "
                             "checkpoint folder)")
     if Path(path).is_file() and Path(path).suffix.lower() in (".json", ".npy"):
-        scene = _scene_format(Path(path))
+        scene = held_scene(path)
         if scene is not None:
-            raise SnapshotError(f"{path}: the file of {scene}, not a model: train it first (ngptune train --scene "
-                                f"{path} --out RUN), then give RUN")
+            raise SnapshotError(f"{path}: the file of {scene.with_article}, not a model: train it first (ngptune "
+                                f"train --scene {path} --out RUN), then give RUN")
     run = RunDir(path)
     if Path(path).is_dir() and not run.status_path.is_file() and not run.config_path.is_file():
-        scene = _scene_format(Path(path))
+        scene = held_scene(path)
         if scene is not None:
-            raise SnapshotError(f"{path}: {scene}, not a run: train it first (ngptune train --scene {path} "
-                                "--out RUN), then give RUN")
+            raise SnapshotError(f"{path}: {scene.with_article}, not a run: train it first (ngptune train --scene "
+                                f"{path} --out RUN), then give RUN")
 
 
 def find_model_source(path: Path) -> tuple[str, Path, Path | None]:
@@ -116,17 +117,6 @@ def find_model_source(path: Path) -> tuple[str, Path, Path | None]:
         in_run = config if checkpoint.parent.parent == path else None
         return "checkpoint", checkpoint, in_run
     return "snapshot", snapshot, config
-
-
-def _scene_format(path: Path) -> str | None:
-    """The scene format folder ``path`` holds, with its article (``"a blender scene"``,
-    :func:`trainer.contract.formats.check_scene_found`), or None when it holds none."""
-    from trainer.contract.formats import check_scene_found
-
-    try:
-        return check_scene_found(path).with_article
-    except SceneError:
-        return None
 
 
 def _no_model_remedies(path: Path) -> list[str]:

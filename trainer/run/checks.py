@@ -9,7 +9,7 @@ from pathlib import Path
 
 from trainer.contract.config import TrainConfig
 from trainer.contract.errors import ConfigError, SceneError, SnapshotError
-from trainer.contract.formats import check_scene_found
+from trainer.contract.formats import check_scene_found, held_scene
 from trainer.contract.rundir import RunDir, latest_checkpoint
 from trainer.run.settings import scene_path_of
 
@@ -39,10 +39,9 @@ def check_before_start(cfg: TrainConfig, out: Path | None, resume: Path | None) 
                             "checkpoint folder)")
     if resume is not None and Path(resume).is_dir() and RunDir(resume).model_snapshot() is None \
             and latest_checkpoint(Path(resume)) is None:
-        try:
-            what = f"{check_scene_found(resume).with_article}, not a run"
-        except SceneError:
-            what = "no snapshot or complete checkpoint in this folder"
+        scene = held_scene(resume)
+        what = f"{scene.with_article}, not a run" if scene is not None else \
+            "no snapshot or complete checkpoint in this folder"
         raise SnapshotError(f"--resume {resume}: {what} (expected a snapshot file, a run folder or a checkpoint "
                             "folder)")
     if out is None or resume is not None:
