@@ -83,6 +83,8 @@ class TensorBoardScalars:
 
         self._writer = SummaryWriter(log_dir=str(log_dir), purge_step=purge_step or None)
         self._cuda_index = (device.index or 0) if getattr(device, "type", None) == "cuda" else None
+        self._key = _folder_key(log_dir)
+        _OPEN.setdefault(self._key, self)
 
     def write(self, record: dict[str, Any]) -> None:
         """The scalars of one metrics record (:data:`TAGS`, samples per ray, NVML's readings)."""
@@ -122,7 +124,18 @@ class TensorBoardScalars:
         self._writer.flush()
 
     def close(self) -> None:
+        if _OPEN.get(self._key) is self:
+            del _OPEN[self._key]
         self._writer.close()
+
+
+_OPEN: dict[str, TensorBoardScalars] = {}
+"""Event folder → the training's writer while it is open, so evaluations during training add to
+its event file instead of starting one each (:func:`write_evaluation`)."""
+
+
+def _folder_key(log_dir: Path) -> str:
+    return str(Path(log_dir).resolve())
 
 
 def open_scalars(cfg: Any, run_dir: Any, rank: int, device: Any = None, start_step: int = 0) -> TensorBoardScalars | None:
@@ -141,8 +154,14 @@ def open_scalars(cfg: Any, run_dir: Any, rank: int, device: Any = None, start_st
 
 def write_evaluation(cfg: Any, run_dir: Any, result: dict[str, Any]) -> None:
     """One evaluation's scalars into the run's events (nothing when :func:`open_scalars` would
-    give None): a short-lived writer of its own, since the final evaluation comes after the
-    training's writer closed."""
+    give None): through the training's writer while it is open (the evaluations during training),
+    else a short-lived writer of its own (the final evaluation comes after the training's writer
+    closed), so a run keeps one event file per writer, not one per evaluation."""
+    if run_dir is not None and cfg.training.tensorboard:
+        live = _OPEN.get(_folder_key(run_dir.tensorboard_dir))
+        if live is not None:
+            live.write_evaluation(result)
+            return
     scalars = open_scalars(cfg, run_dir, 0)
     if scalars is not None:
         try:

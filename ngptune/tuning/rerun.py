@@ -1,4 +1,5 @@
-"""Confirmation re-runs as trainer launches: a trial's configuration with a new seed, trained with
+"""Confirmation re-runs as trainer launches: a trial's configuration with a new seed and without
+the pruner's evaluation marks (:meth:`~ngptune.tuning.specs.StudySpec.rerun_overrides`), trained with
 the trial's budget on the same ranks (:mod:`ngptune.tuning.confirm` decides on the results)."""
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ class RerunLauncher:
     poll_s: float = 0.5
 
     def __call__(self, label: str, trial: Any, index: int, seed: int) -> ConfirmRun:
-        cfg = apply_overrides(load_config(Path(trial.user_attrs["config_path"])), {"training.seed": seed})
+        cfg = apply_overrides(load_config(Path(trial.user_attrs["config_path"])), self.spec.rerun_overrides(seed))
         config_path = self.study_dir.confirm_config_path(trial.number, index)
         run_dir = self.study_dir.confirm_run_dir(trial.number, index)
         if run_dir.exists():  # a re-run that was stopped: the confirmation record does not hold it

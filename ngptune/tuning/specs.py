@@ -203,6 +203,15 @@ class StudySpec:
                 overrides["training.eval_every"] = objective.eval_every_steps
         return overrides
 
+    def rerun_overrides(self, seed: int) -> dict[str, Any]:
+        """Settings a confirmation re-run puts over its trial's config: the new ``seed`` and no
+        pruner marks (``training.eval_every`` 0, or an objective's own marks such as
+        ``time_to_psnr_s``'s): nothing prunes a re-run, and each mark is an evaluation outside
+        the training clock but inside its wall time (2 fox views at 1080x1920 take ~2.3 s on an
+        H100, 13 marks in a 60 s trial)."""
+        eval_every = next((o.eval_every_steps for o in self.objectives if o.eval_every_steps is not None), 0)
+        return {"training.seed": int(seed), "training.eval_every": int(eval_every)}
+
     def base_config(self) -> TrainConfig:
         """The base trainer config with :meth:`fixed_overrides` applied (the untuned default)."""
         return apply_overrides(load_config(self.base_config_path), self.fixed_overrides())

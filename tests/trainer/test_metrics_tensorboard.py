@@ -16,7 +16,7 @@ pytest.importorskip("tensorboard")
 STEPS = 6
 
 
-def _train(scene: Path, run_root: Path, **overrides: object):
+def _train(scene: Path, run_root: Path, eval_every: int = 0, **overrides: object):
     from trainer.data import load_scene
     from trainer.contract.rundir import RunDir
     from trainer.train.loop import Trainer
@@ -24,7 +24,7 @@ def _train(scene: Path, run_root: Path, **overrides: object):
     run = RunDir(run_root).create()
     cfg = tiny_config(data__scene=str(scene), training__n_steps=STEPS, training__log_every=3, **overrides)
     trainer = Trainer(cfg, load_scene(scene), run)
-    trainer.train()
+    trainer.train(eval_every=eval_every)
     evaluation = trainer.evaluate(save_renders=False, max_images=1)
     trainer.close()
     return run, evaluation
@@ -55,6 +55,14 @@ def test_a_run_writes_its_records_and_evaluation_as_tensorboard_scalars(demo_sce
     assert scalars["eval/psnr_db"] == [(STEPS, pytest.approx(evaluation["mean_psnr_db"], rel=1e-6))]
     assert scalars["eval/ssim"] == [(STEPS, pytest.approx(evaluation["mean_ssim"], rel=1e-6))]
     assert not any(tag.startswith("gpu/") for tag in scalars)  # NVML readings only on CUDA
+
+
+def test_evaluations_during_training_go_into_the_trainings_event_file(demo_scene, tmp_path):  # noqa: F811
+    run, evaluation = _train(demo_scene, tmp_path / "run", eval_every=2, training__eval_every_max_images=1)
+    scalars = _scalars(run.tensorboard_dir)
+    assert [step for step, _ in scalars["eval/psnr_db"]] == [2, 4, STEPS]
+    # one file for the training's writer (its records and the marks at steps 2 and 4), one for the final evaluation
+    assert len(list(run.tensorboard_dir.glob("events.out.tfevents.*"))) == 2
 
 
 def test_training_tensorboard_false_writes_no_events(demo_scene, tmp_path):  # noqa: F811

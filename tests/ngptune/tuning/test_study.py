@@ -48,6 +48,8 @@ def test_studies_that_share_a_gpu_or_run_on_a_cpu_use_step_budgets_and_gpu_studi
         assert overrides["training.eval_every_max_images"] == spec.pruner.eval_images == 2
         unit = spec.budget.steps if spec.budget.steps is not None else int(spec.budget.seconds)
         assert spec.pruner.max_resource == unit and spec.pruner.min_resource < unit
+        # nothing prunes a confirmation re-run: it trains without the marks
+        assert spec.rerun_overrides(2338) == {"training.seed": 2338, "training.eval_every": 0}
     capture = load_study(STUDIES / "capture.toml")
     assert capture.budget.seconds == 60 and capture.trials >= 24
     assert {"data.aabb_scale", "encoding.max_resolution_factor", "training.cone_angle", "training.occupancy_threshold",
@@ -73,6 +75,9 @@ def test_quality_time_has_two_objectives_and_no_pruner():
     assert spec.objective_names == ["psnr_at_budget_db", "time_to_psnr_s"]
     assert spec.directions == ["maximize", "minimize"] and spec.objectives[1].target_db == 33.0
     assert spec.pruner.type == "none" and spec.needs_eval
+    # a re-run keeps the marks time_to_psnr_s is read from
+    marks = spec.objectives[1].eval_every_steps
+    assert marks and spec.rerun_overrides(5)["training.eval_every"] == marks == spec.fixed_overrides()["training.eval_every"]
 
 
 def test_psnr_budget_is_one_quality_objective_scored_on_every_trial():
