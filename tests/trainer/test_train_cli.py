@@ -240,6 +240,15 @@ def test_resume_of_a_single_process_run_folder_takes_its_newest_snapshot(demo_sc
     assert again.returncode == 0, again.stderr
     status = json.loads((tmp_path / "run2" / "status.json").read_text())
     assert status["resumed_from_step"] == 6 and status["step"] == 8
+    # fewer steps than the newest snapshot's name says: refused before the run folder is written
+    for resume in (tmp_path / "run1", tmp_path / "run1" / "snapshots" / "step_0000006.pt"):
+        fewer = _run("--scene", str(demo_scene), "--config", str(config), "--n-steps", "4", "--resume", str(resume),
+                     "--out", str(tmp_path / "run3"), "--no-eval", cwd=REPO)
+        assert fewer.returncode == 2, fewer.stderr
+        assert fewer.stderr.strip().endswith(f"error: training.n_steps: 4 is below step 6 of the snapshot "
+                                             f"{tmp_path / 'run1' / 'snapshots' / 'step_0000006.pt'}; give --n-steps 6 "
+                                             "or more"), fewer.stderr
+        assert not (tmp_path / "run3").exists()
 
 
 def test_a_run_resumed_in_its_own_folder_keeps_the_earlier_evaluation_aside(demo_scene, tmp_path):

@@ -323,6 +323,12 @@ class RunDir:
                 found.append((int(m.group(1)), p))
         return sorted(found)
 
+    @staticmethod
+    def snapshot_step(path: Path) -> int | None:
+        """The step in a snapshot file's name (``step_<N>.pt``), else None."""
+        m = _SNAPSHOT_RE.match(Path(path).name)
+        return int(m.group(1)) if m else None
+
     def latest_snapshot(self) -> Path | None:
         snaps = self.snapshots()
         return snaps[-1][1] if snaps else None

@@ -10,11 +10,11 @@ from pathlib import Path
 from trainer.contract.config import TrainConfig
 from trainer.contract.errors import ConfigError, SceneError, SnapshotError
 from trainer.contract.formats import check_scene_found, held_scene
-from trainer.contract.rundir import RunDir, latest_checkpoint
+from trainer.contract.rundir import RunDir, checkpoint_step, latest_checkpoint
 from trainer.run.settings import scene_path_of
 
-__all__ = ["check_before_start", "check_n_steps_reach", "distributed_env", "has_checkpoint", "resume_path",
-           "resume_source"]
+__all__ = ["check_before_start", "check_n_steps_reach", "distributed_env", "has_checkpoint", "named_resume_step",
+           "resume_path", "resume_source"]
 
 
 def check_before_start(cfg: TrainConfig, out: Path | None, resume: Path | None) -> None:
@@ -44,6 +44,9 @@ def check_before_start(cfg: TrainConfig, out: Path | None, resume: Path | None) 
             "no snapshot or complete checkpoint in this folder"
         raise SnapshotError(f"--resume {resume}: {what} (expected a snapshot file, a run folder or a checkpoint "
                             "folder)")
+    named = named_resume_step(resume) if resume is not None else None
+    if named is not None:  # the step its name says, before the run folder is written (the load checks again)
+        check_n_steps_reach(cfg, *named)
     if out is None or resume is not None:
         return
     run_dir = RunDir(out)
@@ -87,6 +90,23 @@ def resume_path(resume: Path | None) -> Path | None:
 
     snapshot = RunDir(resume).latest_snapshot()
     return snapshot if snapshot is not None and latest_checkpoint(Path(resume)) is None else resume
+
+
+def named_resume_step(resume: Path) -> tuple[int, str] | None:
+    """The step a ``--resume`` path resumes at as its name says, and what it is (as
+    :func:`check_n_steps_reach` names it): a folder's newest complete checkpoint
+    (``checkpoints/step_<N>``) or else its newest snapshot (``snapshots/step_<N>.pt``), or a
+    snapshot file named ``step_<N>.pt``; None where no name says (``final.pt``, a missing path)."""
+    resume = Path(resume)
+    if resume.is_dir():
+        checkpoint = latest_checkpoint(resume)
+        step = checkpoint_step(checkpoint) if checkpoint is not None else None
+        if step is not None:
+            return step, f"checkpoint {checkpoint}"
+        snapshot = RunDir(resume).latest_snapshot()
+        return (RunDir.snapshot_step(snapshot), f"snapshot {snapshot}") if snapshot is not None else None
+    step = RunDir.snapshot_step(resume) if resume.is_file() else None
+    return (step, f"snapshot {resume}") if step is not None else None
 
 
 def check_n_steps_reach(cfg: TrainConfig, resumed_step: int, source: str) -> None:

@@ -247,6 +247,8 @@ class Rank(Job):
         if self.cfg.training.device != str(env.device):
             self.cfg = apply_overrides(self.cfg, {"training.device": str(env.device)})
         self.scene_path = scene_path_of(self.cfg)
+        if not env.is_distributed:  # one process resuming sharded checkpoints: it starts the job (a launcher checks ranks)
+            check_before_start(self.cfg, args.out, args.resume)
         self.run_dir = RunDir(args.out or default_run_dir(self.scene_path)).create()
         self.restarts = restart_count()
         if env.is_main and (args.resume is not None or self.restarts > 0):

@@ -326,6 +326,7 @@ def test_resuming_a_checkpoint_with_fewer_steps_than_it_holds_is_refused(two_ran
     newest = run_dir / "checkpoints" / f"step_{SAVE_AT:07d}"
     assert proc.stderr.strip().endswith(f"error: training.n_steps: 2 is below step {SAVE_AT} of the checkpoint "
                                         f"{newest}; give --n-steps {SAVE_AT} or more"), proc.stderr
+    assert not (tmp_path / "more").exists()  # refused by the start checks, before the run folder is written
 
 
 def test_partial_folders_of_killed_writes_are_not_checkpoints_and_go_once_a_newer_one_is_complete(tmp_path):
