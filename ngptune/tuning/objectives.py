@@ -293,7 +293,7 @@ def objective_value(
 
 
 def intermediate_values(name: str, records: Sequence[Mapping[str, Any]], *, evaluations: bool = False,
-                        per_second: bool = False) -> list[tuple[int, float]]:
+                        per_second: bool = False, at_marks: bool = False) -> list[tuple[int, float]]:
     """``(resource, value)`` pairs to report to the pruner.
 
     Throughputs: at record i (resource: its step), the steady mean of records 0..i (records 1..i
@@ -301,11 +301,17 @@ def intermediate_values(name: str, records: Sequence[Mapping[str, Any]], *, eval
     ``evaluations`` (the study evaluates at marks) the periodic evaluations' ``eval_psnr_db`` at
     their step, or with ``per_second`` (a seconds budget) at every whole second of training between
     the first and the last evaluation, linearly interpolated in ``wall_time_s`` between the
-    evaluations around it (so every trial is judged at the same seconds); without ``evaluations``
-    the training-batch ``train_psnr_db`` at each record's step. ``time_to_psnr_s``: none.
+    evaluations around it (so every trial is judged at the same seconds), or with ``at_marks``
+    too (marks at the pruner's rungs, ``training.eval_at_s``) each evaluation at the whole second
+    its record reached (``floor(wall_time_s)``: the rung it was taken for); without
+    ``evaluations`` the training-batch ``train_psnr_db`` at each record's step.
+    ``time_to_psnr_s``: none.
     """
     if name == "psnr_at_budget_db" and evaluations and not per_second:
         return [(int(r["step"]), float(r["eval_psnr_db"])) for r in records if _finite(r.get("eval_psnr_db"))]
+    if name == "psnr_at_budget_db" and evaluations and at_marks:
+        return [(int(math.floor(float(r["wall_time_s"]))), float(r["eval_psnr_db"])) for r in records
+                if _finite(r.get("eval_psnr_db")) and _finite(r.get("wall_time_s"))]
     if name == "psnr_at_budget_db" and evaluations:
         return _per_second([(float(r["wall_time_s"]), float(r["eval_psnr_db"])) for r in records
                             if _finite(r.get("eval_psnr_db")) and _finite(r.get("wall_time_s"))])

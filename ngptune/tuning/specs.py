@@ -124,6 +124,10 @@ class PrunerSpec:
             at each mark's step (step budget) or at each whole second of training, interpolated
             between marks (seconds budget); None: the pruner reads the training-batch PSNR of
             each metrics record.
+        eval_at_s: the marks at the pruner's rungs instead (study key ``eval_at = "rungs"``, a
+            seconds budget): every trial evaluates at the first metrics record at or past each of
+            these whole seconds of training (``training.eval_at_s``) and reports the PSNR at that
+            whole second; None: no such marks.
         eval_images: views of each mark's evaluation (``training.eval_every_max_images``; None:
             ``training.eval_max_images``).
         min_resource, max_resource, reduction_factor, min_early_stopping_rate: Optuna's
@@ -140,10 +144,18 @@ class PrunerSpec:
     reduction_factor: int = 3
     min_early_stopping_rate: int = 0
     eval_every_steps: int | None = None
+    eval_at_s: tuple[int, ...] | None = None
     eval_images: int | None = None
+
+    @property
+    def has_marks(self) -> bool:
+        """Whether trials evaluate at marks (every N steps, or at the rungs)."""
+        return self.eval_every_steps is not None or self.eval_at_s is not None
 
     def trainer_overrides(self) -> dict[str, Any]:
         """Trainer settings of the evaluation marks (none without marks)."""
+        if self.eval_at_s is not None:
+            return {"training.eval_at_s": list(self.eval_at_s), "training.eval_every_max_images": self.eval_images}
         if self.eval_every_steps is None:
             return {}
         return {"training.eval_every": int(self.eval_every_steps), "training.eval_every_max_images": self.eval_images}
@@ -206,11 +218,11 @@ class StudySpec:
     def rerun_overrides(self, seed: int) -> dict[str, Any]:
         """Settings a confirmation re-run puts over its trial's config: the new ``seed`` and no
         pruner marks (``training.eval_every`` 0, or an objective's own marks such as
-        ``time_to_psnr_s``'s): nothing prunes a re-run, and each mark is an evaluation outside
+        ``time_to_psnr_s``'s; no ``training.eval_at_s``): nothing prunes a re-run, and each mark is an evaluation outside
         the training clock but inside its wall time (2 fox views at 1080x1920 take ~2.3 s on an
         H100, 13 marks in a 60 s trial)."""
         eval_every = next((o.eval_every_steps for o in self.objectives if o.eval_every_steps is not None), 0)
-        return {"training.seed": int(seed), "training.eval_every": int(eval_every)}
+        return {"training.seed": int(seed), "training.eval_every": int(eval_every), "training.eval_at_s": []}
 
     def base_config(self) -> TrainConfig:
         """The base trainer config with :meth:`fixed_overrides` applied (the untuned default)."""

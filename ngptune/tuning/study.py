@@ -472,7 +472,7 @@ _PRUNER_OPTIONS = {
     "hyperband": ["min_resource", "max_resource", "reduction_factor"],
     "none": [],
 }
-_MARK_OPTIONS = ["eval_every_steps", "eval_images"]
+_MARK_OPTIONS = ["eval_every_steps", "eval_at", "eval_images"]
 
 
 def _read_pruner(reader: _Reader, data: Mapping, objectives: tuple[ObjectiveSpec, ...],
@@ -504,11 +504,19 @@ def _read_pruner(reader: _Reader, data: Mapping, objectives: tuple[ObjectiveSpec
         "eval_every_steps": reader.value(table, "pruner", "eval_every_steps", *positive),
         "eval_images": reader.value(table, "pruner", "eval_images", *positive),
     }
-    if values["eval_images"] is not None and values["eval_every_steps"] is None:
-        raise reader.error("pruner.eval_images", "needs pruner.eval_every_steps (the marks its views are evaluated at)")
-    if values["eval_every_steps"] is not None:
+    at_rungs = reader.value(table, "pruner", "eval_at", lambda v: v == "rungs", '"rungs"') is not None
+    marks_key = "pruner.eval_at" if at_rungs else "pruner.eval_every_steps"
+    if at_rungs and values["eval_every_steps"] is not None:
+        raise reader.error("pruner.eval_at", "give pruner.eval_at or pruner.eval_every_steps, not both")
+    if at_rungs and (kind not in ("successive_halving", "hyperband") or budget.seconds is None):
+        raise reader.error("pruner.eval_at", "marks at the rungs take successive_halving or hyperband with a "
+                           "budget.seconds (with budget.steps, eval_every_steps marks fixed steps)")
+    if values["eval_images"] is not None and values["eval_every_steps"] is None and not at_rungs:
+        raise reader.error("pruner.eval_images", "needs pruner.eval_every_steps or pruner.eval_at (the marks its "
+                           "views are evaluated at)")
+    if values["eval_every_steps"] is not None or at_rungs:
         if objectives[0].name != "psnr_at_budget_db":
-            raise reader.error("pruner.eval_every_steps", "evaluation marks report the PSNR of psnr_at_budget_db; "
+            raise reader.error(marks_key, "evaluation marks report the PSNR of psnr_at_budget_db; "
                                f"{objectives[0].name} reports its own intermediate values")
         if budget.steps is not None and values["eval_every_steps"] >= budget.steps:
             raise reader.error("pruner.eval_every_steps", f"expected fewer than budget.steps ({budget.steps}) so a "
@@ -516,12 +524,29 @@ def _read_pruner(reader: _Reader, data: Mapping, objectives: tuple[ObjectiveSpec
         if kind == "median" and budget.seconds is not None:
             raise reader.error("pruner.type", "median compares trials at equal resource, which evaluation marks "
                                "under a seconds budget rarely share; use successive_halving or hyperband")
-    if kind == "hyperband" and values["max_resource"] == "auto" and values["eval_every_steps"] is not None:
+    marks = values["eval_every_steps"] is not None or at_rungs
+    if kind == "hyperband" and values["max_resource"] == "auto" and marks:
         # the budget is the largest resource a trial gets (steps, or whole seconds of training)
         values["max_resource"] = int(budget.steps if budget.steps is not None else math.floor(budget.seconds))
-    if kind in ("successive_halving", "hyperband") and values["eval_every_steps"] is not None:
+    if kind in ("successive_halving", "hyperband") and marks:
         _check_rungs(reader, kind, values, budget)
+    if at_rungs:
+        values["eval_at_s"] = rung_seconds(kind, values, budget)
     return dataclasses.replace(spec, **values)
+
+
+def rung_seconds(kind: str, values: Mapping[str, Any], budget: BudgetSpec) -> tuple[int, ...]:
+    """The whole seconds of training at which the pruner compares trials, below the budget:
+    ``min_resource · reduction_factor^k`` for k from ``min_early_stopping_rate`` (successive
+    halving) or 0 (Hyperband: its brackets' rungs are all of this form) while below
+    ``max_resource`` (Hyperband) or the budget's whole seconds."""
+    top = int(values["max_resource"]) if kind == "hyperband" else int(math.floor(budget.seconds))
+    k = values["min_early_stopping_rate"] if kind == "successive_halving" else 0
+    rungs = []
+    while (second := values["min_resource"] * values["reduction_factor"] ** k) < top:
+        rungs.append(int(second))
+        k += 1
+    return tuple(rungs)
 
 
 def _check_rungs(reader: _Reader, kind: str, values: Mapping[str, Any], budget: BudgetSpec) -> None:

@@ -75,13 +75,15 @@ class TrialObjective:
         if len(self.spec.objectives) != 1 or not OBJECTIVES[self.spec.objectives[0].name].has_intermediate:
             return None
         name = self.spec.objectives[0].name
-        marks = self.spec.pruner.eval_every_steps is not None
+        marks = self.spec.pruner.has_marks
         per_second = marks and self.spec.budget.seconds is not None  # the pruner's resource: the budget's unit
+        at_rungs = self.spec.pruner.eval_at_s is not None
         unit = "s of training" if per_second else "step"
         reported: set[int] = set()
 
         def on_progress(records: list[dict[str, Any]]) -> str | None:
-            for step, value in intermediate_values(name, records, evaluations=marks, per_second=per_second):
+            for step, value in intermediate_values(name, records, evaluations=marks, per_second=per_second,
+                                                     at_marks=at_rungs):
                 if step in reported:
                     continue
                 trial.report(value, step)

@@ -1,6 +1,7 @@
 """Multi-fidelity search and packed GPUs: evaluation marks reported to a successive-halving pruner
 stop a deliberately bad configuration early; step-budget trials sharing one (fake) GPU train the
-same steps; marks under a seconds budget are judged at whole seconds of training."""
+same steps; marks under a seconds budget are judged at whole seconds of training, or taken at the
+pruner's rungs."""
 
 from __future__ import annotations
 
@@ -37,18 +38,25 @@ def _trials(out, name: str = "t") -> list:
     return sorted(optuna.load_study(study_name=name, storage=storage).get_trials(), key=lambda t: t.number)
 
 
-@pytest.mark.slow
-def test_a_deliberately_bad_configuration_is_pruned_early(tmp_path, demo_scene):
-    # trial 0 trains at the base learning rate; trial 1 can only take 1e-7, which learns nothing
-    budget_steps = 200
-    path = write_study(tmp_path / "bad.toml", scene=demo_scene, objectives=PSNR, trials=2,
-                       budget=f"steps = {budget_steps}\ntrial_timeout_s = 400",
-                       pruner='type = "successive_halving"\nmin_resource = 10\nreduction_factor = 2\n'
-                              'eval_every_steps = 10\neval_images = 1',
+def _sweep_default_and_bad(tmp_path, scene, budget: str, marks: str, settings: dict | None = None):
+    """A 2-trial study without confirmation: trial 0 trains at the base learning rate, trial 1 can
+    only take 1e-7, which learns nothing; successive halving judges it on 1 held-out view at
+    ``marks``. Returns the study folder."""
+    path = write_study(tmp_path / "bad.toml", scene=scene, objectives=PSNR, trials=2, settings=settings,
+                       budget=f"{budget}\ntrial_timeout_s = 400",
+                       pruner=f'type = "successive_halving"\n{marks}\neval_images = 1',
                        params='[params."optimizer.learning_rate"]\ntype = "categorical"\nchoices = [1e-7]\n')
     out = tmp_path / "out"
     result = _sweep(["--study", path, "--out", out, "--nproc-per-node", "1", "--no-confirm"])
     assert result.returncode == 0, result.stdout + result.stderr
+    return out
+
+
+@pytest.mark.slow
+def test_a_deliberately_bad_configuration_is_pruned_early(tmp_path, demo_scene):
+    budget_steps = 200
+    out = _sweep_default_and_bad(tmp_path, demo_scene, f"steps = {budget_steps}",
+                                 'min_resource = 10\nreduction_factor = 2\neval_every_steps = 10')
     default, bad = _trials(out)
     assert default.state == TrialState.COMPLETE and default.user_attrs["quality"]["steps"] == budget_steps
     assert bad.params == {"optimizer.learning_rate": 1e-7}
@@ -118,3 +126,22 @@ def test_marks_under_a_seconds_budget_are_judged_at_whole_seconds():
     assert [round(v, 6) for _, v in by_second] == [21.2, 24.2, round(26.0 + 1.0 * 0.4 / 0.6, 6)]  # 20 + 3 dB/s · 0.4 s, ...
     assert intermediate_values("psnr_at_budget_db", records, evaluations=True) == [(100, 20.0), (200, 26.0), (300, 27.0)]
     assert intermediate_values("psnr_at_budget_db", records) == [(50, 15.0), (150, 22.0)]  # no marks: training PSNR
+    # marks at the rungs: each evaluation at the whole second its record reached (the rung it was taken for)
+    assert intermediate_values("psnr_at_budget_db", records, evaluations=True, per_second=True,
+                               at_marks=True) == [(1, 20.0), (3, 26.0), (4, 27.0)]
+
+
+@pytest.mark.slow
+def test_marks_at_the_rungs_evaluate_once_per_rung_and_prune_a_bad_configuration(tmp_path, demo_scene):
+    # a seconds budget of 6 s; successive halving at 1, 2 and 4 s of training
+    out = _sweep_default_and_bad(tmp_path, demo_scene, "seconds = 6",
+                                 'min_resource = 1\nreduction_factor = 2\neval_at = "rungs"',
+                                 settings={"training.log_every": 2})
+    default, bad = _trials(out)
+    assert default.state == TrialState.COMPLETE and sorted(default.intermediate_values) == [1, 2, 4]
+    records = read_metrics(RunDir(default.user_attrs["run_dir"]).metrics_path(0))
+    marks = [r for r in records if r.get("eval_psnr_db") is not None]
+    assert [int(r["wall_time_s"]) for r in marks] == [1, 2, 4]  # one evaluation per rung, none between
+    assert bad.state == TrialState.PRUNED
+    assert bad.user_attrs["reason"].startswith("pruned by SuccessiveHalvingPruner at 1 s of training (PSNR of the "
+                                               "evaluation marks = ")

@@ -98,6 +98,14 @@ class DistributedTrainerBase(Trainer, metaclass=abc.ABCMeta):
     def distributed(self) -> bool:
         return self.world_size > 1
 
+    def agreed_train_time_s(self) -> float:
+        """The slowest rank's ``train_time_s``: an all-reduce (MAX) at a metrics record, where the
+        device is synchronised anyway; every rank calls it at the same steps."""
+        if not self.distributed:
+            return super().agreed_train_time_s()
+        value = torch.tensor([self.train_time_s], dtype=torch.float64, device=self.ranks.comm_device())
+        return float(self.ranks.all_reduce_(value, dist.ReduceOp.MAX).item())
+
     def time_budget_spent(self, time_budget_s: float) -> bool:
         """All ranks stop together, within one step of the budget: at the checks of
         :class:`~trainer.train.budget.BudgetAgreement` (rare far from the budget, every step near

@@ -256,6 +256,12 @@ class Trainer:
         of its budget, and never starts a step it expects to overrun it (the first step always runs)."""
         return self.projected_train_time_s() > time_budget_s
 
+    def agreed_train_time_s(self) -> float:
+        """The training time the ranks agree on at a metrics record: this process's
+        ``train_time_s`` (distributed trainers take the slowest rank's; called at the same steps
+        on every rank)."""
+        return self.train_time_s
+
     def projected_train_time_s(self) -> float:
         """Training time after the next step: ``train_time_s`` plus the last duration of a step of
         its kind (:class:`~trainer.train.budget.StepDurations`)."""
@@ -307,7 +313,8 @@ class Trainer:
         is started that is expected to end past it, :meth:`time_budget_spent`).
         ``on_step(step, train_time_s)`` is called after every step (a progress display, the live
         viewer); ``on_log(record)`` after every interval record, ``on_eval(result)`` after every
-        periodic evaluation (``eval_every`` steps, ``training.eval_every_max_images`` views).
+        periodic evaluation (``eval_every`` steps and the ``training.eval_at_s`` marks,
+        ``training.eval_every_max_images`` views).
 
         The first call starts with the start-up steps (:mod:`trainer.train.startup`): their seconds
         are not training time; when they are done, :attr:`startup` holds the report and the next

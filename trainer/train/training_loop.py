@@ -3,9 +3,11 @@
 Each iteration runs one step of the trainer's :class:`~trainer.train.step.Step` and keeps the
 clocks: the first steps are start-up (:mod:`trainer.train.startup`; their seconds are not training
 time), every ``training.log_every`` steps the device is synchronised and an interval record written
-(:mod:`trainer.train.records`), a periodic evaluation runs outside the training clock, a periodic
-snapshot is written, and the time budget looks one step ahead (:mod:`trainer.train.budget`) so no
-step is started that is expected to end past it. Only the steps' own seconds count as training.
+(:mod:`trainer.train.records`), a periodic evaluation (every ``eval_every`` steps, and at the
+records that reach the ``training.eval_at_s`` marks: :mod:`trainer.train.time_marks`) runs outside
+the training clock, a periodic snapshot is written, and the time budget looks one step ahead
+(:mod:`trainer.train.budget`) so no step is started that is expected to end past it. Only the
+steps' own seconds count as training.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from trainer.contract.errors import TrainingError
 from trainer.train.divergence import diverged_instead
 from trainer.train.faults import inject_step_faults
 from trainer.train.records import IntervalRecords
+from trainer.train.time_marks import TimeMarks
 
 __all__ = ["TrainingLoop"]
 
@@ -48,6 +51,7 @@ class TrainingLoop:
         n_steps = t.n_steps if n_steps is None else n_steps
         time_budget_s = t.time_budget_s if time_budget_s is None else time_budget_s
         records = IntervalRecords(trainer, on_log)
+        marks = TimeMarks(t.eval_at_s, trainer.train_time_s)
         last_record: dict[str, Any] = {}
         startup_until = None if trainer.startup is not None else trainer.step + trainer.stepper.startup_steps()
         try:
@@ -67,10 +71,13 @@ class TrainingLoop:
                         startup_until = None
                     t_step = time.perf_counter()
                 eval_now = bool(eval_every) and trainer.step % eval_every == 0 and not done
-                if trainer.step % t.log_every == 0 or done or eval_now:
+                log_now = trainer.step % t.log_every == 0 or done
+                if log_now or eval_now:
                     trainer.synchronize()
                     step_s = time.perf_counter() - t_step
                     trainer.train_time_s += step_s
+                    if log_now and not done and marks.pending and timed_step:  # every rank at the same steps
+                        eval_now = marks.reached(trainer.agreed_train_time_s()) or eval_now
                     result = self.evaluate_outside_clock(records, on_eval) if eval_now else None
                     last_record = records.flush(result)  # its PSNR goes into this step's record
                 else:

@@ -42,14 +42,17 @@ def test_studies_that_share_a_gpu_or_run_on_a_cpu_use_step_budgets_and_gpu_studi
         assert spec.budget.steps is not None and default_trials_per_gpu(spec, 0) == 1
     for name in ("psnr_budget", "psnr_steps", "capture"):
         spec = load_study(STUDIES / f"{name}.toml")
-        assert spec.pruner.type in ("hyperband", "successive_halving") and spec.pruner.eval_every_steps
+        assert spec.pruner.type in ("hyperband", "successive_halving") and spec.pruner.has_marks
         overrides = spec.fixed_overrides()
-        assert overrides["training.eval_every"] == spec.pruner.eval_every_steps
+        if name == "psnr_budget":  # a seconds budget: marks at the rungs only
+            assert overrides["training.eval_at_s"] == list(spec.pruner.eval_at_s) == [3, 9, 27]
+        else:
+            assert overrides["training.eval_every"] == spec.pruner.eval_every_steps
         assert overrides["training.eval_every_max_images"] == spec.pruner.eval_images == 2
         unit = spec.budget.steps if spec.budget.steps is not None else int(spec.budget.seconds)
         assert spec.pruner.max_resource == unit and spec.pruner.min_resource < unit
         # nothing prunes a confirmation re-run: it trains without the marks
-        assert spec.rerun_overrides(2338) == {"training.seed": 2338, "training.eval_every": 0}
+        assert spec.rerun_overrides(2338) == {"training.seed": 2338, "training.eval_every": 0, "training.eval_at_s": []}
     capture = load_study(STUDIES / "capture.toml")
     assert capture.budget.seconds == 60 and capture.trials >= 24
     assert {"data.aabb_scale", "encoding.max_resolution_factor", "training.cone_angle", "training.occupancy_threshold",
@@ -68,6 +71,24 @@ def test_studies_that_share_a_gpu_or_run_on_a_cpu_use_step_budgets_and_gpu_studi
 
     base = capture.base_config()
     assert (base.loss, base.optimizer) == (TrainConfig().loss, TrainConfig().optimizer)
+
+
+@pytest.mark.parametrize("pruner, rungs", [
+    ('type = "hyperband"\nmin_resource = 4\nreduction_factor = 3', (4, 12, 36)),
+    ('type = "hyperband"\nmin_resource = 4\nreduction_factor = 3\nmax_resource = 36', (4, 12)),
+    ('type = "successive_halving"\nmin_resource = 2\nreduction_factor = 2\nmin_early_stopping_rate = 1', (4, 8, 16, 32)),
+])
+def test_marks_at_the_rungs_evaluate_at_the_seconds_the_pruner_compares_trials_at(tmp_path, demo_scene, pruner, rungs):
+    path = write_study(tmp_path / "s.toml", scene=demo_scene, budget="seconds = 60\ntrial_timeout_s = 300",
+                       objectives='[[objectives]]\nname = "psnr_at_budget_db"\n',
+                       pruner=pruner + '\neval_at = "rungs"\neval_images = 2')
+    spec = load_study(path)
+    assert spec.pruner.eval_at_s == rungs and spec.pruner.has_marks and spec.pruner.eval_every_steps is None
+    overrides = spec.fixed_overrides()
+    assert overrides["training.eval_at_s"] == list(rungs) and overrides["training.eval_every_max_images"] == 2
+    assert "training.eval_every" not in overrides
+    assert spec.base_config().training.eval_at_s == rungs
+    assert spec.rerun_overrides(1)["training.eval_at_s"] == []  # a re-run is not pruned: no marks
 
 
 def test_quality_time_has_two_objectives_and_no_pruner():
@@ -174,6 +195,19 @@ def _param(name: str, body: str) -> str:
         ({"pruner": 'type = "successive_halving"\neval_every_steps = 5'},
          r"^pruner\.eval_every_steps: evaluation marks report the PSNR of psnr_at_budget_db"),
         ({"pruner": 'type = "none"\neval_every_steps = 5'}, r"^unknown key 'pruner\.eval_every_steps'"),
+        ({"objectives": '[[objectives]]\nname = "psnr_at_budget_db"\n', "pruner": 'type = "hyperband"\neval_at = "rungs"'},
+         r"^pruner\.eval_at: marks at the rungs take successive_halving or hyperband with a budget\.seconds"),
+        ({"objectives": '[[objectives]]\nname = "psnr_at_budget_db"\n', "budget": "seconds = 30",
+          "pruner": 'type = "hyperband"\neval_at = "rungs"\neval_every_steps = 5'},
+         r"^pruner\.eval_at: give pruner\.eval_at or pruner\.eval_every_steps, not both"),
+        ({"objectives": '[[objectives]]\nname = "psnr_at_budget_db"\n', "budget": "seconds = 30",
+          "pruner": 'type = "median"\neval_at = "rungs"'},
+         r"^pruner\.eval_at: marks at the rungs take successive_halving or hyperband"),
+        ({"objectives": '[[objectives]]\nname = "psnr_at_budget_db"\n', "budget": "seconds = 30",
+          "pruner": 'type = "hyperband"\neval_at = "steps"'},
+         r"^pruner\.eval_at: expected \"rungs\", got 'steps'"),
+        ({"budget": "seconds = 30", "pruner": 'type = "successive_halving"\neval_at = "rungs"'},
+         r"^pruner\.eval_at: evaluation marks report the PSNR of psnr_at_budget_db"),
         ({"objectives": '[[objectives]]\nname = "psnr_at_budget_db"\n',
           "pruner": 'type = "successive_halving"\neval_every_steps = 5\nmin_resource = 1000'},
          r"^pruner\.min_resource: the first rung, pruner\.min_resource = 1000 steps, is not inside budget\.steps \(20\): "

@@ -16,7 +16,7 @@ __all__ = ["RUN_CONTROL_KEYS", "config_differences"]
 # Keys that say how long or how visibly a run goes, or where and on how many threads it runs, not what
 # it trains: they may change on resume.
 RUN_CONTROL_KEYS = frozenset({
-    "training.n_steps", "training.time_budget_s", "training.eval_every", "training.eval_max_images",
+    "training.n_steps", "training.time_budget_s", "training.eval_every", "training.eval_at_s", "training.eval_max_images",
     "training.eval_every_max_images",
     "training.eval_spp", "training.log_every", "training.tensorboard", "training.snapshot_every", "training.quiet",
     "training.device", "training.cpu_threads",  # machine settings: where and with how many threads

@@ -1,0 +1,97 @@
+"""Evaluations at fixed seconds of training (``training.eval_at_s``): each mark is taken once, at
+the first metrics record whose agreed training time reaches it (the slowest rank's), at the same
+step on every rank. The step durations come from a clock the test sets, so nothing here depends on
+the machine's speed."""
+
+from __future__ import annotations
+
+import types
+from pathlib import Path
+
+import pytest
+
+from tests.support.ranks import run_ranks
+from tests.support.scenes import tiny_config
+from trainer.train.time_marks import TimeMarks
+
+pytestmark = pytest.mark.timeout(120)
+
+STEP_S = (0.2, 0.3)  # each rank's step time on the test's clock: rank 1 is the slowest
+MARKS_S = (3, 1)  # any order
+
+
+def test_marks_are_taken_once_in_order_and_a_resumed_run_skips_those_behind_it():
+    marks = TimeMarks([12, 4, 36])
+    assert marks.pending and not marks.reached(3.9)
+    assert marks.reached(4.0) and not marks.reached(11.0)
+    assert marks.reached(40.0) and not marks.pending  # one record past two marks: one evaluation takes both
+    resumed = TimeMarks([4, 12, 36], trained_s=12.0)
+    assert resumed.ahead == [36.0] and not resumed.reached(20.0) and resumed.reached(36.5)
+    assert not TimeMarks([]).pending
+
+
+def _fake_clock(step_s: float) -> None:
+    import trainer.train.training_loop as loop
+
+    clock = [0.0]
+
+    def perf_counter() -> float:  # the loop reads the clock at a step's start and end: one step, step_s
+        clock[0] += step_s
+        return clock[0]
+
+    loop.time = types.SimpleNamespace(perf_counter=perf_counter)
+
+
+def _train_with_marks(trainer) -> dict:
+    times: dict[int, float] = {}
+    evaluated: list[int] = []
+    evaluate = trainer.evaluate
+
+    def recorded(*args, **kwargs):
+        evaluated.append(trainer.step)
+        return evaluate(*args, **kwargs)
+
+    trainer.evaluate = recorded
+    trainer.train(on_step=lambda step, train_time_s: times.__setitem__(step, train_time_s))
+    return {"evaluated": evaluated, "times": times, "step": trainer.step}
+
+
+def test_a_single_process_evaluates_at_the_first_record_past_each_mark(demo_scene, monkeypatch):
+    import trainer.train.training_loop as loop
+    from trainer.data import load_scene
+    from trainer.train.loop import Trainer
+
+    monkeypatch.setattr(loop, "time", loop.time)  # restored after the test
+    _fake_clock(0.25)
+    cfg = tiny_config(training__n_steps=24, training__log_every=2, training__eval_at_s=[1, 3],
+                      training__eval_every_max_images=1)
+    trainer = Trainer(cfg, load_scene(demo_scene))
+    out = _train_with_marks(trainer)
+    trainer.close()
+    times = out["times"]
+    assert len(out["evaluated"]) == 2
+    for mark, step in zip((1, 3), out["evaluated"]):
+        assert step % 2 == 0 and times[step] >= mark  # a record step past the mark ...
+        assert times[step - 2] < mark  # ... and the record before it was not
+
+
+def _marks_rank(rank: int, world_size: int, scene: str) -> dict:
+    from trainer.data import load_scene
+    from trainer.parallel.trainer import DataParallelTrainer
+
+    _fake_clock(STEP_S[rank])
+    cfg = tiny_config(training__n_steps=16, training__log_every=1, training__eval_at_s=list(MARKS_S),
+                      training__eval_every_max_images=1)
+    trainer = DataParallelTrainer(cfg, load_scene(Path(scene)))
+    out = _train_with_marks(trainer)
+    trainer.close()
+    return out
+
+
+def test_ranks_take_each_mark_at_the_same_step_on_the_slowest_ranks_clock(demo_scene, tmp_path):
+    results = run_ranks(_marks_rank, 2, tmp_path, str(demo_scene))
+    assert results[0]["evaluated"] == results[1]["evaluated"] and len(results[0]["evaluated"]) == 2
+    slowest = results[1]["times"]
+    for mark, step in zip(sorted(MARKS_S), results[0]["evaluated"]):
+        assert slowest[step] >= mark > slowest[step - 1]  # the first step the slowest rank reached it at
+        assert results[0]["times"][step] < mark  # rank 0's own clock had not: the agreed time decided
