@@ -195,8 +195,8 @@ recipe_time-to-psnr() {
 }
 
 #: backgrounds NAME FLAGS [NAME FLAGS ...]: 180 s of time to PSNR per run (model kept, the 20-view curve
-# every 60 s), then all test views rendered over black and over white and scored against the ground
-# truth composited on that colour: a model trained on one background colour that hides floaters of
+# every 60 s), then all test views rendered over black and over white (once, and with 8 renders per
+# view) and scored against the ground truth composited on that colour: a model trained on one background colour that hides floaters of
 # that colour loses on the other; the two views with the largest loss over white against black come
 # back side by side with their ground truth, on both colours
 recipe_backgrounds() {
@@ -212,6 +212,11 @@ recipe_backgrounds() {
       cp "/tmp/bg_${name}_$bg/scores.json" "$keep/scores_${name}_$bg.json" 2>/dev/null
       python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(sys.argv[2], sys.argv[3], 'mean_psnr_db', round(d['mean_psnr_db'], 2))" \
         "/tmp/bg_${name}_$bg/scores.json" "$name" "$bg" | tee -a "$keep/backgrounds.txt"
+      # 8 renders per view (instant-ngp's scripts/run.py scores its test views so, over black)
+      run "backgrounds_$name.txt" python3 -m ngptune render "/tmp/ttp_$name" --scene "$S" --cameras test \
+        --background "$bg" --spp 8 --compare --quiet --out "/tmp/bg_${name}_${bg}_spp8" | tail -1
+      python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(sys.argv[2], sys.argv[3], 'spp 8 mean_psnr_db', round(d['mean_psnr_db'], 2))" \
+        "/tmp/bg_${name}_${bg}_spp8/scores.json" "$name" "$bg" | tee -a "$keep/backgrounds.txt"
     done
     # the two views that lose most over white against black, side by side with the ground truth
     for file in $(python3 -c "import json,sys; b,w=(json.load(open(f'/tmp/bg_{sys.argv[1]}_{c}/scores.json'))['images'] for c in ('black','white')); gap=sorted(((x['psnr_db']-y['psnr_db'],x['file']) for x,y in zip(b,w)), reverse=True); print(' '.join(f for _,f in gap[:2]))" "$name"); do
