@@ -74,8 +74,9 @@ class TensorBoardScalars:
     Args:
         log_dir: the folder of the event files (created when missing).
         device: the training device; on CUDA each record adds NVML's utilisation and memory.
-        purge_step: a resumed run's first step: events of later steps left by the earlier run are
-            dropped from view (TensorBoard's ``purge_step``).
+        purge_step: the step after a resumed run's first: events from this step on left by the
+            earlier run are dropped from view (TensorBoard's ``purge_step``), its events up to the
+            step the run resumed at are kept.
     """
 
     def __init__(self, log_dir: Path, device: Any = None, purge_step: int | None = None) -> None:
@@ -145,11 +146,11 @@ def open_scalars(cfg: Any, run_dir: Any, rank: int, device: Any = None, start_st
     Args:
         cfg: the run's config; run_dir: its :class:`~trainer.contract.rundir.RunDir` or None; rank: this
             process's rank; device: the training device; start_step: the step training starts at
-            (a resumed run's), passed as ``purge_step``.
+            (a resumed run's: the earlier run's record at that step stays, later ones are purged).
     """
     if run_dir is None or rank != 0 or not cfg.training.tensorboard or not tensorboard_available():
         return None
-    return TensorBoardScalars(run_dir.tensorboard_dir, device, purge_step=start_step)
+    return TensorBoardScalars(run_dir.tensorboard_dir, device, purge_step=start_step + 1 if start_step else None)
 
 
 def write_evaluation(cfg: Any, run_dir: Any, result: dict[str, Any]) -> None:

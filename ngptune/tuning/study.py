@@ -536,11 +536,11 @@ def _read_pruner(reader: _Reader, data: Mapping, objectives: tuple[ObjectiveSpec
 
 
 def rung_seconds(kind: str, values: Mapping[str, Any], budget: BudgetSpec) -> tuple[int, ...]:
-    """The whole seconds of training at which the pruner compares trials, below the budget:
-    ``min_resource · reduction_factor^k`` for k from ``min_early_stopping_rate`` (successive
-    halving) or 0 (Hyperband: its brackets' rungs are all of this form) while below
-    ``max_resource`` (Hyperband) or the budget's whole seconds."""
-    top = int(values["max_resource"]) if kind == "hyperband" else int(math.floor(budget.seconds))
+    """The whole seconds of training at which the pruner compares trials, below the budget's whole
+    seconds: ``min_resource · reduction_factor^k`` for k from ``min_early_stopping_rate``
+    (successive halving) or 0 (Hyperband: its brackets' rungs are all of this form, and
+    ``max_resource`` only sets how many brackets there are, not where a bracket stops comparing)."""
+    top = int(math.floor(budget.seconds))
     k = values["min_early_stopping_rate"] if kind == "successive_halving" else 0
     rungs = []
     while (second := values["min_resource"] * values["reduction_factor"] ** k) < top:
@@ -569,6 +569,26 @@ def _check_rungs(reader: _Reader, kind: str, values: Mapping[str, Any], budget: 
                "pruner.min_resource × reduction_factor ^ min_early_stopping_rate")
         raise reader.error("pruner.min_resource", f"the first rung, {how} = {first} {unit}, is not inside "
                            f"{where}: no trial could be stopped early")
+
+
+MARK_SETTINGS = ("training.eval_every", "training.eval_at_s", "training.eval_every_max_images")
+"""Trainer settings the evaluation marks of a study's pruner (or a ``time_to_psnr_s`` objective) set."""
+
+
+def _check_marks_not_in_settings(reader: _Reader, settings: Mapping[str, Any], pruner: PrunerSpec,
+                                 objectives: tuple[ObjectiveSpec, ...]) -> None:
+    """Refuse ``[settings]`` that the marks would replace without a word: the pruner's marks set
+    :data:`MARK_SETTINGS`, an objective's ``eval_every_steps`` sets ``training.eval_every``."""
+    if pruner.has_marks:
+        owned = {key: "the pruner's evaluation marks (pruner.eval_every_steps or pruner.eval_at, "
+                      "pruner.eval_images)" for key in MARK_SETTINGS}
+    else:
+        owned = {}
+    if any(o.eval_every_steps is not None for o in objectives):
+        owned.setdefault("training.eval_every", "the objective's eval_every_steps")
+    for key, owner in owned.items():
+        if key in settings:
+            raise reader.error(f"settings.{key}", f"set by {owner}; leave it out of [settings]")
 
 
 def load_study(path: str | Path, *, scene: str | Path | None = None) -> StudySpec:
@@ -632,6 +652,7 @@ def load_study(path: str | Path, *, scene: str | Path | None = None) -> StudySpe
     objectives = _read_objectives(reader, data, budget)
     sampler = _read_sampler(reader, data)
     pruner = _read_pruner(reader, data, objectives, budget)
+    _check_marks_not_in_settings(reader, settings, pruner, objectives)
     spec = StudySpec(
         path=path,
         name=name,

@@ -65,6 +65,25 @@ def test_evaluations_during_training_go_into_the_trainings_event_file(demo_scene
     assert len(list(run.tensorboard_dir.glob("events.out.tfevents.*"))) == 2
 
 
+def test_a_run_resumed_in_its_folder_keeps_the_earlier_runs_scalars_up_to_the_resumed_step(demo_scene, tmp_path):  # noqa: F811
+    from trainer.contract.rundir import RunDir
+    from trainer.data import load_scene
+    from trainer.train.loop import Trainer
+
+    run = RunDir(tmp_path / "run").create()
+    first = Trainer(tiny_config(data__scene=str(demo_scene), training__n_steps=STEPS, training__log_every=3),
+                    load_scene(demo_scene), run)
+    first.train()
+    snapshot = first.save(run.snapshot_path(STEPS))
+    first.close()
+    again = Trainer(tiny_config(data__scene=str(demo_scene), training__n_steps=STEPS + 3, training__log_every=3),
+                    load_scene(demo_scene), run)
+    again.load(snapshot)
+    again.train()
+    again.close()
+    assert [step for step, _ in _scalars(run.tensorboard_dir)["train/loss"]] == [3, STEPS, STEPS + 3]
+
+
 def test_training_tensorboard_false_writes_no_events(demo_scene, tmp_path):  # noqa: F811
     run, _ = _train(demo_scene, tmp_path / "run", training__tensorboard=False)
     assert run.metrics_path().is_file()

@@ -2,6 +2,7 @@
 that no camera ray crosses."""
 
 import json
+import shutil
 import re
 import subprocess
 import sys
@@ -249,6 +250,14 @@ def test_resume_of_a_single_process_run_folder_takes_its_newest_snapshot(demo_sc
                                              f"{tmp_path / 'run1' / 'snapshots' / 'step_0000006.pt'}; give --n-steps 6 "
                                              "or more"), fewer.stderr
         assert not (tmp_path / "run3").exists()
+    # a folder whose model is a final.pt in its root (render and export read it) resumes from it too
+    only_final = tmp_path / "kept"
+    only_final.mkdir()
+    shutil.copy(tmp_path / "run1" / "snapshots" / "step_0000006.pt", only_final / "final.pt")
+    again = _run("--scene", str(demo_scene), "--config", str(config), "--n-steps", "8", "--resume", str(only_final),
+                 "--out", str(tmp_path / "run4"), "--no-eval", cwd=REPO)
+    assert again.returncode == 0, again.stderr
+    assert json.loads((tmp_path / "run4" / "status.json").read_text())["resumed_from_step"] == 6
 
 
 def test_a_run_resumed_in_its_own_folder_keeps_the_earlier_evaluation_aside(demo_scene, tmp_path):

@@ -99,12 +99,15 @@ class DistributedTrainerBase(Trainer, metaclass=abc.ABCMeta):
         return self.world_size > 1
 
     def agreed_train_time_s(self) -> float:
-        """The slowest rank's ``train_time_s``: an all-reduce (MAX) at a metrics record, where the
-        device is synchronised anyway; every rank calls it at the same steps."""
+        """Rank 0's ``train_time_s`` on every rank (an all-reduce at a metrics record, where the
+        device is synchronised anyway; every rank calls it at the same steps): the clock of rank
+        0's metrics records, which a sweep reads, and of the checkpoints, which a resume starts
+        from."""
         if not self.distributed:
             return super().agreed_train_time_s()
-        value = torch.tensor([self.train_time_s], dtype=torch.float64, device=self.ranks.comm_device())
-        return float(self.ranks.all_reduce_(value, dist.ReduceOp.MAX).item())
+        value = torch.tensor([self.train_time_s if self.rank == 0 else 0.0], dtype=torch.float64,
+                             device=self.ranks.comm_device())
+        return float(self.ranks.all_reduce_(value, dist.ReduceOp.SUM).item())
 
     def time_budget_spent(self, time_budget_s: float) -> bool:
         """All ranks stop together, within one step of the budget: at the checks of

@@ -82,13 +82,13 @@ def distributed_env(cfg: TrainConfig, args: argparse.Namespace):
 
 
 def resume_path(resume: Path | None) -> Path | None:
-    """``--resume`` as given, except a single-process run's folder (snapshots, no checkpoints):
-    its newest snapshot."""
+    """``--resume`` as given, except a single-process run's folder (snapshots or a ``final.pt``,
+    no checkpoints): its newest snapshot (:meth:`~trainer.contract.rundir.RunDir.model_snapshot`)."""
     if resume is None or not Path(resume).is_dir():
         return resume
     from trainer.parallel.checkpoint import latest_checkpoint
 
-    snapshot = RunDir(resume).latest_snapshot()
+    snapshot = RunDir(resume).model_snapshot()
     return snapshot if snapshot is not None and latest_checkpoint(Path(resume)) is None else resume
 
 

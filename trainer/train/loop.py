@@ -258,8 +258,8 @@ class Trainer:
 
     def agreed_train_time_s(self) -> float:
         """The training time the ranks agree on at a metrics record: this process's
-        ``train_time_s`` (distributed trainers take the slowest rank's; called at the same steps
-        on every rank)."""
+        ``train_time_s`` (distributed trainers take rank 0's; called at the same steps on every
+        rank)."""
         return self.train_time_s
 
     def projected_train_time_s(self) -> float:

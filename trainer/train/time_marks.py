@@ -4,10 +4,12 @@ once per rung instead of every N steps.
 
 A mark is taken at the first metrics record (every ``training.log_every`` steps, where the device
 is synchronised anyway) whose training time reaches it. The training time is the one the ranks
-agree on (:meth:`~trainer.train.loop.Trainer.agreed_train_time_s`: the slowest rank's), read at
-the same steps on every rank, so every rank takes the same marks at the same step. One evaluation
-takes every mark its record has reached; marks already behind a resumed run's training time are
-not taken again.
+agree on (:meth:`~trainer.train.loop.Trainer.agreed_train_time_s`: rank 0's), read at the same
+steps on every rank, so every rank takes the same marks at the same step. Rank 0's clock is the
+one its metrics records carry (a sweep reports each mark at its record's whole second, never
+below the mark) and its checkpoints keep (a resumed run does not take a mark again). One
+evaluation takes every mark its record has reached; marks already behind a resumed run's
+training time are not taken again.
 """
 
 from __future__ import annotations

@@ -75,7 +75,8 @@ def test_studies_that_share_a_gpu_or_run_on_a_cpu_use_step_budgets_and_gpu_studi
 
 @pytest.mark.parametrize("pruner, rungs", [
     ('type = "hyperband"\nmin_resource = 4\nreduction_factor = 3', (4, 12, 36)),
-    ('type = "hyperband"\nmin_resource = 4\nreduction_factor = 3\nmax_resource = 36', (4, 12)),
+    # max_resource sets the brackets; each bracket still compares at every rung below the budget
+    ('type = "hyperband"\nmin_resource = 4\nreduction_factor = 3\nmax_resource = 12', (4, 12, 36)),
     ('type = "successive_halving"\nmin_resource = 2\nreduction_factor = 2\nmin_early_stopping_rate = 1', (4, 8, 16, 32)),
 ])
 def test_marks_at_the_rungs_evaluate_at_the_seconds_the_pruner_compares_trials_at(tmp_path, demo_scene, pruner, rungs):
@@ -195,6 +196,15 @@ def _param(name: str, body: str) -> str:
         ({"pruner": 'type = "successive_halving"\neval_every_steps = 5'},
          r"^pruner\.eval_every_steps: evaluation marks report the PSNR of psnr_at_budget_db"),
         ({"pruner": 'type = "none"\neval_every_steps = 5'}, r"^unknown key 'pruner\.eval_every_steps'"),
+        ({"objectives": '[[objectives]]\nname = "psnr_at_budget_db"\n', "budget": "seconds = 30",
+          "settings": {"training.eval_every": 10}, "pruner": 'type = "hyperband"\neval_at = "rungs"'},
+         r"^settings\.training\.eval_every: set by the pruner's evaluation marks \(pruner\.eval_every_steps or "
+         r"pruner\.eval_at, pruner\.eval_images\); leave it out of \[settings\]"),
+        ({"objectives": '[[objectives]]\nname = "psnr_at_budget_db"\n', "settings": {"training.eval_at_s": [2, 3]},
+          "pruner": 'type = "hyperband"\neval_every_steps = 5'}, r"^settings\.training\.eval_at_s: set by the pruner's"),
+        ({"objectives": '[[objectives]]\nname = "time_to_psnr_s"\ntarget_db = 20\neval_every_steps = 5\n',
+          "settings": {"training.eval_every": 10}},
+         r"^settings\.training\.eval_every: set by the objective's eval_every_steps"),
         ({"objectives": '[[objectives]]\nname = "psnr_at_budget_db"\n', "pruner": 'type = "hyperband"\neval_at = "rungs"'},
          r"^pruner\.eval_at: marks at the rungs take successive_halving or hyperband with a budget\.seconds"),
         ({"objectives": '[[objectives]]\nname = "psnr_at_budget_db"\n', "budget": "seconds = 30",

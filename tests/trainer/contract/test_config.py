@@ -364,6 +364,12 @@ NESTED_BAD_LR = {
             "ranks), got 'affine'",
         ),
         ({"training": 3}, "training: expected an object, got 3"),
+        (
+            {"training": {"eval_at_s": [4, 2**40]}},
+            f"training.eval_at_s: expected a list of distinct integers in [1, 2,147,483,648], got [4, {2**40}]",
+        ),
+        ({"training": {"eval_at_s": [4, 4]}}, "training.eval_at_s: expected a list of distinct integers in "
+                                              "[1, 2,147,483,648], got [4, 4]"),
     ],
 )
 def test_error_names_dotted_key_and_value(data: dict, message: str) -> None:

@@ -359,9 +359,9 @@ class TrainingConfig(Block):
             package is installed.
         eval_every: steps between test-view evaluations; 0 = only at the end.
         eval_at_s: whole seconds of training at which the test views are also evaluated (distinct,
-            >= 1; empty: none): each at the first metrics record (``log_every``) whose training time
-            reaches it, as the ranks agree (the slowest rank's clock), outside the training clock.
-            The marks of a study whose pruner judges trials at fixed seconds (its rungs).
+            1..2^31; empty: none): each at the first metrics record (``log_every``) whose training
+            time reaches it (rank 0's clock on every rank), outside the training clock. The marks
+            of a study whose pruner judges trials at fixed seconds (its rungs).
         eval_max_images: evaluate at most this many test images, or null for all.
         eval_every_max_images: views of the periodic evaluations (``eval_every``, ``eval_at_s``), evenly spaced
             over the split (the same views each time), or null for ``eval_max_images``; the final
@@ -466,7 +466,7 @@ class TrainingConfig(Block):
     log_every: int = rule_field(100, IntRule(1))
     tensorboard: bool = rule_field(True, BoolRule())
     eval_every: int = rule_field(0, IntRule(0))
-    eval_at_s: tuple[int, ...] = rule_field((), IntListRule(1))
+    eval_at_s: tuple[int, ...] = rule_field((), IntListRule(1, 2**31))
     eval_max_images: int | None = rule_field(None, OptionalRule(IntRule(1)))
     eval_every_max_images: int | None = rule_field(None, OptionalRule(IntRule(1)))
     eval_spp: int = rule_field(1, IntRule(1, 64))

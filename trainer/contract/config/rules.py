@@ -251,17 +251,18 @@ class EntriesRule(Rule):
 
 
 class IntListRule(Rule):
-    """A list of integers >= ``lo`` without repeats; stored as a tuple."""
+    """A list of integers >= ``lo`` (and <= ``hi`` when given) without repeats; stored as a tuple."""
 
-    def __init__(self, lo: int) -> None:
-        self.lo = lo
-        self.description = f"a list of distinct integers >= {lo}"
+    def __init__(self, lo: int, hi: int | None = None) -> None:
+        self.lo, self.hi = lo, hi
+        self.description = (f"a list of distinct integers >= {lo}" if hi is None else
+                            f"a list of distinct integers in [{lo}, {hi:,}]")
         self.value_type = tuple
 
     def accepts(self, value: object) -> bool:
         return (
             isinstance(value, (list, tuple))
-            and all(is_int(v) and v >= self.lo for v in value)
+            and all(is_int(v) and v >= self.lo and (self.hi is None or v <= self.hi) for v in value)
             and len(set(value)) == len(value)
         )
 
