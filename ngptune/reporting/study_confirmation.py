@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import statistics
 from collections.abc import Mapping
 from typing import Any
@@ -15,7 +16,7 @@ import optuna
 
 from ngptune.reporting.study_data import CONFIRMATION_ATTR
 from ngptune.reporting.study_recommendation import verdict_of
-from trainer.contract import number_text, quantity_text
+from trainer.contract import number_text, quantity_text, unit_of
 
 __all__ = ["CONFIRMATION_QUANTITIES", "ConfirmationSummary", "Spread", "confirmation_summary", "spread_text"]
 
@@ -97,10 +98,22 @@ def confirmation_summary(study: optuna.Study) -> ConfirmationSummary | None:
     return ConfirmationSummary(objective, candidate, default, repeats, rows, verdict_of(record))
 
 
+_NUMBER = re.compile(r"-?\d+(?:\.(\d+))?(?: ([kMGT]))?")
+_PREFIX_SCALE = {None: 1.0, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+
+
 def spread_text(spread: Spread, name: str) -> str:
-    """``mean ± sd unit (n=K)`` of the quantity ``name`` at the precision it is read at
-    (:func:`trainer.contract.quantity_text`: ``19.31 ± 0.17 dB (n=3)``, ``8.4 ± 1.6 s (n=3)``,
-    ``7.90 ± 1.70 steps/s (n=3)``), or ``no run`` when n is 0."""
+    """``mean ± sd unit (n=K)`` of the quantity ``name``: the mean at the precision it is read at
+    (:func:`trainer.contract.number_text`), the sd with the mean's decimals and SI prefix
+    (``19.31 ± 0.17 dB (n=3)``, ``8.4 ± 1.6 s (n=3)``, ``29.4 ± 7.3 steps/s (n=3)``,
+    ``6645 ± 7 (n=2)``), or ``no run`` when n is 0."""
     if spread.n == 0:
         return "no run"
-    return f"{number_text(name, spread.mean)} ± {quantity_text(name, spread.sd)} (n={spread.n})"
+    mean = number_text(name, spread.mean)
+    form = _NUMBER.fullmatch(mean)
+    if form is None or not math.isfinite(spread.sd):
+        return f"{mean} ± {quantity_text(name, spread.sd)} (n={spread.n})"
+    decimals, prefix = len(form.group(1) or ""), form.group(2)
+    sd = f"{spread.sd / _PREFIX_SCALE[prefix]:.{decimals}f}" + (f" {prefix}" if prefix else "")
+    unit = unit_of(name)
+    return f"{mean} ± {sd}{' ' + unit if unit else ''} (n={spread.n})"

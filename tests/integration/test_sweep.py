@@ -186,6 +186,7 @@ def test_resume_after_kill_keeps_completed_trials_and_retries_the_running_one(tm
     header = study_dir.best_config_path.read_text().splitlines()[:3]
     assert header[0].startswith(f"// Recommended by study t ({tiny_study}): trial {best.number}")
     assert "unconfirmed: confirmation skipped (--no-confirm)" in header[2]
+    assert header[1].startswith(f"// Tuned on scene {launched.data.scene} and for it alone: train it with --scene")
     if best.number == 0:  # the default won its single run: recommended, and said to be without re-runs
         assert "the default (trial 0) won its single run and is recommended without re-runs" in header[2]
     evidence = json.loads(study_dir.confirmation_path.read_text())

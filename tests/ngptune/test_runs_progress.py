@@ -76,7 +76,7 @@ def test_between_records_the_progress_lines_of_the_run_s_output_are_shown(tmp_pa
     from trainer.contract import progress_line, read_progress_line
 
     monkeypatch.setattr(progress_module, "PLAIN_EVERY_S", 0.0)
-    assert read_progress_line(progress_line(12, 30, 6.4, "0:10")) == (12, 30, 6.0)
+    assert read_progress_line(progress_line(12, 30, 6.4, "0:10")) == (12, 30, 6.4)
     log = tmp_path / "trainer.log"
     assert log_progress(log) is None
     log.write_text("training demo on cpu, 1 rank\n" + progress_line(12, 30, 6.0, "0:09") + "\nstep 10  loss 0.1\n")
@@ -135,8 +135,8 @@ def test_off_a_terminal_a_job_s_steps_show_as_its_log_reports_them(tmp_path, mon
             f.write(progress_line(step, 60, step / 10, "0:01") + "\n")
         board.update("0000", newest_progress(None, log), total=60)
     board.finish("0000", "completed", step=60)  # its last look saw step 54: the job's status has 60
-    assert out.getvalue().splitlines() == ["0000: step 0/60, eta -:--", "0000: step 6/60, eta 0:09",
-                                           "0000: step 18/60, eta 0:05", "0000: step 30/60, eta 0:03",
+    assert out.getvalue().splitlines() == ["0000: step 0/60, eta -:--", "0000: step 6/60, eta 0:05",
+                                           "0000: step 18/60, eta 0:04", "0000: step 30/60, eta 0:03",
                                            "0000: step 48/60, eta 0:01", "0000: completed at step 60/60"]
 
 

@@ -39,7 +39,7 @@ atomically at the start and at the end of a run::
 
 While it trains, a run off a TTY (or ``--quiet``) prints how far it is every few seconds as a
 line :func:`progress_line` writes and :func:`read_progress_line` reads back (``progress: step
-40/200 (20 %), 12 s trained, eta 0:48``; the launcher repeats rank 0's as ``rank 0: progress:
+40/200 (20 %), 12.3 s trained, eta 0:48``; the launcher repeats rank 0's as ``rank 0: progress:
 ...``): the driver shows the progress of the runs it started from their output.
 
 A process of the trainer, the launcher or ``ngptune`` that refuses its input or fails prints ONE
@@ -105,22 +105,22 @@ _RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s?")
 PROGRESS_PREFIX = "progress: "
 """Start of the line that says how far a training run is (:func:`progress_line`)."""
 
-_PROGRESS_LINE = re.compile(r"^(?:rank \d+: )?progress: step (\d+)/(\d+) \([0-9]+ %\), ([0-9]+) s trained\b")
+_PROGRESS_LINE = re.compile(r"^(?:rank \d+: )?progress: step (\d+)/(\d+) \([0-9]+ %\), ([0-9]+(?:\.[0-9]+)?) s trained\b")
 
 
 def progress_line(step: int, total: int, train_time_s: float, eta: str) -> str:
-    """``progress: step 40/200 (20 %), 12 s trained, eta 0:48``: ``step`` of ``total`` steps done
+    """``progress: step 40/200 (20 %), 12.3 s trained, eta 0:48``: ``step`` of ``total`` steps done
     after ``train_time_s`` seconds of training (s), the time left as ``eta`` text."""
     return (f"{PROGRESS_PREFIX}step {step}/{total} ({100 * step / max(total, 1):.0f} %), "
-            f"{train_time_s:.0f} s trained, eta {eta}")
+            f"{train_time_s:.1f} s trained, eta {eta}")
 
 
 def read_progress_line(line: str) -> tuple[int, int, float] | None:
     """``(step, total, train_time_s)`` of a :func:`progress_line` (also as the launcher repeats it,
     after ``rank R: ``), else None.
 
-    >>> read_progress_line("rank 0: progress: step 40/200 (20 %), 12 s trained, eta 0:48")
-    (40, 200, 12.0)
+    >>> read_progress_line("rank 0: progress: step 40/200 (20 %), 12.3 s trained, eta 0:48")
+    (40, 200, 12.3)
     """
     m = _PROGRESS_LINE.match(strip_rank_prefix(line.strip()))
     return (int(m.group(1)), int(m.group(2)), float(m.group(3))) if m else None

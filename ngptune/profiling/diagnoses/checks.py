@@ -14,7 +14,7 @@ from trainer.contract import TrainConfig
 
 __all__ = [
     "NO_PHASES", "SEVERITIES", "SINGLE_RANK", "UNITS", "Check", "Diagnosis", "DiagnosisError", "Suggestion",
-    "knob_text", "measure_text", "not_evaluated", "plain_number", "severity", "verdict",
+    "knob_text", "measure_text", "ms_text", "not_evaluated", "plain_number", "severity", "verdict",
 ]
 
 SEVERITIES: tuple[str, ...] = ("high", "medium", "low")
@@ -51,6 +51,12 @@ UNITS: tuple[str, ...] = ("share", "%", "ratio", "dB")
 def plain_number(value: float) -> str:
     """``value`` with 3 significant digits, never in exponent notation: ``0.428``, ``31``, ``1080``."""
     return f"{value:.0f}" if abs(value) >= 1000 else f"{value:.3g}"
+
+
+def ms_text(value: float) -> str:
+    """A duration in milliseconds as the product writes them, without the unit: 1 decimal
+    (``8.3``, ``49.7``, ``1080.0``)."""
+    return f"{value:.1f}"
 
 
 def measure_text(value: float, unit: str) -> str:

@@ -7,7 +7,7 @@ from typing import Any
 import pandas as pd
 
 from ngptune.profiling.diagnoses.checks import (
-    NO_PHASES, SINGLE_RANK, Check, Suggestion, not_evaluated, plain_number, verdict,
+    NO_PHASES, SINGLE_RANK, Check, Suggestion, ms_text, not_evaluated, verdict,
 )
 from ngptune.profiling.diagnoses.inputs import ProfileInputs, phases_timed, rank_share, summary_column
 
@@ -62,7 +62,7 @@ def check(inputs: ProfileInputs, means: pd.DataFrame | None) -> Check:
     rank, value = rank_share(means, "comm", largest=False)
     evidence = (
         f"exposed gradient communication takes at least {value:.1%} of the step on every rank "
-        f"(rank {rank}: {plain_number(means.at[rank, 'comm'])} of {plain_number(means.at[rank, 'step_time_ms'])} ms), "
+        f"(rank {rank}: {ms_text(means.at[rank, 'comm'])} of {ms_text(means.at[rank, 'step_time_ms'])} ms), "
         f"threshold {threshold:.0%}"
     )
     busbw = summary_column(summary, "comm_busbw_gb_per_s")

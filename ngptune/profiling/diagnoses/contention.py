@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ngptune.profiling.diagnoses.checks import Check, Suggestion, not_evaluated, plain_number, verdict
+from ngptune.profiling.diagnoses.checks import Check, Suggestion, ms_text, not_evaluated, verdict
 from ngptune.profiling.diagnoses.inputs import ProfileInputs
 
 NAME = "hash_grid_contention"
@@ -36,11 +36,11 @@ def check(inputs: ProfileInputs, means: pd.DataFrame | None) -> Check:
             name,
             threshold,
             f"the kernel table lacks {HASH_GRID_FWD_CATEGORY} or {HASH_GRID_BWD_CATEGORY} time "
-            f"(forward {plain_number(fwd)} ms, backward {plain_number(bwd)} ms)",
+            f"(forward {ms_text(fwd)} ms, backward {ms_text(bwd)} ms)",
         )
     value = bwd / fwd
     evidence = (
-        f"hash-grid backward kernels take {plain_number(bwd)} ms vs forward {plain_number(fwd)} ms in the trace window "
+        f"hash-grid backward kernels take {ms_text(bwd)} ms vs forward {ms_text(fwd)} ms in the trace window "
         f"({value:.3g}x), threshold {threshold:.3g}x"
     )
     return verdict(name, value, threshold, 1.0, evidence, KNOB, inputs.config, fires=value > threshold)

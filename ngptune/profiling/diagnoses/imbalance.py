@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ngptune.profiling.diagnoses.checks import (
-    NO_PHASES, SINGLE_RANK, Check, Suggestion, not_evaluated, plain_number, verdict,
+    NO_PHASES, SINGLE_RANK, Check, Suggestion, ms_text, not_evaluated, verdict,
 )
 from ngptune.profiling.diagnoses.inputs import ProfileInputs, phases_timed, summary_column
 from ngptune.profiling.tables import COMPUTE_PHASES, WAIT_PHASES
@@ -30,7 +30,7 @@ def check(inputs: ProfileInputs, means: pd.DataFrame | None) -> Check:
         compute = means[list(COMPUTE_PHASES)].sum(axis=1)
         wait = means[list(WAIT_PHASES)].sum(axis=1)
         waits = (
-            f"; ranks wait {plain_number(wait.min())}–{plain_number(wait.max())} ms per step in collectives "
+            f"; ranks wait {ms_text(wait.min())}–{ms_text(wait.max())} ms per step in collectives "
             f"(rank {int(wait.idxmax())} longest, waiting for the slowest)"
         )
         source = "phase timers"
@@ -43,7 +43,7 @@ def check(inputs: ProfileInputs, means: pd.DataFrame | None) -> Check:
     if not mean > 0:
         return not_evaluated(name, threshold, "the per-rank compute times are all zero")
     value = float(compute.max()) / mean
-    per_rank = ", ".join(f"rank {int(r)} {plain_number(t)}" for r, t in compute.items())
+    per_rank = ", ".join(f"rank {int(r)} {ms_text(t)}" for r, t in compute.items())
     evidence = (
         f"compute ms per step ({source}): {per_rank}; max/mean = {value:.3g} (rank {int(compute.idxmax())} "
         f"slowest), threshold {threshold:.3g}{waits}"

@@ -10,7 +10,7 @@ from typing import Any
 import pandas as pd
 
 from ngptune.profiling.diagnoses.checks import (
-    NO_PHASES, Check, DiagnosisError, Suggestion, not_evaluated, plain_number, verdict,
+    NO_PHASES, Check, DiagnosisError, Suggestion, ms_text, not_evaluated, verdict,
 )
 from ngptune.profiling.runs import CAPTURED, drop_warmup
 from ngptune.profiling.tables import PHASES_TABLE
@@ -179,7 +179,7 @@ def phase_share_check(means: pd.DataFrame | None, name: str, threshold: float, p
         return not_evaluated(name, threshold, NO_PHASES)
     rank, value = rank_share(means, phase, largest=True)
     evidence = (
-        f"rank {rank} spends {plain_number(means.at[rank, phase])} ms of its {plain_number(means.at[rank, 'step_time_ms'])} ms step "
+        f"rank {rank} spends {ms_text(means.at[rank, phase])} ms of its {ms_text(means.at[rank, 'step_time_ms'])} ms step "
         f"({value:.1%}) {doing}; threshold {threshold:.0%}"
     )
     return verdict(name, value, threshold, 0.0, evidence, knob, config, fires=value > threshold)

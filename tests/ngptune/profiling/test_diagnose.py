@@ -312,7 +312,7 @@ def test_hash_grid_contention_threshold_edge(ratio: float, fires: bool) -> None:
     assert c.value == pytest.approx(ratio)
     assert c.status == ("fired" if fires else "clear")
     if fires:
-        assert "encoding.backend=triton" in c.diagnosis.knob and "31 ms vs forward 10 ms" in c.detail
+        assert "encoding.backend=triton" in c.diagnosis.knob and "31.0 ms vs forward 10.0 ms" in c.detail
 
 
 def test_kernels_without_hash_grid_categories_are_not_evaluated() -> None:

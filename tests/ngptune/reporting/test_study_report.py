@@ -999,3 +999,13 @@ def test_a_reason_that_ends_with_its_log_gives_the_log_once_in_the_trials_table(
     trials = text.split("\nTrials\n")[1]
     assert "failed: stopped by SIGKILL from outside the sweep (exit status -9)\nlog:" in trials, trials
     assert trials.count("log:") == 1
+
+
+def test_a_spread_gives_its_sd_with_the_means_decimals_and_prefix():
+    from ngptune.reporting.study_confirmation import Spread, spread_text
+
+    assert spread_text(Spread.of([29.29, 28.64, 30.0]), "psnr_at_budget_db") == "29.31 ± 0.68 dB (n=3)"
+    assert spread_text(Spread.of([22.1, 36.7]), "steps_per_s") == "29.4 ± 10.3 steps/s (n=2)"
+    assert spread_text(Spread.of([6640, 6650]), "steps") == "6645 ± 7 (n=2)"
+    assert spread_text(Spread.of([6.1e6, 6.3e6]), "throughput_samples_per_s") == "6.20 M ± 0.14 M samples/s (n=2)"
+    assert spread_text(Spread.of([]), "steps") == "no run"
