@@ -43,6 +43,10 @@ from trainer.inference.worldframe import cube_c2w_to_world, world_c2w_to_cube
 
 __all__ = [
     "CameraPath",
+    "FULL_ORBIT_MIN_ARC_DEG",
+    "MIN_ARC_DEG",
+    "Orbit",
+    "captured_arc",
     "nerfstudio_camera_path",
     "orbit_cameras",
     "pinhole_intrinsics",
@@ -113,23 +117,51 @@ def _look_at(position: np.ndarray, target: np.ndarray, up: np.ndarray) -> np.nda
     return c2w
 
 
+FULL_ORBIT_MIN_ARC_DEG = 270.0
+"""Training cameras spread over at least this much azimuth around the orbit's up axis get a full
+circle; fewer (a capture of one side, a forward-facing one) get their own arc, there and back."""
+MIN_ARC_DEG = 20.0  # the narrowest arc an orbit sweeps (cameras at nearly one azimuth: around their mean)
+
+
 @dataclasses.dataclass(frozen=True)
 class Orbit:
-    """A circle of cameras: ``centre`` [3] and ``up`` [3] (unit) in the unit cube, ``radius`` and
-    ``elevation_deg`` (above the plane through the centre normal to ``up``), ``start`` [3] unit
-    horizontal direction of the first camera."""
+    """Cameras on a circle or an arc of it: ``centre`` [3] and ``up`` [3] (unit) in the unit cube,
+    ``radius`` and ``elevation_deg`` (above the plane through the centre normal to ``up``),
+    ``start`` [3] unit horizontal direction of the first camera, ``arc_deg`` the azimuth swept
+    from ``start`` (counter-clockwise about ``up``): 360 a full circle, less an arc swept there
+    and back."""
 
     centre: np.ndarray
     up: np.ndarray
     radius: float
     elevation_deg: float
     start: np.ndarray
+    arc_deg: float = 360.0
+
+    @property
+    def full_circle(self) -> bool:
+        return self.arc_deg >= 360.0
 
 
-def scene_orbit(scene: Scene, radius: float | None = None, elevation_deg: float | None = None) -> Orbit:
+def captured_arc(azimuths: np.ndarray) -> tuple[float, float]:
+    """``(first, span)`` in radians: the smallest arc holding every azimuth of ``azimuths`` [n]
+    (radians, any range), from ``first`` counter-clockwise over ``span`` (the circle less its
+    largest gap between neighbouring azimuths)."""
+    ordered = np.sort(np.mod(azimuths, 2.0 * math.pi))
+    gaps = np.diff(np.concatenate([ordered, ordered[:1] + 2.0 * math.pi]))
+    widest = int(np.argmax(gaps))
+    first = float(ordered[(widest + 1) % len(ordered)])
+    return first, float(2.0 * math.pi - gaps[widest])
+
+
+def scene_orbit(scene: Scene, radius: float | None = None, elevation_deg: float | None = None,
+                arc_deg: float | None = None) -> Orbit:
     """The orbit around the training cameras' centre of attention
     (:func:`trainer.data.convention.centre_of_attention`): up = their mean up vector, radius and
-    elevation their means unless given (radius in unit-cube units)."""
+    elevation their means unless given (radius in unit-cube units); a full circle when the cameras
+    spread over :data:`FULL_ORBIT_MIN_ARC_DEG` of azimuth or more, else the arc they span (at
+    least :data:`MIN_ARC_DEG`, about its middle), unless ``arc_deg`` (in (0, 360]) is given: that
+    much azimuth about the middle of the cameras' arc."""
     c2w = np.stack([f.c2w for f in scene.frames("train")])
     centre = centre_of_attention(c2w)
     up = c2w[:, :3, 1].sum(axis=0)
@@ -142,18 +174,33 @@ def scene_orbit(scene: Scene, radius: float | None = None, elevation_deg: float 
     horizontal = offsets[0] - heights[0] * up
     if np.linalg.norm(horizontal) < 1e-9:
         horizontal = np.cross(up, [1.0, 0.0, 0.0]) if abs(up[0]) < 0.9 else np.cross(up, [0.0, 1.0, 0.0])
+    e0 = horizontal / np.linalg.norm(horizontal)
+    e1 = np.cross(up, e0)
+    flat = offsets - heights[:, None] * up
+    first, span = captured_arc(np.arctan2(flat @ e1, flat @ e0))
+    if arc_deg is None and math.degrees(span) >= FULL_ORBIT_MIN_ARC_DEG:
+        arc, start_angle = 360.0, 0.0  # from the first training camera's direction, as ever
+    else:
+        arc = max(math.degrees(span), MIN_ARC_DEG) if arc_deg is None else float(arc_deg)
+        start_angle = first + span / 2.0 - math.radians(arc) / 2.0  # the arc about the cameras' middle
+    start = math.cos(start_angle) * e0 + math.sin(start_angle) * e1
     return Orbit(centre=centre, up=up, radius=float(np.mean(distances)) if radius is None else float(radius),
-                 elevation_deg=float(elevation_deg), start=horizontal / np.linalg.norm(horizontal))
+                 elevation_deg=float(elevation_deg), start=start / np.linalg.norm(start), arc_deg=min(arc, 360.0))
 
 
 def orbit_cameras(orbit: Orbit, n_frames: int, intrinsics: Intrinsics) -> list[Frame]:
-    """``n_frames`` cameras evenly spaced in azimuth around ``orbit`` (the last one short of the
-    first, so a looped video does not repeat a frame), each looking at the centre."""
+    """``n_frames`` cameras on ``orbit``, each looking at the centre: on a full circle evenly
+    spaced in azimuth (the last one short of the first, so a looped video does not repeat a
+    frame); on an arc from ``start`` to its far end and back, slowing at the turns (azimuth
+    ``arc · (1 − cos(2π i / n)) / 2``), so a looped video runs on smoothly."""
     side = np.cross(orbit.up, orbit.start)
     elevation = math.radians(orbit.elevation_deg)
     frames = []
     for i in range(n_frames):
-        azimuth = 2.0 * math.pi * i / n_frames
+        if orbit.full_circle:
+            azimuth = 2.0 * math.pi * i / n_frames
+        else:
+            azimuth = math.radians(orbit.arc_deg) * (1.0 - math.cos(2.0 * math.pi * i / n_frames)) / 2.0
         direction = math.cos(elevation) * (math.cos(azimuth) * orbit.start + math.sin(azimuth) * side) \
             + math.sin(elevation) * orbit.up
         c2w = _look_at(orbit.centre + orbit.radius * direction, orbit.centre, orbit.up)

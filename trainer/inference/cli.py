@@ -190,6 +190,9 @@ def check_render_flags(args: argparse.Namespace) -> None:
         raise ConfigError(f"--elevation {args.elevation:g}: expected degrees in [-90, 90]")
     if args.fov is not None and not 0 < args.fov < 180:
         raise ConfigError(f"--fov {args.fov:g}: expected degrees in (0, 180)")
+    arc = getattr(args, "arc", None)
+    if arc is not None and not 0 < arc <= 360:
+        raise ConfigError(f"--arc {arc:g}: expected degrees in (0, 360]")
     asked = args.frames if args.frames is not None else (args.fps or DEFAULT_FPS) * (args.seconds or DEFAULT_SECONDS)
     if asked > MAX_FRAMES:
         how = f"--frames {args.frames}" if args.frames is not None else \
@@ -239,7 +242,7 @@ def build_cameras(args: argparse.Namespace, model: Any) -> list:
     if args.cameras == "orbit":
         n = args.frames or max(1, round((args.fps or DEFAULT_FPS) * (args.seconds or DEFAULT_SECONDS)))
         radius = None if args.radius is None else args.radius / units_per_cube_unit(scene)
-        orbit = cams.scene_orbit(scene, radius=radius, elevation_deg=args.elevation)
+        orbit = cams.scene_orbit(scene, radius=radius, elevation_deg=args.elevation, arc_deg=getattr(args, "arc", None))
         intrinsics = first.intrinsics
         if args.fov is not None:
             from trainer.data.scene import Intrinsics

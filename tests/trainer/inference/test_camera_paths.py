@@ -123,3 +123,35 @@ def test_a_json_without_either_layout_is_refused(tmp_path, demo_scene):
     file.write_text(json.dumps({"frames": []}))
     with pytest.raises(SceneError, match="neither an instant-ngp camera path"):
         read_camera_path(file, load_scene(demo_scene))
+
+
+def test_the_captured_arc_is_the_circle_less_its_widest_gap():
+    from trainer.inference.cameras import captured_arc
+
+    first, span = captured_arc(np.radians([30.0, 350.0, 10.0]))
+    assert math.degrees(first) == pytest.approx(350.0) and math.degrees(span) == pytest.approx(40.0)
+    first, span = captured_arc(np.radians([0.0, 120.0, 240.0]))
+    assert math.degrees(span) == pytest.approx(240.0)
+
+
+def test_an_arc_orbit_goes_to_its_far_end_and_back():
+    from trainer.data.scene import Intrinsics
+    from trainer.inference.cameras import Orbit
+
+    orbit = Orbit(centre=np.zeros(3), up=np.array([0.0, 0.0, 1.0]), radius=2.0, elevation_deg=0.0,
+                  start=np.array([1.0, 0.0, 0.0]), arc_deg=90.0)
+    frames = orbit_cameras(orbit, 8, Intrinsics(width=8, height=8, fx=8, fy=8, cx=4, cy=4))
+    azimuths = [math.degrees(math.atan2(f.c2w[1, 3], f.c2w[0, 3])) for f in frames]
+    assert azimuths[0] == pytest.approx(0.0, abs=1e-9) and azimuths[4] == pytest.approx(90.0)  # the far end halfway
+    assert azimuths[1:4] == pytest.approx(azimuths[:4:-1])  # back the same way
+    assert all(-1e-9 <= a <= 90.0 + 1e-9 for a in azimuths)
+
+
+def test_a_capture_of_one_side_orbits_its_own_arc_and_one_all_round_a_full_circle():
+    from tests.support.fox import FOX
+    from tests.support.paths import SHARED_DATA
+
+    fox = scene_orbit(load_scene(FOX))
+    assert not fox.full_circle and 80.0 < fox.arc_deg < 100.0  # fox's views span about 90 degrees
+    assert scene_orbit(load_scene(FOX), arc_deg=360.0).full_circle  # --arc 360: all the way round
+    assert scene_orbit(load_scene(SHARED_DATA / "nerf_synthetic_lego_400")).full_circle
