@@ -206,8 +206,9 @@ def _best_vs_default_section(view: StudyView) -> Section:
 
 
 def _confirmation_runs_html(record: dict[str, Any]) -> str:
-    """Every recorded re-run, one row each."""
-    rows = [{"configuration": r["label"], "trial": r.get("trial", ""), "re-run": r["index"], "seed": r["seed"],
+    """Every recorded re-run, one row each (the record's label ``best`` reads "candidate": the trial
+    re-run against the default, which need not be the best single run)."""
+    rows = [{"configuration": "candidate" if r["label"] == "best" else r["label"], "trial": r.get("trial", ""), "re-run": r["index"], "seed": r["seed"],
              "outcome": r["outcome"], record["objective"]: r["value"],
              **{c: (r.get("quality") or {}).get(c) for c in QUALITY_COLUMNS[:4]},
              "reason": r.get("reason", "")}

@@ -67,6 +67,7 @@ __all__ = [
     "pending",
     "primary_objective",
     "recorded_repeats",
+    "reused_runs",
     "run_order",
     "spread",
     "unconfirmed",
@@ -381,6 +382,13 @@ def recorded_repeats(record: Mapping[str, Any] | None, objective: str, best: int
     while (best, k) in runs and (default, k) in runs:
         k += 1
     return k
+
+
+def reused_runs(record: Mapping[str, Any] | None, objective: str, best: int, default: int, repeats: int) -> int:
+    """How many of the ``repeats`` re-runs each of ``best`` and ``default`` are recorded already
+    (completed), so a confirmation reuses them instead of launching them."""
+    runs = _recorded_runs(record, objective)
+    return sum((trial, k) in runs for trial in {best, default} for k in range(repeats))
 
 
 def verdict_runs(record: Mapping[str, Any] | None, verdict: Verdict) -> list[dict[str, Any]]:

@@ -35,13 +35,17 @@ def study_heading(name: str, study_file: str, trials: int, budget: str, nproc: i
     return parts
 
 
-def confirmation_heading(candidate: int, default: int, repeats: int, budget: str, won: bool) -> list[str]:
+def confirmation_heading(candidate: int, default: int, repeats: int, budget: str, won: bool,
+                         reused: int = 0) -> list[str]:
     """The parts of the line that starts a confirmation: the candidate (``won``: the runner-up,
-    the default having won its single run) and the default trial, re-runs of each and their budget."""
+    the default having won its single run) and the default trial, re-runs of each and their budget,
+    and how many of those re-runs an earlier sweep recorded (``reused``; none: not said)."""
     which = "(the runner-up: the default won its single run)" if won else "(the best)"
-    return ["confirmation:", f"trial {candidate} {which}", f"and default trial {default},",
-            f"{counted(repeats, 're-run')} each", f"of {budget}", "with new seeds, alternating",
-            "(re-runs already recorded", "are reused)"]
+    parts = ["confirmation:", f"trial {candidate} {which}", f"and default trial {default},",
+             f"{counted(repeats, 're-run')} each", f"of {budget}", "with new seeds, alternating"]
+    if reused:
+        parts += [f"({reused} of them", "recorded earlier", "and reused)"]
+    return parts
 
 
 def rerun_line(run: Any, objective: str) -> list[str]:

@@ -76,7 +76,7 @@ from ngptune.tuning.lines import confirmation_heading, rerun_line, study_heading
 from ngptune.tuning.confirm import (
     CONFIRMATION_ATTR, DEFAULT_REPEATS_CPU, DEFAULT_REPEATS_GPU, MIN_REPEATS, Verdict, confirm_study, no_candidate,
     pending,
-    primary_objective, recorded_repeats, unconfirmed, verdict_runs,
+    primary_objective, recorded_repeats, reused_runs, unconfirmed, verdict_runs,
 )
 from ngptune.tuning.objectives import OBJECTIVES, throughput_only_warning
 from ngptune.tuning.outputs import (
@@ -434,8 +434,9 @@ def _confirm(options: SweepOptions, study, spec: StudySpec, study_dir: StudyDir,
     repeats = options.confirm_repeats or max(  # without --confirm-runs, every recorded pair counts
         DEFAULT_REPEATS_GPU if cuda_device_count() > 0 else DEFAULT_REPEATS_CPU,
         recorded_repeats(study.user_attrs.get(CONFIRMATION_ATTR), name, candidate.number, default.number))
-    print_lines(console, confirmation_heading(candidate.number, default.number, repeats, spec.budget.describe(), won),
-                marks=[("confirmation", "bold")])
+    reused = reused_runs(study.user_attrs.get(CONFIRMATION_ATTR), name, candidate.number, default.number, repeats)
+    print_lines(console, confirmation_heading(candidate.number, default.number, repeats, spec.budget.describe(), won,
+                                              reused), marks=[("confirmation", "bold")])
     launcher = RerunLauncher(spec=spec, objective=name, study_dir=study_dir, nproc_per_node=nproc,
                              nccl_active=nccl_active, poll_s=options.poll_s)
 

@@ -62,10 +62,12 @@ def test_a_trials_end_gives_each_value_its_unit_and_consistent_digits() -> None:
 
 
 def test_the_confirmation_lines_fit_80_columns() -> None:
-    lines = _lines(confirmation_heading(4, 0, 3, "120 steps (training.max_steps)", won=True))
+    lines = _lines(confirmation_heading(4, 0, 3, "120 steps (training.max_steps)", won=True, reused=5))
     assert joined(lines) == ("confirmation: trial 4 (the runner-up: the default won its single run) and default "
                              "trial 0, 3 re-runs each of 120 steps (training.max_steps) with new seeds, alternating "
-                             "(re-runs already recorded are reused)")
+                             "(5 of them recorded earlier and reused)")
+    assert joined(_lines(confirmation_heading(4, 0, 3, "120 steps", won=False))).endswith(
+        "with new seeds, alternating")  # a first confirmation: nothing said of earlier re-runs
     run = ConfirmRun("default", 0, 1, 1001, 19.3123, {"psnr_db": 19.3123}, "completed")
     assert _lines(rerun_line(run, "psnr_at_budget_db"), "    ") == [
         "  re-run 1 of trial 0 (the default, seed 1001): completed, PSNR 19.31 dB"]
