@@ -241,7 +241,7 @@ def _confirmation_section(view: StudyView) -> Section:
                   f"re-trained {summary.repeats} times each with new seeds, in alternating order; mean ± sample "
                   f"standard deviation over n re-runs. Test: {test}."),
         table_html(pd.DataFrame(rows)),
-        text_html("Verdict: " + sentence, "note" if recommendation(view).confirmed else "missing"),
+        text_html("Verdict: " + sentence, _verdict_class(recommendation(view))),
         figure_html(confirmation_bars(summary)),
         _confirmation_runs_html(record),
     ]
@@ -455,7 +455,13 @@ def _interconnect_label(view: StudyView) -> str | None:
 
 def _recommendation_section(rec: Recommendation) -> Section:
     """The page's first lines: what the study recommends and why, before any best-vs-default table."""
-    return Section("Recommendation", text_html(rec.sentence, "note" if rec.confirmed else "missing"))
+    return Section("Recommendation", text_html(rec.sentence, _verdict_class(rec)))
+
+
+def _verdict_class(rec) -> str:
+    """The style of a recommendation's sentence: plain when re-runs decided it (a confirmed gain, or
+    the default kept on their evidence), the warning colour when nothing upholds it."""
+    return "note" if rec.confirmed or rec.re_run else "missing"
 
 
 def _setup_html(view: StudyView) -> str:

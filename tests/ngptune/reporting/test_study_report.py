@@ -617,6 +617,9 @@ def test_a_best_that_was_not_confirmed_leads_with_the_default_recommended(tmp_pa
                "psnr_at_budget_db (max)\t24.00 dB\t24.80 dB\t+0.80 dB"]
     assert [row for row in changes if row not in text] == []
     assert "better" not in text.split("Quality and time")[1].split("Trials")[0]
+    # the re-runs decided: the recommendation reads as a result, not in the warning colour
+    page = (tmp_path / "r" / "report.html").read_text()
+    assert '<p class="note">The default (trial #0) is recommended: no significant difference' in page
 
 
 def test_a_default_that_won_its_single_run_is_shown_beside_the_runner_up(tmp_path: Path) -> None:
