@@ -250,6 +250,17 @@ def test_resume_of_a_single_process_run_folder_takes_its_newest_snapshot(demo_sc
                                              f"{tmp_path / 'run1' / 'snapshots' / 'step_0000006.pt'}; give --n-steps 6 "
                                              "or more"), fewer.stderr
         assert not (tmp_path / "run3").exists()
+    # a newest snapshot cut short (a save killed, a disk full) is skipped for the one before it, and said
+    newest = tmp_path / "run1" / "snapshots" / "step_0000006.pt"
+    whole = newest.read_bytes()
+    newest.write_bytes(whole[: len(whole) // 2])
+    older = _run("--scene", str(demo_scene), "--config", str(config), "--n-steps", "8", "--resume", str(tmp_path / "run1"),
+                 "--out", str(tmp_path / "run5"), "--no-eval", cwd=REPO)
+    assert older.returncode == 0, older.stderr
+    assert (f"warning: --resume {tmp_path / 'run1'}: skipping {newest} (truncated or corrupt snapshot"
+            in joined(older.stderr.splitlines())), older.stderr
+    assert json.loads((tmp_path / "run5" / "status.json").read_text())["resumed_from_step"] == 3
+    newest.write_bytes(whole)
     # a folder whose model is a final.pt in its root (render and export read it) resumes from it too
     only_final = tmp_path / "kept"
     only_final.mkdir()

@@ -5,11 +5,13 @@ must reach."""
 from __future__ import annotations
 
 import argparse
+import warnings
 from pathlib import Path
 
 from trainer.contract.config import TrainConfig
 from trainer.contract.errors import ConfigError, SceneError, SnapshotError
 from trainer.contract.formats import check_scene_found, held_scene
+from trainer.contract.runstatus import fitted_warning
 from trainer.contract.rundir import RunDir, checkpoint_step, latest_checkpoint
 from trainer.run.settings import scene_path_of
 
@@ -83,13 +85,31 @@ def distributed_env(cfg: TrainConfig, args: argparse.Namespace):
 
 def resume_path(resume: Path | None) -> Path | None:
     """``--resume`` as given, except a single-process run's folder (snapshots or a ``final.pt``,
-    no checkpoints): its newest snapshot (:meth:`~trainer.contract.rundir.RunDir.model_snapshot`)."""
+    no checkpoints): its newest snapshot (:meth:`~trainer.contract.rundir.RunDir.model_snapshot`)
+    whose archive is sound; newer ones that are not (a save killed or a file damaged) are skipped
+    with a warning naming them (none sound: the newest, whose load names its problem)."""
     if resume is None or not Path(resume).is_dir():
         return resume
     from trainer.parallel.checkpoint import latest_checkpoint
 
-    snapshot = RunDir(resume).model_snapshot()
-    return snapshot if snapshot is not None and latest_checkpoint(Path(resume)) is None else resume
+    run = RunDir(resume)
+    snapshot = run.model_snapshot()
+    if snapshot is None or latest_checkpoint(Path(resume)) is not None:
+        return resume
+    from trainer.train.snapshot import archive_problem
+
+    newer, newer_problem = [], ""
+    for _, candidate in reversed(run.snapshots()):
+        problem = archive_problem(candidate)
+        if problem is None:
+            if newer:
+                warnings.warn(fitted_warning(
+                    f"--resume {resume}: skipping {', '.join(map(str, newer))} ({newer_problem}); resuming from "
+                    f"{candidate}, the newest sound snapshot"), stacklevel=2)
+            return candidate
+        newer.append(candidate)
+        newer_problem = problem
+    return snapshot
 
 
 def named_resume_step(resume: Path) -> tuple[int, str] | None:

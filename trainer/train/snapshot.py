@@ -56,6 +56,20 @@ _REQUIRED_ENTRIES: dict[str, type] = {
 }
 
 
+def archive_problem(path: Path) -> str | None:
+    """What is wrong with the zip archive of the snapshot file ``path`` (it does not open: a save
+    killed before its end; a record fails its CRC-32 check), or None for a sound archive. Reads the
+    whole file, unpickles nothing."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            bad_record = archive.testzip()
+    except (zipfile.BadZipFile, EOFError, ValueError, OSError) as exc:
+        return f"truncated or corrupt snapshot, or not an ngptune snapshot ({type(exc).__name__}: {short_message(exc)})"
+    if bad_record is not None:
+        return f"corrupt snapshot: record '{bad_record}' fails its CRC-32 check"
+    return None
+
+
 def load_snapshot(path: Path) -> dict[str, Any]:
     """Read a snapshot written by :func:`save_snapshot` (tensors land on the CPU).
 
@@ -70,13 +84,9 @@ def load_snapshot(path: Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise SnapshotError(f"{path}: snapshot file not found")
-    try:
-        with zipfile.ZipFile(path) as archive:
-            bad_record = archive.testzip()
-    except (zipfile.BadZipFile, EOFError, ValueError, OSError) as exc:
-        raise SnapshotError(f"{path}: truncated or corrupt snapshot, or not an ngptune snapshot ({type(exc).__name__}: {short_message(exc)})") from None
-    if bad_record is not None:
-        raise SnapshotError(f"{path}: corrupt snapshot: record '{bad_record}' fails its CRC-32 check")
+    problem = archive_problem(path)
+    if problem is not None:
+        raise SnapshotError(f"{path}: {problem}")
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises many types on foreign pickles; all mean the same here
