@@ -36,6 +36,11 @@ class TimeMarks:
         """Whether a mark is still ahead."""
         return bool(self.ahead)
 
+    def past(self, budget_s: float | None) -> list[float]:
+        """The marks ahead at or past ``budget_s`` seconds of training (a time budget; None: none):
+        a run that stops at its budget never reaches them."""
+        return [] if budget_s is None else [m for m in self.ahead if m >= budget_s]
+
     def reached(self, train_time_s: float) -> bool:
         """Whether ``train_time_s`` (agreed by the ranks) reaches the next mark; the marks it
         reaches are taken (one evaluation for all of them)."""

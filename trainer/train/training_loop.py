@@ -13,9 +13,11 @@ steps' own seconds count as training.
 from __future__ import annotations
 
 import time
+import warnings
 from typing import Any, Callable
 
 from trainer.contract.errors import TrainingError
+from trainer.contract.runstatus import fitted_warning
 from trainer.train.divergence import diverged_instead
 from trainer.train.faults import inject_step_faults
 from trainer.train.records import IntervalRecords
@@ -52,6 +54,11 @@ class TrainingLoop:
         time_budget_s = t.time_budget_s if time_budget_s is None else time_budget_s
         records = IntervalRecords(trainer, on_log)
         marks = TimeMarks(t.eval_at_s, trainer.train_time_s)
+        late = marks.past(time_budget_s)
+        if late and trainer.rank == 0:
+            warnings.warn(fitted_warning(
+                f"training.eval_at_s: {', '.join(f'{m:g}' for m in late)} s at or past the time budget of "
+                f"{time_budget_s:g} s: never reached, no evaluation there"), stacklevel=2)
         last_record: dict[str, Any] = {}
         startup_until = None if trainer.startup is not None else trainer.step + trainer.stepper.startup_steps()
         try:

@@ -28,6 +28,7 @@ def test_marks_are_taken_once_in_order_and_a_resumed_run_skips_those_behind_it()
     resumed = TimeMarks([4, 12, 36], trained_s=12.0)
     assert resumed.ahead == [36.0] and not resumed.reached(20.0) and resumed.reached(36.5)
     assert not TimeMarks([]).pending
+    assert TimeMarks([4, 12, 36]).past(12.0) == [12.0, 36.0] and TimeMarks([4]).past(None) == []
 
 
 def _fake_clock(step_s: float) -> None:
