@@ -260,6 +260,23 @@ def test_resume_of_a_single_process_run_folder_takes_its_newest_snapshot(demo_sc
     assert (f"warning: --resume {tmp_path / 'run1'}: skipping {newest} (truncated or corrupt snapshot"
             in joined(older.stderr.splitlines())), older.stderr
     assert json.loads((tmp_path / "run5" / "status.json").read_text())["resumed_from_step"] == 3
+    # resumed into its own folder: the damaged file is kept aside, not written over by the run's own step 6
+    shutil.copytree(tmp_path / "run1", tmp_path / "same")
+    damaged = tmp_path / "same" / "snapshots" / "step_0000006.pt"
+    again = _run("--scene", str(demo_scene), "--config", str(config), "--n-steps", "8", "--resume", str(tmp_path / "same"),
+                 "--out", str(tmp_path / "same"), "--no-eval", cwd=REPO)
+    assert again.returncode == 0, again.stderr
+    assert "kept as step_0000006.pt.damaged" in joined(again.stderr.splitlines())
+    assert damaged.with_name("step_0000006.pt.damaged").read_bytes() == whole[: len(whole) // 2]
+    # every snapshot damaged, a sound final.pt in the folder's root: that one
+    shutil.copytree(tmp_path / "run1", tmp_path / "final_only")
+    (tmp_path / "final_only" / "final.pt").write_bytes(whole)
+    (tmp_path / "final_only" / "snapshots" / "step_0000003.pt").write_bytes(b"")
+    last = _run("--scene", str(demo_scene), "--config", str(config), "--n-steps", "8", "--resume",
+                str(tmp_path / "final_only"), "--out", str(tmp_path / "run6"), "--no-eval", cwd=REPO)
+    assert last.returncode == 0, last.stderr
+    assert json.loads((tmp_path / "run6" / "status.json").read_text())["resumed_from_step"] == 6
+    assert "step_0000003.pt (no such file" not in last.stderr  # an empty file is a damaged archive, said so
     newest.write_bytes(whole)
     # a folder whose model is a final.pt in its root (render and export read it) resumes from it too
     only_final = tmp_path / "kept"

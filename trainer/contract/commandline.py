@@ -328,7 +328,7 @@ def add_render_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"length of an orbit or path (default: the path file's, else {DEFAULT_SECONDS:g})")
     p.add_argument("--elevation", type=float, default=None, help="orbit elevation in degrees (default: the training cameras' mean)")
     p.add_argument("--arc", type=float, default=None,
-                   help="azimuth the orbit sweeps in degrees, there and back below 360 (default: a full circle when "
+                   help="azimuth the orbit sweeps in degrees, end to end below 360 (default: a full circle when "
                         "the training cameras surround the scene, else the arc they span)")
     p.add_argument("--radius", type=float, default=None, help="orbit radius in scene units (default: the training cameras' mean distance)")
     p.add_argument("--fov", type=float, default=None, help="orbit vertical field of view in degrees (default: the first training camera's)")

@@ -119,8 +119,9 @@ def _look_at(position: np.ndarray, target: np.ndarray, up: np.ndarray) -> np.nda
 
 FULL_ORBIT_MIN_ARC_DEG = 270.0
 """Training cameras spread over at least this much azimuth around the orbit's up axis get a full
-circle; fewer (a capture of one side, a forward-facing one) get their own arc, there and back."""
+circle; fewer (a capture of one side, a forward-facing one) get their own arc, swept once."""
 MIN_ARC_DEG = 20.0  # the narrowest arc an orbit sweeps (cameras at nearly one azimuth: around their mean)
+OVERHEAD_DEG = 10.0  # cameras this close to straight above or below the centre do not count in its arc
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,8 +129,8 @@ class Orbit:
     """Cameras on a circle or an arc of it: ``centre`` [3] and ``up`` [3] (unit) in the unit cube,
     ``radius`` and ``elevation_deg`` (above the plane through the centre normal to ``up``),
     ``start`` [3] unit horizontal direction of the first camera, ``arc_deg`` the azimuth swept
-    from ``start`` (counter-clockwise about ``up``): 360 a full circle, less an arc swept there
-    and back."""
+    from ``start`` (counter-clockwise about ``up``): 360 a full circle, less an arc from end to
+    end."""
 
     centre: np.ndarray
     up: np.ndarray
@@ -158,10 +159,12 @@ def scene_orbit(scene: Scene, radius: float | None = None, elevation_deg: float 
                 arc_deg: float | None = None) -> Orbit:
     """The orbit around the training cameras' centre of attention
     (:func:`trainer.data.convention.centre_of_attention`): up = their mean up vector, radius and
-    elevation their means unless given (radius in unit-cube units); a full circle when the cameras
-    spread over :data:`FULL_ORBIT_MIN_ARC_DEG` of azimuth or more, else the arc they span (at
-    least :data:`MIN_ARC_DEG`, about its middle), unless ``arc_deg`` (in (0, 360]) is given: that
-    much azimuth about the middle of the cameras' arc."""
+    elevation their means unless given (radius in unit-cube units); a full circle from the first
+    training camera when the cameras spread over :data:`FULL_ORBIT_MIN_ARC_DEG` of azimuth or more,
+    else the arc they span (at least :data:`MIN_ARC_DEG`, about its middle). ``arc_deg`` (in
+    (0, 360]) sets the azimuth instead: a full circle from the first camera (views all round) or
+    from the middle of the cameras' arc, an arc about either. Cameras within :data:`OVERHEAD_DEG`
+    of straight above or below the centre have no azimuth to speak of and are left out of the arc."""
     c2w = np.stack([f.c2w for f in scene.frames("train")])
     centre = centre_of_attention(c2w)
     up = c2w[:, :3, 1].sum(axis=0)
@@ -177,22 +180,29 @@ def scene_orbit(scene: Scene, radius: float | None = None, elevation_deg: float 
     e0 = horizontal / np.linalg.norm(horizontal)
     e1 = np.cross(up, e0)
     flat = offsets - heights[:, None] * up
-    first, span = captured_arc(np.arctan2(flat @ e1, flat @ e0))
-    if arc_deg is None and math.degrees(span) >= FULL_ORBIT_MIN_ARC_DEG:
-        arc, start_angle = 360.0, 0.0  # from the first training camera's direction, as ever
+    # a camera within OVERHEAD_DEG of straight above or below the centre has no azimuth to speak of
+    sideways = np.linalg.norm(flat, axis=1) > math.sin(math.radians(OVERHEAD_DEG)) * np.maximum(distances, 1e-12)
+    if sideways.any():
+        first, span = captured_arc(np.arctan2(flat[sideways] @ e1, flat[sideways] @ e0))
     else:
-        arc = max(math.degrees(span), MIN_ARC_DEG) if arc_deg is None else float(arc_deg)
-        start_angle = first + span / 2.0 - math.radians(arc) / 2.0  # the arc about the cameras' middle
+        first, span = 0.0, 2.0 * math.pi
+    surround = math.degrees(span) >= FULL_ORBIT_MIN_ARC_DEG
+    middle = 0.0 if surround else first + span / 2.0  # the first training camera's direction, or the arc's middle
+    if arc_deg is None:
+        arc = 360.0 if surround else max(math.degrees(span), MIN_ARC_DEG)
+    else:
+        arc = min(float(arc_deg), 360.0)
+    start_angle = middle if arc >= 360.0 else middle - math.radians(arc) / 2.0
     start = math.cos(start_angle) * e0 + math.sin(start_angle) * e1
     return Orbit(centre=centre, up=up, radius=float(np.mean(distances)) if radius is None else float(radius),
-                 elevation_deg=float(elevation_deg), start=start / np.linalg.norm(start), arc_deg=min(arc, 360.0))
+                 elevation_deg=float(elevation_deg), start=start / np.linalg.norm(start), arc_deg=arc)
 
 
 def orbit_cameras(orbit: Orbit, n_frames: int, intrinsics: Intrinsics) -> list[Frame]:
     """``n_frames`` cameras on ``orbit``, each looking at the centre: on a full circle evenly
     spaced in azimuth (the last one short of the first, so a looped video does not repeat a
-    frame); on an arc from ``start`` to its far end and back, slowing at the turns (azimuth
-    ``arc · (1 − cos(2π i / n)) / 2``), so a looped video runs on smoothly."""
+    frame); on an arc evenly from ``start`` to its far end, both ends included (one frame: the
+    arc's middle), every frame a view of its own."""
     side = np.cross(orbit.up, orbit.start)
     elevation = math.radians(orbit.elevation_deg)
     frames = []
@@ -200,7 +210,7 @@ def orbit_cameras(orbit: Orbit, n_frames: int, intrinsics: Intrinsics) -> list[F
         if orbit.full_circle:
             azimuth = 2.0 * math.pi * i / n_frames
         else:
-            azimuth = math.radians(orbit.arc_deg) * (1.0 - math.cos(2.0 * math.pi * i / n_frames)) / 2.0
+            azimuth = math.radians(orbit.arc_deg) * (i / (n_frames - 1) if n_frames > 1 else 0.5)
         direction = math.cos(elevation) * (math.cos(azimuth) * orbit.start + math.sin(azimuth) * side) \
             + math.sin(elevation) * orbit.up
         c2w = _look_at(orbit.centre + orbit.radius * direction, orbit.centre, orbit.up)

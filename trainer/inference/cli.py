@@ -192,7 +192,9 @@ def check_render_flags(args: argparse.Namespace) -> None:
         raise ConfigError(f"--fov {args.fov:g}: expected degrees in (0, 180)")
     arc = getattr(args, "arc", None)
     if arc is not None and not 0 < arc <= 360:
-        raise ConfigError(f"--arc {arc:g}: expected degrees in (0, 360]")
+        raise ConfigError(f"--arc {arc}: expected degrees in (0, 360]")
+    if arc is not None and args.cameras != "orbit":
+        raise ConfigError(f"--arc {arc:g}: only with --cameras orbit (the cameras are {args.cameras})")
     asked = args.frames if args.frames is not None else (args.fps or DEFAULT_FPS) * (args.seconds or DEFAULT_SECONDS)
     if asked > MAX_FRAMES:
         how = f"--frames {args.frames}" if args.frames is not None else \

@@ -83,11 +83,13 @@ def distributed_env(cfg: TrainConfig, args: argparse.Namespace):
     return None
 
 
-def resume_path(resume: Path | None) -> Path | None:
+def resume_path(resume: Path | None, out: Path | None = None) -> Path | None:
     """``--resume`` as given, except a single-process run's folder (snapshots or a ``final.pt``,
-    no checkpoints): its newest snapshot (:meth:`~trainer.contract.rundir.RunDir.model_snapshot`)
-    whose archive is sound; newer ones that are not (a save killed or a file damaged) are skipped
-    with a warning naming them (none sound: the newest, whose load names its problem)."""
+    no checkpoints): its newest snapshot whose archive is sound (``snapshots/``, then ``final.pt``:
+    :meth:`~trainer.contract.rundir.RunDir.model_snapshot`). Newer ones that are not (a save
+    killed, a file damaged) are skipped with a warning naming them; resumed into the same folder
+    (``out``), each is kept as ``<name>.damaged`` so the run does not write over it. None sound:
+    the newest, whose load names its problem."""
     if resume is None or not Path(resume).is_dir():
         return resume
     from trainer.parallel.checkpoint import latest_checkpoint
@@ -98,18 +100,34 @@ def resume_path(resume: Path | None) -> Path | None:
         return resume
     from trainer.train.snapshot import archive_problem
 
-    newer, newer_problem = [], ""
-    for _, candidate in reversed(run.snapshots()):
+    candidates = [path for _, path in reversed(run.snapshots())]
+    if run.root_snapshot_path.is_file():
+        candidates.append(run.root_snapshot_path)
+    skipped: list[tuple[Path, str]] = []
+    for candidate in candidates:
         problem = archive_problem(candidate)
         if problem is None:
-            if newer:
-                warnings.warn(fitted_warning(
-                    f"--resume {resume}: skipping {', '.join(map(str, newer))} ({newer_problem}); resuming from "
-                    f"{candidate}, the newest sound snapshot"), stacklevel=2)
+            if skipped:
+                _say_skipped(resume, out, skipped, candidate)
             return candidate
-        newer.append(candidate)
-        newer_problem = problem
+        skipped.append((candidate, problem))
     return snapshot
+
+
+def _say_skipped(resume: Path, out: Path | None, skipped: list[tuple[Path, str]], chosen: Path) -> None:
+    """Warn of the snapshots a resume skipped; in the resumed folder itself, move each aside to
+    ``<name>.damaged`` first (the run would write its own snapshot of that step over it)."""
+    same_folder = out is not None and Path(out).resolve() == Path(resume).resolve()
+    names = []
+    for path, problem in skipped:
+        kept = ""
+        if same_folder and path.parent == RunDir(resume).snapshots_dir and (path.is_file() or path.is_symlink()):
+            aside = path.with_name(path.name + ".damaged")
+            path.rename(aside)
+            kept = f", kept as {aside.name}"
+        names.append(f"{path} ({problem}{kept})")
+    warnings.warn(fitted_warning(f"--resume {resume}: skipping {'; '.join(names)}; resuming from {chosen}, the "
+                                 "newest sound snapshot"), stacklevel=3)
 
 
 def named_resume_step(resume: Path) -> tuple[int, str] | None:

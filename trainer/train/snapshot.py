@@ -60,6 +60,11 @@ def archive_problem(path: Path) -> str | None:
     """What is wrong with the zip archive of the snapshot file ``path`` (it does not open: a save
     killed before its end; a record fails its CRC-32 check), or None for a sound archive. Reads the
     whole file, unpickles nothing."""
+    path = Path(path)
+    if path.is_dir():
+        return "a folder, not a snapshot file"
+    if not path.exists():
+        return "no such file (a link to nothing?)" if path.is_symlink() else "no such file"
     try:
         with zipfile.ZipFile(path) as archive:
             bad_record = archive.testzip()

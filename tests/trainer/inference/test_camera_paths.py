@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import types
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -134,24 +136,52 @@ def test_the_captured_arc_is_the_circle_less_its_widest_gap():
     assert math.degrees(span) == pytest.approx(240.0)
 
 
-def test_an_arc_orbit_goes_to_its_far_end_and_back():
+def test_an_arc_orbit_goes_from_end_to_end_once():
     from trainer.data.scene import Intrinsics
     from trainer.inference.cameras import Orbit
 
     orbit = Orbit(centre=np.zeros(3), up=np.array([0.0, 0.0, 1.0]), radius=2.0, elevation_deg=0.0,
                   start=np.array([1.0, 0.0, 0.0]), arc_deg=90.0)
-    frames = orbit_cameras(orbit, 8, Intrinsics(width=8, height=8, fx=8, fy=8, cx=4, cy=4))
-    azimuths = [math.degrees(math.atan2(f.c2w[1, 3], f.c2w[0, 3])) for f in frames]
-    assert azimuths[0] == pytest.approx(0.0, abs=1e-9) and azimuths[4] == pytest.approx(90.0)  # the far end halfway
-    assert azimuths[1:4] == pytest.approx(azimuths[:4:-1])  # back the same way
-    assert all(-1e-9 <= a <= 90.0 + 1e-9 for a in azimuths)
+    pinhole = Intrinsics(width=8, height=8, fx=8, fy=8, cx=4, cy=4)
+
+    def azimuths(n: int) -> list[float]:
+        return [math.degrees(math.atan2(f.c2w[1, 3], f.c2w[0, 3])) for f in orbit_cameras(orbit, n, pinhole)]
+
+    assert azimuths(4) == pytest.approx([0.0, 30.0, 90.0 * 2 / 3, 90.0], abs=1e-9)  # both ends, every view distinct
+    assert azimuths(1) == pytest.approx([45.0])  # one frame: the arc's middle
 
 
 def test_a_capture_of_one_side_orbits_its_own_arc_and_one_all_round_a_full_circle():
     from tests.support.fox import FOX
     from tests.support.paths import SHARED_DATA
 
-    fox = scene_orbit(load_scene(FOX))
+    fox_scene = load_scene(FOX)
+    fox = scene_orbit(fox_scene)
     assert not fox.full_circle and 80.0 < fox.arc_deg < 100.0  # fox's views span about 90 degrees
-    assert scene_orbit(load_scene(FOX), arc_deg=360.0).full_circle  # --arc 360: all the way round
-    assert scene_orbit(load_scene(SHARED_DATA / "nerf_synthetic_lego_400")).full_circle
+    middle = scene_orbit(fox_scene, arc_deg=1.0).start  # a 1° arc: the middle of the views' arc
+    round_trip = scene_orbit(fox_scene, arc_deg=360.0)  # --arc 360: all the way round, from the views' middle
+    assert round_trip.full_circle and float(round_trip.start @ middle) > 0.999
+    lego = load_scene(SHARED_DATA / "nerf_synthetic_lego_400")
+    assert scene_orbit(lego).full_circle
+    np.testing.assert_allclose(scene_orbit(lego, arc_deg=360.0).start, scene_orbit(lego).start, atol=1e-12)
+
+
+def test_a_camera_straight_above_the_centre_does_not_widen_the_arc():
+    from trainer.data.scene import Frame, Intrinsics
+    from trainer.inference.cameras import captured_arc
+
+    pinhole = Intrinsics(width=8, height=8, fx=8, fy=8, cx=4, cy=4)
+    positions = [np.array([0.0, 3.0, 0.0])] + [3.0 * np.array([math.cos(a), 0.0, math.sin(a)])
+                                                for a in np.radians(np.linspace(90.0, 125.0, 8))]
+    frames = []
+    for i, p in enumerate(positions):
+        c2w = np.eye(4)
+        back = p / np.linalg.norm(p)
+        up = np.array([0.0, 0.0, 1.0]) if i == 0 else np.array([0.0, 1.0, 0.0])
+        right = np.cross(up, back)
+        c2w[:3, 0], c2w[:3, 1], c2w[:3, 2], c2w[:3, 3] = right / np.linalg.norm(right), up, back, p
+        frames.append(Frame(name=str(i), image_path=Path(""), c2w=c2w, intrinsics=pinhole))
+    scene = types.SimpleNamespace(frames=lambda split: frames)
+    orbit = scene_orbit(scene)
+    assert not orbit.full_circle and orbit.arc_deg < 45.0  # the side views span 35°; the overhead one adds none
+    assert captured_arc(np.radians([90.0, 120.0]))[1] == pytest.approx(math.radians(30.0))
