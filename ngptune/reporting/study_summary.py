@@ -36,7 +36,10 @@ def write_trials_csv(study: optuna.Study, path: Path) -> Path:
     Raises:
         StudyReportError: bad trial attributes, or ``path`` cannot be written (names the path).
     """
-    return write_text(Path(path), trials_frame(study).to_csv(index=False), "the trials CSV")
+    frame = trials_frame(study)
+    if "steps" in frame:  # a count: 6650, not 6650.0 (a trial without a value leaves it empty)
+        frame = frame.assign(steps=frame["steps"].round().astype("Int64"))
+    return write_text(Path(path), frame.to_csv(index=False), "the trials CSV")
 
 
 def _fmt(name: str, value: float) -> str:

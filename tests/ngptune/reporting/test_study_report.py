@@ -6,6 +6,7 @@ Studies are real in-memory Optuna studies driven the way the sweep drives them: 
 
 from __future__ import annotations
 
+import csv
 import html.parser
 import io
 import math
@@ -198,6 +199,14 @@ def test_trials_csv_single_objective(single_study: optuna.Study, tmp_path: Path)
         f"3,PRUNED,pruned,{OOM_REASON},3.0,,,,,,,,,,,subgrid,0.002,8,,{log[3]}",
         f"4,FAIL,failed,{CRASH_REASON},4.0,,,,,,,,,,,data,0.09,,,{log[4]}",
     ]
+
+
+def test_trials_csv_writes_steps_as_a_count(tmp_path: Path) -> None:
+    study = optuna.create_study(study_name="steps", direction="maximize")
+    _run_trial(study, tmp_path, {"training.lr": 0.01}, values=[20.0], quality={"psnr_db": 20.0, "steps": 6650.0})
+    _run_trial(study, tmp_path, {"training.lr": 0.02}, state=TrialState.FAIL, reason="crash")
+    rows = list(csv.DictReader(write_trials_csv(study, tmp_path / "trials.csv").open()))
+    assert [row["steps"] for row in rows] == ["6650", ""]
 
 
 def test_trials_csv_two_objectives(pareto_study: optuna.Study, tmp_path: Path) -> None:
