@@ -346,7 +346,7 @@ def run_training(cfg: TrainConfig, args: argparse.Namespace) -> dict[str, Any]:
     """
     if args.save_snapshot:
         prepare_output_file(args.save_snapshot, "--save-snapshot")
-    args.resume = resume_path(args.resume, args.out)
+    args.resume = resume_path(args.resume, getattr(args, "out", None))
     warm_start = getattr(args, "warm_start", None)
     if warm_start is not None and args.resume is not None:
         raise ConfigError("--warm-start: a run either resumes (--resume) or starts warm, not both")
