@@ -210,19 +210,24 @@ class StudySpec:
         overrides = dict(self.settings)
         overrides.update(self.budget.trainer_overrides())
         overrides.update(self.pruner.trainer_overrides())
-        for objective in self.objectives:
-            if objective.eval_every_steps is not None:
-                overrides["training.eval_every"] = objective.eval_every_steps
+        if self.objective_eval_every is not None:
+            overrides["training.eval_every"] = self.objective_eval_every
         return overrides
+
+    @property
+    def objective_eval_every(self) -> int | None:
+        """The evaluation marks an objective reads (``time_to_psnr_s``'s ``eval_every_steps``), or
+        None: the one objective that has them (names are unique)."""
+        return next((o.eval_every_steps for o in self.objectives if o.eval_every_steps is not None), None)
 
     def rerun_overrides(self, seed: int) -> dict[str, Any]:
         """Settings a confirmation re-run puts over its trial's config: the new ``seed`` and no
         pruner marks (``training.eval_every`` 0, or an objective's own marks such as
-        ``time_to_psnr_s``'s; no ``training.eval_at_s``): nothing prunes a re-run, and each mark is an evaluation outside
-        the training clock but inside its wall time (2 fox views at 1080x1920 take ~2.3 s on an
-        H100, 13 marks in a 60 s trial)."""
-        eval_every = next((o.eval_every_steps for o in self.objectives if o.eval_every_steps is not None), 0)
-        return {"training.seed": int(seed), "training.eval_every": int(eval_every), "training.eval_at_s": []}
+        ``time_to_psnr_s``'s; no ``training.eval_at_s``): nothing prunes a re-run, and each mark
+        is an evaluation outside the training clock but inside its wall time (2 fox views at
+        1080x1920 take ~2.3 s on an H100, 13 marks in a 60 s trial)."""
+        return {"training.seed": int(seed), "training.eval_every": int(self.objective_eval_every or 0),
+                "training.eval_at_s": []}
 
     def base_config(self) -> TrainConfig:
         """The base trainer config with :meth:`fixed_overrides` applied (the untuned default)."""

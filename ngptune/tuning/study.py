@@ -514,7 +514,8 @@ def _read_pruner(reader: _Reader, data: Mapping, objectives: tuple[ObjectiveSpec
     if values["eval_images"] is not None and values["eval_every_steps"] is None and not at_rungs:
         raise reader.error("pruner.eval_images", "needs pruner.eval_every_steps or pruner.eval_at (the marks its "
                            "views are evaluated at)")
-    if values["eval_every_steps"] is not None or at_rungs:
+    marks = values["eval_every_steps"] is not None or at_rungs
+    if marks:
         if objectives[0].name != "psnr_at_budget_db":
             raise reader.error(marks_key, "evaluation marks report the PSNR of psnr_at_budget_db; "
                                f"{objectives[0].name} reports its own intermediate values")
@@ -524,7 +525,6 @@ def _read_pruner(reader: _Reader, data: Mapping, objectives: tuple[ObjectiveSpec
         if kind == "median" and budget.seconds is not None:
             raise reader.error("pruner.type", "median compares trials at equal resource, which evaluation marks "
                                "under a seconds budget rarely share; use successive_halving or hyperband")
-    marks = values["eval_every_steps"] is not None or at_rungs
     if kind == "hyperband" and values["max_resource"] == "auto" and marks:
         # the budget is the largest resource a trial gets (steps, or whole seconds of training)
         values["max_resource"] = int(budget.steps if budget.steps is not None else math.floor(budget.seconds))

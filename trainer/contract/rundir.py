@@ -316,12 +316,8 @@ class RunDir:
         """Complete snapshots (step, path), oldest first. Temp files of a killed save are ignored."""
         if not self.snapshots_dir.is_dir():
             return []
-        found = []
-        for p in self.snapshots_dir.iterdir():
-            m = _SNAPSHOT_RE.match(p.name)
-            if m:
-                found.append((int(m.group(1)), p))
-        return sorted(found)
+        steps = ((self.snapshot_step(p), p) for p in self.snapshots_dir.iterdir())
+        return sorted((step, p) for step, p in steps if step is not None)
 
     @staticmethod
     def snapshot_step(path: Path) -> int | None:

@@ -92,8 +92,6 @@ def resume_path(resume: Path | None, out: Path | None = None) -> Path | None:
     the newest, whose load names its problem."""
     if resume is None or not Path(resume).is_dir():
         return resume
-    from trainer.parallel.checkpoint import latest_checkpoint
-
     run = RunDir(resume)
     snapshot = run.model_snapshot()
     if snapshot is None or latest_checkpoint(Path(resume)) is not None:
@@ -163,7 +161,6 @@ def resume_source(resume: Path | None, run_dir: RunDir) -> Path | None:
     """Where a distributed run resumes from: ``--resume``, except after a restart by the elastic
     agent (``--max-restarts``), where the run directory's own newest complete checkpoint wins when
     it is at least as far as ``--resume`` (the restart must not redo the steps since then)."""
-    from trainer.parallel.checkpoint import checkpoint_step, latest_checkpoint
     from trainer.parallel.dist_env import restart_count
 
     if restart_count() == 0:
