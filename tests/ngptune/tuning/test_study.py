@@ -44,8 +44,9 @@ def test_studies_that_share_a_gpu_or_run_on_a_cpu_use_step_budgets_and_gpu_studi
         spec = load_study(STUDIES / f"{name}.toml")
         assert spec.pruner.type in ("hyperband", "successive_halving") and spec.pruner.has_marks
         overrides = spec.fixed_overrides()
-        if name == "psnr_budget":  # a seconds budget: marks at the rungs only
-            assert overrides["training.eval_at_s"] == list(spec.pruner.eval_at_s) == [3, 9, 27]
+        if name in ("psnr_budget", "capture"):  # a seconds budget: marks at the rungs only
+            rungs = {"psnr_budget": [3, 9, 27], "capture": [4, 12, 36]}[name]
+            assert overrides["training.eval_at_s"] == list(spec.pruner.eval_at_s) == rungs
         else:
             assert overrides["training.eval_every"] == spec.pruner.eval_every_steps
         assert overrides["training.eval_every_max_images"] == spec.pruner.eval_images == 2
