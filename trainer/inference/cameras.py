@@ -143,6 +143,11 @@ class Orbit:
     def full_circle(self) -> bool:
         return self.arc_deg >= 360.0
 
+    @property
+    def description(self) -> str:
+        """``a full circle`` or ``a 92° arc`` (whole degrees)."""
+        return "a full circle" if self.full_circle else f"a {self.arc_deg:.0f}° arc"
+
 
 def captured_arc(azimuths: np.ndarray) -> tuple[float, float]:
     """``(first, span)`` in radians: the smallest arc holding every azimuth of ``azimuths`` [n]

@@ -231,15 +231,16 @@ def split_views(args: argparse.Namespace, model: Any) -> list[tuple[int, Any]]:
     return evaluation_frames(cams.split_cameras(model.scene, args.cameras), args.frames)
 
 
-def build_cameras(args: argparse.Namespace, model: Any) -> list:
-    """The frames ``args`` ask for (see :mod:`trainer.inference.cameras`)."""
+def build_cameras(args: argparse.Namespace, model: Any) -> tuple[list, str]:
+    """The frames ``args`` ask for (see :mod:`trainer.inference.cameras`) and, for an orbit, what
+    it sweeps (``orbit (a 92° arc)``, ``orbit (a full circle)``; else empty)."""
     from trainer.inference import cameras as cams
     from trainer.inference.worldframe import units_per_cube_unit
 
     scene = model.scene
     if args.cameras in SPLITS:
         frames = [f for _, f in split_views(args, model)]
-        return cams.resize_cameras(frames, args.width, args.height, args.downscale)
+        return cams.resize_cameras(frames, args.width, args.height, args.downscale), ""
     first = cams.resize_cameras(scene.frames("train")[:1], args.width, args.height, args.downscale)[0]
     if args.cameras == "orbit":
         n = args.frames or max(1, round((args.fps or DEFAULT_FPS) * (args.seconds or DEFAULT_SECONDS)))
@@ -253,7 +254,7 @@ def build_cameras(args: argparse.Namespace, model: Any) -> list:
             fy = 0.5 * intrinsics.height / math.tan(math.radians(args.fov) / 2)
             intrinsics = Intrinsics(width=intrinsics.width, height=intrinsics.height, fx=fy, fy=fy,
                                     cx=intrinsics.width / 2, cy=intrinsics.height / 2)
-        return cams.orbit_cameras(orbit, n, intrinsics)
+        return cams.orbit_cameras(orbit, n, intrinsics), f"orbit ({orbit.description})"
     path = cams.read_camera_path(Path(args.cameras), scene)
     width = args.width or path.width or first.intrinsics.width
     height = args.height or path.height or (first.intrinsics.height if not args.width else
@@ -262,7 +263,7 @@ def build_cameras(args: argparse.Namespace, model: Any) -> list:
         width, height = max(1, round(width / args.downscale)), max(1, round(height / args.downscale))
     fps = args.fps or path.fps or DEFAULT_FPS
     n = args.frames or max(1, round(fps * (args.seconds or path.seconds or DEFAULT_SECONDS)))
-    return cams.path_cameras(path, n, width, height)
+    return cams.path_cameras(path, n, width, height), ""
 
 
 def _render_job(args: argparse.Namespace, model: Any) -> Any:
@@ -281,10 +282,11 @@ def _render_job(args: argparse.Namespace, model: Any) -> Any:
 
         names = [view_name(args.cameras, index) for index, _ in split_views(args, model)]
         own_size = not (args.width or args.height or args.downscale)
-    return RenderJob(cameras=build_cameras(args, model), spp=args.spp, background=parse_background(background),
+    cameras, label = build_cameras(args, model)
+    return RenderJob(cameras=cameras, spp=args.spp, background=parse_background(background),
                      depth=args.depth, out_dir=args.out, video=args.video, fps=fps or DEFAULT_FPS, seed=args.seed,
                      quiet=args.quiet, names=names, score=own_size,
-                     compare=args.compare)
+                     compare=args.compare, label=label)
 
 
 def render_estimate_s(model: Any, job: Any, cameras: list | None = None) -> float | None:
@@ -347,10 +349,14 @@ def planned_render_words(args: argparse.Namespace) -> str:
 
 
 def render_words(args: argparse.Namespace, job: Any) -> str:
-    """What ``job`` renders: ``8 test views of 100x100, spp 8``."""
+    """What ``job`` renders: ``8 test views of 100x100, spp 8``, ``300 frames of orbit (a 92° arc)
+    of 1920x1080, spp 1``."""
     k = job.cameras[0].intrinsics
     n = len(job.cameras)
-    what = _split_words(args.cameras, n) if args.cameras in SPLITS else _frame_words(n, _camera_label(args.cameras))
+    if args.cameras in SPLITS:
+        what = _split_words(args.cameras, n)
+    else:
+        what = _frame_words(n, job.label or _camera_label(args.cameras))
     if args.cameras in SPLITS and args.frames is not None and args.frames > n:
         what += f" (all of them: --frames {args.frames} asks for more than the split has)"
     return f"{what} of {k.width}x{k.height}, spp {job.spp}{_output_words(args)}"

@@ -197,6 +197,8 @@ class RenderJob:
             frames at their own size) and write ``scores.json`` beside the frames.
         compare: also write ``<name>_compare.png``, the render beside the ground truth (needs
             ``score``).
+        label: what the cameras are, for what a command says of the render (``orbit (a 92°
+            arc)``); empty: the command's own words.
     """
 
     cameras: list[Frame]
@@ -211,6 +213,7 @@ class RenderJob:
     names: list[str] | None = None
     score: bool = False
     compare: bool = False
+    label: str = ""
 
     def name(self, index: int) -> str:
         """The file stem of frame ``index``."""

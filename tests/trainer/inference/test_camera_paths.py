@@ -158,9 +158,11 @@ def test_a_capture_of_one_side_orbits_its_own_arc_and_one_all_round_a_full_circl
     fox_scene = load_scene(FOX)
     fox = scene_orbit(fox_scene)
     assert not fox.full_circle and 80.0 < fox.arc_deg < 100.0  # fox's views span about 90 degrees
+    assert fox.description == f"a {round(fox.arc_deg)}° arc"  # what render says of it
     middle = scene_orbit(fox_scene, arc_deg=1.0).start  # a 1° arc: the middle of the views' arc
     round_trip = scene_orbit(fox_scene, arc_deg=360.0)  # --arc 360: all the way round, from the views' middle
     assert round_trip.full_circle and float(round_trip.start @ middle) > 0.999
+    assert round_trip.description == "a full circle"
     lego = load_scene(SHARED_DATA / "nerf_synthetic_lego_400")
     assert scene_orbit(lego).full_circle
     np.testing.assert_allclose(scene_orbit(lego, arc_deg=360.0).start, scene_orbit(lego).start, atol=1e-12)

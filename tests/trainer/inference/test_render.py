@@ -180,7 +180,8 @@ def test_ctrl_c_during_a_render_keeps_the_finished_frames_and_writes_no_video(tr
     code, stdout, err = run_inference_cli(["render", trained_run["run"], "--cameras", "orbit", "--frames", "5", "--width", "16",
                                  "--height", "16", "--video", video, "--out", frames, "--quiet"], capsys)
     assert code == 130 and stdout.startswith("rendering")
-    assert first_statement(stdout)[1] == len(stdout.splitlines())  # the first statement only
+    n = first_statement(stdout)[1]  # the first statement, then what the orbit sweeps, and no summary
+    assert stdout.splitlines()[n:] == ["5 frames of orbit (a full circle) of 16x16, spp 1"]
     assert all(len(line) <= 80 for line in err.splitlines() if str(frames) not in line), err
     assert first_statement(err) == (f"interrupted: render stopped after 2 of 5 frames; no video written; the 2 frames "
                                     f"(00000.png to 00001.png) kept in {frames}", err.count("\n"))
@@ -221,7 +222,8 @@ def test_sigterm_during_a_video_render_says_so_and_leaves_no_temporary_file(trai
     finally:
         signal.signal(signal.SIGTERM, before)
     assert code == 143 and stdout.startswith("rendering")
-    assert first_statement(stdout)[1] == stdout.count("\n")  # the first statement only
+    n = first_statement(stdout)[1]  # the first statement, then what the orbit sweeps, and no summary
+    assert stdout.splitlines()[n:] == ["5 frames of orbit (a full circle) of 16x16, spp 1"]
     assert err.startswith("terminated (SIGTERM): render stopped after ") and "no video written" in err
     assert first_statement(err)[1] == err.count("\n")  # one statement
     assert list(tmp_path.iterdir()) == []  # no video, no hidden .orbit.partial.mp4

@@ -240,7 +240,7 @@ def test_the_estimate_probes_the_first_camera_before_the_first_frame(trained_run
     assert code == 0 and probed == [(40, 30)]  # the first camera alone
     said = before_first_frame[0].splitlines()
     n = first_statement(before_first_frame[0])[1]
-    assert re.fullmatch(r"3 frames of orbit of 40x30, spp 2, estimated [0-9]+\.[0-9] m?s \(measured on a sample of its rays\)",
+    assert re.fullmatch(r"3 frames of orbit \(a full circle\) of 40x30, spp 2, estimated [0-9]+\.[0-9] m?s \(measured on a sample of its rays\)",
                         first_statement("\n".join(said[n:]))[0]), said
     assert "rendered 3 frames" in stdout
 
@@ -328,7 +328,7 @@ def test_the_first_line_is_printed_before_the_scene_is_loaded(trained_run, tmp_p
         f"rendering {trained_run['run']}/snapshots/step_0000080.pt (step 80) on cpu, 1 CPU thread per "
         "rank (--cpu-threads): 2 frames of orbit of 12x10, spp 1", seen[0][1].count("\n"))
     assert seen[1][1] == ""  # nothing more until the estimate is known
-    assert first_statement(stdout)[0] == "2 frames of orbit of 12x10, spp 1, estimated 12.0 s (measured on a sample of its rays)"
+    assert first_statement(stdout)[0] == "2 frames of orbit (a full circle) of 12x10, spp 1, estimated 12.0 s (measured on a sample of its rays)"
     seen.clear()
     code, stdout, _ = run_inference_cli(["export", "mesh", trained_run["run"], "--resolution", "16", "--cpu-threads", "1",
                                          "--out", tmp_path / "m.ply", "--quiet"], capsys)
