@@ -56,6 +56,9 @@ class SceneFormat:
             loadable (COLMAP: a ``cameras`` file in ``sparse/``, a ``sparse/<k>`` or the folder);
             empty: the markers suffice.
         model_hint: those patterns in words, for the error that finds none.
+        image_folders: the images lie in an ``images/`` or ``images_N/`` folder of the scene root
+            (LLFF, COLMAP; COLMAP's root for a model folder given alone: it, its parent or its
+            grandparent).
     """
 
     name: str
@@ -66,10 +69,26 @@ class SceneFormat:
     file_pattern: str | None = None
     model_globs: tuple[str, ...] = ()
     model_hint: str = ""
+    image_folders: bool = False
 
     def model_missing(self, folder: Path) -> bool:
         """Whether ``folder``, which shows this format's markers, lacks every :attr:`model_globs`."""
         return bool(self.model_globs) and not any(any(folder.glob(g)) for g in self.model_globs)
+
+    def image_roots(self, folder: Path) -> list[Path]:
+        """The folders whose ``images/`` or ``images_N/`` the loader reads for the scene
+        ``folder`` (:attr:`image_folders`; empty for a format without them)."""
+        if not self.image_folders:
+            return []
+        if (folder / "sparse").is_dir() or (folder / "poses_bounds.npy").is_file():
+            return [folder]
+        return [folder, folder.parent, folder.parent.parent]  # a COLMAP model folder given alone
+
+    def images_missing(self, folder: Path) -> bool:
+        """Whether ``folder``, which shows this format's markers, has no image folder where the
+        loader looks (:meth:`image_roots`)."""
+        roots = self.image_roots(folder)
+        return bool(roots) and not any(p.is_dir() for root in roots for p in [root / "images", *root.glob("images_*")])
 
     def in_folder(self, folder: Path) -> bool:
         """Whether ``folder`` holds a scene of this format (one of :attr:`markers` is there)."""
@@ -93,8 +112,10 @@ SCENE_FORMATS: tuple[SceneFormat, ...] = (
     SceneFormat("colmap", "colmap", "trainer.data.formats.colmap", False, ("sparse/", "cameras.bin", "cameras.txt"),
                 model_globs=tuple(f"{where}cameras.{ext}" for where in ("sparse/*/", "sparse/", "")
                                   for ext in ("bin", "txt")),
-                model_hint="cameras.bin or cameras.txt in sparse/<k>/, in sparse/ or in the folder"),
-    SceneFormat("llff", "llff", "trainer.data.formats.llff", False, ("poses_bounds.npy",), r"poses_bounds\.npy"),
+                model_hint="cameras.bin or cameras.txt in sparse/<k>/, in sparse/ or in the folder",
+                image_folders=True),
+    SceneFormat("llff", "llff", "trainer.data.formats.llff", False, ("poses_bounds.npy",), r"poses_bounds\.npy",
+                image_folders=True),
     SceneFormat("blender", "blender", "trainer.data.formats.blender", True,
                 tuple(f"transforms_{split}.json" for split in SPLITS), rf"transforms_({'|'.join(SPLITS)})\.json"),
     SceneFormat("instant-ngp", "ngp", "trainer.data.formats.ngp", False, ("transforms.json",), r".+\.json"),
@@ -189,11 +210,18 @@ def check_scene_found(path: str | Path, requested: str | None = None) -> SceneFo
     Raises:
         SceneError: the path does not exist, holds no scene (:func:`detect_formats`), none of
             the requested format, or a folder of the format without its model (a COLMAP
-            ``sparse/`` with no ``cameras`` file in it or its subfolders).
+            ``sparse/`` with no ``cameras`` file in it or its subfolders) or its image folder
+            (LLFF, COLMAP: no ``images/`` or ``images_N/``).
     """
     fmt = chosen_format(path, detect_formats(path), requested)
     if Path(path).is_dir() and fmt.model_missing(Path(path)):
         raise SceneError(f"{path}: no {fmt.name} model (expected {fmt.model_hint})")
+    folder = Path(path)
+    if folder.is_dir() and fmt.images_missing(folder):
+        roots = fmt.image_roots(folder)
+        where = (f"{roots[0] / 'images'}: image folder not found" if len(roots) == 1 else
+                 f"{folder}: no images/ folder in it, {roots[1]} or {roots[2]}")
+        raise SceneError(f"{where} (a {fmt.name} scene keeps its images in images/, or images_N/ shrunk N times)")
     return fmt
 
 

@@ -50,7 +50,26 @@ def test_every_entry_has_a_loader_and_a_unique_name_and_flag():
 def test_a_colmap_folder_passes_the_start_check_with_a_model_where_the_loader_looks(tmp_path, model):
     (tmp_path / model).parent.mkdir(parents=True, exist_ok=True)
     (tmp_path / model).write_bytes(b"")
+    (tmp_path / "images").mkdir()
     assert check_scene_found(tmp_path).name == "colmap"
+
+
+def test_a_capture_without_its_image_folder_is_refused_before_the_run_starts(tmp_path):
+    (tmp_path / "sparse" / "0").mkdir(parents=True)
+    (tmp_path / "sparse" / "0" / "cameras.bin").write_bytes(b"")
+    with pytest.raises(SceneError, match=rf"^{tmp_path}/images: image folder not found \(a colmap scene keeps its "
+                                         r"images in images/, or images_N/ shrunk N times\)$"):
+        check_scene_found(tmp_path)
+    model = tmp_path / "sparse" / "0"  # the model folder alone: the loader looks up two levels
+    with pytest.raises(SceneError, match=rf"^{model}: no images/ folder in it, {model.parent} or {tmp_path} "):
+        check_scene_found(model)
+    (tmp_path / "images_4").mkdir()  # a shrunk copy alone is enough (--downscale 4 reads it)
+    assert check_scene_found(tmp_path).name == "colmap" and check_scene_found(model).name == "colmap"
+    llff = tmp_path / "llff"
+    llff.mkdir()
+    (llff / "poses_bounds.npy").write_bytes(b"")
+    with pytest.raises(SceneError, match=rf"^{llff}/images: image folder not found \(a llff scene"):
+        check_scene_found(llff)
 
 
 def test_a_colmap_folder_with_an_empty_sparse_is_refused_before_the_run_starts(tmp_path):
