@@ -303,6 +303,8 @@ def open_study(storage, name: str, spec: StudySpec, fingerprint: str, attrs: dic
 
     sampler, pruner = build_sampler(spec.sampler), build_pruner(spec.pruner)
     try:
+        if name in optuna.get_all_study_names(storage=storage):  # a journal keeps even a refused create
+            raise optuna.exceptions.DuplicatedStudyError(name)
         study = optuna.create_study(storage=storage, study_name=name, directions=spec.directions,
                                     sampler=sampler, pruner=pruner)
     except optuna.exceptions.DuplicatedStudyError:

@@ -65,5 +65,7 @@ def test_a_study_of_another_definition_is_still_refused(spec, tmp_path):
     _open(spec, tmp_path, current, "current")
     changed = copy.deepcopy(current)
     changed["config"]["training"]["seed"] = 7
+    journal = (tmp_path / "journal.log").read_bytes()
     with pytest.raises(SweepError, match=r"was made from another definition: config\.training\.seed: 1337 → 7;"):
         _open(spec, tmp_path, changed, "changed")
+    assert (tmp_path / "journal.log").read_bytes() == journal  # a refused sweep writes nothing into the study
