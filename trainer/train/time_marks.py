@@ -2,34 +2,41 @@
 judges its trials at when its budget is in seconds (its rungs), so that every trial is evaluated
 once per rung instead of every N steps.
 
-A mark is taken at the first metrics record (every ``training.log_every`` steps, where the device
-is synchronised anyway) whose training time reaches it. The training time is the one the ranks
-agree on (:meth:`~trainer.train.loop.Trainer.agreed_train_time_s`: rank 0's), read at the same
-steps on every rank, so every rank takes the same marks at the same step. Rank 0's clock is the
-one its metrics records carry (a sweep reports each mark at its record's whole second, never
-below the mark) and its checkpoints keep (a resumed run does not take a mark again). One
-evaluation takes every mark its record has reached; marks already behind a resumed run's
-training time are not taken again.
+A mark is taken at the first check whose training time reaches it. The ranks check at each
+metrics record (every ``training.log_every`` steps, where the device is synchronised anyway) and,
+between records, at the step the pace since the previous check predicts for the next mark
+(:meth:`TimeMarks.due`; the first check one step after the clock starts): a record interval
+longer than the gap between two marks does not fold them into one late evaluation. Each check
+synchronises the device and, with several ranks, all-reduces rank 0's training time
+(:meth:`~trainer.train.loop.Trainer.agreed_train_time_s`). The next check's step is computed from
+those agreed values alone, so every rank checks, and takes every mark, at the same step. Rank 0's
+clock is the one its metrics records carry (a sweep reports each mark at its record's whole
+second, never below the mark) and its checkpoints keep (a resumed run does not take a mark
+again). One evaluation takes every mark its check has reached.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 __all__ = ["TimeMarks"]
 
 
 class TimeMarks:
-    """The marks still ahead of the run.
+    """The marks still ahead of the run, and the step of the next check between records.
 
     Args:
         marks_s: whole seconds of training (``training.eval_at_s``), in any order.
-        trained_s: the training time the run starts at (a resumed run's); marks at or before it
-            are behind the run.
+        trained_s: the training time the run starts at (a resumed run's; the same on every rank);
+            marks at or before it are behind the run.
     """
 
     def __init__(self, marks_s: Iterable[int], trained_s: float = 0.0) -> None:
         self.ahead = sorted(float(m) for m in marks_s if m > trained_s)
+        self.trained_s = float(trained_s)
+        self.check_step: int | None = None
+        self.last_check: tuple[int, float] | None = None
 
     @property
     def pending(self) -> bool:
@@ -41,11 +48,28 @@ class TimeMarks:
         a run that stops at its budget never reaches them."""
         return [] if budget_s is None else [m for m in self.ahead if m >= budget_s]
 
-    def reached(self, train_time_s: float) -> bool:
+    def start(self, step: int) -> None:
+        """The training clock starts at ``step`` (after start-up) at :attr:`trained_s`: the first
+        check between records is the next step's, which measures the pace."""
+        self.last_check = (step, self.trained_s)
+        self.check_step = step + 1 if self.ahead else None
+
+    def due(self, step: int) -> bool:
+        """Whether ``step`` is the check between records that the pace predicts for the next mark."""
+        return self.check_step is not None and step >= self.check_step
+
+    def reached(self, train_time_s: float, step: int | None = None) -> bool:
         """Whether ``train_time_s`` (agreed by the ranks) reaches the next mark; the marks it
-        reaches are taken (one evaluation for all of them)."""
+        reaches are taken (one evaluation for all of them). With ``step`` (the step checked), the
+        next check is scheduled: at the step the pace since the previous check, in agreed seconds
+        per step, reaches the next mark (at least one step on; none when the clock stood still)."""
         taken = False
         while self.ahead and train_time_s >= self.ahead[0]:
             self.ahead.pop(0)
             taken = True
+        if step is not None:
+            previous, self.last_check, self.check_step = self.last_check, (step, train_time_s), None
+            if self.ahead and previous is not None and step > previous[0] and train_time_s > previous[1]:
+                pace_s = (train_time_s - previous[1]) / (step - previous[0])
+                self.check_step = step + max(1, math.ceil((self.ahead[0] - train_time_s) / pace_s))
         return taken

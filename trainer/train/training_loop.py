@@ -4,7 +4,7 @@ Each iteration runs one step of the trainer's :class:`~trainer.train.step.Step` 
 clocks: the first steps are start-up (:mod:`trainer.train.startup`; their seconds are not training
 time), every ``training.log_every`` steps the device is synchronised and an interval record written
 (:mod:`trainer.train.records`), a periodic evaluation (every ``eval_every`` steps, and at the
-records that reach the ``training.eval_at_s`` marks: :mod:`trainer.train.time_marks`) runs outside
+checks that reach the ``training.eval_at_s`` marks: :mod:`trainer.train.time_marks`) runs outside
 the training clock, a periodic snapshot is written, and the time budget looks one step ahead
 (:mod:`trainer.train.budget`) so no step is started that is expected to end past it. Only the
 steps' own seconds count as training.
@@ -61,6 +61,8 @@ class TrainingLoop:
                 f"{time_budget_s:g} s: never reached, no evaluation there"), stacklevel=2)
         last_record: dict[str, Any] = {}
         startup_until = None if trainer.startup is not None else trainer.step + trainer.stepper.startup_steps()
+        if startup_until is None:
+            marks.start(trainer.step)
         try:
             while trainer.step < n_steps:
                 if time_budget_s is not None and trainer.time_budget_spent(time_budget_s):
@@ -76,17 +78,21 @@ class TrainingLoop:
                     if trainer.step >= startup_until or done:
                         self.finish_startup(records, trainer.step - startup_until + trainer.stepper.startup_steps())
                         startup_until = None
+                        marks.start(trainer.step)
                     t_step = time.perf_counter()
                 eval_now = bool(eval_every) and trainer.step % eval_every == 0 and not done
                 log_now = trainer.step % t.log_every == 0 or done
-                if log_now or eval_now:
+                # every rank checks the marks at the same steps: records, and the steps the agreed pace predicts
+                mark_check = marks.pending and timed_step and not done and (log_now or marks.due(trainer.step))
+                if log_now or eval_now or mark_check:
                     trainer.synchronize()
                     step_s = time.perf_counter() - t_step
                     trainer.train_time_s += step_s
-                    if log_now and not done and marks.pending and timed_step:  # every rank at the same steps
-                        eval_now = marks.reached(trainer.agreed_train_time_s()) or eval_now
+                    if mark_check:
+                        eval_now = marks.reached(trainer.agreed_train_time_s(), trainer.step) or eval_now
                     result = self.evaluate_outside_clock(records, on_eval) if eval_now else None
-                    last_record = records.flush(result)  # its PSNR goes into this step's record
+                    if log_now or eval_now:
+                        last_record = records.flush(result)  # its PSNR goes into this step's record
                 else:
                     step_s = time.perf_counter() - t_step
                     trainer.train_time_s += step_s

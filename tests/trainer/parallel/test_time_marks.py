@@ -1,7 +1,8 @@
 """Evaluations at fixed seconds of training (``training.eval_at_s``): each mark is taken once, at
-the first metrics record whose agreed training time reaches it (rank 0's), at the same step on
-every rank. The step durations come from a clock the test sets, so nothing here depends on
-the machine's speed."""
+the first check whose agreed training time reaches it (rank 0's), at the same step on every rank;
+the checks fall at the records and, between them, at the step the pace predicts for the next
+mark. The step durations come from a clock the test sets, so nothing here depends on the
+machine's speed."""
 
 from __future__ import annotations
 
@@ -31,6 +32,21 @@ def test_marks_are_taken_once_in_order_and_a_resumed_run_skips_those_behind_it()
     assert TimeMarks([4, 12, 36]).past(12.0) == [12.0, 36.0] and TimeMarks([4]).past(None) == []
 
 
+def test_the_next_check_falls_where_the_pace_since_the_last_one_reaches_the_next_mark():
+    marks = TimeMarks([4, 12], trained_s=1.0)
+    marks.start(100)  # the clock starts at step 100, 1 s trained: the first check measures the pace
+    assert marks.check_step == 101 and not marks.due(100) and marks.due(101)
+    assert not marks.reached(1.5, 101)  # 0.5 s per step: 4 s is 5 steps on
+    assert marks.check_step == 106
+    assert not marks.reached(3.9, 106)  # a slower pace (0.48 s per step): at least one step on
+    assert marks.check_step == 107
+    assert marks.reached(4.5, 107) and marks.check_step == 107 + 13  # 0.6 s per step, 7.5 s to go
+    assert marks.reached(12.0, 120) and marks.check_step is None and not marks.pending
+    still = TimeMarks([4])
+    still.start(0)
+    assert not still.reached(0.0, 1) and still.check_step is None  # no pace: the records check alone
+
+
 def _fake_clock(step_s: float) -> None:
     import trainer.train.training_loop as loop
 
@@ -57,14 +73,15 @@ def _train_with_marks(trainer) -> dict:
     return {"evaluated": evaluated, "times": times, "step": trainer.step}
 
 
-def test_a_single_process_evaluates_at_the_first_record_past_each_mark(demo_scene, monkeypatch):
+def test_a_single_process_evaluates_at_the_first_step_past_each_mark_between_records(demo_scene, monkeypatch):
     import trainer.train.training_loop as loop
     from trainer.data import load_scene
     from trainer.train.loop import Trainer
 
     monkeypatch.setattr(loop, "time", loop.time)  # restored after the test
     _fake_clock(0.25)
-    cfg = tiny_config(training__n_steps=24, training__log_every=2, training__eval_at_s=[1, 3],
+    # records every 16 steps (4 s): both marks fall inside the first record interval
+    cfg = tiny_config(training__n_steps=24, training__log_every=16, training__eval_at_s=[1, 3],
                       training__eval_every_max_images=1)
     trainer = Trainer(cfg, load_scene(demo_scene))
     out = _train_with_marks(trainer)
@@ -72,8 +89,7 @@ def test_a_single_process_evaluates_at_the_first_record_past_each_mark(demo_scen
     times = out["times"]
     assert len(out["evaluated"]) == 2
     for mark, step in zip((1, 3), out["evaluated"]):
-        assert step % 2 == 0 and times[step] >= mark  # a record step past the mark ...
-        assert times[step - 2] < mark  # ... and the record before it was not
+        assert times[step] >= mark > times[step - 1]  # the first step past the mark, not the next record
 
 
 def _marks_rank(rank: int, world_size: int, scene: str) -> dict:
@@ -81,7 +97,7 @@ def _marks_rank(rank: int, world_size: int, scene: str) -> dict:
     from trainer.parallel.trainer import DataParallelTrainer
 
     _fake_clock(STEP_S[rank])
-    cfg = tiny_config(training__n_steps=16, training__log_every=1, training__eval_at_s=list(MARKS_S),
+    cfg = tiny_config(training__n_steps=16, training__log_every=8, training__eval_at_s=list(MARKS_S),
                       training__eval_every_max_images=1)
     trainer = DataParallelTrainer(cfg, load_scene(Path(scene)))
     out = _train_with_marks(trainer)

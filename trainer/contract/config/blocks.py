@@ -359,9 +359,10 @@ class TrainingConfig(Block):
             package is installed.
         eval_every: steps between test-view evaluations; 0 = only at the end.
         eval_at_s: whole seconds of training at which the test views are also evaluated (distinct,
-            1..2^31; empty: none): each at the first metrics record (``log_every``) whose training
-            time reaches it (rank 0's clock on every rank), outside the training clock. The marks
-            of a study whose pruner judges trials at fixed seconds (its rungs).
+            1..2^31; empty: none): each at the first step whose training time reaches it (rank 0's
+            clock on every rank; checked at the metrics records and at the step the pace predicts
+            for the next mark, :mod:`trainer.train.time_marks`), outside the training clock. The
+            marks of a study whose pruner judges trials at fixed seconds (its rungs).
         eval_max_images: evaluate at most this many test images, or null for all.
         eval_every_max_images: views of the periodic evaluations (``eval_every``, ``eval_at_s``), evenly spaced
             over the split (the same views each time), or null for ``eval_max_images``; the final
