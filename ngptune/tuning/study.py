@@ -536,14 +536,13 @@ def _read_pruner(reader: _Reader, data: Mapping, objectives: tuple[ObjectiveSpec
 
 
 def rung_seconds(kind: str, values: Mapping[str, Any], budget: BudgetSpec) -> tuple[int, ...]:
-    """The whole seconds of training at which the pruner compares trials, below the budget's whole
+    """The whole seconds of training at which the pruner compares trials, below the budget's
     seconds: ``min_resource · reduction_factor^k`` for k from ``min_early_stopping_rate``
     (successive halving) or 0 (Hyperband: its brackets' rungs are all of this form, and
     ``max_resource`` only sets how many brackets there are, not where a bracket stops comparing)."""
-    top = int(math.floor(budget.seconds))
     k = values["min_early_stopping_rate"] if kind == "successive_halving" else 0
     rungs = []
-    while (second := values["min_resource"] * values["reduction_factor"] ** k) < top:
+    while (second := values["min_resource"] * values["reduction_factor"] ** k) < budget.seconds:
         rungs.append(int(second))
         k += 1
     return tuple(rungs)
@@ -554,7 +553,7 @@ def _check_rungs(reader: _Reader, kind: str, values: Mapping[str, Any], budget: 
     trials are first compared) at or past the budget, or a largest resource past it."""
     most = int(budget.steps if budget.steps is not None else math.floor(budget.seconds))
     unit = "steps" if budget.steps is not None else "s"
-    where = f"budget.steps ({most})" if budget.steps is not None else f"budget.seconds ({most} whole s)"
+    where = f"budget.steps ({most})" if budget.steps is not None else f"budget.seconds ({budget.seconds:g} s)"
     if kind == "hyperband":
         top = values["max_resource"]
         if top > most:
@@ -564,7 +563,7 @@ def _check_rungs(reader: _Reader, kind: str, values: Mapping[str, Any], budget: 
                                f"got {values['min_resource']}")
         return
     first = values["min_resource"] * values["reduction_factor"] ** values["min_early_stopping_rate"]
-    if first >= most:
+    if first >= (most if budget.steps is not None else budget.seconds):
         how = ("pruner.min_resource" if values["min_early_stopping_rate"] == 0 else
                "pruner.min_resource × reduction_factor ^ min_early_stopping_rate")
         raise reader.error("pruner.min_resource", f"the first rung, {how} = {first} {unit}, is not inside "

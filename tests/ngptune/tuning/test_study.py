@@ -93,6 +93,19 @@ def test_marks_at_the_rungs_evaluate_at_the_seconds_the_pruner_compares_trials_a
     assert spec.rerun_overrides(1)["training.eval_at_s"] == []  # a re-run is not pruned: no marks
 
 
+def test_rungs_below_a_fractional_seconds_budget_are_marked(tmp_path, demo_scene):
+    def study(pruner: str):
+        return load_study(write_study(tmp_path / "s.toml", scene=demo_scene, budget="seconds = 4.9\ntrial_timeout_s = 300",
+                                      objectives='[[objectives]]\nname = "psnr_at_budget_db"\n',
+                                      pruner=pruner + '\neval_at = "rungs"'))
+
+    assert study('type = "successive_halving"\nmin_resource = 1\nreduction_factor = 2').pruner.eval_at_s == (1, 2, 4)
+    assert study('type = "successive_halving"\nmin_resource = 4\nreduction_factor = 2').pruner.eval_at_s == (4,)
+    with pytest.raises(ConfigError, match=r"the first rung, pruner.min_resource = 5 s, is not inside budget.seconds "
+                                         r"\(4.9 s\)"):
+        study('type = "successive_halving"\nmin_resource = 5\nreduction_factor = 2')
+
+
 def test_quality_time_has_two_objectives_and_no_pruner():
     spec = load_study(STUDIES / "quality_time.toml")
     assert spec.objective_names == ["psnr_at_budget_db", "time_to_psnr_s"]
