@@ -31,6 +31,7 @@ from pathlib import Path
 
 from ngptune.tuning import nccl
 from ngptune.tuning.layout import StudyDir
+from ngptune.tuning.study import DEMO_SCENE
 from trainer.contract import (
     RUN_CONTROL_KEYS,
     TrainConfig,
@@ -123,8 +124,10 @@ def _header(trial, spec, verdict) -> list[str]:
     status = "unconfirmed (no confirmation ran)" if verdict is None else verdict.sentence
     lines = [f"Recommended by study {spec.name} ({spec.path}): trial {trial.number}"
              + (" (the untuned default)" if trial.user_attrs.get("is_default") else "") + ".",
-             f"Tuned on scene {spec.scene} and for it alone: train it with --scene {spec.scene} (data.scene is "
-             "left as in the base config); on another scene run a study there, as these settings may not suit it.",
+             (f"Tuned on scene {spec.scene} and for it alone: train it with --scene {spec.scene} (data.scene is "
+              "left as in the base config)" if spec.scene != DEMO_SCENE else
+              "Tuned on the built-in demo scene and for it alone: train it without --scene (the trainer's scene "
+              "when none is given)") + "; on another scene run a study there, as these settings may not suit it.",
              f"Confirmation: {status}."]
     left_behind = set(run_control_settings(spec))
     scene_specific = {k: v for k, v in spec.settings.items() if k not in left_behind}

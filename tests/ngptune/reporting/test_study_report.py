@@ -1021,3 +1021,17 @@ def test_a_spread_gives_its_sd_with_the_means_decimals_and_prefix():
     assert spread_text(Spread.of([6640, 6650]), "steps") == "6645 ± 7 (n=2)"
     assert spread_text(Spread.of([6.1e6, 6.3e6]), "throughput_samples_per_s") == "6.20 M ± 0.14 M samples/s (n=2)"
     assert spread_text(Spread.of([]), "steps") == "no run"
+
+
+def test_a_default_that_completed_alone_is_not_said_to_have_won() -> None:
+    from types import SimpleNamespace
+
+    from ngptune.reporting.study_recommendation import recommendation
+
+    default, runner_up = SimpleNamespace(number=0), SimpleNamespace(number=1)
+    alone = SimpleNamespace(best=[default], completed=[default], default=default, study=SimpleNamespace(user_attrs={}))
+    assert recommendation(alone).sentence == ("The default (trial #0) is recommended unconfirmed: no other trial "
+                                              "completed, so nothing was re-run against it.")
+    won = SimpleNamespace(best=[default], completed=[default, runner_up], default=default,
+                          study=SimpleNamespace(user_attrs={}))
+    assert recommendation(won).sentence.endswith("it won its single run and no re-runs are recorded.")

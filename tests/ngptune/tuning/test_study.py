@@ -372,3 +372,20 @@ def test_definition_differences_name_the_changed_keys():
     assert definition_differences(old, old) == []
     many = definition_differences({}, {f"k{i}": i for i in range(6)})
     assert len(many) == 5 and many[-1] == "and 2 more"
+
+
+def test_best_config_of_the_demo_study_says_to_train_without_scene(tmp_path):
+    from types import SimpleNamespace
+
+    from ngptune.tuning.layout import StudyDir
+    from ngptune.tuning.outputs import write_best_config
+    from trainer.contract.config import dump_config
+
+    spec = load_study(STUDIES / "demo.toml")
+    config = tmp_path / "trial.config.json"
+    config.write_text(dump_config(spec.base_config()) + "\n")
+    trial = SimpleNamespace(number=0, user_attrs={"config_path": str(config), "is_default": True})
+    header = write_best_config(trial, spec, StudyDir(tmp_path)).read_text().splitlines()
+    assert spec.scene == "demo" and header[1] == (
+        "// Tuned on the built-in demo scene and for it alone: train it without --scene (the trainer's scene when "
+        "none is given); on another scene run a study there, as these settings may not suit it.")
