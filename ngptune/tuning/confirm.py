@@ -37,7 +37,9 @@ same training whichever trial it is compared with (seed ``base + 1000 + i``). A 
 again resumes the confirmation where it stopped, reuses the completed re-runs it already has when
 K grows or a new candidate is compared with the same default, and runs only what is missing. A
 re-run stopped by Ctrl-C or a kill is not recorded and runs again from the start; a failed one
-counts against its configuration in the sweep it failed in, and runs again in the next.
+counts against its configuration in the sweep it failed in, and runs again in the next. Failed
+re-runs stay listed in the record (``failed_runs``, with their reasons) after a later sweep
+re-runs them.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ __all__ = [
     "Verdict",
     "confirm_study",
     "decide",
+    "failed_runs",
     "no_candidate",
     "pending",
     "primary_objective",
@@ -323,6 +326,15 @@ def _recorded_runs(record: Mapping[str, Any] | None, objective: str) -> dict[tup
     return runs
 
 
+def failed_runs(record: Mapping[str, Any] | None, objective: str) -> list[dict[str, Any]]:
+    """The re-runs recorded for ``objective`` that gave no value (failed, or no value from their
+    records), oldest first: those listed as failed and those still among the runs."""
+    if not isinstance(record, Mapping) or record.get("objective") != objective:
+        return []
+    listed = [r for r in record.get("failed_runs", []) if isinstance(r, Mapping)]
+    return listed + [r for r in record.get("runs", []) if isinstance(r, Mapping) and r.get("outcome") != "completed"]
+
+
 def confirm_study(study, *, best, default, repeats: int, objective: str, direction: str, unit: str, base_seed: int,
                   launch: Launch, on_run: Callable[[ConfirmRun], None] | None = None,
                   default_won_single_run: bool = False) -> Verdict:
@@ -351,11 +363,12 @@ def confirm_study(study, *, best, default, repeats: int, objective: str, directi
         raise ValueError(f"trial {best.number} is the default: re-run the best non-default trial against it")
     record = study.user_attrs.get(CONFIRMATION_ATTR)
     runs = _recorded_runs(record, objective)
+    failed = failed_runs(record, objective)
     trials = {"best": best, "default": default}
 
     def save(verdict: Verdict | None = None) -> None:
         state: dict[str, Any] = {"objective": objective, "best_trial": best.number, "default_trial": default.number,
-                                 "repeats": repeats, "runs": list(runs.values())}
+                                 "repeats": repeats, "runs": list(runs.values()), "failed_runs": failed}
         study.set_user_attr(CONFIRMATION_ATTR, state if verdict is None else {**state, "verdict": verdict.to_dict()})
 
     for label, i in run_order(repeats):

@@ -77,6 +77,11 @@ class StudyDir:
     def confirm_log_path(self, trial: int, index: int) -> Path:
         return self.confirm_dir / f"trial{trial}-run{index}.launch.log"
 
+    def earlier_attempt_dir(self, trial: int, index: int, attempt: int) -> Path:
+        """The logs of an earlier attempt at re-run ``index`` of trial ``trial`` (1, 2, ...: a
+        re-run that failed or was stopped, launched again)."""
+        return self.confirm_dir / "earlier" / f"trial{trial}-run{index}-{attempt}"
+
     @property
     def confirm_lock_path(self) -> Path:
         """Held by the worker that confirms (one at a time per study folder)."""

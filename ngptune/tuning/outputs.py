@@ -159,10 +159,12 @@ def write_best_config(trial, spec, study_dir: StudyDir, *, verdict=None) -> Path
     return path
 
 
-def write_confirmation(verdict, trial, study_dir: StudyDir, runs: list | None = None) -> Path:
+def write_confirmation(verdict, trial, study_dir: StudyDir, runs: list | None = None,
+                       failed: list | None = None) -> Path:
     """Write ``best_config.confirmation.json``: the recommended trial, the verdict
     (:meth:`~ngptune.tuning.confirm.Verdict.to_dict`; ``confirmed`` false and ``status``
-    ``unconfirmed`` when ``verdict`` is None) and the re-runs ``runs`` behind it.
+    ``unconfirmed`` when ``verdict`` is None), the re-runs ``runs`` behind it and the re-runs that
+    gave no value (``failed_runs``: ``failed``, with their reasons; none: left out).
 
     Raises:
         ValueError: a confirmed verdict without the re-runs of both configurations (nothing is
@@ -177,6 +179,8 @@ def write_confirmation(verdict, trial, study_dir: StudyDir, runs: list | None = 
     record = {"recommended_trial": trial.number,
               "verdict": verdict.to_dict() if verdict is not None else {"status": "unconfirmed", "confirmed": False},
               "runs": list(runs or [])}
+    if failed:
+        record["failed_runs"] = list(failed)
     path = study_dir.confirmation_path
     atomic_write_text(path, json.dumps(record, indent=2, default=str) + "\n")
     return path

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ from ngptune.tuning.specs import StudySpec
 from ngptune.tuning.trial import TrialLaunch, run_trial, trial_argv
 from trainer.contract import apply_overrides, atomic_write_text, dump_config, load_config
 
-__all__ = ["RerunLauncher"]
+__all__ = ["MODEL_SUFFIXES", "RerunLauncher", "keep_earlier_attempt"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,8 +26,10 @@ class RerunLauncher:
 
     Attributes:
         spec: the study; objective: the objective judged; study_dir: where re-runs are written
-            (``confirm/trial<N>-run<index>/`` with its config and launch log beside it; a folder
-            left there by a re-run that was stopped is cleared first: it is not recorded);
+            (``confirm/trial<N>-run<index>/`` with its config and launch log beside it; what an
+            earlier attempt left there, a re-run that failed or was stopped, is moved to
+            ``confirm/earlier/trial<N>-run<index>-<attempt>/`` first, its logs and records kept and
+            its model files removed);
         nproc_per_node, nccl_active, poll_s: as for the trials.
     """
 
@@ -43,8 +44,7 @@ class RerunLauncher:
         cfg = apply_overrides(load_config(Path(trial.user_attrs["config_path"])), self.spec.rerun_overrides(seed))
         config_path = self.study_dir.confirm_config_path(trial.number, index)
         run_dir = self.study_dir.confirm_run_dir(trial.number, index)
-        if run_dir.exists():  # a re-run that was stopped: the confirmation record does not hold it
-            shutil.rmtree(run_dir)
+        keep_earlier_attempt(self.study_dir, trial.number, index)
         config_path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(config_path, dump_config(cfg) + "\n")
         nccl_env = dict(trial.user_attrs.get("nccl_env") or nccl.FORCED)
@@ -68,3 +68,29 @@ class RerunLauncher:
             except TargetNotReached as exc:
                 reason = str(exc)
         return ConfirmRun(label, trial.number, index, seed, value, quality, run.outcome, reason)
+
+
+MODEL_SUFFIXES = (".pt", ".pth", ".distcp")
+"""Files of an earlier attempt's run folder that are not kept (snapshots and checkpoints)."""
+
+
+def keep_earlier_attempt(study_dir: StudyDir, trial: int, index: int) -> Path | None:
+    """Move what an earlier attempt at re-run ``index`` of ``trial`` left (its run folder and launch
+    log) to :meth:`~ngptune.tuning.layout.StudyDir.earlier_attempt_dir`, without its model files;
+    None when it left nothing."""
+    run_dir, log = study_dir.confirm_run_dir(trial, index), study_dir.confirm_log_path(trial, index)
+    if not run_dir.exists() and not log.exists():
+        return None
+    attempt = 1
+    while study_dir.earlier_attempt_dir(trial, index, attempt).exists():
+        attempt += 1
+    aside = study_dir.earlier_attempt_dir(trial, index, attempt)
+    aside.mkdir(parents=True)
+    if log.exists():
+        log.rename(aside / log.name)
+    if run_dir.exists():
+        for path in sorted(run_dir.rglob("*"), reverse=True):
+            if path.is_file() and path.suffix in MODEL_SUFFIXES:
+                path.unlink()
+        run_dir.rename(aside / "run")
+    return aside

@@ -74,7 +74,8 @@ from ngptune.tuning.retries import MAX_INFRA_RETRIES, TrialRetries, default_not_
 from ngptune.tuning.layout import StudyDir
 from ngptune.tuning.lines import confirmation_heading, rerun_line, study_heading
 from ngptune.tuning.confirm import (
-    CONFIRMATION_ATTR, DEFAULT_REPEATS_CPU, DEFAULT_REPEATS_GPU, MIN_REPEATS, Verdict, confirm_study, no_candidate,
+    CONFIRMATION_ATTR, DEFAULT_REPEATS_CPU, DEFAULT_REPEATS_GPU, MIN_REPEATS, Verdict, confirm_study, failed_runs,
+    no_candidate,
     pending,
     primary_objective, recorded_repeats, reused_runs, unconfirmed, verdict_runs,
 )
@@ -491,8 +492,10 @@ def _write_outputs(study, spec: StudySpec, name: str, study_dir: StudyDir, nccl_
     best_config = None
     if best is not None:
         best_config = write_best_config(best, spec, study_dir, verdict=verdict)
-        runs = [] if verdict is None else verdict_runs(study.user_attrs.get(CONFIRMATION_ATTR), verdict)
-        write_confirmation(verdict, best, study_dir, runs)
+        record = study.user_attrs.get(CONFIRMATION_ATTR)
+        runs = [] if verdict is None else verdict_runs(record, verdict)
+        failed = [] if verdict is None else failed_runs(record, verdict.objective)
+        write_confirmation(verdict, best, study_dir, runs, failed)
         write_best_env(best, name, study_dir)
     write_trials_csv(study, study_dir.trials_csv_path)
     report = write_study_report(study, study_dir.root, title=f"ngptune sweep: {name}", nccl_active=nccl_active)

@@ -367,6 +367,8 @@ def test_confirmation_re_runs_best_and_default_and_records_them(tmp_path, tiny_s
     launched.clear()
     verdict = confirm(3)
     assert sorted(launched) == [("best", 2), ("default", 2)]  # only the third pair is new
+    earlier = StudyDir(out).earlier_attempt_dir(1, 2, 1)  # the stopped attempt's records, moved aside
+    assert json.loads((earlier / "run" / "status.json").read_text()) == {"state": "interrupted"}
     assert len(study.user_attrs[CONFIRMATION_ATTR]["runs"]) == 6 and len(verdict.default_values) == 3
     assert all(r["outcome"] == "completed" for r in study.user_attrs[CONFIRMATION_ATTR]["runs"])
     # the sweep resumed with the same K reuses what is recorded (or needs none: the default won)

@@ -169,7 +169,11 @@ def test_a_confirmation_file_cannot_say_confirmed_without_runs(tmp_path) -> None
     runs = [{"label": label, "trial": n, "index": i, "value": v} for label, n, values in
             (("best", 1, [26.1, 25.9]), ("default", 0, [25.0, 25.2])) for i, v in enumerate(values)]
     written = json.loads(write_confirmation(confirmed, SimpleNamespace(number=1), study_dir, runs).read_text())
-    assert written["verdict"]["confirmed"] is True and len(written["runs"]) == 4
+    assert written["verdict"]["confirmed"] is True and len(written["runs"]) == 4 and "failed_runs" not in written
+    failed = [{"label": "default", "trial": 0, "index": 0, "value": None, "outcome": "failed",
+               "reason": "crash (exit status -9)"}]
+    written = json.loads(write_confirmation(confirmed, SimpleNamespace(number=1), study_dir, runs, failed).read_text())
+    assert written["failed_runs"] == failed  # the failures before the runs that decided stay in the evidence
 
 
 def test_more_re_runs_or_a_new_best_reuse_the_recorded_runs() -> None:
@@ -227,3 +231,37 @@ def test_a_default_re_run_without_a_value_leaves_the_others_as_evidence() -> Non
     too_few = decide("psnr_at_budget_db", "maximize", [19.0, 19.1, 19.2], [20.0, None, None], best_trial=4,
                      default_trial=0)
     assert too_few.status == "unconfirmed" and "2 of the default's 3 re-runs gave no" in too_few.sentence
+
+
+def test_a_failed_re_run_stays_recorded_after_the_next_sweep_runs_it_again(tmp_path) -> None:
+    from ngptune.tuning.confirm import failed_runs
+    from ngptune.tuning.layout import StudyDir
+    from ngptune.tuning.rerun import keep_earlier_attempt
+
+    study = _study(best_value=26.0, default_value=25.0)
+    _confirm(study, {"best": [26.1, 25.9], "default": [None, 25.2]}, [])  # the default's re-run 0 fails
+    record = study.user_attrs[CONFIRMATION_ATTR]
+    assert [(r["label"], r["index"], r["outcome"]) for r in failed_runs(record, "psnr_at_budget_db")] == [
+        ("default", 0, "failed")]
+    again: list = []
+    verdict = _confirm(study, {"best": [26.1, 25.9], "default": [25.0, 25.2]}, again)
+    assert [(label, i) for label, i, _ in again] == [("default", 0)] and verdict.status == "confirmed"
+    record = study.user_attrs[CONFIRMATION_ATTR]
+    assert [r["outcome"] for r in record["runs"]] == ["completed"] * 4
+    assert [(r["label"], r["index"]) for r in failed_runs(record, "psnr_at_budget_db")] == [("default", 0)]
+    # what the failed attempt left on disk is moved aside, its logs kept and its model files removed
+    study_dir = StudyDir(tmp_path)
+    run = study_dir.confirm_run_dir(0, 0)
+    (run / "logs").mkdir(parents=True)
+    (run / "logs" / "rank0.log").write_text("RuntimeError: CUDA out of memory\n")
+    (run / "snapshots").mkdir()
+    (run / "snapshots" / "step_0000100.pt").write_bytes(b"model")
+    study_dir.confirm_log_path(0, 0).write_text("error: rank 0 failed\n")
+    aside = keep_earlier_attempt(study_dir, 0, 0)
+    assert aside == study_dir.earlier_attempt_dir(0, 0, 1) and not run.exists()
+    assert (aside / "trial0-run0.launch.log").read_text() == "error: rank 0 failed\n"
+    assert (aside / "run" / "logs" / "rank0.log").read_text().startswith("RuntimeError")
+    assert not (aside / "run" / "snapshots" / "step_0000100.pt").exists()
+    study_dir.confirm_log_path(0, 0).write_text("stopped\n")  # a second earlier attempt goes beside the first
+    assert keep_earlier_attempt(study_dir, 0, 0) == study_dir.earlier_attempt_dir(0, 0, 2)
+    assert keep_earlier_attempt(study_dir, 0, 0) is None  # nothing left: nothing moved
