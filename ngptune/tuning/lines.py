@@ -36,15 +36,18 @@ def study_heading(name: str, study_file: str, trials: int, budget: str, nproc: i
 
 
 def confirmation_heading(candidate: int, default: int, repeats: int, budget: str, won: bool,
-                         reused: int = 0) -> list[str]:
+                         reused: int = 0, asked: int | None = None) -> list[str]:
     """The parts of the line that starts a confirmation: the candidate (``won``: the runner-up,
     the default having won its single run) and the default trial, re-runs of each and their budget,
-    and how many of those re-runs an earlier sweep recorded (``reused``; none: not said)."""
+    how many of those re-runs an earlier sweep recorded (``reused``; none: not said), and that
+    ``--confirm-runs`` asked for fewer (``asked`` below ``repeats``: every recorded pair counts)."""
     which = "(the runner-up: the default won its single run)" if won else "(the best)"
     parts = ["confirmation:", f"trial {candidate} {which}", f"and default trial {default},",
              f"{counted(repeats, 're-run')} each", f"of {budget}", "with new seeds, alternating"]
     if reused:
         parts += [f"({reused} of them", "recorded earlier", "and reused)"]
+    if asked is not None and asked < repeats:
+        parts += [f"(--confirm-runs {asked} asks fewer:", "every pair recorded earlier counts)"]
     return parts
 
 

@@ -121,7 +121,7 @@ class SweepOptions:
         gpus_per_trial, concurrent_trials, trials_per_gpu, allow_shared_gpu: trials side by side
             (:mod:`ngptune.tuning.concurrency`).
         confirm: re-run best and default before recommending (``--no-confirm``: False).
-        confirm_repeats: re-runs of each (None: 3, or the pairs already recorded if more).
+        confirm_repeats: re-runs of each (None: 3); the pairs already recorded if more.
     """
 
     study_path: Path
@@ -432,12 +432,14 @@ def _confirm(options: SweepOptions, study, spec: StudySpec, study_dir: StudyDir,
         if isinstance(record, dict):  # the report and the files say this sweep's verdict; the runs stay recorded
             study.set_user_attr(CONFIRMATION_ATTR, {**record, "verdict": verdict.to_dict()})
         return verdict
-    repeats = options.confirm_repeats or max(  # without --confirm-runs, every recorded pair counts
-        DEFAULT_REPEATS_GPU if cuda_device_count() > 0 else DEFAULT_REPEATS_CPU,
-        recorded_repeats(study.user_attrs.get(CONFIRMATION_ATTR), name, candidate.number, default.number))
+    asked = options.confirm_repeats or (DEFAULT_REPEATS_GPU if cuda_device_count() > 0 else DEFAULT_REPEATS_CPU)
+    # every recorded pair counts: a smaller --confirm-runs never drops evidence an earlier sweep gathered
+    repeats = max(asked, recorded_repeats(study.user_attrs.get(CONFIRMATION_ATTR), name, candidate.number,
+                                          default.number))
     reused = reused_runs(study.user_attrs.get(CONFIRMATION_ATTR), name, candidate.number, default.number, repeats)
     print_lines(console, confirmation_heading(candidate.number, default.number, repeats, spec.budget.describe(), won,
-                                              reused), marks=[("confirmation", "bold")])
+                                              reused, asked=options.confirm_repeats),
+                marks=[("confirmation", "bold")])
     launcher = RerunLauncher(spec=spec, objective=name, study_dir=study_dir, nproc_per_node=nproc,
                              nccl_active=nccl_active, poll_s=options.poll_s)
 

@@ -388,6 +388,12 @@ def test_confirmation_re_runs_best_and_default_and_records_them(tmp_path, tiny_s
     assert kept["verdict"]["status"] == evidence["verdict"]["status"] and len(kept["runs"]) == 6
     assert kept["recommended_trial"] == evidence["recommended_trial"]
     assert "the 3 re-runs each of trial" in " ".join(skipped.stdout.split())
+    # a smaller --confirm-runs launches nothing and drops nothing: every recorded pair still decides
+    fewer = run_command(SWEEP + ["--study", tiny_study, "--out", out, "--nproc-per-node", "1", "--trials", "2",
+                                 "--confirm-runs", "2"])
+    assert fewer.returncode == 0 and "  re-run " not in fewer.stdout, fewer.stdout + fewer.stderr
+    assert "(--confirm-runs 2 asks fewer: every pair recorded earlier counts)" in " ".join(fewer.stdout.split())
+    assert json.loads(StudyDir(out).confirmation_path.read_text()) == kept | {"verdict": evidence["verdict"]}
     for line in (result.stdout + again.stdout).splitlines():  # piped: every line and table under 80 columns
         assert len(line) <= 80 or " " not in line.strip(), line  # but a path, whole on a line of its own
 

@@ -68,6 +68,8 @@ def test_the_confirmation_lines_fit_80_columns() -> None:
                              "(5 of them recorded earlier and reused)")
     assert joined(_lines(confirmation_heading(4, 0, 3, "120 steps", won=False))).endswith(
         "with new seeds, alternating")  # a first confirmation: nothing said of earlier re-runs
+    assert joined(_lines(confirmation_heading(4, 0, 4, "120 steps", won=False, reused=8, asked=2))).endswith(
+        "(8 of them recorded earlier and reused) (--confirm-runs 2 asks fewer: every pair recorded earlier counts)")
     run = ConfirmRun("default", 0, 1, 1001, 19.3123, {"psnr_db": 19.3123}, "completed")
     assert _lines(rerun_line(run, "psnr_at_budget_db"), "    ") == [
         "  re-run 1 of trial 0 (the default, seed 1001): completed, PSNR 19.31 dB"]
