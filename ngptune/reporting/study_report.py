@@ -423,9 +423,17 @@ def _applied_check(set_value: Any, applied_value: Any) -> str:
     return "as set" if str(set_value) == str(applied_value) else "differs"
 
 
+def nccl_inactive_text(view: StudyView) -> str:
+    """Why the study's NCCL parameters did nothing: one process per trial (no collectives), or
+    ranks on the gloo backend."""
+    if view.study.user_attrs.get("nproc_per_node") == 1:
+        return "NCCL parameters inactive (one process per trial: no collectives)"
+    return "NCCL parameters inactive (gloo backend)"
+
+
 def _nccl_section(view: StudyView, nccl_active: bool) -> Section:
     if not nccl_active:
-        return Section("NCCL", text_html("NCCL parameters inactive (gloo backend): NCCL variables were not sampled."))
+        return Section("NCCL", text_html(f"{nccl_inactive_text(view)}: NCCL variables were not sampled."))
     rows = []
     for t in view.trials:
         env, applied = t.user_attrs.get("nccl_env", {}), t.user_attrs.get("nccl_applied", {})
@@ -508,8 +516,7 @@ def _overview_section(view: StudyView, nccl_active: bool, out_dir: Path) -> Sect
                                + (", confirmed by re-runs." if rec.confirmed
                                   else ", as the re-runs decided." if rec.re_run else ", not confirmed by re-runs.")))
     parts.extend(text_html(line) for line in sampling_facts(view.study).sentences())
-    parts.append(text_html("NCCL parameters active (nccl backend)." if nccl_active
-                           else "NCCL parameters inactive (gloo backend)."))
+    parts.append(text_html("NCCL parameters active (nccl backend)." if nccl_active else f"{nccl_inactive_text(view)}."))
     shared = max((t.user_attrs.get("trials_per_gpu", 1) for t in view.trials), default=1)
     if shared > 1:
         parts.append(text_html(f"Up to {shared} trials shared one GPU: a step budget's PSNR does not depend on the "
@@ -525,7 +532,7 @@ def write_study_report(study: optuna.Study, out_dir: Path, *, title: str, nccl_a
     confirmed, and why), study overview (scene, base config, fixed settings), optimisation history, parameter importances, Pareto front (several
     objectives), parallel coordinates, best vs default (objectives, run throughput/PSNR, step-time
     breakdown, differing settings), per-trial outcomes, bottlenecks per trial, NCCL set vs applied
-    (or "NCCL parameters inactive (gloo backend)" when ``nccl_active`` is False).
+    (or :func:`nccl_inactive_text` when ``nccl_active`` is False).
 
     Raises:
         StudyReportError: bad trial attributes, or ``out_dir`` cannot be written (names the path).

@@ -211,7 +211,8 @@ def write_best_env(trial, study_name: str, study_dir: StudyDir) -> Path:
         "NCCL_NVLS_ENABLE=0 is set in every trial (NVLink SHARP multicast stays off).",
     ]
     if not active:
-        lines.append("# NCCL was inactive in this sweep (gloo backend): no NCCL variable was tuned.")
+        lines.append("# NCCL was inactive in this sweep (one process per trial, or the gloo backend): no NCCL "
+                     "variable was tuned.")
     lines += [f"export {name}={shlex.quote(str(value))}" for name, value in sorted(env.items())]
     path = study_dir.best_env_path
     atomic_write_text(path, "\n".join(lines) + "\n")

@@ -343,7 +343,8 @@ def _run(options: SweepOptions, spec: StudySpec, nproc: int, base_cfg: TrainConf
         retried = recover_trials(study, check_workers=not is_rdb, retry_interrupted=True)
         retries = TrialRetries()  # failures of the host's making, and a default that did not complete
         retried += retries.after_trials(study) + [n for n in [retries.default_again(study)] if n is not None]
-    backend = "NCCL" if nccl_active else "gloo, NCCL parameters inactive"
+    backend = ("NCCL" if nccl_active else "one process per trial, NCCL parameters inactive" if nproc == 1
+               else "gloo, NCCL parameters inactive")
     _, done = study_progress(study)
     at_once = slots.at_once(trials_target - done)  # never more trials at once than the study still needs
     print_lines(console, study_heading(name, str(spec.path), trials_target, spec.budget.describe(), nproc, backend,

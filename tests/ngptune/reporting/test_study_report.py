@@ -1035,3 +1035,15 @@ def test_a_default_that_completed_alone_is_not_said_to_have_won() -> None:
     won = SimpleNamespace(best=[default], completed=[default, runner_up], default=default,
                           study=SimpleNamespace(user_attrs={}))
     assert recommendation(won).sentence.endswith("it won its single run and no re-runs are recorded.")
+
+
+def test_nccl_is_said_inactive_for_its_reason() -> None:
+    from types import SimpleNamespace
+
+    from ngptune.reporting.study_report import nccl_inactive_text
+
+    def view(nproc):
+        return SimpleNamespace(study=SimpleNamespace(user_attrs={"nproc_per_node": nproc}))
+
+    assert nccl_inactive_text(view(1)) == "NCCL parameters inactive (one process per trial: no collectives)"
+    assert nccl_inactive_text(view(2)) == "NCCL parameters inactive (gloo backend)"
