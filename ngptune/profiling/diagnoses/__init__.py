@@ -16,8 +16,9 @@ communication          exposed comm share of the step (least-waiting       value
                        rank), achieved busbw vs the link
 load_imbalance         max / mean per-rank compute time, ratio; waits in   value > 1.15
                        collectives
-wasted_samples         occupied fraction of the occupancy grid at the      value > 0.30 (records past
-                       run's end; samples per ray, the fraction's fall     the occupancy warm-up)
+wasted_samples         occupied fraction of the occupancy grid at the      value > 0.30 at 32 samples per
+                       run's end; samples per ray, the fraction's fall     ray or more (records past the
+                                                                           occupancy warm-up)
 occupancy_update       share of the step in the "occupancy_update" phase   value > 0.25 (intervals past
                        (worst rank)                                        the occupancy warm-up)
 background_collapse    test PSNR minus the PSNR of painting every pixel    |value| < 0.1 dB past the

@@ -16,6 +16,9 @@ NAME = "wasted_samples"
 #: space (updates too rare, decay too slow, threshold too low), and the samples it marches there
 #: buy throughput but no quality.
 THRESHOLD = 0.30
+#: ...unless its rays take few samples all the same: a capture whose scene fills its box (fox:
+#: 57 % occupied at 11 samples per ray) marches little in empty space however much is occupied.
+MIN_SAMPLES_PER_RAY = 32.0
 UNIT = "share"  # of the value and the threshold (checks.UNITS)
 KNOB: tuple[Suggestion | str, ...] = (
     Suggestion("training.occupancy_update_every", how="lower, so the grid tracks the density"),
@@ -45,12 +48,16 @@ def check(inputs: ProfileInputs, means: pd.DataFrame | None) -> Check:
     first, last = rows.iloc[0], rows.iloc[-1]
     value = float(last["occupancy_fraction"])
     rays, samples = float(last["rays_per_step"]), float(last["samples_per_step"])
-    per_ray = f"{samples / rays:.0f} samples per ray" if rays > 0 else "no rays"
+    samples_per_ray = samples / rays if rays > 0 else 0.0
+    per_ray = f"{samples_per_ray:.0f} samples per ray" if rays > 0 else "no rays"
     evidence = (
         f"the occupancy grid is {value:.1%} occupied at step {int(last['step'])} "
         f"({float(first['occupancy_fraction']):.1%} at step {int(first['step'])}); {per_ray} in the last "
-        f"interval; threshold {threshold:.0%}"
+        f"interval; threshold {threshold:.0%} with {MIN_SAMPLES_PER_RAY:.0f} samples per ray or more"
     )
-    if value > threshold:
+    fires = value > threshold and samples_per_ray >= MIN_SAMPLES_PER_RAY
+    if fires:
         evidence += ": samples marched in empty space raise samples/s, not quality"
-    return verdict(name, value, threshold, 0.0, evidence, KNOB, config, fires=value > threshold)
+    elif value > threshold:
+        evidence += ": the rays take few samples all the same (a scene that fills its box)"
+    return verdict(name, value, threshold, 0.0, evidence, KNOB, config, fires=fires)

@@ -404,6 +404,7 @@ def occupancy(fractions: list[float], samples_per_ray: float) -> pd.DataFrame:
 @pytest.mark.parametrize("fractions, per_ray, fires", [
     ([1.0, 0.6, 0.45], 220.0, True),    # the grid keeps empty space: samples marched there
     ([1.0, 0.3, 0.15], 90.0, False),    # the grid carved out the empty space
+    ([1.0, 0.6, 0.57], 11.0, False),    # a capture that fills its box: occupied, but few samples per ray
 ])
 def test_wasted_samples_fires_on_a_grid_that_stays_occupied(fractions, per_ray, fires) -> None:
     c = check(inputs({0: healthy()}, occupancy=occupancy(fractions, per_ray)), "wasted_samples")
