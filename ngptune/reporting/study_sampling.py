@@ -50,6 +50,9 @@ class SamplingFacts:
         reproducible: False when several workers ran trials or one ran several at once (Optuna
             seeds each process's sampler on its own and the trials interleave in the order they
             finish), so the same seed need not draw the same settings again.
+        one_after_another: several workers, one trial at a time each, whose trials did not overlap
+            in time: one study resumed by sweeps run one after another (each resumed sampler is
+            seeded from the study's seed and the trials done before it).
     """
 
     sampler: str
@@ -57,6 +60,7 @@ class SamplingFacts:
     pruner: str
     workers: list[tuple[str, int | None, int | None]]
     reproducible: bool
+    one_after_another: bool = False
 
     def sentences(self) -> list[str]:
         """The report's lines: sampler and seed, pruner, workers, and the caveat when not reproducible."""
@@ -72,7 +76,12 @@ class SamplingFacts:
                          + "; ".join(described) + ".")
         else:
             lines.append("Workers: not recorded.")
-        if not self.reproducible:
+        if self.one_after_another:
+            lines.append(f"The workers ran one after another (the study resumed {len(self.workers) - 1} "
+                         f"time{'s' if len(self.workers) != 2 else ''}): each resumed sampler is seeded with the "
+                         "study's seed offset by the trials done before it, so a re-run of this study draws the "
+                         "same settings only if it stops at the same trials.")
+        elif not self.reproducible:
             lines.append("Not reproducible: several workers or concurrent trials interleave the trials. Optuna seeds "
                          "each process's sampler on its own and each draw depends on the trials finished when it is "
                          "made, so re-running this study with the same seed need not draw the same settings.")
@@ -97,5 +106,21 @@ def sampling_facts(study: optuna.Study) -> SamplingFacts:
     sampler = attrs.get(SAMPLER_ATTR)
     seed = sampler.get("seed") if isinstance(sampler, dict) else None
     parallel = len(workers) > 1 or any((c or 1) > 1 for _, c, _ in workers)
+    in_turn = (len(workers) > 1 and all(c == 1 for _, c, _ in workers)
+               and _one_after_another(study, [w for w, _, _ in workers]))
     return SamplingFacts(sampler=spec_text(sampler), seed=None if seed is None else int(seed),
-                         pruner=spec_text(attrs.get(PRUNER_ATTR)), workers=workers, reproducible=not parallel)
+                         pruner=spec_text(attrs.get(PRUNER_ATTR)), workers=workers, reproducible=not parallel,
+                         one_after_another=in_turn)
+
+
+def _one_after_another(study: optuna.Study, workers: list[str]) -> bool:
+    """Whether each worker's trials (start to end) lie after every trial of the workers before it
+    (False when a trial of theirs has no start or end time)."""
+    spans = []
+    for worker in workers:
+        trials = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("worker") == worker]
+        if not trials or any(t.datetime_start is None or t.datetime_complete is None for t in trials):
+            return False
+        spans.append((min(t.datetime_start for t in trials), max(t.datetime_complete for t in trials)))
+    spans.sort()
+    return all(later[0] >= earlier[1] for earlier, later in zip(spans, spans[1:]))

@@ -551,6 +551,14 @@ def test_report_states_sampler_seed_pruner_workers_and_the_parallel_caveat(tmp_p
     single_html = write_study_report(_study_of_workers(tmp_path / "solo", {"hostA:11:7": 1}), tmp_path / "r1",
                                      title="t", nccl_active=False).read_text()
     assert "Workers: 1 sweep process" in single_html and "Not reproducible" not in single_html
+    # two workers in turn, one trial at a time each: a study resumed, not trials interleaved
+    resumed = sampling_facts(_study_of_workers(tmp_path / "turns", {"hostA:11:7": 1, "hostA:12:8": 1}))
+    assert resumed.one_after_another and not resumed.reproducible
+    assert resumed.sentences()[-1] == ("The workers ran one after another (the study resumed 1 time): each resumed "
+                                       "sampler is seeded with the study's seed offset by the trials done before it, "
+                                       "so a re-run of this study draws the same settings only if it stops at the "
+                                       "same trials.")
+    assert not facts.one_after_another  # a worker with two trials at once interleaves them
 
 
 def test_a_study_without_sampling_records_says_so(single_study: optuna.Study) -> None:
