@@ -102,8 +102,13 @@ def recommendation(view: StudyView) -> Recommendation:
     lead = f"The default (trial #{number})" if is_default else f"Trial #{number}"
     sentence = str(verdict.get("sentence") or "no verdict sentence recorded").rstrip(".")
     sentence = sentence.replace("; the default is recommended;", ";").replace(" and is recommended;", ";")
+    more = ""
+    if tested and verdict.get("status") == "no_significant_difference":
+        n = len(verdict.get("best_values") or [])
+        more = (f" More re-runs tell a smaller difference from noise: run the sweep again with --confirm-runs "
+                f"{max(2 * n, 6)} (the {n} recorded each are reused).")
     return Recommendation(number, is_default, confirmed,
-                          f"{lead} is recommended{'' if tested else ' (not confirmed by re-runs)'}: {sentence}.",
+                          f"{lead} is recommended{'' if tested else ' (not confirmed by re-runs)'}: {sentence}.{more}",
                           re_run=tested)
 
 
