@@ -201,8 +201,16 @@ def _best_vs_default_section(view: StudyView) -> Section:
         parts.append(text_html("The best is the default trial: no chart, its values are in the table below."))
     parts.extend(text_html(note, "missing") for note in comparison.notes)
     parts.append(table_html(comparison.table(with_change=view.default is not None), quantity_column="quantity"))
+    if comparison.run_metrics:
+        parts.append(text_html(RUN_METRICS_NOTE, "note"))
     parts.append(_settings_diff_html(view, comparison.trials))
     return Section(best_heading(view, "Best vs default"), "".join(parts))
+
+
+RUN_METRICS_NOTE = ("The \"run\" rows come from rank 0's metrics records during training, not from the score: "
+                    "run throughput_samples_per_s is the median over the records (the steady state; the quality "
+                    "table's samples_per_s is the whole run's mean), run eval_psnr_db the last evaluation during "
+                    "training (a pruner's mark on its few views; the score is the final evaluation).")
 
 
 def _confirmation_runs_html(record: dict[str, Any]) -> str:

@@ -804,6 +804,7 @@ def test_the_report_reads_as_a_person_reads_it(single_study: optuna.Study, tmp_p
     text, layout = view.text, view.probe
     assert "run throughput_samples_per_s\t950 samples/s\t1.50 k samples/s\t+57.9 %" in text
     assert "run eval_psnr_db\t21.50 dB\t22.25 dB\t+0.75 dB" in text
+    assert "run eval_psnr_db the last evaluation during training (a pruner's mark on its few views" in text
     assert "12.5 s" in text.split("Trials\n")[-1]  # a trial's duration
     assert layout["tableWidth"] <= layout["sectionWidth"] + 1, layout  # no sideways scrolling
     assert layout["tallestRow"] < 120, layout
