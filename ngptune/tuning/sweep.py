@@ -92,11 +92,12 @@ from ngptune.tuning.study import DEMO_SCENE, STUDY_NAME_RULE, StudySpec, is_stud
 from ngptune.tuning.trial_objective import TrialObjective
 from ngptune.tuning.space import trial_config
 from trainer.contract import (
-    ConfigError, RunDir, TrainConfig, choose_backend, dump_config, handlers_replaced, listed, quantity_text,
+    CPU_FRIENDLY_SAMPLES_PER_STEP, ConfigError, RunDir, TrainConfig, choose_backend, dump_config, handlers_replaced,
+    listed, quantity_text,
 )
 
-__all__ = ["SweepError", "SweepOptions", "SweepResult", "SweepTerminated", "default_nproc_per_node", "nccl_is_active",
-           "run_sweep", "sigterm_as_interrupt"]
+__all__ = ["SweepError", "SweepOptions", "SweepResult", "SweepTerminated", "default_nproc_per_node",
+           "gpu_sized_study_warning", "nccl_is_active", "run_sweep", "sigterm_as_interrupt"]
 # SweepError lives with the storage (ngptune.tuning.storage), which raises it too.
 
 
@@ -158,6 +159,17 @@ class SweepResult:
 def default_nproc_per_node() -> int:
     """Every visible GPU, or 2 ranks (gloo) on a machine without one (1 on a single core)."""
     return cuda_device_count() or min(2, host_cores())
+
+
+def gpu_sized_study_warning(spec: StudySpec, base_cfg: TrainConfig, n_gpus: int) -> str | None:
+    """The warning for a study whose base config trains more samples per step than a CPU trains
+    in well under a second (:data:`trainer.contract.CPU_FRIENDLY_SAMPLES_PER_STEP`), about to run
+    on a host without GPUs; else None."""
+    samples = base_cfg.training.target_samples_per_step
+    if n_gpus > 0 or samples <= CPU_FRIENDLY_SAMPLES_PER_STEP:
+        return None
+    return (f"{spec.path}: its trials train {samples:,} samples per step, a study sized for a GPU: on a CPU each "
+            "step takes seconds and each trial minutes of start-up and evaluation; studies/demo.toml is the CPU study")
 
 
 def nccl_is_active(cfg: TrainConfig, nproc_per_node: int) -> bool:
@@ -360,6 +372,9 @@ def _run(options: SweepOptions, spec: StudySpec, nproc: int, base_cfg: TrainConf
         print_lines(console, [f"warning: {spec.path}: budget.seconds on a CPU: each trial trains as many steps as the "
                               "machine's load leaves it, so the load decides as much as the settings; use budget.steps "
                               "(studies/README.md)"], style="yellow")
+    warning = gpu_sized_study_warning(spec, base_cfg, cuda_device_count())
+    if warning is not None:
+        print_lines(console, [f"warning: {warning}"], style="yellow")
     warning = throughput_only_warning(spec.objective_names)
     if warning is not None:
         print_lines(console, [f"warning: {warning}"], style="yellow")

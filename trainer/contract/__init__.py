@@ -72,7 +72,7 @@ FACE: dict[str, tuple[str, ...]] = {
         "config_from_dict", "config_to_dict", "dump_config", "field_rule", "is_int", "is_number", "load_config",
         "parse_override", "parse_step_window", "show_value",
     ),
-    "defaults": ("CPU_PRESET", "cpu_config_warning", "default_config_path", "default_run_dir", "run_device",
+    "defaults": ("CPU_FRIENDLY_SAMPLES_PER_STEP", "CPU_PRESET", "cpu_config_warning", "default_config_path", "default_run_dir", "run_device",
                  "runs_on_cpu"),
     "world": ("check_boxes_per_rank", "check_ranks_per_node", "check_world_size"),
     "backend": ("EMULATED_INTERCONNECT_ENV", "check_run_emulation", "choose_backend", "interconnect_env", "planned_backend"),

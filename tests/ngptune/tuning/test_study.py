@@ -389,3 +389,14 @@ def test_best_config_of_the_demo_study_says_to_train_without_scene(tmp_path):
     assert spec.scene == "demo" and header[1] == (
         "// Tuned on the built-in demo scene and for it alone: train it without --scene (the trainer's scene when "
         "none is given); on another scene run a study there, as these settings may not suit it.")
+
+
+def test_a_gpu_sized_study_is_named_before_it_runs_on_a_cpu():
+    from ngptune.tuning.sweep import gpu_sized_study_warning
+
+    capture, demo = load_study(STUDIES / "capture.toml"), load_study(STUDIES / "demo.toml")
+    assert gpu_sized_study_warning(capture, capture.base_config(), 0) == (
+        f"{capture.path}: its trials train 262,144 samples per step, a study sized for a GPU: on a CPU each step "
+        "takes seconds and each trial minutes of start-up and evaluation; studies/demo.toml is the CPU study")
+    assert gpu_sized_study_warning(capture, capture.base_config(), 1) is None  # a GPU host
+    assert gpu_sized_study_warning(demo, demo.base_config(), 0) is None  # the CPU study
