@@ -83,7 +83,7 @@ class TrainingLoop:
                 eval_now = bool(eval_every) and trainer.step % eval_every == 0 and not done
                 log_now = trainer.step % t.log_every == 0 or done
                 # every rank checks the marks at the same steps: records, and the steps the agreed pace predicts
-                mark_check = marks.pending and timed_step and not done and (log_now or marks.due(trainer.step))
+                mark_check = marks.pending and timed_step and (log_now or marks.due(trainer.step))
                 if log_now or eval_now or mark_check:
                     trainer.synchronize()
                     step_s = time.perf_counter() - t_step
@@ -104,7 +104,10 @@ class TrainingLoop:
                     on_step(trainer.step, trainer.train_time_s)
             if records.interval.steps > 0:  # stopped by the time budget between two records
                 trainer.synchronize()
-                last_record = records.flush()
+                result = None  # a mark the last steps reached is taken before the run ends (every rank here)
+                if marks.pending and startup_until is None and marks.reached(trainer.agreed_train_time_s()):
+                    result = self.evaluate_outside_clock(records, on_eval)
+                last_record = records.flush(result)
         except TrainingError as exc:  # an empty occupancy grid may be a diverged model's doing
             raise diverged_instead(exc, trainer.field, trainer.step) or exc
         finally:

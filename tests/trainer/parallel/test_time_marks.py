@@ -32,19 +32,40 @@ def test_marks_are_taken_once_in_order_and_a_resumed_run_skips_those_behind_it()
     assert TimeMarks([4, 12, 36]).past(12.0) == [12.0, 36.0] and TimeMarks([4]).past(None) == []
 
 
-def test_the_next_check_falls_where_the_pace_since_the_last_one_reaches_the_next_mark():
+def test_the_next_check_falls_where_the_pace_reaches_the_next_mark_no_further_than_the_clock_has_run():
     marks = TimeMarks([4, 12], trained_s=1.0)
     marks.start(100)  # the clock starts at step 100, 1 s trained: the first check measures the pace
     assert marks.check_step == 101 and not marks.due(100) and marks.due(101)
-    assert not marks.reached(1.5, 101)  # 0.5 s per step: 4 s is 5 steps on
-    assert marks.check_step == 106
-    assert not marks.reached(3.9, 106)  # a slower pace (0.48 s per step): at least one step on
-    assert marks.check_step == 107
-    assert marks.reached(4.5, 107) and marks.check_step == 107 + 13  # 0.6 s per step, 7.5 s to go
+    assert not marks.reached(1.5, 101) and marks.check_step == 102  # 0.5 s per step; 1 step measured: 1 on
+    assert not marks.reached(2.0, 102) and marks.check_step == 104  # 4 steps to 4 s; 2 measured
+    assert not marks.reached(3.0, 104) and marks.check_step == 106  # 2 steps to 4 s
+    assert not marks.reached(3.9, 106) and marks.check_step == 107  # 0.1 s to go: at least one step on
+    assert marks.reached(4.5, 107) and marks.check_step == 114  # 0.6 s per step: 13 steps to 12 s; 7 measured
+    assert not marks.reached(8.7, 114) and marks.check_step == 120  # the slower of 0.6 (since 107) and 0.55
     assert marks.reached(12.0, 120) and marks.check_step is None and not marks.pending
     still = TimeMarks([4])
     still.start(0)
     assert not still.reached(0.0, 1) and still.check_step is None  # no pace: the records check alone
+
+
+@pytest.mark.parametrize("base_s, slow_s, every", [(0.05, 0.35, 16), (0.02, 0.4, 8), (0.05, 1.0, 32)])
+def test_slow_steps_at_intervals_do_not_make_a_mark_late_or_fold_two_into_one(base_s, slow_s, every):
+    """Steps of ``base_s`` with a ``slow_s`` one every ``every`` (occupancy updates), checked only
+    where the marks schedule (no records): each mark is taken by its own check within its second
+    (reported at that whole second), at a few checks per mark."""
+    marks = TimeMarks(range(1, 12))
+    marks.start(0)
+    time_s, taken, checks = 0.0, [], 0
+    for step in range(1, 3000):
+        time_s += slow_s if step % every == 0 else base_s
+        if marks.due(step):
+            checks += 1
+            ahead = list(marks.ahead)
+            if marks.reached(time_s, step):
+                taken.append((time_s, [m for m in ahead if m not in marks.ahead]))
+    assert [ms for _, ms in taken] == [[float(m)] for m in range(1, 12)]  # one check each
+    assert [int(t) for t, _ in taken] == list(range(1, 12))  # each within its own second
+    assert checks <= 6 * 11
 
 
 def _fake_clock(step_s: float) -> None:
@@ -90,6 +111,26 @@ def test_a_single_process_evaluates_at_the_first_step_past_each_mark_between_rec
     assert len(out["evaluated"]) == 2
     for mark, step in zip((1, 3), out["evaluated"]):
         assert times[step] >= mark > times[step - 1]  # the first step past the mark, not the next record
+
+
+def test_a_mark_the_last_steps_before_the_time_budget_reach_is_taken_before_the_run_ends(demo_scene, monkeypatch):
+    import trainer.train.training_loop as loop
+    from trainer.data import load_scene
+    from trainer.train.loop import Trainer
+
+    monkeypatch.setattr(loop, "time", loop.time)  # restored after the test
+    monkeypatch.setattr(TimeMarks, "due", lambda self, step: False)  # no check between records: the end must take it
+    _fake_clock(0.25)
+    cfg = tiny_config(training__n_steps=1000, training__log_every=100, training__eval_at_s=[1],
+                      training__eval_every_max_images=1)
+    trainer = Trainer(cfg, load_scene(demo_scene))
+    out = {}
+    evaluate = trainer.evaluate
+    trainer.evaluate = lambda *a, **k: out.setdefault("at", (trainer.step, trainer.train_time_s)) and evaluate(*a, **k)
+    trainer.train(time_budget_s=2.1)
+    trainer.close()
+    step, time_s = out["at"]  # evaluated once, at the step the budget stopped the run
+    assert step == trainer.step < 100 and time_s >= 1.0
 
 
 def _marks_rank(rank: int, world_size: int, scene: str) -> dict:
