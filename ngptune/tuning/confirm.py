@@ -69,6 +69,7 @@ __all__ = [
     "no_candidate",
     "pending",
     "primary_objective",
+    "recorded_extent",
     "recorded_repeats",
     "reused_runs",
     "run_order",
@@ -395,6 +396,14 @@ def recorded_repeats(record: Mapping[str, Any] | None, objective: str, best: int
     while (best, k) in runs and (default, k) in runs:
         k += 1
     return k
+
+
+def recorded_extent(record: Mapping[str, Any] | None, objective: str, best: int, default: int) -> int:
+    """1 + the highest index whose re-run of both ``best`` and ``default`` is recorded (0: none): a
+    confirmation of that many re-runs each uses every recorded pair, gaps left by failed re-runs
+    included (:func:`recorded_repeats` stops at the first gap)."""
+    runs = _recorded_runs(record, objective)
+    return 1 + max((i for trial, i in runs if trial == best and (default, i) in runs), default=-1)
 
 
 def reused_runs(record: Mapping[str, Any] | None, objective: str, best: int, default: int, repeats: int) -> int:

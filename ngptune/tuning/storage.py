@@ -305,6 +305,11 @@ def open_study(storage, name: str, spec: StudySpec, fingerprint: str, attrs: dic
     try:
         if name in optuna.get_all_study_names(storage=storage):  # a journal keeps even a refused create
             raise optuna.exceptions.DuplicatedStudyError(name)
+        if study_dir.trials_dir.is_dir() and any(study_dir.trials_dir.iterdir()):
+            raise SweepError(
+                f"{study_dir.trials_dir}: holds trials of another study (not {name!r} of {attrs['storage']}); "
+                "use another --out or remove that folder"
+            )
         study = optuna.create_study(storage=storage, study_name=name, directions=spec.directions,
                                     sampler=sampler, pruner=pruner)
     except optuna.exceptions.DuplicatedStudyError:
@@ -331,12 +336,6 @@ def open_study(storage, name: str, spec: StudySpec, fingerprint: str, attrs: dic
         reseeded = dataclasses.replace(spec.sampler, seed=session_seed(spec.sampler.seed, len(study.trials)))
         study = optuna.load_study(study_name=name, storage=storage, sampler=build_sampler(reseeded), pruner=pruner)
         return OpenedStudy(study, False, added)
-    if study_dir.trials_dir.is_dir() and any(study_dir.trials_dir.iterdir()):
-        optuna.delete_study(study_name=name, storage=storage)  # refused: leave the storage as it was
-        raise SweepError(
-            f"{study_dir.trials_dir}: holds trials of another study (not {name!r} of {attrs['storage']}); "
-            "use another --out or remove that folder"
-        )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         study.set_metric_names(spec.objective_names)

@@ -77,7 +77,7 @@ from ngptune.tuning.confirm import (
     CONFIRMATION_ATTR, DEFAULT_REPEATS_CPU, DEFAULT_REPEATS_GPU, MIN_REPEATS, Verdict, confirm_study, failed_runs,
     no_candidate,
     pending,
-    primary_objective, recorded_repeats, reused_runs, unconfirmed, verdict_runs,
+    primary_objective, recorded_extent, recorded_repeats, reused_runs, unconfirmed, verdict_runs,
 )
 from ngptune.tuning.objectives import OBJECTIVES, throughput_only_warning
 from ngptune.tuning.outputs import (
@@ -450,8 +450,8 @@ def _confirm(options: SweepOptions, study, spec: StudySpec, study_dir: StudyDir,
         return verdict
     asked = options.confirm_repeats or (DEFAULT_REPEATS_GPU if cuda_device_count() > 0 else DEFAULT_REPEATS_CPU)
     # every recorded pair counts: a smaller --confirm-runs never drops evidence an earlier sweep gathered
-    repeats = max(asked, recorded_repeats(study.user_attrs.get(CONFIRMATION_ATTR), name, candidate.number,
-                                          default.number))
+    repeats = max(asked, recorded_extent(study.user_attrs.get(CONFIRMATION_ATTR), name, candidate.number,
+                                         default.number))
     reused = reused_runs(study.user_attrs.get(CONFIRMATION_ATTR), name, candidate.number, default.number, repeats)
     print_lines(console, confirmation_heading(candidate.number, default.number, repeats, spec.budget.describe(), won,
                                               reused, asked=options.confirm_repeats),

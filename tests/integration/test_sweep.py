@@ -89,6 +89,8 @@ def test_folders_of_other_commands_and_other_studies_are_refused_without_a_trace
         assert again.stderr.strip() == (f"error: {StudyDir(out).trials_dir}: holds trials of another study (not 't' "
                                          f"of {StudyDir(out).journal_path}); use another --out or remove that folder")
     assert optuna.get_all_study_names(JournalStorage(JournalFileBackend(str(StudyDir(out).journal_path)))) == []
+    journal = StudyDir(out).journal_path
+    assert not journal.exists() or journal.read_bytes() == b""  # refused before anything was written into it
 
 
 def test_invalid_combinations_are_pruned_without_launch(tmp_path, demo_scene):

@@ -265,3 +265,18 @@ def test_a_failed_re_run_stays_recorded_after_the_next_sweep_runs_it_again(tmp_p
     study_dir.confirm_log_path(0, 0).write_text("stopped\n")  # a second earlier attempt goes beside the first
     assert keep_earlier_attempt(study_dir, 0, 0) == study_dir.earlier_attempt_dir(0, 0, 2)
     assert keep_earlier_attempt(study_dir, 0, 0) is None  # nothing left: nothing moved
+
+
+def test_the_recorded_extent_counts_pairs_past_a_gap() -> None:
+    from ngptune.tuning.confirm import recorded_extent, recorded_repeats
+
+    def run(trial, index, outcome="completed"):
+        return {"label": "best" if trial == 1 else "default", "trial": trial, "index": index, "value": 1.0,
+                "outcome": outcome}
+
+    record = {"objective": "psnr_at_budget_db", "runs": [run(1, 0), run(0, 0), run(1, 1, "failed"), run(0, 1),
+                                                         run(1, 2), run(0, 2)]}
+    assert recorded_repeats(record, "psnr_at_budget_db", 1, 0) == 1  # 0..K-1 all recorded: stops at the gap
+    assert recorded_extent(record, "psnr_at_budget_db", 1, 0) == 3  # pair 2 counts: K = 3 fills the gap
+    assert recorded_extent(None, "psnr_at_budget_db", 1, 0) == 0
+    assert recorded_extent(record, "time_to_psnr_s", 1, 0) == 0
