@@ -88,7 +88,8 @@ class SceneFormat:
         """Whether ``folder``, which shows this format's markers, has no image folder where the
         loader looks (:meth:`image_roots`)."""
         roots = self.image_roots(folder)
-        return bool(roots) and not any(p.is_dir() for root in roots for p in [root / "images", *root.glob("images_*")])
+        return bool(roots) and not any(p.is_dir() and (p.name == "images" or re.fullmatch(r"images_[0-9]+", p.name))
+                                       for root in roots for p in [root / "images", *root.glob("images_*")])
 
     def in_folder(self, folder: Path) -> bool:
         """Whether ``folder`` holds a scene of this format (one of :attr:`markers` is there)."""

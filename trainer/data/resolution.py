@@ -131,7 +131,7 @@ def choose_image_source(root: Path, full_width: int, full_height: int, requested
         passed_over = (f" ({pre_shrunk.name}/ lacks {len(lacking)} of the {len(names or [])} images, "
                        f"e.g. {lacking[0]}; images/ holds them all)")
     if not folder.is_dir():
-        found = sorted(p.name for p in root.glob("images_*") if p.is_dir())
+        found = sorted(p.name for p in root.glob("images_*") if p.is_dir() and p.name[len("images_"):].isdigit())
         extra = f" (found {', '.join(found)}/; pass --downscale N to use images_N/)" if found else ""
         raise SceneError(f"{folder}: image folder not found{extra}")
     shrink = f", shrunk by {factor} when decoded" if factor > 1 else " at full size"

@@ -53,7 +53,7 @@ def check_before_start(cfg: TrainConfig, out: Path | None, resume: Path | None) 
         return
     run_dir = RunDir(out)
     reason = run_dir.existing_run()
-    if reason is None:
+    if reason is None or failed_before_training(run_dir):
         return
     snapshot = run_dir.latest_snapshot()
     if snapshot is not None:
@@ -63,6 +63,16 @@ def check_before_start(cfg: TrainConfig, out: Path | None, resume: Path | None) 
     else:
         how = "choose a new folder (it has no snapshot or checkpoint to resume from)"
     raise ConfigError(f"--out {out}: already holds a run ({reason}); {how}")
+
+
+def failed_before_training(run_dir: RunDir) -> bool:
+    """Whether the folder holds only a run that failed before its first metrics record (a scene
+    or config the loader refused): no records, snapshot or checkpoint, so a new run may use it
+    (the corrected command again, as its error asked)."""
+    status = run_dir.read_status() or {}
+    return (status.get("state") == "failed" and not run_dir.metrics_path(0).is_file()
+            and run_dir.latest_snapshot() is None and not has_checkpoint(run_dir)
+            and not run_dir.root_snapshot_path.is_file())
 
 
 def has_checkpoint(run_dir: RunDir) -> bool:

@@ -63,6 +63,9 @@ def test_a_capture_without_its_image_folder_is_refused_before_the_run_starts(tmp
     model = tmp_path / "sparse" / "0"  # the model folder alone: the loader looks up two levels
     with pytest.raises(SceneError, match=rf"^{model}: no images/ folder in it, {model.parent} or {tmp_path} "):
         check_scene_found(model)
+    (tmp_path / "images_backup").mkdir()  # not a shrunk copy: no --downscale reads it
+    with pytest.raises(SceneError, match="image folder not found"):
+        check_scene_found(tmp_path)
     (tmp_path / "images_4").mkdir()  # a shrunk copy alone is enough (--downscale 4 reads it)
     assert check_scene_found(tmp_path).name == "colmap" and check_scene_found(model).name == "colmap"
     llff = tmp_path / "llff"
