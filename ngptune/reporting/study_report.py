@@ -204,7 +204,7 @@ def _best_vs_default_section(view: StudyView) -> Section:
     if comparison.run_metrics:
         parts.append(text_html(RUN_METRICS_NOTE, "note"))
     parts.append(_settings_diff_html(view, comparison.trials))
-    return Section(best_heading(view, "Best vs default"), "".join(parts))
+    return Section(best_heading(view, "Objectives, run metrics and settings: best vs default"), "".join(parts))
 
 
 RUN_METRICS_NOTE = ("The \"run\" rows come from rank 0's metrics records during training, not from the score: "

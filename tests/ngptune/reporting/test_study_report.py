@@ -300,7 +300,8 @@ def test_report_single_objective(single_study: optuna.Study, tmp_path: Path) -> 
     assert view.plots_total == 6
     text = view.text
     for heading in ("Optimisation history", "Parameter importances", "Parallel coordinates",
-                    "Best vs default (single runs)", "Trials", "Bottlenecks per trial", "NCCL"):
+                    "Objectives, run metrics and settings: best vs default (single runs)", "Trials",
+                    "Bottlenecks per trial", "NCCL"):
         assert heading in text
     assert text.startswith("Sweep single\n\nWritten ") and ("Recommendation\n\nBest trial #1 is recommended "
                                                            "unconfirmed: no re-runs of it and the default are recorded") in text
@@ -629,7 +630,7 @@ def test_a_best_that_was_not_confirmed_leads_with_the_default_recommended(tmp_pa
     assert text.index(sentence) < text.index("Confirmation re-runs") < text.index("Best single run: trial #1")
     assert "Best single run: trial #1. Recommended: trial #0 (the default), as the re-runs decided." in text
     assert "Quality and time: best vs default (single runs)" in text
-    assert "Best vs default (single runs)" in text
+    assert "Objectives, run metrics and settings: best vs default (single runs)" in text  # a title of its own
     changes = ["psnr_db\t24.00 dB\t24.80 dB\t+0.80 dB", "train_time_s\t30.0 s\t29.5 s\t-0.5 s",
                "samples_per_s\t1.00 M samples/s\t1.20 M samples/s\t+20.0 %",
                "psnr_at_budget_db (max)\t24.00 dB\t24.80 dB\t+0.80 dB"]
@@ -828,7 +829,7 @@ def test_no_one_bar_chart_when_the_best_is_the_default(tmp_path: Path) -> None:
     view = view_in_browser(path)
     section = view.text.split("vs default\n")[-1].split("Trials\n")[0]
     assert "The best is the default trial: no chart, its values are in the table below." in section
-    assert "Objectives" not in section and "Step-time breakdown" not in section
+    assert "Objectives (single runs)" not in section and "Step-time breakdown" not in section
     assert "psnr_at_budget_db (max)\t24.00 dB" in section
 
 
