@@ -47,8 +47,8 @@ from typing import Any
 from ngptune.scheduling.slots import SlotPool, visible_gpus
 from ngptune.tuning.trial import TrialLaunch, run_trial
 from trainer.contract import (
-    ConfigError, RunDir, SceneError, atomic_write_text, check_scene_found, command_stopping_with_parent, held_scene,
-    trainer_argv,
+    ConfigError, RunDir, SceneError, atomic_write_text, check_scene_found, command_stopping_with_parent, free_path,
+    held_scene, trainer_argv,
 )
 
 __all__ = ["Job", "JobResult", "Plan", "TrainManyInterrupted", "TrainManyOptions", "devices_text", "discover_scenes", "job_names",
@@ -193,19 +193,11 @@ def _is_finished(job: Job) -> bool:
     return job.job_path.is_file()
 
 
-def _free_name(name_of: Any) -> Path:
-    """``name_of(k)`` for the first k = 1, 2, ... that does not exist."""
-    k = 1
-    while (path := name_of(k)).exists():
-        k += 1
-    return path
-
-
 def _move_aside(job: Job) -> None:
     """An unfinished job's folder goes to ``<job>.unfinished-<k>`` (nothing is lost)."""
     if not job.run_dir.exists():
         return
-    aside = _free_name(lambda k: job.run_dir.with_name(f"{job.run_dir.name}.unfinished-{k}"))
+    aside = free_path(lambda k: job.run_dir.with_name(f"{job.run_dir.name}.unfinished-{k}"))
     job.run_dir.rename(aside)
     if job.log_path.is_file():
         shutil.move(str(job.log_path), str(aside / "launch.log"))
@@ -236,7 +228,7 @@ def interrupted_model(job: Job) -> Path | None:
 def _keep_log(job: Job) -> None:
     """The log of the job's interrupted run, before its resume writes a new one: ``<job>.<k>.log``."""
     if job.log_path.is_file():
-        job.log_path.rename(_free_name(lambda k: job.log_path.with_name(f"{job.log_path.stem}.{k}.log")))
+        job.log_path.rename(free_path(lambda k: job.log_path.with_name(f"{job.log_path.stem}.{k}.log")))
 
 
 def devices_text(gpus: list[int], train_args: tuple[str, ...] = ()) -> str:

@@ -85,12 +85,12 @@ def recommendation(view: StudyView) -> Recommendation:
     record = view.study.user_attrs.get(CONFIRMATION_ATTR)
     verdict = verdict_of(record)
     if verdict is None:
-        if best.number == default_number and all(t.number == default_number for t in view.completed):
-            return Recommendation(best.number, True, False, f"The default (trial #{best.number}) is recommended "
-                                  "unconfirmed: no other trial completed, so nothing was re-run against it.")
         if best.number == default_number:
-            return Recommendation(best.number, True, False, f"The default (trial #{best.number}) is recommended "
-                                  "unconfirmed: it won its single run and no re-runs are recorded.")
+            why = ("no other trial completed, so nothing was re-run against it"
+                   if all(t.number == default_number for t in view.completed)
+                   else "it won its single run and no re-runs are recorded")
+            return Recommendation(best.number, True, False,
+                                  f"The default (trial #{best.number}) is recommended unconfirmed: {why}.")
         return Recommendation(best.number, False, False, f"Best trial #{best.number} is recommended unconfirmed: no "
                               "re-runs of it and the default are recorded (--no-confirm, or the default trial did "
                               "not complete).")

@@ -15,7 +15,7 @@ from ngptune.tuning.layout import StudyDir
 from ngptune.tuning.objectives import TargetNotReached, objective_value, trial_quality
 from ngptune.tuning.specs import StudySpec
 from ngptune.tuning.trial import TrialLaunch, run_trial, trial_argv
-from trainer.contract import apply_overrides, atomic_write_text, dump_config, load_config
+from trainer.contract import apply_overrides, atomic_write_text, dump_config, free_path, load_config
 
 __all__ = ["MODEL_SUFFIXES", "RerunLauncher", "keep_earlier_attempt"]
 
@@ -81,16 +81,13 @@ def keep_earlier_attempt(study_dir: StudyDir, trial: int, index: int) -> Path | 
     run_dir, log = study_dir.confirm_run_dir(trial, index), study_dir.confirm_log_path(trial, index)
     if not run_dir.exists() and not log.exists():
         return None
-    attempt = 1
-    while study_dir.earlier_attempt_dir(trial, index, attempt).exists():
-        attempt += 1
-    aside = study_dir.earlier_attempt_dir(trial, index, attempt)
+    aside = free_path(lambda attempt: study_dir.earlier_attempt_dir(trial, index, attempt))
     aside.mkdir(parents=True)
     if log.exists():
         log.rename(aside / log.name)
     if run_dir.exists():
-        for path in sorted(run_dir.rglob("*"), reverse=True):
-            if path.is_file() and path.suffix in MODEL_SUFFIXES:
+        for path in list(run_dir.rglob("*")):
+            if path.suffix in MODEL_SUFFIXES and path.is_file():
                 path.unlink()
         run_dir.rename(aside / "run")
     return aside

@@ -33,6 +33,7 @@ __all__ = [
     "format_by_flag",
     "format_named",
     "held_scene",
+    "shrunk_image_folders",
 ]
 
 SPLITS = ("train", "val", "test")
@@ -88,8 +89,7 @@ class SceneFormat:
         """Whether ``folder``, which shows this format's markers, has no image folder where the
         loader looks (:meth:`image_roots`)."""
         roots = self.image_roots(folder)
-        return bool(roots) and not any(p.is_dir() and (p.name == "images" or re.fullmatch(r"images_[0-9]+", p.name))
-                                       for root in roots for p in [root / "images", *root.glob("images_*")])
+        return bool(roots) and not any((root / "images").is_dir() or shrunk_image_folders(root) for root in roots)
 
     def in_folder(self, folder: Path) -> bool:
         """Whether ``folder`` holds a scene of this format (one of :attr:`markers` is there)."""
@@ -131,6 +131,12 @@ VIDEO_SUFFIXES: tuple[str, ...] = (".mp4", ".mov", ".avi", ".mkv", ".webm", ".m4
 
 FORMAT_CHOICES: tuple[str, ...] = tuple(f.flag for f in SCENE_FORMATS)
 """The values ``--format`` and ``data.format`` accept (besides ``data.format``'s ``"auto"``)."""
+
+
+def shrunk_image_folders(root: Path) -> list[Path]:
+    """The ``images_<N>/`` folders of ``root`` (copies of ``images/`` shrunk N times, read with
+    ``--downscale N``), by name; an ``images_backup/`` is none of them."""
+    return sorted(p for p in root.glob("images_*") if p.is_dir() and re.fullmatch(r"images_[0-9]+", p.name))
 
 
 def format_named(name: str) -> SceneFormat:

@@ -103,6 +103,15 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write(path, lambda f: f.write(text.encode("utf-8")))
 
 
+def free_path(name_of: Callable[[int], Path]) -> Path:
+    """``name_of(k)`` for the first k = 1, 2, ... that does not exist: where an earlier attempt's
+    files are moved aside, numbered."""
+    k = 1
+    while (path := name_of(k)).exists():
+        k += 1
+    return path
+
+
 def view_name(split: str, index: int) -> str:
     """The file stem of view ``index`` (its position in the split) of ``split``: ``test_007``. The
     evaluation's renders and ``render --cameras test`` name their PNGs so."""

@@ -26,6 +26,7 @@ import dataclasses
 from pathlib import Path
 
 from trainer.contract.errors import SceneError
+from trainer.contract.formats import shrunk_image_folders
 
 #: Longest image side (pixels) the automatic downscale aims at.
 MAX_AUTO_SIDE_PX = 1600
@@ -131,7 +132,7 @@ def choose_image_source(root: Path, full_width: int, full_height: int, requested
         passed_over = (f" ({pre_shrunk.name}/ lacks {len(lacking)} of the {len(names or [])} images, "
                        f"e.g. {lacking[0]}; images/ holds them all)")
     if not folder.is_dir():
-        found = sorted(p.name for p in root.glob("images_*") if p.is_dir() and p.name[len("images_"):].isdigit())
+        found = [p.name for p in shrunk_image_folders(root)]
         extra = f" (found {', '.join(found)}/; pass --downscale N to use images_N/)" if found else ""
         raise SceneError(f"{folder}: image folder not found{extra}")
     shrink = f", shrunk by {factor} when decoded" if factor > 1 else " at full size"

@@ -71,8 +71,7 @@ def failed_before_training(run_dir: RunDir) -> bool:
     (the corrected command again, as its error asked)."""
     status = run_dir.read_status() or {}
     return (status.get("state") == "failed" and not run_dir.metrics_path(0).is_file()
-            and run_dir.latest_snapshot() is None and not has_checkpoint(run_dir)
-            and not run_dir.root_snapshot_path.is_file())
+            and run_dir.model_snapshot() is None and not has_checkpoint(run_dir))
 
 
 def has_checkpoint(run_dir: RunDir) -> bool:
