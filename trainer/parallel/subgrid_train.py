@@ -110,7 +110,7 @@ class SubgridTrainer(DistributedTrainerBase):
         """Adam over the owned boxes: groups (hash-grid entries, MLP weights) as the base trainer."""
         fields = [self.field.fields[str(k)] for k in self.field.local_box_ids]
         return build_adam(self.cfg.optimizer, [p for f in fields for p in f.encoding_parameters()],
-                          [p for f in fields for p in f.mlp_weight_parameters()], self.device)
+                          [p for f in fields for p in f.mlp_weight_parameters()], self.device, self.l2_reg)
 
     def named_model_tensors(self) -> dict[str, torch.Tensor]:
         return {f"boxes.{k}.{n}": v for k in self.field.local_box_ids

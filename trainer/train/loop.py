@@ -112,6 +112,7 @@ class Trainer:
         self.contraction = SceneContraction.of_box(self.aabb_scale) if self.scene_choice.unbounded else None
         self.background_steps = t.background_steps if self.scene_choice.unbounded else 0
         self.distortion_weight = cfg.loss.resolved_distortion_weight(self.scene_choice.unbounded)
+        self.l2_reg = cfg.optimizer.resolved_l2_reg(self.scene_choice.unbounded)
         self.alpha_weight = cfg.loss.resolved_alpha_weight(self.scene_choice.capture.kind == "object")
         field_box_np, self.field_scale = field_box(self.aabb_scale, self.scene_model)
         self.field_aabb = torch.tensor(field_box_np, dtype=torch.float32, device=self.device)
@@ -173,10 +174,11 @@ class Trainer:
 
     def build_optimizer(self) -> torch.optim.Optimizer:
         """Adam over the field (:func:`~trainer.train.optimization.build_adam`): hash-grid entries
-        without weight decay, MLP weights with ``optimizer.l2_reg``, and the per-image colour maps
+        without weight decay, MLP weights with :attr:`l2_reg` (``optimizer.l2_reg`` resolved), and the per-image colour maps
         without weight decay when ``training.appearance`` is on (a third group)."""
         return build_adam(self.cfg.optimizer, list(self.field.encoding_parameters()),
-                          list(self.field.mlp_weight_parameters()), self.device, self.field.appearance_parameters())
+                          list(self.field.mlp_weight_parameters()), self.device, self.l2_reg,
+                          self.field.appearance_parameters())
 
     # ------------------------------------------------------------------ parts
     @property
@@ -209,8 +211,8 @@ class Trainer:
         :data:`~trainer.contract.config.DERIVED_SETTINGS` that its config leaves null (``status.json``'s
         ``derived_settings``): dotted key → the scene's box (``data.aabb_scale``), the size rule's
         factor (``data.downscale``), the hash grid's F and log2 T, its per-level scale b and finest
-        resolution N_max (the one the config does not give), the distortion weight and the cone
-        angle the run trains with."""
+        resolution N_max (the one the config does not give), the distortion weight, the MLP weights'
+        L2 regularisation and the cone angle the run trains with."""
         features, log2_size = self.hash_grid
         chosen: dict[str, int | float | None] = {
             "data.aabb_scale": self.aabb_scale,
@@ -220,6 +222,7 @@ class Trainer:
             "encoding.per_level_scale": self.grid_config.growth_factor,
             "encoding.max_resolution": self.finest_resolution,  # None: per_level_scale gives the levels
             "loss.distortion_weight": self.distortion_weight,
+            "optimizer.l2_reg": self.l2_reg,
             "training.cone_angle": self.cone_angle,
         }
         assert tuple(chosen) == DERIVED_SETTINGS, "every derived setting has its value here"

@@ -35,16 +35,17 @@ def lr_factor(step: int, decay_start: int, decay_interval: int, decay_base: floa
 
 
 def build_adam(opt: OptimizerConfig, encoding_params: list, mlp_params: list, device: torch.device,
-               appearance_params: list | None = None) -> GridAdam:
+               l2_reg: float, appearance_params: list | None = None) -> GridAdam:
     """Adam with the config's hyper-parameters over two or three groups: ``encoding_params`` without
     weight decay (lazy with ``optimizer.lazy_grid_updates``, see :class:`GridAdam`),
-    ``mlp_params`` with ``optimizer.l2_reg`` (group order: encoding, MLP), and a third group of
+    ``mlp_params`` with weight decay ``l2_reg`` (``optimizer.l2_reg`` as the run resolved it,
+    :meth:`~trainer.contract.config.OptimizerConfig.resolved_l2_reg`; group order: encoding, MLP), and a third group of
     ``appearance_params`` (the per-image colour maps of ``training.appearance``) without weight
     decay when there are any. On CUDA PyTorch's fused kernel (one launch per parameter group
     instead of ~15 for the multi-tensor path) for the dense groups; foreach (the twin) elsewhere."""
     groups = [
         {"params": encoding_params, "weight_decay": 0.0, "lazy": opt.lazy_grid_updates},
-        {"params": mlp_params, "weight_decay": opt.l2_reg, "lazy": False},
+        {"params": mlp_params, "weight_decay": l2_reg, "lazy": False},
     ]
     if appearance_params:
         groups.append({"params": appearance_params, "weight_decay": 0.0, "lazy": False})

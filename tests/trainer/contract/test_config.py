@@ -108,7 +108,13 @@ def test_defaults_are_instant_ngp_values() -> None:
     assert (cfg.network.n_neurons, cfg.network.n_hidden_layers) == (64, 1)
     assert (cfg.rgb_network.n_neurons, cfg.rgb_network.n_hidden_layers) == (64, 2)
     assert cfg.dir_encoding == DirEncodingConfig("SphericalHarmonics", 4)
-    assert cfg.optimizer == OptimizerConfig(1e-2, 0.9, 0.99, 1e-15, 1e-6, 8000, 4000, 0.33, None, False)
+    assert cfg.optimizer == OptimizerConfig(1e-2, 0.9, 0.99, 1e-15, None, 8000, 4000, 0.33, None, False)
+    # the MLP weights' L2 regularisation: instant-ngp's 1e-6 with the unbounded model, none with the box
+    opt = cfg.optimizer
+    assert (opt.resolved_l2_reg(unbounded=True), opt.resolved_l2_reg(unbounded=False)) == (1e-6, 0.0)
+    assert OptimizerConfig(l2_reg=1e-5).resolved_l2_reg(unbounded=False) == 1e-5
+    with pytest.raises(ConfigError, match="optimizer.l2_reg"):
+        OptimizerConfig(l2_reg=-1.0)
     assert (cfg.loss.otype, cfg.loss.huber_delta) == ("L2", 0.1)
     tr = cfg.training
     assert (tr.n_steps, tr.seed, tr.precision, tr.device) == (35000, 1337, "tf32", "auto")
@@ -152,10 +158,11 @@ def test_direct_construction_validates_with_the_dotted_key() -> None:
 def test_repo_presets_load() -> None:
     base = load_config(REPO / "configs" / "base.json")
     # instant-ngp's base config differs from the defaults only by its weight EMA, its later
-    # learning-rate decay, its loss and its hash grid's F=2, T=2^19 named for every scene model.
+    # learning-rate decay, its loss, and its hash grid's F=2, T=2^19 and MLP L2 regularisation 1e-6
+    # named for every scene model.
     expected = dataclasses.replace(
         TrainConfig(), optimizer=dataclasses.replace(OptimizerConfig(), ema_decay=0.95, decay_start=20000,
-                                                     decay_interval=10000),
+                                                     decay_interval=10000, l2_reg=1e-6),
         loss=LossConfig(otype="Huber"),
         encoding=dataclasses.replace(EncodingConfig(), n_features_per_level=2, log2_hashmap_size=19),
     )

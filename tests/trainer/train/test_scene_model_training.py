@@ -165,7 +165,7 @@ def test_the_trainer_records_what_the_configs_null_settings_became(rgb_demo, dem
 
     nulls = {"encoding__n_features_per_level": None, "encoding__log2_hashmap_size": None,
              "encoding__per_level_scale": None}
-    for scene, features, distortion in ((demo_scene, 4, 0.0), (rgb_demo, 2, 0.05)):
+    for scene, features, distortion, l2_reg in ((demo_scene, 4, 0.0, 0.0), (rgb_demo, 2, 0.05, 1e-6)):
         trainer = Trainer(tiny_config(**nulls), load_scene(scene), None)
         grid = trainer.field.encoding.cfg
         derived = trainer.derived_settings()
@@ -174,13 +174,20 @@ def test_the_trainer_records_what_the_configs_null_settings_became(rgb_demo, dem
                            "encoding.n_features_per_level": features, "encoding.log2_hashmap_size": 20 - features // 2,
                            "encoding.per_level_scale": pytest.approx(grid.growth_factor),
                            "encoding.max_resolution": grid.max_resolution,
-                           "loss.distortion_weight": distortion, "training.cone_angle": 0.0}
+                           "loss.distortion_weight": distortion, "optimizer.l2_reg": l2_reg,
+                           "training.cone_angle": 0.0}
+        # the optimiser decays the MLP weights (its second group) by the resolved value, never the grid
+        assert [g["weight_decay"] for g in trainer.optimizer.param_groups[:2]] == [0.0, l2_reg]
         trainer.close()
     trainer = Trainer(tiny_config(training__cone_angle=0.01, data__aabb_scale=2), load_scene(demo_scene), None)
     derived = trainer.derived_settings()
     assert "training.cone_angle" not in derived and "data.aabb_scale" not in derived
     assert "encoding.max_resolution" not in derived  # the tiny config's per_level_scale gives the levels
     assert derived["loss.distortion_weight"] == 0.0 and "encoding.n_features_per_level" not in derived
+    trainer.close()
+    trainer = Trainer(tiny_config(optimizer__l2_reg=1e-5), load_scene(demo_scene), None)
+    assert "optimizer.l2_reg" not in trainer.derived_settings()  # set: the run's value is the config's
+    assert trainer.optimizer.param_groups[1]["weight_decay"] == 1e-5
     trainer.close()
 
 

@@ -70,11 +70,13 @@ DERIVED_SETTINGS: tuple[str, ...] = (
     "encoding.per_level_scale",
     "encoding.max_resolution",
     "loss.distortion_weight",
+    "optimizer.l2_reg",
     "training.cone_angle",
 )
 """Dotted keys whose null a run resolves from its scene: the scene's box, the automatic size rule,
 the hash grid's F and T of the scene model, the per-level scale and finest resolution of the
-views' pixel footprint, the distortion weight of the scene model, the cone angle of the box. A
+views' pixel footprint, the distortion weight and the MLP weights' L2 regularisation of the scene
+model, the cone angle of the box. A
 run's ``status.json`` gives the values it chose (:data:`trainer.contract.runstatus.DERIVED_KEY`);
 another null setting (``optimizer.ema_decay``, ``training.time_budget_s``, ...) means off, none
 or all, not a value the run chooses."""
@@ -235,6 +237,16 @@ class DirEncodingConfig(Block):
     degree: int = rule_field(4, IntRule(1, 4))
 
 
+#: ``optimizer.l2_reg`` null with the box scene model: none. On lego_400 after 20 000 steps (all
+#: 200 test views over white, one H100, one call) 0 scored 35.96 dB, 1e-7 35.86, instant-ngp's 1e-6
+#: 35.40, 1e-5 33.38 and 1e-4 32.52; after 180 s with 0, 35.90 and 36.00 dB in two runs
+#: (docs/benchmarks.md, "MLP weight decay").
+BOX_L2_REG = 0.0
+#: ``optimizer.l2_reg`` null with the unbounded scene model: instant-ngp's 1e-6 (fox at 6000 steps,
+#: 7 held-out views, one H100: 31.20 dB against 30.70 without).
+UNBOUNDED_L2_REG = 1e-6
+
+
 @dataclasses.dataclass(frozen=True)
 class OptimizerConfig(Block):
     """Adam with step-wise exponential decay and an optional EMA of the weights (flat form).
@@ -245,8 +257,10 @@ class OptimizerConfig(Block):
         learning_rate: Adam step size (> 0).
         beta1, beta2: Adam moment decays in [0, 1).
         epsilon: Adam denominator term (> 0).
-        l2_reg: L2 regularisation of the MLP weights (>= 0; instant-ngp applies it to the MLPs
-            only, not to the hash tables).
+        l2_reg: L2 regularisation of the MLP weights (>= 0; added to their gradient as in
+            tiny-cuda-nn's Adam, never to the hash tables), or null (the default):
+            :data:`BOX_L2_REG` with the box scene model and :data:`UNBOUNDED_L2_REG` with the
+            unbounded one (:meth:`resolved_l2_reg`).
         decay_start, decay_interval, decay_base: from step ``decay_start`` on, the learning rate
             is multiplied by ``decay_base`` every ``decay_interval`` steps (tiny-cuda-nn
             ``ExponentialDecay``); ``decay_base`` 1.0 keeps it constant. From step 8000, every
@@ -269,12 +283,19 @@ class OptimizerConfig(Block):
     beta1: float = rule_field(0.9, FloatRule(0, 1, hi_open=True))
     beta2: float = rule_field(0.99, FloatRule(0, 1, hi_open=True))
     epsilon: float = rule_field(1e-15, FloatRule(0, lo_open=True))
-    l2_reg: float = rule_field(1e-6, FloatRule(0))
+    l2_reg: float | None = rule_field(None, OptionalRule(FloatRule(0)))
     decay_start: int = rule_field(8000, IntRule(0))
     decay_interval: int = rule_field(4000, IntRule(1))
     decay_base: float = rule_field(0.33, FloatRule(0, 1, lo_open=True))
     ema_decay: float | None = rule_field(None, OptionalRule(FloatRule(0, 1, lo_open=True, hi_open=True)))
     lazy_grid_updates: bool = rule_field(False, BoolRule())
+
+    def resolved_l2_reg(self, unbounded: bool) -> float:
+        """The MLP weights' L2 regularisation a run trains with: ``l2_reg``, or when it is null
+        :data:`UNBOUNDED_L2_REG` for the unbounded scene model and :data:`BOX_L2_REG` for the box."""
+        if self.l2_reg is not None:
+            return float(self.l2_reg)
+        return UNBOUNDED_L2_REG if unbounded else BOX_L2_REG
 
 
 #: ``loss.distortion_weight`` null with the unbounded scene model: fox at 0.01 / 0.05 / 0.1 on the
