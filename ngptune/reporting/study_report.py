@@ -40,6 +40,7 @@ import optuna
 import pandas as pd
 from optuna.trial import FrozenTrial
 
+from ngptune.reporting.nccl_text import nccl_inactive_reason
 from ngptune.reporting.html import Section, figure_html, render_page, table_html, text_html
 from ngptune.reporting.study_data import (
     DERIVED_NOTE,
@@ -432,11 +433,8 @@ def _applied_check(set_value: Any, applied_value: Any) -> str:
 
 
 def nccl_inactive_text(view: StudyView) -> str:
-    """Why the study's NCCL parameters did nothing: one process per trial (no collectives), or
-    ranks on the gloo backend."""
-    if view.study.user_attrs.get("nproc_per_node") == 1:
-        return "NCCL parameters inactive (one process per trial: no collectives)"
-    return "NCCL parameters inactive (gloo backend)"
+    """Why the study's NCCL parameters did nothing (:func:`nccl_inactive_reason`)."""
+    return f"NCCL parameters inactive ({nccl_inactive_reason(view.study.user_attrs.get('nproc_per_node'))})"
 
 
 def _nccl_section(view: StudyView, nccl_active: bool) -> Section:

@@ -29,6 +29,7 @@ import re
 import shlex
 from pathlib import Path
 
+from ngptune.reporting.nccl_text import nccl_inactive_reason
 from ngptune.tuning import nccl
 from ngptune.tuning.layout import StudyDir
 from ngptune.tuning.study import DEMO_SCENE
@@ -192,9 +193,11 @@ def comment_text(text: object) -> str:
     return json.dumps(str(text))
 
 
-def write_best_env(trial, study_name: str, study_dir: StudyDir) -> Path:
+def write_best_env(trial, study_name: str, study_dir: StudyDir, nproc_per_node: int | None = None) -> Path:
     """Write ``best_env.sh``: ``export`` lines of the trial's NCCL variables, every value through
-    :func:`shlex.quote`; comments hold no raw user text (:func:`comment_text`).
+    :func:`shlex.quote`; comments hold no raw user text (:func:`comment_text`). When NCCL was
+    inactive, a comment says why (:func:`~ngptune.reporting.nccl_text.nccl_inactive_reason` of the
+    trials' ``nproc_per_node``; None: not recorded).
 
     Raises:
         ValueError: a variable name that is not a shell identifier (``[A-Za-z_][A-Za-z0-9_]*``).
@@ -211,7 +214,7 @@ def write_best_env(trial, study_name: str, study_dir: StudyDir) -> Path:
         "NCCL_NVLS_ENABLE=0 is set in every trial (NVLink SHARP multicast stays off).",
     ]
     if not active:
-        lines.append("# NCCL was inactive in this sweep (one process per trial, or the gloo backend): no NCCL "
+        lines.append(f"# NCCL was inactive in this sweep ({nccl_inactive_reason(nproc_per_node)}): no NCCL "
                      "variable was tuned.")
     lines += [f"export {name}={shlex.quote(str(value))}" for name, value in sorted(env.items())]
     path = study_dir.best_env_path

@@ -65,6 +65,7 @@ from rich.console import Console
 from ngptune.console import make_console, print_lines
 from ngptune.errors import TrialFailed
 from ngptune.processes import cuda_device_count
+from ngptune.reporting.nccl_text import nccl_inactive_reason
 
 from ngptune.tuning import nccl
 from ngptune.tuning.concurrency import TrialSlots, host_cores, plan_trial_slots
@@ -355,8 +356,7 @@ def _run(options: SweepOptions, spec: StudySpec, nproc: int, base_cfg: TrainConf
         retried = recover_trials(study, check_workers=not is_rdb, retry_interrupted=True)
         retries = TrialRetries()  # failures of the host's making, and a default that did not complete
         retried += retries.after_trials(study) + [n for n in [retries.default_again(study)] if n is not None]
-    backend = ("NCCL" if nccl_active else "one process per trial, NCCL parameters inactive" if nproc == 1
-               else "gloo, NCCL parameters inactive")
+    backend = "NCCL" if nccl_active else f"NCCL parameters inactive ({nccl_inactive_reason(nproc)})"
     _, done = study_progress(study)
     at_once = slots.at_once(trials_target - done)  # never more trials at once than the study still needs
     print_lines(console, study_heading(name, str(spec.path), trials_target, spec.budget.describe(), nproc, backend,
@@ -514,7 +514,7 @@ def _write_outputs(study, spec: StudySpec, name: str, study_dir: StudyDir, nccl_
         runs = [] if verdict is None else verdict_runs(record, verdict)
         failed = [] if verdict is None else failed_runs(record, verdict.objective)
         write_confirmation(verdict, best, study_dir, runs, failed)
-        write_best_env(best, name, study_dir)
+        write_best_env(best, name, study_dir, study.user_attrs.get("nproc_per_node"))
     write_trials_csv(study, study_dir.trials_csv_path)
     report = write_study_report(study, study_dir.root, title=f"ngptune sweep: {name}", nccl_active=nccl_active)
     print_summary(study, console, show_recommendation=verdict is None or verdict.status != "pending")

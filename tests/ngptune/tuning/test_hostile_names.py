@@ -81,6 +81,19 @@ def test_sourcing_best_env_runs_nothing_and_gives_the_values_back(tmp_path):
         assert header[2].startswith("export NCCL_V0=")
 
 
+def test_best_env_says_why_nccl_was_inactive(tmp_path):
+    """The reason follows the trials' processes, worded as the report and the sweep's heading word it."""
+    from ngptune.reporting.nccl_text import nccl_inactive_reason
+
+    trial = SimpleNamespace(number=2, user_attrs={"nccl_env": {}, "nccl_active": False})
+    for nproc, reason in ((1, "one process per trial: no collectives"), (2, "gloo backend"), (None, "gloo backend")):
+        assert nccl_inactive_reason(nproc) == reason
+        text = write_best_env(trial, "s", StudyDir(tmp_path), nproc).read_text()
+        assert f"# NCCL was inactive in this sweep ({reason}): no NCCL variable was tuned." in text
+    active = SimpleNamespace(number=2, user_attrs={"nccl_env": {"NCCL_ALGO": "Ring"}, "nccl_active": True})
+    assert "inactive" not in write_best_env(active, "s", StudyDir(tmp_path), 2).read_text()
+
+
 def test_best_env_refuses_a_variable_name_that_is_not_an_identifier(tmp_path):
     trial = SimpleNamespace(number=1, user_attrs={"nccl_env": {"NCCL_X=1; touch PWNED; Y": "1"}})
     with pytest.raises(ValueError, match="is not a shell variable name"):
