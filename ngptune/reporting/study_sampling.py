@@ -53,6 +53,9 @@ class SamplingFacts:
         one_after_another: several workers, one trial at a time each, whose trials did not overlap
             in time: one study resumed by sweeps run one after another (each resumed sampler is
             seeded from the study's seed and the trials done before it).
+        per_worker: ``(worker id, sampler, pruner)`` of each worker that recorded its own, when
+            they differ (a study file's sampler or pruner edited between sweeps); else empty.
+            ``sampler`` and ``pruner`` above are then the latest worker's.
     """
 
     sampler: str
@@ -61,6 +64,7 @@ class SamplingFacts:
     workers: list[tuple[str, int | None, int | None]]
     reproducible: bool
     one_after_another: bool = False
+    per_worker: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)
 
     def sentences(self) -> list[str]:
         """The report's lines: sampler and seed, pruner, workers, and the caveat when not reproducible."""
@@ -76,6 +80,10 @@ class SamplingFacts:
                          + "; ".join(described) + ".")
         else:
             lines.append("Workers: not recorded.")
+        if self.per_worker:
+            lines.append("The sampler or pruner changed between workers (the study file edited between sweeps): "
+                         + "; ".join(f"{w} ran with sampler {sampler}, pruner {pruner}" for w, sampler, pruner in self.per_worker)
+                         + ".")
         if self.one_after_another:
             lines.append(f"The workers ran one after another (the study resumed {len(self.workers) - 1} "
                          f"time{'s' if len(self.workers) != 2 else ''}): each resumed sampler is seeded with the "
@@ -108,9 +116,13 @@ def sampling_facts(study: optuna.Study) -> SamplingFacts:
     parallel = len(workers) > 1 or any((c or 1) > 1 for _, c, _ in workers)
     in_turn = (len(workers) > 1 and all(c == 1 for _, c, _ in workers)
                and _one_after_another(study, [w for w, _, _ in workers]))
+    own = [(w, records[w]) for w, _, _ in workers if w in records and ("sampler" in records[w] or "pruner" in records[w])]
+    per_worker = [(w, spec_text(r.get("sampler")), spec_text(r.get("pruner"))) for w, r in own]
+    if len({(sampler_, pruner_) for _, sampler_, pruner_ in per_worker}) < 2:
+        per_worker = []
     return SamplingFacts(sampler=spec_text(sampler), seed=None if seed is None else int(seed),
                          pruner=spec_text(attrs.get(PRUNER_ATTR)), workers=workers, reproducible=not parallel,
-                         one_after_another=in_turn)
+                         one_after_another=in_turn, per_worker=per_worker)
 
 
 def _one_after_another(study: optuna.Study, workers: list[str]) -> bool:

@@ -14,31 +14,57 @@ Study user attributes::
                       {"host", "pid", "concurrent_trials" (Optuna's n_jobs), "sampler_seed" (the
                       seed this worker's sampler was built with: the study's seed for the worker
                       that created the study, offset by the trials so far for a later one,
-                      :func:`ngptune.tuning.storage.session_seed`), "started_unix_s"}
+                      :func:`ngptune.tuning.storage.session_seed`), "started_unix_s", "sampler" and
+                      "pruner" (this worker's, as the study-wide attributes)}
+
+A worker whose study file names another sampler or pruner than the study recorded replaces the
+study-wide attributes and keeps its own in its record, so the report can say which trials ran with
+which (:func:`sampling_changes` words the change for the sweep's note).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import socket
 import time
 from typing import Any
 
-from ngptune.reporting.study_sampling import PRUNER_ATTR, SAMPLER_ATTR, SETUP_ATTR, WORKER_ATTR_PREFIX
+from ngptune.reporting.study_sampling import PRUNER_ATTR, SAMPLER_ATTR, SETUP_ATTR, WORKER_ATTR_PREFIX, spec_text
 from ngptune.tuning.specs import StudySpec
 
 
 def record_worker(study, spec: StudySpec, worker: str, *, concurrent_trials: int, sampler_seed: int) -> dict[str, Any]:
     """Set the sampler, pruner, the study file's setup and this worker's record on ``study`` (an
     ``optuna.Study``); returns the worker record. A worker that starts again under the same id overwrites its record."""
+    sampler, pruner = _stored(dataclasses.asdict(spec.sampler)), _stored(dataclasses.asdict(spec.pruner))
     record = {"host": socket.gethostname(), "pid": os.getpid(), "concurrent_trials": int(concurrent_trials),
-              "sampler_seed": int(sampler_seed), "started_unix_s": time.time()}
-    study.set_user_attr(SAMPLER_ATTR, dataclasses.asdict(spec.sampler))
-    study.set_user_attr(PRUNER_ATTR, dataclasses.asdict(spec.pruner))
+              "sampler_seed": int(sampler_seed), "started_unix_s": time.time(), "sampler": sampler, "pruner": pruner}
+    study.set_user_attr(SAMPLER_ATTR, sampler)
+    study.set_user_attr(PRUNER_ATTR, pruner)
     base = spec.base_config_path
     study.set_user_attr(SETUP_ATTR, {"scene": str(spec.scene), "base_config": None if base is None else str(base),
                                      "settings": dict(spec.settings), "nccl_settings": dict(spec.nccl_settings)})
     study.set_user_attr(WORKER_ATTR_PREFIX + worker, record)
     return record
 
+
+
+def sampling_changes(study, spec: StudySpec) -> list[str]:
+    """What a sweep of ``spec`` changes in the sampler or pruner that ``study`` (an ``optuna.Study``)
+    recorded, one phrase each (``"pruner: median (...) → hyperband (...)"``); empty for a new study,
+    an unchanged one, or one that recorded neither. Call it before :func:`record_worker`."""
+    changes = []
+    for what, key, now in (("sampler", SAMPLER_ATTR, spec.sampler), ("pruner", PRUNER_ATTR, spec.pruner)):
+        before, after = study.user_attrs.get(key), _stored(dataclasses.asdict(now))
+        if isinstance(before, dict) and before != after:
+            seed = [f"seed {before.get('seed')} → {after.get('seed')}"] if before.get("seed") != after.get("seed") else []
+            kind = [f"{spec_text(before)} → {spec_text(after)}"] if spec_text(before) != spec_text(after) else []
+            changes.append(f"{what}: " + ", ".join(kind + seed))
+    return changes
+
+
+def _stored(record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` as a study attribute reads back (JSON: tuples become lists), so records compare equal."""
+    return json.loads(json.dumps(record))

@@ -70,7 +70,7 @@ from ngptune.reporting.nccl_text import nccl_inactive_reason
 from ngptune.tuning import nccl
 from ngptune.tuning.concurrency import TrialSlots, host_cores, plan_trial_slots
 from ngptune.tuning.preflight import check_host
-from ngptune.tuning.provenance import record_worker
+from ngptune.tuning.provenance import record_worker, sampling_changes
 from ngptune.tuning.retries import MAX_INFRA_RETRIES, TrialRetries, default_not_completed
 from ngptune.tuning.layout import StudyDir
 from ngptune.tuning.lines import confirmation_heading, rerun_line, study_heading
@@ -352,6 +352,7 @@ def _run(options: SweepOptions, spec: StudySpec, nproc: int, base_cfg: TrainConf
         study, created, added_settings = open_study(storage, name, spec, fingerprint, attrs, study_dir, base_cfg,
                                                     is_rdb, definition=definition)
         seed = spec.sampler.seed if created else session_seed(spec.sampler.seed, len(study.trials))
+        changed_sampling = [] if created else sampling_changes(study, spec)
         record_worker(study, spec, worker_id(), concurrent_trials=slots.concurrent, sampler_seed=seed)
         retried = recover_trials(study, check_workers=not is_rdb, retry_interrupted=True)
         retries = TrialRetries()  # failures of the host's making, and a default that did not complete
@@ -363,6 +364,10 @@ def _run(options: SweepOptions, spec: StudySpec, nproc: int, base_cfg: TrainConf
                                        scene, storage_text, resumed=None if created else done, at_once=at_once,
                                        retried=retried),
                 marks=[(f"study {name}", "bold")])
+    if changed_sampling:
+        print_lines(console, ["note:", f"{spec.path} changes how this study draws and stops trials:", *changed_sampling,
+                              f"(the trials so far, {done}, keep their draws and prunings; the report names "
+                              "each worker's sampler and pruner)"])
     if added_settings:
         print_lines(console, ["note:", "the study began before these trainer settings existed;", "its trials from now on",
                               "run them at their defaults:", *listed(added_settings)])

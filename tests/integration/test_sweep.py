@@ -477,3 +477,25 @@ def test_the_default_of_a_null_parameter_is_the_value_its_run_chose(tmp_path, de
     assert row.split("│")[2].strip() == "0.0 (derived)", result.stdout  # the default's column of the best settings
     assert "training.cone_angle=0.0 (derived)" in (out / "report.html").read_text()
     assert (out / "trials.csv").read_text().splitlines()[1].split(",")[-3] == "0.0"  # param_training.cone_angle
+
+
+def test_a_sampler_edited_between_sweeps_is_noted_and_reported(tmp_path, demo_scene):
+    """A study file whose sampler changed since the study's trials so far: the sweep goes on, says
+    what changed, and the report names each worker's sampler."""
+    params = '[params."parallel.bucket_mib"]\ntype = "categorical"\nchoices = [1.0, 25.0]\n'
+    study_file = write_study(tmp_path / "tiny.toml", scene=demo_scene, params=params)
+    out = tmp_path / "out"
+    first = run_command(SWEEP + ["--study", study_file, "--out", out, "--nproc-per-node", "1", "--trials", "1",
+                                 "--no-confirm"])
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "changes how this study draws" not in first.stdout
+    write_study(study_file, scene=demo_scene, params=params, sampler='type = "tpe"\nseed = 3\nn_startup_trials = 1')
+    again = run_command(SWEEP + ["--study", study_file, "--out", out, "--nproc-per-node", "1", "--trials", "2",
+                                 "--no-confirm"])
+    assert again.returncode == 0, again.stdout + again.stderr
+    text = " ".join(again.stdout.split())
+    assert "changes how this study draws and stops trials: sampler: random → tpe (n_startup_trials=1)" in text
+    assert "(the trials so far, 1, keep their draws and prunings;" in text
+    report = (out / "report.html").read_text()
+    assert "The sampler or pruner changed between workers (the study file edited between sweeps):" in report
+    assert len(_load(out).trials) == 2
