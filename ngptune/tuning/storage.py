@@ -57,8 +57,15 @@ MAX_RETRIES = 2  # a trial whose worker died is retried at most this many times
 SCHEMA_ATTEMPTS = 8  # RDB storage: tries to open it while another worker creates its tables
 READY_WAIT_S = 60.0  # a worker that loads a study waits this long for its creator to finish setting it up
 _READY_ATTR = "fingerprint"  # study user attribute written last by the creating worker
-# definition keys that a study file's [budget] sets: a refusal names the study-file key too
-BUDGET_KEYS = {"config.training.time_budget_s": "budget.seconds", "config.training.n_steps": "budget.steps"}
+# definition keys that a study file's [budget] and [pruner] set: a refusal names the study-file keys too
+STUDY_FILE_KEYS = {
+    "config.training.time_budget_s": "budget.seconds",
+    "config.training.n_steps": "budget.steps",
+    "config.training.eval_at_s": ("the pruner's rungs (pruner.min_resource, reduction_factor, min_early_stopping_rate, "
+                                  "max_resource; budget.seconds)"),
+    "config.training.eval_every": "pruner.eval_every_steps or an objective's eval_every_steps",
+    "config.training.eval_every_max_images": "pruner.eval_images",
+}
 # Trial user attribute of the enqueued untuned default (and of its retries, which copy it);
 # ``is_default`` is true only on the one of them that ran to its end, so the report finds one.
 UNTUNED_ATTR = "untuned"
@@ -273,7 +280,7 @@ def definition_differences(stored: Any, current: dict[str, Any], limit: int = 4)
     keys, e.g. ``config.training.time_budget_s: 2.0 → 3.0``), at most ``limit`` of them."""
     old = definition_leaves(stored if isinstance(stored, dict) else {})
     new = definition_leaves(current)
-    lines = [f"{BUDGET_KEYS[key] + ' (' + key + ')' if key in BUDGET_KEYS else key}: "
+    lines = [f"{STUDY_FILE_KEYS[key] + ' (' + key + ')' if key in STUDY_FILE_KEYS else key}: "
              f"{json.dumps(old.get(key))} → {json.dumps(new.get(key))}" for key in changed_leaves(old, new)]
     return lines[:limit] + ([f"and {len(lines) - limit} more"] if len(lines) > limit else [])
 
