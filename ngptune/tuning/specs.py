@@ -14,7 +14,8 @@ from ngptune.tuning import nccl
 from ngptune.tuning.objectives import OBJECTIVES
 from trainer.contract import TrainConfig, apply_overrides, config_to_dict, load_config
 
-__all__ = ["BUDGET_STEPS_CAP", "BudgetSpec", "ObjectiveSpec", "ParamSpec", "PrunerSpec", "SamplerSpec", "StudySpec"]
+__all__ = ["BUDGET_STEPS_CAP", "BudgetSpec", "ObjectiveSpec", "ParamSpec", "PrunerSpec", "SamplerSpec", "StudySpec",
+           "definition_fingerprint"]
 
 # training.n_steps of a trial with a time budget: the budget, not the step count, ends it.
 BUDGET_STEPS_CAP = 10_000_000
@@ -248,5 +249,9 @@ class StudySpec:
 
     def fingerprint(self, scene_path: str, nproc_per_node: int) -> str:
         """SHA-256 of :meth:`definition`: a study resumed with another definition is refused."""
-        payload = self.definition(scene_path, nproc_per_node)
-        return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
+        return definition_fingerprint(self.definition(scene_path, nproc_per_node))
+
+
+def definition_fingerprint(definition: dict[str, Any]) -> str:
+    """SHA-256 of a study definition (:meth:`StudySpec.definition`, JSON-ready data)."""
+    return hashlib.sha256(json.dumps(definition, sort_keys=True, default=str).encode()).hexdigest()

@@ -21,9 +21,9 @@ from ngptune.reporting.study_sampling import DEFINITION_ATTR
 from ngptune.tuning.layout import StudyDir
 from ngptune.tuning.samplers import build_pruner, build_sampler
 from ngptune.tuning.space import default_params
-from ngptune.tuning.specs import StudySpec
+from ngptune.tuning.specs import StudySpec, definition_fingerprint
 from ngptune.tuning.trial import proc_stat
-from trainer.contract import TrainConfig, config_to_dict
+from trainer.contract import FORMER_FIXED_DEFAULTS, TrainConfig, config_to_dict
 
 __all__ = [
     "DEFINITION_ATTR",
@@ -37,6 +37,7 @@ __all__ = [
     "definition_differences",
     "changed_leaves",
     "definition_leaves",
+    "former_defaults_kept",
     "open_study",
     "recover_trials",
     "settings_added_since",
@@ -275,6 +276,27 @@ def settings_added_since(stored: Any, current: dict[str, Any]) -> list[str] | No
     return [f"{key.removeprefix('config.')} = {json.dumps(new[key])}" for key in changed]
 
 
+def former_defaults_kept(stored: Any, current: dict[str, Any]) -> dict[str, Any]:
+    """The settings of :data:`~trainer.contract.FORMER_FIXED_DEFAULTS` that the ``stored`` study
+    definition holds at that former default where ``current`` (this trainer's) holds null: dotted
+    trainer key → the former value. The study began when the default was that value for every
+    scene; its remaining trials keep it (:func:`open_study`)."""
+    if not isinstance(stored, dict):
+        return {}
+    old, new = definition_leaves(stored), definition_leaves(current)
+    return {key: value for key, value in FORMER_FIXED_DEFAULTS.items()
+            if old.get(f"config.{key}") == value and f"config.{key}" in new and new[f"config.{key}"] is None}
+
+
+def with_config_values(definition: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a study ``definition`` whose config holds ``values`` (dotted trainer key → value)."""
+    out = json.loads(json.dumps(definition))
+    for key, value in values.items():
+        block, _, name = key.partition(".")
+        out["config"][block][name] = value
+    return out
+
+
 def definition_differences(stored: Any, current: dict[str, Any], limit: int = 4) -> list[str]:
     """``"key: stored → current"`` for the leaves in which two study definitions differ (dotted
     keys, e.g. ``config.training.time_budget_s: 2.0 → 3.0``), at most ``limit`` of them."""
@@ -286,13 +308,15 @@ def definition_differences(stored: Any, current: dict[str, Any], limit: int = 4)
 
 
 class OpenedStudy(NamedTuple):
-    """What :func:`open_study` opened: the Optuna study, whether this call created it, and the
+    """What :func:`open_study` opened: the Optuna study, whether this call created it, the
     trainer settings added since the study was made (:func:`settings_added_since`; empty when its
-    definition is this trainer's)."""
+    definition is this trainer's), and the former defaults its trials keep
+    (:func:`former_defaults_kept`: dotted trainer key → value, to be set in every trial)."""
 
     study: Any
     created: bool
     added_settings: list[str]
+    kept_defaults: dict[str, Any] = {}
 
 
 def open_study(storage, name: str, spec: StudySpec, fingerprint: str, attrs: dict[str, Any], study_dir: StudyDir,
@@ -300,7 +324,9 @@ def open_study(storage, name: str, spec: StudySpec, fingerprint: str, attrs: dic
     """Create the study (enqueue the default trial) or load it and check it is the same study
     (the same ``fingerprint``; a refusal names what differs from the stored ``definition``). A
     study whose definition differs only by trainer settings added since, at their defaults, is the
-    same study (a trainer upgraded while a study is under way): they are returned to be said.
+    same study (a trainer upgraded while a study is under way): they are returned to be said. So is
+    one whose settings of :data:`~trainer.contract.FORMER_FIXED_DEFAULTS` hold their former default
+    where this trainer's are null: they are returned to be kept in its trials.
 
     Raises:
         SweepError: the study was set up incompletely or from another definition, or this folder
@@ -325,6 +351,11 @@ def open_study(storage, name: str, spec: StudySpec, fingerprint: str, attrs: dic
         while _READY_ATTR not in study.user_attrs and time.monotonic() < deadline:
             time.sleep(0.5)  # the creating worker is still setting the study up
         found = study.user_attrs.get(_READY_ATTR)
+        kept = (former_defaults_kept(study.user_attrs.get(DEFINITION_ATTR), definition)
+                if found is not None and found != fingerprint and definition is not None else {})
+        if kept:  # the study began when these were fixed defaults: compare with them kept
+            definition = with_config_values(definition, kept)
+            fingerprint = definition_fingerprint(definition)
         added: list[str] = []
         if found is not None and found != fingerprint and definition is not None:
             added = settings_added_since(study.user_attrs.get(DEFINITION_ATTR), definition) or []
@@ -342,7 +373,7 @@ def open_study(storage, name: str, spec: StudySpec, fingerprint: str, attrs: dic
         # offset by the trials so far: reproducible, and new points for this session (or worker).
         reseeded = dataclasses.replace(spec.sampler, seed=session_seed(spec.sampler.seed, len(study.trials)))
         study = optuna.load_study(study_name=name, storage=storage, sampler=build_sampler(reseeded), pruner=pruner)
-        return OpenedStudy(study, False, added)
+        return OpenedStudy(study, False, added, kept)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         study.set_metric_names(spec.objective_names)

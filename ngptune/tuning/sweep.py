@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import logging
 import math
 import os
@@ -349,8 +350,11 @@ def _run(options: SweepOptions, spec: StudySpec, nproc: int, base_cfg: TrainConf
              "storage": storage_text}
 
     with setup_lock(study_dir, enabled=not is_rdb):
-        study, created, added_settings = open_study(storage, name, spec, fingerprint, attrs, study_dir, base_cfg,
-                                                    is_rdb, definition=definition)
+        study, created, added_settings, kept_defaults = open_study(storage, name, spec, fingerprint, attrs, study_dir,
+                                                                   base_cfg, is_rdb, definition=definition)
+        if kept_defaults:  # the study began when these were fixed defaults: its trials keep them
+            spec = dataclasses.replace(spec, settings={**spec.settings, **kept_defaults})
+            base_cfg = spec.base_config()
         seed = spec.sampler.seed if created else session_seed(spec.sampler.seed, len(study.trials))
         changed_sampling = [] if created else sampling_changes(study, spec)
         record_worker(study, spec, worker_id(), concurrent_trials=slots.concurrent, sampler_seed=seed)
@@ -364,6 +368,10 @@ def _run(options: SweepOptions, spec: StudySpec, nproc: int, base_cfg: TrainConf
                                        scene, storage_text, resumed=None if created else done, at_once=at_once,
                                        retried=retried),
                 marks=[(f"study {name}", "bold")])
+    if kept_defaults:
+        print_lines(console, ["note:", "the study began when these trainer settings had one default for every scene;",
+                              "its trials keep it (the trainer now chooses it from the scene when it is not set):",
+                              *listed([f"{key} = {json.dumps(value)}" for key, value in kept_defaults.items()])])
     if changed_sampling:
         print_lines(console, ["note:", f"{spec.path} changes how this study draws and stops trials:", *changed_sampling,
                               f"(the trials so far, {done}, keep their draws and prunings; the report names "

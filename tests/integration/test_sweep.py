@@ -441,10 +441,10 @@ def test_a_reopened_study_draws_new_points(tmp_path, tiny_study):
             study.tell(trial, 0.0)
         return values
 
-    first, created, _ = open_study(storage, "t", spec, "fp", {"storage": "journal"}, study_dir, spec.base_config(), False)
+    first, created, *_ = open_study(storage, "t", spec, "fp", {"storage": "journal"}, study_dir, spec.base_config(), False)
     assert created
     first_draws = draws(first, 3)  # the enqueued default trial, then two draws
-    again, created, _ = open_study(storage, "t", spec, "fp", {"storage": "journal"}, study_dir, spec.base_config(), False)
+    again, created, *_ = open_study(storage, "t", spec, "fp", {"storage": "journal"}, study_dir, spec.base_config(), False)
     assert not created
     assert not set(draws(again, 2)) & set(first_draws[1:])
 
@@ -479,23 +479,41 @@ def test_the_default_of_a_null_parameter_is_the_value_its_run_chose(tmp_path, de
     assert (out / "trials.csv").read_text().splitlines()[1].split(",")[-3] == "0.0"  # param_training.cone_angle
 
 
+_BUCKET_PARAM = '[params."parallel.bucket_mib"]\ntype = "categorical"\nchoices = [1.0, 25.0]\n'
+
+
+def _sweep_edited_between(tmp_path, demo_scene, first: dict, edited: dict) -> tuple[Path, str]:
+    """One trial of a tiny study written with ``first`` (write_study's keywords), then the study file
+    rewritten with ``edited`` and the sweep resumed to two trials: the output folder and the
+    resumed sweep's words (whitespace joined)."""
+    study_file, out = tmp_path / "tiny.toml", tmp_path / "out"
+    for keywords, trials in ((first, "1"), (edited, "2")):
+        write_study(study_file, scene=demo_scene, params=_BUCKET_PARAM, **keywords)
+        result = run_command(SWEEP + ["--study", study_file, "--out", out, "--nproc-per-node", "1", "--trials", trials,
+                                      "--no-confirm"])
+        assert result.returncode == 0, result.stdout + result.stderr
+    return out, " ".join(result.stdout.split())
+
+
 def test_a_sampler_edited_between_sweeps_is_noted_and_reported(tmp_path, demo_scene):
     """A study file whose sampler changed since the study's trials so far: the sweep goes on, says
     what changed, and the report names each worker's sampler."""
-    params = '[params."parallel.bucket_mib"]\ntype = "categorical"\nchoices = [1.0, 25.0]\n'
-    study_file = write_study(tmp_path / "tiny.toml", scene=demo_scene, params=params)
-    out = tmp_path / "out"
-    first = run_command(SWEEP + ["--study", study_file, "--out", out, "--nproc-per-node", "1", "--trials", "1",
-                                 "--no-confirm"])
-    assert first.returncode == 0, first.stdout + first.stderr
-    assert "changes how this study draws" not in first.stdout
-    write_study(study_file, scene=demo_scene, params=params, sampler='type = "tpe"\nseed = 3\nn_startup_trials = 1')
-    again = run_command(SWEEP + ["--study", study_file, "--out", out, "--nproc-per-node", "1", "--trials", "2",
-                                 "--no-confirm"])
-    assert again.returncode == 0, again.stdout + again.stderr
-    text = " ".join(again.stdout.split())
+    out, text = _sweep_edited_between(tmp_path, demo_scene, {},
+                                      {"sampler": 'type = "tpe"\nseed = 3\nn_startup_trials = 1'})
     assert "changes how this study draws and stops trials: sampler: random → tpe (n_startup_trials=1)" in text
     assert "(the trials so far, 1, keep their draws and prunings;" in text
     report = (out / "report.html").read_text()
     assert "The sampler or pruner changed between workers (the study file edited between sweeps):" in report
     assert len(_load(out).trials) == 2
+
+
+def test_a_study_begun_when_a_default_was_fixed_keeps_it(tmp_path, demo_scene):
+    """A study whose trials ran with optimizer.l2_reg 1e-6 (once the default for every scene), resumed
+    by a study file that leaves it to the trainer (null): it resumes, says so, and its new trials keep 1e-6."""
+    out, text = _sweep_edited_between(tmp_path, demo_scene, {"settings": {"optimizer.l2_reg": 1e-6}}, {})
+    assert "changes how this study draws" not in text
+    assert "the study began when these trainer settings had one default for every scene;" in text
+    assert "optimizer.l2_reg = 1e-06" in text
+    configs = sorted((out / "trials").glob("*/config.json")) or sorted((out / "trials").glob("*.config.json"))
+    assert len(configs) == 2
+    assert [json.loads(p.read_text())["optimizer"]["l2_reg"] for p in configs] == [1e-6, 1e-6]

@@ -30,7 +30,7 @@ def test_instant_ngp_flags_train_save_and_resume(demo_scene, tmp_path):
     assert status["state"] == "completed" and status["step"] == 10
     # the config's nulls the run resolved (the tiny config sets F, T and the per-level scale)
     assert status["derived_settings"] == {"data.aabb_scale": 1, "data.downscale": 1, "loss.distortion_weight": 0.0,
-                                          "training.cone_angle": 0.0}
+                                          "optimizer.l2_reg": 0.0, "training.cone_angle": 0.0}
     assert "step 10" in first.stdout  # plain progress lines when not on a terminal
     second = _run("--scene", str(demo_scene), "--network", str(config), "--n_steps", "15",
                   "--load_snapshot", str(tmp_path / "s.pt"), "--out", str(tmp_path / "run2"), "--eval-max-images", "1", cwd=REPO)

@@ -65,7 +65,7 @@ FACE: dict[str, tuple[str, ...]] = {
         "collapse_gap_db", "collapse_message", "past_occupancy_warmup", "read_evaluation",
     ),
     "config": (
-        "BLOCKS", "DERIVED_SETTINGS", "DataConfig", "DirEncodingConfig", "DistributedConfig", "EncodingConfig", "FaultsConfig",
+        "BLOCKS", "DERIVED_SETTINGS", "FORMER_FIXED_DEFAULTS", "DataConfig", "DirEncodingConfig", "DistributedConfig", "EncodingConfig", "FaultsConfig",
         "GpuCapability", "IGNORED_NGP_BLOCKS", "LossConfig", "MAX_TIMEOUT_S", "NGP_DESIRED_RESOLUTION",
         "NetworkConfig", "OptimizerConfig", "ParallelConfig", "ProfileConfig", "RGBNetworkConfig",
         "RUN_CONTROL_KEYS", "Rule", "TrainConfig", "TrainingConfig", "apply_overrides", "config_differences",

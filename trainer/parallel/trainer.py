@@ -255,7 +255,8 @@ class DistributedTrainerBase(Trainer, metaclass=abc.ABCMeta):
         check_scene_model(folder, meta.get("trainer_state"), self.scene_model, meta.get("config"), self.cfg)
         check_hash_grid(folder, meta.get("trainer_state"), meta.get("config"), self.hash_grid, self.cfg)
         if self.rank == 0:  # after the refusals, which name the differences themselves
-            warn_config_differences(folder, meta.get("config"), self.cfg, meta.get("trainer_state"), self.hash_grid)
+            warn_config_differences(folder, meta.get("config"), self.cfg, meta.get("trainer_state"), self.hash_grid,
+                                    self.derived_settings())
         stored = ckpt.checkpoint_keys(folder)
         for name, p in self.named_parameters_for_optimizer().items():
             if f"optimizer.{name}.step" in stored and p not in self.optimizer.state:

@@ -57,7 +57,11 @@ from torch.optim.adam import adam
 
 from trainer.train.eager_optim import call_eagerly, grad_mode_of_differentiable
 
-__all__ = ["LAZY_BACKENDS", "GridAdam", "lazy_adam_torch", "lazy_kernel_importable"]
+__all__ = ["CONFIG_HYPERPARAMETERS", "LAZY_BACKENDS", "GridAdam", "lazy_adam_torch", "lazy_kernel_importable"]
+
+#: Group hyper-parameters that come from the run's config, never from a loaded state
+#: (``optimizer.beta1``/``beta2``, ``epsilon``, ``l2_reg`` as the run resolved it).
+CONFIG_HYPERPARAMETERS = ("betas", "eps", "weight_decay")
 
 LAZY_BACKENDS = ("auto", "triton", "torch")
 # Adam options a lazy group cannot honour: tcnn's lazy update has no AMSGrad maximum, no
@@ -169,8 +173,12 @@ class GridAdam(torch.optim.Adam):
         _check_group(len(self.param_groups) - 1, self.param_groups[-1])
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """:meth:`torch.optim.Optimizer.load_state_dict`; saved groups without ``lazy`` (torch
-        Adam's) keep this optimizer's.
+        """:meth:`torch.optim.Optimizer.load_state_dict`, except that each group keeps this
+        optimizer's :data:`CONFIG_HYPERPARAMETERS` (a resumed run trains with its own config's
+        moment decays, epsilon and weight decay, which the resume's warning names when they
+        changed; torch would restore the saved ones), and saved groups without ``lazy`` (torch
+        Adam's) keep this optimizer's. Moments, step counts and learning rates come from the saved
+        state.
 
         Raises:
             ValueError: as torch does for mismatching groups, or a loaded lazy group that the class
@@ -178,7 +186,8 @@ class GridAdam(torch.optim.Adam):
         """
         saved = state_dict["param_groups"]
         if len(saved) == len(self.param_groups):  # else torch raises on the mismatch
-            merged = [{"lazy": own["lazy"], **group} for own, group in zip(self.param_groups, saved)]
+            merged = [{"lazy": own["lazy"], **group, **{k: own[k] for k in CONFIG_HYPERPARAMETERS if k in own}}
+                      for own, group in zip(self.param_groups, saved)]
             state_dict = {**state_dict, "param_groups": merged}
         call_eagerly(torch.optim.Adam.load_state_dict, self, state_dict)
         for index, group in enumerate(self.param_groups):

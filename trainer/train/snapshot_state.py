@@ -152,17 +152,19 @@ class ConfigDifferenceWarning(UserWarning):
 
 
 def warn_config_differences(path: Path, saved: Any, cfg: TrainConfig, trainer_state: Any = None,
-                            hash_grid: tuple[int, int] | None = None) -> None:
+                            hash_grid: tuple[int, int] | None = None, resolved: dict[str, Any] | None = None) -> None:
     """Warn (:class:`ConfigDifferenceWarning`, in lines under 80 columns:
     :func:`~trainer.contract.runstatus.fitted_warning`) when a run resumes ``path`` with training
     settings other than the ones it was written with
     (:func:`trainer.contract.config.config_differences`): legal, but usually a forgotten
     ``--config``. A null hash-grid F or T against the value it resolved to is no difference: with
     ``trainer_state`` and this trainer's ``hash_grid`` given, those keys are left out when the grid
-    it was trained with is this one (:func:`stored_hash_grid`)."""
+    it was trained with is this one (:func:`stored_hash_grid`). Any other null setting against
+    the value it resolves to here (``resolved``: the trainer's ``derived_settings()``) is no
+    difference either, and a differing one names that value."""
     if not isinstance(saved, dict):
         return
-    lines = config_differences(saved, cfg)
+    lines = config_differences(saved, cfg, resolved)
     if hash_grid is not None and stored_hash_grid(trainer_state, saved) == tuple(hash_grid):
         lines = [line for line in lines if not line.startswith(tuple(f"encoding.{key}:" for key in HASH_GRID_KEYS))]
     if lines:
@@ -241,7 +243,8 @@ def _load_model_and_grid(trainer: Any, path: Path, payload: dict[str, Any]) -> N
     check_scene_model(path, payload.get("trainer_state"), trainer.scene_model, payload.get("config"), trainer.cfg)
     check_hash_grid(path, payload.get("trainer_state"), payload.get("config"), trainer.hash_grid, trainer.cfg)
     # after the refusals, which name the differences themselves
-    warn_config_differences(path, payload.get("config"), trainer.cfg, payload.get("trainer_state"), trainer.hash_grid)
+    warn_config_differences(path, payload.get("config"), trainer.cfg, payload.get("trainer_state"), trainer.hash_grid,
+                            trainer.derived_settings())
     trainer.stepper.forget_graph()  # the tensors a captured step reads are about to be replaced
     load_state_checked(trainer.field, payload["model"], "model", path)
     load_state_checked(trainer.grid, payload["occupancy"], "occupancy grid", path)

@@ -69,3 +69,33 @@ def test_a_study_of_another_definition_is_still_refused(spec, tmp_path):
     with pytest.raises(SweepError, match=r"was made from another definition: config\.training\.seed: 1337 → 7;"):
         _open(spec, tmp_path, changed, "changed")
     assert (tmp_path / "journal.log").read_bytes() == journal  # a refused sweep writes nothing into the study
+
+
+def test_a_study_made_when_a_default_was_fixed_keeps_it_in_its_trials(spec, tmp_path):
+    """optimizer.l2_reg was 1e-6 for every scene; now null (chosen from the scene). A study whose
+    definition holds 1e-6 resumes and keeps it; one that set another value is refused, naming it."""
+    from ngptune.tuning.specs import definition_fingerprint
+    from ngptune.tuning.storage import former_defaults_kept
+
+    current = spec.definition("scene", 1)
+    assert current["config"]["optimizer"]["l2_reg"] is None
+    older = copy.deepcopy(current)
+    older["config"]["optimizer"]["l2_reg"] = 1e-6
+    assert former_defaults_kept(older, current) == {"optimizer.l2_reg": 1e-6}
+    assert former_defaults_kept(current, current) == {} and former_defaults_kept(None, current) == {}
+    made = _open(spec, tmp_path, older, definition_fingerprint(older))
+    assert made.created and made.kept_defaults == {}
+    resumed = _open(spec, tmp_path, current, definition_fingerprint(current))
+    assert not resumed.created and resumed.kept_defaults == {"optimizer.l2_reg": 1e-6}
+    assert resumed.added_settings == [] and len(resumed.study.trials) == 1
+    # the kept value does not hide another difference, and another stored value is no former default
+    seeded = copy.deepcopy(current)
+    seeded["config"]["training"]["seed"] = 7
+    with pytest.raises(SweepError, match=r"another definition: config\.training\.seed: 1337 → 7;"):
+        _open(spec, tmp_path, seeded, definition_fingerprint(seeded))
+    other = copy.deepcopy(older)
+    other["config"]["optimizer"]["l2_reg"] = 1e-5
+    (tmp_path / "other").mkdir()
+    _open(spec, tmp_path / "other", other, definition_fingerprint(other))
+    with pytest.raises(SweepError, match=r"another definition: config\.optimizer\.l2_reg: 1e-05 → null"):
+        _open(spec, tmp_path / "other", current, definition_fingerprint(current))

@@ -56,3 +56,14 @@ def test_a_resume_on_other_threads_or_device_changes_no_training_setting():
     saved = config_to_dict(apply_overrides(TrainConfig(), {"training.cpu_threads": 0}))
     now = apply_overrides(TrainConfig(), {"training.cpu_threads": 1, "training.seed": 7})
     assert config_differences(saved, now) == [f"training.seed: {TrainConfig().training.seed!r} → 7"]
+
+
+def test_a_null_setting_resolving_to_the_saved_value_is_no_difference():
+    """A run saved with optimizer.l2_reg 1e-6 resumed with null: the same when null resolves to 1e-6
+    (the unbounded model), named with the value it resolves to otherwise (the box model's 0)."""
+    saved = config_to_dict(apply_overrides(TrainConfig(), {"optimizer.l2_reg": 1e-6}))
+    now = TrainConfig()
+    assert config_differences(saved, now) == ["optimizer.l2_reg: 1e-06 → null"]
+    assert config_differences(saved, now, {"optimizer.l2_reg": 1e-6}) == []
+    assert config_differences(saved, now, {"optimizer.l2_reg": 0.0}) == ["optimizer.l2_reg: 1e-06 → null (0.0 here)"]
+    assert config_differences(config_to_dict(now), now, {"optimizer.l2_reg": 0.0}) == []  # null both times

@@ -277,6 +277,24 @@ def test_state_dict_round_trip_continues_identically():
     _assert_same(_snapshot(resumed, resumed_params), ours, seed)
 
 
+def test_a_loaded_state_keeps_this_optimizers_betas_eps_and_weight_decay():
+    """A resumed run trains with its own config's hyper-parameters; the moments and steps are the saved ones."""
+    seed = random_seed()
+    params = _params(seed)
+    saved = GridAdam([{"params": [params[0]], "lazy": True, "weight_decay": 0.0},
+                      {"params": [params[1]], "lazy": False, "weight_decay": 1e-6}], lr=1e-2, betas=BETAS, eps=1e-15)
+    _step(saved, params, _grads(torch.Generator().manual_seed(seed), params))
+    state = copy.deepcopy(saved.state_dict())
+    copies = _copies(params)
+    resumed = GridAdam([{"params": [copies[0]], "lazy": True, "weight_decay": 0.0},
+                        {"params": [copies[1]], "lazy": False, "weight_decay": 0.0}], lr=1e-3, betas=(0.8, 0.9), eps=1e-8)
+    resumed.load_state_dict(state)
+    assert [(g["betas"], g["eps"], g["weight_decay"]) for g in resumed.param_groups] == [((0.8, 0.9), 1e-8, 0.0)] * 2
+    assert [g["lr"] for g in resumed.param_groups] == [1e-2, 1e-2]  # the schedule sets it every step
+    for a, b in zip(saved.state_dict()["state"].values(), resumed.state_dict()["state"].values()):
+        assert all(torch.equal(a[k], b[k]) for k in a), f"seed {seed}"
+
+
 @pytest.mark.parametrize("fused", [False, True])
 def test_state_layout_is_torch_adams_and_its_checkpoints_load_both_ways(fused):
     seed = random_seed()

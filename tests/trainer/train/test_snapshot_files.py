@@ -91,6 +91,15 @@ def test_fp32_snapshot_resumes_in_fp16_with_a_fresh_scaler(snapshot, demo_scene)
     trainer.close()
 
 
+def test_a_resumed_run_decays_its_mlp_weights_by_its_own_config(snapshot, demo_scene):
+    """The snapshot's optimiser groups hold the weight decay it trained with (the box model's 0);
+    resumed with another optimizer.l2_reg, the run trains with that one, as its config records."""
+    trainer = Trainer(tiny_config(optimizer__l2_reg=1e-5), load_scene(demo_scene))
+    trainer.load(snapshot)
+    assert trainer.step == 2 and [g["weight_decay"] for g in trainer.optimizer.param_groups[:2]] == [0.0, 1e-5]
+    trainer.close()
+
+
 def test_output_paths_are_checked_before_training(tmp_path):
     (tmp_path / "afile").write_text("x")
     with pytest.raises(ConfigError, match="run directory .*afile.*cannot create"):

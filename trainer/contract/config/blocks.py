@@ -27,6 +27,7 @@ from trainer.contract.world import check_boxes_per_rank, check_rank_entries
 __all__ = [
     "BLOCKS",
     "DERIVED_SETTINGS",
+    "FORMER_FIXED_DEFAULTS",
     "DataConfig",
     "DirEncodingConfig",
     "DistributedConfig",
@@ -80,6 +81,11 @@ model, the cone angle of the box. A
 run's ``status.json`` gives the values it chose (:data:`trainer.contract.runstatus.DERIVED_KEY`);
 another null setting (``optimizer.ema_decay``, ``training.time_budget_s``, ...) means off, none
 or all, not a value the run chooses."""
+
+FORMER_FIXED_DEFAULTS: dict[str, object] = {"optimizer.l2_reg": 1e-6}
+"""Settings of :data:`DERIVED_SETTINGS` whose default was once one value for every scene, and
+that value: a sweep study begun then keeps it for its remaining trials (``ngptune sweep``), so its
+trials stay comparable."""
 
 
 @dataclasses.dataclass(frozen=True)

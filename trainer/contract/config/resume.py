@@ -25,7 +25,8 @@ RUN_CONTROL_KEYS = frozenset({
 })
 
 
-def config_differences(saved: Mapping[str, Any], current: TrainConfig) -> list[str]:
+def config_differences(saved: Mapping[str, Any], current: TrainConfig,
+                       resolved: Mapping[str, Any] | None = None) -> list[str]:
     """The training settings in which ``current`` differs from ``saved`` (``config_to_dict`` of the
     config a snapshot or checkpoint was written with), as ``"key: saved → current"`` lines; keys
     of :data:`RUN_CONTROL_KEYS` (and the blocks named there) are left out.
@@ -34,7 +35,11 @@ def config_differences(saved: Mapping[str, Any], current: TrainConfig) -> list[s
         saved: ``{block: {key: value}}`` as stored in a snapshot/checkpoint; unknown blocks or keys
             are skipped (written by another version).
         current: the config of the run that resumes.
+        resolved: the values the resuming run chose for its null settings (dotted key → value,
+            ``derived_settings``): a saved value equal to its null's is no difference, another is
+            shown with it (``"optimizer.l2_reg: 1e-06 → null (0 here)"``).
     """
+    resolved = resolved or {}
     now = json.loads(json.dumps(config_to_dict(current)))  # tuples → lists, as stored in JSON
     saved = json.loads(json.dumps(saved, default=list)) if isinstance(saved, Mapping) else {}
     lines = []
@@ -46,7 +51,10 @@ def config_differences(saved: Mapping[str, Any], current: TrainConfig) -> list[s
             dotted = f"{block}.{key}"
             if dotted in RUN_CONTROL_KEYS or key not in theirs:
                 continue
-            if theirs[key] != value:
+            if value is None and theirs[key] is not None and dotted in resolved:
+                if theirs[key] != resolved[dotted]:
+                    lines.append(f"{dotted}: {_shown(theirs[key])} → null ({_shown(resolved[dotted])} here)")
+            elif theirs[key] != value:
                 lines.append(f"{dotted}: {_shown(theirs[key])} → {_shown(value)}")
     return lines
 
