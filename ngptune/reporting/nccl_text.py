@@ -10,4 +10,4 @@ def nccl_inactive_reason(nproc_per_node: int | None) -> str:
     """Why NCCL was inactive in a sweep whose trials ran ``nproc_per_node`` processes each (None:
     not recorded): one process per trial makes no collectives; several ran on the gloo backend
     (no CUDA, or NCCL not available)."""
-    return "one process per trial: no collectives" if nproc_per_node == 1 else "gloo backend"
+    return "one process per trial, so no collectives" if nproc_per_node == 1 else "gloo backend"

@@ -175,6 +175,11 @@ def best_trials(study: optuna.Study) -> list[FrozenTrial]:
 
 
 def outcome_of(trial: FrozenTrial) -> str:
+    """A trial's outcome: ``running`` or ``waiting`` while Optuna says so (a trial of another worker
+    still under way; its preset ``failed`` stands for a sweep killed under it, which the next sweep
+    recovers), else its recorded ``outcome``, else its state's."""
+    if trial.state in (TrialState.RUNNING, TrialState.WAITING):
+        return STATE_OUTCOME[trial.state]
     return trial.user_attrs.get("outcome") or STATE_OUTCOME[trial.state]
 
 

@@ -53,9 +53,10 @@ class SamplingFacts:
         one_after_another: several workers, one trial at a time each, whose trials did not overlap
             in time: one study resumed by sweeps run one after another (each resumed sampler is
             seeded from the study's seed and the trials done before it).
-        per_worker: ``(worker id, sampler, pruner)`` of each worker that recorded its own, when
-            they differ (a study file's sampler or pruner edited between sweeps); else empty.
-            ``sampler`` and ``pruner`` above are then the latest worker's.
+        per_worker: ``(worker id, sampler with its seed, pruner)`` of each worker that ran
+            trials and recorded its own, when they differ (a study file's sampler, seed or pruner
+            edited between sweeps); else empty. ``sampler``, ``seed`` and ``pruner`` above are the
+            latest such worker's.
     """
 
     sampler: str
@@ -83,8 +84,9 @@ class SamplingFacts:
         if self.per_worker:
             lines.append("The sampler or pruner changed between workers (the study file edited between sweeps): "
                          + "; ".join(f"{w} ran with sampler {sampler}, pruner {pruner}" for w, sampler, pruner in self.per_worker)
-                         + ".")
-        if self.one_after_another:
+                         + ". A re-run of this study draws the same settings only with the same edits at the same "
+                         "trials.")
+        elif self.one_after_another:
             lines.append(f"The workers ran one after another (the study resumed {len(self.workers) - 1} "
                          f"time{'s' if len(self.workers) != 2 else ''}): each resumed sampler is seeded with the "
                          "study's seed offset by the trials done before it, so a re-run of this study draws the "
@@ -111,17 +113,20 @@ def sampling_facts(study: optuna.Study) -> SamplingFacts:
         record = records.get(worker, {})
         concurrent, seed = record.get("concurrent_trials"), record.get("sampler_seed")
         workers.append((worker, None if concurrent is None else int(concurrent), None if seed is None else int(seed)))
-    sampler = attrs.get(SAMPLER_ATTR)
+    own = [(w, records[w]) for w, _, _ in workers if isinstance(records.get(w, {}).get("sampler"), dict)]
+    # the latest worker that ran trials with its own record: not one that only looked at the study
+    sampler = own[-1][1]["sampler"] if own and ran else attrs.get(SAMPLER_ATTR)
+    pruner = own[-1][1].get("pruner") if own and ran else attrs.get(PRUNER_ATTR)
     seed = sampler.get("seed") if isinstance(sampler, dict) else None
     parallel = len(workers) > 1 or any((c or 1) > 1 for _, c, _ in workers)
     in_turn = (len(workers) > 1 and all(c == 1 for _, c, _ in workers)
                and _one_after_another(study, [w for w, _, _ in workers]))
-    own = [(w, records[w]) for w, _, _ in workers if w in records and ("sampler" in records[w] or "pruner" in records[w])]
-    per_worker = [(w, spec_text(r.get("sampler")), spec_text(r.get("pruner"))) for w, r in own]
+    per_worker = [(w, f"{spec_text(r['sampler'])}, seed {r['sampler'].get('seed')}", spec_text(r.get("pruner")))
+                  for w, r in own] if ran else []
     if len({(sampler_, pruner_) for _, sampler_, pruner_ in per_worker}) < 2:
         per_worker = []
     return SamplingFacts(sampler=spec_text(sampler), seed=None if seed is None else int(seed),
-                         pruner=spec_text(attrs.get(PRUNER_ATTR)), workers=workers, reproducible=not parallel,
+                         pruner=spec_text(pruner), workers=workers, reproducible=not parallel,
                          one_after_another=in_turn, per_worker=per_worker)
 
 

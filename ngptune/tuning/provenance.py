@@ -31,7 +31,7 @@ import socket
 import time
 from typing import Any
 
-from ngptune.reporting.study_sampling import PRUNER_ATTR, SAMPLER_ATTR, SETUP_ATTR, WORKER_ATTR_PREFIX, spec_text
+from ngptune.reporting.study_sampling import PRUNER_ATTR, SAMPLER_ATTR, SETUP_ATTR, WORKER_ATTR_PREFIX
 from ngptune.tuning.specs import StudySpec
 
 
@@ -39,6 +39,7 @@ def record_worker(study, spec: StudySpec, worker: str, *, concurrent_trials: int
     """Set the sampler, pruner, the study file's setup and this worker's record on ``study`` (an
     ``optuna.Study``); returns the worker record. A worker that starts again under the same id overwrites its record."""
     sampler, pruner = _stored(dataclasses.asdict(spec.sampler)), _stored(dataclasses.asdict(spec.pruner))
+    _backfill_worker_sampling(study)
     record = {"host": socket.gethostname(), "pid": os.getpid(), "concurrent_trials": int(concurrent_trials),
               "sampler_seed": int(sampler_seed), "started_unix_s": time.time(), "sampler": sampler, "pruner": pruner}
     study.set_user_attr(SAMPLER_ATTR, sampler)
@@ -51,18 +52,42 @@ def record_worker(study, spec: StudySpec, worker: str, *, concurrent_trials: int
 
 
 
+def _backfill_worker_sampling(study) -> None:
+    """Give each worker record without its own sampler and pruner the study-wide ones as they stand
+    before a new worker replaces them (what it ran with, unless the study file changed unnoticed
+    before workers recorded their own)."""
+    sampler, pruner = study.user_attrs.get(SAMPLER_ATTR), study.user_attrs.get(PRUNER_ATTR)
+    for key, record in list(study.user_attrs.items()):
+        if key.startswith(WORKER_ATTR_PREFIX) and isinstance(record, dict) and "sampler" not in record:
+            study.set_user_attr(key, {**record, "sampler": sampler, "pruner": pruner})
+
+
 def sampling_changes(study, spec: StudySpec) -> list[str]:
     """What a sweep of ``spec`` changes in the sampler or pruner that ``study`` (an ``optuna.Study``)
-    recorded, one phrase each (``"pruner: median (...) → hyperband (...)"``); empty for a new study,
-    an unchanged one, or one that recorded neither. Call it before :func:`record_worker`."""
+    recorded, one phrase each: a type (``"pruner median → hyperband"``), the options of the same
+    type that differ (``"pruner median: n_startup_trials 3 → 5"``; none for the ``none`` pruner), the
+    sampler's seed (``"sampler seed 3 → 5"``). Empty for a new study, an unchanged one, or one that
+    recorded neither. Call it before :func:`record_worker`."""
     changes = []
     for what, key, now in (("sampler", SAMPLER_ATTR, spec.sampler), ("pruner", PRUNER_ATTR, spec.pruner)):
         before, after = study.user_attrs.get(key), _stored(dataclasses.asdict(now))
-        if isinstance(before, dict) and before != after:
-            seed = [f"seed {before.get('seed')} → {after.get('seed')}"] if before.get("seed") != after.get("seed") else []
-            kind = [f"{spec_text(before)} → {spec_text(after)}"] if spec_text(before) != spec_text(after) else []
-            changes.append(f"{what}: " + ", ".join(kind + seed))
+        if not isinstance(before, dict):
+            continue
+        if before.get("type") != after.get("type"):
+            changes.append(f"{what} {before.get('type')} → {after.get('type')}")
+        elif after.get("type") != "none":
+            options = [f"{name} {_option(before.get(name))} → {_option(after.get(name))}"
+                       for name in sorted((set(before) | set(after)) - {"type", "seed"})
+                       if before.get(name) != after.get(name)]
+            if options:
+                changes.append(f"{what} {after.get('type')}: " + ", ".join(options))
+        if what == "sampler" and before.get("seed") != after.get("seed"):
+            changes.append(f"sampler seed {before.get('seed')} → {after.get('seed')}")
     return changes
+
+
+def _option(value: Any) -> str:
+    return "unset" if value is None else str(value)
 
 
 def _stored(record: dict[str, Any]) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import os
 import socket
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -62,9 +62,9 @@ _READY_ATTR = "fingerprint"  # study user attribute written last by the creating
 STUDY_FILE_KEYS = {
     "config.training.time_budget_s": "budget.seconds",
     "config.training.n_steps": "budget.steps",
-    "config.training.eval_at_s": ("the pruner's rungs (pruner.min_resource, reduction_factor, min_early_stopping_rate, "
-                                  "max_resource; budget.seconds)"),
-    "config.training.eval_every": "pruner.eval_every_steps or an objective's eval_every_steps",
+    "config.training.eval_at_s": ("the pruner's marks (pruner.type, eval_at, and the rungs: min_resource, "
+                                  "reduction_factor, min_early_stopping_rate, max_resource; budget.seconds)"),
+    "config.training.eval_every": "pruner.type, eval_every_steps, or an objective's eval_every_steps",
     "config.training.eval_every_max_images": "pruner.eval_images",
 }
 # Trial user attribute of the enqueued untuned default (and of its retries, which copy it);
@@ -280,12 +280,15 @@ def former_defaults_kept(stored: Any, current: dict[str, Any]) -> dict[str, Any]
     """The settings of :data:`~trainer.contract.FORMER_FIXED_DEFAULTS` that the ``stored`` study
     definition holds at that former default where ``current`` (this trainer's) holds null: dotted
     trainer key → the former value. The study began when the default was that value for every
-    scene; its remaining trials keep it (:func:`open_study`)."""
+    scene; its remaining trials keep it (:func:`open_study`). A setting the study searches is not
+    kept (its trials draw it; the difference is refused, naming it)."""
     if not isinstance(stored, dict):
         return {}
     old, new = definition_leaves(stored), definition_leaves(current)
+    searched = {p.get("name") for p in current.get("params", []) if isinstance(p, dict)}
     return {key: value for key, value in FORMER_FIXED_DEFAULTS.items()
-            if old.get(f"config.{key}") == value and f"config.{key}" in new and new[f"config.{key}"] is None}
+            if key not in searched and old.get(f"config.{key}") == value and f"config.{key}" in new
+            and new[f"config.{key}"] is None}
 
 
 def with_config_values(definition: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
@@ -297,13 +300,21 @@ def with_config_values(definition: dict[str, Any], values: dict[str, Any]) -> di
     return out
 
 
-def definition_differences(stored: Any, current: dict[str, Any], limit: int = 4) -> list[str]:
+def definition_differences(stored: Any, current: dict[str, Any], limit: int = 4,
+                           settings: Collection[str] = ()) -> list[str]:
     """``"key: stored → current"`` for the leaves in which two study definitions differ (dotted
-    keys, e.g. ``config.training.time_budget_s: 2.0 → 3.0``), at most ``limit`` of them."""
+    keys, e.g. ``config.training.time_budget_s: 2.0 → 3.0``), at most ``limit`` of them. A key the
+    study file sets in ``[settings]`` (``settings``: its dotted trainer keys) is named as
+    ``settings."key"``, one that its budget or pruner sets by those keys (:data:`STUDY_FILE_KEYS`)."""
     old = definition_leaves(stored if isinstance(stored, dict) else {})
     new = definition_leaves(current)
-    lines = [f"{STUDY_FILE_KEYS[key] + ' (' + key + ')' if key in STUDY_FILE_KEYS else key}: "
-             f"{json.dumps(old.get(key))} → {json.dumps(new.get(key))}" for key in changed_leaves(old, new)]
+
+    def named(key: str) -> str:
+        if key.removeprefix("config.") in settings:
+            return f'settings."{key.removeprefix("config.")}" ({key})'
+        return f"{STUDY_FILE_KEYS[key]} ({key})" if key in STUDY_FILE_KEYS else key
+
+    lines = [f"{named(key)}: {json.dumps(old.get(key))} → {json.dumps(new.get(key))}" for key in changed_leaves(old, new)]
     return lines[:limit] + ([f"and {len(lines) - limit} more"] if len(lines) > limit else [])
 
 
@@ -360,7 +371,8 @@ def open_study(storage, name: str, spec: StudySpec, fingerprint: str, attrs: dic
         if found is not None and found != fingerprint and definition is not None:
             added = settings_added_since(study.user_attrs.get(DEFINITION_ATTR), definition) or []
         if found != fingerprint and not added:
-            changed = definition_differences(study.user_attrs.get(DEFINITION_ATTR), definition or {})
+            changed = definition_differences(study.user_attrs.get(DEFINITION_ATTR), definition or {},
+                                             settings=set(spec.settings))
             if found is None:
                 why = "was not set up completely"
             elif changed and DEFINITION_ATTR in study.user_attrs:

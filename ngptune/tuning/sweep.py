@@ -361,7 +361,7 @@ def _run(options: SweepOptions, spec: StudySpec, nproc: int, base_cfg: TrainConf
         retried = recover_trials(study, check_workers=not is_rdb, retry_interrupted=True)
         retries = TrialRetries()  # failures of the host's making, and a default that did not complete
         retried += retries.after_trials(study) + [n for n in [retries.default_again(study)] if n is not None]
-    backend = "NCCL" if nccl_active else f"NCCL parameters inactive ({nccl_inactive_reason(nproc)})"
+    backend = "NCCL" if nccl_active else f"NCCL parameters inactive: {nccl_inactive_reason(nproc)}"
     _, done = study_progress(study)
     at_once = slots.at_once(trials_target - done)  # never more trials at once than the study still needs
     print_lines(console, study_heading(name, str(spec.path), trials_target, spec.budget.describe(), nproc, backend,
@@ -372,8 +372,9 @@ def _run(options: SweepOptions, spec: StudySpec, nproc: int, base_cfg: TrainConf
         print_lines(console, ["note:", "the study began when these trainer settings had one default for every scene;",
                               "its trials keep it (the trainer now chooses it from the scene when it is not set):",
                               *listed([f"{key} = {json.dumps(value)}" for key, value in kept_defaults.items()])])
-    if changed_sampling:
-        print_lines(console, ["note:", f"{spec.path} changes how this study draws and stops trials:", *changed_sampling,
+    if changed_sampling and trials_target > done:
+        print_lines(console, ["note:", f"{spec.path} changes how this study draws and stops trials:",
+                              "; ".join(changed_sampling),
                               f"(the trials so far, {done}, keep their draws and prunings; the report names "
                               "each worker's sampler and pruner)"])
     if added_settings:

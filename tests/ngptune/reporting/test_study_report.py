@@ -237,7 +237,8 @@ def test_trials_csv_running_and_unrecorded_trials(tmp_path: Path) -> None:
     study = optuna.create_study(study_name="workers", direction="maximize")
     stale = study.ask({"training.lr": SPACE["training.lr"]})
     study.tell(stale, state=TrialState.FAIL)
-    study.ask({"training.lr": SPACE["training.lr"]})
+    running = study.ask({"training.lr": SPACE["training.lr"]})
+    running.set_user_attr("outcome", "failed")  # preset by the sweep that runs it, for a kill under it
     df = trials_frame(study)
     assert df["state"].tolist() == ["FAIL", "RUNNING"]
     assert df["outcome"].tolist() == ["failed", "running"]
@@ -1056,5 +1057,5 @@ def test_nccl_is_said_inactive_for_its_reason() -> None:
     def view(nproc):
         return SimpleNamespace(study=SimpleNamespace(user_attrs={"nproc_per_node": nproc}))
 
-    assert nccl_inactive_text(view(1)) == "NCCL parameters inactive (one process per trial: no collectives)"
+    assert nccl_inactive_text(view(1)) == "NCCL parameters inactive (one process per trial, so no collectives)"
     assert nccl_inactive_text(view(2)) == "NCCL parameters inactive (gloo backend)"

@@ -86,7 +86,7 @@ def test_best_env_says_why_nccl_was_inactive(tmp_path):
     from ngptune.reporting.nccl_text import nccl_inactive_reason
 
     trial = SimpleNamespace(number=2, user_attrs={"nccl_env": {}, "nccl_active": False})
-    for nproc, reason in ((1, "one process per trial: no collectives"), (2, "gloo backend"), (None, "gloo backend")):
+    for nproc, reason in ((1, "one process per trial, so no collectives"), (2, "gloo backend"), (None, "gloo backend")):
         assert nccl_inactive_reason(nproc) == reason
         text = write_best_env(trial, "s", StudyDir(tmp_path), nproc).read_text()
         assert f"# NCCL was inactive in this sweep ({reason}): no NCCL variable was tuned." in text

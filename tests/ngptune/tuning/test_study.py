@@ -373,9 +373,12 @@ def test_definition_differences_name_the_changed_keys():
     rungs = [{"config": {"training": {"eval_at_s": marks, "eval_every_max_images": images}}}
              for marks, images in (([4, 12, 36], 2), ([2, 6, 18], 3))]
     assert definition_differences(*rungs) == [  # marks at the rungs: named by the pruner keys that set them
-        "the pruner's rungs (pruner.min_resource, reduction_factor, min_early_stopping_rate, max_resource; "
-        "budget.seconds) (config.training.eval_at_s): [4, 12, 36] → [2, 6, 18]",
+        "the pruner's marks (pruner.type, eval_at, and the rungs: min_resource, reduction_factor, "
+        "min_early_stopping_rate, max_resource; budget.seconds) (config.training.eval_at_s): [4, 12, 36] → [2, 6, 18]",
         "pruner.eval_images (config.training.eval_every_max_images): 2 → 3"]
+    # the same key set by the study file's [settings] is named so
+    assert definition_differences(*rungs, settings={"training.eval_every_max_images"})[1] == (
+        'settings."training.eval_every_max_images" (config.training.eval_every_max_images): 2 → 3')
     many = definition_differences({}, {f"k{i}": i for i in range(6)})
     assert len(many) == 5 and many[-1] == "and 2 more"
 

@@ -83,6 +83,9 @@ def test_a_study_made_when_a_default_was_fixed_keeps_it_in_its_trials(spec, tmp_
     older["config"]["optimizer"]["l2_reg"] = 1e-6
     assert former_defaults_kept(older, current) == {"optimizer.l2_reg": 1e-6}
     assert former_defaults_kept(current, current) == {} and former_defaults_kept(None, current) == {}
+    searched = copy.deepcopy(current)
+    searched["params"].append({"name": "optimizer.l2_reg"})  # drawn by its trials: not kept
+    assert former_defaults_kept(older, searched) == {}
     made = _open(spec, tmp_path, older, definition_fingerprint(older))
     assert made.created and made.kept_defaults == {}
     resumed = _open(spec, tmp_path, current, definition_fingerprint(current))
