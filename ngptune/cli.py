@@ -32,6 +32,7 @@ from trainer.contract import (
     add_trainer_arguments,
     inference_argv,
     parse_command_line,
+    pipe_safe_stdout,
     plain_warning_format,
     print_error,
     tool_argv,
@@ -186,6 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``ngptune``: parse ``argv`` (default ``sys.argv[1:]``) and run its command; returns the exit
     status (2 after an ``error:`` line; 130 after a Ctrl-C that no command took, e.g. while the
     flags are read, with one line)."""
+    pipe_safe_stdout()  # piped into `head`: the command goes on without its output
     try:
         plain_warning_format(PACKAGE_ROOT)
         raw = list(sys.argv[1:] if argv is None else argv)

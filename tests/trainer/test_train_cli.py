@@ -422,3 +422,19 @@ def test_a_refused_resume_leaves_the_run_config_it_was_trained_with(demo_scene, 
                                       "--out", str(run), "--resume", str(snapshot)])
     assert train_command(args) == 0
     assert json.loads((run / "config.json").read_text())["training"]["n_steps"] == 8  # replaced once loaded
+
+
+@pytest.mark.parametrize("program", [["trainer"], ["ngptune", "train"]])
+def test_a_reader_that_goes_away_stops_the_output_not_the_run(program, demo_scene, tmp_path):
+    """``python -m trainer ... | head -1`` (or ``ngptune train``): the run goes on to its end."""
+    config = tiny_config_file(tmp_path)
+    proc = subprocess.Popen([sys.executable, "-m", *program, "--scene", str(demo_scene), "--network", str(config),
+                             "--n_steps", "30", "--set", "training.log_every=1", "--out", str(tmp_path / "run"),
+                             "--no-eval"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc.stdout.readline()
+    proc.stdout.close()  # the reader is gone; later lines meet a closed pipe
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert "BrokenPipeError" not in err
+    status = json.loads((tmp_path / "run" / "status.json").read_text())
+    assert status["state"] == "completed" and status["step"] == 30

@@ -48,7 +48,7 @@ FACE: dict[str, tuple[str, ...]] = {
         "worker_argv",
     ),
     "lifeline": ("command_stopping_with_parent", "set_parent_death_signal"),
-    "signals": ("handlers_replaced", "main_to_its_end", "signals_held"),
+    "signals": ("PipeSafeStdout", "handlers_replaced", "main_to_its_end", "pipe_safe_stdout", "signals_held"),
     "rundir": ("RunDir", "atomic_write_text", "free_path", "latest_checkpoint", "prepare_output_file"),
     "resumption": ("newest_model", "resume_block", "resume_lines"),
     "runstatus": (

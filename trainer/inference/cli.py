@@ -195,6 +195,9 @@ def check_render_flags(args: argparse.Namespace) -> None:
         raise ConfigError(f"--arc {arc}: expected degrees in (0, 360]")
     if arc is not None and args.cameras != "orbit":
         raise ConfigError(f"--arc {arc:g}: only with --cameras orbit (the cameras are {args.cameras})")
+    if args.frames is not None and args.seconds is not None and args.cameras not in SPLITS:
+        raise ConfigError(f"--frames {args.frames} and --seconds {args.seconds:g}: give one of them (an orbit or path "
+                          "of --seconds S has S × --fps frames; --frames N makes N frames, played at --fps)")
     asked = args.frames if args.frames is not None else (args.fps or DEFAULT_FPS) * (args.seconds or DEFAULT_SECONDS)
     if asked > MAX_FRAMES:
         how = f"--frames {args.frames}" if args.frames is not None else \
@@ -219,6 +222,9 @@ def check_render_flags(args: argparse.Namespace) -> None:
     if args.compare and args.out is None:
         raise ConfigError("--compare: the side-by-side images need a folder; give --out DIR as well as --video")
     if args.out is not None:
+        from trainer.inference.loading import find_model_source
+
+        find_model_source(args.model)  # no model there: said before an output folder is made
         prepare_output_dir(args.out)
 
 

@@ -104,6 +104,8 @@ def test_a_run_folder_without_snapshots(trained_run, tmp_path, capsys, monkeypat
             "  train the run to its end: a finished run keeps its model here",
             "  or press Ctrl-C once: a one-process run keeps the model of its last step",
             "  or train with --snapshot-every N: a model is kept every N steps"], err
+    assert sorted(p.name for p in (tmp_path / "runs" / "x").iterdir()) == []  # no render-test/ left behind
+    assert not (tmp_path / "f").exists()
 
 
 def test_a_scene_folder_given_for_a_run_says_to_train_it_first(demo_scene, tmp_path, capsys, monkeypatch):
@@ -190,6 +192,7 @@ def test_a_run_that_did_not_finish_is_named_so(tmp_path, capsys, monkeypatch):
     (["--width", "100000", "--height", "100000"], r"--width 100000: expected at most 16384 pixels$"),
     (["--cameras", "orbit", "--elevation", "nan"], r"--elevation nan: expected degrees in \[-90, 90\]$"),
     (["--cameras", "orbit", "--radius", "inf"], r"--radius inf: expected a finite number > 0$"),
+    (["--cameras", "orbit", "--frames", "8", "--seconds", "10"], r"--frames 8 and --seconds 10: give one of them"),
     (["--cameras", "orbit", "--seconds", "1e300"], r"--seconds 1e\+300 at 30 fps: 3e\+301 frames: expected at most "
                                                    r"100000 frames$"),
 ])
