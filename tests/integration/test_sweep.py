@@ -116,7 +116,8 @@ def test_invalid_combinations_are_pruned_without_launch(tmp_path, demo_scene):
     assert again.returncode == 2
     assert again.stderr.strip().splitlines() == [
         f"error: study 't' in {StudyDir(out).journal_path} was made from another definition: "
-        "config.training.log_every: 5 → 10; use another --study-name or --out"]  # names what changed
+        'settings."training.log_every" (config.training.log_every): 5 → 10; use another --study-name or --out']
+    # (names what changed, as the study file spells it)
     assert len(_load(out).trials) == 2
 
 
