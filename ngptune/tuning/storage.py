@@ -327,7 +327,7 @@ class OpenedStudy(NamedTuple):
     study: Any
     created: bool
     added_settings: list[str]
-    kept_defaults: dict[str, Any] = {}
+    kept_defaults: dict[str, Any]
 
 
 def open_study(storage, name: str, spec: StudySpec, fingerprint: str, attrs: dict[str, Any], study_dir: StudyDir,
@@ -395,7 +395,7 @@ def open_study(storage, name: str, spec: StudySpec, fingerprint: str, attrs: dic
     if definition is not None:
         study.set_user_attr(DEFINITION_ATTR, definition)
     study.set_user_attr(_READY_ATTR, fingerprint)  # last: the study is ready for other workers
-    return OpenedStudy(study, True, [])
+    return OpenedStudy(study, True, [], {})
 
 
 #: The package that provides each SQLAlchemy driver named in a storage URL (``dialect+driver://``).
